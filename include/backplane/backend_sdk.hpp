@@ -1,0 +1,522 @@
+// backend_sdk.hpp — header-only C++17 helpers for backend authors.
+//
+// Built only on backend_abi.h. Write a backend as a C++ class deriving from
+// backplane::sdk::Backend, then expose it with
+//
+//   BP_DEFINE_BACKEND_ENTRY_POINTS("MyAcc", my::MyBackend)   // a shared object
+//   or backplane::sdk::backend_table<my::MyBackend>()          // a static table
+//
+// Every slot of the table is a noexcept trampoline: a C++ exception thrown by
+// your code becomes a status object (sdk::Error keeps its code; anything else is
+// BP_STATUS_INTERNAL with what()), so nothing ever unwinds into the runtime.
+//
+// Thread-safety: as backend_abi.h says. The SDK adds no locking of its own.
+#ifndef BACKPLANE_BACKEND_SDK_HPP_
+#define BACKPLANE_BACKEND_SDK_HPP_
+
+#include <backplane/backend_abi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace backplane::sdk {
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+// Throw this from backend code to return a status with a specific code.
+class Error : public std::runtime_error {
+ public:
+  Error(bp_status_code_t code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  bp_status_code_t code() const noexcept { return code_; }
+
+ private:
+  bp_status_code_t code_;
+};
+
+inline Error unsupported(const std::string& what) { return Error(BP_STATUS_UNSUPPORTED, what); }
+inline Error unimplemented(const std::string& what) {
+  return Error(BP_STATUS_UNIMPLEMENTED, what + " is not implemented by this backend");
+}
+inline Error invalid(const std::string& what) { return Error(BP_STATUS_INVALID_ARGUMENT, what); }
+
+// ---------------------------------------------------------------------------
+// Host: thin wrapper over the host table
+// ---------------------------------------------------------------------------
+
+// A weight buffer from the NamedDataMap; released on destruction.
+class Weight {
+ public:
+  Weight() = default;
+  Weight(const bp_host_api_t* host, bp_buffer_t buffer) : host_(host), buffer_(buffer) {}
+  Weight(Weight&& other) noexcept { *this = std::move(other); }
+  Weight& operator=(Weight&& other) noexcept {
+    if (this != &other) {
+      reset();
+      host_ = other.host_;
+      buffer_ = other.buffer_;
+      other.host_ = nullptr;
+    }
+    return *this;
+  }
+  Weight(const Weight&) = delete;
+  Weight& operator=(const Weight&) = delete;
+  ~Weight() { reset(); }
+
+  const void* data() const { return buffer_.data; }
+  size_t size() const { return buffer_.size; }
+  template <class T>
+  const T* as() const { return static_cast<const T*>(buffer_.data); }
+
+ private:
+  void reset() {
+    if (host_ != nullptr) host_->buffer_free(&buffer_);
+    host_ = nullptr;
+  }
+  const bp_host_api_t* host_ = nullptr;
+  bp_buffer_t buffer_{};
+};
+
+class Host {
+ public:
+  explicit Host(const bp_host_api_t* api) : api_(api) {}
+  const bp_host_api_t* api() const { return api_; }
+
+  void log(bp_log_level_t level, const char* backend_id, const std::string& message) const {
+    api_->log(level, backend_id, message.c_str());
+  }
+
+  // Reads weight `key`; throws Error if it is missing.
+  Weight weight(const bp_named_data_map_t* map, const char* key) const {
+    bp_buffer_t buffer{};
+    buffer.struct_size = sizeof(buffer);
+    throw_if_error(api_->data_map_get(map, key, &buffer));
+    return Weight(api_, buffer);
+  }
+
+  void blob_add(bp_blob_store_t* store, const std::string& key, const void* data, size_t size,
+                size_t alignment = 0, const char* external_file = nullptr) const {
+    throw_if_error(api_->blob_store_add(store, key.c_str(), data, size, alignment, external_file));
+  }
+
+  void append(bp_byte_writer_t* writer, const void* data, size_t size) const {
+    throw_if_error(api_->writer_append(writer, data, size));
+  }
+
+  // Turns a status received from the host into an Error (and releases it).
+  void throw_if_error(bp_status_t* status) const {
+    if (status == nullptr) return;
+    bp_status_code_t code = api_->status_code(status);
+    std::string message = api_->status_message(status);
+    api_->status_release(status);
+    throw Error(code, message);
+  }
+
+ private:
+  const bp_host_api_t* api_;
+};
+
+// ---------------------------------------------------------------------------
+// Read-only accessors over the C view
+// ---------------------------------------------------------------------------
+
+class NodeRef {
+ public:
+  NodeRef(const bp_graph_view_t* view, size_t index) : view_(view), index_(index) {}
+
+  const bp_node_t& raw() const { return view_->nodes[index_]; }
+  size_t index() const { return index_; }
+  std::string_view op_type() const { return raw().op_type; }
+  std::string_view name() const { return raw().name; }
+  std::string_view domain() const { return raw().domain; }
+  int64_t opset() const { return raw().opset; }
+
+  size_t num_inputs() const { return raw().num_inputs; }
+  size_t num_outputs() const { return raw().num_outputs; }
+  // True if input i exists and is not an omitted optional input.
+  bool has_input(size_t i) const { return i < raw().num_inputs && raw().inputs[i] >= 0; }
+  const bp_value_t& input(size_t i) const { return view_->values[raw().inputs[i]]; }
+  const bp_value_t& output(size_t i) const { return view_->values[raw().outputs[i]]; }
+
+  const bp_attribute_t* find_attr(std::string_view name) const {
+    for (size_t i = 0; i < raw().num_attributes; ++i)
+      if (name == raw().attributes[i].name) return &raw().attributes[i];
+    return nullptr;
+  }
+  bool has_attr(std::string_view name) const { return find_attr(name) != nullptr; }
+
+  int64_t attr_int(std::string_view name, int64_t fallback) const {
+    const bp_attribute_t* a = find_attr(name);
+    if (a == nullptr) return fallback;
+    expect(*a, BP_ATTR_INT);
+    return a->i;
+  }
+  float attr_float(std::string_view name, float fallback) const {
+    const bp_attribute_t* a = find_attr(name);
+    if (a == nullptr) return fallback;
+    expect(*a, BP_ATTR_FLOAT);
+    return a->f;
+  }
+  std::string attr_string(std::string_view name, std::string fallback) const {
+    const bp_attribute_t* a = find_attr(name);
+    if (a == nullptr) return fallback;
+    expect(*a, BP_ATTR_STRING);
+    return a->s;
+  }
+  std::vector<int64_t> attr_ints(std::string_view name, std::vector<int64_t> fallback = {}) const {
+    const bp_attribute_t* a = find_attr(name);
+    if (a == nullptr) return fallback;
+    expect(*a, BP_ATTR_INTS);
+    return std::vector<int64_t>(a->ints, a->ints + a->count);
+  }
+  std::vector<float> attr_floats(std::string_view name, std::vector<float> fallback = {}) const {
+    const bp_attribute_t* a = find_attr(name);
+    if (a == nullptr) return fallback;
+    expect(*a, BP_ATTR_FLOATS);
+    return std::vector<float>(a->floats, a->floats + a->count);
+  }
+
+ private:
+  void expect(const bp_attribute_t& a, bp_attr_type_t type) const {
+    if (a.type != type)
+      throw invalid("node '" + std::string(name()) + "' (" + std::string(op_type()) +
+                    "): attribute '" + a.name + "' has the wrong type");
+  }
+  const bp_graph_view_t* view_;
+  size_t index_;
+};
+
+inline std::vector<int64_t> shape_of(const bp_value_t& v) {
+  return std::vector<int64_t>(v.shape, v.shape + v.rank);
+}
+inline std::vector<int64_t> shape_of(const bp_tensor_t& t) {
+  return std::vector<int64_t>(t.shape, t.shape + t.rank);
+}
+
+// Collects support/compile outcomes for the host.
+class NodeReport {
+ public:
+  NodeReport(const bp_host_api_t* host, bp_node_report_t* report) : host_(host), report_(report) {}
+  void supported(size_t node) const { host_->report_node(report_, node, BP_NODE_SUPPORTED, nullptr); }
+  void rejected(size_t node, const std::string& reason) const {
+    host_->report_node(report_, node, BP_NODE_REJECTED, reason.c_str());
+  }
+  void untouched(size_t node) const { host_->report_node(report_, node, BP_NODE_UNTOUCHED, nullptr); }
+  bool active() const { return report_ != nullptr; }
+
+ private:
+  const bp_host_api_t* host_;
+  bp_node_report_t* report_;
+};
+
+// ---------------------------------------------------------------------------
+// The classes a backend author derives from
+// ---------------------------------------------------------------------------
+
+class ExecContext {
+ public:
+  virtual ~ExecContext() = default;
+  virtual void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+                       const bp_tensor_t* outputs) = 0;
+};
+
+class CompiledPartition {
+ public:
+  virtual ~CompiledPartition() = default;
+  virtual std::unique_ptr<ExecContext> create_context() = 0;
+  virtual void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* /*writer*/) {
+    throw unimplemented("serialize");
+  }
+};
+
+class Backend {
+ public:
+  explicit Backend(const bp_host_api_t* host) : host_(host) {}
+  virtual ~Backend() = default;
+  const Host& host() const { return host_; }
+
+  virtual bp_backend_info_t info() = 0;
+  virtual void configure(std::string_view key, std::string_view /*value*/) {
+    throw invalid("unknown configuration key '" + std::string(key) + "'");
+  }
+  virtual void query_support(const bp_graph_view_t& view, NodeReport& report) = 0;
+  virtual std::unique_ptr<CompiledPartition> compile(const bp_graph_view_t& view,
+                                                     const bp_compile_options_t& options,
+                                                     NodeReport& report) = 0;
+  virtual std::unique_ptr<CompiledPartition> deserialize(const bp_graph_view_t& /*view*/,
+                                                         const void* /*payload*/, size_t /*size*/,
+                                                         const bp_compile_options_t& /*options*/) {
+    throw unimplemented("deserialize");
+  }
+  virtual void* memory_alloc(uint32_t /*device*/, size_t /*size*/, size_t /*alignment*/) {
+    throw unimplemented("memory_alloc");
+  }
+  virtual void memory_free(uint32_t /*device*/, void* /*ptr*/) {}
+  virtual void copy_to_device(uint32_t, void*, const void*, size_t) { throw unimplemented("copy_to_device"); }
+  virtual void copy_from_device(uint32_t, void*, const void*, size_t) {
+    throw unimplemented("copy_from_device");
+  }
+  virtual void before_load_network(uint64_t) {}
+  virtual void after_load_network(uint64_t) {}
+  virtual void before_unload_network(uint64_t) {}
+  virtual void after_unload_network(uint64_t) {}
+  virtual void memory_acquire() {}
+  virtual void memory_release() {}
+  virtual void execute_node(const bp_graph_view_t& /*view*/, size_t /*node*/, size_t, const bp_tensor_t*,
+                            size_t, const bp_tensor_t*) {
+    throw unimplemented("execute_node");
+  }
+
+ private:
+  Host host_;
+};
+
+// ---------------------------------------------------------------------------
+// Trampolines
+// ---------------------------------------------------------------------------
+
+namespace detail {
+
+// Runs fn; turns any exception into a status created through `host`.
+template <class Fn>
+bp_status_t* guard(const bp_host_api_t* host, Fn&& fn) noexcept {
+  try {
+    fn();
+    return nullptr;
+  } catch (const Error& e) {
+    return host->status_create(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return host->status_create(BP_STATUS_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return host->status_create(BP_STATUS_INTERNAL, e.what());
+  } catch (...) {
+    return host->status_create(BP_STATUS_INTERNAL, "unknown C++ exception in backend");
+  }
+}
+
+inline Backend* as_backend(bp_backend_t* b) { return reinterpret_cast<Backend*>(b); }
+
+struct CompiledBox {
+  Backend* owner;
+  std::unique_ptr<CompiledPartition> impl;
+};
+struct ContextBox {
+  Backend* owner;
+  std::unique_ptr<ExecContext> impl;
+};
+
+template <class B>
+struct Table {
+  static bp_status_t* create(const bp_host_api_t* host, uint32_t major, uint32_t /*minor*/,
+                             bp_backend_t** out) noexcept {
+    if (out == nullptr) return host->status_create(BP_STATUS_INVALID_ARGUMENT, "create: out is NULL");
+    *out = nullptr;
+    return guard(host, [&] {
+      if (major != BP_API_VERSION_MAJOR)
+        throw Error(BP_STATUS_VERSION_MISMATCH, "runtime API major version differs");
+      std::unique_ptr<Backend> backend = std::make_unique<B>(host);
+      *out = reinterpret_cast<bp_backend_t*>(backend.release());
+    });
+  }
+  static void destroy(bp_backend_t* backend) noexcept {
+    try {
+      delete as_backend(backend);
+    } catch (...) {
+    }
+  }
+  static bp_status_t* get_info(bp_backend_t* backend, bp_backend_info_t* out) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] {
+      bp_backend_info_t info = b->info();
+      info.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
+      *out = info;
+    });
+  }
+  static bp_status_t* configure(bp_backend_t* backend, size_t count, const char* const* keys,
+                                const char* const* values) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] {
+      for (size_t i = 0; i < count; ++i) b->configure(keys[i], values[i]);
+    });
+  }
+  static bp_status_t* query_support(bp_backend_t* backend, const bp_graph_view_t* view,
+                                    bp_node_report_t* report) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] {
+      NodeReport r(b->host().api(), report);
+      b->query_support(*view, r);
+    });
+  }
+  static bp_status_t* compile(bp_backend_t* backend, const bp_graph_view_t* view,
+                              const bp_compile_options_t* options, bp_node_report_t* report,
+                              bp_compiled_t** out) noexcept {
+    Backend* b = as_backend(backend);
+    *out = nullptr;
+    return guard(b->host().api(), [&] {
+      NodeReport r(b->host().api(), report);
+      bp_compile_options_t opts{};
+      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      auto box = std::make_unique<CompiledBox>(CompiledBox{b, b->compile(*view, opts, r)});
+      *out = reinterpret_cast<bp_compiled_t*>(box.release());
+    });
+  }
+  static void compiled_destroy(bp_compiled_t* compiled) noexcept {
+    try {
+      delete reinterpret_cast<CompiledBox*>(compiled);
+    } catch (...) {
+    }
+  }
+  static bp_status_t* context_create(bp_compiled_t* compiled, bp_exec_context_t** out) noexcept {
+    auto* c = reinterpret_cast<CompiledBox*>(compiled);
+    *out = nullptr;
+    return guard(c->owner->host().api(), [&] {
+      auto box = std::make_unique<ContextBox>(ContextBox{c->owner, c->impl->create_context()});
+      *out = reinterpret_cast<bp_exec_context_t*>(box.release());
+    });
+  }
+  static void context_destroy(bp_exec_context_t* context) noexcept {
+    try {
+      delete reinterpret_cast<ContextBox*>(context);
+    } catch (...) {
+    }
+  }
+  static bp_status_t* execute(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
+                              size_t num_outputs, const bp_tensor_t* outputs) noexcept {
+    auto* c = reinterpret_cast<ContextBox*>(context);
+    return guard(c->owner->host().api(),
+                 [&] { c->impl->execute(num_inputs, inputs, num_outputs, outputs); });
+  }
+  static bp_status_t* serialize(bp_compiled_t* compiled, bp_blob_store_t* store,
+                                bp_byte_writer_t* writer) noexcept {
+    auto* c = reinterpret_cast<CompiledBox*>(compiled);
+    return guard(c->owner->host().api(), [&] { c->impl->serialize(store, writer); });
+  }
+  static bp_status_t* deserialize(bp_backend_t* backend, const bp_graph_view_t* view, const void* payload,
+                                  size_t size, const bp_compile_options_t* options,
+                                  bp_compiled_t** out) noexcept {
+    Backend* b = as_backend(backend);
+    *out = nullptr;
+    return guard(b->host().api(), [&] {
+      bp_compile_options_t opts{};
+      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      auto box = std::make_unique<CompiledBox>(CompiledBox{b, b->deserialize(*view, payload, size, opts)});
+      *out = reinterpret_cast<bp_compiled_t*>(box.release());
+    });
+  }
+  static bp_status_t* memory_alloc(bp_backend_t* backend, uint32_t device, size_t size, size_t alignment,
+                                   void** out) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] { *out = b->memory_alloc(device, size, alignment); });
+  }
+  static void memory_free(bp_backend_t* backend, uint32_t device, void* ptr) noexcept {
+    try {
+      as_backend(backend)->memory_free(device, ptr);
+    } catch (...) {
+    }
+  }
+  static bp_status_t* copy_to_device(bp_backend_t* backend, uint32_t device, void* dst, const void* src,
+                                     size_t size) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] { b->copy_to_device(device, dst, src, size); });
+  }
+  static bp_status_t* copy_from_device(bp_backend_t* backend, uint32_t device, void* dst, const void* src,
+                                       size_t size) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] { b->copy_from_device(device, dst, src, size); });
+  }
+#define BP_SDK_HOOK(name)                                                              \
+  static bp_status_t* name(bp_backend_t* backend, uint64_t id) noexcept {              \
+    Backend* b = as_backend(backend);                                                  \
+    return guard(b->host().api(), [&] { b->name(id); });                               \
+  }
+  BP_SDK_HOOK(before_load_network)
+  BP_SDK_HOOK(after_load_network)
+  BP_SDK_HOOK(before_unload_network)
+  BP_SDK_HOOK(after_unload_network)
+#undef BP_SDK_HOOK
+  static bp_status_t* memory_acquire(bp_backend_t* backend) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] { b->memory_acquire(); });
+  }
+  static bp_status_t* memory_release(bp_backend_t* backend) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(), [&] { b->memory_release(); });
+  }
+  static bp_status_t* execute_node(bp_backend_t* backend, const bp_graph_view_t* view, size_t node,
+                                   size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+                                   const bp_tensor_t* outputs) noexcept {
+    Backend* b = as_backend(backend);
+    return guard(b->host().api(),
+                 [&] { b->execute_node(*view, node, num_inputs, inputs, num_outputs, outputs); });
+  }
+};
+
+}  // namespace detail
+
+// The function table for backend class B (B(const bp_host_api_t*) constructor,
+// derived from sdk::Backend). Static storage; one per B.
+template <class B>
+const bp_backend_api_t* backend_table() {
+  static const bp_backend_api_t table = [] {
+    using T = detail::Table<B>;
+    bp_backend_api_t t{};
+    t.struct_size = BP_BACKEND_API_SIZE_1_0;
+    t.api_major = BP_API_VERSION_MAJOR;
+    t.api_minor = BP_API_VERSION_MINOR;
+    t.create = &T::create;
+    t.destroy = &T::destroy;
+    t.get_info = &T::get_info;
+    t.configure = &T::configure;
+    t.query_support = &T::query_support;
+    t.compile = &T::compile;
+    t.compiled_destroy = &T::compiled_destroy;
+    t.context_create = &T::context_create;
+    t.context_destroy = &T::context_destroy;
+    t.execute = &T::execute;
+    t.serialize = &T::serialize;
+    t.deserialize = &T::deserialize;
+    t.memory_alloc = &T::memory_alloc;
+    t.memory_free = &T::memory_free;
+    t.copy_to_device = &T::copy_to_device;
+    t.copy_from_device = &T::copy_from_device;
+    t.before_load_network = &T::before_load_network;
+    t.after_load_network = &T::after_load_network;
+    t.before_unload_network = &T::before_unload_network;
+    t.after_unload_network = &T::after_unload_network;
+    t.memory_acquire = &T::memory_acquire;
+    t.memory_release = &T::memory_release;
+    t.execute_node = &T::execute_node;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace backplane::sdk
+
+// Defines the three (ArmNN-named) entry points of a backend shared object.
+#define BP_DEFINE_BACKEND_ENTRY_POINTS(ID_STRING, BACKEND_CLASS)                        \
+  extern "C" BP_EXPORT const char* GetBackendId(void) { return ID_STRING; }             \
+  extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {        \
+    *outMajor = BP_API_VERSION_MAJOR;                                                   \
+    *outMinor = BP_API_VERSION_MINOR;                                                   \
+  }                                                                                     \
+  extern "C" BP_EXPORT void* BackendFactory(void) {                                     \
+    try {                                                                               \
+      return const_cast<bp_backend_api_t*>(::backplane::sdk::backend_table<BACKEND_CLASS>()); \
+    } catch (...) {                                                                     \
+      return nullptr;                                                                   \
+    }                                                                                   \
+  }
+
+#endif  // BACKPLANE_BACKEND_SDK_HPP_

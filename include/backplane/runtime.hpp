@@ -1,0 +1,110 @@
+// runtime.hpp — the C++ application API: Runtime, Model, Session.
+//
+//   auto rt = backplane::Runtime::create({}).value();
+//   auto model = rt->load_model("resnet18.onnx").value();
+//   auto session = model->create_session().value();
+//   session->set_input("input", tensor);     // by name or index
+//   session->run();
+//   const backplane::Tensor& y = session->output(0);
+//
+// Thread-safety: Runtime and Model are thread-safe. A Session is for one thread
+// at a time; many threads may each run their own Session of one Model at once.
+#pragma once
+
+#include <backplane/status.hpp>
+#include <backplane/tensor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace backplane {
+
+enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
+
+struct RuntimeOptions {
+  // Dynamic backends. `backend_path` (one directory) overrides every other
+  // source; otherwise BACKPLANE_BACKEND_PATHS, then the compile-time list.
+  std::optional<std::string> backend_path;
+  bool dynamic_backends = true;
+  // Statically linked backends not to register (e.g. {"CpuRef"}).
+  std::vector<std::string> disabled_static_backends;
+  // Threads per backend (0 = backend default); passed as "num_threads".
+  int num_threads = 0;
+  LogLevel log_level = LogLevel::kWarn;
+};
+
+struct ModelOptions {
+  // Ordered backend preference; empty = every registered backend by score,
+  // CpuRef last.
+  std::vector<std::string> backends;
+  // Pin node (by name) to a backend.
+  std::map<std::string, std::string> overrides;
+  // Allow a pinned node to fall back when its backend is absent or rejects it.
+  bool allow_fallback = false;
+  // Concrete shapes for inputs with symbolic or unknown dims.
+  std::map<std::string, Shape> input_shapes;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+};
+
+struct BackendDescription {
+  std::string id;
+  std::string vendor;
+  std::string description;
+  uint32_t api_major = 0, api_minor = 0;
+  std::string source;  // "static" or the canonical path of the shared object
+};
+
+// One partition of a loaded model's plan.
+struct PartitionDescription {
+  std::string backend;
+  std::vector<std::string> nodes;  // node names, in execution order
+};
+
+class Session;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const std::vector<TensorInfo>& inputs() const = 0;
+  virtual const std::vector<TensorInfo>& outputs() const = 0;
+  virtual const std::vector<PartitionDescription>& partitions() const = 0;
+  // Distinct backends used, in order of first use.
+  virtual std::vector<std::string> backends_used() const = 0;
+  virtual Result<std::unique_ptr<Session>> create_session() = 0;
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  // Copies `tensor` into the session's input buffer; dtype and shape must match.
+  virtual Status set_input(const std::string& name, const Tensor& tensor) = 0;
+  virtual Status set_input(size_t index, const Tensor& tensor) = 0;
+  virtual Status run() = 0;
+  // Output of the last run(); lives until the next run() or the session's end.
+  virtual Result<Tensor> get_output(const std::string& name) const = 0;
+  virtual const Tensor& output(size_t index) const = 0;
+  virtual size_t num_outputs() const = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  // Registers static backends, loads dynamic ones; fails if none is usable.
+  static Result<std::shared_ptr<Runtime>> create(const RuntimeOptions& options = {});
+
+  virtual std::vector<BackendDescription> backends() const = 0;
+  // Loads an ONNX model, partitions and compiles it.
+  virtual Result<std::shared_ptr<Model>> load_model(const std::string& path,
+                                                    const ModelOptions& options = {}) = 0;
+};
+
+}  // namespace backplane

@@ -1,0 +1,129 @@
+// graph.hpp — Backplane's graph IR: values, nodes, attributes, constants.
+//
+// A Graph is what the ONNX importer produces and what partitioning splits. It
+// is plain data: indices instead of pointers, so it copies and slices cheaply.
+#pragma once
+
+#include <backplane/status.hpp>
+#include <backplane/tensor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace backplane::ir {
+
+// Values equal ONNX AttributeProto.AttributeType and bp_attr_type_t.
+enum class AttrType : int32_t {
+  kUndefined = 0,
+  kFloat = 1,
+  kInt = 2,
+  kString = 3,
+  kTensor = 4,
+  kFloats = 6,
+  kInts = 7,
+  kStrings = 8,
+};
+const char* attr_type_name(AttrType type);
+
+struct Attribute {
+  std::string name;
+  AttrType type = AttrType::kUndefined;
+  int64_t i = 0;
+  float f = 0.0f;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  std::vector<std::string> strings;
+  Tensor t;
+};
+
+// One tensor edge of the graph.
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  // Dims; -1 = unknown. `has_shape` false means even the rank is unknown.
+  Shape shape;
+  bool has_shape = false;
+  // Symbolic dim names from the model ("batch"), "" where none; same rank as shape.
+  std::vector<std::string> dim_params;
+  int producer = -1;  // index of the producing node, -1 for inputs/constants
+  // Non-empty for constants: key into Graph::constants.
+  std::string constant_key;
+
+  bool is_constant() const { return !constant_key.empty(); }
+  bool shape_is_static() const;
+};
+
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;           // "" = default ONNX domain
+  std::vector<int> inputs;      // value ids; -1 = omitted optional input
+  std::vector<int> outputs;     // value ids; -1 = omitted optional output
+  std::vector<Attribute> attributes;
+
+  const Attribute* attr(const std::string& name) const;
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i] >= 0; }
+  bool has_output(size_t i) const { return i < outputs.size() && outputs[i] >= 0; }
+  // Typed getters; a present attribute of the wrong type is an error.
+  Result<int64_t> attr_int(const std::string& name, int64_t fallback) const;
+  Result<float> attr_float(const std::string& name, float fallback) const;
+  Result<std::string> attr_string(const std::string& name, const std::string& fallback) const;
+  Result<std::vector<int64_t>> attr_ints(const std::string& name,
+                                         const std::vector<int64_t>& fallback = {}) const;
+  Result<std::vector<float>> attr_floats(const std::string& name,
+                                         const std::vector<float>& fallback = {}) const;
+  // "node 'Conv_12' (Conv)", for messages.
+  std::string describe() const;
+};
+
+class Graph {
+ public:
+  std::string name;
+  std::string source;  // the file it came from, for messages
+  std::vector<Value> values;
+  std::vector<Node> nodes;  // topological order once topo_sort() succeeded
+  std::vector<int> inputs;  // value ids of graph inputs (never constants)
+  std::vector<int> outputs; // value ids of graph outputs
+  std::map<std::string, int64_t> opsets;  // domain -> version ("" = ai.onnx)
+  std::unordered_map<std::string, Tensor> constants;  // constant key -> bytes
+
+  int64_t opset(const std::string& domain = "") const;
+  // Value id by name, -1 if none.
+  int find_value(const std::string& name) const;
+  // Adds a value; names must be unique. Returns its id.
+  int add_value(Value value);
+  // Adds a constant value holding `tensor` (key = name).
+  int add_constant(const std::string& name, Tensor tensor);
+  // Turns value `id` into a constant (after folding).
+  void make_constant(int id, Tensor tensor);
+  const Tensor* constant(int value_id) const;
+
+  // For each value: the nodes that consume it.
+  std::vector<std::vector<int>> consumers() const;
+  // Sorts nodes topologically (stable), fixes producers; fails on a cycle or
+  // an input that nothing produces.
+  Status topo_sort();
+  // Removes nodes whose outputs nobody needs and values nobody uses.
+  void remove_dead();
+
+ private:
+  std::unordered_map<std::string, int> by_name_;
+};
+
+// Structural checks: ids in range, one producer per value, inputs defined
+// before use, constants present, outputs produced. Messages name the node.
+Status verify(const Graph& graph);
+
+// Resolves graph input shapes (from the model, overridden by `input_shapes`),
+// folds constant subgraphs, and infers the dtype and static shape of every
+// value. A dim that stays unknown is an error naming the input and dim.
+Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes = {});
+
+// Ops that infer_shapes knows (and so the runtime can accept).
+bool is_known_op(const std::string& domain, const std::string& op_type);
+
+}  // namespace backplane::ir

@@ -1,0 +1,197 @@
+// kernels_nn_matmul.cpp — Gemm and MatMul (float32).
+#include "reference/kernel.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace backplane::cpuref {
+namespace nn {
+
+// Defined in kernels_nn.cpp.
+[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
+[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
+void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
+                     const std::vector<size_t>& outputs);
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+          const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
+
+namespace {
+
+std::string dims_str(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// ---------------------------------------------------------------------------
+// Gemm: Y = alpha * A' * B' + beta * C, A' = transA ? A^T : A, likewise B'.
+// ---------------------------------------------------------------------------
+
+class GemmKernel final : public Kernel {
+ public:
+  struct Params {
+    int64_t m, n, k;
+    int64_t a_rs, a_cs, b_rs, b_cs;
+    float alpha, beta;
+    bool use_c;
+    int64_t c_rs, c_cs;  // 0 along broadcast dims
+  };
+  explicit GemmKernel(Params p) : p_(p) {}
+
+  void run(const void* const* inputs, void* const* outputs, void*) const override {
+    const float* a = static_cast<const float*>(inputs[0]);
+    const float* b = static_cast<const float*>(inputs[1]);
+    float* y = static_cast<float*>(outputs[0]);
+    if (p_.use_c) {
+      const float* c = static_cast<const float*>(inputs[2]);
+      for (int64_t i = 0; i < p_.m; ++i)
+        for (int64_t j = 0; j < p_.n; ++j) y[i * p_.n + j] = p_.beta * c[i * p_.c_rs + j * p_.c_cs];
+    }
+    gemm(p_.m, p_.n, p_.k, p_.alpha, a, p_.a_rs, p_.a_cs, b, p_.b_rs, p_.b_cs, y, p_.n, p_.use_c);
+  }
+
+ private:
+  Params p_;
+};
+
+std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
+  if (!info.has_input(0) || !info.has_input(1)) fail_invalid(info, "needs inputs A and B");
+  require_float32(info, {0, 1, 2}, {0});
+  const Dims& a = info.in_shapes[0];
+  const Dims& b = info.in_shapes[1];
+  if (a.size() != 2 || b.size() != 2)
+    fail_invalid(info, "A " + dims_str(a) + " and B " + dims_str(b) + " must be 2-D");
+  const bool ta = info.node.attr_int("transA", 0) != 0;
+  const bool tb = info.node.attr_int("transB", 0) != 0;
+  GemmKernel::Params p{};
+  p.m = ta ? a[1] : a[0];
+  p.k = ta ? a[0] : a[1];
+  p.n = tb ? b[0] : b[1];
+  const int64_t kb = tb ? b[1] : b[0];
+  if (kb != p.k)
+    fail_invalid(info, "inner dimensions of A " + dims_str(a) + " and B " + dims_str(b) + " differ");
+  if (info.out_shapes[0] != Dims{p.m, p.n})
+    fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " is not [" +
+                           std::to_string(p.m) + "," + std::to_string(p.n) + "]");
+  // Element (i, k) of A' is A[i*a_rs + k*a_cs]; likewise for B'.
+  p.a_rs = ta ? 1 : a[1];
+  p.a_cs = ta ? a[1] : 1;
+  p.b_rs = tb ? 1 : b[1];
+  p.b_cs = tb ? b[1] : 1;
+  p.alpha = info.node.attr_float("alpha", 1.0f);
+  p.beta = info.node.attr_float("beta", 1.0f);
+  // beta == 0 drops C entirely (as ONNX Runtime does), so Inf/NaN in C do not leak.
+  p.use_c = info.has_input(2) && p.beta != 0.0f;
+  if (p.use_c) {
+    const Dims& c = info.in_shapes[2];
+    if (c.size() > 2) fail_invalid(info, "C " + dims_str(c) + " has more than 2 dims");
+    const Dims c2 = c.size() == 2 ? c : c.size() == 1 ? Dims{1, c[0]} : Dims{1, 1};
+    if ((c2[0] != 1 && c2[0] != p.m) || (c2[1] != 1 && c2[1] != p.n))
+      fail_invalid(info, "C " + dims_str(c) + " does not broadcast to [" + std::to_string(p.m) +
+                             "," + std::to_string(p.n) + "]");
+    p.c_rs = c2[0] == 1 ? 0 : c2[1];
+    p.c_cs = c2[1] == 1 ? 0 : 1;
+  }
+  return std::make_unique<GemmKernel>(p);
+}
+
+// ---------------------------------------------------------------------------
+// MatMul: numpy matmul, batch dims broadcast, 1-D operands promoted then
+// their unit dim dropped from the result.
+// ---------------------------------------------------------------------------
+
+class MatMulKernel final : public Kernel {
+ public:
+  MatMulKernel(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
+               std::vector<int64_t> b_offsets)
+      : m_(m), n_(n), k_(k), a_off_(std::move(a_offsets)), b_off_(std::move(b_offsets)) {}
+
+  void run(const void* const* inputs, void* const* outputs, void*) const override {
+    const float* a = static_cast<const float*>(inputs[0]);
+    const float* b = static_cast<const float*>(inputs[1]);
+    float* y = static_cast<float*>(outputs[0]);
+    for (size_t i = 0; i < a_off_.size(); ++i)
+      gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_, false);
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  std::vector<int64_t> a_off_, b_off_;  // element offset of each output batch's operands
+};
+
+std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
+  if (!info.has_input(0) || !info.has_input(1)) fail_invalid(info, "needs inputs A and B");
+  require_float32(info, {0, 1}, {0});
+  Dims a = info.in_shapes[0], b = info.in_shapes[1];
+  if (a.empty() || b.empty()) fail_invalid(info, "operands must have rank >= 1");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  if (b[b.size() - 2] != k)
+    fail_invalid(info, "inner dimensions of " + dims_str(info.in_shapes[0]) + " and " +
+                           dims_str(info.in_shapes[1]) + " differ");
+
+  // Broadcast the batch dims (everything but the last two), right-aligned.
+  const size_t rank = std::max(a.size(), b.size()) - 2;
+  Dims a_batch(rank, 1), b_batch(rank, 1), batch(rank, 1);
+  std::copy(a.begin(), a.end() - 2, a_batch.end() - (a.size() - 2));
+  std::copy(b.begin(), b.end() - 2, b_batch.end() - (b.size() - 2));
+  for (size_t d = 0; d < rank; ++d) {
+    if (a_batch[d] != b_batch[d] && a_batch[d] != 1 && b_batch[d] != 1)
+      fail_invalid(info, "batch dims of " + dims_str(info.in_shapes[0]) + " and " +
+                             dims_str(info.in_shapes[1]) + " do not broadcast");
+    batch[d] = a_batch[d] == 1 ? b_batch[d] : a_batch[d];
+  }
+  Dims expected = batch;
+  if (!a_vec) expected.push_back(m);
+  if (!b_vec) expected.push_back(n);
+  if (info.out_shapes[0] != expected)
+    fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " is not " + dims_str(expected));
+
+  // Strides of each operand's batch dims in elements; 0 where broadcast.
+  Dims a_stride(rank, 0), b_stride(rank, 0);
+  int64_t as = m * k, bs = k * n;
+  for (size_t d = rank; d-- > 0;) {
+    if (a_batch[d] != 1) a_stride[d] = as;
+    if (b_batch[d] != 1) b_stride[d] = bs;
+    as *= a_batch[d];
+    bs *= b_batch[d];
+  }
+  const int64_t count = numel(batch);
+  std::vector<int64_t> a_off, b_off;
+  Dims idx(rank, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t ao = 0, bo = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      ao += idx[d] * a_stride[d];
+      bo += idx[d] * b_stride[d];
+    }
+    a_off.push_back(ao);
+    b_off.push_back(bo);
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  // A batched A times one shared B is a single taller GEMM.
+  bool one_b = true, a_dense = true;
+  for (int64_t i = 0; i < count; ++i) {
+    one_b = one_b && b_off[i] == 0;
+    a_dense = a_dense && a_off[i] == i * m * k;
+  }
+  if (count > 1 && one_b && a_dense)
+    return std::make_unique<MatMulKernel>(count * m, n, k, std::vector<int64_t>{0}, std::vector<int64_t>{0});
+  return std::make_unique<MatMulKernel>(m, n, k, std::move(a_off), std::move(b_off));
+}
+
+}  // namespace
+
+void register_matmul(KernelRegistry& registry) {
+  registry.add("Gemm", make_gemm);
+  registry.add("MatMul", make_matmul);
+}
+
+}  // namespace nn
+}  // namespace backplane::cpuref

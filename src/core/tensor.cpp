@@ -1,0 +1,95 @@
+#include <backplane/tensor.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace backplane {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kUInt8: return 1;
+    case DType::kInt8: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBool: return 1;
+    case DType::kFloat16: return 2;
+    case DType::kUndefined: return 0;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+    case DType::kFloat16: return "float16";
+    case DType::kUndefined: return "undefined";
+  }
+  return "undefined";
+}
+
+bool dtype_from_name(const std::string& name, DType* out) {
+  for (DType d : {DType::kFloat32, DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64,
+                  DType::kBool, DType::kFloat16}) {
+    if (name == dtype_name(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += shape[i] < 0 ? "?" : std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  size_t bytes = size_bytes();
+  // Round up so aligned_alloc's size is a multiple of the alignment; never 0.
+  size_t alloc = ((bytes + 63) / 64) * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, alloc);
+  storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  data_ = p;
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> keep_alive) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.storage_ = std::move(keep_alive);
+  t.data_ = data;
+  return t;
+}
+
+Tensor Tensor::copy_of(DType dtype, Shape shape, const void* data) {
+  Tensor t(dtype, std::move(shape));
+  if (t.size_bytes() > 0) std::memcpy(t.data_, data, t.size_bytes());
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (empty()) return Tensor();
+  return copy_of(dtype_, shape_, data_);
+}
+
+}  // namespace backplane

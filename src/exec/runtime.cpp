@@ -1,0 +1,66 @@
+#include "core/log.hpp"
+#include "exec/executor.hpp"
+#include "ir/graph.hpp"
+#include "onnx/importer.hpp"
+#include "registry/registry.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <atomic>
+
+namespace backplane {
+namespace {
+
+class RuntimeImpl : public Runtime {
+ public:
+  Status init(const RuntimeOptions& options) {
+    options_ = options;
+    log::set_level(options.log_level);
+    BP_RETURN_IF_ERROR(registry_.register_static(options), "registering static backends");
+    if (registry_.all().empty())
+      return not_found("no backend is available: every static backend is disabled and no dynamic backend loaded");
+    if (options.num_threads > 0) {
+      std::string n = std::to_string(options.num_threads);
+      const char* key = "num_threads";
+      const char* value = n.c_str();
+      for (const auto& b : registry_.all())
+        if (BP_TABLE_HAS(b->api(), configure))
+          BP_RETURN_IF_ERROR(b->check(b->api()->configure(b->instance(), 1, &key, &value), "configure num_threads"));
+    }
+    return ok_status();
+  }
+
+  std::vector<BackendDescription> backends() const override {
+    std::vector<BackendDescription> out;
+    for (const auto& b : registry_.all()) out.push_back(b->describe());
+    return out;
+  }
+
+  Result<std::shared_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) override {
+    BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
+    auto graph = std::make_unique<ir::Graph>(std::move(imported));
+    if (graph->source.empty()) graph->source = path;
+    BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, options.input_shapes), path);
+    graph->remove_dead();
+    BP_RETURN_IF_ERROR(ir::verify(*graph), path);
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,
+                        CompiledModel::create(std::move(graph), registry_, options, next_network_id_++,
+                                              options_.num_threads));
+    return std::shared_ptr<Model>(std::move(model));
+  }
+
+ private:
+  RuntimeOptions options_;
+  BackendRegistry registry_;
+  std::atomic<uint64_t> next_network_id_{1};
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  auto rt = std::make_shared<RuntimeImpl>();
+  BP_RETURN_IF_ERROR(rt->init(options));
+  return std::shared_ptr<Runtime>(std::move(rt));
+}
+
+}  // namespace backplane

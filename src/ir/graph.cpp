@@ -1,0 +1,272 @@
+#include "ir/graph.hpp"
+
+#include <algorithm>
+#include <queue>
+
+namespace backplane::ir {
+
+const char* attr_type_name(AttrType type) {
+  switch (type) {
+    case AttrType::kFloat: return "FLOAT";
+    case AttrType::kInt: return "INT";
+    case AttrType::kString: return "STRING";
+    case AttrType::kTensor: return "TENSOR";
+    case AttrType::kFloats: return "FLOATS";
+    case AttrType::kInts: return "INTS";
+    case AttrType::kStrings: return "STRINGS";
+    case AttrType::kUndefined: break;
+  }
+  return "UNDEFINED";
+}
+
+bool Value::shape_is_static() const {
+  if (!has_shape) return false;
+  return std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d >= 0; });
+}
+
+const Attribute* Node::attr(const std::string& name) const {
+  for (const Attribute& a : attributes)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+std::string Node::describe() const { return "node '" + name + "' (" + op_type + ")"; }
+
+namespace {
+
+Status wrong_type(const Node& node, const Attribute& a, AttrType expected) {
+  return invalid_argument(node.describe() + ": attribute '" + a.name + "' has type " +
+                          attr_type_name(a.type) + ", expected " + attr_type_name(expected));
+}
+
+}  // namespace
+
+Result<int64_t> Node::attr_int(const std::string& name, int64_t fallback) const {
+  const Attribute* a = attr(name);
+  if (a == nullptr) return fallback;
+  if (a->type != AttrType::kInt) return wrong_type(*this, *a, AttrType::kInt);
+  return a->i;
+}
+
+Result<float> Node::attr_float(const std::string& name, float fallback) const {
+  const Attribute* a = attr(name);
+  if (a == nullptr) return fallback;
+  if (a->type != AttrType::kFloat) return wrong_type(*this, *a, AttrType::kFloat);
+  return a->f;
+}
+
+Result<std::string> Node::attr_string(const std::string& name, const std::string& fallback) const {
+  const Attribute* a = attr(name);
+  if (a == nullptr) return fallback;
+  if (a->type != AttrType::kString) return wrong_type(*this, *a, AttrType::kString);
+  return a->s;
+}
+
+Result<std::vector<int64_t>> Node::attr_ints(const std::string& name,
+                                             const std::vector<int64_t>& fallback) const {
+  const Attribute* a = attr(name);
+  if (a == nullptr) return fallback;
+  if (a->type != AttrType::kInts) return wrong_type(*this, *a, AttrType::kInts);
+  return a->ints;
+}
+
+Result<std::vector<float>> Node::attr_floats(const std::string& name,
+                                             const std::vector<float>& fallback) const {
+  const Attribute* a = attr(name);
+  if (a == nullptr) return fallback;
+  if (a->type != AttrType::kFloats) return wrong_type(*this, *a, AttrType::kFloats);
+  return a->floats;
+}
+
+int64_t Graph::opset(const std::string& domain) const {
+  auto it = opsets.find(domain);
+  if (it == opsets.end() && domain.empty()) it = opsets.find("ai.onnx");
+  return it == opsets.end() ? 0 : it->second;
+}
+
+int Graph::find_value(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+int Graph::add_value(Value value) {
+  int id = static_cast<int>(values.size());
+  by_name_[value.name] = id;
+  values.push_back(std::move(value));
+  return id;
+}
+
+int Graph::add_constant(const std::string& name, Tensor tensor) {
+  Value v;
+  v.name = name;
+  int id = add_value(std::move(v));
+  make_constant(id, std::move(tensor));
+  return id;
+}
+
+void Graph::make_constant(int id, Tensor tensor) {
+  Value& v = values[id];
+  v.dtype = tensor.dtype();
+  v.shape = tensor.shape();
+  v.has_shape = true;
+  v.dim_params.assign(v.shape.size(), "");
+  v.producer = -1;
+  v.constant_key = v.name;
+  constants[v.constant_key] = std::move(tensor);
+}
+
+const Tensor* Graph::constant(int value_id) const {
+  if (value_id < 0 || value_id >= static_cast<int>(values.size())) return nullptr;
+  const Value& v = values[value_id];
+  if (!v.is_constant()) return nullptr;
+  auto it = constants.find(v.constant_key);
+  return it == constants.end() ? nullptr : &it->second;
+}
+
+std::vector<std::vector<int>> Graph::consumers() const {
+  std::vector<std::vector<int>> out(values.size());
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (int v : nodes[n].inputs)
+      if (v >= 0 && (out[v].empty() || out[v].back() != static_cast<int>(n)))
+        out[v].push_back(static_cast<int>(n));
+  return out;
+}
+
+Status Graph::topo_sort() {
+  const size_t n = nodes.size();
+  std::vector<int> producer(values.size(), -1);
+  for (size_t i = 0; i < n; ++i)
+    for (int v : nodes[i].outputs) {
+      if (v < 0) continue;
+      if (producer[v] >= 0)
+        return invalid_argument(nodes[i].describe() + ": output '" + values[v].name +
+                                "' is also produced by " + nodes[producer[v]].describe());
+      if (values[v].is_constant())
+        return invalid_argument(nodes[i].describe() + ": output '" + values[v].name +
+                                "' is also an initializer");
+      producer[v] = static_cast<int>(i);
+    }
+  std::vector<bool> is_input(values.size(), false);
+  for (int v : inputs) is_input[v] = true;
+
+  // Kahn's algorithm, always taking the lowest original index first so the
+  // order is stable and matches the file when the file was already sorted.
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int v : nodes[i].inputs) {
+      if (v < 0) continue;
+      if (producer[v] >= 0) {
+        ++pending[i];
+        users[producer[v]].push_back(static_cast<int>(i));
+      } else if (!is_input[v] && !values[v].is_constant()) {
+        return invalid_argument(nodes[i].describe() + ": input '" + values[v].name +
+                                "' is not produced by any node, initializer or graph input");
+      }
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.push(static_cast<int>(i));
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] > 0) return invalid_argument("graph has a cycle through " + nodes[i].describe());
+  }
+  std::vector<Node> sorted;
+  sorted.reserve(n);
+  for (int i : order) sorted.push_back(std::move(nodes[i]));
+  nodes = std::move(sorted);
+  for (Value& v : values) v.producer = -1;
+  for (size_t i = 0; i < n; ++i)
+    for (int v : nodes[i].outputs)
+      if (v >= 0) values[v].producer = static_cast<int>(i);
+  return ok_status();
+}
+
+void Graph::remove_dead() {
+  std::vector<bool> live_value(values.size(), false);
+  for (int v : outputs) live_value[v] = true;
+  std::vector<bool> live_node(nodes.size(), false);
+  // Nodes are topologically sorted: walk backwards.
+  for (size_t k = nodes.size(); k-- > 0;) {
+    const Node& node = nodes[k];
+    bool needed = false;
+    for (int v : node.outputs)
+      if (v >= 0 && live_value[v]) needed = true;
+    if (!needed) continue;
+    live_node[k] = true;
+    for (int v : node.inputs)
+      if (v >= 0) live_value[v] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (live_node[k]) kept.push_back(std::move(nodes[k]));
+  nodes = std::move(kept);
+  // Drop constants nobody reads any more; value ids stay stable.
+  for (size_t v = 0; v < values.size(); ++v)
+    if (!live_value[v] && values[v].is_constant()) {
+      constants.erase(values[v].constant_key);
+      values[v].constant_key.clear();
+    }
+  for (Value& v : values) v.producer = -1;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int v : nodes[i].outputs)
+      if (v >= 0) values[v].producer = static_cast<int>(i);
+}
+
+Status verify(const Graph& graph) {
+  const int nv = static_cast<int>(graph.values.size());
+  auto check_id = [&](int v, const std::string& where) -> Status {
+    if (v < -1 || v >= nv) return internal_error(where + ": value id " + std::to_string(v) + " out of range");
+    return ok_status();
+  };
+  std::vector<int> produced_by(graph.values.size(), -1);
+  std::vector<bool> defined(graph.values.size(), false);
+  for (int v : graph.inputs) {
+    BP_RETURN_IF_ERROR(check_id(v, "graph input"));
+    if (v < 0) return internal_error("graph input with no value");
+    defined[v] = true;
+  }
+  for (int v = 0; v < nv; ++v)
+    if (graph.values[v].is_constant()) {
+      if (graph.constants.find(graph.values[v].constant_key) == graph.constants.end())
+        return internal_error("constant '" + graph.values[v].name + "' has no data");
+      defined[v] = true;
+    }
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    for (int v : node.inputs) {
+      BP_RETURN_IF_ERROR(check_id(v, node.describe()));
+      if (v >= 0 && !defined[v])
+        return invalid_argument(node.describe() + ": input '" + graph.values[v].name +
+                                "' is used before it is defined");
+    }
+    for (int v : node.outputs) {
+      BP_RETURN_IF_ERROR(check_id(v, node.describe()));
+      if (v < 0) continue;
+      if (defined[v])
+        return invalid_argument(node.describe() + ": output '" + graph.values[v].name +
+                                "' is defined twice");
+      defined[v] = true;
+      produced_by[v] = static_cast<int>(i);
+    }
+  }
+  for (int v : graph.outputs) {
+    BP_RETURN_IF_ERROR(check_id(v, "graph output"));
+    if (v < 0 || !defined[v])
+      return invalid_argument("graph output '" + (v >= 0 ? graph.values[v].name : std::string("?")) +
+                              "' is not produced by any node, input or initializer");
+  }
+  return ok_status();
+}
+
+}  // namespace backplane::ir

@@ -1,0 +1,99 @@
+// shape_inference_internal.hpp — pieces shared by shape_inference*.cpp and
+// const_eval.cpp. Not part of any public contract.
+#pragma once
+
+#include "ir/graph.hpp"
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace backplane::ir::detail {
+
+// The inferred type of one node output.
+struct OutInfo {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+};
+
+// What an op's inference function sees: the node, its typed inputs, the
+// constants known so far; it fills `out` (one entry per node output).
+class InferCtx {
+ public:
+  InferCtx(Graph& graph, const Node& node)
+      : graph(graph), node(node), opset(graph.opset("")), out(node.outputs.size()) {}
+
+  Graph& graph;
+  const Node& node;
+  int64_t opset;
+  std::vector<OutInfo> out;
+
+  size_t num_inputs() const { return node.inputs.size(); }
+  bool has(size_t i) const { return node.has_input(i); }
+  const Value& in(size_t i) const { return graph.values[node.inputs[i]]; }
+  const std::string& name(size_t i) const { return in(i).name; }
+  DType dtype(size_t i) const { return in(i).dtype; }
+  const Shape& shape(size_t i) const { return in(i).shape; }
+  int64_t rank(size_t i) const { return static_cast<int64_t>(in(i).shape.size()); }
+  const Tensor* constant(size_t i) const { return has(i) ? graph.constant(node.inputs[i]) : nullptr; }
+
+  // invalid_argument("node 'X' (Op): " + message).
+  Status error(const std::string& message) const;
+  Status unsupported_error(const std::string& message) const;
+
+  // Between `min` and `max` inputs, where present inputs [0, min) are required.
+  Status require_inputs(size_t min, size_t max) const;
+  Status expect_dtype(size_t i, std::initializer_list<DType> allowed, const char* param) const;
+  Status expect_same_dtype(size_t a, size_t b) const;
+  Status expect_rank(size_t i, int64_t rank, const char* param) const;
+  // Values of a constant int32/int64 input; "input 'shape' must be constant ..." otherwise.
+  Result<std::vector<int64_t>> ints_input(size_t i, const char* param) const;
+  // Values of a constant float32/float16/int input, as double.
+  Result<std::vector<double>> numbers_input(size_t i, const char* param) const;
+  // `axis` in [-rank, rank) (or [-rank, rank] when `inclusive`), made non-negative.
+  Result<int64_t> normalize_axis(int64_t axis, int64_t rank, const char* what,
+                                 bool inclusive = false) const;
+  Result<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, int64_t rank,
+                                              const char* what) const;
+
+  void set(size_t i, DType dtype, Shape shape) {
+    if (i < out.size()) out[i] = OutInfo{dtype, std::move(shape)};
+  }
+};
+
+using InferFn = Status (*)(InferCtx&);
+
+// The inference function of an op of the default domain, nullptr if unknown.
+InferFn find_infer_fn(const std::string& op_type);
+
+// Multidirectional (numpy) broadcast of `shapes`; `names` name them in errors.
+Result<Shape> broadcast_shapes(const InferCtx& c, const std::vector<size_t>& inputs);
+
+// Per-dimension start and step of a Slice, after clamping (ONNX semantics).
+struct SlicePlan {
+  std::vector<int64_t> start;  // one per input dim
+  std::vector<int64_t> step;   // one per input dim (1 for unsliced dims)
+  Shape out;
+};
+Result<SlicePlan> plan_slice(const InferCtx& c, const Shape& in, const std::vector<int64_t>& starts,
+                             const std::vector<int64_t>& ends, const std::vector<int64_t>& axes,
+                             const std::vector<int64_t>& steps);
+// Reads a Slice node's starts/ends/axes/steps (attributes before opset 10,
+// inputs after) and plans it.
+Result<SlicePlan> slice_plan_for(const InferCtx& c);
+
+// The [start, end) range of dims a Shape node (opset 15 start/end) returns.
+void shape_range(int64_t rank, int64_t start, int64_t end, int64_t* first, int64_t* last);
+
+// The tensor a Constant node's attribute holds.
+Result<Tensor> constant_attr_value(const InferCtx& c);
+
+// Evaluates `c.node` on its constant inputs, with the outputs' types already
+// inferred in `c.out`. Returns false (no error) when the op or dtype is not
+// one the evaluator handles or the result would be too large to keep.
+Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outputs);
+
+// Evaluators of ops the folder handles.
+bool const_eval_supported(const std::string& op_type);
+
+}  // namespace backplane::ir::detail

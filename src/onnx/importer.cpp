@@ -1,0 +1,567 @@
+#include "onnx/importer.hpp"
+
+#include "core/mapped_file.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace backplane::onnx_import {
+
+namespace fs = std::filesystem;
+using ir::AttrType;
+using ir::Attribute;
+using ir::Graph;
+using ir::Node;
+using ir::Value;
+
+namespace {
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 17;
+
+// Protobuf's own streams take an `int` size; this one hands out a buffer of
+// any size in chunks, so the only limit left is CodedInputStream's total
+// bytes limit, which parse_model raises to the maximum.
+class ChunkedArrayInputStream : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  ChunkedArrayInputStream(const void* data, size_t size)
+      : data_(static_cast<const uint8_t*>(data)), size_(size) {}
+
+  bool Next(const void** data, int* size) override {
+    if (pos_ >= size_) return false;
+    size_t n = std::min(size_ - pos_, kChunk);
+    *data = data_ + pos_;
+    *size = static_cast<int>(n);
+    pos_ += n;
+    return true;
+  }
+  void BackUp(int count) override {
+    pos_ -= static_cast<size_t>(count);
+  }
+  bool Skip(int count) override {
+    size_t n = static_cast<size_t>(count);
+    if (n > size_ - pos_) {
+      pos_ = size_;
+      return false;
+    }
+    pos_ += n;
+    return true;
+  }
+  int64_t ByteCount() const override { return static_cast<int64_t>(pos_); }
+
+ private:
+  static constexpr size_t kChunk = size_t{64} << 20;
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+const char* onnx_type_name(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::FLOAT: return "FLOAT";
+    case onnx::TensorProto::UINT8: return "UINT8";
+    case onnx::TensorProto::INT8: return "INT8";
+    case onnx::TensorProto::UINT16: return "UINT16";
+    case onnx::TensorProto::INT16: return "INT16";
+    case onnx::TensorProto::INT32: return "INT32";
+    case onnx::TensorProto::INT64: return "INT64";
+    case onnx::TensorProto::STRING: return "STRING";
+    case onnx::TensorProto::BOOL: return "BOOL";
+    case onnx::TensorProto::FLOAT16: return "FLOAT16";
+    case onnx::TensorProto::DOUBLE: return "DOUBLE";
+    case onnx::TensorProto::UINT32: return "UINT32";
+    case onnx::TensorProto::UINT64: return "UINT64";
+    case onnx::TensorProto::COMPLEX64: return "COMPLEX64";
+    case onnx::TensorProto::COMPLEX128: return "COMPLEX128";
+    case onnx::TensorProto::BFLOAT16: return "BFLOAT16";
+    case onnx::TensorProto::UNDEFINED: return "UNDEFINED";
+    default: return "UNKNOWN";
+  }
+}
+
+// ONNX element type -> DType. Double is deliberately not narrowed to float32:
+// doing so silently would change results and clash with Cast(to=DOUBLE).
+bool to_dtype(int32_t t, DType* out) {
+  switch (t) {
+    case onnx::TensorProto::FLOAT: *out = DType::kFloat32; return true;
+    case onnx::TensorProto::UINT8: *out = DType::kUInt8; return true;
+    case onnx::TensorProto::INT8: *out = DType::kInt8; return true;
+    case onnx::TensorProto::INT32: *out = DType::kInt32; return true;
+    case onnx::TensorProto::INT64: *out = DType::kInt64; return true;
+    case onnx::TensorProto::BOOL: *out = DType::kBool; return true;
+    case onnx::TensorProto::FLOAT16: *out = DType::kFloat16; return true;
+    default: return false;
+  }
+}
+
+Status unsupported_dtype(const std::string& what, int32_t t) {
+  return unsupported(what + " has element type " + onnx_type_name(t) +
+                     ", which Backplane does not support (supported: float32, float16, int8, "
+                     "uint8, int32, int64, bool)");
+}
+
+// Per-import state: where external data lives and the files mapped so far
+// (one mapping per file, shared by every tensor that points into it).
+struct Context {
+  std::string source;
+  std::string base_dir;
+  std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+};
+
+Result<std::shared_ptr<MappedFile>> map_external(Context& ctx, const std::string& location,
+                                                 const std::string& what) {
+  fs::path rel(location);
+  if (location.empty()) return corrupt_data(what + ": external data has no 'location'");
+  if (rel.is_absolute())
+    return invalid_argument(what + ": external data location '" + location +
+                            "' is an absolute path; it must be relative to the model's directory");
+  for (const fs::path& part : rel)
+    if (part == "..")
+      return invalid_argument(what + ": external data location '" + location +
+                              "' escapes the model's directory ('..')");
+  fs::path full = fs::path(ctx.base_dir.empty() ? "." : ctx.base_dir) / rel;
+  std::string key = full.lexically_normal().string();
+  auto it = ctx.mapped.find(key);
+  if (it != ctx.mapped.end()) return it->second;
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::open(key),
+                      what + ": external data");
+  ctx.mapped[key] = file;
+  return file;
+}
+
+template <class Src, class Dst>
+void convert_into(const Src* src, Dst* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src[i]);
+}
+
+Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
+  DType dtype;
+  if (!to_dtype(tp.data_type(), &dtype)) return unsupported_dtype(what, tp.data_type());
+  Shape shape;
+  for (int64_t d : tp.dims()) {
+    if (d < 0) return corrupt_data(what + ": negative dimension " + std::to_string(d));
+    shape.push_back(d);
+  }
+  if (tp.has_segment()) return unsupported(what + ": segmented tensors are not supported");
+  const int64_t numel = shape_numel(shape);
+  const size_t esize = dtype_size(dtype);
+  const size_t want = static_cast<size_t>(numel) * esize;
+  auto mismatch = [&](const std::string& field, size_t have, const char* unit) {
+    return corrupt_data(what + ": shape mismatch: " + field + " has " + std::to_string(have) + " " +
+                        unit + " but shape " + shape_to_string(shape) + " of " + dtype_name(dtype) +
+                        " needs " +
+                        std::to_string(std::strcmp(unit, "bytes") == 0 ? want
+                                                                       : static_cast<size_t>(numel)));
+  };
+
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : tp.external_data()) {
+      const std::string& k = kv.key();
+      if (k == "location") {
+        location = kv.value();
+      } else if (k == "offset" || k == "length") {
+        char* end = nullptr;
+        errno = 0;
+        long long v = std::strtoll(kv.value().c_str(), &end, 10);
+        if (kv.value().empty() || *end != '\0' || errno != 0 || v < 0)
+          return corrupt_data(what + ": external data " + k + " '" + kv.value() +
+                              "' is not a non-negative integer");
+        (k == "offset" ? offset : length) = v;
+      }
+      // "checksum" and unknown keys are ignored, as ONNX Runtime does.
+    }
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, map_external(ctx, location, what));
+    const uint64_t fsize = file->size();
+    if (static_cast<uint64_t>(offset) > fsize)
+      return corrupt_data(what + ": external data offset " + std::to_string(offset) +
+                          " is past the end of '" + location + "' (" + std::to_string(fsize) +
+                          " bytes)");
+    if (length < 0) length = static_cast<int64_t>(fsize - offset);
+    if (static_cast<uint64_t>(length) > fsize - static_cast<uint64_t>(offset))
+      return corrupt_data(what + ": external data offset " + std::to_string(offset) + " + length " +
+                          std::to_string(length) + " exceeds the size of '" + location + "' (" +
+                          std::to_string(fsize) + " bytes)");
+    if (static_cast<size_t>(length) != want)
+      return mismatch("external data '" + location + "'", static_cast<size_t>(length), "bytes");
+    if (want == 0) return Tensor(dtype, shape);
+    const unsigned char* p = file->bytes() + offset;
+    // Kernels read elements through typed pointers, so a misaligned blob is
+    // copied; an aligned one is used in place and keeps the mapping alive.
+    if (reinterpret_cast<uintptr_t>(p) % esize != 0) return Tensor::copy_of(dtype, shape, p);
+    return Tensor::view(dtype, shape, const_cast<unsigned char*>(p), file);
+  }
+
+  if (tp.has_raw_data()) {
+    const std::string& raw = tp.raw_data();
+    if (raw.size() != want) return mismatch("raw_data", raw.size(), "bytes");
+    // Tensor::copy_of keeps the bytes 64-byte aligned; the proto's string is not.
+    return Tensor::copy_of(dtype, shape, raw.data());
+  }
+
+  Tensor t(dtype, shape);
+  auto check_count = [&](const char* field, int count) -> Status {
+    if (count != numel) return mismatch(field, static_cast<size_t>(count), "elements");
+    return ok_status();
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      BP_RETURN_IF_ERROR(check_count("float_data", tp.float_data_size()));
+      if (numel) std::memcpy(t.data(), tp.float_data().data(), want);
+      break;
+    case DType::kInt64:
+      BP_RETURN_IF_ERROR(check_count("int64_data", tp.int64_data_size()));
+      if (numel) std::memcpy(t.data(), tp.int64_data().data(), want);
+      break;
+    case DType::kInt32:
+      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
+      if (numel) std::memcpy(t.data(), tp.int32_data().data(), want);
+      break;
+    case DType::kInt8:
+      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
+      convert_into(tp.int32_data().data(), t.data_as<int8_t>(), numel);
+      break;
+    case DType::kUInt8:
+      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
+      convert_into(tp.int32_data().data(), t.data_as<uint8_t>(), numel);
+      break;
+    case DType::kBool: {
+      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
+      uint8_t* d = t.data_as<uint8_t>();
+      for (int64_t i = 0; i < numel; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
+      break;
+    }
+    case DType::kFloat16:
+      // ONNX stores each half's bit pattern in the low 16 bits of an int32.
+      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
+      convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), numel);
+      break;
+    case DType::kUndefined:
+      return internal_error(what + ": undefined dtype");
+  }
+  return t;
+}
+
+Status convert_value_type(const onnx::ValueInfoProto& vi, Value& v, const std::string& what) {
+  if (!vi.has_type()) return ok_status();
+  const onnx::TypeProto& type = vi.type();
+  if (type.value_case() != onnx::TypeProto::kTensorType)
+    return unsupported(what + " is not a tensor (sequences, maps and optionals are not supported)");
+  const onnx::TypeProto::Tensor& tt = type.tensor_type();
+  if (tt.elem_type() != onnx::TensorProto::UNDEFINED) {
+    if (!to_dtype(tt.elem_type(), &v.dtype)) return unsupported_dtype(what, tt.elem_type());
+  }
+  if (tt.has_shape()) {
+    v.has_shape = true;
+    v.shape.clear();
+    v.dim_params.clear();
+    for (const auto& d : tt.shape().dim()) {
+      if (d.value_case() == onnx::TensorShapeProto::Dimension::kDimValue) {
+        if (d.dim_value() < 0)
+          return corrupt_data(what + ": negative dimension " + std::to_string(d.dim_value()));
+        v.shape.push_back(d.dim_value());
+        v.dim_params.emplace_back();
+      } else {
+        v.shape.push_back(-1);
+        v.dim_params.push_back(d.value_case() == onnx::TensorShapeProto::Dimension::kDimParam
+                                   ? d.dim_param()
+                                   : std::string());
+      }
+    }
+  }
+  return ok_status();
+}
+
+Result<Attribute> convert_attribute(Context& ctx, const onnx::AttributeProto& ap,
+                                    const std::string& where) {
+  Attribute a;
+  a.name = ap.name();
+  const std::string what = where + ": attribute '" + ap.name() + "'";
+  if (!ap.ref_attr_name().empty())
+    return unsupported(what + " refers to a function attribute, which is not supported");
+  switch (ap.type()) {
+    case onnx::AttributeProto::FLOAT: a.type = AttrType::kFloat; a.f = ap.f(); break;
+    case onnx::AttributeProto::INT: a.type = AttrType::kInt; a.i = ap.i(); break;
+    case onnx::AttributeProto::STRING: a.type = AttrType::kString; a.s = ap.s(); break;
+    case onnx::AttributeProto::FLOATS:
+      a.type = AttrType::kFloats;
+      a.floats.assign(ap.floats().begin(), ap.floats().end());
+      break;
+    case onnx::AttributeProto::INTS:
+      a.type = AttrType::kInts;
+      a.ints.assign(ap.ints().begin(), ap.ints().end());
+      break;
+    case onnx::AttributeProto::STRINGS:
+      a.type = AttrType::kStrings;
+      a.strings.assign(ap.strings().begin(), ap.strings().end());
+      break;
+    case onnx::AttributeProto::TENSOR: {
+      a.type = AttrType::kTensor;
+      BP_ASSIGN_OR_RETURN(a.t, convert_tensor(ctx, ap.t(), what));
+      break;
+    }
+    case onnx::AttributeProto::UNDEFINED:
+      return corrupt_data(what + " has no type");
+    default:
+      return unsupported(what + " has type " +
+                         onnx::AttributeProto::AttributeType_Name(ap.type()) +
+                         ", which is not supported (graphs, sparse tensors and type protos)");
+  }
+  return a;
+}
+
+// A Constant node's payload as a tensor.
+Result<Tensor> constant_node_value(Context& ctx, const onnx::NodeProto& np, const std::string& where) {
+  if (np.attribute_size() != 1)
+    return invalid_argument(where + ": expected exactly one value attribute, got " +
+                            std::to_string(np.attribute_size()));
+  const onnx::AttributeProto& ap = np.attribute(0);
+  const std::string what = where + ": attribute '" + ap.name() + "'";
+  auto expect = [&](onnx::AttributeProto::AttributeType t) -> Status {
+    if (ap.type() != t)
+      return invalid_argument(what + " has type " + onnx::AttributeProto::AttributeType_Name(ap.type()) +
+                              ", expected " + onnx::AttributeProto::AttributeType_Name(t));
+    return ok_status();
+  };
+  const std::string& n = ap.name();
+  if (n == "value") {
+    BP_RETURN_IF_ERROR(expect(onnx::AttributeProto::TENSOR));
+    return convert_tensor(ctx, ap.t(), what);
+  }
+  if (n == "value_float") {
+    BP_RETURN_IF_ERROR(expect(onnx::AttributeProto::FLOAT));
+    float f = ap.f();
+    return Tensor::copy_of(DType::kFloat32, {}, &f);
+  }
+  if (n == "value_floats") {
+    BP_RETURN_IF_ERROR(expect(onnx::AttributeProto::FLOATS));
+    return Tensor::copy_of(DType::kFloat32, {ap.floats_size()}, ap.floats().data());
+  }
+  if (n == "value_int") {
+    BP_RETURN_IF_ERROR(expect(onnx::AttributeProto::INT));
+    int64_t i = ap.i();
+    return Tensor::copy_of(DType::kInt64, {}, &i);
+  }
+  if (n == "value_ints") {
+    BP_RETURN_IF_ERROR(expect(onnx::AttributeProto::INTS));
+    return Tensor::copy_of(DType::kInt64, {ap.ints_size()}, ap.ints().data());
+  }
+  if (n == "value_string" || n == "value_strings" || n == "sparse_value")
+    return unsupported(what + ": string and sparse constants are not supported");
+  return invalid_argument(what + " is not a Constant value attribute");
+}
+
+Status add_named(Graph& g, Value v, const std::string& defined_by, int* id) {
+  if (v.name.empty()) return invalid_argument(defined_by + " defines a value with an empty name");
+  if (g.find_value(v.name) >= 0)
+    return invalid_argument("duplicate value name '" + v.name + "' (" + defined_by +
+                            " redefines it)");
+  *id = g.add_value(std::move(v));
+  return ok_status();
+}
+
+Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
+  if (model.ir_version() <= 0)
+    return corrupt_data("not an ONNX model: ir_version is missing or 0");
+  if (!model.has_graph()) return corrupt_data("not an ONNX model: it has no graph");
+  if (model.opset_import_size() == 0) return corrupt_data("not an ONNX model: it has no opset_import");
+  if (model.functions_size() > 0)
+    return unsupported("model-local functions are not supported");
+
+  Graph g;
+  g.source = ctx.source;
+  const onnx::GraphProto& gp = model.graph();
+  g.name = gp.name();
+
+  for (const auto& os : model.opset_import()) {
+    std::string domain = os.domain() == "ai.onnx" ? "" : os.domain();
+    if (domain.empty() && (os.version() < kMinOpset || os.version() > kMaxOpset))
+      return Status(StatusCode::kVersionMismatch,
+                    "opset " + std::to_string(os.version()) +
+                        " of the default ONNX domain is not supported (supported: " +
+                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+    g.opsets[domain] = os.version();
+  }
+  if (gp.sparse_initializer_size() > 0) return unsupported("sparse initializers are not supported");
+
+  // Initializers first: a graph input that is also an initializer is a constant.
+  for (const auto& tp : gp.initializer()) {
+    const std::string what = "initializer '" + tp.name() + "'";
+    if (tp.name().empty()) return invalid_argument("an initializer has no name");
+    if (g.find_value(tp.name()) >= 0)
+      return invalid_argument("duplicate value name '" + tp.name() + "' (two initializers)");
+    BP_ASSIGN_OR_RETURN(Tensor t, convert_tensor(ctx, tp, what));
+    g.add_constant(tp.name(), std::move(t));
+  }
+  std::set<std::string> input_names;
+  for (const auto& vi : gp.input()) {
+    if (!input_names.insert(vi.name()).second)
+      return invalid_argument("duplicate value name '" + vi.name() + "' (two graph inputs)");
+    const int existing = g.find_value(vi.name());
+    if (existing >= 0) {
+      // Initializer with a declared type: the declaration must agree with the data.
+      Value declared;
+      BP_RETURN_IF_ERROR(convert_value_type(vi, declared, "graph input '" + vi.name() + "'"));
+      const Value& c = g.values[existing];
+      if (declared.dtype != DType::kUndefined && declared.dtype != c.dtype)
+        return invalid_argument("graph input '" + vi.name() + "' is declared " +
+                                dtype_name(declared.dtype) + " but its initializer is " +
+                                dtype_name(c.dtype));
+      continue;
+    }
+    Value v;
+    v.name = vi.name();
+    BP_RETURN_IF_ERROR(convert_value_type(vi, v, "graph input '" + vi.name() + "'"));
+    int id;
+    BP_RETURN_IF_ERROR(add_named(g, std::move(v), "graph input", &id));
+    g.inputs.push_back(id);
+  }
+
+  // Node outputs, then node inputs: the file need not be topologically sorted.
+  std::vector<std::string> node_names(gp.node_size());
+  std::vector<bool> is_constant_node(gp.node_size(), false);
+  for (int k = 0; k < gp.node_size(); ++k) {
+    const onnx::NodeProto& np = gp.node(k);
+    node_names[k] = np.name().empty() ? np.op_type() + "_" + std::to_string(k) : np.name();
+    const std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    const std::string where = "node '" + node_names[k] + "' (" + np.op_type() + ")";
+    if (np.op_type().empty()) return invalid_argument(where + ": node has no op_type");
+    if (!g.opsets.count(domain))
+      return invalid_argument(where + ": domain '" + domain + "' has no opset_import entry");
+    if (domain.empty() && np.op_type() == "Constant") {
+      if (np.output_size() != 1 || np.output(0).empty())
+        return invalid_argument(where + ": a Constant has exactly one output");
+      BP_ASSIGN_OR_RETURN(Tensor t, constant_node_value(ctx, np, where));
+      if (g.find_value(np.output(0)) >= 0)
+        return invalid_argument(where + ": duplicate value name '" + np.output(0) + "'");
+      g.add_constant(np.output(0), std::move(t));
+      is_constant_node[k] = true;
+      continue;
+    }
+    for (const std::string& out : np.output()) {
+      if (out.empty()) continue;
+      Value v;
+      v.name = out;
+      int id;
+      BP_RETURN_IF_ERROR(add_named(g, std::move(v), where, &id));
+    }
+  }
+  for (int k = 0; k < gp.node_size(); ++k) {
+    if (is_constant_node[k]) continue;
+    const onnx::NodeProto& np = gp.node(k);
+    Node node;
+    node.name = node_names[k];
+    node.op_type = np.op_type();
+    node.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    const std::string where = node.describe();
+    for (const std::string& in : np.input()) {
+      if (in.empty()) {
+        node.inputs.push_back(-1);
+        continue;
+      }
+      int id = g.find_value(in);
+      if (id < 0)
+        return invalid_argument(where + ": missing input '" + in +
+                                "': no node, initializer or graph input defines it");
+      node.inputs.push_back(id);
+    }
+    for (const std::string& out : np.output()) node.outputs.push_back(out.empty() ? -1 : g.find_value(out));
+    std::set<std::string> seen;
+    for (const auto& ap : np.attribute()) {
+      if (!seen.insert(ap.name()).second)
+        return invalid_argument(where + ": attribute '" + ap.name() + "' is given twice");
+      BP_ASSIGN_OR_RETURN(Attribute a, convert_attribute(ctx, ap, where));
+      node.attributes.push_back(std::move(a));
+    }
+    g.nodes.push_back(std::move(node));
+  }
+
+  // value_info: dtype/shape hints for intermediate values, checked by infer_shapes.
+  for (const auto& vi : gp.value_info()) {
+    int id = g.find_value(vi.name());
+    if (id < 0 || g.values[id].is_constant()) continue;  // unused or already known exactly
+    Value hint = g.values[id];
+    BP_RETURN_IF_ERROR(convert_value_type(vi, hint, "value_info '" + vi.name() + "'"));
+    g.values[id] = std::move(hint);
+  }
+  std::set<std::string> output_names;
+  for (const auto& vi : gp.output()) {
+    int id = g.find_value(vi.name());
+    if (id < 0)
+      return invalid_argument("graph output '" + vi.name() +
+                              "' is not produced by any node, initializer or graph input");
+    if (!output_names.insert(vi.name()).second)
+      return invalid_argument("graph output '" + vi.name() + "' is listed twice");
+    Value& v = g.values[id];
+    if (v.is_constant()) {
+      Value declared;
+      BP_RETURN_IF_ERROR(convert_value_type(vi, declared, "graph output '" + vi.name() + "'"));
+      if (declared.dtype != DType::kUndefined && declared.dtype != v.dtype)
+        return invalid_argument("graph output '" + vi.name() + "' is declared " +
+                                dtype_name(declared.dtype) + " but the constant is " +
+                                dtype_name(v.dtype));
+    } else {
+      Value hint = v;
+      BP_RETURN_IF_ERROR(convert_value_type(vi, hint, "graph output '" + vi.name() + "'"));
+      v = std::move(hint);
+    }
+    g.outputs.push_back(id);
+  }
+  if (g.outputs.empty()) return invalid_argument("the graph has no outputs");
+
+  BP_RETURN_IF_ERROR(g.topo_sort());
+  return g;
+}
+
+Result<Graph> import_impl(const void* data, size_t size, const std::string& source,
+                          const std::string& base_dir) {
+  if (size == 0) return corrupt_data("not an ONNX model: the file is empty");
+  if (size > static_cast<size_t>(INT_MAX))
+    return unsupported("the model file is " + std::to_string(size) +
+                       " bytes; protobuf cannot parse messages over 2 GB, so store the weights "
+                       "as ONNX external data");
+  onnx::ModelProto model;
+  {
+    ChunkedArrayInputStream stream(data, size);
+    google::protobuf::io::CodedInputStream coded(&stream);
+    // The default limit has been 64 MB in older protobuf releases.
+    coded.SetTotalBytesLimit(INT_MAX);
+    if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+      return corrupt_data("not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
+  }
+  Context ctx;
+  ctx.source = source;
+  ctx.base_dir = base_dir;
+  return convert_model(ctx, model);
+}
+
+}  // namespace
+
+Result<ir::Graph> import_bytes(const void* data, size_t size, const std::string& source,
+                               const std::string& base_dir) {
+  return import_impl(data, size, source, base_dir).with_context(source);
+}
+
+Result<ir::Graph> import_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return io_error(path + ": is a directory, not an ONNX model");
+  Result<std::shared_ptr<MappedFile>> file = MappedFile::open(path);
+  if (!file.ok()) return std::move(file).take_status();  // already names the path
+  std::string dir = fs::path(path).parent_path().string();
+  return import_bytes((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir);
+}
+
+}  // namespace backplane::onnx_import

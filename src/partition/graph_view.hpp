@@ -1,0 +1,47 @@
+// graph_view.hpp — builds the plain-C subgraph view (bp_graph_view_t) that a
+// backend sees, for any subset of an ir::Graph's nodes.
+#pragma once
+
+#include "ir/graph.hpp"
+#include "registry/host_api.hpp"
+
+#include <backplane/backend_abi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace backplane {
+
+// Owns every array the view points into. Strings and attribute lists point
+// into `graph`, which must outlive the view and not change while it lives.
+class GraphView {
+ public:
+  // A view of `node_ids` (in execution order). Inputs: non-constant values the
+  // nodes read that none of them produce, in order of first use. Outputs:
+  // values they produce that other nodes or the graph outputs need.
+  static std::unique_ptr<GraphView> build(const ir::Graph& graph, const std::vector<int>& node_ids,
+                                          const NamedDataMap* weights, const std::string& name);
+
+  const bp_graph_view_t* get() const { return &view_; }
+  // Graph value ids of the view's inputs / outputs, in view order.
+  const std::vector<int>& input_values() const { return input_values_; }
+  const std::vector<int>& output_values() const { return output_values_; }
+  const std::vector<int>& node_ids() const { return node_ids_; }
+
+ private:
+  GraphView() = default;
+  bp_graph_view_t view_{};
+  std::string name_;
+  std::vector<int> node_ids_;
+  std::vector<bp_value_t> values_;
+  std::vector<bp_node_t> nodes_;
+  std::vector<std::vector<int32_t>> node_inputs_, node_outputs_;
+  std::vector<std::vector<bp_attribute_t>> attributes_;
+  std::vector<std::unique_ptr<bp_attr_tensor_t>> attr_tensors_;
+  std::vector<std::vector<const char*>> attr_strings_;
+  std::vector<int32_t> inputs_, outputs_;
+  std::vector<int> input_values_, output_values_;
+};
+
+}  // namespace backplane

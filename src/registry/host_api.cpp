@@ -1,0 +1,175 @@
+#include "registry/host_api.hpp"
+
+#include "core/log.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace backplane {
+namespace {
+
+bp_status_t* status_create(bp_status_code_t code, const char* message) {
+  try {
+    return new bp_status{code, message != nullptr ? message : ""};
+  } catch (...) {
+    // Out of memory while reporting an error: a static status would be
+    // released by the receiver, so the best we can do is abort loudly.
+    std::abort();
+  }
+}
+
+bp_status_code_t status_code(const bp_status_t* status) {
+  return status == nullptr ? BP_STATUS_OK : status->code;
+}
+
+const char* status_message(const bp_status_t* status) {
+  return status == nullptr ? "" : status->message.c_str();
+}
+
+void status_release(bp_status_t* status) { delete status; }
+
+void log_message(bp_log_level_t level, const char* backend_id, const char* message) {
+  std::string text = std::string("[") + (backend_id ? backend_id : "?") + "] " + (message ? message : "");
+  LogLevel l = LogLevel::kInfo;
+  switch (level) {
+    case BP_LOG_TRACE: l = LogLevel::kTrace; break;
+    case BP_LOG_DEBUG: l = LogLevel::kDebug; break;
+    case BP_LOG_INFO: l = LogLevel::kInfo; break;
+    case BP_LOG_WARN: l = LogLevel::kWarn; break;
+    case BP_LOG_ERROR: l = LogLevel::kError; break;
+  }
+  log::write(l, text);
+}
+
+bp_status_t* data_map_get(const bp_named_data_map_t* map, const char* key, bp_buffer_t* out) {
+  if (map == nullptr || key == nullptr || out == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "data_map_get: NULL argument");
+  const void* data = nullptr;
+  size_t size = 0;
+  Status s = NamedDataMap::from_abi(map)->get(key, &data, &size);
+  if (!s.ok()) return status_create(BP_STATUS_NOT_FOUND, s.message().c_str());
+  out->struct_size = BP_STRUCT_SIZE(bp_buffer_t, host_private);
+  out->data = data;
+  out->size = size;
+  out->host_private = nullptr;  // the map owns the bytes; nothing to free
+  return nullptr;
+}
+
+void buffer_free(bp_buffer_t* buffer) {
+  if (buffer != nullptr) {
+    buffer->data = nullptr;
+    buffer->size = 0;
+  }
+}
+
+size_t data_map_num_keys(const bp_named_data_map_t* map) {
+  return map == nullptr ? 0 : NamedDataMap::from_abi(map)->num_keys();
+}
+
+bp_status_t* data_map_key_at(const bp_named_data_map_t* map, size_t index, const char** out_key) {
+  if (map == nullptr || out_key == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "data_map_key_at: NULL argument");
+  const std::string* key = NamedDataMap::from_abi(map)->key_at(index);
+  if (key == nullptr) return status_create(BP_STATUS_NOT_FOUND, "data_map_key_at: index out of range");
+  *out_key = key->c_str();
+  return nullptr;
+}
+
+bp_status_t* blob_store_add(bp_blob_store_t* store, const char*, const void*, size_t, size_t, const char*) {
+  // Ahead-of-time compilation (the artifact writer) owns blob stores; without
+  // one there is nowhere to put the blob.
+  if (store == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: no blob store in this compile");
+  return status_create(BP_STATUS_UNSUPPORTED, "blob_store_add: ahead-of-time compilation is not available");
+}
+
+bp_status_t* writer_append(bp_byte_writer_t* writer, const void*, size_t) {
+  if (writer == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL writer");
+  return status_create(BP_STATUS_UNSUPPORTED, "writer_append: ahead-of-time compilation is not available");
+}
+
+void report_node(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome, const char* reason) {
+  if (report == nullptr || node_index >= report->reported.size()) return;
+  try {
+    report->reported[node_index] = true;
+    report->outcome[node_index] = outcome;
+    report->reason[node_index] = reason != nullptr ? reason : "";
+  } catch (...) {
+  }
+}
+
+void* host_alloc(size_t size, size_t alignment) {
+  if (alignment < alignof(std::max_align_t)) alignment = alignof(std::max_align_t);
+  if ((alignment & (alignment - 1)) != 0) return nullptr;
+  size_t rounded = ((std::max<size_t>(size, 1) + alignment - 1) / alignment) * alignment;
+  return std::aligned_alloc(alignment, rounded);
+}
+
+void host_free(void* p) { std::free(p); }
+
+}  // namespace
+
+TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors) : tensors_(tensors) {
+  for (const auto& kv : *tensors) keys_.push_back(kv.first);
+  std::sort(keys_.begin(), keys_.end());
+}
+
+Status TensorDataMap::get(const std::string& key, const void** data, size_t* size) const {
+  auto it = tensors_->find(key);
+  if (it == tensors_->end()) return not_found("no weight named '" + key + "'");
+  *data = it->second.data();
+  *size = it->second.size_bytes();
+  return ok_status();
+}
+
+const bp_host_api_t* host_api() {
+  static const bp_host_api_t table = [] {
+    bp_host_api_t t{};
+    t.struct_size = BP_STRUCT_SIZE(bp_host_api_t, free);
+    t.api_major = BP_API_VERSION_MAJOR;
+    t.api_minor = BP_API_VERSION_MINOR;
+    t.status_create = &status_create;
+    t.status_code = &status_code;
+    t.status_message = &status_message;
+    t.status_release = &status_release;
+    t.log = &log_message;
+    t.data_map_get = &data_map_get;
+    t.buffer_free = &buffer_free;
+    t.data_map_num_keys = &data_map_num_keys;
+    t.data_map_key_at = &data_map_key_at;
+    t.blob_store_add = &blob_store_add;
+    t.writer_append = &writer_append;
+    t.report_node = &report_node;
+    t.alloc = &host_alloc;
+    t.free = &host_free;
+    return t;
+  }();
+  return &table;
+}
+
+StatusCode code_from_abi(bp_status_code_t code) {
+  switch (code) {
+    case BP_STATUS_OK: return StatusCode::kOk;
+    case BP_STATUS_INVALID_ARGUMENT: return StatusCode::kInvalidArgument;
+    case BP_STATUS_UNSUPPORTED: return StatusCode::kUnsupported;
+    case BP_STATUS_UNIMPLEMENTED: return StatusCode::kUnsupported;
+    case BP_STATUS_OUT_OF_MEMORY: return StatusCode::kOutOfMemory;
+    case BP_STATUS_NOT_FOUND: return StatusCode::kNotFound;
+    case BP_STATUS_CORRUPT_DATA: return StatusCode::kCorruptData;
+    case BP_STATUS_VERSION_MISMATCH: return StatusCode::kVersionMismatch;
+    case BP_STATUS_DEVICE_ERROR: return StatusCode::kBackendError;
+    case BP_STATUS_INTERNAL: return StatusCode::kBackendError;
+  }
+  return StatusCode::kBackendError;
+}
+
+Status from_abi_status(bp_status_t* status, const std::string& context) {
+  if (status == nullptr) return ok_status();
+  Status s(code_from_abi(status->code), status->message);
+  delete status;
+  return std::move(s.with_context(context));
+}
+
+}  // namespace backplane

@@ -1,0 +1,135 @@
+#include "registry/registry.hpp"
+
+#include "registry/host_api.hpp"
+
+#include <algorithm>
+
+namespace backplane {
+
+// Static backends linked into libbackplane (each backend folder provides one).
+namespace cpuref {
+const bp_backend_api_t* static_table();
+const char* static_id();
+}  // namespace cpuref
+
+namespace {
+
+struct StaticBackend {
+  const char* (*id)();
+  const bp_backend_api_t* (*table)();
+};
+
+const StaticBackend kStaticBackends[] = {
+    {&cpuref::static_id, &cpuref::static_table},
+};
+
+}  // namespace
+
+Status validate_backend_table(const bp_backend_api_t* api) {
+  if (api == nullptr) return invalid_argument("function table is NULL");
+  if (api->struct_size < BP_STRUCT_SIZE(bp_backend_api_t, api_minor))
+    return invalid_argument("function table struct_size " + std::to_string(api->struct_size) +
+                            " is too small to hold a version");
+  if (api->api_major != BP_API_VERSION_MAJOR || api->api_minor > BP_API_VERSION_MINOR)
+    return Status(StatusCode::kVersionMismatch,
+                  "function table built for API " + std::to_string(api->api_major) + "." +
+                      std::to_string(api->api_minor) + ", runtime has " +
+                      std::to_string(BP_API_VERSION_MAJOR) + "." + std::to_string(BP_API_VERSION_MINOR));
+  if (api->struct_size < BP_BACKEND_API_SIZE_1_0)
+    return invalid_argument("function table struct_size " + std::to_string(api->struct_size) +
+                            " is smaller than API 1.0's " + std::to_string(BP_BACKEND_API_SIZE_1_0));
+  struct Required {
+    const char* name;
+    bool present;
+  };
+  const Required required[] = {
+      {"create", api->create != nullptr},
+      {"destroy", api->destroy != nullptr},
+      {"get_info", api->get_info != nullptr},
+      {"query_support", api->query_support != nullptr},
+  };
+  for (const Required& r : required)
+    if (!r.present) return invalid_argument(std::string("required slot '") + r.name + "' is NULL");
+  // A backend must be able to run something: compile+execute or single-op.
+  bool symbolic = api->compile && api->compiled_destroy && api->context_create && api->context_destroy &&
+                  api->execute;
+  if (!symbolic && api->execute_node == nullptr)
+    return invalid_argument("table has neither compile/execute slots nor execute_node");
+  return ok_status();
+}
+
+Result<std::shared_ptr<Backend>> Backend::create(std::string id, const bp_backend_api_t* api,
+                                                 std::string source, std::shared_ptr<void> library) {
+  BP_RETURN_IF_ERROR(validate_backend_table(api), "backend '" + id + "'");
+  std::shared_ptr<Backend> b(new Backend());
+  b->id_ = std::move(id);
+  b->source_ = std::move(source);
+  b->api_ = api;
+  b->library_ = std::move(library);
+  bp_backend_t* instance = nullptr;
+  BP_RETURN_IF_ERROR(b->check(api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance),
+                              "create"));
+  if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
+  b->instance_ = instance;
+  bp_backend_info_t info{};
+  info.struct_size = sizeof(info);
+  BP_RETURN_IF_ERROR(b->check(api->get_info(instance, &info), "get_info"));
+  if (info.vendor == nullptr) info.vendor = "";
+  if (info.description == nullptr) info.description = "";
+  b->info_ = info;
+  return b;
+}
+
+Backend::~Backend() {
+  if (instance_ != nullptr) api_->destroy(instance_);
+  // library_ is released after the instance is gone (member order).
+}
+
+BackendDescription Backend::describe() const {
+  BackendDescription d;
+  d.id = id_;
+  d.vendor = info_.vendor;
+  d.description = info_.description;
+  d.api_major = api_->api_major;
+  d.api_minor = api_->api_minor;
+  d.source = source_;
+  return d;
+}
+
+Status Backend::check(bp_status_t* status, const std::string& what) const {
+  return from_abi_status(status, "backend '" + id_ + "': " + what);
+}
+
+Status BackendRegistry::register_static(const RuntimeOptions& options) {
+  for (const StaticBackend& s : kStaticBackends) {
+    std::string id = s.id();
+    const auto& disabled = options.disabled_static_backends;
+    if (std::find(disabled.begin(), disabled.end(), id) != disabled.end()) continue;
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, Backend::create(id, s.table(), "static", nullptr));
+    BP_RETURN_IF_ERROR(add(std::move(backend)));
+  }
+  return ok_status();
+}
+
+Status BackendRegistry::add(std::shared_ptr<Backend> backend) {
+  if (find(backend->id()) != nullptr)
+    return invalid_argument("a backend with id '" + backend->id() + "' is already registered");
+  backends_.push_back(std::move(backend));
+  return ok_status();
+}
+
+std::shared_ptr<Backend> BackendRegistry::find(const std::string& id) const {
+  for (const auto& b : backends_)
+    if (b->id() == id) return b;
+  return nullptr;
+}
+
+std::vector<std::string> BackendRegistry::default_preference() const {
+  std::vector<std::string> ids;
+  for (const auto& b : backends_)
+    if (b->id() != "CpuRef") ids.push_back(b->id());
+  if (find("CpuRef")) ids.push_back("CpuRef");
+  return ids;
+}
+
+}  // namespace backplane

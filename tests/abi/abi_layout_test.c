@@ -1,0 +1,135 @@
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0).
+ *
+ * Compiled as C99 with only the ABI header: proves the header is standalone C
+ * and that no released struct or table changed layout. A change here is an
+ * ABI break: bump BP_API_VERSION_MAJOR instead of editing these numbers
+ * (x86-64 / aarch64 LP64 values). */
+#include <backplane/backend_abi.h>
+
+#include <stdio.h>
+
+#define BP_FREEZE(type, field, offset) \
+  _Static_assert(offsetof(type, field) == (offset), #type "." #field " moved")
+
+BP_FREEZE(bp_backend_api_t, struct_size, 0);
+BP_FREEZE(bp_backend_api_t, api_major, 8);
+BP_FREEZE(bp_backend_api_t, api_minor, 12);
+BP_FREEZE(bp_backend_api_t, create, 16);
+BP_FREEZE(bp_backend_api_t, destroy, 24);
+BP_FREEZE(bp_backend_api_t, get_info, 32);
+BP_FREEZE(bp_backend_api_t, configure, 40);
+BP_FREEZE(bp_backend_api_t, query_support, 48);
+BP_FREEZE(bp_backend_api_t, compile, 56);
+BP_FREEZE(bp_backend_api_t, compiled_destroy, 64);
+BP_FREEZE(bp_backend_api_t, context_create, 72);
+BP_FREEZE(bp_backend_api_t, context_destroy, 80);
+BP_FREEZE(bp_backend_api_t, execute, 88);
+BP_FREEZE(bp_backend_api_t, serialize, 96);
+BP_FREEZE(bp_backend_api_t, deserialize, 104);
+BP_FREEZE(bp_backend_api_t, memory_alloc, 112);
+BP_FREEZE(bp_backend_api_t, memory_free, 120);
+BP_FREEZE(bp_backend_api_t, copy_to_device, 128);
+BP_FREEZE(bp_backend_api_t, copy_from_device, 136);
+BP_FREEZE(bp_backend_api_t, before_load_network, 144);
+BP_FREEZE(bp_backend_api_t, after_load_network, 152);
+BP_FREEZE(bp_backend_api_t, before_unload_network, 160);
+BP_FREEZE(bp_backend_api_t, after_unload_network, 168);
+BP_FREEZE(bp_backend_api_t, memory_acquire, 176);
+BP_FREEZE(bp_backend_api_t, memory_release, 184);
+BP_FREEZE(bp_backend_api_t, execute_node, 192);
+BP_FREEZE(bp_host_api_t, struct_size, 0);
+BP_FREEZE(bp_host_api_t, api_major, 8);
+BP_FREEZE(bp_host_api_t, api_minor, 12);
+BP_FREEZE(bp_host_api_t, status_create, 16);
+BP_FREEZE(bp_host_api_t, status_code, 24);
+BP_FREEZE(bp_host_api_t, status_message, 32);
+BP_FREEZE(bp_host_api_t, status_release, 40);
+BP_FREEZE(bp_host_api_t, log, 48);
+BP_FREEZE(bp_host_api_t, data_map_get, 56);
+BP_FREEZE(bp_host_api_t, buffer_free, 64);
+BP_FREEZE(bp_host_api_t, data_map_num_keys, 72);
+BP_FREEZE(bp_host_api_t, data_map_key_at, 80);
+BP_FREEZE(bp_host_api_t, blob_store_add, 88);
+BP_FREEZE(bp_host_api_t, writer_append, 96);
+BP_FREEZE(bp_host_api_t, report_node, 104);
+BP_FREEZE(bp_host_api_t, alloc, 112);
+BP_FREEZE(bp_host_api_t, free, 120);
+BP_FREEZE(bp_tensor_t, struct_size, 0);
+BP_FREEZE(bp_tensor_t, dtype, 8);
+BP_FREEZE(bp_tensor_t, rank, 16);
+BP_FREEZE(bp_tensor_t, shape, 24);
+BP_FREEZE(bp_tensor_t, data, 32);
+BP_FREEZE(bp_tensor_t, size_bytes, 40);
+BP_FREEZE(bp_tensor_t, device, 48);
+BP_FREEZE(bp_attr_tensor_t, struct_size, 0);
+BP_FREEZE(bp_attr_tensor_t, dtype, 8);
+BP_FREEZE(bp_attr_tensor_t, rank, 16);
+BP_FREEZE(bp_attr_tensor_t, shape, 24);
+BP_FREEZE(bp_attr_tensor_t, data, 32);
+BP_FREEZE(bp_attr_tensor_t, size_bytes, 40);
+BP_FREEZE(bp_attribute_t, struct_size, 0);
+BP_FREEZE(bp_attribute_t, name, 8);
+BP_FREEZE(bp_attribute_t, type, 16);
+BP_FREEZE(bp_attribute_t, i, 24);
+BP_FREEZE(bp_attribute_t, f, 32);
+BP_FREEZE(bp_attribute_t, s, 40);
+BP_FREEZE(bp_attribute_t, count, 48);
+BP_FREEZE(bp_attribute_t, ints, 56);
+BP_FREEZE(bp_attribute_t, floats, 64);
+BP_FREEZE(bp_attribute_t, strings, 72);
+BP_FREEZE(bp_attribute_t, t, 80);
+BP_FREEZE(bp_value_t, struct_size, 0);
+BP_FREEZE(bp_value_t, name, 8);
+BP_FREEZE(bp_value_t, dtype, 16);
+BP_FREEZE(bp_value_t, rank, 24);
+BP_FREEZE(bp_value_t, shape, 32);
+BP_FREEZE(bp_value_t, flags, 40);
+BP_FREEZE(bp_value_t, data_key, 48);
+BP_FREEZE(bp_node_t, struct_size, 0);
+BP_FREEZE(bp_node_t, name, 8);
+BP_FREEZE(bp_node_t, op_type, 16);
+BP_FREEZE(bp_node_t, domain, 24);
+BP_FREEZE(bp_node_t, opset, 32);
+BP_FREEZE(bp_node_t, num_inputs, 40);
+BP_FREEZE(bp_node_t, inputs, 48);
+BP_FREEZE(bp_node_t, num_outputs, 56);
+BP_FREEZE(bp_node_t, outputs, 64);
+BP_FREEZE(bp_node_t, num_attributes, 72);
+BP_FREEZE(bp_node_t, attributes, 80);
+BP_FREEZE(bp_graph_view_t, struct_size, 0);
+BP_FREEZE(bp_graph_view_t, name, 8);
+BP_FREEZE(bp_graph_view_t, num_values, 16);
+BP_FREEZE(bp_graph_view_t, values, 24);
+BP_FREEZE(bp_graph_view_t, num_nodes, 32);
+BP_FREEZE(bp_graph_view_t, nodes, 40);
+BP_FREEZE(bp_graph_view_t, num_inputs, 48);
+BP_FREEZE(bp_graph_view_t, inputs, 56);
+BP_FREEZE(bp_graph_view_t, num_outputs, 64);
+BP_FREEZE(bp_graph_view_t, outputs, 72);
+BP_FREEZE(bp_graph_view_t, weights, 80);
+BP_FREEZE(bp_buffer_t, struct_size, 0);
+BP_FREEZE(bp_buffer_t, data, 8);
+BP_FREEZE(bp_buffer_t, size, 16);
+BP_FREEZE(bp_buffer_t, host_private, 24);
+BP_FREEZE(bp_backend_info_t, struct_size, 0);
+BP_FREEZE(bp_backend_info_t, vendor, 8);
+BP_FREEZE(bp_backend_info_t, description, 16);
+BP_FREEZE(bp_backend_info_t, device_count, 24);
+BP_FREEZE(bp_backend_info_t, flags, 28);
+BP_FREEZE(bp_compile_options_t, struct_size, 0);
+BP_FREEZE(bp_compile_options_t, num_threads, 8);
+BP_FREEZE(bp_compile_options_t, ahead_of_time, 12);
+BP_FREEZE(bp_compile_options_t, blob_store, 16);
+
+_Static_assert(BP_API_VERSION_MAJOR == 1, "major version changed: update the frozen layouts");
+_Static_assert(BP_BACKEND_API_SIZE_1_0 == 200, "API 1.0 table size changed");
+
+int main(void) {
+  /* The helpers agree with the frozen sizes at run time too. */
+  bp_backend_api_t t = {0};
+  t.struct_size = BP_BACKEND_API_SIZE_1_0;
+  if (!BP_HAS_FIELD(bp_backend_api_t, execute_node, t.struct_size)) return 1;
+  if (BP_TABLE_HAS(&t, execute_node)) return 1; /* NULL slot */
+  puts("abi layout: 1 passed, 0 failed");
+  return 0;
+}

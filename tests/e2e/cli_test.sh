@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# cli_test.sh — the `backplane run` contract of DESIGN.md ("The command line").
+#
+#   cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]
+#
+# MODELS_DIR is what scripts/gen_models.py wrote (resnet18.onnx, .input.npy,
+# .expected.npy). PYTHON must have numpy (default /usr/bin/python3).
+set -uo pipefail
+
+cli=${1:?usage: cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
+models=${2:?usage: cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
+py=${3:-/usr/bin/python3}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/backplane_cli_test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok:   $*"; }
+
+# 1. A real run: exit 0, one JSON object on stdout, outputs written and right.
+"$cli" run "$models/resnet18.onnx" --backends CpuRef \
+  --input "input=$models/resnet18.input.npy" --output-dir "$tmp/out" --runs 2 --json \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -ne 0 ]; then
+  fail "run resnet18: exit $rc, stderr: $(cat "$tmp/stderr")"
+else
+  pass "run resnet18: exit 0"
+  if "$py" - "$tmp/stdout" "$models/resnet18.onnx" <<'EOF'; then pass "run --json: one object with the documented keys"; else fail "run --json output"; fi
+import json, sys
+text = open(sys.argv[1]).read()
+try:
+    j = json.loads(text)  # raises on anything but exactly one JSON document
+except ValueError as e:
+    sys.exit(f"stdout is not one JSON document: {e}: {text[:500]!r}")
+errors = []
+def need(cond, what):
+    if not cond:
+        errors.append(what)
+need(isinstance(j, dict), "top level is an object")
+for k in ("model", "backends_used", "partitions", "load_ms", "latency_ms", "outputs"):
+    need(k in j, f"key '{k}' present")
+if not errors:
+    need(j["model"].endswith("resnet18.onnx"), "model names the file")
+    need(j["backends_used"] == ["CpuRef"], f"backends_used == ['CpuRef'] (got {j['backends_used']})")
+    need(isinstance(j["partitions"], list) and len(j["partitions"]) >= 1, "partitions is a non-empty list")
+    for p in j["partitions"]:
+        need(p.get("backend") == "CpuRef", f"partition backend CpuRef (got {p.get('backend')})")
+        need(isinstance(p.get("nodes"), list) and len(p["nodes"]) > 0, "partition has nodes")
+    need(sum(len(p.get("nodes", [])) for p in j["partitions"]) >= 20, "partitions cover the graph's nodes")
+    need(isinstance(j["load_ms"], (int, float)) and j["load_ms"] >= 0, "load_ms is a non-negative number")
+    lat = j["latency_ms"]
+    need(isinstance(lat, dict) and all(isinstance(lat.get(k), (int, float)) for k in ("min", "median", "max")),
+         "latency_ms has numeric min/median/max")
+    if not errors:
+        need(0 <= lat["min"] <= lat["median"] <= lat["max"], f"min <= median <= max (got {lat})")
+    outs = j["outputs"]
+    need(isinstance(outs, list) and len(outs) == 1, "one output")
+    if not errors:
+        o = outs[0]
+        need(o.get("name") == "output", f"output name 'output' (got {o.get('name')})")
+        need(o.get("shape") == [1, 1000], f"output shape [1, 1000] (got {o.get('shape')})")
+        need(o.get("dtype") == "float32", f"output dtype float32 (got {o.get('dtype')})")
+for e in errors:
+    print("  expected:", e)
+sys.exit(1 if errors else 0)
+EOF
+  if "$py" - "$tmp/out/output.npy" "$models/resnet18.expected.npy" <<'EOF'; then pass "output.npy matches PyTorch"; else fail "output.npy vs expected"; fi
+import sys
+import numpy as np
+got = np.load(sys.argv[1])
+want = np.load(sys.argv[2])
+if got.dtype != np.float32 or got.shape != want.shape:
+    sys.exit(f"  got {got.dtype}{got.shape}, expected float32{want.shape}")
+diff = float(np.max(np.abs(got.astype(np.float64) - want)))
+scale = float(np.max(np.abs(want)))
+print(f"  max|diff| {diff:.3g}, max|expected| {scale:.3g}")
+sys.exit(0 if np.all(np.isfinite(got)) and diff <= 1e-4 * scale else 1)
+EOF
+fi
+
+# 2. Usage error: exit 2.
+"$cli" run "$models/resnet18.onnx" --no-such-flag >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 2 ]; then pass "unknown flag: exit 2"; else fail "unknown flag: exit $rc, expected 2"; fi
+"$cli" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 2 ]; then pass "no subcommand: exit 2"; else fail "no subcommand: exit $rc, expected 2"; fi
+
+# 3. Failure: exit 1 and "error: ..." naming the file on stderr.
+"$cli" run "$tmp/no_such_model.onnx" --backends CpuRef >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^error: ' "$tmp/stderr" && grep -q 'no_such_model.onnx' "$tmp/stderr"; then
+  pass "missing model: exit 1, error on stderr"
+else
+  fail "missing model: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+
+# 4. A bad --input is a failure too (wrong input name).
+"$cli" run "$models/resnet18.onnx" --backends CpuRef --input "nope=$models/resnet18.input.npy" \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^error: .*nope' "$tmp/stderr"; then
+  pass "unknown input name: exit 1, error names it"
+else
+  fail "unknown input name: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "cli_test: $failures failure(s)"
+  exit 1
+fi
+echo "cli_test: all passed"

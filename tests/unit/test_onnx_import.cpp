@@ -1,0 +1,752 @@
+// Tests of the ONNX importer (src/onnx) and MappedFile (src/core): models are
+// built with the onnx protobuf API, written to a scratch directory, imported.
+#include "core/mapped_file.hpp"
+#include "ir/graph.hpp"
+#include "onnx/importer.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <unistd.h>
+
+namespace backplane {
+namespace {
+
+// Builds small ONNX models in memory with the onnx protobuf API.
+namespace fs = std::filesystem;
+
+struct Dim {
+  Dim(int v) : value(v) {}              // NOLINT: implicit so dims read like shapes
+  Dim(int64_t v) : value(v) {}          // NOLINT
+  Dim(const char* p) : param(p) {}      // NOLINT: a symbolic dim
+  int64_t value = -1;
+  std::string param;
+};
+
+// A scratch directory removed with its contents at scope exit.
+struct TempDir {
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("bp_onnx_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  fs::path path;
+};
+
+void set_type(onnx::ValueInfoProto* vi, const std::string& name, int elem,
+              std::optional<std::vector<Dim>> dims) {
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  if (!dims) return;
+  auto* shape = tt->mutable_shape();
+  for (const Dim& d : *dims) {
+    auto* dim = shape->add_dim();
+    if (!d.param.empty()) dim->set_dim_param(d.param);
+    else if (d.value >= 0) dim->set_dim_value(d.value);
+  }
+}
+
+struct ModelBuilder {
+  explicit ModelBuilder(int64_t opset = 13) {
+    model.set_ir_version(8);
+    auto* os = model.add_opset_import();
+    os->set_domain("");
+    os->set_version(opset);
+    graph().set_name("test");
+  }
+  onnx::GraphProto& graph() { return *model.mutable_graph(); }
+
+  ModelBuilder& input(const std::string& name, std::optional<std::vector<Dim>> dims,
+                      int elem = onnx::TensorProto::FLOAT) {
+    set_type(graph().add_input(), name, elem, std::move(dims));
+    return *this;
+  }
+  ModelBuilder& output(const std::string& name, std::optional<std::vector<Dim>> dims = std::nullopt,
+                       int elem = onnx::TensorProto::FLOAT) {
+    set_type(graph().add_output(), name, elem, std::move(dims));
+    return *this;
+  }
+  // An output whose type is left for inference.
+  ModelBuilder& untyped_output(const std::string& name) {
+    graph().add_output()->set_name(name);
+    return *this;
+  }
+  ModelBuilder& value_info(const std::string& name, std::optional<std::vector<Dim>> dims,
+                           int elem = onnx::TensorProto::FLOAT) {
+    set_type(graph().add_value_info(), name, elem, std::move(dims));
+    return *this;
+  }
+  onnx::NodeProto& node(const std::string& op, std::vector<std::string> ins,
+                        std::vector<std::string> outs, const std::string& name = "") {
+    auto* n = graph().add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (auto& i : ins) n->add_input(i);
+    for (auto& o : outs) n->add_output(o);
+    return *n;
+  }
+  onnx::TensorProto& init_f32(const std::string& name, std::vector<int64_t> dims,
+                              const std::vector<float>& data) {
+    auto* t = graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(data.data()), data.size() * 4));
+    return *t;
+  }
+  onnx::TensorProto& init_i64(const std::string& name, std::vector<int64_t> dims,
+                              const std::vector<int64_t>& data) {
+    auto* t = graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : data) t->add_int64_data(v);
+    return *t;
+  }
+  // A float32 initializer of `dims` filled with 0.5.
+  onnx::TensorProto& weight(const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return init_f32(name, dims, std::vector<float>(static_cast<size_t>(n), 0.5f));
+  }
+  std::string bytes() const { return model.SerializeAsString(); }
+  std::string save(const TempDir& dir, const std::string& name = "model.onnx") const {
+    std::string path = dir.file(name);
+    std::ofstream f(path, std::ios::binary);
+    f << bytes();
+    return path;
+  }
+  onnx::ModelProto model;
+};
+
+onnx::AttributeProto* attr(onnx::NodeProto& n, const std::string& name,
+                           onnx::AttributeProto::AttributeType type) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(type);
+  return a;
+}
+void set_int(onnx::NodeProto& n, const std::string& name, int64_t v) {
+  attr(n, name, onnx::AttributeProto::INT)->set_i(v);
+}
+void set_float(onnx::NodeProto& n, const std::string& name, float v) {
+  attr(n, name, onnx::AttributeProto::FLOAT)->set_f(v);
+}
+void set_string(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+  attr(n, name, onnx::AttributeProto::STRING)->set_s(v);
+}
+void set_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = attr(n, name, onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+void set_floats(onnx::NodeProto& n, const std::string& name, const std::vector<float>& v) {
+  auto* a = attr(n, name, onnx::AttributeProto::FLOATS);
+  for (float x : v) a->add_floats(x);
+}
+
+using onnx_import::import_bytes;
+using onnx_import::import_file;
+
+#define EXPECT_ERROR_HAS(status, ...)                                         \
+  do {                                                                        \
+    const std::string msg_ = (status).message();                              \
+    for (const char* part_ : {__VA_ARGS__})                                   \
+      EXPECT_NE(msg_.find(part_), std::string::npos)                          \
+          << "message '" << msg_ << "' lacks '" << part_ << "'";              \
+  } while (0)
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+
+// A valid one-node model: y = Relu(x + w).
+ModelBuilder add_relu_model() {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{"batch", 3}).output("y", std::vector<Dim>{"batch", 3});
+  b.init_f32("w", {3}, {1, 2, 3});
+  b.node("Add", {"x", "w"}, {"s"}, "add");
+  b.node("Relu", {"s"}, {"y"}, "relu");
+  return b;
+}
+
+// ---------------------------------------------------------------- MappedFile
+
+TEST(MappedFile, MapsContents) {
+  TempDir dir;
+  write_file(dir.file("a.bin"), "hello");
+  auto f = MappedFile::open(dir.file("a.bin"));
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ((*f)->size(), 5u);
+  EXPECT_EQ(std::string(static_cast<const char*>((*f)->data()), 5), "hello");
+}
+
+TEST(MappedFile, EmptyFileHasNoBytes) {
+  TempDir dir;
+  write_file(dir.file("empty.bin"), "");
+  auto f = MappedFile::open(dir.file("empty.bin"));
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ((*f)->size(), 0u);
+  EXPECT_EQ((*f)->data(), nullptr);
+}
+
+TEST(MappedFile, MissingFileNamesPathAndErrno) {
+  auto f = MappedFile::open("/nonexistent/dir/model.onnx");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kNotFound);
+  EXPECT_ERROR_HAS(f.status(), "/nonexistent/dir/model.onnx", std::strerror(ENOENT));
+}
+
+TEST(MappedFile, DirectoryIsAnError) {
+  TempDir dir;
+  auto f = MappedFile::open(dir.path.string());
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kIoError);
+  EXPECT_ERROR_HAS(f.status(), dir.path.string().c_str(), "directory");
+}
+
+// ---------------------------------------------------------------- valid models
+
+TEST(OnnxImport, ImportsInputsOutputsInitializersAndNodes) {
+  TempDir dir;
+  ModelBuilder b = add_relu_model();
+  // An input that is also an initializer is a constant, not an input.
+  b.input("w", std::vector<Dim>{3});
+  b.value_info("s", std::vector<Dim>{"batch", 3});
+  auto g = import_file(b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->inputs.size(), 1u);
+  const ir::Value& x = g->values[g->inputs[0]];
+  EXPECT_EQ(x.name, "x");
+  EXPECT_EQ(x.dtype, DType::kFloat32);
+  EXPECT_TRUE(x.has_shape);
+  EXPECT_EQ(x.shape, (Shape{-1, 3}));
+  EXPECT_EQ(x.dim_params, (std::vector<std::string>{"batch", ""}));
+  ASSERT_EQ(g->outputs.size(), 1u);
+  EXPECT_EQ(g->values[g->outputs[0]].name, "y");
+  int w = g->find_value("w");
+  ASSERT_GE(w, 0);
+  const Tensor* wt = g->constant(w);
+  ASSERT_NE(wt, nullptr);
+  EXPECT_EQ(wt->shape(), (Shape{3}));
+  EXPECT_EQ(wt->data_as<float>()[2], 3.0f);
+  ASSERT_EQ(g->nodes.size(), 2u);
+  EXPECT_EQ(g->nodes[0].op_type, "Add");
+  EXPECT_EQ(g->nodes[0].inputs, (std::vector<int>{g->find_value("x"), w}));
+  // value_info hints are kept on the value.
+  const ir::Value& s = g->values[g->find_value("s")];
+  EXPECT_EQ(s.dtype, DType::kFloat32);
+  EXPECT_EQ(s.dim_params[0], "batch");
+  EXPECT_EQ(g->opset(), 13);
+  EXPECT_EQ(g->source, dir.file("model.onnx"));
+}
+
+TEST(OnnxImport, SortsNodesGivenOutOfOrder) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{2}).output("z");
+  b.node("Relu", {"y"}, {"z"}, "second");
+  b.node("Neg", {"x"}, {"y"}, "first");
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem.onnx", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->nodes.size(), 2u);
+  EXPECT_EQ(g->nodes[0].name, "first");
+  EXPECT_EQ(g->values[g->find_value("z")].producer, 1);
+}
+
+TEST(OnnxImport, TypedFieldInitializers) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{2}).output("y");
+  b.node("Identity", {"x"}, {"y"});
+  auto* f = b.graph().add_initializer();
+  f->set_name("f");
+  f->set_data_type(onnx::TensorProto::FLOAT);
+  f->add_dims(2);
+  f->add_float_data(1.5f);
+  f->add_float_data(-2.0f);
+  auto* i32 = b.graph().add_initializer();
+  i32->set_name("i32");
+  i32->set_data_type(onnx::TensorProto::INT32);
+  i32->add_int32_data(7);  // scalar
+  auto* i8 = b.graph().add_initializer();
+  i8->set_name("i8");
+  i8->set_data_type(onnx::TensorProto::INT8);
+  i8->add_dims(2);
+  i8->add_int32_data(-5);
+  i8->add_int32_data(100);
+  auto* u8 = b.graph().add_initializer();
+  u8->set_name("u8");
+  u8->set_data_type(onnx::TensorProto::UINT8);
+  u8->add_dims(1);
+  u8->add_int32_data(250);
+  auto* bo = b.graph().add_initializer();
+  bo->set_name("b");
+  bo->set_data_type(onnx::TensorProto::BOOL);
+  bo->add_dims(2);
+  bo->add_int32_data(0);
+  bo->add_int32_data(1);
+  auto* h = b.graph().add_initializer();
+  h->set_name("h");
+  h->set_data_type(onnx::TensorProto::FLOAT16);
+  h->add_dims(1);
+  h->add_int32_data(0x3c00);  // 1.0 in half
+  b.init_i64("i64", {3}, {1, -1, int64_t{1} << 40});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto c = [&](const char* n) { return g->constant(g->find_value(n)); };
+  ASSERT_NE(c("f"), nullptr);
+  EXPECT_EQ(c("f")->data_as<float>()[1], -2.0f);
+  EXPECT_EQ(c("i32")->shape(), Shape{});
+  EXPECT_EQ(c("i32")->data_as<int32_t>()[0], 7);
+  EXPECT_EQ(c("i8")->dtype(), DType::kInt8);
+  EXPECT_EQ(c("i8")->data_as<int8_t>()[0], -5);
+  EXPECT_EQ(c("u8")->data_as<uint8_t>()[0], 250);
+  EXPECT_EQ(c("b")->dtype(), DType::kBool);
+  EXPECT_EQ(c("b")->data_as<uint8_t>()[1], 1);
+  EXPECT_EQ(c("h")->data_as<uint16_t>()[0], 0x3c00);
+  EXPECT_EQ(c("i64")->data_as<int64_t>()[2], int64_t{1} << 40);
+}
+
+TEST(OnnxImport, ConstantNodesBecomeConstants) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  auto& c1 = b.node("Constant", {}, {"c1"});
+  auto* t = attr(c1, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_dims(3);
+  for (float v : {4.f, 5.f, 6.f}) t->add_float_data(v);
+  set_float(b.node("Constant", {}, {"c2"}), "value_float", 2.5f);
+  set_ints(b.node("Constant", {}, {"c3"}), "value_ints", {1, 2});
+  set_int(b.node("Constant", {}, {"c4"}), "value_int", 9);
+  b.node("Add", {"x", "c1"}, {"y"});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->nodes.size(), 1u);  // only the Add
+  EXPECT_EQ(g->nodes[0].name, "Add_4");
+  auto c = [&](const char* n) { return g->constant(g->find_value(n)); };
+  ASSERT_NE(c("c1"), nullptr);
+  EXPECT_EQ(c("c1")->data_as<float>()[2], 6.0f);
+  EXPECT_EQ(c("c2")->shape(), Shape{});
+  EXPECT_EQ(c("c2")->data_as<float>()[0], 2.5f);
+  EXPECT_EQ(c("c3")->dtype(), DType::kInt64);
+  EXPECT_EQ(c("c3")->shape(), Shape{2});
+  EXPECT_EQ(c("c4")->data_as<int64_t>()[0], 9);
+}
+
+TEST(OnnxImport, AttributesOfAllKinds) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  auto& n = b.node("CustomOp", {"x"}, {"y"}, "custom");
+  n.set_domain("com.example");
+  auto* os = b.model.add_opset_import();
+  os->set_domain("com.example");
+  os->set_version(1);
+  set_int(n, "i", -3);
+  set_float(n, "f", 0.25f);
+  set_string(n, "s", "hello");
+  set_ints(n, "is", {1, 2, 3});
+  set_floats(n, "fs", {0.5f});
+  auto* ss = attr(n, "ss", onnx::AttributeProto::STRINGS);
+  ss->add_strings("a");
+  ss->add_strings("b");
+  auto* t = attr(n, "t", onnx::AttributeProto::TENSOR)->mutable_t();
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(2);
+  t->add_int64_data(10);
+  t->add_int64_data(20);
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const ir::Node& node = g->nodes.at(0);
+  EXPECT_EQ(node.domain, "com.example");
+  EXPECT_EQ(node.attr("i")->i, -3);
+  EXPECT_EQ(node.attr("f")->f, 0.25f);
+  EXPECT_EQ(node.attr("s")->s, "hello");
+  EXPECT_EQ(node.attr("is")->ints, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(node.attr("fs")->floats, (std::vector<float>{0.5f}));
+  EXPECT_EQ(node.attr("ss")->strings, (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(node.attr("t")->type, ir::AttrType::kTensor);
+  EXPECT_EQ(node.attr("t")->t.data_as<int64_t>()[1], 20);
+  EXPECT_EQ(g->opset("com.example"), 1);
+}
+
+TEST(OnnxImport, UnnamedNodesGetStableNamesAndEmptyInputsAreOmitted) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Clip", {"r", "", "hi"}, {"y"});
+  b.init_f32("hi", {}, {6});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->nodes[0].name, "Relu_0");
+  EXPECT_EQ(g->nodes[1].name, "Clip_1");
+  EXPECT_EQ(g->nodes[1].inputs[1], -1);
+  EXPECT_EQ(g->nodes[1].inputs[2], g->find_value("hi"));
+}
+
+TEST(OnnxImport, AiOnnxDomainIsTheDefaultDomain) {
+  ModelBuilder b(11);
+  b.model.mutable_opset_import(0)->set_domain("ai.onnx");
+  b.input("x", std::vector<Dim>{3}).output("y");
+  b.node("Relu", {"x"}, {"y"}).set_domain("ai.onnx");
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->opset(""), 11);
+  EXPECT_EQ(g->nodes[0].domain, "");
+}
+
+// ---------------------------------------------------------------- external data
+
+struct ExternalModel {
+  ModelBuilder b;
+  // Weight "w" [2,3] float stored in `location` at `offset`.
+  explicit ExternalModel(const std::string& location, int64_t offset, int64_t length = 24) {
+    b.input("x", std::vector<Dim>{2, 3}).output("y");
+    b.node("Add", {"x", "w"}, {"y"});
+    auto* t = b.graph().add_initializer();
+    t->set_name("w");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(2);
+    t->add_dims(3);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&](const char* k, const std::string& v) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    add("location", location);
+    add("offset", std::to_string(offset));
+    if (length >= 0) add("length", std::to_string(length));
+  }
+};
+
+std::string weights_blob(size_t pad) {
+  std::string blob(pad, 'z');
+  float w[6] = {1, 2, 3, 4, 5, 6};
+  blob.append(reinterpret_cast<const char*>(w), sizeof(w));
+  return blob;
+}
+
+TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
+  TempDir dir;
+  fs::create_directories(dir.path / "sub");
+  write_file(dir.file("sub/weights.bin"), weights_blob(64));
+  ExternalModel m("sub/weights.bin", 64);
+  std::string path = m.b.save(dir);
+  ir::Graph graph;
+  {
+    auto g = import_file(path);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    graph = std::move(*g);
+  }
+  const Tensor* w = graph.constant(graph.find_value("w"));
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape(), (Shape{2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(w->data_as<float>()[i], i + 1.0f);
+}
+
+TEST(OnnxImport, ExternalDataWithoutLengthUsesRestOfFile) {
+  TempDir dir;
+  write_file(dir.file("w.bin"), weights_blob(8));
+  ExternalModel m("w.bin", 8, -1);
+  auto g = import_file(m.b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->constant(g->find_value("w"))->data_as<float>()[5], 6.0f);
+}
+
+TEST(OnnxImport, ExternalDataUnalignedOffsetIsCopied) {
+  TempDir dir;
+  write_file(dir.file("w.bin"), weights_blob(3));
+  ExternalModel m("w.bin", 3);
+  auto g = import_file(m.b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const Tensor* w = g->constant(g->find_value("w"));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w->data()) % 4, 0u);
+  EXPECT_EQ(w->data_as<float>()[0], 1.0f);
+}
+
+TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
+  TempDir dir;
+  write_file(dir.file("w.bin"), weights_blob(0));
+  {
+    ExternalModel m(dir.file("w.bin"), 0);
+    auto g = import_file(m.b.save(dir));
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "model.onnx", "initializer 'w'", "absolute path");
+  }
+  {
+    ExternalModel m("../w.bin", 0);
+    fs::create_directories(dir.path / "inner");
+    auto g = import_file(m.b.save(dir, "inner/model.onnx"));
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "inner/model.onnx", "initializer 'w'", "escapes");
+  }
+}
+
+TEST(OnnxImport, ExternalDataOutOfBoundsOrMissing) {
+  TempDir dir;
+  write_file(dir.file("w.bin"), weights_blob(0));  // 24 bytes
+  {
+    ExternalModel m("w.bin", 8);  // 8 + 24 > 24
+    auto g = import_file(m.b.save(dir));
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
+    EXPECT_ERROR_HAS(g.status(), "model.onnx", "initializer 'w'", "exceeds the size of 'w.bin'");
+  }
+  {
+    ExternalModel m("w.bin", 0, 20);  // in bounds, but the shape needs 24 bytes
+    auto g = import_file(m.b.save(dir));
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "initializer 'w'", "shape mismatch", "20 bytes");
+  }
+  {
+    ExternalModel m("nope.bin", 0);
+    auto g = import_file(m.b.save(dir));
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "model.onnx", "initializer 'w'", "nope.bin");
+  }
+}
+
+// ---------------------------------------------------------------- bad input
+
+TEST(OnnxImport, MissingFile) {
+  auto g = import_file("/no/such/model.onnx");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kNotFound);
+  EXPECT_ERROR_HAS(g.status(), "/no/such/model.onnx");
+}
+
+TEST(OnnxImport, TruncatedFile) {
+  TempDir dir;
+  ModelBuilder b = add_relu_model();
+  std::string bytes = b.bytes();
+  write_file(dir.file("cut.onnx"), bytes.substr(0, bytes.size() - 7));
+  auto g = import_file(dir.file("cut.onnx"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
+  EXPECT_ERROR_HAS(g.status(), "cut.onnx", "protobuf parsing failed");
+}
+
+TEST(OnnxImport, NonOnnxAndEmptyFiles) {
+  TempDir dir;
+  write_file(dir.file("text.onnx"), "this is not a model, just some text\n");
+  auto g = import_file(dir.file("text.onnx"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "text.onnx");
+  EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
+
+  write_file(dir.file("empty.onnx"), "");
+  g = import_file(dir.file("empty.onnx"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "empty.onnx", "empty");
+}
+
+TEST(OnnxImport, ParseThatYieldsNoModelIsRejected) {
+  {
+    onnx::ModelProto m;  // parses from zero-ish bytes but is not a model
+    m.set_producer_name("x");
+    std::string bytes = m.SerializeAsString();
+    auto g = import_bytes(bytes.data(), bytes.size(), "a.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "a.onnx", "ir_version");
+  }
+  {
+    ModelBuilder b = add_relu_model();
+    b.model.clear_graph();
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "b.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "b.onnx", "no graph");
+  }
+  {
+    ModelBuilder b = add_relu_model();
+    b.model.clear_opset_import();
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "c.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "c.onnx", "opset_import");
+  }
+}
+
+TEST(OnnxImport, OpsetOutsideSevenToSeventeen) {
+  for (int64_t v : {6, 18}) {
+    ModelBuilder b = add_relu_model();
+    b.model.mutable_opset_import(0)->set_version(v);
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+    ASSERT_FALSE(g.ok()) << v;
+    EXPECT_EQ(g.status().code(), StatusCode::kVersionMismatch);
+    EXPECT_ERROR_HAS(g.status(), "m.onnx", ("opset " + std::to_string(v)).c_str());
+  }
+  for (int64_t v : {7, 17}) {
+    ModelBuilder b = add_relu_model();
+    b.model.mutable_opset_import(0)->set_version(v);
+    std::string bytes = b.bytes();
+    EXPECT_TRUE(import_bytes(bytes.data(), bytes.size(), "m.onnx", ".").ok()) << v;
+  }
+}
+
+TEST(OnnxImport, MissingNodeInput) {
+  TempDir dir;
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  b.node("Add", {"x", "ghost"}, {"y"}, "adder");
+  auto g = import_file(b.save(dir));
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "model.onnx", "node 'adder' (Add)", "missing input 'ghost'");
+}
+
+TEST(OnnxImport, MissingGraphOutput) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("nowhere");
+  b.node("Relu", {"x"}, {"y"});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "m.onnx", "graph output 'nowhere'");
+}
+
+TEST(OnnxImport, DuplicateValueNames) {
+  {
+    ModelBuilder b;
+    b.input("x", std::vector<Dim>{3}).output("y");
+    b.node("Relu", {"x"}, {"y"}, "a");
+    b.node("Neg", {"x"}, {"y"}, "b");
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "m.onnx", "duplicate value name 'y'", "node 'b' (Neg)");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", std::vector<Dim>{3}).output("y");
+    b.init_f32("x2", {1}, {1});
+    b.init_f32("x2", {1}, {2});
+    b.node("Relu", {"x"}, {"y"});
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "duplicate value name 'x2'");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", std::vector<Dim>{3}).output("x");
+    b.node("Relu", {"x"}, {"x"}, "self");
+    std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+    ASSERT_FALSE(g.ok());
+    EXPECT_ERROR_HAS(g.status(), "duplicate value name 'x'", "node 'self' (Relu)");
+  }
+}
+
+TEST(OnnxImport, RawDataSizeMismatch) {
+  TempDir dir;
+  ModelBuilder b = add_relu_model();
+  b.graph().mutable_initializer(0)->set_raw_data(std::string(8, '\0'));  // [3] float needs 12
+  auto g = import_file(b.save(dir));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
+  EXPECT_ERROR_HAS(g.status(), "model.onnx", "initializer 'w'", "shape mismatch", "8 bytes", "12");
+}
+
+TEST(OnnxImport, TypedFieldCountMismatch) {
+  ModelBuilder b = add_relu_model();
+  b.init_i64("ids", {4}, {1, 2, 3});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "initializer 'ids'", "shape mismatch", "int64_data has 3");
+}
+
+TEST(OnnxImport, DoubleInitializerIsUnsupported) {
+  ModelBuilder b = add_relu_model();
+  auto* t = b.graph().add_initializer();
+  t->set_name("d");
+  t->set_data_type(onnx::TensorProto::DOUBLE);
+  t->add_double_data(1.0);
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
+  EXPECT_ERROR_HAS(g.status(), "m.onnx", "initializer 'd'", "DOUBLE");
+}
+
+TEST(OnnxImport, ConstantNodeWithBadAttribute) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  set_int(b.node("Constant", {}, {"c"}, "k"), "value_float", 3);
+  b.node("Add", {"x", "c"}, {"y"});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "m.onnx", "node 'k' (Constant)", "value_float", "expected FLOAT");
+}
+
+TEST(OnnxImport, GraphAttributeIsUnsupported) {
+  ModelBuilder b;
+  b.input("c", std::vector<Dim>{}, onnx::TensorProto::BOOL).output("y");
+  auto& n = b.node("If", {"c"}, {"y"}, "branch");
+  attr(n, "then_branch", onnx::AttributeProto::GRAPH)->mutable_g()->set_name("t");
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
+  EXPECT_ERROR_HAS(g.status(), "node 'branch' (If)", "then_branch", "GRAPH");
+}
+
+TEST(OnnxImport, UnsupportedInputElementType) {
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}, onnx::TensorProto::DOUBLE).output("y");
+  b.node("Relu", {"x"}, {"y"});
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "m.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "graph input 'x'", "DOUBLE");
+}
+
+// The two errors the importer leaves to infer_shapes, checked end to end.
+TEST(OnnxImport, UnknownOpIsReportedByInferShapes) {
+  TempDir dir;
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{3}).output("y");
+  b.node("FooBar", {"x"}, {"y"}, "n1");
+  auto g = import_file(b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  Status s = ir::infer_shapes(*g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_ERROR_HAS(s, "model.onnx", "node 'n1' (FooBar): unsupported operator 'FooBar' (domain '')");
+}
+
+TEST(OnnxImport, WrongAttributeTypeIsReportedByInferShapes) {
+  TempDir dir;
+  ModelBuilder b;
+  b.input("x", std::vector<Dim>{1, 1, 5, 5}).output("y");
+  b.weight("w", {1, 1, 3, 3});
+  set_float(b.node("Conv", {"x", "w"}, {"y"}, "conv"), "strides", 1.f);
+  auto g = import_file(b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  Status s = ir::infer_shapes(*g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_ERROR_HAS(s, "model.onnx", "node 'conv' (Conv)", "attribute 'strides' has type FLOAT", "expected INTS");
+}
+
+}  // namespace
+}  // namespace backplane

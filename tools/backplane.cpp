@@ -1,0 +1,320 @@
+// backplane — the command line (see docs and DESIGN.md, "The command line").
+// Exit status: 0 success, 1 failure ("error: ..." on stderr), 2 usage error.
+#include "npy.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using backplane::DType;
+using backplane::Result;
+using backplane::Status;
+using backplane::Tensor;
+using json = nlohmann::json;
+
+namespace {
+
+struct GlobalOptions {
+  std::string backend_path;
+  bool no_dynamic = false;
+  std::string log_level = "warn";
+};
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 1;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int threads) {
+  backplane::RuntimeOptions o;
+  if (!g.backend_path.empty()) o.backend_path = g.backend_path;
+  o.dynamic_backends = !g.no_dynamic;
+  o.num_threads = threads;
+  static const std::map<std::string, backplane::LogLevel> levels = {
+      {"trace", backplane::LogLevel::kTrace}, {"debug", backplane::LogLevel::kDebug},
+      {"info", backplane::LogLevel::kInfo},   {"warn", backplane::LogLevel::kWarn},
+      {"error", backplane::LogLevel::kError}, {"off", backplane::LogLevel::kOff}};
+  auto it = levels.find(g.log_level);
+  if (it == levels.end()) return backplane::invalid_argument("unknown log level '" + g.log_level + "'");
+  o.log_level = it->second;
+  return o;
+}
+
+// Deterministic pseudo-random input: uniform [0,1) floats; small non-negative
+// integers (valid as indices for any dim >= 4); alternating bools.
+Tensor random_input(const backplane::TensorInfo& info, uint32_t seed) {
+  Tensor t(info.dtype, info.shape);
+  std::mt19937 rng(seed);
+  int64_t n = t.numel();
+  switch (info.dtype) {
+    case DType::kFloat32: {
+      std::uniform_real_distribution<float> d(0.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i) t.data_as<float>()[i] = d(rng);
+      break;
+    }
+    case DType::kInt64:
+      for (int64_t i = 0; i < n; ++i) t.data_as<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+      break;
+    case DType::kInt32:
+      for (int64_t i = 0; i < n; ++i) t.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % 4);
+      break;
+    case DType::kBool:
+    case DType::kUInt8:
+    case DType::kInt8:
+      for (int64_t i = 0; i < n; ++i) t.data_as<uint8_t>()[i] = static_cast<uint8_t>(rng() % 2);
+      break;
+    default:
+      break;  // float16: zeros
+  }
+  return t;
+}
+
+std::string safe_file_name(std::string name) {
+  for (char& c : name)
+    if (c == '/' || c == '\\' || c == ':' || c == '\0') c = '_';
+  if (name.empty() || name == "." || name == "..") name = "output";
+  return name;
+}
+
+// A short text summary of an output for humans: shape, and for a vector of
+// class scores the top entries.
+std::string summarize(const Tensor& t) {
+  std::ostringstream os;
+  os << backplane::dtype_name(t.dtype()) << backplane::shape_to_string(t.shape());
+  if (t.dtype() == DType::kFloat32 && t.numel() > 0) {
+    const float* p = t.data_as<float>();
+    int64_t n = t.numel();
+    double mn = p[0], mx = p[0], sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      mn = std::min<double>(mn, p[i]);
+      mx = std::max<double>(mx, p[i]);
+      sum += p[i];
+    }
+    os << " min " << mn << " max " << mx << " mean " << sum / static_cast<double>(n);
+    int64_t last = t.shape().empty() ? 1 : t.shape().back();
+    if (n == last && n > 1) {  // one row of scores
+      std::vector<int64_t> idx(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+      size_t k = std::min<size_t>(5, idx.size());
+      std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(k), idx.end(),
+                        [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+      os << "\n    top-" << k << ":";
+      for (size_t i = 0; i < k; ++i) os << " [" << idx[i] << "] " << p[idx[i]];
+    }
+  }
+  return os.str();
+}
+
+int cmd_backends(const GlobalOptions& g, bool as_json) {
+  auto opts = runtime_options(g, 0);
+  if (!opts.ok()) return fail(opts.status().message());
+  auto rt = backplane::Runtime::create(*opts);
+  if (!rt.ok()) return fail(rt.status().message());
+  auto list = (*rt)->backends();
+  if (as_json) {
+    json j = json::object();
+    j["backends"] = json::array();
+    for (const auto& b : list)
+      j["backends"].push_back({{"id", b.id},
+                               {"vendor", b.vendor},
+                               {"description", b.description},
+                               {"version", std::to_string(b.api_major) + "." + std::to_string(b.api_minor)},
+                               {"source", b.source},
+                               {"status", "registered"}});
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& b : list)
+      std::printf("%-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor, b.vendor.c_str(),
+                  b.source.c_str(), b.description.c_str());
+  }
+  return 0;
+}
+
+struct RunArgs {
+  std::string model;
+  std::string backends;
+  std::vector<std::string> overrides;
+  std::vector<std::string> inputs;
+  std::string output_dir;
+  int runs = 1;
+  int warmup = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+int cmd_run(const GlobalOptions& g, const RunArgs& a) {
+  using clock = std::chrono::steady_clock;
+  auto opts = runtime_options(g, a.threads);
+  if (!opts.ok()) return fail(opts.status().message());
+
+  backplane::ModelOptions mo;
+  mo.backends = split(a.backends, ',');
+  for (const std::string& o : a.overrides) {
+    size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
+      return fail("--override expects NODE=BACKEND, got '" + o + "'");
+    mo.overrides[o.substr(0, eq)] = o.substr(eq + 1);
+  }
+  std::map<std::string, Tensor> given;
+  for (const std::string& in : a.inputs) {
+    size_t eq = in.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == in.size())
+      return fail("--input expects NAME=FILE.npy, got '" + in + "'");
+    auto t = backplane::npy::read(in.substr(eq + 1));
+    if (!t.ok()) return fail(t.status().message());
+    mo.input_shapes[in.substr(0, eq)] = t->shape();
+    given[in.substr(0, eq)] = std::move(*t);
+  }
+
+  auto t0 = clock::now();
+  auto rt = backplane::Runtime::create(*opts);
+  if (!rt.ok()) return fail(rt.status().message());
+  auto model = (*rt)->load_model(a.model, mo);
+  if (!model.ok()) return fail(model.status().message());
+  auto session = (*model)->create_session();
+  if (!session.ok()) return fail(session.status().message());
+  auto& s = **session;
+  const auto& infos = (*model)->inputs();
+  for (const auto& [name, tensor] : given) {
+    Status st = s.set_input(name, tensor);
+    if (!st.ok()) return fail(a.model + ": " + st.message());
+  }
+  bool generated = false;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (given.count(infos[i].name)) continue;
+    generated = true;
+    Status st = s.set_input(i, random_input(infos[i], static_cast<uint32_t>(i)));
+    if (!st.ok()) return fail(st.message());
+  }
+  if (generated && !a.json)
+    std::cerr << "note: inputs not given with --input are deterministic pseudo-random\n";
+
+  Status first = s.run();
+  if (!first.ok()) return fail(first.message());
+  double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+
+  for (int i = 0; i < a.warmup; ++i) {
+    Status st = s.run();
+    if (!st.ok()) return fail(st.message());
+  }
+  std::vector<double> times;
+  for (int i = 0; i < std::max(a.runs, 1); ++i) {
+    auto r0 = clock::now();
+    Status st = s.run();
+    if (!st.ok()) return fail(st.message());
+    times.push_back(std::chrono::duration<double, std::milli>(clock::now() - r0).count());
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                    : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+
+  if (!a.output_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(a.output_dir, ec);
+    if (ec) return fail(a.output_dir + ": cannot create directory: " + ec.message());
+    for (size_t i = 0; i < s.num_outputs(); ++i) {
+      std::string path = (fs::path(a.output_dir) / (safe_file_name((*model)->outputs()[i].name) + ".npy")).string();
+      Status st = backplane::npy::write(path, s.output(i));
+      if (!st.ok()) return fail(st.message());
+    }
+  }
+
+  const auto& parts = (*model)->partitions();
+  if (a.json) {
+    json j;
+    j["model"] = a.model;
+    j["backends_used"] = (*model)->backends_used();
+    j["partitions"] = json::array();
+    for (const auto& p : parts) j["partitions"].push_back({{"backend", p.backend}, {"nodes", p.nodes}});
+    j["load_ms"] = load_ms;
+    j["latency_ms"] = {{"min", sorted.front()}, {"median", median}, {"max", sorted.back()}};
+    j["runs"] = times.size();
+    j["inputs_generated"] = generated;
+    j["outputs"] = json::array();
+    for (size_t i = 0; i < s.num_outputs(); ++i) {
+      const auto& o = (*model)->outputs()[i];
+      j["outputs"].push_back({{"name", o.name}, {"shape", o.shape}, {"dtype", backplane::dtype_name(o.dtype)}});
+    }
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("model      %s\n", a.model.c_str());
+  std::printf("partitions %zu\n", parts.size());
+  for (size_t i = 0; i < parts.size(); ++i)
+    std::printf("  [%zu] %-10s %zu nodes (%s%s)\n", i, parts[i].backend.c_str(), parts[i].nodes.size(),
+                parts[i].nodes.empty() ? "" : parts[i].nodes.front().c_str(),
+                parts[i].nodes.size() > 1 ? (" .. " + parts[i].nodes.back()).c_str() : "");
+  for (size_t i = 0; i < s.num_outputs(); ++i)
+    std::printf("output     %s: %s\n", (*model)->outputs()[i].name.c_str(), summarize(s.output(i)).c_str());
+  std::printf("load       %.2f ms (to first result)\n", load_ms);
+  std::printf("latency    min %.3f ms, median %.3f ms, max %.3f ms over %zu runs (%d warm-up)\n", sorted.front(),
+              median, sorted.back(), times.size(), a.warmup);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Backplane: run neural networks on pluggable backends"};
+  app.require_subcommand(1);
+  GlobalOptions g;
+  app.add_option("--backend-path", g.backend_path, "Directory of dynamic backends (overrides every other source)");
+  app.add_flag("--no-dynamic-backends", g.no_dynamic, "Do not load dynamic backends");
+  app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+
+  bool backends_json = false;
+  CLI::App* backends = app.add_subcommand("backends", "List the registered backends");
+  backends->add_flag("--json", backends_json, "Print one JSON object");
+
+  RunArgs r;
+  CLI::App* run = app.add_subcommand("run", "Run a model");
+  run->add_option("MODEL", r.model, "Model file (.onnx)")->required();
+  run->add_option("--backends", r.backends, "Backend preference, comma-separated (e.g. CpuRef)");
+  run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
+  run->add_option("--output-dir", r.output_dir, "Write each output as NAME.npy here");
+  run->add_option("--runs", r.runs, "Timed runs")->check(CLI::PositiveNumber)->capture_default_str();
+  run->add_option("--warmup", r.warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  run->add_option("--threads", r.threads, "Threads per backend (0 = default)")->check(CLI::NonNegativeNumber);
+  run->add_flag("--json", r.json, "Print one JSON object");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    if (*backends) return cmd_backends(g, backends_json);
+    if (*run) return cmd_run(g, r);
+  } catch (const std::exception& e) {
+    return fail(std::string("unexpected: ") + e.what());
+  }
+  return 2;
+}

@@ -112,11 +112,49 @@ def verify_against_shipped(out_dir):
     return bad
 
 
+def write_tampered(src_dir, out_dir):
+    """Copies two cases with one expected value changed just past tolerance.
+
+    The conformance runner must report both as failures; ctest checks that it
+    does (conformance_detects_wrong_results), so a harness that compared
+    nothing could not pass.
+    """
+    import shutil
+    cases = {
+        # float: one element off by 2e-3 relative (rtol is 1e-3)
+        "test_add": lambda a: _bump(a, lambda v: v * (1 + 2e-3) + 1e-3),
+        # int64: one index off by one (ints compare exactly)
+        "test_argmax_default_axis_example": lambda a: _bump(a, lambda v: v + 1),
+    }
+    for case, change in cases.items():
+        src = os.path.join(src_dir, "node", case)
+        dst = os.path.join(out_dir, "node", case + "_tampered")
+        if os.path.exists(dst):
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        path = os.path.join(dst, "test_data_set_0", "output_0.pb")
+        t = onnx.TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        a = change(numpy_helper.to_array(t).copy())
+        with open(path, "wb") as f:
+            f.write(numpy_helper.from_array(a, t.name).SerializeToString())
+    print(f"gen_conformance: wrote {len(cases)} tampered cases to {out_dir}/node")
+
+
+def _bump(a, fn):
+    flat = a.reshape(-1)
+    flat[0] = fn(flat[0])
+    return a
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", required=True, help="output directory")
     ap.add_argument("-t", "--op_type", default=None, help="only cases using this op")
     ap.add_argument("--force", action="store_true", help="regenerate even if up to date")
+    ap.add_argument("--tampered-out", default=None,
+                    help="also write deliberately wrong copies of two cases here (harness self-check)")
     args = ap.parse_args()
 
     stamp_path = os.path.join(args.out, STAMP)
@@ -126,6 +164,8 @@ def main():
             if f.read() == stamp:
                 n = len(os.listdir(os.path.join(args.out, "node")))
                 print(f"gen_conformance: {args.out} up to date ({n} node cases)")
+                if args.tampered_out:
+                    write_tampered(args.out, args.tampered_out)
                 return 0
 
     os.makedirs(args.out, exist_ok=True)
@@ -138,6 +178,8 @@ def main():
         return 1
     with open(stamp_path, "w") as f:
         f.write(stamp)
+    if args.tampered_out:
+        write_tampered(args.out, args.tampered_out)
     return 0
 
 

@@ -31,6 +31,9 @@ namespace {
 struct GlobalOptions {
   std::string backend_path;
   bool no_dynamic = false;
+  bool probe = false;
+  bool allow_insecure = false;
+  std::vector<std::string> disabled_static;
   std::string log_level = "warn";
 };
 
@@ -52,6 +55,9 @@ Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int th
   backplane::RuntimeOptions o;
   if (!g.backend_path.empty()) o.backend_path = g.backend_path;
   o.dynamic_backends = !g.no_dynamic;
+  o.probe_backends = g.probe;
+  o.allow_insecure_backend_paths = g.allow_insecure;
+  o.disabled_static_backends = g.disabled_static;
   o.num_threads = threads;
   static const std::map<std::string, backplane::LogLevel> levels = {
       {"trace", backplane::LogLevel::kTrace}, {"debug", backplane::LogLevel::kDebug},
@@ -134,6 +140,8 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
   auto rt = backplane::Runtime::create(*opts);
   if (!rt.ok()) return fail(rt.status().message());
   auto list = (*rt)->backends();
+  auto files = (*rt)->backend_files();
+  auto paths = (*rt)->backend_paths();
   if (as_json) {
     json j = json::object();
     j["backends"] = json::array();
@@ -142,13 +150,42 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
                                {"vendor", b.vendor},
                                {"description", b.description},
                                {"version", std::to_string(b.api_major) + "." + std::to_string(b.api_minor)},
-                               {"source", b.source},
+                               {"source", b.source == "static" ? "static" : "dynamic"},
+                               {"path", b.source == "static" ? "" : b.source},
                                {"status", "registered"}});
+    j["files"] = json::array();
+    for (const auto& f : files)
+      j["files"].push_back({{"path", f.path},
+                            {"canonical_path", f.canonical_path},
+                            {"id", f.id},
+                            {"file_version", f.file_version},
+                            {"version", f.api_version},
+                            {"score", f.score},
+                            {"status", backplane::fate_name(f.fate)},
+                            {"step", f.step},
+                            {"reason", f.reason}});
+    j["paths"] = json::array();
+    for (const auto& p : paths) j["paths"].push_back({{"path", p.path}, {"used", p.used}, {"reason", p.reason}});
     std::cout << j.dump(2) << "\n";
-  } else {
-    for (const auto& b : list)
-      std::printf("%-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor, b.vendor.c_str(),
-                  b.source.c_str(), b.description.c_str());
+    return 0;
+  }
+  std::printf("Registered backends:\n");
+  for (const auto& b : list)
+    std::printf("  %-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor, b.vendor.c_str(),
+                b.source == "static" ? "static" : b.source.c_str(), b.description.c_str());
+  if (!paths.empty()) {
+    std::printf("Search paths:\n");
+    for (const auto& p : paths)
+      std::printf("  %s%s%s\n", p.path.c_str(), p.used ? "" : "  (skipped: ", p.used ? "" : (p.reason + ")").c_str());
+  }
+  if (!files.empty()) {
+    std::printf("Backend files:\n");
+    for (const auto& f : files) {
+      std::printf("  %-10s %s", backplane::fate_name(f.fate), f.path.c_str());
+      if (!f.id.empty()) std::printf("  [%s, api %s]", f.id.c_str(), f.api_version.c_str());
+      if (!f.reason.empty()) std::printf("\n             %s: %s", f.step.c_str(), f.reason.c_str());
+      std::printf("\n");
+    }
   }
   return 0;
 }
@@ -284,6 +321,11 @@ int main(int argc, char** argv) {
   GlobalOptions g;
   app.add_option("--backend-path", g.backend_path, "Directory of dynamic backends (overrides every other source)");
   app.add_flag("--no-dynamic-backends", g.no_dynamic, "Do not load dynamic backends");
+  app.add_flag("--probe-backends", g.probe, "Exercise each backend file in a child process before loading it");
+  app.add_flag("--allow-insecure-backend-paths", g.allow_insecure,
+               "Load backend files even if group or others may write them");
+  app.add_option("--disable-static-backend", g.disabled_static,
+                 "Do not register this statically linked backend (repeatable), e.g. to use its dynamic build");
   app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
 
   bool backends_json = false;

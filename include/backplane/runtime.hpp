@@ -29,7 +29,16 @@ struct RuntimeOptions {
   // Dynamic backends. `backend_path` (one directory) overrides every other
   // source; otherwise BACKPLANE_BACKEND_PATHS, then the compile-time list.
   std::optional<std::string> backend_path;
+  // false: load no dynamic backend at all.
   bool dynamic_backends = true;
+  // Load and exercise each backend file in a child process first; one that
+  // crashes, aborts or hangs there (probe_timeout_ms) is never loaded here.
+  bool probe_backends = false;
+  int probe_timeout_ms = 10000;
+  // Accept backend files or directories writable by group or others.
+  bool allow_insecure_backend_paths = false;
+  // If not empty, only files whose SHA-256 (lowercase hex) is listed load.
+  std::vector<std::string> trusted_backend_digests;
   // Statically linked backends not to register (e.g. {"CpuRef"}).
   std::vector<std::string> disabled_static_backends;
   // Threads per backend (0 = backend default); passed as "num_threads".
@@ -61,6 +70,29 @@ struct BackendDescription {
   std::string description;
   uint32_t api_major = 0, api_minor = 0;
   std::string source;  // "static" or the canonical path of the shared object
+};
+
+// What happened to one file found while scanning for dynamic backends.
+struct BackendFileReport {
+  enum class Fate { kLoaded, kSuperseded, kRejected };
+  std::string path;            // as found in the search path
+  std::string canonical_path;  // symlinks resolved ("" if it does not resolve)
+  std::string id;              // backend id, once known
+  std::string file_version;    // from the name: "1.2.3" of X_Y_backend.so.1.2.3
+  std::string api_version;     // "M.m" from GetVersion, once known
+  uint32_t score = 0;          // GetBackendScore, if exported
+  Fate fate = Fate::kRejected;
+  std::string step;            // where it stopped: name, path, trust, probe, dlopen,
+                               // symbols, id, version, score, factory, table, create, register
+  std::string reason;
+};
+const char* fate_name(BackendFileReport::Fate fate);
+
+// A search directory and whether it was used.
+struct BackendPathReport {
+  std::string path;
+  bool used = false;
+  std::string reason;  // why it was skipped
 };
 
 // One partition of a loaded model's plan.
@@ -102,6 +134,9 @@ class Runtime {
   static Result<std::shared_ptr<Runtime>> create(const RuntimeOptions& options = {});
 
   virtual std::vector<BackendDescription> backends() const = 0;
+  // Every file the dynamic loader looked at, with its fate, and the paths.
+  virtual std::vector<BackendFileReport> backend_files() const = 0;
+  virtual std::vector<BackendPathReport> backend_paths() const = 0;
   // Loads an ONNX model, partitions and compiles it.
   virtual Result<std::shared_ptr<Model>> load_model(const std::string& path,
                                                     const ModelOptions& options = {}) = 0;

@@ -2,6 +2,7 @@
 #include "exec/executor.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
+#include "registry/dynamic_loader.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/runtime.hpp>
@@ -17,8 +18,18 @@ class RuntimeImpl : public Runtime {
     options_ = options;
     log::set_level(options.log_level);
     BP_RETURN_IF_ERROR(registry_.register_static(options), "registering static backends");
-    if (registry_.all().empty())
-      return not_found("no backend is available: every static backend is disabled and no dynamic backend loaded");
+    std::vector<std::string> taken;
+    for (const auto& b : registry_.all()) taken.push_back(b->id());
+    DynamicLoadResult dynamic = load_dynamic_backends(options, taken);
+    for (auto& b : dynamic.backends) BP_RETURN_IF_ERROR(registry_.add(std::move(b)));
+    files_ = std::move(dynamic.files);
+    paths_ = std::move(dynamic.paths);
+    if (registry_.all().empty()) {
+      std::string why = paths_.empty() ? "dynamic loading is disabled or no search path is set"
+                                       : std::to_string(files_.size()) + " backend file(s) found, none loaded";
+      return not_found("no backend is available: the static backends are disabled and no dynamic backend loaded (" +
+                       why + "); see 'backplane backends' and docs/troubleshooting.md");
+    }
     if (options.num_threads > 0) {
       std::string n = std::to_string(options.num_threads);
       const char* key = "num_threads";
@@ -36,6 +47,9 @@ class RuntimeImpl : public Runtime {
     return out;
   }
 
+  std::vector<BackendFileReport> backend_files() const override { return files_; }
+  std::vector<BackendPathReport> backend_paths() const override { return paths_; }
+
   Result<std::shared_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) override {
     BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
     auto graph = std::make_unique<ir::Graph>(std::move(imported));
@@ -52,6 +66,8 @@ class RuntimeImpl : public Runtime {
  private:
   RuntimeOptions options_;
   BackendRegistry registry_;
+  std::vector<BackendFileReport> files_;
+  std::vector<BackendPathReport> paths_;
   std::atomic<uint64_t> next_network_id_{1};
 };
 

@@ -67,13 +67,26 @@ Result<std::shared_ptr<Backend>> Backend::create(std::string id, const bp_backen
   b->api_ = api;
   b->library_ = std::move(library);
   bp_backend_t* instance = nullptr;
-  BP_RETURN_IF_ERROR(b->check(api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance),
-                              "create"));
+  // The ABI forbids exceptions across it, but a table written by hand (not
+  // with the SDK) may still throw: contain it here rather than terminate.
+  bp_status_t* created = nullptr;
+  try {
+    created = api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance);
+  } catch (...) {
+    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': create threw a C++ exception");
+  }
+  BP_RETURN_IF_ERROR(b->check(created, "create"));
   if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
   b->instance_ = instance;
   bp_backend_info_t info{};
   info.struct_size = sizeof(info);
-  BP_RETURN_IF_ERROR(b->check(api->get_info(instance, &info), "get_info"));
+  bp_status_t* got = nullptr;
+  try {
+    got = api->get_info(instance, &info);
+  } catch (...) {
+    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': get_info threw a C++ exception");
+  }
+  BP_RETURN_IF_ERROR(b->check(got, "get_info"));
   if (info.vendor == nullptr) info.vendor = "";
   if (info.description == nullptr) info.description = "";
   b->info_ = info;
@@ -98,6 +111,12 @@ BackendDescription Backend::describe() const {
 
 Status Backend::check(bp_status_t* status, const std::string& what) const {
   return from_abi_status(status, "backend '" + id_ + "': " + what);
+}
+
+std::vector<std::string> static_backend_ids() {
+  std::vector<std::string> ids;
+  for (const StaticBackend& s : kStaticBackends) ids.push_back(s.id());
+  return ids;
 }
 
 Status BackendRegistry::register_static(const RuntimeOptions& options) {

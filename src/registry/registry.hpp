@@ -51,6 +51,9 @@ class Backend {
 // version it was built for, the required slots.
 Status validate_backend_table(const bp_backend_api_t* api);
 
+// Ids of the backends linked into this build (registered or not).
+std::vector<std::string> static_backend_ids();
+
 class BackendRegistry {
  public:
   // Registers the static backends not disabled by `options`.

@@ -213,13 +213,6 @@ struct ConvCase {
   bool bias = false;
 };
 
-Dims extend3(const Dims& d, size_t from, int64_t fill) {
-  Dims e(3, fill);
-  const size_t r = d.size() - from;
-  for (size_t i = 0; i < r; ++i) e[3 - r + i] = d[from + i];
-  return e;
-}
-
 Dims conv_out_shape(const ConvCase& c) {
   const size_t r = c.x.size() - 2;
   Dims y{c.x[0], c.w[0]};
@@ -234,15 +227,15 @@ std::vector<double> conv_ref(const ConvCase& c, const std::vector<float>& x,
                              const std::vector<float>& w, const std::vector<float>& b,
                              const Dims& yshape) {
   const size_t r = c.x.size() - 2;
-  Dims pb(c.pads.begin(), c.pads.begin() + r);
-  const Dims in = extend3(c.x, 2, 1), k = extend3(c.w, 2, 1), out = extend3(yshape, 2, 1);
-  const Dims st = extend3(Dims{0, 0, c.strides.begin(), c.strides.end()}, 2, 1);
-  Dims tmp{0, 0};
-  tmp.insert(tmp.end(), c.dilations.begin(), c.dilations.end());
-  const Dims dl = extend3(tmp, 2, 1);
-  tmp = {0, 0};
-  tmp.insert(tmp.end(), pb.begin(), pb.end());
-  const Dims pd = extend3(tmp, 2, 0);
+  auto ext = [](const Dims& v, int64_t fill) {  // right-align into 3 dims
+    Dims e(3, fill);
+    for (size_t i = 0; i < v.size(); ++i) e[3 - v.size() + i] = v[i];
+    return e;
+  };
+  const Dims in = ext(Dims(c.x.begin() + 2, c.x.end()), 1), k = ext(Dims(c.w.begin() + 2, c.w.end()), 1);
+  const Dims out = ext(Dims(yshape.begin() + 2, yshape.end()), 1);
+  const Dims st = ext(c.strides, 1), dl = ext(c.dilations, 1);
+  const Dims pd = ext(Dims(c.pads.begin(), c.pads.begin() + r), 0);
   const int64_t N = c.x[0], C = c.x[1], M = c.w[0], cg = C / c.group, mg = M / c.group;
   std::vector<double> y;
   for (int64_t n = 0; n < N; ++n)
@@ -455,9 +448,9 @@ TEST(CpuRefNn, ConvTransposeMatchesNaive) {
   };
   const std::vector<Case> cases = {
       {{1, 2, 3, 4}, {2, 3, 3, 3}, {1, 3, 7, 9}, {2, 2}, {1, 1}, {0, 0, 0, 0}, {0, 0}, 1, true},
-      {{2, 4, 3, 3}, {4, 2, 2, 3}, {2, 4, 6, 5}, {2, 1}, {1, 1}, {1, 0, 0, 1}, {1, 0}, 2, true},
-      {{1, 3, 4}, {3, 2, 3}, {1, 2, 12}, {3}, {2}, {1, 1}, {2}, 1, false},  // 1-D, dilation
-      {{1, 2, 2, 3, 2}, {2, 2, 2, 2, 3}, {1, 2, 4, 4, 3}, {2, 1, 1}, {1, 1, 1}, {0, 0, 1, 0, 0, 1}, {0, 0, 0}, 1, true},
+      {{2, 4, 3, 3}, {4, 2, 2, 3}, {2, 4, 6, 4}, {2, 1}, {1, 1}, {1, 0, 0, 1}, {1, 0}, 2, true},
+      {{1, 3, 4}, {3, 2, 3}, {1, 2, 14}, {3}, {2}, {1, 1}, {2}, 1, false},  // 1-D, dilation
+      {{1, 2, 2, 3, 2}, {2, 2, 2, 2, 3}, {1, 2, 4, 4, 2}, {2, 1, 1}, {1, 1, 1}, {0, 0, 1, 0, 0, 1}, {0, 0, 0}, 1, true},
   };
   uint32_t seed = 100;
   for (const Case& c : cases) {
@@ -496,7 +489,12 @@ TEST(CpuRefNn, ConvTransposeOutputShapeAndAutoPad) {
   // SAME_UPPER, stride 2: output 6x6 from the full 7x7, one row/column cut at the end.
   Node same("ConvTranspose", 11);
   same.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 6, 6}).ints("strides", {2, 2}).s("auto_pad", "SAME_UPPER");
-  expect_close(run1(same, {x.data(), w.data()}),
+  const std::vector<float> same_plane{0, 0, 1, 1, 3,  2,  0, 0, 1,  1, 3,  2,  3, 3,  8,  5,  12, 7,
+                                      3, 3, 7, 4, 9,  5,  9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
+  const std::vector<float> same_got = run1(same, {x.data(), w.data()});
+  expect_close(std::vector<float>(same_got.begin(), same_got.begin() + 36), same_plane, 1e-6,
+               "ONNX convtranspose_autopad_same");
+  expect_close(same_got,
                conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 6, 6}, {2, 2}, {1, 1}, {0, 0}, 1, x, w, nullptr), 1e-6);
   Node same_lower("ConvTranspose", 11);
   same_lower.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 6, 6}).ints("strides", {2, 2}).s("auto_pad", "SAME_LOWER");
@@ -656,6 +654,19 @@ TEST(CpuRefNn, MaxPoolCeilModeAndDilations) {
   expect_close(run1(one, {x1.data()}), std::vector<float>{3, 4, 9}, 0);
 }
 
+// Ties: the first maximum in row-major window order wins (as in ONNX Runtime).
+TEST(CpuRefNn, MaxPoolIndicesPreferFirstMaximum) {
+  const std::vector<float> x{1, 5, 5, 0, 5, 5, 2, 5, 5};
+  Node node("MaxPool", 12);
+  node.in({1, 1, 3, 3}).out({1, 1, 2, 2}).out({1, 1, 2, 2}, BP_DTYPE_INT64).ints("kernel_shape", {2, 2});
+  auto k = node.kernel();
+  std::vector<float> y = nan_buffer(4);
+  std::vector<int64_t> idx(4, -7);
+  run(*k, {x.data()}, {y.data(), idx.data()});
+  expect_close(y, std::vector<float>{5, 5, 5, 5}, 0);
+  EXPECT_EQ(idx, (std::vector<int64_t>{1, 1, 4, 4}));
+}
+
 // ONNX examples "averagepool_2d_pads" / "averagepool_2d_pads_count_include_pad"
 // (checked with the naive reference) and "averagepool_2d_ceil".
 TEST(CpuRefNn, AveragePoolPadsCountIncludePadAndCeil) {
@@ -674,7 +685,7 @@ TEST(CpuRefNn, AveragePoolPadsCountIncludePadAndCeil) {
   // ceil_mode with count_include_pad: taps beyond the end padding are not counted.
   Node ceil_pad("AveragePool", 11);
   ceil_pad.in({1, 1, 4, 4}).out({1, 1, 3, 3}).ints("kernel_shape", {2, 2}).ints("strides", {2, 2})
-      .ints("pads", {1, 1, 0, 0}).i("ceil_mode", 0).i("count_include_pad", 1);
+      .ints("pads", {1, 1, 0, 0}).i("ceil_mode", 1).i("count_include_pad", 1);
   expect_close(run1(ceil_pad, {x16.data()}),
                pool2d_ref(x16, {1, 1, 4, 4}, {1, 1, 3, 3}, {2, 2}, {2, 2}, {1, 1, 0, 0}, false, true), 1e-6);
 }
@@ -895,20 +906,23 @@ TEST(CpuRefNn, ResizeNearestOnnxExamples) {
   // Resize-10 (asymmetric coordinates, no nearest_mode) gives the same here.
   expect_close(resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "nearest"}}, 10),
                std::vector<float>{1, 3}, 0, "Resize-10 downsample");
-  // nearest_mode matters on ties: asymmetric 2x upsampling of [1,2] at 1.5 → 2 (ceil) or 1 (floor).
+  // nearest_mode on ties: asymmetric 2x upsampling of [1,2,3] reads 0, .5, 1, 1.5, 2, 2.5.
+  const std::vector<float> x3{1, 2, 3};
+  const std::vector<std::pair<const char*, std::vector<float>>> tie_cases = {
+      {"round_prefer_floor", {1, 1, 2, 2, 3, 3}}, {"round_prefer_ceil", {1, 2, 2, 3, 3, 3}},
+      {"floor", {1, 1, 2, 2, 3, 3}}, {"ceil", {1, 2, 2, 3, 3, 3}}};
+  for (const auto& [mode, want] : tie_cases)
+    expect_close(resize(x3, {1, 3}, {1, 6}, {1, 2},
+                        {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", mode}}),
+                 want, 0, mode);
+  // Off ties: 1.5x upsampling of [1,2] reads 0, 0.67, 1.33.
   const std::vector<float> x2{1, 2};
-  expect_close(resize(x2, {1, 2}, {1, 3}, {1, 1.5f},
-                      {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "round_prefer_ceil"}}),
-               std::vector<float>{1, 2, 2}, 0, "round_prefer_ceil");
-  expect_close(resize(x2, {1, 2}, {1, 3}, {1, 1.5f},
-                      {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "round_prefer_floor"}}),
-               std::vector<float>{1, 1, 2}, 0, "round_prefer_floor");
-  expect_close(resize(x2, {1, 2}, {1, 4}, {1, 2},
-                      {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}}),
-               std::vector<float>{1, 1, 2, 2}, 0, "floor");
-  expect_close(resize(x2, {1, 2}, {1, 4}, {1, 2},
-                      {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "ceil"}}),
-               std::vector<float>{1, 2, 2, 2}, 0, "ceil");
+  const std::vector<std::pair<const char*, std::vector<float>>> off_cases = {
+      {"round_prefer_floor", {1, 2, 2}}, {"floor", {1, 1, 2}}, {"ceil", {1, 2, 2}}};
+  for (const auto& [mode, want] : off_cases)
+    expect_close(resize(x2, {1, 2}, {1, 3}, {1, 1.5f},
+                        {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", mode}}),
+                 want, 0, std::string(mode) + " off ties");
 }
 
 TEST(CpuRefNn, ResizeLinearOnnxExamples) {
@@ -924,6 +938,10 @@ TEST(CpuRefNn, ResizeLinearOnnxExamples) {
   const std::vector<float> x8 = iota_vec(8, 1);
   expect_close(resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "linear"}}),
                std::vector<double>{2.6666665, 4.3333331}, 1e-6, "downsample_scales_linear");
+  // Resize-10 has no coordinate_transformation_mode: coordinates are asymmetric.
+  const std::vector<float> x2{1, 2};
+  expect_close(resize(x2, {1, 2}, {1, 4}, {1, 2}, {{"mode", "linear"}}, 10),
+               std::vector<float>{1, 1.5, 2, 2}, 1e-6, "Resize-10 linear");
 }
 
 TEST(CpuRefNn, ResizeSizesInputAndPytorchHalfPixel) {

@@ -163,7 +163,7 @@ using onnx_import::import_file;
 #define EXPECT_ERROR_HAS(status, ...)                                         \
   do {                                                                        \
     const std::string msg_ = (status).message();                              \
-    for (const char* part_ : {__VA_ARGS__})                                   \
+    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__})                                   \
       EXPECT_NE(msg_.find(part_), std::string::npos)                          \
           << "message '" << msg_ << "' lacks '" << part_ << "'";              \
   } while (0)

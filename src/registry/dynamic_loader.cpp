@@ -1,0 +1,588 @@
+#include "registry/dynamic_loader.hpp"
+
+#include "core/log.hpp"
+#include "ir/graph.hpp"
+#include "partition/graph_view.hpp"
+#include "registry/host_api.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+
+#ifndef BACKPLANE_DYNAMIC_BACKEND_PATHS
+#define BACKPLANE_DYNAMIC_BACKEND_PATHS ""
+#endif
+
+namespace fs = std::filesystem;
+
+namespace backplane {
+
+const char* fate_name(BackendFileReport::Fate fate) {
+  switch (fate) {
+    case BackendFileReport::Fate::kLoaded: return "loaded";
+    case BackendFileReport::Fate::kSuperseded: return "superseded";
+    case BackendFileReport::Fate::kRejected: return "rejected";
+  }
+  return "rejected";
+}
+
+namespace dynamic_backend_utils {
+
+std::vector<std::string> split_paths(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(':', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> compiled_in_paths() { return split_paths(BACKPLANE_DYNAMIC_BACKEND_PATHS); }
+
+std::vector<std::string> search_paths(const RuntimeOptions& options, std::vector<BackendPathReport>* reports) {
+  std::vector<std::string> requested;
+  if (!options.dynamic_backends) return {};
+  if (options.backend_path.has_value()) {
+    if (options.backend_path->empty()) return {};  // an explicit empty option disables
+    requested = {*options.backend_path};
+  } else if (const char* env = std::getenv("BACKPLANE_BACKEND_PATHS"); env != nullptr) {
+    requested = split_paths(env);  // set but empty disables
+  } else {
+    requested = compiled_in_paths();
+  }
+  std::vector<std::string> out;
+  for (const std::string& p : requested) {
+    BackendPathReport r{p, false, ""};
+    std::error_code ec;
+    if (p.empty() || p[0] != '/') {
+      r.reason = "not an absolute path";
+    } else if (!fs::is_directory(p, ec)) {
+      r.reason = fs::exists(p, ec) ? "not a directory" : "does not exist";
+    } else if (std::find(out.begin(), out.end(), p) != out.end()) {
+      r.reason = "listed twice";
+    } else {
+      r.used = true;
+      out.push_back(p);
+    }
+    if (!r.used) {
+      // A missing default directory (e.g. nothing installed yet) is normal;
+      // a directory the user named is worth a warning.
+      bool user_given = options.backend_path.has_value() || std::getenv("BACKPLANE_BACKEND_PATHS") != nullptr;
+      log::write(user_given ? LogLevel::kWarn : LogLevel::kDebug, "backend path '" + p + "' skipped: " + r.reason);
+    }
+    if (reports != nullptr) reports->push_back(r);
+  }
+  return out;
+}
+
+bool parse_file_name(const std::string& file_name, std::string* vendor, std::string* name, std::string* version) {
+  static const std::regex pattern(R"(^([A-Za-z0-9]+)_([A-Za-z0-9]+)_backend\.so((\.[0-9]+)*)$)");
+  std::smatch m;
+  if (!std::regex_match(file_name, m, pattern)) return false;
+  if (vendor) *vendor = m[1];
+  if (name) *name = m[2];
+  if (version) *version = m[3].length() > 0 ? std::string(m[3]).substr(1) : "";
+  return true;
+}
+
+std::vector<std::string> list_candidates(const std::string& directory) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+    out.push_back(it->path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool valid_backend_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+}
+
+bool version_compatible(uint32_t bmaj, uint32_t bmin, uint32_t rmaj, uint32_t rmin) {
+  return bmaj == rmaj && bmin <= rmin;
+}
+
+Status check_permissions(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return io_error(path + ": " + std::strerror(errno));
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return Status(StatusCode::kInvalidArgument,
+                  path + " is writable by " + ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+                      " (mode " + [&] {
+                        char buf[8];
+                        std::snprintf(buf, sizeof buf, "%03o", st.st_mode & 0777);
+                        return std::string(buf);
+                      }() + "); fix with chmod go-w, or allow with allow_insecure_backend_paths");
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    return Status(StatusCode::kInvalidArgument,
+                  path + " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor this user");
+  return ok_status();
+}
+
+Result<std::string> sha256_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error(path + ": cannot open: " + std::strerror(errno));
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return internal_error("SHA-256 unavailable");
+  std::array<char, 65536> buf;
+  while (in) {
+    in.read(buf.data(), buf.size());
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+int compare_versions(const std::string& a, const std::string& b) {
+  auto parts = [](const std::string& v) {
+    std::vector<long> out;
+    for (const std::string& p : [&] {
+           std::vector<std::string> s;
+           size_t start = 0;
+           while (start <= v.size() && !v.empty()) {
+             size_t e = v.find('.', start);
+             if (e == std::string::npos) e = v.size();
+             s.push_back(v.substr(start, e - start));
+             start = e + 1;
+           }
+           return s;
+         }())
+      out.push_back(p.empty() ? 0 : std::stol(p));
+    return out;
+  };
+  std::vector<long> x = parts(a), y = parts(b);
+  for (size_t i = 0; i < std::max(x.size(), y.size()); ++i) {
+    long u = i < x.size() ? x[i] : -1, v = i < y.size() ? y[i] : -1;
+    if (u != v) return u < v ? -1 : 1;
+  }
+  return 0;
+}
+
+namespace {
+
+// Everything the child does; returns "" on success or the failure.
+std::string probe_steps(const std::string& path) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return std::string("dlopen: ") + ::dlerror();
+  auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_ID));
+  auto get_version = reinterpret_cast<bp_get_version_fn>(::dlsym(handle, BP_ENTRY_GET_VERSION));
+  auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(handle, BP_ENTRY_BACKEND_FACTORY));
+  if (!get_id || !get_version || !factory) return "missing entry point";
+  try {
+    const char* id = get_id();
+    if (id == nullptr || !valid_backend_id(id)) return "invalid backend id";
+    uint32_t major = 0, minor = 0;
+    get_version(&major, &minor);
+    if (!version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) return "incompatible version";
+    auto* api = static_cast<const bp_backend_api_t*>(factory());
+    auto backend = Backend::create(id, api, path, nullptr);
+    if (!backend.ok()) return backend.status().message();
+    // A one-node graph: Relu on float32[1,4].
+    ir::Graph g;
+    g.name = "probe";
+    g.opsets[""] = 13;
+    ir::Value x, y;
+    x.name = "x";
+    y.name = "y";
+    x.dtype = y.dtype = DType::kFloat32;
+    x.shape = y.shape = {1, 4};
+    x.has_shape = y.has_shape = true;
+    int xi = g.add_value(x), yi = g.add_value(y);
+    ir::Node relu;
+    relu.name = "probe_relu";
+    relu.op_type = "Relu";
+    relu.inputs = {xi};
+    relu.outputs = {yi};
+    g.nodes.push_back(relu);
+    g.inputs = {xi};
+    g.outputs = {yi};
+    TensorDataMap weights(&g.constants);
+    auto view = GraphView::build(g, {0}, &weights, "probe");
+    bp_node_report report(1);
+    Status s = (*backend)->check(api->query_support((*backend)->instance(), view->get(), &report), "query_support");
+    if (!s.ok()) return s.message();
+  } catch (const std::exception& e) {
+    return std::string("C++ exception: ") + e.what();
+  } catch (...) {
+    return "unknown C++ exception";
+  }
+  return "";
+}
+
+}  // namespace
+
+Status probe_in_child(const std::string& path, int timeout_ms) {
+  int fds[2];
+  if (::pipe(fds) != 0) return io_error(std::string("probe: pipe: ") + std::strerror(errno));
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return io_error(std::string("probe: fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string failure = probe_steps(path);
+    if (!failure.empty()) {
+      ssize_t ignored = ::write(fds[1], failure.data(), failure.size());
+      (void)ignored;
+    }
+    ::_exit(failure.empty() ? 0 : 3);
+  }
+  ::close(fds[1]);
+  std::string message;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool timed_out = false;
+  for (;;) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int r = ::poll(&p, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      timed_out = r == 0;
+      break;
+    }
+    char buf[512];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;  // EOF: the child exited (or closed the pipe)
+    if (message.size() < 4096) message.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  if (timed_out) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return Status(StatusCode::kBackendError, "probe timed out after " + std::to_string(timeout_ms) + " ms");
+  }
+  // EOF can come before exit; wait for the exit, still bounded by the deadline.
+  for (;;) {
+    pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return Status(StatusCode::kBackendError, "probe timed out after " + std::to_string(timeout_ms) + " ms");
+    }
+    ::usleep(1000);
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return Status(StatusCode::kBackendError,
+                  "probe crashed: killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    return Status(StatusCode::kBackendError,
+                  "probe failed (exit " + std::to_string(WEXITSTATUS(status)) + ")" +
+                      (message.empty() ? "" : ": " + message));
+  return ok_status();
+}
+
+}  // namespace dynamic_backend_utils
+
+namespace {
+
+namespace dbu = dynamic_backend_utils;
+
+// dlopen handles shared by every runtime in the process; closed when the last
+// backend instance using one is gone.
+class Library {
+ public:
+  explicit Library(void* handle) : handle_(handle) {}
+  ~Library() { ::dlclose(handle_); }
+  void* handle() const { return handle_; }
+
+ private:
+  void* handle_;
+};
+
+std::mutex g_libraries_mutex;
+std::map<std::string, std::weak_ptr<Library>> g_libraries;
+
+Result<std::shared_ptr<Library>> open_library(const std::string& canonical) {
+  std::lock_guard<std::mutex> lock(g_libraries_mutex);
+  auto it = g_libraries.find(canonical);
+  if (it != g_libraries.end())
+    if (auto lib = it->second.lock()) return lib;
+  ::dlerror();
+  void* handle = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* e = ::dlerror();
+    return Status(StatusCode::kInvalidArgument, e != nullptr ? e : "dlopen failed");
+  }
+  auto lib = std::make_shared<Library>(handle);
+  g_libraries[canonical] = lib;
+  return lib;
+}
+
+// Probe outcomes by (canonical path, size, mtime), for the process lifetime.
+std::mutex g_probe_mutex;
+std::map<std::tuple<std::string, uintmax_t, int64_t>, Status> g_probe_cache;
+
+Status cached_probe(const std::string& canonical, int timeout_ms) {
+  struct stat st{};
+  if (::stat(canonical.c_str(), &st) != 0) return io_error(canonical + ": " + std::strerror(errno));
+  auto key = std::make_tuple(canonical, static_cast<uintmax_t>(st.st_size),
+                             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+  {
+    std::lock_guard<std::mutex> lock(g_probe_mutex);
+    auto it = g_probe_cache.find(key);
+    if (it != g_probe_cache.end()) return it->second;
+  }
+  Status s = dbu::probe_in_child(canonical, timeout_ms);
+  std::lock_guard<std::mutex> lock(g_probe_mutex);
+  g_probe_cache[key] = s;
+  return s;
+}
+
+// A file that passed every check up to the score; waiting for the choice
+// between files that provide the same id.
+struct Candidate {
+  size_t report;  // index into files
+  std::shared_ptr<Library> library;
+  bp_backend_factory_fn factory = nullptr;
+};
+
+}  // namespace
+
+DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std::vector<std::string>& taken_ids) {
+  DynamicLoadResult result;
+  std::vector<std::string> dirs = dbu::search_paths(options, &result.paths);
+  std::set<std::string> seen_canonical;
+  std::vector<Candidate> candidates;
+
+  auto reject = [&](BackendFileReport& r, const std::string& step, const std::string& reason) {
+    r.fate = BackendFileReport::Fate::kRejected;
+    r.step = step;
+    r.reason = reason;
+    // A module build of a static backend next to it is the normal state of a
+    // build tree: not worth a warning.
+    log::write(step == "register" ? LogLevel::kInfo : LogLevel::kWarn,
+               "dynamic backend " + r.path + " rejected at " + step + ": " + reason);
+  };
+
+  for (const std::string& dir : dirs) {
+    if (!options.allow_insecure_backend_paths) {
+      Status s = dbu::check_permissions(dir);
+      if (!s.ok()) {
+        for (BackendPathReport& p : result.paths)
+          if (p.path == dir) p.used = false, p.reason = s.message();
+        log::warn("backend path skipped: " + s.message());
+        continue;
+      }
+    }
+    for (const std::string& path : dbu::list_candidates(dir)) {
+      std::string file_name = fs::path(path).filename().string();
+      BackendFileReport r;
+      r.path = path;
+      if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) continue;  // not ours: ignored
+      std::error_code ec;
+      fs::path canonical = fs::canonical(path, ec);
+      if (ec) {
+        reject(r, "path", fs::is_symlink(fs::symlink_status(path, ec)) ? "symlink resolves to a non-existent file"
+                                                                       : "cannot resolve path");
+        result.files.push_back(r);
+        continue;
+      }
+      r.canonical_path = canonical.string();
+      if (!fs::is_regular_file(canonical, ec)) {
+        reject(r, "path", "not a regular file");
+        result.files.push_back(r);
+        continue;
+      }
+      if (!seen_canonical.insert(r.canonical_path).second) {
+        r.fate = BackendFileReport::Fate::kSuperseded;
+        r.step = "path";
+        r.reason = "same file as one already found (" + r.canonical_path + ")";
+        log::info("dynamic backend " + path + ": " + r.reason);
+        result.files.push_back(r);
+        continue;
+      }
+      result.files.push_back(r);
+      BackendFileReport& rep = result.files.back();
+      size_t index = result.files.size() - 1;
+
+      if (!options.allow_insecure_backend_paths) {
+        Status s = dbu::check_permissions(rep.canonical_path);
+        if (!s.ok()) {
+          reject(rep, "trust", s.message());
+          continue;
+        }
+      }
+      if (!options.trusted_backend_digests.empty()) {
+        auto digest = dbu::sha256_file(rep.canonical_path);
+        if (!digest.ok()) {
+          reject(rep, "trust", digest.status().message());
+          continue;
+        }
+        const auto& list = options.trusted_backend_digests;
+        if (std::find(list.begin(), list.end(), *digest) == list.end()) {
+          reject(rep, "trust", "SHA-256 " + *digest + " is not in trusted_backend_digests");
+          continue;
+        }
+      }
+      if (options.probe_backends) {
+        Status s = cached_probe(rep.canonical_path, options.probe_timeout_ms);
+        if (!s.ok()) {
+          reject(rep, "probe", s.message());
+          continue;
+        }
+      }
+      auto lib = open_library(rep.canonical_path);
+      if (!lib.ok()) {
+        reject(rep, "dlopen", lib.status().message());
+        continue;
+      }
+      void* h = (*lib)->handle();
+      auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(h, BP_ENTRY_GET_BACKEND_ID));
+      auto get_version = reinterpret_cast<bp_get_version_fn>(::dlsym(h, BP_ENTRY_GET_VERSION));
+      auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(h, BP_ENTRY_BACKEND_FACTORY));
+      auto get_score = reinterpret_cast<bp_get_backend_score_fn>(::dlsym(h, BP_ENTRY_GET_BACKEND_SCORE));
+      std::string missing;
+      if (!get_id) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_GET_BACKEND_ID;
+      if (!get_version) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_GET_VERSION;
+      if (!factory) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_BACKEND_FACTORY;
+      if (!missing.empty()) {
+        reject(rep, "symbols", "missing entry point " + missing);
+        continue;
+      }
+      try {
+        const char* id = get_id();
+        rep.id = id != nullptr ? id : "";
+      } catch (const std::exception& e) {
+        reject(rep, "id", std::string("GetBackendId threw: ") + e.what());
+        continue;
+      } catch (...) {
+        reject(rep, "id", "GetBackendId threw an exception");
+        continue;
+      }
+      if (!dbu::valid_backend_id(rep.id)) {
+        reject(rep, "id", rep.id.empty() ? "empty backend id" : "invalid backend id '" + rep.id + "' (want [A-Za-z0-9]+)");
+        continue;
+      }
+      uint32_t major = 0, minor = 0;
+      try {
+        get_version(&major, &minor);
+      } catch (...) {
+        reject(rep, "version", "GetVersion threw an exception");
+        continue;
+      }
+      rep.api_version = std::to_string(major) + "." + std::to_string(minor);
+      if (!dbu::version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) {
+        reject(rep, "version",
+               "built for backend API " + rep.api_version + ", runtime has " + std::to_string(BP_API_VERSION_MAJOR) +
+                   "." + std::to_string(BP_API_VERSION_MINOR) + " (needs the same major and a minor <= the runtime's)");
+        continue;
+      }
+      if (get_score != nullptr) {
+        try {
+          rep.score = get_score();
+        } catch (...) {
+          reject(rep, "score", "GetBackendScore threw an exception");
+          continue;
+        }
+        if (rep.score == 0) {
+          reject(rep, "score", "GetBackendScore is 0: cannot run on this machine");
+          continue;
+        }
+      } else {
+        rep.score = 1;
+      }
+      if (std::find(taken_ids.begin(), taken_ids.end(), rep.id) != taken_ids.end()) {
+        reject(rep, "register", "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
+        continue;
+      }
+      candidates.push_back(Candidate{index, *lib, factory});
+    }
+  }
+
+  // Group by id in discovery order; try the best first, the rest in order.
+  std::vector<std::string> ids;
+  for (const Candidate& c : candidates)
+    if (std::find(ids.begin(), ids.end(), result.files[c.report].id) == ids.end())
+      ids.push_back(result.files[c.report].id);
+  for (const std::string& id : ids) {
+    std::vector<const Candidate*> group;
+    for (const Candidate& c : candidates)
+      if (result.files[c.report].id == id) group.push_back(&c);
+    std::stable_sort(group.begin(), group.end(), [&](const Candidate* a, const Candidate* b) {
+      const BackendFileReport& x = result.files[a->report];
+      const BackendFileReport& y = result.files[b->report];
+      if (x.score != y.score) return x.score > y.score;
+      return dbu::compare_versions(x.file_version, y.file_version) > 0;
+    });
+    std::string winner;
+    for (const Candidate* c : group) {
+      BackendFileReport& rep = result.files[c->report];
+      if (!winner.empty()) {
+        rep.fate = BackendFileReport::Fate::kSuperseded;
+        rep.step = "register";
+        rep.reason = "superseded by " + winner + " (same id '" + id + "')";
+        log::info("dynamic backend " + rep.path + ": " + rep.reason);
+        continue;
+      }
+      const bp_backend_api_t* api = nullptr;
+      try {
+        api = static_cast<const bp_backend_api_t*>(c->factory());
+      } catch (...) {
+        reject(rep, "factory", "BackendFactory threw an exception");
+        continue;
+      }
+      if (api == nullptr) {
+        reject(rep, "factory", "BackendFactory returned NULL");
+        continue;
+      }
+      Status table = validate_backend_table(api);
+      if (!table.ok()) {
+        reject(rep, "table", table.message());
+        continue;
+      }
+      auto backend = Backend::create(id, api, rep.canonical_path, c->library);
+      if (!backend.ok()) {
+        reject(rep, "create", backend.status().message());
+        continue;
+      }
+      rep.fate = BackendFileReport::Fate::kLoaded;
+      rep.step = "";
+      rep.reason = "";
+      winner = rep.path;
+      log::info("dynamic backend '" + id + "' loaded from " + rep.canonical_path);
+      result.backends.push_back(*backend);
+    }
+  }
+  return result;
+}
+
+}  // namespace backplane

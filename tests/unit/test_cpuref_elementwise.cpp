@@ -1,0 +1,696 @@
+// Unit tests of CpuRef's elementwise kernels and shared helpers: each test
+// builds a one-node graph view by hand, gets the factory from a registry, runs
+// the kernel and compares with hand-computed values or a reference loop.
+#include "reference/kernel.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <numbers>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace backplane;
+using namespace backplane::cpuref;
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+struct TensorSpec {
+  bp_dtype_t dtype = BP_DTYPE_UNDEFINED;
+  Dims shape;
+  std::vector<uint8_t> bytes;
+  bool constant = false;
+  bool present = true;
+};
+
+template <class T>
+TensorSpec tensor(bp_dtype_t dtype, Dims shape, const std::vector<T>& values, bool constant = false) {
+  TensorSpec t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.resize(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  t.constant = constant;
+  EXPECT_EQ(static_cast<int64_t>(values.size()), numel(t.shape)) << "test tensor size";
+  return t;
+}
+TensorSpec f32(Dims s, const std::vector<float>& v, bool c = false) { return tensor(BP_DTYPE_FLOAT32, s, v, c); }
+TensorSpec i32(Dims s, const std::vector<int32_t>& v, bool c = false) { return tensor(BP_DTYPE_INT32, s, v, c); }
+TensorSpec i64(Dims s, const std::vector<int64_t>& v, bool c = false) { return tensor(BP_DTYPE_INT64, s, v, c); }
+TensorSpec u8(Dims s, const std::vector<uint8_t>& v, bool c = false) { return tensor(BP_DTYPE_UINT8, s, v, c); }
+TensorSpec b8(Dims s, const std::vector<uint8_t>& v, bool c = false) { return tensor(BP_DTYPE_BOOL, s, v, c); }
+TensorSpec f16(Dims s, const std::vector<float>& v, bool c = false) {
+  std::vector<uint16_t> h;
+  for (float x : v) h.push_back(float_to_half(x));
+  return tensor(BP_DTYPE_FLOAT16, s, h, c);
+}
+TensorSpec absent() {
+  TensorSpec t;
+  t.present = false;
+  return t;
+}
+
+struct AttrSpec {
+  std::string name;
+  bp_attr_type_t type = BP_ATTR_UNDEFINED;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+};
+AttrSpec attr_i(std::string n, int64_t v) { AttrSpec a; a.name = n; a.type = BP_ATTR_INT; a.i = v; return a; }
+AttrSpec attr_f(std::string n, float v) { AttrSpec a; a.name = n; a.type = BP_ATTR_FLOAT; a.f = v; return a; }
+AttrSpec attr_s(std::string n, std::string v) { AttrSpec a; a.name = n; a.type = BP_ATTR_STRING; a.s = v; return a; }
+
+struct OutSpec {
+  bp_dtype_t dtype;
+  Dims shape;
+};
+
+const KernelRegistry& registry() {
+  static const KernelRegistry r = [] {
+    KernelRegistry reg;
+    register_elementwise_kernels(reg);
+    register_tensor_kernels(reg);
+    return reg;
+  }();
+  return r;
+}
+
+// One node in its own graph view. Not copyable: the view points into it.
+class OpTest {
+ public:
+  OpTest(std::string op, int64_t opset, std::vector<TensorSpec> inputs, std::vector<OutSpec> outputs,
+         std::vector<AttrSpec> attrs = {})
+      : op_(std::move(op)), inputs_(std::move(inputs)), outputs_(std::move(outputs)), attrs_(std::move(attrs)) {
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!inputs_[i].present) {
+        in_ids_.push_back(-1);
+        continue;
+      }
+      in_ids_.push_back(add_value("in" + std::to_string(i), inputs_[i].dtype, inputs_[i].shape,
+                                  inputs_[i].constant ? BP_VALUE_CONSTANT : BP_VALUE_VIEW_INPUT));
+    }
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      out_ids_.push_back(add_value("out" + std::to_string(i), outputs_[i].dtype, outputs_[i].shape,
+                                   BP_VALUE_VIEW_OUTPUT));
+    for (const AttrSpec& a : attrs_) {
+      bp_attribute_t b{};
+      b.struct_size = sizeof(b);
+      b.name = a.name.c_str();
+      b.type = a.type;
+      b.i = a.i;
+      b.f = a.f;
+      b.s = a.s.c_str();
+      b.count = a.type == BP_ATTR_INTS ? a.ints.size() : a.floats.size();
+      b.ints = a.ints.data();
+      b.floats = a.floats.data();
+      battrs_.push_back(b);
+    }
+    node_.struct_size = sizeof(node_);
+    node_.name = "test_node";
+    node_.op_type = op_.c_str();
+    node_.domain = "";
+    node_.opset = opset;
+    node_.num_inputs = in_ids_.size();
+    node_.inputs = in_ids_.data();
+    node_.num_outputs = out_ids_.size();
+    node_.outputs = out_ids_.data();
+    node_.num_attributes = battrs_.size();
+    node_.attributes = battrs_.data();
+    view_.struct_size = sizeof(view_);
+    view_.name = "test_view";
+    view_.num_values = values_.size();
+    view_.values = values_.data();
+    view_.num_nodes = 1;
+    view_.nodes = &node_;
+  }
+  OpTest(const OpTest&) = delete;
+  OpTest& operator=(const OpTest&) = delete;
+
+  // Lets a test add an attribute that needs the raw C struct (tensors).
+  void add_raw_attr(const bp_attribute_t& a) {
+    battrs_.push_back(a);
+    node_.num_attributes = battrs_.size();
+    node_.attributes = battrs_.data();
+  }
+
+  NodeInfo info() const {
+    NodeInfo info{sdk::NodeRef(&view_, 0), {}, {}, {}, {}, {}};
+    for (const TensorSpec& t : inputs_) {
+      info.in_dtypes.push_back(t.present ? t.dtype : BP_DTYPE_UNDEFINED);
+      info.in_shapes.push_back(t.present ? t.shape : Dims{});
+      info.in_constants.push_back(t.present && t.constant ? t.bytes.data() : nullptr);
+    }
+    for (const OutSpec& o : outputs_) {
+      info.out_dtypes.push_back(o.dtype);
+      info.out_shapes.push_back(o.shape);
+    }
+    return info;
+  }
+
+  std::unique_ptr<Kernel> kernel() const {
+    const KernelFactory* factory = registry().find(op_);
+    if (factory == nullptr) throw std::runtime_error("no factory for " + op_);
+    return (*factory)(info());
+  }
+
+  // Runs the kernel twice on poisoned outputs; both runs must agree.
+  std::vector<std::vector<uint8_t>> run() const {
+    std::unique_ptr<Kernel> k = kernel();
+    std::vector<std::vector<uint8_t>> first;
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<std::vector<uint8_t>> outs;
+      std::vector<void*> out_ptrs;
+      for (const OutSpec& o : outputs_) {
+        outs.emplace_back(static_cast<size_t>(numel(o.shape)) * dtype_bytes(o.dtype), pass == 0 ? 0xCD : 0x5A);
+        out_ptrs.push_back(o.dtype == BP_DTYPE_UNDEFINED ? nullptr : outs.back().data());
+      }
+      std::vector<const void*> in_ptrs;
+      for (const TensorSpec& t : inputs_) in_ptrs.push_back(t.present ? t.bytes.data() : nullptr);
+      std::vector<uint8_t> scratch(k->scratch_bytes() + 64);
+      void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+      k->run(in_ptrs.data(), out_ptrs.data(), k->scratch_bytes() ? aligned : nullptr);
+      if (pass == 0) first = outs;
+      else EXPECT_EQ(first, outs) << op_ << ": a second run gave different bytes";
+    }
+    return first;
+  }
+
+  template <class T>
+  std::vector<T> run_as(size_t output = 0) const {
+    std::vector<std::vector<uint8_t>> outs = run();
+    std::vector<T> v(outs[output].size() / sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), outs[output].data(), outs[output].size());
+    return v;
+  }
+
+ private:
+  int32_t add_value(std::string name, bp_dtype_t dtype, const Dims& shape, uint32_t flags) {
+    names_.push_back(std::move(name));
+    shapes_.push_back(shape);
+    bp_value_t v{};
+    v.struct_size = sizeof(v);
+    v.name = names_.back().c_str();
+    v.dtype = dtype;
+    v.rank = shape.size();
+    v.shape = shapes_.back().data();  // deques keep element addresses stable
+    v.flags = flags;
+    values_.push_back(v);
+    return static_cast<int32_t>(values_.size() - 1);
+  }
+
+  std::string op_;
+  std::vector<TensorSpec> inputs_;
+  std::vector<OutSpec> outputs_;
+  std::vector<AttrSpec> attrs_;
+  std::deque<std::string> names_;
+  std::deque<Dims> shapes_;
+  std::vector<bp_value_t> values_;
+  std::vector<int32_t> in_ids_, out_ids_;
+  std::vector<bp_attribute_t> battrs_;
+  bp_node_t node_{};
+  bp_graph_view_t view_{};
+};
+
+// Expects the factory to throw sdk::Error with `code` and a message naming the node.
+void expect_error(const OpTest& t, bp_status_code_t code, const std::string& fragment) {
+  try {
+    t.kernel();
+    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_node"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+void expect_floats(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-6f) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "at " << i;
+    } else if (std::isinf(want[i])) {
+      EXPECT_EQ(got[i], want[i]) << "at " << i;
+    } else {
+      EXPECT_NEAR(got[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
+    }
+  }
+}
+
+std::vector<float> iota_f(int64_t n, float start = 0.0f, float step = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<float>(i);
+  return v;
+}
+
+// numpy broadcasting reference: output shape and the input offset of each output element.
+Dims broadcast_shape(const Dims& a, const Dims& b) {
+  Dims out(std::max(a.size(), b.size()));
+  for (size_t j = 0; j < out.size(); ++j) {
+    int64_t da = j < a.size() ? a[a.size() - 1 - j] : 1;
+    int64_t db = j < b.size() ? b[b.size() - 1 - j] : 1;
+    out[out.size() - 1 - j] = da == 1 ? db : da;
+  }
+  return out;
+}
+int64_t broadcast_offset(const Dims& in, const Dims& out, int64_t flat) {
+  int64_t off = 0, stride = 1;
+  for (size_t j = 0; j < out.size(); ++j) {
+    const size_t d = out.size() - 1 - j;
+    const int64_t idx = flat % out[d];
+    flat /= out[d];
+    if (j < in.size()) {
+      const int64_t dim = in[in.size() - 1 - j];
+      if (dim != 1) off += idx * stride;
+      stride *= dim;
+    }
+  }
+  return off;
+}
+
+// ---------------------------------------------------------------------------
+// Helpers from common.cpp
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefCommon, DtypeHelpers) {
+  EXPECT_EQ(dtype_bytes(BP_DTYPE_FLOAT32), 4u);
+  EXPECT_EQ(dtype_bytes(BP_DTYPE_FLOAT16), 2u);
+  EXPECT_EQ(dtype_bytes(BP_DTYPE_INT64), 8u);
+  EXPECT_EQ(dtype_bytes(BP_DTYPE_BOOL), 1u);
+  EXPECT_EQ(dtype_bytes(BP_DTYPE_UNDEFINED), 0u);
+  EXPECT_STREQ(dtype_str(BP_DTYPE_INT32), "int32");
+  EXPECT_STREQ(dtype_str(BP_DTYPE_FLOAT16), "float16");
+  EXPECT_STREQ(dtype_str(BP_DTYPE_BOOL), "bool");
+  EXPECT_EQ(numel({}), 1);
+  EXPECT_EQ(numel({2, 3, 4}), 24);
+  EXPECT_EQ(numel({2, 0, 4}), 0);
+}
+
+TEST(CpuRefCommon, NormalizeAxis) {
+  OpTest t("Relu", 13, {f32({1}, {0})}, {{BP_DTYPE_FLOAT32, {1}}});
+  NodeInfo info = t.info();
+  EXPECT_EQ(normalize_axis(-1, 4, info), 3);
+  EXPECT_EQ(normalize_axis(2, 4, info), 2);
+  EXPECT_EQ(normalize_axis(-4, 4, info), 0);
+  try {
+    normalize_axis(4, 4, info);
+    ADD_FAILURE() << "axis 4 of rank 4 accepted";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), BP_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("'test_node' (Relu)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(normalize_axis(-5, 4, info), sdk::Error);
+}
+
+TEST(CpuRefCommon, HalfToFloatSpecialValues) {
+  EXPECT_EQ(half_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(half_to_float(0xC000), -2.0f);
+  EXPECT_EQ(half_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(half_to_float(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(half_to_float(0x0400), std::ldexp(1.0f, -14));
+  EXPECT_TRUE(std::isinf(half_to_float(0x7C00)) && half_to_float(0x7C00) > 0);
+  EXPECT_TRUE(std::isinf(half_to_float(0xFC00)) && half_to_float(0xFC00) < 0);
+  EXPECT_TRUE(std::isnan(half_to_float(0x7E00)));
+  EXPECT_TRUE(std::signbit(half_to_float(0x8000)));
+}
+
+TEST(CpuRefCommon, FloatToHalfRoundsToNearestEven) {
+  EXPECT_EQ(float_to_half(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);       // tie -> even (down)
+  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);   // tie -> even (up)
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.2f, -11)), 0x3C01);       // above the tie
+  EXPECT_EQ(float_to_half(65504.0f), 0x7BFF);
+  EXPECT_EQ(float_to_half(65519.0f), 0x7BFF);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7C00);  // rounds to inf
+  EXPECT_EQ(float_to_half(1e10f), 0x7C00);
+  EXPECT_EQ(float_to_half(-1e10f), 0xFC00);
+  EXPECT_EQ(float_to_half(std::numeric_limits<float>::infinity()), 0x7C00);
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);           // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);           // tie -> even zero
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -26)), 0x0001);           // 0.75 ulp -> 1
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 ulp tie -> 2
+  EXPECT_EQ(float_to_half(std::ldexp(1023.0f, -24)), 0x03FF);
+  EXPECT_EQ(float_to_half(std::ldexp(2047.0f, -25)), 0x0400);        // rounds up into the normals
+  EXPECT_EQ(float_to_half(-0.0f), 0x8000);
+  EXPECT_EQ(float_to_half(1e-30f), 0x0000);
+  const uint16_t nan = float_to_half(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7C00, 0x7C00);
+  EXPECT_NE(nan & 0x03FF, 0);
+}
+
+TEST(CpuRefCommon, HalfRoundTripIsExactForEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(half_to_float(float_to_half(f)))) << h;
+    } else {
+      ASSERT_EQ(float_to_half(f), h) << "half 0x" << std::hex << h;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Binary arithmetic and broadcasting
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, AddSameShape) {
+  OpTest t("Add", 14, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({2, 3}, {10, 20, 30, 40, 50, 60})},
+          {{BP_DTYPE_FLOAT32, {2, 3}}});
+  EXPECT_EQ(t.run_as<float>(), (std::vector<float>{11, 22, 33, 44, 55, 66}));
+}
+
+TEST(CpuRefElementwise, BroadcastMatchesReferenceLoop) {
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{2, 3, 4}, {4}},       {{2, 3, 4}, {3, 1}},       {{2, 1, 4}, {3, 1}},    {{1}, {2, 3}},
+      {{}, {2, 2}},           {{2, 3, 1, 5}, {1, 3, 4, 1}}, {{4, 1}, {1, 5}},    {{2, 3, 4}, {2, 3, 4}},
+      {{1, 3, 1, 1}, {2, 3, 2, 2}}, {{0, 3}, {3}},       {{5}, {}},              {{2, 1, 3, 1, 2}, {1, 4, 1, 5, 1}}};
+  for (const auto& [sa, sb] : cases) {
+    const Dims so = broadcast_shape(sa, sb);
+    const std::vector<float> a = iota_f(numel(sa), 1.0f, 1.0f), b = iota_f(numel(sb), 0.5f, 0.25f);
+    for (const char* op : {"Sub", "Mul", "Div"}) {
+      OpTest t(op, 14, {f32(sa, a), f32(sb, b)}, {{BP_DTYPE_FLOAT32, so}});
+      const std::vector<float> got = t.run_as<float>();
+      std::vector<float> want(static_cast<size_t>(numel(so)));
+      for (int64_t i = 0; i < numel(so); ++i) {
+        const float x = a[broadcast_offset(sa, so, i)], y = b[broadcast_offset(sb, so, i)];
+        want[i] = op[0] == 'S' ? x - y : op[0] == 'M' ? x * y : x / y;
+      }
+      SCOPED_TRACE(std::string(op) + " case " + std::to_string(sa.size()) + "x" + std::to_string(sb.size()));
+      expect_floats(got, want);
+    }
+  }
+}
+
+TEST(CpuRefElementwise, IntegerDivisionTruncatesLikeC) {
+  OpTest t("Div", 14, {i32({4}, {-7, 7, -7, 7}), i32({4}, {2, -2, -2, 2})}, {{BP_DTYPE_INT32, {4}}});
+  EXPECT_EQ(t.run_as<int32_t>(), (std::vector<int32_t>{-3, -3, 3, 3}));
+  OpTest t64("Div", 14, {i64({3}, {-9, 1000000000000, 5}), i64({}, {4})}, {{BP_DTYPE_INT64, {3}}});
+  EXPECT_EQ(t64.run_as<int64_t>(), (std::vector<int64_t>{-2, 250000000000, 1}));
+  // Division by zero does not trap; the result is defined as 0.
+  OpTest z("Div", 14, {i32({2}, {5, -5}), i32({2}, {0, 0})}, {{BP_DTYPE_INT32, {2}}});
+  EXPECT_EQ(z.run_as<int32_t>(), (std::vector<int32_t>{0, 0}));
+}
+
+TEST(CpuRefElementwise, IntegerArithmetic) {
+  OpTest add("Add", 14, {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {100, 200})}, {{BP_DTYPE_INT64, {2, 2}}});
+  EXPECT_EQ(add.run_as<int64_t>(), (std::vector<int64_t>{101, 202, 103, 204}));
+  OpTest sub("Sub", 14, {i32({3}, {1, 2, 3}), i32({1}, {5})}, {{BP_DTYPE_INT32, {3}}});
+  EXPECT_EQ(sub.run_as<int32_t>(), (std::vector<int32_t>{-4, -3, -2}));
+  OpTest mul("Mul", 14, {i32({3}, {1, -2, 3}), i32({3}, {7, 7, -7})}, {{BP_DTYPE_INT32, {3}}});
+  EXPECT_EQ(mul.run_as<int32_t>(), (std::vector<int32_t>{7, -14, -21}));
+}
+
+TEST(CpuRefElementwise, Float16Add) {
+  OpTest t("Add", 14, {f16({3}, {1.5f, -2.0f, 1000.0f}), f16({1}, {0.25f})}, {{BP_DTYPE_FLOAT16, {3}}});
+  const std::vector<uint16_t> h = t.run_as<uint16_t>();
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(half_to_float(h[0]), 1.75f);
+  EXPECT_EQ(half_to_float(h[1]), -1.75f);
+  EXPECT_EQ(half_to_float(h[2]), 1000.0f);  // 1000.25 rounds to 1000 in half
+}
+
+TEST(CpuRefElementwise, PowFloatAndIntegerExponents) {
+  OpTest ff("Pow", 15, {f32({4}, {2, 9, -2, 4}), f32({4}, {3, 0.5f, 2, -0.5f})}, {{BP_DTYPE_FLOAT32, {4}}});
+  expect_floats(ff.run_as<float>(), {8, 3, 4, 0.5f});
+  OpTest fi("Pow", 15, {f32({3}, {2, -3, 10}), i64({}, {3})}, {{BP_DTYPE_FLOAT32, {3}}});
+  expect_floats(fi.run_as<float>(), {8, -27, 1000});
+  OpTest ii("Pow", 15, {i32({4}, {2, -3, 5, 2}), i32({4}, {10, 3, 0, -1})}, {{BP_DTYPE_INT32, {4}}});
+  EXPECT_EQ(ii.run_as<int32_t>(), (std::vector<int32_t>{1024, -27, 1, 0}));
+}
+
+// ---------------------------------------------------------------------------
+// Unary math and activations
+// ---------------------------------------------------------------------------
+
+struct UnaryCase {
+  const char* op;
+  std::vector<AttrSpec> attrs;
+  double (*ref)(double);
+};
+
+TEST(CpuRefElementwise, UnaryOpsMatchReferenceFormulas) {
+  const std::vector<float> x = {-6.0f, -3.5f, -1.0f, -0.25f, 0.0f, 0.3f, 1.0f, 2.5f, 7.0f, 90.0f, -90.0f};
+  const std::vector<UnaryCase> cases = {
+      {"Neg", {}, [](double v) { return -v; }},
+      {"Abs", {}, [](double v) { return std::fabs(v); }},
+      {"Exp", {}, [](double v) { return std::exp(v); }},
+      {"Relu", {}, [](double v) { return v > 0 ? v : 0.0; }},
+      {"Tanh", {}, [](double v) { return std::tanh(v); }},
+      {"Erf", {}, [](double v) { return std::erf(v); }},
+      {"Sigmoid", {}, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
+      {"HardSigmoid", {}, [](double v) { return std::max(0.0, std::min(1.0, 0.2 * v + 0.5)); }},
+      {"HardSwish", {}, [](double v) { return v * std::max(0.0, std::min(1.0, v / 6.0 + 0.5)); }},
+      {"LeakyRelu", {}, [](double v) { return v >= 0 ? v : 0.01 * v; }},
+      {"Gelu", {}, [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }},
+      {"Softplus", {}, [](double v) { return std::log1p(std::exp(v)); }},
+      {"Floor", {}, [](double v) { return std::floor(v); }},
+  };
+  for (const UnaryCase& c : cases) {
+    OpTest t(c.op, 13, {f32({11}, x)}, {{BP_DTYPE_FLOAT32, {11}}}, c.attrs);
+    std::vector<float> want;
+    for (float v : x) want.push_back(static_cast<float>(c.ref(v)));
+    SCOPED_TRACE(c.op);
+    expect_floats(t.run_as<float>(), want, 2e-6f);
+  }
+}
+
+TEST(CpuRefElementwise, UnaryOpsOnPositiveInputs) {
+  const std::vector<float> x = {0.0f, 0.25f, 1.0f, 2.0f, 100.0f};
+  OpTest s("Sqrt", 13, {f32({5}, x)}, {{BP_DTYPE_FLOAT32, {5}}});
+  expect_floats(s.run_as<float>(), {0.0f, 0.5f, 1.0f, std::sqrt(2.0f), 10.0f});
+  OpTest l("Log", 13, {f32({5}, x)}, {{BP_DTYPE_FLOAT32, {5}}});
+  const std::vector<float> lg = l.run_as<float>();
+  EXPECT_TRUE(std::isinf(lg[0]) && lg[0] < 0);
+  expect_floats({lg[1], lg[2], lg[4]}, {std::log(0.25f), 0.0f, std::log(100.0f)});
+  OpTest r("Reciprocal", 13, {f32({4}, {0.25f, 1.0f, -2.0f, 8.0f})}, {{BP_DTYPE_FLOAT32, {4}}});
+  expect_floats(r.run_as<float>(), {4.0f, 1.0f, -0.5f, 0.125f});
+}
+
+TEST(CpuRefElementwise, ActivationAttributes) {
+  OpTest lr("LeakyRelu", 16, {f32({3}, {-2, 0, 3})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_f("alpha", 0.5f)});
+  expect_floats(lr.run_as<float>(), {-1, 0, 3});
+  OpTest hs("HardSigmoid", 6, {f32({4}, {-10, 0, 1, 10})}, {{BP_DTYPE_FLOAT32, {4}}},
+          {attr_f("alpha", 0.25f), attr_f("beta", 0.25f)});
+  expect_floats(hs.run_as<float>(), {0, 0.25f, 0.5f, 1});
+  OpTest gt("Gelu", 20, {f32({3}, {-1, 0.5f, 2})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_s("approximate", "tanh")});
+  std::vector<float> want;
+  for (double v : {-1.0, 0.5, 2.0})
+    want.push_back(static_cast<float>(
+        0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)))));
+  expect_floats(gt.run_as<float>(), want, 1e-6f);
+  OpTest bad("Gelu", 20, {f32({1}, {0})}, {{BP_DTYPE_FLOAT32, {1}}}, {attr_s("approximate", "cubic")});
+  expect_error(bad, BP_STATUS_UNSUPPORTED, "cubic");
+}
+
+TEST(CpuRefElementwise, SigmoidIsStableForLargeInputs) {
+  OpTest t("Sigmoid", 13, {f32({3}, {-1000, 1000, 0})}, {{BP_DTYPE_FLOAT32, {3}}});
+  const std::vector<float> y = t.run_as<float>();
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], 0.5f);
+}
+
+TEST(CpuRefElementwise, IntegerUnary) {
+  OpTest n("Neg", 13, {i32({3}, {5, -7, 0})}, {{BP_DTYPE_INT32, {3}}});
+  EXPECT_EQ(n.run_as<int32_t>(), (std::vector<int32_t>{-5, 7, 0}));
+  OpTest a("Abs", 13, {i64({3}, {-5, 7, -9000000000})}, {{BP_DTYPE_INT64, {3}}});
+  EXPECT_EQ(a.run_as<int64_t>(), (std::vector<int64_t>{5, 7, 9000000000}));
+  OpTest r("Relu", 14, {i32({3}, {-5, 7, 0})}, {{BP_DTYPE_INT32, {3}}});
+  EXPECT_EQ(r.run_as<int32_t>(), (std::vector<int32_t>{0, 7, 0}));
+}
+
+TEST(CpuRefElementwise, Float16Unary) {
+  OpTest t("Relu", 14, {f16({4}, {-1.5f, 0.5f, 3.0f, -0.0f})}, {{BP_DTYPE_FLOAT16, {4}}});
+  const std::vector<uint16_t> h = t.run_as<uint16_t>();
+  EXPECT_EQ(half_to_float(h[0]), 0.0f);
+  EXPECT_EQ(half_to_float(h[1]), 0.5f);
+  EXPECT_EQ(half_to_float(h[2]), 3.0f);
+}
+
+TEST(CpuRefElementwise, UnsupportedDtypeIsRejectedWithReason) {
+  OpTest t("Sqrt", 13, {i32({2}, {4, 9})}, {{BP_DTYPE_INT32, {2}}});
+  expect_error(t, BP_STATUS_UNSUPPORTED, "int32");
+  OpTest b("Add", 14, {b8({2}, {1, 0}), b8({2}, {1, 1})}, {{BP_DTYPE_BOOL, {2}}});
+  expect_error(b, BP_STATUS_UNSUPPORTED, "bool");
+}
+
+TEST(CpuRefElementwise, IncompatibleShapesAreRejected) {
+  OpTest t("Add", 14, {f32({2, 3}, iota_f(6)), f32({2}, {1, 2})}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_error(t, BP_STATUS_INVALID_ARGUMENT, "broadcast");
+  OpTest m("Add", 14, {f32({2}, {1, 2}), i32({2}, {1, 2})}, {{BP_DTYPE_FLOAT32, {2}}});
+  expect_error(m, BP_STATUS_INVALID_ARGUMENT, "dtype");
+}
+
+// ---------------------------------------------------------------------------
+// Clip
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, ClipAttributesBeforeOpset11) {
+  OpTest t("Clip", 6, {f32({5}, {-3, -1, 0, 1, 3})}, {{BP_DTYPE_FLOAT32, {5}}},
+          {attr_f("min", -1.5f), attr_f("max", 0.5f)});
+  expect_floats(t.run_as<float>(), {-1.5f, -1, 0, 0.5f, 0.5f});
+  OpTest d("Clip", 6, {f32({2}, {-1e30f, 1e30f})}, {{BP_DTYPE_FLOAT32, {2}}}, {attr_f("max", 0.0f)});
+  expect_floats(d.run_as<float>(), {-1e30f, 0});
+}
+
+TEST(CpuRefElementwise, ClipConstantInputs) {
+  OpTest t("Clip", 13, {f32({5}, {-3, -1, 0, 1, 3}), f32({}, {-2}, true), f32({}, {2}, true)},
+          {{BP_DTYPE_FLOAT32, {5}}});
+  expect_floats(t.run_as<float>(), {-2, -1, 0, 1, 2});
+  // Only max given; min absent.
+  OpTest m("Clip", 13, {f32({3}, {-300, 5, 7}), absent(), f32({}, {6}, true)}, {{BP_DTYPE_FLOAT32, {3}}});
+  expect_floats(m.run_as<float>(), {-300, 5, 6});
+  // Relu6 as exported by PyTorch on int.
+  OpTest i("Clip", 13, {i32({4}, {-5, 3, 6, 9}), i32({}, {0}, true), i32({}, {6}, true)},
+          {{BP_DTYPE_INT32, {4}}});
+  EXPECT_EQ(i.run_as<int32_t>(), (std::vector<int32_t>{0, 3, 6, 6}));
+  // min > max: everything becomes max.
+  OpTest x("Clip", 13, {f32({3}, {-1, 0, 5}), f32({}, {3}, true), f32({}, {1}, true)}, {{BP_DTYPE_FLOAT32, {3}}});
+  expect_floats(x.run_as<float>(), {1, 1, 1});
+}
+
+TEST(CpuRefElementwise, ClipBoundsReadAtRunTime) {
+  OpTest t("Clip", 12, {f32({4}, {-3, -1, 1, 3}), f32({}, {-0.5f}), f32({}, {2.5f}, true)},
+          {{BP_DTYPE_FLOAT32, {4}}});
+  expect_floats(t.run_as<float>(), {-0.5f, -0.5f, 1, 2.5f});
+}
+
+// ---------------------------------------------------------------------------
+// Variadic, comparison, logic, Where
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, VariadicMinMaxSumMean) {
+  auto a = f32({2, 3}, {1, 5, 3, -1, 0, 9});
+  auto b = f32({3}, {2, 2, 2});
+  auto c = f32({2, 1}, {4, -4});
+  OpTest mx("Max", 13, {a, b, c}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_floats(mx.run_as<float>(), {4, 5, 4, 2, 2, 9});
+  OpTest mn("Min", 13, {a, b, c}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_floats(mn.run_as<float>(), {1, 2, 2, -4, -4, -4});
+  OpTest sm("Sum", 13, {a, b, c}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_floats(sm.run_as<float>(), {7, 11, 9, -3, -2, 7});
+  OpTest me("Mean", 13, {a, b}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_floats(me.run_as<float>(), {1.5f, 3.5f, 2.5f, 0.5f, 1, 5.5f});
+  OpTest one("Max", 13, {f32({2}, {3, -3})}, {{BP_DTYPE_FLOAT32, {2}}});
+  expect_floats(one.run_as<float>(), {3, -3});
+  OpTest bc("Max", 13, {f32({1}, {0}), f32({2, 2}, {-1, 1, -2, 2})}, {{BP_DTYPE_FLOAT32, {2, 2}}});
+  expect_floats(bc.run_as<float>(), {0, 1, 0, 2});
+  OpTest mi("Min", 13, {i64({3}, {5, -5, 0}), i64({}, {1})}, {{BP_DTYPE_INT64, {3}}});
+  EXPECT_EQ(mi.run_as<int64_t>(), (std::vector<int64_t>{1, -5, 0}));
+}
+
+TEST(CpuRefElementwise, MaxPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OpTest t("Max", 13, {f32({2}, {nan, 1}), f32({2}, {1, nan})}, {{BP_DTYPE_FLOAT32, {2}}});
+  const std::vector<float> y = t.run_as<float>();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+}
+
+TEST(CpuRefElementwise, Comparisons) {
+  auto a = f32({2, 2}, {1, 2, 3, 4});
+  auto b = f32({2}, {2, 3});
+  OpTest eq("Equal", 13, {a, b}, {{BP_DTYPE_BOOL, {2, 2}}});
+  EXPECT_EQ(eq.run_as<uint8_t>(), (std::vector<uint8_t>{0, 0, 0, 0}));
+  OpTest lt("Less", 13, {a, b}, {{BP_DTYPE_BOOL, {2, 2}}});
+  EXPECT_EQ(lt.run_as<uint8_t>(), (std::vector<uint8_t>{1, 1, 0, 0}));
+  OpTest gt("Greater", 13, {a, b}, {{BP_DTYPE_BOOL, {2, 2}}});
+  EXPECT_EQ(gt.run_as<uint8_t>(), (std::vector<uint8_t>{0, 0, 1, 1}));
+  OpTest ei("Equal", 13, {i64({3}, {7, 8, 9}), i64({}, {8})}, {{BP_DTYPE_BOOL, {3}}});
+  EXPECT_EQ(ei.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 0}));
+  OpTest eb("Equal", 13, {b8({4}, {0, 0, 1, 1}), b8({4}, {0, 1, 0, 1})}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(eb.run_as<uint8_t>(), (std::vector<uint8_t>{1, 0, 0, 1}));
+  OpTest li("Less", 13, {i32({3}, {-1, 0, 1}), i32({1}, {0})}, {{BP_DTYPE_BOOL, {3}}});
+  EXPECT_EQ(li.run_as<uint8_t>(), (std::vector<uint8_t>{1, 0, 0}));
+}
+
+TEST(CpuRefElementwise, Logic) {
+  auto a = b8({4}, {0, 0, 1, 1});
+  auto b = b8({4}, {0, 1, 0, 1});
+  OpTest n("Not", 1, {a}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(n.run_as<uint8_t>(), (std::vector<uint8_t>{1, 1, 0, 0}));
+  OpTest an("And", 7, {a, b}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(an.run_as<uint8_t>(), (std::vector<uint8_t>{0, 0, 0, 1}));
+  OpTest o("Or", 7, {a, b}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(o.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 1, 1}));
+  OpTest ob("Or", 7, {b8({2, 1}, {0, 1}), b8({2}, {0, 1})}, {{BP_DTYPE_BOOL, {2, 2}}});
+  EXPECT_EQ(ob.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 1, 1}));
+  OpTest bad("Not", 1, {f32({1}, {1})}, {{BP_DTYPE_FLOAT32, {1}}});
+  expect_error(bad, BP_STATUS_UNSUPPORTED, "float32");
+}
+
+TEST(CpuRefElementwise, WhereBroadcasts) {
+  OpTest t("Where", 16, {b8({2, 1}, {1, 0}), f32({3}, {1, 2, 3}), f32({}, {-1})}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  expect_floats(t.run_as<float>(), {1, 2, 3, -1, -1, -1});
+  OpTest i("Where", 16, {b8({3}, {0, 1, 0}), i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2, 1}, {-7, -8})},
+          {{BP_DTYPE_INT64, {2, 3}}});
+  EXPECT_EQ(i.run_as<int64_t>(), (std::vector<int64_t>{-7, 2, -7, -8, 5, -8}));
+  OpTest bad("Where", 16, {f32({1}, {1}), f32({1}, {1}), f32({1}, {1})}, {{BP_DTYPE_FLOAT32, {1}}});
+  expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "bool");
+}
+
+// ---------------------------------------------------------------------------
+// Identity, Dropout, Cast
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, IdentityAndDropout) {
+  OpTest id("Identity", 16, {i64({3}, {4, 5, 6})}, {{BP_DTYPE_INT64, {3}}});
+  EXPECT_EQ(id.run_as<int64_t>(), (std::vector<int64_t>{4, 5, 6}));
+  OpTest d("Dropout", 13, {f32({3}, {1, 2, 3}), f32({}, {0.5f}, true)},
+          {{BP_DTYPE_FLOAT32, {3}}, {BP_DTYPE_BOOL, {3}}});
+  const auto outs = d.run();
+  std::vector<float> y(3);
+  std::memcpy(y.data(), outs[0].data(), 12);
+  expect_floats(y, {1, 2, 3});
+  EXPECT_EQ(outs[1], (std::vector<uint8_t>{1, 1, 1}));
+  OpTest tr("Dropout", 13, {f32({1}, {1}), f32({}, {0.5f}, true), b8({}, {1}, true)}, {{BP_DTYPE_FLOAT32, {1}}});
+  expect_error(tr, BP_STATUS_UNSUPPORTED, "training");
+}
+
+TEST(CpuRefElementwise, CastFloatToIntegersTruncates) {
+  const std::vector<float> x = {-2.7f, -0.5f, 0.0f, 2.7f, 3.999f};
+  OpTest i("Cast", 13, {f32({5}, x)}, {{BP_DTYPE_INT32, {5}}}, {attr_i("to", BP_DTYPE_INT32)});
+  EXPECT_EQ(i.run_as<int32_t>(), (std::vector<int32_t>{-2, 0, 0, 2, 3}));
+  OpTest l("Cast", 13, {f32({5}, x)}, {{BP_DTYPE_INT64, {5}}}, {attr_i("to", BP_DTYPE_INT64)});
+  EXPECT_EQ(l.run_as<int64_t>(), (std::vector<int64_t>{-2, 0, 0, 2, 3}));
+  OpTest b("Cast", 13, {f32({5}, x)}, {{BP_DTYPE_BOOL, {5}}}, {attr_i("to", BP_DTYPE_BOOL)});
+  EXPECT_EQ(b.run_as<uint8_t>(), (std::vector<uint8_t>{1, 1, 0, 1, 1}));
+  OpTest u("Cast", 13, {f32({3}, {0.5f, 200.9f, 255.0f})}, {{BP_DTYPE_UINT8, {3}}}, {attr_i("to", BP_DTYPE_UINT8)});
+  EXPECT_EQ(u.run_as<uint8_t>(), (std::vector<uint8_t>{0, 200, 255}));
+}
+
+TEST(CpuRefElementwise, CastBetweenIntegersBoolAndHalf) {
+  OpTest bf("Cast", 13, {b8({3}, {1, 0, 1})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  expect_floats(bf.run_as<float>(), {1, 0, 1});
+  OpTest uf("Cast", 13, {u8({3}, {0, 128, 255})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  expect_floats(uf.run_as<float>(), {0, 128, 255});
+  OpTest ib("Cast", 13, {i64({3}, {0, -3, 7})}, {{BP_DTYPE_BOOL, {3}}}, {attr_i("to", BP_DTYPE_BOOL)});
+  EXPECT_EQ(ib.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  OpTest nar("Cast", 13, {i32({3}, {300, -129, 5})}, {{BP_DTYPE_INT8, {3}}}, {attr_i("to", BP_DTYPE_INT8)});
+  EXPECT_EQ(nar.run_as<int8_t>(), (std::vector<int8_t>{44, 127, 5}));  // wraps modulo 256
+  OpTest ih("Cast", 13, {i64({3}, {1, -2049, 70000})}, {{BP_DTYPE_FLOAT16, {3}}}, {attr_i("to", BP_DTYPE_FLOAT16)});
+  const std::vector<uint16_t> h = ih.run_as<uint16_t>();
+  EXPECT_EQ(half_to_float(h[0]), 1.0f);
+  EXPECT_EQ(half_to_float(h[1]), -2048.0f);  // -2049 ties to even in half
+  EXPECT_TRUE(std::isinf(half_to_float(h[2])));
+  OpTest hf("Cast", 13, {f16({2}, {0.1f, -65504.0f})}, {{BP_DTYPE_FLOAT32, {2}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  expect_floats(hf.run_as<float>(), {half_to_float(float_to_half(0.1f)), -65504.0f}, 0);
+  OpTest hi("Cast", 13, {f16({2}, {-7.75f, 1000.5f})}, {{BP_DTYPE_INT32, {2}}}, {attr_i("to", BP_DTYPE_INT32)});
+  EXPECT_EQ(hi.run_as<int32_t>(), (std::vector<int32_t>{-7, 1000}));
+  OpTest mismatch("Cast", 13, {f32({1}, {1})}, {{BP_DTYPE_INT32, {1}}}, {attr_i("to", BP_DTYPE_INT64)});
+  expect_error(mismatch, BP_STATUS_INVALID_ARGUMENT, "'to'");
+}
+
+}  // namespace

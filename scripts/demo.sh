@@ -5,9 +5,10 @@
 #
 # Runs BUILD_DIR/bin/backplane on models/demo.onnx (a small CNN with seeded,
 # untrained weights, made by scripts/make_demo_model.py) and shows where each
-# partition ran, the top-5 classes and the latency (the CLI prints all three).
-# If Debian's numpy is present it also checks the result against PyTorch's
-# output stored in models/demo_expected.npy.
+# partition ran, the top-5 classes and the latency (the CLI prints all three;
+# the weights are seeded, not trained, so class numbers carry no meaning).
+# If Debian's numpy is present it also checks the written output against
+# PyTorch's, stored in models/demo_expected.npy.
 set -euo pipefail
 
 build_dir=${1:-build}
@@ -44,10 +45,6 @@ import sys
 import numpy as np
 p = np.load(sys.argv[1])[0]
 ref = np.load(sys.argv[2])[0]
-top = np.argsort(-p)[:5]
-print("top-5 classes (seeded, untrained weights):")
-for rank, c in enumerate(top, 1):
-    print(f"  {rank}. class {c}  p={p[c]:.4f}")
 diff = float(np.max(np.abs(p - ref)))
 ok = diff <= 1e-4 * float(np.max(np.abs(ref)))
 print(f"matches PyTorch's output: {'yes' if ok else 'NO'} (max |diff| {diff:.2e})")

@@ -13,7 +13,6 @@
 #include "reference/kernel.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,18 @@ void register_matmul(KernelRegistry& registry);
 void register_pool(KernelRegistry& registry);
 void register_norm(KernelRegistry& registry);
 void register_resize(KernelRegistry& registry);
+
+std::string dims_str(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+// Floor division for possibly negative numerators (b > 0).
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 [[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why) {
   throw sdk::Error(BP_STATUS_UNSUPPORTED, info.describe() + ": " + why);

@@ -24,16 +24,10 @@ std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, c
                                          const Dims& strides, const Dims& dilations, const Dims& out);
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
           const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
+std::string dims_str(const Dims& d);
+int64_t floor_div(int64_t a, int64_t b);
 
 namespace {
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 // Positions o in [0, n_o) with 0 <= o*stride + offset < n_target form the
 // range [*lo, *hi).

@@ -2,7 +2,9 @@
 #include "reference/kernel.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace backplane::cpuref {
@@ -15,14 +17,9 @@ void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
                      const std::vector<size_t>& outputs);
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
           const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
+std::string dims_str(const Dims& d);
 
 namespace {
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 // ---------------------------------------------------------------------------
 // Gemm: Y = alpha * A' * B' + beta * C, A' = transA ? A^T : A, likewise B'.

@@ -20,14 +20,9 @@ namespace nn {
 bool has_output(const NodeInfo& info, size_t i);
 void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
                      const std::vector<size_t>& outputs);
+std::string dims_str(const Dims& d);
 
 namespace {
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 // Mean and 1/sqrt(variance + epsilon) of n floats at stride 1.
 void moments(const float* x, int64_t n, float epsilon, double* mean, double* inv_std) {

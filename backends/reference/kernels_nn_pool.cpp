@@ -26,16 +26,11 @@ void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
                      const std::vector<size_t>& outputs);
 std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, const Dims& kernel,
                                          const Dims& strides, const Dims& dilations, const Dims& out);
+std::string dims_str(const Dims& d);
+int64_t floor_div(int64_t a, int64_t b);
 
 namespace {
 
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 // One spatial axis of a pooling window, tabulated per output position.

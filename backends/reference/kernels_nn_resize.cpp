@@ -23,17 +23,12 @@ namespace nn {
 [[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
 void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
                      const std::vector<size_t>& outputs);
+std::string dims_str(const Dims& d);
 
 namespace {
 
 constexpr size_t kMaxRank = 8;
 constexpr int64_t kMaxOuterTaps = 64;  // taps combined over all axes but the last
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 struct AxisTaps {
   int64_t taps = 1;

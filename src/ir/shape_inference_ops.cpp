@@ -61,9 +61,11 @@ Status infer_hard_sigmoid(InferCtx& c) {
 }
 
 Status infer_gelu(InferCtx& c) {
-  BP_ASSIGN_OR_RETURN(std::string approx, c.node.attr_string("approximate", "none"));
-  if (approx != "none" && approx != "tanh")
-    return c.error("attribute 'approximate' is '" + approx + "', expected 'none' or 'tanh'");
+  // Not BP_ASSIGN_OR_RETURN: GCC 12 warns falsely about the moved-out string.
+  Result<std::string> approx = c.node.attr_string("approximate", "none");
+  if (!approx.ok()) return approx.status();
+  if (*approx != "none" && *approx != "tanh")
+    return c.error("attribute 'approximate' is '" + *approx + "', expected 'none' or 'tanh'");
   return float_unary(c);
 }
 
@@ -1045,7 +1047,8 @@ Status infer_resize(InferCtx& c) {
     BP_RETURN_IF_ERROR(c.require_inputs(2, 2));
     BP_ASSIGN_OR_RETURN(scales, c.numbers_input(1, "scales"));
   } else {
-    BP_RETURN_IF_ERROR(c.require_inputs(c.opset >= 13 ? 1 : 3, 4));
+    // roi and scales are required inputs in opsets 11-12, but exporters pass "" for them.
+    BP_RETURN_IF_ERROR(c.require_inputs(1, 4));
     BP_ASSIGN_OR_RETURN(ctm, c.node.attr_string("coordinate_transformation_mode", "half_pixel"));
     const bool has_scales = c.has(2) && shape_numel(c.shape(2)) > 0;
     const bool has_sizes = c.has(3) && shape_numel(c.shape(3)) > 0;

@@ -1,0 +1,79 @@
+# Install rules and packages. Included once from the top-level CMakeLists.txt,
+# after every target exists.
+#
+# Layout under the install prefix:
+#   include/backplane/*.h, *.hpp           ABI header, backend SDK, C++ API
+#   bin/backplane                          the command line
+#   lib/libbackplane.a                     the runtime (+ libbackplane_backend_CpuRef.a it links)
+#   lib/backplane/backends/                dynamic backends searched by default
+#     Backplane_CpuRef_backend.so
+#   lib/cmake/Backplane/                   find_package(Backplane)
+#     BackplaneConfig.cmake, BackplaneConfigVersion.cmake,
+#     BackplaneAbiTargets.cmake            Backplane::abi (what a backend needs)
+#     BackplaneRuntimeTargets.cmake        Backplane::backplane (what an app needs)
+#     BackplaneBackend.cmake, backplane_backend.map   backplane_add_backend()
+#   lib/pkgconfig/backplane-backend.pc     Cflags for the ABI header + SDK
+#
+# Everything is relocatable: `cmake --install build --prefix DIR` works for any
+# DIR. (The runtime's *default* backend directory is compiled in from
+# CMAKE_INSTALL_PREFIX at configure time; configure with the prefix you will
+# install to, or pass --backend-path / BACKPLANE_BACKEND_PATHS.)
+include(CMakePackageConfigHelpers)
+
+set(BACKPLANE_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Backplane)
+set(BACKPLANE_BACKEND_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/backplane/backends)
+
+# The backend API version, read from the header so it is never restated.
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/backplane/backend_abi.h _bp_abi_lines
+     REGEX "^#define BP_API_VERSION_(MAJOR|MINOR) ")
+string(REGEX REPLACE ".*MAJOR ([0-9]+)u.*" "\\1" BACKPLANE_BACKEND_API_MAJOR "${_bp_abi_lines}")
+string(REGEX REPLACE ".*MINOR ([0-9]+)u.*" "\\1" BACKPLANE_BACKEND_API_MINOR "${_bp_abi_lines}")
+set(BACKPLANE_BACKEND_API_VERSION "${BACKPLANE_BACKEND_API_MAJOR}.${BACKPLANE_BACKEND_API_MINOR}")
+
+# ---- headers, CLI, libraries, backend modules -------------------------------
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/backplane
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+
+install(TARGETS backplane_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+install(TARGETS backplane_abi EXPORT BackplaneAbiTargets)
+
+# libbackplane.a links the static CpuRef privately; a static library's private
+# dependencies are still needed by whoever links it, so CpuRef is installed and
+# exported too (as Backplane::backend_CpuRef, not meant to be used directly).
+set_target_properties(backplane_backend_CpuRef PROPERTIES EXPORT_NAME backend_CpuRef)
+install(TARGETS backplane backplane_backend_CpuRef EXPORT BackplaneRuntimeTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
+# ---- CMake package ----------------------------------------------------------
+install(EXPORT BackplaneAbiTargets NAMESPACE Backplane::
+        FILE BackplaneAbiTargets.cmake DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
+install(EXPORT BackplaneRuntimeTargets NAMESPACE Backplane::
+        FILE BackplaneRuntimeTargets.cmake DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
+
+configure_package_config_file(
+  ${PROJECT_SOURCE_DIR}/cmake/BackplaneConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/BackplaneConfig.cmake
+  INSTALL_DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR BACKPLANE_BACKEND_INSTALL_DIR)
+# 0.x: a new minor may change the C++ API, so only the same minor matches.
+# (Backends are bound by the backend API version instead, see abi-versioning.md.)
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/BackplaneConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES
+          ${PROJECT_BINARY_DIR}/BackplaneConfig.cmake
+          ${PROJECT_BINARY_DIR}/BackplaneConfigVersion.cmake
+          ${PROJECT_SOURCE_DIR}/cmake/BackplaneBackend.cmake
+          ${PROJECT_SOURCE_DIR}/cmake/backplane_backend.map
+        DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
+
+# ---- pkg-config: the ABI header and SDK only ---------------------------------
+# The prefix is computed from the .pc file's own location, so it stays right
+# after `cmake --install --prefix` to another directory.
+file(RELATIVE_PATH _bp_pc_to_prefix "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/backplane-backend.pc.in
+               ${PROJECT_BINARY_DIR}/backplane-backend.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/backplane-backend.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

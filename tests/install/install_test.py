@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Install Backplane into a scratch prefix and use it the way an outsider does.
+
+1. `cmake --install BUILD --prefix WORK/prefix`, then check the layout.
+2. Build examples/custom_backend in a fresh directory against the prefix
+   (find_package(Backplane) + backplane_add_backend), giving
+   Example_MyAcc_backend.so.
+3. `backplane backends --backend-path DIR --json`: MyAcc is registered.
+4. A small ONNX model (Add, Relu, Sigmoid) run with
+   `backplane run --backends MyAcc,CpuRef`: Add and Relu run on MyAcc, Sigmoid
+   falls back to CpuRef, and the output equals numpy's.
+5. A C file including backend_abi.h and a C++ file including backend_sdk.hpp
+   compile with nothing but `pkg-config --cflags backplane-backend`.
+6. Install the custom backend into the prefix; the installed CLI finds it
+   through BACKPLANE_BACKEND_PATHS.
+7. examples/app built against the installed package loads and runs the model.
+
+Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
+numpy and onnx.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+    return cond
+
+
+def run(cmd, env=None, cwd=None):
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(p.stdout)
+        print(p.stderr, file=sys.stderr)
+        raise SystemExit(f"command failed with exit status {p.returncode}: {' '.join(cmd)}")
+    return p
+
+
+def make_model(path):
+    """y = Sigmoid(Relu(x + w)), float32[2,4]; w is an initializer."""
+    w = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(2, 4)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "w"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["r"], name="relu"),
+            helper.make_node("Sigmoid", ["r"], ["y"], name="sigmoid"),
+        ],
+        "add_relu_sigmoid",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return w
+
+
+def reference(x, w):
+    return 1.0 / (1.0 + np.exp(-np.maximum(x + w, 0.0)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("build-dir", "source-dir", "work-dir", "cmake", "generator", "c-compiler", "cxx-compiler",
+              "pkg-config"):
+        ap.add_argument("--" + a, required=True)
+    args = ap.parse_args()
+
+    work = args.work_dir
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    prefix = os.path.join(work, "prefix")
+    build_cli = os.path.join(args.build_dir, "bin", "backplane")
+    # Nothing from the developer's environment may steer discovery.
+    env = {k: v for k, v in os.environ.items() if k not in ("BACKPLANE_BACKEND_PATHS", "PKG_CONFIG_PATH")}
+
+    # 1. Install.
+    run([args.cmake, "--install", args.build_dir, "--prefix", prefix], env=env)
+    for rel in ("include/backplane/backend_abi.h", "include/backplane/backend_sdk.hpp",
+                "include/backplane/runtime.hpp", "bin/backplane", "lib/libbackplane.a",
+                "lib/backplane/backends/Backplane_CpuRef_backend.so",
+                "lib/cmake/Backplane/BackplaneConfig.cmake", "lib/cmake/Backplane/BackplaneConfigVersion.cmake",
+                "lib/cmake/Backplane/BackplaneBackend.cmake", "lib/pkgconfig/backplane-backend.pc"):
+        check(os.path.exists(os.path.join(prefix, rel)), "installed " + rel)
+    check(not os.path.exists(os.path.join(prefix, "lib/backplane/backends/Backplane_Null_backend.so")),
+          "the Null skeleton is not installed as a default backend")
+
+    cmake_common = ["-G", args.generator, f"-DCMAKE_C_COMPILER={args.c_compiler}",
+                    f"-DCMAKE_CXX_COMPILER={args.cxx_compiler}", f"-DCMAKE_PREFIX_PATH={prefix}",
+                    "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF"]
+
+    # 2. The out-of-tree backend.
+    backend_build = os.path.join(work, "custom_backend_build")
+    run([args.cmake, "-S", os.path.join(args.source_dir, "examples", "custom_backend"), "-B", backend_build]
+        + cmake_common + [f"-DCMAKE_INSTALL_PREFIX={prefix}"], env=env)
+    run([args.cmake, "--build", backend_build], env=env)
+    backend_dir = os.path.join(backend_build, "lib", "backplane", "backends")
+    so = os.path.join(backend_dir, "Example_MyAcc_backend.so")
+    check(os.path.isfile(so), "built " + so)
+    nm = subprocess.run(["nm", "-D", "--defined-only", so], stdout=subprocess.PIPE, text=True)
+    exported = sorted(line.split()[-1] for line in nm.stdout.splitlines() if line.strip())
+    check(exported == ["BackendFactory", "GetBackendId", "GetVersion"],
+          f"the module exports only the entry points (got {exported})")
+
+    # 3. Registered?
+    p = run([build_cli, "backends", "--backend-path", backend_dir, "--json"], env=env)
+    listing = json.loads(p.stdout)
+    mine = [b for b in listing["backends"] if b["id"] == "MyAcc"]
+    check(len(mine) == 1, "backplane backends lists MyAcc")
+    if mine:
+        check(mine[0]["vendor"] == "Example" and mine[0]["source"] == "dynamic", "MyAcc is Example's, dynamic")
+    files = [f for f in listing["files"] if os.path.basename(f["path"]) == "Example_MyAcc_backend.so"]
+    check(len(files) == 1 and files[0]["status"] == "loaded", "Example_MyAcc_backend.so has status 'loaded'")
+
+    # 4. Run a model on it.
+    model = os.path.join(work, "add_relu_sigmoid.onnx")
+    w = make_model(model)
+    x = np.linspace(-2.0, 2.0, 8, dtype=np.float32).reshape(2, 4)
+    np.save(os.path.join(work, "x.npy"), x)
+    out_dir = os.path.join(work, "out")
+    p = run([build_cli, "run", model, "--backends", "MyAcc,CpuRef", "--backend-path", backend_dir,
+             "--input", "x=" + os.path.join(work, "x.npy"), "--output-dir", out_dir, "--json"], env=env)
+    result = json.loads(p.stdout)
+    parts = [(q["backend"], q["nodes"]) for q in result["partitions"]]
+    check(parts == [("MyAcc", ["add", "relu"]), ("CpuRef", ["sigmoid"])],
+          f"partitions: Add+Relu on MyAcc, Sigmoid on CpuRef (got {parts})")
+    check(result["backends_used"] == ["MyAcc", "CpuRef"], f"backends_used (got {result['backends_used']})")
+    y = np.load(os.path.join(out_dir, "y.npy"))
+    check(y.shape == (2, 4) and np.allclose(y, reference(x, w), atol=1e-6), "output y matches numpy")
+
+    # 5. pkg-config only.
+    pc_env = dict(env, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+    cflags = run([args.pkg_config, "--cflags", "backplane-backend"], env=pc_env).stdout.split()
+    check(any(os.path.realpath(f[2:]) == os.path.realpath(os.path.join(prefix, "include"))
+              for f in cflags if f.startswith("-I")), f"pkg-config --cflags points at the prefix ({cflags})")
+    c_src = os.path.join(work, "abi_check.c")
+    with open(c_src, "w") as f:
+        f.write("#include <backplane/backend_abi.h>\n"
+                "int main(void) { return BP_API_VERSION_MAJOR == 1u && "
+                "BP_BACKEND_API_SIZE_1_0 > sizeof(size_t) ? 0 : 1; }\n")
+    run([args.c_compiler, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"] + cflags
+        + [c_src, "-o", os.path.join(work, "abi_check")], env=env)
+    run([os.path.join(work, "abi_check")])
+    check(True, "backend_abi.h compiles as C99 with pkg-config flags alone")
+    cxx_src = os.path.join(work, "sdk_check.cpp")
+    with open(cxx_src, "w") as f:
+        f.write("#include <backplane/backend_sdk.hpp>\n"
+                "int main() { return backplane::sdk::Error(BP_STATUS_INTERNAL, \"x\").code() == "
+                "BP_STATUS_INTERNAL ? 0 : 1; }\n")
+    run([args.cxx_compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror"] + cflags
+        + [cxx_src, "-o", os.path.join(work, "sdk_check")], env=env)
+    run([os.path.join(work, "sdk_check")])
+    check(True, "backend_sdk.hpp compiles as C++17 with pkg-config flags alone")
+
+    # 6. Install the backend next to CpuRef; the installed CLI finds it there.
+    run([args.cmake, "--install", backend_build], env=env)
+    installed_dir = os.path.join(prefix, "lib", "backplane", "backends")
+    check(os.path.isfile(os.path.join(installed_dir, "Example_MyAcc_backend.so")),
+          "cmake --install put Example_MyAcc_backend.so in <prefix>/lib/backplane/backends")
+    p = run([os.path.join(prefix, "bin", "backplane"), "backends", "--json"],
+            env=dict(env, BACKPLANE_BACKEND_PATHS=installed_dir))
+    listing = json.loads(p.stdout)
+    check([b["id"] for b in listing["backends"]] == ["CpuRef", "MyAcc"],
+          f"installed CLI + BACKPLANE_BACKEND_PATHS: CpuRef (static) and MyAcc (got "
+          f"{[b['id'] for b in listing['backends']]})")
+
+    # 7. The application, against the installed package.
+    app_build = os.path.join(work, "app_build")
+    run([args.cmake, "-S", os.path.join(args.source_dir, "examples", "app"), "-B", app_build] + cmake_common,
+        env=env)
+    run([args.cmake, "--build", app_build], env=env)
+    p = run([os.path.join(app_build, "backplane_app"), model, "MyAcc,CpuRef"],
+            env=dict(env, BACKPLANE_BACKEND_PATHS=installed_dir))
+    lines = p.stdout.splitlines()
+    check("partition on MyAcc: add relu" in lines and "partition on CpuRef: sigmoid" in lines,
+          f"app partitions (got {lines[:2]})")
+    ramp = (-1.0 + 0.25 * np.arange(8, dtype=np.float32)).reshape(2, 4)
+    y_lines = [ln for ln in lines if ln.startswith("y float32 [2,4]:")]
+    if check(len(y_lines) == 1, "app prints output y"):
+        got = np.array([float(v) for v in y_lines[0].split(":")[1].split()], dtype=np.float32)
+        check(np.allclose(got, reference(ramp, w).ravel(), atol=1e-5), "app output matches numpy")
+
+    if FAILURES:
+        print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print("all install checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

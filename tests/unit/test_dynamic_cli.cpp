@@ -1,0 +1,116 @@
+// `backplane backends --json` over a directory of good, duplicate, malformed
+// and crashing backends: the command succeeds and reports every file's fate.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kMocks = BACKPLANE_TESTING_BACKENDS_DIR;
+
+struct Output {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs the CLI with `args`; stdout captured, stderr left to the test log.
+Output run_cli(const std::string& args) {
+  Output o;
+  std::string cmd = std::string("'") + BACKPLANE_CLI + "' " + args;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
+  int status = ::pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+const json* file_entry(const json& j, const std::string& name) {
+  for (const json& f : j.at("files"))
+    if (fs::path(f.at("path").get<std::string>()).filename() == name) return &f;
+  return nullptr;
+}
+
+#define EXPECT_FILE(j, name, status_, step_, reason_part)                                       \
+  do {                                                                                          \
+    const json* f_ = file_entry((j), (name));                                                   \
+    ASSERT_NE(f_, nullptr) << (name) << " not listed";                                          \
+    EXPECT_EQ(f_->at("status"), (status_)) << (name) << ": " << f_->dump();                     \
+    EXPECT_EQ(f_->at("step"), (step_)) << (name) << ": " << f_->dump();                         \
+    EXPECT_NE(f_->at("reason").get<std::string>().find(reason_part), std::string::npos)         \
+        << (name) << ": " << f_->dump();                                                        \
+  } while (0)
+
+TEST(DynamicBackendsCli, BackendsJsonReportsEveryFileWithProbe) {
+  const std::string dir = kMocks + "/cli";
+  Output o = run_cli("--backend-path '" + dir + "' --probe-backends --log-level off backends --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  json j = json::parse(o.out);
+
+  // Registered: the static CpuRef and the one good dynamic MockA.
+  bool cpuref = false, mock = false;
+  for (const json& b : j.at("backends")) {
+    if (b.at("id") == "CpuRef") {
+      cpuref = true;
+      EXPECT_EQ(b.at("source"), "static");
+    }
+    if (b.at("id") == "MockA") {
+      mock = true;
+      EXPECT_EQ(b.at("source"), "dynamic");
+      EXPECT_EQ(b.at("path"), fs::canonical(dir + "/Mock_MockA_backend.so").string());
+      EXPECT_EQ(b.at("description"), "A");
+    }
+  }
+  EXPECT_TRUE(cpuref);
+  EXPECT_TRUE(mock);
+  EXPECT_EQ(j.at("backends").size(), 2u);
+
+  ASSERT_EQ(j.at("files").size(), 5u) << j.at("files").dump(1);
+  EXPECT_FILE(j, "Mock_MockA_backend.so", "loaded", "", "");
+  EXPECT_FILE(j, "Mock_Other_backend.so", "superseded", "register", "same id 'MockA'");
+  EXPECT_FILE(j, "Mock_CrashCreate_backend.so", "rejected", "probe", "signal 11");
+  EXPECT_FILE(j, "Mock_NoId_backend.so", "rejected", "probe", "missing entry point");
+  EXPECT_FILE(j, "Mock_Text_backend.so", "rejected", "probe", "dlopen");
+  EXPECT_EQ(file_entry(j, "Mock_MockA_backend.so")->at("id"), "MockA");
+  EXPECT_EQ(file_entry(j, "Mock_Other_backend.so")->at("id"), "MockA");
+
+  ASSERT_EQ(j.at("paths").size(), 1u);
+  EXPECT_EQ(j.at("paths")[0].at("path"), dir);
+  EXPECT_EQ(j.at("paths")[0].at("used"), true);
+}
+
+TEST(DynamicBackendsCli, BackendsJsonWithoutProbeGivesEachFailingStep) {
+  // No crashing file here: without the probe it would take the CLI down.
+  const std::string dir = kMocks + "/bad_table";
+  Output o = run_cli("--backend-path '" + dir + "' --log-level off backends --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  json j = json::parse(o.out);
+  ASSERT_EQ(j.at("files").size(), 3u);
+  EXPECT_FILE(j, "Mock_Refuse_backend.so", "rejected", "create", "mock refuses");
+  EXPECT_FILE(j, "Mock_NullSlot_backend.so", "rejected", "table", "query_support");
+  EXPECT_FILE(j, "Mock_SmallTable_backend.so", "rejected", "table", "struct_size");
+
+  o = run_cli("--backend-path '" + kMocks + "/missing_symbols' --log-level off backends --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  j = json::parse(o.out);
+  EXPECT_FILE(j, "Mock_NoId_backend.so", "rejected", "symbols", "GetBackendId");
+  EXPECT_FILE(j, "Mock_NoFactory_backend.so", "rejected", "symbols", "BackendFactory");
+}
+
+TEST(DynamicBackendsCli, NoBackendAtAllFailsWithExitCode1) {
+  Output o = run_cli("--backend-path '" + kMocks + "/empty' --disable-static-backend CpuRef --log-level off "
+                     "backends --json 2>/dev/null");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_TRUE(o.out.empty()) << o.out;
+}
+
+}  // namespace

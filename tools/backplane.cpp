@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -190,6 +191,47 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
   return 0;
 }
 
+struct PartitionArgs {
+  std::string model;
+  std::string backends;
+  std::vector<std::string> overrides;
+  bool json = false;
+  std::string dot;
+  bool allow_fallback = false;
+};
+
+// Fills overrides from NODE=BACKEND strings; "" on success, else the message.
+std::string parse_overrides(const std::vector<std::string>& items, backplane::ModelOptions* mo) {
+  for (const std::string& o : items) {
+    size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
+      return "--override expects NODE=BACKEND, got '" + o + "'";
+    mo->overrides[o.substr(0, eq)] = o.substr(eq + 1);
+  }
+  return "";
+}
+
+int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
+  auto opts = runtime_options(g, 0);
+  if (!opts.ok()) return fail(opts.status().message());
+  backplane::ModelOptions mo;
+  mo.backends = split(a.backends, ',');
+  mo.allow_fallback = a.allow_fallback;
+  if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
+  auto rt = backplane::Runtime::create(*opts);
+  if (!rt.ok()) return fail(rt.status().message());
+  auto model = (*rt)->load_model(a.model, mo);
+  if (!model.ok()) return fail(model.status().message());
+  if (!a.dot.empty()) {
+    std::ofstream out(a.dot);
+    out << (*model)->describe_plan(backplane::PlanFormat::kDot);
+    if (!out) return fail(a.dot + ": cannot write");
+  }
+  std::cout << (*model)->describe_plan(a.json ? backplane::PlanFormat::kJson : backplane::PlanFormat::kText)
+            << (a.json ? "\n" : "");
+  return 0;
+}
+
 struct RunArgs {
   std::string model;
   std::string backends;
@@ -200,6 +242,7 @@ struct RunArgs {
   int warmup = 0;
   int threads = 0;
   bool json = false;
+  bool allow_fallback = false;
 };
 
 int cmd_run(const GlobalOptions& g, const RunArgs& a) {
@@ -209,12 +252,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
 
   backplane::ModelOptions mo;
   mo.backends = split(a.backends, ',');
-  for (const std::string& o : a.overrides) {
-    size_t eq = o.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
-      return fail("--override expects NODE=BACKEND, got '" + o + "'");
-    mo.overrides[o.substr(0, eq)] = o.substr(eq + 1);
-  }
+  mo.allow_fallback = a.allow_fallback;
+  if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
   std::map<std::string, Tensor> given;
   for (const std::string& in : a.inputs) {
     size_t eq = in.find('=');
@@ -287,6 +326,7 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     j["backends_used"] = (*model)->backends_used();
     j["partitions"] = json::array();
     for (const auto& p : parts) j["partitions"].push_back({{"backend", p.backend}, {"nodes", p.nodes}});
+    j["copies"] = (*model)->copies().size();
     j["load_ms"] = load_ms;
     j["latency_ms"] = {{"min", sorted.front()}, {"median", median}, {"max", sorted.back()}};
     j["runs"] = times.size();
@@ -318,6 +358,7 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
 int main(int argc, char** argv) {
   CLI::App app{"Backplane: run neural networks on pluggable backends"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand: `backplane run M --backend-path D`
   GlobalOptions g;
   app.add_option("--backend-path", g.backend_path, "Directory of dynamic backends (overrides every other source)");
   app.add_flag("--no-dynamic-backends", g.no_dynamic, "Do not load dynamic backends");
@@ -343,6 +384,16 @@ int main(int argc, char** argv) {
   run->add_option("--warmup", r.warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   run->add_option("--threads", r.threads, "Threads per backend (0 = default)")->check(CLI::NonNegativeNumber);
   run->add_flag("--json", r.json, "Print one JSON object");
+  run->add_flag("--allow-fallback", r.allow_fallback, "A pinned node may fall back if its backend cannot run it");
+
+  PartitionArgs pa;
+  CLI::App* partition = app.add_subcommand("partition", "Show which backend runs which node, and why");
+  partition->add_option("MODEL", pa.model, "Model file (.onnx)")->required();
+  partition->add_option("--backends", pa.backends, "Backend preference, comma-separated");
+  partition->add_option("--override", pa.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  partition->add_flag("--allow-fallback", pa.allow_fallback, "A pinned node may fall back");
+  partition->add_flag("--json", pa.json, "Print one JSON object");
+  partition->add_option("--dot", pa.dot, "Write the plan as a Graphviz DOT file");
 
   try {
     app.parse(argc, argv);
@@ -355,6 +406,7 @@ int main(int argc, char** argv) {
   try {
     if (*backends) return cmd_backends(g, backends_json);
     if (*run) return cmd_run(g, r);
+    if (*partition) return cmd_partition(g, pa);
   } catch (const std::exception& e) {
     return fail(std::string("unexpected: ") + e.what());
   }

@@ -245,7 +245,10 @@ static const bp_backend_api_t* table(void) {
   t->destroy = mock_destroy;
   t->get_info = mock_get_info;
   t->configure = mock_configure;
-#if !defined(MOCK_NULL_QUERY_SLOT)
+#if defined(MOCK_NULL_QUERY_SLOT)
+  t->query_support = NULL; /* a required slot left out */
+  (void)mock_query_support;
+#else
   t->query_support = mock_query_support;
 #endif
   t->compile = mock_compile;

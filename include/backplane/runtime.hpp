@@ -99,7 +99,19 @@ struct BackendPathReport {
 struct PartitionDescription {
   std::string backend;
   std::vector<std::string> nodes;  // node names, in execution order
+  bool imperative = false;         // run one op at a time (execute_node)
+  std::vector<std::string> inputs, outputs;  // tensors crossing its edge
 };
+
+// A tensor copied between memories (host and a backend's device) per run.
+struct CopyDescription {
+  std::string value;
+  std::string from, to;  // "host" or "<backend>:<device>"
+  size_t bytes = 0;
+  bool once = false;     // a constant, copied when the session is created
+};
+
+enum class PlanFormat { kText, kJson, kDot };
 
 class Session;
 
@@ -111,6 +123,11 @@ class Model {
   virtual const std::vector<PartitionDescription>& partitions() const = 0;
   // Distinct backends used, in order of first use.
   virtual std::vector<std::string> backends_used() const = 0;
+  virtual const std::vector<CopyDescription>& copies() const = 0;
+  // The plan: which backend runs each node and why (with every backend's
+  // reason for rejecting it), the partitions and the copies. kDot renders
+  // with Graphviz, nodes coloured by backend.
+  virtual std::string describe_plan(PlanFormat format) const = 0;
   virtual Result<std::unique_ptr<Session>> create_session() = 0;
 };
 

@@ -1,14 +1,31 @@
 #include "exec/executor.hpp"
 
+#include "core/log.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <set>
 
 namespace backplane {
+namespace {
+
+constexpr int kForever = std::numeric_limits<int>::max();
+
+size_t align_up(size_t n) {
+  return ((std::max<size_t>(n, 1) + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment) * MemoryPlan::kAlignment;
+}
+
+}  // namespace
 
 CompiledPartition::~CompiledPartition() {
   if (compiled != nullptr) backend->api()->compiled_destroy(compiled);
+}
+
+size_t CompiledModel::value_bytes(int value) const {
+  const ir::Value& v = graph_->values[value];
+  return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
 }
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
@@ -19,117 +36,258 @@ Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir:
   m->graph_ = std::move(graph);
   m->network_id_ = network_id;
   m->weights_ = std::make_unique<TensorDataMap>(&m->graph_->constants);
-  BP_ASSIGN_OR_RETURN(m->plan_, make_plan(*m->graph_, registry, options, *m->weights_), m->graph_->source);
+  const std::string& source = m->graph_->source;
 
-  for (const Partition& p : m->plan_.partitions)
-    if (std::find(m->loaded_backends_.begin(), m->loaded_backends_.end(), p.backend) == m->loaded_backends_.end())
-      m->loaded_backends_.push_back(p.backend);
-  for (const auto& b : m->loaded_backends_)
-    if (BP_TABLE_HAS(b->api(), before_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->api()->before_load_network(b->instance(), network_id), "before_load_network"));
-  BP_RETURN_IF_ERROR(m->compile_partitions(num_threads), m->graph_->source);
-  for (const auto& b : m->loaded_backends_)
+  // Plan, compile; nodes a backend fails to compile (ArmNN's "failed
+  // subgraphs") go to the next backend and everything is planned again. Each
+  // round excludes at least one more (node, backend) pair, so this ends.
+  Exclusions excluded;
+  for (;;) {
+    BP_ASSIGN_OR_RETURN(m->plan_, make_plan(*m->graph_, registry, options, *m->weights_, excluded), source);
+    m->loaded_backends_.clear();
+    for (const Partition& p : m->plan_.partitions)
+      if (std::find(m->loaded_backends_.begin(), m->loaded_backends_.end(), p.backend) == m->loaded_backends_.end())
+        m->loaded_backends_.push_back(p.backend);
+    // ArmNN's BeforeLoadNetwork: before the backend compiles anything of it.
+    for (const auto& b : m->loaded_backends_) {
+      if (std::find(m->hooked_.begin(), m->hooked_.end(), b) != m->hooked_.end()) continue;
+      m->hooked_.push_back(b);
+      if (BP_TABLE_HAS(b->api(), before_load_network))
+        BP_RETURN_IF_ERROR(b->check(b->api()->before_load_network(b->instance(), network_id), "before_load_network"));
+    }
+    size_t before = excluded.size();
+    BP_ASSIGN_OR_RETURN(bool complete, m->compile_partitions(num_threads, &excluded), source);
+    if (complete) break;
+    if (excluded.size() == before) return internal_error(source + ": compile made no progress");
+    m->compiled_.clear();
+  }
+  for (const auto& b : m->hooked_)
     if (BP_TABLE_HAS(b->api(), after_load_network))
       BP_RETURN_IF_ERROR(b->check(b->api()->after_load_network(b->instance(), network_id), "after_load_network"));
+  m->plan_steps();
   m->plan_memory();
 
   const ir::Graph& g = *m->graph_;
   for (int v : g.inputs) m->inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
   for (int v : g.outputs) m->outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (const Partition& p : m->plan_.partitions) {
+  for (const auto& cp : m->compiled_) {
     PartitionDescription d;
-    d.backend = p.backend->id();
-    for (int n : p.nodes) d.nodes.push_back(g.nodes[n].name);
+    d.backend = cp->backend->id();
+    d.imperative = cp->imperative;
+    for (int n : cp->view->node_ids()) d.nodes.push_back(g.nodes[n].name);
+    for (int v : cp->view->input_values()) d.inputs.push_back(g.values[v].name);
+    for (int v : cp->view->output_values()) d.outputs.push_back(g.values[v].name);
     m->partition_desc_.push_back(std::move(d));
   }
+  auto describe_copy = [&](const ExecStep& s, bool once) {
+    m->copy_desc_.push_back(
+        {g.values[s.value].name, m->spaces_[s.from].name, m->spaces_[s.to].name, m->value_bytes(s.value), once});
+  };
+  for (const ExecStep& s : m->init_copies_) describe_copy(s, true);
+  for (const ExecStep& s : m->steps_)
+    if (s.kind == ExecStep::kCopy) describe_copy(s, false);
   return m;
 }
 
 CompiledModel::~CompiledModel() {
-  for (const auto& b : loaded_backends_)
+  for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), before_unload_network))
       (void)b->check(b->api()->before_unload_network(b->instance(), network_id_), "before_unload_network");
   compiled_.clear();
-  for (const auto& b : loaded_backends_)
+  for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_unload_network))
       (void)b->check(b->api()->after_unload_network(b->instance(), network_id_), "after_unload_network");
 }
 
-Status CompiledModel::compile_partitions(int num_threads) {
+Result<bool> CompiledModel::compile_partitions(int num_threads, Exclusions* failed) {
+  bool complete = true;
+  spaces_.assign(1, MemorySpace{nullptr, 0, "host"});
   for (size_t i = 0; i < plan_.partitions.size(); ++i) {
     const Partition& p = plan_.partitions[i];
     auto cp = std::make_unique<CompiledPartition>();
     cp->backend = p.backend;
+    cp->imperative = p.imperative;
     std::string name = graph_->name + "/partition_" + std::to_string(i);
     cp->view = GraphView::build(*graph_, p.nodes, weights_.get(), name);
-    if (!BP_TABLE_HAS(p.backend->api(), compile))
-      return unsupported("backend '" + p.backend->id() + "' has no compile slot");
-    bp_compile_options_t opts{};
-    opts.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, blob_store);
-    opts.num_threads = static_cast<uint32_t>(std::max(num_threads, 0));
-    bp_node_report report(p.nodes.size());
-    BP_RETURN_IF_ERROR(p.backend->check(
-        p.backend->api()->compile(p.backend->instance(), cp->view->get(), &opts, &report, &cp->compiled),
-        "compile " + name));
-    for (size_t k = 0; k < p.nodes.size(); ++k)
-      if (report.reported[k] && report.outcome[k] == BP_NODE_REJECTED)
-        return unsupported("backend '" + p.backend->id() + "' failed to compile " +
-                           graph_->nodes[p.nodes[k]].describe() + ": " + report.reason[k]);
-    if (cp->compiled == nullptr)
-      return internal_error("backend '" + p.backend->id() + "' compiled " + name + " into nothing");
+    if (p.imperative) {
+      const ir::Node& node = graph_->nodes[p.nodes.front()];
+      cp->inputs = node.inputs;
+      cp->outputs = node.outputs;
+    } else {
+      cp->inputs = cp->view->input_values();
+      cp->outputs = cp->view->output_values();
+      bp_compile_options_t opts{};
+      opts.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, blob_store);
+      opts.num_threads = static_cast<uint32_t>(std::max(num_threads, 0));
+      bp_node_report report(p.nodes.size());
+      BP_RETURN_IF_ERROR(p.backend->check(
+          p.backend->api()->compile(p.backend->instance(), cp->view->get(), &opts, &report, &cp->compiled),
+          "compile " + name));
+      bool partial = false;
+      for (size_t k = 0; k < p.nodes.size(); ++k)
+        if (report.reported[k] && report.outcome[k] != BP_NODE_SUPPORTED) {
+          failed->insert({p.nodes[k], p.backend->id()});
+          log::info(graph_->nodes[p.nodes[k]].describe() + ": backend '" + p.backend->id() + "' " +
+                    (report.outcome[k] == BP_NODE_REJECTED ? "failed to compile it" : "left it untouched") +
+                    (report.reason[k].empty() ? "" : ": " + report.reason[k]) + "; giving it to the next backend");
+          partial = true;
+        }
+      if (partial) {
+        complete = false;
+        continue;  // cp (and its compiled handle) is discarded
+      }
+      if (cp->compiled == nullptr)
+        return internal_error("backend '" + p.backend->id() + "' compiled " + name + " into nothing");
+    }
+    cp->space = 0;
+    if (p.backend->has_flag(BP_BACKEND_FLAG_DEVICE_MEMORY)) {
+      if (!BP_TABLE_HAS(p.backend->api(), memory_alloc) || !BP_TABLE_HAS(p.backend->api(), memory_free) ||
+          !BP_TABLE_HAS(p.backend->api(), copy_to_device) || !BP_TABLE_HAS(p.backend->api(), copy_from_device))
+        return invalid_argument("backend '" + p.backend->id() +
+                                "' declares device memory but lacks memory_alloc/memory_free/copy slots");
+      auto it = std::find_if(spaces_.begin(), spaces_.end(),
+                             [&](const MemorySpace& s) { return s.backend == p.backend && s.device == 0; });
+      if (it == spaces_.end()) {
+        spaces_.push_back(MemorySpace{p.backend, 0, p.backend->id() + ":0"});
+        it = spaces_.end() - 1;
+      }
+      cp->space = static_cast<int>(it - spaces_.begin());
+    }
     compiled_.push_back(std::move(cp));
   }
-  return ok_status();
+  return complete;
+}
+
+void CompiledModel::plan_steps() {
+  const ir::Graph& g = *graph_;
+  std::vector<int> home(g.values.size(), 0);
+  std::vector<std::set<int>> available(g.values.size());
+  for (int v : g.inputs) available[v].insert(0);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].is_constant()) available[v].insert(0);
+
+  // Makes `v` available in `space`, through the host if it lives on a device.
+  auto ensure = [&](int v, int space) {
+    if (available[v].count(space)) return;
+    bool once = g.values[v].is_constant();
+    std::vector<ExecStep>& out = once ? init_copies_ : steps_;
+    if (space != 0 && home[v] != 0 && !available[v].count(0)) {
+      out.push_back(ExecStep{ExecStep::kCopy, -1, v, home[v], 0});
+      available[v].insert(0);
+    }
+    int from = available[v].count(0) ? 0 : home[v];
+    out.push_back(ExecStep{ExecStep::kCopy, -1, v, from, space});
+    available[v].insert(space);
+  };
+
+  for (size_t i = 0; i < compiled_.size(); ++i) {
+    const CompiledPartition& cp = *compiled_[i];
+    for (int v : cp.inputs)
+      if (v >= 0) ensure(v, cp.space);
+    steps_.push_back(ExecStep{ExecStep::kRun, static_cast<int>(i), -1, 0, 0});
+    for (int v : cp.outputs)
+      if (v >= 0) {
+        home[v] = cp.space;
+        available[v] = {cp.space};
+      }
+  }
+  for (int v : g.outputs) ensure(v, 0);
 }
 
 void CompiledModel::plan_memory() {
   const ir::Graph& g = *graph_;
-  const int kForever = std::numeric_limits<int>::max();
-  // Step 0 is before the first partition; partition i runs at step i + 1.
-  std::vector<int> first(g.values.size(), -1), last(g.values.size(), -1);
-  auto touch = [&](int v, int step) {
-    if (v < 0 || g.values[v].is_constant()) return;
-    if (first[v] < 0 || step < first[v]) first[v] = step;
-    last[v] = std::max(last[v], step);
+  MemoryPlan& mem = memory_;
+  // Lifetimes in step indices; init copies happen before step 0.
+  auto touch = [&](int v, int space, int step) {
+    if (v < 0) return;
+    if (space == 0 && g.values[v].is_constant()) return;  // read in place
+    auto key = std::make_pair(v, space);
+    auto it = mem.buffer_of.find(key);
+    if (it == mem.buffer_of.end()) {
+      MemoryPlan::Buffer b;
+      b.value = v;
+      b.space = space;
+      b.size = align_up(value_bytes(v));
+      b.first = b.last = step;
+      mem.buffer_of[key] = static_cast<int>(mem.buffers.size());
+      mem.buffers.push_back(b);
+      return;
+    }
+    MemoryPlan::Buffer& b = mem.buffers[it->second];
+    b.first = std::min(b.first, step);
+    b.last = std::max(b.last, step);
   };
   for (int v : g.inputs) {
-    touch(v, 0);
-    last[v] = kForever;  // inputs survive the run, so run() may be repeated
+    touch(v, 0, -1);
+    touch(v, 0, kForever);  // inputs survive the run, so run() may be repeated
   }
-  for (size_t i = 0; i < compiled_.size(); ++i) {
-    for (int v : compiled_[i]->view->input_values()) touch(v, static_cast<int>(i) + 1);
-    for (int v : compiled_[i]->view->output_values()) touch(v, static_cast<int>(i) + 1);
+  for (const ExecStep& s : init_copies_) {
+    touch(s.value, s.to, -1);
+    touch(s.value, s.to, kForever);
+  }
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const ExecStep& s = steps_[k];
+    int step = static_cast<int>(k);
+    if (s.kind == ExecStep::kCopy) {
+      touch(s.value, s.from, step);
+      touch(s.value, s.to, step);
+      continue;
+    }
+    const CompiledPartition& cp = *compiled_[s.partition];
+    for (int v : cp.inputs) touch(v, cp.space, step);
+    for (int v : cp.outputs) touch(v, cp.space, step);
   }
   for (int v : g.outputs)
-    if (!g.values[v].is_constant()) last[v] = kForever;
+    if (!g.values[v].is_constant()) touch(v, 0, kForever);
 
-  std::vector<int> order;
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (first[v] >= 0) order.push_back(static_cast<int>(v));
-  auto bytes = [&](int v) {
-    size_t n = static_cast<size_t>(shape_numel(g.values[v].shape)) * dtype_size(g.values[v].dtype);
-    return ((std::max<size_t>(n, 1) + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment) * MemoryPlan::kAlignment;
-  };
-  // Largest first, each at the lowest offset free for its whole lifetime.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return bytes(a) > bytes(b); });
-  memory_.slot_of_value.assign(g.values.size(), -1);
-  std::vector<MemoryPlan::Slot> placed;
-  for (int v : order) {
-    size_t size = bytes(v);
+  // Host: largest first, each at the lowest offset free for its lifetime.
+  std::vector<int> host;
+  for (size_t i = 0; i < mem.buffers.size(); ++i)
+    if (mem.buffers[i].space == 0) host.push_back(static_cast<int>(i));
+  std::stable_sort(host.begin(), host.end(), [&](int a, int b) { return mem.buffers[a].size > mem.buffers[b].size; });
+  std::vector<int> placed;
+  for (int i : host) {
+    MemoryPlan::Buffer& b = mem.buffers[i];
     std::vector<std::pair<size_t, size_t>> busy;
-    for (const MemoryPlan::Slot& s : placed)
-      if (!(last[s.value] < first[v] || last[v] < first[s.value])) busy.emplace_back(s.offset, s.offset + s.size);
+    for (int j : placed) {
+      const MemoryPlan::Buffer& o = mem.buffers[j];
+      if (!(o.last < b.first || b.last < o.first)) busy.emplace_back(o.offset, o.offset + o.size);
+    }
     std::sort(busy.begin(), busy.end());
     size_t offset = 0;
-    for (const auto& [b, e] : busy) {
-      if (offset + size <= b) break;
-      offset = std::max(offset, e);
+    for (const auto& [lo, hi] : busy) {
+      if (offset + b.size <= lo) break;
+      offset = std::max(offset, hi);
     }
-    memory_.slot_of_value[v] = static_cast<int>(placed.size());
-    placed.push_back({v, offset, size});
-    memory_.arena_size = std::max(memory_.arena_size, offset + size);
+    b.offset = offset;
+    placed.push_back(i);
+    mem.arena_size = std::max(mem.arena_size, offset + b.size);
   }
-  memory_.slots = std::move(placed);
+
+  // Devices: device pointers are opaque, so reuse whole buffers: in order of
+  // first use, take the smallest free slot that fits, else make a new one.
+  std::vector<int> device;
+  for (size_t i = 0; i < mem.buffers.size(); ++i)
+    if (mem.buffers[i].space != 0) device.push_back(static_cast<int>(i));
+  std::stable_sort(device.begin(), device.end(),
+                   [&](int a, int b) { return mem.buffers[a].first < mem.buffers[b].first; });
+  std::vector<int> slot_free_after;  // last step of the slot's current tenant
+  for (int i : device) {
+    MemoryPlan::Buffer& b = mem.buffers[i];
+    int best = -1;
+    for (size_t s = 0; s < mem.device_slots.size(); ++s) {
+      const MemoryPlan::DeviceSlot& slot = mem.device_slots[s];
+      if (slot.space != b.space || slot.size < b.size || slot_free_after[s] >= b.first) continue;
+      if (best < 0 || slot.size < mem.device_slots[best].size) best = static_cast<int>(s);
+    }
+    if (best < 0) {
+      mem.device_slots.push_back({b.space, b.size});
+      slot_free_after.push_back(b.last);
+      best = static_cast<int>(mem.device_slots.size()) - 1;
+    }
+    slot_free_after[best] = b.last;
+    b.offset = static_cast<size_t>(best);
+  }
 }
 
 std::vector<std::string> CompiledModel::backends_used() const {
@@ -149,17 +307,42 @@ class SessionImpl : public Session {
   explicit SessionImpl(std::shared_ptr<const CompiledModel> model) : model_(std::move(model)) {}
 
   ~SessionImpl() override {
+    const auto& compiled = model_->compiled();
     for (size_t i = 0; i < contexts_.size(); ++i)
-      if (contexts_[i] != nullptr) model_->compiled()[i]->backend->api()->context_destroy(contexts_[i]);
+      if (contexts_[i] != nullptr) compiled[i]->backend->api()->context_destroy(contexts_[i]);
+    const auto& slots = model_->memory().device_slots;
+    for (size_t s = 0; s < device_ptrs_.size(); ++s)
+      if (device_ptrs_[s] != nullptr) {
+        const MemorySpace& sp = model_->spaces()[slots[s].space];
+        sp.backend->api()->memory_free(sp.backend->instance(), sp.device, device_ptrs_[s]);
+      }
+    for (const auto& b : acquired_)
+      if (BP_TABLE_HAS(b->api(), memory_release)) (void)b->check(b->api()->memory_release(b->instance()), "memory_release");
   }
 
   Status init() {
     const ir::Graph& g = model_->graph();
     const MemoryPlan& mem = model_->memory();
-    size_t arena = ((std::max<size_t>(mem.arena_size, 1) + 63) / 64) * 64;
+    size_t arena = align_up(mem.arena_size);
     arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
     if (!arena_) return Status(StatusCode::kOutOfMemory, "cannot allocate a " + std::to_string(arena) + "-byte arena");
     std::memset(arena_.get(), 0, arena);
+
+    for (size_t s = 1; s < model_->spaces().size(); ++s) {
+      const auto& b = model_->spaces()[s].backend;
+      if (std::find(acquired_.begin(), acquired_.end(), b) != acquired_.end()) continue;
+      if (BP_TABLE_HAS(b->api(), memory_acquire))
+        BP_RETURN_IF_ERROR(b->check(b->api()->memory_acquire(b->instance()), "memory_acquire"));
+      acquired_.push_back(b);
+    }
+    device_ptrs_.assign(mem.device_slots.size(), nullptr);
+    for (size_t s = 0; s < mem.device_slots.size(); ++s) {
+      const MemorySpace& sp = model_->spaces()[mem.device_slots[s].space];
+      BP_RETURN_IF_ERROR(sp.backend->check(sp.backend->api()->memory_alloc(sp.backend->instance(), sp.device,
+                                                                         mem.device_slots[s].size,
+                                                                         MemoryPlan::kAlignment, &device_ptrs_[s]),
+                                           "memory_alloc"));
+    }
 
     const auto& compiled = model_->compiled();
     contexts_.assign(compiled.size(), nullptr);
@@ -167,14 +350,16 @@ class SessionImpl : public Session {
     out_tensors_.resize(compiled.size());
     for (size_t i = 0; i < compiled.size(); ++i) {
       const CompiledPartition& cp = *compiled[i];
-      BP_RETURN_IF_ERROR(cp.backend->check(cp.backend->api()->context_create(cp.compiled, &contexts_[i]),
-                                           "context_create"));
-      for (int v : cp.view->input_values()) in_tensors_[i].push_back(tensor_for(v));
-      for (int v : cp.view->output_values()) out_tensors_[i].push_back(tensor_for(v));
+      if (!cp.imperative)
+        BP_RETURN_IF_ERROR(cp.backend->check(cp.backend->api()->context_create(cp.compiled, &contexts_[i]),
+                                             "context_create"));
+      for (int v : cp.inputs) in_tensors_[i].push_back(tensor_for(v, cp.space));
+      for (int v : cp.outputs) out_tensors_[i].push_back(tensor_for(v, cp.space));
     }
     for (int v : g.inputs) inputs_.push_back(host_tensor(v));
     for (int v : g.outputs) outputs_.push_back(host_tensor(v));
     input_set_.assign(g.inputs.size(), false);
+    for (const ExecStep& s : model_->init_copies()) BP_RETURN_IF_ERROR(copy(s));
     return ok_status();
   }
 
@@ -208,10 +393,19 @@ class SessionImpl : public Session {
     for (size_t i = 0; i < input_set_.size(); ++i)
       if (!input_set_[i]) return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
     const auto& compiled = model_->compiled();
-    for (size_t i = 0; i < compiled.size(); ++i) {
+    for (const ExecStep& step : model_->steps()) {
+      if (step.kind == ExecStep::kCopy) {
+        BP_RETURN_IF_ERROR(copy(step));
+        continue;
+      }
+      const size_t i = static_cast<size_t>(step.partition);
       const CompiledPartition& cp = *compiled[i];
-      bp_status_t* s = cp.backend->api()->execute(contexts_[i], in_tensors_[i].size(), in_tensors_[i].data(),
-                                                  out_tensors_[i].size(), out_tensors_[i].data());
+      bp_status_t* s =
+          cp.imperative
+              ? cp.backend->api()->execute_node(cp.backend->instance(), cp.view->get(), 0, in_tensors_[i].size(),
+                                                in_tensors_[i].data(), out_tensors_[i].size(), out_tensors_[i].data())
+              : cp.backend->api()->execute(contexts_[i], in_tensors_[i].size(), in_tensors_[i].data(),
+                                           out_tensors_[i].size(), out_tensors_[i].data());
       if (s != nullptr) return cp.backend->check(s, "execute " + std::string(cp.view->get()->name));
     }
     return ok_status();
@@ -230,31 +424,59 @@ class SessionImpl : public Session {
   size_t num_outputs() const override { return outputs_.size(); }
 
  private:
-  void* address_of(int v) const {
+  void* address_of(int v, int space) const {
     const ir::Graph& g = model_->graph();
-    if (g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
+    if (space == 0 && g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
     const MemoryPlan& mem = model_->memory();
-    return static_cast<char*>(arena_.get()) + mem.slots[mem.slot_of_value[v]].offset;
+    const MemoryPlan::Buffer& b = mem.buffers[mem.buffer_of.at({v, space})];
+    if (space == 0) return static_cast<char*>(arena_.get()) + b.offset;
+    return device_ptrs_[b.offset];
   }
-  bp_tensor_t tensor_for(int v) const {
-    const ir::Value& value = model_->graph().values[v];
+
+  Status copy(const ExecStep& s) {
+    size_t bytes = model_->value_bytes(s.value);
+    void* dst = address_of(s.value, s.to);
+    void* src = address_of(s.value, s.from);
+    if (bytes == 0) return ok_status();
+    const auto& spaces = model_->spaces();
+    if (s.from == 0 && s.to == 0) {
+      std::memcpy(dst, src, bytes);
+      return ok_status();
+    }
+    if (s.from == 0) {
+      const MemorySpace& to = spaces[s.to];
+      return to.backend->check(to.backend->api()->copy_to_device(to.backend->instance(), to.device, dst, src, bytes),
+                               "copy_to_device '" + model_->graph().values[s.value].name + "'");
+    }
+    const MemorySpace& from = spaces[s.from];
+    return from.backend->check(
+        from.backend->api()->copy_from_device(from.backend->instance(), from.device, dst, src, bytes),
+        "copy_from_device '" + model_->graph().values[s.value].name + "'");
+  }
+
+  bp_tensor_t tensor_for(int v, int space) const {
     bp_tensor_t t{};
     t.struct_size = BP_STRUCT_SIZE(bp_tensor_t, device);
+    if (v < 0) return t;  // an omitted optional input/output: dtype undefined, no data
+    const ir::Value& value = model_->graph().values[v];
     t.dtype = static_cast<bp_dtype_t>(value.dtype);
     t.rank = value.shape.size();
     t.shape = value.shape.data();
-    t.data = address_of(v);
-    t.size_bytes = static_cast<size_t>(shape_numel(value.shape)) * dtype_size(value.dtype);
-    t.device = 0;
+    t.data = address_of(v, space);
+    t.size_bytes = model_->value_bytes(v);
+    t.device = space == 0 ? 0 : model_->spaces()[space].device + 1;
     return t;
   }
+
   Tensor host_tensor(int v) const {
     const ir::Value& value = model_->graph().values[v];
-    return Tensor::view(value.dtype, value.shape, address_of(v));
+    return Tensor::view(value.dtype, value.shape, address_of(v, 0));
   }
 
   std::shared_ptr<const CompiledModel> model_;
   std::unique_ptr<void, ArenaDeleter> arena_;
+  std::vector<void*> device_ptrs_;
+  std::vector<std::shared_ptr<Backend>> acquired_;
   std::vector<bp_exec_context_t*> contexts_;
   std::vector<std::vector<bp_tensor_t>> in_tensors_, out_tensors_;
   std::vector<Tensor> inputs_, outputs_;

@@ -1,5 +1,12 @@
 // executor.hpp — a compiled model (plan + compiled partitions + memory plan)
 // and the sessions that run it.
+//
+// A run is a list of steps: execute a partition, or copy a tensor between
+// memories (host and a backend's device memory). Copies are inserted only
+// where a producer and a consumer live in different memories; a tensor on one
+// device needed on another goes through the host. Every buffer is planned
+// once per model: host tensors share one arena by lifetime, device tensors
+// reuse device buffers by lifetime.
 #pragma once
 
 #include "ir/graph.hpp"
@@ -10,33 +17,56 @@
 
 #include <backplane/runtime.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace backplane {
 
-// One partition compiled by its backend. Immutable after construction, so
-// sessions on many threads share it.
+// One partition compiled by its backend (or, for an imperative backend, just
+// its view). Immutable after construction, so sessions on many threads share it.
 struct CompiledPartition {
   std::shared_ptr<Backend> backend;
   std::unique_ptr<GraphView> view;
-  bp_compiled_t* compiled = nullptr;
+  bp_compiled_t* compiled = nullptr;  // null when imperative
+  bool imperative = false;
+  int space = 0;                      // memory space its tensors live in
+  std::vector<int> inputs, outputs;   // graph value ids, in execute order (-1 = omitted)
   ~CompiledPartition();
 };
 
-// Where each tensor that crosses a partition boundary (or the model's edge)
-// lives in a session's arena. Buffers whose lifetimes do not overlap share
-// bytes.
+// A memory: 0 is the host; others are one device of one backend.
+struct MemorySpace {
+  std::shared_ptr<Backend> backend;  // null for the host
+  uint32_t device = 0;
+  std::string name;                  // "host" or "MockAcc:0"
+};
+
+struct ExecStep {
+  enum Kind { kRun, kCopy } kind = kRun;
+  int partition = -1;               // kRun
+  int value = -1, from = 0, to = 0; // kCopy
+};
+
+// Where every (value, memory space) pair lives.
 struct MemoryPlan {
   static constexpr size_t kAlignment = 64;
-  struct Slot {
+  struct Buffer {
     int value = -1;
-    size_t offset = 0;
+    int space = 0;
+    size_t size = 0;
+    int first = 0, last = 0;  // step range it must survive
+    size_t offset = 0;        // host: arena offset; device: index into device_slots
+  };
+  struct DeviceSlot {
+    int space = 0;
     size_t size = 0;
   };
-  std::vector<Slot> slots;
-  std::vector<int> slot_of_value;  // per graph value, -1 if none
+  std::vector<Buffer> buffers;
+  std::map<std::pair<int, int>, int> buffer_of;  // (value, space) -> index into buffers
+  std::vector<DeviceSlot> device_slots;
   size_t arena_size = 0;
 };
 
@@ -53,26 +83,40 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
   const std::vector<PartitionDescription>& partitions() const override { return partition_desc_; }
   std::vector<std::string> backends_used() const override;
+  const std::vector<CopyDescription>& copies() const override { return copy_desc_; }
+  std::string describe_plan(PlanFormat format) const override;
   Result<std::unique_ptr<Session>> create_session() override;
 
   const ir::Graph& graph() const { return *graph_; }
   const Plan& plan() const { return plan_; }
   const std::vector<std::unique_ptr<CompiledPartition>>& compiled() const { return compiled_; }
+  const std::vector<MemorySpace>& spaces() const { return spaces_; }
+  const std::vector<ExecStep>& steps() const { return steps_; }
+  const std::vector<ExecStep>& init_copies() const { return init_copies_; }
   const MemoryPlan& memory() const { return memory_; }
+  size_t value_bytes(int value) const;
 
  private:
   CompiledModel() = default;
-  Status compile_partitions(int num_threads);
+  // Compiles every partition; on nodes a backend failed, adds them to
+  // `failed` and returns false so the caller plans again without them.
+  Result<bool> compile_partitions(int num_threads, Exclusions* failed);
+  void plan_steps();
   void plan_memory();
 
   std::unique_ptr<ir::Graph> graph_;
   std::unique_ptr<TensorDataMap> weights_;
   Plan plan_;
   std::vector<std::unique_ptr<CompiledPartition>> compiled_;
+  std::vector<MemorySpace> spaces_;
+  std::vector<ExecStep> steps_;        // every run
+  std::vector<ExecStep> init_copies_;  // once per session (constants to devices)
   MemoryPlan memory_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<PartitionDescription> partition_desc_;
-  std::vector<std::shared_ptr<Backend>> loaded_backends_;  // hooks called on these
+  std::vector<CopyDescription> copy_desc_;
+  std::vector<std::shared_ptr<Backend>> loaded_backends_;  // backends of the final plan
+  std::vector<std::shared_ptr<Backend>> hooked_;           // got before_load_network
   uint64_t network_id_ = 0;
 };
 

@@ -22,8 +22,79 @@ std::vector<std::string> registered_ids(const BackendRegistry& registry) {
 
 }  // namespace
 
+std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vector<std::string>& backend_of_node) {
+  struct Group {
+    std::string backend;
+    std::vector<int> nodes;
+    std::set<int> preds;  // groups this one reads from
+  };
+  std::vector<Group> groups;
+  std::vector<int> group_of(graph.nodes.size(), -1);
+
+  // Does group `from` reach group `to` through the dependency graph?
+  auto reaches = [&](int from, int to) {
+    std::vector<int> stack = {to};
+    std::vector<bool> seen(groups.size(), false);
+    while (!stack.empty()) {
+      int g = stack.back();
+      stack.pop_back();
+      if (g == from) return true;
+      if (seen[g]) continue;
+      seen[g] = true;
+      for (int p : groups[g].preds) stack.push_back(p);
+    }
+    return false;
+  };
+
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    std::set<int> deps;
+    for (int v : graph.nodes[n].inputs)
+      if (v >= 0 && graph.values[v].producer >= 0) deps.insert(group_of[graph.values[v].producer]);
+    int chosen = -1;
+    for (int candidate : deps) {
+      if (groups[candidate].backend != backend_of_node[n]) continue;
+      bool cycle = false;
+      for (int other : deps)
+        if (other != candidate && reaches(candidate, other)) cycle = true;
+      if (!cycle) {
+        chosen = candidate;
+        break;
+      }
+    }
+    if (chosen < 0) {
+      groups.push_back(Group{backend_of_node[n], {}, {}});
+      chosen = static_cast<int>(groups.size()) - 1;
+    }
+    groups[chosen].nodes.push_back(static_cast<int>(n));
+    for (int d : deps)
+      if (d != chosen) groups[chosen].preds.insert(d);
+    group_of[n] = chosen;
+  }
+
+  // Kahn over groups, lowest index first: a stable, runnable order.
+  std::vector<int> pending(groups.size(), 0);
+  std::vector<std::vector<int>> succ(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int p : groups[g].preds) {
+      ++pending[g];
+      succ[p].push_back(static_cast<int>(g));
+    }
+  std::set<int> ready;
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (pending[g] == 0) ready.insert(static_cast<int>(g));
+  std::vector<std::vector<int>> out;
+  while (!ready.empty()) {
+    int g = *ready.begin();
+    ready.erase(ready.begin());
+    out.push_back(groups[g].nodes);
+    for (int s : succ[g])
+      if (--pending[s] == 0) ready.insert(s);
+  }
+  return out;
+}
+
 Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const ModelOptions& options,
-                       const NamedDataMap& weights) {
+                       const NamedDataMap& weights, const Exclusions& excluded) {
   Plan plan;
   plan.preference = options.backends.empty() ? registry.default_preference() : options.backends;
   for (const std::string& id : plan.preference)
@@ -68,21 +139,27 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
     const ir::Node& node = graph.nodes[n];
     NodePlacement& p = plan.placement[n];
     auto ov = options.overrides.find(node.name);
+    auto is_excluded = [&](const std::string& id) { return excluded.count({static_cast<int>(n), id}) > 0; };
     if (ov != options.overrides.end()) {
       auto ans = answers.find(ov->second);
-      if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED) {
+      if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED && !is_excluded(ov->second)) {
         p.backend = ov->second;
         p.why = "override";
         continue;
       }
       std::string reason = ans == answers.end() ? "backend '" + ov->second + "' is not registered"
-                                                : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
+                           : is_excluded(ov->second) ? "backend '" + ov->second + "' failed to compile it"
+                                                     : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
       if (!options.allow_fallback)
         return unsupported(node.describe() + " is pinned to '" + ov->second + "' but " + reason);
       p.rejections.push_back(ov->second + ": " + reason);
     }
     for (const std::string& id : plan.preference) {
       const bp_node_report& r = answers.at(id);
+      if (is_excluded(id)) {
+        p.rejections.push_back(id + ": failed to compile it");
+        continue;
+      }
       if (r.outcome[n] == BP_NODE_SUPPORTED) {
         p.backend = id;
         p.why = p.rejections.empty() ? "preferred" : "fallback";
@@ -94,11 +171,16 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
       return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") + ")");
   }
 
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const std::string& id = plan.placement[n].backend;
-    if (plan.partitions.empty() || plan.partitions.back().backend->id() != id)
-      plan.partitions.push_back(Partition{registry.find(id), {}});
-    plan.partitions.back().nodes.push_back(static_cast<int>(n));
+  std::vector<std::string> backend_of(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) backend_of[n] = plan.placement[n].backend;
+  for (std::vector<int>& nodes : group_nodes(graph, backend_of)) {
+    std::shared_ptr<Backend> backend = registry.find(backend_of[nodes.front()]);
+    // A backend that only runs single ops gets one partition per node.
+    if (!BP_TABLE_HAS(backend->api(), compile) && BP_TABLE_HAS(backend->api(), execute_node)) {
+      for (int n : nodes) plan.partitions.push_back(Partition{backend, {n}, true});
+    } else {
+      plan.partitions.push_back(Partition{backend, std::move(nodes), false});
+    }
   }
   return plan;
 }

@@ -9,7 +9,9 @@
 #include <backplane/runtime.hpp>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace backplane {
@@ -23,6 +25,8 @@ struct NodePlacement {
 struct Partition {
   std::shared_ptr<Backend> backend;
   std::vector<int> nodes;  // node ids in execution order
+  // Run one node at a time through execute_node (the backend has no compile).
+  bool imperative = false;
 };
 
 struct Plan {
@@ -31,11 +35,19 @@ struct Plan {
   std::vector<Partition> partitions;     // in execution order
 };
 
+// (node id, backend id) pairs a backend failed to compile: the next plan
+// gives those nodes to the next backend that supports them.
+using Exclusions = std::set<std::pair<int, std::string>>;
+
 // Asks every preferred backend what it supports (one query on the whole
-// graph each), applies overrides, and forms partitions: maximal runs of
-// consecutive nodes (in topological order) on the same backend, which keeps
-// the partition graph acyclic by construction.
+// graph each), applies overrides and exclusions, and forms partitions.
 Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const ModelOptions& options,
-                       const NamedDataMap& weights);
+                       const NamedDataMap& weights, const Exclusions& excluded = {});
+
+// Groups nodes (in topological order, each with a backend) into connected
+// partitions, merging a node into a producer's partition of the same backend
+// unless that would make the partition graph cyclic (then it starts a new
+// one). Returns partitions in an order the executor can run. Exposed for tests.
+std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vector<std::string>& backend_of_node);
 
 }  // namespace backplane

@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -162,26 +163,29 @@ Result<std::string> sha256_file(const std::string& path) {
 }
 
 int compare_versions(const std::string& a, const std::string& b) {
-  auto parts = [](const std::string& v) {
-    std::vector<long> out;
-    for (const std::string& p : [&] {
-           std::vector<std::string> s;
-           size_t start = 0;
-           while (start <= v.size() && !v.empty()) {
-             size_t e = v.find('.', start);
-             if (e == std::string::npos) e = v.size();
-             s.push_back(v.substr(start, e - start));
-             start = e + 1;
-           }
-           return s;
-         }())
-      out.push_back(p.empty() ? 0 : std::stol(p));
+  // Fields are compared as numbers of any width: parse_file_name accepts any
+  // run of digits, so converting to an integer type could overflow (and
+  // std::stol would throw out of the loader).
+  auto fields = [](const std::string& v) {
+    std::vector<std::string> out;
+    if (v.empty()) return out;
+    size_t start = 0;
+    for (;;) {
+      size_t e = v.find('.', start);
+      std::string f = v.substr(start, e == std::string::npos ? std::string::npos : e - start);
+      size_t nz = f.find_first_not_of('0');
+      out.push_back(nz == std::string::npos ? "0" : f.substr(nz));
+      if (e == std::string::npos) break;
+      start = e + 1;
+    }
     return out;
   };
-  std::vector<long> x = parts(a), y = parts(b);
+  std::vector<std::string> x = fields(a), y = fields(b);
   for (size_t i = 0; i < std::max(x.size(), y.size()); ++i) {
-    long u = i < x.size() ? x[i] : -1, v = i < y.size() ? y[i] : -1;
-    if (u != v) return u < v ? -1 : 1;
+    if (i >= x.size()) return -1;  // a missing field is lower than any number
+    if (i >= y.size()) return 1;
+    if (x[i].size() != y[i].size()) return x[i].size() < y[i].size() ? -1 : 1;
+    if (int c = x[i].compare(y[i]); c != 0) return c < 0 ? -1 : 1;
   }
   return 0;
 }
@@ -250,6 +254,11 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
   }
   if (pid == 0) {
     ::close(fds[0]);
+    // A crash here is an expected outcome, not something to debug: no core
+    // file, and no time spent writing one (or in a core handler) that would
+    // turn "killed by a signal" into "timed out".
+    rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
     std::string failure = probe_steps(path);
     if (!failure.empty()) {
       ssize_t ignored = ::write(fds[1], failure.data(), failure.size());

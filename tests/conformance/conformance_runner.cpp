@@ -468,6 +468,7 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
     const std::string where = ds.dir.filename().string() + ": ";
     if (ds.inputs.size() > static_cast<size_t>(g.input_size()))
       return {"fail", where + "more input files than graph inputs"};
+    if (ds.outputs.empty()) return {"fail", where + "no expected outputs (output_N.pb)"};
     if (ds.outputs.size() > static_cast<size_t>(g.output_size()))
       return {"fail", where + "more output files than graph outputs"};
 

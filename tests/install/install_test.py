@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 FAILURES = []
 
@@ -49,25 +49,11 @@ def run(cmd, env=None, cwd=None):
     return p
 
 
-def make_model(path):
-    """y = Sigmoid(Relu(x + w)), float32[2,4]; w is an initializer."""
-    w = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(2, 4)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["x", "w"], ["s"], name="add"),
-            helper.make_node("Relu", ["s"], ["r"], name="relu"),
-            helper.make_node("Sigmoid", ["r"], ["y"], name="sigmoid"),
-        ],
-        "add_relu_sigmoid",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        initializer=[numpy_helper.from_array(w, "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return w
+def make_model(source_dir, path):
+    """examples/custom_backend/make_model.py: y = Sigmoid(Relu(x + w)), float32[2,4]. Returns w."""
+    run([sys.executable, os.path.join(source_dir, "examples", "custom_backend", "make_model.py"), path])
+    model = onnx.load(path)
+    return numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w"))
 
 
 def reference(x, w):
@@ -129,7 +115,7 @@ def main():
 
     # 4. Run a model on it.
     model = os.path.join(work, "add_relu_sigmoid.onnx")
-    w = make_model(model)
+    w = make_model(args.source_dir, model)
     x = np.linspace(-2.0, 2.0, 8, dtype=np.float32).reshape(2, 4)
     np.save(os.path.join(work, "x.npy"), x)
     out_dir = os.path.join(work, "out")

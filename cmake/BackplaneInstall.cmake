@@ -37,6 +37,14 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/backplane
 
 install(TARGETS backplane_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
+# The loadable backends built in this tree go where an installed runtime looks
+# by default. (The Null skeleton is an example, not a default backend.)
+foreach(module Backplane_CpuRef_backend Backplane_CpuOneDnn_backend)
+  if(TARGET ${module})
+    install(TARGETS ${module} LIBRARY DESTINATION ${BACKPLANE_BACKEND_INSTALL_DIR})
+  endif()
+endforeach()
+
 install(TARGETS backplane_abi EXPORT BackplaneAbiTargets)
 
 # libbackplane.a links the static CpuRef privately; a static library's private

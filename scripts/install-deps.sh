@@ -7,7 +7,7 @@ packages=(
   build-essential cmake git pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev graphviz
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
 )
 

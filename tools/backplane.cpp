@@ -54,7 +54,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int threads) {
   backplane::RuntimeOptions o;
-  if (!g.backend_path.empty()) o.backend_path = g.backend_path;
+  // The runtime takes absolute directories only; on the command line a
+  // relative one means "relative to here".
+  if (!g.backend_path.empty()) o.backend_path = fs::absolute(g.backend_path).lexically_normal().string();
   o.dynamic_backends = !g.no_dynamic;
   o.probe_backends = g.probe;
   o.allow_insecure_backend_paths = g.allow_insecure;

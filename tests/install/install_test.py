@@ -161,9 +161,10 @@ def main():
     p = run([os.path.join(prefix, "bin", "backplane"), "backends", "--json"],
             env=dict(env, BACKPLANE_BACKEND_PATHS=installed_dir))
     listing = json.loads(p.stdout)
-    check([b["id"] for b in listing["backends"]] == ["CpuRef", "MyAcc"],
-          f"installed CLI + BACKPLANE_BACKEND_PATHS: CpuRef (static) and MyAcc (got "
-          f"{[b['id'] for b in listing['backends']]})")
+    ids = {b["id"]: b for b in listing["backends"]}
+    check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", "installed CLI: CpuRef is static")
+    check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == os.path.realpath(installed_dir),
+          f"installed CLI + BACKPLANE_BACKEND_PATHS: MyAcc loaded from the prefix (got {sorted(ids)})")
 
     # 7. The application, against the installed package.
     app_build = os.path.join(work, "app_build")

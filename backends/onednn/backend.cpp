@@ -1,0 +1,77 @@
+// CpuOneDnn: the fast CPU backend, on oneDNN.
+//
+// It reaches the runtime only through the ABI (via backend_sdk.hpp): the same
+// table serves Backplane_CpuOneDnn_backend.so (what `backplane run` loads) and
+// the static library bench/ links to measure what dynamic loading costs.
+// Nodes it cannot run are rejected in query_support with the reason, and the
+// partitioner gives them to the next backend (CpuRef).
+#include "onednn/compiler.hpp"
+
+#include <backplane/backend_sdk.hpp>
+
+#include <charconv>
+#include <string>
+
+namespace backplane::onednn {
+namespace {
+
+constexpr const char* kBackendId = "CpuOneDnn";
+
+class OneDnnBackend : public sdk::Backend {
+ public:
+  explicit OneDnnBackend(const bp_host_api_t* host) : sdk::Backend(host) {
+    description_ = "oneDNN CPU primitives: blocked layouts, fused post-ops (" + library_description() + ")";
+  }
+
+  bp_backend_info_t info() override {
+    bp_backend_info_t i{};
+    i.vendor = "Backplane";
+    i.description = description_.c_str();
+    i.device_count = 0;
+    i.flags = BP_BACKEND_FLAG_COMPILE;
+    return i;
+  }
+
+  void configure(std::string_view key, std::string_view value) override {
+    if (key == "num_threads") {
+      int n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 0)
+        throw sdk::invalid("num_threads: '" + std::string(value) + "' is not a non-negative integer");
+      num_threads_ = n;
+      return;
+    }
+    sdk::Backend::configure(key, value);
+  }
+
+  void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
+    std::vector<std::string> reasons = unsupported_reasons(host(), view);
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      if (reasons[n].empty()) report.supported(n);
+      else report.rejected(n, reasons[n]);
+    }
+  }
+
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t& options,
+                                                  sdk::NodeReport& report) override {
+    const int threads = num_threads_ > 0 ? num_threads_ : static_cast<int>(options.num_threads);
+    return compile_partition(host(), view, threads, report);
+  }
+
+ private:
+  std::string description_;
+  int num_threads_ = 0;
+};
+
+}  // namespace
+
+#ifdef BACKPLANE_BACKEND_MODULE
+}  // namespace backplane::onednn
+BP_DEFINE_BACKEND_ENTRY_POINTS("CpuOneDnn", backplane::onednn::OneDnnBackend)
+// oneDNN needs SSE4.1; on anything older this backend is skipped quietly.
+extern "C" BP_EXPORT uint32_t GetBackendScore(void) { return __builtin_cpu_supports("sse4.1") ? 100u : 0u; }
+#else
+const bp_backend_api_t* static_table() { return sdk::backend_table<OneDnnBackend>(); }
+const char* static_id() { return kBackendId; }
+}  // namespace backplane::onednn
+#endif

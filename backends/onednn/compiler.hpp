@@ -1,0 +1,38 @@
+// compiler.hpp — how CpuOneDnn turns a graph view into oneDNN primitives.
+//
+// compile_partition() does all the work once: it matches node patterns
+// (decomposed LayerNorm, erf-GELU, Conv+BatchNormalization), fuses bias,
+// activations, scalar arithmetic and residual Adds into the preceding
+// Conv/Gemm/MatMul as post-ops, creates every primitive, reorders weights into
+// the layouts the primitives prefer, and plans one arena of intermediate
+// tensors plus one scratchpad per execution context. execute() then only sets
+// the input/output handles and runs the primitives.
+#pragma once
+
+#include <backplane/backend_sdk.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace backplane::onednn {
+
+// For each node of `view`, why CpuOneDnn cannot run it, or "" if it can.
+// Nodes that only run as part of a pattern (Erf inside an erf-GELU) are
+// accepted when the whole pattern is in the view.
+std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_graph_view_t& view);
+
+// Lowers `view` to oneDNN primitives. A node that fails to lower is reported
+// BP_NODE_REJECTED on `report` (the host gives it to the next backend and
+// compiles again) and an empty, never executed partition is returned.
+// num_threads: 0 = the OpenMP default.
+std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host, const bp_graph_view_t& view,
+                                                           int num_threads, sdk::NodeReport& report);
+
+// "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
+std::string library_description();
+
+// Sets the OpenMP thread count of the calling thread (0 = leave it).
+void set_threads(int num_threads);
+
+}  // namespace backplane::onednn

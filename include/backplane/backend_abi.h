@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.0)
+ * Versioning (API version MAJOR.MINOR, currently 1.1)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -56,7 +56,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 0u
+#define BP_API_VERSION_MINOR 1u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -414,17 +414,33 @@ typedef struct bp_backend_api {
   bp_status_t* (*memory_release)(bp_backend_t* backend);
 
   /* Optional imperative mode (BP_BACKEND_FLAG_SINGLE_OP): run node
-   * `node_index` of `view` now. May be called concurrently. */
+   * `node_index` of `view` now. inputs/outputs are ALL of that node's inputs
+   * and outputs in node order (constants included; an omitted optional one
+   * has data == NULL), in the backend's memory if it has device memory.
+   * May be called concurrently. */
   bp_status_t* (*execute_node)(bp_backend_t* backend, const bp_graph_view_t* view,
                                size_t node_index, size_t num_inputs,
                                const bp_tensor_t* inputs, size_t num_outputs,
                                const bp_tensor_t* outputs);
 
+  /* ---- since 1.1 ------------------------------------------------------ */
+
+  /* Ahead of time, compile every partition this backend got, of every method
+   * of the artifact, in one call (ExecuTorch's preprocess_all), so work and
+   * weights shared between them are shared. out[i] and reports[i] belong to
+   * views[i]; outcomes as for compile. Optional: without it the host calls
+   * compile once per view. */
+  bp_status_t* (*compile_all)(bp_backend_t* backend, size_t num_views,
+                              const bp_graph_view_t* const* views,
+                              const bp_compile_options_t* options,
+                              bp_node_report_t* const* reports, bp_compiled_t** out);
+
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;
 
-/* The struct_size of a bp_backend_api_t as of API 1.0. */
+/* The struct_size of a bp_backend_api_t as of each released API. */
 #define BP_BACKEND_API_SIZE_1_0 BP_STRUCT_SIZE(bp_backend_api_t, execute_node)
+#define BP_BACKEND_API_SIZE_1_1 BP_STRUCT_SIZE(bp_backend_api_t, compile_all)
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

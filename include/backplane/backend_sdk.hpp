@@ -254,6 +254,14 @@ class Backend {
   virtual std::unique_ptr<CompiledPartition> compile(const bp_graph_view_t& view,
                                                      const bp_compile_options_t& options,
                                                      NodeReport& report) = 0;
+  // Ahead of time, all partitions at once; by default one compile each.
+  virtual std::vector<std::unique_ptr<CompiledPartition>> compile_all(const std::vector<const bp_graph_view_t*>& views,
+                                                                      const bp_compile_options_t& options,
+                                                                      std::vector<NodeReport>& reports) {
+    std::vector<std::unique_ptr<CompiledPartition>> out;
+    for (size_t i = 0; i < views.size(); ++i) out.push_back(compile(*views[i], options, reports[i]));
+    return out;
+  }
   virtual std::unique_ptr<CompiledPartition> deserialize(const bp_graph_view_t& /*view*/,
                                                          const void* /*payload*/, size_t /*size*/,
                                                          const bp_compile_options_t& /*options*/) {
@@ -371,6 +379,24 @@ struct Table {
       *out = reinterpret_cast<bp_compiled_t*>(box.release());
     });
   }
+  static bp_status_t* compile_all(bp_backend_t* backend, size_t n, const bp_graph_view_t* const* views,
+                                  const bp_compile_options_t* options, bp_node_report_t* const* reports,
+                                  bp_compiled_t** out) noexcept {
+    Backend* b = as_backend(backend);
+    for (size_t i = 0; i < n; ++i) out[i] = nullptr;
+    return guard(b->host().api(), [&] {
+      bp_compile_options_t opts{};
+      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      std::vector<const bp_graph_view_t*> v(views, views + n);
+      std::vector<NodeReport> r;
+      for (size_t i = 0; i < n; ++i) r.emplace_back(b->host().api(), reports[i]);
+      std::vector<std::unique_ptr<CompiledPartition>> compiled = b->compile_all(v, opts, r);
+      if (compiled.size() != n) throw Error(BP_STATUS_INTERNAL, "compile_all returned the wrong number of partitions");
+      std::vector<std::unique_ptr<CompiledBox>> boxes;
+      for (size_t i = 0; i < n; ++i) boxes.push_back(std::make_unique<CompiledBox>(CompiledBox{b, std::move(compiled[i])}));
+      for (size_t i = 0; i < n; ++i) out[i] = reinterpret_cast<bp_compiled_t*>(boxes[i].release());
+    });
+  }
   static void compiled_destroy(bp_compiled_t* compiled) noexcept {
     try {
       delete reinterpret_cast<CompiledBox*>(compiled);
@@ -471,7 +497,7 @@ const bp_backend_api_t* backend_table() {
   static const bp_backend_api_t table = [] {
     using T = detail::Table<B>;
     bp_backend_api_t t{};
-    t.struct_size = BP_BACKEND_API_SIZE_1_0;
+    t.struct_size = BP_BACKEND_API_SIZE_1_1;
     t.api_major = BP_API_VERSION_MAJOR;
     t.api_minor = BP_API_VERSION_MINOR;
     t.create = &T::create;
@@ -497,6 +523,7 @@ const bp_backend_api_t* backend_table() {
     t.memory_acquire = &T::memory_acquire;
     t.memory_release = &T::memory_release;
     t.execute_node = &T::execute_node;
+    t.compile_all = &T::compile_all;
     return t;
   }();
   return &table;

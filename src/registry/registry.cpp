@@ -35,6 +35,12 @@ Status validate_backend_table(const bp_backend_api_t* api) {
                   "function table built for API " + std::to_string(api->api_major) + "." +
                       std::to_string(api->api_minor) + ", runtime has " +
                       std::to_string(BP_API_VERSION_MAJOR) + "." + std::to_string(BP_API_VERSION_MINOR));
+  // A table must be as large as the minor it claims.
+  const size_t minimum = api->api_minor >= 1 ? BP_BACKEND_API_SIZE_1_1 : BP_BACKEND_API_SIZE_1_0;
+  if (api->struct_size < minimum)
+    return invalid_argument("function table of API " + std::to_string(api->api_major) + "." +
+                            std::to_string(api->api_minor) + " has struct_size " + std::to_string(api->struct_size) +
+                            ", expected at least " + std::to_string(minimum));
   if (api->struct_size < BP_BACKEND_API_SIZE_1_0)
     return invalid_argument("function table struct_size " + std::to_string(api->struct_size) +
                             " is smaller than API 1.0's " + std::to_string(BP_BACKEND_API_SIZE_1_0));

@@ -1,4 +1,4 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0).
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 and 1.1).
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
  * and that no released struct or table changed layout. A change here is an
@@ -122,7 +122,9 @@ BP_FREEZE(bp_compile_options_t, ahead_of_time, 12);
 BP_FREEZE(bp_compile_options_t, blob_store, 16);
 
 _Static_assert(BP_API_VERSION_MAJOR == 1, "major version changed: update the frozen layouts");
+BP_FREEZE(bp_backend_api_t, compile_all, 200);
 _Static_assert(BP_BACKEND_API_SIZE_1_0 == 200, "API 1.0 table size changed");
+_Static_assert(BP_BACKEND_API_SIZE_1_1 == 208, "API 1.1 table size changed");
 
 int main(void) {
   /* The helpers agree with the frozen sizes at run time too. */
@@ -130,6 +132,13 @@ int main(void) {
   t.struct_size = BP_BACKEND_API_SIZE_1_0;
   if (!BP_HAS_FIELD(bp_backend_api_t, execute_node, t.struct_size)) return 1;
   if (BP_TABLE_HAS(&t, execute_node)) return 1; /* NULL slot */
+  /* A 1.0 table has no compile_all: the host must not read past its end. */
+  t.compile_all = (bp_status_t * (*)(bp_backend_t*, size_t, const bp_graph_view_t* const*,
+                                     const bp_compile_options_t*, bp_node_report_t* const*,
+                                     bp_compiled_t**))1;
+  if (BP_TABLE_HAS(&t, compile_all)) return 1;
+  t.struct_size = BP_BACKEND_API_SIZE_1_1;
+  if (!BP_TABLE_HAS(&t, compile_all)) return 1;
   puts("abi layout: 1 passed, 0 failed");
   return 0;
 }

@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test clean
+.PHONY: all deps configure build demo test bench clean
 
 all: build
 
@@ -20,6 +20,13 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# CpuOneDnn against ONNX Runtime (npm onnxruntime-node) on real models; prints
+# one table and writes $(BUILD_DIR)/bench/results.md. Not part of `make test`.
+# BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
+bench: build
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target backplane_bench
+	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -8,6 +8,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev graphviz
+  libflatbuffers-dev flatbuffers-compiler libxxhash-dev
+  libdnnl-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
 )
 

@@ -234,6 +234,71 @@ int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   return 0;
 }
 
+struct CompileArgs {
+  std::vector<std::string> models;
+  std::vector<std::string> methods;  // NAME=FILE
+  std::string output;
+  std::string backends;
+  std::vector<std::string> overrides;
+  std::string external_data;
+  bool allow_fallback = false;
+  bool json = false;
+};
+
+int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
+  auto opts = runtime_options(g, 0);
+  if (!opts.ok()) return fail(opts.status().message());
+  std::vector<std::pair<std::string, std::string>> methods;
+  for (const std::string& m : a.models) methods.emplace_back(fs::path(m).stem().string(), m);
+  for (const std::string& m : a.methods) {
+    size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) return fail("--method expects NAME=FILE, got '" + m + "'");
+    methods.emplace_back(m.substr(0, eq), m.substr(eq + 1));
+  }
+  if (methods.empty()) return fail("no model to compile");
+  backplane::CompileOptions co;
+  co.backends = split(a.backends, ',');
+  co.allow_fallback = a.allow_fallback;
+  co.external_data = a.external_data;
+  backplane::ModelOptions mo;
+  if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
+  co.overrides = mo.overrides;
+  auto rt = backplane::Runtime::create(*opts);
+  if (!rt.ok()) return fail(rt.status().message());
+  auto t0 = std::chrono::steady_clock::now();
+  auto report = (*rt)->compile(methods, a.output, co);
+  if (!report.ok()) return fail(report.status().message());
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (a.json) {
+    json j = {{"output", a.output},
+              {"methods", report->methods},
+              {"partitions", report->partitions},
+              {"payload_bytes", report->payload_bytes},
+              {"named_data_keys", report->named_data_keys},
+              {"named_data_requested_bytes", report->requested_bytes},
+              {"named_data_stored_bytes", report->stored_bytes},
+              {"file_bytes", report->file_bytes},
+              {"external_data", a.external_data},
+              {"external_bytes", report->external_bytes},
+              {"compile_ms", ms}};
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("wrote %s: %zu method(s), %zu partition(s), %zu bytes", a.output.c_str(), report->methods.size(),
+              report->partitions, report->file_bytes);
+  if (!a.external_data.empty()) std::printf(" + %s (%zu bytes)", a.external_data.c_str(), report->external_bytes);
+  std::printf("\nnamed data: %zu keys, %zu bytes stored of %zu requested; compiled in %.1f ms\n", report->named_data_keys,
+              report->stored_bytes, report->requested_bytes, ms);
+  return 0;
+}
+
+int cmd_inspect(const std::string& file, const std::vector<std::string>& external, bool as_json) {
+  auto text = backplane::inspect_artifact(file, as_json, external);
+  if (!text.ok()) return fail(text.status().message());
+  std::cout << *text << (as_json ? "\n" : "");
+  return 0;
+}
+
 struct RunArgs {
   std::string model;
   std::string backends;
@@ -245,6 +310,9 @@ struct RunArgs {
   int threads = 0;
   bool json = false;
   bool allow_fallback = false;
+  std::string method;
+  std::vector<std::string> external_data;
+  bool lazy_checksums = false;
 };
 
 int cmd_run(const GlobalOptions& g, const RunArgs& a) {
@@ -255,6 +323,9 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   backplane::ModelOptions mo;
   mo.backends = split(a.backends, ',');
   mo.allow_fallback = a.allow_fallback;
+  mo.method = a.method;
+  mo.external_data = a.external_data;
+  mo.lazy_checksums = a.lazy_checksums;
   if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
   std::map<std::string, Tensor> given;
   for (const std::string& in : a.inputs) {
@@ -289,6 +360,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   }
   if (generated && !a.json)
     std::cerr << "note: inputs not given with --input are deterministic pseudo-random\n";
+  if (!a.json)
+    for (const std::string& n : (*model)->notes()) std::cerr << "note: " << n << "\n";
 
   Status first = s.run();
   if (!first.ok()) return fail(first.message());
@@ -329,6 +402,7 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     j["partitions"] = json::array();
     for (const auto& p : parts) j["partitions"].push_back({{"backend", p.backend}, {"nodes", p.nodes}});
     j["copies"] = (*model)->copies().size();
+    j["notes"] = (*model)->notes();
     j["load_ms"] = load_ms;
     j["latency_ms"] = {{"min", sorted.front()}, {"median", median}, {"max", sorted.back()}};
     j["runs"] = times.size();
@@ -377,7 +451,7 @@ int main(int argc, char** argv) {
 
   RunArgs r;
   CLI::App* run = app.add_subcommand("run", "Run a model");
-  run->add_option("MODEL", r.model, "Model file (.onnx)")->required();
+  run->add_option("MODEL", r.model, "Model file (.onnx or a compiled .bpk)")->required();
   run->add_option("--backends", r.backends, "Backend preference, comma-separated (e.g. CpuRef)");
   run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
   run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
@@ -387,6 +461,29 @@ int main(int argc, char** argv) {
   run->add_option("--threads", r.threads, "Threads per backend (0 = default)")->check(CLI::NonNegativeNumber);
   run->add_flag("--json", r.json, "Print one JSON object");
   run->add_flag("--allow-fallback", r.allow_fallback, "A pinned node may fall back if its backend cannot run it");
+
+  run->add_option("--method", r.method, "Method of a compiled artifact (default: the first)");
+  run->add_option("--external-data", r.external_data, "External data file (.bpd) of the artifact (repeatable)");
+  run->add_flag("--lazy-checksums", r.lazy_checksums, "Verify artifact data checksums on first use, not at load");
+
+  CompileArgs ca;
+  CLI::App* compile = app.add_subcommand("compile", "Compile models ahead of time into one artifact (.bpk)");
+  compile->add_option("MODEL", ca.models, "ONNX models, one method each (named after the file)");
+  compile->add_option("--method", ca.methods, "A method from a model: NAME=FILE.onnx (repeatable)");
+  compile->add_option("-o,--output", ca.output, "The artifact to write")->required();
+  compile->add_option("--backends", ca.backends, "Backend preference, comma-separated");
+  compile->add_option("--override", ca.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  compile->add_flag("--allow-fallback", ca.allow_fallback, "A pinned node may fall back");
+  compile->add_option("--external-data", ca.external_data, "Put the weights in this data file (.bpd), next to the .bpk");
+  compile->add_flag("--json", ca.json, "Print one JSON object");
+
+  std::string inspect_file;
+  std::vector<std::string> inspect_external;
+  bool inspect_json = false;
+  CLI::App* inspect = app.add_subcommand("inspect", "Describe a compiled artifact");
+  inspect->add_option("FILE", inspect_file, "The artifact (.bpk)")->required();
+  inspect->add_option("--external-data", inspect_external, "External data file (.bpd) (repeatable)");
+  inspect->add_flag("--json", inspect_json, "Print one JSON object");
 
   PartitionArgs pa;
   CLI::App* partition = app.add_subcommand("partition", "Show which backend runs which node, and why");
@@ -409,6 +506,8 @@ int main(int argc, char** argv) {
     if (*backends) return cmd_backends(g, backends_json);
     if (*run) return cmd_run(g, r);
     if (*partition) return cmd_partition(g, pa);
+    if (*compile) return cmd_compile(g, ca);
+    if (*inspect) return cmd_inspect(inspect_file, inspect_external, inspect_json);
   } catch (const std::exception& e) {
     return fail(std::string("unexpected: ") + e.what());
   }

@@ -9,8 +9,10 @@
  * support query by rejecting every node with the reason "not implemented". So
  * a model loaded with `--backends Null,CpuRef` runs entirely on CpuRef, and
  * `backplane backends` lists Null as registered. Every other slot returns
- * BP_STATUS_UNIMPLEMENTED. Replace the slots one by one as you implement them;
- * look for "YOUR BACKEND" below.
+ * BP_STATUS_UNIMPLEMENTED, except three kinds that must not fail: configure
+ * accepts "num_threads", destroy functions free, and the optional hooks and
+ * compile_all are left NULL ("not provided"). Replace the slots one by one as
+ * you implement them; look for "YOUR BACKEND" below.
  *
  * Build it with the CMake helper (see CMakeLists.txt next to this file):
  *   backplane_add_backend(NAME Null VENDOR Backplane MODULE SOURCES null_backend.c)
@@ -34,6 +36,16 @@
 
 /* The backend id: [A-Za-z0-9]+, and the <Id> part of the file name. */
 #define NULL_BACKEND_ID "Null"
+
+/* The backend API version this file implements: the function table below has
+ * exactly the slots of API 1.1. GetVersion() and the table both declare it,
+ * and the table's struct_size matches it, so the file keeps building (and
+ * keeps meaning the same thing) against any later 1.x header, and loads into
+ * every runtime of major 1 whose minor is at least 1. When you need a slot of
+ * a newer minor, append it to the table and raise these three together. */
+#define NULL_API_MAJOR 1u
+#define NULL_API_MINOR 1u
+#define NULL_TABLE_SIZE BP_BACKEND_API_SIZE_1_1
 
 /* ======================================================================= */
 /* The backend instance                                                    */
@@ -68,7 +80,7 @@ static bp_status_t* null_create(const bp_host_api_t* host, uint32_t runtime_majo
   (void)runtime_minor; /* a backend that needs a newer runtime checks it here */
   if (out == NULL) return host->status_create(BP_STATUS_INVALID_ARGUMENT, "create: out is NULL");
   *out = NULL;
-  if (runtime_major != BP_API_VERSION_MAJOR)
+  if (runtime_major != NULL_API_MAJOR)
     return host->status_create(BP_STATUS_VERSION_MISMATCH, "Null: runtime API major version differs");
   backend = (struct bp_backend*)calloc(1, sizeof *backend);
   if (backend == NULL) return host->status_create(BP_STATUS_OUT_OF_MEMORY, "Null: out of memory");
@@ -256,12 +268,12 @@ static bp_status_t* null_execute_node(bp_backend_t* backend, const bp_graph_view
 
 /* Static storage, filled in declaration order (C99 designated initialisers
  * would work too). struct_size and api_major/api_minor tell the runtime which
- * header this table was built against: it never reads a slot beyond
- * struct_size, so a backend built against an older header keeps loading. */
+ * API version this table implements: it never reads a slot beyond
+ * struct_size, so a backend built for an older minor keeps loading. */
 static const bp_backend_api_t null_table = {
-    BP_BACKEND_API_SIZE_1_0, /* struct_size */
-    BP_API_VERSION_MAJOR,    /* api_major */
-    BP_API_VERSION_MINOR,    /* api_minor */
+    NULL_TABLE_SIZE, /* struct_size */
+    NULL_API_MAJOR,  /* api_major */
+    NULL_API_MINOR,  /* api_minor */
     null_create,
     null_destroy,
     null_get_info,
@@ -285,6 +297,10 @@ static const bp_backend_api_t null_table = {
     NULL, /* memory_acquire */
     NULL, /* memory_release */
     null_execute_node,
+    /* since 1.1 */
+    NULL, /* compile_all: optional; NULL makes the host call compile once per
+           * partition, which is what a backend without shared ahead-of-time
+           * work wants */
 };
 
 /* The entry points: the only exported symbols, with C linkage and the exact
@@ -295,8 +311,8 @@ static const bp_backend_api_t null_table = {
 BP_EXPORT const char* GetBackendId(void) { return NULL_BACKEND_ID; }
 
 BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {
-  *outMajor = BP_API_VERSION_MAJOR; /* the header this file was compiled with */
-  *outMinor = BP_API_VERSION_MINOR;
+  *outMajor = NULL_API_MAJOR; /* the API this file implements (see above) */
+  *outMinor = NULL_API_MINOR;
 }
 
 /* Returns the table (static storage, never freed), or NULL on failure. */

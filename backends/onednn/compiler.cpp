@@ -911,6 +911,10 @@ class Lowering {
     throw fail("value '" + g_.value_name(v) + "' is not available (its producer was not lowered)");
   }
   const memory::desc& md(int ref) const { return c_.refs[ref].md; }
+  Dims dims_of(int ref) const {
+    const memory::dims d = md(ref).dims();
+    return Dims(d.begin(), d.end());
+  }
 
   void add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args, const dnnl::primitive_desc_base& pd,
                 const std::string& what) {
@@ -960,7 +964,7 @@ class Lowering {
       } catch (const dnnl::error&) {
       }
     }
-    const int plain = as_plain(ref, Dims(md(ref).dims().begin(), md(ref).dims().end()));
+    const int plain = as_plain(ref, dims_of(ref));
     return alias(plain, plain_md(shape));
   }
   // Another description of the same bytes (buffer or constant).
@@ -973,12 +977,12 @@ class Lowering {
   // `ref` as a plain (possibly strided) layout that matmul/softmax/etc. take.
   int unblocked(int ref) {
     if (!is_blocked(md(ref))) return ref;
-    return as_plain(ref, Dims(md(ref).dims().begin(), md(ref).dims().end()));
+    return as_plain(ref, dims_of(ref));
   }
   // `ref` without gaps other than a blocked layout's channel padding.
   int dense(int ref) {
     if (is_blocked(md(ref)) || is_dense(md(ref))) return ref;
-    return as_plain(ref, Dims(md(ref).dims().begin(), md(ref).dims().end()));
+    return as_plain(ref, dims_of(ref));
   }
 
   // True if nothing reads `buffer` (through any value sharing it) after the

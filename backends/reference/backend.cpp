@@ -109,7 +109,7 @@ class RefContext;
 
 class RefCompiled : public sdk::CompiledPartition {
  public:
-  RefCompiled(const sdk::Host& host, const bp_graph_view_t& view) {
+  RefCompiled(const sdk::Host& host, const bp_graph_view_t& view) : host_(host) {
     const size_t nv = view.num_values;
     locations_.resize(nv);
     for (size_t k = 0; k < view.num_inputs; ++k) locations_[view.inputs[k]] = {Location::kInput, k, nullptr};
@@ -126,6 +126,7 @@ class RefCompiled : public sdk::CompiledPartition {
       step.outputs.assign(view.nodes[n].outputs, view.nodes[n].outputs + view.nodes[n].num_outputs);
       scratch_bytes_ = std::max(scratch_bytes_, align_up(step.kernel->scratch_bytes()));
       steps_.push_back(std::move(step));
+      op_types_.push_back(view.nodes[n].op_type);
     }
     plan_arena(view);
     num_values_ = nv;
@@ -134,6 +135,20 @@ class RefCompiled : public sdk::CompiledPartition {
   }
 
   std::unique_ptr<sdk::ExecContext> create_context() override;
+
+  // CpuRef rebuilds its kernels from the view and the NamedDataMap, so the
+  // payload only identifies what it was made from: a format tag and the op
+  // type of every node, checked again at deserialize.
+  void serialize(bp_blob_store_t*, bp_byte_writer_t* writer) override {
+    std::string payload = payload_for(op_types_);
+    host_.append(writer, payload.data(), payload.size());
+  }
+  static std::string payload_for(const std::vector<std::string>& op_types) {
+    std::string p = kPayloadTag;
+    for (const std::string& op : op_types) p += op + '\n';
+    return p;
+  }
+  static constexpr const char* kPayloadTag = "CpuRef payload 1\n";
 
   const std::vector<Step>& steps() const { return steps_; }
   const std::vector<Location>& locations() const { return locations_; }
@@ -196,6 +211,8 @@ class RefCompiled : public sdk::CompiledPartition {
     arena_bytes_ = top;
   }
 
+  sdk::Host host_;
+  std::vector<std::string> op_types_;
   std::vector<sdk::Weight> weights_;  // keeps constant inputs readable
   std::vector<Step> steps_;
   std::vector<Location> locations_;
@@ -270,7 +287,7 @@ class RefBackend : public sdk::Backend {
     i.vendor = "Backplane";
     i.description = "portable reference CPU kernels (correctness oracle)";
     i.device_count = 0;
-    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SINGLE_OP;
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SINGLE_OP | BP_BACKEND_FLAG_SERIALIZE;
     return i;
   }
 
@@ -296,6 +313,16 @@ class RefBackend : public sdk::Backend {
 
   std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
+    return std::make_unique<RefCompiled>(host(), view);
+  }
+
+  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view, const void* payload, size_t size,
+                                                      const bp_compile_options_t&) override {
+    std::vector<std::string> ops;
+    for (size_t n = 0; n < view.num_nodes; ++n) ops.push_back(view.nodes[n].op_type);
+    std::string expected = RefCompiled::payload_for(ops);
+    if (size != expected.size() || std::memcmp(payload, expected.data(), size) != 0)
+      throw sdk::Error(BP_STATUS_CORRUPT_DATA, "CpuRef payload does not match partition '" + std::string(view.name) + "'");
     return std::make_unique<RefCompiled>(host(), view);
   }
 

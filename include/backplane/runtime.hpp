@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace backplane {
@@ -56,6 +57,38 @@ struct ModelOptions {
   bool allow_fallback = false;
   // Concrete shapes for inputs with symbolic or unknown dims.
   std::map<std::string, Shape> input_shapes;
+
+  // Compiled artifacts (.bpk) only:
+  // The method to load; "" = the first one.
+  std::string method;
+  // External data files (.bpd) by path; by default each is looked for next
+  // to the .bpk under the name the .bpk records.
+  std::vector<std::string> external_data;
+  // Verify each data segment's checksum on its first use instead of at load
+  // (faster load of big weights; corruption is still caught before use).
+  bool lazy_checksums = false;
+};
+
+// Ahead-of-time compilation (backplane compile).
+struct CompileOptions {
+  std::vector<std::string> backends;               // as ModelOptions
+  std::map<std::string, std::string> overrides;    // node name -> backend, any method
+  bool allow_fallback = false;
+  std::map<std::string, Shape> input_shapes;      // input name -> shape, any method
+  // Write every named blob (weights) into this data file instead of the
+  // .bpk; the .bpk records its file name (relative to the .bpk).
+  std::string external_data;
+};
+
+struct CompileReport {
+  std::vector<std::string> methods;
+  size_t partitions = 0;
+  size_t payload_bytes = 0;      // backend payloads
+  size_t named_data_keys = 0;
+  size_t requested_bytes = 0;    // named data before de-duplication
+  size_t stored_bytes = 0;       // after
+  size_t file_bytes = 0;         // the .bpk
+  size_t external_bytes = 0;     // the .bpd, if any
 };
 
 struct TensorInfo {
@@ -128,6 +161,9 @@ class Model {
   // reason for rejecting it), the partitions and the copies. kDot renders
   // with Graphviz, nodes coloured by backend.
   virtual std::string describe_plan(PlanFormat format) const = 0;
+  // What happened while loading that a user should know (e.g. a compiled
+  // partition whose backend is missing, recompiled elsewhere).
+  virtual const std::vector<std::string>& notes() const = 0;
   virtual Result<std::unique_ptr<Session>> create_session() = 0;
 };
 
@@ -154,9 +190,22 @@ class Runtime {
   // Every file the dynamic loader looked at, with its fate, and the paths.
   virtual std::vector<BackendFileReport> backend_files() const = 0;
   virtual std::vector<BackendPathReport> backend_paths() const = 0;
-  // Loads an ONNX model, partitions and compiles it.
+  // Loads an ONNX model (partitions and compiles it) or a compiled artifact
+  // (.bpk: maps it and deserializes each partition with its backend).
   virtual Result<std::shared_ptr<Model>> load_model(const std::string& path,
                                                     const ModelOptions& options = {}) = 0;
+
+  // Compiles ONNX models, one method each ({name, path}), into one artifact
+  // at `output`. Every backend sees all its partitions of all methods at
+  // once, and weights shared between methods or backends are stored once.
+  virtual Result<CompileReport> compile(const std::vector<std::pair<std::string, std::string>>& methods,
+                                        const std::string& output, const CompileOptions& options = {}) = 0;
 };
+
+// Describes a compiled artifact: methods, partitions with backend and payload
+// size, named data with key, size, alignment, file, and de-duplication
+// savings. Verifies it as loading would. Text, or one JSON object.
+Result<std::string> inspect_artifact(const std::string& path, bool json,
+                                     const std::vector<std::string>& external_data = {});
 
 }  // namespace backplane

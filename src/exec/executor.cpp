@@ -32,61 +32,81 @@ Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir:
                                                              const BackendRegistry& registry,
                                                              const ModelOptions& options, uint64_t network_id,
                                                              int num_threads) {
-  std::shared_ptr<CompiledModel> m(new CompiledModel());
-  m->graph_ = std::move(graph);
-  m->network_id_ = network_id;
-  m->weights_ = std::make_unique<TensorDataMap>(&m->graph_->constants);
-  const std::string& source = m->graph_->source;
+  auto weights = std::make_unique<TensorDataMap>(&graph->constants);
+  const ir::Graph* g = graph.get();
+  const NamedDataMap* w = weights.get();
+  Planner planner = [g, w, &registry, &options](const Exclusions& excluded, std::vector<std::string>*) {
+    return make_plan(*g, registry, options, *w, excluded);
+  };
+  return create_with(std::move(graph), std::move(weights), planner, network_id, num_threads, nullptr);
+}
 
+Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(std::unique_ptr<ir::Graph> graph,
+                                                                  std::unique_ptr<NamedDataMap> weights,
+                                                                  const Planner& planner, uint64_t network_id,
+                                                                  int num_threads,
+                                                                  std::shared_ptr<const void> keep_alive) {
+  std::shared_ptr<CompiledModel> m(new CompiledModel());
+  m->keep_alive_ = std::move(keep_alive);
+  m->graph_ = std::move(graph);
+  m->weights_ = std::move(weights);
+  m->network_id_ = network_id;
+  BP_RETURN_IF_ERROR(m->build(planner, num_threads), m->graph_->source);
+  return m;
+}
+
+Status CompiledModel::build(const Planner& planner, int num_threads) {
   // Plan, compile; nodes a backend fails to compile (ArmNN's "failed
   // subgraphs") go to the next backend and everything is planned again. Each
   // round excludes at least one more (node, backend) pair, so this ends.
   Exclusions excluded;
+  std::vector<std::string> plan_notes;
   for (;;) {
-    BP_ASSIGN_OR_RETURN(m->plan_, make_plan(*m->graph_, registry, options, *m->weights_, excluded), source);
-    m->loaded_backends_.clear();
-    for (const Partition& p : m->plan_.partitions)
-      if (std::find(m->loaded_backends_.begin(), m->loaded_backends_.end(), p.backend) == m->loaded_backends_.end())
-        m->loaded_backends_.push_back(p.backend);
+    plan_notes.clear();
+    BP_ASSIGN_OR_RETURN(plan_, planner(excluded, &plan_notes));
+    loaded_backends_.clear();
+    for (const Partition& p : plan_.partitions)
+      if (std::find(loaded_backends_.begin(), loaded_backends_.end(), p.backend) == loaded_backends_.end())
+        loaded_backends_.push_back(p.backend);
     // ArmNN's BeforeLoadNetwork: before the backend compiles anything of it.
-    for (const auto& b : m->loaded_backends_) {
-      if (std::find(m->hooked_.begin(), m->hooked_.end(), b) != m->hooked_.end()) continue;
-      m->hooked_.push_back(b);
+    for (const auto& b : loaded_backends_) {
+      if (std::find(hooked_.begin(), hooked_.end(), b) != hooked_.end()) continue;
+      hooked_.push_back(b);
       if (BP_TABLE_HAS(b->api(), before_load_network))
-        BP_RETURN_IF_ERROR(b->check(b->api()->before_load_network(b->instance(), network_id), "before_load_network"));
+        BP_RETURN_IF_ERROR(b->check(b->api()->before_load_network(b->instance(), network_id_), "before_load_network"));
     }
     size_t before = excluded.size();
-    BP_ASSIGN_OR_RETURN(bool complete, m->compile_partitions(num_threads, &excluded), source);
+    BP_ASSIGN_OR_RETURN(bool complete, compile_partitions(num_threads, &excluded));
     if (complete) break;
-    if (excluded.size() == before) return internal_error(source + ": compile made no progress");
-    m->compiled_.clear();
+    if (excluded.size() == before) return internal_error("compile made no progress");
+    compiled_.clear();
   }
-  for (const auto& b : m->hooked_)
+  notes_.insert(notes_.end(), plan_notes.begin(), plan_notes.end());
+  for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->api()->after_load_network(b->instance(), network_id), "after_load_network"));
-  m->plan_steps();
-  m->plan_memory();
+      BP_RETURN_IF_ERROR(b->check(b->api()->after_load_network(b->instance(), network_id_), "after_load_network"));
+  plan_steps();
+  plan_memory();
 
-  const ir::Graph& g = *m->graph_;
-  for (int v : g.inputs) m->inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (int v : g.outputs) m->outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (const auto& cp : m->compiled_) {
+  const ir::Graph& g = *graph_;
+  for (int v : g.inputs) inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
+  for (int v : g.outputs) outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
+  for (const auto& cp : compiled_) {
     PartitionDescription d;
     d.backend = cp->backend->id();
     d.imperative = cp->imperative;
     for (int n : cp->view->node_ids()) d.nodes.push_back(g.nodes[n].name);
     for (int v : cp->view->input_values()) d.inputs.push_back(g.values[v].name);
     for (int v : cp->view->output_values()) d.outputs.push_back(g.values[v].name);
-    m->partition_desc_.push_back(std::move(d));
+    partition_desc_.push_back(std::move(d));
   }
   auto describe_copy = [&](const ExecStep& s, bool once) {
-    m->copy_desc_.push_back(
-        {g.values[s.value].name, m->spaces_[s.from].name, m->spaces_[s.to].name, m->value_bytes(s.value), once});
+    copy_desc_.push_back({g.values[s.value].name, spaces_[s.from].name, spaces_[s.to].name, value_bytes(s.value), once});
   };
-  for (const ExecStep& s : m->init_copies_) describe_copy(s, true);
-  for (const ExecStep& s : m->steps_)
+  for (const ExecStep& s : init_copies_) describe_copy(s, true);
+  for (const ExecStep& s : steps_)
     if (s.kind == ExecStep::kCopy) describe_copy(s, false);
-  return m;
+  return ok_status();
 }
 
 CompiledModel::~CompiledModel() {
@@ -120,9 +140,24 @@ Result<bool> CompiledModel::compile_partitions(int num_threads, Exclusions* fail
       opts.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, blob_store);
       opts.num_threads = static_cast<uint32_t>(std::max(num_threads, 0));
       bp_node_report report(p.nodes.size());
-      BP_RETURN_IF_ERROR(p.backend->check(
-          p.backend->api()->compile(p.backend->instance(), cp->view->get(), &opts, &report, &cp->compiled),
-          "compile " + name));
+      if (p.payload != nullptr && BP_TABLE_HAS(p.backend->api(), deserialize)) {
+        Status s = p.backend->check(p.backend->api()->deserialize(p.backend->instance(), cp->view->get(), p.payload,
+                                                                  p.payload_size, &opts, &cp->compiled),
+                                    "deserialize " + name);
+        if (!s.ok()) {
+          // The payload is unusable here (corrupt, or a format this build of
+          // the backend does not read): recompile those nodes elsewhere.
+          notes_.push_back(name + ": " + s.message() + "; recompiling its nodes from the portable graph");
+          log::warn(notes_.back());
+          for (int n : p.nodes) failed->insert({n, p.backend->id()});
+          complete = false;
+          continue;
+        }
+      } else {
+        BP_RETURN_IF_ERROR(p.backend->check(
+            p.backend->api()->compile(p.backend->instance(), cp->view->get(), &opts, &report, &cp->compiled),
+            "compile " + name));
+      }
       bool partial = false;
       for (size_t k = 0; k < p.nodes.size(); ++k)
         if (report.reported[k] && report.outcome[k] != BP_NODE_SUPPORTED) {

@@ -17,6 +17,7 @@
 
 #include <backplane/runtime.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +71,10 @@ struct MemoryPlan {
   size_t arena_size = 0;
 };
 
+// Makes a plan that avoids the excluded (node, backend) pairs, and says what a
+// user should know about it in `notes`.
+using Planner = std::function<Result<Plan>(const Exclusions&, std::vector<std::string>* notes)>;
+
 class CompiledModel : public Model, public std::enable_shared_from_this<CompiledModel> {
  public:
   // Partitions, compiles and plans memory for `graph` (shapes already inferred).
@@ -77,6 +82,13 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
                                                        const BackendRegistry& registry,
                                                        const ModelOptions& options, uint64_t network_id,
                                                        int num_threads);
+  // The same with a given weights map and planner (compiled artifacts:
+  // partitions come from the file, payloads are deserialized). `keep_alive`
+  // holds whatever the graph's constants and payloads point into.
+  static Result<std::shared_ptr<CompiledModel>> create_with(std::unique_ptr<ir::Graph> graph,
+                                                            std::unique_ptr<NamedDataMap> weights,
+                                                            const Planner& planner, uint64_t network_id,
+                                                            int num_threads, std::shared_ptr<const void> keep_alive);
   ~CompiledModel() override;
 
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
@@ -85,6 +97,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::vector<std::string> backends_used() const override;
   const std::vector<CopyDescription>& copies() const override { return copy_desc_; }
   std::string describe_plan(PlanFormat format) const override;
+  const std::vector<std::string>& notes() const override { return notes_; }
   Result<std::unique_ptr<Session>> create_session() override;
 
   const ir::Graph& graph() const { return *graph_; }
@@ -101,11 +114,14 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Compiles every partition; on nodes a backend failed, adds them to
   // `failed` and returns false so the caller plans again without them.
   Result<bool> compile_partitions(int num_threads, Exclusions* failed);
+  Status build(const Planner& planner, int num_threads);
   void plan_steps();
   void plan_memory();
 
+  std::shared_ptr<const void> keep_alive_;  // destroyed last
   std::unique_ptr<ir::Graph> graph_;
-  std::unique_ptr<TensorDataMap> weights_;
+  std::unique_ptr<NamedDataMap> weights_;
+  std::vector<std::string> notes_;
   Plan plan_;
   std::vector<std::unique_ptr<CompiledPartition>> compiled_;
   std::vector<MemorySpace> spaces_;

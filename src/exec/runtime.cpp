@@ -1,4 +1,5 @@
 #include "core/log.hpp"
+#include "exec/aot.hpp"
 #include "exec/executor.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
@@ -47,10 +48,20 @@ class RuntimeImpl : public Runtime {
     return out;
   }
 
+  Result<CompileReport> compile(const std::vector<std::pair<std::string, std::string>>& methods,
+                                const std::string& output, const CompileOptions& options) override {
+    return compile_artifact(registry_, methods, output, options, options_.num_threads);
+  }
+
   std::vector<BackendFileReport> backend_files() const override { return files_; }
   std::vector<BackendPathReport> backend_paths() const override { return paths_; }
 
   Result<std::shared_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) override {
+    if (looks_like_artifact(path)) {
+      BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,
+                          load_artifact(registry_, path, options, next_network_id_++, options_.num_threads));
+      return std::shared_ptr<Model>(std::move(model));
+    }
     BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
     auto graph = std::make_unique<ir::Graph>(std::move(imported));
     if (graph->source.empty()) graph->source = path;

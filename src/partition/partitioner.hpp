@@ -27,6 +27,10 @@ struct Partition {
   std::vector<int> nodes;  // node ids in execution order
   // Run one node at a time through execute_node (the backend has no compile).
   bool imperative = false;
+  // From a compiled artifact: the backend's serialized partition (points into
+  // the mapped file), to deserialize instead of compiling.
+  const uint8_t* payload = nullptr;
+  size_t payload_size = 0;
 };
 
 struct Plan {

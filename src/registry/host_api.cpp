@@ -1,5 +1,6 @@
 #include "registry/host_api.hpp"
 
+#include "artifact/blob_store.hpp"
 #include "core/log.hpp"
 
 #include <algorithm>
@@ -77,17 +78,28 @@ bp_status_t* data_map_key_at(const bp_named_data_map_t* map, size_t index, const
   return nullptr;
 }
 
-bp_status_t* blob_store_add(bp_blob_store_t* store, const char*, const void*, size_t, size_t, const char*) {
-  // Ahead-of-time compilation (the artifact writer) owns blob stores; without
-  // one there is nowhere to put the blob.
-  if (store == nullptr)
-    return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: no blob store in this compile");
-  return status_create(BP_STATUS_UNSUPPORTED, "blob_store_add: ahead-of-time compilation is not available");
+bp_status_t* blob_store_add(bp_blob_store_t* store, const char* key, const void* data, size_t size,
+                            size_t alignment, const char* external_file) {
+  if (store == nullptr || key == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: NULL store or key (not compiling ahead of time?)");
+  try {
+    Status s = BlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
+    return s.ok() ? nullptr : status_create(BP_STATUS_INVALID_ARGUMENT, s.message().c_str());
+  } catch (const std::bad_alloc&) {
+    return status_create(BP_STATUS_OUT_OF_MEMORY, "blob_store_add: out of memory");
+  }
 }
 
-bp_status_t* writer_append(bp_byte_writer_t* writer, const void*, size_t) {
+bp_status_t* writer_append(bp_byte_writer_t* writer, const void* data, size_t size) {
   if (writer == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL writer");
-  return status_create(BP_STATUS_UNSUPPORTED, "writer_append: ahead-of-time compilation is not available");
+  if (size > 0 && data == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL data");
+  try {
+    const auto* p = static_cast<const uint8_t*>(data);
+    writer->bytes.insert(writer->bytes.end(), p, p + size);
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    return status_create(BP_STATUS_OUT_OF_MEMORY, "writer_append: out of memory");
+  }
 }
 
 void report_node(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome, const char* reason) {

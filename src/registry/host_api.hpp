@@ -26,6 +26,11 @@ struct bp_node_report {
   std::vector<std::string> reason;
 };
 
+// The opaque byte sink a backend's serialize writes its payload into.
+struct bp_byte_writer {
+  std::vector<uint8_t> bytes;
+};
+
 namespace backplane {
 
 // Read-only weights by key (ExecuTorch's NamedDataMap). Backends reach it only

@@ -52,7 +52,8 @@ const json* file_entry(const json& j, const std::string& name) {
 
 TEST(DynamicBackendsCli, BackendsJsonReportsEveryFileWithProbe) {
   const std::string dir = kMocks + "/cli";
-  Output o = run_cli("--backend-path '" + dir + "' --probe-backends --log-level off backends --json");
+  // Global options after the subcommand, as documented usage writes them.
+  Output o = run_cli("backends --backend-path '" + dir + "' --probe-backends --log-level off --json");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   json j = json::parse(o.out);
 

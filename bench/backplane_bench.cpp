@@ -1,0 +1,160 @@
+// backplane_bench — Backplane side of `make bench`, driven by run_bench.py.
+//
+//   backplane_bench dynamic|static MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]
+//
+// dynamic: the public API, exactly what an application does; CpuOneDnn comes
+//          from Backplane_CpuOneDnn_backend.so in BACKEND_DIR.
+// static:  the same pipeline with CpuOneDnn linked in (backplane_backend_CpuOneDnn)
+//          and registered by hand through the runtime's internal registry, so
+//          the two differ only in how the backend's function table was obtained.
+// Protocol (the same as ort_runner.js): prints {"ready", "load_ms"} once the
+// first result exists, then answers "run K", "save PATH" and "quit" on stdin.
+#include "exec/executor.hpp"
+#include "ir/graph.hpp"
+#include "onnx/importer.hpp"
+#include "registry/registry.hpp"
+
+#include <backplane/backend_abi.h>
+#include <backplane/runtime.hpp>
+
+#include "npy.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace backplane {
+namespace cpuref {
+const bp_backend_api_t* static_table();
+}
+namespace onednn {
+const bp_backend_api_t* static_table();
+}
+}  // namespace backplane
+
+namespace {
+
+using namespace backplane;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+[[noreturn]] void die(const std::string& what) {
+  std::cerr << "backplane_bench: " << what << "\n";
+  std::exit(1);
+}
+
+// Keeps everything a static-mode model needs alive.
+struct StaticHolder {
+  BackendRegistry registry;
+  std::shared_ptr<Model> model;
+};
+
+std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticHolder& h) {
+  auto add = [&](const char* id, const bp_backend_api_t* table) {
+    auto b = Backend::create(id, table, "static", nullptr);
+    if (!b.ok()) die(b.status().to_string());
+    if (threads > 0) {
+      std::string n = std::to_string(threads);
+      const char* key = "num_threads";
+      const char* value = n.c_str();
+      Status st = (*b)->check((*b)->api()->configure((*b)->instance(), 1, &key, &value), "configure");
+      if (!st.ok()) die(st.to_string());
+    }
+    Status st = h.registry.add(std::move(*b));
+    if (!st.ok()) die(st.to_string());
+  };
+  add("CpuOneDnn", onednn::static_table());
+  add("CpuRef", cpuref::static_table());
+  auto imported = onnx_import::import_file(path);
+  if (!imported.ok()) die(imported.status().to_string());
+  auto graph = std::make_unique<ir::Graph>(std::move(*imported));
+  if (graph->source.empty()) graph->source = path;
+  Status st = ir::infer_shapes(*graph);
+  if (!st.ok()) die(st.to_string());
+  graph->remove_dead();
+  auto model = CompiledModel::create(std::move(graph), h.registry, ModelOptions{}, 1, threads);
+  if (!model.ok()) die(model.status().to_string());
+  return *model;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::cerr << "usage: backplane_bench dynamic|static MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]\n";
+    return 2;
+  }
+  const std::string mode = argv[1], model_path = argv[2], input_path = argv[3];
+  const int threads = std::stoi(argv[4]);
+  auto input = npy::read(input_path);
+  if (!input.ok()) die(input.status().to_string());
+
+  const Clock::time_point t0 = Clock::now();
+  std::shared_ptr<Runtime> runtime;
+  StaticHolder holder;
+  std::shared_ptr<Model> model;
+  if (mode == "dynamic") {
+    RuntimeOptions o;
+    if (argc > 5) o.backend_path = argv[5];
+    o.num_threads = threads;
+    auto rt = Runtime::create(o);
+    if (!rt.ok()) die(rt.status().to_string());
+    runtime = *rt;
+    auto m = runtime->load_model(model_path);
+    if (!m.ok()) die(m.status().to_string());
+    model = *m;
+  } else if (mode == "static") {
+    model = load_static(model_path, threads, holder);
+  } else {
+    die("mode must be dynamic or static");
+  }
+  auto session = model->create_session();
+  if (!session.ok()) die(session.status().to_string());
+  const std::string input_name = model->inputs().at(0).name;
+  auto run = [&] {
+    Status st = (*session)->set_input(input_name, *input);
+    if (st.ok()) st = (*session)->run();
+    if (!st.ok()) die(st.to_string());
+  };
+  run();
+  const double load_ms = ms_since(t0);
+  std::ostringstream backends;
+  for (const std::string& b : model->backends_used()) backends << (backends.tellp() > 0 ? "," : "") << b;
+  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"backends\": \"%s\", \"partitions\": %zu}\n", load_ms,
+              backends.str().c_str(), model->partitions().size());
+  std::fflush(stdout);
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd, arg;
+    in >> cmd >> arg;
+    if (cmd == "run") {
+      const int k = std::stoi(arg);
+      std::string out = "{\"times_ms\": [";
+      for (int i = 0; i < k; ++i) {
+        const Clock::time_point s = Clock::now();
+        run();
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.4f", i ? ", " : "", ms_since(s));
+        out += buf;
+      }
+      std::printf("%s]}\n", out.c_str());
+    } else if (cmd == "save") {
+      Status st = npy::write(arg, (*session)->output(0));
+      if (!st.ok()) die(st.to_string());
+      std::printf("{\"saved\": \"%s\"}\n", arg.c_str());
+    } else if (cmd == "quit") {
+      break;
+    } else {
+      std::printf("{\"error\": \"unknown command\"}\n");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

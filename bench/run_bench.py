@@ -1,0 +1,255 @@
+#!/usr/bin/python3
+"""Backplane (CpuOneDnn) against ONNX Runtime on real models: `make bench`.
+
+For each model and thread count this starts three long-lived processes, one
+after the other so their start-up is not disturbed:
+  backplane_bench dynamic  Backplane as an application uses it, CpuOneDnn loaded
+                           from Backplane_CpuOneDnn_backend.so
+  node ort_runner.js       ONNX Runtime (npm onnxruntime-node) with
+                           intraOpNumThreads = threads
+  backplane_bench static   the same, CpuOneDnn linked statically
+Each reports its load-to-first-result (runtime/library load + model load +
+first inference). After a warm-up, the three are run ALTERNATELY on the same
+input, one inference at a time, so machine noise hits all of them alike; each
+times its own inference. Reported: median latencies, Backplane/ORT,
+dynamic/static, max |bp - ort| / max |ort| on the outputs, load-to-first-result
+and peak RSS above the process's RSS before loading (node itself is ~40 MB).
+
+Models: resnet18, mobilenet_v2, squeezenet1_1, transformer (scripts/gen_models.py)
+and resnet50 (torchvision, weights=None, seeded, exported the same way).
+Needs Debian's /usr/bin/python3 (numpy, torch, torchvision, onnx), node and npm.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODELS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "transformer"]
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def gen_models(out_dir, names):
+    """Generates the models with scripts/gen_models.py's own code (resnet50 too)."""
+    spec = importlib.util.spec_from_file_location("gen_models", os.path.join(ROOT, "scripts", "gen_models.py"))
+    gm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gm)
+    os.makedirs(out_dir, exist_ok=True)
+    import torch
+    torch.set_num_threads(1)
+    stamp = gm._script_hash()
+    for n in names:
+        gm.generate(n, out_dir, stamp)  # resnet50 goes through build_torchvision like resnet18
+
+
+def ensure_ort(bench_dir):
+    prefix = os.path.join(bench_dir, "ort")
+    module = os.path.join(prefix, "node_modules", "onnxruntime-node")
+    if not os.path.exists(os.path.join(module, "package.json")):
+        log(f"installing onnxruntime-node into {prefix}")
+        os.makedirs(prefix, exist_ok=True)
+        subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", prefix,
+                        "onnxruntime-node"], check=True)
+    libs = [os.path.join(d, f) for d, _, fs in os.walk(module) for f in fs
+            if f.startswith("libonnxruntime.so") and "x64" in d]
+    if not libs:
+        sys.exit("bench: onnxruntime-node has no linux-x64 libonnxruntime.so")
+    with open(os.path.join(module, "package.json")) as f:
+        version = json.load(f)["version"]
+    return module, version, libs[0]
+
+
+class Runner:
+    """One benchmark process speaking the line protocol of ort_runner.js / backplane_bench."""
+
+    def __init__(self, name, argv):
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.base_rss_kb = None
+        # RSS of the process before it loads anything heavy is sampled right away.
+        for _ in range(200):
+            rss = self._status("VmRSS")
+            if rss:
+                self.base_rss_kb = rss
+                break
+            time.sleep(0.001)
+        ready = self._read()
+        if not ready.get("ready"):
+            raise RuntimeError(f"{name}: did not start: {ready}")
+        self.load_ms = ready["load_ms"]
+        self.info = ready
+
+    def _status(self, key):
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith(key + ":"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}: exited (status {self.proc.wait()})")
+        return json.loads(line)
+
+    def send(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def run(self, k):
+        return self.send(f"run {k}")["times_ms"]
+
+    def peak_rss_mb(self):
+        return (self._status("VmHWM") - (self.base_rss_kb or 0)) / 1024.0
+
+    def close(self):
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def bench_one(args, model, threads, paths):
+    onnx_path = os.path.join(paths["models"], model + ".onnx")
+    input_path = os.path.join(paths["models"], model + ".input.npy")
+    t = str(threads)
+    runners = {}
+    try:
+        runners["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
+                                                      paths["backend_dir"]])
+        runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
+                                                onnx_path, input_path, t])
+        runners["static"] = Runner("backplane(static)", [paths["bench_bin"], "static", onnx_path, input_path, t])
+        for r in runners.values():
+            r.run(args.warmup)
+        times = {k: [] for k in runners}
+        for _ in range(args.runs):
+            for k, r in runners.items():
+                times[k] += r.run(1)
+        out = {}
+        for k in ("bp", "ort"):
+            p = os.path.join(paths["out"], f"{model}.t{threads}.{k}.npy")
+            runners[k].send(f"save {p}")
+            out[k] = np.load(p).astype(np.float64)
+        rel = float(np.abs(out["bp"] - out["ort"]).max() / max(np.abs(out["ort"]).max(), 1e-30))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        return {
+            "model": model, "threads": threads,
+            "bp_ms": med["bp"], "ort_ms": med["ort"], "static_ms": med["static"],
+            "ratio": med["bp"] / med["ort"], "dyn_static": med["bp"] / med["static"],
+            "rel_diff": rel,
+            "bp_load_ms": runners["bp"].load_ms, "ort_load_ms": runners["ort"].load_ms,
+            "bp_rss_mb": runners["bp"].peak_rss_mb(), "ort_rss_mb": runners["ort"].peak_rss_mb(),
+            "backends": runners["bp"].info.get("backends", ""), "partitions": runners["bp"].info.get("partitions"),
+            "runs": args.runs,
+        }
+    finally:
+        for r in runners.values():
+            r.close()
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def table(results, ort_version):
+    lines = [
+        f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
+        f"{results[0]['runs'] if results else 0} alternating timed runs after warm-up; median latency.",
+        "",
+        "| model | threads | Backplane ms | ORT ms | Backplane/ORT | max rel diff | load-to-first Backplane ms | "
+        "load-to-first ORT ms | peak RSS Backplane MB | peak RSS ORT MB | static ms | dynamic/static |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['model']} | {r['threads']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | {r['ratio']:.2f} | "
+            f"{r['rel_diff']:.1e} | {r['bp_load_ms']:.0f} | {r['ort_load_ms']:.0f} | {r['bp_rss_mb']:.0f} | "
+            f"{r['ort_rss_mb']:.0f} | {r['static_ms']:.2f} | {r['dyn_static']:.3f} |")
+    return "\n".join(lines)
+
+
+def write_doc(path, text):
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    with open(path) as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        sys.exit(f"bench: {path} has no {begin} ... {end} section")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + text + "\n" + end + tail)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--write-doc", metavar="MD", help="replace the bench section of this Markdown file")
+    args = ap.parse_args()
+    if args.runs < 30:
+        log("note: fewer than 30 timed runs")
+
+    build = os.path.abspath(args.build_dir)
+    bench_dir = os.path.join(build, "bench")
+    paths = {
+        "models": os.path.join(bench_dir, "models"),
+        "out": os.path.join(bench_dir, "outputs"),
+        "bench_bin": os.path.join(bench_dir, "backplane_bench"),
+        "backend_dir": os.path.join(build, "lib", "backplane", "backends"),
+    }
+    for p in (paths["bench_bin"], os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
+        if not os.path.exists(p):
+            sys.exit(f"bench: {p} is missing (run `make bench`, which builds it)")
+    os.makedirs(paths["out"], exist_ok=True)
+    models = [m for m in args.models.split(",") if m]
+    log(f"generating models into {paths['models']} (cached)")
+    gen_models(paths["models"], models)
+    paths["ort_module"], ort_version, ort_lib = ensure_ort(bench_dir)
+    log(f"ONNX Runtime {ort_version}: {ort_lib}")
+
+    results = []
+    for model in models:
+        for threads in [int(t) for t in args.threads.split(",") if t]:
+            log(f"{model} at {threads} thread(s)")
+            results.append(bench_one(args, model, threads, paths))
+    text = table(results, ort_version)
+    print(text)
+    with open(os.path.join(bench_dir, "results.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(bench_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    if args.write_doc:
+        write_doc(args.write_doc, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

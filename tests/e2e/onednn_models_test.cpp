@@ -1,0 +1,134 @@
+// onednn_models_test.cpp — the real models on CpuOneDnn against CpuRef.
+//
+// CpuOneDnn is loaded as users get it (Backplane_CpuOneDnn_backend.so from
+// this build's backend folder) and chosen by the default preference. For each
+// model from scripts/gen_models.py: the nodes CpuOneDnn takes, the output
+// against CpuRef's on the same input (max|a-b| <= 1e-4 * max|ref|) at 1 and 2
+// threads, and repeated and concurrent runs.
+#include "e2e_util.hpp"
+
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace backplane::e2e {
+namespace {
+
+struct OneDnnCase {
+  const char* name;
+  const char* input;
+  // Ops CpuOneDnn leaves to CpuRef in this model (everything else must be its).
+  std::set<std::string> fallback_ops;
+};
+
+std::string case_name(const testing::TestParamInfo<OneDnnCase>& info) { return info.param.name; }
+
+std::shared_ptr<Runtime> onednn_runtime(int threads) {
+  RuntimeOptions o;
+  o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
+  o.num_threads = threads;
+  o.log_level = LogLevel::kError;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+  return rt.ok() ? rt.value() : nullptr;
+}
+
+Tensor run_once(Model& model, const std::string& input_name, const Tensor& input) {
+  auto session = model.create_session();
+  EXPECT_TRUE(session.ok()) << session.status().to_string();
+  if (!session.ok()) return Tensor();
+  EXPECT_TRUE((*session)->set_input(input_name, input).ok());
+  Status st = (*session)->run();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return st.ok() ? (*session)->output(0).clone() : Tensor();
+}
+
+class OneDnnModels : public testing::TestWithParam<OneDnnCase> {};
+
+TEST_P(OneDnnModels, DefaultPreferencePicksCpuOneDnnAndMatchesCpuRef) {
+  const OneDnnCase& c = GetParam();
+  Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  ASSERT_FALSE(input.empty());
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    auto rt = onednn_runtime(threads);
+    ASSERT_TRUE(rt);
+    auto fast = rt->load_model(model_path(c.name));  // default preference
+    ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+    auto ref = rt->load_model(model_path(c.name), cpuref_only());
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+
+    // CpuOneDnn is preferred; only the ops it lacks fall back to CpuRef.
+    const std::vector<std::string> used = (*fast)->backends_used();
+    ASSERT_FALSE(used.empty());
+    EXPECT_EQ(used.front(), "CpuOneDnn");
+    const std::string plan = (*fast)->describe_plan(PlanFormat::kText);
+    for (const auto& p : (*fast)->partitions())
+      if (p.backend != "CpuOneDnn")
+        for (const std::string& node : p.nodes) {
+          bool expected = false;
+          for (const std::string& op : c.fallback_ops) expected = expected || contains(plan, node + " (" + op + ")");
+          EXPECT_TRUE(expected) << node << " ran on " << p.backend << "\n" << plan;
+        }
+
+    Tensor y = run_once(**fast, c.input, input);
+    Tensor want = run_once(**ref, c.input, input);
+    ASSERT_FALSE(y.empty());
+    ASSERT_FALSE(want.empty());
+    ASSERT_EQ(y.shape(), want.shape());
+    const double scale = max_abs(want);
+    ASSERT_GT(scale, 0.0);
+    const double diff = max_abs_diff(y, want);
+    EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
+
+    // And against PyTorch's own output.
+    Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");
+    EXPECT_LE(max_abs_diff(y, expected), 1e-4 * max_abs(expected));
+  }
+}
+
+TEST_P(OneDnnModels, RepeatedAndConcurrentRunsAgree) {
+  const OneDnnCase& c = GetParam();
+  Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  auto rt = onednn_runtime(1);
+  ASSERT_TRUE(rt);
+  auto model = rt->load_model(model_path(c.name));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input(c.input, input).ok());
+  ASSERT_TRUE((*session)->run().ok());
+  Tensor first = (*session)->output(0).clone();
+  ASSERT_TRUE((*session)->run().ok());
+  EXPECT_TRUE(bitwise_equal((*session)->output(0), first)) << "a second run of one session differs";
+
+  // Two sessions (two execution contexts) on two threads at once.
+  std::vector<Tensor> results(2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      auto s = (*model)->create_session();
+      if (!s.ok()) return;
+      for (int i = 0; i < 3; ++i) {
+        if (!(*s)->set_input(c.input, input).ok() || !(*s)->run().ok()) return;
+      }
+      results[t] = (*s)->output(0).clone();
+    });
+  for (auto& th : threads) th.join();
+  for (const Tensor& r : results) {
+    ASSERT_FALSE(r.empty());
+    EXPECT_TRUE(bitwise_equal(r, first)) << "a concurrent run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(E2E, OneDnnModels,
+                         testing::Values(OneDnnCase{"resnet18", "input", {}},
+                                         OneDnnCase{"mobilenet_v2", "input", {}},
+                                         OneDnnCase{"squeezenet1_1", "input", {}},
+                                         OneDnnCase{"transformer", "input_ids", {"Gather"}},
+                                         OneDnnCase{"tiny_cnn", "input", {"Pad"}}),
+                         case_name);
+
+}  // namespace
+}  // namespace backplane::e2e

@@ -143,6 +143,9 @@ def bench_one(args, model, threads, paths):
         for _ in range(args.runs):
             for k, r in runners.items():
                 times[k] += r.run(1)
+                # Let the threads of the runtime that just ran stop spinning
+                # and park before the next one starts (both pools spin-wait).
+                time.sleep(args.gap)
         out = {}
         for k in ("bp", "ort"):
             p = os.path.join(paths["out"], f"{model}.t{threads}.{k}.npy")
@@ -212,6 +215,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--gap", type=float, default=0.02, help="seconds between alternating runs")
     ap.add_argument("--write-doc", metavar="MD", help="replace the bench section of this Markdown file")
     args = ap.parse_args()
     if args.runs < 30:

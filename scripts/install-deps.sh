@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev graphviz
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   libdnnl-dev
+  clang libclang-rt-14-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
 )
 

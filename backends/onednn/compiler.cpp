@@ -455,19 +455,16 @@ void check_node(ViewInfo& g, int n) {
       throw fail("the axes must be a constant");
     if (node.attr_int("noop_with_empty_axes", 0) != 0) throw fail("noop_with_empty_axes=1 is not supported");
   } else if (binary_ops().count(op)) {
-    const Dims& a = g.shape(g.in(n, 0));
-    const Dims& b = g.shape(g.in(n, 1));
+    // oneDNN's binary broadcasts only its second operand; a constant scalar
+    // operand becomes an eltwise (linear, or pow for c / x) instead.
     const Dims& ys = g.shape(y);
-    const bool scalar = numel(a) == 1 || numel(b) == 1;
+    const bool a_full = left_pad(g.shape(g.in(n, 0)), ys.size()) == ys;
+    const bool b_full = left_pad(g.shape(g.in(n, 1)), ys.size()) == ys;
     const bool commutative = op == "Add" || op == "Mul" || op == "Max" || op == "Min";
-    if (!scalar && left_pad(a, ys.size()) != ys && !(commutative && left_pad(b, ys.size()) == ys))
+    const bool a_const_scalar = g.scalar(g.in(n, 0)).has_value() && (op == "Sub" || op == "Div");
+    if (!a_full && !b_full) throw fail("broadcasting both operands is not supported");
+    if (!a_full && !commutative && !a_const_scalar)
       throw fail("broadcasting the first operand of " + std::string(op) + " is not supported");
-    if (numel(a) == 1 && numel(b) != 1 && g.is_const(g.in(n, 0)) && !commutative && op != "Sub" && op != "Div")
-      throw fail("a constant scalar first operand is not supported");
-    if (numel(a) == 1 && left_pad(b, ys.size()) != ys && left_pad(a, ys.size()) != ys)
-      throw fail("broadcasting both operands is not supported");
-    if (numel(b) == 1 && left_pad(a, ys.size()) != ys && left_pad(b, ys.size()) != ys)
-      throw fail("broadcasting both operands is not supported");
   } else if (op == "Pow") {
     if (!g.scalar(g.in(n, 1))) throw fail("Pow is supported only with a constant scalar exponent");
   } else if (op == "Clip") {
@@ -559,6 +556,7 @@ std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v) {
   else if (n.op == "Mul") p.alpha = *c, p.beta = 0;
   else if (n.op == "Sub") p.alpha = first ? 1.f : -1.f, p.beta = first ? -*c : *c;
   else if (n.op == "Div" && first) p.alpha = 1.f / *c, p.beta = 0;
+  else if (n.op == "Div") p.alg = algorithm::eltwise_pow, p.alpha = *c, p.beta = -1.f;  // c / v
   else return std::nullopt;
   return p;
 }
@@ -586,6 +584,7 @@ struct Step {
   dnnl::primitive prim;
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
+  bool serial = false;                    // too little work to share: one thread
 };
 
 class Context;
@@ -595,7 +594,7 @@ class Compiled : public sdk::CompiledPartition {
   std::unique_ptr<sdk::ExecContext> create_context() override;
 
   bool empty = false;  // compile rejected a node; never executed
-  int threads = 0;
+  int threads = 1;  // OpenMP threads of the steps that are not serial
   std::vector<Buffer> buffers;
   std::vector<MemRef> refs;
   std::vector<Step> steps;
@@ -651,10 +650,14 @@ class Context : public sdk::ExecContext {
       if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] || outputs[k].data == nullptr)
         throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) + " is not a host buffer of " +
                            std::to_string(c_.output_bytes[k]) + " bytes");
-    set_threads(c_.threads);
     for (const Binding& b : bindings_)
       mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
+    // The OpenMP thread count is per calling thread; small steps run on one
+    // thread (no fork/join), as they were created.
+    int current = 0;
     for (size_t s = 0; s < args_.size(); ++s) {
+      const int want = c_.steps[s].serial ? 1 : c_.threads;
+      if (want != current) omp_set_num_threads(current = want);
       dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
                                                 static_cast<int>(args_[s].size()), args_[s].data());
       if (st != dnnl_success)
@@ -662,6 +665,7 @@ class Context : public sdk::ExecContext {
                                                  std::to_string(static_cast<int>(st)) + ")");
     }
     stream_.wait();
+    if (current != c_.threads) omp_set_num_threads(c_.threads);
   }
 
  private:
@@ -934,7 +938,7 @@ class Lowering {
       c_.buffers[b].first = std::min(c_.buffers[b].first, s);
       c_.buffers[b].last = std::max(c_.buffers[b].last, s);
     }
-    c_.steps.push_back(Step{std::move(prim), std::move(args), what});
+    c_.steps.push_back(Step{std::move(prim), std::move(args), what, serial_});
   }
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
@@ -1040,9 +1044,35 @@ class Lowering {
 
   // ---- operators -------------------------------------------------------------
 
+  // Below this many flops (or 8 x elements moved) a step runs on one thread:
+  // forking and joining would cost more than sharing saves.
+  static constexpr double kSerialWork = 1e6;
+
+  double work_of(const INode& n) const {
+    const double out = static_cast<double>(numel(g_.shape(n.out)));
+    if (n.op == "Conv") {
+      const Dims& ws = g_.shape(n.in[1]);
+      return 2.0 * out * static_cast<double>(numel(ws) / ws[0]);
+    }
+    if (n.op == "Gemm") return 2.0 * out * static_cast<double>(g_.shape(n.in[0])[1]);
+    if (n.op == "MatMul") return 2.0 * out * static_cast<double>(g_.shape(n.in[0]).back());
+    if (n.op == "MaxPool" || n.op == "AveragePool")
+      return out * static_cast<double>(numel(g_.node(n.node).attr_ints("kernel_shape")));
+    double in = 0;
+    for (int v : n.in)
+      if (v >= 0 && !g_.is_const(v)) in += static_cast<double>(numel(g_.shape(v)));
+    return 8.0 * std::max(out, in);
+  }
+  // Creation and execution of the next steps use this many threads.
+  void threads_for(double work) {
+    serial_ = c_.threads > 1 && work < kSerialWork;
+    omp_set_num_threads(serial_ ? 1 : c_.threads);
+  }
+
   void lower_node(int n) {
     const INode& node = nodes_[n];
     const std::string& op = node.op;
+    threads_for(work_of(node));
     if (op != "GeluErf" && op != "LayerNorm") check_node(g_, node.node);
     if (op == "Conv") return lower_conv(node);
     if (op == "Gemm") return lower_gemm(node);
@@ -1382,6 +1412,7 @@ class Lowering {
     std::set<int> bound;
     for (size_t k = 0; k < g_.view().num_outputs; ++k) {
       const int v = g_.view().outputs[k];
+      threads_for(8.0 * static_cast<double>(numel(g_.shape(v))));
       c_.output_bytes.push_back(bytes(v));
       const int r = ref_of(v);
       const int b = c_.refs[r].buffer;
@@ -1451,7 +1482,15 @@ class Lowering {
   std::vector<std::vector<int>> consumers_;  // per value: INodes reading it
   std::map<int, int> tensors_;               // value -> MemRef
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
+  bool serial_ = false;
 };
+
+// The process's OpenMP default (OMP_NUM_THREADS or the CPUs it may use),
+// read before this backend changes any thread's setting.
+int default_threads() {
+  static const int n = std::max(1, omp_get_max_threads());
+  return n;
+}
 
 }  // namespace
 
@@ -1470,6 +1509,7 @@ std::string library_description() {
 }
 
 std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_graph_view_t& view) {
+  (void)default_threads();  // read the OpenMP default before compile changes it
   ViewInfo g(host, view);
   std::vector<std::string> reasons(view.num_nodes);
   std::vector<bool> in_pattern(view.num_nodes, false);
@@ -1489,9 +1529,10 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 
 std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host, const bp_graph_view_t& view,
                                                            int num_threads, sdk::NodeReport& report) {
-  set_threads(num_threads);
+  const int fallback = default_threads();  // first thing: before any thread count is changed
   auto compiled = std::make_unique<Compiled>();
-  compiled->threads = num_threads;
+  compiled->threads = num_threads > 0 ? num_threads : fallback;
+  set_threads(compiled->threads);
   ViewInfo g(host, view);
   Lowering lowering(g, *compiled);
   try {
@@ -1506,6 +1547,7 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->steps.clear();
   }
   g.release_constants();  // every weight now lives in oneDNN memory
+  omp_set_num_threads(compiled->threads);
   return compiled;
 }
 

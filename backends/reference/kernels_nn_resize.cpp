@@ -171,6 +171,9 @@ struct ResizeParams {
   Nearest nearest;
   float cubic_a;
   bool exclude_outside;
+  // align_corners maps through the *unrounded* output length when scales
+  // were given (length_in * scale), as the ONNX reference does.
+  bool scales_given = false;
 };
 
 AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, float scale,
@@ -178,9 +181,10 @@ AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, floa
   AxisTaps a;
   a.taps = p.mode == "nearest" ? 1 : p.mode == "linear" ? 2 : 4;
   const float fin = static_cast<float>(len_in), fout = static_cast<float>(len_out);
+  const float fout_coords = p.coord == Coord::kAlignCorners && p.scales_given ? fin * scale : fout;
   const int64_t last = len_in - 1;
   for (int64_t o = 0; o < len_out; ++o) {
-    const float v = original_coordinate(p.coord, static_cast<float>(o), scale, fout, fin, roi_start, roi_end);
+    const float v = original_coordinate(p.coord, static_cast<float>(o), scale, fout_coords, fin, roi_start, roi_end);
     const bool outside = p.coord == Coord::kTfCropAndResize && (v < 0 || v > fin - 1);
     a.outside.push_back(outside ? 1 : 0);
     int64_t idx[4] = {0, 0, 0, 0};
@@ -294,6 +298,7 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
     std::memcpy(scales.data(), data, rank * sizeof(float));
     for (float s : scales)
       if (!(s > 0)) fail_invalid(info, "scales must be positive");
+    p.scales_given = true;
   } else {
     if (opset < 11 || !info.has_input(3))
       fail_invalid(info, "needs either scales or sizes");

@@ -60,7 +60,12 @@ typedef struct mock_counters {
 
 static mock_counters_t g_counters;
 
-BP_EXPORT mock_counters_t* MockCounters(void) { return &g_counters; }
+static const bp_backend_api_t* table(void);
+
+BP_EXPORT mock_counters_t* MockCounters(void) {
+  (void)table; /* referenced even in the variants without a BackendFactory */
+  return &g_counters;
+}
 
 struct bp_backend {
   const bp_host_api_t* host;
@@ -235,7 +240,9 @@ static bp_backend_api_t g_table;
 static const bp_backend_api_t* table(void) {
   bp_backend_api_t* t = &g_table;
   memset(t, 0, sizeof *t);
-  t->struct_size = BP_BACKEND_API_SIZE_1_0;
+  /* The whole table of the header this file is built against, with that
+   * header's minor: the pair the host checks. */
+  t->struct_size = sizeof *t;
 #if defined(MOCK_SMALL_TABLE)
   t->struct_size = BP_STRUCT_SIZE(bp_backend_api_t, get_info);
 #endif

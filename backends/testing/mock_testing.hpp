@@ -155,7 +155,8 @@ inline void write_relu_model(const std::string& path, const std::vector<int64_t>
   b.input("x", shape);
   std::string prev = "x";
   for (int i = 0; i < relus; ++i) {
-    std::string out = i + 1 == relus ? "y" : "r" + std::to_string(i);
+    std::string out = "y";
+    if (i + 1 < relus) out = std::string("r").append(std::to_string(i));
     b.node("Relu", "relu_" + std::to_string(i), {prev}, {out});
     prev = out;
   }

@@ -219,6 +219,44 @@ Result<uint64_t> check_header(const MappedFile& file, const char* what) {
   return static_cast<uint64_t>(fb_size);
 }
 
+// Bytes of a tensor of `shape` and `dtype`, or -1 if a dim is negative or the
+// size is absurd (over 2^40 bytes): shapes come from the file, and their
+// product must not overflow.
+int64_t checked_bytes(const Shape& shape, DType dtype) {
+  constexpr int64_t kLimit = int64_t{1} << 40;
+  int64_t n = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t d : shape) {
+    if (d < 0 || d > kLimit) return -1;
+    if (d != 0 && n > kLimit / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+// The FlatBuffers verifier (2.0) checks the alignment of a vector's length
+// but not of its elements: a crafted file can put a [long] at an address
+// that is not a multiple of 8. The mapping is page-aligned, so the address
+// says whether the offset in the file is.
+template <class T>
+bool elements_aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) == 0;
+}
+
+bool known_attr_type(int32_t t) {
+  switch (static_cast<ir::AttrType>(t)) {
+    case ir::AttrType::kFloat:
+    case ir::AttrType::kInt:
+    case ir::AttrType::kString:
+    case ir::AttrType::kTensor:
+    case ir::AttrType::kFloats:
+    case ir::AttrType::kInts:
+    case ir::AttrType::kStrings:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string hex_id(const flatbuffers::Vector<uint8_t>* id) {
   static const char* h = "0123456789abcdef";
   std::string s;
@@ -252,6 +290,7 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
                                                     std::to_string(kArtifactFormatMajor) + ".x");
   if (r.compile_id() == nullptr || r.compile_id()->size() != kCompileIdBytes)
     return corrupt_data(path + ": artifact has no compile id");
+  if (!elements_aligned(r.segments())) return corrupt_data(path + ": artifact metadata is misaligned");
 
   // External data files: given paths first (matched by name), else next to the .bpk.
   const fs::path dir = fs::path(path).parent_path();
@@ -259,6 +298,10 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
     for (const fb::DataFile* df : *r.data_files()) {
       if (df->name() == nullptr) return corrupt_data(path + ": data file entry without a name");
       std::string name = df->name()->str();
+      // Only a plain name next to the .bpk: never a path the file chooses.
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          name.find('\0') != std::string::npos)
+        return corrupt_data(path + ": data file name '" + name + "' is not a plain file name");
       std::string where = (dir / name).string();
       for (const std::string& given : external_data)
         if (fs::path(given).filename() == name) where = given;
@@ -394,11 +437,9 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
     if (v.name.empty() || g.find_value(v.name) >= 0) return corrupt_data(where + ": value " + std::to_string(i) + " has an empty or repeated name");
     v.dtype = static_cast<DType>(fv->dtype());
     if (dtype_size(v.dtype) == 0) return corrupt_data(where + ": value '" + v.name + "' has an unknown dtype");
-    if (fv->shape())
-      for (int64_t d : *fv->shape()) {
-        if (d < 0 || d > (int64_t{1} << 40)) return corrupt_data(where + ": value '" + v.name + "' has a bad shape");
-        v.shape.push_back(d);
-      }
+    if (!elements_aligned(fv->shape())) return corrupt_data(where + ": value '" + v.name + "' is misaligned");
+    if (fv->shape()) v.shape.assign(fv->shape()->begin(), fv->shape()->end());
+    if (checked_bytes(v.shape, v.dtype) < 0) return corrupt_data(where + ": value '" + v.name + "' has a bad shape");
     v.has_shape = true;
     v.dim_params.assign(v.shape.size(), "");
     std::string key = fv->constant_key() ? fv->constant_key()->str() : "";
@@ -407,7 +448,7 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
       auto it = segment_of_key.find(key);
       if (it == segment_of_key.end()) return corrupt_data(where + ": constant '" + v.name + "' names missing data '" + key + "'");
       const fb::Segment* s = root_->segments()->Get(it->second);
-      size_t expect = static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
+      const size_t expect = static_cast<size_t>(checked_bytes(v.shape, v.dtype));
       if (s->size() != expect)
         return corrupt_data(where + ": constant '" + v.name + "' has " + std::to_string(s->size()) + " bytes, its shape needs " +
                             std::to_string(expect));
@@ -439,7 +480,12 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
         for (const fb::Attribute* fa : *fn->attributes()) {
           ir::Attribute a;
           a.name = fa->name() ? fa->name()->str() : "";
+          if (a.name.empty() || !known_attr_type(fa->type()))
+            return corrupt_data(where + ": node '" + n.name + "' has an attribute without a name or of an unknown type");
           a.type = static_cast<ir::AttrType>(fa->type());
+          if (!elements_aligned(fa->ints()) || !elements_aligned(fa->floats()) ||
+              (fa->t() != nullptr && !elements_aligned(fa->t()->shape())))
+            return corrupt_data(where + ": node '" + n.name + "' attribute '" + a.name + "' is misaligned");
           a.i = fa->i();
           a.f = fa->f();
           a.s = fa->s() ? fa->s()->str() : "";
@@ -452,9 +498,8 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
             Shape shape;
             if (t->shape()) shape.assign(t->shape()->begin(), t->shape()->end());
             DType dt = static_cast<DType>(t->dtype());
-            size_t need = dtype_size(dt) * static_cast<size_t>(std::max<int64_t>(shape_numel(shape), 0));
-            if (dtype_size(dt) == 0 || t->data() == nullptr || t->data()->size() != need ||
-                std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+            const int64_t need = checked_bytes(shape, dt);
+            if (dtype_size(dt) == 0 || need < 0 || t->data() == nullptr || t->data()->size() != static_cast<uint64_t>(need))
               return corrupt_data(where + ": node '" + n.name + "' attribute '" + a.name + "' has a bad tensor");
             a.t = Tensor::copy_of(dt, shape, t->data()->data());
           }
@@ -464,6 +509,14 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
     }
   if (!read_ids(fg->inputs(), false, &g.inputs) || !read_ids(fg->outputs(), false, &g.outputs))
     return corrupt_data(where + ": graph inputs/outputs refer to values that do not exist");
+  // Inputs are written by sessions: never a constant (its bytes are the
+  // read-only mapping), never listed twice.
+  std::vector<bool> is_input(g.values.size(), false);
+  for (int v : g.inputs) {
+    if (g.values[v].is_constant() || is_input[v])
+      return corrupt_data(where + ": graph input '" + g.values[v].name + "' is a constant or listed twice");
+    is_input[v] = true;
+  }
   // The stored order must already be topological; topo_sort also checks that
   // every value has at most one producer and nothing is read before defined.
   std::vector<std::string> stored;

@@ -217,6 +217,10 @@ Result<CompileReport> compile_artifact(const BackendRegistry& registry,
 }
 
 bool looks_like_artifact(const std::string& path) {
+  // A .bpk is read as an artifact even if its identifier is damaged, so the
+  // error is the artifact reader's ("not a Backplane artifact"), not the
+  // ONNX parser's.
+  if (fs::path(path).extension() == ".bpk") return true;
   std::ifstream in(path, std::ios::binary);
   char head[12] = {};
   if (!in.read(head, sizeof head)) return false;
@@ -267,14 +271,29 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
     };
     std::vector<Slot> slots;
     for (const fb::Partition* fp : *method->partitions()) {
+      const size_t index = slots.size();
       Slot slot{false, {}, std::vector<int>(fp->nodes()->begin(), fp->nodes()->end())};
       std::string id = fp->backend()->str();
       std::shared_ptr<Backend> backend = registry.find(id);
       std::string why;
-      if (backend == nullptr) why = "backend '" + id + "' is not available";
-      else if (std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) { return excluded.count({n, id}) > 0; }))
+      bool use_payload = true;
+      const bool was_excluded =
+          std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) { return excluded.count({n, id}) > 0; });
+      if (backend == nullptr) {
+        why = "backend '" + id + "' is not available";
+      } else if (was_excluded && fp->payload() >= 0 && !fp->imperative() && BP_TABLE_HAS(backend->api(), compile) &&
+                 BP_TABLE_HAS(backend->api(), deserialize) && fp->api_major() == backend->api()->api_major) {
+        // The backend failed to read its payload (a payload format it no
+        // longer reads): compile the partition on it from the portable graph.
+        // (Exclusions only ever come from a failed deserialize here: were
+        // that compile to fail, the executor stops for lack of progress.)
+        use_payload = false;
+        notes.push_back("partition " + std::to_string(index) + " on '" + id +
+                        "': its stored payload could not be read; compiling it on '" + id +
+                        "' from the portable graph");
+      } else if (was_excluded) {
         why = "backend '" + id + "' could not load its compiled form";
-      else if (fp->imperative() && !BP_TABLE_HAS(backend->api(), execute_node))
+      } else if (fp->imperative() && !BP_TABLE_HAS(backend->api(), execute_node))
         why = "backend '" + id + "' no longer runs single ops";
       if (why.empty()) {
         slot.keep = true;
@@ -282,13 +301,13 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
         slot.partition.nodes = slot.nodes;
         slot.partition.imperative = fp->imperative();
         bool compatible = fp->api_major() == backend->api()->api_major;
-        if (fp->payload() >= 0 && compatible) {
+        if (fp->payload() >= 0 && compatible && use_payload) {
           const uint8_t* data = nullptr;
           size_t size = 0;
           BP_RETURN_IF_ERROR(file->segment(static_cast<uint32_t>(fp->payload()), &data, &size));
           slot.partition.payload = data;
           slot.partition.payload_size = size;
-        } else if (fp->payload() >= 0) {
+        } else if (fp->payload() >= 0 && use_payload) {
           notes.push_back("partition on '" + id + "' was compiled for backend API " + std::to_string(fp->api_major()) +
                           ".x; recompiling it from the portable graph");
         }
@@ -330,6 +349,20 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
         plan.partitions.back().nodes.push_back(n);
       }
     }
+    // Constants the executor hands out straight from the mapping (inputs of
+    // single-op partitions, constant graph outputs) bypass the NamedDataMap:
+    // with lazy checksums, verify them now rather than never.
+    auto verify_constant = [&](int v) -> Status {
+      if (v < 0 || !gp->values[v].is_constant()) return ok_status();
+      const void* data = nullptr;
+      size_t size = 0;
+      return wp->get(gp->values[v].constant_key, &data, &size);
+    };
+    for (const Partition& p : plan.partitions)
+      if (p.imperative)
+        for (int n : p.nodes)
+          for (int v : gp->nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(v));
+    for (int v : gp->outputs) BP_RETURN_IF_ERROR(verify_constant(v));
     for (const std::string& note : notes) log::warn(path + ": " + note);
     return plan;
   };
@@ -343,6 +376,12 @@ Result<std::string> inspect_artifact(const std::string& path, bool json, const s
   j["file"] = path;
   j["format"] = std::to_string(r.format_major()) + "." + std::to_string(r.format_minor());
   j["producer"] = r.producer() ? r.producer()->str() : "";
+  {
+    static const char* hex = "0123456789abcdef";
+    std::string id;
+    for (uint8_t x : *r.compile_id()) id += {hex[x >> 4], hex[x & 15]};
+    j["compile_id"] = id;
+  }
   j["file_bytes"] = file->file_size();
   j["data_files"] = nlohmann::json::array();
   if (r.data_files())
@@ -391,6 +430,7 @@ Result<std::string> inspect_artifact(const std::string& path, bool json, const s
   std::ostringstream os;
   os << "artifact   " << path << " (format " << j["format"].get<std::string>() << ", " << file->file_size()
      << " bytes, " << j["producer"].get<std::string>() << ")\n";
+  os << "compile id " << j["compile_id"].get<std::string>() << "\n";
   for (const auto& d : j["data_files"]) os << "data file  " << d["name"].get<std::string>() << " (" << d["data_bytes"] << " data bytes)\n";
   for (const auto& m : j["methods"]) {
     os << "method     " << m["name"].get<std::string>() << ": " << m["nodes"] << " nodes, " << m["partitions"].size()

@@ -155,7 +155,14 @@ Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const s
     shape.push_back(d);
   }
   if (tp.has_segment()) return unsupported(what + ": segmented tensors are not supported");
-  const int64_t numel = shape_numel(shape);
+  // The dims come from the file: their product must not overflow (no tensor
+  // a file can hold has 2^62 elements).
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && numel > (int64_t{1} << 62) / d)
+      return corrupt_data(what + ": shape " + shape_to_string(shape) + " is too large");
+    numel *= d;
+  }
   const size_t esize = dtype_size(dtype);
   const size_t want = static_cast<size_t>(numel) * esize;
   auto mismatch = [&](const std::string& field, size_t have, const char* unit) {

@@ -57,7 +57,20 @@ std::vector<std::string> split_paths(const std::string& list) {
   return out;
 }
 
-std::vector<std::string> compiled_in_paths() { return split_paths(BACKPLANE_DYNAMIC_BACKEND_PATHS); }
+std::vector<std::string> compiled_in_paths() {
+  std::vector<std::string> paths = split_paths(BACKPLANE_DYNAMIC_BACKEND_PATHS);
+#if defined(BACKPLANE_BUILD_TREE) && defined(BACKPLANE_BUILD_TREE_BACKENDS)
+  // A program running from this build tree also finds what the tree built.
+  std::error_code ec;
+  fs::path exe = fs::canonical("/proc/self/exe", ec);
+  fs::path tree = fs::weakly_canonical(BACKPLANE_BUILD_TREE, ec);
+  if (!exe.empty() && !tree.empty()) {
+    auto rel = exe.lexically_relative(tree);
+    if (!rel.empty() && *rel.begin() != "..") paths.push_back(BACKPLANE_BUILD_TREE_BACKENDS);
+  }
+#endif
+  return paths;
+}
 
 std::vector<std::string> search_paths(const RuntimeOptions& options, std::vector<BackendPathReport>* reports) {
   std::vector<std::string> requested;
@@ -416,7 +429,11 @@ DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std
       std::string file_name = fs::path(path).filename().string();
       BackendFileReport r;
       r.path = path;
-      if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) continue;  // not ours: ignored
+      if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) {
+        // Not named <vendor>_<name>_backend.so[.version]: not a candidate.
+        log::debug("ignoring " + path + ": name does not follow <vendor>_<name>_backend.so[.<version>]");
+        continue;
+      }
       std::error_code ec;
       fs::path canonical = fs::canonical(path, ec);
       if (ec) {

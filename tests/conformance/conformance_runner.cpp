@@ -1,6 +1,10 @@
 // conformance_runner.cpp — runs the ONNX backend node tests against Backplane.
 //
-//   backplane_conformance DIR [--backends A,B] [--filter SUBSTR] [--verbose] [--no-fork]
+//   backplane_conformance DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR]
+//                         [--verbose] [--no-fork]
+//
+// Dynamic backends are off unless --backend-path names the directory to load
+// them from (a plugin backend such as CpuOneDnn).
 //
 // DIR holds cases as written by scripts/gen_conformance.py (onnx's
 // `backend-test-tools generate-data`): DIR/{node,simple}/<case>/model.onnx and
@@ -72,6 +76,7 @@ constexpr unsigned kCaseTimeoutSeconds = 60;
 struct Options {
   fs::path dir;
   std::vector<std::string> backends{"CpuRef"};
+  std::string backend_path;  // empty: no dynamic backends
   std::string filter;
   bool verbose = false;
   bool fork_cases = true;
@@ -457,7 +462,8 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
   if (sets.empty()) return {"fail", "no test_data_set_N directories"};
 
   backplane::RuntimeOptions ro;
-  ro.dynamic_backends = false;
+  ro.dynamic_backends = !opt.backend_path.empty();
+  if (!opt.backend_path.empty()) ro.backend_path = opt.backend_path;
   ro.log_level = backplane::LogLevel::kOff;
   auto rt = backplane::Runtime::create(ro);
   if (!rt.ok()) return {"fail", "Runtime::create: " + rt.status().to_string()};
@@ -602,7 +608,7 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 
 int usage(const char* argv0) {
   std::cerr << "usage: " << argv0
-            << " DIR [--backends A,B] [--filter SUBSTR] [--verbose] [--no-fork]\n";
+            << " DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR] [--verbose] [--no-fork]\n";
   return 2;
 }
 
@@ -617,6 +623,8 @@ int main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string b; std::getline(ss, b, ',');)
         if (!b.empty()) opt.backends.push_back(b);
+    } else if (a == "--backend-path" && i + 1 < argc) {
+      opt.backend_path = argv[++i];
     } else if (a == "--filter" && i + 1 < argc) {
       opt.filter = argv[++i];
     } else if (a == "--verbose") {

@@ -111,7 +111,8 @@ std::shared_ptr<Runtime> make_runtime(const RuntimeOptions& o) {
 
 #define EXPECT_REPORT(files, name, fate_, step_, reason_part)                            \
   do {                                                                                   \
-    const BackendFileReport* r_ = report_for((files), (name));                           \
+    const std::vector<BackendFileReport> files_ = (files); /* may be a temporary */       \
+    const BackendFileReport* r_ = report_for(files_, (name));                            \
     ASSERT_NE(r_, nullptr) << (name) << " is not in the file reports";                   \
     EXPECT_EQ(r_->fate, (fate_)) << (name) << ": " << r_->step << ": " << r_->reason;    \
     EXPECT_EQ(r_->step, (step_)) << (name) << ": " << r_->reason;                        \
@@ -738,7 +739,8 @@ TEST_F(DynamicBackends, SearchPaths_CompiledInIsTheDefault) {
   o.log_level = LogLevel::kOff;
   std::vector<std::string> expected;
   for (const std::string& p : dbu::compiled_in_paths())
-    if (p[0] == '/' && fs::is_directory(p)) expected.push_back(p);
+    if (p[0] == '/' && fs::is_directory(p) && std::find(expected.begin(), expected.end(), p) == expected.end())
+      expected.push_back(p);
   EXPECT_EQ(dbu::search_paths(o, nullptr), expected);
   // This build's module folder holds Backplane_CpuRef_backend.so: found, and
   // refused because the static CpuRef owns the id.

@@ -442,7 +442,9 @@ TEST(OneDnnOps, BinaryBroadcasting) {
   b.node("Mul", {"per_channel", "s"}, {"m"});
   b.node("Div", {"m", "row"}, {"d"});
   b.node("Sub", {"k", "d"}, {"y"});
-  b.output("y");
+  b.node("Sigmoid", {"x"}, {"sg"});
+  b.node("Div", {"k", "sg"}, {"q"});  // constant / tensor: an eltwise pow
+  b.output("y").output("q");
   expect_matches_cpuref(b);
 }
 

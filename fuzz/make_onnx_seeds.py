@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Writes small valid ONNX models, the seeds of the fuzz targets (scripts/fuzz.sh).
+
+Each exercises a different part of the importer and of shape inference:
+initializers (raw and typed), Constant nodes, attributes of every kind,
+several opsets, and shape-computing subgraphs that constant folding
+evaluates. Run with /usr/bin/python3 (Debian's onnx). Args: --out DIR.
+"""
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def save(out, name, nodes, inputs, outputs, inits=(), opset=13):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(out, name + ".onnx"))
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    save(out, "seed_conv", [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Add", ["p", "p"], ["y"], name="add"),
+    ], [f32("x", [1, 3, 8, 8])], [f32("y", [1, 4, 4, 4])], [w("w", 4, 3, 3, 3), w("b", 4)])
+
+    save(out, "seed_gemm", [
+        helper.make_node("Flatten", ["x"], ["f"], name="flat", axis=1),
+        helper.make_node("Gemm", ["f", "w", "b"], ["g"], name="gemm", transB=1, alpha=0.5),
+        helper.make_node("Softmax", ["g"], ["y"], name="softmax", axis=-1),
+    ], [f32("x", [2, 2, 3])], [f32("y", [2, 5])], [w("w", 5, 6), w("b", 5)], opset=11)
+
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 4])
+    save(out, "seed_reshape", [
+        helper.make_node("Shape", ["x"], ["s"], name="shape_of"),
+        helper.make_node("Constant", [], ["k"], name="const", value=shape),
+        helper.make_node("Reshape", ["x", "k"], ["r"], name="reshape"),
+        helper.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[1, 0]),
+        helper.make_node("Concat", ["t", "t"], ["c"], name="concat", axis=0),
+        helper.make_node("MatMul", ["c", "m"], ["y"], name="matmul"),
+        helper.make_node("Cast", ["s"], ["y2"], name="cast", to=TensorProto.FLOAT),
+    ], [f32("x", [2, 6])], [f32("y", [8, 2]), f32("y2", [2])], [w("m", 3, 2)])
+
+    save(out, "seed_norm", [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], name="bn", epsilon=1e-5),
+        helper.make_node("GlobalAveragePool", ["n"], ["g"], name="gap"),
+        helper.make_node("Squeeze", ["g", "axes"], ["q"], name="squeeze"),
+        helper.make_node("Unsqueeze", ["q", "axes0"], ["u"], name="unsqueeze"),
+        helper.make_node("Mul", ["u", "u"], ["y"], name="mul"),
+    ], [f32("x", [1, 2, 4, 4])], [f32("y", [1, 1, 2])],
+        [w("s", 2), w("b", 2), w("m", 2), numpy_helper.from_array(np.ones(2, np.float32), "v"),
+         numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes0")])
+
+    save(out, "seed_slice", [
+        helper.make_node("Slice", ["x", "st", "en", "ax"], ["s"], name="slice"),
+        helper.make_node("Gather", ["s", "idx"], ["g"], name="gather", axis=1),
+        helper.make_node("ReduceMean", ["g"], ["r"], name="mean", axes=[1], keepdims=1),
+        helper.make_node("Sub", ["g", "r"], ["d"], name="sub"),
+        helper.make_node("Tanh", ["d"], ["y"], name="tanh"),
+    ], [f32("x", [2, 10])], [f32("y", [2, 3])],
+        [numpy_helper.from_array(np.array([1], np.int64), "st"), numpy_helper.from_array(np.array([9], np.int64), "en"),
+         numpy_helper.from_array(np.array([1], np.int64), "ax"), numpy_helper.from_array(np.array([0, 2, 4], np.int64), "idx")])
+
+
+if __name__ == "__main__":
+    main()

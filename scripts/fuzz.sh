@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# fuzz.sh [SECONDS] — builds the fuzz targets (fuzz/) with clang, libFuzzer,
+# ASan and UBSan, seeds their corpora and runs each for SECONDS (default 30).
+# Exits non-zero if a target crashes, trips a sanitizer, leaks or times out;
+# the reproducer is left in BUILD/crashes/ (rerun: BUILD/fuzz_onnx FILE).
+#
+# Environment:
+#   BACKPLANE_FUZZ_BUILD  build directory (default: build-fuzz in the source tree);
+#                         reused between runs, and so is the corpus in it
+#   BACKPLANE_FUZZ_JOBS   parallel compile jobs (default 1)
+#   BACKPLANE_PYTHON      Python with onnx and numpy (default /usr/bin/python3)
+#   BACKPLANE_FUZZ_TARGETS  targets to run (default "fuzz_onnx fuzz_artifact")
+# Long runs and triage: docs/fuzzing.md.
+set -euo pipefail
+
+secs=${1:-30}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BACKPLANE_FUZZ_BUILD:-$root/build-fuzz}
+jobs=${BACKPLANE_FUZZ_JOBS:-1}
+py=${BACKPLANE_PYTHON:-/usr/bin/python3}
+targets=${BACKPLANE_FUZZ_TARGETS:-fuzz_onnx fuzz_artifact}
+
+for tool in clang clang++; do
+  command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (scripts/install-deps.sh installs clang and libclang-rt-14-dev)" >&2; exit 1; }
+done
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  mkdir -p "$build"
+  CC=clang CXX=clang++ cmake -S "$root/fuzz" -B "$build" >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; exit 1; }
+fi
+cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&1 ||
+  { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
+
+# Seeds: small ONNX models (valid ones and the malformed ones of
+# gen_bad_models.py), and artifacts written from the valid ones.
+seeds=$build/seeds
+if [ ! -f "$seeds/.done" ] || [ "$root/fuzz/make_onnx_seeds.py" -nt "$seeds/.done" ]; then
+  rm -rf "$seeds"
+  mkdir -p "$seeds/onnx" "$seeds/artifact"
+  "$py" "$root/fuzz/make_onnx_seeds.py" --out "$seeds/onnx"
+  "$py" "$root/scripts/gen_bad_models.py" --out "$seeds/onnx" >/dev/null
+  "$build/make_seed_artifact" "$seeds/artifact" "$seeds"/onnx/*.onnx
+  touch "$seeds/.done"
+fi
+
+status=0
+for t in $targets; do
+  case $t in
+    fuzz_onnx) seed_dir=$seeds/onnx ;;
+    fuzz_artifact) seed_dir=$seeds/artifact ;;
+    *) echo "fuzz.sh: unknown target $t" >&2; exit 2 ;;
+  esac
+  corpus=$build/corpus/$t
+  mkdir -p "$corpus" "$build/crashes"
+  log=$build/$t.log
+  echo "fuzz.sh: $t for ${secs}s (corpus $corpus)"
+  set +e
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$build/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+  if [ $rc -ne 0 ]; then
+    echo "fuzz.sh: $t FAILED (exit $rc) after ${runs:-?} executions; log: $log" >&2
+    grep -E 'ERROR: |runtime error|SUMMARY|Test unit written|==[0-9]+==' "$log" | head -20 >&2
+    status=1
+  else
+    echo "fuzz.sh: $t ok: ${runs:-?} executions, corpus $(ls "$corpus" | wc -l) inputs"
+  fi
+done
+exit $status

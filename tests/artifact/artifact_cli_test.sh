@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# artifact_cli_test.sh — `backplane compile / inspect / run` on a compiled
+# artifact (the "Done means" of the compiled-artifacts issue, on resnet18).
+#
+#   artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]
+#
+# MODELS_DIR is what scripts/gen_models.py wrote. PYTHON must have numpy
+# (default /usr/bin/python3).
+set -uo pipefail
+
+cli=${1:?usage: artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
+models=${2:?usage: artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
+py=${3:-/usr/bin/python3}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/backplane_artifact_cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok:   $*"; }
+input="input=$models/resnet18.input.npy"
+
+# 1. The issue's sequence: compile with external data, then run the .bpk.
+if "$cli" compile "$models/resnet18.onnx" -o "$tmp/r.bpk" --external-data "$tmp/r.bpd" >"$tmp/compile.out" 2>"$tmp/compile.err" &&
+   "$cli" run "$tmp/r.bpk" --json >"$tmp/run.json" 2>"$tmp/run.err"; then
+  pass "compile --external-data && run --json: exit 0"
+else
+  fail "compile && run: $(cat "$tmp/compile.err" "$tmp/run.err")"
+fi
+[ -s "$tmp/r.bpk" ] && [ -s "$tmp/r.bpd" ] && pass "r.bpk and r.bpd written" || fail "r.bpk / r.bpd missing"
+grep -q "r.bpd" "$tmp/compile.out" && pass "compile reports the data file" || fail "compile output: $(cat "$tmp/compile.out")"
+"$py" - "$tmp/run.json" <<'EOF' && pass "run --json on the .bpk: one object, partitions, one output" || fail "run --json output"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["model"].endswith("r.bpk"), j["model"]
+assert j["partitions"] and all(p["nodes"] for p in j["partitions"]), j["partitions"]
+assert [o["shape"] for o in j["outputs"]] == [[1, 1000]], j["outputs"]
+assert isinstance(j["notes"], list)
+EOF
+
+# 2. inspect (text and JSON) shows methods, partitions and every blob.
+if "$cli" inspect "$tmp/r.bpk" >"$tmp/inspect.txt" 2>"$tmp/inspect.err"; then
+  pass "inspect: exit 0"
+  for want in "artifact   " "compile id" "data file  r.bpd" "method     resnet18" "named data" "align 4096" ", r.bpd, segment"; do
+    grep -qF "$want" "$tmp/inspect.txt" && pass "inspect text shows '$want'" || fail "inspect text lacks '$want': $(head -20 "$tmp/inspect.txt")"
+  done
+else
+  fail "inspect: $(cat "$tmp/inspect.err")"
+fi
+if "$cli" inspect "$tmp/r.bpk" --json >"$tmp/inspect.json" 2>"$tmp/inspect.err"; then
+  "$py" - "$tmp/inspect.json" <<'EOF' && pass "inspect --json: partitions and blobs with key, size, alignment, file" || fail "inspect --json content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+errors = []
+def need(c, what):
+    if not c: errors.append(what)
+need(j["format"] == "1.0", f"format 1.0 (got {j['format']})")
+need(len(j["compile_id"]) == 32, "a 16-byte compile id in hex")
+need(j["data_files"] == [{"name": "r.bpd", "data_bytes": j["data_files"][0]["data_bytes"]}] and j["data_files"][0]["data_bytes"] > 40_000_000,
+     f"one data file r.bpd with the ~46 MB of weights (got {j['data_files']})")
+need(len(j["methods"]) == 1 and j["methods"][0]["name"] == "resnet18", "one method named resnet18")
+m = j["methods"][0]
+need(m["inputs"] == [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}], f"inputs (got {m['inputs']})")
+need(len(m["partitions"]) >= 1 and sum(p["nodes"] for p in m["partitions"]) == m["nodes"], "partitions cover the nodes")
+for p in m["partitions"]:
+    need(p["backend"] and p["api_version"].count(".") == 1, f"partition backend and api version ({p})")
+need(len(j["named_data"]) >= 40, f"resnet18 has >= 40 weights (got {len(j['named_data'])})")
+for d in j["named_data"]:
+    need(d["key"].startswith("resnet18/"), f"key prefixed by the method ({d['key']})")
+    need(d["file"] == "r.bpd", f"{d['key']} in r.bpd")
+    a = d["alignment"]
+    need(a >= 64 and a & (a - 1) == 0, f"{d['key']}: alignment {a} a power of two >= 64")
+    need(d["bytes"] < 65536 or a >= 4096, f"{d['key']}: {d['bytes']} bytes page-aligned")
+nb = j["named_data_bytes"]
+need(nb["requested"] - nb["stored"] == nb["saved_by_dedup"], "saved_by_dedup = requested - stored")
+for e in errors: print("  expected:", e)
+sys.exit(1 if errors else 0)
+EOF
+else
+  fail "inspect --json: $(cat "$tmp/inspect.err")"
+fi
+
+# 3. The compiled model computes what the ONNX model computes: bit for bit
+#    on CpuRef, and within tolerance of PyTorch with the default backends.
+"$cli" run "$tmp/r.bpk" --input "$input" --output-dir "$tmp/default" >/dev/null 2>"$tmp/err" || fail "run r.bpk --output-dir: $(cat "$tmp/err")"
+"$py" - "$tmp/default/output.npy" "$models/resnet18.expected.npy" <<'EOF' && pass "r.bpk output matches PyTorch" || fail "r.bpk output vs expected"
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert got.shape == want.shape and got.dtype == np.float32
+diff, scale = float(np.max(np.abs(got.astype(np.float64) - want))), float(np.max(np.abs(want)))
+print(f"  max|diff| {diff:.3g}, max|expected| {scale:.3g}")
+sys.exit(0 if np.all(np.isfinite(got)) and diff <= 1e-4 * scale else 1)
+EOF
+"$cli" compile "$models/resnet18.onnx" -o "$tmp/c.bpk" --external-data "$tmp/c.bpd" --backends CpuRef --json \
+  >"$tmp/compile.json" 2>"$tmp/err" || fail "compile --backends CpuRef --json: $(cat "$tmp/err")"
+"$py" - "$tmp/compile.json" <<'EOF' && pass "compile --json: one object with sizes" || fail "compile --json output"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["methods"] == ["resnet18"] and j["external_data"].endswith("c.bpd"), j
+assert j["external_bytes"] >= j["named_data_stored_bytes"] > 40_000_000, j
+assert j["file_bytes"] < 1_000_000, j
+EOF
+"$cli" run "$models/resnet18.onnx" --backends CpuRef --input "$input" --output-dir "$tmp/onnx" >/dev/null 2>"$tmp/err" || fail "run onnx: $(cat "$tmp/err")"
+"$cli" run "$tmp/c.bpk" --input "$input" --output-dir "$tmp/bpk" >/dev/null 2>"$tmp/err" || fail "run c.bpk: $(cat "$tmp/err")"
+"$cli" run "$tmp/c.bpk" --lazy-checksums --input "$input" --output-dir "$tmp/lazy" >/dev/null 2>"$tmp/err" || fail "run --lazy-checksums: $(cat "$tmp/err")"
+"$py" - "$tmp/onnx/output.npy" "$tmp/bpk/output.npy" "$tmp/lazy/output.npy" <<'EOF' && pass "c.bpk outputs equal the ONNX run bit for bit (eager and lazy checksums)" || fail "c.bpk outputs differ from the ONNX run"
+import sys
+import numpy as np
+a = np.load(sys.argv[1])
+for f in sys.argv[2:]:
+    b = np.load(f)
+    if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+        sys.exit(f"{f} differs: max|diff| {np.max(np.abs(a - b))}")
+EOF
+
+# 4. Errors: exit 1 and a message naming the file.
+mkdir -p "$tmp/moved" && mv "$tmp/c.bpd" "$tmp/moved/c.bpd"
+"$cli" run "$tmp/c.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q '^error: .*c\.bpd' "$tmp/err" && pass "missing .bpd: exit 1, error names it" || fail "missing .bpd: exit $rc, $(cat "$tmp/err")"
+"$cli" run "$tmp/c.bpk" --external-data "$tmp/moved/c.bpd" --input "$input" --output-dir "$tmp/moved_out" >/dev/null 2>"$tmp/err" &&
+  cmp -s "$tmp/moved_out/output.npy" "$tmp/bpk/output.npy" && pass "moved .bpd given with --external-data: same output" ||
+  fail "run --external-data moved: $(cat "$tmp/err")"
+"$cli" inspect "$tmp/c.bpk" --external-data "$tmp/moved/c.bpd" >/dev/null 2>"$tmp/err" && pass "inspect --external-data" || fail "inspect --external-data: $(cat "$tmp/err")"
+cp "$tmp/r.bpd" "$tmp/c.bpd"
+"$cli" run "$tmp/c.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'another compile' "$tmp/err" && pass "a .bpd of another compile: exit 1, says so" || fail "foreign .bpd: exit $rc, $(cat "$tmp/err")"
+"$cli" run "$tmp/c.bpk" --external-data "$tmp/moved/c.bpd" --method nope >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "no method named 'nope'" "$tmp/err" && pass "unknown --method: exit 1" || fail "unknown method: exit $rc, $(cat "$tmp/err")"
+"$cli" inspect "$models/resnet18.onnx" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'resnet18.onnx: not a Backplane artifact' "$tmp/err" && pass "inspect of an ONNX file: exit 1" || fail "inspect onnx: exit $rc, $(cat "$tmp/err")"
+head -c $(( $(stat -c %s "$tmp/r.bpk") / 2 )) "$tmp/r.bpk" >"$tmp/cut.bpk"
+"$cli" run "$tmp/cut.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q '^error: .*cut\.bpk' "$tmp/err" && pass "truncated .bpk: exit 1, error names it" || fail "truncated .bpk: exit $rc, $(cat "$tmp/err")"
+
+if [ $failures -ne 0 ]; then
+  echo "artifact_cli_test: $failures failure(s)"
+  exit 1
+fi
+echo "artifact_cli_test: all passed"

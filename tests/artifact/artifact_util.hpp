@@ -1,0 +1,136 @@
+// artifact_util.hpp — helpers shared by the compiled-artifact tests.
+//
+// Models come from the e2e_models fixture (scripts/gen_models.py) in
+// BACKPLANE_TEST_DATA/models; every test writes into its own temporary
+// directory, removed when the test ends.
+#pragma once
+
+#include "npy.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace backplane::artifact_test {
+
+namespace fs = std::filesystem;
+
+inline std::string models_dir() { return std::string(BACKPLANE_TEST_DATA) + "/models"; }
+inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".onnx"; }
+
+inline Tensor model_input(const std::string& name) {
+  auto t = npy::read(models_dir() + "/" + name + ".input.npy");
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? *t : Tensor();
+}
+
+// A runtime with the static backends only (CpuRef), or with the dynamic
+// backends of `backend_path` too.
+inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "") {
+  RuntimeOptions o;
+  if (backend_path.empty()) o.dynamic_backends = false;
+  else o.backend_path = backend_path;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+  return rt.ok() ? *rt : nullptr;
+}
+
+inline ModelOptions cpuref_only() {
+  ModelOptions mo;
+  mo.backends = {"CpuRef"};
+  return mo;
+}
+
+inline CompileOptions cpuref_compile() {
+  CompileOptions co;
+  co.backends = {"CpuRef"};
+  return co;
+}
+
+// What loading and running a model once gave: the first failure, or the
+// outputs (copied) and the model's notes.
+struct RunResult {
+  Status status;
+  std::vector<Tensor> outputs;
+  std::vector<std::string> notes;
+  std::vector<std::string> backends_used;
+};
+
+inline RunResult run_model(Runtime& rt, const std::string& path, const ModelOptions& mo, const Tensor& input) {
+  RunResult r;
+  auto model = rt.load_model(path, mo);
+  if (!model.ok()) {
+    r.status = model.status();
+    return r;
+  }
+  r.notes = (*model)->notes();
+  r.backends_used = (*model)->backends_used();
+  auto session = (*model)->create_session();
+  if (!session.ok()) {
+    r.status = session.status();
+    return r;
+  }
+  r.status = (*session)->set_input(0, input);
+  if (r.status.ok()) r.status = (*session)->run();
+  if (r.status.ok())
+    for (size_t i = 0; i < (*session)->num_outputs(); ++i) r.outputs.push_back((*session)->output(i).clone());
+  return r;
+}
+
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+inline bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!bitwise_equal(a[i], b[i])) return false;
+  return true;
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_bytes(const std::string& path, const uint8_t* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+inline nlohmann::json inspect_json(const std::string& path, const std::vector<std::string>& external = {}) {
+  auto text = inspect_artifact(path, true, external);
+  EXPECT_TRUE(text.ok()) << text.status().to_string();
+  return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json();
+}
+
+// A fresh temporary directory per test, removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "backplane_artifact_test.XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  std::string dir_;
+};
+
+}  // namespace backplane::artifact_test

@@ -12,6 +12,7 @@
  *   MOCK_SCORE=n            export GetBackendScore returning n
  *   MOCK_FACTORY_NULL       BackendFactory returns NULL
  *   MOCK_CREATE_REFUSES     create returns a BP_STATUS_UNSUPPORTED status
+ *   MOCK_REFUSE_WITH_INSTANCE  ... and hands out an instance all the same
  *   MOCK_NULL_QUERY_SLOT    the required query_support slot is NULL
  *   MOCK_SMALL_TABLE        struct_size smaller than API 1.0's table
  *   MOCK_CRASH_IN_CREATE    create raises SIGSEGV
@@ -93,6 +94,10 @@ static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_majo
 #endif
 #if defined(MOCK_CREATE_REFUSES)
   *out = NULL;
+#if defined(MOCK_REFUSE_WITH_INSTANCE)
+  *out = (bp_backend_t*)malloc(sizeof **out);
+  if (*out != NULL) g_counters.live_instances++;
+#endif
   return fail(host, BP_STATUS_UNSUPPORTED, "mock refuses: no device here");
 #else
   if (runtime_major != BP_API_VERSION_MAJOR) return fail(host, BP_STATUS_VERSION_MISMATCH, "runtime major differs");

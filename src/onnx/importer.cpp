@@ -156,10 +156,10 @@ Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const s
   }
   if (tp.has_segment()) return unsupported(what + ": segmented tensors are not supported");
   // The dims come from the file: their product must not overflow (no tensor
-  // a file can hold has 2^62 elements).
+  // a file can hold has 2^48 elements).
   int64_t numel = 1;
   for (int64_t d : shape) {
-    if (d != 0 && numel > (int64_t{1} << 62) / d)
+    if (d != 0 && numel > (int64_t{1} << 48) / d)
       return corrupt_data(what + ": shape " + shape_to_string(shape) + " is too large");
     numel *= d;
   }
@@ -219,11 +219,18 @@ Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const s
     return Tensor::copy_of(dtype, shape, raw.data());
   }
 
-  Tensor t(dtype, shape);
   auto check_count = [&](const char* field, int count) -> Status {
     if (count != numel) return mismatch(field, static_cast<size_t>(count), "elements");
     return ok_status();
   };
+  // Check the element count before allocating what the dims claim.
+  switch (dtype) {
+    case DType::kFloat32: BP_RETURN_IF_ERROR(check_count("float_data", tp.float_data_size())); break;
+    case DType::kInt64: BP_RETURN_IF_ERROR(check_count("int64_data", tp.int64_data_size())); break;
+    case DType::kUndefined: return internal_error(what + ": undefined dtype");
+    default: BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size())); break;
+  }
+  Tensor t(dtype, shape);
   switch (dtype) {
     case DType::kFloat32:
       BP_RETURN_IF_ERROR(check_count("float_data", tp.float_data_size()));

@@ -66,7 +66,9 @@ std::vector<std::string> compiled_in_paths() {
   fs::path tree = fs::weakly_canonical(BACKPLANE_BUILD_TREE, ec);
   if (!exe.empty() && !tree.empty()) {
     auto rel = exe.lexically_relative(tree);
-    if (!rel.empty() && *rel.begin() != "..") paths.push_back(BACKPLANE_BUILD_TREE_BACKENDS);
+    if (!rel.empty() && *rel.begin() != ".." &&
+        std::find(paths.begin(), paths.end(), BACKPLANE_BUILD_TREE_BACKENDS) == paths.end())
+      paths.push_back(BACKPLANE_BUILD_TREE_BACKENDS);
   }
 #endif
   return paths;

@@ -81,7 +81,12 @@ Result<std::shared_ptr<Backend>> Backend::create(std::string id, const bp_backen
   } catch (...) {
     return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': create threw a C++ exception");
   }
-  BP_RETURN_IF_ERROR(b->check(created, "create"));
+  if (created != nullptr) {
+    // *out belongs to the host whatever create returned: an instance handed
+    // out along with a refusal is destroyed here rather than leaked.
+    if (instance != nullptr) api->destroy(instance);
+    return b->check(created, "create");
+  }
   if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
   b->instance_ = instance;
   bp_backend_info_t info{};

@@ -21,10 +21,11 @@ TEST_F(Sharing, SameModelTwiceStoresItsWeightsOnce) {
   auto two = rt->compile({{"a", model_path(name)}, {"b", model_path(name)}}, path("two.bpk"), cpuref_compile());
   ASSERT_TRUE(two.ok()) << two.status().to_string();
 
-  EXPECT_EQ(one->requested_bytes, one->stored_bytes);
+  // (squeezenet1_1 has a few equal tensors of its own: requested >= stored.)
+  EXPECT_GE(one->requested_bytes, one->stored_bytes);
   EXPECT_GT(one->stored_bytes, 4'000'000u);  // squeezenet1_1 has ~1.2 M float weights
   EXPECT_EQ(two->named_data_keys, 2 * one->named_data_keys);
-  EXPECT_EQ(two->requested_bytes, 2 * one->stored_bytes);
+  EXPECT_EQ(two->requested_bytes, 2 * one->requested_bytes);
   EXPECT_EQ(two->stored_bytes, one->stored_bytes);
   EXPECT_EQ(two->file_bytes, fs::file_size(path("two.bpk")));
   EXPECT_LT(static_cast<double>(two->file_bytes), 1.1 * static_cast<double>(one->file_bytes))
@@ -34,7 +35,7 @@ TEST_F(Sharing, SameModelTwiceStoresItsWeightsOnce) {
   ASSERT_EQ(j["methods"].size(), 2u);
   EXPECT_EQ(j["named_data_bytes"]["requested"], two->requested_bytes);
   EXPECT_EQ(j["named_data_bytes"]["stored"], two->stored_bytes);
-  EXPECT_EQ(j["named_data_bytes"]["saved_by_dedup"], one->stored_bytes);
+  EXPECT_EQ(j["named_data_bytes"]["saved_by_dedup"], two->requested_bytes - one->stored_bytes);
   // Key "a/w" and "b/w" name the same segment.
   std::map<std::string, uint32_t> segment_of;
   for (const auto& d : j["named_data"]) segment_of[d["key"]] = d["segment"];

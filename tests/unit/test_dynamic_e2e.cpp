@@ -82,7 +82,9 @@ TEST(DynamicEndToEnd, CpuRefLoadedDynamicallyMatchesStaticBitForBit) {
   }
   EXPECT_TRUE(found) << "CpuRef was not loaded from " << kModuleDir;
   for (const BackendDescription& d : (*static_rt)->backends()) {
-    if (d.id == "CpuRef") EXPECT_EQ(d.source, "static");
+    if (d.id == "CpuRef") {
+      EXPECT_EQ(d.source, "static");
+    }
   }
   EXPECT_TRUE(bt::mapped_in_this_process(fs::canonical(kCpuRefModule).string()));
 

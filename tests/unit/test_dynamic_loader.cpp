@@ -251,6 +251,22 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_BadTableOrRefusedCreate) {
   for (const BackendFileReport& f : files) EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
 
+TEST_F(DynamicBackends, Seed03_RefusedCreateDoesNotLeakAnInstanceItHandedOut) {
+  // Keep the file mapped across the runtime's load/unload so its counters survive.
+  const std::string file = canon(mock_file("refuse_instance", "Mock_RefuseLeak_backend.so"));
+  void* pin = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(pin, nullptr) << ::dlerror();
+  auto rt = make_runtime(with_dir(mock_dir("refuse_instance")));
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
+  EXPECT_REPORT(rt->backend_files(), "Mock_RefuseLeak_backend.so", Fate::kRejected, "create", "mock refuses");
+  bt::MockCounters c = bt::mock_counters(file).counters;
+  EXPECT_EQ(c.create, 1);
+  EXPECT_EQ(c.destroy, 1);
+  EXPECT_EQ(c.live_instances, 0);
+  ::dlclose(pin);
+}
+
 TEST_F(DynamicBackends, Seed04_UnsupportedVersionIsNotLoaded) {
   auto rt = make_runtime(with_dir(mock_dir("bad_version")));
   ASSERT_NE(rt, nullptr);

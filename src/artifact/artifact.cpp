@@ -525,6 +525,18 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (g.nodes[i].name != stored[i]) return corrupt_data(where + ": nodes are not stored in execution order");
   BP_RETURN_IF_ERROR(ir::verify(g), where);
+  // Stored dtypes and shapes size every buffer the executor and the kernels
+  // use: they must be what shape inference derives from the inputs, or a
+  // crafted file could make a kernel read or write out of bounds. Checked on
+  // a copy (constants are views, so copying is cheap).
+  ir::Graph check = g;
+  Status inferred = ir::infer_shapes(check);
+  if (!inferred.ok()) return corrupt_data(where + ": graph fails shape inference: " + inferred.message());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (check.values[v].dtype != g.values[v].dtype || check.values[v].shape != g.values[v].shape)
+      return corrupt_data(where + ": value '" + g.values[v].name + "' is stored as " + dtype_name(g.values[v].dtype) +
+                          shape_to_string(g.values[v].shape) + " but its inputs make it " +
+                          dtype_name(check.values[v].dtype) + shape_to_string(check.values[v].shape));
   return g;
 }
 

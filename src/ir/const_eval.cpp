@@ -308,7 +308,7 @@ bool const_eval_supported(const std::string& op) {
       "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Add", "Sub", "Mul",
       "Div", "Equal", "Less", "Greater", "Where", "ConstantOfShape", "Range", "Reshape",
       "Identity", "Flatten", "Constant", "Expand", "Not", "And", "Or", "Min", "Max", "Neg",
-      "Abs", "Transpose"};
+      "Abs", "Transpose", "Size"};
   return ops.count(op) > 0;
 }
 
@@ -330,6 +330,12 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
     const Shape& s = c.shape(0);
     Tensor y(DType::kInt64, c.out[0].shape);
     for (int64_t i = first; i < last; ++i) y.data_as<int64_t>()[i - first] = s[i];
+    outs->push_back(std::move(y));
+    return true;
+  }
+  if (op == "Size") {
+    Tensor y(DType::kInt64, {});
+    y.data_as<int64_t>()[0] = shape_numel(c.shape(0));
     outs->push_back(std::move(y));
     return true;
   }

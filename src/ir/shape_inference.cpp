@@ -264,8 +264,9 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
   bool all_const = true;
   for (int v : node.inputs)
     if (v >= 0 && !g.values[v].is_constant()) all_const = false;
-  // Every shape is static here, so a Shape node always folds.
-  if (!(all_const || node.op_type == "Shape") || !detail::const_eval_supported(node.op_type))
+  // Every shape is static here, so Shape and Size nodes always fold.
+  const bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
+  if (!(all_const || shape_only) || !detail::const_eval_supported(node.op_type))
     return ok_status();
   std::vector<Tensor> outs;
   BP_ASSIGN_OR_RETURN(bool done, detail::const_eval(c, &outs));

@@ -1094,6 +1094,28 @@ Status infer_resize(InferCtx& c) {
   return ok_status();
 }
 
+// Ops CpuRef also runs beyond the required list.
+Status infer_size(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(1, 1));
+  c.set(0, I64, {});
+  return ok_status();
+}
+
+Status infer_cast_like(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(2, 2));
+  c.set(0, c.dtype(1), c.shape(0));
+  return ok_status();
+}
+
+Status infer_prelu(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(2, 2));
+  BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I32, I64}, "X"));
+  BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 1));
+  // slope broadcasts to X (unidirectionally): the result has X's shape.
+  BP_RETURN_IF_ERROR(broadcast_inputs(c, c.dtype(0)));
+  return ok_status();
+}
+
 const std::map<std::string, InferFn>& table() {
   static const std::map<std::string, InferFn> t = {
       {"Conv", infer_conv},
@@ -1164,6 +1186,31 @@ const std::map<std::string, InferFn>& table() {
       {"Min", infer_min_max},
       {"Max", infer_min_max},
       {"Dropout", infer_dropout},
+      // Beyond the required list (CpuRef runs these too).
+      {"PRelu", infer_prelu},
+      {"Sum", infer_min_max},
+      {"Mean", infer_min_max},
+      {"Sign", numeric_unary},
+      {"Floor", float_unary},
+      {"Ceil", float_unary},
+      {"Round", float_unary},
+      {"Sin", float_unary},
+      {"Cos", float_unary},
+      {"Elu", float_unary},
+      {"Selu", float_unary},
+      {"Softplus", float_unary},
+      {"Softsign", float_unary},
+      {"Xor", infer_logical},
+      {"LessOrEqual", infer_compare},
+      {"GreaterOrEqual", infer_compare},
+      {"CastLike", infer_cast_like},
+      {"Size", infer_size},
+      {"ArgMin", infer_argmax},
+      {"ReduceProd", infer_reduce},
+      {"ReduceSumSquare", infer_reduce},
+      {"ReduceL1", infer_reduce},
+      {"ReduceL2", infer_reduce},
+      {"ReduceLogSum", infer_reduce},
   };
   return t;
 }

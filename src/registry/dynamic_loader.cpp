@@ -463,7 +463,10 @@ DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std
       size_t index = result.files.size() - 1;
 
       if (!options.allow_insecure_backend_paths) {
+        // The file, and the directory it really lives in (a symlink from a
+        // trusted directory may point into an untrusted one).
         Status s = dbu::check_permissions(rep.canonical_path);
+        if (s.ok()) s = dbu::check_permissions(fs::path(rep.canonical_path).parent_path().string());
         if (!s.ok()) {
           reject(rep, "trust", s.message());
           continue;

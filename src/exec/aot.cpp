@@ -85,7 +85,7 @@ Result<CompileReport> compile_artifact(const BackendRegistry& registry,
       auto it = options.input_shapes.find(w.graph->values[v].name);
       if (it != options.input_shapes.end()) shapes[it->first] = it->second;
     }
-    BP_RETURN_IF_ERROR(ir::infer_shapes(*w.graph, shapes), path);
+    BP_RETURN_IF_ERROR(ir::infer_shapes(*w.graph, shapes));  // names the file itself
     w.graph->remove_dead();
     BP_RETURN_IF_ERROR(ir::verify(*w.graph), path);
     prefix_constant_keys(*w.graph, name);

@@ -65,7 +65,7 @@ class RuntimeImpl : public Runtime {
     BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
     auto graph = std::make_unique<ir::Graph>(std::move(imported));
     if (graph->source.empty()) graph->source = path;
-    BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, options.input_shapes), path);
+    BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, options.input_shapes));  // names the file itself
     graph->remove_dead();
     BP_RETURN_IF_ERROR(ir::verify(*graph), path);
     BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,

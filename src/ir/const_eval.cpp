@@ -34,7 +34,7 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 // Element offset into the source for every element of `out`, in row-major order.
 std::vector<int64_t> offsets(const Shape& out, const std::vector<int64_t>& stride, int64_t base) {
-  const int64_t n = shape_numel(out);
+  const int64_t n = sat_numel(out);
   std::vector<int64_t> res(static_cast<size_t>(n));
   std::vector<int64_t> idx(out.size(), 0);
   int64_t off = base;
@@ -133,7 +133,7 @@ template <class F>
 void elementwise(const InferCtx& c, const std::vector<const Tensor*>& ins, const Shape& out, F&& op) {
   std::vector<std::vector<int64_t>> offs;
   for (const Tensor* t : ins) offs.push_back(offsets(out, broadcast_strides(t->shape(), out), 0));
-  const int64_t n = shape_numel(out);
+  const int64_t n = sat_numel(out);
   std::vector<int64_t> at(ins.size());
   for (int64_t k = 0; k < n; ++k) {
     for (size_t j = 0; j < ins.size(); ++j) at[j] = offs[j][k];
@@ -249,7 +249,7 @@ Result<bool> eval_range(const InferCtx& c, const std::vector<const Tensor*>& ins
                         std::vector<Tensor>* outs) {
   const OutInfo& o = c.out[0];
   Tensor y(o.dtype, o.shape);
-  const int64_t n = shape_numel(o.shape);
+  const int64_t n = sat_numel(o.shape);
   bool typed = with_type(o.dtype, [&]<class T>() {
     const T start = elem<T>(*ins[0], 0), delta = elem<T>(*ins[2], 0);
     for (int64_t i = 0; i < n; ++i) y.data_as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
@@ -264,8 +264,8 @@ Result<bool> eval_gather(const InferCtx& c, const Tensor& data, std::vector<Tens
   const Shape& ds = data.shape();
   const int64_t ax = axis < 0 ? axis + static_cast<int64_t>(ds.size()) : axis;
   BP_ASSIGN_OR_RETURN(std::vector<int64_t> idx, c.ints_input(1, "indices"));
-  const int64_t outer = shape_numel(Shape(ds.begin(), ds.begin() + ax));
-  const int64_t inner = shape_numel(Shape(ds.begin() + ax + 1, ds.end()));
+  const int64_t outer = sat_numel(Shape(ds.begin(), ds.begin() + ax));
+  const int64_t inner = sat_numel(Shape(ds.begin() + ax + 1, ds.end()));
   const int64_t dim = ds[ax];
   const size_t block = static_cast<size_t>(inner) * dtype_size(data.dtype());
   Tensor y(data.dtype(), c.out[0].shape);
@@ -286,14 +286,14 @@ Result<bool> eval_concat(const InferCtx& c, const std::vector<const Tensor*>& in
   BP_ASSIGN_OR_RETURN(int64_t axis, c.node.attr_int("axis", 0));
   const Shape& os = c.out[0].shape;
   const int64_t ax = axis < 0 ? axis + static_cast<int64_t>(os.size()) : axis;
-  const int64_t outer = shape_numel(Shape(os.begin(), os.begin() + ax));
+  const int64_t outer = sat_numel(Shape(os.begin(), os.begin() + ax));
   const size_t es = dtype_size(c.out[0].dtype);
   Tensor y(c.out[0].dtype, os);
   auto* d = static_cast<unsigned char*>(y.data());
   for (int64_t o = 0; o < outer; ++o)
     for (const Tensor* t : ins) {
       const Shape& s = t->shape();
-      const size_t block = static_cast<size_t>(shape_numel(Shape(s.begin() + ax, s.end()))) * es;
+      const size_t block = static_cast<size_t>(sat_numel(Shape(s.begin() + ax, s.end()))) * es;
       std::memcpy(d, static_cast<const unsigned char*>(t->data()) + o * block, block);
       d += block;
     }
@@ -316,7 +316,7 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   const std::string& op = c.node.op_type;
   outs->clear();
   int64_t total = 0;
-  for (const OutInfo& o : c.out) total += shape_numel(o.shape);
+  for (const OutInfo& o : c.out) total += sat_numel(o.shape);
   if (total > kMaxFoldElements) return false;
 
   if (op == "Shape") {
@@ -335,7 +335,7 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   }
   if (op == "Size") {
     Tensor y(DType::kInt64, {});
-    y.data_as<int64_t>()[0] = shape_numel(c.shape(0));
+    y.data_as<int64_t>()[0] = sat_numel(c.shape(0));
     outs->push_back(std::move(y));
     return true;
   }

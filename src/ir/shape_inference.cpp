@@ -200,12 +200,16 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
       } else {
         v.dim_params.assign(s.size(), "");
       }
+      if (detail::sat_numel(s) > detail::kMaxElements)
+        return invalid_argument(what + ": given shape " + shape_to_string(s) + " is too large for any tensor");
       v.shape = s;
       v.has_shape = true;
       continue;
     }
     if (!v.has_shape)
       return invalid_argument(what + " has no shape in the model; give a concrete shape");
+    if (detail::sat_numel(v.shape) > detail::kMaxElements)
+      return invalid_argument(what + " has shape " + shape_to_string(v.shape) + ", too large for any tensor");
     for (size_t d = 0; d < v.shape.size(); ++d)
       if (v.shape[d] < 0)
         return invalid_argument(what + " dim " + std::to_string(d) + dim_label(v, d) +
@@ -253,6 +257,9 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
                               " (it has " + std::to_string(node.outputs.size()) + " outputs)");
     for (int64_t d : o.shape)
       if (d < 0) return internal_error(node.describe() + ": inferred a negative dim");
+    if (detail::sat_numel(o.shape) > detail::kMaxElements)
+      return invalid_argument(node.describe() + ": output " + std::to_string(i) + " would have shape " +
+                              shape_to_string(o.shape) + ", too large for any tensor");
     BP_RETURN_IF_ERROR(check_declared(node, declared[v], o));
     Value& val = g.values[v];
     val.dtype = o.dtype;

@@ -4,11 +4,28 @@
 
 #include "ir/graph.hpp"
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 namespace backplane::ir::detail {
+
+// Elements of a tensor of `shape`, saturating at INT64_MAX instead of
+// overflowing: dims come from model files (and from tensor data in them), so
+// shape arithmetic here never trusts them to be small. Tensors over
+// kMaxElements are rejected after each node (infer_node).
+inline int64_t sat_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) return d == 0 ? 0 : n;  // negative dims are rejected elsewhere
+    if (n > INT64_MAX / d) n = INT64_MAX;
+    else n *= d;
+  }
+  return n;
+}
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+
 
 // The inferred type of one node output.
 struct OutInfo {

@@ -94,7 +94,7 @@ Status infer_clip(InferCtx& c) {
     for (size_t i = 1; i < c.num_inputs(); ++i) {
       if (!c.has(i)) continue;
       BP_RETURN_IF_ERROR(c.expect_same_dtype(0, i));
-      if (shape_numel(c.shape(i)) != 1 || c.rank(i) > 1)
+      if (sat_numel(c.shape(i)) != 1 || c.rank(i) > 1)
         return c.error(std::string("input '") + names[i] + "' ('" + c.name(i) +
                        "') must be a scalar, got shape " + dims(c.shape(i)));
     }
@@ -182,7 +182,7 @@ Status infer_trilu(InferCtx& c) {
   (void)upper;
   if (c.has(1)) {
     BP_RETURN_IF_ERROR(c.expect_dtype(1, {I64}, "k"));
-    if (shape_numel(c.shape(1)) != 1) return c.error("input 'k' must be a scalar");
+    if (sat_numel(c.shape(1)) != 1) return c.error("input 'k' must be a scalar");
   }
   c.set(0, c.dtype(0), c.shape(0));
   return ok_status();
@@ -596,7 +596,7 @@ Status infer_flatten(InferCtx& c) {
     return c.error("attribute 'axis' " + std::to_string(axis) + " must be >= 0 before opset 11");
   BP_ASSIGN_OR_RETURN(int64_t a, c.normalize_axis(axis, r, "axis", true));
   Shape outer(x.begin(), x.begin() + a), inner(x.begin() + a, x.end());
-  c.set(0, c.dtype(0), {shape_numel(outer), shape_numel(inner)});
+  c.set(0, c.dtype(0), {sat_numel(outer), sat_numel(inner)});
   return ok_status();
 }
 
@@ -633,17 +633,17 @@ Status infer_reshape(InferCtx& c) {
   }
   if (has_zero && infer_at >= 0)
     return c.error("shape " + list(target) + " has both 0 and -1 with allowzero=1");
-  const int64_t total = shape_numel(x);
+  const int64_t total = sat_numel(x);
   if (infer_at >= 0) {
-    const int64_t known = shape_numel(out);
+    const int64_t known = sat_numel(out);
     if (known == 0 || total % known != 0)
       return c.error("cannot reshape input '" + c.name(0) + "' " + dims(x) + " to " + list(target));
     out[infer_at] = total / known;
   }
-  if (shape_numel(out) != total)
+  if (sat_numel(out) != total)
     return c.error("cannot reshape input '" + c.name(0) + "' " + dims(x) + " (" +
                    std::to_string(total) + " elements) to " + dims(out) + " (" +
-                   std::to_string(shape_numel(out)) + " elements)");
+                   std::to_string(sat_numel(out)) + " elements)");
   c.set(0, c.dtype(0), out);
   return ok_status();
 }
@@ -934,7 +934,7 @@ Status infer_pad(InferCtx& c) {
     BP_ASSIGN_OR_RETURN(pads, c.ints_input(1, "pads"));
     if (c.has(2)) {
       BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 2));
-      if (shape_numel(c.shape(2)) != 1) return c.error("input 'constant_value' must be a scalar");
+      if (sat_numel(c.shape(2)) != 1) return c.error("input 'constant_value' must be a scalar");
     }
   }
   const Shape& x = c.shape(0);
@@ -964,7 +964,7 @@ Status infer_range(InferCtx& c) {
   BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 2));
   const char* names[] = {"start", "limit", "delta"};
   for (size_t i = 0; i < 3; ++i)
-    if (c.rank(i) != 0 && shape_numel(c.shape(i)) != 1)
+    if (c.rank(i) != 0 && sat_numel(c.shape(i)) != 1)
       return c.error(std::string("input '") + names[i] + "' must be a scalar, got " + dims(c.shape(i)));
   int64_t n;
   if (c.dtype(0) == F32) {
@@ -1050,8 +1050,8 @@ Status infer_resize(InferCtx& c) {
     // roi and scales are required inputs in opsets 11-12, but exporters pass "" for them.
     BP_RETURN_IF_ERROR(c.require_inputs(1, 4));
     BP_ASSIGN_OR_RETURN(ctm, c.node.attr_string("coordinate_transformation_mode", "half_pixel"));
-    const bool has_scales = c.has(2) && shape_numel(c.shape(2)) > 0;
-    const bool has_sizes = c.has(3) && shape_numel(c.shape(3)) > 0;
+    const bool has_scales = c.has(2) && sat_numel(c.shape(2)) > 0;
+    const bool has_sizes = c.has(3) && sat_numel(c.shape(3)) > 0;
     if (has_scales && has_sizes) return c.error("only one of 'scales' and 'sizes' may be given");
     if (!has_scales && !has_sizes) return c.error("one of 'scales' and 'sizes' must be given");
     if (has_scales) {

@@ -25,7 +25,7 @@ test: build
 # one table and writes $(BUILD_DIR)/bench/results.md. Not part of `make test`.
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
 bench: build
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target backplane_bench
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 
 clean:

@@ -1,12 +1,16 @@
 // backplane_bench — Backplane side of `make bench`, driven by run_bench.py.
 //
-//   backplane_bench dynamic|static MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]
+//   backplane_bench        dynamic MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]
+//   backplane_bench_static static  MODEL.onnx INPUT.npy THREADS
 //
 // dynamic: the public API, exactly what an application does; CpuOneDnn comes
 //          from Backplane_CpuOneDnn_backend.so in BACKEND_DIR.
 // static:  the same pipeline with CpuOneDnn linked in (backplane_backend_CpuOneDnn)
 //          and registered by hand through the runtime's internal registry, so
 //          the two differ only in how the backend's function table was obtained.
+//          (OpenMP is then loaded at start-up, before the plugin's shim could
+//          choose its wait policy; run_bench.py sets OMP_WAIT_POLICY=PASSIVE
+//          in this process's environment, which is what the shim does.)
 // Protocol (the same as ort_runner.js): prints {"ready", "load_ms"} once the
 // first result exists, then answers "run K", "save PATH" and "quit" on stdin.
 #include "exec/executor.hpp"
@@ -20,6 +24,7 @@
 #include "npy.hpp"
 
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#ifdef BENCH_STATIC
 namespace backplane {
 namespace cpuref {
 const bp_backend_api_t* static_table();
@@ -35,6 +41,7 @@ namespace onednn {
 const bp_backend_api_t* static_table();
 }
 }  // namespace backplane
+#endif
 
 namespace {
 
@@ -42,6 +49,15 @@ using namespace backplane;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// VmRSS of this process in kB (0 if unknown).
+long rss_kb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return 0;
+}
 
 [[noreturn]] void die(const std::string& what) {
   std::cerr << "backplane_bench: " << what << "\n";
@@ -54,6 +70,7 @@ struct StaticHolder {
   std::shared_ptr<Model> model;
 };
 
+#ifdef BENCH_STATIC
 std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticHolder& h) {
   auto add = [&](const char* id, const bp_backend_api_t* table) {
     auto b = Backend::create(id, table, "static", nullptr);
@@ -81,6 +98,7 @@ std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticH
   if (!model.ok()) die(model.status().to_string());
   return *model;
 }
+#endif
 
 }  // namespace
 
@@ -94,6 +112,7 @@ int main(int argc, char** argv) {
   auto input = npy::read(input_path);
   if (!input.ok()) die(input.status().to_string());
 
+  const long base_rss_kb = rss_kb();  // before anything is loaded
   const Clock::time_point t0 = Clock::now();
   std::shared_ptr<Runtime> runtime;
   StaticHolder holder;
@@ -108,8 +127,10 @@ int main(int argc, char** argv) {
     auto m = runtime->load_model(model_path);
     if (!m.ok()) die(m.status().to_string());
     model = *m;
+#ifdef BENCH_STATIC
   } else if (mode == "static") {
     model = load_static(model_path, threads, holder);
+#endif
   } else {
     die("mode must be dynamic or static");
   }
@@ -125,8 +146,9 @@ int main(int argc, char** argv) {
   const double load_ms = ms_since(t0);
   std::ostringstream backends;
   for (const std::string& b : model->backends_used()) backends << (backends.tellp() > 0 ? "," : "") << b;
-  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"backends\": \"%s\", \"partitions\": %zu}\n", load_ms,
-              backends.str().c_str(), model->partitions().size());
+  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"base_rss_kb\": %ld, \"backends\": \"%s\", "
+              "\"partitions\": %zu}\n",
+              load_ms, base_rss_kb, backends.str().c_str(), model->partitions().size());
   std::fflush(stdout);
 
   std::string line;

@@ -3,7 +3,8 @@
 // The npm package onnxruntime-node ships ONNX Runtime's CPU library but not
 // its C API header, so ONNX Runtime is driven through its Node.js API here.
 // Protocol (one line each way, JSON replies), the same as backplane_bench:
-//   start-up        -> {"ready": true, "load_ms": <require + session + first run>}
+//   start-up        -> {"ready": true, "load_ms": <require + session + first run>,
+//                       "base_rss_kb": <RSS before ONNX Runtime was loaded>}
 //   "run K"         -> {"times_ms": [...]}      K timed runs
 //   "save PATH"     -> {"saved": PATH}          last output as .npy (float32)
 //   "quit"          -> exits
@@ -48,6 +49,7 @@ function writeNpy(path, data, shape) {
 
 async function main() {
   const input = readNpy(inputPath);
+  const baseRssKb = Math.round(process.memoryUsage().rss / 1024);  // before ORT is loaded
   const t0 = process.hrtime.bigint();
   const ort = require(moduleDir);
   const session = await ort.InferenceSession.create(modelPath, {
@@ -61,7 +63,7 @@ async function main() {
   let result = await session.run(feeds);
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
   const reply = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
-  reply({ ready: true, load_ms: loadMs, version: ort.env.versions ? ort.env.versions.common : '' });
+  reply({ ready: true, load_ms: loadMs, base_rss_kb: baseRssKb, version: ort.env.versions ? ort.env.versions.common : '' });
 
   const rl = readline.createInterface({ input: process.stdin });
   for await (const line of rl) {

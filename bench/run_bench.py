@@ -73,21 +73,15 @@ def ensure_ort(bench_dir):
 class Runner:
     """One benchmark process speaking the line protocol of ort_runner.js / backplane_bench."""
 
-    def __init__(self, name, argv):
+    def __init__(self, name, argv, env=None):
         self.name = name
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.base_rss_kb = None
-        # RSS of the process before it loads anything heavy is sampled right away.
-        for _ in range(200):
-            rss = self._status("VmRSS")
-            if rss:
-                self.base_rss_kb = rss
-                break
-            time.sleep(0.001)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                     env=env)
         ready = self._read()
         if not ready.get("ready"):
             raise RuntimeError(f"{name}: did not start: {ready}")
         self.load_ms = ready["load_ms"]
+        self.base_rss_kb = ready.get("base_rss_kb", 0)  # the process's own RSS before loading
         self.info = ready
 
     def _status(self, key):
@@ -136,7 +130,11 @@ def bench_one(args, model, threads, paths):
                                                       paths["backend_dir"]])
         runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
                                                 onnx_path, input_path, t])
-        runners["static"] = Runner("backplane(static)", [paths["bench_bin"], "static", onnx_path, input_path, t])
+        # The static build loads OpenMP at start-up, before anything could pick
+        # its wait policy; give it the one the plugin's shim sets (PASSIVE).
+        runners["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
+                                                         input_path, t],
+                                   env=dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE")))
         for r in runners.values():
             r.run(args.warmup)
         times = {k: [] for k in runners}
@@ -229,7 +227,7 @@ def main():
         "bench_bin": os.path.join(bench_dir, "backplane_bench"),
         "backend_dir": os.path.join(build, "lib", "backplane", "backends"),
     }
-    for p in (paths["bench_bin"], os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
+    for p in (paths["bench_bin"], paths["bench_bin"] + "_static", os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
         if not os.path.exists(p):
             sys.exit(f"bench: {p} is missing (run `make bench`, which builds it)")
     os.makedirs(paths["out"], exist_ok=True)

@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
     }
     // Check that what was written opens.
     auto check = ArtifactFile::open((out / (stem + ".bpk")).string(), {}, false);
-    if (!check.ok() || !(*check)->method_graph(0).ok()) {
-      std::fprintf(stderr, "%s: the seed does not load back\n", argv[i]);
+    Status st = check.ok() ? (*check)->method_graph(0).status() : check.status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s: the seed does not load back: %s\n", argv[i], st.to_string().c_str());
       return 1;
     }
     written += 2;

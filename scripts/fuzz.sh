@@ -32,7 +32,8 @@ fi
 cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&1 ||
   { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
 
-# Seeds: small ONNX models (valid ones and the malformed ones of
+# Seeds: fuzz/regressions/TARGET (inputs that once crashed, run first), and
+# small ONNX models (valid ones and the malformed ones of
 # gen_bad_models.py), and artifacts written from the valid ones.
 seeds=$build/seeds
 if [ ! -f "$seeds/.done" ] || [ "$root/fuzz/make_onnx_seeds.py" -nt "$seeds/.done" ]; then
@@ -58,10 +59,10 @@ for t in $targets; do
   set +e
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
-    -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" >"$log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" "$root/fuzz/regressions/$t" >"$log" 2>&1
   rc=$?
   set -e
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   if [ $rc -ne 0 ]; then
     echo "fuzz.sh: $t FAILED (exit $rc) after ${runs:-?} executions; log: $log" >&2
     grep -E 'ERROR: |runtime error|SUMMARY|Test unit written|==[0-9]+==' "$log" | head -20 >&2

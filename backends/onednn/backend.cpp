@@ -1,7 +1,8 @@
 // CpuOneDnn: the fast CPU backend, on oneDNN.
 //
 // It reaches the runtime only through the ABI (via backend_sdk.hpp): the same
-// table serves Backplane_CpuOneDnn_backend.so (what `backplane run` loads) and
+// table serves Backplane_CpuOneDnn_backend.so (what `backplane run` loads;
+// plugin_shim.cpp loads this code from libBackplane_CpuOneDnn_impl.so) and
 // the static library bench/ links to measure what dynamic loading costs.
 // Nodes it cannot run are rejected in query_support with the reason, and the
 // partitioner gives them to the next backend (CpuRef).
@@ -65,11 +66,15 @@ class OneDnnBackend : public sdk::Backend {
 
 }  // namespace
 
-#ifdef BACKPLANE_BACKEND_MODULE
+#if defined(BACKPLANE_ONEDNN_IMPL)
+}  // namespace backplane::onednn
+// The implementation library behind plugin_shim.cpp (the loadable module).
+extern "C" BP_EXPORT const bp_backend_api_t* bp_cpuonednn_backend_table(void) {
+  return backplane::sdk::backend_table<backplane::onednn::OneDnnBackend>();
+}
+#elif defined(BACKPLANE_BACKEND_MODULE)
 }  // namespace backplane::onednn
 BP_DEFINE_BACKEND_ENTRY_POINTS("CpuOneDnn", backplane::onednn::OneDnnBackend)
-// oneDNN needs SSE4.1; on anything older this backend is skipped quietly.
-extern "C" BP_EXPORT uint32_t GetBackendScore(void) { return __builtin_cpu_supports("sse4.1") ? 100u : 0u; }
 #else
 const bp_backend_api_t* static_table() { return sdk::backend_table<OneDnnBackend>(); }
 const char* static_id() { return kBackendId; }

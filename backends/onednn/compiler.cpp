@@ -373,7 +373,6 @@ Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kern
 void check_node(ViewInfo& g, int n) {
   sdk::NodeRef node = g.node(n);
   const std::string_view op = g.op(n);
-  const std::string where = g.describe(n);
   if (!node.domain().empty() && node.domain() != "ai.onnx" && !(op == "Gelu" && node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
   const bool known = eltwise_ops().count(op) || binary_ops().count(op) || view_ops().count(op) || op == "Conv" ||
@@ -449,10 +448,8 @@ void check_node(ViewInfo& g, int n) {
     for (size_t i = 0; i < g.num_in(n); ++i)
       if (g.in(n, i) < 0 || g.shape(g.in(n, i)).size() != g.shape(y).size()) throw fail("inputs of different rank");
   } else if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") {
-    if (op == "ReduceSum" && node.opset() >= 13 && g.num_in(n) < 2 && node.attr_int("noop_with_empty_axes", 0) == 0)
-      ;  // reduces every axis
-    else if (g.num_in(n) > 1 && g.in(n, 1) >= 0 && !g.is_const(g.in(n, 1)))
-      throw fail("the axes must be a constant");
+    // Axes come from an attribute or a constant input; none means every axis.
+    if (g.num_in(n) > 1 && g.in(n, 1) >= 0 && !g.is_const(g.in(n, 1))) throw fail("the axes must be a constant");
     if (node.attr_int("noop_with_empty_axes", 0) != 0) throw fail("noop_with_empty_axes=1 is not supported");
   } else if (binary_ops().count(op)) {
     // oneDNN's binary broadcasts only its second operand; a constant scalar
@@ -1044,9 +1041,10 @@ class Lowering {
 
   // ---- operators -------------------------------------------------------------
 
-  // Below this many flops (or 8 x elements moved) a step runs on one thread:
-  // forking and joining would cost more than sharing saves.
-  static constexpr double kSerialWork = 1e6;
+  // Below this many flops (or 8 x elements moved, ~100 us on one core) a step
+  // runs on one thread: waking the sleeping OpenMP workers (passive wait
+  // policy, see plugin_shim.cpp) and joining them would cost what sharing saves.
+  static constexpr double kSerialWork = 8e6;
 
   double work_of(const INode& n) const {
     const double out = static_cast<double>(numel(g_.shape(n.out)));

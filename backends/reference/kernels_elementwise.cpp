@@ -7,6 +7,7 @@
 // (stride 1) or repeats one element (stride 0). Equal shapes collapse to one
 // row; per-channel and scalar operands stay a tight inner loop.
 #include "kernel.hpp"
+#include "kernel_util.hpp"
 
 #include <array>
 #include <cmath>
@@ -20,14 +21,9 @@ namespace {
 
 static_assert(sizeof(bool) == 1, "bool tensors are one byte per element");
 
-constexpr size_t kMaxRank = 32;
 constexpr size_t kMaxInputs = 3;
 
-// Storage type of a float16 element; arithmetic on it happens in float.
-struct f16 {
-  uint16_t bits;
-};
-
+// f16 (kernel_util.hpp) is stored as bits; arithmetic on it happens in float.
 template <class T> struct MathOf { using type = T; };
 template <> struct MathOf<f16> { using type = float; };
 template <class T> using math_t = typename MathOf<T>::type;
@@ -44,39 +40,7 @@ inline T store(V v) {
   }
 }
 
-template <class T> constexpr bp_dtype_t dtype_of();
-template <> constexpr bp_dtype_t dtype_of<float>() { return BP_DTYPE_FLOAT32; }
-template <> constexpr bp_dtype_t dtype_of<f16>() { return BP_DTYPE_FLOAT16; }
-template <> constexpr bp_dtype_t dtype_of<int8_t>() { return BP_DTYPE_INT8; }
-template <> constexpr bp_dtype_t dtype_of<uint8_t>() { return BP_DTYPE_UINT8; }
-template <> constexpr bp_dtype_t dtype_of<int32_t>() { return BP_DTYPE_INT32; }
-template <> constexpr bp_dtype_t dtype_of<int64_t>() { return BP_DTYPE_INT64; }
-template <> constexpr bp_dtype_t dtype_of<bool>() { return BP_DTYPE_BOOL; }
-
 template <class T> constexpr bool is_float_v = std::is_floating_point_v<math_t<T>>;
-
-// Calls f(T{}) for the T among Ts whose dtype is `dt`; rejects any other dtype.
-template <class... Ts, class F>
-std::unique_ptr<Kernel> dispatch(bp_dtype_t dt, const NodeInfo& info, const char* what, F&& f) {
-  std::unique_ptr<Kernel> kernel;
-  const bool found = ((dt == dtype_of<Ts>() ? (kernel = f(Ts{}), true) : false) || ...);
-  if (!found) {
-    std::string supported;
-    ((supported += (supported.empty() ? "" : ", ") + std::string(dtype_str(dtype_of<Ts>()))), ...);
-    throw sdk::unsupported(info.describe() + ": " + what + " dtype " + dtype_str(dt) +
-                           " is not supported (supported: " + supported + ")");
-  }
-  return kernel;
-}
-
-void require_inputs(const NodeInfo& info, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    if (!info.has_input(i))
-      throw sdk::invalid(info.describe() + ": input " + std::to_string(i) + " is required");
-  }
-  if (info.out_shapes.empty() || info.out_dtypes.empty())
-    throw sdk::invalid(info.describe() + ": the node has no output");
-}
 
 void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
   for (size_t i = first + 1; i <= last; ++i) {
@@ -85,12 +49,6 @@ void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
                          dtype_str(info.in_dtypes[i]) + " but input " + std::to_string(first) +
                          " has " + dtype_str(info.in_dtypes[first]));
   }
-}
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 // ---------------------------------------------------------------------------
@@ -298,17 +256,6 @@ class WhereKernel final : public Kernel {
 
  private:
   Broadcast plan_;
-};
-
-class CopyKernel final : public Kernel {
- public:
-  explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
-  void run(const void* const* inputs, void* const* outputs, void*) const override {
-    if (bytes_ != 0 && outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], bytes_);
-  }
-
- private:
-  size_t bytes_;
 };
 
 // Clip with bounds that are known now or read from inputs 1/2 at run time.

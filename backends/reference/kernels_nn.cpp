@@ -8,9 +8,9 @@
 //   kernels_nn_norm.cpp    BatchNormalization, LayerNormalization, InstanceNormalization,
 //                          Softmax, LogSoftmax
 //   kernels_nn_resize.cpp  Resize
-// Each of those files repeats the declarations of the helpers below it uses; a
-// mismatch is a link error, not silent misbehaviour.
-#include "reference/kernel.hpp"
+// The helpers below are declared in kernels_nn_internal.hpp, which those files
+// include.
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <string>
@@ -18,12 +18,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-void register_conv(KernelRegistry& registry);
-void register_matmul(KernelRegistry& registry);
-void register_pool(KernelRegistry& registry);
-void register_norm(KernelRegistry& registry);
-void register_resize(KernelRegistry& registry);
 
 std::string dims_str(const Dims& d) {
   std::string s = "[";

@@ -5,7 +5,7 @@
 // ConvTranspose: col = W_g^T * X_g ([Mg*KS, IS]), then col2im scatter-adds each
 // tap into the output. 1-D and 2-D problems are handled as 3-D ones whose
 // leading spatial dims have size 1, so there is one code path to get right.
-#include "reference/kernel.hpp"
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -14,19 +14,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-// Defined in kernels_nn.cpp.
-[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
-[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
-void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
-                     const std::vector<size_t>& outputs);
-std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, const Dims& kernel,
-                                         const Dims& strides, const Dims& dilations, const Dims& out);
-void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
-          const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
-std::string dims_str(const Dims& d);
-int64_t floor_div(int64_t a, int64_t b);
-
 namespace {
 
 // Positions o in [0, n_o) with 0 <= o*stride + offset < n_target form the

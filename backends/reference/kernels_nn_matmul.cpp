@@ -1,5 +1,5 @@
 // kernels_nn_matmul.cpp — Gemm and MatMul (float32).
-#include "reference/kernel.hpp"
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -9,16 +9,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-// Defined in kernels_nn.cpp.
-[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
-[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
-void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
-                     const std::vector<size_t>& outputs);
-void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
-          const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
-std::string dims_str(const Dims& d);
-
 namespace {
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //
 // Means and variances are accumulated in double and computed in two passes
 // (mean, then squared deviations): this backend is the correctness oracle.
-#include "reference/kernel.hpp"
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,15 +13,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-// Defined in kernels_nn.cpp.
-[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
-[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
-bool has_output(const NodeInfo& info, size_t i);
-void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
-                     const std::vector<size_t>& outputs);
-std::string dims_str(const Dims& d);
-
 namespace {
 
 // Mean and 1/sqrt(variance + epsilon) of n floats at stride 1.

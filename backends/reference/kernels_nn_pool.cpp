@@ -7,7 +7,7 @@
 // the end padding, which only ceil_mode creates, count for neither, as in ONNX
 // Runtime. As in kernels_nn_conv.cpp, 1-D and 2-D problems are 3-D ones with
 // leading spatial dims of size 1.
-#include "reference/kernel.hpp"
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,18 +17,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-// Defined in kernels_nn.cpp.
-[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
-[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
-bool has_output(const NodeInfo& info, size_t i);
-void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
-                     const std::vector<size_t>& outputs);
-std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, const Dims& kernel,
-                                         const Dims& strides, const Dims& dilations, const Dims& out);
-std::string dims_str(const Dims& d);
-int64_t floor_div(int64_t a, int64_t b);
-
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }

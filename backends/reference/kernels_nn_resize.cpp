@@ -7,7 +7,7 @@
 // it falls outside the tf_crop_and_resize region. run() then sums the product
 // of those taps. Coordinates are computed in float, as ONNX Runtime does, so
 // rounding ties in nearest mode land on the same pixel.
-#include "reference/kernel.hpp"
+#include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,14 +17,6 @@
 
 namespace backplane::cpuref {
 namespace nn {
-
-// Defined in kernels_nn.cpp.
-[[noreturn]] void fail_unsupported(const NodeInfo& info, const std::string& why);
-[[noreturn]] void fail_invalid(const NodeInfo& info, const std::string& why);
-void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
-                     const std::vector<size_t>& outputs);
-std::string dims_str(const Dims& d);
-
 namespace {
 
 constexpr size_t kMaxRank = 8;

@@ -8,6 +8,7 @@
 // drops size-1 dims and merges dims that stay contiguous so the run-time loop
 // is a short odometer over rows plus a memcpy or a tight gather per row.
 #include "kernel.hpp"
+#include "kernel_util.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -18,23 +19,6 @@
 
 namespace backplane::cpuref {
 namespace {
-
-constexpr size_t kMaxRank = 32;
-
-std::string dims_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-void require_inputs(const NodeInfo& info, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    if (!info.has_input(i))
-      throw sdk::invalid(info.describe() + ": input " + std::to_string(i) + " is required");
-  }
-  if (info.out_shapes.empty() || info.out_dtypes.empty())
-    throw sdk::invalid(info.describe() + ": the node has no output");
-}
 
 size_t elem_size(const NodeInfo& info, bp_dtype_t dtype) {
   const size_t size = dtype_bytes(dtype);
@@ -103,17 +87,6 @@ struct Odometer {
 // ---------------------------------------------------------------------------
 // Plain copy (Reshape, Flatten, Squeeze, Unsqueeze)
 // ---------------------------------------------------------------------------
-
-class CopyKernel final : public Kernel {
- public:
-  explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
-  void run(const void* const* inputs, void* const* outputs, void*) const override {
-    if (bytes_ != 0 && outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], bytes_);
-  }
-
- private:
-  size_t bytes_;
-};
 
 std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
   require_inputs(info, 1);
@@ -913,9 +886,6 @@ std::unique_ptr<Kernel> make_trilu(const NodeInfo& info) {
 // Reductions
 // ---------------------------------------------------------------------------
 
-struct f16 {
-  uint16_t bits;
-};
 template <class T> struct AccOf { using type = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>; };
 template <> struct AccOf<f16> { using type = double; };
 template <class T> using acc_t = typename AccOf<T>::type;
@@ -924,27 +894,6 @@ template <class T> inline acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v)
 inline double to_acc(f16 v) { return half_to_float(v.bits); }
 template <class T> inline T from_acc(acc_t<T> v) { return static_cast<T>(v); }
 template <> inline f16 from_acc<f16>(double v) { return f16{float_to_half(static_cast<float>(v))}; }
-
-template <class T> constexpr bp_dtype_t dtype_of();
-template <> constexpr bp_dtype_t dtype_of<float>() { return BP_DTYPE_FLOAT32; }
-template <> constexpr bp_dtype_t dtype_of<f16>() { return BP_DTYPE_FLOAT16; }
-template <> constexpr bp_dtype_t dtype_of<int8_t>() { return BP_DTYPE_INT8; }
-template <> constexpr bp_dtype_t dtype_of<uint8_t>() { return BP_DTYPE_UINT8; }
-template <> constexpr bp_dtype_t dtype_of<int32_t>() { return BP_DTYPE_INT32; }
-template <> constexpr bp_dtype_t dtype_of<int64_t>() { return BP_DTYPE_INT64; }
-
-template <class... Ts, class F>
-std::unique_ptr<Kernel> dispatch(bp_dtype_t dt, const NodeInfo& info, F&& f) {
-  std::unique_ptr<Kernel> kernel;
-  const bool found = ((dt == dtype_of<Ts>() ? (kernel = f(Ts{}), true) : false) || ...);
-  if (!found) {
-    std::string supported;
-    ((supported += (supported.empty() ? "" : ", ") + std::string(dtype_str(dtype_of<Ts>()))), ...);
-    throw sdk::unsupported(info.describe() + ": input dtype " + dtype_str(dt) + " is not supported (supported: " +
-                           supported + ")");
-  }
-  return kernel;
-}
 
 enum class Reduce { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum };
 
@@ -1129,7 +1078,7 @@ std::unique_ptr<Kernel> make_reduce(const NodeInfo& info) {
   check_output_shape(info, expect);
   ReducePlan plan = make_reduce_plan(in, reduced, info);
   return dispatch<float, f16, int32_t, int64_t, int8_t, uint8_t>(
-      info.in_dtypes[0], info, [&](auto tag) -> std::unique_ptr<Kernel> {
+      info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
         using T = decltype(tag);
         return std::make_unique<ReduceKernel<T, R>>(plan);
       });
@@ -1186,7 +1135,7 @@ std::unique_ptr<Kernel> make_arg(const NodeInfo& info) {
   }
   check_output_shape(info, expect);
   return dispatch<float, f16, int32_t, int64_t, int8_t, uint8_t>(
-      info.in_dtypes[0], info, [&](auto tag) -> std::unique_ptr<Kernel> {
+      info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
         return std::make_unique<ArgKernel<decltype(tag), kMax>>(outer, in[axis], inner, last);
       });
 }

@@ -205,8 +205,11 @@ namespace {
 
 // Checks [u32 size][flatbuffer][u64 checksum] at the start of `file`; returns
 // the FlatBuffer's size.
-Result<uint64_t> check_header(const MappedFile& file, const char* what) {
+Result<uint64_t> check_header(const MappedFile& file, const char* what, const char* identifier) {
   if (file.size() < 4 + 8 + 8) return corrupt_data(file.path() + ": too short to be " + what);
+  // The identifier first: a file of another kind is not a "truncated" one.
+  if (!flatbuffers::BufferHasIdentifier(file.bytes(), identifier, true))
+    return corrupt_data(file.path() + ": not " + what + " (file identifier is not '" + identifier + "')");
   uint32_t fb_size = 0;
   std::memcpy(&fb_size, file.bytes(), 4);
   if (static_cast<uint64_t>(fb_size) + 12 > file.size())
@@ -239,7 +242,8 @@ int64_t checked_bytes(const Shape& shape, DType dtype) {
 // says whether the offset in the file is.
 template <class T>
 bool elements_aligned(const flatbuffers::Vector<T>* v) {
-  return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) == 0;
+  // (An empty vector has no elements to misalign; writers do not align it.)
+  return v == nullptr || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) == 0;
 }
 
 bool known_attr_type(int32_t t) {
@@ -273,13 +277,10 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
   std::shared_ptr<ArtifactFile> a(new ArtifactFile());
   a->path_ = path;
   BP_ASSIGN_OR_RETURN(a->main_, MappedFile::open(path));
-  BP_ASSIGN_OR_RETURN(uint64_t fb_size, check_header(*a->main_, "a Backplane artifact"));
+  BP_ASSIGN_OR_RETURN(uint64_t fb_size, check_header(*a->main_, "a Backplane artifact", fb::ArtifactIdentifier()));
   // The FlatBuffer is size-prefixed: its alignment is relative to byte 0,
   // which the page-aligned mapping keeps.
   const uint8_t* buf = a->main_->bytes();
-  if (!flatbuffers::BufferHasIdentifier(buf, fb::ArtifactIdentifier(), true))
-    return corrupt_data(path + ": not a Backplane artifact (file identifier is not '" +
-                        std::string(fb::ArtifactIdentifier()) + "')");
   flatbuffers::Verifier verifier(buf, 4 + fb_size, 64, 10'000'000);
   if (!fb::VerifySizePrefixedArtifactBuffer(verifier)) return corrupt_data(path + ": artifact metadata fails verification");
   a->root_ = fb::GetSizePrefixedArtifact(buf);
@@ -308,10 +309,8 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
       auto mapped = MappedFile::open(where);
       if (!mapped.ok())
         return std::move(mapped).take_status().with_context(path + ": external data file '" + name + "'");
-      BP_ASSIGN_OR_RETURN(uint64_t hsize, check_header(**mapped, "a Backplane data file"));
+      BP_ASSIGN_OR_RETURN(uint64_t hsize, check_header(**mapped, "a Backplane data file", fb::DataFileHeaderIdentifier()));
       const uint8_t* hb = (*mapped)->bytes();
-      if (!flatbuffers::BufferHasIdentifier(hb, fb::DataFileHeaderIdentifier(), true))
-        return corrupt_data(where + ": not a Backplane data file (file identifier is not 'BPD1')");
       flatbuffers::Verifier hv(hb, 4 + hsize);
       if (!fb::VerifySizePrefixedDataFileHeaderBuffer(hv)) return corrupt_data(where + ": data file header fails verification");
       const fb::DataFileHeader* h = fb::GetSizePrefixedDataFileHeader(hb);
@@ -530,13 +529,28 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
   // crafted file could make a kernel read or write out of bounds. Checked on
   // a copy (constants are views, so copying is cheap).
   ir::Graph check = g;
-  Status inferred = ir::infer_shapes(check);
-  if (!inferred.ok()) return corrupt_data(where + ": graph fails shape inference: " + inferred.message());
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (check.values[v].dtype != g.values[v].dtype || check.values[v].shape != g.values[v].shape)
-      return corrupt_data(where + ": value '" + g.values[v].name + "' is stored as " + dtype_name(g.values[v].dtype) +
-                          shape_to_string(g.values[v].shape) + " but its inputs make it " +
-                          dtype_name(check.values[v].dtype) + shape_to_string(check.values[v].shape));
+  Status inconsistent = ir::infer_shapes(check);
+  if (!inconsistent.ok()) {
+    inconsistent = corrupt_data(where + ": graph fails shape inference: " + inconsistent.message());
+  } else {
+    for (size_t v = 0; v < g.values.size() && inconsistent.ok(); ++v)
+      if (check.values[v].dtype != g.values[v].dtype || check.values[v].shape != g.values[v].shape)
+        inconsistent = corrupt_data(where + ": value '" + g.values[v].name + "' is stored as " +
+                                    dtype_name(g.values[v].dtype) + shape_to_string(g.values[v].shape) +
+                                    " but its inputs make it " + dtype_name(check.values[v].dtype) +
+                                    shape_to_string(check.values[v].shape));
+  }
+  if (!inconsistent.ok()) {
+    // Shape inference reads constants (a Reshape's shape, a Pad's pads): with
+    // lazy checksums, a damaged one shows up here first. Say that, naming
+    // the file, rather than what the damage made of the shapes.
+    for (const auto& [key, segment] : segment_of_key) {
+      const uint8_t* d = nullptr;
+      size_t n = 0;
+      if (g.constants.count(key)) BP_RETURN_IF_ERROR(this->segment(segment, &d, &n), where);
+    }
+    return inconsistent;
+  }
   return g;
 }
 

@@ -258,6 +258,21 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
 
   Planner planner = [&, gp, wp](const Exclusions& excluded, std::vector<std::string>* notes_out) -> Result<Plan> {
     std::vector<std::string>& notes = *notes_out;
+    // Constants read from the mapping without a backend asking the
+    // NamedDataMap, or before nodes are compiled again elsewhere: with lazy
+    // checksums, verify them here, so corruption is reported as such (and not
+    // as whatever the next backend makes of a failed weight read).
+    auto verify_constant = [&](int v) -> Status {
+      if (v < 0 || !gp->values[v].is_constant()) return ok_status();
+      const void* data = nullptr;
+      size_t size = 0;
+      return wp->get(gp->values[v].constant_key, &data, &size);
+    };
+    auto verify_constants_of = [&](const std::vector<int>& nodes) -> Status {
+      for (int n : nodes)
+        for (int v : gp->nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(v));
+      return ok_status();
+    };
     Plan plan;
     plan.preference = preference;
     plan.placement.resize(gp->nodes.size());
@@ -288,6 +303,7 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
         // (Exclusions only ever come from a failed deserialize here: were
         // that compile to fail, the executor stops for lack of progress.)
         use_payload = false;
+        BP_RETURN_IF_ERROR(verify_constants_of(slot.nodes));
         notes.push_back("partition " + std::to_string(index) + " on '" + id +
                         "': its stored payload could not be read; compiling it on '" + id +
                         "' from the portable graph");
@@ -313,6 +329,7 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
         }
         for (int n : slot.nodes) plan.placement[n] = NodePlacement{id, "artifact", {}};
       } else {
+        BP_RETURN_IF_ERROR(verify_constants_of(slot.nodes));
         notes.push_back(why + ": recompiling its " + std::to_string(slot.nodes.size()) +
                         " node(s) from the portable graph on the next backend that supports them");
         replace.insert(replace.end(), slot.nodes.begin(), slot.nodes.end());
@@ -350,18 +367,9 @@ Result<std::shared_ptr<CompiledModel>> load_artifact(const BackendRegistry& regi
       }
     }
     // Constants the executor hands out straight from the mapping (inputs of
-    // single-op partitions, constant graph outputs) bypass the NamedDataMap:
-    // with lazy checksums, verify them now rather than never.
-    auto verify_constant = [&](int v) -> Status {
-      if (v < 0 || !gp->values[v].is_constant()) return ok_status();
-      const void* data = nullptr;
-      size_t size = 0;
-      return wp->get(gp->values[v].constant_key, &data, &size);
-    };
+    // single-op partitions, constant graph outputs) bypass the NamedDataMap.
     for (const Partition& p : plan.partitions)
-      if (p.imperative)
-        for (int n : p.nodes)
-          for (int v : gp->nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(v));
+      if (p.imperative) BP_RETURN_IF_ERROR(verify_constants_of(p.nodes));
     for (int v : gp->outputs) BP_RETURN_IF_ERROR(verify_constant(v));
     for (const std::string& note : notes) log::warn(path + ": " + note);
     return plan;

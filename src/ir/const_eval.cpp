@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 namespace backplane::ir::detail {
 
@@ -149,14 +150,22 @@ Result<bool> eval_arith(const InferCtx& c, const std::vector<const Tensor*>& ins
   bool ok = true;
   bool typed = with_type(ins[0]->dtype(), [&]<class T>() {
     T* out = y.data_as<T>();
+    // Integers wrap around (as ONNX Runtime and NumPy do); computed unsigned,
+    // since signed overflow is undefined in C++ and values come from files.
+    using Wide =
+        typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
+    auto neg = [](T v) {
+      if constexpr (std::is_integral_v<T>) return static_cast<T>(Wide{} - static_cast<Wide>(v));
+      else return static_cast<T>(-v);
+    };
     elementwise(c, ins, o.shape, [&](int64_t k, const std::vector<int64_t>& at) {
       if (op == "Neg") {
-        out[k] = static_cast<T>(-elem<T>(*ins[0], at[0]));
+        out[k] = neg(elem<T>(*ins[0], at[0]));
         return;
       }
       if (op == "Abs") {
         T v = elem<T>(*ins[0], at[0]);
-        out[k] = v < 0 ? static_cast<T>(-v) : v;
+        out[k] = v < 0 ? neg(v) : v;
         return;
       }
       if (op == "Min" || op == "Max") {
@@ -169,9 +178,9 @@ Result<bool> eval_arith(const InferCtx& c, const std::vector<const Tensor*>& ins
         return;
       }
       const T a = elem<T>(*ins[0], at[0]), b = elem<T>(*ins[1], at[1]);
-      if (op == "Add") out[k] = static_cast<T>(a + b);
-      else if (op == "Sub") out[k] = static_cast<T>(a - b);
-      else if (op == "Mul") out[k] = static_cast<T>(a * b);
+      if (op == "Add") out[k] = static_cast<T>(static_cast<Wide>(a) + static_cast<Wide>(b));
+      else if (op == "Sub") out[k] = static_cast<T>(static_cast<Wide>(a) - static_cast<Wide>(b));
+      else if (op == "Mul") out[k] = static_cast<T>(static_cast<Wide>(a) * static_cast<Wide>(b));
       else {  // Div
         if constexpr (std::is_integral_v<T>) {
           // Integer division by zero (or INT_MIN / -1) has no value; leave it to run time.
@@ -315,6 +324,9 @@ bool const_eval_supported(const std::string& op) {
 Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   const std::string& op = c.node.op_type;
   outs->clear();
+  // Every op folded here has one output; a node that lists none has nothing
+  // to fold (and c.out is empty).
+  if (c.out.empty()) return false;
   int64_t total = 0;
   for (const OutInfo& o : c.out) total += sat_numel(o.shape);
   if (total > kMaxFoldElements) return false;

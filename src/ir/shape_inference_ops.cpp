@@ -250,13 +250,20 @@ Result<Window> read_window(InferCtx& c, size_t n, const std::vector<int64_t>* ke
   BP_RETURN_IF_ERROR(check_len("strides", w.strides, n));
   BP_RETURN_IF_ERROR(check_len("dilations", w.dilations, n));
   BP_RETURN_IF_ERROR(check_len("pads", w.pads, 2 * n));
+  // Upper bounds too: the window arithmetic below must not overflow
+  // (kernel and dilation under 2^24 make the effective kernel under 2^48;
+  // dims are at most kMaxElements = 2^48).
+  constexpr int64_t kMaxWindow = int64_t{1} << 24;
   for (size_t i = 0; i < n; ++i) {
-    if (w.kernel[i] <= 0) return c.error("kernel_shape " + list(w.kernel) + " must be positive");
-    if (w.strides[i] <= 0) return c.error("strides " + list(w.strides) + " must be positive");
-    if (w.dilations[i] <= 0) return c.error("dilations " + list(w.dilations) + " must be positive");
+    if (w.kernel[i] <= 0 || w.kernel[i] > kMaxWindow)
+      return c.error("kernel_shape " + list(w.kernel) + " must be positive (and under 2^24)");
+    if (w.strides[i] <= 0 || w.strides[i] > kMaxElements)
+      return c.error("strides " + list(w.strides) + " must be positive (and under 2^48)");
+    if (w.dilations[i] <= 0 || w.dilations[i] > kMaxWindow)
+      return c.error("dilations " + list(w.dilations) + " must be positive (and under 2^24)");
   }
   for (int64_t p : w.pads)
-    if (p < 0) return c.error("pads " + list(w.pads) + " must not be negative");
+    if (p < 0 || p > kMaxElements) return c.error("pads " + list(w.pads) + " must not be negative (or over 2^48)");
   if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" &&
       w.auto_pad != "VALID")
     return c.error("attribute 'auto_pad' is '" + w.auto_pad +

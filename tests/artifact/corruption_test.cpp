@@ -210,6 +210,50 @@ TEST_F(Corruption, FlippedWeightWithLazyChecksumsFailsAtLoadOrRun) {
   EXPECT_GE(weights, 4);
 }
 
+// MockOp runs single ops (imperative partitions) in its own device memory:
+// the executor copies constant inputs straight from the mapping to the device,
+// without a backend asking the NamedDataMap. Lazy checksums must cover them.
+TEST_F(Corruption, LazyChecksumsCoverConstantsOfSingleOpPartitions) {
+  auto acc = make_runtime(BACKPLANE_TESTING_ACCEL_DIR);
+  ASSERT_NE(acc, nullptr);
+  CompileOptions co;
+  co.backends = {"MockOp", "CpuRef"};
+  auto report = acc->compile({{"m", model_path("tiny_cnn")}}, path("op.bpk"), co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  nlohmann::json j = inspect_json(path("op.bpk"));
+  size_t imperative = 0;
+  for (const auto& p : j["methods"][0]["partitions"]) imperative += p["backend"] == "MockOp" && p["imperative"] == true;
+  ASSERT_GT(imperative, 0u) << j["methods"][0]["partitions"].dump();
+
+  ModelOptions lazy;
+  lazy.lazy_checksums = true;
+  RunResult intact = run_model(*acc, path("op.bpk"), lazy, input_);
+  ASSERT_TRUE(intact.status.ok()) << intact.status.to_string();
+  RunResult onnx = run_model(*rt_, model_path("tiny_cnn"), cpuref_only(), input_);
+  ASSERT_TRUE(bitwise_equal(intact.outputs, onnx.outputs));
+
+  const auto bytes = read_bytes(path("op.bpk"));
+  auto art = ArtifactFile::open(path("op.bpk"), {}, false);
+  ASSERT_TRUE(art.ok());
+  uint32_t fb_size = 0;
+  std::memcpy(&fb_size, bytes.data(), 4);
+  int weights = 0;
+  for (const fb::NamedData* d : *(*art)->root().named_data()) {
+    const fb::Segment* s = (*art)->root().segments()->Get(d->segment());
+    if (s->size() == 0) continue;
+    ++weights;
+    auto copy = bytes;
+    copy[artifact_data_start(fb_size) + s->offset() + s->size() / 2] ^= 0x10;
+    write_bytes(path("op_bad.bpk"), copy.data(), copy.size());
+    RunResult r = run_model(*acc, path("op_bad.bpk"), lazy, input_);
+    ASSERT_FALSE(r.status.ok()) << d->key()->str() << ": a damaged weight computed "
+                                << (bitwise_equal(r.outputs, intact.outputs) ? "the same" : "a different") << " answer";
+    EXPECT_EQ(r.status.code(), StatusCode::kCorruptData) << r.status.to_string();
+    EXPECT_TRUE(contains(r.status.message(), "checksum")) << r.status.to_string();
+  }
+  EXPECT_GE(weights, 4);
+}
+
 TEST_F(Corruption, TruncatedDataFile) {
   const std::vector<Tensor> expected = compile("e", true);
   ASSERT_FALSE(expected.empty());

@@ -1,4 +1,5 @@
 # backplane_add_backend(NAME <id> [VENDOR <vendor>] SOURCES <src>...
+#                       [COMMON_SOURCES <src>...]
 #                       [STATIC] [MODULE]
 #                       [LINK_LIBRARIES <lib>...]
 #                       [OUTPUT_DIRECTORY <dir>]
@@ -16,7 +17,11 @@
 #         the entry points (GetBackendId, GetVersion, BackendFactory,
 #         GetBackendScore) unless NO_VERSION_SCRIPT is given. The target is
 #         named <vendor>_<id>_backend.
-# Both may be given (one set of sources, two builds).
+# Both may be given (one set of sources, two builds). COMMON_SOURCES are
+# compiled once (position-independent, hidden symbols) into the object
+# library backplane_backend_<id>_common and linked into both: put there what
+# does not depend on BACKPLANE_BACKEND_MODULE (kernels), so it is not
+# compiled twice; other targets may reuse $<TARGET_OBJECTS:...> of it.
 #
 # OUTPUT_DIRECTORY  where the module is written; default
 #         ${CMAKE_BINARY_DIR}/lib/backplane/backends, the layout of an install,
@@ -36,7 +41,7 @@ set(_BACKPLANE_BACKEND_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 function(backplane_add_backend)
   cmake_parse_arguments(BB "STATIC;MODULE;INSTALL;NO_VERSION_SCRIPT"
-                        "NAME;VENDOR;OUTPUT_DIRECTORY;DESTINATION" "SOURCES;LINK_LIBRARIES" ${ARGN})
+                        "NAME;VENDOR;OUTPUT_DIRECTORY;DESTINATION" "SOURCES;COMMON_SOURCES;LINK_LIBRARIES" ${ARGN})
   if(BB_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "backplane_add_backend: unknown arguments: ${BB_UNPARSED_ARGUMENTS}")
   endif()
@@ -69,6 +74,14 @@ function(backplane_add_backend)
                         "call find_package(Backplane REQUIRED) first")
   endif()
 
+  if(BB_COMMON_SOURCES)
+    set(common backplane_backend_${BB_NAME}_common)
+    add_library(${common} OBJECT ${BB_COMMON_SOURCES})
+    target_link_libraries(${common} PRIVATE Backplane::abi ${BB_LINK_LIBRARIES})
+    set_target_properties(${common} PROPERTIES POSITION_INDEPENDENT_CODE ON
+      C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+    list(APPEND BB_SOURCES $<TARGET_OBJECTS:${common}>)
+  endif()
   if(BB_STATIC)
     add_library(backplane_backend_${BB_NAME} STATIC ${BB_SOURCES})
     target_link_libraries(backplane_backend_${BB_NAME} PUBLIC Backplane::abi PRIVATE ${BB_LINK_LIBRARIES})

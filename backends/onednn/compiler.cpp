@@ -381,6 +381,20 @@ void check_node(ViewInfo& g, int n) {
                      op == "LayerNormalization" || op == "Softmax" || op == "Concat" || op == "ReduceMean" ||
                      op == "ReduceSum" || op == "ReduceMax" || op == "Erf";
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
+  // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).
+  if (binary_ops().count(op) && g.num_in(n) != 2)
+    throw fail(std::string(op) + " with " + std::to_string(g.num_in(n)) + " inputs is not supported (only 2)");
+  // Dropout is an identity only in inference: a training_mode input that is
+  // not a constant false (or any ratio-dependent mask) is not for this backend.
+  if (op == "Dropout") {
+    if (g.num_in(n) > 2 && g.in(n, 2) >= 0) {
+      const int t = g.in(n, 2);
+      const void* c = g.is_const(t) && g.values[t].dtype == BP_DTYPE_BOOL ? g.data(t) : nullptr;
+      if (c == nullptr || *static_cast<const uint8_t*>(c) != 0)
+        throw fail("Dropout with a training_mode that is not a constant false is not supported");
+    }
+    if (node.attr_int("is_test", 1) == 0) throw fail("Dropout in training mode (is_test=0) is not supported");
+  }
   // Data tensors are float32; shape/axes inputs of view ops may be integers.
   const size_t data_inputs = view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
                              : op == "Clip" ? 1

@@ -50,7 +50,9 @@ bp_status_t* data_map_get(const bp_named_data_map_t* map, const char* key, bp_bu
   const void* data = nullptr;
   size_t size = 0;
   Status s = NamedDataMap::from_abi(map)->get(key, &data, &size);
-  if (!s.ok()) return status_create(BP_STATUS_NOT_FOUND, s.message().c_str());
+  if (!s.ok())  // e.g. a checksum that fails on first use must stay "corrupt", not "missing"
+    return status_create(s.code() == StatusCode::kCorruptData ? BP_STATUS_CORRUPT_DATA : BP_STATUS_NOT_FOUND,
+                         s.message().c_str());
   out->struct_size = BP_STRUCT_SIZE(bp_buffer_t, host_private);
   out->data = data;
   out->size = size;

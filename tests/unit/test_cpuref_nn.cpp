@@ -968,7 +968,10 @@ std::vector<double> cubic_ref_2d(const std::vector<float>& x, int64_t h, int64_t
     return 0.0;
   };
   auto orig = [&](int64_t o, double s, int64_t lin, int64_t lout) {
-    if (coord == "align_corners") return lout == 1 ? 0.0 : o * double(lin - 1) / double(lout - 1);
+    // With scales given, the ONNX reference maps align_corners through the
+    // unrounded output length lin * s (its resize_*_scales_*_align_corners
+    // node tests expect this).
+    if (coord == "align_corners") return lout == 1 ? 0.0 : o * double(lin - 1) / (lin * s - 1);
     if (coord == "asymmetric") return o / s;
     return (o + 0.5) / s - 0.5;
   };

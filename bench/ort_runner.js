@@ -57,6 +57,10 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
+    // ORT's default: intra-op threads spin-wait after a run. run_bench.py
+    // leaves a gap between alternating runs so that spinning has stopped
+    // before Backplane runs; BENCH_ORT_SPIN=0 turns it off instead.
+    extra: { session: { intra_op: { allow_spinning: process.env.BENCH_ORT_SPIN === '0' ? '0' : '1' } } },
   });
   const feeds = { [session.inputNames[0]]: new ort.Tensor(input.type, input.data, input.shape) };
   const outName = session.outputNames[0];

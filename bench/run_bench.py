@@ -131,10 +131,10 @@ def bench_one(args, model, threads, paths):
         runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
                                                 onnx_path, input_path, t])
         # The static build loads OpenMP at start-up, before anything could pick
-        # its wait policy; give it the one the plugin's shim sets (PASSIVE).
+        # its spin count; give it the one the plugin's shim sets.
         runners["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
                                                          input_path, t],
-                                   env=dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE")))
+                                   env=dict(os.environ, GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
         for r in runners.values():
             r.run(args.warmup)
         times = {k: [] for k in runners}
@@ -213,7 +213,9 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--gap", type=float, default=0.02, help="seconds between alternating runs")
+    ap.add_argument("--gap", type=float, default=0.3,
+                    help="seconds between alternating runs (ORT's threads spin-wait after a run; "
+                         "shorter gaps let that spinning slow the next runtime)")
     ap.add_argument("--write-doc", metavar="MD", help="replace the bench section of this Markdown file")
     args = ap.parse_args()
     if args.runs < 30:

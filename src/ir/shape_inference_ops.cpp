@@ -295,7 +295,9 @@ Result<Shape> window_output(InferCtx& c, const Shape& in_spatial, const Window& 
   return out;
 }
 
-Status infer_conv(InferCtx& c) {
+// What Conv and ConvTranspose check alike: operand count and dtypes, ranks
+// of X and W, and a positive group (returned).
+Result<int64_t> check_conv_operands(InferCtx& c) {
   BP_RETURN_IF_ERROR(c.require_inputs(2, 3));
   BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "X"));
   BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 1));
@@ -307,9 +309,16 @@ Status infer_conv(InferCtx& c) {
   if (wt.size() != x.size())
     return c.error("weight '" + c.name(1) + "' has " + std::to_string(wt.size()) +
                    " dims, expected " + std::to_string(x.size()));
-  const size_t n = x.size() - 2;
   BP_ASSIGN_OR_RETURN(int64_t group, c.node.attr_int("group", 1));
   if (group <= 0) return c.error("attribute 'group' must be positive, got " + std::to_string(group));
+  return group;
+}
+
+Status infer_conv(InferCtx& c) {
+  BP_ASSIGN_OR_RETURN(int64_t group, check_conv_operands(c));
+  const Shape& x = c.shape(0);
+  const Shape& wt = c.shape(1);
+  const size_t n = x.size() - 2;
   if (x[1] != wt[1] * group)
     return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) + " channels but weight '" +
                    c.name(1) + "' " + dims(wt) + " with group " + std::to_string(group) + " expects " +
@@ -333,20 +342,10 @@ Status infer_conv(InferCtx& c) {
 }
 
 Status infer_conv_transpose(InferCtx& c) {
-  BP_RETURN_IF_ERROR(c.require_inputs(2, 3));
-  BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "X"));
-  BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 1));
+  BP_ASSIGN_OR_RETURN(int64_t group, check_conv_operands(c));
   const Shape& x = c.shape(0);
   const Shape& wt = c.shape(1);
-  if (x.size() < 3)
-    return c.error("input '" + c.name(0) + "' has " + std::to_string(x.size()) +
-                   " dims, expected at least 3 (N, C, spatial...)");
-  if (wt.size() != x.size())
-    return c.error("weight '" + c.name(1) + "' has " + std::to_string(wt.size()) +
-                   " dims, expected " + std::to_string(x.size()));
   const size_t n = x.size() - 2;
-  BP_ASSIGN_OR_RETURN(int64_t group, c.node.attr_int("group", 1));
-  if (group <= 0) return c.error("attribute 'group' must be positive, got " + std::to_string(group));
   if (x[1] != wt[0])
     return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) + " channels but weight '" +
                    c.name(1) + "' " + dims(wt) + " expects " + std::to_string(wt[0]));

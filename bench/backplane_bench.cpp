@@ -11,8 +11,11 @@
 //          (OpenMP is then loaded at start-up, before the plugin's shim could
 //          choose its wait policy; run_bench.py sets OMP_WAIT_POLICY=PASSIVE
 //          in this process's environment, which is what the shim does.)
-// Protocol (the same as ort_runner.js): prints {"ready", "load_ms"} once the
-// first result exists, then answers "run K", "save PATH" and "quit" on stdin.
+// MODEL may be an .onnx file or a compiled .bpk (dynamic mode).
+// Protocol (the same as ort_runner.js): prints {"ready", "load_ms", ...} once
+// the first result exists (load_ms: start to first result; ready_ms: start to
+// a ready session; runtime_ms: of that, Runtime::create; ready_rss_kb: RSS
+// with the session ready), then answers "run K", "save PATH" and "quit".
 #include "exec/executor.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<Runtime> runtime;
   StaticHolder holder;
   std::shared_ptr<Model> model;
+  double runtime_ms = 0;  // dynamic: Runtime::create (backend discovery and loading)
   if (mode == "dynamic") {
     RuntimeOptions o;
     if (argc > 5) o.backend_path = argv[5];
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
     auto rt = Runtime::create(o);
     if (!rt.ok()) die(rt.status().to_string());
     runtime = *rt;
+    runtime_ms = ms_since(t0);
     auto m = runtime->load_model(model_path);
     if (!m.ok()) die(m.status().to_string());
     model = *m;
@@ -136,6 +141,8 @@ int main(int argc, char** argv) {
   }
   auto session = model->create_session();
   if (!session.ok()) die(session.status().to_string());
+  const double ready_ms = ms_since(t0);
+  const long ready_rss_kb = rss_kb();
   const std::string input_name = model->inputs().at(0).name;
   auto run = [&] {
     Status st = (*session)->set_input(input_name, *input);
@@ -146,9 +153,16 @@ int main(int argc, char** argv) {
   const double load_ms = ms_since(t0);
   std::ostringstream backends;
   for (const std::string& b : model->backends_used()) backends << (backends.tellp() > 0 ? "," : "") << b;
-  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"base_rss_kb\": %ld, \"backends\": \"%s\", "
-              "\"partitions\": %zu}\n",
-              load_ms, base_rss_kb, backends.str().c_str(), model->partitions().size());
+  std::ostringstream notes;
+  for (const std::string& n : model->notes()) notes << (notes.tellp() > 0 ? "; " : "") << n;
+  std::string note_text = notes.str();
+  for (char& ch : note_text)
+    if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = ' ';
+  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"ready_ms\": %.3f, \"runtime_ms\": %.3f, "
+              "\"base_rss_kb\": %ld, \"ready_rss_kb\": %ld, \"backends\": \"%s\", \"partitions\": %zu, "
+              "\"notes\": \"%s\"}\n",
+              load_ms, ready_ms, runtime_ms, base_rss_kb, ready_rss_kb, backends.str().c_str(),
+              model->partitions().size(), note_text.c_str());
   std::fflush(stdout);
 
   std::string line;

@@ -29,7 +29,7 @@ class OneDnnBackend : public sdk::Backend {
     i.vendor = "Backplane";
     i.description = description_.c_str();
     i.device_count = 0;
-    i.flags = BP_BACKEND_FLAG_COMPILE;
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE;
     return i;
   }
 
@@ -57,6 +57,12 @@ class OneDnnBackend : public sdk::Backend {
                                                   sdk::NodeReport& report) override {
     const int threads = num_threads_ > 0 ? num_threads_ : static_cast<int>(options.num_threads);
     return compile_partition(host(), view, threads, report);
+  }
+
+  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view, const void* payload, size_t size,
+                                                      const bp_compile_options_t& options) override {
+    const int threads = num_threads_ > 0 ? num_threads_ : static_cast<int>(options.num_threads);
+    return deserialize_partition(host(), view, payload, size, threads);
   }
 
  private:

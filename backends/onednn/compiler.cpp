@@ -8,6 +8,7 @@
 // their input's bytes (memory::desc::reshape / permute_axes) whenever oneDNN
 // can express them, so they cost nothing.
 #include "onednn/compiler.hpp"
+#include "onednn/compiled.hpp"
 
 #include <dnnl.hpp>
 #include <omp.h>
@@ -30,19 +31,12 @@ using dnnl::memory;
 using Dims = std::vector<int64_t>;
 using tag = memory::format_tag;
 
-constexpr size_t kAlign = 64;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 int64_t numel(const Dims& d) {
   int64_t n = 1;
   for (int64_t x : d) n *= x;
   return n;
-}
-
-const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
 }
 
 memory::dims to_dims(const Dims& d) { return d.empty() ? memory::dims{1} : memory::dims(d.begin(), d.end()); }
@@ -573,129 +567,6 @@ std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v) {
 }
 
 // ---------------------------------------------------------------------------
-// The compiled partition
-// ---------------------------------------------------------------------------
-
-struct Buffer {
-  enum Kind { kArena, kInput, kOutput } kind = kArena;
-  size_t index = 0;  // kInput/kOutput: position in execute()'s arrays
-  size_t size = 0;
-  size_t offset = 0;  // kArena
-  int first = INT_MAX, last = -1;  // steps using it
-};
-
-struct MemRef {
-  int buffer = -1;         // -1: a constant or the scratchpad
-  memory::desc md;
-  dnnl::memory constant;   // set for constants (owned by the compiled partition)
-  bool scratch = false;
-};
-
-struct Step {
-  dnnl::primitive prim;
-  std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
-  std::string what;                       // for error messages
-  bool serial = false;                    // too little work to share: one thread
-};
-
-class Context;
-
-class Compiled : public sdk::CompiledPartition {
- public:
-  std::unique_ptr<sdk::ExecContext> create_context() override;
-
-  bool empty = false;  // compile rejected a node; never executed
-  int threads = 1;  // OpenMP threads of the steps that are not serial
-  std::vector<Buffer> buffers;
-  std::vector<MemRef> refs;
-  std::vector<Step> steps;
-  size_t arena_bytes = 0, scratch_bytes = 0;
-  std::vector<size_t> input_bytes, output_bytes;
-};
-
-// Per caller: the arena, the scratchpad, a dnnl::memory per MemRef and the
-// argument arrays, all made here so execute() allocates nothing itself.
-class Context : public sdk::ExecContext {
- public:
-  explicit Context(const Compiled& c) : c_(c), stream_(engine()) {
-    if (c.empty) return;
-    const size_t bytes = align_up(c.arena_bytes) + align_up(c.scratch_bytes);
-    if (bytes > 0) {
-      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
-      if (memory_ == nullptr) throw std::bad_alloc();
-    }
-    char* scratch = memory_ + align_up(c.arena_bytes);
-    mems_.resize(c.refs.size());
-    for (size_t r = 0; r < c.refs.size(); ++r) {
-      const MemRef& ref = c.refs[r];
-      if (ref.constant) {
-        mems_[r] = ref.constant;
-      } else if (ref.scratch) {
-        mems_[r] = dnnl::memory(ref.md, engine(), scratch);
-      } else {
-        const Buffer& b = c.buffers[ref.buffer];
-        if (b.kind == Buffer::kArena) {
-          mems_[r] = dnnl::memory(ref.md, engine(), memory_ + b.offset);
-        } else {
-          mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
-          bindings_.push_back({r, b.kind == Buffer::kInput, b.index});
-        }
-      }
-    }
-    args_.resize(c.steps.size());
-    for (size_t s = 0; s < c.steps.size(); ++s)
-      for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
-  }
-  ~Context() override { std::free(memory_); }
-
-  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs, const bp_tensor_t* outputs) override {
-    if (c_.empty) throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: this partition was rejected at compile time");
-    if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
-      throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) + " inputs and " +
-                         std::to_string(c_.output_bytes.size()) + " outputs");
-    for (size_t k = 0; k < num_inputs; ++k)
-      if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] || inputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) + " is not a host buffer of " +
-                           std::to_string(c_.input_bytes[k]) + " bytes");
-    for (size_t k = 0; k < num_outputs; ++k)
-      if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] || outputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) + " is not a host buffer of " +
-                           std::to_string(c_.output_bytes[k]) + " bytes");
-    for (const Binding& b : bindings_)
-      mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
-    // The OpenMP thread count is per calling thread; small steps run on one
-    // thread (no fork/join), as they were created.
-    int current = 0;
-    for (size_t s = 0; s < args_.size(); ++s) {
-      const int want = c_.steps[s].serial ? 1 : c_.threads;
-      if (want != current) omp_set_num_threads(current = want);
-      dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
-                                                static_cast<int>(args_[s].size()), args_[s].data());
-      if (st != dnnl_success)
-        throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + c_.steps[s].what + " failed (oneDNN status " +
-                                                 std::to_string(static_cast<int>(st)) + ")");
-    }
-    stream_.wait();
-    if (current != c_.threads) omp_set_num_threads(c_.threads);
-  }
-
- private:
-  struct Binding {
-    size_t ref;
-    bool input;
-    size_t index;
-  };
-  const Compiled& c_;
-  dnnl::stream stream_;
-  char* memory_ = nullptr;
-  std::vector<dnnl::memory> mems_;
-  std::vector<Binding> bindings_;
-  std::vector<std::vector<dnnl_exec_arg_t>> args_;
-};
-
-std::unique_ptr<sdk::ExecContext> Compiled::create_context() { return std::make_unique<Context>(*this); }
-
-// ---------------------------------------------------------------------------
 // Lowering
 // ---------------------------------------------------------------------------
 
@@ -949,7 +820,13 @@ class Lowering {
       c_.buffers[b].first = std::min(c_.buffers[b].first, s);
       c_.buffers[b].last = std::max(c_.buffers[b].last, s);
     }
-    c_.steps.push_back(Step{std::move(prim), std::move(args), what, serial_});
+    Step step;
+    step.prim = std::move(prim);
+    step.args = std::move(args);
+    step.what = what;
+    step.small = small_;
+    step.serial = c_.threads > 1 && small_;
+    c_.steps.push_back(std::move(step));
   }
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
@@ -1077,8 +954,8 @@ class Lowering {
   }
   // Creation and execution of the next steps use this many threads.
   void threads_for(double work) {
-    serial_ = c_.threads > 1 && work < kSerialWork;
-    omp_set_num_threads(serial_ ? 1 : c_.threads);
+    small_ = work < kSerialWork;
+    omp_set_num_threads(c_.threads > 1 && small_ ? 1 : c_.threads);
   }
 
   void lower_node(int n) {
@@ -1339,6 +1216,7 @@ class Lowering {
     for (size_t i = 0; i < srcs.size(); ++i) args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
     args.push_back({DNNL_ARG_DST, dst});
     add_step(dnnl::concat(pd), std::move(args), pd, g_.describe(n.node));
+    c_.steps.back().concat_axis = static_cast<int>(axis);
     tensors_[n.out] = dst;
   }
 
@@ -1494,7 +1372,7 @@ class Lowering {
   std::vector<std::vector<int>> consumers_;  // per value: INodes reading it
   std::map<int, int> tensors_;               // value -> MemRef
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
-  bool serial_ = false;
+  bool small_ = false;  // the steps being made now do little work
 };
 
 // The process's OpenMP default (OMP_NUM_THREADS or the CPUs it may use),
@@ -1506,9 +1384,7 @@ int default_threads() {
 
 }  // namespace
 
-void set_threads(int num_threads) {
-  if (num_threads > 0 && omp_get_max_threads() != num_threads) omp_set_num_threads(num_threads);
-}
+int threads_to_use(int requested) { return requested > 0 ? requested : default_threads(); }
 
 std::string library_description() {
   const dnnl_version_t* v = dnnl_version();
@@ -1541,10 +1417,10 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 
 std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host, const bp_graph_view_t& view,
                                                            int num_threads, sdk::NodeReport& report) {
-  const int fallback = default_threads();  // first thing: before any thread count is changed
-  auto compiled = std::make_unique<Compiled>();
-  compiled->threads = num_threads > 0 ? num_threads : fallback;
-  set_threads(compiled->threads);
+  auto compiled = std::make_unique<Compiled>(host);
+  compiled->threads = threads_to_use(num_threads);  // first thing: before any thread count is changed
+  compiled->name = view.name;
+  omp_set_num_threads(compiled->threads);
   ViewInfo g(host, view);
   Lowering lowering(g, *compiled);
   try {

@@ -32,7 +32,15 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();
 
-// Sets the OpenMP thread count of the calling thread (0 = leave it).
-void set_threads(int num_threads);
+// Rebuilds a partition from the payload Compiled::serialize wrote for the
+// same view (payload.cpp). Throws BP_STATUS_VERSION_MISMATCH when the payload
+// was made by another oneDNN build or for another CPU ISA (the runtime then
+// compiles the view again), BP_STATUS_CORRUPT_DATA when it is malformed.
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
+                                                               const void* payload, size_t size, int num_threads);
+
+// The OpenMP thread count a partition runs on: `requested`, or (0) the
+// process's default as it was before this backend changed any setting.
+int threads_to_use(int requested);
 
 }  // namespace backplane::onednn

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #ifndef BACKPLANE_VERSION
 #define BACKPLANE_VERSION "dev"
@@ -326,12 +327,7 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
   const size_t n = r.segments() ? r.segments()->size() : 0;
   a->verified_ = std::make_unique<std::atomic<bool>[]>(n);
   for (size_t i = 0; i < n; ++i) a->verified_[i] = false;
-  if (!lazy_checksums)
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint8_t* d;
-      size_t s;
-      BP_RETURN_IF_ERROR(a->segment(i, &d, &s));
-    }
+  if (!lazy_checksums) BP_RETURN_IF_ERROR(a->verify_all());
   return a;
 }
 
@@ -380,6 +376,45 @@ Status ArtifactFile::check_structure() const {
       return corrupt_data(path_ + ": method '" + m->name()->str() + "': a node belongs to no partition");
   }
   return ok_status();
+}
+
+// Hashing is cheap next to faulting the mapped pages in, and both scale with
+// cores: the segments are shared out (largest first, to the least loaded
+// worker) between a few threads. The first failure in segment order wins.
+Status ArtifactFile::verify_all() const {
+  const uint32_t n = root_->segments() ? root_->segments()->size() : 0;
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  auto bytes = [&](uint32_t i) { return root_->segments()->Get(i)->size(); };
+  std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return bytes(x) > bytes(y); });
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) total += bytes(i);
+  constexpr uint64_t kPerWorker = 16u << 20;  // below this a thread costs more than it saves
+  const size_t workers = static_cast<size_t>(std::clamp<uint64_t>(
+      std::min<uint64_t>(total / kPerWorker, std::max(1u, std::thread::hardware_concurrency())), 1, 4));
+  std::vector<std::vector<uint32_t>> share(workers);
+  std::vector<uint64_t> load(workers, 0);
+  for (uint32_t i : order) {
+    const size_t w = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    share[w].push_back(i);
+    load[w] += bytes(i);
+  }
+  std::vector<std::pair<uint32_t, Status>> failures(workers, {UINT32_MAX, ok_status()});
+  auto run = [&](size_t w) {
+    for (uint32_t i : share[w]) {
+      const uint8_t* d;
+      size_t sz;
+      Status st = segment(i, &d, &sz);
+      if (!st.ok() && i < failures[w].first) failures[w] = {i, std::move(st)};
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(run, w);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  auto first = std::min_element(failures.begin(), failures.end(),
+                                [](const auto& x, const auto& y) { return x.first < y.first; });
+  return first->second;
 }
 
 Status ArtifactFile::segment(uint32_t index, const uint8_t** data, size_t* size) const {

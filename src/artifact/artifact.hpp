@@ -74,6 +74,8 @@ class ArtifactFile : public std::enable_shared_from_this<ArtifactFile> {
 
   // Bytes of segment `index` (checksum verified, on first use if lazy).
   Status segment(uint32_t index, const uint8_t** data, size_t* size) const;
+  // Verifies every segment's checksum now (what open does unless lazy).
+  Status verify_all() const;
   // Index of method `name` ("" = the first).
   Result<int> find_method(const std::string& name) const;
   // The portable graph of method `m`; constants are views into the mapping.

@@ -35,6 +35,9 @@ assert j["model"].endswith("r.bpk"), j["model"]
 assert j["partitions"] and all(p["nodes"] for p in j["partitions"]), j["partitions"]
 assert [o["shape"] for o in j["outputs"]] == [[1, 1000]], j["outputs"]
 assert isinstance(j["notes"], list)
+# A backend that serializes (CpuOneDnn when built, else CpuRef) loads its
+# stored payload: nothing is recompiled.
+assert j["notes"] == [], j["notes"]
 EOF
 
 # 2. inspect (text and JSON) shows methods, partitions and every blob.
@@ -64,8 +67,16 @@ need(len(m["partitions"]) >= 1 and sum(p["nodes"] for p in m["partitions"]) == m
 for p in m["partitions"]:
     need(p["backend"] and p["api_version"].count(".") == 1, f"partition backend and api version ({p})")
 need(len(j["named_data"]) >= 40, f"resnet18 has >= 40 weights (got {len(j['named_data'])})")
+# Portable weights are keyed by method; a backend's own blobs (CpuOneDnn's
+# reordered weights) by backend, then method and partition.
+backends = {p["backend"] for p in m["partitions"]}
 for d in j["named_data"]:
-    need(d["key"].startswith("resnet18/"), f"key prefixed by the method ({d['key']})")
+    owner = d["key"].split("/")[0]
+    need(d["key"].startswith("resnet18/") or (owner in backends and d["key"].startswith(owner + "/resnet18/")),
+         f"key prefixed by the method, or by its backend and the method ({d['key']})")
+if "CpuOneDnn" in backends:
+    need(any(d["key"].startswith("CpuOneDnn/") for d in j["named_data"]), "CpuOneDnn stores its reordered weights")
+    need(all(p["payload_bytes"] > 0 for p in m["partitions"] if p["backend"] == "CpuOneDnn"), "CpuOneDnn payloads")
     need(d["file"] == "r.bpd", f"{d['key']} in r.bpd")
     a = d["alignment"]
     need(a >= 64 and a & (a - 1) == 0, f"{d['key']}: alignment {a} a power of two >= 64")

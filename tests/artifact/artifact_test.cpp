@@ -25,14 +25,6 @@ double relative_error(const Tensor& a, const Tensor& b) {
   return m == 0 ? d : d / m;
 }
 
-// Rewrites the metadata checksum after the test edited the FlatBuffer.
-void reseal(std::vector<uint8_t>& bytes) {
-  uint32_t fb_size = 0;
-  std::memcpy(&fb_size, bytes.data(), 4);
-  uint64_t sum = checksum64(bytes.data() + 4, fb_size);
-  std::memcpy(bytes.data() + 4 + fb_size, &sum, 8);
-}
-
 // Address of a scalar field of a table inside `bytes` (it must be stored,
 // i.e. differ from its default).
 template <class T>
@@ -349,19 +341,7 @@ TEST_F(Fallback, UnreadablePayloadIsCompiledFromTheGraph) {
   ASSERT_TRUE(ref.status.ok());
 
   auto bytes = read_bytes(path("m.bpk"));
-  const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes.data());
-  const int32_t seg_index = a->methods()->Get(0)->partitions()->Get(0)->payload();
-  ASSERT_GE(seg_index, 0);
-  const fb::Segment* seg = a->segments()->Get(static_cast<flatbuffers::uoffset_t>(seg_index));
-  uint32_t fb_size = 0;
-  std::memcpy(&fb_size, bytes.data(), 4);
-  uint8_t* payload = bytes.data() + artifact_data_start(fb_size) + seg->offset();
-  payload[0] ^= 0x20;  // "CpuRef" -> "cpuRef"
-  const uint64_t sum = checksum64(payload, seg->size());
-  // Segment is a struct: file u32, alignment u32, offset u64, size u64, checksum u64.
-  uint8_t* seg_bytes = bytes.data() + (reinterpret_cast<const uint8_t*>(seg) - bytes.data());
-  std::memcpy(seg_bytes + 24, &sum, 8);
-  reseal(bytes);
+  edit_payload(bytes, 0, 0, [](uint8_t* payload, size_t) { payload[0] ^= 0x20; });  // "CpuRef" -> "cpuRef"
   write_bytes(path("odd.bpk"), bytes.data(), bytes.size());
   RunResult r = run_model(*rt, path("odd.bpk"), {}, input);
   // The payload is refused by CpuRef's deserialize; the partition is then

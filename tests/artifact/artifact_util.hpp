@@ -5,6 +5,9 @@
 // directory, removed when the test ends.
 #pragma once
 
+#include "artifact/artifact.hpp"
+#include "artifact/blob_store.hpp"
+#include "artifact_generated.h"
 #include "npy.hpp"
 
 #include <backplane/runtime.hpp>
@@ -115,6 +118,36 @@ inline nlohmann::json inspect_json(const std::string& path, const std::vector<st
   auto text = inspect_artifact(path, true, external);
   EXPECT_TRUE(text.ok()) << text.status().to_string();
   return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json();
+}
+
+// Rewrites the metadata checksum after the test edited the FlatBuffer.
+inline void reseal(std::vector<uint8_t>& bytes) {
+  uint32_t fb_size = 0;
+  std::memcpy(&fb_size, bytes.data(), 4);
+  uint64_t sum = checksum64(bytes.data() + 4, fb_size);
+  std::memcpy(bytes.data() + 4 + fb_size, &sum, 8);
+}
+
+// Lets `edit(data, size)` change the payload of partition `p` of method `m`
+// of the artifact in `bytes` in place, then makes every checksum right again:
+// what a backend then reads is a well-formed file with a payload it may not
+// accept (a producer's bug or another build's format, not disk corruption).
+template <class Edit>
+void edit_payload(std::vector<uint8_t>& bytes, size_t m, size_t p, Edit edit) {
+  const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes.data());
+  const int32_t seg_index = a->methods()->Get(static_cast<flatbuffers::uoffset_t>(m))
+                                ->partitions()->Get(static_cast<flatbuffers::uoffset_t>(p))->payload();
+  ASSERT_GE(seg_index, 0) << "partition " << p << " has no payload";
+  const fb::Segment* seg = a->segments()->Get(static_cast<flatbuffers::uoffset_t>(seg_index));
+  uint32_t fb_size = 0;
+  std::memcpy(&fb_size, bytes.data(), 4);
+  uint8_t* payload = bytes.data() + artifact_data_start(fb_size) + seg->offset();
+  edit(payload, static_cast<size_t>(seg->size()));
+  const uint64_t sum = checksum64(payload, seg->size());
+  // Segment is a struct: file u32, alignment u32, offset u64, size u64, checksum u64.
+  uint8_t* seg_bytes = bytes.data() + (reinterpret_cast<const uint8_t*>(seg) - bytes.data());
+  std::memcpy(seg_bytes + 24, &sum, 8);
+  reseal(bytes);
 }
 
 // A fresh temporary directory per test, removed afterwards.

@@ -1,0 +1,80 @@
+// compiled.hpp — what a compiled CpuOneDnn partition is, inside the backend.
+//
+// A partition lowers to a list of oneDNN primitives (Steps) over memory
+// descriptions (MemRefs) that point into planned buffers: one arena per
+// execution context, the caller's input/output tensors, the scratchpad, or a
+// constant (weights in the layout the primitive prefers). compiler.cpp makes
+// one from a graph view; payload.cpp writes it to an artifact and reads it
+// back; compiled.cpp executes it.
+#pragma once
+
+#include <backplane/backend_sdk.hpp>
+
+#include <dnnl.hpp>
+
+#include <climits>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace backplane::onednn {
+
+inline constexpr size_t kAlign = 64;
+inline size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The CPU engine, one per process.
+const dnnl::engine& engine();
+
+struct Buffer {
+  enum Kind { kArena, kInput, kOutput } kind = kArena;
+  size_t index = 0;  // kInput/kOutput: position in execute()'s arrays
+  size_t size = 0;
+  size_t offset = 0;               // kArena
+  int first = INT_MAX, last = -1;  // steps using it (compile time only)
+};
+
+struct MemRef {
+  int buffer = -1;  // -1: a constant or the scratchpad
+  dnnl::memory::desc md;
+  dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
+  bool scratch = false;
+};
+
+struct Step {
+  dnnl::primitive prim;
+  std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
+  std::string what;                       // for error messages
+  bool small = false;   // too little work to share between threads
+  bool serial = false;  // small, and the partition runs on more than one thread: one thread
+  int concat_axis = -1; // concat steps: the axis (oneDNN cannot be asked for it)
+};
+
+class Compiled : public sdk::CompiledPartition {
+ public:
+  explicit Compiled(const sdk::Host& host) : host_(host) {}
+
+  std::unique_ptr<sdk::ExecContext> create_context() override;
+  // payload.cpp: the plan as a payload, every constant as a named blob.
+  void serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) override;
+
+  const sdk::Host& host() const { return host_; }
+
+  std::string name;    // the view's (blob keys of serialize are made from it)
+  bool empty = false;  // compile rejected a node; never executed
+  int threads = 1;     // OpenMP threads of the steps that are not serial
+  std::vector<Buffer> buffers;
+  std::vector<MemRef> refs;
+  std::vector<Step> steps;
+  size_t arena_bytes = 0, scratch_bytes = 0;
+  std::vector<size_t> input_bytes, output_bytes;
+  // A deserialized partition's constants point into these (the artifact's
+  // mapping); they stay held as long as the partition.
+  std::vector<sdk::Weight> mapped;
+
+ private:
+  sdk::Host host_;
+};
+
+}  // namespace backplane::onednn

@@ -1,0 +1,578 @@
+// payload.cpp — a compiled CpuOneDnn partition in an artifact, and back.
+//
+// What makes loading fast is that nothing is decided again: the payload holds
+// the plan (buffers, arena offsets, memory descriptions, steps and their
+// arguments) and each primitive's oneDNN operation descriptor and attributes;
+// every constant goes to the NamedBlobStore already in the layout its
+// primitive wants (reordered, BatchNormalization folded in), and at load it
+// is used where the artifact maps it, without a copy. Loading then only asks
+// oneDNN to create each primitive again (its JIT code cannot be stored).
+//
+// Operation and memory descriptors are oneDNN's own plain C structs, so a
+// payload is tied to the oneDNN build and CPU ISA that wrote it: a payload
+// from another one is refused with BP_STATUS_VERSION_MISMATCH and the runtime
+// compiles the partition again from the portable graph. Every primitive made
+// from a payload is also checked to want exactly the memory layouts the plan
+// recorded, so a layout oneDNN would now choose differently is caught the
+// same way instead of running on the wrong bytes.
+#include "onednn/compiled.hpp"
+#include "onednn/compiler.hpp"
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <type_traits>
+
+namespace backplane::onednn {
+namespace {
+
+constexpr char kMagic[] = "CpuOneDnn payload";
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kEndianMark = 0x01020304;
+
+// The size of the operation descriptor of each primitive kind the lowering
+// makes (reorder and concat are described by their memory descriptors).
+size_t op_desc_size(dnnl_primitive_kind_t kind) {
+  switch (kind) {
+    case dnnl_convolution: return sizeof(dnnl_convolution_desc_t);
+    case dnnl_eltwise: return sizeof(dnnl_eltwise_desc_t);
+    case dnnl_softmax: return sizeof(dnnl_softmax_desc_t);
+    case dnnl_pooling_v2: return sizeof(dnnl_pooling_v2_desc_t);
+    case dnnl_batch_normalization: return sizeof(dnnl_batch_normalization_desc_t);
+    case dnnl_layer_normalization: return sizeof(dnnl_layer_normalization_desc_t);
+    case dnnl_inner_product: return sizeof(dnnl_inner_product_desc_t);
+    case dnnl_binary: return sizeof(dnnl_binary_desc_t);
+    case dnnl_matmul: return sizeof(dnnl_matmul_desc_t);
+    case dnnl_reduction: return sizeof(dnnl_reduction_desc_t);
+    default: return 0;
+  }
+}
+
+std::string library_id() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
+         (v->hash ? v->hash : "") + ")";
+}
+
+void check(dnnl_status_t st, const char* what) {
+  if (st != dnnl_success)
+    throw sdk::Error(BP_STATUS_INTERNAL, std::string("CpuOneDnn: ") + what + " failed (oneDNN status " +
+                                             std::to_string(static_cast<int>(st)) + ")");
+}
+
+// ---------------------------------------------------------------------------
+// Bytes
+// ---------------------------------------------------------------------------
+
+class Writer {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    raw(&v, sizeof v);
+  }
+  void raw(const void* p, size_t n) { bytes_.append(static_cast<const char*>(p), n); }
+  void str(const std::string& s) {
+    pod(static_cast<uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  void md(const dnnl::memory::desc& m) { pod(m.data); }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// Bounds-checked reading; anything malformed is CORRUPT_DATA naming where.
+class Reader {
+ public:
+  Reader(const void* data, size_t size, std::string where)
+      : p_(static_cast<const uint8_t*>(data)), n_(size), where_(std::move(where)) {}
+
+  template <class T>
+  T pod(const char* what) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    T v;
+    std::memcpy(&v, take(sizeof v, what), sizeof v);
+    return v;
+  }
+  const void* take(size_t n, const char* what) {
+    if (n > n_ - at_) fail(std::string("ends inside ") + what);
+    const void* p = p_ + at_;
+    at_ += n;
+    return p;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = pod<uint32_t>(what);
+    const char* p = static_cast<const char*>(take(n, what));
+    return std::string(p, n);
+  }
+  // A count of items that each take at least `min_bytes`: bounded by what is left.
+  size_t count(const char* what, size_t min_bytes) {
+    const uint32_t n = pod<uint32_t>(what);
+    if (static_cast<uint64_t>(n) * min_bytes > n_ - at_) fail(std::string("has an impossible number of ") + what);
+    return n;
+  }
+  dnnl::memory::desc md(const char* what) {
+    dnnl_memory_desc_t raw = pod<dnnl_memory_desc_t>(what);
+    check_md(raw, what);
+    return dnnl::memory::desc(raw);
+  }
+  // Only what the lowering makes: float32 (or empty; scratchpads are 1-D
+  // bytes), plain or blocked, sane sizes. oneDNN trusts descriptors it did not build itself.
+  void check_md(const dnnl_memory_desc_t& md, const char* what) const {
+    constexpr int64_t kMaxDim = int64_t{1} << 32;
+    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 == 0 && md.extra.flags == 0 &&
+              (md.ndims == 0 ? md.data_type == dnnl_data_type_undef
+                            : md.data_type == dnnl_f32 || (md.data_type == dnnl_u8 && md.ndims == 1)) &&
+              (md.format_kind == dnnl_format_kind_undef || md.format_kind == dnnl_format_kind_any ||
+               md.format_kind == dnnl_blocked);
+    for (int i = 0; ok && i < md.ndims; ++i)
+      ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
+           md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;
+    if (ok && md.format_kind == dnnl_blocked) {
+      const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+      ok = b.inner_nblks >= 0 && b.inner_nblks <= md.ndims;
+      for (int i = 0; ok && i < md.ndims; ++i) ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
+      for (int i = 0; ok && i < b.inner_nblks; ++i)
+        ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 && b.inner_blks[i] <= 64;
+    }
+    if (!ok) fail(std::string("has a memory descriptor oneDNN could not have made, for ") + what);
+  }
+  bool done() const { return at_ == n_; }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw sdk::Error(BP_STATUS_CORRUPT_DATA, where_ + ": payload " + why + " (at byte " + std::to_string(at_) + ")");
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_, at_ = 0;
+  std::string where_;
+};
+
+// ---------------------------------------------------------------------------
+// A step: how to create its primitive again
+// ---------------------------------------------------------------------------
+
+struct PostOpRecord {
+  uint8_t sum = 0;
+  float scale = 1.f;
+  int32_t alg = 0;
+  float alpha = 0.f, beta = 0.f;
+};
+
+void write_step(Writer& w, const Step& step) {
+  const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
+  dnnl_primitive_kind_t kind{};
+  check(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
+  w.pod(static_cast<int32_t>(kind));
+  w.str(step.what);
+  w.pod(static_cast<uint8_t>(step.small));
+  if (kind == dnnl_reorder) {
+    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)));
+    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
+  } else if (kind == dnnl_concat) {
+    int32_t n = 0;
+    check(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n), "query concat inputs");
+    w.pod(static_cast<int32_t>(step.concat_axis));
+    w.pod(static_cast<uint32_t>(n));
+    for (int i = 0; i < n; ++i) w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i)));
+    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
+  } else {
+    const size_t size = op_desc_size(kind);
+    if (size == 0)
+      throw sdk::unsupported("CpuOneDnn cannot serialize a primitive of kind " + std::to_string(static_cast<int>(kind)) +
+                             " (" + step.what + ")");
+    const_dnnl_op_desc_t op = nullptr;
+    check(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &op), "query operation descriptor");
+    w.pod(static_cast<uint32_t>(size));
+    w.raw(op, size);
+  }
+  // Attributes: the scratchpad mode and the post-op chain (all we set).
+  const_dnnl_primitive_attr_t attr = nullptr;
+  check(dnnl_primitive_desc_get_attr(pd, &attr), "query attributes");
+  dnnl_scratchpad_mode_t mode{};
+  check(dnnl_primitive_attr_get_scratchpad_mode(attr, &mode), "query scratchpad mode");
+  w.pod(static_cast<int32_t>(mode));
+  const_dnnl_post_ops_t po = nullptr;
+  check(dnnl_primitive_attr_get_post_ops(attr, &po), "query post-ops");
+  const int len = dnnl_post_ops_len(po);
+  w.pod(static_cast<uint32_t>(len));
+  for (int i = 0; i < len; ++i) {
+    PostOpRecord r;
+    const dnnl_primitive_kind_t pk = dnnl_post_ops_get_kind(po, i);
+    if (pk == dnnl_sum) {
+      r.sum = 1;
+      check(dnnl_post_ops_get_params_sum(po, i, &r.scale), "query sum post-op");
+    } else if (pk == dnnl_eltwise) {
+      dnnl_alg_kind_t alg{};
+      check(dnnl_post_ops_get_params_eltwise(po, i, &r.scale, &alg, &r.alpha, &r.beta), "query eltwise post-op");
+      r.alg = static_cast<int32_t>(alg);
+    } else {
+      throw sdk::unsupported("CpuOneDnn cannot serialize post-op kind " + std::to_string(static_cast<int>(pk)));
+    }
+    w.pod(r);
+  }
+  w.pod(static_cast<uint32_t>(step.args.size()));
+  for (auto [arg, ref] : step.args) {
+    w.pod(static_cast<int32_t>(arg));
+    w.pod(static_cast<int32_t>(ref));
+  }
+}
+
+// The operation descriptor made again by oneDNN's public initializer from
+// the recorded parameters, in place: the initializer checks that shapes,
+// strides and padding agree, which creating a primitive from raw bytes would
+// not; the primitive is then made from what it returned.
+void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>& op, const std::string& what) {
+  auto as = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T d;
+    std::memcpy(&d, op.data(), sizeof d);
+    return d;
+  };
+  auto mds = [&](std::initializer_list<const dnnl_memory_desc_t*> list) {
+    for (const dnnl_memory_desc_t* m : list) r.check_md(*m, what.c_str());
+  };
+  dnnl_status_t st = dnnl_invalid_arguments;
+  auto store = [&](const auto& fresh) { std::memcpy(op.data(), &fresh, sizeof fresh); };
+  switch (kind) {
+    case dnnl_convolution: {
+      auto d = as(static_cast<dnnl_convolution_desc_t*>(nullptr));
+      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      dnnl_convolution_desc_t f{};
+      st = dnnl_dilated_convolution_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc,
+                                                      &d.bias_desc, &d.dst_desc, d.strides, d.dilates, d.padding[0],
+                                                      d.padding[1]);
+      store(f);
+      break;
+    }
+    case dnnl_eltwise: {
+      auto d = as(static_cast<dnnl_eltwise_desc_t*>(nullptr));
+      mds({&d.data_desc});
+      dnnl_eltwise_desc_t f{};
+      st = dnnl_eltwise_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.data_desc, d.alpha, d.beta);
+      store(f);
+      break;
+    }
+    case dnnl_softmax: {
+      auto d = as(static_cast<dnnl_softmax_desc_t*>(nullptr));
+      mds({&d.data_desc});
+      dnnl_softmax_desc_t f{};
+      st = dnnl_softmax_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.softmax_axis);
+      store(f);
+      break;
+    }
+    case dnnl_pooling_v2: {
+      auto d = as(static_cast<dnnl_pooling_v2_desc_t*>(nullptr));
+      mds({&d.src_desc, &d.dst_desc});
+      dnnl_pooling_v2_desc_t f{};
+      st = dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc, d.strides,
+                                             d.kernel, d.dilation, d.padding[0], d.padding[1]);
+      store(f);
+      break;
+    }
+    case dnnl_batch_normalization: {
+      auto d = as(static_cast<dnnl_batch_normalization_desc_t*>(nullptr));
+      mds({&d.data_desc});
+      dnnl_batch_normalization_desc_t f{};
+      st = dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.batch_norm_epsilon, d.flags);
+      store(f);
+      break;
+    }
+    case dnnl_layer_normalization: {
+      auto d = as(static_cast<dnnl_layer_normalization_desc_t*>(nullptr));
+      mds({&d.data_desc, &d.stat_desc});
+      dnnl_layer_normalization_desc_t f{};
+      st = dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc,
+                                                      d.layer_norm_epsilon, d.flags);
+      store(f);
+      break;
+    }
+    case dnnl_inner_product: {
+      auto d = as(static_cast<dnnl_inner_product_desc_t*>(nullptr));
+      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      dnnl_inner_product_desc_t f{};
+      st = dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc, &d.bias_desc,
+                                                &d.dst_desc);
+      store(f);
+      break;
+    }
+    case dnnl_binary: {
+      auto d = as(static_cast<dnnl_binary_desc_t*>(nullptr));
+      mds({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
+      dnnl_binary_desc_t f{};
+      st = dnnl_binary_desc_init(&f, d.alg_kind, &d.src_desc[0], &d.src_desc[1], &d.dst_desc);
+      store(f);
+      break;
+    }
+    case dnnl_matmul: {
+      auto d = as(static_cast<dnnl_matmul_desc_t*>(nullptr));
+      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      dnnl_matmul_desc_t f{};
+      st = dnnl_matmul_desc_init(&f, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc);
+      store(f);
+      break;
+    }
+    case dnnl_reduction: {
+      auto d = as(static_cast<dnnl_reduction_desc_t*>(nullptr));
+      mds({&d.src_desc, &d.dst_desc});
+      dnnl_reduction_desc_t f{};
+      st = dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
+      store(f);
+      break;
+    }
+    default: r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
+  }
+  if (st != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
+}
+
+// Owns a C primitive descriptor until the primitive is made from it.
+struct PdHolder {
+  dnnl_primitive_desc_t pd = nullptr;
+  ~PdHolder() { dnnl_primitive_desc_destroy(pd); }
+};
+
+// Reads one step and creates its primitive for `threads` OpenMP threads.
+dnnl::primitive read_step(Reader& r, Step& step, int threads) {
+  const auto kind = static_cast<dnnl_primitive_kind_t>(r.pod<int32_t>("primitive kind"));
+  step.what = r.str("step name");
+  step.small = r.pod<uint8_t>("step size class") != 0;
+  dnnl::memory::desc src, dst;
+  std::vector<dnnl::memory::desc> srcs;
+  int32_t axis = -1;
+  std::vector<uint8_t> op;
+  if (kind == dnnl_reorder) {
+    src = r.md("reorder source");
+    dst = r.md("reorder destination");
+  } else if (kind == dnnl_concat) {
+    axis = r.pod<int32_t>("concat axis");
+    const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
+    for (size_t i = 0; i < n; ++i) srcs.push_back(r.md("concat input"));
+    dst = r.md("concat destination");
+    if (n == 0 || axis < 0 || axis >= dst.data.ndims) r.fail("has a bad concat in " + step.what);
+  } else {
+    const size_t size = op_desc_size(kind);
+    if (size == 0) r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
+    if (r.pod<uint32_t>("descriptor size") != size) r.fail("has a descriptor of the wrong size for " + step.what);
+    const auto* p = static_cast<const uint8_t*>(r.take(size, "operation descriptor"));
+    op.assign(p, p + size);
+    dnnl_primitive_kind_t recorded{};
+    std::memcpy(&recorded, op.data(), sizeof recorded);  // every op descriptor starts with its kind
+    if (recorded != kind) r.fail("has a descriptor of another kind for " + step.what);
+    reinit_op_desc(r, kind, op, step.what);
+  }
+  dnnl::primitive_attr attr;
+  const auto mode = static_cast<dnnl_scratchpad_mode_t>(r.pod<int32_t>("scratchpad mode"));
+  if (mode != dnnl_scratchpad_mode_user && mode != dnnl_scratchpad_mode_library) r.fail("has a bad scratchpad mode");
+  attr.set_scratchpad_mode(static_cast<dnnl::scratchpad_mode>(mode));
+  const size_t len = r.count("post-ops", sizeof(PostOpRecord));
+  if (len > 0) {
+    dnnl::post_ops po;
+    for (size_t i = 0; i < len; ++i) {
+      const PostOpRecord rec = r.pod<PostOpRecord>("post-op");
+      if (rec.sum) po.append_sum(rec.scale);
+      else po.append_eltwise(rec.scale, static_cast<dnnl::algorithm>(rec.alg), rec.alpha, rec.beta);
+    }
+    attr.set_post_ops(po);
+  }
+  const size_t nargs = r.count("arguments", 8);
+  for (size_t i = 0; i < nargs; ++i) {
+    const int32_t arg = r.pod<int32_t>("argument");
+    const int32_t ref = r.pod<int32_t>("argument reference");
+    step.args.push_back({arg, ref});
+  }
+  step.concat_axis = axis;
+  step.serial = threads > 1 && step.small;
+  // Creation picks its blocking for the thread count it sees, as at compile.
+  omp_set_num_threads(step.serial ? 1 : threads);
+  try {
+    if (kind == dnnl_reorder) return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), src, engine(), dst, attr));
+    if (kind == dnnl_concat) return dnnl::concat(dnnl::concat::primitive_desc(dst, axis, srcs, engine(), attr));
+    PdHolder h;
+    check(dnnl_primitive_desc_create(&h.pd, op.data(), attr.get(), engine().get(), nullptr),
+          ("create " + step.what).c_str());
+    return dnnl::primitive(h.pd);
+  } catch (const dnnl::error& e) {
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                     "oneDNN " + library_id() + " cannot create " + step.what + " from the payload: " + e.what());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Compiled partition -> payload
+// ---------------------------------------------------------------------------
+
+void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
+  if (empty) throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a rejected partition cannot be serialized");
+  Writer w;
+  w.raw(kMagic, sizeof kMagic);
+  w.pod(kFormatVersion);
+  w.pod(kEndianMark);
+  w.str(library_id());
+  w.pod(static_cast<int32_t>(dnnl_get_effective_cpu_isa()));
+  w.pod(static_cast<uint32_t>(sizeof(dnnl_memory_desc_t)));
+  w.pod(static_cast<uint64_t>(arena_bytes));
+  w.pod(static_cast<uint64_t>(scratch_bytes));
+  for (const auto* list : {&input_bytes, &output_bytes}) {
+    w.pod(static_cast<uint32_t>(list->size()));
+    for (size_t b : *list) w.pod(static_cast<uint64_t>(b));
+  }
+  w.pod(static_cast<uint32_t>(buffers.size()));
+  for (const Buffer& b : buffers) {
+    w.pod(static_cast<uint8_t>(b.kind));
+    w.pod(static_cast<uint64_t>(b.index));
+    w.pod(static_cast<uint64_t>(b.size));
+    w.pod(static_cast<uint64_t>(b.offset));
+  }
+  // Constants: one blob per distinct buffer (aliases share it), already in
+  // the primitive's layout.
+  std::map<const void*, std::string> keys;
+  w.pod(static_cast<uint32_t>(refs.size()));
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const MemRef& r = refs[i];
+    w.pod(static_cast<int32_t>(r.buffer));
+    w.pod(static_cast<uint8_t>((r.scratch ? 1 : 0) | (r.constant ? 2 : 0)));
+    w.md(r.md);
+    if (!r.constant) continue;
+    const void* data = r.constant.get_data_handle();
+    auto [it, fresh] = keys.emplace(data, name + "/c" + std::to_string(i));
+    if (fresh) host_.blob_add(store, "CpuOneDnn/" + it->second, data, r.constant.get_desc().get_size(), kAlign);
+    w.str(it->second);
+  }
+  w.pod(static_cast<uint32_t>(steps.size()));
+  for (const Step& s : steps) write_step(w, s);
+  host_.append(writer, w.bytes().data(), w.bytes().size());
+}
+
+// ---------------------------------------------------------------------------
+// Payload -> compiled partition
+// ---------------------------------------------------------------------------
+
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
+                                                               const void* payload, size_t size, int num_threads) {
+  const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
+  Reader r(payload, size, where);
+  const auto* magic = static_cast<const char*>(r.take(sizeof kMagic, "the header"));
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("is not a CpuOneDnn payload");
+  const uint32_t version = r.pod<uint32_t>("format version");
+  if (version != kFormatVersion)
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH, where + ": payload format " + std::to_string(version) +
+                                                     ", this build reads format " + std::to_string(kFormatVersion));
+  if (r.pod<uint32_t>("byte order") != kEndianMark)
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH, where + ": payload written on a machine of the other byte order");
+  const std::string lib = r.str("library version");
+  const auto isa = r.pod<int32_t>("CPU ISA");
+  const auto md_size = r.pod<uint32_t>("descriptor size");
+  if (lib != library_id() || isa != static_cast<int32_t>(dnnl_get_effective_cpu_isa()) ||
+      md_size != sizeof(dnnl_memory_desc_t))
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                     where + ": payload made by oneDNN " + lib + " for CPU ISA " + std::to_string(isa) +
+                         "; this is oneDNN " + library_id() + " on CPU ISA " +
+                         std::to_string(static_cast<int>(dnnl_get_effective_cpu_isa())));
+
+  auto c = std::make_unique<Compiled>(host);
+  c->name = view.name;
+  c->threads = threads_to_use(num_threads);
+  c->arena_bytes = r.pod<uint64_t>("arena size");
+  c->scratch_bytes = r.pod<uint64_t>("scratchpad size");
+  for (auto* list : {&c->input_bytes, &c->output_bytes}) {
+    const size_t n = r.count("tensors", 8);
+    for (size_t i = 0; i < n; ++i) list->push_back(r.pod<uint64_t>("tensor size"));
+  }
+  // The partition's interface must be the view's.
+  auto expect_bytes = [&](const std::vector<size_t>& got, size_t n, const int32_t* ids, const char* what) {
+    if (got.size() != n) r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " + std::to_string(n));
+    for (size_t k = 0; k < n; ++k) {
+      const bp_value_t& v = view.values[ids[k]];
+      size_t bytes = sizeof(float);
+      for (size_t d = 0; d < v.rank; ++d) bytes *= static_cast<size_t>(v.shape[d]);
+      if (v.dtype != BP_DTYPE_FLOAT32 || got[k] != bytes)
+        r.fail(std::string("does not match ") + what + " '" + v.name + "' of the view");
+    }
+  };
+  expect_bytes(c->input_bytes, view.num_inputs, view.inputs, "inputs");
+  expect_bytes(c->output_bytes, view.num_outputs, view.outputs, "outputs");
+
+  const size_t nbuf = r.count("buffers", 25);
+  for (size_t i = 0; i < nbuf; ++i) {
+    Buffer b;
+    const uint8_t kind = r.pod<uint8_t>("buffer kind");
+    b.index = r.pod<uint64_t>("buffer index");
+    b.size = r.pod<uint64_t>("buffer size");
+    b.offset = r.pod<uint64_t>("buffer offset");
+    if (kind > Buffer::kOutput) r.fail("has a bad buffer kind");
+    b.kind = static_cast<Buffer::Kind>(kind);
+    const bool fits = b.kind == Buffer::kArena
+                          ? b.offset <= c->arena_bytes && b.size <= c->arena_bytes - b.offset
+                          : b.index < (b.kind == Buffer::kInput ? c->input_bytes : c->output_bytes).size() &&
+                                b.size == (b.kind == Buffer::kInput ? c->input_bytes : c->output_bytes)[b.index];
+    if (!fits) r.fail("has buffer " + std::to_string(i) + " outside the arena or the tensors");
+    c->buffers.push_back(b);
+  }
+
+  std::map<std::string, dnnl::memory> constants;  // key -> memory over the mapped blob
+  const size_t nrefs = r.count("memory references", 5 + sizeof(dnnl_memory_desc_t));
+  for (size_t i = 0; i < nrefs; ++i) {
+    MemRef m;
+    m.buffer = r.pod<int32_t>("reference buffer");
+    const uint8_t flags = r.pod<uint8_t>("reference flags");
+    m.md = r.md("memory reference");
+    m.scratch = (flags & 1) != 0;
+    const size_t bytes = m.md.get_size();
+    if (flags & 2) {
+      const std::string key = r.str("constant key");
+      auto it = constants.find(key);
+      if (it == constants.end()) {
+        sdk::Weight blob = host.weight(view.weights, ("CpuOneDnn/" + key).c_str());
+        if (blob.size() < bytes) r.fail("constant '" + key + "' has " + std::to_string(blob.size()) + " bytes, needs " + std::to_string(bytes));
+        // Read-only mapping: oneDNN only ever reads weights.
+        it = constants.emplace(key, dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()))).first;
+        c->mapped.push_back(std::move(blob));
+      }
+      m.constant = dnnl::memory(m.md, engine(), it->second.get_data_handle());
+      m.buffer = -1;
+    } else if (m.scratch) {
+      if (bytes > c->scratch_bytes) r.fail("has a scratchpad larger than planned");
+      m.buffer = -1;
+    } else {
+      if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c->buffers.size()) r.fail("has a reference to no buffer");
+      if (bytes > c->buffers[m.buffer].size && c->buffers[m.buffer].kind != Buffer::kArena)
+        r.fail("has a reference larger than its tensor");
+      if (c->buffers[m.buffer].kind == Buffer::kArena && bytes > c->arena_bytes - c->buffers[m.buffer].offset)
+        r.fail("has a reference past the arena");
+    }
+    c->refs.push_back(std::move(m));
+  }
+
+  const size_t nsteps = r.count("steps", 16);
+  for (size_t s = 0; s < nsteps; ++s) {
+    Step step;
+    step.prim = read_step(r, step, c->threads);
+    for (auto [arg, ref] : step.args)
+      if (ref < 0 || static_cast<size_t>(ref) >= c->refs.size()) r.fail("has an argument of " + step.what + " out of range");
+    // Each argument must be in the layout the primitive now wants.
+    const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
+    for (auto [arg, ref] : step.args) {
+      const dnnl_memory_desc_t* want =
+          arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
+                                     : dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+      const MemRef& m = c->refs[ref];
+      const bool ok = arg == DNNL_ARG_SCRATCHPAD ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c->scratch_bytes
+                                                 : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
+      if (!ok)
+        throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                         where + ": " + step.what + " now wants another memory layout than the payload planned");
+    }
+    c->steps.push_back(std::move(step));
+  }
+  if (!r.done()) r.fail("has bytes after its end");
+  omp_set_num_threads(c->threads);
+  return c;
+}
+
+}  // namespace backplane::onednn

@@ -1,0 +1,173 @@
+// CpuOneDnn in compiled artifacts: its payload (the lowered plan) and its
+// weights in their reordered layouts as named blobs. Loading such a .bpk
+// must use them as they are (no recompile, no read of the portable weights),
+// compute exactly what the ONNX model computes on CpuOneDnn, and fall back to
+// compiling from the portable graph, with a note, when the payload comes
+// from another oneDNN build.
+#include "artifact_util.hpp"
+
+#include <gtest/gtest.h>
+
+namespace backplane::artifact_test {
+namespace {
+
+std::shared_ptr<Runtime> onednn_runtime(int threads) {
+  RuntimeOptions o;
+  o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
+  o.num_threads = threads;
+  o.log_level = LogLevel::kError;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+  return rt.ok() ? *rt : nullptr;
+}
+
+bool uses_onednn(const RunResult& r) {
+  return std::find(r.backends_used.begin(), r.backends_used.end(), "CpuOneDnn") != r.backends_used.end();
+}
+
+class OneDnnArtifact : public TempDirTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(OneDnnArtifact, StoredPayloadLoadsAndMatchesTheOnnxRunBitForBit) {
+  const std::string name = GetParam();
+  const Tensor input = model_input(name);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    auto rt = onednn_runtime(threads);
+    ASSERT_NE(rt, nullptr);
+    RunResult onnx = run_model(*rt, model_path(name), {}, input);
+    ASSERT_TRUE(onnx.status.ok()) << onnx.status.to_string();
+    ASSERT_TRUE(uses_onednn(onnx));
+
+    const std::string bpk = path(name + std::to_string(threads) + ".bpk");
+    CompileOptions co;
+    co.external_data = path(name + std::to_string(threads) + ".bpd");
+    auto report = rt->compile({{name, model_path(name)}}, bpk, co);
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+
+    // Every CpuOneDnn partition has a payload, and its weights are stored
+    // under its own keys, in the data file like the rest.
+    nlohmann::json j = inspect_json(bpk);
+    size_t onednn_partitions = 0, onednn_blobs = 0;
+    for (const auto& p : j["methods"][0]["partitions"])
+      if (p["backend"] == "CpuOneDnn") {
+        ++onednn_partitions;
+        EXPECT_GT(p["payload_bytes"].get<size_t>(), 0u);
+      }
+    for (const auto& d : j["named_data"])
+      if (d["key"].get<std::string>().rfind("CpuOneDnn/" + name + "/", 0) == 0) {
+        ++onednn_blobs;
+        EXPECT_EQ(d["file"], fs::path(co.external_data).filename().string());
+        EXPECT_EQ(d["alignment"].get<size_t>() % 64, 0u);
+      }
+    EXPECT_GE(onednn_partitions, 1u);
+    EXPECT_GE(onednn_blobs, 1u);
+
+    // Loading deserializes (a recompile would leave a note) and computes
+    // the same bits, with eager and with lazy checksums.
+    for (bool lazy : {false, true}) {
+      ModelOptions mo;
+      mo.lazy_checksums = lazy;
+      RunResult loaded = run_model(*rt, bpk, mo, input);
+      ASSERT_TRUE(loaded.status.ok()) << loaded.status.to_string();
+      EXPECT_TRUE(loaded.notes.empty()) << loaded.notes.front();
+      EXPECT_EQ(loaded.backends_used, onnx.backends_used);
+      EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs)) << name << ": .bpk output differs from the ONNX run";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OneDnnArtifact,
+                         ::testing::Values("resnet18", "mobilenet_v2", "squeezenet1_1", "transformer"),
+                         [](const auto& info) { return info.param; });
+
+class OneDnnPayload : public TempDirTest {
+ protected:
+  // squeezenet1_1 compiled with the default backends (all of it on CpuOneDnn).
+  void compile() {
+    rt_ = onednn_runtime(1);
+    ASSERT_NE(rt_, nullptr);
+    input_ = model_input("squeezenet1_1");
+    onnx_ = run_model(*rt_, model_path("squeezenet1_1"), {}, input_);
+    ASSERT_TRUE(onnx_.status.ok()) << onnx_.status.to_string();
+    auto report = rt_->compile({{"sq", model_path("squeezenet1_1")}}, path("sq.bpk"), {});
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    bytes_ = read_bytes(path("sq.bpk"));
+    const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes_.data());
+    ASSERT_EQ(a->methods()->Get(0)->partitions()->size(), 1u);
+    ASSERT_EQ(a->methods()->Get(0)->partitions()->Get(0)->backend()->str(), "CpuOneDnn");
+  }
+
+  std::shared_ptr<Runtime> rt_;
+  Tensor input_;
+  RunResult onnx_;
+  std::vector<uint8_t> bytes_;
+};
+
+TEST_F(OneDnnPayload, PortableWeightsAreNotReadWhenThePayloadLoads) {
+  compile();
+  // Damage one portable weight (a key of the method, not CpuOneDnn's own).
+  const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes_.data());
+  const fb::NamedData* portable = nullptr;
+  for (const fb::NamedData* d : *a->named_data())
+    if (d->key()->str().rfind("sq/", 0) == 0 && a->segments()->Get(d->segment())->size() > 1000) portable = d;
+  ASSERT_NE(portable, nullptr);
+  const fb::Segment* seg = a->segments()->Get(portable->segment());
+  uint32_t fb_size = 0;
+  std::memcpy(&fb_size, bytes_.data(), 4);
+  bytes_[artifact_data_start(fb_size) + seg->offset() + seg->size() / 2] ^= 0x10;
+  write_bytes(path("damaged.bpk"), bytes_.data(), bytes_.size());
+
+  // Eager checksums find it at load, naming the file...
+  auto eager = rt_->load_model(path("damaged.bpk"));
+  ASSERT_FALSE(eager.ok());
+  EXPECT_EQ(eager.status().code(), StatusCode::kCorruptData);
+  EXPECT_TRUE(contains(eager.status().message(), "damaged.bpk")) << eager.status().message();
+  // ...while with lazy ones nothing reads it: CpuOneDnn runs on its own
+  // stored weights and gives the ONNX run's bits.
+  ModelOptions lazy;
+  lazy.lazy_checksums = true;
+  RunResult r = run_model(*rt_, path("damaged.bpk"), lazy, input_);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(r.notes.empty()) << r.notes.front();
+  EXPECT_TRUE(bitwise_equal(r.outputs, onnx_.outputs));
+}
+
+TEST_F(OneDnnPayload, PayloadOfAnotherOneDnnBuildIsRecompiledWithANote) {
+  compile();
+  // The payload names the oneDNN build that wrote it right after its header
+  // ("CpuOneDnn payload\0", format u32, byte order u32, length u32).
+  edit_payload(bytes_, 0, 0, [](uint8_t* payload, size_t size) {
+    ASSERT_GT(size, 30u);
+    ASSERT_EQ(std::memcmp(payload, "CpuOneDnn payload", 18), 0);
+    payload[18 + 12] = '9';  // "2.6.3 (...)" -> "9.6.3 (...)"
+  });
+  write_bytes(path("other.bpk"), bytes_.data(), bytes_.size());
+  RunResult r = run_model(*rt_, path("other.bpk"), {}, input_);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  ASSERT_FALSE(r.notes.empty());
+  bool said = false;
+  for (const std::string& n : r.notes) said |= contains(n, "oneDNN 9.") && contains(n, "recompil");
+  EXPECT_TRUE(said) << ::testing::PrintToString(r.notes);
+  // Recompiled on CpuOneDnn itself: the same bits as the ONNX run.
+  EXPECT_EQ(r.backends_used, onnx_.backends_used);
+  EXPECT_TRUE(bitwise_equal(r.outputs, onnx_.outputs));
+}
+
+TEST_F(OneDnnPayload, MalformedPayloadIsRecompiledNotTrusted) {
+  compile();
+  // The second half of the payload overwritten with 0xff (checksums made
+  // right): whatever field that lands in, CpuOneDnn must refuse the payload
+  // (a count beyond the bytes left, a descriptor it could not have made, an
+  // operation oneDNN rejects) rather than hand it to oneDNN.
+  edit_payload(bytes_, 0, 0, [](uint8_t* payload, size_t size) { std::memset(payload + size / 2, 0xff, size / 2); });
+  write_bytes(path("cut.bpk"), bytes_.data(), bytes_.size());
+  RunResult r = run_model(*rt_, path("cut.bpk"), {}, input_);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  bool said = false;
+  for (const std::string& n : r.notes) said |= contains(n, "CpuOneDnn") && contains(n, "recompil");
+  EXPECT_TRUE(said) << ::testing::PrintToString(r.notes);
+  EXPECT_TRUE(bitwise_equal(r.outputs, onnx_.outputs));
+}
+
+}  // namespace
+}  // namespace backplane::artifact_test

@@ -1,6 +1,6 @@
 // backplane_bench — Backplane side of `make bench`, driven by run_bench.py.
 //
-//   backplane_bench        dynamic MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]
+//   backplane_bench        dynamic MODEL.onnx|MODEL.bpk INPUT.npy THREADS [BACKEND_DIR [lazy]]
 //   backplane_bench_static static  MODEL.onnx INPUT.npy THREADS
 //
 // dynamic: the public API, exactly what an application does; CpuOneDnn comes
@@ -11,11 +11,12 @@
 //          (OpenMP is then loaded at start-up, before the plugin's shim could
 //          choose its wait policy; run_bench.py sets OMP_WAIT_POLICY=PASSIVE
 //          in this process's environment, which is what the shim does.)
-// MODEL may be an .onnx file or a compiled .bpk (dynamic mode).
+// MODEL may be an .onnx file or a compiled .bpk (dynamic mode; "lazy" loads
+// it with lazy checksums).
 // Protocol (the same as ort_runner.js): prints {"ready", "load_ms", ...} once
 // the first result exists (load_ms: start to first result; ready_ms: start to
-// a ready session; runtime_ms: of that, Runtime::create; ready_rss_kb: RSS
-// with the session ready), then answers "run K", "save PATH" and "quit".
+// a ready session; runtime_ms: of that, Runtime::create; ready_rss_kb and
+// ready_anon_kb: VmRSS and RssAnon with the session ready), then answers "run K", "save PATH" and "quit".
 #include "exec/executor.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
@@ -53,12 +54,13 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// VmRSS of this process in kB (0 if unknown).
-long rss_kb() {
+// A "kB" line of /proc/self/status (VmRSS: all resident pages; RssAnon: the
+// private ones, without mapped files), 0 if unknown.
+long status_kb(const std::string& key = "VmRSS") {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
   return 0;
 }
 
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
   auto input = npy::read(input_path);
   if (!input.ok()) die(input.status().to_string());
 
-  const long base_rss_kb = rss_kb();  // before anything is loaded
+  const long base_rss_kb = status_kb();
+  const long base_anon_kb = status_kb("RssAnon");  // before anything is loaded
   const Clock::time_point t0 = Clock::now();
   std::shared_ptr<Runtime> runtime;
   StaticHolder holder;
@@ -129,7 +132,9 @@ int main(int argc, char** argv) {
     if (!rt.ok()) die(rt.status().to_string());
     runtime = *rt;
     runtime_ms = ms_since(t0);
-    auto m = runtime->load_model(model_path);
+    ModelOptions mo;
+    mo.lazy_checksums = argc > 6 && std::string(argv[6]) == "lazy";
+    auto m = runtime->load_model(model_path, mo);
     if (!m.ok()) die(m.status().to_string());
     model = *m;
 #ifdef BENCH_STATIC
@@ -142,7 +147,8 @@ int main(int argc, char** argv) {
   auto session = model->create_session();
   if (!session.ok()) die(session.status().to_string());
   const double ready_ms = ms_since(t0);
-  const long ready_rss_kb = rss_kb();
+  const long ready_rss_kb = status_kb();
+  const long ready_anon_kb = status_kb("RssAnon");
   const std::string input_name = model->inputs().at(0).name;
   auto run = [&] {
     Status st = (*session)->set_input(input_name, *input);
@@ -159,9 +165,9 @@ int main(int argc, char** argv) {
   for (char& ch : note_text)
     if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = ' ';
   std::printf("{\"ready\": true, \"load_ms\": %.3f, \"ready_ms\": %.3f, \"runtime_ms\": %.3f, "
-              "\"base_rss_kb\": %ld, \"ready_rss_kb\": %ld, \"backends\": \"%s\", \"partitions\": %zu, "
+              "\"base_rss_kb\": %ld, \"ready_rss_kb\": %ld, \"base_anon_kb\": %ld, \"ready_anon_kb\": %ld, \"backends\": \"%s\", \"partitions\": %zu, "
               "\"notes\": \"%s\"}\n",
-              load_ms, ready_ms, runtime_ms, base_rss_kb, ready_rss_kb, backends.str().c_str(),
+              load_ms, ready_ms, runtime_ms, base_rss_kb, ready_rss_kb, base_anon_kb, ready_anon_kb, backends.str().c_str(),
               model->partitions().size(), note_text.c_str());
   std::fflush(stdout);
 

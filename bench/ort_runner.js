@@ -4,7 +4,10 @@
 // its C API header, so ONNX Runtime is driven through its Node.js API here.
 // Protocol (one line each way, JSON replies), the same as backplane_bench:
 //   start-up        -> {"ready": true, "load_ms": <require + session + first run>,
-//                       "base_rss_kb": <RSS before ONNX Runtime was loaded>}
+//                       "ready_ms": <require + session creation>,
+//                       "base_rss_kb": <RSS before ONNX Runtime was loaded>,
+//                       "ready_rss_kb": <RSS with the session created>,
+//                       "base_anon_kb", "ready_anon_kb": the same for RssAnon}
 //   "run K"         -> {"times_ms": [...]}      K timed runs
 //   "save PATH"     -> {"saved": PATH}          last output as .npy (float32)
 //   "quit"          -> exits
@@ -47,9 +50,16 @@ function writeNpy(path, data, shape) {
     Buffer.from(data.buffer, data.byteOffset, data.byteLength)]));
 }
 
+// A "kB" line of /proc/self/status (RssAnon: resident private memory), 0 if unknown.
+function statusKb(key) {
+  const m = new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(fs.readFileSync('/proc/self/status', 'latin1'));
+  return m ? parseInt(m[1], 10) : 0;
+}
+
 async function main() {
   const input = readNpy(inputPath);
   const baseRssKb = Math.round(process.memoryUsage().rss / 1024);  // before ORT is loaded
+  const baseAnonKb = statusKb('RssAnon');
   const t0 = process.hrtime.bigint();
   const ort = require(moduleDir);
   const session = await ort.InferenceSession.create(modelPath, {
@@ -62,12 +72,17 @@ async function main() {
     // before Backplane runs; BENCH_ORT_SPIN=0 turns it off instead.
     extra: { session: { intra_op: { allow_spinning: process.env.BENCH_ORT_SPIN === '0' ? '0' : '1' } } },
   });
+  const sessionMs = Number(process.hrtime.bigint() - t0) / 1e6;
+  const readyRssKb = Math.round(process.memoryUsage().rss / 1024);
+  const readyAnonKb = statusKb('RssAnon');
   const feeds = { [session.inputNames[0]]: new ort.Tensor(input.type, input.data, input.shape) };
   const outName = session.outputNames[0];
   let result = await session.run(feeds);
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
   const reply = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
-  reply({ ready: true, load_ms: loadMs, base_rss_kb: baseRssKb, version: ort.env.versions ? ort.env.versions.common : '' });
+  reply({ ready: true, load_ms: loadMs, ready_ms: sessionMs, base_rss_kb: baseRssKb, ready_rss_kb: readyRssKb,
+    base_anon_kb: baseAnonKb, ready_anon_kb: readyAnonKb,
+    version: ort.env.versions ? ort.env.versions.common : '' });
 
   const rl = readline.createInterface({ input: process.stdin });
   for await (const line of rl) {

@@ -9,11 +9,16 @@ after the other so their start-up is not disturbed:
                            intraOpNumThreads = threads
   backplane_bench static   the same, CpuOneDnn linked statically
 Each reports its load-to-first-result (runtime/library load + model load +
-first inference). After a warm-up, the three are run ALTERNATELY on the same
-input, one inference at a time, so machine noise hits all of them alike; each
-times its own inference. Reported: median latencies, Backplane/ORT,
+first inference). After a warm-up, the three take turns on the same input
+(`--block` timed runs per turn, after one untimed run), so machine noise hits
+all of them alike; each times its own inference. Reported: median latencies, Backplane/ORT,
 dynamic/static, max |bp - ort| / max |ort| on the outputs, load-to-first-result
 and peak RSS above the process's RSS before loading (node itself is ~40 MB).
+
+Then a load table for resnet50 (`--load-model`): compiled with `backplane
+compile --external-data` and loaded from the .bpk (checksums at load, and
+lazy), against importing the .onnx and against ONNX Runtime's session
+creation, in fresh processes.
 
 Models: resnet18, mobilenet_v2, squeezenet1_1, transformer (scripts/gen_models.py)
 and resnet50 (torchvision, weights=None, seeded, exported the same way).
@@ -138,9 +143,13 @@ def bench_one(args, model, threads, paths):
         for r in runners.values():
             r.run(args.warmup)
         times = {k: [] for k in runners}
-        for _ in range(args.runs):
+        # Turns of `block` timed runs each, after one untimed run that wakes
+        # the runtime's threads again; the runtimes take turns until each has
+        # `runs` timed runs.
+        while len(times["bp"]) < args.runs:
+            k_runs = min(args.block, args.runs - len(times["bp"]))
             for k, r in runners.items():
-                times[k] += r.run(1)
+                times[k] += r.run(k_runs + 1)[1:]
                 # Let the threads of the runtime that just ran stop spinning
                 # and park before the next one starts (both pools spin-wait).
                 time.sleep(args.gap)
@@ -164,6 +173,67 @@ def bench_one(args, model, threads, paths):
     finally:
         for r in runners.values():
             r.close()
+
+
+def bench_load(args, model, paths):
+    """Load to first result of `model` compiled (.bpk + .bpd, eager and lazy
+    checksums) vs its .onnx file vs ONNX Runtime's session creation, one
+    thread, each in `args.load_runs` fresh processes; medians."""
+    onnx_path = os.path.join(paths["models"], model + ".onnx")
+    input_path = os.path.join(paths["models"], model + ".input.npy")
+    bpk = os.path.join(paths["models"], model + ".bpk")
+    compile_cmd = [paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
+                   "--external-data", os.path.join(paths["models"], model + ".bpd"), "--json"]
+    report = json.loads(subprocess.run(compile_cmd, check=True, capture_output=True, text=True).stdout)
+    variants = [
+        ("Backplane .bpk + .bpd (checksums at load)", [paths["bench_bin"], "dynamic", bpk, input_path, "1",
+                                                        paths["backend_dir"]]),
+        ("Backplane .bpk + .bpd (--lazy-checksums)", [paths["bench_bin"], "dynamic", bpk, input_path, "1",
+                                                       paths["backend_dir"], "lazy"]),
+        ("Backplane .onnx (import, partition, compile)", [paths["bench_bin"], "dynamic", onnx_path, input_path, "1",
+                                                          paths["backend_dir"]]),
+        ("ONNX Runtime .onnx (session creation)", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
+                                                   onnx_path, input_path, "1"]),
+    ]
+    samples = {name: [] for name, _ in variants}
+    for _ in range(args.load_runs):
+        for name, argv in variants:  # alternating, fresh processes
+            r = Runner(name, argv)
+            i = r.info
+            if name.startswith("Backplane") and i.get("notes"):
+                raise RuntimeError(f"{name}: {i['notes']}")
+            samples[name].append((i["ready_ms"], i["load_ms"], (i["ready_rss_kb"] - i["base_rss_kb"]) / 1024.0,
+                                  (i["ready_anon_kb"] - i["base_anon_kb"]) / 1024.0, i.get("backends", "")))
+            r.close()
+            time.sleep(args.gap)
+    rows = []
+    for name, _ in variants:
+        s = samples[name]
+        rows.append({"variant": name, "ready_ms": statistics.median(x[0] for x in s),
+                     "first_ms": statistics.median(x[1] for x in s), "rss_mb": statistics.median(x[2] for x in s),
+                     "anon_mb": statistics.median(x[3] for x in s), "backends": s[0][4]})
+    onnx_ready = rows[2]["ready_ms"]
+    for r in rows:
+        r["speedup"] = onnx_ready / r["ready_ms"]
+    return {"model": model, "runs": args.load_runs, "bpk_bytes": report["file_bytes"],
+            "bpd_bytes": report["external_bytes"], "rows": rows}
+
+
+def load_table(load):
+    lines = [
+        f"Load of {load['model']} at 1 thread, median of {load['runs']} fresh processes each (alternating): "
+        f".bpk {load['bpk_bytes'] / 1e6:.1f} MB + .bpd {load['bpd_bytes'] / 1e6:.1f} MB, compiled by "
+        "`backplane compile --external-data`. Ready = runtime created, model loaded, session made; first result = "
+        "ready + the first inference. RSS = resident memory above the process's own before loading, with the "
+        "session ready (all pages, incl. the mapped file's); private = RssAnon (without mapped files).",
+        "",
+        "| load | ready ms | first result ms | .onnx ready / this ready | RSS after load MB | private MB | backends |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in load["rows"]:
+        lines.append(f"| {r['variant']} | {r['ready_ms']:.1f} | {r['first_ms']:.1f} | {r['speedup']:.1f}x | "
+                     f"{r['rss_mb']:.0f} | {r['anon_mb']:.0f} | {r['backends'] or 'ONNX Runtime CPU'} |")
+    return "\n".join(lines)
 
 
 def cpu_model():
@@ -213,9 +283,15 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--block", type=int, default=5,
+                    help="timed runs per turn (1: every timed run follows the other runtime's turn, i.e. starts "
+                         "with parked threads)")
     ap.add_argument("--gap", type=float, default=0.3,
                     help="seconds between alternating runs (ORT's threads spin-wait after a run; "
                          "shorter gaps let that spinning slow the next runtime)")
+    ap.add_argument("--load-model", default="resnet50",
+                    help="model of the load table (.bpk vs .onnx vs ONNX Runtime); empty: no load table")
+    ap.add_argument("--load-runs", type=int, default=5)
     ap.add_argument("--write-doc", metavar="MD", help="replace the bench section of this Markdown file")
     args = ap.parse_args()
     if args.runs < 30:
@@ -228,14 +304,15 @@ def main():
         "out": os.path.join(bench_dir, "outputs"),
         "bench_bin": os.path.join(bench_dir, "backplane_bench"),
         "backend_dir": os.path.join(build, "lib", "backplane", "backends"),
+        "cli": os.path.join(build, "bin", "backplane"),
     }
-    for p in (paths["bench_bin"], paths["bench_bin"] + "_static", os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
+    for p in (paths["bench_bin"], paths["bench_bin"] + "_static", paths["cli"], os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
         if not os.path.exists(p):
             sys.exit(f"bench: {p} is missing (run `make bench`, which builds it)")
     os.makedirs(paths["out"], exist_ok=True)
     models = [m for m in args.models.split(",") if m]
     log(f"generating models into {paths['models']} (cached)")
-    gen_models(paths["models"], models)
+    gen_models(paths["models"], sorted(set(models + ([args.load_model] if args.load_model else []))))
     paths["ort_module"], ort_version, ort_lib = ensure_ort(bench_dir)
     log(f"ONNX Runtime {ort_version}: {ort_lib}")
 
@@ -245,11 +322,16 @@ def main():
             log(f"{model} at {threads} thread(s)")
             results.append(bench_one(args, model, threads, paths))
     text = table(results, ort_version)
+    load = None
+    if args.load_model:
+        log(f"load of {args.load_model}: .bpk vs .onnx vs ONNX Runtime")
+        load = bench_load(args, args.load_model, paths)
+        text += "\n\n" + load_table(load)
     print(text)
     with open(os.path.join(bench_dir, "results.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(bench_dir, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({"latency": results, "load": load}, f, indent=1)
     if args.write_doc:
         write_doc(args.write_doc, text)
     return 0

@@ -65,12 +65,9 @@ class Context : public sdk::ExecContext {
                            std::to_string(c_.output_bytes[k]) + " bytes");
     for (const Binding& b : bindings_)
       mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
-    // The OpenMP thread count is per calling thread; small steps run on one
-    // thread (no fork/join), as they were created.
-    int current = 0;
+    // The OpenMP thread count is per calling thread (the application's).
+    if (omp_get_max_threads() != c_.threads) omp_set_num_threads(c_.threads);
     for (size_t s = 0; s < args_.size(); ++s) {
-      const int want = c_.steps[s].serial ? 1 : c_.threads;
-      if (want != current) omp_set_num_threads(current = want);
       dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
                                                 static_cast<int>(args_[s].size()), args_[s].data());
       if (st != dnnl_success)
@@ -78,7 +75,6 @@ class Context : public sdk::ExecContext {
                                                  std::to_string(static_cast<int>(st)) + ")");
     }
     stream_.wait();
-    if (current != c_.threads) omp_set_num_threads(c_.threads);
   }
 
  private:

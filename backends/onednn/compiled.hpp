@@ -46,9 +46,7 @@ struct Step {
   dnnl::primitive prim;
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
-  bool small = false;   // too little work to share between threads
-  bool serial = false;  // small, and the partition runs on more than one thread: one thread
-  int concat_axis = -1; // concat steps: the axis (oneDNN cannot be asked for it)
+  int concat_axis = -1;  // concat steps: the axis (oneDNN cannot be asked for it)
 };
 
 class Compiled : public sdk::CompiledPartition {
@@ -63,7 +61,7 @@ class Compiled : public sdk::CompiledPartition {
 
   std::string name;    // the view's (blob keys of serialize are made from it)
   bool empty = false;  // compile rejected a node; never executed
-  int threads = 1;     // OpenMP threads of the steps that are not serial
+  int threads = 1;     // OpenMP threads every step runs on (and was created for)
   std::vector<Buffer> buffers;
   std::vector<MemRef> refs;
   std::vector<Step> steps;

@@ -824,8 +824,6 @@ class Lowering {
     step.prim = std::move(prim);
     step.args = std::move(args);
     step.what = what;
-    step.small = small_;
-    step.serial = c_.threads > 1 && small_;
     c_.steps.push_back(std::move(step));
   }
 
@@ -932,36 +930,9 @@ class Lowering {
 
   // ---- operators -------------------------------------------------------------
 
-  // Below this many flops (or 8 x elements moved, ~100 us on one core) a step
-  // runs on one thread: waking the sleeping OpenMP workers (passive wait
-  // policy, see plugin_shim.cpp) and joining them would cost what sharing saves.
-  static constexpr double kSerialWork = 8e6;
-
-  double work_of(const INode& n) const {
-    const double out = static_cast<double>(numel(g_.shape(n.out)));
-    if (n.op == "Conv") {
-      const Dims& ws = g_.shape(n.in[1]);
-      return 2.0 * out * static_cast<double>(numel(ws) / ws[0]);
-    }
-    if (n.op == "Gemm") return 2.0 * out * static_cast<double>(g_.shape(n.in[0])[1]);
-    if (n.op == "MatMul") return 2.0 * out * static_cast<double>(g_.shape(n.in[0]).back());
-    if (n.op == "MaxPool" || n.op == "AveragePool")
-      return out * static_cast<double>(numel(g_.node(n.node).attr_ints("kernel_shape")));
-    double in = 0;
-    for (int v : n.in)
-      if (v >= 0 && !g_.is_const(v)) in += static_cast<double>(numel(g_.shape(v)));
-    return 8.0 * std::max(out, in);
-  }
-  // Creation and execution of the next steps use this many threads.
-  void threads_for(double work) {
-    small_ = work < kSerialWork;
-    omp_set_num_threads(c_.threads > 1 && small_ ? 1 : c_.threads);
-  }
-
   void lower_node(int n) {
     const INode& node = nodes_[n];
     const std::string& op = node.op;
-    threads_for(work_of(node));
     if (op != "GeluErf" && op != "LayerNorm") check_node(g_, node.node);
     if (op == "Conv") return lower_conv(node);
     if (op == "Gemm") return lower_gemm(node);
@@ -1302,7 +1273,6 @@ class Lowering {
     std::set<int> bound;
     for (size_t k = 0; k < g_.view().num_outputs; ++k) {
       const int v = g_.view().outputs[k];
-      threads_for(8.0 * static_cast<double>(numel(g_.shape(v))));
       c_.output_bytes.push_back(bytes(v));
       const int r = ref_of(v);
       const int b = c_.refs[r].buffer;
@@ -1372,7 +1342,6 @@ class Lowering {
   std::vector<std::vector<int>> consumers_;  // per value: INodes reading it
   std::map<int, int> tensors_;               // value -> MemRef
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
-  bool small_ = false;  // the steps being made now do little work
 };
 
 // The process's OpenMP default (OMP_NUM_THREADS or the CPUs it may use),

@@ -20,9 +20,12 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <thread>
 #include <type_traits>
 
 namespace backplane::onednn {
@@ -54,6 +57,20 @@ std::string library_id() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
          (v->hash ? v->hash : "") + ")";
+}
+
+std::string isa_name(int32_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "SSE4.1";
+    case dnnl_cpu_isa_avx: return "AVX";
+    case dnnl_cpu_isa_avx2: return "AVX2";
+    case dnnl_cpu_isa_avx2_vnni: return "AVX2-VNNI";
+    case dnnl_cpu_isa_avx512_core: return "AVX-512";
+    case dnnl_cpu_isa_avx512_core_vnni: return "AVX-512 VNNI";
+    case dnnl_cpu_isa_avx512_core_bf16: return "AVX-512 BF16";
+    case dnnl_cpu_isa_avx512_core_amx: return "AMX";
+    default: return "ISA " + std::to_string(isa);
+  }
 }
 
 void check(dnnl_status_t st, const char* what) {
@@ -169,7 +186,6 @@ void write_step(Writer& w, const Step& step) {
   check(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
   w.pod(static_cast<int32_t>(kind));
   w.str(step.what);
-  w.pod(static_cast<uint8_t>(step.small));
   if (kind == dnnl_reorder) {
     w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)));
     w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
@@ -335,39 +351,43 @@ struct PdHolder {
   ~PdHolder() { dnnl_primitive_desc_destroy(pd); }
 };
 
-// Reads one step and creates its primitive for `threads` OpenMP threads.
-dnnl::primitive read_step(Reader& r, Step& step, int threads) {
-  const auto kind = static_cast<dnnl_primitive_kind_t>(r.pod<int32_t>("primitive kind"));
+// How to create one step's primitive, as read from the payload.
+struct Recipe {
+  dnnl_primitive_kind_t kind{};
+  dnnl::memory::desc src, dst;          // reorder, concat (dst)
+  std::vector<dnnl::memory::desc> srcs;  // concat
+  std::vector<uint8_t> op;              // everything else: the operation descriptor
+  dnnl::primitive_attr attr;
+};
+
+// Reads one step: its Step fields, and the recipe of its primitive.
+Recipe read_step(Reader& r, Step& step) {
+  Recipe rc;
+  rc.kind = static_cast<dnnl_primitive_kind_t>(r.pod<int32_t>("primitive kind"));
   step.what = r.str("step name");
-  step.small = r.pod<uint8_t>("step size class") != 0;
-  dnnl::memory::desc src, dst;
-  std::vector<dnnl::memory::desc> srcs;
-  int32_t axis = -1;
-  std::vector<uint8_t> op;
-  if (kind == dnnl_reorder) {
-    src = r.md("reorder source");
-    dst = r.md("reorder destination");
-  } else if (kind == dnnl_concat) {
-    axis = r.pod<int32_t>("concat axis");
+  if (rc.kind == dnnl_reorder) {
+    rc.src = r.md("reorder source");
+    rc.dst = r.md("reorder destination");
+  } else if (rc.kind == dnnl_concat) {
+    step.concat_axis = r.pod<int32_t>("concat axis");
     const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
-    for (size_t i = 0; i < n; ++i) srcs.push_back(r.md("concat input"));
-    dst = r.md("concat destination");
-    if (n == 0 || axis < 0 || axis >= dst.data.ndims) r.fail("has a bad concat in " + step.what);
+    for (size_t i = 0; i < n; ++i) rc.srcs.push_back(r.md("concat input"));
+    rc.dst = r.md("concat destination");
+    if (n == 0 || step.concat_axis < 0 || step.concat_axis >= rc.dst.data.ndims) r.fail("has a bad concat in " + step.what);
   } else {
-    const size_t size = op_desc_size(kind);
-    if (size == 0) r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
+    const size_t size = op_desc_size(rc.kind);
+    if (size == 0) r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(rc.kind)));
     if (r.pod<uint32_t>("descriptor size") != size) r.fail("has a descriptor of the wrong size for " + step.what);
     const auto* p = static_cast<const uint8_t*>(r.take(size, "operation descriptor"));
-    op.assign(p, p + size);
+    rc.op.assign(p, p + size);
     dnnl_primitive_kind_t recorded{};
-    std::memcpy(&recorded, op.data(), sizeof recorded);  // every op descriptor starts with its kind
-    if (recorded != kind) r.fail("has a descriptor of another kind for " + step.what);
-    reinit_op_desc(r, kind, op, step.what);
+    std::memcpy(&recorded, rc.op.data(), sizeof recorded);  // every op descriptor starts with its kind
+    if (recorded != rc.kind) r.fail("has a descriptor of another kind for " + step.what);
+    reinit_op_desc(r, rc.kind, rc.op, step.what);
   }
-  dnnl::primitive_attr attr;
   const auto mode = static_cast<dnnl_scratchpad_mode_t>(r.pod<int32_t>("scratchpad mode"));
   if (mode != dnnl_scratchpad_mode_user && mode != dnnl_scratchpad_mode_library) r.fail("has a bad scratchpad mode");
-  attr.set_scratchpad_mode(static_cast<dnnl::scratchpad_mode>(mode));
+  rc.attr.set_scratchpad_mode(static_cast<dnnl::scratchpad_mode>(mode));
   const size_t len = r.count("post-ops", sizeof(PostOpRecord));
   if (len > 0) {
     dnnl::post_ops po;
@@ -376,7 +396,7 @@ dnnl::primitive read_step(Reader& r, Step& step, int threads) {
       if (rec.sum) po.append_sum(rec.scale);
       else po.append_eltwise(rec.scale, static_cast<dnnl::algorithm>(rec.alg), rec.alpha, rec.beta);
     }
-    attr.set_post_ops(po);
+    rc.attr.set_post_ops(po);
   }
   const size_t nargs = r.count("arguments", 8);
   for (size_t i = 0; i < nargs; ++i) {
@@ -384,21 +404,52 @@ dnnl::primitive read_step(Reader& r, Step& step, int threads) {
     const int32_t ref = r.pod<int32_t>("argument reference");
     step.args.push_back({arg, ref});
   }
-  step.concat_axis = axis;
-  step.serial = threads > 1 && step.small;
-  // Creation picks its blocking for the thread count it sees, as at compile.
-  omp_set_num_threads(step.serial ? 1 : threads);
+  return rc;
+}
+
+// Creates the primitive of `step` for `threads` (creation picks its blocking
+// for the OpenMP thread count of the calling thread, as at compile).
+dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
+  omp_set_num_threads(threads);
   try {
-    if (kind == dnnl_reorder) return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), src, engine(), dst, attr));
-    if (kind == dnnl_concat) return dnnl::concat(dnnl::concat::primitive_desc(dst, axis, srcs, engine(), attr));
+    if (rc.kind == dnnl_reorder)
+      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), rc.src, engine(), rc.dst, rc.attr));
+    if (rc.kind == dnnl_concat)
+      return dnnl::concat(dnnl::concat::primitive_desc(rc.dst, step.concat_axis, rc.srcs, engine(), rc.attr));
     PdHolder h;
-    check(dnnl_primitive_desc_create(&h.pd, op.data(), attr.get(), engine().get(), nullptr),
-          ("create " + step.what).c_str());
+    const dnnl_status_t st = dnnl_primitive_desc_create(&h.pd, rc.op.data(), rc.attr.get(), engine().get(), nullptr);
+    if (st != dnnl_success) throw dnnl::error(st, "no implementation");
     return dnnl::primitive(h.pd);
   } catch (const dnnl::error& e) {
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
                      "oneDNN " + library_id() + " cannot create " + step.what + " from the payload: " + e.what());
   }
+}
+
+// Runs task(0..n-1) on this thread and, for more than a few tasks, one more:
+// creating primitives (JIT code generation) and verifying the checksums of
+// the weights being mapped are what loading a payload costs, and both are
+// thread-safe. The first failure (in task order) is rethrown.
+template <class Task>
+void run_tasks(size_t n, const Task& task) {
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(n);
+  auto work = [&] {
+    for (size_t t; (t = next.fetch_add(1)) < n;) {
+      try {
+        task(t);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    }
+  };
+  const bool helper = n > 8 && std::thread::hardware_concurrency() > 1;
+  std::thread other;
+  if (helper) other = std::thread(work);
+  work();
+  if (helper) other.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace
@@ -471,9 +522,8 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
   if (lib != library_id() || isa != static_cast<int32_t>(dnnl_get_effective_cpu_isa()) ||
       md_size != sizeof(dnnl_memory_desc_t))
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
-                     where + ": payload made by oneDNN " + lib + " for CPU ISA " + std::to_string(isa) +
-                         "; this is oneDNN " + library_id() + " on CPU ISA " +
-                         std::to_string(static_cast<int>(dnnl_get_effective_cpu_isa())));
+                     where + ": payload made by oneDNN " + lib + " for " + isa_name(isa) + " CPUs; this is oneDNN " +
+                         library_id() + " on " + isa_name(static_cast<int32_t>(dnnl_get_effective_cpu_isa())));
 
   auto c = std::make_unique<Compiled>(host);
   c->name = view.name;
@@ -515,7 +565,9 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     c->buffers.push_back(b);
   }
 
-  std::map<std::string, dnnl::memory> constants;  // key -> memory over the mapped blob
+  std::vector<std::string> keys;            // distinct constant blobs
+  std::map<std::string, size_t> key_index;  // key -> index in keys
+  std::vector<size_t> ref_key;              // per ref: index in keys, or SIZE_MAX
   const size_t nrefs = r.count("memory references", 5 + sizeof(dnnl_memory_desc_t));
   for (size_t i = 0; i < nrefs; ++i) {
     MemRef m;
@@ -524,17 +576,12 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     m.md = r.md("memory reference");
     m.scratch = (flags & 1) != 0;
     const size_t bytes = m.md.get_size();
+    ref_key.push_back(SIZE_MAX);
     if (flags & 2) {
       const std::string key = r.str("constant key");
-      auto it = constants.find(key);
-      if (it == constants.end()) {
-        sdk::Weight blob = host.weight(view.weights, ("CpuOneDnn/" + key).c_str());
-        if (blob.size() < bytes) r.fail("constant '" + key + "' has " + std::to_string(blob.size()) + " bytes, needs " + std::to_string(bytes));
-        // Read-only mapping: oneDNN only ever reads weights.
-        it = constants.emplace(key, dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()))).first;
-        c->mapped.push_back(std::move(blob));
-      }
-      m.constant = dnnl::memory(m.md, engine(), it->second.get_data_handle());
+      auto [it, fresh] = key_index.emplace(key, keys.size());
+      if (fresh) keys.push_back(key);
+      ref_key.back() = it->second;
       m.buffer = -1;
     } else if (m.scratch) {
       if (bytes > c->scratch_bytes) r.fail("has a scratchpad larger than planned");
@@ -550,11 +597,34 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
   }
 
   const size_t nsteps = r.count("steps", 16);
+  std::vector<Recipe> recipes;
   for (size_t s = 0; s < nsteps; ++s) {
     Step step;
-    step.prim = read_step(r, step, c->threads);
+    recipes.push_back(read_step(r, step));
     for (auto [arg, ref] : step.args)
       if (ref < 0 || static_cast<size_t>(ref) >= c->refs.size()) r.fail("has an argument of " + step.what + " out of range");
+    c->steps.push_back(std::move(step));
+  }
+  if (!r.done()) r.fail("has bytes after its end");
+
+  // The weights (from the mapping, checksums verified on first use) and the
+  // primitives, side by side.
+  c->mapped.resize(keys.size());
+  run_tasks(keys.size() + c->steps.size(), [&](size_t t) {
+    if (t < keys.size()) c->mapped[t] = host.weight(view.weights, ("CpuOneDnn/" + keys[t]).c_str());
+    else c->steps[t - keys.size()].prim = create(recipes[t - keys.size()], c->steps[t - keys.size()], c->threads);
+  });
+  for (size_t i = 0; i < c->refs.size(); ++i) {
+    if (ref_key[i] == SIZE_MAX) continue;
+    MemRef& m = c->refs[i];
+    const sdk::Weight& blob = c->mapped[ref_key[i]];
+    if (blob.size() < m.md.get_size())
+      r.fail("constant '" + keys[ref_key[i]] + "' has " + std::to_string(blob.size()) + " bytes, needs " +
+             std::to_string(m.md.get_size()));
+    // Read-only mapping: oneDNN only ever reads weights.
+    m.constant = dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()));
+  }
+  for (const Step& step : c->steps) {
     // Each argument must be in the layout the primitive now wants.
     const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
     for (auto [arg, ref] : step.args) {
@@ -568,9 +638,7 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
         throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
                          where + ": " + step.what + " now wants another memory layout than the payload planned");
     }
-    c->steps.push_back(std::move(step));
   }
-  if (!r.done()) r.fail("has bytes after its end");
   omp_set_num_threads(c->threads);
   return c;
 }

@@ -247,10 +247,11 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def table(results, ort_version):
+def table(results, ort_version, args):
     lines = [
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
-        f"{results[0]['runs'] if results else 0} alternating timed runs after warm-up; median latency.",
+        f"{results[0]['runs'] if results else 0} timed runs each after {args.warmup} warm-up, in alternating turns of "
+        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns); median latency.",
         "",
         "| model | threads | Backplane ms | ORT ms | Backplane/ORT | max rel diff | load-to-first Backplane ms | "
         "load-to-first ORT ms | peak RSS Backplane MB | peak RSS ORT MB | static ms | dynamic/static |",
@@ -321,7 +322,7 @@ def main():
         for threads in [int(t) for t in args.threads.split(",") if t]:
             log(f"{model} at {threads} thread(s)")
             results.append(bench_one(args, model, threads, paths))
-    text = table(results, ort_version)
+    text = table(results, ort_version, args)
     load = None
     if args.load_model:
         log(f"load of {args.load_model}: .bpk vs .onnx vs ONNX Runtime")

@@ -14,6 +14,8 @@
 6. Install the custom backend into the prefix; the installed CLI finds it
    through BACKPLANE_BACKEND_PATHS.
 7. examples/app built against the installed package loads and runs the model.
+8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
+   without options or environment, reports CpuOneDnn as the backend used.
 
 Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
 numpy and onnx.
@@ -65,6 +67,7 @@ def main():
     for a in ("build-dir", "source-dir", "work-dir", "cmake", "generator", "c-compiler", "cxx-compiler",
               "pkg-config"):
         ap.add_argument("--" + a, required=True)
+    ap.add_argument("--models-dir", help="scripts/gen_models.py output (for the CpuOneDnn check)")
     args = ap.parse_args()
 
     work = args.work_dir
@@ -181,6 +184,20 @@ def main():
     if check(len(y_lines) == 1, "app prints output y"):
         got = np.array([float(v) for v in y_lines[0].split(":")[1].split()], dtype=np.float32)
         check(np.allclose(got, reference(ramp, w).ravel(), atol=1e-5), "app output matches numpy")
+
+    # 8. A plain `backplane run resnet18.onnx --json` of the install (no
+    #    backend options, no environment) finds the installed CpuOneDnn plugin
+    #    and runs the model on it.
+    onednn = os.path.join(prefix, "lib", "backplane", "backends", "Backplane_CpuOneDnn_backend.so")
+    if os.path.exists(os.path.join(args.build_dir, "lib", "backplane", "backends", "Backplane_CpuOneDnn_backend.so")):
+        check(os.path.isfile(onednn), "cmake --install put Backplane_CpuOneDnn_backend.so in the default backend path")
+        if args.models_dir:
+            clean_env = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_")}
+            p = run([os.path.join(prefix, "bin", "backplane"), "run", os.path.join(args.models_dir, "resnet18.onnx"),
+                     "--json"], env=clean_env, cwd=work)
+            result = json.loads(p.stdout)
+            check(result["backends_used"] == ["CpuOneDnn"],
+                  f"installed `backplane run resnet18.onnx --json`: CpuOneDnn used (got {result['backends_used']})")
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))

@@ -9,7 +9,8 @@
 #                         reused between runs, and so is the corpus in it
 #   BACKPLANE_FUZZ_JOBS   parallel compile jobs (default 1)
 #   BACKPLANE_PYTHON      Python with onnx and numpy (default /usr/bin/python3)
-#   BACKPLANE_FUZZ_TARGETS  targets to run (default "fuzz_onnx fuzz_artifact")
+#   BACKPLANE_FUZZ_TARGETS  targets to run (default "fuzz_onnx fuzz_artifact", and
+#                         fuzz_onednn_payload when oneDNN is installed)
 # Long runs and triage: docs/fuzzing.md.
 set -euo pipefail
 
@@ -18,7 +19,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BACKPLANE_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${BACKPLANE_FUZZ_JOBS:-1}
 py=${BACKPLANE_PYTHON:-/usr/bin/python3}
-targets=${BACKPLANE_FUZZ_TARGETS:-fuzz_onnx fuzz_artifact}
+targets=${BACKPLANE_FUZZ_TARGETS:-}
 
 for tool in clang clang++; do
   command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (scripts/install-deps.sh installs clang and libclang-rt-14-dev)" >&2; exit 1; }
@@ -31,6 +32,11 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&1 ||
   { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
+
+if [ -z "$targets" ]; then
+  targets="fuzz_onnx fuzz_artifact"
+  [ -x "$build/fuzz_onednn_payload" ] && targets="$targets fuzz_onednn_payload"
+fi
 
 # Seeds: fuzz/regressions/TARGET (inputs that once crashed, run first), and
 # small ONNX models (valid ones and the malformed ones of
@@ -47,9 +53,17 @@ fi
 
 status=0
 for t in $targets; do
+  env_extra=()
   case $t in
     fuzz_onnx) seed_dir=$seeds/onnx ;;
     fuzz_artifact) seed_dir=$seeds/artifact ;;
+    fuzz_onednn_payload)
+      # The target compiles these models on CpuOneDnn at start-up and writes
+      # their payloads into the seed directory.
+      seed_dir=$seeds/onednn_payload
+      mkdir -p "$seed_dir"
+      env_extra=(BACKPLANE_FUZZ_SEED_DIR="$seed_dir"
+                 BACKPLANE_FUZZ_PAYLOAD_MODELS="$seeds/onnx/seed_conv.onnx:$seeds/onnx/seed_gemm.onnx:$seeds/onnx/seed_norm.onnx:$seeds/onnx/seed_reshape.onnx") ;;
     *) echo "fuzz.sh: unknown target $t" >&2; exit 2 ;;
   esac
   corpus=$build/corpus/$t
@@ -57,7 +71,10 @@ for t in $targets; do
   log=$build/$t.log
   echo "fuzz.sh: $t for ${secs}s (corpus $corpus)"
   set +e
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  # allocator_may_return_null: an absurd allocation is refused (as malloc
+  # would refuse it) instead of ASan aborting the run.
+  env "${env_extra[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
+    UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" "$root/fuzz/regressions/$t" >"$log" 2>&1
   rc=$?

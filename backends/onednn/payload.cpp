@@ -20,11 +20,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <map>
+#include <set>
 #include <thread>
 #include <type_traits>
 
@@ -77,6 +79,34 @@ void check(dnnl_status_t st, const char* what) {
   if (st != dnnl_success)
     throw sdk::Error(BP_STATUS_INTERNAL, std::string("CpuOneDnn: ") + what + " failed (oneDNN status " +
                                              std::to_string(static_cast<int>(st)) + ")");
+}
+
+// The value stored in an enum field of a struct read from bytes, as an
+// integer: loading it as the enum type is undefined for values the enum
+// does not have, so every such field is checked through this first.
+template <class E>
+int64_t raw(const E& e) {
+  static_assert(std::is_enum_v<E>);
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int64_t>(v);
+}
+bool one_of(int64_t v, std::initializer_list<int64_t> allowed) {
+  for (int64_t a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+// What the lowering makes: primitive kinds, and the algorithms of each.
+bool known_kind(int64_t k) {
+  return one_of(k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2, dnnl_batch_normalization,
+                    dnnl_layer_normalization, dnnl_inner_product, dnnl_binary, dnnl_matmul, dnnl_reduction,
+                    dnnl_reorder, dnnl_concat});
+}
+bool eltwise_alg(int64_t a) {
+  return one_of(a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt, dnnl_eltwise_abs,
+                    dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp, dnnl_eltwise_gelu_tanh,
+                    dnnl_eltwise_gelu_erf, dnnl_eltwise_clip, dnnl_eltwise_pow});
 }
 
 // ---------------------------------------------------------------------------
@@ -132,29 +162,56 @@ class Reader {
     if (static_cast<uint64_t>(n) * min_bytes > n_ - at_) fail(std::string("has an impossible number of ") + what);
     return n;
   }
+  // A description of memory the plan addresses (not "any").
   dnnl::memory::desc md(const char* what) {
     dnnl_memory_desc_t raw = pod<dnnl_memory_desc_t>(what);
-    check_md(raw, what);
+    check_md(raw, what, /*concrete=*/true);
     return dnnl::memory::desc(raw);
   }
   // Only what the lowering makes: float32 (or empty; scratchpads are 1-D
-  // bytes), plain or blocked, sane sizes. oneDNN trusts descriptors it did not build itself.
-  void check_md(const dnnl_memory_desc_t& md, const char* what) const {
+  // bytes), plain or blocked, every element inside the bytes the descriptor
+  // claims. oneDNN trusts descriptors it did not build itself, and its JIT
+  // code addresses memory by them.
+  void check_md(const dnnl_memory_desc_t& md, const char* what, bool concrete) const {
     constexpr int64_t kMaxDim = int64_t{1} << 32;
+    constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
+    const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
     bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 == 0 && md.extra.flags == 0 &&
-              (md.ndims == 0 ? md.data_type == dnnl_data_type_undef
-                            : md.data_type == dnnl_f32 || (md.data_type == dnnl_u8 && md.ndims == 1)) &&
-              (md.format_kind == dnnl_format_kind_undef || md.format_kind == dnnl_format_kind_any ||
-               md.format_kind == dnnl_blocked);
+              (md.ndims == 0 ? dt == dnnl_data_type_undef : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
+              (md.ndims == 0 ? fk == dnnl_format_kind_undef
+                             : fk == dnnl_blocked || (!concrete && fk == dnnl_format_kind_any));
     for (int i = 0; ok && i < md.ndims; ++i)
       ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
            md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;
-    if (ok && md.format_kind == dnnl_blocked) {
+    if (ok && fk == dnnl_blocked) {
       const dnnl_blocking_desc_t& b = md.format_desc.blocking;
-      ok = b.inner_nblks >= 0 && b.inner_nblks <= md.ndims;
+      ok = b.inner_nblks >= 0 && b.inner_nblks <= DNNL_MAX_NDIMS;
       for (int i = 0; ok && i < md.ndims; ++i) ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
-      for (int i = 0; ok && i < b.inner_nblks; ++i)
+      int64_t blk[DNNL_MAX_NDIMS];
+      for (int i = 0; i < DNNL_MAX_NDIMS; ++i) blk[i] = 1;
+      int64_t inner = 1;
+      for (int i = 0; ok && i < b.inner_nblks; ++i) {
         ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 && b.inner_blks[i] <= 64;
+        if (ok) {
+          blk[b.inner_idxs[i]] *= b.inner_blks[i];
+          inner *= b.inner_blks[i];
+          ok = inner <= 4096;
+        }
+      }
+      // The farthest element from the start, and the elements there are.
+      unsigned __int128 elements = 1, farthest = static_cast<unsigned __int128>(inner - 1);
+      for (int i = 0; ok && i < md.ndims; ++i) {
+        ok = md.padded_dims[i] % blk[i] == 0;
+        const int64_t outer = md.padded_dims[i] / blk[i];
+        elements *= static_cast<unsigned __int128>(md.padded_dims[i]);
+        if (outer > 0) farthest += static_cast<unsigned __int128>(b.strides[i]) * static_cast<unsigned __int128>(outer - 1);
+        ok = ok && elements <= kMaxElements;
+      }
+      if (ok && elements > 0) {
+        const size_t elem = dt == dnnl_u8 ? 1 : sizeof(float);
+        ok = farthest < elements &&
+             dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
+      }
     }
     if (!ok) fail(std::string("has a memory descriptor oneDNN could not have made, for ") + what);
   }
@@ -242,7 +299,21 @@ void write_step(Writer& w, const Step& step) {
 // the recorded parameters, in place: the initializer checks that shapes,
 // strides and padding agree, which creating a primitive from raw bytes would
 // not; the primitive is then made from what it returned.
-void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>& op, const std::string& what) {
+// Returns the arguments the primitive will read or write.
+std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>& op,
+                                const std::string& what) {
+  std::vector<int> req = {DNNL_ARG_SRC, DNNL_ARG_DST};
+  auto with_bias = [&](const dnnl_memory_desc_t& bias) {
+    req.push_back(DNNL_ARG_WEIGHTS);
+    if (bias.ndims > 0) req.push_back(DNNL_ARG_BIAS);
+  };
+  auto norm_flags = [&](unsigned flags) {
+    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) != 0)
+      r.fail("has normalization flags the lowering does not use in " + what);
+    if (flags & dnnl_use_global_stats) req.insert(req.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
+    if (flags & dnnl_use_scale) req.push_back(DNNL_ARG_SCALE);
+    if (flags & dnnl_use_shift) req.push_back(DNNL_ARG_SHIFT);
+  };
   auto as = [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     T d;
@@ -250,7 +321,25 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     return d;
   };
   auto mds = [&](std::initializer_list<const dnnl_memory_desc_t*> list) {
-    for (const dnnl_memory_desc_t* m : list) r.check_md(*m, what.c_str());
+    for (const dnnl_memory_desc_t* m : list) r.check_md(*m, what.c_str(), /*concrete=*/false);
+  };
+  auto need = [&](bool ok) {
+    if (!ok) r.fail("has an operation the lowering does not make (kind, propagation or algorithm) in " + what);
+  };
+  auto inference = [&](const auto& d) { need(raw(d.prop_kind) == dnnl_forward_inference); };
+  // oneDNN's initializers assume ranks and window parameters that make
+  // sense (they copy ndims - 2 spatial values, divide by strides, ...).
+  auto rank = [&](const dnnl_memory_desc_t& m, int lo, int hi) { need(m.ndims >= lo && m.ndims <= hi); };
+  auto same_rank = [&](std::initializer_list<const dnnl_memory_desc_t*> list) {
+    for (const dnnl_memory_desc_t* m : list) need(m->ndims == (*list.begin())->ndims);
+  };
+  auto window = [&](int spatial, std::initializer_list<const int64_t*> at_least_one,
+                    std::initializer_list<const int64_t*> at_least_zero) {
+    constexpr int64_t kMax = int64_t{1} << 20;
+    for (const int64_t* v : at_least_one)
+      for (int i = 0; i < spatial; ++i) need(v[i] >= 1 && v[i] <= kMax);
+    for (const int64_t* v : at_least_zero)
+      for (int i = 0; i < spatial; ++i) need(v[i] >= 0 && v[i] <= kMax);
   };
   dnnl_status_t st = dnnl_invalid_arguments;
   auto store = [&](const auto& fresh) { std::memcpy(op.data(), &fresh, sizeof fresh); };
@@ -258,6 +347,14 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_convolution: {
       auto d = as(static_cast<dnnl_convolution_desc_t*>(nullptr));
       mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      inference(d);
+      need(raw(d.alg_kind) == dnnl_convolution_direct);
+      rank(d.src_desc, 3, 5);
+      same_rank({&d.src_desc, &d.dst_desc});
+      need(d.weights_desc.ndims == d.src_desc.ndims || d.weights_desc.ndims == d.src_desc.ndims + 1);
+      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
+      window(d.src_desc.ndims - 2, {d.strides}, {d.dilates, d.padding[0], d.padding[1]});
+      with_bias(d.bias_desc);
       dnnl_convolution_desc_t f{};
       st = dnnl_dilated_convolution_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc,
                                                       &d.bias_desc, &d.dst_desc, d.strides, d.dilates, d.padding[0],
@@ -268,6 +365,9 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_eltwise: {
       auto d = as(static_cast<dnnl_eltwise_desc_t*>(nullptr));
       mds({&d.data_desc});
+      inference(d);
+      need(eltwise_alg(raw(d.alg_kind)));
+      rank(d.data_desc, 1, DNNL_MAX_NDIMS);
       dnnl_eltwise_desc_t f{};
       st = dnnl_eltwise_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.data_desc, d.alpha, d.beta);
       store(f);
@@ -276,6 +376,9 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_softmax: {
       auto d = as(static_cast<dnnl_softmax_desc_t*>(nullptr));
       mds({&d.data_desc});
+      inference(d);
+      rank(d.data_desc, 1, DNNL_MAX_NDIMS);
+      need(d.softmax_axis >= 0 && d.softmax_axis < d.data_desc.ndims);
       dnnl_softmax_desc_t f{};
       st = dnnl_softmax_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.softmax_axis);
       store(f);
@@ -284,6 +387,11 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_pooling_v2: {
       auto d = as(static_cast<dnnl_pooling_v2_desc_t*>(nullptr));
       mds({&d.src_desc, &d.dst_desc});
+      inference(d);
+      need(one_of(raw(d.alg_kind), {dnnl_pooling_max, dnnl_pooling_avg_include_padding, dnnl_pooling_avg_exclude_padding}));
+      rank(d.src_desc, 3, 5);
+      same_rank({&d.src_desc, &d.dst_desc});
+      window(d.src_desc.ndims - 2, {d.strides, d.kernel}, {d.dilation, d.padding[0], d.padding[1]});
       dnnl_pooling_v2_desc_t f{};
       st = dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc, d.strides,
                                              d.kernel, d.dilation, d.padding[0], d.padding[1]);
@@ -293,6 +401,9 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_batch_normalization: {
       auto d = as(static_cast<dnnl_batch_normalization_desc_t*>(nullptr));
       mds({&d.data_desc});
+      inference(d);
+      rank(d.data_desc, 2, 5);
+      norm_flags(d.flags);
       dnnl_batch_normalization_desc_t f{};
       st = dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.batch_norm_epsilon, d.flags);
       store(f);
@@ -301,6 +412,10 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_layer_normalization: {
       auto d = as(static_cast<dnnl_layer_normalization_desc_t*>(nullptr));
       mds({&d.data_desc, &d.stat_desc});
+      inference(d);
+      rank(d.data_desc, 2, 5);
+      need(d.stat_desc.ndims == 0 || d.stat_desc.ndims == d.data_desc.ndims - 1);
+      norm_flags(d.flags);
       dnnl_layer_normalization_desc_t f{};
       st = dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc,
                                                       d.layer_norm_epsilon, d.flags);
@@ -310,6 +425,12 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_inner_product: {
       auto d = as(static_cast<dnnl_inner_product_desc_t*>(nullptr));
       mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      inference(d);
+      rank(d.src_desc, 2, 5);
+      same_rank({&d.src_desc, &d.weights_desc});
+      rank(d.dst_desc, 2, 2);
+      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
+      with_bias(d.bias_desc);
       dnnl_inner_product_desc_t f{};
       st = dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc, &d.bias_desc,
                                                 &d.dst_desc);
@@ -319,6 +440,11 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_binary: {
       auto d = as(static_cast<dnnl_binary_desc_t*>(nullptr));
       mds({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
+      need(one_of(raw(d.alg_kind), {dnnl_binary_add, dnnl_binary_sub, dnnl_binary_mul, dnnl_binary_div,
+                                    dnnl_binary_max, dnnl_binary_min}));
+      rank(d.src_desc[0], 1, DNNL_MAX_NDIMS);
+      same_rank({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
+      req.push_back(DNNL_ARG_SRC_1);
       dnnl_binary_desc_t f{};
       st = dnnl_binary_desc_init(&f, d.alg_kind, &d.src_desc[0], &d.src_desc[1], &d.dst_desc);
       store(f);
@@ -327,6 +453,10 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_matmul: {
       auto d = as(static_cast<dnnl_matmul_desc_t*>(nullptr));
       mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+      rank(d.src_desc, 2, DNNL_MAX_NDIMS);
+      same_rank({&d.src_desc, &d.weights_desc, &d.dst_desc});
+      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == d.src_desc.ndims);
+      with_bias(d.bias_desc);
       dnnl_matmul_desc_t f{};
       st = dnnl_matmul_desc_init(&f, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc);
       store(f);
@@ -335,6 +465,9 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     case dnnl_reduction: {
       auto d = as(static_cast<dnnl_reduction_desc_t*>(nullptr));
       mds({&d.src_desc, &d.dst_desc});
+      need(one_of(raw(d.alg_kind), {dnnl_reduction_mean, dnnl_reduction_sum, dnnl_reduction_max}));
+      rank(d.src_desc, 1, DNNL_MAX_NDIMS);
+      same_rank({&d.src_desc, &d.dst_desc});
       dnnl_reduction_desc_t f{};
       st = dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
       store(f);
@@ -343,6 +476,7 @@ void reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>&
     default: r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
   }
   if (st != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
+  return req;
 }
 
 // Owns a C primitive descriptor until the primitive is made from it.
@@ -358,21 +492,27 @@ struct Recipe {
   std::vector<dnnl::memory::desc> srcs;  // concat
   std::vector<uint8_t> op;              // everything else: the operation descriptor
   dnnl::primitive_attr attr;
+  std::vector<int> required;            // the arguments the primitive reads or writes
 };
 
 // Reads one step: its Step fields, and the recipe of its primitive.
 Recipe read_step(Reader& r, Step& step) {
   Recipe rc;
-  rc.kind = static_cast<dnnl_primitive_kind_t>(r.pod<int32_t>("primitive kind"));
+  const int32_t kind = r.pod<int32_t>("primitive kind");
+  if (!known_kind(kind)) r.fail("names an unknown primitive kind " + std::to_string(kind));
+  rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
   step.what = r.str("step name");
   if (rc.kind == dnnl_reorder) {
     rc.src = r.md("reorder source");
     rc.dst = r.md("reorder destination");
+    rc.required = {DNNL_ARG_SRC, DNNL_ARG_DST};
   } else if (rc.kind == dnnl_concat) {
     step.concat_axis = r.pod<int32_t>("concat axis");
     const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
     for (size_t i = 0; i < n; ++i) rc.srcs.push_back(r.md("concat input"));
     rc.dst = r.md("concat destination");
+    for (size_t i = 0; i < n; ++i) rc.required.push_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
+    rc.required.push_back(DNNL_ARG_DST);
     if (n == 0 || step.concat_axis < 0 || step.concat_axis >= rc.dst.data.ndims) r.fail("has a bad concat in " + step.what);
   } else {
     const size_t size = op_desc_size(rc.kind);
@@ -380,12 +520,12 @@ Recipe read_step(Reader& r, Step& step) {
     if (r.pod<uint32_t>("descriptor size") != size) r.fail("has a descriptor of the wrong size for " + step.what);
     const auto* p = static_cast<const uint8_t*>(r.take(size, "operation descriptor"));
     rc.op.assign(p, p + size);
-    dnnl_primitive_kind_t recorded{};
-    std::memcpy(&recorded, rc.op.data(), sizeof recorded);  // every op descriptor starts with its kind
-    if (recorded != rc.kind) r.fail("has a descriptor of another kind for " + step.what);
-    reinit_op_desc(r, rc.kind, rc.op, step.what);
+    int32_t recorded = 0;  // every op descriptor starts with its kind
+    std::memcpy(&recorded, rc.op.data(), sizeof recorded);
+    if (recorded != kind) r.fail("has a descriptor of another kind for " + step.what);
+    rc.required = reinit_op_desc(r, rc.kind, rc.op, step.what);
   }
-  const auto mode = static_cast<dnnl_scratchpad_mode_t>(r.pod<int32_t>("scratchpad mode"));
+  const int32_t mode = r.pod<int32_t>("scratchpad mode");
   if (mode != dnnl_scratchpad_mode_user && mode != dnnl_scratchpad_mode_library) r.fail("has a bad scratchpad mode");
   rc.attr.set_scratchpad_mode(static_cast<dnnl::scratchpad_mode>(mode));
   const size_t len = r.count("post-ops", sizeof(PostOpRecord));
@@ -393,6 +533,7 @@ Recipe read_step(Reader& r, Step& step) {
     dnnl::post_ops po;
     for (size_t i = 0; i < len; ++i) {
       const PostOpRecord rec = r.pod<PostOpRecord>("post-op");
+      if (!rec.sum && !eltwise_alg(rec.alg)) r.fail("has a post-op of unknown algorithm in " + step.what);
       if (rec.sum) po.append_sum(rec.scale);
       else po.append_eltwise(rec.scale, static_cast<dnnl::algorithm>(rec.alg), rec.alpha, rec.beta);
     }
@@ -595,6 +736,25 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     }
     c->refs.push_back(std::move(m));
   }
+  // Sizes the plan asks to allocate are the ones its memory needs: every
+  // arena buffer no larger than what refers to it, the arena no larger than
+  // its buffers side by side, the scratchpad the largest step's.
+  {
+    std::vector<size_t> used(c->buffers.size(), 0);
+    size_t scratch = 0;
+    for (const MemRef& m : c->refs) {
+      if (m.scratch) scratch = std::max(scratch, m.md.get_size());
+      else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], m.md.get_size());
+    }
+    unsigned __int128 side_by_side = 0;
+    for (size_t b = 0; b < c->buffers.size(); ++b) {
+      if (c->buffers[b].kind != Buffer::kArena) continue;
+      if (c->buffers[b].size > used[b]) r.fail("has an arena buffer larger than what uses it");
+      side_by_side += align_up(std::max<size_t>(c->buffers[b].size, 1));
+    }
+    if (c->arena_bytes > side_by_side || c->scratch_bytes != scratch)
+      r.fail("has an arena or scratchpad size its plan does not need");
+  }
 
   const size_t nsteps = r.count("steps", 16);
   std::vector<Recipe> recipes;
@@ -624,9 +784,27 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     // Read-only mapping: oneDNN only ever reads weights.
     m.constant = dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()));
   }
-  for (const Step& step : c->steps) {
-    // Each argument must be in the layout the primitive now wants.
+  for (size_t s = 0; s < c->steps.size(); ++s) {
+    const Step& step = c->steps[s];
     const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
+    // Every argument once; what a step writes is arena or output memory
+    // (never a weight in the read-only mapping, never the caller's input);
+    // the scratchpad is the scratchpad.
+    std::set<int> given;
+    for (auto [arg, ref] : step.args) {
+      const MemRef& m = c->refs[ref];
+      const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_WORKSPACE;
+      const bool ok = given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
+                      (!writes || (!m.constant && m.buffer >= 0 && c->buffers[m.buffer].kind != Buffer::kInput));
+      if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
+    }
+    // Every argument the primitive uses is given.
+    for (int arg : recipes[s].required)
+      if (!given.count(arg)) r.fail("leaves an argument of " + step.what + " out");
+    const dnnl_memory_desc_t* sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (sp != nullptr && dnnl::memory::desc(*sp).get_size() > 0 && !given.count(DNNL_ARG_SCRATCHPAD))
+      r.fail("leaves the scratchpad of " + step.what + " out");
+    // Each argument must be in the layout the primitive now wants.
     for (auto [arg, ref] : step.args) {
       const dnnl_memory_desc_t* want =
           arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)

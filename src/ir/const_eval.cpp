@@ -18,9 +18,11 @@ namespace {
 // Folding larger results would trade a cheap kernel for resident memory.
 constexpr int64_t kMaxFoldElements = int64_t{1} << 22;
 
+// (Saturating: a tensor with a 0 dim may have other dims of any size; its
+// strides are never used to address anything.)
 std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = sat_mul(st[d], std::max<int64_t>(s[d], 0));
   return st;
 }
 

@@ -24,6 +24,11 @@ inline int64_t sat_numel(const Shape& shape) {
   }
   return n;
 }
+// a * b for non-negative a and b, saturating at INT64_MAX.
+inline int64_t sat_mul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
 constexpr int64_t kMaxElements = int64_t{1} << 48;
 
 

@@ -1,0 +1,12 @@
+/* omp.h for the fuzz build: the OpenMP calls CpuOneDnn makes, so clang can
+ * build the backend against libgomp (the OpenMP runtime Debian's oneDNN is
+ * built on) without LLVM's libomp and its header. */
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+void omp_set_num_threads(int num_threads);
+int omp_get_max_threads(void);
+#ifdef __cplusplus
+}
+#endif

@@ -78,6 +78,28 @@ def main():
         [numpy_helper.from_array(np.array([1], np.int64), "st"), numpy_helper.from_array(np.array([9], np.int64), "en"),
          numpy_helper.from_array(np.array([1], np.int64), "ax"), numpy_helper.from_array(np.array([0, 2, 4], np.int64), "idx")])
 
+    # Ops whose output shapes come from tensor data (repeats, scales, pads,
+    # ranges, target shapes): shape inference must not trust those values.
+    i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
+    save(out, "seed_data_shapes", [
+        helper.make_node("Tile", ["x", "reps"], ["t"], name="tile"),
+        helper.make_node("Pad", ["t", "pads"], ["p"], name="pad", mode="constant"),
+        helper.make_node("Expand", ["p", "eshape"], ["e"], name="expand"),
+        helper.make_node("Resize", ["e", "", "scales"], ["y"], name="resize", mode="nearest"),
+    ], [f32("x", [1, 2, 3])], [f32("y", [2, 4, 16])],
+        [i64("reps", [1, 2, 2]), i64("pads", [0, 0, 1, 0, 0, 1]), i64("eshape", [2, 1, 1]),
+         numpy_helper.from_array(np.array([1.0, 1.0, 2.0], np.float32), "scales")])
+
+    save(out, "seed_range", [
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+        helper.make_node("ConstantOfShape", ["cshape"], ["c"], name="cos",
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node("Cast", ["r"], ["rf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Add", ["rf", "c"], ["a"], name="add"),
+        helper.make_node("Add", ["a", "x"], ["y"], name="add_x"),
+    ], [f32("x", [5])], [f32("y", [5])],
+        [i64("start", 0), i64("limit", 10), i64("delta", 2), i64("cshape", [5])])
+
 
 if __name__ == "__main__":
     main()

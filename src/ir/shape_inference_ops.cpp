@@ -917,6 +917,8 @@ Status infer_tile(InferCtx& c) {
   Shape out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     if (rep[i] < 0) return c.error("repeats " + list(rep) + " has a negative value");
+    if (x[i] > 0 && rep[i] > kMaxElements / x[i])
+      return c.error("repeats " + list(rep) + " make dim " + std::to_string(i) + " of " + dims(x) + " too large");
     out[i] = x[i] * rep[i];
   }
   c.set(0, c.dtype(0), out);
@@ -949,9 +951,11 @@ Status infer_pad(InferCtx& c) {
     return c.error("pads " + list(pads) + " has " + std::to_string(pads.size()) +
                    " values, expected " + std::to_string(2 * r) + " for input '" + c.name(0) + "' " +
                    dims(x));
+  for (int64_t p : pads)
+    if (p > kMaxElements || p < -kMaxElements) return c.error("pads " + list(pads) + " has a value out of range");
   Shape out(r);
   for (size_t i = 0; i < r; ++i) {
-    out[i] = x[i] + pads[i] + pads[i + r];
+    out[i] = x[i] + pads[i] + pads[i + r];  // each term below 2^48: no overflow
     if (out[i] < 0)
       return c.error("pads " + list(pads) + " make dim " + std::to_string(i) + " of " + dims(x) +
                      " negative");
@@ -981,7 +985,10 @@ Status infer_range(InferCtx& c) {
     const float start = static_cast<float>(v[0][0]), limit = static_cast<float>(v[1][0]),
                 delta = static_cast<float>(v[2][0]);
     if (delta == 0) return c.error("input 'delta' is 0");
-    n = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0f));
+    const double count = std::max(std::ceil(static_cast<double>((limit - start) / delta)), 0.0);
+    if (!(count <= static_cast<double>(kMaxElements)))  // also NaN and infinity
+      return c.error("start, limit and delta give " + std::to_string(count) + " elements");
+    n = static_cast<int64_t>(count);
   } else {
     std::vector<int64_t> v[3];
     for (size_t i = 0; i < 3; ++i) {
@@ -989,9 +996,12 @@ Status infer_range(InferCtx& c) {
     }
     const int64_t start = v[0][0], limit = v[1][0], delta = v[2][0];
     if (delta == 0) return c.error("input 'delta' is 0");
-    const int64_t span = limit - start;
-    n = span / delta + ((span % delta != 0 && ((span < 0) == (delta < 0))) ? 1 : 0);
-    n = std::max<int64_t>(n, 0);
+    // In 128 bits: limit - start overflows int64 for values of opposite sign.
+    const __int128 span = static_cast<__int128>(limit) - start;
+    __int128 count = span / delta + ((span % delta != 0 && ((span < 0) == (delta < 0))) ? 1 : 0);
+    if (count < 0) count = 0;
+    if (count > kMaxElements) return c.error("start, limit and delta give more than 2^48 elements");
+    n = static_cast<int64_t>(count);
   }
   c.set(0, c.dtype(0), {n});
   return ok_status();
@@ -1093,7 +1103,10 @@ Status infer_resize(InferCtx& c) {
       const float s = static_cast<float>(scales[i]);
       float extent = static_cast<float>(x[i]);
       if (!roi.empty()) extent *= static_cast<float>(roi[i + r] - roi[i]);
-      out[i] = static_cast<int64_t>(std::floor(extent * s));
+      const double size = std::floor(static_cast<double>(extent * s));
+      if (!(size >= 0 && size <= static_cast<double>(kMaxElements)))  // also NaN and infinity
+        return c.error("scales (and roi) give dim " + std::to_string(i) + " the size " + std::to_string(size));
+      out[i] = static_cast<int64_t>(size);
     }
   }
   c.set(0, c.dtype(0), out);

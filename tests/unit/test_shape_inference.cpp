@@ -752,6 +752,57 @@ TEST(ShapeInference, ExpandTileRangeConstantOfShape) {
   EXPECT_EQ(const_values<float>(*g, "y"), std::vector<float>(10, 0.f));
 }
 
+// Output sizes that come from tensor data (repeats, pads, range bounds,
+// scales) are checked before any arithmetic could overflow: each of these
+// once overflowed int64 or converted an out-of-range float.
+TEST(ShapeInference, DataDerivedSizesOutOfRangeAreErrors) {
+  ModelBuilder a(13);
+  a.input("x", std::vector<Dim>{3, 2}).untyped_output("y");
+  a.init_i64("rep", {2}, {int64_t{1} << 62, 1});
+  a.node("Tile", {"x", "rep"}, {"y"}, "tile");
+  auto g = infer(a);
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "node 'tile' (Tile): repeats", "too large");
+
+  ModelBuilder b(13);
+  b.input("x", std::vector<Dim>{3}).untyped_output("y");
+  b.init_i64("pads", {2}, {INT64_MAX, 1});
+  b.node("Pad", {"x", "pads"}, {"y"}, "pad");
+  g = infer(b);
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "node 'pad' (Pad): pads", "out of range");
+
+  ModelBuilder c(13);
+  c.input("x", std::vector<Dim>{1}).untyped_output("y");
+  c.init_i64("s", {}, {INT64_MIN});
+  c.init_i64("l", {}, {INT64_MAX});
+  c.init_i64("d", {}, {1});
+  c.node("Range", {"s", "l", "d"}, {"r"}, "range");
+  c.node("Relu", {"x"}, {"y"});
+  g = infer(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "node 'range' (Range): start, limit and delta give more than 2^48 elements");
+
+  ModelBuilder d(13);
+  d.input("x", std::vector<Dim>{1}).untyped_output("y");
+  d.init_f32("s", {}, {0.f});
+  d.init_f32("l", {}, {3e38f});
+  d.init_f32("d", {}, {1e-30f});
+  d.node("Range", {"s", "l", "d"}, {"r"}, "frange");
+  d.node("Relu", {"x"}, {"y"});
+  g = infer(d);
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "node 'frange' (Range): start, limit and delta give");
+
+  ModelBuilder e(13);
+  e.input("x", std::vector<Dim>{1, 1, 4, 4}).untyped_output("y");
+  e.init_f32("scales", {4}, {1, 1, 3e38f, 1});
+  e.node("Resize", {"x", "", "scales"}, {"y"}, "rz");
+  g = infer(e);
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "node 'rz' (Resize): scales (and roi) give dim 2 the size");
+}
+
 TEST(ShapeInference, FlattenTransposeGatherShapeCast) {
   ModelBuilder a(15);
   a.input("x", std::vector<Dim>{2, 3, 4, 5}).untyped_output("y");

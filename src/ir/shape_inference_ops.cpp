@@ -1051,6 +1051,7 @@ Status infer_argmax(InferCtx& c) {
 }
 
 Status infer_resize(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(1, 4));
   const Shape& x = c.shape(0);
   const size_t r = x.size();
   BP_ASSIGN_OR_RETURN(std::string mode, c.node.attr_string("mode", "nearest"));

@@ -1355,14 +1355,18 @@ int default_threads() {
 
 int threads_to_use(int requested) { return requested > 0 ? requested : default_threads(); }
 
+std::string library_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 std::string library_description() {
   const dnnl_version_t* v = dnnl_version();
   const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP"
                    : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
                    : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
                                                         : "threadpool";
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-         " (" + rt + ")";
+  return "oneDNN " + library_version() + " (" + rt + ")";
 }
 
 std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_graph_view_t& view) {

@@ -31,6 +31,8 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
 
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();
+// "2.6.3": its version.
+std::string library_version();
 
 // Rebuilds a partition from the payload Compiled::serialize wrote for the
 // same view (payload.cpp). Throws BP_STATUS_VERSION_MISMATCH when the payload

@@ -55,10 +55,10 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
   }
 }
 
+// The oneDNN build a payload belongs to: version and commit.
 std::string library_id() {
-  const dnnl_version_t* v = dnnl_version();
-  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
-         (v->hash ? v->hash : "") + ")";
+  const char* hash = dnnl_version()->hash;
+  return library_version() + " (" + (hash ? hash : "") + ")";
 }
 
 std::string isa_name(int32_t isa) {

@@ -253,7 +253,17 @@ TEST_F(ExternalData, PathMustBeNextToTheArtifact) {
 
 // ------------------------------------------------------------ fallback
 
-class Fallback : public TempDirTest {};
+class Fallback : public TempDirTest {
+ protected:
+  // tiny_cnn compiled on CpuRef into m.bpk, and what that artifact computes.
+  RunResult compile_tiny_cnn(Runtime& rt, const Tensor& input) {
+    auto report = rt.compile({{"m", model_path("tiny_cnn")}}, path("m.bpk"), cpuref_compile());
+    EXPECT_TRUE(report.ok()) << report.status().to_string();
+    RunResult ref = run_model(rt, path("m.bpk"), {}, input);
+    EXPECT_TRUE(ref.status.ok()) << ref.status.to_string();
+    return ref;
+  }
+};
 
 TEST_F(Fallback, MissingBackendIsRecompiledOnTheNextOne) {
   auto with_acc = make_runtime(BACKPLANE_TESTING_ACCEL_DIR);
@@ -309,10 +319,8 @@ TEST_F(Fallback, PayloadForAnotherApiMajorIsRecompiled) {
   auto rt = make_runtime();
   ASSERT_NE(rt, nullptr);
   const Tensor input = model_input("tiny_cnn");
-  auto report = rt->compile({{"m", model_path("tiny_cnn")}}, path("m.bpk"), cpuref_compile());
-  ASSERT_TRUE(report.ok()) << report.status().to_string();
-  RunResult ref = run_model(*rt, path("m.bpk"), {}, input);
-  ASSERT_TRUE(ref.status.ok()) << ref.status.to_string();
+  RunResult ref = compile_tiny_cnn(*rt, input);
+  ASSERT_TRUE(ref.status.ok());
 
   auto bytes = read_bytes(path("m.bpk"));
   const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes.data());
@@ -335,9 +343,7 @@ TEST_F(Fallback, UnreadablePayloadIsCompiledFromTheGraph) {
   auto rt = make_runtime();
   ASSERT_NE(rt, nullptr);
   const Tensor input = model_input("tiny_cnn");
-  auto report = rt->compile({{"m", model_path("tiny_cnn")}}, path("m.bpk"), cpuref_compile());
-  ASSERT_TRUE(report.ok()) << report.status().to_string();
-  RunResult ref = run_model(*rt, path("m.bpk"), {}, input);
+  RunResult ref = compile_tiny_cnn(*rt, input);
   ASSERT_TRUE(ref.status.ok());
 
   auto bytes = read_bytes(path("m.bpk"));

@@ -8,6 +8,7 @@
 #include "artifact/artifact.hpp"
 #include "artifact/blob_store.hpp"
 #include "artifact_generated.h"
+#include "../e2e/e2e_util.hpp"
 #include "npy.hpp"
 
 #include <backplane/runtime.hpp>
@@ -26,14 +27,15 @@ namespace backplane::artifact_test {
 
 namespace fs = std::filesystem;
 
-inline std::string models_dir() { return std::string(BACKPLANE_TEST_DATA) + "/models"; }
-inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".onnx"; }
+// The models and helpers every end-to-end test uses (tests/e2e/e2e_util.hpp).
+using e2e::cpuref_only;
+using e2e::model_path;
+using e2e::models_dir;
+#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
+using e2e::onednn_runtime;
+#endif
 
-inline Tensor model_input(const std::string& name) {
-  auto t = npy::read(models_dir() + "/" + name + ".input.npy");
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return t.ok() ? *t : Tensor();
-}
+inline Tensor model_input(const std::string& name) { return e2e::read_npy(models_dir() + "/" + name + ".input.npy"); }
 
 // A runtime with the static backends only (CpuRef), or with the dynamic
 // backends of `backend_path` too.
@@ -44,12 +46,6 @@ inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   return rt.ok() ? *rt : nullptr;
-}
-
-inline ModelOptions cpuref_only() {
-  ModelOptions mo;
-  mo.backends = {"CpuRef"};
-  return mo;
 }
 
 inline CompileOptions cpuref_compile() {

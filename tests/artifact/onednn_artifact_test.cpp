@@ -13,16 +13,6 @@
 namespace backplane::artifact_test {
 namespace {
 
-std::shared_ptr<Runtime> onednn_runtime(int threads) {
-  RuntimeOptions o;
-  o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
-  o.num_threads = threads;
-  o.log_level = LogLevel::kError;
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
-  return rt.ok() ? *rt : nullptr;
-}
-
 bool uses_onednn(const RunResult& r) {
   return std::find(r.backends_used.begin(), r.backends_used.end(), "CpuOneDnn") != r.backends_used.end();
 }

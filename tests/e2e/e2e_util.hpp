@@ -34,6 +34,20 @@ inline std::shared_ptr<Runtime> make_runtime() {
   return rt.ok() ? rt.value() : nullptr;
 }
 
+#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
+// A runtime that loads CpuOneDnn as users get it: the plugin from this
+// build's backend folder, chosen by the default preference.
+inline std::shared_ptr<Runtime> onednn_runtime(int threads) {
+  RuntimeOptions o;
+  o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
+  o.num_threads = threads;
+  o.log_level = LogLevel::kError;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+  return rt.ok() ? rt.value() : nullptr;
+}
+#endif
+
 inline ModelOptions cpuref_only() {
   ModelOptions mo;
   mo.backends = {"CpuRef"};

@@ -27,16 +27,6 @@ struct OneDnnCase {
 std::string case_name(const testing::TestParamInfo<OneDnnCase>& info) { return info.param.name; }
 void PrintTo(const OneDnnCase& c, std::ostream* os) { *os << c.name; }
 
-std::shared_ptr<Runtime> onednn_runtime(int threads) {
-  RuntimeOptions o;
-  o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
-  o.num_threads = threads;
-  o.log_level = LogLevel::kError;
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
-  return rt.ok() ? rt.value() : nullptr;
-}
-
 Tensor run_once(Model& model, const std::string& input_name, const Tensor& input) {
   auto session = model.create_session();
   EXPECT_TRUE(session.ok()) << session.status().to_string();

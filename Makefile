@@ -23,8 +23,11 @@ test: build
 
 # CpuOneDnn against ONNX Runtime (npm onnxruntime-node) on real models; prints
 # one table and writes $(BUILD_DIR)/bench/results.md. Not part of `make test`.
+# Sets itself up: Node.js/npm from Debian if missing, onnxruntime-node from npm
+# into $(BUILD_DIR)/bench/ort, the models generated locally.
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
 bench: build
+	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 

@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,10 +63,13 @@ def ensure_ort(bench_dir):
     prefix = os.path.join(bench_dir, "ort")
     module = os.path.join(prefix, "node_modules", "onnxruntime-node")
     if not os.path.exists(os.path.join(module, "package.json")):
+        if shutil.which("npm") is None or shutil.which("node") is None:
+            sys.exit("bench: needs node and npm for ONNX Runtime: run `bash scripts/install-deps.sh --bench` first")
         log(f"installing onnxruntime-node into {prefix}")
         os.makedirs(prefix, exist_ok=True)
-        subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", prefix,
-                        "onnxruntime-node"], check=True)
+        if subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", prefix,
+                           "onnxruntime-node"]).returncode != 0:
+            sys.exit(f"bench: `npm install onnxruntime-node` failed (npm's message above); it needs the npm registry")
     libs = [os.path.join(d, f) for d, _, fs in os.walk(module) for f in fs
             if f.startswith("libonnxruntime.so") and "x64" in d]
     if not libs:

@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Backplane needs to build, test and demo.
+# Installs the Debian 12 packages Backplane needs to build, test and demo, and
+# (with --bench) what `make bench` needs besides: Node.js/npm for ONNX Runtime.
 # Idempotent: installs only what is missing. Needs root or sudo.
+#
+# The list covers what a dependency's own CMake config pulls in, not only what
+# our CMakeLists name: Debian builds oneDNN with its OpenCL GPU runtime, so
+# dnnl-config.cmake calls find_package(OpenCL) and needs the ICD loader and the
+# headers (ocl-icd-opencl-dev, opencl-c-headers). scripts/check-fresh.sh proves
+# the list on a brand-new Debian root; run it after changing anything here.
 set -euo pipefail
 
 packages=(
-  build-essential cmake git pkg-config
+  # toolchain
+  build-essential cmake git pkg-config ca-certificates
+  # ONNX import
   libprotobuf-dev protobuf-compiler libonnx-dev
+  # logging, command line, JSON
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev graphviz
-  libflatbuffers-dev flatbuffers-compiler libxxhash-dev
-  libdnnl-dev
+  # tests and benchmarks; graphviz renders the plan's DOT in a test
+  libgtest-dev libgmock-dev libbenchmark-dev graphviz
+  # trust digests, artifact format, segment checksums
+  libssl-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev
+  # CpuOneDnn, and the OpenCL loader + headers oneDNN's CMake config requires
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
+  # fuzzers (libFuzzer is clang's) and the sanitizer runtimes
   clang libclang-rt-14-dev
+  # test-data generation (models are generated, never downloaded)
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
 )
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,6 +38,12 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# nodejs from another source (nvm, a tarball) is fine for the benchmark.
+if [ "${1:-}" = "--bench" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  kept=()
+  for p in "${missing[@]}"; do [ "$p" = nodejs ] || [ "$p" = npm ] || kept+=("$p"); done
+  missing=("${kept[@]+"${kept[@]}"}")
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"

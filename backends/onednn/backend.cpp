@@ -64,10 +64,7 @@ class OneDnnBackend : public sdk::Backend {
 extern "C" BP_EXPORT const bp_backend_api_t* bp_cpuonednn_backend_table(void) {
   return backplane::sdk::backend_table<backplane::onednn::OneDnnBackend>();
 }
-#elif defined(BACKPLANE_BACKEND_MODULE)
-}  // namespace backplane::onednn
-BP_DEFINE_BACKEND_ENTRY_POINTS(backplane::onednn::OneDnnBackend)
-#else
+#else  // the static library (bench/); the loadable module is plugin_shim.cpp
 const bp_backend_api_t* static_table() { return sdk::backend_table<OneDnnBackend>(); }
 const char* static_id() { return kIdentity.id; }
 }  // namespace backplane::onednn

@@ -58,46 +58,42 @@ std::vector<std::vector<int>> live_consumers(const ViewInfo& g, const std::vecto
   return consumers;
 }
 
-// The post-op that follower f (reading `cur`, the main node m's result so
-// far) becomes, if it can be fused; may instead set m's fused bias. Sets
-// sum_used when f becomes the one residual Add.
-std::optional<PostOp> follower_post_op(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_used,
-                                       bool& fused) {
-  fused = false;
+// Fuses follower f (reading `cur`, the main node m's result so far) into m,
+// if it can be: as a post-op (an activation, scalar arithmetic, or the one
+// residual Add: sum_used), or as MatMul's bias. False if it cannot.
+bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_used) {
   if (f.in.empty() || f.in[0] != cur) {
-    if (!binary_ops().count(f.op)) return std::nullopt;
+    if (!binary_ops().count(f.op)) return false;
   }
   if (!binary_ops().count(f.op)) {
-    if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf") return std::nullopt;
+    if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf") return false;
     std::optional<PostOp> p = eltwise_of(g, f);
-    fused = p.has_value();
-    return p;
+    if (p) m.post.push_back(*p);
+    return p.has_value();
   }
-  if (f.op == "Max" || f.op == "Min") return std::nullopt;
+  if (f.op == "Max" || f.op == "Min") return false;
   const int other = (f.in[0] == cur) ? f.in[1] : f.in[0];
-  if (f.in[0] == f.in[1]) return std::nullopt;
-  std::optional<PostOp> p = linear_of(g, f, cur);
-  if (p) {
-    fused = true;
-    return p;
+  if (f.in[0] == f.in[1]) return false;
+  if (std::optional<PostOp> p = linear_of(g, f, cur)) {
+    m.post.push_back(*p);
+    return true;
   }
   if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" && g.is_const(other) &&
       sdk::element_count(g.shape(other)) == g.shape(cur).back() && g.shape(other).back() == g.shape(cur).back() &&
       g.shape(other).size() <= g.shape(cur).size()) {
     m.bias_value = other;
-    fused = true;
-    return std::nullopt;
+    return true;
   }
   if (f.op == "Add" && !sum_used && !g.is_const(other) && g.shape(other) == g.shape(cur) &&
       g.shape(f.out) == g.shape(cur)) {
     PostOp s;
     s.kind = PostOp::kSum;
     s.residual = other;
+    m.post.push_back(s);
     sum_used = true;
-    fused = true;
-    return s;
+    return true;
   }
-  return std::nullopt;
+  return false;
 }
 
 // Absorbs the single-consumer chain after main node n: bias (MatMul), one
@@ -117,10 +113,7 @@ void build_group(ViewInfo& g, FusedGraph& f, int n) {
         break;
       }
     }
-    bool fused = false;
-    std::optional<PostOp> p = follower_post_op(g, m, follower, cur, sum_used, fused);
-    if (!fused) break;
-    if (p) m.post.push_back(*p);
+    if (!join_follower(g, m, follower, cur, sum_used)) break;
     follower.group = n;
     cur = follower.out;
     m.out = cur;

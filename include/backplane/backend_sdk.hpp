@@ -134,7 +134,7 @@ inline size_t byte_size(const bp_value_t& v) { return static_cast<size_t>(elemen
 // ---------------------------------------------------------------------------
 
 // One tensor of a partition's arena: the steps that use it (first..last,
-// inclusive) and its bytes.
+// inclusive, first <= last) and its bytes.
 struct ArenaTensor {
   size_t first = 0, last = 0;
   size_t size = 0;

@@ -7,42 +7,29 @@
 // Nodes it cannot run are rejected in query_support with the reason, and the
 // partitioner gives them to the next backend (CpuRef).
 #include "onednn/compiler.hpp"
+#include "onednn/identity.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
-#include <charconv>
 #include <string>
 
 namespace backplane::onednn {
 namespace {
 
-constexpr const char* kBackendId = "CpuOneDnn";
-
 class OneDnnBackend : public sdk::Backend {
  public:
+  static constexpr const sdk::BackendIdentity& kIdentity = onednn::kIdentity;
+
   explicit OneDnnBackend(const bp_host_api_t* host) : sdk::Backend(host) {
     description_ = "oneDNN CPU primitives: blocked layouts, fused post-ops (" + library_description() + ")";
   }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
-    i.vendor = "Backplane";
     i.description = description_.c_str();
     i.device_count = 0;
     i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE;
     return i;
-  }
-
-  void configure(std::string_view key, std::string_view value) override {
-    if (key == "num_threads") {
-      int n = 0;
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n < 0)
-        throw sdk::invalid("num_threads: '" + std::string(value) + "' is not a non-negative integer");
-      num_threads_ = n;
-      return;
-    }
-    sdk::Backend::configure(key, value);
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
@@ -55,19 +42,18 @@ class OneDnnBackend : public sdk::Backend {
 
   std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t& options,
                                                   sdk::NodeReport& report) override {
-    const int threads = num_threads_ > 0 ? num_threads_ : static_cast<int>(options.num_threads);
+    const int threads = static_cast<int>(num_threads(options));
     return compile_partition(host(), view, threads, report);
   }
 
   std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view, const void* payload, size_t size,
                                                       const bp_compile_options_t& options) override {
-    const int threads = num_threads_ > 0 ? num_threads_ : static_cast<int>(options.num_threads);
+    const int threads = static_cast<int>(num_threads(options));
     return deserialize_partition(host(), view, payload, size, threads);
   }
 
  private:
   std::string description_;
-  int num_threads_ = 0;
 };
 
 }  // namespace
@@ -78,11 +64,8 @@ class OneDnnBackend : public sdk::Backend {
 extern "C" BP_EXPORT const bp_backend_api_t* bp_cpuonednn_backend_table(void) {
   return backplane::sdk::backend_table<backplane::onednn::OneDnnBackend>();
 }
-#elif defined(BACKPLANE_BACKEND_MODULE)
-}  // namespace backplane::onednn
-BP_DEFINE_BACKEND_ENTRY_POINTS("CpuOneDnn", backplane::onednn::OneDnnBackend)
-#else
+#else  // the static library (bench/); the loadable module is plugin_shim.cpp
 const bp_backend_api_t* static_table() { return sdk::backend_table<OneDnnBackend>(); }
-const char* static_id() { return kBackendId; }
+const char* static_id() { return kIdentity.id; }
 }  // namespace backplane::onednn
 #endif

@@ -4,8 +4,8 @@
 // descriptions (MemRefs) that point into planned buffers: one arena per
 // execution context, the caller's input/output tensors, the scratchpad, or a
 // constant (weights in the layout the primitive prefers). compiler.cpp makes
-// one from a graph view; payload.cpp writes it to an artifact and reads it
-// back; compiled.cpp executes it.
+// one from a graph view (lowering.cpp through plan_builder.cpp); payload.cpp
+// writes it to an artifact and reads it back; compiled.cpp executes it.
 #pragma once
 
 #include <backplane/backend_sdk.hpp>

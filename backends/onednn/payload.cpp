@@ -295,6 +295,171 @@ void write_step(Writer& w, const Step& step) {
   }
 }
 
+// The checks on an operation descriptor read from a payload, and the
+// arguments its primitive will read or write (collected as they are checked).
+class DescCheck {
+ public:
+  DescCheck(Reader& r, const std::string& what) : r_(r), what_(what) {}
+
+  const std::vector<int>& required() const { return required_; }
+  void require(int arg) { required_.push_back(arg); }
+
+  // Memory descriptors the lowering could have made ("any" allowed).
+  void mds(std::initializer_list<const dnnl_memory_desc_t*> list) {
+    for (const dnnl_memory_desc_t* m : list) r_.check_md(*m, what_.c_str(), /*concrete=*/false);
+  }
+  void need(bool ok) {
+    if (!ok) r_.fail("has an operation the lowering does not make (kind, propagation or algorithm) in " + what_);
+  }
+  template <class D>
+  void inference(const D& d) {
+    need(raw(d.prop_kind) == dnnl_forward_inference);
+  }
+  // oneDNN's initializers assume ranks and window parameters that make
+  // sense (they copy ndims - 2 spatial values, divide by strides, ...).
+  void rank(const dnnl_memory_desc_t& m, int lo, int hi) { need(m.ndims >= lo && m.ndims <= hi); }
+  void same_rank(std::initializer_list<const dnnl_memory_desc_t*> list) {
+    for (const dnnl_memory_desc_t* m : list) need(m->ndims == (*list.begin())->ndims);
+  }
+  void window(int spatial, std::initializer_list<const int64_t*> at_least_one,
+              std::initializer_list<const int64_t*> at_least_zero) {
+    constexpr int64_t kMax = int64_t{1} << 20;
+    for (const int64_t* v : at_least_one)
+      for (int i = 0; i < spatial; ++i) need(v[i] >= 1 && v[i] <= kMax);
+    for (const int64_t* v : at_least_zero)
+      for (int i = 0; i < spatial; ++i) need(v[i] >= 0 && v[i] <= kMax);
+  }
+  void with_bias(const dnnl_memory_desc_t& bias) {
+    require(DNNL_ARG_WEIGHTS);
+    if (bias.ndims > 0) require(DNNL_ARG_BIAS);
+  }
+  void norm_flags(unsigned flags) {
+    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) != 0)
+      r_.fail("has normalization flags the lowering does not use in " + what_);
+    if (flags & dnnl_use_global_stats) required_.insert(required_.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
+    if (flags & dnnl_use_scale) require(DNNL_ARG_SCALE);
+    if (flags & dnnl_use_shift) require(DNNL_ARG_SHIFT);
+  }
+
+ private:
+  Reader& r_;
+  const std::string& what_;
+  std::vector<int> required_ = {DNNL_ARG_SRC, DNNL_ARG_DST};
+};
+
+// Each function below checks the recorded descriptor `d` of one primitive
+// kind and makes it again with oneDNN's public initializer into `f`.
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_convolution_desc_t& d, dnnl_convolution_desc_t& f) {
+  c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+  c.inference(d);
+  c.need(raw(d.alg_kind) == dnnl_convolution_direct);
+  c.rank(d.src_desc, 3, 5);
+  c.same_rank({&d.src_desc, &d.dst_desc});
+  c.need(d.weights_desc.ndims == d.src_desc.ndims || d.weights_desc.ndims == d.src_desc.ndims + 1);
+  c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
+  c.window(d.src_desc.ndims - 2, {d.strides}, {d.dilates, d.padding[0], d.padding[1]});
+  c.with_bias(d.bias_desc);
+  return dnnl_dilated_convolution_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc,
+                                                    &d.bias_desc, &d.dst_desc, d.strides, d.dilates, d.padding[0],
+                                                    d.padding[1]);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_eltwise_desc_t& d, dnnl_eltwise_desc_t& f) {
+  c.mds({&d.data_desc});
+  c.inference(d);
+  c.need(eltwise_alg(raw(d.alg_kind)));
+  c.rank(d.data_desc, 1, DNNL_MAX_NDIMS);
+  return dnnl_eltwise_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.data_desc, d.alpha, d.beta);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_softmax_desc_t& d, dnnl_softmax_desc_t& f) {
+  c.mds({&d.data_desc});
+  c.inference(d);
+  c.rank(d.data_desc, 1, DNNL_MAX_NDIMS);
+  c.need(d.softmax_axis >= 0 && d.softmax_axis < d.data_desc.ndims);
+  return dnnl_softmax_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.softmax_axis);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_pooling_v2_desc_t& d, dnnl_pooling_v2_desc_t& f) {
+  c.mds({&d.src_desc, &d.dst_desc});
+  c.inference(d);
+  c.need(one_of(raw(d.alg_kind), {dnnl_pooling_max, dnnl_pooling_avg_include_padding, dnnl_pooling_avg_exclude_padding}));
+  c.rank(d.src_desc, 3, 5);
+  c.same_rank({&d.src_desc, &d.dst_desc});
+  c.window(d.src_desc.ndims - 2, {d.strides, d.kernel}, {d.dilation, d.padding[0], d.padding[1]});
+  return dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc, d.strides, d.kernel,
+                                           d.dilation, d.padding[0], d.padding[1]);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_batch_normalization_desc_t& d, dnnl_batch_normalization_desc_t& f) {
+  c.mds({&d.data_desc});
+  c.inference(d);
+  c.rank(d.data_desc, 2, 5);
+  c.norm_flags(d.flags);
+  return dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.batch_norm_epsilon, d.flags);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_layer_normalization_desc_t& d, dnnl_layer_normalization_desc_t& f) {
+  c.mds({&d.data_desc, &d.stat_desc});
+  c.inference(d);
+  c.rank(d.data_desc, 2, 5);
+  c.need(d.stat_desc.ndims == 0 || d.stat_desc.ndims == d.data_desc.ndims - 1);
+  c.norm_flags(d.flags);
+  return dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc, d.layer_norm_epsilon,
+                                                    d.flags);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_inner_product_desc_t& d, dnnl_inner_product_desc_t& f) {
+  c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+  c.inference(d);
+  c.rank(d.src_desc, 2, 5);
+  c.same_rank({&d.src_desc, &d.weights_desc});
+  c.rank(d.dst_desc, 2, 2);
+  c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
+  c.with_bias(d.bias_desc);
+  return dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc, &d.bias_desc,
+                                              &d.dst_desc);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_binary_desc_t& d, dnnl_binary_desc_t& f) {
+  c.mds({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
+  c.need(one_of(raw(d.alg_kind), {dnnl_binary_add, dnnl_binary_sub, dnnl_binary_mul, dnnl_binary_div,
+                                  dnnl_binary_max, dnnl_binary_min}));
+  c.rank(d.src_desc[0], 1, DNNL_MAX_NDIMS);
+  c.same_rank({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
+  c.require(DNNL_ARG_SRC_1);
+  return dnnl_binary_desc_init(&f, d.alg_kind, &d.src_desc[0], &d.src_desc[1], &d.dst_desc);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_matmul_desc_t& d, dnnl_matmul_desc_t& f) {
+  c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
+  c.rank(d.src_desc, 2, DNNL_MAX_NDIMS);
+  c.same_rank({&d.src_desc, &d.weights_desc, &d.dst_desc});
+  c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == d.src_desc.ndims);
+  c.with_bias(d.bias_desc);
+  return dnnl_matmul_desc_init(&f, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_reduction_desc_t& d, dnnl_reduction_desc_t& f) {
+  c.mds({&d.src_desc, &d.dst_desc});
+  c.need(one_of(raw(d.alg_kind), {dnnl_reduction_mean, dnnl_reduction_sum, dnnl_reduction_max}));
+  c.rank(d.src_desc, 1, DNNL_MAX_NDIMS);
+  c.same_rank({&d.src_desc, &d.dst_desc});
+  return dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
+}
+
+// reinit() on the bytes of `op` as descriptor type D, in place.
+template <class D>
+dnnl_status_t reinit_as(DescCheck& c, std::vector<uint8_t>& op) {
+  D recorded;
+  std::memcpy(&recorded, op.data(), sizeof recorded);
+  D fresh{};
+  const dnnl_status_t st = reinit(c, recorded, fresh);
+  std::memcpy(op.data(), &fresh, sizeof fresh);
+  return st;
+}
+
 // The operation descriptor made again by oneDNN's public initializer from
 // the recorded parameters, in place: the initializer checks that shapes,
 // strides and padding agree, which creating a primitive from raw bytes would
@@ -302,181 +467,23 @@ void write_step(Writer& w, const Step& step) {
 // Returns the arguments the primitive will read or write.
 std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>& op,
                                 const std::string& what) {
-  std::vector<int> req = {DNNL_ARG_SRC, DNNL_ARG_DST};
-  auto with_bias = [&](const dnnl_memory_desc_t& bias) {
-    req.push_back(DNNL_ARG_WEIGHTS);
-    if (bias.ndims > 0) req.push_back(DNNL_ARG_BIAS);
-  };
-  auto norm_flags = [&](unsigned flags) {
-    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) != 0)
-      r.fail("has normalization flags the lowering does not use in " + what);
-    if (flags & dnnl_use_global_stats) req.insert(req.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
-    if (flags & dnnl_use_scale) req.push_back(DNNL_ARG_SCALE);
-    if (flags & dnnl_use_shift) req.push_back(DNNL_ARG_SHIFT);
-  };
-  auto as = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    T d;
-    std::memcpy(&d, op.data(), sizeof d);
-    return d;
-  };
-  auto mds = [&](std::initializer_list<const dnnl_memory_desc_t*> list) {
-    for (const dnnl_memory_desc_t* m : list) r.check_md(*m, what.c_str(), /*concrete=*/false);
-  };
-  auto need = [&](bool ok) {
-    if (!ok) r.fail("has an operation the lowering does not make (kind, propagation or algorithm) in " + what);
-  };
-  auto inference = [&](const auto& d) { need(raw(d.prop_kind) == dnnl_forward_inference); };
-  // oneDNN's initializers assume ranks and window parameters that make
-  // sense (they copy ndims - 2 spatial values, divide by strides, ...).
-  auto rank = [&](const dnnl_memory_desc_t& m, int lo, int hi) { need(m.ndims >= lo && m.ndims <= hi); };
-  auto same_rank = [&](std::initializer_list<const dnnl_memory_desc_t*> list) {
-    for (const dnnl_memory_desc_t* m : list) need(m->ndims == (*list.begin())->ndims);
-  };
-  auto window = [&](int spatial, std::initializer_list<const int64_t*> at_least_one,
-                    std::initializer_list<const int64_t*> at_least_zero) {
-    constexpr int64_t kMax = int64_t{1} << 20;
-    for (const int64_t* v : at_least_one)
-      for (int i = 0; i < spatial; ++i) need(v[i] >= 1 && v[i] <= kMax);
-    for (const int64_t* v : at_least_zero)
-      for (int i = 0; i < spatial; ++i) need(v[i] >= 0 && v[i] <= kMax);
-  };
+  DescCheck c(r, what);
   dnnl_status_t st = dnnl_invalid_arguments;
-  auto store = [&](const auto& fresh) { std::memcpy(op.data(), &fresh, sizeof fresh); };
   switch (kind) {
-    case dnnl_convolution: {
-      auto d = as(static_cast<dnnl_convolution_desc_t*>(nullptr));
-      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
-      inference(d);
-      need(raw(d.alg_kind) == dnnl_convolution_direct);
-      rank(d.src_desc, 3, 5);
-      same_rank({&d.src_desc, &d.dst_desc});
-      need(d.weights_desc.ndims == d.src_desc.ndims || d.weights_desc.ndims == d.src_desc.ndims + 1);
-      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
-      window(d.src_desc.ndims - 2, {d.strides}, {d.dilates, d.padding[0], d.padding[1]});
-      with_bias(d.bias_desc);
-      dnnl_convolution_desc_t f{};
-      st = dnnl_dilated_convolution_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc,
-                                                      &d.bias_desc, &d.dst_desc, d.strides, d.dilates, d.padding[0],
-                                                      d.padding[1]);
-      store(f);
-      break;
-    }
-    case dnnl_eltwise: {
-      auto d = as(static_cast<dnnl_eltwise_desc_t*>(nullptr));
-      mds({&d.data_desc});
-      inference(d);
-      need(eltwise_alg(raw(d.alg_kind)));
-      rank(d.data_desc, 1, DNNL_MAX_NDIMS);
-      dnnl_eltwise_desc_t f{};
-      st = dnnl_eltwise_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.data_desc, d.alpha, d.beta);
-      store(f);
-      break;
-    }
-    case dnnl_softmax: {
-      auto d = as(static_cast<dnnl_softmax_desc_t*>(nullptr));
-      mds({&d.data_desc});
-      inference(d);
-      rank(d.data_desc, 1, DNNL_MAX_NDIMS);
-      need(d.softmax_axis >= 0 && d.softmax_axis < d.data_desc.ndims);
-      dnnl_softmax_desc_t f{};
-      st = dnnl_softmax_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.softmax_axis);
-      store(f);
-      break;
-    }
-    case dnnl_pooling_v2: {
-      auto d = as(static_cast<dnnl_pooling_v2_desc_t*>(nullptr));
-      mds({&d.src_desc, &d.dst_desc});
-      inference(d);
-      need(one_of(raw(d.alg_kind), {dnnl_pooling_max, dnnl_pooling_avg_include_padding, dnnl_pooling_avg_exclude_padding}));
-      rank(d.src_desc, 3, 5);
-      same_rank({&d.src_desc, &d.dst_desc});
-      window(d.src_desc.ndims - 2, {d.strides, d.kernel}, {d.dilation, d.padding[0], d.padding[1]});
-      dnnl_pooling_v2_desc_t f{};
-      st = dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc, d.strides,
-                                             d.kernel, d.dilation, d.padding[0], d.padding[1]);
-      store(f);
-      break;
-    }
-    case dnnl_batch_normalization: {
-      auto d = as(static_cast<dnnl_batch_normalization_desc_t*>(nullptr));
-      mds({&d.data_desc});
-      inference(d);
-      rank(d.data_desc, 2, 5);
-      norm_flags(d.flags);
-      dnnl_batch_normalization_desc_t f{};
-      st = dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.batch_norm_epsilon, d.flags);
-      store(f);
-      break;
-    }
-    case dnnl_layer_normalization: {
-      auto d = as(static_cast<dnnl_layer_normalization_desc_t*>(nullptr));
-      mds({&d.data_desc, &d.stat_desc});
-      inference(d);
-      rank(d.data_desc, 2, 5);
-      need(d.stat_desc.ndims == 0 || d.stat_desc.ndims == d.data_desc.ndims - 1);
-      norm_flags(d.flags);
-      dnnl_layer_normalization_desc_t f{};
-      st = dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc,
-                                                      d.layer_norm_epsilon, d.flags);
-      store(f);
-      break;
-    }
-    case dnnl_inner_product: {
-      auto d = as(static_cast<dnnl_inner_product_desc_t*>(nullptr));
-      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
-      inference(d);
-      rank(d.src_desc, 2, 5);
-      same_rank({&d.src_desc, &d.weights_desc});
-      rank(d.dst_desc, 2, 2);
-      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
-      with_bias(d.bias_desc);
-      dnnl_inner_product_desc_t f{};
-      st = dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc, &d.bias_desc,
-                                                &d.dst_desc);
-      store(f);
-      break;
-    }
-    case dnnl_binary: {
-      auto d = as(static_cast<dnnl_binary_desc_t*>(nullptr));
-      mds({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
-      need(one_of(raw(d.alg_kind), {dnnl_binary_add, dnnl_binary_sub, dnnl_binary_mul, dnnl_binary_div,
-                                    dnnl_binary_max, dnnl_binary_min}));
-      rank(d.src_desc[0], 1, DNNL_MAX_NDIMS);
-      same_rank({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
-      req.push_back(DNNL_ARG_SRC_1);
-      dnnl_binary_desc_t f{};
-      st = dnnl_binary_desc_init(&f, d.alg_kind, &d.src_desc[0], &d.src_desc[1], &d.dst_desc);
-      store(f);
-      break;
-    }
-    case dnnl_matmul: {
-      auto d = as(static_cast<dnnl_matmul_desc_t*>(nullptr));
-      mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
-      rank(d.src_desc, 2, DNNL_MAX_NDIMS);
-      same_rank({&d.src_desc, &d.weights_desc, &d.dst_desc});
-      need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == d.src_desc.ndims);
-      with_bias(d.bias_desc);
-      dnnl_matmul_desc_t f{};
-      st = dnnl_matmul_desc_init(&f, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc);
-      store(f);
-      break;
-    }
-    case dnnl_reduction: {
-      auto d = as(static_cast<dnnl_reduction_desc_t*>(nullptr));
-      mds({&d.src_desc, &d.dst_desc});
-      need(one_of(raw(d.alg_kind), {dnnl_reduction_mean, dnnl_reduction_sum, dnnl_reduction_max}));
-      rank(d.src_desc, 1, DNNL_MAX_NDIMS);
-      same_rank({&d.src_desc, &d.dst_desc});
-      dnnl_reduction_desc_t f{};
-      st = dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
-      store(f);
-      break;
-    }
+    case dnnl_convolution: st = reinit_as<dnnl_convolution_desc_t>(c, op); break;
+    case dnnl_eltwise: st = reinit_as<dnnl_eltwise_desc_t>(c, op); break;
+    case dnnl_softmax: st = reinit_as<dnnl_softmax_desc_t>(c, op); break;
+    case dnnl_pooling_v2: st = reinit_as<dnnl_pooling_v2_desc_t>(c, op); break;
+    case dnnl_batch_normalization: st = reinit_as<dnnl_batch_normalization_desc_t>(c, op); break;
+    case dnnl_layer_normalization: st = reinit_as<dnnl_layer_normalization_desc_t>(c, op); break;
+    case dnnl_inner_product: st = reinit_as<dnnl_inner_product_desc_t>(c, op); break;
+    case dnnl_binary: st = reinit_as<dnnl_binary_desc_t>(c, op); break;
+    case dnnl_matmul: st = reinit_as<dnnl_matmul_desc_t>(c, op); break;
+    case dnnl_reduction: st = reinit_as<dnnl_reduction_desc_t>(c, op); break;
     default: r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
   }
   if (st != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
-  return req;
+  return c.required();
 }
 
 // Owns a C primitive descriptor until the primitive is made from it.
@@ -645,10 +652,10 @@ void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
 // Payload -> compiled partition
 // ---------------------------------------------------------------------------
 
-std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
-                                                               const void* payload, size_t size, int num_threads) {
-  const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
-  Reader r(payload, size, where);
+namespace {
+
+// The header: what wrote the payload, which must be this build on this CPU.
+void read_header(Reader& r, const std::string& where) {
   const auto* magic = static_cast<const char*>(r.take(sizeof kMagic, "the header"));
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("is not a CpuOneDnn payload");
   const uint32_t version = r.pod<uint32_t>("format version");
@@ -665,30 +672,29 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
                      where + ": payload made by oneDNN " + lib + " for " + isa_name(isa) + " CPUs; this is oneDNN " +
                          library_id() + " on " + isa_name(static_cast<int32_t>(dnnl_get_effective_cpu_isa())));
+}
 
-  auto c = std::make_unique<Compiled>(host);
-  c->name = view.name;
-  c->threads = threads_to_use(num_threads);
-  c->arena_bytes = r.pod<uint64_t>("arena size");
-  c->scratch_bytes = r.pod<uint64_t>("scratchpad size");
-  for (auto* list : {&c->input_bytes, &c->output_bytes}) {
+// The arena and scratchpad sizes and the interface, which must be the view's.
+void read_sizes(Reader& r, const bp_graph_view_t& view, Compiled& c) {
+  c.arena_bytes = r.pod<uint64_t>("arena size");
+  c.scratch_bytes = r.pod<uint64_t>("scratchpad size");
+  for (auto* list : {&c.input_bytes, &c.output_bytes}) {
     const size_t n = r.count("tensors", 8);
     for (size_t i = 0; i < n; ++i) list->push_back(r.pod<uint64_t>("tensor size"));
   }
-  // The partition's interface must be the view's.
   auto expect_bytes = [&](const std::vector<size_t>& got, size_t n, const int32_t* ids, const char* what) {
     if (got.size() != n) r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " + std::to_string(n));
     for (size_t k = 0; k < n; ++k) {
       const bp_value_t& v = view.values[ids[k]];
-      size_t bytes = sizeof(float);
-      for (size_t d = 0; d < v.rank; ++d) bytes *= static_cast<size_t>(v.shape[d]);
-      if (v.dtype != BP_DTYPE_FLOAT32 || got[k] != bytes)
+      if (v.dtype != BP_DTYPE_FLOAT32 || got[k] != sdk::byte_size(v))
         r.fail(std::string("does not match ") + what + " '" + v.name + "' of the view");
     }
   };
-  expect_bytes(c->input_bytes, view.num_inputs, view.inputs, "inputs");
-  expect_bytes(c->output_bytes, view.num_outputs, view.outputs, "outputs");
+  expect_bytes(c.input_bytes, view.num_inputs, view.inputs, "inputs");
+  expect_bytes(c.output_bytes, view.num_outputs, view.outputs, "outputs");
+}
 
+void read_buffers(Reader& r, Compiled& c) {
   const size_t nbuf = r.count("buffers", 25);
   for (size_t i = 0; i < nbuf; ++i) {
     Buffer b;
@@ -699,16 +705,24 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     if (kind > Buffer::kOutput) r.fail("has a bad buffer kind");
     b.kind = static_cast<Buffer::Kind>(kind);
     const bool fits = b.kind == Buffer::kArena
-                          ? b.offset <= c->arena_bytes && b.size <= c->arena_bytes - b.offset
-                          : b.index < (b.kind == Buffer::kInput ? c->input_bytes : c->output_bytes).size() &&
-                                b.size == (b.kind == Buffer::kInput ? c->input_bytes : c->output_bytes)[b.index];
+                          ? b.offset <= c.arena_bytes && b.size <= c.arena_bytes - b.offset
+                          : b.index < (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes).size() &&
+                                b.size == (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes)[b.index];
     if (!fits) r.fail("has buffer " + std::to_string(i) + " outside the arena or the tensors");
-    c->buffers.push_back(b);
+    c.buffers.push_back(b);
   }
+}
 
-  std::vector<std::string> keys;            // distinct constant blobs
-  std::map<std::string, size_t> key_index;  // key -> index in keys
-  std::vector<size_t> ref_key;              // per ref: index in keys, or SIZE_MAX
+// The blobs the constants of a payload name: each distinct key once, and per
+// memory reference the index of its key (SIZE_MAX: not a constant).
+struct ConstantKeys {
+  std::vector<std::string> keys;
+  std::vector<size_t> of_ref;
+};
+
+ConstantKeys read_refs(Reader& r, Compiled& c) {
+  ConstantKeys k;
+  std::map<std::string, size_t> key_index;  // key -> index in k.keys
   const size_t nrefs = r.count("memory references", 5 + sizeof(dnnl_memory_desc_t));
   for (size_t i = 0; i < nrefs; ++i) {
     MemRef m;
@@ -717,105 +731,139 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     m.md = r.md("memory reference");
     m.scratch = (flags & 1) != 0;
     const size_t bytes = m.md.get_size();
-    ref_key.push_back(SIZE_MAX);
+    k.of_ref.push_back(SIZE_MAX);
     if (flags & 2) {
       const std::string key = r.str("constant key");
-      auto [it, fresh] = key_index.emplace(key, keys.size());
-      if (fresh) keys.push_back(key);
-      ref_key.back() = it->second;
+      auto [it, fresh] = key_index.emplace(key, k.keys.size());
+      if (fresh) k.keys.push_back(key);
+      k.of_ref.back() = it->second;
       m.buffer = -1;
     } else if (m.scratch) {
-      if (bytes > c->scratch_bytes) r.fail("has a scratchpad larger than planned");
+      if (bytes > c.scratch_bytes) r.fail("has a scratchpad larger than planned");
       m.buffer = -1;
     } else {
-      if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c->buffers.size()) r.fail("has a reference to no buffer");
-      if (bytes > c->buffers[m.buffer].size && c->buffers[m.buffer].kind != Buffer::kArena)
+      if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c.buffers.size()) r.fail("has a reference to no buffer");
+      if (bytes > c.buffers[m.buffer].size && c.buffers[m.buffer].kind != Buffer::kArena)
         r.fail("has a reference larger than its tensor");
-      if (c->buffers[m.buffer].kind == Buffer::kArena && bytes > c->arena_bytes - c->buffers[m.buffer].offset)
+      if (c.buffers[m.buffer].kind == Buffer::kArena && bytes > c.arena_bytes - c.buffers[m.buffer].offset)
         r.fail("has a reference past the arena");
     }
-    c->refs.push_back(std::move(m));
+    c.refs.push_back(std::move(m));
   }
-  // Sizes the plan asks to allocate are the ones its memory needs: every
-  // arena buffer no larger than what refers to it, the arena no larger than
-  // its buffers side by side, the scratchpad the largest step's.
-  {
-    std::vector<size_t> used(c->buffers.size(), 0);
-    size_t scratch = 0;
-    for (const MemRef& m : c->refs) {
-      if (m.scratch) scratch = std::max(scratch, m.md.get_size());
-      else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], m.md.get_size());
-    }
-    unsigned __int128 side_by_side = 0;
-    for (size_t b = 0; b < c->buffers.size(); ++b) {
-      if (c->buffers[b].kind != Buffer::kArena) continue;
-      if (c->buffers[b].size > used[b]) r.fail("has an arena buffer larger than what uses it");
-      side_by_side += align_up(std::max<size_t>(c->buffers[b].size, 1));
-    }
-    if (c->arena_bytes > side_by_side || c->scratch_bytes != scratch)
-      r.fail("has an arena or scratchpad size its plan does not need");
-  }
+  return k;
+}
 
+// Sizes the plan asks to allocate are the ones its memory needs: every
+// arena buffer no larger than what refers to it, the arena no larger than
+// its buffers side by side, the scratchpad the largest step's.
+void check_sizes(Reader& r, const Compiled& c) {
+  std::vector<size_t> used(c.buffers.size(), 0);
+  size_t scratch = 0;
+  for (const MemRef& m : c.refs) {
+    if (m.scratch) scratch = std::max(scratch, m.md.get_size());
+    else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], m.md.get_size());
+  }
+  unsigned __int128 side_by_side = 0;
+  for (size_t b = 0; b < c.buffers.size(); ++b) {
+    if (c.buffers[b].kind != Buffer::kArena) continue;
+    if (c.buffers[b].size > used[b]) r.fail("has an arena buffer larger than what uses it");
+    side_by_side += align_up(std::max<size_t>(c.buffers[b].size, 1));
+  }
+  if (c.arena_bytes > side_by_side || c.scratch_bytes != scratch)
+    r.fail("has an arena or scratchpad size its plan does not need");
+}
+
+std::vector<Recipe> read_steps(Reader& r, Compiled& c) {
   const size_t nsteps = r.count("steps", 16);
   std::vector<Recipe> recipes;
   for (size_t s = 0; s < nsteps; ++s) {
     Step step;
     recipes.push_back(read_step(r, step));
     for (auto [arg, ref] : step.args)
-      if (ref < 0 || static_cast<size_t>(ref) >= c->refs.size()) r.fail("has an argument of " + step.what + " out of range");
-    c->steps.push_back(std::move(step));
+      if (ref < 0 || static_cast<size_t>(ref) >= c.refs.size()) r.fail("has an argument of " + step.what + " out of range");
+    c.steps.push_back(std::move(step));
   }
   if (!r.done()) r.fail("has bytes after its end");
+  return recipes;
+}
 
-  // The weights (from the mapping, checksums verified on first use) and the
-  // primitives, side by side.
-  c->mapped.resize(keys.size());
-  run_tasks(keys.size() + c->steps.size(), [&](size_t t) {
-    if (t < keys.size()) c->mapped[t] = host.weight(view.weights, ("CpuOneDnn/" + keys[t]).c_str());
-    else c->steps[t - keys.size()].prim = create(recipes[t - keys.size()], c->steps[t - keys.size()], c->threads);
-  });
-  for (size_t i = 0; i < c->refs.size(); ++i) {
-    if (ref_key[i] == SIZE_MAX) continue;
-    MemRef& m = c->refs[i];
-    const sdk::Weight& blob = c->mapped[ref_key[i]];
+// Every constant over its blob in the artifact's mapping.
+void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
+  for (size_t i = 0; i < c.refs.size(); ++i) {
+    if (k.of_ref[i] == SIZE_MAX) continue;
+    MemRef& m = c.refs[i];
+    const sdk::Weight& blob = c.mapped[k.of_ref[i]];
     if (blob.size() < m.md.get_size())
-      r.fail("constant '" + keys[ref_key[i]] + "' has " + std::to_string(blob.size()) + " bytes, needs " +
+      r.fail("constant '" + k.keys[k.of_ref[i]] + "' has " + std::to_string(blob.size()) + " bytes, needs " +
              std::to_string(m.md.get_size()));
     // Read-only mapping: oneDNN only ever reads weights.
     m.constant = dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()));
   }
+}
+
+// Every argument once; what a step writes is arena or output memory (never a
+// weight in the read-only mapping, never the caller's input); the scratchpad
+// is the scratchpad; every argument the primitive uses is given.
+void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe) {
+  std::set<int> given;
+  for (auto [arg, ref] : step.args) {
+    const MemRef& m = c.refs[ref];
+    const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_WORKSPACE;
+    const bool ok = given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
+                    (!writes || (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
+    if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
+  }
+  for (int arg : recipe.required)
+    if (!given.count(arg)) r.fail("leaves an argument of " + step.what + " out");
+  const dnnl_memory_desc_t* sp = dnnl_primitive_desc_query_md(step.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (sp != nullptr && dnnl::memory::desc(*sp).get_size() > 0 && !given.count(DNNL_ARG_SCRATCHPAD))
+    r.fail("leaves the scratchpad of " + step.what + " out");
+}
+
+// Each argument must be in the layout the primitive, as made now, wants.
+void check_layouts(const Compiled& c, const Step& step, const std::string& where) {
+  const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
+  for (auto [arg, ref] : step.args) {
+    const dnnl_memory_desc_t* want =
+        arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
+                                   : dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+    const MemRef& m = c.refs[ref];
+    const bool ok = arg == DNNL_ARG_SCRATCHPAD ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c.scratch_bytes
+                                               : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
+    if (!ok)
+      throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                       where + ": " + step.what + " now wants another memory layout than the payload planned");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
+                                                               const void* payload, size_t size, int num_threads) {
+  const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
+  Reader r(payload, size, where);
+  read_header(r, where);
+  auto c = std::make_unique<Compiled>(host);
+  c->name = view.name;
+  c->threads = threads_to_use(num_threads);
+  read_sizes(r, view, *c);
+  read_buffers(r, *c);
+  const ConstantKeys keys = read_refs(r, *c);
+  check_sizes(r, *c);
+  const std::vector<Recipe> recipes = read_steps(r, *c);
+
+  // The weights (from the mapping, checksums verified on first use) and the
+  // primitives, side by side.
+  const size_t nkeys = keys.keys.size();
+  c->mapped.resize(nkeys);
+  run_tasks(nkeys + c->steps.size(), [&](size_t t) {
+    if (t < nkeys) c->mapped[t] = host.weight(view.weights, ("CpuOneDnn/" + keys.keys[t]).c_str());
+    else c->steps[t - nkeys].prim = create(recipes[t - nkeys], c->steps[t - nkeys], c->threads);
+  });
+  bind_constants(r, *c, keys);
   for (size_t s = 0; s < c->steps.size(); ++s) {
-    const Step& step = c->steps[s];
-    const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
-    // Every argument once; what a step writes is arena or output memory
-    // (never a weight in the read-only mapping, never the caller's input);
-    // the scratchpad is the scratchpad.
-    std::set<int> given;
-    for (auto [arg, ref] : step.args) {
-      const MemRef& m = c->refs[ref];
-      const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_WORKSPACE;
-      const bool ok = given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
-                      (!writes || (!m.constant && m.buffer >= 0 && c->buffers[m.buffer].kind != Buffer::kInput));
-      if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
-    }
-    // Every argument the primitive uses is given.
-    for (int arg : recipes[s].required)
-      if (!given.count(arg)) r.fail("leaves an argument of " + step.what + " out");
-    const dnnl_memory_desc_t* sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (sp != nullptr && dnnl::memory::desc(*sp).get_size() > 0 && !given.count(DNNL_ARG_SCRATCHPAD))
-      r.fail("leaves the scratchpad of " + step.what + " out");
-    // Each argument must be in the layout the primitive now wants.
-    for (auto [arg, ref] : step.args) {
-      const dnnl_memory_desc_t* want =
-          arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
-                                     : dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
-      const MemRef& m = c->refs[ref];
-      const bool ok = arg == DNNL_ARG_SCRATCHPAD ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c->scratch_bytes
-                                                 : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
-      if (!ok)
-        throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
-                         where + ": " + step.what + " now wants another memory layout than the payload planned");
-    }
+    check_arguments(r, *c, c->steps[s], recipes[s]);
+    check_layouts(*c, c->steps[s], where);
   }
   omp_set_num_threads(c->threads);
   return c;

@@ -8,11 +8,14 @@
 // way: after an idle gap every parallel region pays a wake-up, and resnet18
 // at 2 threads falls back to 1-thread speed. A short bounded spin
 // (GOMP_SPINCOUNT=20000, tens of microseconds) keeps both. So the plugin is
-// this shim, which depends on nothing but libc: BackendFactory() sets
+// this shim, which depends on nothing but libc and the header-only SDK
+// (for the backend's identity, shared with backend.cpp): BackendFactory() sets
 // GOMP_SPINCOUNT unless the user chose OMP_WAIT_POLICY or GOMP_SPINCOUNT,
 // and only then loads the implementation (backend.cpp + compiler.cpp,
 // linked with oneDNN) from ../onednn/libBackplane_CpuOneDnn_impl.so relative
 // to this file. A process that loaded libgomp earlier keeps its policy.
+#include "onednn/identity.hpp"
+
 #include <backplane/backend_abi.h>
 
 #include <dlfcn.h>
@@ -38,23 +41,14 @@ const bp_backend_api_t* load_implementation() {
   return table != nullptr ? table() : nullptr;
 }
 
+// Loads the implementation once; its table, or NULL.
+const bp_backend_api_t* implementation_table() {
+  static const bp_backend_api_t* table = load_implementation();
+  return table;
+}
+
 }  // namespace
 
-extern "C" BP_EXPORT const char* GetBackendId(void) { return "CpuOneDnn"; }
-
-extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {
-  *outMajor = BP_API_VERSION_MAJOR;
-  *outMinor = BP_API_VERSION_MINOR;
-}
-
-extern "C" BP_EXPORT void* BackendFactory(void) {
-  try {
-    static const bp_backend_api_t* table = load_implementation();
-    return const_cast<bp_backend_api_t*>(table);
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-// oneDNN needs SSE4.1; on anything older this backend is skipped quietly.
-extern "C" BP_EXPORT uint32_t GetBackendScore(void) { return __builtin_cpu_supports("sse4.1") ? 100u : 0u; }
+// GetBackendId, GetVersion and GetBackendScore from onednn::kIdentity;
+// BackendFactory returns implementation_table().
+BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(backplane::onednn::kIdentity, implementation_table)

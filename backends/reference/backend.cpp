@@ -17,7 +17,6 @@
 namespace backplane::cpuref {
 namespace {
 
-constexpr const char* kBackendId = "CpuRef";
 constexpr size_t kAlign = 64;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -35,12 +34,6 @@ const KernelRegistry& kernels() {
 
 bool domain_ok(const sdk::NodeRef& node) {
   return node.domain().empty() || node.domain() == "ai.onnx" || node.op_type() == "Gelu";
-}
-
-size_t value_bytes(const bp_value_t& v) {
-  int64_t n = 1;
-  for (size_t i = 0; i < v.rank; ++i) n *= v.shape[i];
-  return static_cast<size_t>(n) * dtype_bytes(v.dtype);
 }
 
 // Builds the NodeInfo for node `index`; constant inputs are read through the
@@ -62,10 +55,10 @@ NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t in
     info.in_shapes.push_back(sdk::shape_of(v));
     if ((v.flags & BP_VALUE_CONSTANT) != 0 && v.data_key != nullptr) {
       held.push_back(host.weight(view.weights, v.data_key));
-      if (held.back().size() != value_bytes(v))
+      if (held.back().size() != sdk::byte_size(v))
         throw sdk::Error(BP_STATUS_CORRUPT_DATA, info.describe() + ": constant '" + v.name + "' has " +
                                                      std::to_string(held.back().size()) + " bytes, expected " +
-                                                     std::to_string(value_bytes(v)));
+                                                     std::to_string(sdk::byte_size(v)));
       info.in_constants.push_back(held.back().data());
     } else {
       info.in_constants.push_back(nullptr);
@@ -159,56 +152,28 @@ class RefCompiled : public sdk::CompiledPartition {
   size_t num_outputs() const { return num_outputs_; }
 
  private:
-  // Intermediate values get arena offsets; a value's bytes are reused once
-  // its last reader has run (first fit over the free list).
+  // Intermediate values get arena offsets (sdk::plan_arena): each lives from
+  // the step producing it to its last reader.
   void plan_arena(const bp_graph_view_t& view) {
-    std::vector<int> last_use(view.num_values, -1);
+    std::vector<size_t> last_use(view.num_values, 0);
     for (size_t s = 0; s < steps_.size(); ++s) {
       for (int32_t v : steps_[s].inputs)
-        if (v >= 0) last_use[v] = static_cast<int>(s);
+        if (v >= 0) last_use[v] = s;
       for (int32_t v : steps_[s].outputs)
-        if (v >= 0) last_use[v] = std::max(last_use[v], static_cast<int>(s));
+        if (v >= 0) last_use[v] = std::max(last_use[v], s);
     }
-    struct Block {
-      size_t offset, size;
-    };
-    std::vector<Block> free_list;
-    size_t top = 0;
-    auto allocate = [&](size_t size) {
-      for (size_t i = 0; i < free_list.size(); ++i)
-        if (free_list[i].size >= size) {
-          size_t offset = free_list[i].offset;
-          free_list[i].offset += size;
-          free_list[i].size -= size;
-          if (free_list[i].size == 0) free_list.erase(free_list.begin() + static_cast<long>(i));
-          return offset;
-        }
-      size_t offset = top;
-      top += size;
-      return offset;
-    };
-    std::vector<size_t> sizes(view.num_values, 0);
-    for (size_t s = 0; s < steps_.size(); ++s) {
+    std::vector<sdk::ArenaTensor> tensors;
+    std::vector<int32_t> placed;  // the value of each tensor
+    for (size_t s = 0; s < steps_.size(); ++s)
       for (int32_t v : steps_[s].outputs) {
         if (v < 0 || locations_[v].kind != Location::kNone) continue;
-        sizes[v] = align_up(std::max<size_t>(value_bytes(view.values[v]), 1));
-        locations_[v] = {Location::kArena, allocate(sizes[v]), nullptr};
+        locations_[v].kind = Location::kArena;
+        tensors.push_back({s, last_use[v], sdk::byte_size(view.values[v])});
+        placed.push_back(v);
       }
-      for (size_t v = 0; v < view.num_values; ++v)
-        if (last_use[v] == static_cast<int>(s) && locations_[v].kind == Location::kArena && sizes[v] > 0) {
-          free_list.push_back({locations_[v].index, sizes[v]});
-          sizes[v] = 0;
-        }
-      // Merge adjacent free blocks so large tensors can reuse them.
-      std::sort(free_list.begin(), free_list.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
-      std::vector<Block> merged;
-      for (const Block& b : free_list) {
-        if (!merged.empty() && merged.back().offset + merged.back().size == b.offset) merged.back().size += b.size;
-        else merged.push_back(b);
-      }
-      free_list = std::move(merged);
-    }
-    arena_bytes_ = top;
+    sdk::ArenaPlan plan = sdk::plan_arena(tensors, kAlign);
+    for (size_t t = 0; t < placed.size(); ++t) locations_[placed[t]].index = plan.offsets[t];
+    arena_bytes_ = plan.bytes;
   }
 
   sdk::Host host_;
@@ -280,22 +245,19 @@ std::unique_ptr<sdk::ExecContext> RefCompiled::create_context() { return std::ma
 
 class RefBackend : public sdk::Backend {
  public:
+  static constexpr sdk::BackendIdentity kIdentity{"CpuRef", "Backplane"};
+
+  // The reference kernels are single-threaded by design: the SDK's default
+  // configure accepts "num_threads" so one runtime-wide option can configure
+  // every backend, and nothing here reads it.
   explicit RefBackend(const bp_host_api_t* host) : sdk::Backend(host) {}
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
-    i.vendor = "Backplane";
     i.description = "portable reference CPU kernels (correctness oracle)";
     i.device_count = 0;
     i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SINGLE_OP | BP_BACKEND_FLAG_SERIALIZE;
     return i;
-  }
-
-  void configure(std::string_view key, std::string_view value) override {
-    // The reference kernels are single-threaded by design; the key is
-    // accepted so one runtime-wide option can configure every backend.
-    if (key == "num_threads") return;
-    sdk::Backend::configure(key, value);
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
@@ -345,9 +307,9 @@ class RefBackend : public sdk::Backend {
 
 #ifdef BACKPLANE_BACKEND_MODULE
 }  // namespace backplane::cpuref
-BP_DEFINE_BACKEND_ENTRY_POINTS("CpuRef", backplane::cpuref::RefBackend)
+BP_DEFINE_BACKEND_ENTRY_POINTS(backplane::cpuref::RefBackend)
 #else
 const bp_backend_api_t* static_table() { return sdk::backend_table<RefBackend>(); }
-const char* static_id() { return kBackendId; }
+const char* static_id() { return RefBackend::kIdentity.id; }
 }  // namespace backplane::cpuref
 #endif

@@ -5,40 +5,6 @@
 
 namespace backplane::cpuref {
 
-size_t dtype_bytes(bp_dtype_t dtype) {
-  switch (dtype) {
-    case BP_DTYPE_FLOAT32: return 4;
-    case BP_DTYPE_UINT8: return 1;
-    case BP_DTYPE_INT8: return 1;
-    case BP_DTYPE_INT32: return 4;
-    case BP_DTYPE_INT64: return 8;
-    case BP_DTYPE_BOOL: return 1;
-    case BP_DTYPE_FLOAT16: return 2;
-    case BP_DTYPE_UNDEFINED: return 0;
-  }
-  return 0;
-}
-
-const char* dtype_str(bp_dtype_t dtype) {
-  switch (dtype) {
-    case BP_DTYPE_FLOAT32: return "float32";
-    case BP_DTYPE_UINT8: return "uint8";
-    case BP_DTYPE_INT8: return "int8";
-    case BP_DTYPE_INT32: return "int32";
-    case BP_DTYPE_INT64: return "int64";
-    case BP_DTYPE_BOOL: return "bool";
-    case BP_DTYPE_FLOAT16: return "float16";
-    case BP_DTYPE_UNDEFINED: return "undefined";
-  }
-  return "unknown";
-}
-
-int64_t numel(const Dims& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
 int64_t normalize_axis(int64_t axis, int64_t rank, const NodeInfo& info) {
   if (axis < -rank || axis >= rank) {
     throw sdk::Error(BP_STATUS_INVALID_ARGUMENT,

@@ -78,9 +78,24 @@ void register_elementwise_kernels(KernelRegistry& registry); // arithmetic, acti
 void register_tensor_kernels(KernelRegistry& registry);      // shape/layout ops, gather, reductions
 
 // Shared helpers.
-size_t dtype_bytes(bp_dtype_t dtype);
-const char* dtype_str(bp_dtype_t dtype);
-int64_t numel(const Dims& dims);
+// The kernels use the SDK's sdk::dtype_size / dtype_name / element_count;
+// these short names stay for the kernel tests.
+inline size_t dtype_bytes(bp_dtype_t dtype) { return sdk::dtype_size(dtype); }
+inline const char* dtype_str(bp_dtype_t dtype) { return sdk::dtype_name(dtype); }
+inline int64_t numel(const Dims& dims) { return sdk::element_count(dims); }
+// The elements of a shape before `axis` (outer) and after it (inner): the
+// loop bounds of an operation along one axis.
+struct AxisSplit {
+  int64_t outer = 1, inner = 1;
+};
+inline AxisSplit split_at_axis(const Dims& dims, int64_t axis) {
+  AxisSplit s;
+  for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+    if (d < axis) s.outer *= dims[d];
+    if (d > axis) s.inner *= dims[d];
+  }
+  return s;
+}
 // Normalises a possibly negative axis against `rank`; throws on out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const NodeInfo& info);
 // Float16 <-> float32 (IEEE 754 binary16).

@@ -42,8 +42,8 @@ std::unique_ptr<Kernel> dispatch(bp_dtype_t dt, const NodeInfo& info, const char
   const bool found = ((dt == dtype_of<Ts>() ? (kernel = f(Ts{}), true) : false) || ...);
   if (!found) {
     std::string supported;
-    ((supported += (supported.empty() ? "" : ", ") + std::string(dtype_str(dtype_of<Ts>()))), ...);
-    throw sdk::unsupported(info.describe() + ": " + what + " dtype " + dtype_str(dt) +
+    ((supported += (supported.empty() ? "" : ", ") + std::string(sdk::dtype_name(dtype_of<Ts>()))), ...);
+    throw sdk::unsupported(info.describe() + ": " + what + " dtype " + sdk::dtype_name(dt) +
                            " is not supported (supported: " + supported + ")");
   }
   return kernel;

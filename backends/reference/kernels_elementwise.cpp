@@ -46,8 +46,8 @@ void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
   for (size_t i = first + 1; i <= last; ++i) {
     if (info.in_dtypes[i] != info.in_dtypes[first])
       throw sdk::invalid(info.describe() + ": input " + std::to_string(i) + " has dtype " +
-                         dtype_str(info.in_dtypes[i]) + " but input " + std::to_string(first) +
-                         " has " + dtype_str(info.in_dtypes[first]));
+                         sdk::dtype_name(info.in_dtypes[i]) + " but input " + std::to_string(first) +
+                         " has " + sdk::dtype_name(info.in_dtypes[first]));
   }
 }
 
@@ -68,7 +68,7 @@ struct Broadcast {
 Broadcast make_broadcast(const std::vector<Dims>& ins, const Dims& out, const NodeInfo& info) {
   Broadcast b;
   b.nin = ins.size();
-  b.total = numel(out);
+  b.total = sdk::element_count(out);
   const size_t rank = out.size();
   // Aligned strides of every input against the output.
   std::vector<std::array<int64_t, kMaxInputs>> st(rank);
@@ -443,8 +443,8 @@ inline T sigmoid(T x) {
 template <class... Ts, class Fn>
 std::unique_ptr<Kernel> unary(const NodeInfo& info, Fn fn) {
   require_inputs(info, 1);
-  const int64_t n = numel(info.out_shapes[0]);
-  if (numel(info.in_shapes[0]) != n)
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
+  if (sdk::element_count(info.in_shapes[0]) != n)
     throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) +
                        " differs from input shape " + dims_str(info.in_shapes[0]));
   return dispatch<Ts...>(info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
@@ -503,7 +503,7 @@ math_t<T> scalar_constant(const NodeInfo& info, size_t i) {
 
 std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
   require_inputs(info, 1);
-  const int64_t n = numel(info.out_shapes[0]);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bool attrs = info.node.opset() < 11;
   return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t>(
       info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
@@ -524,8 +524,8 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
             if (!info.has_input(i)) continue;
             if (info.in_dtypes[i] != info.in_dtypes[0])
               throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) + " has dtype " +
-                                 dtype_str(info.in_dtypes[i]) + ", expected " + dtype_str(info.in_dtypes[0]));
-            if (numel(info.in_shapes[i]) != 1)
+                                 sdk::dtype_name(info.in_dtypes[i]) + ", expected " + sdk::dtype_name(info.in_dtypes[0]));
+            if (sdk::element_count(info.in_shapes[i]) != 1)
               throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) + " must be a scalar");
             M& bound = i == 1 ? lo : hi;
             bool& at_run = i == 1 ? lo_run : hi_run;
@@ -554,11 +554,11 @@ std::unique_ptr<Kernel> make_pow(const NodeInfo& info) {
 
 std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
   require_inputs(info, 1);
-  const int64_t n = numel(info.out_shapes[0]);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bp_dtype_t to = info.out_dtypes[0];
   if (info.node.op_type() == "Cast" && info.node.has_attr("to") && info.node.attr_int("to", 0) != to)
     throw sdk::invalid(info.describe() + ": attribute 'to' (" + std::to_string(info.node.attr_int("to", 0)) +
-                       ") disagrees with the output dtype " + dtype_str(to));
+                       ") disagrees with the output dtype " + sdk::dtype_name(to));
   return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t, bool>(
       info.in_dtypes[0], info, "input", [&](auto in_tag) -> std::unique_ptr<Kernel> {
         using I = decltype(in_tag);
@@ -579,25 +579,25 @@ std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
 std::unique_ptr<Kernel> make_where(const NodeInfo& info) {
   require_inputs(info, 3);
   if (info.in_dtypes[0] != BP_DTYPE_BOOL)
-    throw sdk::invalid(info.describe() + ": condition has dtype " + std::string(dtype_str(info.in_dtypes[0])) +
+    throw sdk::invalid(info.describe() + ": condition has dtype " + std::string(sdk::dtype_name(info.in_dtypes[0])) +
                        ", expected bool");
   require_same_dtype(info, 1, 2);
   Broadcast plan =
       make_broadcast({info.in_shapes[0], info.in_shapes[1], info.in_shapes[2]}, info.out_shapes[0], info);
-  switch (dtype_bytes(info.in_dtypes[1])) {
+  switch (sdk::dtype_size(info.in_dtypes[1])) {
     case 1: return std::make_unique<WhereKernel<uint8_t>>(std::move(plan));
     case 2: return std::make_unique<WhereKernel<uint16_t>>(std::move(plan));
     case 4: return std::make_unique<WhereKernel<uint32_t>>(std::move(plan));
     case 8: return std::make_unique<WhereKernel<uint64_t>>(std::move(plan));
     default:
-      throw sdk::unsupported(info.describe() + ": dtype " + dtype_str(info.in_dtypes[1]) + " is not supported");
+      throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[1]) + " is not supported");
   }
 }
 
 std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
   require_inputs(info, 1);
-  return std::make_unique<CopyKernel>(static_cast<size_t>(numel(info.in_shapes[0])) *
-                                      dtype_bytes(info.in_dtypes[0]));
+  return std::make_unique<CopyKernel>(static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
+                                      sdk::dtype_size(info.in_dtypes[0]));
 }
 
 std::unique_ptr<Kernel> make_dropout(const NodeInfo& info) {
@@ -609,8 +609,8 @@ std::unique_ptr<Kernel> make_dropout(const NodeInfo& info) {
     if (*static_cast<const bool*>(training))
       throw sdk::unsupported(info.describe() + ": training-mode Dropout is not supported (inference only)");
   }
-  const size_t bytes = static_cast<size_t>(numel(info.in_shapes[0])) * dtype_bytes(info.in_dtypes[0]);
-  const int64_t n = numel(info.out_shapes[0]);
+  const size_t bytes = static_cast<size_t>(sdk::element_count(info.in_shapes[0])) * sdk::dtype_size(info.in_dtypes[0]);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bool mask = info.out_dtypes.size() > 1 && info.out_dtypes[1] != BP_DTYPE_UNDEFINED;
   if (!mask) return std::make_unique<DropoutKernel<bool>>(bytes, n, false);
   return dispatch<bool, float, f16>(info.out_dtypes[1], info, "mask", [&](auto tag) -> std::unique_ptr<Kernel> {
@@ -635,10 +635,9 @@ std::unique_ptr<Kernel> make_gelu(const NodeInfo& info) {
                          "' is not supported (expected 'none' or 'tanh')");
 }
 
-}  // namespace
+// The registrations, one function per family of operators.
 
-void register_elementwise_kernels(KernelRegistry& registry) {
-  // Arithmetic.
+void register_arithmetic(KernelRegistry& registry) {
   registry.add("Add", [](const NodeInfo& info) {
     return binary<false>(info, NumericTypes{}, [](auto a, auto b) { return wrap_add(a, b); });
   });
@@ -670,8 +669,9 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   registry.add("Mean", [](const NodeInfo& info) {
     return variadic(info, FloatTypes{}, [](auto a, auto b) { return a + b; }, true);
   });
+}
 
-  // Unary math.
+void register_unary_math(KernelRegistry& registry) {
   registry.add("Neg", [](const NodeInfo& info) {
     return unary_of(info, SignedTypes{}, [](auto x) { return wrap_sub(decltype(x)(0), x); });
   });
@@ -714,8 +714,9 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   registry.add("Erf", [](const NodeInfo& info) {
     return unary_of(info, FloatTypes{}, [](float x) { return std::erf(x); });
   });
+}
 
-  // Activations.
+void register_activations(KernelRegistry& registry) {
   registry.add("Relu", [](const NodeInfo& info) {
     return unary_of(info, SignedTypes{}, [](auto x) { return x > 0 ? x : decltype(x)(0); });
   });
@@ -759,8 +760,10 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   });
   registry.add("Gelu", make_gelu);
   registry.add("Clip", make_clip);
+}
 
-  // Comparison and logic (bool outputs).
+// Comparison and logic (bool outputs).
+void register_logic(KernelRegistry& registry) {
   registry.add("Equal", [](const NodeInfo& info) {
     return binary<true>(info, AllTypes{}, [](auto a, auto b) { return a == b; });
   });
@@ -788,7 +791,15 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   registry.add("Xor", [](const NodeInfo& info) {
     return binary<true>(info, Types<bool>{}, [](bool a, bool b) { return a != b; });
   });
+}
 
+}  // namespace
+
+void register_elementwise_kernels(KernelRegistry& registry) {
+  register_arithmetic(registry);
+  register_unary_math(registry);
+  register_activations(registry);
+  register_logic(registry);
   // Selection, copies and conversions.
   registry.add("Where", make_where);
   registry.add("Identity", make_copy);

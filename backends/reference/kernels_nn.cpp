@@ -50,13 +50,13 @@ void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
     if (!info.has_input(i)) continue;
     if (info.in_dtypes[i] != BP_DTYPE_FLOAT32)
       fail_unsupported(info, "input " + std::to_string(i) + " has dtype " +
-                                 dtype_str(info.in_dtypes[i]) + "; only float32 is supported");
+                                 sdk::dtype_name(info.in_dtypes[i]) + "; only float32 is supported");
   }
   for (size_t i : outputs) {
     if (!has_output(info, i)) continue;
     if (info.out_dtypes[i] != BP_DTYPE_FLOAT32)
       fail_unsupported(info, "output " + std::to_string(i) + " has dtype " +
-                                 dtype_str(info.out_dtypes[i]) + "; only float32 is supported");
+                                 sdk::dtype_name(info.out_dtypes[i]) + "; only float32 is supported");
   }
 }
 

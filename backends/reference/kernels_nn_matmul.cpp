@@ -146,7 +146,7 @@ std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
     as *= a_batch[d];
     bs *= b_batch[d];
   }
-  const int64_t count = numel(batch);
+  const int64_t count = sdk::element_count(batch);
   std::vector<int64_t> a_off, b_off;
   Dims idx(rank, 0);
   for (int64_t i = 0; i < count; ++i) {

@@ -80,10 +80,10 @@ std::unique_ptr<Kernel> make_batch_norm(const NodeInfo& info) {
     fail_unsupported(info, "is_test=0 (training) is not supported");
   const Dims& x = info.in_shapes[0];
   if (x.size() < 2) fail_invalid(info, "input " + dims_str(x) + " must have rank >= 2");
-  const int64_t c = x[1], s = numel(x) / std::max<int64_t>(1, x[0] * c);
-  int64_t p = numel(info.in_shapes[1]);
+  const int64_t c = x[1], s = sdk::element_count(x) / std::max<int64_t>(1, x[0] * c);
+  int64_t p = sdk::element_count(info.in_shapes[1]);
   for (size_t i = 2; i < 5; ++i)
-    if (numel(info.in_shapes[i]) != p)
+    if (sdk::element_count(info.in_shapes[i]) != p)
       fail_invalid(info, "scale, B, mean and var must have the same number of elements");
   if (p != c && p != c * s)
     fail_invalid(info, "parameters " + dims_str(info.in_shapes[1]) + " do not fit input " + dims_str(x));
@@ -112,7 +112,7 @@ std::vector<int64_t> broadcast_index(const NodeInfo& info, const Dims& from, con
     stride[d] = f[d] == 1 ? 0 : st;
     st *= f[d];
   }
-  std::vector<int64_t> index(static_cast<size_t>(numel(shape)));
+  std::vector<int64_t> index(static_cast<size_t>(sdk::element_count(shape)));
   Dims idx(shape.size(), 0);
   for (auto& out : index) {
     int64_t o = 0;
@@ -179,13 +179,13 @@ std::unique_ptr<Kernel> make_layer_norm(const NodeInfo& info) {
   const Dims norm_shape(x.begin() + axis, x.end());
   int64_t outer = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x[d];
-  const int64_t inner = numel(norm_shape);
+  const int64_t inner = sdk::element_count(norm_shape);
   std::vector<int64_t> scale_index = broadcast_index(info, info.in_shapes[1], norm_shape);
   std::vector<int64_t> bias_index;
   if (info.has_input(2)) bias_index = broadcast_index(info, info.in_shapes[2], norm_shape);
   const bool mean_out = has_output(info, 1), inv_std_out = has_output(info, 2);
-  if ((mean_out && numel(info.out_shapes[1]) != outer) ||
-      (inv_std_out && numel(info.out_shapes[2]) != outer))
+  if ((mean_out && sdk::element_count(info.out_shapes[1]) != outer) ||
+      (inv_std_out && sdk::element_count(info.out_shapes[2]) != outer))
     fail_invalid(info, "Mean/InvStdDev outputs must have " + std::to_string(outer) + " elements");
   return std::make_unique<LayerNormKernel>(outer, inner, info.node.attr_float("epsilon", 1e-5f),
                                            info.has_input(2), std::move(scale_index),
@@ -229,9 +229,9 @@ std::unique_ptr<Kernel> make_instance_norm(const NodeInfo& info) {
   const Dims& x = info.in_shapes[0];
   if (x.size() < 3) fail_invalid(info, "input " + dims_str(x) + " must have rank >= 3");
   const int64_t c = x[1];
-  if (numel(info.in_shapes[1]) != c || numel(info.in_shapes[2]) != c)
+  if (sdk::element_count(info.in_shapes[1]) != c || sdk::element_count(info.in_shapes[2]) != c)
     fail_invalid(info, "scale and B must have " + std::to_string(c) + " elements");
-  return std::make_unique<InstanceNormKernel>(x[0], c, numel(x) / std::max<int64_t>(1, x[0] * c),
+  return std::make_unique<InstanceNormKernel>(x[0], c, sdk::element_count(x) / std::max<int64_t>(1, x[0] * c),
                                               info.node.attr_float("epsilon", 1e-5f));
 }
 

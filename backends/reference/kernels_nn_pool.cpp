@@ -217,9 +217,9 @@ std::unique_ptr<Kernel> make_global_pool(const NodeInfo& info, bool max) {
   const Dims& x = info.in_shapes[0];
   if (x.size() < 2) fail_invalid(info, "input " + dims_str(x) + " must have rank >= 2");
   const int64_t planes = x[0] * x[1];
-  if (numel(info.out_shapes[0]) != planes)
+  if (sdk::element_count(info.out_shapes[0]) != planes)
     fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " does not fit input " + dims_str(x));
-  return std::make_unique<GlobalPoolKernel>(planes, planes == 0 ? 0 : numel(x) / planes, max);
+  return std::make_unique<GlobalPoolKernel>(planes, planes == 0 ? 0 : sdk::element_count(x) / planes, max);
 }
 
 }  // namespace

@@ -233,10 +233,10 @@ AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, floa
   return a;
 }
 
-std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
+// Input X, its shape and the output's.
+void check_resize_shapes(const NodeInfo& info) {
   if (!info.has_input(0)) fail_invalid(info, "needs input X");
   require_float32(info, {0}, {0});
-  const int64_t opset = info.node.opset();
   const Dims& x = info.in_shapes[0];
   const Dims& y = info.out_shapes[0];
   const size_t rank = x.size();
@@ -245,7 +245,11 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
   if (rank > kMaxRank) fail_unsupported(info, "rank above " + std::to_string(kMaxRank) + " is not supported");
   for (size_t d = 0; d < rank; ++d)
     if (x[d] == 0 && y[d] != 0) fail_invalid(info, "cannot resize an empty dim to a non-empty one");
+}
 
+// The attributes: mode, coordinate transformation, nearest rounding, cubic.
+ResizeParams resize_params(const NodeInfo& info) {
+  const int64_t opset = info.node.opset();
   if (info.node.has_attr("axes")) fail_unsupported(info, "the 'axes' attribute is not supported");
   if (info.node.attr_int("antialias", 0) != 0) fail_unsupported(info, "antialias=1 is not supported");
   if (info.node.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
@@ -275,14 +279,22 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
   else fail_unsupported(info, "nearest_mode '" + nearest + "' is not supported");
   p.cubic_a = info.node.attr_float("cubic_coeff_a", -0.75f);
   p.exclude_outside = info.node.attr_int("exclude_outside", 0) != 0;
+  return p;
+}
 
+// Per axis: the constant scales input, or the output/input size ratio.
+std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p) {
+  const int64_t opset = info.node.opset();
+  const Dims& x = info.in_shapes[0];
+  const Dims& y = info.out_shapes[0];
+  const size_t rank = x.size();
   // Resize-10: (X, scales). Resize-11+: (X, roi, scales, sizes).
   const size_t scales_at = opset >= 11 ? 2 : 1;
-  const bool has_scales = info.has_input(scales_at) && numel(info.in_shapes[scales_at]) > 0;
+  const bool has_scales = info.has_input(scales_at) && sdk::element_count(info.in_shapes[scales_at]) > 0;
   std::vector<float> scales(rank);
   if (has_scales) {
     if (info.in_dtypes[scales_at] != BP_DTYPE_FLOAT32) fail_invalid(info, "scales must be float32");
-    if (numel(info.in_shapes[scales_at]) != static_cast<int64_t>(rank))
+    if (sdk::element_count(info.in_shapes[scales_at]) != static_cast<int64_t>(rank))
       fail_invalid(info, "scales must have " + std::to_string(rank) + " values");
     const void* data = info.constant(scales_at);
     if (data == nullptr)
@@ -297,16 +309,32 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
     for (size_t d = 0; d < rank; ++d)
       scales[d] = x[d] == 0 ? 1.0f : static_cast<float>(y[d]) / static_cast<float>(x[d]);
   }
+  return scales;
+}
 
+// The region of interest (starts, then ends): the whole input unless
+// tf_crop_and_resize gives one.
+std::vector<float> resize_roi(const NodeInfo& info, const ResizeParams& p, size_t rank) {
   std::vector<float> roi(2 * rank, 0.0f);
   for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0f;
   if (p.coord == Coord::kTfCropAndResize) {
-    if (!info.has_input(1) || numel(info.in_shapes[1]) != static_cast<int64_t>(2 * rank))
+    if (!info.has_input(1) || sdk::element_count(info.in_shapes[1]) != static_cast<int64_t>(2 * rank))
       fail_invalid(info, "tf_crop_and_resize needs roi with " + std::to_string(2 * rank) + " values");
     if (info.in_dtypes[1] != BP_DTYPE_FLOAT32) fail_unsupported(info, "roi must be float32");
     if (info.constant(1) == nullptr) fail_unsupported(info, "roi must be a constant");
     std::memcpy(roi.data(), info.constant(1), 2 * rank * sizeof(float));
   }
+  return roi;
+}
+
+std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
+  check_resize_shapes(info);
+  const Dims& x = info.in_shapes[0];
+  const Dims& y = info.out_shapes[0];
+  const size_t rank = x.size();
+  ResizeParams p = resize_params(info);
+  const std::vector<float> scales = resize_scales(info, p);
+  const std::vector<float> roi = resize_roi(info, p, rank);
 
   std::vector<AxisTaps> axes;
   int64_t stride = 1;

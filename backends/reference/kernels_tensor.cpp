@@ -21,8 +21,8 @@ namespace backplane::cpuref {
 namespace {
 
 size_t elem_size(const NodeInfo& info, bp_dtype_t dtype) {
-  const size_t size = dtype_bytes(dtype);
-  if (size == 0) throw sdk::unsupported(info.describe() + ": dtype " + dtype_str(dtype) + " is not supported");
+  const size_t size = sdk::dtype_size(dtype);
+  if (size == 0) throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) + " is not supported");
   return size;
 }
 
@@ -42,7 +42,7 @@ Dims read_int_constant(const NodeInfo& info, size_t i, const char* what) {
   if (data == nullptr)
     throw sdk::unsupported(info.describe() + ": input '" + what +
                            "' must be a constant (computed at run time is not supported)");
-  const int64_t n = numel(info.in_shapes[i]);
+  const int64_t n = sdk::element_count(info.in_shapes[i]);
   Dims out(static_cast<size_t>(n));
   if (info.in_dtypes[i] == BP_DTYPE_INT64) {
     std::memcpy(out.data(), data, static_cast<size_t>(n) * sizeof(int64_t));
@@ -50,7 +50,7 @@ Dims read_int_constant(const NodeInfo& info, size_t i, const char* what) {
     const int32_t* p = static_cast<const int32_t*>(data);
     for (int64_t k = 0; k < n; ++k) out[k] = p[k];
   } else {
-    throw sdk::invalid(info.describe() + ": input '" + what + "' has dtype " + dtype_str(info.in_dtypes[i]) +
+    throw sdk::invalid(info.describe() + ": input '" + what + "' has dtype " + sdk::dtype_name(info.in_dtypes[i]) +
                        ", expected int32 or int64");
   }
   return out;
@@ -90,11 +90,11 @@ struct Odometer {
 
 std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
   require_inputs(info, 1);
-  if (numel(info.in_shapes[0]) != numel(info.out_shapes[0]))
+  if (sdk::element_count(info.in_shapes[0]) != sdk::element_count(info.out_shapes[0]))
     throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) + " has " +
-                       std::to_string(numel(info.out_shapes[0])) + " elements but input shape " +
-                       dims_str(info.in_shapes[0]) + " has " + std::to_string(numel(info.in_shapes[0])));
-  return std::make_unique<CopyKernel>(static_cast<size_t>(numel(info.in_shapes[0])) *
+                       std::to_string(sdk::element_count(info.out_shapes[0])) + " elements but input shape " +
+                       dims_str(info.in_shapes[0]) + " has " + std::to_string(sdk::element_count(info.in_shapes[0])));
+  return std::make_unique<CopyKernel>(static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
                                       elem_size(info, info.in_dtypes[0]));
 }
 
@@ -116,7 +116,7 @@ struct Strided {
 Strided make_strided(const Dims& dims, const Dims& strides, int64_t offset, const NodeInfo& info) {
   Strided p;
   p.offset = offset;
-  p.total = numel(dims);
+  p.total = sdk::element_count(dims);
   for (size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 1) continue;
     if (!p.dims.empty() && p.strides.back() == strides[d] * dims[d]) {
@@ -345,16 +345,14 @@ std::unique_ptr<Kernel> make_concat(const NodeInfo& info) {
   const Dims& out = info.out_shapes[0];
   const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(out.size()), info);
   const size_t esize = elem_size(info, info.in_dtypes[0]);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= out[d];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < out.size(); ++d) inner *= out[d];
+  const auto [outer, inner] = split_at_axis(out, axis);
   std::vector<size_t> chunks;
   int64_t total = 0;
   for (size_t k = 0; k < n; ++k) {
     const Dims& in = info.in_shapes[k];
     if (info.in_dtypes[k] != info.in_dtypes[0])
       throw sdk::invalid(info.describe() + ": input " + std::to_string(k) + " has dtype " +
-                         dtype_str(info.in_dtypes[k]) + ", expected " + dtype_str(info.in_dtypes[0]));
+                         sdk::dtype_name(info.in_dtypes[k]) + ", expected " + sdk::dtype_name(info.in_dtypes[0]));
     bool ok = in.size() == out.size();
     for (size_t d = 0; ok && d < in.size(); ++d)
       if (static_cast<int64_t>(d) != axis && in[d] != out[d]) ok = false;
@@ -397,9 +395,7 @@ std::unique_ptr<Kernel> make_split(const NodeInfo& info) {
   const Dims& in = info.in_shapes[0];
   const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(in.size()), info);
   const size_t esize = elem_size(info, info.in_dtypes[0]);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= in[d];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < in.size(); ++d) inner *= in[d];
+  const auto [outer, inner] = split_at_axis(in, axis);
   std::vector<size_t> chunks;
   int64_t total = 0;
   for (size_t k = 0; k < info.out_shapes.size(); ++k) {
@@ -461,10 +457,8 @@ std::unique_ptr<Kernel> make_gather(const NodeInfo& info) {
   const Dims& data = info.in_shapes[0];
   const int64_t rank = static_cast<int64_t>(data.size());
   const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), rank, info);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= data[d];
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= data[d];
-  const int64_t count = numel(info.in_shapes[1]);
+  const auto [outer, inner] = split_at_axis(data, axis);
+  const int64_t count = sdk::element_count(info.in_shapes[1]);
   Dims expect(data.begin(), data.begin() + axis);
   expect.insert(expect.end(), info.in_shapes[1].begin(), info.in_shapes[1].end());
   expect.insert(expect.end(), data.begin() + axis + 1, data.end());
@@ -474,7 +468,7 @@ std::unique_ptr<Kernel> make_gather(const NodeInfo& info) {
     return std::make_unique<GatherKernel<int64_t>>(outer, data[axis], count, block, info.describe());
   if (info.in_dtypes[1] == BP_DTYPE_INT32)
     return std::make_unique<GatherKernel<int32_t>>(outer, data[axis], count, block, info.describe());
-  throw sdk::unsupported(info.describe() + ": indices dtype " + dtype_str(info.in_dtypes[1]) +
+  throw sdk::unsupported(info.describe() + ": indices dtype " + sdk::dtype_name(info.in_dtypes[1]) +
                          " is not supported (int32, int64)");
 }
 
@@ -502,10 +496,10 @@ std::vector<uint8_t> to_bytes(const T* data, size_t count) {
 }
 
 void check_bytes_for_output(const NodeInfo& info, size_t bytes) {
-  const size_t expect = static_cast<size_t>(numel(info.out_shapes[0])) * dtype_bytes(info.out_dtypes[0]);
+  const size_t expect = static_cast<size_t>(sdk::element_count(info.out_shapes[0])) * sdk::dtype_size(info.out_dtypes[0]);
   if (bytes != expect)
     throw sdk::invalid(info.describe() + ": value has " + std::to_string(bytes) + " bytes but output " +
-                       dims_str(info.out_shapes[0]) + " of " + dtype_str(info.out_dtypes[0]) + " needs " +
+                       dims_str(info.out_shapes[0]) + " of " + sdk::dtype_name(info.out_dtypes[0]) + " needs " +
                        std::to_string(expect));
 }
 
@@ -529,7 +523,7 @@ std::unique_ptr<Kernel> make_shape(const NodeInfo& info) {
 
 std::unique_ptr<Kernel> make_size(const NodeInfo& info) {
   require_inputs(info, 1);
-  const int64_t n = numel(info.in_shapes[0]);
+  const int64_t n = sdk::element_count(info.in_shapes[0]);
   if (info.out_dtypes[0] != BP_DTYPE_INT64) throw sdk::invalid(info.describe() + ": output dtype must be int64");
   return std::make_unique<BytesKernel>(to_bytes(&n, 1));
 }
@@ -566,8 +560,8 @@ std::unique_ptr<Kernel> make_constant(const NodeInfo& info) {
                            "(not sparse_value or strings)");
   }
   if (dtype != info.out_dtypes[0])
-    throw sdk::invalid(info.describe() + ": value has dtype " + dtype_str(dtype) + " but the output is " +
-                       dtype_str(info.out_dtypes[0]));
+    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(dtype) + " but the output is " +
+                       sdk::dtype_name(info.out_dtypes[0]));
   check_bytes_for_output(info, bytes.size());
   return std::make_unique<BytesKernel>(std::move(bytes));
 }
@@ -600,7 +594,7 @@ std::unique_ptr<Kernel> make_fill(const NodeInfo& info, int64_t n, const void* v
 
 std::unique_ptr<Kernel> make_constant_of_shape(const NodeInfo& info) {
   if (info.out_shapes.empty()) throw sdk::invalid(info.describe() + ": the node has no output");
-  const int64_t n = numel(info.out_shapes[0]);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bp_attribute_t* a = info.node.find_attr("value");
   if (a == nullptr) {
     if (info.out_dtypes[0] != BP_DTYPE_FLOAT32)
@@ -614,8 +608,8 @@ std::unique_ptr<Kernel> make_constant_of_shape(const NodeInfo& info) {
   if (a->t->size_bytes != esize)
     throw sdk::invalid(info.describe() + ": attribute 'value' must hold exactly one element");
   if (a->t->dtype != info.out_dtypes[0])
-    throw sdk::invalid(info.describe() + ": value has dtype " + dtype_str(a->t->dtype) + " but the output is " +
-                       dtype_str(info.out_dtypes[0]));
+    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(a->t->dtype) + " but the output is " +
+                       sdk::dtype_name(info.out_dtypes[0]));
   return make_fill(info, n, a->t->data, esize);
 }
 
@@ -643,7 +637,7 @@ class PadKernel final : public Kernel {
     E* out = static_cast<E*>(outputs[0]);
     const E value = p_.value_at_run ? *static_cast<const E*>(inputs[2]) : p_.value;
     const int rank = static_cast<int>(p_.out.size());
-    if (numel(p_.out) == 0) return;
+    if (sdk::element_count(p_.out) == 0) return;
     if (rank == 0) {
       out[0] = in[0];
       return;
@@ -742,7 +736,7 @@ std::vector<uint8_t> value_bytes(bp_dtype_t dtype, double v, const NodeInfo& inf
     case BP_DTYPE_INT32: { const auto x = static_cast<int32_t>(v); return to_bytes(&x, 1); }
     case BP_DTYPE_INT64: { const auto x = static_cast<int64_t>(v); return to_bytes(&x, 1); }
     case BP_DTYPE_BOOL: { const uint8_t x = v != 0; return to_bytes(&x, 1); }
-    default: throw sdk::unsupported(info.describe() + ": dtype " + dtype_str(dtype) + " is not supported");
+    default: throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) + " is not supported");
   }
 }
 
@@ -765,7 +759,7 @@ std::unique_ptr<Kernel> make_pad(const NodeInfo& info) {
     if (info.has_input(2)) {
       if (info.in_dtypes[2] != info.in_dtypes[0])
         throw sdk::invalid(info.describe() + ": constant_value dtype differs from the data dtype");
-      if (numel(info.in_shapes[2]) != 1)
+      if (sdk::element_count(info.in_shapes[2]) != 1)
         throw sdk::invalid(info.describe() + ": constant_value must be a scalar");
       if (info.constant(2) != nullptr)
         std::memcpy(value.data(), info.constant(2), value.size());
@@ -818,7 +812,7 @@ class RangeKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_range(const NodeInfo& info) {
   require_inputs(info, 3);
-  const int64_t n = numel(info.out_shapes[0]);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
   const void* start = info.constant(0);
   const void* delta = info.constant(2);
   switch (info.in_dtypes[0]) {
@@ -826,7 +820,7 @@ std::unique_ptr<Kernel> make_range(const NodeInfo& info) {
     case BP_DTYPE_INT32: return std::make_unique<RangeKernel<int32_t>>(n, start, delta);
     case BP_DTYPE_INT64: return std::make_unique<RangeKernel<int64_t>>(n, start, delta);
     default:
-      throw sdk::unsupported(info.describe() + ": dtype " + dtype_str(info.in_dtypes[0]) +
+      throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[0]) +
                              " is not supported (float32, int32, int64)");
   }
 }
@@ -870,7 +864,7 @@ std::unique_ptr<Kernel> make_trilu(const NodeInfo& info) {
   const Dims& in = info.in_shapes[0];
   if (in.size() < 2) throw sdk::invalid(info.describe() + ": input rank must be at least 2");
   const int64_t rows = in[in.size() - 2], cols = in[in.size() - 1];
-  const int64_t batch = rows * cols == 0 ? 0 : numel(in) / (rows * cols);
+  const int64_t batch = rows * cols == 0 ? 0 : sdk::element_count(in) / (rows * cols);
   const bool upper = info.node.attr_int("upper", 1) != 0;
   const bool has_k = info.has_input(1);
   const bp_dtype_t k_dtype = has_k ? info.in_dtypes[1] : BP_DTYPE_INT64;
@@ -992,7 +986,7 @@ class ReduceKernel final : public Kernel {
 
 ReducePlan make_reduce_plan(const Dims& in, const std::vector<bool>& reduced, const NodeInfo& info) {
   ReducePlan p;
-  p.in_total = numel(in);
+  p.in_total = sdk::element_count(in);
   std::vector<int64_t> dims;
   std::vector<bool> red;
   for (size_t d = 0; d < in.size(); ++d) {
@@ -1026,7 +1020,7 @@ ReducePlan make_reduce_plan(const Dims& in, const std::vector<bool>& reduced, co
   for (int64_t d : p.dims) p.rows *= d;
   if (p.in_total == 0) {
     // Nothing to read; every output gets init/finish.
-    p.out_total = numel(info.out_shapes[0]);
+    p.out_total = sdk::element_count(info.out_shapes[0]);
     p.rows = 0;
   }
   return p;

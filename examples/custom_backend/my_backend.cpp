@@ -11,8 +11,10 @@
 // What to keep when you copy this file:
 //   1. a class deriving from backplane::sdk::Backend (info, query_support,
 //      compile), a CompiledPartition and an ExecContext;
-//   2. BP_DEFINE_BACKEND_ENTRY_POINTS at the end, which exports GetBackendId,
-//      GetVersion and BackendFactory with C linkage.
+//   2. its kIdentity: id, vendor (and optionally a score function and the API
+//      version), declared once;
+//   3. BP_DEFINE_BACKEND_ENTRY_POINTS at the end, which exports GetBackendId,
+//      GetVersion, GetBackendScore and BackendFactory with C linkage.
 // The SDK turns any exception you throw into a status for the runtime
 // (sdk::Error keeps its code), so nothing unwinds across the C boundary.
 #include <backplane/backend_sdk.hpp>
@@ -24,8 +26,6 @@
 
 namespace example {
 namespace sdk = backplane::sdk;
-
-constexpr const char* kId = "MyAcc";
 
 // Why this backend cannot run node `n` of `view`; "" if it can.
 std::string why_not(const bp_graph_view_t& view, size_t n) {
@@ -44,11 +44,7 @@ std::string why_not(const bp_graph_view_t& view, size_t n) {
   return "";
 }
 
-size_t numel(const bp_value_t& v) {
-  size_t n = 1;
-  for (size_t i = 0; i < v.rank; ++i) n *= static_cast<size_t>(v.shape[i]);
-  return n;
-}
+size_t numel(const bp_value_t& v) { return static_cast<size_t>(sdk::element_count(v)); }
 
 // Where a value's floats are during one execute().
 struct Slot {
@@ -97,7 +93,7 @@ class Compiled : public sdk::CompiledPartition {
         // Weights are never copied into the view: ask the NamedDataMap. The
         // buffer stays valid while we hold it (sdk::Weight frees it).
         weights_.push_back(host.weight(view.weights, value.data_key));
-        if (weights_.back().size() != numel(value) * sizeof(float))
+        if (weights_.back().size() != sdk::byte_size(value))
           throw sdk::Error(BP_STATUS_CORRUPT_DATA, "constant '" + std::string(value.name) + "' has the wrong size");
         slots_[v] = {Slot::kConstant, 0, weights_.back().as<float>()};
       } else {
@@ -157,23 +153,25 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
 
 class MyAccBackend : public sdk::Backend {
  public:
+  // Who this backend is, in one place: the id (GetBackendId; the file name
+  // must agree) and the vendor (get_info). A score function and an older API
+  // version can be given here too.
+  static constexpr sdk::BackendIdentity kIdentity{"MyAcc", "Example"};
+
   explicit MyAccBackend(const bp_host_api_t* host) : sdk::Backend(host) {
     // One instance per Runtime. Refuse here (throw) if the device is missing.
-    this->host().log(BP_LOG_DEBUG, kId, "instance created");
+    this->host().log(BP_LOG_DEBUG, kIdentity.id, "instance created");
   }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
-    i.vendor = "Example";  // static storage
     i.description = "example out-of-tree backend: Relu, Add (float32)";
     i.flags = BP_BACKEND_FLAG_COMPILE;
     return i;
   }
 
-  void configure(std::string_view key, std::string_view /*value*/) override {
-    if (key == "num_threads") return;  // single-threaded kernels: nothing to do
-    sdk::Backend::configure(key, "");  // throws "unknown configuration key"
-  }
+  // configure: the SDK's default accepts "num_threads" (these kernels are
+  // single-threaded, so nothing reads it) and rejects unknown keys.
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
     for (size_t n = 0; n < view.num_nodes; ++n) {
@@ -196,7 +194,8 @@ class MyAccBackend : public sdk::Backend {
 
 }  // namespace example
 
-// The three entry points (C linkage, exported): GetBackendId() returns "MyAcc",
-// GetVersion() the backend API version of the headers compiled against, and
+// The entry points (C linkage, exported), from MyAccBackend::kIdentity:
+// GetBackendId() returns "MyAcc", GetVersion() the backend API version of the
+// headers compiled against, GetBackendScore() 1 (no score function), and
 // BackendFactory() the function table wrapping example::MyAccBackend.
-BP_DEFINE_BACKEND_ENTRY_POINTS("MyAcc", example::MyAccBackend)
+BP_DEFINE_BACKEND_ENTRY_POINTS(example::MyAccBackend)

@@ -1,10 +1,22 @@
 // backend_sdk.hpp — header-only C++17 helpers for backend authors.
 //
 // Built only on backend_abi.h. Write a backend as a C++ class deriving from
-// backplane::sdk::Backend, then expose it with
+// backplane::sdk::Backend that declares who it is in one place,
 //
-//   BP_DEFINE_BACKEND_ENTRY_POINTS("MyAcc", my::MyBackend)   // a shared object
-//   or backplane::sdk::backend_table<my::MyBackend>()          // a static table
+//   class MyBackend : public backplane::sdk::Backend {
+//    public:
+//     static constexpr backplane::sdk::BackendIdentity kIdentity{"MyAcc", "Example"};
+//     ...
+//   };
+//
+// then expose it with
+//
+//   BP_DEFINE_BACKEND_ENTRY_POINTS(my::MyBackend)     // a shared object
+//   or backplane::sdk::backend_table<my::MyBackend>()  // a static table
+//
+// kIdentity gives the id (GetBackendId), the API version built against
+// (GetVersion and the table's api_major/api_minor/struct_size), the optional
+// score (GetBackendScore) and the vendor of get_info.
 //
 // Every slot of the table is a noexcept trampoline: a C++ exception thrown by
 // your code becomes a status object (sdk::Error keeps its code; anything else is
@@ -17,6 +29,7 @@
 #include <backplane/backend_abi.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -25,6 +38,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,6 +64,136 @@ inline Error unimplemented(const std::string& what) {
   return Error(BP_STATUS_UNIMPLEMENTED, what + " is not implemented by this backend");
 }
 inline Error invalid(const std::string& what) { return Error(BP_STATUS_INVALID_ARGUMENT, what); }
+
+// ---------------------------------------------------------------------------
+// Identity: one declaration per backend
+// ---------------------------------------------------------------------------
+
+// Who a backend is. Declare it once, as `static constexpr BackendIdentity
+// kIdentity{...}` in the backend class (or as a namespace constant passed to
+// BP_DEFINE_BACKEND_ENTRY_POINTS_FOR); the SDK derives every entry point, the
+// function table's version and bp_backend_info_t.vendor from it.
+struct BackendIdentity {
+  const char* id;                 // GetBackendId: [A-Za-z0-9]+, the <Id> of the file name
+  const char* vendor;             // bp_backend_info_t.vendor unless info() sets one
+  uint32_t (*score)() = nullptr;  // GetBackendScore: 0 = cannot run on this machine;
+                                  // nullptr = 1, what the runtime assumes without one
+  uint32_t api_major = BP_API_VERSION_MAJOR;  // GetVersion: the API built against
+  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 or 1 with this header)
+};
+
+// ---------------------------------------------------------------------------
+// Element types and sizes
+// ---------------------------------------------------------------------------
+
+// Bytes per element of `dtype`; 0 for BP_DTYPE_UNDEFINED and unknown values.
+constexpr size_t dtype_size(bp_dtype_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_FLOAT32: return 4;
+    case BP_DTYPE_UINT8: return 1;
+    case BP_DTYPE_INT8: return 1;
+    case BP_DTYPE_INT32: return 4;
+    case BP_DTYPE_INT64: return 8;
+    case BP_DTYPE_BOOL: return 1;
+    case BP_DTYPE_FLOAT16: return 2;
+    case BP_DTYPE_UNDEFINED: return 0;
+  }
+  return 0;
+}
+
+// "float32", "int64", ...; "unknown" for a value the header does not name.
+constexpr const char* dtype_name(bp_dtype_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_FLOAT32: return "float32";
+    case BP_DTYPE_UINT8: return "uint8";
+    case BP_DTYPE_INT8: return "int8";
+    case BP_DTYPE_INT32: return "int32";
+    case BP_DTYPE_INT64: return "int64";
+    case BP_DTYPE_BOOL: return "bool";
+    case BP_DTYPE_FLOAT16: return "float16";
+    case BP_DTYPE_UNDEFINED: return "undefined";
+  }
+  return "unknown";
+}
+
+// The number of elements of a shape: the product of its dims, 1 for rank 0.
+inline int64_t element_count(const int64_t* shape, size_t rank) {
+  int64_t n = 1;
+  for (size_t i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+inline int64_t element_count(const std::vector<int64_t>& shape) { return element_count(shape.data(), shape.size()); }
+inline int64_t element_count(const bp_value_t& v) { return element_count(v.shape, v.rank); }
+inline int64_t element_count(const bp_tensor_t& t) { return element_count(t.shape, t.rank); }
+
+// The bytes of a dense value: element_count * dtype_size.
+inline size_t byte_size(const bp_value_t& v) { return static_cast<size_t>(element_count(v)) * dtype_size(v.dtype); }
+
+// ---------------------------------------------------------------------------
+// Arena planning: intermediate tensors sharing one allocation
+// ---------------------------------------------------------------------------
+
+// One tensor of a partition's arena: the steps that use it (first..last,
+// inclusive, first <= last) and its bytes.
+struct ArenaTensor {
+  size_t first = 0, last = 0;
+  size_t size = 0;
+};
+
+struct ArenaPlan {
+  std::vector<size_t> offsets;  // per tensor, a multiple of the alignment
+  size_t bytes = 0;             // the arena's size
+};
+
+// Places `tensors` first fit over a free list: in order of their first step
+// (ties in the given order), each takes `alignment`-rounded bytes (at least
+// one alignment unit), which are free again once its last step has run.
+// Adjacent free blocks merge, so a large tensor can reuse several small ones.
+inline ArenaPlan plan_arena(const std::vector<ArenaTensor>& tensors, size_t alignment) {
+  struct Block {
+    size_t offset, size;
+  };
+  auto rounded = [&](size_t n) { return (std::max<size_t>(n, 1) + alignment - 1) / alignment * alignment; };
+  ArenaPlan plan;
+  plan.offsets.assign(tensors.size(), 0);
+  std::vector<size_t> order(tensors.size());
+  size_t steps = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    order[t] = t;
+    steps = std::max(steps, tensors[t].last + 1);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return tensors[a].first < tensors[b].first; });
+  std::vector<std::vector<size_t>> ending(steps);
+  for (size_t t : order) ending[tensors[t].last].push_back(t);
+  std::vector<Block> free_list;
+  size_t next = 0;
+  for (size_t s = 0; s < steps; ++s) {
+    for (; next < order.size() && tensors[order[next]].first == s; ++next) {
+      const size_t size = rounded(tensors[order[next]].size);
+      size_t& offset = plan.offsets[order[next]];
+      auto fit = std::find_if(free_list.begin(), free_list.end(), [&](const Block& b) { return b.size >= size; });
+      if (fit == free_list.end()) {
+        offset = plan.bytes;
+        plan.bytes += size;
+        continue;
+      }
+      offset = fit->offset;
+      fit->offset += size;
+      fit->size -= size;
+      if (fit->size == 0) free_list.erase(fit);
+    }
+    for (size_t t : ending[s]) free_list.push_back({plan.offsets[t], rounded(tensors[t].size)});
+    std::sort(free_list.begin(), free_list.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
+    std::vector<Block> merged;
+    for (const Block& b : free_list) {
+      if (!merged.empty() && merged.back().offset + merged.back().size == b.offset) merged.back().size += b.size;
+      else merged.push_back(b);
+    }
+    free_list = std::move(merged);
+  }
+  return plan;
+}
 
 // ---------------------------------------------------------------------------
 // Host: thin wrapper over the host table
@@ -247,8 +391,27 @@ class Backend {
   const Host& host() const { return host_; }
 
   virtual bp_backend_info_t info() = 0;
-  virtual void configure(std::string_view key, std::string_view /*value*/) {
+  // One key=value setting, before any compile. This default accepts
+  // "num_threads" (a non-negative integer, read back with num_threads()) and
+  // rejects any other key with BP_STATUS_INVALID_ARGUMENT, as backend_abi.h
+  // asks. A backend with keys of its own handles them and passes the rest here.
+  virtual void configure(std::string_view key, std::string_view value) {
+    if (key == "num_threads") {
+      int n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 0)
+        throw invalid("num_threads: '" + std::string(value) + "' is not a non-negative integer");
+      num_threads_ = static_cast<uint32_t>(n);
+      return;
+    }
     throw invalid("unknown configuration key '" + std::string(key) + "'");
+  }
+  // The thread count configure("num_threads") set; 0 if none (backend default).
+  uint32_t num_threads() const { return num_threads_; }
+  // The thread count a compile should use: the configured one, else the
+  // compile options' (0 = backend default).
+  uint32_t num_threads(const bp_compile_options_t& options) const {
+    return num_threads_ > 0 ? num_threads_ : options.num_threads;
   }
   virtual void query_support(const bp_graph_view_t& view, NodeReport& report) = 0;
   virtual std::unique_ptr<CompiledPartition> compile(const bp_graph_view_t& view,
@@ -288,6 +451,7 @@ class Backend {
 
  private:
   Host host_;
+  uint32_t num_threads_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -295,6 +459,42 @@ class Backend {
 // ---------------------------------------------------------------------------
 
 namespace detail {
+
+// B::kIdentity if B declares one, else nullptr (a table without entry points,
+// e.g. a test's).
+template <class B, class = void>
+struct IdentityOf {
+  static constexpr const BackendIdentity* value = nullptr;
+};
+template <class B>
+struct IdentityOf<B, std::void_t<decltype(B::kIdentity)>> {
+  static constexpr const BackendIdentity* value = &B::kIdentity;
+};
+
+// B's identity, or (without one) an identity of this header's API version.
+template <class B>
+constexpr BackendIdentity version_of() {
+  return IdentityOf<B>::value != nullptr ? *IdentityOf<B>::value : BackendIdentity{"", nullptr};
+}
+
+// The struct_size of a function table of API 1.`minor`.
+constexpr size_t table_size(uint32_t minor) {
+  return minor == 0 ? BP_BACKEND_API_SIZE_1_0 : BP_BACKEND_API_SIZE_1_1;
+}
+
+constexpr bool valid_version(const BackendIdentity& id) {
+  return id.api_major == BP_API_VERSION_MAJOR && id.api_minor <= BP_API_VERSION_MINOR;
+}
+
+// GetBackendScore of `id`; a score function that throws counts as 0.
+inline uint32_t score_of(const BackendIdentity& id) noexcept {
+  if (id.score == nullptr) return 1;
+  try {
+    return id.score();
+  } catch (...) {
+    return 0;
+  }
+}
 
 // Runs fn; turns any exception into a status created through `host`.
 template <class Fn>
@@ -347,6 +547,7 @@ struct Table {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] {
       bp_backend_info_t info = b->info();
+      if (info.vendor == nullptr && IdentityOf<B>::value != nullptr) info.vendor = IdentityOf<B>::value->vendor;
       info.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
       *out = info;
     });
@@ -492,14 +693,19 @@ struct Table {
 
 // The function table for backend class B (B(const bp_host_api_t*) constructor,
 // derived from sdk::Backend). Static storage; one per B.
+// If B declares kIdentity, the table is of the API version it names (an older
+// minor leaves the later slots out).
 template <class B>
 const bp_backend_api_t* backend_table() {
+  static_assert(detail::valid_version(detail::version_of<B>()),
+                "kIdentity names an API version this header cannot build");
   static const bp_backend_api_t table = [] {
     using T = detail::Table<B>;
+    constexpr BackendIdentity version = detail::version_of<B>();
     bp_backend_api_t t{};
-    t.struct_size = BP_BACKEND_API_SIZE_1_1;
-    t.api_major = BP_API_VERSION_MAJOR;
-    t.api_minor = BP_API_VERSION_MINOR;
+    t.struct_size = detail::table_size(version.api_minor);
+    t.api_major = version.api_major;
+    t.api_minor = version.api_minor;
     t.create = &T::create;
     t.destroy = &T::destroy;
     t.get_info = &T::get_info;
@@ -523,7 +729,7 @@ const bp_backend_api_t* backend_table() {
     t.memory_acquire = &T::memory_acquire;
     t.memory_release = &T::memory_release;
     t.execute_node = &T::execute_node;
-    t.compile_all = &T::compile_all;
+    if (version.api_minor >= 1) t.compile_all = &T::compile_all;  // since 1.1
     return t;
   }();
   return &table;
@@ -531,19 +737,33 @@ const bp_backend_api_t* backend_table() {
 
 }  // namespace backplane::sdk
 
-// Defines the three (ArmNN-named) entry points of a backend shared object.
-#define BP_DEFINE_BACKEND_ENTRY_POINTS(ID_STRING, BACKEND_CLASS)                        \
-  extern "C" BP_EXPORT const char* GetBackendId(void) { return ID_STRING; }             \
-  extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {        \
-    *outMajor = BP_API_VERSION_MAJOR;                                                   \
-    *outMinor = BP_API_VERSION_MINOR;                                                   \
-  }                                                                                     \
-  extern "C" BP_EXPORT void* BackendFactory(void) {                                     \
-    try {                                                                               \
-      return const_cast<bp_backend_api_t*>(::backplane::sdk::backend_table<BACKEND_CLASS>()); \
-    } catch (...) {                                                                     \
-      return nullptr;                                                                   \
-    }                                                                                   \
+// Defines the (ArmNN-named) entry points of a backend shared object from
+// IDENTITY, a BackendIdentity constant: GetBackendId, GetVersion and
+// GetBackendScore; BackendFactory returns TABLE_FN() (a function returning
+// const bp_backend_api_t*, NULL on failure). For a backend whose table is not
+// backend_table<Class>() (a shim loading its implementation, a test double).
+#define BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(IDENTITY, TABLE_FN)                              \
+  static_assert(::backplane::sdk::detail::valid_version(IDENTITY),                          \
+                "the identity names an API version this header cannot build");              \
+  extern "C" BP_EXPORT const char* GetBackendId(void) { return (IDENTITY).id; }             \
+  extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {            \
+    *outMajor = (IDENTITY).api_major;                                                       \
+    *outMinor = (IDENTITY).api_minor;                                                       \
+  }                                                                                         \
+  extern "C" BP_EXPORT uint32_t GetBackendScore(void) {                                     \
+    return ::backplane::sdk::detail::score_of(IDENTITY);                                    \
+  }                                                                                         \
+  extern "C" BP_EXPORT void* BackendFactory(void) {                                         \
+    try {                                                                                   \
+      return const_cast<bp_backend_api_t*>(TABLE_FN());                                     \
+    } catch (...) {                                                                         \
+      return nullptr;                                                                       \
+    }                                                                                       \
   }
+
+// The entry points of BACKEND_CLASS (derived from sdk::Backend, declaring
+// kIdentity): its id, version and score, and backend_table<BACKEND_CLASS>().
+#define BP_DEFINE_BACKEND_ENTRY_POINTS(BACKEND_CLASS) \
+  BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(BACKEND_CLASS::kIdentity, ::backplane::sdk::backend_table<BACKEND_CLASS>)
 
 #endif  // BACKPLANE_BACKEND_SDK_HPP_

@@ -103,7 +103,7 @@ def main():
     check(os.path.isfile(so), "built " + so)
     nm = subprocess.run(["nm", "-D", "--defined-only", so], stdout=subprocess.PIPE, text=True)
     exported = sorted(line.split()[-1] for line in nm.stdout.splitlines() if line.strip())
-    check(exported == ["BackendFactory", "GetBackendId", "GetVersion"],
+    check(exported == ["BackendFactory", "GetBackendId", "GetBackendScore", "GetVersion"],
           f"the module exports only the entry points (got {exported})")
 
     # 3. Registered?

@@ -153,12 +153,6 @@ std::unique_ptr<PreparedNode> prepare(const sdk::Host& host, const bp_graph_view
   return out;
 }
 
-size_t value_bytes(const bp_value_t& v) {
-  size_t n = 4;
-  for (size_t i = 0; i < v.rank; ++i) n *= static_cast<size_t>(v.shape[i]);
-  return n;
-}
-
 // --- symbolic mode ------------------------------------------------------------
 
 class Compiled;
@@ -187,7 +181,7 @@ class Compiled : public sdk::CompiledPartition {
     for (size_t i = 0; i < view.num_values; ++i) {
       view_values_[i] = view.values[i];
       flags_.push_back(view.values[i].flags);
-      bytes_.push_back(value_bytes(view.values[i]));
+      bytes_.push_back(sdk::byte_size(view.values[i]));
     }
     inputs_.assign(view.inputs, view.inputs + view.num_inputs);
     outputs_.assign(view.outputs, view.outputs + view.num_outputs);
@@ -251,11 +245,12 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
 
 class MockAcc : public sdk::Backend {
  public:
+  static constexpr sdk::BackendIdentity kIdentity{MOCK_ID, "Backplane"};
+
   explicit MockAcc(const bp_host_api_t* host) : sdk::Backend(host) { count("instances"); }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
-    i.vendor = "Backplane";
     i.description = "test accelerator: own device memory, Conv/Relu/Add/MatMul/Gemm, counts what it runs";
     i.device_count = 1;
     i.flags = BP_BACKEND_FLAG_DEVICE_MEMORY;
@@ -344,12 +339,7 @@ const bp_backend_api_t* table() {
 
 }  // namespace mockacc
 
-extern "C" BP_EXPORT const char* GetBackendId(void) { return MOCK_ID; }
-extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {
-  *outMajor = BP_API_VERSION_MAJOR;
-  *outMinor = BP_API_VERSION_MINOR;
-}
-extern "C" BP_EXPORT void* BackendFactory(void) { return const_cast<bp_backend_api_t*>(mockacc::table()); }
+BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(mockacc::MockAcc::kIdentity, mockacc::table)
 
 // Test hook: the value of a counter ("nodes", "node:Conv", "copies_to_device",
 // "executions", "instances", ...), 0 if never counted.

@@ -1,0 +1,193 @@
+// fusion.cpp — from view nodes to internal nodes: patterns replace their
+// nodes, BatchNormalization folds into Conv, and the single-consumer chain
+// after each Conv/Gemm/MatMul becomes its post-ops.
+#include "onednn/fusion.hpp"
+
+#include "onednn/patterns.hpp"
+#include "onednn/support.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace backplane::onednn {
+namespace {
+
+using dnnl::algorithm;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// One INode per view node, as it is.
+std::vector<INode> view_nodes(const ViewInfo& g) {
+  std::vector<INode> nodes(g.num_nodes());
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    INode& in = nodes[n];
+    in.op = std::string(g.op(static_cast<int>(n)));
+    in.node = static_cast<int>(n);
+    in.covers = {static_cast<int>(n)};
+    const bp_node_t& raw = g.view().nodes[n];
+    in.in.assign(raw.inputs, raw.inputs + raw.num_inputs);
+    in.out = g.out(static_cast<int>(n));
+  }
+  return nodes;
+}
+
+// Each pattern becomes one INode at the place of its last node.
+void replace_patterns(ViewInfo& g, std::vector<INode>& nodes) {
+  for (Pattern& p : find_patterns(g)) {
+    const int last = *std::max_element(p.nodes.begin(), p.nodes.end());
+    for (int k : p.nodes) nodes[k].dead = true;
+    INode& in = nodes[last];
+    in = INode{};
+    in.op = p.op;
+    in.node = *std::min_element(p.nodes.begin(), p.nodes.end());
+    in.covers = p.nodes;
+    in.in = {p.x, p.gamma, p.beta};
+    in.out = p.out;
+    in.eps = p.eps;
+  }
+}
+
+std::vector<std::vector<int>> live_consumers(const ViewInfo& g, const std::vector<INode>& nodes) {
+  std::vector<std::vector<int>> consumers(g.values.size());
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].dead) continue;
+    for (int v : nodes[n].in)
+      if (v >= 0 && (consumers[v].empty() || consumers[v].back() != static_cast<int>(n)))
+        consumers[v].push_back(static_cast<int>(n));
+  }
+  return consumers;
+}
+
+// Fuses follower f (reading `cur`, the main node m's result so far) into m,
+// if it can be: as a post-op (an activation, scalar arithmetic, or the one
+// residual Add: sum_used), or as MatMul's bias. False if it cannot.
+bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_used) {
+  if (f.in.empty() || f.in[0] != cur) {
+    if (!binary_ops().count(f.op)) return false;
+  }
+  if (!binary_ops().count(f.op)) {
+    if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf") return false;
+    std::optional<PostOp> p = eltwise_of(g, f);
+    if (p) m.post.push_back(*p);
+    return p.has_value();
+  }
+  if (f.op == "Max" || f.op == "Min") return false;
+  const int other = (f.in[0] == cur) ? f.in[1] : f.in[0];
+  if (f.in[0] == f.in[1]) return false;
+  if (std::optional<PostOp> p = linear_of(g, f, cur)) {
+    m.post.push_back(*p);
+    return true;
+  }
+  if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" && g.is_const(other) &&
+      sdk::element_count(g.shape(other)) == g.shape(cur).back() && g.shape(other).back() == g.shape(cur).back() &&
+      g.shape(other).size() <= g.shape(cur).size()) {
+    m.bias_value = other;
+    return true;
+  }
+  if (f.op == "Add" && !sum_used && !g.is_const(other) && g.shape(other) == g.shape(cur) &&
+      g.shape(f.out) == g.shape(cur)) {
+    PostOp s;
+    s.kind = PostOp::kSum;
+    s.residual = other;
+    m.post.push_back(s);
+    sum_used = true;
+    return true;
+  }
+  return false;
+}
+
+// Absorbs the single-consumer chain after main node n: bias (MatMul), one
+// residual Add (sum post-op), activations and scalar arithmetic.
+void build_group(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  int cur = m.out;
+  bool sum_used = false;
+  while (true) {
+    const int k = f.only_consumer(g, cur);
+    if (k < 0 || f.nodes[k].dead || f.nodes[k].group >= 0) break;
+    INode& follower = f.nodes[k];
+    if (follower.op != "GeluErf") {
+      try {
+        check_node(g, follower.node);
+      } catch (const sdk::Error&) {
+        break;
+      }
+    }
+    if (!join_follower(g, m, follower, cur, sum_used)) break;
+    follower.group = n;
+    cur = follower.out;
+    m.out = cur;
+    m.anchor = k;
+  }
+}
+
+}  // namespace
+
+FusedGraph fuse(ViewInfo& g) {
+  FusedGraph f;
+  f.nodes = view_nodes(g);
+  replace_patterns(g, f.nodes);
+  f.consumers = live_consumers(g, f.nodes);
+  const size_t nn = f.nodes.size();
+  for (size_t n = 0; n < nn; ++n)
+    if (!f.nodes[n].dead && f.nodes[n].op == "Conv") fold_batch_norm(g, f, static_cast<int>(n));
+  for (size_t n = 0; n < nn; ++n) {
+    INode& in = f.nodes[n];
+    if (in.dead || in.group >= 0) continue;
+    in.anchor = static_cast<int>(n);
+    if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul") build_group(g, f, static_cast<int>(n));
+  }
+  return f;
+}
+
+std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
+  PostOp p;
+  const std::string& op = n.op;
+  if (op == "GeluErf") p.alg = algorithm::eltwise_gelu_erf;
+  else if (op == "Relu") p.alg = algorithm::eltwise_relu;
+  else if (op == "LeakyRelu") p.alg = algorithm::eltwise_relu, p.alpha = g.node(n.node).attr_float("alpha", 0.01f);
+  else if (op == "Sigmoid") p.alg = algorithm::eltwise_logistic;
+  else if (op == "Tanh") p.alg = algorithm::eltwise_tanh;
+  else if (op == "Sqrt") p.alg = algorithm::eltwise_sqrt;
+  else if (op == "Exp") p.alg = algorithm::eltwise_exp;
+  else if (op == "Abs") p.alg = algorithm::eltwise_abs;
+  else if (op == "Neg") p.alg = algorithm::eltwise_linear, p.alpha = -1.f;
+  else if (op == "Elu") p.alg = algorithm::eltwise_elu, p.alpha = g.node(n.node).attr_float("alpha", 1.f);
+  else if (op == "Gelu")
+    p.alg = g.node(n.node).attr_string("approximate", "none") == "tanh" ? algorithm::eltwise_gelu_tanh
+                                                                        : algorithm::eltwise_gelu_erf;
+  else if (op == "Pow") p.alg = algorithm::eltwise_pow, p.alpha = 1.f, p.beta = *g.scalar(n.in[1]);
+  else if (op == "Clip") {
+    p.alg = algorithm::eltwise_clip;
+    p.alpha = -kInf;
+    p.beta = kInf;
+    if (g.node(n.node).opset() < 11) {
+      p.alpha = g.node(n.node).attr_float("min", -kInf);
+      p.beta = g.node(n.node).attr_float("max", kInf);
+    } else {
+      if (n.in.size() > 1 && n.in[1] >= 0) p.alpha = *g.scalar(n.in[1]);
+      if (n.in.size() > 2 && n.in[2] >= 0) p.beta = *g.scalar(n.in[2]);
+    }
+  } else
+    return std::nullopt;
+  return p;
+}
+
+// Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
+std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v) {
+  if (n.in.size() != 2 || (n.in[0] == v) == (n.in[1] == v)) return std::nullopt;
+  const bool first = n.in[0] == v;
+  auto c = g.scalar(first ? n.in[1] : n.in[0]);
+  if (!c || g.shape(n.out) != g.shape(v)) return std::nullopt;
+  PostOp p;
+  p.alg = algorithm::eltwise_linear;
+  if (n.op == "Add") p.alpha = 1, p.beta = *c;
+  else if (n.op == "Mul") p.alpha = *c, p.beta = 0;
+  else if (n.op == "Sub") p.alpha = first ? 1.f : -1.f, p.beta = first ? -*c : *c;
+  else if (n.op == "Div" && first) p.alpha = 1.f / *c, p.beta = 0;
+  else if (n.op == "Div") p.alg = algorithm::eltwise_pow, p.alpha = *c, p.beta = -1.f;  // c / v
+  else return std::nullopt;
+  return p;
+}
+
+}  // namespace backplane::onednn

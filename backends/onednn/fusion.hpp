@@ -1,0 +1,68 @@
+// fusion.hpp — the internal nodes CpuOneDnn lowers: the view's nodes after
+// pattern matching (patterns.hpp), BatchNormalization folding into the
+// preceding Conv (bn_folding.cpp) and fusion of followers into
+// Conv/Gemm/MatMul as oneDNN post-ops (fusion.cpp).
+#pragma once
+
+#include "onednn/view_info.hpp"
+
+#include <dnnl.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace backplane::onednn {
+
+struct PostOp {
+  enum Kind { kEltwise, kSum } kind = kEltwise;
+  dnnl::algorithm alg = dnnl::algorithm::eltwise_linear;
+  float alpha = 0, beta = 0;
+  int residual = -1;  // kSum: the value added
+};
+
+struct INode {
+  std::string op;
+  int node = -1;            // the view node (attributes); patterns: their first node
+  std::vector<int> covers;  // every view node this one stands for
+  std::vector<int> in;      // value ids, -1 = absent
+  int out = -1;
+  bool dead = false;
+  // Pattern parameters.
+  float eps = 0;
+  // Conv with a folded BatchNormalization: replacement weights and bias.
+  std::shared_ptr<std::vector<float>> weights, bias;
+  // Main ops (Conv/Gemm/MatMul): fused followers.
+  std::vector<PostOp> post;
+  int bias_value = -1;  // MatMul: a fused Add of a per-column constant
+  int anchor = -1;      // index of the INode where this group executes
+  int group = -1;       // absorbed node: the INode it was fused into
+};
+
+// The internal nodes of a view, one per view node (dead where a pattern, a
+// fold or a fusion absorbed it), and who reads each value among them.
+struct FusedGraph {
+  std::vector<INode> nodes;
+  std::vector<std::vector<int>> consumers;  // per value: INodes reading it
+
+  // The only INode reading `v`, if `v` is not also a partition output.
+  int only_consumer(const ViewInfo& g, int v) const {
+    if (v < 0 || g.values[v].output || consumers[v].size() != 1) return -1;
+    return consumers[v][0];
+  }
+};
+
+// Builds the internal nodes of `g`: patterns, BatchNorm folding, fusion groups.
+FusedGraph fuse(ViewInfo& g);
+
+// Folds the BatchNormalization that alone reads Conv node `conv`'s output
+// into the Conv's weights and bias, when both nodes are supported.
+void fold_batch_norm(ViewInfo& g, FusedGraph& f, int conv);
+
+// Eltwise algorithm for a one-input activation node, if it is one.
+std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);
+// Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
+std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v);
+
+}  // namespace backplane::onednn

@@ -1,0 +1,459 @@
+// lowering.cpp — internal nodes to oneDNN primitives and plan steps.
+#include "onednn/lowering.hpp"
+
+#include "onednn/support.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace backplane::onednn {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+bool Lowering::lower(sdk::NodeReport& report) {
+  for (size_t k = 0; k < g_.view().num_inputs; ++k) {
+    const int v = g_.view().inputs[k];
+    const int b = b_.new_buffer(Buffer::kInput, k, bytes(v));
+    tensors_[v] = b_.add_ref(b, plain_md(g_.shape(v)));
+    c_.input_bytes.push_back(bytes(v));
+  }
+  std::vector<std::vector<int>> groups_at(f_.nodes.size());
+  for (size_t n = 0; n < f_.nodes.size(); ++n)
+    if (!f_.nodes[n].dead && f_.nodes[n].group < 0) groups_at[f_.nodes[n].anchor].push_back(static_cast<int>(n));
+  for (size_t a = 0; a < f_.nodes.size(); ++a) {
+    for (int n : groups_at[a]) {
+      try {
+        lower_node(n);
+      } catch (const std::exception& e) {
+        std::string why = e.what();
+        for (int k : f_.nodes[n].covers) report.rejected(static_cast<size_t>(k), why);
+        for (size_t k = 0; k < f_.nodes.size(); ++k)
+          if (f_.nodes[k].group == n)
+            for (int j : f_.nodes[k].covers) report.rejected(static_cast<size_t>(j), why);
+        return false;
+      }
+    }
+  }
+  bind_outputs();
+  b_.plan_arena();
+  return true;
+}
+
+// ---- values, destinations and post-ops ---------------------------------------
+
+int Lowering::ref_of(int v) {
+  auto it = tensors_.find(v);
+  if (it != tensors_.end()) return it->second;
+  if (g_.is_const(v)) {
+    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v));
+    tensors_[v] = r;
+    return r;
+  }
+  throw fail("value '" + g_.value_name(v) + "' is not available (its producer was not lowered)");
+}
+
+bool Lowering::buffer_free_after(int buffer, int anchor) const {
+  if (buffer < 0 || c_.buffers[buffer].kind != Buffer::kArena) return false;
+  for (const auto& [v, r] : tensors_) {
+    if (c_.refs[r].buffer != buffer) continue;
+    if (g_.values[v].output) return false;
+    for (int k : f_.consumers[v]) {
+      const INode& n = f_.nodes[k];
+      const int at = n.group >= 0 ? f_.nodes[n.group].anchor : n.anchor;
+      if (at > anchor) return false;
+    }
+  }
+  return true;
+}
+
+dnnl::primitive_attr Lowering::attr_with(const std::vector<PostOp>& post) const {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (!post.empty()) {
+    dnnl::post_ops po;
+    for (const PostOp& p : post) {
+      if (p.kind == PostOp::kSum) po.append_sum(1.f);
+      else po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
+    }
+    a.set_post_ops(po);
+  }
+  return a;
+}
+
+int Lowering::main_dst(const INode& n, const memory::desc& dst_md) {
+  for (const PostOp& p : n.post) {
+    if (p.kind != PostOp::kSum) continue;
+    const int r = ref_of(p.residual);
+    if (b_.md(r) == dst_md && buffer_free_after(c_.refs[r].buffer, n.anchor)) return b_.add_ref(c_.refs[r].buffer, dst_md);
+    const int dst = b_.new_arena(dst_md);
+    b_.copy(r, dst);
+    return dst;
+  }
+  return b_.new_arena(dst_md);
+}
+
+memory::desc Lowering::dst_hint(const INode& n, const Dims& shape) {
+  for (const PostOp& p : n.post)
+    if (p.kind == PostOp::kSum) {
+      const memory::desc& r = b_.md(ref_of(p.residual));
+      if (is_dense(r)) return r;
+    }
+  return any_md(shape);
+}
+
+// ---- operators -------------------------------------------------------------
+
+void Lowering::add_main_step(const INode& n, dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                             const dnnl::primitive_desc_base& pd) {
+  const int dst = main_dst(n, pd.query_md(dnnl::query::dst_md));
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
+  tensors_[n.out] = dst;
+}
+
+int Lowering::add_step_to_new(int y, dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                              const dnnl::primitive_desc_base& pd, const std::string& what) {
+  const int dst = b_.new_arena(pd.query_md(dnnl::query::dst_md));
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_step(std::move(prim), std::move(args), pd, what);
+  tensors_[y] = dst;
+  return dst;
+}
+
+void Lowering::lower_node(int n) {
+  const INode& node = f_.nodes[n];
+  const std::string& op = node.op;
+  if (op != "GeluErf" && op != "LayerNorm") check_node(g_, node.node);
+  if (op == "Conv") return lower_conv(node);
+  if (op == "Gemm") return lower_gemm(node);
+  if (op == "MatMul") return lower_matmul(node);
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return lower_pool(node);
+  if (op == "BatchNormalization") return lower_batch_norm(node);
+  if (op == "LayerNorm" || op == "LayerNormalization") return lower_layer_norm(node);
+  if (op == "Softmax") return lower_softmax(node);
+  if (op == "Concat") return lower_concat(node);
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return lower_reduce(node);
+  if (binary_ops().count(op)) return lower_binary(node);
+  if (op == "Transpose") return lower_transpose(node);
+  if (view_ops().count(op)) {
+    tensors_[node.out] = b_.reshaped(ref_of(node.in[0]), g_.shape(node.out));
+    return;
+  }
+  if (auto p = eltwise_of(g_, node)) return lower_eltwise(node.in[0], node.out, *p);
+  throw fail("operator '" + op + "' has no lowering");
+}
+
+void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
+  const int src = b_.dense(ref_of(x));
+  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha, p.beta);
+  dnnl::eltwise_forward::primitive_desc pd(d, b_.attr(), engine());
+  add_step_to_new(y, dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}}, pd, "eltwise");
+}
+
+void Lowering::lower_conv(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const Dims& ws = g_.shape(n.in[1]);
+  const Dims& ys = g_.shape(n.out);
+  const int64_t group = g_.node(n.node).attr_int("group", 1);
+  const std::vector<int64_t> ks = g_.node(n.node).attr_ints("kernel_shape", Dims(ws.begin() + 2, ws.end()));
+  if (ks != Dims(ws.begin() + 2, ws.end())) throw fail("kernel_shape does not match the weights");
+  Window w = window(g_, n.node, xs, ys, ks);
+  if (ws[0] % group != 0 || xs[1] != ws[1] * group) throw fail("group does not divide the channels");
+  Dims wdims = ws;
+  if (group > 1) {
+    wdims = {group, ws[0] / group};
+    wdims.insert(wdims.end(), ws.begin() + 1, ws.end());
+  }
+  const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
+  const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
+  const dnnl::primitive_attr attr = attr_with(n.post);
+  auto make = [&](const memory::desc& dst) {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, algorithm::convolution_direct,
+                                      any_md(xs), any_md(wdims), bias_md, dst, w.strides, w.dilation, w.pad_l,
+                                      w.pad_r);
+    return dnnl::convolution_forward::primitive_desc(d, attr, engine());
+  };
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = make(dst_hint(n, ys));
+  } catch (const dnnl::error&) {
+    pd = make(any_md(ys));
+  }
+  const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
+  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc());
+  const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (has_bias) {
+    const float* b = n.bias ? n.bias->data() : g_.f32(n.in[2]);
+    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc())});
+  }
+  add_main_step(n, dnnl::convolution_forward(pd), std::move(args), pd);
+}
+
+void Lowering::lower_gemm(const INode& n) {
+  sdk::NodeRef node = g_.node(n.node);
+  const Dims& as = g_.shape(n.in[0]);
+  const Dims& bs = g_.shape(n.in[1]);
+  const Dims& ys = g_.shape(n.out);
+  const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
+  const bool trans_b = node.attr_int("transB", 0) != 0;
+  const int64_t m = ys[0], nout = ys[1], k = as[1];
+  const float* b = g_.f32(n.in[1]);
+  std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
+  for (int64_t i = 0; i < nout; ++i)
+    for (int64_t j = 0; j < k; ++j) w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
+  const bool has_bias = n.in.size() > 2 && n.in[2] >= 0;
+  std::vector<float> bias;
+  if (has_bias) {
+    const float* c = g_.f32(n.in[2]);
+    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
+  }
+  dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, any_md({m, k}), any_md({nout, k}),
+                                      has_bias ? any_md({nout}) : memory::desc(), dst_hint(n, ys));
+  dnnl::inner_product_forward::primitive_desc pd(d, attr_with(n.post), engine());
+  const int wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc());
+  const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (has_bias) args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc())});
+  add_main_step(n, dnnl::inner_product_forward(pd), std::move(args), pd);
+}
+
+void Lowering::lower_matmul(const INode& n) {
+  const Dims& ys = g_.shape(n.out);
+  const size_t rank = ys.size();
+  const Dims as = left_pad(g_.shape(n.in[0]), rank);
+  const Dims bs = left_pad(g_.shape(n.in[1]), rank);
+  const int src = b_.reshaped(b_.unblocked(ref_of(n.in[0])), as);
+  const bool const_b = g_.is_const(n.in[1]);
+  int wref = -1;
+  memory::desc wmd = const_b ? any_md(bs) : memory::desc();
+  if (!const_b) {
+    wref = b_.reshaped(b_.unblocked(ref_of(n.in[1])), bs);
+    wmd = b_.md(wref);
+  }
+  memory::desc bias_md;
+  if (n.bias_value >= 0) bias_md = plain_md(left_pad({ys.back()}, rank));
+  memory::desc dst_md = dst_hint(n, ys);
+  if (dst_md.data.format_kind == dnnl_format_kind_any) dst_md = plain_md(ys);
+  dnnl::matmul::desc d(b_.md(src), wmd, bias_md, dst_md);
+  dnnl::matmul::primitive_desc pd(d, attr_with(n.post), engine());
+  if (const_b) wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (n.bias_value >= 0) args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value))});
+  add_main_step(n, dnnl::matmul(pd), std::move(args), pd);
+}
+
+void Lowering::lower_pool(const INode& n) {
+  sdk::NodeRef node = g_.node(n.node);
+  const Dims& xs = g_.shape(n.in[0]);
+  const Dims& ys = g_.shape(n.out);
+  const bool global = n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool";
+  Window w;
+  if (global) {
+    for (size_t i = 2; i < xs.size(); ++i) {
+      w.kernel.push_back(xs[i]);
+      w.strides.push_back(1);
+      w.dilation.push_back(0);
+      w.pad_l.push_back(0);
+      w.pad_r.push_back(0);
+    }
+  } else {
+    w = window(g_, n.node, xs, ys, node.attr_ints("kernel_shape"));
+  }
+  const bool is_max = n.op == "MaxPool" || n.op == "GlobalMaxPool";
+  const algorithm alg = is_max ? algorithm::pooling_max
+                        : node.attr_int("count_include_pad", 0) != 0 ? algorithm::pooling_avg_include_padding
+                                                                     : algorithm::pooling_avg_exclude_padding;
+  auto make = [&](int src) {
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src), any_md(ys), w.strides,
+                                     w.kernel, w.dilation, w.pad_l, w.pad_r);
+    return dnnl::pooling_v2_forward::primitive_desc(d, b_.attr(), engine());
+  };
+  int src = ref_of(n.in[0]);
+  dnnl::pooling_v2_forward::primitive_desc pd;
+  try {
+    pd = make(src);
+  } catch (const dnnl::error&) {
+    src = b_.as_plain(src, xs);
+    pd = make(src);
+  }
+  add_step_to_new(n.out, dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+}
+
+void Lowering::lower_batch_norm(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const float eps = g_.node(n.node).attr_float("epsilon", 1e-5f);
+  const int src = b_.dense(ref_of(n.in[0]));
+  const auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+                     dnnl::normalization_flags::use_shift;
+  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps, flags);
+  dnnl::batch_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
+  const memory::desc c = plain_md({xs[1]});
+  add_step_to_new(n.out, dnnl::batch_normalization_forward(pd),
+                  {{DNNL_ARG_SRC, src},
+                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]))},
+                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]))},
+                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]))},
+                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]))}},
+                  pd, g_.describe(n.node));
+}
+
+void Lowering::lower_layer_norm(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const float eps = n.op == "LayerNorm" ? n.eps : g_.node(n.node).attr_float("epsilon", 1e-5f);
+  const int src = b_.as_plain(ref_of(n.in[0]), xs);
+  const int64_t c = xs.back();
+  std::vector<float> scale(static_cast<size_t>(c), 1.f), shift(static_cast<size_t>(c), 0.f);
+  if (n.in.size() > 1 && n.in[1] >= 0) std::memcpy(scale.data(), g_.f32(n.in[1]), c * sizeof(float));
+  if (n.in.size() > 2 && n.in[2] >= 0) std::memcpy(shift.data(), g_.f32(n.in[2]), c * sizeof(float));
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps, flags);
+  dnnl::layer_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
+  add_step_to_new(n.out, dnnl::layer_normalization_forward(pd),
+                  {{DNNL_ARG_SRC, src},
+                   {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data())},
+                   {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data())}},
+                  pd, g_.describe(n.node));
+}
+
+void Lowering::lower_softmax(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  int64_t axis = g_.node(n.node).attr_int("axis", g_.node(n.node).opset() >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  if (rank == 0) axis = 0;
+  const int src = b_.as_plain(ref_of(n.in[0]), xs);
+  dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), static_cast<int>(axis));
+  dnnl::softmax_forward::primitive_desc pd(d, b_.attr(), engine());
+  add_step_to_new(n.out, dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+}
+
+void Lowering::lower_concat(const INode& n) {
+  const int64_t rank = static_cast<int64_t>(g_.shape(n.out).size());
+  int64_t axis = g_.node(n.node).attr_int("axis", 0);
+  if (axis < 0) axis += rank;
+  std::vector<int> srcs;
+  std::vector<memory::desc> mds;
+  for (int v : n.in) {
+    srcs.push_back(b_.dense(ref_of(v)));
+    mds.push_back(b_.md(srcs.back()));
+  }
+  // Mixed layouts: bring every input to the first one's.
+  for (size_t i = 1; i < srcs.size(); ++i)
+    if (is_blocked(mds[0]) != is_blocked(mds[i]) ||
+        (is_blocked(mds[0]) && mds[0].data.format_desc.blocking.inner_blks[0] !=
+                                   mds[i].data.format_desc.blocking.inner_blks[0])) {
+      for (size_t j = 0; j < srcs.size(); ++j) {
+        srcs[j] = b_.as_plain(srcs[j], g_.shape(n.in[j]));
+        mds[j] = b_.md(srcs[j]);
+      }
+      break;
+    }
+  dnnl::concat::primitive_desc pd(static_cast<int>(axis), mds, engine(), b_.attr());
+  const int dst = b_.new_arena(pd.dst_desc());
+  std::vector<std::pair<int, int>> args;
+  for (size_t i = 0; i < srcs.size(); ++i) args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_step(dnnl::concat(pd), std::move(args), pd, g_.describe(n.node));
+  c_.steps.back().concat_axis = static_cast<int>(axis);
+  tensors_[n.out] = dst;
+}
+
+void Lowering::lower_reduce(const INode& n) {
+  sdk::NodeRef node = g_.node(n.node);
+  const Dims& xs = g_.shape(n.in[0]);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> axes;
+  if (n.in.size() > 1 && n.in[1] >= 0) axes = *g_.ints(n.in[1]);
+  else axes = node.attr_ints("axes", {});
+  if (axes.empty())
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  Dims kept = xs;
+  for (int64_t a : axes) kept[static_cast<size_t>(a < 0 ? a + rank : a)] = 1;
+  const algorithm alg = n.op == "ReduceMean" ? algorithm::reduction_mean
+                        : n.op == "ReduceSum" ? algorithm::reduction_sum
+                                              : algorithm::reduction_max;
+  const int src = b_.unblocked(ref_of(n.in[0]));
+  dnnl::reduction::desc d(alg, b_.md(src), plain_md(kept), 0.f, 0.f);
+  dnnl::reduction::primitive_desc pd(d, b_.attr(), engine());
+  const int dst = add_step_to_new(n.out, dnnl::reduction(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
+}
+
+void Lowering::lower_binary(const INode& n) {
+  const Dims& ys = g_.shape(n.out);
+  const size_t rank = ys.size();
+  int a = n.in[0], b = n.in[1];
+  // A constant scalar operand: one eltwise_linear pass.
+  for (int v : {a, b})
+    if (auto p = linear_of(g_, n, v); p && g_.shape(v) == ys && !g_.is_const(v)) return lower_eltwise(v, n.out, *p);
+  if (left_pad(g_.shape(a), rank) != ys) std::swap(a, b);  // commutative (checked)
+  const Dims as = left_pad(g_.shape(a), rank), bs = left_pad(g_.shape(b), rank);
+  const algorithm alg = n.op == "Add" ? algorithm::binary_add
+                        : n.op == "Sub" ? algorithm::binary_sub
+                        : n.op == "Mul" ? algorithm::binary_mul
+                        : n.op == "Div" ? algorithm::binary_div
+                        : n.op == "Max" ? algorithm::binary_max
+                                        : algorithm::binary_min;
+  if (n.in[0] == n.in[1]) b = a;
+  int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
+  int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
+  if (bs == as && b_.md(s1) != b_.md(s0)) s1 = b_.as_md(s1, b_.md(s0));
+  auto make = [&]() {
+    dnnl::binary::desc d(alg, b_.md(s0), b_.md(s1), b_.md(s0));
+    return dnnl::binary::primitive_desc(d, b_.attr(), engine());
+  };
+  dnnl::binary::primitive_desc pd;
+  try {
+    pd = make();
+  } catch (const dnnl::error&) {
+    s0 = b_.as_plain(s0, as);
+    s1 = b_.as_plain(s1, bs);
+    pd = make();
+  }
+  add_step_to_new(n.out, dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd, g_.describe(n.node));
+}
+
+void Lowering::lower_transpose(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const int rank = static_cast<int>(xs.size());
+  std::vector<int64_t> perm = g_.node(n.node).attr_ints("perm", {});
+  if (perm.empty())
+    for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+  // oneDNN's permutation maps input axis i to output axis p[i].
+  std::vector<int> p(static_cast<size_t>(rank));
+  for (int i = 0; i < rank; ++i) p[static_cast<size_t>(perm[i] < 0 ? perm[i] + rank : perm[i])] = i;
+  int src = b_.unblocked(ref_of(n.in[0]));
+  if (rank <= 1) {
+    tensors_[n.out] = src;
+    return;
+  }
+  tensors_[n.out] = b_.alias(src, b_.md(src).permute_axes(p));
+}
+
+// ---- outputs ------------------------------------------------------------------
+
+void Lowering::bind_outputs() {
+  std::set<int> bound;
+  for (size_t k = 0; k < g_.view().num_outputs; ++k) {
+    const int v = g_.view().outputs[k];
+    c_.output_bytes.push_back(bytes(v));
+    const int r = ref_of(v);
+    const int b = c_.refs[r].buffer;
+    if (b >= 0 && c_.buffers[b].kind == Buffer::kArena && !bound.count(b) && b_.md(r) == plain_md(g_.shape(v)) &&
+        c_.buffers[b].size == bytes(v)) {
+      c_.buffers[b].kind = Buffer::kOutput;
+      c_.buffers[b].index = k;
+      bound.insert(b);
+      continue;
+    }
+    const int out = b_.add_ref(b_.new_buffer(Buffer::kOutput, k, bytes(v)), plain_md(g_.shape(v)));
+    if (c_.refs[r].constant) throw fail("output '" + g_.value_name(v) + "' is a constant");
+    b_.copy(r, out);
+  }
+}
+
+}  // namespace backplane::onednn

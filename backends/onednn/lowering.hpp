@@ -1,0 +1,75 @@
+// lowering.hpp — internal nodes (fusion.hpp) to oneDNN primitives: one
+// function per operator kind, each creating its primitive(s) and appending
+// steps to the plan (plan_builder.hpp).
+#pragma once
+
+#include "onednn/compiled.hpp"
+#include "onednn/fusion.hpp"
+#include "onednn/plan_builder.hpp"
+#include "onednn/view_info.hpp"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace backplane::onednn {
+
+// Lowers one view into one Compiled; both must outlive it.
+class Lowering {
+ public:
+  Lowering(ViewInfo& g, Compiled& c) : g_(g), c_(c), b_(c) {}
+
+  // Builds the internal nodes: patterns, BatchNorm folding, fusion groups.
+  void prepare() { f_ = fuse(g_); }
+
+  // Emits the steps, binds the outputs and plans the arena; on failure
+  // reports the node (and every node fused with it) and returns false.
+  bool lower(sdk::NodeReport& report);
+
+ private:
+  size_t bytes(int v) const { return static_cast<size_t>(sdk::element_count(g_.shape(v))) * sizeof(float); }
+  // The ref holding value v (constants become plain constant refs).
+  int ref_of(int v);
+  // True if nothing reads `buffer` (through any value sharing it) after the
+  // group executing at `anchor`, so that group may overwrite it.
+  bool buffer_free_after(int buffer, int anchor) const;
+  dnnl::primitive_attr attr_with(const std::vector<PostOp>& post) const;
+  // The destination of a main op: a new buffer, or, with a sum post-op, the
+  // residual's own buffer when nothing reads it afterwards (else a copy).
+  int main_dst(const INode& n, const dnnl::memory::desc& dst_md);
+  // A layout hint for the destination: the residual's, so the sum is in place.
+  dnnl::memory::desc dst_hint(const INode& n, const Dims& shape);
+  // The last step of Conv/Gemm/MatMul n: its destination (main_dst), the step
+  // with `args` and the destination, and n's output bound to it.
+  void add_main_step(const INode& n, dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                     const dnnl::primitive_desc_base& pd);
+  // A step writing a new arena buffer that becomes value `y`; `args` are the
+  // sources. Returns the destination ref.
+  int add_step_to_new(int y, dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                      const dnnl::primitive_desc_base& pd, const std::string& what);
+
+  void lower_node(int n);
+  void lower_eltwise(int x, int y, const PostOp& p);
+  void lower_conv(const INode& n);
+  void lower_gemm(const INode& n);
+  void lower_matmul(const INode& n);
+  void lower_pool(const INode& n);
+  void lower_batch_norm(const INode& n);
+  void lower_layer_norm(const INode& n);
+  void lower_softmax(const INode& n);
+  void lower_concat(const INode& n);
+  void lower_reduce(const INode& n);
+  void lower_binary(const INode& n);
+  void lower_transpose(const INode& n);
+  // Every view output in its own output buffer: the arena buffer holding it
+  // if its layout is plain, else a reorder into one.
+  void bind_outputs();
+
+  ViewInfo& g_;
+  Compiled& c_;
+  PlanBuilder b_;
+  FusedGraph f_;
+  std::map<int, int> tensors_;  // value -> MemRef
+};
+
+}  // namespace backplane::onednn

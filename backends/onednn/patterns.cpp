@@ -1,0 +1,124 @@
+// patterns.cpp — matching decomposed LayerNorm and erf-GELU in a view.
+#include "onednn/patterns.hpp"
+
+#include <cmath>
+#include <optional>
+
+namespace backplane::onednn {
+namespace {
+
+bool near(std::optional<float> v, float want, float tol = 1e-4f) { return v && std::fabs(*v - want) <= tol; }
+
+// Axes of a ReduceMean (attribute before opset 18, input after).
+std::optional<std::vector<int64_t>> reduce_axes(ViewInfo& g, int n) {
+  if (g.num_in(n) > 1 && g.in(n, 1) >= 0) return g.ints(g.in(n, 1));
+  return g.node(n).attr_ints("axes", {});
+}
+
+bool reduces_last_axis(ViewInfo& g, int n) {
+  if (g.op(n) != "ReduceMean" || g.node(n).attr_int("keepdims", 1) != 1) return false;
+  auto axes = reduce_axes(g, n);
+  const int64_t rank = static_cast<int64_t>(g.shape(g.in(n, 0)).size());
+  return axes && axes->size() == 1 && ((*axes)[0] == -1 || (*axes)[0] == rank - 1);
+}
+
+std::optional<Pattern> match_layer_norm(ViewInfo& g, int r1) {
+  if (!reduces_last_axis(g, r1)) return std::nullopt;
+  Pattern p{"LayerNorm", {r1}, g.in(r1, 0)};
+  const int x = p.x;
+  const int s = g.only_consumer(g.out(r1));
+  if (s < 0 || g.op(s) != "Sub" || g.in(s, 0) != x || g.in(s, 1) != g.out(r1)) return std::nullopt;
+  const int d = g.out(s);
+  if (g.values[d].output || g.values[d].consumers.size() != 2) return std::nullopt;
+  int pw = -1, dv = -1;
+  for (int c : g.values[d].consumers) {
+    if (g.op(c) == "Pow" && g.in(c, 0) == d) pw = c;
+    if (g.op(c) == "Div" && g.in(c, 0) == d) dv = c;
+  }
+  if (pw < 0 || dv < 0 || !near(g.scalar(g.in(pw, 1)), 2.f, 0.f)) return std::nullopt;
+  const int r2 = g.only_consumer(g.out(pw));
+  if (r2 < 0 || !reduces_last_axis(g, r2)) return std::nullopt;
+  const int ad = g.only_consumer(g.out(r2));
+  if (ad < 0 || g.op(ad) != "Add") return std::nullopt;
+  auto eps = g.scalar(g.other_input(ad, g.out(r2)));
+  if (!eps) return std::nullopt;
+  const int sq = g.only_consumer(g.out(ad));
+  if (sq < 0 || g.op(sq) != "Sqrt" || g.only_consumer(g.out(sq)) != dv || g.in(dv, 1) != g.out(sq))
+    return std::nullopt;
+  p.nodes.insert(p.nodes.end(), {s, pw, r2, ad, sq, dv});
+  p.eps = *eps;
+  p.out = g.out(dv);
+  const int64_t c = g.shape(x).back();
+  auto per_channel = [&](int v) {
+    return v >= 0 && g.is_const(v) && g.values[v].dtype == BP_DTYPE_FLOAT32 && sdk::element_count(g.shape(v)) == c &&
+           g.shape(v).size() <= g.shape(x).size();
+  };
+  const int mul = g.only_consumer(p.out);
+  if (mul >= 0 && g.op(mul) == "Mul" && per_channel(g.other_input(mul, p.out))) {
+    p.gamma = g.other_input(mul, p.out);
+    p.nodes.push_back(mul);
+    p.out = g.out(mul);
+    const int add = g.only_consumer(p.out);
+    if (add >= 0 && g.op(add) == "Add" && per_channel(g.other_input(add, p.out))) {
+      p.beta = g.other_input(add, p.out);
+      p.nodes.push_back(add);
+      p.out = g.out(add);
+    }
+  }
+  if (g.shape(p.out) != g.shape(x)) return std::nullopt;
+  return p;
+}
+
+// y = x * 0.5 * (1 + erf(x / sqrt(2))), in the two orders PyTorch exports.
+std::optional<Pattern> match_gelu(ViewInfo& g, int e) {
+  if (g.op(e) != "Erf") return std::nullopt;
+  const int a = g.in(e, 0);
+  const int d = a >= 0 ? g.values[a].producer : -1;
+  if (d < 0 || g.only_consumer(a) != e) return std::nullopt;
+  const int x = g.in(d, 0);
+  if (!((g.op(d) == "Div" && near(g.scalar(g.in(d, 1)), 1.41421356f, 1e-3f)) ||
+        (g.op(d) == "Mul" && near(g.scalar(g.in(d, 1)), 0.70710678f, 1e-3f))))
+    return std::nullopt;
+  const int f = g.only_consumer(g.out(e));
+  if (f < 0 || g.op(f) != "Add" || !near(g.scalar(g.other_input(f, g.out(e))), 1.f)) return std::nullopt;
+  const int m = g.only_consumer(g.out(f));
+  if (m < 0 || g.op(m) != "Mul") return std::nullopt;
+  const int other = g.other_input(m, g.out(f));
+  Pattern p{"GeluErf", {d, e, f, m}, x};
+  if (other == x) {  // (x * (1 + erf)) * 0.5
+    const int h = g.only_consumer(g.out(m));
+    if (h < 0 || g.op(h) != "Mul" || !near(g.scalar(g.other_input(h, g.out(m))), 0.5f)) return std::nullopt;
+    p.nodes.push_back(h);
+    p.out = g.out(h);
+  } else {  // (x * 0.5) * (1 + erf)
+    const int h = other >= 0 ? g.values[other].producer : -1;
+    if (h < 0 || g.op(h) != "Mul" || g.only_consumer(other) != m || g.other_input(h, x) < 0 ||
+        !near(g.scalar(g.other_input(h, x)), 0.5f))
+      return std::nullopt;
+    p.nodes.push_back(h);
+    p.out = g.out(m);
+  }
+  if (g.shape(p.out) != g.shape(x)) return std::nullopt;
+  return p;
+}
+
+}  // namespace
+
+std::vector<Pattern> find_patterns(ViewInfo& g) {
+  std::vector<Pattern> out;
+  std::vector<bool> taken(g.num_nodes(), false);
+  for (size_t n = 0; n < g.num_nodes(); ++n) {
+    std::optional<Pattern> p;
+    if (g.op(n) == "ReduceMean") p = match_layer_norm(g, static_cast<int>(n));
+    if (g.op(n) == "Erf") p = match_gelu(g, static_cast<int>(n));
+    if (!p) continue;
+    bool free = true;
+    for (int k : p->nodes) free = free && !taken[k];
+    if (!free) continue;
+    for (int k : p->nodes) taken[k] = true;
+    out.push_back(std::move(*p));
+  }
+  return out;
+}
+
+}  // namespace backplane::onednn

@@ -1,0 +1,22 @@
+// patterns.hpp — node patterns CpuOneDnn runs as one primitive: decomposed
+// LayerNorm and erf-GELU, as PyTorch exports them.
+#pragma once
+
+#include "onednn/view_info.hpp"
+
+#include <string>
+#include <vector>
+
+namespace backplane::onednn {
+
+struct Pattern {
+  std::string op;          // "LayerNorm" or "GeluErf"
+  std::vector<int> nodes;  // view nodes it replaces
+  int x = -1, gamma = -1, beta = -1, out = -1;
+  float eps = 0;
+};
+
+// Every pattern of `g`, in node order; no node is in two of them.
+std::vector<Pattern> find_patterns(ViewInfo& g);
+
+}  // namespace backplane::onednn

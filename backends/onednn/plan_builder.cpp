@@ -1,0 +1,177 @@
+// plan_builder.cpp — writing a CpuOneDnn plan: buffers, refs, steps, layouts.
+//
+// Layout policy: tensors entering or leaving a partition are dense row-major
+// (the ABI's layout). Inside, each tensor keeps whatever layout its producer
+// chose (convolutions pick blocked layouts through format_tag::any); a
+// consumer that wants another layout gets one reorder, cached per (tensor,
+// layout). Reshape/Flatten/Squeeze/Unsqueeze/Identity/Transpose are views of
+// their input's bytes (memory::desc::reshape / permute_axes) whenever oneDNN
+// can express them, so they cost nothing.
+#include "onednn/plan_builder.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace backplane::onednn {
+
+using dnnl::memory;
+
+memory::dims to_dims(const Dims& d) { return d.empty() ? memory::dims{1} : memory::dims(d.begin(), d.end()); }
+
+memory::desc plain_md(const Dims& shape) {
+  memory::dims dims = to_dims(shape);
+  memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(dims[i], 1);
+  }
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+memory::desc any_md(const Dims& shape) {
+  return memory::desc(to_dims(shape), memory::data_type::f32, memory::format_tag::any);
+}
+
+bool is_blocked(const memory::desc& md) { return md.data.format_desc.blocking.inner_nblks > 0; }
+bool is_dense(const memory::desc& md) {
+  int64_t n = 1;
+  for (int i = 0; i < md.data.ndims; ++i) n *= md.data.dims[i];
+  return md.get_size() == static_cast<size_t>(n) * sizeof(float);
+}
+
+PlanBuilder::PlanBuilder(Compiled& c) : c_(c), stream_(engine()) {
+  attr_.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+}
+
+int PlanBuilder::new_buffer(Buffer::Kind kind, size_t index, size_t size) {
+  Buffer b;
+  b.kind = kind;
+  b.index = index;
+  b.size = size;
+  c_.buffers.push_back(b);
+  return static_cast<int>(c_.buffers.size()) - 1;
+}
+
+int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
+  MemRef r;
+  r.buffer = buffer;
+  r.md = md;
+  c_.refs.push_back(r);
+  return static_cast<int>(c_.refs.size()) - 1;
+}
+
+int PlanBuilder::new_arena(const memory::desc& md) { return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md); }
+int PlanBuilder::const_ref(const memory::desc& md, const void* data) {
+  MemRef r;
+  r.md = md;
+  r.constant = dnnl::memory(md, engine());
+  std::memcpy(r.constant.get_data_handle(), data, md.get_size());
+  c_.refs.push_back(r);
+  return static_cast<int>(c_.refs.size()) - 1;
+}
+
+int PlanBuilder::const_reordered(const memory::desc& user, const void* data, const memory::desc& want) {
+  if (user == want) return const_ref(user, data);
+  dnnl::memory src(user, engine(), const_cast<void*>(data));
+  MemRef r;
+  r.md = want;
+  r.constant = dnnl::memory(want, engine());
+  dnnl::reorder(src, r.constant).execute(stream_, src, r.constant);
+  stream_.wait();
+  c_.refs.push_back(r);
+  return static_cast<int>(c_.refs.size()) - 1;
+}
+
+const memory::desc& PlanBuilder::md(int ref) const { return c_.refs[ref].md; }
+Dims PlanBuilder::dims_of(int ref) const {
+  const memory::dims d = md(ref).dims();
+  return Dims(d.begin(), d.end());
+}
+
+void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args, const dnnl::primitive_desc_base& pd,
+              const std::string& what) {
+  const memory::desc sp = pd.scratchpad_desc();
+  if (sp.get_size() > 0) {
+    MemRef r;
+    r.md = sp;
+    r.scratch = true;
+    c_.refs.push_back(r);
+    args.push_back({DNNL_ARG_SCRATCHPAD, static_cast<int>(c_.refs.size()) - 1});
+    c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
+  }
+  const int s = static_cast<int>(c_.steps.size());
+  for (auto [arg, r] : args) {
+    const int b = c_.refs[r].buffer;
+    if (b < 0) continue;
+    c_.buffers[b].first = std::min(c_.buffers[b].first, s);
+    c_.buffers[b].last = std::max(c_.buffers[b].last, s);
+  }
+  Step step;
+  step.prim = std::move(prim);
+  step.args = std::move(args);
+  step.what = what;
+  c_.steps.push_back(std::move(step));
+}
+
+int PlanBuilder::as_md(int ref, const memory::desc& want) {
+  if (md(ref) == want) return ref;
+  for (const auto& [src, dst] : reorders_)
+    if (src == ref && md(dst) == want) return dst;
+  if (c_.refs[ref].constant) return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want);
+  const int dst = new_arena(want);
+  copy(ref, dst);
+  reorders_.push_back({ref, dst});
+  return dst;
+}
+
+void PlanBuilder::copy(int src, int dst) {
+  dnnl::reorder::primitive_desc pd(engine(), md(src), engine(), md(dst), attr_);
+  add_step(dnnl::reorder(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+}
+
+int PlanBuilder::as_plain(int ref, const Dims& shape) { return as_md(ref, plain_md(shape)); }
+int PlanBuilder::reshaped(int ref, const Dims& shape) {
+  const memory::dims dims = to_dims(shape);
+  if (md(ref).dims() == dims) return ref;
+  if (!is_blocked(md(ref)) && is_dense(md(ref))) {
+    try {
+      return alias(ref, md(ref).reshape(dims));
+    } catch (const dnnl::error&) {
+    }
+  }
+  const int plain = as_plain(ref, dims_of(ref));
+  return alias(plain, plain_md(shape));
+}
+
+int PlanBuilder::alias(int ref, const memory::desc& new_md) {
+  MemRef r = c_.refs[ref];
+  r.md = new_md;
+  c_.refs.push_back(r);
+  return static_cast<int>(c_.refs.size()) - 1;
+}
+
+int PlanBuilder::unblocked(int ref) {
+  if (!is_blocked(md(ref))) return ref;
+  return as_plain(ref, dims_of(ref));
+}
+
+int PlanBuilder::dense(int ref) {
+  if (is_blocked(md(ref)) || is_dense(md(ref))) return ref;
+  return as_plain(ref, dims_of(ref));
+}
+
+void PlanBuilder::plan_arena() {
+  std::vector<sdk::ArenaTensor> tensors;
+  std::vector<size_t> placed;  // the buffer of each tensor
+  for (size_t b = 0; b < c_.buffers.size(); ++b) {
+    const Buffer& buf = c_.buffers[b];
+    if (buf.kind != Buffer::kArena || buf.last < 0) continue;
+    tensors.push_back({static_cast<size_t>(buf.first), static_cast<size_t>(buf.last), buf.size});
+    placed.push_back(b);
+  }
+  sdk::ArenaPlan plan = sdk::plan_arena(tensors, kAlign);
+  for (size_t t = 0; t < placed.size(); ++t) c_.buffers[placed[t]].offset = plan.offsets[t];
+  c_.arena_bytes = plan.bytes;
+}
+
+}  // namespace backplane::onednn

@@ -1,0 +1,33 @@
+// support.hpp — which nodes CpuOneDnn can run, and why not (shared by
+// query_support and compile).
+#pragma once
+
+#include "onednn/view_info.hpp"
+
+#include <dnnl.hpp>
+
+#include <set>
+#include <string_view>
+
+namespace backplane::onednn {
+
+// One-input activations (one oneDNN eltwise algorithm each).
+const std::set<std::string_view>& eltwise_ops();
+// Two-operand arithmetic (oneDNN binary).
+const std::set<std::string_view>& binary_ops();
+// Ops that only describe their input's bytes again (reshape, permute).
+const std::set<std::string_view>& view_ops();
+
+// Conv/Pool padding: ONNX pads (begin..., end...) or auto_pad, per spatial axis.
+struct Window {
+  dnnl::memory::dims kernel, strides, dilation, pad_l, pad_r;  // dilation in oneDNN's convention (d - 1)
+};
+
+// The window of node n (input shape x, output shape y, kernel extent per
+// spatial axis); throws (UNSUPPORTED) what oneDNN cannot express.
+Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel);
+
+// Throws sdk::Error(UNSUPPORTED) with the reason if node n cannot run here.
+void check_node(ViewInfo& g, int n);
+
+}  // namespace backplane::onednn

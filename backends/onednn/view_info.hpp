@@ -1,0 +1,87 @@
+// view_info.hpp — a graph view with producers, consumers and constants at
+// hand: what the support checks, the pattern matcher, the fusion and the
+// lowering of CpuOneDnn read (all by value and node index of the view).
+#pragma once
+
+#include <backplane/backend_sdk.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace backplane::onednn {
+
+using Dims = std::vector<int64_t>;
+
+// Pads a shape on the left with 1s up to `rank` (numpy broadcasting).
+Dims left_pad(const Dims& d, size_t rank);
+
+// What CpuOneDnn throws for anything it cannot run: BP_STATUS_UNSUPPORTED.
+inline sdk::Error fail(const std::string& what) { return sdk::unsupported(what); }
+
+struct ValueInfo {
+  Dims shape;
+  bp_dtype_t dtype = BP_DTYPE_UNDEFINED;
+  bool constant = false, input = false, output = false;
+  int producer = -1;           // view node
+  std::vector<int> consumers;  // view nodes (once per node)
+};
+
+// Lives no longer than the view. Constants read through data() stay held
+// (and readable) until release_constants().
+class ViewInfo {
+ public:
+  ViewInfo(const sdk::Host& host, const bp_graph_view_t& view);
+
+  const bp_graph_view_t& view() const { return view_; }
+  size_t num_nodes() const { return view_.num_nodes; }
+  sdk::NodeRef node(int n) const { return sdk::NodeRef(&view_, static_cast<size_t>(n)); }
+  std::string_view op(int n) const { return view_.nodes[n].op_type; }
+  int in(int n, size_t i) const { return i < view_.nodes[n].num_inputs ? view_.nodes[n].inputs[i] : -1; }
+  int out(int n, size_t i = 0) const { return i < view_.nodes[n].num_outputs ? view_.nodes[n].outputs[i] : -1; }
+  size_t num_in(int n) const { return view_.nodes[n].num_inputs; }
+  size_t num_out(int n) const { return view_.nodes[n].num_outputs; }
+  const Dims& shape(int v) const { return values[v].shape; }
+  bool is_const(int v) const { return v >= 0 && values[v].constant; }
+  // An output value that something reads (inside or outside the view).
+  bool used(int v) const { return v >= 0 && (values[v].output || !values[v].consumers.empty()); }
+  std::string describe(int n) const {
+    return "node '" + std::string(view_.nodes[n].name) + "' (" + std::string(op(n)) + ")";
+  }
+  std::string value_name(int v) const { return view_.values[v].name; }
+
+  // The only node reading `v`, if `v` is not also a partition output.
+  int only_consumer(int v) const {
+    if (v < 0 || values[v].output || values[v].consumers.size() != 1) return -1;
+    return values[v].consumers[0];
+  }
+  // The input of binary node n that is not `v` (-1 if n reads v twice).
+  int other_input(int n, int v) const {
+    if (num_in(n) != 2) return -1;
+    if (in(n, 0) == v && in(n, 1) != v) return in(n, 1);
+    if (in(n, 1) == v && in(n, 0) != v) return in(n, 0);
+    return -1;
+  }
+
+  // The bytes of constant `v` (checked against its shape and dtype).
+  const void* data(int v);
+  // Constant `v` as float32; throws (UNSUPPORTED) if it is not one.
+  const float* f32(int v);
+  // The value of a float32 constant of one element, if `v` is one.
+  std::optional<float> scalar(int v);
+  // An int64/int32 constant as int64s, if `v` is one.
+  std::optional<std::vector<int64_t>> ints(int v);
+  void release_constants() { held_.clear(); }
+
+  std::vector<ValueInfo> values;
+
+ private:
+  const bp_graph_view_t& view_;
+  const sdk::Host& host_;
+  std::map<int, sdk::Weight> held_;
+};
+
+}  // namespace backplane::onednn

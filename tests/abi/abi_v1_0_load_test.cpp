@@ -2,7 +2,7 @@
 // backend_abi.h, never edited once released) loads into and runs under the
 // current runtime. When the live header gains slots, this test is what proves
 // the runtime still accepts the older, shorter table.
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
@@ -18,7 +18,7 @@
 namespace backplane {
 namespace {
 
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 namespace fs = std::filesystem;
 
 const std::string kDir = ABI_V1_0_BACKEND_DIR;

@@ -5,7 +5,7 @@
 // model from scripts/gen_models.py: the nodes CpuOneDnn takes, the output
 // against CpuRef's on the same input (max|a-b| <= 1e-4 * max|ref|) at 1 and 2
 // threads, and repeated and concurrent runs.
-#include "e2e_util.hpp"
+#include "support/e2e_util.hpp"
 
 #include <algorithm>
 #include <ostream>

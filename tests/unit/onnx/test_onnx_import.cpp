@@ -3,7 +3,8 @@
 #include "core/mapped_file.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
-#include "onnx_test_builder.hpp"
+#include "support/expect_error.hpp"
+#include "support/model_builder.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -19,18 +20,10 @@ namespace backplane {
 namespace {
 
 namespace fs = std::filesystem;
-using namespace onnx_test;  // ModelBuilder, Dim, TempDir, set_int, ...
+using namespace test;  // ModelBuilder, Dim, TempDir, set_int, ...
 
 using onnx_import::import_bytes;
 using onnx_import::import_file;
-
-#define EXPECT_ERROR_HAS(status, ...)                                         \
-  do {                                                                        \
-    const std::string msg_ = (status).message();                              \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__})                                   \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                          \
-          << "message '" << msg_ << "' lacks '" << part_ << "'";              \
-  } while (0)
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -76,10 +69,10 @@ TEST(MappedFile, MissingFileNamesPathAndErrno) {
 
 TEST(MappedFile, DirectoryIsAnError) {
   TempDir dir;
-  auto f = MappedFile::open(dir.path.string());
+  auto f = MappedFile::open(dir.path());
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), StatusCode::kIoError);
-  EXPECT_ERROR_HAS(f.status(), dir.path.string().c_str(), "directory");
+  EXPECT_ERROR_HAS(f.status(), dir.path().c_str(), "directory");
 }
 
 // ---------------------------------------------------------------- valid models
@@ -310,7 +303,7 @@ std::string weights_blob(size_t pad) {
 
 TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
   TempDir dir;
-  fs::create_directories(dir.path / "sub");
+  fs::create_directories(fs::path(dir.path()) / "sub");
   write_file(dir.file("sub/weights.bin"), weights_blob(64));
   ExternalModel m("sub/weights.bin", 64);
   std::string path = m.b.save(dir);
@@ -357,7 +350,7 @@ TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
   }
   {
     ExternalModel m("../w.bin", 0);
-    fs::create_directories(dir.path / "inner");
+    fs::create_directories(fs::path(dir.path()) / "inner");
     auto g = import_file(m.b.save(dir, "inner/model.onnx"));
     ASSERT_FALSE(g.ok());
     EXPECT_ERROR_HAS(g.status(), "inner/model.onnx", "initializer 'w'", "escapes");

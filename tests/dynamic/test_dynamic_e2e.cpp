@@ -3,7 +3,7 @@
 // small CNN exactly as the statically linked CpuRef does — the seed's "run
 // ExecuteNetwork with at least one dynamic backend (wrapping an existing
 // backend in a shared object)".
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -19,7 +19,7 @@ namespace backplane {
 namespace {
 
 namespace fs = std::filesystem;
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 
 const std::string kModuleDir = std::string(BACKPLANE_BINARY_DIR) + "/lib/backplane/backends";
 const std::string kCpuRefModule = kModuleDir + "/Backplane_CpuRef_backend.so";

@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace backplane::e2e {
 
@@ -25,10 +27,12 @@ inline std::string bad_models_dir() { return std::string(BACKPLANE_TEST_DATA) + 
 inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".onnx"; }
 
 // A runtime with only the statically linked backends, so results do not
-// depend on which plugins happen to be installed.
-inline std::shared_ptr<Runtime> make_runtime() {
+// depend on which plugins happen to be installed; or with the dynamic backends
+// of `backend_path` too.
+inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "") {
   RuntimeOptions opts;
-  opts.dynamic_backends = false;
+  if (backend_path.empty()) opts.dynamic_backends = false;
+  else opts.backend_path = backend_path;
   auto rt = Runtime::create(opts);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   return rt.ok() ? rt.value() : nullptr;
@@ -84,6 +88,14 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// Same count (at least one) and each pair bitwise equal.
+inline bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!bitwise_equal(a[i], b[i])) return false;
+  return true;
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

@@ -10,7 +10,7 @@
 #include "registry/dynamic_loader.hpp"
 #include "registry/host_api.hpp"
 #include "registry/registry.hpp"
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -34,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace dbu = dynamic_backend_utils;
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 
 using Fate = BackendFileReport::Fate;
 

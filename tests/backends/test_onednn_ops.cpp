@@ -7,6 +7,7 @@
 // and that every node really ran on CpuOneDnn (a node it silently rejected
 // would otherwise be compared with itself). CpuOneDnn is loaded the way users
 // get it: as Backplane_CpuOneDnn_backend.so from this build's backend folder.
+#include "support/e2e_util.hpp"
 #include "support/model_builder.hpp"
 
 #include <backplane/runtime.hpp>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,14 +34,9 @@ using test::set_ints;
 // This build's CpuOneDnn plugin folder (the binary is built only with it).
 const std::string kModuleDir = BACKPLANE_ONEDNN_BACKEND_DIR;
 
+// One runtime for the whole binary, CpuOneDnn loaded as users get it.
 std::shared_ptr<Runtime> runtime() {
-  static std::shared_ptr<Runtime> rt = [] {
-    RuntimeOptions o;
-    o.backend_path = kModuleDir;
-    o.log_level = LogLevel::kError;
-    auto r = Runtime::create(o);
-    return r.ok() ? r.value() : nullptr;
-  }();
+  static std::shared_ptr<Runtime> rt = e2e::onednn_runtime(0);
   return rt;
 }
 
@@ -53,23 +50,16 @@ std::vector<Tensor> run(const std::string& path, const std::vector<std::string>&
   if (!model.ok()) return {};
   if (used) *used = (*model)->backends_used();
   if (plan) *plan = (*model)->describe_plan(PlanFormat::kText);
-  auto session = (*model)->create_session();
-  EXPECT_TRUE(session.ok()) << session.status().to_string();
-  if (!session.ok()) return {};
   std::mt19937 rng(99);
   std::normal_distribution<float> dist(0.f, 1.f);
+  std::map<std::string, Tensor> feeds;
   for (const auto& [name, shape] : inputs) {
     Tensor t(DType::kFloat32, shape);
     float* p = t.data_as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
-    EXPECT_TRUE((*session)->set_input(name, t).ok());
+    feeds[name] = t;
   }
-  Status st = (*session)->run();
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  if (!st.ok()) return {};
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < (*session)->num_outputs(); ++i) out.push_back((*session)->output(i).clone());
-  return out;
+  return e2e::run_once(**model, feeds);
 }
 
 // Runs the model on CpuOneDnn alone and on CpuRef, and compares. A plugin
@@ -89,14 +79,7 @@ void expect_matches_cpuref(const ModelBuilder& b) {
   ASSERT_FALSE(got.empty());
   for (size_t k = 0; k < got.size(); ++k) {
     ASSERT_EQ(got[k].shape(), want[k].shape());
-    const float* a = got[k].data_as<float>();
-    const float* r = want[k].data_as<float>();
-    double scale = 0, diff = 0;
-    for (int64_t i = 0; i < want[k].numel(); ++i) {
-      scale = std::max(scale, std::fabs(static_cast<double>(r[i])));
-      const double d = std::fabs(static_cast<double>(a[i]) - r[i]);
-      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    }
+    const double scale = e2e::max_abs(want[k]), diff = e2e::max_abs_diff(got[k], want[k]);
     EXPECT_GT(scale, 0.0);
     EXPECT_LE(diff, 1e-4 * scale) << "output " << k << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
   }

@@ -65,11 +65,7 @@ TEST(DynamicEndToEnd, CpuRefLoadedDynamicallyMatchesStaticBitForBit) {
   auto static_rt = Runtime::create(static_opts);
   ASSERT_TRUE(static_rt.ok()) << static_rt.status().message();
 
-  RuntimeOptions dynamic_opts;
-  dynamic_opts.backend_path = kModuleDir;
-  dynamic_opts.disabled_static_backends = {"CpuRef"};
-  dynamic_opts.log_level = LogLevel::kOff;
-  auto created = Runtime::create(dynamic_opts);
+  auto created = Runtime::create(bt::dynamic_only(kModuleDir));
   ASSERT_TRUE(created.ok()) << created.status().message();
   std::shared_ptr<Runtime> dynamic_rt = std::move(*created);
 

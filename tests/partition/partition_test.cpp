@@ -7,7 +7,7 @@
 // its producer's memory is one copy.
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
-#include "npy.hpp"
+#include "support/e2e_util.hpp"
 #include "support/model_builder.hpp"
 
 #include <backplane/runtime.hpp>
@@ -26,16 +26,10 @@
 namespace backplane {
 namespace {
 
-const std::string kModels = std::string(BACKPLANE_TEST_DATA) + "/models";
+const std::string kModels = e2e::models_dir();
 const std::string kAccelDir = BACKPLANE_TESTING_ACCEL_DIR;
 
-std::shared_ptr<Runtime> runtime_with_mockacc() {
-  RuntimeOptions o;
-  o.backend_path = kAccelDir;
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().message();
-  return rt.ok() ? *rt : nullptr;
-}
+std::shared_ptr<Runtime> runtime_with_mockacc() { return e2e::make_runtime(kAccelDir); }
 
 uint64_t counter(const std::string& backend, const std::string& key) {
   std::string path = kAccelDir + "/Backplane_" + backend + "_backend.so";
@@ -47,34 +41,13 @@ uint64_t counter(const std::string& backend, const std::string& key) {
   return v;
 }
 
-// Largest |a-b| relative to the largest |reference|.
-double relative_error(const Tensor& got, const Tensor& ref) {
-  double m = 0, d = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    m = std::max(m, std::fabs(static_cast<double>(ref.data_as<float>()[i])));
-    d = std::max(d, std::fabs(static_cast<double>(got.data_as<float>()[i]) - ref.data_as<float>()[i]));
-  }
-  return m == 0 ? d : d / m;
-}
+using e2e::relative_error;
+using e2e::run_once;
 
 std::map<std::string, Tensor> inputs_for(const std::string& name, const Model& model) {
   std::map<std::string, Tensor> in;
-  auto t = npy::read(kModels + "/" + name + ".input.npy");
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  in[model.inputs()[0].name] = *t;
+  in[model.inputs()[0].name] = e2e::read_npy(kModels + "/" + name + ".input.npy");
   return in;
-}
-
-std::vector<Tensor> run_once(Model& model, const std::map<std::string, Tensor>& inputs) {
-  auto s = model.create_session();
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  if (!s.ok()) return {};
-  for (const auto& [n, t] : inputs) EXPECT_TRUE((*s)->set_input(n, t).ok());
-  Status st = (*s)->run();
-  EXPECT_TRUE(st.ok()) << st.message();
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < (*s)->num_outputs(); ++i) out.push_back((*s)->output(i).clone());
-  return out;
 }
 
 struct Expected {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,31 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
     m = std::max(m, d);
   }
   return m;
+}
+
+// Largest |got-ref| relative to the largest |ref| (absolute if ref is all
+// zeros); +inf if either holds a NaN.
+inline double relative_error(const Tensor& got, const Tensor& ref) {
+  const double scale = max_abs(ref), diff = max_abs_diff(got, ref);
+  return scale == 0 ? diff : diff / scale;
+}
+
+// One session of `model` run once on `inputs` (by name): the outputs (copied),
+// or none, with a test failure, if any step failed.
+inline std::vector<Tensor> run_once(Model& model, const std::map<std::string, Tensor>& inputs) {
+  auto session = model.create_session();
+  EXPECT_TRUE(session.ok()) << session.status().to_string();
+  if (!session.ok()) return {};
+  for (const auto& [name, tensor] : inputs) {
+    Status st = (*session)->set_input(name, tensor);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  Status st = (*session)->run();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  if (!st.ok()) return {};
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < (*session)->num_outputs(); ++i) out.push_back((*session)->output(i).clone());
+  return out;
 }
 
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {

@@ -37,5 +37,8 @@ std::vector<uint8_t> read_bytes(const std::string& path);
 std::string read_text(const std::string& path);
 // Writes (replaces) `path`; a test failure if that fails.
 void write_bytes(const std::string& path, const void* data, size_t size);
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  write_bytes(path, bytes.data(), bytes.size());
+}
 
 }  // namespace backplane::test

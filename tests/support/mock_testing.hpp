@@ -6,6 +6,10 @@
 
 #include "support/model_builder.hpp"
 
+#include <backplane/runtime.hpp>
+
+#include <gtest/gtest.h>
+
 #include <dlfcn.h>
 
 #include <fstream>
@@ -50,6 +54,37 @@ inline bool mapped_in_this_process(const std::string& canonical_path) {
     if (slash != std::string::npos && line.compare(slash, std::string::npos, canonical_path) == 0) return true;
   }
   return false;
+}
+
+// Options for a runtime that loads the plugins of `dir` (quietly), next to the
+// static CpuRef (with_dir) or alone (dynamic_only).
+inline RuntimeOptions with_dir(const std::string& dir) {
+  RuntimeOptions o;
+  o.backend_path = dir;
+  o.log_level = LogLevel::kOff;
+  return o;
+}
+inline RuntimeOptions dynamic_only(const std::string& dir) {
+  RuntimeOptions o = with_dir(dir);
+  o.disabled_static_backends = {"CpuRef"};
+  return o;
+}
+
+// Runs `model` (a write_relu_model chain: input "x" of `shape`, one output)
+// on values of both signs, zero and tiny ones, and checks y == relu(x).
+inline void expect_relu_runs(Model& model, const Dims& shape) {
+  static constexpr float kValues[] = {-2.0f, -0.5f, 0.0f, 0.25f, 1.5f, -7.0f, 3.25f, -0.0001f};
+  auto session = model.create_session();
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  Tensor x(DType::kFloat32, shape);
+  float* in = x.data_as<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) in[i] = kValues[i % 8];
+  ASSERT_TRUE((*session)->set_input("x", x).ok());
+  Status s = (*session)->run();
+  ASSERT_TRUE(s.ok()) << s.message();
+  const Tensor& y = (*session)->output(0);
+  ASSERT_EQ(y.numel(), x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data_as<float>()[i], in[i] > 0 ? in[i] : 0.0f) << i;
 }
 
 }  // namespace backplane::test

@@ -25,11 +25,6 @@ using namespace test;  // ModelBuilder, Dim, TempDir, set_int, ...
 using onnx_import::import_bytes;
 using onnx_import::import_file;
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-}
-
 // A valid one-node model: y = Relu(x + w).
 ModelBuilder add_relu_model() {
   ModelBuilder b;
@@ -44,7 +39,7 @@ ModelBuilder add_relu_model() {
 
 TEST(MappedFile, MapsContents) {
   TempDir dir;
-  write_file(dir.file("a.bin"), "hello");
+  write_bytes(dir.file("a.bin"), "hello");
   auto f = MappedFile::open(dir.file("a.bin"));
   ASSERT_TRUE(f.ok()) << f.status().message();
   ASSERT_EQ((*f)->size(), 5u);
@@ -53,7 +48,7 @@ TEST(MappedFile, MapsContents) {
 
 TEST(MappedFile, EmptyFileHasNoBytes) {
   TempDir dir;
-  write_file(dir.file("empty.bin"), "");
+  write_bytes(dir.file("empty.bin"), "");
   auto f = MappedFile::open(dir.file("empty.bin"));
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ((*f)->size(), 0u);
@@ -304,7 +299,7 @@ std::string weights_blob(size_t pad) {
 TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
   TempDir dir;
   fs::create_directories(fs::path(dir.path()) / "sub");
-  write_file(dir.file("sub/weights.bin"), weights_blob(64));
+  write_bytes(dir.file("sub/weights.bin"), weights_blob(64));
   ExternalModel m("sub/weights.bin", 64);
   std::string path = m.b.save(dir);
   ir::Graph graph;
@@ -321,7 +316,7 @@ TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
 
 TEST(OnnxImport, ExternalDataWithoutLengthUsesRestOfFile) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(8));
+  write_bytes(dir.file("w.bin"), weights_blob(8));
   ExternalModel m("w.bin", 8, -1);
   auto g = import_file(m.b.save(dir));
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -330,7 +325,7 @@ TEST(OnnxImport, ExternalDataWithoutLengthUsesRestOfFile) {
 
 TEST(OnnxImport, ExternalDataUnalignedOffsetIsCopied) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(3));
+  write_bytes(dir.file("w.bin"), weights_blob(3));
   ExternalModel m("w.bin", 3);
   auto g = import_file(m.b.save(dir));
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -341,7 +336,7 @@ TEST(OnnxImport, ExternalDataUnalignedOffsetIsCopied) {
 
 TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(0));
+  write_bytes(dir.file("w.bin"), weights_blob(0));
   {
     ExternalModel m(dir.file("w.bin"), 0);
     auto g = import_file(m.b.save(dir));
@@ -359,7 +354,7 @@ TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
 
 TEST(OnnxImport, ExternalDataOutOfBoundsOrMissing) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(0));  // 24 bytes
+  write_bytes(dir.file("w.bin"), weights_blob(0));  // 24 bytes
   {
     ExternalModel m("w.bin", 8);  // 8 + 24 > 24
     auto g = import_file(m.b.save(dir));
@@ -394,7 +389,7 @@ TEST(OnnxImport, TruncatedFile) {
   TempDir dir;
   ModelBuilder b = add_relu_model();
   std::string bytes = b.bytes();
-  write_file(dir.file("cut.onnx"), bytes.substr(0, bytes.size() - 7));
+  write_bytes(dir.file("cut.onnx"), bytes.substr(0, bytes.size() - 7));
   auto g = import_file(dir.file("cut.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
@@ -403,13 +398,13 @@ TEST(OnnxImport, TruncatedFile) {
 
 TEST(OnnxImport, NonOnnxAndEmptyFiles) {
   TempDir dir;
-  write_file(dir.file("text.onnx"), "this is not a model, just some text\n");
+  write_bytes(dir.file("text.onnx"), "this is not a model, just some text\n");
   auto g = import_file(dir.file("text.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_ERROR_HAS(g.status(), "text.onnx");
   EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
 
-  write_file(dir.file("empty.onnx"), "");
+  write_bytes(dir.file("empty.onnx"), "");
   g = import_file(dir.file("empty.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_ERROR_HAS(g.status(), "empty.onnx", "empty");

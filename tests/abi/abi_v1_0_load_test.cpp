@@ -2,7 +2,7 @@
 // backend_abi.h, never edited once released) loads into and runs under the
 // current runtime. When the live header gains slots, this test is what proves
 // the runtime still accepts the older, shorter table.
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
@@ -18,7 +18,7 @@
 namespace backplane {
 namespace {
 
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 namespace fs = std::filesystem;
 
 const std::string kDir = ABI_V1_0_BACKEND_DIR;
@@ -36,11 +36,7 @@ TEST(AbiV1_0, FrozenHeaderIsStill1_0) {
 
 TEST(AbiV1_0, BackendBuiltAgainstFrozenHeaderLoadsAndRuns) {
   ASSERT_TRUE(fs::exists(kFile)) << kFile;
-  RuntimeOptions o;
-  o.backend_path = kDir;
-  o.disabled_static_backends = {"CpuRef"};
-  o.log_level = LogLevel::kOff;
-  auto rt = Runtime::create(o);
+  auto rt = Runtime::create(bt::dynamic_only(kDir));
   ASSERT_TRUE(rt.ok()) << rt.status().message();
   auto backends = (*rt)->backends();
   ASSERT_EQ(backends.size(), 1u);
@@ -58,16 +54,7 @@ TEST(AbiV1_0, BackendBuiltAgainstFrozenHeaderLoadsAndRuns) {
   auto model = (*rt)->load_model(tmp.file("relu.onnx"));
   ASSERT_TRUE(model.ok()) << model.status().message();
   EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"AbiV10"});
-  auto session = (*model)->create_session();
-  ASSERT_TRUE(session.ok()) << session.status().message();
-  Tensor x(DType::kFloat32, {1, 5});
-  const float in[5] = {-1.5f, 0.0f, 2.0f, -0.0001f, 3.25f};
-  std::memcpy(x.data(), in, sizeof in);
-  ASSERT_TRUE((*session)->set_input("x", x).ok());
-  Status s = (*session)->run();
-  ASSERT_TRUE(s.ok()) << s.message();
-  const float* y = (*session)->output(0).data_as<float>();
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(y[i], in[i] > 0 ? in[i] : 0.0f) << i;
+  bt::expect_relu_runs(**model, {1, 5});
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 #include "artifact/artifact.hpp"
 #include "artifact/blob_store.hpp"
 #include "artifact_generated.h"
-#include "../e2e/e2e_util.hpp"
+#include "support/e2e_util.hpp"
+#include "support/files.hpp"
 #include "npy.hpp"
 
 #include <backplane/runtime.hpp>
@@ -27,26 +28,22 @@ namespace backplane::artifact_test {
 
 namespace fs = std::filesystem;
 
-// The models and helpers every end-to-end test uses (tests/e2e/e2e_util.hpp).
+// The models and helpers every end-to-end test uses (support/e2e_util.hpp),
+// and scratch files (support/files.hpp).
+using e2e::bitwise_equal;
+using e2e::contains;
 using e2e::cpuref_only;
+using e2e::make_runtime;
 using e2e::model_path;
 using e2e::models_dir;
 #ifdef BACKPLANE_ONEDNN_BACKEND_DIR
 using e2e::onednn_runtime;
 #endif
+using test::read_bytes;
+using test::TempDirTest;
+using test::write_bytes;
 
 inline Tensor model_input(const std::string& name) { return e2e::read_npy(models_dir() + "/" + name + ".input.npy"); }
-
-// A runtime with the static backends only (CpuRef), or with the dynamic
-// backends of `backend_path` too.
-inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "") {
-  RuntimeOptions o;
-  if (backend_path.empty()) o.dynamic_backends = false;
-  else o.backend_path = backend_path;
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
-  return rt.ok() ? *rt : nullptr;
-}
 
 inline CompileOptions cpuref_compile() {
   CompileOptions co;
@@ -84,32 +81,6 @@ inline RunResult run_model(Runtime& rt, const std::string& path, const ModelOpti
   return r;
 }
 
-inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-inline bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!bitwise_equal(a[i], b[i])) return false;
-  return true;
-}
-
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-inline std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-inline void write_bytes(const std::string& path, const uint8_t* data, size_t size) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  ASSERT_TRUE(out.good()) << path;
-}
-
 inline nlohmann::json inspect_json(const std::string& path, const std::vector<std::string>& external = {}) {
   auto text = inspect_artifact(path, true, external);
   EXPECT_TRUE(text.ok()) << text.status().to_string();
@@ -145,21 +116,5 @@ void edit_payload(std::vector<uint8_t>& bytes, size_t m, size_t p, Edit edit) {
   std::memcpy(seg_bytes + 24, &sum, 8);
   reseal(bytes);
 }
-
-// A fresh temporary directory per test, removed afterwards.
-class TempDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "backplane_artifact_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::string dir_;
-};
 
 }  // namespace backplane::artifact_test

@@ -4,7 +4,7 @@
 #include "artifact_util.hpp"
 
 #include <gtest/gtest.h>
-#include <onnx/onnx_pb.h>
+#include "support/model_builder.hpp"
 
 namespace backplane::artifact_test {
 namespace {
@@ -65,48 +65,17 @@ TEST_F(Sharing, SameModelTwiceStoresItsWeightsOnce) {
 // 256 KiB under different initializer names.
 void write_model(const std::string& file, bool with_bias, const std::string& w_name,
                  const std::vector<float>& w, const std::vector<float>& b) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(17);
-  onnx::GraphProto* g = m.mutable_graph();
-  g->set_name(with_bias ? "affine" : "relu_matmul");
-  auto add_io = [](onnx::ValueInfoProto* v, const std::string& name, int64_t cols) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    t->mutable_shape()->add_dim()->set_dim_value(1);
-    t->mutable_shape()->add_dim()->set_dim_value(cols);
-  };
-  add_io(g->add_input(), "X", 128);
-  add_io(g->add_output(), "Y", 512);
-  auto add_init = [&](const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
-    onnx::TensorProto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-  };
-  add_init(w_name, {128, 512}, w);
-  onnx::NodeProto* mm = g->add_node();
-  mm->set_op_type("MatMul");
-  mm->set_name("mm");
-  mm->add_input("X");
-  mm->add_input(w_name);
-  mm->add_output("XW");
-  onnx::NodeProto* last = g->add_node();
-  last->set_name("last");
+  test::ModelBuilder m(17, with_bias ? "affine" : "relu_matmul");
+  m.input("X", {1, 128}).output("Y", {1, 512});
+  m.init_f32(w_name, {128, 512}, w);
+  m.node("MatMul", {"X", w_name}, {"XW"}, "mm");
   if (with_bias) {
-    add_init("B", {512}, b);
-    last->set_op_type("Add");
-    last->add_input("XW");
-    last->add_input("B");
+    m.init_f32("B", {512}, b);
+    m.node("Add", {"XW", "B"}, {"Y"}, "last");
   } else {
-    last->set_op_type("Relu");
-    last->add_input("XW");
+    m.node("Relu", {"XW"}, {"Y"}, "last");
   }
-  last->add_output("Y");
-  std::ofstream out(file, std::ios::binary);
-  ASSERT_TRUE(m.SerializeToOstream(&out));
+  m.save_as(file);
 }
 
 TEST_F(Sharing, TwoModelsWithAnEqualInitializerStoreItOnce) {

@@ -3,21 +3,15 @@
 //
 // Models come from scripts/gen_bad_models.py (bad_models/) and
 // scripts/gen_models.py (models/, truncated here at several offsets).
-#include "e2e_util.hpp"
+#include "support/e2e_util.hpp"
+#include "support/files.hpp"
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <string>
 #include <vector>
 
 namespace backplane::e2e {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string bad(const std::string& file) { return bad_models_dir() + "/" + file; }
 
@@ -42,42 +36,19 @@ bool mentions_shape(const std::string& msg, const std::vector<int64_t>& dims) {
   return false;
 }
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("backplane_e2e_" + std::to_string(getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_all(const std::string& path, const char* data, size_t n) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data, static_cast<std::streamsize>(n));
-  ASSERT_TRUE(out.good()) << path;
-}
+using test::read_text;
+using test::TempDir;
+using test::write_bytes;
 
 void expect_truncations_fail(const std::string& model) {
-  const std::string bytes = read_all(model_path(model));
+  const std::string bytes = read_text(model_path(model));
   ASSERT_GT(bytes.size(), 1000u);
   TempDir tmp;
   const size_t n = bytes.size();
   for (size_t cut : {size_t{1}, size_t{16}, size_t{100}, n / 4, n / 2, (3 * n) / 4, n - 100, n - 1}) {
     const std::string name = model + "_truncated_at_" + std::to_string(cut) + ".onnx";
     const std::string path = tmp.file(name);
-    write_all(path, bytes.data(), cut);
+    write_bytes(path, bytes.data(), cut);
     Status st = load_error(path);
     EXPECT_TRUE(contains(st.message(), name)) << "message does not name the file: " << st.to_string();
   }

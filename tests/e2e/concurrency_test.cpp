@@ -3,7 +3,7 @@
 // A serial pass computes the output for every (thread, run) input; then 8
 // threads start together, each creates its own Session and runs its 100
 // inputs; every output must be bitwise identical to the serial one.
-#include "e2e_util.hpp"
+#include "support/e2e_util.hpp"
 
 #include <atomic>
 #include <cstdint>

@@ -2,7 +2,7 @@
 //
 // For each model from scripts/gen_models.py: load with backends {"CpuRef"},
 // run on NAME.input.npy, and require max|y - expected| <= 1e-4 * max|expected|.
-#include "e2e_util.hpp"
+#include "support/e2e_util.hpp"
 
 #include <string>
 #include <vector>

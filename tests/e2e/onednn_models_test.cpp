@@ -5,7 +5,7 @@
 // model from scripts/gen_models.py: the nodes CpuOneDnn takes, the output
 // against CpuRef's on the same input (max|a-b| <= 1e-4 * max|ref|) at 1 and 2
 // threads, and repeated and concurrent runs.
-#include "e2e_util.hpp"
+#include "support/e2e_util.hpp"
 
 #include <algorithm>
 #include <ostream>
@@ -28,13 +28,8 @@ std::string case_name(const testing::TestParamInfo<OneDnnCase>& info) { return i
 void PrintTo(const OneDnnCase& c, std::ostream* os) { *os << c.name; }
 
 Tensor run_once(Model& model, const std::string& input_name, const Tensor& input) {
-  auto session = model.create_session();
-  EXPECT_TRUE(session.ok()) << session.status().to_string();
-  if (!session.ok()) return Tensor();
-  EXPECT_TRUE((*session)->set_input(input_name, input).ok());
-  Status st = (*session)->run();
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return st.ok() ? (*session)->output(0).clone() : Tensor();
+  std::vector<Tensor> out = e2e::run_once(model, {{input_name, input}});
+  return out.empty() ? Tensor() : out[0];
 }
 
 class OneDnnModels : public testing::TestWithParam<OneDnnCase> {};

@@ -7,18 +7,17 @@
 // its producer's memory is one copy.
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
-#include "npy.hpp"
+#include "support/e2e_util.hpp"
+#include "support/model_builder.hpp"
 
 #include <backplane/runtime.hpp>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <onnx/onnx_pb.h>
 
 #include <dlfcn.h>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -27,16 +26,10 @@
 namespace backplane {
 namespace {
 
-const std::string kModels = std::string(BACKPLANE_TEST_DATA) + "/models";
+const std::string kModels = e2e::models_dir();
 const std::string kAccelDir = BACKPLANE_TESTING_ACCEL_DIR;
 
-std::shared_ptr<Runtime> runtime_with_mockacc() {
-  RuntimeOptions o;
-  o.backend_path = kAccelDir;
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().message();
-  return rt.ok() ? *rt : nullptr;
-}
+std::shared_ptr<Runtime> runtime_with_mockacc() { return e2e::make_runtime(kAccelDir); }
 
 uint64_t counter(const std::string& backend, const std::string& key) {
   std::string path = kAccelDir + "/Backplane_" + backend + "_backend.so";
@@ -48,34 +41,13 @@ uint64_t counter(const std::string& backend, const std::string& key) {
   return v;
 }
 
-// Largest |a-b| relative to the largest |reference|.
-double relative_error(const Tensor& got, const Tensor& ref) {
-  double m = 0, d = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    m = std::max(m, std::fabs(static_cast<double>(ref.data_as<float>()[i])));
-    d = std::max(d, std::fabs(static_cast<double>(got.data_as<float>()[i]) - ref.data_as<float>()[i]));
-  }
-  return m == 0 ? d : d / m;
-}
+using e2e::relative_error;
+using e2e::run_once;
 
 std::map<std::string, Tensor> inputs_for(const std::string& name, const Model& model) {
   std::map<std::string, Tensor> in;
-  auto t = npy::read(kModels + "/" + name + ".input.npy");
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  in[model.inputs()[0].name] = *t;
+  in[model.inputs()[0].name] = e2e::read_npy(kModels + "/" + name + ".input.npy");
   return in;
-}
-
-std::vector<Tensor> run_once(Model& model, const std::map<std::string, Tensor>& inputs) {
-  auto s = model.create_session();
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  if (!s.ok()) return {};
-  for (const auto& [n, t] : inputs) EXPECT_TRUE((*s)->set_input(n, t).ok());
-  Status st = (*s)->run();
-  EXPECT_TRUE(st.ok()) << st.message();
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < (*s)->num_outputs(); ++i) out.push_back((*s)->output(i).clone());
-  return out;
 }
 
 struct Expected {
@@ -299,43 +271,19 @@ TEST(Overrides, PinningANodeToCpuRefSplitsTheMockAccRegion) {
 // x -> Conv(A) -> c ; Sigmoid(B)(c) -> s ; Add(C)(c, s) -> y
 // A and C are MockAcc, B is CpuRef. Putting A and C in one partition would
 // need B both before and after it: the partitioner must split.
-std::string write_diamond_model() {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("diamond");
-  auto value = [](onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  value(g->add_input(), "x", {1, 2, 4, 4});
-  value(g->add_output(), "y", {1, 2, 4, 4});
-  onnx::TensorProto* w = g->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : {2, 2, 1, 1}) w->add_dims(d);
-  for (float f : {0.5f, -1.0f, 2.0f, 0.25f}) w->add_float_data(f);
-  auto node = [&](const std::string& name, const std::string& op, std::vector<std::string> in, std::string out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_name(name);
-    n->set_op_type(op);
-    for (auto& i : in) n->add_input(i);
-    n->add_output(out);
-  };
-  node("A_conv", "Conv", {"x", "w"}, "c");
-  node("B_sigmoid", "Sigmoid", {"c"}, "s");
-  node("C_add", "Add", {"c", "s"}, "y");
-  std::string path = ::testing::TempDir() + "/diamond.onnx";
-  std::ofstream out(path, std::ios::binary);
-  m.SerializeToOstream(&out);
-  return path;
+std::string write_diamond_model(const test::TempDir& dir) {
+  test::ModelBuilder b(13, "diamond");
+  b.input("x", {1, 2, 4, 4}).output("y", {1, 2, 4, 4});
+  b.init_f32("w", {2, 2, 1, 1}, {0.5f, -1.0f, 2.0f, 0.25f});
+  b.node("Conv", {"x", "w"}, {"c"}, "A_conv");
+  b.node("Sigmoid", {"c"}, {"s"}, "B_sigmoid");
+  b.node("Add", {"c", "s"}, {"y"}, "C_add");
+  return b.save(dir, "diamond.onnx");
 }
 
 TEST(Cycles, GreedyGroupingWouldCycleSoThePlanSplitsAndRunsCorrectly) {
-  const std::string path = write_diamond_model();
+  test::TempDir dir;
+  const std::string path = write_diamond_model(dir);
   auto rt = runtime_with_mockacc();
   ASSERT_TRUE(rt);
   ModelOptions o;
@@ -360,7 +308,8 @@ TEST(Cycles, GreedyGroupingWouldCycleSoThePlanSplitsAndRunsCorrectly) {
 }
 
 TEST(Imperative, SingleOpBackendRunsEachNodeOnItsOwn) {
-  const std::string path = write_diamond_model();
+  test::TempDir dir;
+  const std::string path = write_diamond_model(dir);
   auto rt = runtime_with_mockacc();
   ASSERT_TRUE(rt);
   ModelOptions o;

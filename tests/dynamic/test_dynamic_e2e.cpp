@@ -3,7 +3,7 @@
 // small CNN exactly as the statically linked CpuRef does — the seed's "run
 // ExecuteNetwork with at least one dynamic backend (wrapping an existing
 // backend in a shared object)".
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -19,7 +19,7 @@ namespace backplane {
 namespace {
 
 namespace fs = std::filesystem;
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 
 const std::string kModuleDir = std::string(BACKPLANE_BINARY_DIR) + "/lib/backplane/backends";
 const std::string kCpuRefModule = kModuleDir + "/Backplane_CpuRef_backend.so";
@@ -65,11 +65,7 @@ TEST(DynamicEndToEnd, CpuRefLoadedDynamicallyMatchesStaticBitForBit) {
   auto static_rt = Runtime::create(static_opts);
   ASSERT_TRUE(static_rt.ok()) << static_rt.status().message();
 
-  RuntimeOptions dynamic_opts;
-  dynamic_opts.backend_path = kModuleDir;
-  dynamic_opts.disabled_static_backends = {"CpuRef"};
-  dynamic_opts.log_level = LogLevel::kOff;
-  auto created = Runtime::create(dynamic_opts);
+  auto created = Runtime::create(bt::dynamic_only(kModuleDir));
   ASSERT_TRUE(created.ok()) << created.status().message();
   std::shared_ptr<Runtime> dynamic_rt = std::move(*created);
 

@@ -16,7 +16,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace backplane::e2e {
 
@@ -25,10 +28,12 @@ inline std::string bad_models_dir() { return std::string(BACKPLANE_TEST_DATA) + 
 inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".onnx"; }
 
 // A runtime with only the statically linked backends, so results do not
-// depend on which plugins happen to be installed.
-inline std::shared_ptr<Runtime> make_runtime() {
+// depend on which plugins happen to be installed; or with the dynamic backends
+// of `backend_path` too.
+inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "") {
   RuntimeOptions opts;
-  opts.dynamic_backends = false;
+  if (backend_path.empty()) opts.dynamic_backends = false;
+  else opts.backend_path = backend_path;
   auto rt = Runtime::create(opts);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   return rt.ok() ? rt.value() : nullptr;
@@ -81,9 +86,42 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// Largest |got-ref| relative to the largest |ref| (absolute if ref is all
+// zeros); +inf if either holds a NaN.
+inline double relative_error(const Tensor& got, const Tensor& ref) {
+  const double scale = max_abs(ref), diff = max_abs_diff(got, ref);
+  return scale == 0 ? diff : diff / scale;
+}
+
+// One session of `model` run once on `inputs` (by name): the outputs (copied),
+// or none, with a test failure, if any step failed.
+inline std::vector<Tensor> run_once(Model& model, const std::map<std::string, Tensor>& inputs) {
+  auto session = model.create_session();
+  EXPECT_TRUE(session.ok()) << session.status().to_string();
+  if (!session.ok()) return {};
+  for (const auto& [name, tensor] : inputs) {
+    Status st = (*session)->set_input(name, tensor);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  Status st = (*session)->run();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  if (!st.ok()) return {};
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < (*session)->num_outputs(); ++i) out.push_back((*session)->output(i).clone());
+  return out;
+}
+
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// Same count (at least one) and each pair bitwise equal.
+inline bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!bitwise_equal(a[i], b[i])) return false;
+  return true;
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

@@ -3,7 +3,8 @@
 #include "core/mapped_file.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
-#include "onnx_test_builder.hpp"
+#include "support/expect_error.hpp"
+#include "support/model_builder.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -19,23 +20,10 @@ namespace backplane {
 namespace {
 
 namespace fs = std::filesystem;
-using namespace onnx_test;  // ModelBuilder, Dim, TempDir, set_int, ...
+using namespace test;  // ModelBuilder, Dim, TempDir, set_int, ...
 
 using onnx_import::import_bytes;
 using onnx_import::import_file;
-
-#define EXPECT_ERROR_HAS(status, ...)                                         \
-  do {                                                                        \
-    const std::string msg_ = (status).message();                              \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__})                                   \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                          \
-          << "message '" << msg_ << "' lacks '" << part_ << "'";              \
-  } while (0)
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-}
 
 // A valid one-node model: y = Relu(x + w).
 ModelBuilder add_relu_model() {
@@ -51,7 +39,7 @@ ModelBuilder add_relu_model() {
 
 TEST(MappedFile, MapsContents) {
   TempDir dir;
-  write_file(dir.file("a.bin"), "hello");
+  write_bytes(dir.file("a.bin"), "hello");
   auto f = MappedFile::open(dir.file("a.bin"));
   ASSERT_TRUE(f.ok()) << f.status().message();
   ASSERT_EQ((*f)->size(), 5u);
@@ -60,7 +48,7 @@ TEST(MappedFile, MapsContents) {
 
 TEST(MappedFile, EmptyFileHasNoBytes) {
   TempDir dir;
-  write_file(dir.file("empty.bin"), "");
+  write_bytes(dir.file("empty.bin"), "");
   auto f = MappedFile::open(dir.file("empty.bin"));
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ((*f)->size(), 0u);
@@ -76,10 +64,10 @@ TEST(MappedFile, MissingFileNamesPathAndErrno) {
 
 TEST(MappedFile, DirectoryIsAnError) {
   TempDir dir;
-  auto f = MappedFile::open(dir.path.string());
+  auto f = MappedFile::open(dir.path());
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), StatusCode::kIoError);
-  EXPECT_ERROR_HAS(f.status(), dir.path.string().c_str(), "directory");
+  EXPECT_ERROR_HAS(f.status(), dir.path().c_str(), "directory");
 }
 
 // ---------------------------------------------------------------- valid models
@@ -310,8 +298,8 @@ std::string weights_blob(size_t pad) {
 
 TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
   TempDir dir;
-  fs::create_directories(dir.path / "sub");
-  write_file(dir.file("sub/weights.bin"), weights_blob(64));
+  fs::create_directories(fs::path(dir.path()) / "sub");
+  write_bytes(dir.file("sub/weights.bin"), weights_blob(64));
   ExternalModel m("sub/weights.bin", 64);
   std::string path = m.b.save(dir);
   ir::Graph graph;
@@ -328,7 +316,7 @@ TEST(OnnxImport, ExternalDataIsMappedRelativeToTheModel) {
 
 TEST(OnnxImport, ExternalDataWithoutLengthUsesRestOfFile) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(8));
+  write_bytes(dir.file("w.bin"), weights_blob(8));
   ExternalModel m("w.bin", 8, -1);
   auto g = import_file(m.b.save(dir));
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -337,7 +325,7 @@ TEST(OnnxImport, ExternalDataWithoutLengthUsesRestOfFile) {
 
 TEST(OnnxImport, ExternalDataUnalignedOffsetIsCopied) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(3));
+  write_bytes(dir.file("w.bin"), weights_blob(3));
   ExternalModel m("w.bin", 3);
   auto g = import_file(m.b.save(dir));
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -348,7 +336,7 @@ TEST(OnnxImport, ExternalDataUnalignedOffsetIsCopied) {
 
 TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(0));
+  write_bytes(dir.file("w.bin"), weights_blob(0));
   {
     ExternalModel m(dir.file("w.bin"), 0);
     auto g = import_file(m.b.save(dir));
@@ -357,7 +345,7 @@ TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
   }
   {
     ExternalModel m("../w.bin", 0);
-    fs::create_directories(dir.path / "inner");
+    fs::create_directories(fs::path(dir.path()) / "inner");
     auto g = import_file(m.b.save(dir, "inner/model.onnx"));
     ASSERT_FALSE(g.ok());
     EXPECT_ERROR_HAS(g.status(), "inner/model.onnx", "initializer 'w'", "escapes");
@@ -366,7 +354,7 @@ TEST(OnnxImport, ExternalDataRefusesAbsolutePathsAndEscapes) {
 
 TEST(OnnxImport, ExternalDataOutOfBoundsOrMissing) {
   TempDir dir;
-  write_file(dir.file("w.bin"), weights_blob(0));  // 24 bytes
+  write_bytes(dir.file("w.bin"), weights_blob(0));  // 24 bytes
   {
     ExternalModel m("w.bin", 8);  // 8 + 24 > 24
     auto g = import_file(m.b.save(dir));
@@ -401,7 +389,7 @@ TEST(OnnxImport, TruncatedFile) {
   TempDir dir;
   ModelBuilder b = add_relu_model();
   std::string bytes = b.bytes();
-  write_file(dir.file("cut.onnx"), bytes.substr(0, bytes.size() - 7));
+  write_bytes(dir.file("cut.onnx"), bytes.substr(0, bytes.size() - 7));
   auto g = import_file(dir.file("cut.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
@@ -410,13 +398,13 @@ TEST(OnnxImport, TruncatedFile) {
 
 TEST(OnnxImport, NonOnnxAndEmptyFiles) {
   TempDir dir;
-  write_file(dir.file("text.onnx"), "this is not a model, just some text\n");
+  write_bytes(dir.file("text.onnx"), "this is not a model, just some text\n");
   auto g = import_file(dir.file("text.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_ERROR_HAS(g.status(), "text.onnx");
   EXPECT_EQ(g.status().code(), StatusCode::kCorruptData);
 
-  write_file(dir.file("empty.onnx"), "");
+  write_bytes(dir.file("empty.onnx"), "");
   g = import_file(dir.file("empty.onnx"));
   ASSERT_FALSE(g.ok());
   EXPECT_ERROR_HAS(g.status(), "empty.onnx", "empty");

@@ -11,11 +11,7 @@ cli=${1:?usage: cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
 models=${2:?usage: cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
 py=${3:-/usr/bin/python3}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/backplane_cli_test.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok:   $*"; }
+. "$(dirname "$0")/lib.sh" cli_test
 
 # 1. A real run: exit 0, one JSON object on stdout, outputs written and right.
 "$cli" run "$models/resnet18.onnx" --backends CpuRef \
@@ -106,8 +102,4 @@ else
   fail "unknown input name: exit $rc, stderr: $(cat "$tmp/stderr")"
 fi
 
-if [ $failures -ne 0 ]; then
-  echo "cli_test: $failures failure(s)"
-  exit 1
-fi
-echo "cli_test: all passed"
+finish

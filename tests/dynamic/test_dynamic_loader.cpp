@@ -10,7 +10,7 @@
 #include "registry/dynamic_loader.hpp"
 #include "registry/host_api.hpp"
 #include "registry/registry.hpp"
-#include "testing/mock_testing.hpp"
+#include "support/mock_testing.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -34,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace dbu = dynamic_backend_utils;
-namespace bt = backplane::testing;
+namespace bt = backplane::test;
 
 using Fate = BackendFileReport::Fate;
 
@@ -68,17 +68,8 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-RuntimeOptions with_dir(const std::string& dir) {
-  RuntimeOptions o;
-  o.backend_path = dir;
-  o.log_level = LogLevel::kOff;
-  return o;
-}
-RuntimeOptions dynamic_only(const std::string& dir) {
-  RuntimeOptions o = with_dir(dir);
-  o.disabled_static_backends = {"CpuRef"};
-  return o;
-}
+using bt::dynamic_only;
+using bt::with_dir;
 
 // The report of the file named `name` (file name, not path); nullptr if none.
 const BackendFileReport* report_for(const std::vector<BackendFileReport>& files, const std::string& name) {
@@ -127,20 +118,8 @@ std::string copy_as(const std::string& from, const std::string& dir, const std::
   return to;
 }
 
-// Runs x -> Relu -> ... -> y on `model` and checks y == relu(x).
-void expect_relu_runs(Model& model) {
-  auto session = model.create_session();
-  ASSERT_TRUE(session.ok()) << session.status().message();
-  Tensor x(DType::kFloat32, {2, 3});
-  const float in[6] = {-2.0f, -0.5f, 0.0f, 0.25f, 1.5f, -7.0f};
-  std::memcpy(x.data(), in, sizeof in);
-  ASSERT_TRUE((*session)->set_input("x", x).ok());
-  Status s = (*session)->run();
-  ASSERT_TRUE(s.ok()) << s.message();
-  const Tensor& y = (*session)->output(0);
-  ASSERT_EQ(y.numel(), 6);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(y.data_as<float>()[i], in[i] > 0 ? in[i] : 0.0f) << i;
-}
+// Runs the {2, 3} relu chain of bt::write_relu_model on `model`.
+void expect_relu_runs(Model& model) { bt::expect_relu_runs(model, {2, 3}); }
 
 class DynamicBackends : public ::testing::Test {
  protected:

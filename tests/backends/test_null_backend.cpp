@@ -2,19 +2,17 @@
 // as a shared object from a directory given as the runtime's backend path.
 // BACKPLANE_NULL_BACKEND_DIR is where the build wrote Backplane_Null_backend.so
 // (not the default backend directory, so other tests never see it).
+#include "support/model_builder.hpp"
+
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
-
-#include <onnx/onnx_pb.h>
 
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #ifndef BACKPLANE_NULL_BACKEND_DIR
 #error "BACKPLANE_NULL_BACKEND_DIR must name the directory holding Backplane_Null_backend.so"
@@ -39,41 +37,13 @@ RuntimeOptions null_options() {
 class NullBackendModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("bp_null_backend_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    onnx::ModelProto m;
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(13);
-    onnx::GraphProto* g = m.mutable_graph();
-    g->set_name("add_relu");
-    auto value = [](onnx::ValueInfoProto* v, const char* name) {
-      v->set_name(name);
-      auto* t = v->mutable_type()->mutable_tensor_type();
-      t->set_elem_type(onnx::TensorProto::FLOAT);
-      t->mutable_shape()->add_dim()->set_dim_value(2);
-      t->mutable_shape()->add_dim()->set_dim_value(3);
-    };
-    value(g->add_input(), "x");
-    value(g->add_output(), "y");
-    onnx::NodeProto* add = g->add_node();
-    add->set_name("add");
-    add->set_op_type("Add");
-    add->add_input("x");
-    add->add_input("x");
-    add->add_output("s");
-    onnx::NodeProto* relu = g->add_node();
-    relu->set_name("relu");
-    relu->set_op_type("Relu");
-    relu->add_input("s");
-    relu->add_output("y");
-    path_ = (dir_ / "add_relu.onnx").string();
-    std::ofstream(path_, std::ios::binary) << m.SerializeAsString();
+    test::ModelBuilder b(13, "add_relu");
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.node("Add", {"x", "x"}, {"s"}, "add");
+    b.node("Relu", {"s"}, {"y"}, "relu");
+    path_ = b.save(dir_, "add_relu.onnx");
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
+  test::TempDir dir_;
   std::string path_;
 };
 

@@ -4,6 +4,7 @@
 // the KernelRegistry as the backend does, runs it, and compares with values
 // from the ONNX operator documentation or with a naive implementation written
 // here independently of the kernels (direct loops, double accumulation).
+#include "cpuref_test_harness.hpp"
 #include "reference/kernel.hpp"
 
 #include <gtest/gtest.h>
@@ -24,7 +25,10 @@ namespace {
 
 constexpr bp_dtype_t F32 = BP_DTYPE_FLOAT32;
 
-const KernelRegistry& registry() {
+using test_harness::Node;
+
+// The nn kernels alone, to check that this family registers every op it owns.
+const KernelRegistry& nn_registry() {
   static const KernelRegistry r = [] {
     KernelRegistry reg;
     register_nn_kernels(reg);
@@ -32,112 +36,6 @@ const KernelRegistry& registry() {
   }();
   return r;
 }
-
-// A one-node graph view built by hand. Keep it alive while the NodeInfo it
-// returns is in use.
-class Node {
- public:
-  explicit Node(std::string op, int64_t opset = 13) : op_(std::move(op)), opset_(opset) {}
-
-  Node& in(Dims shape, bp_dtype_t dtype = F32, const void* constant = nullptr) {
-    inputs_.push_back(add_value(std::move(shape), dtype, constant != nullptr));
-    constants_.push_back(constant);
-    return *this;
-  }
-  Node& none() {  // an omitted optional input
-    inputs_.push_back(-1);
-    constants_.push_back(nullptr);
-    return *this;
-  }
-  Node& out(Dims shape, bp_dtype_t dtype = F32) {
-    outputs_.push_back(add_value(std::move(shape), dtype, false));
-    return *this;
-  }
-  Node& i(const char* name, int64_t v) { return attr(name, BP_ATTR_INT).i = v, *this; }
-  Node& f(const char* name, float v) { return attr(name, BP_ATTR_FLOAT).f = v, *this; }
-  Node& s(const char* name, const char* v) {
-    return attr(name, BP_ATTR_STRING).s = strings_.emplace_back(v).c_str(), *this;
-  }
-  Node& ints(const char* name, std::vector<int64_t> v) {
-    bp_attribute_t& a = attr(name, BP_ATTR_INTS);
-    a.count = v.size();
-    a.ints = int_lists_.emplace_back(std::move(v)).data();
-    return *this;
-  }
-
-  NodeInfo info() {
-    node_ = bp_node_t{};
-    node_.struct_size = sizeof(bp_node_t);
-    node_.name = "n0";
-    node_.op_type = op_.c_str();
-    node_.domain = "";
-    node_.opset = opset_;
-    node_.num_inputs = inputs_.size();
-    node_.inputs = inputs_.data();
-    node_.num_outputs = outputs_.size();
-    node_.outputs = outputs_.data();
-    node_.num_attributes = attrs_.size();
-    node_.attributes = attrs_.data();
-    view_ = bp_graph_view_t{};
-    view_.struct_size = sizeof(bp_graph_view_t);
-    view_.name = "test";
-    view_.num_values = values_.size();
-    view_.values = values_.data();
-    view_.num_nodes = 1;
-    view_.nodes = &node_;
-    NodeInfo info{sdk::NodeRef(&view_, 0), {}, {}, {}, {}, {}};
-    for (size_t k = 0; k < inputs_.size(); ++k) {
-      const bool present = inputs_[k] >= 0;
-      info.in_dtypes.push_back(present ? values_[inputs_[k]].dtype : BP_DTYPE_UNDEFINED);
-      info.in_shapes.push_back(present ? shapes_[inputs_[k]] : Dims{});
-      info.in_constants.push_back(constants_[k]);
-    }
-    for (int32_t v : outputs_) {
-      info.out_dtypes.push_back(values_[v].dtype);
-      info.out_shapes.push_back(shapes_[v]);
-    }
-    return info;
-  }
-
-  std::unique_ptr<Kernel> kernel() {
-    const KernelFactory* factory = registry().find(op_);
-    if (factory == nullptr) throw std::runtime_error("no kernel registered for " + op_);
-    return (*factory)(info());
-  }
-
- private:
-  int32_t add_value(Dims shape, bp_dtype_t dtype, bool constant) {
-    const Dims& s = shapes_.emplace_back(std::move(shape));
-    bp_value_t v{};
-    v.struct_size = sizeof(v);
-    v.name = strings_.emplace_back("v" + std::to_string(values_.size())).c_str();
-    v.dtype = dtype;
-    v.rank = s.size();
-    v.shape = s.data();
-    v.flags = constant ? BP_VALUE_CONSTANT : 0;
-    values_.push_back(v);
-    return static_cast<int32_t>(values_.size() - 1);
-  }
-  bp_attribute_t& attr(const char* name, bp_attr_type_t type) {
-    bp_attribute_t& a = attrs_.emplace_back();
-    a.struct_size = sizeof(a);
-    a.name = strings_.emplace_back(name).c_str();
-    a.type = type;
-    return a;
-  }
-
-  std::string op_;
-  int64_t opset_;
-  std::deque<std::string> strings_;
-  std::deque<Dims> shapes_;
-  std::deque<std::vector<int64_t>> int_lists_;
-  std::vector<bp_value_t> values_;
-  std::vector<int32_t> inputs_, outputs_;
-  std::vector<const void*> constants_;
-  std::vector<bp_attribute_t> attrs_;
-  bp_node_t node_{};
-  bp_graph_view_t view_{};
-};
 
 // Runs `k` with scratch and outputs pre-filled with NaN bytes, so a kernel
 // that reads scratch before writing it, or leaves an output element unwritten,
@@ -346,7 +244,7 @@ TEST(CpuRefNn, RegistersEveryNnOp) {
                          "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
                          "LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax",
                          "Resize"})
-    EXPECT_NE(registry().find(op), nullptr) << op;
+    EXPECT_NE(nn_registry().find(op), nullptr) << op;
 }
 
 // ONNX Operators.md, Conv example "conv_with_padding" / "conv_without_padding".

@@ -12,11 +12,7 @@ cli=${1:?usage: artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
 models=${2:?usage: artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]}
 py=${3:-/usr/bin/python3}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/backplane_artifact_cli.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok:   $*"; }
+. "$(dirname "$0")/lib.sh" artifact_cli_test
 input="input=$models/resnet18.input.npy"
 
 # 1. The issue's sequence: compile with external data, then run the .bpk.
@@ -148,8 +144,4 @@ head -c $(( $(stat -c %s "$tmp/r.bpk") / 2 )) "$tmp/r.bpk" >"$tmp/cut.bpk"
 rc=$?
 [ $rc -eq 1 ] && grep -q '^error: .*cut\.bpk' "$tmp/err" && pass "truncated .bpk: exit 1, error names it" || fail "truncated .bpk: exit $rc, $(cat "$tmp/err")"
 
-if [ $failures -ne 0 ]; then
-  echo "artifact_cli_test: $failures failure(s)"
-  exit 1
-fi
-echo "artifact_cli_test: all passed"
+finish

@@ -2,7 +2,8 @@
 // constant folding, on models built with the onnx protobuf API and imported.
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
-#include "onnx_test_builder.hpp"
+#include "support/expect_error.hpp"
+#include "support/model_builder.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -20,20 +21,12 @@
 namespace backplane {
 namespace {
 
-using namespace onnx_test;  // ModelBuilder, Dim, set_int, ...
+using namespace test;  // ModelBuilder, Dim, set_int, ...
 
 constexpr int F = onnx::TensorProto::FLOAT;
 constexpr int I64 = onnx::TensorProto::INT64;
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-
-#define EXPECT_ERROR_HAS(status, ...)                                                   \
-  do {                                                                                  \
-    const std::string msg_ = (status).message();                                        \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__})    \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                                    \
-          << "message '" << msg_ << "' lacks '" << part_ << "'";                        \
-  } while (0)
 
 // Imports `b` (as "m.onnx") and runs infer_shapes.
 Result<ir::Graph> infer(const ModelBuilder& b, const std::map<std::string, Shape>& shapes = {}) {

@@ -1,7 +1,7 @@
-// Test harness shared by the CpuRef elementwise and tensor kernel tests
-// (tests/unit/test_cpuref_elementwise.cpp, test_cpuref_tensor.cpp): builds a
-// one-node bp_graph_view_t by hand, gets the factory from a registry holding
-// the elementwise and tensor kernels, runs the kernel and compares outputs.
+// Test harness of the CpuRef kernel tests (tests/backends/test_cpuref_*.cpp):
+// builds a one-node bp_graph_view_t by hand (Node, or OpTest from tensor
+// specs), gets the factory from a registry holding every CpuRef kernel, runs
+// the kernel and compares outputs.
 //
 // Header-only and included by several .cpp files of one binary, so everything
 // here is inline (or a class / template) in a named namespace: one definition,
@@ -83,93 +83,165 @@ struct OutSpec {
   Dims shape;
 };
 
+// Every CpuRef kernel, registered as the backend registers them.
 inline const KernelRegistry& registry() {
   static const KernelRegistry r = [] {
     KernelRegistry reg;
     register_elementwise_kernels(reg);
     register_tensor_kernels(reg);
+    register_nn_kernels(reg);
     return reg;
   }();
   return r;
 }
 
-// One node in its own graph view. Not copyable: the view points into it.
-class OpTest {
+// One node in its own hand-built graph view: inputs, outputs, attributes.
+// Not copyable: the view points into it; keep it alive while a NodeInfo or a
+// kernel made from it is in use.
+class Node {
  public:
-  OpTest(std::string op, int64_t opset, std::vector<TensorSpec> inputs, std::vector<OutSpec> outputs,
-         std::vector<AttrSpec> attrs = {})
-      : op_(std::move(op)), inputs_(std::move(inputs)), outputs_(std::move(outputs)), attrs_(std::move(attrs)) {
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      if (!inputs_[i].present) {
-        in_ids_.push_back(-1);
-        continue;
-      }
-      in_ids_.push_back(add_value("in" + std::to_string(i), inputs_[i].dtype, inputs_[i].shape,
-                                  inputs_[i].constant ? BP_VALUE_CONSTANT : BP_VALUE_VIEW_INPUT));
-    }
-    for (size_t i = 0; i < outputs_.size(); ++i)
-      out_ids_.push_back(add_value("out" + std::to_string(i), outputs_[i].dtype, outputs_[i].shape,
-                                   BP_VALUE_VIEW_OUTPUT));
-    for (const AttrSpec& a : attrs_) {
-      bp_attribute_t b{};
-      b.struct_size = sizeof(b);
-      b.name = a.name.c_str();
-      b.type = a.type;
-      b.i = a.i;
-      b.f = a.f;
-      b.s = a.s.c_str();
-      b.count = a.type == BP_ATTR_INTS ? a.ints.size() : a.floats.size();
-      b.ints = a.ints.data();
-      b.floats = a.floats.data();
-      battrs_.push_back(b);
-    }
-    node_.struct_size = sizeof(node_);
-    node_.name = "test_node";
+  explicit Node(std::string op, int64_t opset = 13, std::string name = "n0")
+      : op_(std::move(op)), name_(std::move(name)), opset_(opset) {}
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // An input; `constant` (the value's bytes, owned by the caller) makes it a constant.
+  Node& in(Dims shape, bp_dtype_t dtype = BP_DTYPE_FLOAT32, const void* constant = nullptr) {
+    inputs_.push_back(add_value(std::move(shape), dtype, constant ? BP_VALUE_CONSTANT : BP_VALUE_VIEW_INPUT));
+    constants_.push_back(constant);
+    return *this;
+  }
+  Node& none() {  // an omitted optional input
+    inputs_.push_back(-1);
+    constants_.push_back(nullptr);
+    return *this;
+  }
+  Node& out(Dims shape, bp_dtype_t dtype = BP_DTYPE_FLOAT32) {
+    outputs_.push_back(add_value(std::move(shape), dtype, BP_VALUE_VIEW_OUTPUT));
+    return *this;
+  }
+  Node& i(const char* name, int64_t v) { return attr(name, BP_ATTR_INT).i = v, *this; }
+  Node& f(const char* name, float v) { return attr(name, BP_ATTR_FLOAT).f = v, *this; }
+  Node& s(const char* name, const std::string& v) {
+    return attr(name, BP_ATTR_STRING).s = strings_.emplace_back(v).c_str(), *this;
+  }
+  Node& ints(const char* name, std::vector<int64_t> v) {
+    bp_attribute_t& a = attr(name, BP_ATTR_INTS);
+    a.count = v.size();
+    a.ints = int_lists_.emplace_back(std::move(v)).data();
+    return *this;
+  }
+  Node& floats(const char* name, std::vector<float> v) {
+    bp_attribute_t& a = attr(name, BP_ATTR_FLOATS);
+    a.count = v.size();
+    a.floats = float_lists_.emplace_back(std::move(v)).data();
+    return *this;
+  }
+  // An attribute that needs the raw C struct (tensors); its data stays the caller's.
+  Node& raw(const bp_attribute_t& a) {
+    attrs_.push_back(a);
+    return *this;
+  }
+
+  const std::string& op() const { return op_; }
+
+  NodeInfo info() const {
+    node_ = bp_node_t{};
+    node_.struct_size = sizeof(bp_node_t);
+    node_.name = name_.c_str();
     node_.op_type = op_.c_str();
     node_.domain = "";
-    node_.opset = opset;
-    node_.num_inputs = in_ids_.size();
-    node_.inputs = in_ids_.data();
-    node_.num_outputs = out_ids_.size();
-    node_.outputs = out_ids_.data();
-    node_.num_attributes = battrs_.size();
-    node_.attributes = battrs_.data();
-    view_.struct_size = sizeof(view_);
-    view_.name = "test_view";
+    node_.opset = opset_;
+    node_.num_inputs = inputs_.size();
+    node_.inputs = inputs_.data();
+    node_.num_outputs = outputs_.size();
+    node_.outputs = outputs_.data();
+    node_.num_attributes = attrs_.size();
+    node_.attributes = attrs_.data();
+    view_ = bp_graph_view_t{};
+    view_.struct_size = sizeof(bp_graph_view_t);
+    view_.name = "test";
     view_.num_values = values_.size();
     view_.values = values_.data();
     view_.num_nodes = 1;
     view_.nodes = &node_;
-  }
-  OpTest(const OpTest&) = delete;
-  OpTest& operator=(const OpTest&) = delete;
-
-  // Lets a test add an attribute that needs the raw C struct (tensors).
-  void add_raw_attr(const bp_attribute_t& a) {
-    battrs_.push_back(a);
-    node_.num_attributes = battrs_.size();
-    node_.attributes = battrs_.data();
-  }
-
-  NodeInfo info() const {
     NodeInfo info{sdk::NodeRef(&view_, 0), {}, {}, {}, {}, {}};
-    for (const TensorSpec& t : inputs_) {
-      info.in_dtypes.push_back(t.present ? t.dtype : BP_DTYPE_UNDEFINED);
-      info.in_shapes.push_back(t.present ? t.shape : Dims{});
-      info.in_constants.push_back(t.present && t.constant ? t.bytes.data() : nullptr);
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      const bool present = inputs_[k] >= 0;
+      info.in_dtypes.push_back(present ? values_[inputs_[k]].dtype : BP_DTYPE_UNDEFINED);
+      info.in_shapes.push_back(present ? shapes_[inputs_[k]] : Dims{});
+      info.in_constants.push_back(constants_[k]);
     }
-    for (const OutSpec& o : outputs_) {
-      info.out_dtypes.push_back(o.dtype);
-      info.out_shapes.push_back(o.shape);
+    for (int32_t v : outputs_) {
+      info.out_dtypes.push_back(values_[v].dtype);
+      info.out_shapes.push_back(shapes_[v]);
     }
     return info;
   }
 
   std::unique_ptr<Kernel> kernel() const {
     const KernelFactory* factory = registry().find(op_);
-    if (factory == nullptr) throw std::runtime_error("no factory for " + op_);
+    if (factory == nullptr) throw std::runtime_error("no kernel registered for " + op_);
     return (*factory)(info());
   }
+
+ private:
+  int32_t add_value(Dims shape, bp_dtype_t dtype, uint32_t flags) {
+    const Dims& s = shapes_.emplace_back(std::move(shape));  // deques keep addresses stable
+    bp_value_t v{};
+    v.struct_size = sizeof(v);
+    v.name = strings_.emplace_back("v" + std::to_string(values_.size())).c_str();
+    v.dtype = dtype;
+    v.rank = s.size();
+    v.shape = s.data();
+    v.flags = flags;
+    values_.push_back(v);
+    return static_cast<int32_t>(values_.size() - 1);
+  }
+  bp_attribute_t& attr(const char* name, bp_attr_type_t type) {
+    bp_attribute_t& a = attrs_.emplace_back();
+    a.struct_size = sizeof(a);
+    a.name = strings_.emplace_back(name).c_str();
+    a.type = type;
+    return a;
+  }
+
+  std::string op_, name_;
+  int64_t opset_;
+  std::deque<std::string> strings_;
+  std::deque<Dims> shapes_;
+  std::deque<std::vector<int64_t>> int_lists_;
+  std::deque<std::vector<float>> float_lists_;
+  std::vector<bp_value_t> values_;
+  std::vector<int32_t> inputs_, outputs_;
+  std::vector<const void*> constants_;
+  std::vector<bp_attribute_t> attrs_;
+  mutable bp_node_t node_{};
+  mutable bp_graph_view_t view_{};
+};
+
+// One node built from specs (the tensors' bytes held here), run on those
+// inputs. Not copyable: the view points into it.
+class OpTest {
+ public:
+  OpTest(std::string op, int64_t opset, std::vector<TensorSpec> inputs, std::vector<OutSpec> outputs,
+         std::vector<AttrSpec> attrs = {})
+      : inputs_(std::move(inputs)), outputs_(std::move(outputs)), node_(std::move(op), opset, "test_node") {
+    for (const TensorSpec& t : inputs_) {
+      if (!t.present) node_.none();
+      else node_.in(t.shape, t.dtype, t.constant ? t.bytes.data() : nullptr);
+    }
+    for (const OutSpec& o : outputs_) node_.out(o.shape, o.dtype);
+    for (const AttrSpec& a : attrs) add_attr(a);
+  }
+  OpTest(const OpTest&) = delete;
+  OpTest& operator=(const OpTest&) = delete;
+
+  // Lets a test add an attribute that needs the raw C struct (tensors).
+  void add_raw_attr(const bp_attribute_t& a) { node_.raw(a); }
+
+  NodeInfo info() const { return node_.info(); }
+  std::unique_ptr<Kernel> kernel() const { return node_.kernel(); }
 
   // Runs the kernel twice on poisoned outputs; both runs must agree.
   std::vector<std::vector<uint8_t>> run() const {
@@ -188,7 +260,7 @@ class OpTest {
       void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
       k->run(in_ptrs.data(), out_ptrs.data(), k->scratch_bytes() ? aligned : nullptr);
       if (pass == 0) first = outs;
-      else EXPECT_EQ(first, outs) << op_ << ": a second run gave different bytes";
+      else EXPECT_EQ(first, outs) << node_.op() << ": a second run gave different bytes";
     }
     return first;
   }
@@ -202,31 +274,20 @@ class OpTest {
   }
 
  private:
-  int32_t add_value(std::string name, bp_dtype_t dtype, const Dims& shape, uint32_t flags) {
-    names_.push_back(std::move(name));
-    shapes_.push_back(shape);
-    bp_value_t v{};
-    v.struct_size = sizeof(v);
-    v.name = names_.back().c_str();
-    v.dtype = dtype;
-    v.rank = shape.size();
-    v.shape = shapes_.back().data();  // deques keep element addresses stable
-    v.flags = flags;
-    values_.push_back(v);
-    return static_cast<int32_t>(values_.size() - 1);
+  void add_attr(const AttrSpec& a) {
+    switch (a.type) {
+      case BP_ATTR_INT: node_.i(a.name.c_str(), a.i); break;
+      case BP_ATTR_FLOAT: node_.f(a.name.c_str(), a.f); break;
+      case BP_ATTR_STRING: node_.s(a.name.c_str(), a.s); break;
+      case BP_ATTR_INTS: node_.ints(a.name.c_str(), a.ints); break;
+      case BP_ATTR_FLOATS: node_.floats(a.name.c_str(), a.floats); break;
+      default: throw std::invalid_argument("attribute '" + a.name + "': use add_raw_attr");
+    }
   }
 
-  std::string op_;
   std::vector<TensorSpec> inputs_;
   std::vector<OutSpec> outputs_;
-  std::vector<AttrSpec> attrs_;
-  std::deque<std::string> names_;
-  std::deque<Dims> shapes_;
-  std::vector<bp_value_t> values_;
-  std::vector<int32_t> in_ids_, out_ids_;
-  std::vector<bp_attribute_t> battrs_;
-  bp_node_t node_{};
-  bp_graph_view_t view_{};
+  Node node_;
 };
 
 // Expects the factory to throw sdk::Error with `code` and a message naming the node.

@@ -34,7 +34,7 @@ cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&
   { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
 
 if [ -z "$targets" ]; then
-  targets="fuzz_onnx fuzz_artifact"
+  targets="fuzz_onnx fuzz_artifact fuzz_npy"
   [ -x "$build/fuzz_onednn_payload" ] && targets="$targets fuzz_onednn_payload"
 fi
 
@@ -48,15 +48,31 @@ if [ ! -f "$seeds/.done" ] || [ "$root/fuzz/make_onnx_seeds.py" -nt "$seeds/.don
   "$py" "$root/fuzz/make_onnx_seeds.py" --out "$seeds/onnx"
   "$py" "$root/scripts/gen_bad_models.py" --out "$seeds/onnx" >/dev/null
   "$build/make_seed_artifact" "$seeds/artifact" "$seeds"/onnx/*.onnx
+  mkdir -p "$seeds/npy"
+  "$py" - "$seeds/npy" <<'PY'
+import sys, numpy as np
+out = sys.argv[1]
+arrays = {"f32": np.arange(12, dtype=np.float32).reshape(3, 4), "f16": np.ones((2, 2), np.float16),
+          "i64": np.arange(5, dtype=np.int64), "u8": np.zeros((1, 3, 2, 2), np.uint8),
+          "bool": np.array([True, False]), "scalar": np.float32(3.5), "empty": np.zeros((0, 4), np.float32)}
+for name, a in arrays.items():
+    np.save(f"{out}/{name}.npy", a)
+np.lib.format.write_array(open(f"{out}/v2.npy", "wb"), np.arange(6, dtype=np.int32), version=(2, 0))
+PY
   touch "$seeds/.done"
 fi
 
 status=0
 for t in $targets; do
   env_extra=()
+  malloc_limit_mb=2048
   case $t in
     fuzz_onnx) seed_dir=$seeds/onnx ;;
     fuzz_artifact) seed_dir=$seeds/artifact ;;
+    fuzz_npy) seed_dir=$seeds/npy
+      # An allocation of the size a header claims (not the bytes present)
+      # exceeds this and fails the run.
+      malloc_limit_mb=64 ;;
     fuzz_onednn_payload)
       # The target compiles these models on CpuOneDnn at start-up and writes
       # their payloads into the seed directory.
@@ -76,6 +92,7 @@ for t in $targets; do
   env "${env_extra[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
+    -malloc_limit_mb="$malloc_limit_mb" \
     -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" "$root/fuzz/regressions/$t" >"$log" 2>&1
   rc=$?
   set -e

@@ -2,6 +2,8 @@
 // Exit status: 0 success, 1 failure ("error: ..." on stderr), 2 usage error.
 #include "npy.hpp"
 
+#include "core/atomic_file.hpp"
+
 #include <backplane/runtime.hpp>
 
 #include <CLI/CLI.hpp>
@@ -10,7 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -37,6 +41,25 @@ struct GlobalOptions {
   std::vector<std::string> disabled_static;
   std::string log_level = "warn";
 };
+
+// A CLI11 check that an integer option lies in [lo, hi], with a plain message.
+CLI::Validator in_range(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        long long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (...) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return "'" + text + "' is not an integer";
+        if (v < lo || v > hi)
+          return text + " is out of range: " + std::to_string(lo) + " to " + std::to_string(hi);
+        return "";
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
 
 int fail(const std::string& message) {
   std::cerr << "error: " << message << "\n";
@@ -225,9 +248,8 @@ int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   auto model = (*rt)->load_model(a.model, mo);
   if (!model.ok()) return fail(model.status().message());
   if (!a.dot.empty()) {
-    std::ofstream out(a.dot);
-    out << (*model)->describe_plan(backplane::PlanFormat::kDot);
-    if (!out) return fail(a.dot + ": cannot write");
+    Status st = backplane::write_file_atomically(a.dot, (*model)->describe_plan(backplane::PlanFormat::kDot));
+    if (!st.ok()) return fail(st.message());
   }
   std::cout << (*model)->describe_plan(a.json ? backplane::PlanFormat::kJson : backplane::PlanFormat::kText)
             << (a.json ? "\n" : "");
@@ -458,9 +480,11 @@ int main(int argc, char** argv) {
   run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
   run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
   run->add_option("--output-dir", r.output_dir, "Write each output as NAME.npy here");
-  run->add_option("--runs", r.runs, "Timed runs")->check(CLI::PositiveNumber)->capture_default_str();
-  run->add_option("--warmup", r.warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
-  run->add_option("--threads", r.threads, "Threads per backend (0 = default)")->check(CLI::NonNegativeNumber);
+  run->add_option("--runs", r.runs, "Timed runs")->check(in_range(1, 1 << 30))->capture_default_str();
+  run->add_option("--warmup", r.warmup, "Untimed runs first")->check(in_range(0, 1 << 30))->capture_default_str();
+  run->add_option("--threads", r.threads, "Threads per backend (0 = default, at most " +
+                                              std::to_string(backplane::max_threads()) + " here)")
+      ->check(in_range(0, backplane::max_threads()));
   run->add_flag("--json", r.json, "Print one JSON object");
   run->add_flag("--allow-fallback", r.allow_fallback, "A pinned node may fall back if its backend cannot run it");
 
@@ -498,20 +522,27 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // --help and --help-all are successes; every other parse error is a
+    // usage error: "error: ..." and exit status 2, like every other failure.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "error: " << e.what() << "\n"
+              << "Run 'backplane --help' (or 'backplane COMMAND --help') for the options.\n";
     return 2;
   }
+  int status = 2;
   try {
-    if (*backends) return cmd_backends(g, backends_json);
-    if (*run) return cmd_run(g, r);
-    if (*partition) return cmd_partition(g, pa);
-    if (*compile) return cmd_compile(g, ca);
-    if (*inspect) return cmd_inspect(inspect_file, inspect_external, inspect_json);
+    if (*backends) status = cmd_backends(g, backends_json);
+    else if (*run) status = cmd_run(g, r);
+    else if (*partition) status = cmd_partition(g, pa);
+    else if (*compile) status = cmd_compile(g, ca);
+    else if (*inspect) status = cmd_inspect(inspect_file, inspect_external, inspect_json);
   } catch (const std::exception& e) {
     return fail(std::string("unexpected: ") + e.what());
   }
-  return 2;
+  // What a command printed is its result: losing it (stdout on a full disk,
+  // a closed pipe) is a failure, not a success.
+  std::cout.flush();
+  if (status == 0 && !std::cout) return fail(std::string("writing standard output failed: ") + std::strerror(errno));
+  return status;
 }

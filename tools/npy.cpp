@@ -1,7 +1,10 @@
 #include "npy.hpp"
 
+#include "core/atomic_file.hpp"
+#include "core/mapped_file.hpp"
+
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -60,26 +63,29 @@ std::string dict_value(const std::string& header, const std::string& key) {
 }  // namespace
 
 Result<Tensor> read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path + ": cannot open: " + std::strerror(errno));
-  char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::open(path));
+  return parse(path, file->bytes(), file->size());
+}
+
+Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t size) {
+  if (size < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0)
     return corrupt_data(path + ": not a .npy file (bad magic)");
-  uint32_t header_len = 0;
-  if (magic[6] == 1) {
-    unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) return corrupt_data(path + ": truncated header");
-    header_len = b[0] | (b[1] << 8);
-  } else if (magic[6] == 2 || magic[6] == 3) {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) return corrupt_data(path + ": truncated header");
-    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+  uint64_t header_len = 0;
+  size_t pos = 8;
+  if (bytes[6] == 1) {
+    header_len = bytes[8] | (bytes[9] << 8);
+    pos = 10;
+  } else if (bytes[6] == 2 || bytes[6] == 3) {
+    if (size < 12) return corrupt_data(path + ": truncated header");
+    header_len = bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | (static_cast<uint32_t>(bytes[11]) << 24);
+    pos = 12;
   } else {
-    return corrupt_data(path + ": unsupported .npy version " + std::to_string(magic[6]));
+    return corrupt_data(path + ": unsupported .npy version " + std::to_string(bytes[6]));
   }
-  if (header_len > (1u << 20)) return corrupt_data(path + ": header too large");
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), header_len)) return corrupt_data(path + ": truncated header");
+  if (header_len > (1u << 20) || header_len > size - pos)
+    return corrupt_data(path + ": header length " + std::to_string(header_len) + " exceeds the file");
+  const std::string header(reinterpret_cast<const char*>(bytes + pos), header_len);
+  const size_t data_start = pos + header_len;
 
   DType dtype;
   std::string descr = dict_value(header, "descr");
@@ -102,9 +108,20 @@ Result<Tensor> read(const std::string& path) {
       return corrupt_data(path + ": bad shape '" + shape_text + "'");
     }
   }
+  // The size the header claims is checked against the bytes present before
+  // anything is allocated: a small file cannot make us allocate gigabytes.
+  size_t data_bytes = 0;
+  if (!checked_size_bytes(shape, dtype, &data_bytes))
+    return corrupt_data(path + ": shape " + shape_to_string(shape) + " is too large");
+  const uint64_t present = size - data_start;
+  if (data_bytes > present)
+    return corrupt_data(path + ": data is shorter than shape " + shape_to_string(shape) + " needs (" +
+                        std::to_string(present) + " of " + std::to_string(data_bytes) + " bytes)");
+  if (data_bytes < present)
+    return corrupt_data(path + ": " + std::to_string(present - data_bytes) + " bytes of trailing data after the " +
+                        shape_to_string(shape) + " array");
   Tensor t(dtype, shape);
-  if (t.size_bytes() > 0 && !in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.size_bytes())))
-    return corrupt_data(path + ": data is shorter than shape " + shape_to_string(shape) + " needs");
+  if (data_bytes > 0) std::memcpy(t.data(), bytes + data_start, data_bytes);
   return t;
 }
 
@@ -120,15 +137,14 @@ Status write(const std::string& path, const Tensor& tensor) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return io_error(path + ": cannot create: " + std::strerror(errno));
-  out.write("\x93NUMPY\x01\x00", 8);
+  BP_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
+  BP_RETURN_IF_ERROR(out.write("\x93NUMPY\x01\x00", 8));
   unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff),
                           static_cast<unsigned char>(header.size() >> 8)};
-  out.write(reinterpret_cast<char*>(len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(static_cast<const char*>(tensor.data()), static_cast<std::streamsize>(tensor.size_bytes()));
-  if (!out) return io_error(path + ": write failed");
+  BP_RETURN_IF_ERROR(out.write(len, 2));
+  BP_RETURN_IF_ERROR(out.write(header));
+  BP_RETURN_IF_ERROR(out.write(tensor.data(), tensor.size_bytes()));
+  BP_RETURN_IF_ERROR(out.commit());
   return ok_status();
 }
 

@@ -43,9 +43,16 @@ struct RuntimeOptions {
   // Statically linked backends not to register (e.g. {"CpuRef"}).
   std::vector<std::string> disabled_static_backends;
   // Threads per backend (0 = backend default); passed as "num_threads".
+  // 0..max_threads(); anything else is kInvalidArgument from Runtime::create.
   int num_threads = 0;
   LogLevel log_level = LogLevel::kWarn;
 };
+
+// The largest RuntimeOptions::num_threads accepted: 4 threads per hardware
+// thread of this machine (std::thread::hardware_concurrency, at least 1),
+// and never more than 1024. More threads than that only oversubscribe the
+// cores, and unbounded counts exhaust thread stacks inside OpenMP.
+int max_threads();
 
 struct ModelOptions {
   // Ordered backend preference; empty = every registered backend by score,

@@ -26,7 +26,11 @@ const char* dtype_name(DType dtype);   // "float32", "int64", ...
 bool dtype_from_name(const std::string& name, DType* out);
 
 using Shape = std::vector<int64_t>;
-int64_t shape_numel(const Shape& shape);   // product of dims (1 for a scalar)
+int64_t shape_numel(const Shape& shape);   // product of dims (1 for a scalar); saturates at INT64_MAX
+// numel * dtype_size of `shape`, computed overflow-safe: false (and *out_bytes
+// untouched) when a dim is negative or the size does not fit in size_t. Use it
+// before allocating for a shape that came from a file or a caller.
+bool checked_size_bytes(const Shape& shape, DType dtype, size_t* out_bytes);
 std::string shape_to_string(const Shape& shape);  // "[1,3,224,224]"
 
 // A dense row-major tensor. Either owns its bytes (64-byte aligned) or views

@@ -1,5 +1,7 @@
 #include "artifact/artifact.hpp"
 
+#include "core/atomic_file.hpp"
+
 #include "artifact_generated.h"
 #include "data_file_generated.h"
 
@@ -73,41 +75,31 @@ struct PlannedSegment {
   uint64_t checksum = 0;
 };
 
-// Writes [u32 size][flatbuffer][u64 checksum][pad][data area] to `path`.
-Result<size_t> write_file(const std::string& path, const flatbuffers::FlatBufferBuilder& b,
-                          const std::vector<PlannedSegment>& segments, uint32_t file) {
+// Writes [u32 size][flatbuffer][u64 checksum][pad][data area] for `path` into
+// an AtomicFile, not yet committed: the caller commits every file of the
+// artifact only once all of them are written, so a failure leaves the previous
+// artifact whole.
+Result<AtomicFile> write_file(const std::string& path, const flatbuffers::FlatBufferBuilder& b,
+                              const std::vector<PlannedSegment>& segments, uint32_t file) {
   // FinishSizePrefixed already wrote the u32 size in front of the buffer.
   const uint8_t* buf = b.GetBufferPointer();
   const size_t total = b.GetSize();
   const uint64_t fb_size = total - 4;
   const uint64_t start = artifact_data_start(fb_size);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return io_error(path + ": cannot create: " + std::strerror(errno));
-  out.write(reinterpret_cast<const char*>(buf), static_cast<std::streamsize>(total));
+  BP_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
+  BP_RETURN_IF_ERROR(out.write(buf, total));
   uint64_t sum = checksum64(buf + 4, fb_size);
-  out.write(reinterpret_cast<const char*>(&sum), 8);
-  uint64_t pos = total + 8;
-  static const char zeros[4096] = {};
-  auto pad_to = [&](uint64_t target) {
-    while (pos < target) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof zeros, target - pos));
-      out.write(zeros, static_cast<std::streamsize>(n));
-      pos += n;
-    }
-  };
+  BP_RETURN_IF_ERROR(out.write(&sum, 8));
   std::vector<const PlannedSegment*> mine;
   for (const PlannedSegment& s : segments)
     if (s.file == file) mine.push_back(&s);
   std::sort(mine.begin(), mine.end(), [](auto* a, auto* c) { return a->offset < c->offset; });
   for (const PlannedSegment* s : mine) {
-    pad_to(start + s->offset);
-    out.write(reinterpret_cast<const char*>(s->data), static_cast<std::streamsize>(s->size));
-    pos += s->size;
+    BP_RETURN_IF_ERROR(out.write_zeros(start + s->offset - out.bytes_written()));
+    BP_RETURN_IF_ERROR(out.write(s->data, s->size));
   }
-  pad_to(align_to(pos, 64));
-  out.flush();
-  if (!out) return io_error(path + ": write failed: " + std::strerror(errno));
-  return static_cast<size_t>(pos);
+  BP_RETURN_IF_ERROR(out.write_zeros(align_to(out.bytes_written(), 64) - out.bytes_written()));
+  return out;
 }
 
 }  // namespace
@@ -186,17 +178,24 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
                                  b.CreateVector(fb_methods), b.CreateVector(named),
                                  b.CreateVectorOfStructs(fb_segments), b.CreateVector(fb_files));
   fb::FinishSizePrefixedArtifactBuffer(b, root);
-  BP_ASSIGN_OR_RETURN(sizes.file_bytes, write_file(path, b, segments, 0));
+  BP_ASSIGN_OR_RETURN(AtomicFile main_file, write_file(path, b, segments, 0));
+  sizes.file_bytes = main_file.bytes_written();
 
   const fs::path dir = fs::path(path).parent_path();
+  std::vector<AtomicFile> data_files;
   for (size_t f = 0; f < files.size(); ++f) {
     flatbuffers::FlatBufferBuilder hb(256);
     auto header = fb::CreateDataFileHeader(hb, kArtifactFormatMajor, kArtifactFormatMinor,
                                            hb.CreateVector(compile_id), hb.CreateString(files[f]));
     fb::FinishSizePrefixedDataFileHeaderBuffer(hb, header);
-    BP_ASSIGN_OR_RETURN(size_t n, write_file((dir / files[f]).string(), hb, segments, static_cast<uint32_t>(f + 1)));
-    sizes.external_bytes += n;
+    BP_ASSIGN_OR_RETURN(AtomicFile data, write_file((dir / files[f]).string(), hb, segments, static_cast<uint32_t>(f + 1)));
+    sizes.external_bytes += data.bytes_written();
+    data_files.push_back(std::move(data));
   }
+  // Every file is complete: replace the data files, then the artifact that
+  // names them. A process that has the previous ones mapped keeps them.
+  for (AtomicFile& data : data_files) BP_RETURN_IF_ERROR(data.commit());
+  BP_RETURN_IF_ERROR(main_file.commit());
   return sizes;
 }
 
@@ -322,6 +321,20 @@ Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path
                                 ", " + path + " expects " + hex_id(r.compile_id()) + ")");
       a->data_files_.push_back(*mapped);
     }
+  }
+  // A data file the caller names but the artifact does not record is a
+  // mistake (a wrong path, a file of another artifact): say so, never ignore it.
+  for (const std::string& given : external_data) {
+    const std::string name = fs::path(given).filename().string();
+    bool recorded = false;
+    if (r.data_files() != nullptr)
+      for (const fb::DataFile* df : *r.data_files()) recorded = recorded || df->name()->str() == name;
+    if (!recorded)
+      return invalid_argument(path + ": external data file '" + given + "' is not one this artifact records (" +
+                              (r.data_files() == nullptr || r.data_files()->size() == 0
+                                   ? std::string("it has none")
+                                   : "it records " + std::to_string(r.data_files()->size()) + ": see 'backplane inspect'") +
+                              ")");
   }
   BP_RETURN_IF_ERROR(a->check_structure());
   const size_t n = r.segments() ? r.segments()->size() : 0;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace backplane {
@@ -47,8 +48,18 @@ bool dtype_from_name(const std::string& name, DType* out) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
   return n;
+}
+
+bool checked_size_bytes(const Shape& shape, DType dtype, size_t* out_bytes) {
+  size_t bytes = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) return false;
+  }
+  *out_bytes = bytes;
+  return true;
 }
 
 std::string shape_to_string(const Shape& shape) {

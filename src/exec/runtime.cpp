@@ -8,14 +8,34 @@
 
 #include <backplane/runtime.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <thread>
 
 namespace backplane {
 namespace {
 
+// What no backend can fix later: counts out of range, a directory that is
+// not there. (The environment's BACKPLANE_BACKEND_PATHS may list directories
+// that do not exist on every machine; those are reported, not errors.)
+Status validate(const RuntimeOptions& options) {
+  if (options.num_threads < 0 || options.num_threads > max_threads())
+    return invalid_argument("num_threads " + std::to_string(options.num_threads) + " is out of range: 0 (the default) to " +
+                            std::to_string(max_threads()) + " (4 per hardware thread of this machine)");
+  if (options.backend_path.has_value() && !options.backend_path->empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(*options.backend_path, ec))
+      return not_found("backend path '" + *options.backend_path + "' is not a directory" +
+                       (ec ? ": " + ec.message() : std::string()));
+  }
+  return ok_status();
+}
+
 class RuntimeImpl : public Runtime {
  public:
   Status init(const RuntimeOptions& options) {
+    BP_RETURN_IF_ERROR(validate(options));
     options_ = options;
     log::set_level(options.log_level);
     BP_RETURN_IF_ERROR(registry_.register_static(options), "registering static backends");
@@ -83,6 +103,11 @@ class RuntimeImpl : public Runtime {
 };
 
 }  // namespace
+
+int max_threads() {
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::min(4u * hardware, 1024u));
+}
 
 Result<std::shared_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   auto rt = std::make_shared<RuntimeImpl>();

@@ -1,0 +1,47 @@
+// RuntimeOptions are validated before anything is loaded: thread counts are
+// bounded by max_threads(), and an explicit backend directory must exist.
+#include <backplane/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace backplane {
+namespace {
+
+TEST(RuntimeOptions, ThreadCountsOutOfRangeAreInvalidArguments) {
+  const int max = max_threads();
+  EXPECT_GE(max, 4);
+  EXPECT_LE(max, 1024);
+  EXPECT_GE(max, static_cast<int>(std::thread::hardware_concurrency()));
+  for (int n : {-1, max + 1, 32768, 65536, 99999}) {
+    RuntimeOptions o;
+    o.dynamic_backends = false;
+    o.num_threads = n;
+    auto rt = Runtime::create(o);
+    ASSERT_FALSE(rt.ok()) << n;
+    EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument) << n;
+    EXPECT_NE(rt.status().message().find("num_threads " + std::to_string(n) + " is out of range"), std::string::npos)
+        << rt.status().message();
+  }
+  for (int n : {0, 1, max}) {
+    RuntimeOptions o;
+    o.dynamic_backends = false;
+    o.num_threads = n;
+    EXPECT_TRUE(Runtime::create(o).ok()) << n;
+  }
+}
+
+TEST(RuntimeOptions, MissingBackendDirectoryIsAnError) {
+  RuntimeOptions o;
+  o.backend_path = "/nonexistent/backplane/backends";
+  auto rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(rt.status().message().find("/nonexistent/backplane/backends"), std::string::npos);
+  o.backend_path = "";  // explicitly empty: dynamic loading off, not an error
+  EXPECT_TRUE(Runtime::create(o).ok());
+}
+
+}  // namespace
+}  // namespace backplane

@@ -71,8 +71,8 @@ class Context : public sdk::ExecContext {
       dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
                                                 static_cast<int>(args_[s].size()), args_[s].data());
       if (st != dnnl_success)
-        throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + c_.steps[s].what + " failed (oneDNN status " +
-                                                 std::to_string(static_cast<int>(st)) + ")");
+        throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what + " failed (oneDNN status " +
+                                                      std::to_string(static_cast<int>(st)) + ")");
     }
     stream_.wait();
   }

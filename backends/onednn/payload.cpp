@@ -77,8 +77,8 @@ std::string isa_name(int32_t isa) {
 
 void check(dnnl_status_t st, const char* what) {
   if (st != dnnl_success)
-    throw sdk::Error(BP_STATUS_INTERNAL, std::string("CpuOneDnn: ") + what + " failed (oneDNN status " +
-                                             std::to_string(static_cast<int>(st)) + ")");
+    throw sdk::Error(BP_STATUS_BACKEND_ERROR, std::string("CpuOneDnn: ") + what + " failed (oneDNN status " +
+                                                  std::to_string(static_cast<int>(st)) + ")");
 }
 
 // The value stored in an enum field of a struct read from bytes, as an

@@ -29,8 +29,10 @@
  * A fallible call returns `bp_status_t*`: NULL means success; otherwise an
  * object created with bp_host_api_t.status_create, which the *receiver* owns and
  * releases with bp_host_api_t.status_release (the host does that for statuses a
- * backend returns). No C++ exception may cross this boundary: every slot must be
- * noexcept (backend_sdk.hpp wraps each slot in a catch-all for you).
+ * backend returns). Its code is one of bp_status_code_t (never BP_STATUS_OK);
+ * a receiver treats a code it does not know as a failure. No C++ exception may
+ * cross this boundary: every slot must be noexcept (backend_sdk.hpp wraps each
+ * slot in a catch-all for you).
  *
  * ---------------------------------------------------------------------------
  * Threads
@@ -100,17 +102,38 @@ typedef struct bp_exec_context bp_exec_context_t;   /* one per concurrent caller
 /* Enumerations                                                             */
 /* ======================================================================= */
 
+/* Status codes: one list, shared with the runtime's C++ API (backplane::
+ * StatusCode in status.hpp has the same set with the same numbers, and the
+ * runtime converts by value, so a code keeps its meaning across the boundary
+ * in both directions).
+ *
+ * The list is append-only: a number never changes meaning, new codes take new
+ * numbers, and adding one does not bump the minor version. So a receiver may
+ * meet a code it does not know, from a newer peer: it must treat it as a
+ * failure of unspecified kind, never as success. The runtime reports an
+ * unknown code from a backend as a backend error naming the number. A non-NULL
+ * status whose code is BP_STATUS_OK is a contract violation, reported the
+ * same way. */
 typedef enum bp_status_code {
-  BP_STATUS_OK = 0,
-  BP_STATUS_INVALID_ARGUMENT = 1,
-  BP_STATUS_UNSUPPORTED = 2,     /* this backend cannot do that (not a bug) */
-  BP_STATUS_UNIMPLEMENTED = 3,   /* slot exists but is not implemented */
+  BP_STATUS_OK = 0,               /* never in a status object: success is NULL */
+  BP_STATUS_INVALID_ARGUMENT = 1, /* the caller passed something wrong */
+  BP_STATUS_UNSUPPORTED = 2,      /* valid, but this backend cannot do it (not a bug) */
+  BP_STATUS_UNIMPLEMENTED = 3,    /* the slot exists but is not implemented */
   BP_STATUS_OUT_OF_MEMORY = 4,
-  BP_STATUS_NOT_FOUND = 5,
-  BP_STATUS_CORRUPT_DATA = 6,
-  BP_STATUS_VERSION_MISMATCH = 7,
-  BP_STATUS_DEVICE_ERROR = 8,
-  BP_STATUS_INTERNAL = 9
+  BP_STATUS_NOT_FOUND = 5,        /* a key, file or object does not exist */
+  BP_STATUS_CORRUPT_DATA = 6,     /* a payload or file is malformed or fails its checksum */
+  BP_STATUS_VERSION_MISMATCH = 7, /* incompatible versions (API, payload format) */
+  BP_STATUS_DEVICE_ERROR = 8,     /* the device or its driver failed */
+  BP_STATUS_INTERNAL = 9,         /* a bug in whoever created the status */
+  /* ---- appended after 1.1 was released (no minor bump, see above) ---- */
+  BP_STATUS_IO_ERROR = 10,        /* the operating system refused (open, read, mmap) */
+  BP_STATUS_BACKEND_ERROR = 11,   /* a backend failed in a way no code above says; the
+                                   * runtime also uses it for a backend that broke the
+                                   * contract (threw, crashed, returned an unknown code) */
+  /* Not a code: makes every value from 0 to INT32_MAX a value of this type,
+   * so a code from a newer peer is one too (C++ leaves a value beyond an
+   * enum's range undefined). */
+  BP_STATUS_FORCE_INT32_ = 0x7FFFFFFF
 } bp_status_code_t;
 
 /* Element types. Values equal ONNX TensorProto.DataType. */
@@ -285,8 +308,10 @@ typedef struct bp_host_api {
   uint32_t api_major;
   uint32_t api_minor;
 
-  /* Status objects. status_create copies `message`; the returned object is
-   * owned by whoever receives it. status_release accepts NULL. */
+  /* Status objects. status_create copies `message` (NULL reads as ""); `code`
+   * is a failure (not BP_STATUS_OK) and is kept as given, even if this host
+   * does not know it. The returned object is owned by whoever receives it.
+   * status_code of NULL is BP_STATUS_OK. status_release accepts NULL. */
   bp_status_t* (*status_create)(bp_status_code_t code, const char* message);
   bp_status_code_t (*status_code)(const bp_status_t* status);
   const char* (*status_message)(const bp_status_t* status); /* lives as long as status */

@@ -68,9 +68,15 @@ class TensorDataMap : public NamedDataMap {
 const bp_host_api_t* host_api();
 
 // Converts a status returned by a backend into a Status and releases it.
-// `context` is prepended, e.g. "backend 'CpuRef': compile".
+// `context` is prepended, e.g. "backend 'CpuRef': compile". NULL is OK; a
+// status with code BP_STATUS_OK or a code this runtime does not know becomes
+// kBackendError, its message naming the number.
 Status from_abi_status(bp_status_t* status, const std::string& context);
 
+// The C and C++ codes are one list with the same numbers (status.hpp), so
+// these are casts. code_from_abi maps a code outside the list to kBackendError.
+bool is_known_status_code(bp_status_code_t code);
 StatusCode code_from_abi(bp_status_code_t code);
+bp_status_code_t code_to_abi(StatusCode code);
 
 }  // namespace backplane

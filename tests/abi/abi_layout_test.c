@@ -1,4 +1,5 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 and 1.1).
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 and 1.1)
+ * and the numbers of its status codes.
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
  * and that no released struct or table changed layout. A change here is an
@@ -120,6 +121,24 @@ BP_FREEZE(bp_compile_options_t, struct_size, 0);
 BP_FREEZE(bp_compile_options_t, num_threads, 8);
 BP_FREEZE(bp_compile_options_t, ahead_of_time, 12);
 BP_FREEZE(bp_compile_options_t, blob_store, 16);
+
+/* Status codes: numbers never change meaning; new codes are appended (they
+ * need no minor bump, see backend_abi.h). The enum stays 32 bits wide. */
+#define BP_FREEZE_CODE(code, value) _Static_assert((code) == (value), #code " renumbered")
+BP_FREEZE_CODE(BP_STATUS_OK, 0);
+BP_FREEZE_CODE(BP_STATUS_INVALID_ARGUMENT, 1);
+BP_FREEZE_CODE(BP_STATUS_UNSUPPORTED, 2);
+BP_FREEZE_CODE(BP_STATUS_UNIMPLEMENTED, 3);
+BP_FREEZE_CODE(BP_STATUS_OUT_OF_MEMORY, 4);
+BP_FREEZE_CODE(BP_STATUS_NOT_FOUND, 5);
+BP_FREEZE_CODE(BP_STATUS_CORRUPT_DATA, 6);
+BP_FREEZE_CODE(BP_STATUS_VERSION_MISMATCH, 7);
+BP_FREEZE_CODE(BP_STATUS_DEVICE_ERROR, 8);
+BP_FREEZE_CODE(BP_STATUS_INTERNAL, 9);
+BP_FREEZE_CODE(BP_STATUS_IO_ERROR, 10);
+BP_FREEZE_CODE(BP_STATUS_BACKEND_ERROR, 11);
+BP_FREEZE_CODE(BP_STATUS_FORCE_INT32_, 0x7FFFFFFF);
+_Static_assert(sizeof(bp_status_code_t) == 4, "bp_status_code_t changed size");
 
 _Static_assert(BP_API_VERSION_MAJOR == 1, "major version changed: update the frozen layouts");
 BP_FREEZE(bp_backend_api_t, compile_all, 200);

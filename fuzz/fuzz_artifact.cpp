@@ -9,7 +9,8 @@
 // before writing, so mutations reach the FlatBuffers verifier and the
 // structural checks behind it instead of stopping at the checksum.
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/checksum.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "artifact/artifact.hpp"
 
+#include "core/checksum.hpp"
+
 #include "artifact_generated.h"
 #include "data_file_generated.h"
 
@@ -24,7 +26,7 @@ namespace backplane {
 
 uint64_t artifact_data_start(uint64_t fb_size) {
   const uint64_t header = 4 + fb_size + 8;
-  return (header + BlobStore::kPageAlignment - 1) / BlobStore::kPageAlignment * BlobStore::kPageAlignment;
+  return (header + NamedBlobStore::kPageAlignment - 1) / NamedBlobStore::kPageAlignment * NamedBlobStore::kPageAlignment;
 }
 
 namespace {
@@ -113,14 +115,14 @@ Result<size_t> write_file(const std::string& path, const flatbuffers::FlatBuffer
 }  // namespace
 
 Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
-                                     const BlobStore& store) {
+                                     const NamedBlobStore& store) {
   std::vector<uint8_t> compile_id(kCompileIdBytes);
   std::random_device rd;
   for (uint8_t& x : compile_id) x = static_cast<uint8_t>(rd());
 
   // External data files, by the name the .bpk records (relative to it).
   std::vector<std::string> files;
-  for (const BlobStore::Blob& blob : store.blobs())
+  for (const NamedBlobStore::Blob& blob : store.blobs())
     if (!blob.external_file.empty() && std::find(files.begin(), files.end(), blob.external_file) == files.end())
       files.push_back(blob.external_file);
   for (const std::string& f : files)
@@ -151,7 +153,7 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
     }
   std::vector<uint32_t> blob_segment(store.blobs().size());
   for (size_t i = 0; i < store.blobs().size(); ++i) {
-    const BlobStore::Blob& blob = store.blobs()[i];
+    const NamedBlobStore::Blob& blob = store.blobs()[i];
     uint32_t file = 0;
     if (!blob.external_file.empty())
       file = static_cast<uint32_t>(std::find(files.begin(), files.end(), blob.external_file) - files.begin()) + 1;

@@ -3,10 +3,10 @@
 // docs/artifact-format.md.
 #pragma once
 
-#include "artifact/blob_store.hpp"
 #include "core/mapped_file.hpp"
+#include "core/named_blob_store.hpp"
+#include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
-#include "registry/host_api.hpp"
 
 #include <backplane/status.hpp>
 
@@ -55,7 +55,7 @@ struct ArtifactSizes {
 // Writes `path` (and, for blobs placed in an external file, that file, next to
 // `path`). The compile id ties the files together.
 Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
-                                     const BlobStore& store);
+                                     const NamedBlobStore& store);
 
 // ---------------------------------------------------------------- reading
 

@@ -1,9 +1,12 @@
 #include "exec/aot.hpp"
 
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "core/log.hpp"
+#include "core/tensor_data_map.hpp"
+#include "registry/byte_writer.hpp"
+#include "registry/node_report.hpp"
 #include "onnx/importer.hpp"
 #include "partition/graph_view.hpp"
 
@@ -104,7 +107,7 @@ Result<CompileReport> compile_artifact(const BackendRegistry& registry,
     if (!overridden_seen.count(kv.first))
       return not_found("override names node '" + kv.first + "', which is in no method");
 
-  BlobStore store;
+  NamedBlobStore store;
   // Plan every method, then let each backend compile all its partitions of
   // all methods in one call; nodes a backend fails go to the next backend and
   // everything is planned again.
@@ -118,7 +121,7 @@ Result<CompileReport> compile_artifact(const BackendRegistry& registry,
                                            w.name + "/partition_" + std::to_string(i)));
       w.compiled.assign(w.plan.partitions.size(), nullptr);
     }
-    store = BlobStore();
+    store = NamedBlobStore();
     bool failed = false;
     for (const auto& backend : registry.all()) {
       std::vector<std::pair<size_t, size_t>> mine;  // (method, partition)

@@ -1,6 +1,8 @@
 #include "exec/executor.hpp"
 
 #include "core/log.hpp"
+#include "core/tensor_data_map.hpp"
+#include "registry/node_report.hpp"
 
 #include <algorithm>
 #include <cstdlib>

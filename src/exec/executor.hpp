@@ -12,7 +12,7 @@
 #include "ir/graph.hpp"
 #include "partition/graph_view.hpp"
 #include "partition/partitioner.hpp"
-#include "registry/host_api.hpp"
+#include "core/named_data_map.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/runtime.hpp>

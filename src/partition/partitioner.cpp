@@ -1,6 +1,7 @@
 #include "partition/partitioner.hpp"
 
 #include "partition/graph_view.hpp"
+#include "registry/node_report.hpp"
 
 #include <algorithm>
 #include <unordered_map>

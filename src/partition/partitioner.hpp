@@ -2,8 +2,8 @@
 // into partitions the executor can run in order.
 #pragma once
 
+#include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
-#include "registry/host_api.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/runtime.hpp>

@@ -1,9 +1,8 @@
 #include "registry/dynamic_loader.hpp"
 
 #include "core/log.hpp"
-#include "ir/graph.hpp"
-#include "partition/graph_view.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
+#include "registry/node_report.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -25,6 +24,7 @@
 #include <mutex>
 #include <regex>
 #include <set>
+#include <unordered_map>
 
 #ifndef BACKPLANE_DYNAMIC_BACKEND_PATHS
 #define BACKPLANE_DYNAMIC_BACKEND_PATHS ""
@@ -224,29 +224,45 @@ std::string probe_steps(const std::string& path) {
     auto* api = static_cast<const bp_backend_api_t*>(factory());
     auto backend = Backend::create(id, api, path, nullptr);
     if (!backend.ok()) return backend.status().message();
-    // A one-node graph: Relu on float32[1,4].
-    ir::Graph g;
-    g.name = "probe";
-    g.opsets[""] = 13;
-    ir::Value x, y;
-    x.name = "x";
-    y.name = "y";
-    x.dtype = y.dtype = DType::kFloat32;
-    x.shape = y.shape = {1, 4};
-    x.has_shape = y.has_shape = true;
-    int xi = g.add_value(x), yi = g.add_value(y);
-    ir::Node relu;
+    // A one-node view, written out by hand (the loader sits below the graph
+    // IR): Relu on float32[1,4].
+    static const int64_t shape[] = {1, 4};
+    bp_value_t values[2] = {};
+    const char* names[2] = {"x", "y"};
+    for (int k = 0; k < 2; ++k) {
+      values[k].struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
+      values[k].name = names[k];
+      values[k].dtype = BP_DTYPE_FLOAT32;
+      values[k].rank = 2;
+      values[k].shape = shape;
+    }
+    const int32_t in[] = {0}, out[] = {1};
+    bp_node_t relu{};
+    relu.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
     relu.name = "probe_relu";
     relu.op_type = "Relu";
-    relu.inputs = {xi};
-    relu.outputs = {yi};
-    g.nodes.push_back(relu);
-    g.inputs = {xi};
-    g.outputs = {yi};
-    TensorDataMap weights(&g.constants);
-    auto view = GraphView::build(g, {0}, &weights, "probe");
+    relu.domain = "";
+    relu.opset = 13;
+    relu.num_inputs = 1;
+    relu.inputs = in;
+    relu.num_outputs = 1;
+    relu.outputs = out;
+    const std::unordered_map<std::string, Tensor> no_constants;
+    TensorDataMap weights(&no_constants);
+    bp_graph_view_t view{};
+    view.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
+    view.name = "probe";
+    view.num_values = 2;
+    view.values = values;
+    view.num_nodes = 1;
+    view.nodes = &relu;
+    view.num_inputs = 1;
+    view.inputs = in;
+    view.num_outputs = 1;
+    view.outputs = out;
+    view.weights = weights.as_abi();
     bp_node_report report(1);
-    Status s = (*backend)->check(api->query_support((*backend)->instance(), view->get(), &report), "query_support");
+    Status s = (*backend)->check(api->query_support((*backend)->instance(), &view, &report), "query_support");
     if (!s.ok()) return s.message();
   } catch (const std::exception& e) {
     return std::string("C++ exception: ") + e.what();

@@ -1,7 +1,11 @@
 #include "registry/host_api.hpp"
 
-#include "artifact/blob_store.hpp"
 #include "core/log.hpp"
+#include "core/named_blob_store.hpp"
+#include "core/named_data_map.hpp"
+#include "registry/abi_status.hpp"
+#include "registry/byte_writer.hpp"
+#include "registry/node_report.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,15 +15,7 @@
 namespace backplane {
 namespace {
 
-bp_status_t* status_create(bp_status_code_t code, const char* message) {
-  try {
-    return new bp_status{code, message != nullptr ? message : ""};
-  } catch (...) {
-    // Out of memory while reporting an error: a static status would be
-    // released by the receiver, so the best we can do is abort loudly.
-    std::abort();
-  }
-}
+bp_status_t* status_create(bp_status_code_t code, const char* message) { return make_abi_status(code, message); }
 
 bp_status_code_t status_code(const bp_status_t* status) {
   return status == nullptr ? BP_STATUS_OK : status->code;
@@ -85,7 +81,7 @@ bp_status_t* blob_store_add(bp_blob_store_t* store, const char* key, const void*
   if (store == nullptr || key == nullptr)
     return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: NULL store or key (not compiling ahead of time?)");
   try {
-    Status s = BlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
+    Status s = NamedBlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
     return s.ok() ? nullptr : status_create(BP_STATUS_INVALID_ARGUMENT, s.message().c_str());
   } catch (const std::bad_alloc&) {
     return status_create(BP_STATUS_OUT_OF_MEMORY, "blob_store_add: out of memory");
@@ -125,19 +121,6 @@ void host_free(void* p) { std::free(p); }
 
 }  // namespace
 
-TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors) : tensors_(tensors) {
-  for (const auto& kv : *tensors) keys_.push_back(kv.first);
-  std::sort(keys_.begin(), keys_.end());
-}
-
-Status TensorDataMap::get(const std::string& key, const void** data, size_t* size) const {
-  auto it = tensors_->find(key);
-  if (it == tensors_->end()) return not_found("no weight named '" + key + "'");
-  *data = it->second.data();
-  *size = it->second.size_bytes();
-  return ok_status();
-}
-
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
@@ -161,29 +144,6 @@ const bp_host_api_t* host_api() {
     return t;
   }();
   return &table;
-}
-
-StatusCode code_from_abi(bp_status_code_t code) {
-  switch (code) {
-    case BP_STATUS_OK: return StatusCode::kOk;
-    case BP_STATUS_INVALID_ARGUMENT: return StatusCode::kInvalidArgument;
-    case BP_STATUS_UNSUPPORTED: return StatusCode::kUnsupported;
-    case BP_STATUS_UNIMPLEMENTED: return StatusCode::kUnsupported;
-    case BP_STATUS_OUT_OF_MEMORY: return StatusCode::kOutOfMemory;
-    case BP_STATUS_NOT_FOUND: return StatusCode::kNotFound;
-    case BP_STATUS_CORRUPT_DATA: return StatusCode::kCorruptData;
-    case BP_STATUS_VERSION_MISMATCH: return StatusCode::kVersionMismatch;
-    case BP_STATUS_DEVICE_ERROR: return StatusCode::kBackendError;
-    case BP_STATUS_INTERNAL: return StatusCode::kBackendError;
-  }
-  return StatusCode::kBackendError;
-}
-
-Status from_abi_status(bp_status_t* status, const std::string& context) {
-  if (status == nullptr) return ok_status();
-  Status s(code_from_abi(status->code), status->message);
-  delete status;
-  return std::move(s.with_context(context));
 }
 
 }  // namespace backplane

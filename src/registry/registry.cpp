@@ -1,5 +1,6 @@
 #include "registry/registry.hpp"
 
+#include "registry/abi_status.hpp"
 #include "registry/host_api.hpp"
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 #include "ir/graph.hpp"
 #include "partition/graph_view.hpp"
 #include "registry/dynamic_loader.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
 #include "registry/registry.hpp"
 #include "testing/mock_testing.hpp"
 

@@ -2,7 +2,7 @@
 // written with backend_sdk.hpp, next to the static CpuRef.
 #include "exec/executor.hpp"
 #include "partition/partitioner.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/backend_sdk.hpp>

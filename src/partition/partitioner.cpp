@@ -94,7 +94,7 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vec
   return out;
 }
 
-Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const ModelOptions& options,
+Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options,
                        const NamedDataMap& weights, const Exclusions& excluded) {
   Plan plan;
   plan.preference = options.backends.empty() ? registry.default_preference() : options.backends;
@@ -123,7 +123,7 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
       asked.push_back(kv.second);
   std::unordered_map<std::string, bp_node_report> answers;
   for (const std::string& id : asked) {
-    std::shared_ptr<Backend> backend = registry.find(id);
+    std::shared_ptr<LoadedBackend> backend = registry.find(id);
     bp_node_report report(graph.nodes.size());
     BP_RETURN_IF_ERROR(backend->check(backend->api()->query_support(backend->instance(), whole->get(), &report),
                                       "query_support"));
@@ -175,7 +175,7 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
   std::vector<std::string> backend_of(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) backend_of[n] = plan.placement[n].backend;
   for (std::vector<int>& nodes : group_nodes(graph, backend_of)) {
-    std::shared_ptr<Backend> backend = registry.find(backend_of[nodes.front()]);
+    std::shared_ptr<LoadedBackend> backend = registry.find(backend_of[nodes.front()]);
     // A backend that only runs single ops gets one partition per node.
     if (!BP_TABLE_HAS(backend->api(), compile) && BP_TABLE_HAS(backend->api(), execute_node)) {
       for (int n : nodes) plan.partitions.push_back(Partition{backend, {n}, true});

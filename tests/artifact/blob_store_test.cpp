@@ -146,11 +146,11 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
 
   auto file = ArtifactFile::open(path("a.bpk"), {}, false);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
-  const fb::Artifact& r = (*file)->root();
+  auto bytes = read_bytes(path("a.bpk"));
+  const fb::Artifact& r = *fb::GetSizePrefixedArtifact(bytes.data());
   ASSERT_NE(r.segments(), nullptr);
   ASSERT_EQ(r.segments()->size(), blobs.size());
   uint32_t fb_size = 0;
-  auto bytes = read_bytes(path("a.bpk"));
   std::memcpy(&fb_size, bytes.data(), 4);
   const uint64_t data_start = artifact_data_start(fb_size);
   EXPECT_EQ(data_start % 4096, 0u);

@@ -447,7 +447,7 @@ TEST_F(DynamicBackends, Seed09_AllMethodsOfLoadedBackendCanBeExecuted) {
   // The imperative slot, through the table the loader returned.
   DynamicLoadResult loaded = load_dynamic_backends(dynamic_only(mock_dir("valid")), {});
   ASSERT_EQ(loaded.backends.size(), 1u);
-  const Backend& backend = *loaded.backends[0];
+  const LoadedBackend& backend = *loaded.backends[0];
   ASSERT_TRUE(BP_TABLE_HAS(backend.api(), execute_node));
   ir::Graph g;
   g.name = "one_relu";

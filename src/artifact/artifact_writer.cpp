@@ -1,0 +1,206 @@
+// Writing .bpk/.bpd files (layout: artifact.fbs, docs/artifact-format.md).
+#include "artifact/artifact.hpp"
+
+#include "core/checksum.hpp"
+
+#include "artifact_generated.h"
+#include "data_file_generated.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#ifndef BACKPLANE_VERSION
+#define BACKPLANE_VERSION "dev"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace backplane {
+
+uint64_t artifact_data_start(uint64_t fb_size) {
+  const uint64_t header = 4 + fb_size + 8;
+  return (header + NamedBlobStore::kPageAlignment - 1) / NamedBlobStore::kPageAlignment * NamedBlobStore::kPageAlignment;
+}
+
+namespace {
+
+uint64_t align_to(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// ------------------------------------------------------------- writing
+
+flatbuffers::Offset<fb::Graph> write_graph(flatbuffers::FlatBufferBuilder& b, const ir::Graph& g) {
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  for (const ir::Value& v : g.values) {
+    auto name = b.CreateString(v.name);
+    auto shape = b.CreateVector(v.shape);
+    auto key = b.CreateString(v.constant_key);
+    values.push_back(fb::CreateValue(b, name, static_cast<int32_t>(v.dtype), shape, key));
+  }
+  std::vector<flatbuffers::Offset<fb::Node>> nodes;
+  for (const ir::Node& n : g.nodes) {
+    std::vector<flatbuffers::Offset<fb::Attribute>> attrs;
+    for (const ir::Attribute& a : n.attributes) {
+      flatbuffers::Offset<fb::AttrTensor> t;
+      if (a.type == ir::AttrType::kTensor) {
+        auto shape = b.CreateVector(a.t.shape());
+        auto data = b.CreateVector(static_cast<const uint8_t*>(a.t.data()), a.t.size_bytes());
+        t = fb::CreateAttrTensor(b, static_cast<int32_t>(a.t.dtype()), shape, data);
+      }
+      attrs.push_back(fb::CreateAttribute(b, b.CreateString(a.name), static_cast<int32_t>(a.type), a.i, a.f,
+                                          b.CreateString(a.s), b.CreateVector(a.ints), b.CreateVector(a.floats),
+                                          b.CreateVectorOfStrings(a.strings), t));
+    }
+    nodes.push_back(fb::CreateNode(b, b.CreateString(n.name), b.CreateString(n.op_type), b.CreateString(n.domain),
+                                   b.CreateVector(n.inputs), b.CreateVector(n.outputs), b.CreateVector(attrs)));
+  }
+  std::vector<flatbuffers::Offset<fb::Opset>> opsets;
+  for (const auto& [domain, version] : g.opsets) opsets.push_back(fb::CreateOpset(b, b.CreateString(domain), version));
+  return fb::CreateGraph(b, b.CreateString(g.name), b.CreateVector(values), b.CreateVector(nodes),
+                         b.CreateVector(g.inputs), b.CreateVector(g.outputs), b.CreateVector(opsets));
+}
+
+struct PlannedSegment {
+  uint32_t file = 0;
+  uint64_t offset = 0;  // relative to the file's data area
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  uint32_t alignment = 64;
+  uint64_t checksum = 0;
+};
+
+// Writes [u32 size][flatbuffer][u64 checksum][pad][data area] to `path`.
+Result<size_t> write_file(const std::string& path, const flatbuffers::FlatBufferBuilder& b,
+                          const std::vector<PlannedSegment>& segments, uint32_t file) {
+  // FinishSizePrefixed already wrote the u32 size in front of the buffer.
+  const uint8_t* buf = b.GetBufferPointer();
+  const size_t total = b.GetSize();
+  const uint64_t fb_size = total - 4;
+  const uint64_t start = artifact_data_start(fb_size);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return io_error(path + ": cannot create: " + std::strerror(errno));
+  out.write(reinterpret_cast<const char*>(buf), static_cast<std::streamsize>(total));
+  uint64_t sum = checksum64(buf + 4, fb_size);
+  out.write(reinterpret_cast<const char*>(&sum), 8);
+  uint64_t pos = total + 8;
+  static const char zeros[4096] = {};
+  auto pad_to = [&](uint64_t target) {
+    while (pos < target) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof zeros, target - pos));
+      out.write(zeros, static_cast<std::streamsize>(n));
+      pos += n;
+    }
+  };
+  std::vector<const PlannedSegment*> mine;
+  for (const PlannedSegment& s : segments)
+    if (s.file == file) mine.push_back(&s);
+  std::sort(mine.begin(), mine.end(), [](auto* a, auto* c) { return a->offset < c->offset; });
+  for (const PlannedSegment* s : mine) {
+    pad_to(start + s->offset);
+    out.write(reinterpret_cast<const char*>(s->data), static_cast<std::streamsize>(s->size));
+    pos += s->size;
+  }
+  pad_to(align_to(pos, 64));
+  out.flush();
+  if (!out) return io_error(path + ": write failed: " + std::strerror(errno));
+  return static_cast<size_t>(pos);
+}
+
+}  // namespace
+
+Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
+                                     const NamedBlobStore& store) {
+  std::vector<uint8_t> compile_id(kCompileIdBytes);
+  std::random_device rd;
+  for (uint8_t& x : compile_id) x = static_cast<uint8_t>(rd());
+
+  // External data files, by the name the .bpk records (relative to it).
+  std::vector<std::string> files;
+  for (const NamedBlobStore::Blob& blob : store.blobs())
+    if (!blob.external_file.empty() && std::find(files.begin(), files.end(), blob.external_file) == files.end())
+      files.push_back(blob.external_file);
+  for (const std::string& f : files)
+    if (f.find('/') != std::string::npos || f == "." || f == "..")
+      return invalid_argument("external data file name '" + f + "' must be a plain file name next to the artifact");
+
+  // Segments: payloads first, then blobs; offsets within each file's data area.
+  std::vector<PlannedSegment> segments;
+  std::vector<uint64_t> file_top(files.size() + 1, 0);
+  auto add_segment = [&](uint32_t file, const uint8_t* data, size_t size, uint32_t alignment) {
+    PlannedSegment s;
+    s.file = file;
+    s.offset = align_to(file_top[file], alignment);
+    s.data = data;
+    s.size = size;
+    s.alignment = alignment;
+    s.checksum = checksum64(data, size);
+    file_top[file] = s.offset + size;
+    segments.push_back(s);
+    return static_cast<int32_t>(segments.size() - 1);
+  };
+  ArtifactSizes sizes;
+  std::vector<std::vector<int32_t>> payload_segment(methods.size());
+  for (size_t m = 0; m < methods.size(); ++m)
+    for (const ArtifactPartition& p : methods[m].partitions) {
+      payload_segment[m].push_back(p.has_payload ? add_segment(0, p.payload.data(), p.payload.size(), 64) : -1);
+      sizes.payload_bytes += p.has_payload ? p.payload.size() : 0;
+    }
+  std::vector<uint32_t> blob_segment(store.blobs().size());
+  for (size_t i = 0; i < store.blobs().size(); ++i) {
+    const NamedBlobStore::Blob& blob = store.blobs()[i];
+    uint32_t file = 0;
+    if (!blob.external_file.empty())
+      file = static_cast<uint32_t>(std::find(files.begin(), files.end(), blob.external_file) - files.begin()) + 1;
+    blob_segment[i] = static_cast<uint32_t>(add_segment(file, blob.data(), blob.size, static_cast<uint32_t>(blob.alignment)));
+  }
+
+  flatbuffers::FlatBufferBuilder b(1 << 16);
+  std::vector<flatbuffers::Offset<fb::Method>> fb_methods;
+  for (size_t m = 0; m < methods.size(); ++m) {
+    const ArtifactMethod& method = methods[m];
+    auto graph = write_graph(b, *method.graph);
+    std::vector<flatbuffers::Offset<fb::Partition>> parts;
+    for (size_t i = 0; i < method.partitions.size(); ++i) {
+      const ArtifactPartition& p = method.partitions[i];
+      parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
+                                          b.CreateVector(p.nodes), p.imperative, payload_segment[m][i]));
+    }
+    fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, b.CreateVector(parts),
+                                          b.CreateVectorOfStrings(method.preference)));
+  }
+  std::vector<flatbuffers::Offset<fb::NamedData>> named;
+  for (const auto& [key, blob] : store.keys())  // std::map: sorted by key
+    named.push_back(fb::CreateNamedData(b, b.CreateString(key), blob_segment[blob]));
+  std::vector<fb::Segment> fb_segments;
+  for (const PlannedSegment& s : segments)
+    fb_segments.emplace_back(s.file, s.alignment, s.offset, s.size, s.checksum);
+  std::vector<flatbuffers::Offset<fb::DataFile>> fb_files;
+  for (size_t f = 0; f < files.size(); ++f)
+    fb_files.push_back(fb::CreateDataFile(b, b.CreateString(files[f]), file_top[f + 1]));
+  auto root = fb::CreateArtifact(b, kArtifactFormatMajor, kArtifactFormatMinor, b.CreateVector(compile_id),
+                                 b.CreateString(std::string("backplane ") + BACKPLANE_VERSION),
+                                 b.CreateVector(fb_methods), b.CreateVector(named),
+                                 b.CreateVectorOfStructs(fb_segments), b.CreateVector(fb_files));
+  fb::FinishSizePrefixedArtifactBuffer(b, root);
+  BP_ASSIGN_OR_RETURN(sizes.file_bytes, write_file(path, b, segments, 0));
+
+  const fs::path dir = fs::path(path).parent_path();
+  for (size_t f = 0; f < files.size(); ++f) {
+    flatbuffers::FlatBufferBuilder hb(256);
+    auto header = fb::CreateDataFileHeader(hb, kArtifactFormatMajor, kArtifactFormatMinor,
+                                           hb.CreateVector(compile_id), hb.CreateString(files[f]));
+    fb::FinishSizePrefixedDataFileHeaderBuffer(hb, header);
+    BP_ASSIGN_OR_RETURN(size_t n, write_file((dir / files[f]).string(), hb, segments, static_cast<uint32_t>(f + 1)));
+    sizes.external_bytes += n;
+  }
+  return sizes;
+}
+
+}  // namespace backplane

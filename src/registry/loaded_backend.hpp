@@ -1,0 +1,97 @@
+// loaded_backend.hpp — LoadedBackend: one backend instance this runtime
+// created through a backend's function table (bp_backend_api_t), and the RAII
+// owner of what that instance hands out (compiled partitions).
+//
+// Static and dynamic backends are the same thing here; they differ only in
+// where the table came from (`source`). Not to be confused with sdk::Backend
+// (the C++ base class a backend author derives from, backend_sdk.hpp) or
+// bp_backend_t (the opaque instance handle of the ABI, `instance()` here).
+//
+// Thread-safety: immutable after create(). Calls into the backend through
+// api() follow the ABI's rules (backend_abi.h).
+#pragma once
+
+#include <backplane/backend_abi.h>
+#include <backplane/runtime.hpp>
+#include <backplane/status.hpp>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace backplane {
+
+class LoadedBackend {
+ public:
+  // Creates an instance through `api`; checks the table first.
+  // `library` keeps a dynamic backend's shared object loaded (null if
+  // static). `score` is GetBackendScore's answer (1 when the backend has
+  // none); the default preference orders backends by it.
+  static Result<std::shared_ptr<LoadedBackend>> create(std::string id, const bp_backend_api_t* api,
+                                                       std::string source, std::shared_ptr<void> library,
+                                                       uint32_t score = 1);
+  // Destroys the instance, then lets the library go.
+  ~LoadedBackend();
+  LoadedBackend(const LoadedBackend&) = delete;
+  LoadedBackend& operator=(const LoadedBackend&) = delete;
+
+  const std::string& id() const { return id_; }
+  const std::string& source() const { return source_; }
+  uint32_t score() const { return score_; }
+  const bp_backend_api_t* api() const { return api_; }
+  // Owned by this object; lives as long as it.
+  bp_backend_t* instance() const { return instance_; }
+  const bp_backend_info_t& info() const { return info_; }
+  bool has_flag(uint32_t flag) const { return (info_.flags & flag) != 0; }
+  BackendDescription describe() const;
+
+  // "backend 'CpuRef': <what>", for wrapping statuses from this backend.
+  Status check(bp_status_t* status, const std::string& what) const;
+
+ private:
+  LoadedBackend() = default;
+  std::string id_;
+  std::string source_;
+  uint32_t score_ = 1;
+  const bp_backend_api_t* api_ = nullptr;
+  bp_backend_t* instance_ = nullptr;
+  bp_backend_info_t info_{};
+  std::shared_ptr<void> library_;
+};
+
+// Owns one bp_compiled_t: compiled_destroy runs when the handle goes, and the
+// backend instance that made it lives at least as long (the ABI forbids
+// destroying an instance before its compiled partitions). Move-only.
+class CompiledHandle {
+ public:
+  CompiledHandle() = default;
+  CompiledHandle(std::shared_ptr<LoadedBackend> backend, bp_compiled_t* compiled)
+      : backend_(std::move(backend)), compiled_(compiled) {}
+  ~CompiledHandle() { reset(); }
+  CompiledHandle(CompiledHandle&& other) noexcept
+      : backend_(std::move(other.backend_)), compiled_(std::exchange(other.compiled_, nullptr)) {}
+  CompiledHandle& operator=(CompiledHandle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      backend_ = std::move(other.backend_);
+      compiled_ = std::exchange(other.compiled_, nullptr);
+    }
+    return *this;
+  }
+  CompiledHandle(const CompiledHandle&) = delete;
+  CompiledHandle& operator=(const CompiledHandle&) = delete;
+
+  // Owned by this handle; null when empty.
+  bp_compiled_t* get() const { return compiled_; }
+  explicit operator bool() const { return compiled_ != nullptr; }
+  void reset() {
+    if (compiled_ != nullptr) backend_->api()->compiled_destroy(compiled_);
+    compiled_ = nullptr;
+  }
+
+ private:
+  std::shared_ptr<LoadedBackend> backend_;
+  bp_compiled_t* compiled_ = nullptr;
+};
+
+}  // namespace backplane

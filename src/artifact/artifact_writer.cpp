@@ -113,27 +113,17 @@ Result<size_t> write_file(const std::string& path, const flatbuffers::FlatBuffer
   return static_cast<size_t>(pos);
 }
 
-}  // namespace
-
-Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
-                                     const NamedBlobStore& store) {
-  std::vector<uint8_t> compile_id(kCompileIdBytes);
-  std::random_device rd;
-  for (uint8_t& x : compile_id) x = static_cast<uint8_t>(rd());
-
-  // External data files, by the name the .bpk records (relative to it).
+// Where every payload and blob goes: segments at offsets within the data
+// area of the artifact (file 0) or of an external data file (k = files[k-1]).
+struct Layout {
   std::vector<std::string> files;
-  for (const NamedBlobStore::Blob& blob : store.blobs())
-    if (!blob.external_file.empty() && std::find(files.begin(), files.end(), blob.external_file) == files.end())
-      files.push_back(blob.external_file);
-  for (const std::string& f : files)
-    if (f.find('/') != std::string::npos || f == "." || f == "..")
-      return invalid_argument("external data file name '" + f + "' must be a plain file name next to the artifact");
-
-  // Segments: payloads first, then blobs; offsets within each file's data area.
   std::vector<PlannedSegment> segments;
-  std::vector<uint64_t> file_top(files.size() + 1, 0);
-  auto add_segment = [&](uint32_t file, const uint8_t* data, size_t size, uint32_t alignment) {
+  std::vector<uint64_t> file_top;                    // per file: end of the last segment
+  std::vector<std::vector<int32_t>> payload_segment;  // per method, per partition (-1 = none)
+  std::vector<uint32_t> blob_segment;                 // per blob of the store
+  size_t payload_bytes = 0;
+
+  int32_t add(uint32_t file, const uint8_t* data, size_t size, uint32_t alignment) {
     PlannedSegment s;
     s.file = file;
     s.offset = align_to(file_top[file], alignment);
@@ -144,24 +134,39 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
     file_top[file] = s.offset + size;
     segments.push_back(s);
     return static_cast<int32_t>(segments.size() - 1);
-  };
-  ArtifactSizes sizes;
-  std::vector<std::vector<int32_t>> payload_segment(methods.size());
+  }
+};
+
+// Payloads first, then blobs.
+Result<Layout> plan_layout(const std::vector<ArtifactMethod>& methods, const NamedBlobStore& store) {
+  Layout l;
+  // External data files, by the name the .bpk records (relative to it).
+  for (const NamedBlobStore::Blob& blob : store.blobs())
+    if (!blob.external_file.empty() && std::find(l.files.begin(), l.files.end(), blob.external_file) == l.files.end())
+      l.files.push_back(blob.external_file);
+  for (const std::string& f : l.files)
+    if (f.find('/') != std::string::npos || f == "." || f == "..")
+      return invalid_argument("external data file name '" + f + "' must be a plain file name next to the artifact");
+  l.file_top.assign(l.files.size() + 1, 0);
+  l.payload_segment.resize(methods.size());
   for (size_t m = 0; m < methods.size(); ++m)
     for (const ArtifactPartition& p : methods[m].partitions) {
-      payload_segment[m].push_back(p.has_payload ? add_segment(0, p.payload.data(), p.payload.size(), 64) : -1);
-      sizes.payload_bytes += p.has_payload ? p.payload.size() : 0;
+      l.payload_segment[m].push_back(p.has_payload ? l.add(0, p.payload.data(), p.payload.size(), 64) : -1);
+      l.payload_bytes += p.has_payload ? p.payload.size() : 0;
     }
-  std::vector<uint32_t> blob_segment(store.blobs().size());
-  for (size_t i = 0; i < store.blobs().size(); ++i) {
-    const NamedBlobStore::Blob& blob = store.blobs()[i];
+  for (const NamedBlobStore::Blob& blob : store.blobs()) {
     uint32_t file = 0;
     if (!blob.external_file.empty())
-      file = static_cast<uint32_t>(std::find(files.begin(), files.end(), blob.external_file) - files.begin()) + 1;
-    blob_segment[i] = static_cast<uint32_t>(add_segment(file, blob.data(), blob.size, static_cast<uint32_t>(blob.alignment)));
+      file = static_cast<uint32_t>(std::find(l.files.begin(), l.files.end(), blob.external_file) - l.files.begin()) + 1;
+    l.blob_segment.push_back(
+        static_cast<uint32_t>(l.add(file, blob.data(), blob.size, static_cast<uint32_t>(blob.alignment))));
   }
+  return l;
+}
 
-  flatbuffers::FlatBufferBuilder b(1 << 16);
+// The artifact's metadata (the size-prefixed FlatBuffer) into `b`.
+void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<ArtifactMethod>& methods,
+                    const NamedBlobStore& store, const Layout& l, const std::vector<uint8_t>& compile_id) {
   std::vector<flatbuffers::Offset<fb::Method>> fb_methods;
   for (size_t m = 0; m < methods.size(); ++m) {
     const ArtifactMethod& method = methods[m];
@@ -170,34 +175,50 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
     for (size_t i = 0; i < method.partitions.size(); ++i) {
       const ArtifactPartition& p = method.partitions[i];
       parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
-                                          b.CreateVector(p.nodes), p.imperative, payload_segment[m][i]));
+                                          b.CreateVector(p.nodes), p.imperative, l.payload_segment[m][i]));
     }
     fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, b.CreateVector(parts),
                                           b.CreateVectorOfStrings(method.preference)));
   }
   std::vector<flatbuffers::Offset<fb::NamedData>> named;
   for (const auto& [key, blob] : store.keys())  // std::map: sorted by key
-    named.push_back(fb::CreateNamedData(b, b.CreateString(key), blob_segment[blob]));
+    named.push_back(fb::CreateNamedData(b, b.CreateString(key), l.blob_segment[blob]));
   std::vector<fb::Segment> fb_segments;
-  for (const PlannedSegment& s : segments)
+  for (const PlannedSegment& s : l.segments)
     fb_segments.emplace_back(s.file, s.alignment, s.offset, s.size, s.checksum);
   std::vector<flatbuffers::Offset<fb::DataFile>> fb_files;
-  for (size_t f = 0; f < files.size(); ++f)
-    fb_files.push_back(fb::CreateDataFile(b, b.CreateString(files[f]), file_top[f + 1]));
+  for (size_t f = 0; f < l.files.size(); ++f)
+    fb_files.push_back(fb::CreateDataFile(b, b.CreateString(l.files[f]), l.file_top[f + 1]));
   auto root = fb::CreateArtifact(b, kArtifactFormatMajor, kArtifactFormatMinor, b.CreateVector(compile_id),
                                  b.CreateString(std::string("backplane ") + BACKPLANE_VERSION),
                                  b.CreateVector(fb_methods), b.CreateVector(named),
                                  b.CreateVectorOfStructs(fb_segments), b.CreateVector(fb_files));
   fb::FinishSizePrefixedArtifactBuffer(b, root);
-  BP_ASSIGN_OR_RETURN(sizes.file_bytes, write_file(path, b, segments, 0));
+}
+
+}  // namespace
+
+Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
+                                     const NamedBlobStore& store) {
+  std::vector<uint8_t> compile_id(kCompileIdBytes);
+  std::random_device rd;
+  for (uint8_t& x : compile_id) x = static_cast<uint8_t>(rd());
+  BP_ASSIGN_OR_RETURN(Layout layout, plan_layout(methods, store));
+
+  ArtifactSizes sizes;
+  sizes.payload_bytes = layout.payload_bytes;
+  flatbuffers::FlatBufferBuilder b(1 << 16);
+  build_metadata(b, methods, store, layout, compile_id);
+  BP_ASSIGN_OR_RETURN(sizes.file_bytes, write_file(path, b, layout.segments, 0));
 
   const fs::path dir = fs::path(path).parent_path();
-  for (size_t f = 0; f < files.size(); ++f) {
+  for (size_t f = 0; f < layout.files.size(); ++f) {
     flatbuffers::FlatBufferBuilder hb(256);
     auto header = fb::CreateDataFileHeader(hb, kArtifactFormatMajor, kArtifactFormatMinor,
-                                           hb.CreateVector(compile_id), hb.CreateString(files[f]));
+                                           hb.CreateVector(compile_id), hb.CreateString(layout.files[f]));
     fb::FinishSizePrefixedDataFileHeaderBuffer(hb, header);
-    BP_ASSIGN_OR_RETURN(size_t n, write_file((dir / files[f]).string(), hb, segments, static_cast<uint32_t>(f + 1)));
+    BP_ASSIGN_OR_RETURN(size_t n,
+                        write_file((dir / layout.files[f]).string(), hb, layout.segments, static_cast<uint32_t>(f + 1)));
     sizes.external_bytes += n;
   }
   return sizes;

@@ -117,13 +117,14 @@ Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend, c
   const bp_backend_api_t* api = backend->api();
   Status status;
   if (BP_TABLE_HAS(api, compile_all)) {
-    status = backend->check(
-        api->compile_all(backend->instance(), views.size(), views.data(), &opts, report_ptrs.data(), out.data()),
-        "compile_all");
+    status = backend->check(backend->call([&] {
+      return api->compile_all(backend->instance(), views.size(), views.data(), &opts, report_ptrs.data(), out.data());
+    }), "compile_all");
   } else {
     for (size_t k = 0; k < views.size() && status.ok(); ++k)
-      status = backend->check(api->compile(backend->instance(), views[k], &opts, report_ptrs[k], &out[k]),
-                              std::string("compile ") + views[k]->name);
+      status = backend->check(
+          backend->call([&] { return api->compile(backend->instance(), views[k], &opts, report_ptrs[k], &out[k]); }),
+          std::string("compile ") + views[k]->name);
   }
   // Whatever came back is owned now, also on failure.
   for (size_t k = 0; k < mine.size(); ++k) work[mine[k].first].compiled[mine[k].second] = CompiledHandle(backend, out[k]);
@@ -178,7 +179,9 @@ Result<ArtifactMethod> serialize_method(const MethodWork& w, NamedBlobStore& sto
     if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) && BP_TABLE_HAS(backend.api(), serialize)) {
       bp_byte_writer writer;
       BP_RETURN_IF_ERROR(
-          backend.check(backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer), "serialize " + name));
+          backend.check(backend.call([&] {
+            return backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer);
+          }), "serialize " + name));
       stored.has_payload = true;
       stored.payload = std::move(writer.bytes);
     } else if (!p.imperative) {

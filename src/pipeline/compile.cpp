@@ -50,9 +50,10 @@ Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const
   bp_node_report report(p.nodes.size());
   bp_compiled_t* compiled = nullptr;
   if (p.payload != nullptr && BP_TABLE_HAS(backend.api(), deserialize)) {
-    Status s = backend.check(backend.api()->deserialize(backend.instance(), ep->view->get(), p.payload,
-                                                        p.payload_size, &opts, &compiled),
-                             "deserialize " + name);
+    Status s = backend.check(backend.call([&] {
+      return backend.api()->deserialize(backend.instance(), ep->view->get(), p.payload, p.payload_size, &opts,
+                                        &compiled);
+    }), "deserialize " + name);
     ep->compiled = CompiledHandle(p.backend, compiled);
     if (!s.ok()) {
       // The payload is unusable here (corrupt, or a format this build of
@@ -63,8 +64,9 @@ Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const
       return false;
     }
   } else {
-    Status s = backend.check(backend.api()->compile(backend.instance(), ep->view->get(), &opts, &report, &compiled),
-                             "compile " + name);
+    Status s = backend.check(backend.call([&] {
+      return backend.api()->compile(backend.instance(), ep->view->get(), &opts, &report, &compiled);
+    }), "compile " + name);
     ep->compiled = CompiledHandle(p.backend, compiled);
     BP_RETURN_IF_ERROR(s);
   }

@@ -7,8 +7,10 @@
 // (the C++ base class a backend author derives from, backend_sdk.hpp) or
 // bp_backend_t (the opaque instance handle of the ABI, `instance()` here).
 //
-// Thread-safety: immutable after create(). Calls into the backend through
-// api() follow the ABI's rules (backend_abi.h).
+// Thread-safety: immutable after create(). The ABI promises a backend that
+// the host serialises calls on one instance (all but execute and
+// execute_node): make every other call through call(), which holds this
+// instance's lock for the duration of the call.
 #pragma once
 
 #include <backplane/backend_abi.h>
@@ -16,6 +18,7 @@
 #include <backplane/status.hpp>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -48,6 +51,15 @@ class LoadedBackend {
   // "backend 'CpuRef': <what>", for wrapping statuses from this backend.
   Status check(bp_status_t* status, const std::string& what) const;
 
+  // Runs `slot_call` (one call into this backend's table) under this
+  // instance's lock and returns what it returns. Never nest: the lock is
+  // not recursive.
+  template <class F>
+  auto call(F&& slot_call) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slot_call();
+  }
+
  private:
   LoadedBackend() = default;
   std::string id_;
@@ -57,6 +69,7 @@ class LoadedBackend {
   bp_backend_t* instance_ = nullptr;
   bp_backend_info_t info_{};
   std::shared_ptr<void> library_;
+  mutable std::mutex mutex_;  // serialises calls on instance_
 };
 
 // Owns one bp_compiled_t: compiled_destroy runs when the handle goes, and the
@@ -85,7 +98,7 @@ class CompiledHandle {
   bp_compiled_t* get() const { return compiled_; }
   explicit operator bool() const { return compiled_ != nullptr; }
   void reset() {
-    if (compiled_ != nullptr) backend_->api()->compiled_destroy(compiled_);
+    if (compiled_ != nullptr) backend_->call([&] { backend_->api()->compiled_destroy(compiled_); });
     compiled_ = nullptr;
   }
 

@@ -49,7 +49,8 @@ Status CompiledModel::notify_before_load() {
     if (std::find(hooked_.begin(), hooked_.end(), b) != hooked_.end()) continue;
     hooked_.push_back(b);
     if (BP_TABLE_HAS(b->api(), before_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->api()->before_load_network(b->instance(), network_id_), "before_load_network"));
+      BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->before_load_network(b->instance(), network_id_); }),
+                                  "before_load_network"));
   }
   return ok_status();
 }
@@ -69,7 +70,8 @@ Status CompiledModel::build(const Planner& planner, int num_threads) {
   BP_ASSIGN_OR_RETURN(space_of_, assign_spaces(executable_, &spaces_));
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->api()->after_load_network(b->instance(), network_id_), "after_load_network"));
+      BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->after_load_network(b->instance(), network_id_); }),
+                                  "after_load_network"));
   steps_ = plan_steps(*graph_, executable_, space_of_);
   memory_ = plan_memory(*graph_, executable_, space_of_, steps_, [this](int v) { return value_bytes(v); });
   describe();
@@ -102,11 +104,13 @@ void CompiledModel::describe() {
 CompiledModel::~CompiledModel() {
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), before_unload_network))
-      (void)b->check(b->api()->before_unload_network(b->instance(), network_id_), "before_unload_network");
+      (void)b->check(b->call([&] { return b->api()->before_unload_network(b->instance(), network_id_); }),
+                     "before_unload_network");
   executable_.clear();
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_unload_network))
-      (void)b->check(b->api()->after_unload_network(b->instance(), network_id_), "after_unload_network");
+      (void)b->check(b->call([&] { return b->api()->after_unload_network(b->instance(), network_id_); }),
+                     "after_unload_network");
 }
 
 std::vector<std::string> CompiledModel::backends_used() const {

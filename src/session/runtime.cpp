@@ -75,7 +75,8 @@ class RuntimeImpl : public Runtime {
     const char* value = n.c_str();
     for (const auto& b : registry_.all())
       if (BP_TABLE_HAS(b->api(), configure))
-        BP_RETURN_IF_ERROR(b->check(b->api()->configure(b->instance(), 1, &key, &value), "configure num_threads"));
+        BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
+                                    "configure num_threads"));
     return ok_status();
   }
 

@@ -26,10 +26,11 @@ class SessionImpl : public Session {
     for (size_t s = 0; s < device_ptrs_.size(); ++s)
       if (device_ptrs_[s] != nullptr) {
         const MemorySpace& sp = model_->spaces()[slots[s].space];
-        sp.backend->api()->memory_free(sp.backend->instance(), sp.device, device_ptrs_[s]);
+        sp.backend->call([&] { sp.backend->api()->memory_free(sp.backend->instance(), sp.device, device_ptrs_[s]); });
       }
     for (const auto& b : acquired_)
-      if (BP_TABLE_HAS(b->api(), memory_release)) (void)b->check(b->api()->memory_release(b->instance()), "memory_release");
+      if (BP_TABLE_HAS(b->api(), memory_release))
+        (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }), "memory_release");
   }
 
   Status init() {
@@ -44,16 +45,17 @@ class SessionImpl : public Session {
       const auto& b = model_->spaces()[s].backend;
       if (std::find(acquired_.begin(), acquired_.end(), b) != acquired_.end()) continue;
       if (BP_TABLE_HAS(b->api(), memory_acquire))
-        BP_RETURN_IF_ERROR(b->check(b->api()->memory_acquire(b->instance()), "memory_acquire"));
+        BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->memory_acquire(b->instance()); }), "memory_acquire"));
       acquired_.push_back(b);
     }
     device_ptrs_.assign(mem.device_slots.size(), nullptr);
     for (size_t s = 0; s < mem.device_slots.size(); ++s) {
       const MemorySpace& sp = model_->spaces()[mem.device_slots[s].space];
-      BP_RETURN_IF_ERROR(sp.backend->check(sp.backend->api()->memory_alloc(sp.backend->instance(), sp.device,
-                                                                         mem.device_slots[s].size,
-                                                                         MemoryPlan::kAlignment, &device_ptrs_[s]),
-                                           "memory_alloc"));
+      const LoadedBackend& b = *sp.backend;
+      BP_RETURN_IF_ERROR(b.check(b.call([&] {
+        return b.api()->memory_alloc(b.instance(), sp.device, mem.device_slots[s].size, MemoryPlan::kAlignment,
+                                     &device_ptrs_[s]);
+      }), "memory_alloc"));
     }
 
     const auto& executable = model_->executable();
@@ -158,13 +160,14 @@ class SessionImpl : public Session {
     }
     if (s.from == 0) {
       const MemorySpace& to = spaces[s.to];
-      return to.backend->check(to.backend->api()->copy_to_device(to.backend->instance(), to.device, dst, src, bytes),
-                               "copy_to_device '" + model_->graph().values[s.value].name + "'");
+      const LoadedBackend& b = *to.backend;
+      return b.check(b.call([&] { return b.api()->copy_to_device(b.instance(), to.device, dst, src, bytes); }),
+                     "copy_to_device '" + model_->graph().values[s.value].name + "'");
     }
     const MemorySpace& from = spaces[s.from];
-    return from.backend->check(
-        from.backend->api()->copy_from_device(from.backend->instance(), from.device, dst, src, bytes),
-        "copy_from_device '" + model_->graph().values[s.value].name + "'");
+    const LoadedBackend& b = *from.backend;
+    return b.check(b.call([&] { return b.api()->copy_from_device(b.instance(), from.device, dst, src, bytes); }),
+                   "copy_from_device '" + model_->graph().values[s.value].name + "'");
   }
 
   bp_tensor_t tensor_for(int v, int space) const {

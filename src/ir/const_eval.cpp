@@ -263,7 +263,16 @@ Result<bool> eval_range(const InferCtx& c, const std::vector<const Tensor*>& ins
   const int64_t n = sat_numel(o.shape);
   bool typed = with_type(o.dtype, [&]<class T>() {
     const T start = elem<T>(*ins[0], 0), delta = elem<T>(*ins[2], 0);
-    for (int64_t i = 0; i < n; ++i) y.data_as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_integral_v<T>) {
+        // start + i * delta may overflow for values from the file: wrap (as
+        // unsigned arithmetic does) instead of undefined behaviour.
+        using U = std::make_unsigned_t<T>;
+        y.data_as<T>()[i] = static_cast<T>(static_cast<U>(start) + static_cast<U>(i) * static_cast<U>(delta));
+      } else {
+        y.data_as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+      }
+    }
   });
   if (!typed) return false;
   outs->push_back(std::move(y));

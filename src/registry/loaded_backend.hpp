@@ -1,6 +1,7 @@
 // loaded_backend.hpp — LoadedBackend: one backend instance this runtime
 // created through a backend's function table (bp_backend_api_t), and the RAII
-// owner of what that instance hands out (compiled partitions).
+// owners of what that instance hands out (compiled partitions, execution
+// contexts, device buffers).
 //
 // Static and dynamic backends are the same thing here; they differ only in
 // where the table came from (`source`). Not to be confused with sdk::Backend
@@ -72,39 +73,63 @@ class LoadedBackend {
   mutable std::mutex mutex_;  // serialises calls on instance_
 };
 
-// Owns one bp_compiled_t: compiled_destroy runs when the handle goes, and the
-// backend instance that made it lives at least as long (the ABI forbids
-// destroying an instance before its compiled partitions). Move-only.
-class CompiledHandle {
+// A move-only owner of one handle that `backend` handed out: Release(backend,
+// handle) runs once, when the owner goes, and the backend instance lives at
+// least as long (the ABI forbids destroying an instance before what it
+// handed out). An owner holding Handle{} is empty.
+template <class Handle, void (*Release)(const LoadedBackend&, Handle)>
+class BackendOwned {
  public:
-  CompiledHandle() = default;
-  CompiledHandle(std::shared_ptr<LoadedBackend> backend, bp_compiled_t* compiled)
-      : backend_(std::move(backend)), compiled_(compiled) {}
-  ~CompiledHandle() { reset(); }
-  CompiledHandle(CompiledHandle&& other) noexcept
-      : backend_(std::move(other.backend_)), compiled_(std::exchange(other.compiled_, nullptr)) {}
-  CompiledHandle& operator=(CompiledHandle&& other) noexcept {
+  BackendOwned() = default;
+  BackendOwned(std::shared_ptr<LoadedBackend> backend, Handle handle)
+      : backend_(std::move(backend)), handle_(handle) {}
+  ~BackendOwned() { reset(); }
+  BackendOwned(BackendOwned&& other) noexcept
+      : backend_(std::move(other.backend_)), handle_(std::exchange(other.handle_, Handle{})) {}
+  BackendOwned& operator=(BackendOwned&& other) noexcept {
     if (this != &other) {
       reset();
       backend_ = std::move(other.backend_);
-      compiled_ = std::exchange(other.compiled_, nullptr);
+      handle_ = std::exchange(other.handle_, Handle{});
     }
     return *this;
   }
-  CompiledHandle(const CompiledHandle&) = delete;
-  CompiledHandle& operator=(const CompiledHandle&) = delete;
+  BackendOwned(const BackendOwned&) = delete;
+  BackendOwned& operator=(const BackendOwned&) = delete;
 
-  // Owned by this handle; null when empty.
-  bp_compiled_t* get() const { return compiled_; }
-  explicit operator bool() const { return compiled_ != nullptr; }
+  // Owned by this object; Handle{} when empty.
+  const Handle& get() const { return handle_; }
+  explicit operator bool() const { return !(handle_ == Handle{}); }
   void reset() {
-    if (compiled_ != nullptr) backend_->call([&] { backend_->api()->compiled_destroy(compiled_); });
-    compiled_ = nullptr;
+    if (!(handle_ == Handle{})) Release(*backend_, handle_);
+    handle_ = Handle{};
   }
 
  private:
   std::shared_ptr<LoadedBackend> backend_;
-  bp_compiled_t* compiled_ = nullptr;
+  Handle handle_{};
 };
+
+// A device buffer: a pointer opaque to the host, on one device of a backend.
+struct DevicePointer {
+  uint32_t device = 0;
+  void* ptr = nullptr;
+  bool operator==(const DevicePointer&) const = default;
+};
+
+namespace backend_release {
+inline void compiled(const LoadedBackend& b, bp_compiled_t* c) {
+  b.call([&] { b.api()->compiled_destroy(c); });
+}
+// context_destroy is thread-safe on one compiled partition (backend_abi.h).
+inline void context(const LoadedBackend& b, bp_exec_context_t* c) { b.api()->context_destroy(c); }
+inline void device_memory(const LoadedBackend& b, DevicePointer p) {
+  b.call([&] { b.api()->memory_free(b.instance(), p.device, p.ptr); });
+}
+}  // namespace backend_release
+
+using CompiledHandle = BackendOwned<bp_compiled_t*, &backend_release::compiled>;  // a compiled partition
+using ContextHandle = BackendOwned<bp_exec_context_t*, &backend_release::context>;  // an execution context
+using DeviceBuffer = BackendOwned<DevicePointer, &backend_release::device_memory>;  // device memory
 
 }  // namespace backplane

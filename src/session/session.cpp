@@ -19,15 +19,9 @@ class SessionImpl : public Session {
   explicit SessionImpl(std::shared_ptr<const CompiledModel> model) : model_(std::move(model)) {}
 
   ~SessionImpl() override {
-    const auto& executable = model_->executable();
-    for (size_t i = 0; i < contexts_.size(); ++i)
-      if (contexts_[i] != nullptr) executable[i]->backend->api()->context_destroy(contexts_[i]);
-    const auto& slots = model_->memory().device_slots;
-    for (size_t s = 0; s < device_ptrs_.size(); ++s)
-      if (device_ptrs_[s] != nullptr) {
-        const MemorySpace& sp = model_->spaces()[slots[s].space];
-        sp.backend->call([&] { sp.backend->api()->memory_free(sp.backend->instance(), sp.device, device_ptrs_[s]); });
-      }
+    // Contexts, then device memory, then the backends' memory_release.
+    contexts_.clear();
+    device_buffers_.clear();
     for (const auto& b : acquired_)
       if (BP_TABLE_HAS(b->api(), memory_release))
         (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }), "memory_release");
@@ -48,25 +42,28 @@ class SessionImpl : public Session {
         BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->memory_acquire(b->instance()); }), "memory_acquire"));
       acquired_.push_back(b);
     }
-    device_ptrs_.assign(mem.device_slots.size(), nullptr);
     for (size_t s = 0; s < mem.device_slots.size(); ++s) {
       const MemorySpace& sp = model_->spaces()[mem.device_slots[s].space];
       const LoadedBackend& b = *sp.backend;
-      BP_RETURN_IF_ERROR(b.check(b.call([&] {
-        return b.api()->memory_alloc(b.instance(), sp.device, mem.device_slots[s].size, MemoryPlan::kAlignment,
-                                     &device_ptrs_[s]);
-      }), "memory_alloc"));
+      void* ptr = nullptr;
+      Status allocated = b.check(b.call([&] {
+        return b.api()->memory_alloc(b.instance(), sp.device, mem.device_slots[s].size, MemoryPlan::kAlignment, &ptr);
+      }), "memory_alloc");
+      device_buffers_.emplace_back(sp.backend, DevicePointer{sp.device, ptr});
+      BP_RETURN_IF_ERROR(allocated);
     }
 
     const auto& executable = model_->executable();
-    contexts_.assign(executable.size(), nullptr);
     in_tensors_.resize(executable.size());
     out_tensors_.resize(executable.size());
     for (size_t i = 0; i < executable.size(); ++i) {
       const ExecutablePartition& ep = *executable[i];
-      if (!ep.imperative)
-        BP_RETURN_IF_ERROR(ep.backend->check(ep.backend->api()->context_create(ep.compiled.get(), &contexts_[i]),
-                                             "context_create"));
+      bp_exec_context_t* context = nullptr;
+      Status created = ep.imperative ? ok_status()
+                                     : ep.backend->check(ep.backend->api()->context_create(ep.compiled.get(), &context),
+                                                         "context_create");
+      contexts_.emplace_back(ep.backend, context);
+      BP_RETURN_IF_ERROR(created);
       for (int v : ep.inputs) in_tensors_[i].push_back(tensor_for(v, model_->space_of(i)));
       for (int v : ep.outputs) out_tensors_[i].push_back(tensor_for(v, model_->space_of(i)));
     }
@@ -119,7 +116,7 @@ class SessionImpl : public Session {
           ep.imperative
               ? api->execute_node(ep.backend->instance(), ep.view->get(), 0, in_tensors_[i].size(),
                                   in_tensors_[i].data(), out_tensors_[i].size(), out_tensors_[i].data())
-              : api->execute(contexts_[i], in_tensors_[i].size(), in_tensors_[i].data(), out_tensors_[i].size(),
+              : api->execute(contexts_[i].get(), in_tensors_[i].size(), in_tensors_[i].data(), out_tensors_[i].size(),
                              out_tensors_[i].data());
       if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
     }
@@ -145,7 +142,7 @@ class SessionImpl : public Session {
     const MemoryPlan& mem = model_->memory();
     const MemoryPlan::Buffer& b = mem.buffers[mem.buffer_of.at({v, space})];
     if (space == 0) return static_cast<char*>(arena_.get()) + b.offset;
-    return device_ptrs_[b.offset];
+    return device_buffers_[b.offset].get().ptr;
   }
 
   Status copy(const ExecStep& s) {
@@ -191,9 +188,9 @@ class SessionImpl : public Session {
 
   std::shared_ptr<const CompiledModel> model_;
   std::unique_ptr<void, ArenaDeleter> arena_;
-  std::vector<void*> device_ptrs_;
-  std::vector<std::shared_ptr<LoadedBackend>> acquired_;
-  std::vector<bp_exec_context_t*> contexts_;
+  std::vector<std::shared_ptr<LoadedBackend>> acquired_;  // memory_acquire'd
+  std::vector<DeviceBuffer> device_buffers_;               // per MemoryPlan device slot
+  std::vector<ContextHandle> contexts_;                    // per partition (empty if imperative)
   std::vector<std::vector<bp_tensor_t>> in_tensors_, out_tensors_;
   std::vector<Tensor> inputs_, outputs_;
   std::vector<bool> input_set_;

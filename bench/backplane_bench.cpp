@@ -17,7 +17,7 @@
 // the first result exists (load_ms: start to first result; ready_ms: start to
 // a ready session; runtime_ms: of that, Runtime::create; ready_rss_kb and
 // ready_anon_kb: VmRSS and RssAnon with the session ready), then answers "run K", "save PATH" and "quit".
-#include "exec/executor.hpp"
+#include "session/compiled_model.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
 #include "registry/registry.hpp"
@@ -78,7 +78,7 @@ struct StaticHolder {
 #ifdef BENCH_STATIC
 std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticHolder& h) {
   auto add = [&](const char* id, const bp_backend_api_t* table) {
-    auto b = Backend::create(id, table, "static", nullptr);
+    auto b = LoadedBackend::create(id, table, "static", nullptr);
     if (!b.ok()) die(b.status().to_string());
     if (threads > 0) {
       std::string n = std::to_string(threads);

@@ -9,7 +9,8 @@
 // before writing, so mutations reach the FlatBuffers verifier and the
 // structural checks behind it instead of stopping at the checksum.
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/checksum.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 
 #include <cstdint>
@@ -61,9 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = ArtifactFile::open(path, {}, /*lazy_checksums=*/true);
   if (!file.ok()) return 0;
   const ArtifactFile& a = **file;
-  const auto* methods = a.root().methods();
-  for (flatbuffers::uoffset_t m = 0; m < methods->size(); ++m) {
-    auto found = a.find_method(methods->Get(m)->name()->str());
+  const auto& methods = a.methods();
+  for (size_t m = 0; m < methods.size(); ++m) {
+    auto found = a.find_method(methods[m].name);
     (void)found;
     auto g = a.method_graph(static_cast<int>(m));
     if (g.ok()) {
@@ -82,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t n = 0;
     (void)map.get(*map.key_at(i), &d, &n);
   }
-  const uint32_t segments = a.root().segments() ? a.root().segments()->size() : 0;
+  const uint32_t segments = static_cast<uint32_t>(a.segments().size());
   for (uint32_t i = 0; i <= segments; ++i) {
     const uint8_t* d = nullptr;
     size_t n = 0;

@@ -10,12 +10,14 @@
 // crash, sanitizer report or leak is a bug; refusals are expected.
 // With BACKPLANE_FUZZ_SEED_DIR set, the valid payloads are written there as
 // seeds (scripts/fuzz.sh does that).
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 #include "ir/graph.hpp"
 #include "onednn/compiler.hpp"
 #include "onnx/importer.hpp"
 #include "partition/graph_view.hpp"
+#include "registry/byte_writer.hpp"
 #include "registry/host_api.hpp"
+#include "registry/node_report.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -85,11 +87,11 @@ void add_model(const std::string& path, const char* seed_dir) {
   bp_node_report report(nodes.size());
   sdk::NodeReport nr(host_api(), &report);
   auto compiled = onednn::compile_partition(host(), *m.view->get(), 1, nr);
-  BlobStore store;
+  NamedBlobStore store;
   bp_byte_writer writer;
   compiled->serialize(store.as_abi(), &writer);  // throws (and so aborts) if a node was rejected
   for (const auto& [key, index] : store.keys()) {
-    const BlobStore::Blob& b = store.blobs()[index];
+    const NamedBlobStore::Blob& b = store.blobs()[index];
     m.data->blobs[key].assign(b.data(), b.data() + b.size);
   }
   // The reader under test must accept what the writer wrote, or the fuzzer

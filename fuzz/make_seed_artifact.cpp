@@ -7,7 +7,7 @@
 // For each model: one artifact with its nodes in two partitions (the first
 // with a payload), and one with the model as two methods.
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
 
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     if (!g.ok() || !ir::infer_shapes(*g).ok()) continue;  // the bad models
     g->remove_dead();
     if (!ir::verify(*g).ok() || g->nodes.empty()) continue;
-    BlobStore store;
+    NamedBlobStore store;
     for (const auto& [key, t] : g->constants)
       if (!store.add_borrowed(key, t.data(), t.size_bytes(), 0, "").ok()) return 1;
     const std::string stem = std::filesystem::path(argv[i]).stem().string();

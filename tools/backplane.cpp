@@ -226,12 +226,12 @@ struct PartitionArgs {
 };
 
 // Fills overrides from NODE=BACKEND strings; "" on success, else the message.
-std::string parse_overrides(const std::vector<std::string>& items, backplane::ModelOptions* mo) {
+std::string parse_overrides(const std::vector<std::string>& items, backplane::PlacementOptions* placement) {
   for (const std::string& o : items) {
     size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
       return "--override expects NODE=BACKEND, got '" + o + "'";
-    mo->overrides[o.substr(0, eq)] = o.substr(eq + 1);
+    placement->overrides[o.substr(0, eq)] = o.substr(eq + 1);
   }
   return "";
 }
@@ -282,9 +282,7 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   co.backends = split(a.backends, ',');
   co.allow_fallback = a.allow_fallback;
   co.external_data = a.external_data;
-  backplane::ModelOptions mo;
-  if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
-  co.overrides = mo.overrides;
+  if (std::string e = parse_overrides(a.overrides, &co); !e.empty()) return fail(e);
   auto rt = backplane::Runtime::create(*opts);
   if (!rt.ok()) return fail(rt.status().message());
   auto t0 = std::chrono::steady_clock::now();

@@ -54,17 +54,24 @@ struct RuntimeOptions {
 // cores, and unbounded counts exhaust thread stacks inside OpenMP.
 int max_threads();
 
-struct ModelOptions {
-  // Ordered backend preference; empty = every registered backend by score,
-  // CpuRef last.
+// Where a model's nodes run, and the shapes of its inputs: the part of the
+// options that loading a model (ModelOptions) and compiling one ahead of
+// time (CompileOptions) share.
+struct PlacementOptions {
+  // Ordered backend preference; empty = every registered backend by score
+  // (highest first), the reference backend CpuRef last.
   std::vector<std::string> backends;
-  // Pin node (by name) to a backend.
+  // Pin node (by name) to a backend. Compiling several methods: a node of
+  // any method.
   std::map<std::string, std::string> overrides;
   // Allow a pinned node to fall back when its backend is absent or rejects it.
   bool allow_fallback = false;
-  // Concrete shapes for inputs with symbolic or unknown dims.
+  // Concrete shapes for inputs with symbolic or unknown dims. Compiling
+  // several methods: an input of any method.
   std::map<std::string, Shape> input_shapes;
+};
 
+struct ModelOptions : PlacementOptions {
   // Compiled artifacts (.bpk) only:
   // The method to load; "" = the first one.
   std::string method;
@@ -77,11 +84,7 @@ struct ModelOptions {
 };
 
 // Ahead-of-time compilation (backplane compile).
-struct CompileOptions {
-  std::vector<std::string> backends;               // as ModelOptions
-  std::map<std::string, std::string> overrides;    // node name -> backend, any method
-  bool allow_fallback = false;
-  std::map<std::string, Shape> input_shapes;      // input name -> shape, any method
+struct CompileOptions : PlacementOptions {
   // Write every named blob (weights) into this data file instead of the
   // .bpk; the .bpk records its file name (relative to the .bpk).
   std::string external_data;

@@ -16,7 +16,7 @@ namespace backplane {
 // The one list of status codes, shared with the backend ABI: each value equals
 // the bp_status_code_t of the same meaning in backend_abi.h (BP_STATUS_<NAME>),
 // so converting between them is a cast (static_asserts next to the conversion,
-// src/registry/host_api.cpp, keep the two lists equal). Codes are append-only:
+// src/registry/abi_status.cpp, keep the two lists equal). Codes are append-only:
 // an existing number never changes meaning. A code received from a backend
 // that this list does not know becomes kBackendError naming the number.
 enum class StatusCode : int32_t {

@@ -332,6 +332,57 @@ bool const_eval_supported(const std::string& op) {
   return ops.count(op) > 0;
 }
 
+namespace {
+
+Result<bool> eval_shape(const InferCtx& c, std::vector<Tensor>* outs) {
+  int64_t first, last;
+  BP_RETURN_IF_ERROR(shape_range(c, &first, &last));
+  const Shape& s = c.shape(0);
+  Tensor y(DType::kInt64, c.out[0].shape);
+  for (int64_t i = first; i < last; ++i) y.data_as<int64_t>()[i - first] = s[i];
+  outs->push_back(std::move(y));
+  return true;
+}
+
+Result<bool> eval_constant_of_shape(const InferCtx& c, std::vector<Tensor>* outs) {
+  const OutInfo& o = c.out[0];
+  Tensor y(o.dtype, o.shape);
+  if (const Attribute* a = c.node.attr("value")) {
+    const size_t es = dtype_size(o.dtype);
+    auto* d = static_cast<unsigned char*>(y.data());
+    for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(d + i * es, a->t.data(), es);
+  }
+  outs->push_back(std::move(y));
+  return true;
+}
+
+Result<bool> eval_transpose(const InferCtx& c, const Tensor& x, std::vector<Tensor>* outs) {
+  const int64_t r = static_cast<int64_t>(x.rank());
+  std::vector<int64_t> rev;
+  for (int64_t i = r - 1; i >= 0; --i) rev.push_back(i);
+  BP_ASSIGN_OR_RETURN(std::vector<int64_t> perm, c.node.attr_ints("perm", rev));
+  const std::vector<int64_t> cs = contiguous_strides(x.shape());
+  std::vector<int64_t> st;
+  for (int64_t p : perm) st.push_back(cs[p]);
+  outs->push_back(gather_elements(x, c.out[0].shape, offsets(c.out[0].shape, st, 0)));
+  return true;
+}
+
+Result<bool> eval_slice(const InferCtx& c, const Tensor& x, std::vector<Tensor>* outs) {
+  BP_ASSIGN_OR_RETURN(SlicePlan p, slice_plan_for(c));
+  const std::vector<int64_t> cs = contiguous_strides(x.shape());
+  std::vector<int64_t> st(cs.size());
+  int64_t base = 0;
+  for (size_t d = 0; d < cs.size(); ++d) {
+    st[d] = cs[d] * p.step[d];
+    base += cs[d] * p.start[d];
+  }
+  outs->push_back(gather_elements(x, p.out, offsets(p.out, st, base)));
+  return true;
+}
+
+}  // namespace
+
 Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   const std::string& op = c.node.op_type;
   outs->clear();
@@ -342,20 +393,7 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   for (const OutInfo& o : c.out) total += sat_numel(o.shape);
   if (total > kMaxFoldElements) return false;
 
-  if (op == "Shape") {
-    int64_t start = 0, end = std::numeric_limits<int64_t>::max();
-    if (c.opset >= 15) {
-      BP_ASSIGN_OR_RETURN(start, c.node.attr_int("start", 0));
-      BP_ASSIGN_OR_RETURN(end, c.node.attr_int("end", end));
-    }
-    int64_t first, last;
-    shape_range(c.rank(0), start, end, &first, &last);
-    const Shape& s = c.shape(0);
-    Tensor y(DType::kInt64, c.out[0].shape);
-    for (int64_t i = first; i < last; ++i) y.data_as<int64_t>()[i - first] = s[i];
-    outs->push_back(std::move(y));
-    return true;
-  }
+  if (op == "Shape") return eval_shape(c, outs);
   if (op == "Size") {
     Tensor y(DType::kInt64, {});
     y.data_as<int64_t>()[0] = sat_numel(c.shape(0));
@@ -367,17 +405,7 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
     outs->push_back(t.clone());
     return true;
   }
-  if (op == "ConstantOfShape") {
-    const OutInfo& o = c.out[0];
-    Tensor y(o.dtype, o.shape);
-    if (const Attribute* a = c.node.attr("value")) {
-      const size_t es = dtype_size(o.dtype);
-      auto* d = static_cast<unsigned char*>(y.data());
-      for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(d + i * es, a->t.data(), es);
-    }
-    outs->push_back(std::move(y));
-    return true;
-  }
+  if (op == "ConstantOfShape") return eval_constant_of_shape(c, outs);
 
   std::vector<const Tensor*> ins;
   for (size_t i = 0; i < c.num_inputs(); ++i) ins.push_back(c.constant(i));
@@ -389,34 +417,13 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
     outs->push_back(Tensor::copy_of(x.dtype(), c.out[0].shape, x.data()));
     return true;
   }
-  if (op == "Transpose") {
-    const int64_t r = static_cast<int64_t>(x.rank());
-    std::vector<int64_t> rev;
-    for (int64_t i = r - 1; i >= 0; --i) rev.push_back(i);
-    BP_ASSIGN_OR_RETURN(std::vector<int64_t> perm, c.node.attr_ints("perm", rev));
-    const std::vector<int64_t> cs = contiguous_strides(x.shape());
-    std::vector<int64_t> st;
-    for (int64_t p : perm) st.push_back(cs[p]);
-    outs->push_back(gather_elements(x, c.out[0].shape, offsets(c.out[0].shape, st, 0)));
-    return true;
-  }
+  if (op == "Transpose") return eval_transpose(c, x, outs);
   if (op == "Expand") {
     const Shape& os = c.out[0].shape;
     outs->push_back(gather_elements(x, os, offsets(os, broadcast_strides(x.shape(), os), 0)));
     return true;
   }
-  if (op == "Slice") {
-    BP_ASSIGN_OR_RETURN(SlicePlan p, slice_plan_for(c));
-    const std::vector<int64_t> cs = contiguous_strides(x.shape());
-    std::vector<int64_t> st(cs.size());
-    int64_t base = 0;
-    for (size_t d = 0; d < cs.size(); ++d) {
-      st[d] = cs[d] * p.step[d];
-      base += cs[d] * p.start[d];
-    }
-    outs->push_back(gather_elements(x, p.out, offsets(p.out, st, base)));
-    return true;
-  }
+  if (op == "Slice") return eval_slice(c, x, outs);
   if (op == "Gather") return eval_gather(c, x, outs);
   if (op == "Concat") return eval_concat(c, ins, outs);
   if (op == "Cast") return eval_cast(c, x, outs);

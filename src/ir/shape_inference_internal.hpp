@@ -104,8 +104,9 @@ Result<SlicePlan> plan_slice(const InferCtx& c, const Shape& in, const std::vect
 // inputs after) and plans it.
 Result<SlicePlan> slice_plan_for(const InferCtx& c);
 
-// The [start, end) range of dims a Shape node (opset 15 start/end) returns.
-void shape_range(int64_t rank, int64_t start, int64_t end, int64_t* first, int64_t* last);
+// The [first, last) range of input 0's dims a Shape node returns (its
+// start/end attributes from opset 15 on, clamped to the rank).
+Status shape_range(const InferCtx& c, int64_t* first, int64_t* last);
 
 // The tensor a Constant node's attribute holds.
 Result<Tensor> constant_attr_value(const InferCtx& c);

@@ -834,13 +834,8 @@ Status infer_unsqueeze(InferCtx& c) {
 
 Status infer_shape(InferCtx& c) {
   BP_RETURN_IF_ERROR(c.require_inputs(1, 1));
-  int64_t start = 0, end = std::numeric_limits<int64_t>::max();
-  if (c.opset >= 15) {
-    BP_ASSIGN_OR_RETURN(start, c.node.attr_int("start", 0));
-    BP_ASSIGN_OR_RETURN(end, c.node.attr_int("end", end));
-  }
   int64_t first, last;
-  shape_range(c.rank(0), start, end, &first, &last);
+  BP_RETURN_IF_ERROR(shape_range(c, &first, &last));
   c.set(0, I64, {std::max<int64_t>(last - first, 0)});
   return ok_status();
 }
@@ -1136,6 +1131,7 @@ Status infer_prelu(InferCtx& c) {
   return ok_status();
 }
 
+// One entry per supported op: a long function that is only a table.
 const std::map<std::string, InferFn>& table() {
   static const std::map<std::string, InferFn> t = {
       {"Conv", infer_conv},
@@ -1242,13 +1238,20 @@ InferFn find_infer_fn(const std::string& op_type) {
   return it == table().end() ? nullptr : it->second;
 }
 
-void shape_range(int64_t rank, int64_t start, int64_t end, int64_t* first, int64_t* last) {
+Status shape_range(const InferCtx& c, int64_t* first, int64_t* last) {
+  int64_t start = 0, end = std::numeric_limits<int64_t>::max();
+  if (c.opset >= 15) {
+    BP_ASSIGN_OR_RETURN(start, c.node.attr_int("start", 0));
+    BP_ASSIGN_OR_RETURN(end, c.node.attr_int("end", end));
+  }
+  const int64_t rank = c.rank(0);
   auto clamp = [rank](int64_t v) {
     if (v < 0) v += rank;
     return std::clamp<int64_t>(v, 0, rank);
   };
   *first = clamp(start);
   *last = clamp(end);
+  return ok_status();
 }
 
 Result<SlicePlan> plan_slice(const InferCtx& c, const Shape& in, const std::vector<int64_t>& starts,

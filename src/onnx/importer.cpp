@@ -146,127 +146,128 @@ void convert_into(const Src* src, Dst* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src[i]);
 }
 
-Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
-  DType dtype;
-  if (!to_dtype(tp.data_type(), &dtype)) return unsupported_dtype(what, tp.data_type());
+// A tensor's dtype and dims as the file declares them, checked.
+struct TensorLayout {
+  std::string what;
+  DType dtype = DType::kUndefined;
   Shape shape;
+  int64_t numel = 1;
+  size_t bytes = 0;
+
+  Status mismatch(const std::string& field, size_t have, bool in_bytes) const {
+    return corrupt_data(what + ": shape mismatch: " + field + " has " + std::to_string(have) + " " +
+                        (in_bytes ? "bytes" : "elements") + " but shape " + shape_to_string(shape) + " of " +
+                        dtype_name(dtype) + " needs " +
+                        std::to_string(in_bytes ? bytes : static_cast<size_t>(numel)));
+  }
+};
+
+Result<TensorLayout> tensor_layout(const onnx::TensorProto& tp, const std::string& what) {
+  TensorLayout l;
+  l.what = what;
+  if (!to_dtype(tp.data_type(), &l.dtype)) return unsupported_dtype(what, tp.data_type());
   for (int64_t d : tp.dims()) {
     if (d < 0) return corrupt_data(what + ": negative dimension " + std::to_string(d));
-    shape.push_back(d);
+    l.shape.push_back(d);
   }
   if (tp.has_segment()) return unsupported(what + ": segmented tensors are not supported");
   // The dims come from the file: their product must not overflow (no tensor
   // a file can hold has 2^48 elements).
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d != 0 && numel > (int64_t{1} << 48) / d)
-      return corrupt_data(what + ": shape " + shape_to_string(shape) + " is too large");
-    numel *= d;
+  for (int64_t d : l.shape) {
+    if (d != 0 && l.numel > (int64_t{1} << 48) / d)
+      return corrupt_data(what + ": shape " + shape_to_string(l.shape) + " is too large");
+    l.numel *= d;
   }
-  const size_t esize = dtype_size(dtype);
-  const size_t want = static_cast<size_t>(numel) * esize;
-  auto mismatch = [&](const std::string& field, size_t have, const char* unit) {
-    return corrupt_data(what + ": shape mismatch: " + field + " has " + std::to_string(have) + " " +
-                        unit + " but shape " + shape_to_string(shape) + " of " + dtype_name(dtype) +
-                        " needs " +
-                        std::to_string(std::strcmp(unit, "bytes") == 0 ? want
-                                                                       : static_cast<size_t>(numel)));
-  };
+  l.bytes = static_cast<size_t>(l.numel) * dtype_size(l.dtype);
+  return l;
+}
 
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto& kv : tp.external_data()) {
-      const std::string& k = kv.key();
-      if (k == "location") {
-        location = kv.value();
-      } else if (k == "offset" || k == "length") {
-        char* end = nullptr;
-        errno = 0;
-        long long v = std::strtoll(kv.value().c_str(), &end, 10);
-        if (kv.value().empty() || *end != '\0' || errno != 0 || v < 0)
-          return corrupt_data(what + ": external data " + k + " '" + kv.value() +
-                              "' is not a non-negative integer");
-        (k == "offset" ? offset : length) = v;
-      }
-      // "checksum" and unknown keys are ignored, as ONNX Runtime does.
+// data_location = EXTERNAL: a range of a file next to the model, mapped.
+Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const TensorLayout& l) {
+  const std::string& what = l.what;
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : tp.external_data()) {
+    const std::string& k = kv.key();
+    if (k == "location") {
+      location = kv.value();
+    } else if (k == "offset" || k == "length") {
+      char* end = nullptr;
+      errno = 0;
+      long long v = std::strtoll(kv.value().c_str(), &end, 10);
+      if (kv.value().empty() || *end != '\0' || errno != 0 || v < 0)
+        return corrupt_data(what + ": external data " + k + " '" + kv.value() + "' is not a non-negative integer");
+      (k == "offset" ? offset : length) = v;
     }
-    BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, map_external(ctx, location, what));
-    const uint64_t fsize = file->size();
-    if (static_cast<uint64_t>(offset) > fsize)
-      return corrupt_data(what + ": external data offset " + std::to_string(offset) +
-                          " is past the end of '" + location + "' (" + std::to_string(fsize) +
-                          " bytes)");
-    if (length < 0) length = static_cast<int64_t>(fsize - offset);
-    if (static_cast<uint64_t>(length) > fsize - static_cast<uint64_t>(offset))
-      return corrupt_data(what + ": external data offset " + std::to_string(offset) + " + length " +
-                          std::to_string(length) + " exceeds the size of '" + location + "' (" +
-                          std::to_string(fsize) + " bytes)");
-    if (static_cast<size_t>(length) != want)
-      return mismatch("external data '" + location + "'", static_cast<size_t>(length), "bytes");
-    if (want == 0) return Tensor(dtype, shape);
-    const unsigned char* p = file->bytes() + offset;
-    // Kernels read elements through typed pointers, so a misaligned blob is
-    // copied; an aligned one is used in place and keeps the mapping alive.
-    if (reinterpret_cast<uintptr_t>(p) % esize != 0) return Tensor::copy_of(dtype, shape, p);
-    return Tensor::view(dtype, shape, const_cast<unsigned char*>(p), file);
+    // "checksum" and unknown keys are ignored, as ONNX Runtime does.
   }
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, map_external(ctx, location, what));
+  const uint64_t fsize = file->size();
+  if (static_cast<uint64_t>(offset) > fsize)
+    return corrupt_data(what + ": external data offset " + std::to_string(offset) + " is past the end of '" +
+                        location + "' (" + std::to_string(fsize) + " bytes)");
+  if (length < 0) length = static_cast<int64_t>(fsize - offset);
+  if (static_cast<uint64_t>(length) > fsize - static_cast<uint64_t>(offset))
+    return corrupt_data(what + ": external data offset " + std::to_string(offset) + " + length " +
+                        std::to_string(length) + " exceeds the size of '" + location + "' (" +
+                        std::to_string(fsize) + " bytes)");
+  if (static_cast<size_t>(length) != l.bytes)
+    return l.mismatch("external data '" + location + "'", static_cast<size_t>(length), true);
+  if (l.bytes == 0) return Tensor(l.dtype, l.shape);
+  const unsigned char* p = file->bytes() + offset;
+  // Kernels read elements through typed pointers, so a misaligned blob is
+  // copied; an aligned one is used in place and keeps the mapping alive.
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(l.dtype) != 0) return Tensor::copy_of(l.dtype, l.shape, p);
+  return Tensor::view(l.dtype, l.shape, const_cast<unsigned char*>(p), file);
+}
 
-  if (tp.has_raw_data()) {
-    const std::string& raw = tp.raw_data();
-    if (raw.size() != want) return mismatch("raw_data", raw.size(), "bytes");
-    // Tensor::copy_of keeps the bytes 64-byte aligned; the proto's string is not.
-    return Tensor::copy_of(dtype, shape, raw.data());
-  }
-
-  auto check_count = [&](const char* field, int count) -> Status {
-    if (count != numel) return mismatch(field, static_cast<size_t>(count), "elements");
-    return ok_status();
-  };
-  // Check the element count before allocating what the dims claim.
-  switch (dtype) {
-    case DType::kFloat32: BP_RETURN_IF_ERROR(check_count("float_data", tp.float_data_size())); break;
-    case DType::kInt64: BP_RETURN_IF_ERROR(check_count("int64_data", tp.int64_data_size())); break;
-    case DType::kUndefined: return internal_error(what + ": undefined dtype");
-    default: BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size())); break;
-  }
-  Tensor t(dtype, shape);
-  switch (dtype) {
+// The typed fields (float_data, int64_data, int32_data for the rest).
+Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout& l) {
+  const char* field = "int32_data";
+  int count = tp.int32_data_size();
+  if (l.dtype == DType::kFloat32) field = "float_data", count = tp.float_data_size();
+  if (l.dtype == DType::kInt64) field = "int64_data", count = tp.int64_data_size();
+  if (l.dtype == DType::kUndefined) return internal_error(l.what + ": undefined dtype");
+  // The element count is checked before allocating what the dims claim.
+  if (count != l.numel) return l.mismatch(field, static_cast<size_t>(count), false);
+  Tensor t(l.dtype, l.shape);
+  const int64_t n = l.numel;
+  switch (l.dtype) {
     case DType::kFloat32:
-      BP_RETURN_IF_ERROR(check_count("float_data", tp.float_data_size()));
-      if (numel) std::memcpy(t.data(), tp.float_data().data(), want);
+      if (n) std::memcpy(t.data(), tp.float_data().data(), l.bytes);
       break;
     case DType::kInt64:
-      BP_RETURN_IF_ERROR(check_count("int64_data", tp.int64_data_size()));
-      if (numel) std::memcpy(t.data(), tp.int64_data().data(), want);
+      if (n) std::memcpy(t.data(), tp.int64_data().data(), l.bytes);
       break;
     case DType::kInt32:
-      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
-      if (numel) std::memcpy(t.data(), tp.int32_data().data(), want);
+      if (n) std::memcpy(t.data(), tp.int32_data().data(), l.bytes);
       break;
-    case DType::kInt8:
-      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
-      convert_into(tp.int32_data().data(), t.data_as<int8_t>(), numel);
-      break;
-    case DType::kUInt8:
-      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
-      convert_into(tp.int32_data().data(), t.data_as<uint8_t>(), numel);
-      break;
+    case DType::kInt8: convert_into(tp.int32_data().data(), t.data_as<int8_t>(), n); break;
+    case DType::kUInt8: convert_into(tp.int32_data().data(), t.data_as<uint8_t>(), n); break;
     case DType::kBool: {
-      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
       uint8_t* d = t.data_as<uint8_t>();
-      for (int64_t i = 0; i < numel; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
+      for (int64_t i = 0; i < n; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
       break;
     }
     case DType::kFloat16:
       // ONNX stores each half's bit pattern in the low 16 bits of an int32.
-      BP_RETURN_IF_ERROR(check_count("int32_data", tp.int32_data_size()));
-      convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), numel);
+      convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), n);
       break;
-    case DType::kUndefined:
-      return internal_error(what + ": undefined dtype");
+    case DType::kUndefined: return internal_error(l.what + ": undefined dtype");
   }
   return t;
+}
+
+Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
+  BP_ASSIGN_OR_RETURN(TensorLayout layout, tensor_layout(tp, what));
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return read_external(ctx, tp, layout);
+  if (tp.has_raw_data()) {
+    const std::string& raw = tp.raw_data();
+    if (raw.size() != layout.bytes) return layout.mismatch("raw_data", raw.size(), true);
+    // Tensor::copy_of keeps the bytes 64-byte aligned; the proto's string is not.
+    return Tensor::copy_of(layout.dtype, layout.shape, raw.data());
+  }
+  return read_typed_fields(tp, layout);
 }
 
 Status convert_value_type(const onnx::ValueInfoProto& vi, Value& v, const std::string& what) {
@@ -387,19 +388,7 @@ Status add_named(Graph& g, Value v, const std::string& defined_by, int* id) {
   return ok_status();
 }
 
-Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
-  if (model.ir_version() <= 0)
-    return corrupt_data("not an ONNX model: ir_version is missing or 0");
-  if (!model.has_graph()) return corrupt_data("not an ONNX model: it has no graph");
-  if (model.opset_import_size() == 0) return corrupt_data("not an ONNX model: it has no opset_import");
-  if (model.functions_size() > 0)
-    return unsupported("model-local functions are not supported");
-
-  Graph g;
-  g.source = ctx.source;
-  const onnx::GraphProto& gp = model.graph();
-  g.name = gp.name();
-
+Status read_opsets(const onnx::ModelProto& model, Graph& g) {
   for (const auto& os : model.opset_import()) {
     std::string domain = os.domain() == "ai.onnx" ? "" : os.domain();
     if (domain.empty() && (os.version() < kMinOpset || os.version() > kMaxOpset))
@@ -409,8 +398,10 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
                         std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
     g.opsets[domain] = os.version();
   }
-  if (gp.sparse_initializer_size() > 0) return unsupported("sparse initializers are not supported");
+  return ok_status();
+}
 
+Status read_initializers_and_inputs(Context& ctx, const onnx::GraphProto& gp, Graph& g) {
   // Initializers first: a graph input that is also an initializer is a constant.
   for (const auto& tp : gp.initializer()) {
     const std::string what = "initializer '" + tp.name() + "'";
@@ -444,9 +435,23 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
     g.inputs.push_back(id);
   }
 
-  // Node outputs, then node inputs: the file need not be topologically sorted.
-  std::vector<std::string> node_names(gp.node_size());
-  std::vector<bool> is_constant_node(gp.node_size(), false);
+  return ok_status();
+}
+
+// Nodes as they are named in messages ("<op_type>_<k>" when unnamed).
+struct NodeNames {
+  std::vector<std::string> names;
+  std::vector<bool> is_constant_node;  // Constant nodes become constants
+};
+
+// Every node output (and Constant node) becomes a value first, so node
+// inputs resolve whatever order the file lists the nodes in.
+Result<NodeNames> declare_node_outputs(Context& ctx, const onnx::GraphProto& gp, Graph& g) {
+  NodeNames nn;
+  std::vector<std::string>& node_names = nn.names;
+  std::vector<bool>& is_constant_node = nn.is_constant_node;
+  node_names.resize(gp.node_size());
+  is_constant_node.assign(gp.node_size(), false);
   for (int k = 0; k < gp.node_size(); ++k) {
     const onnx::NodeProto& np = gp.node(k);
     node_names[k] = np.name().empty() ? np.op_type() + "_" + std::to_string(k) : np.name();
@@ -473,6 +478,12 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
       BP_RETURN_IF_ERROR(add_named(g, std::move(v), where, &id));
     }
   }
+  return nn;
+}
+
+Status read_nodes(Context& ctx, const onnx::GraphProto& gp, const NodeNames& nn, Graph& g) {
+  const std::vector<std::string>& node_names = nn.names;
+  const std::vector<bool>& is_constant_node = nn.is_constant_node;
   for (int k = 0; k < gp.node_size(); ++k) {
     if (is_constant_node[k]) continue;
     const onnx::NodeProto& np = gp.node(k);
@@ -503,6 +514,10 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
     g.nodes.push_back(std::move(node));
   }
 
+  return ok_status();
+}
+
+Status read_outputs(const onnx::GraphProto& gp, Graph& g) {
   // value_info: dtype/shape hints for intermediate values, checked by infer_shapes.
   for (const auto& vi : gp.value_info()) {
     int id = g.find_value(vi.name());
@@ -535,7 +550,27 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
     g.outputs.push_back(id);
   }
   if (g.outputs.empty()) return invalid_argument("the graph has no outputs");
+  return ok_status();
+}
 
+Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
+  if (model.ir_version() <= 0)
+    return corrupt_data("not an ONNX model: ir_version is missing or 0");
+  if (!model.has_graph()) return corrupt_data("not an ONNX model: it has no graph");
+  if (model.opset_import_size() == 0) return corrupt_data("not an ONNX model: it has no opset_import");
+  if (model.functions_size() > 0)
+    return unsupported("model-local functions are not supported");
+
+  Graph g;
+  g.source = ctx.source;
+  const onnx::GraphProto& gp = model.graph();
+  g.name = gp.name();
+  BP_RETURN_IF_ERROR(read_opsets(model, g));
+  if (gp.sparse_initializer_size() > 0) return unsupported("sparse initializers are not supported");
+  BP_RETURN_IF_ERROR(read_initializers_and_inputs(ctx, gp, g));
+  BP_ASSIGN_OR_RETURN(NodeNames names, declare_node_outputs(ctx, gp, g));
+  BP_RETURN_IF_ERROR(read_nodes(ctx, gp, names, g));
+  BP_RETURN_IF_ERROR(read_outputs(gp, g));
   BP_RETURN_IF_ERROR(g.topo_sort());
   return g;
 }

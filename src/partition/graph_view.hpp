@@ -2,8 +2,8 @@
 // backend sees, for any subset of an ir::Graph's nodes.
 #pragma once
 
+#include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
-#include "registry/host_api.hpp"
 
 #include <backplane/backend_abi.h>
 

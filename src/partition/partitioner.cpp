@@ -1,6 +1,7 @@
 #include "partition/partitioner.hpp"
 
 #include "partition/graph_view.hpp"
+#include "registry/node_report.hpp"
 
 #include <algorithm>
 #include <unordered_map>
@@ -93,15 +94,10 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vec
   return out;
 }
 
-Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const ModelOptions& options,
-                       const NamedDataMap& weights, const Exclusions& excluded) {
-  Plan plan;
-  plan.preference = options.backends.empty() ? registry.default_preference() : options.backends;
-  for (const std::string& id : plan.preference)
-    if (registry.find(id) == nullptr)
-      return not_found("unknown backend '" + id + "' (registered: " + join(registered_ids(registry), ", ") + ")");
-  if (plan.preference.empty()) return not_found("no backend to run the model on");
+namespace {
 
+// Overrides name nodes of the model and, unless fallback is allowed, registered backends.
+Status check_overrides(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options) {
   std::unordered_map<std::string, int> node_by_name;
   for (size_t n = 0; n < graph.nodes.size(); ++n) node_by_name[graph.nodes[n].name] = static_cast<int>(n);
   for (const auto& [node_name, backend_id] : options.overrides) {
@@ -111,21 +107,29 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
       return not_found("override pins node '" + node_name + "' to unknown backend '" + backend_id +
                        "' (registered: " + join(registered_ids(registry), ", ") + ")");
   }
+  return ok_status();
+}
 
-  // One whole-graph support query per backend that may be asked.
+using Answers = std::unordered_map<std::string, bp_node_report>;
+
+// One whole-graph support query per backend that may be asked.
+Result<Answers> query_backends(const ir::Graph& graph, const BackendRegistry& registry,
+                               const PlacementOptions& options, const NamedDataMap& weights,
+                               const std::vector<std::string>& preference) {
   std::vector<int> all_nodes(graph.nodes.size());
   for (size_t n = 0; n < all_nodes.size(); ++n) all_nodes[n] = static_cast<int>(n);
   std::unique_ptr<GraphView> whole = GraphView::build(graph, all_nodes, &weights, graph.name);
-  std::vector<std::string> asked = plan.preference;
+  std::vector<std::string> asked = preference;
   for (const auto& kv : options.overrides)
     if (registry.find(kv.second) && std::find(asked.begin(), asked.end(), kv.second) == asked.end())
       asked.push_back(kv.second);
-  std::unordered_map<std::string, bp_node_report> answers;
+  Answers answers;
   for (const std::string& id : asked) {
-    std::shared_ptr<Backend> backend = registry.find(id);
+    std::shared_ptr<LoadedBackend> backend = registry.find(id);
     bp_node_report report(graph.nodes.size());
-    BP_RETURN_IF_ERROR(backend->check(backend->api()->query_support(backend->instance(), whole->get(), &report),
-                                      "query_support"));
+    BP_RETURN_IF_ERROR(backend->check(
+        backend->call([&] { return backend->api()->query_support(backend->instance(), whole->get(), &report); }),
+        "query_support"));
     for (size_t n = 0; n < graph.nodes.size(); ++n)
       if (!report.reported[n]) {
         report.outcome[n] = BP_NODE_REJECTED;
@@ -133,48 +137,70 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, 
       }
     answers.emplace(id, std::move(report));
   }
+  return answers;
+}
 
-  plan.placement.resize(graph.nodes.size());
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const ir::Node& node = graph.nodes[n];
-    NodePlacement& p = plan.placement[n];
-    auto ov = options.overrides.find(node.name);
-    auto is_excluded = [&](const std::string& id) { return excluded.count({static_cast<int>(n), id}) > 0; };
-    if (ov != options.overrides.end()) {
-      auto ans = answers.find(ov->second);
-      if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED && !is_excluded(ov->second)) {
-        p.backend = ov->second;
-        p.why = "override";
-        continue;
-      }
-      std::string reason = ans == answers.end() ? "backend '" + ov->second + "' is not registered"
-                           : is_excluded(ov->second) ? "backend '" + ov->second + "' failed to compile it"
-                                                     : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
-      if (!options.allow_fallback)
-        return unsupported(node.describe() + " is pinned to '" + ov->second + "' but " + reason);
-      p.rejections.push_back(ov->second + ": " + reason);
+// Node n's backend: its override if that backend takes it, else the first
+// preferred backend that supports it and did not fail to compile it.
+Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& options,
+                  const std::vector<std::string>& preference, const Answers& answers, const Exclusions& excluded,
+                  NodePlacement* out) {
+  const ir::Node& node = graph.nodes[n];
+  NodePlacement& p = *out;
+  auto ov = options.overrides.find(node.name);
+  auto is_excluded = [&](const std::string& id) { return excluded.count({static_cast<int>(n), id}) > 0; };
+  if (ov != options.overrides.end()) {
+    auto ans = answers.find(ov->second);
+    if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED && !is_excluded(ov->second)) {
+      p.backend = ov->second;
+      p.why = "override";
+      return ok_status();
     }
-    for (const std::string& id : plan.preference) {
-      const bp_node_report& r = answers.at(id);
-      if (is_excluded(id)) {
-        p.rejections.push_back(id + ": failed to compile it");
-        continue;
-      }
-      if (r.outcome[n] == BP_NODE_SUPPORTED) {
-        p.backend = id;
-        p.why = p.rejections.empty() ? "preferred" : "fallback";
-        break;
-      }
-      p.rejections.push_back(id + ": " + r.reason[n]);
-    }
-    if (p.backend.empty())
-      return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") + ")");
+    std::string reason = ans == answers.end() ? "backend '" + ov->second + "' is not registered"
+                         : is_excluded(ov->second) ? "backend '" + ov->second + "' failed to compile it"
+                                                   : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
+    if (!options.allow_fallback)
+      return unsupported(node.describe() + " is pinned to '" + ov->second + "' but " + reason);
+    p.rejections.push_back(ov->second + ": " + reason);
   }
+  for (const std::string& id : preference) {
+    const bp_node_report& r = answers.at(id);
+    if (is_excluded(id)) {
+      p.rejections.push_back(id + ": failed to compile it");
+      continue;
+    }
+    if (r.outcome[n] == BP_NODE_SUPPORTED) {
+      p.backend = id;
+      p.why = p.rejections.empty() ? "preferred" : "fallback";
+      break;
+    }
+    p.rejections.push_back(id + ": " + r.reason[n]);
+  }
+  if (p.backend.empty())
+    return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") + ")");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options,
+                       const NamedDataMap& weights, const Exclusions& excluded) {
+  Plan plan;
+  plan.preference = options.backends.empty() ? registry.default_preference() : options.backends;
+  for (const std::string& id : plan.preference)
+    if (registry.find(id) == nullptr)
+      return not_found("unknown backend '" + id + "' (registered: " + join(registered_ids(registry), ", ") + ")");
+  if (plan.preference.empty()) return not_found("no backend to run the model on");
+  BP_RETURN_IF_ERROR(check_overrides(graph, registry, options));
+  BP_ASSIGN_OR_RETURN(Answers answers, query_backends(graph, registry, options, weights, plan.preference));
+  plan.placement.resize(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    BP_RETURN_IF_ERROR(place_node(graph, n, options, plan.preference, answers, excluded, &plan.placement[n]));
 
   std::vector<std::string> backend_of(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) backend_of[n] = plan.placement[n].backend;
   for (std::vector<int>& nodes : group_nodes(graph, backend_of)) {
-    std::shared_ptr<Backend> backend = registry.find(backend_of[nodes.front()]);
+    std::shared_ptr<LoadedBackend> backend = registry.find(backend_of[nodes.front()]);
     // A backend that only runs single ops gets one partition per node.
     if (!BP_TABLE_HAS(backend->api(), compile) && BP_TABLE_HAS(backend->api(), execute_node)) {
       for (int n : nodes) plan.partitions.push_back(Partition{backend, {n}, true});

@@ -2,8 +2,8 @@
 // into partitions the executor can run in order.
 #pragma once
 
+#include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
-#include "registry/host_api.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/runtime.hpp>
@@ -23,7 +23,7 @@ struct NodePlacement {
 };
 
 struct Partition {
-  std::shared_ptr<Backend> backend;
+  std::shared_ptr<LoadedBackend> backend;
   std::vector<int> nodes;  // node ids in execution order
   // Run one node at a time through execute_node (the backend has no compile).
   bool imperative = false;
@@ -45,7 +45,7 @@ using Exclusions = std::set<std::pair<int, std::string>>;
 
 // Asks every preferred backend what it supports (one query on the whole
 // graph each), applies overrides and exclusions, and forms partitions.
-Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const ModelOptions& options,
+Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options,
                        const NamedDataMap& weights, const Exclusions& excluded = {});
 
 // Groups nodes (in topological order, each with a backend) into connected

@@ -1,9 +1,8 @@
 #include "registry/dynamic_loader.hpp"
 
 #include "core/log.hpp"
-#include "ir/graph.hpp"
-#include "partition/graph_view.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
+#include "registry/node_report.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -23,8 +22,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
+#include <unordered_map>
 
 #ifndef BACKPLANE_DYNAMIC_BACKEND_PATHS
 #define BACKPLANE_DYNAMIC_BACKEND_PATHS ""
@@ -222,31 +223,47 @@ std::string probe_steps(const std::string& path) {
     get_version(&major, &minor);
     if (!version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) return "incompatible version";
     auto* api = static_cast<const bp_backend_api_t*>(factory());
-    auto backend = Backend::create(id, api, path, nullptr);
+    auto backend = LoadedBackend::create(id, api, path, nullptr);
     if (!backend.ok()) return backend.status().message();
-    // A one-node graph: Relu on float32[1,4].
-    ir::Graph g;
-    g.name = "probe";
-    g.opsets[""] = 13;
-    ir::Value x, y;
-    x.name = "x";
-    y.name = "y";
-    x.dtype = y.dtype = DType::kFloat32;
-    x.shape = y.shape = {1, 4};
-    x.has_shape = y.has_shape = true;
-    int xi = g.add_value(x), yi = g.add_value(y);
-    ir::Node relu;
+    // A one-node view, written out by hand (the loader sits below the graph
+    // IR): Relu on float32[1,4].
+    static const int64_t shape[] = {1, 4};
+    bp_value_t values[2] = {};
+    const char* names[2] = {"x", "y"};
+    for (int k = 0; k < 2; ++k) {
+      values[k].struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
+      values[k].name = names[k];
+      values[k].dtype = BP_DTYPE_FLOAT32;
+      values[k].rank = 2;
+      values[k].shape = shape;
+    }
+    const int32_t in[] = {0}, out[] = {1};
+    bp_node_t relu{};
+    relu.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
     relu.name = "probe_relu";
     relu.op_type = "Relu";
-    relu.inputs = {xi};
-    relu.outputs = {yi};
-    g.nodes.push_back(relu);
-    g.inputs = {xi};
-    g.outputs = {yi};
-    TensorDataMap weights(&g.constants);
-    auto view = GraphView::build(g, {0}, &weights, "probe");
+    relu.domain = "";
+    relu.opset = 13;
+    relu.num_inputs = 1;
+    relu.inputs = in;
+    relu.num_outputs = 1;
+    relu.outputs = out;
+    const std::unordered_map<std::string, Tensor> no_constants;
+    TensorDataMap weights(&no_constants);
+    bp_graph_view_t view{};
+    view.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
+    view.name = "probe";
+    view.num_values = 2;
+    view.values = values;
+    view.num_nodes = 1;
+    view.nodes = &relu;
+    view.num_inputs = 1;
+    view.inputs = in;
+    view.num_outputs = 1;
+    view.outputs = out;
+    view.weights = weights.as_abi();
     bp_node_report report(1);
-    Status s = (*backend)->check(api->query_support((*backend)->instance(), view->get(), &report), "query_support");
+    Status s = (*backend)->check(api->query_support((*backend)->instance(), &view, &report), "query_support");
     if (!s.ok()) return s.message();
   } catch (const std::exception& e) {
     return std::string("C++ exception: ") + e.what();
@@ -399,6 +416,208 @@ struct Candidate {
   bp_backend_factory_fn factory = nullptr;
 };
 
+void reject(BackendFileReport& r, const std::string& step, const std::string& reason) {
+  r.fate = BackendFileReport::Fate::kRejected;
+  r.step = step;
+  r.reason = reason;
+  // A module build of a static backend next to it is the normal state of a
+  // build tree: not worth a warning.
+  log::write(step == "register" ? LogLevel::kInfo : LogLevel::kWarn,
+             "dynamic backend " + r.path + " rejected at " + step + ": " + reason);
+}
+
+// The "trust" step: permissions of the file and the directory it really
+// lives in (a symlink from a trusted directory may point into an untrusted
+// one), then the digest list.
+Status check_trust(const RuntimeOptions& options, const std::string& canonical) {
+  if (!options.allow_insecure_backend_paths) {
+    BP_RETURN_IF_ERROR(dbu::check_permissions(canonical));
+    BP_RETURN_IF_ERROR(dbu::check_permissions(fs::path(canonical).parent_path().string()));
+  }
+  if (options.trusted_backend_digests.empty()) return ok_status();
+  BP_ASSIGN_OR_RETURN(std::string digest, dbu::sha256_file(canonical));
+  const auto& list = options.trusted_backend_digests;
+  if (std::find(list.begin(), list.end(), digest) == list.end())
+    return invalid_argument("SHA-256 " + digest + " is not in trusted_backend_digests");
+  return ok_status();
+}
+
+// The "id", "version" and "score" steps, through the entry points of an
+// opened library. False (with `rep` rejected) if the file cannot be used.
+bool read_identity(void* handle, BackendFileReport& rep) {
+  auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_ID));
+  auto get_version = reinterpret_cast<bp_get_version_fn>(::dlsym(handle, BP_ENTRY_GET_VERSION));
+  auto get_score = reinterpret_cast<bp_get_backend_score_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_SCORE));
+  try {
+    const char* id = get_id();
+    rep.id = id != nullptr ? id : "";
+  } catch (const std::exception& e) {
+    reject(rep, "id", std::string("GetBackendId threw: ") + e.what());
+    return false;
+  } catch (...) {
+    reject(rep, "id", "GetBackendId threw an exception");
+    return false;
+  }
+  if (!dbu::valid_backend_id(rep.id)) {
+    reject(rep, "id", rep.id.empty() ? "empty backend id" : "invalid backend id '" + rep.id + "' (want [A-Za-z0-9]+)");
+    return false;
+  }
+  uint32_t major = 0, minor = 0;
+  try {
+    get_version(&major, &minor);
+  } catch (...) {
+    reject(rep, "version", "GetVersion threw an exception");
+    return false;
+  }
+  rep.api_version = std::to_string(major) + "." + std::to_string(minor);
+  if (!dbu::version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) {
+    reject(rep, "version",
+           "built for backend API " + rep.api_version + ", runtime has " + std::to_string(BP_API_VERSION_MAJOR) + "." +
+               std::to_string(BP_API_VERSION_MINOR) + " (needs the same major and a minor <= the runtime's)");
+    return false;
+  }
+  rep.score = 1;
+  if (get_score == nullptr) return true;
+  try {
+    rep.score = get_score();
+  } catch (...) {
+    reject(rep, "score", "GetBackendScore threw an exception");
+    return false;
+  }
+  if (rep.score == 0) {
+    reject(rep, "score", "GetBackendScore is 0: cannot run on this machine");
+    return false;
+  }
+  return true;
+}
+
+// The steps of one file that passed "name" and "path": trust, probe, dlopen,
+// symbols, id, version, score, register. A candidate, or nothing with `rep`
+// rejected.
+std::optional<Candidate> examine_file(const RuntimeOptions& options, const std::vector<std::string>& taken_ids,
+                                      BackendFileReport& rep, size_t index) {
+  Status trusted = check_trust(options, rep.canonical_path);
+  if (!trusted.ok()) {
+    reject(rep, "trust", trusted.message());
+    return std::nullopt;
+  }
+  if (options.probe_backends) {
+    Status s = cached_probe(rep.canonical_path, options.probe_timeout_ms);
+    if (!s.ok()) {
+      reject(rep, "probe", s.message());
+      return std::nullopt;
+    }
+  }
+  auto lib = open_library(rep.canonical_path);
+  if (!lib.ok()) {
+    reject(rep, "dlopen", lib.status().message());
+    return std::nullopt;
+  }
+  void* h = (*lib)->handle();
+  auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(h, BP_ENTRY_BACKEND_FACTORY));
+  std::string missing;
+  for (const char* entry : {BP_ENTRY_GET_BACKEND_ID, BP_ENTRY_GET_VERSION, BP_ENTRY_BACKEND_FACTORY})
+    if (::dlsym(h, entry) == nullptr) missing += std::string(missing.empty() ? "" : ", ") + entry;
+  if (!missing.empty()) {
+    reject(rep, "symbols", "missing entry point " + missing);
+    return std::nullopt;
+  }
+  if (!read_identity(h, rep)) return std::nullopt;
+  if (std::find(taken_ids.begin(), taken_ids.end(), rep.id) != taken_ids.end()) {
+    reject(rep, "register", "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
+    return std::nullopt;
+  }
+  return Candidate{index, *lib, factory};
+}
+
+// The "name" and "path" steps of every file of one directory (reported in
+// `result`), then examine_file on the ones that pass.
+void scan_directory(const std::string& dir, const RuntimeOptions& options, const std::vector<std::string>& taken_ids,
+                    std::set<std::string>& seen_canonical, DynamicLoadResult& result,
+                    std::vector<Candidate>& candidates) {
+  for (const std::string& path : dbu::list_candidates(dir)) {
+    std::string file_name = fs::path(path).filename().string();
+    BackendFileReport r;
+    r.path = path;
+    if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) {
+      // Not named <vendor>_<name>_backend.so[.version]: not a candidate.
+      log::debug("ignoring " + path + ": name does not follow <vendor>_<name>_backend.so[.<version>]");
+      continue;
+    }
+    std::error_code ec;
+    fs::path canonical = fs::canonical(path, ec);
+    if (ec) {
+      reject(r, "path", fs::is_symlink(fs::symlink_status(path, ec)) ? "symlink resolves to a non-existent file"
+                                                                     : "cannot resolve path");
+    } else if (r.canonical_path = canonical.string(); !fs::is_regular_file(canonical, ec)) {
+      reject(r, "path", "not a regular file");
+    } else if (!seen_canonical.insert(r.canonical_path).second) {
+      r.fate = BackendFileReport::Fate::kSuperseded;
+      r.step = "path";
+      r.reason = "same file as one already found (" + r.canonical_path + ")";
+      log::info("dynamic backend " + path + ": " + r.reason);
+    } else {
+      result.files.push_back(r);
+      std::optional<Candidate> c = examine_file(options, taken_ids, result.files.back(), result.files.size() - 1);
+      if (c) candidates.push_back(std::move(*c));
+      continue;
+    }
+    result.files.push_back(r);
+  }
+}
+
+// The "factory", "table" and "create" steps of the best candidate for `id`;
+// the others are superseded once one loads.
+void load_best(const std::string& id, const std::vector<Candidate>& candidates, DynamicLoadResult& result) {
+  std::vector<const Candidate*> group;
+  for (const Candidate& c : candidates)
+    if (result.files[c.report].id == id) group.push_back(&c);
+  std::stable_sort(group.begin(), group.end(), [&](const Candidate* a, const Candidate* b) {
+    const BackendFileReport& x = result.files[a->report];
+    const BackendFileReport& y = result.files[b->report];
+    if (x.score != y.score) return x.score > y.score;
+    return dbu::compare_versions(x.file_version, y.file_version) > 0;
+  });
+  std::string winner;
+  for (const Candidate* c : group) {
+    BackendFileReport& rep = result.files[c->report];
+    if (!winner.empty()) {
+      rep.fate = BackendFileReport::Fate::kSuperseded;
+      rep.step = "register";
+      rep.reason = "superseded by " + winner + " (same id '" + id + "')";
+      log::info("dynamic backend " + rep.path + ": " + rep.reason);
+      continue;
+    }
+    const bp_backend_api_t* api = nullptr;
+    try {
+      api = static_cast<const bp_backend_api_t*>(c->factory());
+    } catch (...) {
+      reject(rep, "factory", "BackendFactory threw an exception");
+      continue;
+    }
+    if (api == nullptr) {
+      reject(rep, "factory", "BackendFactory returned NULL");
+      continue;
+    }
+    Status table = validate_backend_table(api);
+    if (!table.ok()) {
+      reject(rep, "table", table.message());
+      continue;
+    }
+    auto backend = LoadedBackend::create(id, api, rep.canonical_path, c->library, rep.score);
+    if (!backend.ok()) {
+      reject(rep, "create", backend.status().message());
+      continue;
+    }
+    rep.fate = BackendFileReport::Fate::kLoaded;
+    rep.step = "";
+    rep.reason = "";
+    winner = rep.path;
+    log::info("dynamic backend '" + id + "' loaded from " + rep.canonical_path);
+    result.backends.push_back(*backend);
+  }
+}
+
 }  // namespace
 
 DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std::vector<std::string>& taken_ids) {
@@ -406,17 +625,6 @@ DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std
   std::vector<std::string> dirs = dbu::search_paths(options, &result.paths);
   std::set<std::string> seen_canonical;
   std::vector<Candidate> candidates;
-
-  auto reject = [&](BackendFileReport& r, const std::string& step, const std::string& reason) {
-    r.fate = BackendFileReport::Fate::kRejected;
-    r.step = step;
-    r.reason = reason;
-    // A module build of a static backend next to it is the normal state of a
-    // build tree: not worth a warning.
-    log::write(step == "register" ? LogLevel::kInfo : LogLevel::kWarn,
-               "dynamic backend " + r.path + " rejected at " + step + ": " + reason);
-  };
-
   for (const std::string& dir : dirs) {
     if (!options.allow_insecure_backend_paths) {
       Status s = dbu::check_permissions(dir);
@@ -427,192 +635,14 @@ DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std
         continue;
       }
     }
-    for (const std::string& path : dbu::list_candidates(dir)) {
-      std::string file_name = fs::path(path).filename().string();
-      BackendFileReport r;
-      r.path = path;
-      if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) {
-        // Not named <vendor>_<name>_backend.so[.version]: not a candidate.
-        log::debug("ignoring " + path + ": name does not follow <vendor>_<name>_backend.so[.<version>]");
-        continue;
-      }
-      std::error_code ec;
-      fs::path canonical = fs::canonical(path, ec);
-      if (ec) {
-        reject(r, "path", fs::is_symlink(fs::symlink_status(path, ec)) ? "symlink resolves to a non-existent file"
-                                                                       : "cannot resolve path");
-        result.files.push_back(r);
-        continue;
-      }
-      r.canonical_path = canonical.string();
-      if (!fs::is_regular_file(canonical, ec)) {
-        reject(r, "path", "not a regular file");
-        result.files.push_back(r);
-        continue;
-      }
-      if (!seen_canonical.insert(r.canonical_path).second) {
-        r.fate = BackendFileReport::Fate::kSuperseded;
-        r.step = "path";
-        r.reason = "same file as one already found (" + r.canonical_path + ")";
-        log::info("dynamic backend " + path + ": " + r.reason);
-        result.files.push_back(r);
-        continue;
-      }
-      result.files.push_back(r);
-      BackendFileReport& rep = result.files.back();
-      size_t index = result.files.size() - 1;
-
-      if (!options.allow_insecure_backend_paths) {
-        // The file, and the directory it really lives in (a symlink from a
-        // trusted directory may point into an untrusted one).
-        Status s = dbu::check_permissions(rep.canonical_path);
-        if (s.ok()) s = dbu::check_permissions(fs::path(rep.canonical_path).parent_path().string());
-        if (!s.ok()) {
-          reject(rep, "trust", s.message());
-          continue;
-        }
-      }
-      if (!options.trusted_backend_digests.empty()) {
-        auto digest = dbu::sha256_file(rep.canonical_path);
-        if (!digest.ok()) {
-          reject(rep, "trust", digest.status().message());
-          continue;
-        }
-        const auto& list = options.trusted_backend_digests;
-        if (std::find(list.begin(), list.end(), *digest) == list.end()) {
-          reject(rep, "trust", "SHA-256 " + *digest + " is not in trusted_backend_digests");
-          continue;
-        }
-      }
-      if (options.probe_backends) {
-        Status s = cached_probe(rep.canonical_path, options.probe_timeout_ms);
-        if (!s.ok()) {
-          reject(rep, "probe", s.message());
-          continue;
-        }
-      }
-      auto lib = open_library(rep.canonical_path);
-      if (!lib.ok()) {
-        reject(rep, "dlopen", lib.status().message());
-        continue;
-      }
-      void* h = (*lib)->handle();
-      auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(h, BP_ENTRY_GET_BACKEND_ID));
-      auto get_version = reinterpret_cast<bp_get_version_fn>(::dlsym(h, BP_ENTRY_GET_VERSION));
-      auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(h, BP_ENTRY_BACKEND_FACTORY));
-      auto get_score = reinterpret_cast<bp_get_backend_score_fn>(::dlsym(h, BP_ENTRY_GET_BACKEND_SCORE));
-      std::string missing;
-      if (!get_id) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_GET_BACKEND_ID;
-      if (!get_version) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_GET_VERSION;
-      if (!factory) missing += std::string(missing.empty() ? "" : ", ") + BP_ENTRY_BACKEND_FACTORY;
-      if (!missing.empty()) {
-        reject(rep, "symbols", "missing entry point " + missing);
-        continue;
-      }
-      try {
-        const char* id = get_id();
-        rep.id = id != nullptr ? id : "";
-      } catch (const std::exception& e) {
-        reject(rep, "id", std::string("GetBackendId threw: ") + e.what());
-        continue;
-      } catch (...) {
-        reject(rep, "id", "GetBackendId threw an exception");
-        continue;
-      }
-      if (!dbu::valid_backend_id(rep.id)) {
-        reject(rep, "id", rep.id.empty() ? "empty backend id" : "invalid backend id '" + rep.id + "' (want [A-Za-z0-9]+)");
-        continue;
-      }
-      uint32_t major = 0, minor = 0;
-      try {
-        get_version(&major, &minor);
-      } catch (...) {
-        reject(rep, "version", "GetVersion threw an exception");
-        continue;
-      }
-      rep.api_version = std::to_string(major) + "." + std::to_string(minor);
-      if (!dbu::version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) {
-        reject(rep, "version",
-               "built for backend API " + rep.api_version + ", runtime has " + std::to_string(BP_API_VERSION_MAJOR) +
-                   "." + std::to_string(BP_API_VERSION_MINOR) + " (needs the same major and a minor <= the runtime's)");
-        continue;
-      }
-      if (get_score != nullptr) {
-        try {
-          rep.score = get_score();
-        } catch (...) {
-          reject(rep, "score", "GetBackendScore threw an exception");
-          continue;
-        }
-        if (rep.score == 0) {
-          reject(rep, "score", "GetBackendScore is 0: cannot run on this machine");
-          continue;
-        }
-      } else {
-        rep.score = 1;
-      }
-      if (std::find(taken_ids.begin(), taken_ids.end(), rep.id) != taken_ids.end()) {
-        reject(rep, "register", "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
-        continue;
-      }
-      candidates.push_back(Candidate{index, *lib, factory});
-    }
+    scan_directory(dir, options, taken_ids, seen_canonical, result, candidates);
   }
-
   // Group by id in discovery order; try the best first, the rest in order.
   std::vector<std::string> ids;
   for (const Candidate& c : candidates)
     if (std::find(ids.begin(), ids.end(), result.files[c.report].id) == ids.end())
       ids.push_back(result.files[c.report].id);
-  for (const std::string& id : ids) {
-    std::vector<const Candidate*> group;
-    for (const Candidate& c : candidates)
-      if (result.files[c.report].id == id) group.push_back(&c);
-    std::stable_sort(group.begin(), group.end(), [&](const Candidate* a, const Candidate* b) {
-      const BackendFileReport& x = result.files[a->report];
-      const BackendFileReport& y = result.files[b->report];
-      if (x.score != y.score) return x.score > y.score;
-      return dbu::compare_versions(x.file_version, y.file_version) > 0;
-    });
-    std::string winner;
-    for (const Candidate* c : group) {
-      BackendFileReport& rep = result.files[c->report];
-      if (!winner.empty()) {
-        rep.fate = BackendFileReport::Fate::kSuperseded;
-        rep.step = "register";
-        rep.reason = "superseded by " + winner + " (same id '" + id + "')";
-        log::info("dynamic backend " + rep.path + ": " + rep.reason);
-        continue;
-      }
-      const bp_backend_api_t* api = nullptr;
-      try {
-        api = static_cast<const bp_backend_api_t*>(c->factory());
-      } catch (...) {
-        reject(rep, "factory", "BackendFactory threw an exception");
-        continue;
-      }
-      if (api == nullptr) {
-        reject(rep, "factory", "BackendFactory returned NULL");
-        continue;
-      }
-      Status table = validate_backend_table(api);
-      if (!table.ok()) {
-        reject(rep, "table", table.message());
-        continue;
-      }
-      auto backend = Backend::create(id, api, rep.canonical_path, c->library);
-      if (!backend.ok()) {
-        reject(rep, "create", backend.status().message());
-        continue;
-      }
-      rep.fate = BackendFileReport::Fate::kLoaded;
-      rep.step = "";
-      rep.reason = "";
-      winner = rep.path;
-      log::info("dynamic backend '" + id + "' loaded from " + rep.canonical_path);
-      result.backends.push_back(*backend);
-    }
-  }
+  for (const std::string& id : ids) load_best(id, candidates, result);
   return result;
 }
 

@@ -70,7 +70,7 @@ Status probe_in_child(const std::string& canonical_path, int timeout_ms);
 }  // namespace dynamic_backend_utils
 
 struct DynamicLoadResult {
-  std::vector<std::shared_ptr<Backend>> backends;  // created, in discovery order
+  std::vector<std::shared_ptr<LoadedBackend>> backends;  // created, in discovery order
   std::vector<BackendFileReport> files;
   std::vector<BackendPathReport> paths;
 };

@@ -1,7 +1,11 @@
 #include "registry/host_api.hpp"
 
-#include "artifact/blob_store.hpp"
 #include "core/log.hpp"
+#include "core/named_blob_store.hpp"
+#include "core/named_data_map.hpp"
+#include "registry/abi_status.hpp"
+#include "registry/byte_writer.hpp"
+#include "registry/node_report.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,52 +15,7 @@
 namespace backplane {
 namespace {
 
-// The C and C++ status lists are one list: the conversions below are casts.
-// `listed` names every C code once; with -Wswitch an error here, a code
-// appended to backend_abi.h but not handled fails the build, and the
-// static_assert fails if any C++ value differs from the C value of the same
-// name or if StatusCode has codes the C list lacks.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic error "-Wswitch"
-constexpr StatusCode listed(bp_status_code_t code) {
-  switch (code) {
-    case BP_STATUS_OK: return StatusCode::kOk;
-    case BP_STATUS_INVALID_ARGUMENT: return StatusCode::kInvalidArgument;
-    case BP_STATUS_UNSUPPORTED: return StatusCode::kUnsupported;
-    case BP_STATUS_UNIMPLEMENTED: return StatusCode::kUnimplemented;
-    case BP_STATUS_OUT_OF_MEMORY: return StatusCode::kOutOfMemory;
-    case BP_STATUS_NOT_FOUND: return StatusCode::kNotFound;
-    case BP_STATUS_CORRUPT_DATA: return StatusCode::kCorruptData;
-    case BP_STATUS_VERSION_MISMATCH: return StatusCode::kVersionMismatch;
-    case BP_STATUS_DEVICE_ERROR: return StatusCode::kDeviceError;
-    case BP_STATUS_INTERNAL: return StatusCode::kInternal;
-    case BP_STATUS_IO_ERROR: return StatusCode::kIoError;
-    case BP_STATUS_BACKEND_ERROR: return StatusCode::kBackendError;
-    case BP_STATUS_FORCE_INT32_: break;
-  }
-  return static_cast<StatusCode>(-1);
-}
-#pragma GCC diagnostic pop
-
-constexpr bool lists_agree() {
-  for (int32_t n = 0; n <= static_cast<int32_t>(kLastStatusCode) + 1; ++n) {
-    bool in_cpp = n <= static_cast<int32_t>(kLastStatusCode);
-    StatusCode c = listed(static_cast<bp_status_code_t>(n));
-    if (in_cpp ? c != static_cast<StatusCode>(n) : c != static_cast<StatusCode>(-1)) return false;
-  }
-  return true;
-}
-static_assert(lists_agree(), "backplane::StatusCode and bp_status_code_t must hold the same codes with the same numbers");
-
-bp_status_t* status_create(bp_status_code_t code, const char* message) {
-  try {
-    return new bp_status{code, message != nullptr ? message : ""};
-  } catch (...) {
-    // Out of memory while reporting an error: a static status would be
-    // released by the receiver, so the best we can do is abort loudly.
-    std::abort();
-  }
-}
+bp_status_t* status_create(bp_status_code_t code, const char* message) { return make_abi_status(code, message); }
 
 bp_status_code_t status_code(const bp_status_t* status) {
   return status == nullptr ? BP_STATUS_OK : status->code;
@@ -122,7 +81,7 @@ bp_status_t* blob_store_add(bp_blob_store_t* store, const char* key, const void*
   if (store == nullptr || key == nullptr)
     return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: NULL store or key (not compiling ahead of time?)");
   try {
-    Status s = BlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
+    Status s = NamedBlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
     return s.ok() ? nullptr : status_create(code_to_abi(s.code()), s.message().c_str());
   } catch (const std::bad_alloc&) {
     return status_create(BP_STATUS_OUT_OF_MEMORY, "blob_store_add: out of memory");
@@ -162,19 +121,6 @@ void host_free(void* p) { std::free(p); }
 
 }  // namespace
 
-TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors) : tensors_(tensors) {
-  for (const auto& kv : *tensors) keys_.push_back(kv.first);
-  std::sort(keys_.begin(), keys_.end());
-}
-
-Status TensorDataMap::get(const std::string& key, const void** data, size_t* size) const {
-  auto it = tensors_->find(key);
-  if (it == tensors_->end()) return not_found("no weight named '" + key + "'");
-  *data = it->second.data();
-  *size = it->second.size_bytes();
-  return ok_status();
-}
-
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
@@ -198,34 +144,6 @@ const bp_host_api_t* host_api() {
     return t;
   }();
   return &table;
-}
-
-bool is_known_status_code(bp_status_code_t code) {
-  auto n = static_cast<int32_t>(code);
-  return n >= 0 && n <= static_cast<int32_t>(kLastStatusCode);
-}
-
-StatusCode code_from_abi(bp_status_code_t code) {
-  return is_known_status_code(code) ? static_cast<StatusCode>(code) : StatusCode::kBackendError;
-}
-
-bp_status_code_t code_to_abi(StatusCode code) { return static_cast<bp_status_code_t>(code); }
-
-Status from_abi_status(bp_status_t* status, const std::string& context) {
-  if (status == nullptr) return ok_status();
-  Status s;
-  if (status->code == BP_STATUS_OK) {
-    // NULL is success; an object claiming "ok" is a broken backend, and the
-    // call's outputs cannot be trusted.
-    s = Status(StatusCode::kBackendError, "returned a failure status with code 0 (BP_STATUS_OK): " + status->message);
-  } else if (!is_known_status_code(status->code)) {
-    s = Status(StatusCode::kBackendError, "returned status code " + std::to_string(static_cast<int32_t>(status->code)) +
-                                              ", unknown to this runtime: " + status->message);
-  } else {
-    s = Status(code_from_abi(status->code), status->message);
-  }
-  delete status;
-  return std::move(s.with_context(context));
 }
 
 }  // namespace backplane

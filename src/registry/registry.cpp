@@ -1,5 +1,6 @@
 #include "registry/registry.hpp"
 
+#include "registry/abi_status.hpp"
 #include "registry/host_api.hpp"
 
 #include <algorithm>
@@ -64,66 +65,6 @@ Status validate_backend_table(const bp_backend_api_t* api) {
   return ok_status();
 }
 
-Result<std::shared_ptr<Backend>> Backend::create(std::string id, const bp_backend_api_t* api,
-                                                 std::string source, std::shared_ptr<void> library) {
-  BP_RETURN_IF_ERROR(validate_backend_table(api), "backend '" + id + "'");
-  std::shared_ptr<Backend> b(new Backend());
-  b->id_ = std::move(id);
-  b->source_ = std::move(source);
-  b->api_ = api;
-  b->library_ = std::move(library);
-  bp_backend_t* instance = nullptr;
-  // The ABI forbids exceptions across it, but a table written by hand (not
-  // with the SDK) may still throw: contain it here rather than terminate.
-  bp_status_t* created = nullptr;
-  try {
-    created = api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance);
-  } catch (...) {
-    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': create threw a C++ exception");
-  }
-  if (created != nullptr) {
-    // *out belongs to the host whatever create returned: an instance handed
-    // out along with a refusal is destroyed here rather than leaked.
-    if (instance != nullptr) api->destroy(instance);
-    return b->check(created, "create");
-  }
-  if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
-  b->instance_ = instance;
-  bp_backend_info_t info{};
-  info.struct_size = sizeof(info);
-  bp_status_t* got = nullptr;
-  try {
-    got = api->get_info(instance, &info);
-  } catch (...) {
-    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': get_info threw a C++ exception");
-  }
-  BP_RETURN_IF_ERROR(b->check(got, "get_info"));
-  if (info.vendor == nullptr) info.vendor = "";
-  if (info.description == nullptr) info.description = "";
-  b->info_ = info;
-  return b;
-}
-
-Backend::~Backend() {
-  if (instance_ != nullptr) api_->destroy(instance_);
-  // library_ is released after the instance is gone (member order).
-}
-
-BackendDescription Backend::describe() const {
-  BackendDescription d;
-  d.id = id_;
-  d.vendor = info_.vendor;
-  d.description = info_.description;
-  d.api_major = api_->api_major;
-  d.api_minor = api_->api_minor;
-  d.source = source_;
-  return d;
-}
-
-Status Backend::check(bp_status_t* status, const std::string& what) const {
-  return from_abi_status(status, "backend '" + id_ + "': " + what);
-}
-
 std::vector<std::string> static_backend_ids() {
   std::vector<std::string> ids;
   for (const StaticBackend& s : kStaticBackends) ids.push_back(s.id());
@@ -135,29 +76,32 @@ Status BackendRegistry::register_static(const RuntimeOptions& options) {
     std::string id = s.id();
     const auto& disabled = options.disabled_static_backends;
     if (std::find(disabled.begin(), disabled.end(), id) != disabled.end()) continue;
-    BP_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, Backend::create(id, s.table(), "static", nullptr));
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<LoadedBackend> backend, LoadedBackend::create(id, s.table(), "static", nullptr));
     BP_RETURN_IF_ERROR(add(std::move(backend)));
   }
   return ok_status();
 }
 
-Status BackendRegistry::add(std::shared_ptr<Backend> backend) {
+Status BackendRegistry::add(std::shared_ptr<LoadedBackend> backend) {
   if (find(backend->id()) != nullptr)
     return invalid_argument("a backend with id '" + backend->id() + "' is already registered");
   backends_.push_back(std::move(backend));
   return ok_status();
 }
 
-std::shared_ptr<Backend> BackendRegistry::find(const std::string& id) const {
+std::shared_ptr<LoadedBackend> BackendRegistry::find(const std::string& id) const {
   for (const auto& b : backends_)
     if (b->id() == id) return b;
   return nullptr;
 }
 
 std::vector<std::string> BackendRegistry::default_preference() const {
-  std::vector<std::string> ids;
+  std::vector<std::shared_ptr<LoadedBackend>> order;
   for (const auto& b : backends_)
-    if (b->id() != "CpuRef") ids.push_back(b->id());
+    if (b->id() != "CpuRef") order.push_back(b);
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x->score() > y->score(); });
+  std::vector<std::string> ids;
+  for (const auto& b : order) ids.push_back(b->id());
   if (find("CpuRef")) ids.push_back("CpuRef");
   return ids;
 }

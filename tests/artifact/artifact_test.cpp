@@ -3,7 +3,7 @@
 // partitions whose backend is missing or whose payload is for another API,
 // and the format version check.
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "artifact_util.hpp"
 

@@ -6,7 +6,8 @@
 #pragma once
 
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/checksum.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"

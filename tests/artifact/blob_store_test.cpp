@@ -3,7 +3,7 @@
 // alignment is at least 64 and a page for blobs of 64 KiB or more — and the
 // written file honours it (offsets and the mapped pointers backends get).
 #include "artifact/artifact.hpp"
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "artifact_util.hpp"
 
@@ -20,8 +20,8 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   return v;
 }
 
-TEST(BlobStore, SameKeyDifferentBytesIsAnError) {
-  BlobStore s;
+TEST(NamedBlobStore, SameKeyDifferentBytesIsAnError) {
+  NamedBlobStore s;
   auto a = pattern(100, 1), b = pattern(100, 2);
   ASSERT_TRUE(s.add("w", a.data(), a.size(), 0, "").ok());
   Status st = s.add("w", b.data(), b.size(), 0, "");
@@ -36,8 +36,8 @@ TEST(BlobStore, SameKeyDifferentBytesIsAnError) {
   EXPECT_EQ(s.requested_bytes(), 100u);
 }
 
-TEST(BlobStore, SameKeySameBytesIsAccepted) {
-  BlobStore s;
+TEST(NamedBlobStore, SameKeySameBytesIsAccepted) {
+  NamedBlobStore s;
   auto a = pattern(100, 1);
   auto copy = a;
   ASSERT_TRUE(s.add("w", a.data(), a.size(), 0, "").ok());
@@ -47,8 +47,8 @@ TEST(BlobStore, SameKeySameBytesIsAccepted) {
   EXPECT_EQ(s.stored_bytes(), 100u);
 }
 
-TEST(BlobStore, IdenticalBytesUnderTwoKeysAreStoredOnce) {
-  BlobStore s;
+TEST(NamedBlobStore, IdenticalBytesUnderTwoKeysAreStoredOnce) {
+  NamedBlobStore s;
   auto a = pattern(1000, 3);
   auto copy = a;
   auto other = pattern(1000, 4);
@@ -63,8 +63,8 @@ TEST(BlobStore, IdenticalBytesUnderTwoKeysAreStoredOnce) {
   EXPECT_EQ(s.stored_bytes(), 2000u);
 }
 
-TEST(BlobStore, EmptyBlobsAndBadArguments) {
-  BlobStore s;
+TEST(NamedBlobStore, EmptyBlobsAndBadArguments) {
+  NamedBlobStore s;
   EXPECT_TRUE(s.add("empty", nullptr, 0, 0, "").ok());
   EXPECT_TRUE(s.add("empty2", nullptr, 0, 0, "").ok());
   EXPECT_EQ(s.blobs().size(), 1u);  // two empty blobs are the same bytes
@@ -74,8 +74,8 @@ TEST(BlobStore, EmptyBlobsAndBadArguments) {
   EXPECT_EQ(s.add("y", a.data(), a.size(), 48, "").code(), StatusCode::kInvalidArgument);  // not a power of two
 }
 
-TEST(BlobStore, AlignmentRules) {
-  BlobStore s;
+TEST(NamedBlobStore, AlignmentRules) {
+  NamedBlobStore s;
   auto small = pattern(10, 1), medium = pattern(65535, 2), large = pattern(65536, 3), wide = pattern(100, 4);
   ASSERT_TRUE(s.add("small", small.data(), small.size(), 0, "").ok());
   ASSERT_TRUE(s.add("tiny_request", small.data() + 1, 5, 8, "").ok());  // below the minimum
@@ -124,7 +124,7 @@ ir::Graph identity_graph() {
 class WrittenAlignment : public TempDirTest {};
 
 TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
-  BlobStore s;
+  NamedBlobStore s;
   // Sizes chosen so a packed layout would misalign the next blob.
   std::vector<std::vector<uint8_t>> blobs = {pattern(1, 1),      pattern(100, 2),    pattern(65536, 3),
                                              pattern(3, 4),      pattern(70001, 5),  pattern(200, 6),
@@ -146,11 +146,11 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
 
   auto file = ArtifactFile::open(path("a.bpk"), {}, false);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
-  const fb::Artifact& r = (*file)->root();
+  auto bytes = read_bytes(path("a.bpk"));
+  const fb::Artifact& r = *fb::GetSizePrefixedArtifact(bytes.data());
   ASSERT_NE(r.segments(), nullptr);
   ASSERT_EQ(r.segments()->size(), blobs.size());
   uint32_t fb_size = 0;
-  auto bytes = read_bytes(path("a.bpk"));
   std::memcpy(&fb_size, bytes.data(), 4);
   const uint64_t data_start = artifact_data_start(fb_size);
   EXPECT_EQ(data_start % 4096, 0u);

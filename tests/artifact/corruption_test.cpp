@@ -45,8 +45,8 @@ Layout layout_of(const std::string& bpk, uint32_t file_index, const std::string&
   auto art = ArtifactFile::open(bpk, {}, false);
   EXPECT_TRUE(art.ok()) << art.status().to_string();
   if (art.ok())
-    for (const fb::Segment* s : *(*art)->root().segments())
-      if (s->file() == file_index) l.segments.emplace_back(l.data_start + s->offset(), l.data_start + s->offset() + s->size());
+    for (const ArtifactSegment& s : (*art)->segments())
+      if (s.file == file_index) l.segments.emplace_back(l.data_start + s.offset, l.data_start + s.offset + s.size);
   return l;
 }
 
@@ -188,20 +188,20 @@ TEST_F(Corruption, FlippedWeightWithLazyChecksumsFailsAtLoadOrRun) {
   uint32_t fb_size = 0;
   std::memcpy(&fb_size, bytes.data(), 4);
   // Every named weight, damaged in its middle: eager and lazy both refuse.
-  ASSERT_NE((*art)->root().named_data(), nullptr);
+  ASSERT_FALSE((*art)->named_data().empty());
   int weights = 0;
-  for (const fb::NamedData* d : *(*art)->root().named_data()) {
-    const fb::Segment* s = (*art)->root().segments()->Get(d->segment());
-    if (s->size() == 0) continue;
+  for (const ArtifactNamedData& d : (*art)->named_data()) {
+    const ArtifactSegment& s = (*art)->segments()[d.segment];
+    if (s.size == 0) continue;
     ++weights;
     auto copy = bytes;
-    copy[artifact_data_start(fb_size) + s->offset() + s->size() / 2] ^= 0x01;
+    copy[artifact_data_start(fb_size) + s.offset + s.size / 2] ^= 0x01;
     write_bytes(path("w.bpk"), copy.data(), copy.size());
     for (bool lazy : {false, true}) {
       ModelOptions mo;
       mo.lazy_checksums = lazy;
       RunResult r = run_model(*rt_, path("w.bpk"), mo, input_);
-      ASSERT_FALSE(r.status.ok()) << d->key()->str() << (lazy ? " (lazy)" : "");
+      ASSERT_FALSE(r.status.ok()) << d.key << (lazy ? " (lazy)" : "");
       EXPECT_EQ(r.status.code(), StatusCode::kCorruptData) << r.status.to_string();
       EXPECT_TRUE(contains(r.status.message(), "checksum")) << r.status.to_string();
       EXPECT_TRUE(contains(r.status.message(), "w.bpk")) << r.status.to_string();
@@ -238,15 +238,15 @@ TEST_F(Corruption, LazyChecksumsCoverConstantsOfSingleOpPartitions) {
   uint32_t fb_size = 0;
   std::memcpy(&fb_size, bytes.data(), 4);
   int weights = 0;
-  for (const fb::NamedData* d : *(*art)->root().named_data()) {
-    const fb::Segment* s = (*art)->root().segments()->Get(d->segment());
-    if (s->size() == 0) continue;
+  for (const ArtifactNamedData& d : (*art)->named_data()) {
+    const ArtifactSegment& s = (*art)->segments()[d.segment];
+    if (s.size == 0) continue;
     ++weights;
     auto copy = bytes;
-    copy[artifact_data_start(fb_size) + s->offset() + s->size() / 2] ^= 0x10;
+    copy[artifact_data_start(fb_size) + s.offset + s.size / 2] ^= 0x10;
     write_bytes(path("op_bad.bpk"), copy.data(), copy.size());
     RunResult r = run_model(*acc, path("op_bad.bpk"), lazy, input_);
-    ASSERT_FALSE(r.status.ok()) << d->key()->str() << ": a damaged weight computed "
+    ASSERT_FALSE(r.status.ok()) << d.key << ": a damaged weight computed "
                                 << (bitwise_equal(r.outputs, intact.outputs) ? "the same" : "a different") << " answer";
     EXPECT_EQ(r.status.code(), StatusCode::kCorruptData) << r.status.to_string();
     EXPECT_TRUE(contains(r.status.message(), "checksum")) << r.status.to_string();

@@ -8,7 +8,7 @@
 #include "ir/graph.hpp"
 #include "partition/graph_view.hpp"
 #include "registry/dynamic_loader.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
 #include "registry/registry.hpp"
 #include "support/mock_testing.hpp"
 
@@ -426,7 +426,7 @@ TEST_F(DynamicBackends, Seed09_AllMethodsOfLoadedBackendCanBeExecuted) {
   // The imperative slot, through the table the loader returned.
   DynamicLoadResult loaded = load_dynamic_backends(dynamic_only(mock_dir("valid")), {});
   ASSERT_EQ(loaded.backends.size(), 1u);
-  const Backend& backend = *loaded.backends[0];
+  const LoadedBackend& backend = *loaded.backends[0];
   ASSERT_TRUE(BP_TABLE_HAS(backend.api(), execute_node));
   ir::Graph g;
   g.name = "one_relu";

@@ -1,8 +1,8 @@
 // Registry, partitioner and executor with hand-built graphs and test backends
 // written with backend_sdk.hpp, next to the static CpuRef.
-#include "exec/executor.hpp"
+#include "session/compiled_model.hpp"
 #include "partition/partitioner.hpp"
-#include "registry/host_api.hpp"
+#include "core/tensor_data_map.hpp"
 #include "registry/registry.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -113,7 +113,7 @@ std::unique_ptr<ir::Graph> chain_graph() {
 BackendRegistry registry_with(const bp_backend_api_t* table, const std::string& id) {
   BackendRegistry r;
   EXPECT_TRUE(r.register_static(RuntimeOptions{}).ok());
-  auto b = Backend::create(id, table, "test", nullptr);
+  auto b = LoadedBackend::create(id, table, "test", nullptr);
   EXPECT_TRUE(b.ok()) << b.status().message();
   EXPECT_TRUE(r.add(*b).ok());
   return r;
@@ -142,7 +142,7 @@ TEST(Registry, ValidatesTablesBeforeUse) {
 
 TEST(Registry, DuplicateIdIsRefusedAndDefaultPreferencePutsCpuRefLast) {
   BackendRegistry r = registry_with(sdk::backend_table<ReluOnly>(), "TestRelu");
-  auto again = Backend::create("TestRelu", sdk::backend_table<ReluOnly>(), "test", nullptr);
+  auto again = LoadedBackend::create("TestRelu", sdk::backend_table<ReluOnly>(), "test", nullptr);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(r.add(*again).ok());
   std::vector<std::string> pref = r.default_preference();

@@ -1,9 +1,12 @@
-// blob_store.hpp — NamedBlobStore (ExecuTorch blob-storage RFC): the named,
+// named_blob_store.hpp — NamedBlobStore (ExecuTorch blob-storage RFC): the named,
 // de-duplicated, aligned blobs an ahead-of-time compile writes.
 //
 // add(key, bytes, alignment, external file): the same key with different bytes
 // is an error; identical bytes under two keys are stored once. Every method and
 // backend of one compile shares one store, so shared weights are stored once.
+// Backends reach it only through the host table's blob_store_add.
+//
+// Thread-safety: none; one compile fills it from one thread.
 #pragma once
 
 #include <backplane/backend_abi.h>
@@ -17,7 +20,7 @@
 
 namespace backplane {
 
-class BlobStore {
+class NamedBlobStore {
  public:
   static constexpr size_t kMinAlignment = 64;
   static constexpr size_t kPageAlignment = 4096;
@@ -51,7 +54,7 @@ class BlobStore {
   size_t stored_bytes() const;
 
   bp_blob_store_t* as_abi() { return reinterpret_cast<bp_blob_store_t*>(this); }
-  static BlobStore* from_abi(bp_blob_store_t* s) { return reinterpret_cast<BlobStore*>(s); }
+  static NamedBlobStore* from_abi(bp_blob_store_t* s) { return reinterpret_cast<NamedBlobStore*>(s); }
 
  private:
   Status insert(const std::string& key, const void* data, size_t size, size_t alignment,
@@ -61,8 +64,5 @@ class BlobStore {
   std::unordered_multimap<uint64_t, size_t> by_hash_;
   size_t requested_bytes_ = 0;
 };
-
-// XXH3-64 of a byte range: the checksum of artifact segments.
-uint64_t checksum64(const void* data, size_t size);
 
 }  // namespace backplane

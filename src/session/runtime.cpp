@@ -1,10 +1,12 @@
+// Runtime: the registry of backends, and load_model / compile through the
+// pipeline (pipeline/), into CompiledModels (session/compiled_model.hpp).
 #include "core/log.hpp"
-#include "exec/aot.hpp"
-#include "exec/executor.hpp"
-#include "ir/graph.hpp"
-#include "onnx/importer.hpp"
+#include "pipeline/aot_compile.hpp"
+#include "pipeline/artifact_load.hpp"
+#include "pipeline/front_end.hpp"
 #include "registry/dynamic_loader.hpp"
 #include "registry/registry.hpp"
+#include "session/compiled_model.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -51,15 +53,7 @@ class RuntimeImpl : public Runtime {
       return not_found("no backend is available: the static backends are disabled and no dynamic backend loaded (" +
                        why + "); see 'backplane backends' and docs/troubleshooting.md");
     }
-    if (options.num_threads > 0) {
-      std::string n = std::to_string(options.num_threads);
-      const char* key = "num_threads";
-      const char* value = n.c_str();
-      for (const auto& b : registry_.all())
-        if (BP_TABLE_HAS(b->api(), configure))
-          BP_RETURN_IF_ERROR(b->check(b->api()->configure(b->instance(), 1, &key, &value), "configure num_threads"));
-    }
-    return ok_status();
+    return configure_threads();
   }
 
   std::vector<BackendDescription> backends() const override {
@@ -77,24 +71,35 @@ class RuntimeImpl : public Runtime {
   std::vector<BackendPathReport> backend_paths() const override { return paths_; }
 
   Result<std::shared_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) override {
+    std::shared_ptr<CompiledModel> model;
     if (looks_like_artifact(path)) {
-      BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,
-                          load_artifact(registry_, path, options, next_network_id_++, options_.num_threads));
-      return std::shared_ptr<Model>(std::move(model));
+      BP_ASSIGN_OR_RETURN(ArtifactMethodLoad load, load_artifact_method(registry_, path, options));
+      BP_ASSIGN_OR_RETURN(model, CompiledModel::create_with(std::move(load.graph), std::move(load.weights),
+                                                            load.planner, next_network_id_++, options_.num_threads,
+                                                            load.file));
+    } else {
+      BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                          import_onnx_model(path, options.input_shapes, UnknownInputShapes::kError));
+      BP_ASSIGN_OR_RETURN(model, CompiledModel::create(std::move(graph), registry_, options, next_network_id_++,
+                                                       options_.num_threads));
     }
-    BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
-    auto graph = std::make_unique<ir::Graph>(std::move(imported));
-    if (graph->source.empty()) graph->source = path;
-    BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, options.input_shapes));  // names the file itself
-    graph->remove_dead();
-    BP_RETURN_IF_ERROR(ir::verify(*graph), path);
-    BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,
-                        CompiledModel::create(std::move(graph), registry_, options, next_network_id_++,
-                                              options_.num_threads));
     return std::shared_ptr<Model>(std::move(model));
   }
 
  private:
+  // RuntimeOptions::num_threads reaches every backend as "num_threads".
+  Status configure_threads() {
+    if (options_.num_threads <= 0) return ok_status();
+    std::string n = std::to_string(options_.num_threads);
+    const char* key = "num_threads";
+    const char* value = n.c_str();
+    for (const auto& b : registry_.all())
+      if (BP_TABLE_HAS(b->api(), configure))
+        BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
+                                    "configure num_threads"));
+    return ok_status();
+  }
+
   RuntimeOptions options_;
   BackendRegistry registry_;
   std::vector<BackendFileReport> files_;

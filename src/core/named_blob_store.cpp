@@ -1,34 +1,23 @@
-#include "artifact/blob_store.hpp"
+#include "core/named_blob_store.hpp"
 
-#include <xxhash.h>
-#if defined(__x86_64__)
-#include <xxh_x86dispatch.h>  // the widest vector unit this CPU has (same hash values)
-#endif
+#include "core/checksum.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 namespace backplane {
 
-uint64_t checksum64(const void* data, size_t size) {
-#if defined(__x86_64__)
-  return XXH3_64bits_dispatch(data, size);
-#else
-  return XXH3_64bits(data, size);
-#endif
-}
-
-Status BlobStore::add(const std::string& key, const void* data, size_t size, size_t alignment,
+Status NamedBlobStore::add(const std::string& key, const void* data, size_t size, size_t alignment,
                       const std::string& external_file) {
   return insert(key, data, size, alignment, external_file, true);
 }
 
-Status BlobStore::add_borrowed(const std::string& key, const void* data, size_t size, size_t alignment,
+Status NamedBlobStore::add_borrowed(const std::string& key, const void* data, size_t size, size_t alignment,
                                const std::string& external_file) {
   return insert(key, data, size, alignment, external_file, false);
 }
 
-Status BlobStore::insert(const std::string& key, const void* data, size_t size, size_t alignment,
+Status NamedBlobStore::insert(const std::string& key, const void* data, size_t size, size_t alignment,
                          const std::string& external_file, bool copy) {
   if (key.empty()) return invalid_argument("blob key is empty");
   if (size > 0 && data == nullptr) return invalid_argument("blob '" + key + "' has no data");
@@ -73,11 +62,11 @@ Status BlobStore::insert(const std::string& key, const void* data, size_t size, 
   return ok_status();
 }
 
-void BlobStore::place_all(const std::string& file) {
+void NamedBlobStore::place_all(const std::string& file) {
   for (Blob& b : blobs_) b.external_file = file;
 }
 
-size_t BlobStore::stored_bytes() const {
+size_t NamedBlobStore::stored_bytes() const {
   size_t n = 0;
   for (const Blob& b : blobs_) n += b.size;
   return n;

@@ -1,0 +1,213 @@
+#include "pipeline/artifact_load.hpp"
+
+#include "core/log.hpp"
+
+#include <algorithm>
+
+namespace backplane {
+namespace {
+
+// Plans one stored method. Constants read from the mapping without a
+// backend asking the NamedDataMap, or before nodes are compiled again
+// elsewhere, are verified here when checksums are lazy, so corruption is
+// reported as such (and not as whatever the next backend makes of a failed
+// weight read).
+class StoredPlanner {
+ public:
+  StoredPlanner(const BackendRegistry& registry, std::shared_ptr<const ArtifactFile> file, int method,
+                const ir::Graph* graph, const NamedDataMap* weights, std::vector<std::string> preference)
+      : registry_(registry), file_(std::move(file)), method_(file_->methods()[static_cast<size_t>(method)]),
+        graph_(graph), weights_(weights), preference_(std::move(preference)) {}
+
+  Result<Plan> operator()(const Exclusions& excluded, std::vector<std::string>* notes) const {
+    Plan plan;
+    plan.preference = preference_;
+    plan.placement.resize(graph_->nodes.size());
+    std::vector<Slot> slots;
+    std::vector<int> replace;  // nodes whose stored partition cannot be used
+    for (const StoredPartition& stored : method_.partitions) {
+      BP_ASSIGN_OR_RETURN(Slot slot, place(stored, slots.size(), excluded, notes));
+      if (slot.keep) {
+        for (int n : slot.nodes) plan.placement[n] = NodePlacement{stored.backend, "artifact", {}};
+      } else {
+        replace.insert(replace.end(), slot.nodes.begin(), slot.nodes.end());
+      }
+      slots.push_back(std::move(slot));
+    }
+    BP_RETURN_IF_ERROR(place_afresh(replace, excluded, &plan));
+    assemble(slots, &plan);
+    // Constants the executor hands out straight from the mapping (inputs of
+    // single-op partitions, constant graph outputs) bypass the NamedDataMap.
+    for (const Partition& p : plan.partitions)
+      if (p.imperative) BP_RETURN_IF_ERROR(verify_constants_of(p.nodes));
+    for (int v : graph_->outputs) BP_RETURN_IF_ERROR(verify_constant(v));
+    for (const std::string& note : *notes) log::warn(file_->path() + ": " + note);
+    return plan;
+  }
+
+ private:
+  // One stored partition: kept (on its backend) or given up (its nodes
+  // placed afresh).
+  struct Slot {
+    bool keep = false;
+    Partition partition;
+    std::vector<int> nodes;
+  };
+
+  Status verify_constant(int v) const {
+    if (v < 0 || !graph_->values[v].is_constant()) return ok_status();
+    const void* data = nullptr;
+    size_t size = 0;
+    return weights_->get(graph_->values[v].constant_key, &data, &size);
+  }
+
+  Status verify_constants_of(const std::vector<int>& nodes) const {
+    for (int n : nodes)
+      for (int v : graph_->nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(v));
+    return ok_status();
+  }
+
+  Result<Slot> place(const StoredPartition& stored, size_t index, const Exclusions& excluded,
+                     std::vector<std::string>* notes) const {
+    Slot slot{false, {}, stored.nodes};
+    const std::string& id = stored.backend;
+    std::shared_ptr<LoadedBackend> backend = registry_.find(id);
+    std::string why;
+    bool use_payload = true;
+    const bool was_excluded =
+        std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) { return excluded.count({n, id}) > 0; });
+    const bool has_payload = stored.payload_segment >= 0;
+    if (backend == nullptr) {
+      why = "backend '" + id + "' is not available";
+    } else if (was_excluded && has_payload && !stored.imperative && BP_TABLE_HAS(backend->api(), compile) &&
+               BP_TABLE_HAS(backend->api(), deserialize) && stored.api_major == backend->api()->api_major) {
+      // The backend failed to read its payload (a payload format it no
+      // longer reads): compile the partition on it from the portable graph.
+      // (Exclusions only ever come from a failed deserialize here: were
+      // that compile to fail, the executor stops for lack of progress.)
+      use_payload = false;
+      BP_RETURN_IF_ERROR(verify_constants_of(slot.nodes));
+      notes->push_back("partition " + std::to_string(index) + " on '" + id +
+                       "': its stored payload could not be read; compiling it on '" + id +
+                       "' from the portable graph");
+    } else if (was_excluded) {
+      why = "backend '" + id + "' could not load its compiled form";
+    } else if (stored.imperative && !BP_TABLE_HAS(backend->api(), execute_node)) {
+      why = "backend '" + id + "' no longer runs single ops";
+    }
+    if (!why.empty()) {
+      BP_RETURN_IF_ERROR(verify_constants_of(slot.nodes));
+      notes->push_back(why + ": recompiling its " + std::to_string(slot.nodes.size()) +
+                       " node(s) from the portable graph on the next backend that supports them");
+      return slot;
+    }
+    slot.keep = true;
+    slot.partition.backend = backend;
+    slot.partition.nodes = slot.nodes;
+    slot.partition.imperative = stored.imperative;
+    const bool compatible = stored.api_major == backend->api()->api_major;
+    if (has_payload && compatible && use_payload) {
+      const uint8_t* data = nullptr;
+      size_t size = 0;
+      BP_RETURN_IF_ERROR(file_->segment(static_cast<uint32_t>(stored.payload_segment), &data, &size));
+      slot.partition.payload = data;
+      slot.partition.payload_size = size;
+    } else if (has_payload && use_payload) {
+      notes->push_back("partition on '" + id + "' was compiled for backend API " + std::to_string(stored.api_major) +
+                       ".x; recompiling it from the portable graph");
+    }
+    return slot;
+  }
+
+  // Asks every candidate about the whole graph once, then uses the answer
+  // for the nodes that need a new home (never the backend that lost them).
+  Status place_afresh(const std::vector<int>& replace, const Exclusions& excluded, Plan* plan) const {
+    if (replace.empty()) return ok_status();
+    PlacementOptions placement;
+    placement.backends = preference_;
+    BP_ASSIGN_OR_RETURN(Plan fresh, make_plan(*graph_, registry_, placement, *weights_, excluded));
+    for (int n : replace) {
+      plan->placement[n] = fresh.placement[n];
+      plan->placement[n].why = "recompiled (" + fresh.placement[n].why + ")";
+    }
+    return ok_status();
+  }
+
+  // Kept partitions as stored; the nodes of a given-up one form partitions
+  // of consecutive nodes (in stored order) on the same new backend, which
+  // keeps execution order valid.
+  void assemble(std::vector<Slot>& slots, Plan* plan) const {
+    for (Slot& slot : slots) {
+      if (slot.keep) {
+        plan->partitions.push_back(std::move(slot.partition));
+        continue;
+      }
+      for (int n : slot.nodes) {
+        std::shared_ptr<LoadedBackend> b = registry_.find(plan->placement[n].backend);
+        bool imperative = !BP_TABLE_HAS(b->api(), compile);
+        std::vector<Partition>& parts = plan->partitions;
+        if (parts.empty() || parts.back().backend != b || imperative || parts.back().payload != nullptr ||
+            parts.back().imperative ||
+            std::find(slot.nodes.begin(), slot.nodes.end(), parts.back().nodes.front()) == slot.nodes.end())
+          parts.push_back(Partition{b, {}, imperative});
+        parts.back().nodes.push_back(n);
+      }
+    }
+  }
+
+  const BackendRegistry& registry_;
+  std::shared_ptr<const ArtifactFile> file_;
+  const StoredMethod& method_;
+  const ir::Graph* graph_;
+  const NamedDataMap* weights_;
+  std::vector<std::string> preference_;
+};
+
+Status check_input_shapes(const ir::Graph& graph, const std::string& path, const ModelOptions& options) {
+  for (const auto& [name, shape] : options.input_shapes) {
+    int v = graph.find_value(name);
+    if (v < 0 || std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())
+      return not_found(path + ": artifact has no input named '" + name + "'");
+    if (graph.values[v].shape != shape)
+      return invalid_argument(path + ": input '" + name + "' was compiled for shape " +
+                              shape_to_string(graph.values[v].shape) + ", not " + shape_to_string(shape));
+  }
+  return ok_status();
+}
+
+// The caller's preference, else the one stored (backends present here),
+// else the default; then every other registered backend.
+std::vector<std::string> preference_for(const BackendRegistry& registry, const StoredMethod& method,
+                                        const ModelOptions& options) {
+  std::vector<std::string> preference = options.backends;
+  if (preference.empty())
+    for (const std::string& id : method.preference)
+      if (registry.find(id)) preference.push_back(id);
+  if (preference.empty()) preference = registry.default_preference();
+  for (const std::string& id : registry.default_preference())
+    if (std::find(preference.begin(), preference.end(), id) == preference.end()) preference.push_back(id);
+  return preference;
+}
+
+}  // namespace
+
+Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry, const std::string& path,
+                                                const ModelOptions& options) {
+  ArtifactMethodLoad load;
+  BP_ASSIGN_OR_RETURN(load.file, ArtifactFile::open(path, options.external_data, options.lazy_checksums));
+  BP_ASSIGN_OR_RETURN(int m, load.file->find_method(options.method));
+  BP_ASSIGN_OR_RETURN(ir::Graph g, load.file->method_graph(m));
+  load.graph = std::make_unique<ir::Graph>(std::move(g));
+  BP_RETURN_IF_ERROR(check_input_shapes(*load.graph, path, options));
+  load.weights = std::make_unique<ArtifactDataMap>(load.file);
+  std::vector<std::string> preference =
+      preference_for(registry, load.file->methods()[static_cast<size_t>(m)], options);
+  auto planner = std::make_shared<StoredPlanner>(registry, load.file, m, load.graph.get(), load.weights.get(),
+                                                 std::move(preference));
+  load.planner = [planner](const Exclusions& excluded, std::vector<std::string>* notes) {
+    return (*planner)(excluded, notes);
+  };
+  return load;
+}
+
+}  // namespace backplane

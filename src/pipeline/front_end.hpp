@@ -1,0 +1,30 @@
+// front_end.hpp — the front of the pipeline, shared by just-in-time loading
+// (Runtime::load_model) and ahead-of-time compiling (Runtime::compile):
+// import an ONNX file, infer shapes, drop dead nodes, verify.
+#pragma once
+
+#include "ir/graph.hpp"
+
+#include <backplane/status.hpp>
+#include <backplane/tensor.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace backplane {
+
+// What to do with an entry of `input_shapes` that names no input of the model.
+enum class UnknownInputShapes {
+  kError,   // it is a mistake (one model: the name must be one of its inputs)
+  kIgnore,  // it is for another model (one set of shapes for several methods)
+};
+
+// Reads `path` and returns its graph, shapes inferred (with `input_shapes`
+// for inputs whose dims are symbolic or unknown) and verified. Errors name
+// the file.
+Result<std::unique_ptr<ir::Graph>> import_onnx_model(const std::string& path,
+                                                     const std::map<std::string, Shape>& input_shapes,
+                                                     UnknownInputShapes unknown);
+
+}  // namespace backplane

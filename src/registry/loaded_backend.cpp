@@ -1,0 +1,71 @@
+#include "registry/loaded_backend.hpp"
+
+#include "registry/abi_status.hpp"
+#include "registry/host_api.hpp"
+#include "registry/registry.hpp"
+
+namespace backplane {
+
+Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id, const bp_backend_api_t* api,
+                                                       std::string source, std::shared_ptr<void> library,
+                                                       uint32_t score) {
+  BP_RETURN_IF_ERROR(validate_backend_table(api), "backend '" + id + "'");
+  std::shared_ptr<LoadedBackend> b(new LoadedBackend());
+  b->id_ = std::move(id);
+  b->source_ = std::move(source);
+  b->api_ = api;
+  b->library_ = std::move(library);
+  b->score_ = score;
+  bp_backend_t* instance = nullptr;
+  // The ABI forbids exceptions across it, but a table written by hand (not
+  // with the SDK) may still throw: contain it here rather than terminate.
+  bp_status_t* created = nullptr;
+  try {
+    created = api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance);
+  } catch (...) {
+    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': create threw a C++ exception");
+  }
+  if (created != nullptr) {
+    // *out belongs to the host whatever create returned: an instance handed
+    // out along with a refusal is destroyed here rather than leaked.
+    if (instance != nullptr) api->destroy(instance);
+    return b->check(created, "create");
+  }
+  if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
+  b->instance_ = instance;
+  bp_backend_info_t info{};
+  info.struct_size = sizeof(info);
+  bp_status_t* got = nullptr;
+  try {
+    got = api->get_info(instance, &info);
+  } catch (...) {
+    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': get_info threw a C++ exception");
+  }
+  BP_RETURN_IF_ERROR(b->check(got, "get_info"));
+  if (info.vendor == nullptr) info.vendor = "";
+  if (info.description == nullptr) info.description = "";
+  b->info_ = info;
+  return b;
+}
+
+LoadedBackend::~LoadedBackend() {
+  if (instance_ != nullptr) api_->destroy(instance_);
+  // library_ is released after the instance is gone (member order).
+}
+
+BackendDescription LoadedBackend::describe() const {
+  BackendDescription d;
+  d.id = id_;
+  d.vendor = info_.vendor;
+  d.description = info_.description;
+  d.api_major = api_->api_major;
+  d.api_minor = api_->api_minor;
+  d.source = source_;
+  return d;
+}
+
+Status LoadedBackend::check(bp_status_t* status, const std::string& what) const {
+  return from_abi_status(status, "backend '" + id_ + "': " + what);
+}
+
+}  // namespace backplane

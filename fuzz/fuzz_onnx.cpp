@@ -16,7 +16,9 @@ namespace {
 
 // An empty private directory, removed at exit.
 struct ScratchDir {
-  std::string path = "/tmp/backplane_fuzz_onnx." + std::to_string(::getpid());
+  // Under $TMPDIR (scripts/fuzz.sh points it into the fuzz build and empties
+  // it after each run: a crashing run never gets to the destructor).
+  std::string path = (std::filesystem::temp_directory_path() / ("backplane_fuzz_onnx." + std::to_string(::getpid()))).string();
   ScratchDir() { std::filesystem::create_directories(path); }
   ~ScratchDir() {
     std::error_code ec;

@@ -89,12 +89,20 @@ for t in $targets; do
   set +e
   # allocator_may_return_null: an absurd allocation is refused (as malloc
   # would refuse it) instead of ASan aborting the run.
-  env "${env_extra[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
+  # The targets' scratch files go under $TMPDIR (and /dev/shm for
+  # fuzz_artifact, named by pid); a run that crashes never removes them, so
+  # they are removed here.
+  mkdir -p "$build/tmp"
+  env "${env_extra[@]}" TMPDIR="$build/tmp" \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
     -malloc_limit_mb="$malloc_limit_mb" \
-    -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" "$root/fuzz/regressions/$t" >"$log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" "$seed_dir" "$root/fuzz/regressions/$t" >"$log" 2>&1 &
+  pid=$!
+  wait $pid
   rc=$?
+  rm -rf "$build/tmp" "/dev/shm/backplane_fuzz_artifact.$pid"
   set -e
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   if [ $rc -ne 0 ]; then

@@ -80,6 +80,22 @@ struct Options {
   std::string filter;
   bool verbose = false;
   bool fork_cases = true;
+  fs::path scratch;  // models written for a case; removed by main at exit
+};
+
+// A private directory for the models the runner writes, removed with its
+// contents when main returns: a case's child that crashes or times out
+// while loading leaves nothing behind in the system's temporary directory.
+struct ScratchDir {
+  ScratchDir() {
+    std::string tmpl = (fs::temp_directory_path() / "backplane_conformance.XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr) path = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+  fs::path path;
 };
 
 // Outcome of one case. `kind` is "pass", "unsupported-op", "unsupported-dtype",
@@ -380,11 +396,11 @@ std::vector<fs::path> sorted_matching(const fs::path& dir, const std::string& pr
 }
 
 // Writes a copy of the model in which every small graph input (rank <= 1,
-// at most 8 elements) is an initializer holding `inputs`' value, loads it,
-// and deletes the copy. `bound` receives the names of the bound inputs.
+// at most 8 elements) is an initializer holding `inputs`' value, into
+// `scratch`, loads it, and deletes the copy. `bound` receives the names of the bound inputs.
 backplane::Result<std::shared_ptr<backplane::Model>> load_with_bound_inputs(
     backplane::Runtime& rt, const onnx::ModelProto& original, const std::vector<Tensor>& inputs,
-    const backplane::ModelOptions& mo, std::set<std::string>* bound) {
+    const backplane::ModelOptions& mo, const fs::path& scratch, std::set<std::string>* bound) {
   onnx::ModelProto mp = original;
   auto* g = mp.mutable_graph();
   for (size_t j = 0; j < inputs.size() && j < static_cast<size_t>(g->input_size()); ++j) {
@@ -410,11 +426,8 @@ backplane::Result<std::shared_ptr<backplane::Model>> load_with_bound_inputs(
   g->mutable_input()->Swap(&kept);
   if (mp.ir_version() < 4) mp.set_ir_version(4);
 
-  char tmpl[] = "/tmp/backplane_conformance_XXXXXX.onnx";
-  int fd = mkstemps(tmpl, 5);
-  if (fd < 0) return backplane::internal_error("mkstemps failed");
-  close(fd);
-  const std::string path = tmpl;
+  if (scratch.empty()) return backplane::internal_error("no scratch directory");
+  const std::string path = (scratch / ("bound_" + std::to_string(getpid()) + ".onnx")).string();
   {
     std::ofstream out(path, std::ios::binary);
     mp.SerializeToOstream(&out);
@@ -511,7 +524,7 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
       // holding this data set's values; the outputs are still compared in
       // full. If that load fails too, the original error is the failure.
       if (st.code() != StatusCode::kInvalidArgument) return {"fail", where + "load: " + st.to_string()};
-      auto retried = load_with_bound_inputs(**rt, mp, ds.inputs, mo, &bound);
+      auto retried = load_with_bound_inputs(**rt, mp, ds.inputs, mo, opt.scratch, &bound);
       if (!retried.ok() && retried.status().code() == StatusCode::kUnsupported) {
         std::set<std::string> ops;
         collect_ops(g, &ops);
@@ -640,6 +653,12 @@ int main(int argc, char** argv) {
     }
   }
   if (opt.dir.empty()) return usage(argv[0]);
+  ScratchDir scratch;
+  if (scratch.path.empty()) {
+    std::cerr << "error: cannot create a scratch directory in " << fs::temp_directory_path() << "\n";
+    return 1;
+  }
+  opt.scratch = scratch.path;
 
   std::vector<fs::path> cases;
   for (const char* kind : {"node", "simple"}) {

@@ -1,6 +1,7 @@
 // Status, Result<T> and the one status-code list shared with the backend ABI:
 // a Result is never "OK without a value", its accessors are checked, and a
 // code crosses the ABI in either direction without changing.
+#include "core/named_data_map.hpp"
 #include "registry/abi_status.hpp"
 #include "registry/host_api.hpp"
 

@@ -17,12 +17,14 @@
 #include <backplane/backend_sdk.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef MOCKACC_IMPERATIVE
@@ -44,6 +46,24 @@ void count(const std::string& key, uint64_t n = 1) {
   std::lock_guard<std::mutex> lock(g_counter_mutex);
   g_counters[key] += n;
 }
+
+// --- the ABI's threading promise ----------------------------------------------
+
+// The host serialises every call on one instance except execute and
+// execute_node (backend_abi.h). Each serialised slot holds a Serialised for
+// its duration, lingering a little so that callers the host failed to
+// serialise would overlap; an overlap is counted as "overlaps" (the
+// concurrency tests expect none).
+std::atomic<int> g_inside{0};
+struct Serialised {
+  Serialised() {
+    if (g_inside.fetch_add(1) > 0) count("overlaps");
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  ~Serialised() { g_inside.fetch_sub(1); }
+  Serialised(const Serialised&) = delete;
+  Serialised& operator=(const Serialised&) = delete;
+};
 
 // --- "device" memory --------------------------------------------------------
 
@@ -263,6 +283,7 @@ class MockAcc : public sdk::Backend {
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
+    Serialised one_at_a_time;
     for (size_t n = 0; n < view.num_nodes; ++n) {
       try {
         (void)prepare(host(), view, n);
@@ -275,6 +296,7 @@ class MockAcc : public sdk::Backend {
 
   std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
+    Serialised one_at_a_time;
     count("compiles");
     return std::make_unique<Compiled>(host(), view);
   }
@@ -300,25 +322,43 @@ class MockAcc : public sdk::Backend {
   }
 
   void* memory_alloc(uint32_t device, size_t size, size_t) override {
+    Serialised one_at_a_time;
     if (device != 0) throw sdk::invalid("MockAcc has one device");
     count("allocs");
     return device_alloc(size);
   }
-  void memory_free(uint32_t, void* ptr) override { device_free(ptr); }
+  void memory_free(uint32_t, void* ptr) override {
+    Serialised one_at_a_time;
+    device_free(ptr);
+  }
   void copy_to_device(uint32_t, void* dst, const void* src, size_t size) override {
+    Serialised one_at_a_time;
     if (!is_device(dst, size)) throw sdk::invalid("copy_to_device: destination is not device memory");
     std::memcpy(dst, src, size);
     count("copies_to_device");
   }
   void copy_from_device(uint32_t, void* dst, const void* src, size_t size) override {
+    Serialised one_at_a_time;
     if (!is_device(src, size)) throw sdk::invalid("copy_from_device: source is not device memory");
     std::memcpy(dst, src, size);
     count("copies_from_device");
   }
-  void memory_acquire() override { count("acquire"); }
-  void memory_release() override { count("release"); }
-  void before_load_network(uint64_t) override { count("before_load"); }
-  void after_unload_network(uint64_t) override { count("after_unload"); }
+  void memory_acquire() override {
+    Serialised one_at_a_time;
+    count("acquire");
+  }
+  void memory_release() override {
+    Serialised one_at_a_time;
+    count("release");
+  }
+  void before_load_network(uint64_t) override {
+    Serialised one_at_a_time;
+    count("before_load");
+  }
+  void after_unload_network(uint64_t) override {
+    Serialised one_at_a_time;
+    count("after_unload");
+  }
 };
 
 const bp_backend_api_t* table() {

@@ -371,7 +371,9 @@ TEST(OneDnnOps, AveragePoolPaddedBothCountModes) {
   ModelBuilder b;
   b.input("x", {1, 8, 9, 9});
   for (int64_t include : {0, 1}) {
-    auto& n = b.node("AveragePool", {"x"}, {"y" + std::to_string(include)});
+    // Not "y" + std::to_string(...): GCC 12 at -O3 reports a false -Wrestrict
+    // inside libstdc++ for "literal" + std::string&&.
+    auto& n = b.node("AveragePool", {"x"}, {std::string("y").append(std::to_string(include))});
     attr(n, "kernel_shape", std::vector<int64_t>{3, 3});
     attr(n, "strides", std::vector<int64_t>{2, 2});
     attr(n, "pads", std::vector<int64_t>{1, 1, 1, 1});

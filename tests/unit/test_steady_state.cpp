@@ -23,6 +23,17 @@ void* operator new[](std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// The nothrow forms too (libstdc++'s std::stable_sort uses them): left to the
+// library, they would hand out blocks that the replaced delete below frees,
+// which ASan reports as an allocation/deallocation mismatch.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
 // GCC 12 inlines these into callers of the (built-in) operator new and then
 // reports new/free as mismatched; with the replacements above they match.
 #pragma GCC diagnostic push

@@ -67,7 +67,8 @@ std::optional<std::vector<int64_t>> ViewInfo::ints(int v) {
   const int64_t n = sdk::element_count(values[v].shape);
   std::vector<int64_t> out(static_cast<size_t>(n));
   if (values[v].dtype == BP_DTYPE_INT64) {
-    std::memcpy(out.data(), data(v), static_cast<size_t>(n) * 8);
+    // An empty list (Reduce's axes) leaves out.data() null: no memcpy then.
+    if (n > 0) std::memcpy(out.data(), data(v), static_cast<size_t>(n) * 8);
   } else if (values[v].dtype == BP_DTYPE_INT32) {
     const int32_t* p = static_cast<const int32_t*>(data(v));
     for (int64_t i = 0; i < n; ++i) out[i] = p[i];

@@ -45,7 +45,8 @@ Dims read_int_constant(const NodeInfo& info, size_t i, const char* what) {
   const int64_t n = sdk::element_count(info.in_shapes[i]);
   Dims out(static_cast<size_t>(n));
   if (info.in_dtypes[i] == BP_DTYPE_INT64) {
-    std::memcpy(out.data(), data, static_cast<size_t>(n) * sizeof(int64_t));
+    // An empty list (Reduce's axes) leaves out.data() null: no memcpy then.
+    if (n > 0) std::memcpy(out.data(), data, static_cast<size_t>(n) * sizeof(int64_t));
   } else if (info.in_dtypes[i] == BP_DTYPE_INT32) {
     const int32_t* p = static_cast<const int32_t*>(data);
     for (int64_t k = 0; k < n; ++k) out[k] = p[k];

@@ -291,6 +291,10 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
     // turn "killed by a signal" into "timed out".
     rlimit no_core{0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);
+    // Nor a handler inherited from the host process (a crash reporter, a
+    // sanitizer's): it would turn the backend's crash into an exit status,
+    // or into a report of the host's own crash.
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::signal(sig, SIG_DFL);
     std::string failure = probe_steps(path);
     if (!failure.empty()) {
       ssize_t ignored = ::write(fds[1], failure.data(), failure.size());

@@ -179,7 +179,7 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
     ASSERT_TRUE(map.get(key, &data, &size).ok()) << key;
     ASSERT_EQ(size, blobs[i].size()) << key;
     EXPECT_EQ(std::memcmp(data, blobs[i].data(), size), 0) << key;
-    const size_t want = std::max<size_t>({64, asked[i], blobs[i].size() >= 65536 ? 4096 : 0});
+    const size_t want = std::max<size_t>({64, asked[i], blobs[i].size() >= 65536 ? size_t{4096} : size_t{0}});
     EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % want, 0u) << key << " at " << data << " needs " << want;
   }
   const void* d;

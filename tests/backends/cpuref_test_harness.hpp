@@ -190,7 +190,9 @@ class Node {
     const Dims& s = shapes_.emplace_back(std::move(shape));  // deques keep addresses stable
     bp_value_t v{};
     v.struct_size = sizeof(v);
-    v.name = strings_.emplace_back("v" + std::to_string(values_.size())).c_str();
+    // Not "v" + std::to_string(...): GCC 12 at -O3 reports a false -Wrestrict
+    // inside libstdc++ for "literal" + std::string&&.
+    v.name = strings_.emplace_back(std::string("v").append(std::to_string(values_.size()))).c_str();
     v.dtype = dtype;
     v.rank = s.size();
     v.shape = s.data();

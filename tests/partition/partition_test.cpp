@@ -128,9 +128,10 @@ void check_partitions(const std::string& path, const Model& model) {
   };
   for (size_t p = 0; p < np; ++p)
     for (int q : succ[p])
-      if (plan["partitions"][p]["backend"] == plan["partitions"][q]["backend"])
+      if (plan["partitions"][p]["backend"] == plan["partitions"][q]["backend"]) {
         EXPECT_TRUE(reaches_via_other(static_cast<int>(p), q))
             << "partitions " << p << " and " << q << " could be merged";
+      }
 }
 
 // What the graph implies for preference MockAcc,CpuRef (ignoring splits that

@@ -16,11 +16,12 @@
 // Protocol (the same as ort_runner.js): prints {"ready", "load_ms", ...} once
 // the first result exists (load_ms: start to first result; ready_ms: start to
 // a ready session; runtime_ms: of that, Runtime::create; ready_rss_kb and
-// ready_anon_kb: VmRSS and RssAnon with the session ready), then answers "run K", "save PATH" and "quit".
-#include "session/compiled_model.hpp"
+// ready_anon_kb: VmRSS and RssAnon with the session ready), then answers "run K", "save PATH" and
+// "quit".
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
 #include "registry/registry.hpp"
+#include "session/compiled_model.hpp"
 
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
@@ -28,8 +29,8 @@
 #include "npy.hpp"
 
 #include <chrono>
-#include <fstream>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -52,7 +53,9 @@ namespace {
 using namespace backplane;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 // A "kB" line of /proc/self/status (VmRSS: all resident pages; RssAnon: the
 // private ones, without mapped files), 0 if unknown.
@@ -84,7 +87,8 @@ std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticH
       std::string n = std::to_string(threads);
       const char* key = "num_threads";
       const char* value = n.c_str();
-      Status st = (*b)->check((*b)->api()->configure((*b)->instance(), 1, &key, &value), "configure");
+      Status st =
+          (*b)->check((*b)->api()->configure((*b)->instance(), 1, &key, &value), "configure");
       if (!st.ok()) die(st.to_string());
     }
     Status st = h.registry.add(std::move(*b));
@@ -109,7 +113,8 @@ std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticH
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::cerr << "usage: backplane_bench dynamic|static MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]\n";
+    std::cerr
+        << "usage: backplane_bench dynamic|static MODEL.onnx INPUT.npy THREADS [BACKEND_DIR]\n";
     return 2;
   }
   const std::string mode = argv[1], model_path = argv[2], input_path = argv[3];
@@ -158,17 +163,20 @@ int main(int argc, char** argv) {
   run();
   const double load_ms = ms_since(t0);
   std::ostringstream backends;
-  for (const std::string& b : model->backends_used()) backends << (backends.tellp() > 0 ? "," : "") << b;
+  for (const std::string& b : model->backends_used())
+    backends << (backends.tellp() > 0 ? "," : "") << b;
   std::ostringstream notes;
   for (const std::string& n : model->notes()) notes << (notes.tellp() > 0 ? "; " : "") << n;
   std::string note_text = notes.str();
   for (char& ch : note_text)
     if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = ' ';
-  std::printf("{\"ready\": true, \"load_ms\": %.3f, \"ready_ms\": %.3f, \"runtime_ms\": %.3f, "
-              "\"base_rss_kb\": %ld, \"ready_rss_kb\": %ld, \"base_anon_kb\": %ld, \"ready_anon_kb\": %ld, \"backends\": \"%s\", \"partitions\": %zu, "
-              "\"notes\": \"%s\"}\n",
-              load_ms, ready_ms, runtime_ms, base_rss_kb, ready_rss_kb, base_anon_kb, ready_anon_kb, backends.str().c_str(),
-              model->partitions().size(), note_text.c_str());
+  std::printf(
+      "{\"ready\": true, \"load_ms\": %.3f, \"ready_ms\": %.3f, \"runtime_ms\": %.3f, "
+      "\"base_rss_kb\": %ld, \"ready_rss_kb\": %ld, \"base_anon_kb\": %ld, \"ready_anon_kb\": %ld, "
+      "\"backends\": \"%s\", \"partitions\": %zu, "
+      "\"notes\": \"%s\"}\n",
+      load_ms, ready_ms, runtime_ms, base_rss_kb, ready_rss_kb, base_anon_kb, ready_anon_kb,
+      backends.str().c_str(), model->partitions().size(), note_text.c_str());
   std::fflush(stdout);
 
   std::string line;

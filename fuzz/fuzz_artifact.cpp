@@ -9,16 +9,16 @@
 // before writing, so mutations reach the FlatBuffers verifier and the
 // structural checks behind it instead of stopping at the checksum.
 #include "artifact/artifact.hpp"
+#include "artifact_generated.h"
 #include "core/checksum.hpp"
 #include "core/named_blob_store.hpp"
-#include "artifact_generated.h"
 
+#include <unistd.h>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = scratch_file();
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
   auto file = ArtifactFile::open(path, {}, /*lazy_checksums=*/true);
   if (!file.ok()) return 0;

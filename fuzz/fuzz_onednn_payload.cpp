@@ -97,16 +97,20 @@ void add_model(const std::string& path, const char* seed_dir) {
   // The reader under test must accept what the writer wrote, or the fuzzer
   // would only exercise refusals.
   try {
-    (void)onednn::deserialize_partition(host(), *m.view->get(), writer.bytes.data(), writer.bytes.size(), 1);
+    (void)onednn::deserialize_partition(host(), *m.view->get(), writer.bytes.data(),
+                                        writer.bytes.size(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_onednn_payload: %s: the valid payload is refused: %s\n", path.c_str(), e.what());
+    std::fprintf(stderr, "fuzz_onednn_payload: %s: the valid payload is refused: %s\n",
+                 path.c_str(), e.what());
     std::abort();
   }
   if (seed_dir != nullptr) {
-    std::ofstream out(std::string(seed_dir) + "/payload_" + std::to_string(models().size()), std::ios::binary);
+    std::ofstream out(std::string(seed_dir) + "/payload_" + std::to_string(models().size()),
+                      std::ios::binary);
     const char k = static_cast<char>(models().size());
     out.write(&k, 1);
-    out.write(reinterpret_cast<const char*>(writer.bytes.data()), static_cast<std::streamsize>(writer.bytes.size()));
+    out.write(reinterpret_cast<const char*>(writer.bytes.data()),
+              static_cast<std::streamsize>(writer.bytes.size()));
   }
   models().push_back(std::move(m));
 }
@@ -116,7 +120,9 @@ void add_model(const std::string& path, const char* seed_dir) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* list = std::getenv("BACKPLANE_FUZZ_PAYLOAD_MODELS");
   if (list == nullptr || *list == '\0') {
-    std::fprintf(stderr, "fuzz_onednn_payload: set BACKPLANE_FUZZ_PAYLOAD_MODELS to ':'-separated ONNX files\n");
+    std::fprintf(
+        stderr,
+        "fuzz_onednn_payload: set BACKPLANE_FUZZ_PAYLOAD_MODELS to ':'-separated ONNX files\n");
     std::abort();
   }
   const char* seed_dir = std::getenv("BACKPLANE_FUZZ_SEED_DIR");
@@ -139,7 +145,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bp_graph_view_t& v = *m.view->get();
     std::vector<std::vector<float>> in(v.num_inputs), out(v.num_outputs);
     std::vector<bp_tensor_t> ins(v.num_inputs), outs(v.num_outputs);
-    auto bind = [&](const int32_t* ids, size_t n, std::vector<std::vector<float>>& mem, std::vector<bp_tensor_t>& t) {
+    auto bind = [&](const int32_t* ids, size_t n, std::vector<std::vector<float>>& mem,
+                    std::vector<bp_tensor_t>& t) {
       for (size_t k = 0; k < n; ++k) {
         const bp_value_t& val = v.values[ids[k]];
         size_t count = 1;

@@ -7,10 +7,10 @@
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
 
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
@@ -18,7 +18,9 @@ namespace {
 struct ScratchDir {
   // Under $TMPDIR (scripts/fuzz.sh points it into the fuzz build and empties
   // it after each run: a crashing run never gets to the destructor).
-  std::string path = (std::filesystem::temp_directory_path() / ("backplane_fuzz_onnx." + std::to_string(::getpid()))).string();
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("backplane_fuzz_onnx." + std::to_string(::getpid())))
+                         .string();
   ScratchDir() { std::filesystem::create_directories(path); }
   ~ScratchDir() {
     std::error_code ec;

@@ -65,16 +65,19 @@ int main(int argc, char** argv) {
       if (!store.add_borrowed(key, t.data(), t.size_bytes(), 0, "").ok()) return 1;
     const std::string stem = std::filesystem::path(argv[i]).stem().string();
     auto one = write_artifact((out / (stem + ".bpk")).string(), {method_of("main", *g)}, store);
-    auto two = write_artifact((out / (stem + ".two.bpk")).string(), {method_of("a", *g), method_of("b", *g)}, store);
+    auto two = write_artifact((out / (stem + ".two.bpk")).string(),
+                              {method_of("a", *g), method_of("b", *g)}, store);
     if (!one.ok() || !two.ok()) {
-      std::fprintf(stderr, "%s: %s\n", argv[i], (!one.ok() ? one.status() : two.status()).to_string().c_str());
+      std::fprintf(stderr, "%s: %s\n", argv[i],
+                   (!one.ok() ? one.status() : two.status()).to_string().c_str());
       return 1;
     }
     // Check that what was written opens.
     auto check = ArtifactFile::open((out / (stem + ".bpk")).string(), {}, false);
     Status st = check.ok() ? (*check)->method_graph(0).status() : check.status();
     if (!st.ok()) {
-      std::fprintf(stderr, "%s: the seed does not load back: %s\n", argv[i], st.to_string().c_str());
+      std::fprintf(stderr, "%s: the seed does not load back: %s\n", argv[i],
+                   st.to_string().c_str());
       return 1;
     }
     written += 2;

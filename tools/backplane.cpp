@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -79,7 +79,8 @@ Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int th
   backplane::RuntimeOptions o;
   // The runtime takes absolute directories only; on the command line a
   // relative one means "relative to here".
-  if (!g.backend_path.empty()) o.backend_path = fs::absolute(g.backend_path).lexically_normal().string();
+  if (!g.backend_path.empty())
+    o.backend_path = fs::absolute(g.backend_path).lexically_normal().string();
   o.dynamic_backends = !g.no_dynamic;
   o.probe_backends = g.probe;
   o.allow_insecure_backend_paths = g.allow_insecure;
@@ -90,7 +91,8 @@ Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int th
       {"info", backplane::LogLevel::kInfo},   {"warn", backplane::LogLevel::kWarn},
       {"error", backplane::LogLevel::kError}, {"off", backplane::LogLevel::kOff}};
   auto it = levels.find(g.log_level);
-  if (it == levels.end()) return backplane::invalid_argument("unknown log level '" + g.log_level + "'");
+  if (it == levels.end())
+    return backplane::invalid_argument("unknown log level '" + g.log_level + "'");
   o.log_level = it->second;
   return o;
 }
@@ -172,13 +174,14 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
     json j = json::object();
     j["backends"] = json::array();
     for (const auto& b : list)
-      j["backends"].push_back({{"id", b.id},
-                               {"vendor", b.vendor},
-                               {"description", b.description},
-                               {"version", std::to_string(b.api_major) + "." + std::to_string(b.api_minor)},
-                               {"source", b.source == "static" ? "static" : "dynamic"},
-                               {"path", b.source == "static" ? "" : b.source},
-                               {"status", "registered"}});
+      j["backends"].push_back(
+          {{"id", b.id},
+           {"vendor", b.vendor},
+           {"description", b.description},
+           {"version", std::to_string(b.api_major) + "." + std::to_string(b.api_minor)},
+           {"source", b.source == "static" ? "static" : "dynamic"},
+           {"path", b.source == "static" ? "" : b.source},
+           {"status", "registered"}});
     j["files"] = json::array();
     for (const auto& f : files)
       j["files"].push_back({{"path", f.path},
@@ -191,18 +194,21 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
                             {"step", f.step},
                             {"reason", f.reason}});
     j["paths"] = json::array();
-    for (const auto& p : paths) j["paths"].push_back({{"path", p.path}, {"used", p.used}, {"reason", p.reason}});
+    for (const auto& p : paths)
+      j["paths"].push_back({{"path", p.path}, {"used", p.used}, {"reason", p.reason}});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::printf("Registered backends:\n");
   for (const auto& b : list)
-    std::printf("  %-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor, b.vendor.c_str(),
-                b.source == "static" ? "static" : b.source.c_str(), b.description.c_str());
+    std::printf("  %-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor,
+                b.vendor.c_str(), b.source == "static" ? "static" : b.source.c_str(),
+                b.description.c_str());
   if (!paths.empty()) {
     std::printf("Search paths:\n");
     for (const auto& p : paths)
-      std::printf("  %s%s%s\n", p.path.c_str(), p.used ? "" : "  (skipped: ", p.used ? "" : (p.reason + ")").c_str());
+      std::printf("  %s%s%s\n", p.path.c_str(),
+                  p.used ? "" : "  (skipped: ", p.used ? "" : (p.reason + ")").c_str());
   }
   if (!files.empty()) {
     std::printf("Backend files:\n");
@@ -226,7 +232,8 @@ struct PartitionArgs {
 };
 
 // Fills overrides from NODE=BACKEND strings; "" on success, else the message.
-std::string parse_overrides(const std::vector<std::string>& items, backplane::PlacementOptions* placement) {
+std::string parse_overrides(const std::vector<std::string>& items,
+                            backplane::PlacementOptions* placement) {
   for (const std::string& o : items) {
     size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
@@ -248,10 +255,12 @@ int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   auto model = (*rt)->load_model(a.model, mo);
   if (!model.ok()) return fail(model.status().message());
   if (!a.dot.empty()) {
-    Status st = backplane::write_file_atomically(a.dot, (*model)->describe_plan(backplane::PlanFormat::kDot));
+    Status st = backplane::write_file_atomically(
+        a.dot, (*model)->describe_plan(backplane::PlanFormat::kDot));
     if (!st.ok()) return fail(st.message());
   }
-  std::cout << (*model)->describe_plan(a.json ? backplane::PlanFormat::kJson : backplane::PlanFormat::kText)
+  std::cout << (*model)->describe_plan(a.json ? backplane::PlanFormat::kJson
+                                              : backplane::PlanFormat::kText)
             << (a.json ? "\n" : "");
   return 0;
 }
@@ -274,7 +283,8 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   for (const std::string& m : a.models) methods.emplace_back(fs::path(m).stem().string(), m);
   for (const std::string& m : a.methods) {
     size_t eq = m.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) return fail("--method expects NAME=FILE, got '" + m + "'");
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      return fail("--method expects NAME=FILE, got '" + m + "'");
     methods.emplace_back(m.substr(0, eq), m.substr(eq + 1));
   }
   if (methods.empty()) return fail("no model to compile");
@@ -288,7 +298,8 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto report = (*rt)->compile(methods, a.output, co);
   if (!report.ok()) return fail(report.status().message());
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (a.json) {
     json j = {{"output", a.output},
               {"methods", report->methods},
@@ -304,11 +315,12 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::printf("wrote %s: %zu method(s), %zu partition(s), %zu bytes", a.output.c_str(), report->methods.size(),
-              report->partitions, report->file_bytes);
-  if (!a.external_data.empty()) std::printf(" + %s (%zu bytes)", a.external_data.c_str(), report->external_bytes);
-  std::printf("\nnamed data: %zu keys, %zu bytes stored of %zu requested; compiled in %.1f ms\n", report->named_data_keys,
-              report->stored_bytes, report->requested_bytes, ms);
+  std::printf("wrote %s: %zu method(s), %zu partition(s), %zu bytes", a.output.c_str(),
+              report->methods.size(), report->partitions, report->file_bytes);
+  if (!a.external_data.empty())
+    std::printf(" + %s (%zu bytes)", a.external_data.c_str(), report->external_bytes);
+  std::printf("\nnamed data: %zu keys, %zu bytes stored of %zu requested; compiled in %.1f ms\n",
+              report->named_data_keys, report->stored_bytes, report->requested_bytes, ms);
   return 0;
 }
 
@@ -401,15 +413,18 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
-  double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                    : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  double median = sorted.size() % 2
+                      ? sorted[sorted.size() / 2]
+                      : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
 
   if (!a.output_dir.empty()) {
     std::error_code ec;
     fs::create_directories(a.output_dir, ec);
     if (ec) return fail(a.output_dir + ": cannot create directory: " + ec.message());
     for (size_t i = 0; i < s.num_outputs(); ++i) {
-      std::string path = (fs::path(a.output_dir) / (safe_file_name((*model)->outputs()[i].name) + ".npy")).string();
+      std::string path =
+          (fs::path(a.output_dir) / (safe_file_name((*model)->outputs()[i].name) + ".npy"))
+              .string();
       Status st = backplane::npy::write(path, s.output(i));
       if (!st.ok()) return fail(st.message());
     }
@@ -421,7 +436,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     j["model"] = a.model;
     j["backends_used"] = (*model)->backends_used();
     j["partitions"] = json::array();
-    for (const auto& p : parts) j["partitions"].push_back({{"backend", p.backend}, {"nodes", p.nodes}});
+    for (const auto& p : parts)
+      j["partitions"].push_back({{"backend", p.backend}, {"nodes", p.nodes}});
     j["copies"] = (*model)->copies().size();
     j["notes"] = (*model)->notes();
     j["load_ms"] = load_ms;    // runtime creation to first result
@@ -432,7 +448,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     j["outputs"] = json::array();
     for (size_t i = 0; i < s.num_outputs(); ++i) {
       const auto& o = (*model)->outputs()[i];
-      j["outputs"].push_back({{"name", o.name}, {"shape", o.shape}, {"dtype", backplane::dtype_name(o.dtype)}});
+      j["outputs"].push_back(
+          {{"name", o.name}, {"shape", o.shape}, {"dtype", backplane::dtype_name(o.dtype)}});
     }
     std::cout << j.dump() << "\n";
     return 0;
@@ -440,14 +457,16 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   std::printf("model      %s\n", a.model.c_str());
   std::printf("partitions %zu\n", parts.size());
   for (size_t i = 0; i < parts.size(); ++i)
-    std::printf("  [%zu] %-10s %zu nodes (%s%s)\n", i, parts[i].backend.c_str(), parts[i].nodes.size(),
-                parts[i].nodes.empty() ? "" : parts[i].nodes.front().c_str(),
+    std::printf("  [%zu] %-10s %zu nodes (%s%s)\n", i, parts[i].backend.c_str(),
+                parts[i].nodes.size(), parts[i].nodes.empty() ? "" : parts[i].nodes.front().c_str(),
                 parts[i].nodes.size() > 1 ? (" .. " + parts[i].nodes.back()).c_str() : "");
   for (size_t i = 0; i < s.num_outputs(); ++i)
-    std::printf("output     %s: %s\n", (*model)->outputs()[i].name.c_str(), summarize(s.output(i)).c_str());
-  std::printf("load       %.2f ms to a ready session, %.2f ms to first result\n", ready_ms, load_ms);
-  std::printf("latency    min %.3f ms, median %.3f ms, max %.3f ms over %zu runs (%d warm-up)\n", sorted.front(),
-              median, sorted.back(), times.size(), a.warmup);
+    std::printf("output     %s: %s\n", (*model)->outputs()[i].name.c_str(),
+                summarize(s.output(i)).c_str());
+  std::printf("load       %.2f ms to a ready session, %.2f ms to first result\n", ready_ms,
+              load_ms);
+  std::printf("latency    min %.3f ms, median %.3f ms, max %.3f ms over %zu runs (%d warm-up)\n",
+              sorted.front(), median, sorted.back(), times.size(), a.warmup);
   return 0;
 }
 
@@ -456,16 +475,21 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
 int main(int argc, char** argv) {
   CLI::App app{"Backplane: run neural networks on pluggable backends"};
   app.require_subcommand(1);
-  app.fallthrough();  // global options may also follow the subcommand: `backplane run M --backend-path D`
+  app.fallthrough();  // global options may also follow the subcommand: `backplane run M
+                      // --backend-path D`
   GlobalOptions g;
-  app.add_option("--backend-path", g.backend_path, "Directory of dynamic backends (overrides every other source)");
+  app.add_option("--backend-path", g.backend_path,
+                 "Directory of dynamic backends (overrides every other source)");
   app.add_flag("--no-dynamic-backends", g.no_dynamic, "Do not load dynamic backends");
-  app.add_flag("--probe-backends", g.probe, "Exercise each backend file in a child process before loading it");
+  app.add_flag("--probe-backends", g.probe,
+               "Exercise each backend file in a child process before loading it");
   app.add_flag("--allow-insecure-backend-paths", g.allow_insecure,
                "Load backend files even if group or others may write them");
-  app.add_option("--disable-static-backend", g.disabled_static,
-                 "Do not register this statically linked backend (repeatable), e.g. to use its dynamic build");
-  app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app.add_option(
+      "--disable-static-backend", g.disabled_static,
+      "Do not register this statically linked backend (repeatable), e.g. to use its dynamic build");
+  app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
 
   bool backends_json = false;
   CLI::App* backends = app.add_subcommand("backends", "List the registered backends");
@@ -478,27 +502,38 @@ int main(int argc, char** argv) {
   run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
   run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
   run->add_option("--output-dir", r.output_dir, "Write each output as NAME.npy here");
-  run->add_option("--runs", r.runs, "Timed runs")->check(in_range(1, 1 << 30))->capture_default_str();
-  run->add_option("--warmup", r.warmup, "Untimed runs first")->check(in_range(0, 1 << 30))->capture_default_str();
-  run->add_option("--threads", r.threads, "Threads per backend (0 = default, at most " +
-                                              std::to_string(backplane::max_threads()) + " here)")
+  run->add_option("--runs", r.runs, "Timed runs")
+      ->check(in_range(1, 1 << 30))
+      ->capture_default_str();
+  run->add_option("--warmup", r.warmup, "Untimed runs first")
+      ->check(in_range(0, 1 << 30))
+      ->capture_default_str();
+  run->add_option("--threads", r.threads,
+                  "Threads per backend (0 = default, at most " +
+                      std::to_string(backplane::max_threads()) + " here)")
       ->check(in_range(0, backplane::max_threads()));
   run->add_flag("--json", r.json, "Print one JSON object");
-  run->add_flag("--allow-fallback", r.allow_fallback, "A pinned node may fall back if its backend cannot run it");
+  run->add_flag("--allow-fallback", r.allow_fallback,
+                "A pinned node may fall back if its backend cannot run it");
 
   run->add_option("--method", r.method, "Method of a compiled artifact (default: the first)");
-  run->add_option("--external-data", r.external_data, "External data file (.bpd) of the artifact (repeatable)");
-  run->add_flag("--lazy-checksums", r.lazy_checksums, "Verify artifact data checksums on first use, not at load");
+  run->add_option("--external-data", r.external_data,
+                  "External data file (.bpd) of the artifact (repeatable)");
+  run->add_flag("--lazy-checksums", r.lazy_checksums,
+                "Verify artifact data checksums on first use, not at load");
 
   CompileArgs ca;
-  CLI::App* compile = app.add_subcommand("compile", "Compile models ahead of time into one artifact (.bpk)");
+  CLI::App* compile =
+      app.add_subcommand("compile", "Compile models ahead of time into one artifact (.bpk)");
   compile->add_option("MODEL", ca.models, "ONNX models, one method each (named after the file)");
   compile->add_option("--method", ca.methods, "A method from a model: NAME=FILE.onnx (repeatable)");
   compile->add_option("-o,--output", ca.output, "The artifact to write")->required();
   compile->add_option("--backends", ca.backends, "Backend preference, comma-separated");
-  compile->add_option("--override", ca.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  compile->add_option("--override", ca.overrides,
+                      "Pin a node to a backend: NODE=BACKEND (repeatable)");
   compile->add_flag("--allow-fallback", ca.allow_fallback, "A pinned node may fall back");
-  compile->add_option("--external-data", ca.external_data, "Put the weights in this data file (.bpd), next to the .bpk");
+  compile->add_option("--external-data", ca.external_data,
+                      "Put the weights in this data file (.bpd), next to the .bpk");
   compile->add_flag("--json", ca.json, "Print one JSON object");
 
   std::string inspect_file;
@@ -506,14 +541,17 @@ int main(int argc, char** argv) {
   bool inspect_json = false;
   CLI::App* inspect = app.add_subcommand("inspect", "Describe a compiled artifact");
   inspect->add_option("FILE", inspect_file, "The artifact (.bpk)")->required();
-  inspect->add_option("--external-data", inspect_external, "External data file (.bpd) (repeatable)");
+  inspect->add_option("--external-data", inspect_external,
+                      "External data file (.bpd) (repeatable)");
   inspect->add_flag("--json", inspect_json, "Print one JSON object");
 
   PartitionArgs pa;
-  CLI::App* partition = app.add_subcommand("partition", "Show which backend runs which node, and why");
+  CLI::App* partition =
+      app.add_subcommand("partition", "Show which backend runs which node, and why");
   partition->add_option("MODEL", pa.model, "Model file (.onnx)")->required();
   partition->add_option("--backends", pa.backends, "Backend preference, comma-separated");
-  partition->add_option("--override", pa.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  partition->add_option("--override", pa.overrides,
+                        "Pin a node to a backend: NODE=BACKEND (repeatable)");
   partition->add_flag("--allow-fallback", pa.allow_fallback, "A pinned node may fall back");
   partition->add_flag("--json", pa.json, "Print one JSON object");
   partition->add_option("--dot", pa.dot, "Write the plan as a Graphviz DOT file");
@@ -541,6 +579,7 @@ int main(int argc, char** argv) {
   // What a command printed is its result: losing it (stdout on a full disk,
   // a closed pipe) is a failure, not a success.
   std::cout.flush();
-  if (status == 0 && !std::cout) return fail(std::string("writing standard output failed: ") + std::strerror(errno));
+  if (status == 0 && !std::cout)
+    return fail(std::string("writing standard output failed: ") + std::strerror(errno));
   return status;
 }

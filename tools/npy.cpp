@@ -13,14 +13,22 @@ namespace {
 
 const char* descr_of(DType d) {
   switch (d) {
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat16: return "<f2";
-    case DType::kInt8: return "|i1";
-    case DType::kUInt8: return "|u1";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kBool: return "|b1";
-    case DType::kUndefined: break;
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kInt8:
+      return "|i1";
+    case DType::kUInt8:
+      return "|u1";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kBool:
+      return "|b1";
+    case DType::kUndefined:
+      break;
   }
   return nullptr;
 }
@@ -29,9 +37,10 @@ bool dtype_of(const std::string& descr, DType* out) {
   static const struct {
     const char* d;
     DType t;
-  } table[] = {{"<f4", DType::kFloat32}, {"<f2", DType::kFloat16}, {"|i1", DType::kInt8}, {"|u1", DType::kUInt8},
-               {"<i4", DType::kInt32},   {"<i8", DType::kInt64},   {"|b1", DType::kBool},  {"<u1", DType::kUInt8},
-               {"<i1", DType::kInt8},    {"<b1", DType::kBool}};
+  } table[] = {{"<f4", DType::kFloat32}, {"<f2", DType::kFloat16}, {"|i1", DType::kInt8},
+               {"|u1", DType::kUInt8},   {"<i4", DType::kInt32},   {"<i8", DType::kInt64},
+               {"|b1", DType::kBool},    {"<u1", DType::kUInt8},   {"<i1", DType::kInt8},
+               {"<b1", DType::kBool}};
   for (const auto& e : table)
     if (descr == e.d) {
       *out = e.t;
@@ -77,13 +86,15 @@ Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t
     pos = 10;
   } else if (bytes[6] == 2 || bytes[6] == 3) {
     if (size < 12) return corrupt_data(path + ": truncated header");
-    header_len = bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | (static_cast<uint32_t>(bytes[11]) << 24);
+    header_len =
+        bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | (static_cast<uint32_t>(bytes[11]) << 24);
     pos = 12;
   } else {
     return corrupt_data(path + ": unsupported .npy version " + std::to_string(bytes[6]));
   }
   if (header_len > (1u << 20) || header_len > size - pos)
-    return corrupt_data(path + ": header length " + std::to_string(header_len) + " exceeds the file");
+    return corrupt_data(path + ": header length " + std::to_string(header_len) +
+                        " exceeds the file");
   const std::string header(reinterpret_cast<const char*>(bytes + pos), header_len);
   const size_t data_start = pos + header_len;
 
@@ -93,7 +104,8 @@ Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t
   if (dict_value(header, "fortran_order") == "True")
     return unsupported(path + ": Fortran-ordered arrays are not supported");
   std::string shape_text = dict_value(header, "shape");
-  if (shape_text.empty() || shape_text.front() != '(') return corrupt_data(path + ": header has no shape");
+  if (shape_text.empty() || shape_text.front() != '(')
+    return corrupt_data(path + ": header has no shape");
   Shape shape;
   std::stringstream ss(shape_text.substr(1, shape_text.size() - 2));
   std::string item;
@@ -115,11 +127,12 @@ Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t
     return corrupt_data(path + ": shape " + shape_to_string(shape) + " is too large");
   const uint64_t present = size - data_start;
   if (data_bytes > present)
-    return corrupt_data(path + ": data is shorter than shape " + shape_to_string(shape) + " needs (" +
-                        std::to_string(present) + " of " + std::to_string(data_bytes) + " bytes)");
+    return corrupt_data(path + ": data is shorter than shape " + shape_to_string(shape) +
+                        " needs (" + std::to_string(present) + " of " + std::to_string(data_bytes) +
+                        " bytes)");
   if (data_bytes < present)
-    return corrupt_data(path + ": " + std::to_string(present - data_bytes) + " bytes of trailing data after the " +
-                        shape_to_string(shape) + " array");
+    return corrupt_data(path + ": " + std::to_string(present - data_bytes) +
+                        " bytes of trailing data after the " + shape_to_string(shape) + " array");
   Tensor t(dtype, shape);
   if (data_bytes > 0) std::memcpy(t.data(), bytes + data_start, data_bytes);
   return t;
@@ -127,13 +140,17 @@ Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t
 
 Status write(const std::string& path, const Tensor& tensor) {
   const char* descr = descr_of(tensor.dtype());
-  if (descr == nullptr) return unsupported(path + ": cannot write dtype " + dtype_name(tensor.dtype()));
+  if (descr == nullptr)
+    return unsupported(path + ": cannot write dtype " + dtype_name(tensor.dtype()));
   std::string shape = "(";
-  for (size_t i = 0; i < tensor.shape().size(); ++i) shape += std::to_string(tensor.shape()[i]) + ", ";
+  for (size_t i = 0; i < tensor.shape().size(); ++i)
+    shape += std::to_string(tensor.shape()[i]) + ", ";
   if (tensor.shape().size() > 1) shape.resize(shape.size() - 1), shape.back() = ')';
-  else if (tensor.shape().size() == 1) shape.resize(shape.size() - 1), shape.back() = ',', shape += ")";
+  else if (tensor.shape().size() == 1)
+    shape.resize(shape.size() - 1), shape.back() = ',', shape += ")";
   else shape += ")";
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';

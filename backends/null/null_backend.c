@@ -81,7 +81,8 @@ static bp_status_t* null_create(const bp_host_api_t* host, uint32_t runtime_majo
   if (out == NULL) return host->status_create(BP_STATUS_INVALID_ARGUMENT, "create: out is NULL");
   *out = NULL;
   if (runtime_major != NULL_API_MAJOR)
-    return host->status_create(BP_STATUS_VERSION_MISMATCH, "Null: runtime API major version differs");
+    return host->status_create(BP_STATUS_VERSION_MISMATCH,
+                               "Null: runtime API major version differs");
   backend = (struct bp_backend*)calloc(1, sizeof *backend);
   if (backend == NULL) return host->status_create(BP_STATUS_OUT_OF_MEMORY, "Null: out of memory");
   backend->host = host;
@@ -93,9 +94,7 @@ static bp_status_t* null_create(const bp_host_api_t* host, uint32_t runtime_majo
 
 /* (required) Undo create. Must accept NULL. The runtime destroys every
  * compiled partition of this instance before calling it. */
-static void null_destroy(bp_backend_t* backend) {
-  free(backend);
-}
+static void null_destroy(bp_backend_t* backend) { free(backend); }
 
 /* (required) Describe the backend. The strings must be static storage: the
  * runtime keeps the pointers. `flags` says which optional features exist
@@ -153,7 +152,8 @@ static bp_status_t* null_configure(bp_backend_t* backend, size_t count, const ch
     const char* want = "num_threads";
     while (*k != '\0' && *k == *want) ++k, ++want; /* strcmp without <string.h> */
     if (*k != *want)
-      return backend->host->status_create(BP_STATUS_INVALID_ARGUMENT, "Null: unknown configuration key");
+      return backend->host->status_create(BP_STATUS_INVALID_ARGUMENT,
+                                          "Null: unknown configuration key");
   }
   return NULL;
 }
@@ -183,9 +183,7 @@ static bp_status_t* null_compile(bp_backend_t* backend, const bp_graph_view_t* v
 }
 
 /* Must accept NULL, like every destroy function. */
-static void null_compiled_destroy(bp_compiled_t* compiled) {
-  free(compiled);
-}
+static void null_compiled_destroy(bp_compiled_t* compiled) { free(compiled); }
 
 /* One execution context per concurrent caller: scratch memory lives there, so
  * execute needs no allocation. */
@@ -194,9 +192,7 @@ static bp_status_t* null_context_create(bp_compiled_t* compiled, bp_exec_context
   return unimplemented(compiled->host, "Null: context_create is not implemented");
 }
 
-static void null_context_destroy(bp_exec_context_t* context) {
-  free(context);
-}
+static void null_context_destroy(bp_exec_context_t* context) { free(context); }
 
 /* Inputs and outputs follow the view's input/output order; the runtime
  * allocates the outputs with the view's shapes. */
@@ -274,28 +270,15 @@ static const bp_backend_api_t null_table = {
     NULL_TABLE_SIZE, /* struct_size */
     NULL_API_MAJOR,  /* api_major */
     NULL_API_MINOR,  /* api_minor */
-    null_create,
-    null_destroy,
-    null_get_info,
-    null_configure,
-    null_query_support,
-    null_compile,
-    null_compiled_destroy,
-    null_context_create,
-    null_context_destroy,
-    null_execute,
-    null_serialize,
-    null_deserialize,
-    null_memory_alloc,
-    null_memory_free,
-    null_copy_to_device,
-    null_copy_from_device,
-    NULL, /* before_load_network */
-    NULL, /* after_load_network */
-    NULL, /* before_unload_network */
-    NULL, /* after_unload_network */
-    NULL, /* memory_acquire */
-    NULL, /* memory_release */
+    null_create, null_destroy, null_get_info, null_configure, null_query_support, null_compile,
+    null_compiled_destroy, null_context_create, null_context_destroy, null_execute, null_serialize,
+    null_deserialize, null_memory_alloc, null_memory_free, null_copy_to_device,
+    null_copy_from_device, NULL, /* before_load_network */
+    NULL,                        /* after_load_network */
+    NULL,                        /* before_unload_network */
+    NULL,                        /* after_unload_network */
+    NULL,                        /* memory_acquire */
+    NULL,                        /* memory_release */
     null_execute_node,
     /* since 1.1 */
     NULL, /* compile_all: optional; NULL makes the host call compile once per

@@ -21,7 +21,8 @@ class OneDnnBackend : public sdk::Backend {
   static constexpr const sdk::BackendIdentity& kIdentity = onednn::kIdentity;
 
   explicit OneDnnBackend(const bp_host_api_t* host) : sdk::Backend(host) {
-    description_ = "oneDNN CPU primitives: blocked layouts, fused post-ops (" + library_description() + ")";
+    description_ =
+        "oneDNN CPU primitives: blocked layouts, fused post-ops (" + library_description() + ")";
   }
 
   bp_backend_info_t info() override {
@@ -40,14 +41,16 @@ class OneDnnBackend : public sdk::Backend {
     }
   }
 
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t& options,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t& options,
                                                   sdk::NodeReport& report) override {
     const int threads = static_cast<int>(num_threads(options));
     return compile_partition(host(), view, threads, report);
   }
 
-  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view, const void* payload, size_t size,
-                                                      const bp_compile_options_t& options) override {
+  std::unique_ptr<sdk::CompiledPartition> deserialize(
+      const bp_graph_view_t& view, const void* payload, size_t size,
+      const bp_compile_options_t& options) override {
     const int threads = static_cast<int>(num_threads(options));
     return deserialize_partition(host(), view, payload, size, threads);
   }

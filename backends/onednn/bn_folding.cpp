@@ -11,7 +11,8 @@ namespace backplane::onednn {
 void fold_batch_norm(ViewInfo& g, FusedGraph& fused, int n) {
   INode& conv = fused.nodes[n];
   const int bn = fused.only_consumer(g, conv.out);
-  if (bn < 0 || fused.nodes[bn].op != "BatchNormalization" || fused.nodes[bn].in[0] != conv.out) return;
+  if (bn < 0 || fused.nodes[bn].op != "BatchNormalization" || fused.nodes[bn].in[0] != conv.out)
+    return;
   try {
     check_node(g, bn);
     check_node(g, n);
@@ -33,7 +34,8 @@ void fold_batch_norm(ViewInfo& g, FusedGraph& fused, int n) {
   const float* cb = has_bias ? g.f32(conv.in[2]) : nullptr;
   for (int64_t o = 0; o < oc; ++o) {
     const double f = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
-    for (int64_t i = 0; i < per; ++i) (*nw)[o * per + i] = static_cast<float>((*nw)[o * per + i] * f);
+    for (int64_t i = 0; i < per; ++i)
+      (*nw)[o * per + i] = static_cast<float>((*nw)[o * per + i] * f);
     (*nb)[o] = static_cast<float>(((cb ? cb[o] : 0.f) - mean[o]) * f + shift[o]);
   }
   conv.weights = nw;

@@ -50,19 +50,26 @@ class Context : public sdk::ExecContext {
   }
   ~Context() override { std::free(memory_); }
 
-  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs, const bp_tensor_t* outputs) override {
-    if (c_.empty) throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: this partition was rejected at compile time");
+  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+               const bp_tensor_t* outputs) override {
+    if (c_.empty)
+      throw sdk::Error(BP_STATUS_INTERNAL,
+                       "CpuOneDnn: this partition was rejected at compile time");
     if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
-      throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) + " inputs and " +
-                         std::to_string(c_.output_bytes.size()) + " outputs");
+      throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) +
+                         " inputs and " + std::to_string(c_.output_bytes.size()) + " outputs");
     for (size_t k = 0; k < num_inputs; ++k)
-      if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] || inputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) + " is not a host buffer of " +
-                           std::to_string(c_.input_bytes[k]) + " bytes");
+      if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] ||
+          inputs[k].data == nullptr)
+        throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) +
+                           " is not a host buffer of " + std::to_string(c_.input_bytes[k]) +
+                           " bytes");
     for (size_t k = 0; k < num_outputs; ++k)
-      if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] || outputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) + " is not a host buffer of " +
-                           std::to_string(c_.output_bytes[k]) + " bytes");
+      if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] ||
+          outputs[k].data == nullptr)
+        throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) +
+                           " is not a host buffer of " + std::to_string(c_.output_bytes[k]) +
+                           " bytes");
     for (const Binding& b : bindings_)
       mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
     // The OpenMP thread count is per calling thread (the application's).
@@ -71,7 +78,8 @@ class Context : public sdk::ExecContext {
       dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
                                                 static_cast<int>(args_[s].size()), args_[s].data());
       if (st != dnnl_success)
-        throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what + " failed (oneDNN status " +
+        throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
+                                                      " failed (oneDNN status " +
                                                       std::to_string(static_cast<int>(st)) + ")");
     }
     stream_.wait();
@@ -93,6 +101,8 @@ class Context : public sdk::ExecContext {
 
 }  // namespace
 
-std::unique_ptr<sdk::ExecContext> Compiled::create_context() { return std::make_unique<Context>(*this); }
+std::unique_ptr<sdk::ExecContext> Compiled::create_context() {
+  return std::make_unique<Context>(*this);
+}
 
 }  // namespace backplane::onednn

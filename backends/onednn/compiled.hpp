@@ -46,7 +46,7 @@ struct Step {
   dnnl::primitive prim;
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
-  int concat_axis = -1;  // concat steps: the axis (oneDNN cannot be asked for it)
+  int concat_axis = -1;                   // concat steps: the axis (oneDNN cannot be asked for it)
 };
 
 class Compiled : public sdk::CompiledPartition {

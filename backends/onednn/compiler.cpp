@@ -17,8 +17,8 @@
 #include "onednn/support.hpp"
 #include "onednn/view_info.hpp"
 
-#include <dnnl.hpp>
 #include <omp.h>
+#include <dnnl.hpp>
 
 #include <algorithm>
 
@@ -43,7 +43,7 @@ std::string library_version() {
 
 std::string library_description() {
   const dnnl_version_t* v = dnnl_version();
-  const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP"
+  const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
                    : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
                    : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
                                                         : "threadpool";
@@ -69,10 +69,13 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
   return reasons;
 }
 
-std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host, const bp_graph_view_t& view,
-                                                           int num_threads, sdk::NodeReport& report) {
+std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
+                                                          const bp_graph_view_t& view,
+                                                          int num_threads,
+                                                          sdk::NodeReport& report) {
   auto compiled = std::make_unique<Compiled>(host);
-  compiled->threads = threads_to_use(num_threads);  // first thing: before any thread count is changed
+  compiled->threads =
+      threads_to_use(num_threads);  // first thing: before any thread count is changed
   compiled->name = view.name;
   omp_set_num_threads(compiled->threads);
   ViewInfo g(host, view);
@@ -80,7 +83,8 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
   try {
     lowering.prepare();
   } catch (const std::exception& e) {
-    for (size_t n = 0; n < view.num_nodes; ++n) report.rejected(n, std::string("pattern analysis failed: ") + e.what());
+    for (size_t n = 0; n < view.num_nodes; ++n)
+      report.rejected(n, std::string("pattern analysis failed: ") + e.what());
     compiled->empty = true;
     return compiled;
   }

@@ -26,8 +26,9 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 // BP_NODE_REJECTED on `report` (the host gives it to the next backend and
 // compiles again) and an empty, never executed partition is returned.
 // num_threads: 0 = the OpenMP default.
-std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host, const bp_graph_view_t& view,
-                                                           int num_threads, sdk::NodeReport& report);
+std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
+                                                          const bp_graph_view_t& view,
+                                                          int num_threads, sdk::NodeReport& report);
 
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();
@@ -38,8 +39,10 @@ std::string library_version();
 // same view (payload.cpp). Throws BP_STATUS_VERSION_MISMATCH when the payload
 // was made by another oneDNN build or for another CPU ISA (the runtime then
 // compiles the view again), BP_STATUS_CORRUPT_DATA when it is malformed.
-std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
-                                                               const void* payload, size_t size, int num_threads);
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
+                                                              const bp_graph_view_t& view,
+                                                              const void* payload, size_t size,
+                                                              int num_threads);
 
 // The OpenMP thread count a partition runs on: `requested`, or (0) the
 // process's default as it was before this backend changed any setting.

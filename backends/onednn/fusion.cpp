@@ -78,8 +78,9 @@ bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_use
     m.post.push_back(*p);
     return true;
   }
-  if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" && g.is_const(other) &&
-      sdk::element_count(g.shape(other)) == g.shape(cur).back() && g.shape(other).back() == g.shape(cur).back() &&
+  if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" &&
+      g.is_const(other) && sdk::element_count(g.shape(other)) == g.shape(cur).back() &&
+      g.shape(other).back() == g.shape(cur).back() &&
       g.shape(other).size() <= g.shape(cur).size()) {
     m.bias_value = other;
     return true;
@@ -135,7 +136,8 @@ FusedGraph fuse(ViewInfo& g) {
     INode& in = f.nodes[n];
     if (in.dead || in.group >= 0) continue;
     in.anchor = static_cast<int>(n);
-    if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul") build_group(g, f, static_cast<int>(n));
+    if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
+      build_group(g, f, static_cast<int>(n));
   }
   return f;
 }
@@ -145,17 +147,20 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
   const std::string& op = n.op;
   if (op == "GeluErf") p.alg = algorithm::eltwise_gelu_erf;
   else if (op == "Relu") p.alg = algorithm::eltwise_relu;
-  else if (op == "LeakyRelu") p.alg = algorithm::eltwise_relu, p.alpha = g.node(n.node).attr_float("alpha", 0.01f);
+  else if (op == "LeakyRelu")
+    p.alg = algorithm::eltwise_relu, p.alpha = g.node(n.node).attr_float("alpha", 0.01f);
   else if (op == "Sigmoid") p.alg = algorithm::eltwise_logistic;
   else if (op == "Tanh") p.alg = algorithm::eltwise_tanh;
   else if (op == "Sqrt") p.alg = algorithm::eltwise_sqrt;
   else if (op == "Exp") p.alg = algorithm::eltwise_exp;
   else if (op == "Abs") p.alg = algorithm::eltwise_abs;
   else if (op == "Neg") p.alg = algorithm::eltwise_linear, p.alpha = -1.f;
-  else if (op == "Elu") p.alg = algorithm::eltwise_elu, p.alpha = g.node(n.node).attr_float("alpha", 1.f);
+  else if (op == "Elu")
+    p.alg = algorithm::eltwise_elu, p.alpha = g.node(n.node).attr_float("alpha", 1.f);
   else if (op == "Gelu")
-    p.alg = g.node(n.node).attr_string("approximate", "none") == "tanh" ? algorithm::eltwise_gelu_tanh
-                                                                        : algorithm::eltwise_gelu_erf;
+    p.alg = g.node(n.node).attr_string("approximate", "none") == "tanh"
+                ? algorithm::eltwise_gelu_tanh
+                : algorithm::eltwise_gelu_erf;
   else if (op == "Pow") p.alg = algorithm::eltwise_pow, p.alpha = 1.f, p.beta = *g.scalar(n.in[1]);
   else if (op == "Clip") {
     p.alg = algorithm::eltwise_clip;
@@ -168,8 +173,7 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
       if (n.in.size() > 1 && n.in[1] >= 0) p.alpha = *g.scalar(n.in[1]);
       if (n.in.size() > 2 && n.in[2] >= 0) p.beta = *g.scalar(n.in[2]);
     }
-  } else
-    return std::nullopt;
+  } else return std::nullopt;
   return p;
 }
 

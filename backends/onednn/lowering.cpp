@@ -21,7 +21,8 @@ bool Lowering::lower(sdk::NodeReport& report) {
   }
   std::vector<std::vector<int>> groups_at(f_.nodes.size());
   for (size_t n = 0; n < f_.nodes.size(); ++n)
-    if (!f_.nodes[n].dead && f_.nodes[n].group < 0) groups_at[f_.nodes[n].anchor].push_back(static_cast<int>(n));
+    if (!f_.nodes[n].dead && f_.nodes[n].group < 0)
+      groups_at[f_.nodes[n].anchor].push_back(static_cast<int>(n));
   for (size_t a = 0; a < f_.nodes.size(); ++a) {
     for (int n : groups_at[a]) {
       try {
@@ -86,7 +87,8 @@ int Lowering::main_dst(const INode& n, const memory::desc& dst_md) {
   for (const PostOp& p : n.post) {
     if (p.kind != PostOp::kSum) continue;
     const int r = ref_of(p.residual);
-    if (b_.md(r) == dst_md && buffer_free_after(c_.refs[r].buffer, n.anchor)) return b_.add_ref(c_.refs[r].buffer, dst_md);
+    if (b_.md(r) == dst_md && buffer_free_after(c_.refs[r].buffer, n.anchor))
+      return b_.add_ref(c_.refs[r].buffer, dst_md);
     const int dst = b_.new_arena(dst_md);
     b_.copy(r, dst);
     return dst;
@@ -105,7 +107,8 @@ memory::desc Lowering::dst_hint(const INode& n, const Dims& shape) {
 
 // ---- operators -------------------------------------------------------------
 
-void Lowering::add_main_step(const INode& n, dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+void Lowering::add_main_step(const INode& n, dnnl::primitive prim,
+                             std::vector<std::pair<int, int>> args,
                              const dnnl::primitive_desc_base& pd) {
   const int dst = main_dst(n, pd.query_md(dnnl::query::dst_md));
   args.push_back({DNNL_ARG_DST, dst});
@@ -148,7 +151,8 @@ void Lowering::lower_node(int n) {
 
 void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
   const int src = b_.dense(ref_of(x));
-  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha, p.beta);
+  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha,
+                                p.beta);
   dnnl::eltwise_forward::primitive_desc pd(d, b_.attr(), engine());
   add_step_to_new(y, dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}}, pd, "eltwise");
 }
@@ -158,10 +162,12 @@ void Lowering::lower_conv(const INode& n) {
   const Dims& ws = g_.shape(n.in[1]);
   const Dims& ys = g_.shape(n.out);
   const int64_t group = g_.node(n.node).attr_int("group", 1);
-  const std::vector<int64_t> ks = g_.node(n.node).attr_ints("kernel_shape", Dims(ws.begin() + 2, ws.end()));
+  const std::vector<int64_t> ks =
+      g_.node(n.node).attr_ints("kernel_shape", Dims(ws.begin() + 2, ws.end()));
   if (ks != Dims(ws.begin() + 2, ws.end())) throw fail("kernel_shape does not match the weights");
   Window w = window(g_, n.node, xs, ys, ks);
-  if (ws[0] % group != 0 || xs[1] != ws[1] * group) throw fail("group does not divide the channels");
+  if (ws[0] % group != 0 || xs[1] != ws[1] * group)
+    throw fail("group does not divide the channels");
   Dims wdims = ws;
   if (group > 1) {
     wdims = {group, ws[0] / group};
@@ -171,9 +177,9 @@ void Lowering::lower_conv(const INode& n) {
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);
   auto make = [&](const memory::desc& dst) {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, algorithm::convolution_direct,
-                                      any_md(xs), any_md(wdims), bias_md, dst, w.strides, w.dilation, w.pad_l,
-                                      w.pad_r);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                      algorithm::convolution_direct, any_md(xs), any_md(wdims),
+                                      bias_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
     return dnnl::convolution_forward::primitive_desc(d, attr, engine());
   };
   dnnl::convolution_forward::primitive_desc pd;
@@ -204,20 +210,24 @@ void Lowering::lower_gemm(const INode& n) {
   const float* b = g_.f32(n.in[1]);
   std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
   for (int64_t i = 0; i < nout; ++i)
-    for (int64_t j = 0; j < k; ++j) w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
+    for (int64_t j = 0; j < k; ++j)
+      w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
   const bool has_bias = n.in.size() > 2 && n.in[2] >= 0;
   std::vector<float> bias;
   if (has_bias) {
     const float* c = g_.f32(n.in[2]);
     for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
   }
-  dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, any_md({m, k}), any_md({nout, k}),
-                                      has_bias ? any_md({nout}) : memory::desc(), dst_hint(n, ys));
+  dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, any_md({m, k}),
+                                      any_md({nout, k}), has_bias ? any_md({nout}) : memory::desc(),
+                                      dst_hint(n, ys));
   dnnl::inner_product_forward::primitive_desc pd(d, attr_with(n.post), engine());
   const int wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc());
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (has_bias) args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc())});
+  if (has_bias)
+    args.push_back(
+        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc())});
   add_main_step(n, dnnl::inner_product_forward(pd), std::move(args), pd);
 }
 
@@ -242,7 +252,8 @@ void Lowering::lower_matmul(const INode& n) {
   dnnl::matmul::primitive_desc pd(d, attr_with(n.post), engine());
   if (const_b) wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (n.bias_value >= 0) args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value))});
+  if (n.bias_value >= 0)
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value))});
   add_main_step(n, dnnl::matmul(pd), std::move(args), pd);
 }
 
@@ -265,11 +276,12 @@ void Lowering::lower_pool(const INode& n) {
   }
   const bool is_max = n.op == "MaxPool" || n.op == "GlobalMaxPool";
   const algorithm alg = is_max ? algorithm::pooling_max
-                        : node.attr_int("count_include_pad", 0) != 0 ? algorithm::pooling_avg_include_padding
-                                                                     : algorithm::pooling_avg_exclude_padding;
+                        : node.attr_int("count_include_pad", 0) != 0
+                            ? algorithm::pooling_avg_include_padding
+                            : algorithm::pooling_avg_exclude_padding;
   auto make = [&](int src) {
-    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src), any_md(ys), w.strides,
-                                     w.kernel, w.dilation, w.pad_l, w.pad_r);
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src),
+                                     any_md(ys), w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
     return dnnl::pooling_v2_forward::primitive_desc(d, b_.attr(), engine());
   };
   int src = ref_of(n.in[0]);
@@ -280,16 +292,18 @@ void Lowering::lower_pool(const INode& n) {
     src = b_.as_plain(src, xs);
     pd = make(src);
   }
-  add_step_to_new(n.out, dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  add_step_to_new(n.out, dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}}, pd,
+                  g_.describe(n.node));
 }
 
 void Lowering::lower_batch_norm(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const float eps = g_.node(n.node).attr_float("epsilon", 1e-5f);
   const int src = b_.dense(ref_of(n.in[0]));
-  const auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
-                     dnnl::normalization_flags::use_shift;
-  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps, flags);
+  const auto flags = dnnl::normalization_flags::use_global_stats |
+                     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
+                                            flags);
   dnnl::batch_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
   const memory::desc c = plain_md({xs[1]});
   add_step_to_new(n.out, dnnl::batch_normalization_forward(pd),
@@ -307,10 +321,13 @@ void Lowering::lower_layer_norm(const INode& n) {
   const int src = b_.as_plain(ref_of(n.in[0]), xs);
   const int64_t c = xs.back();
   std::vector<float> scale(static_cast<size_t>(c), 1.f), shift(static_cast<size_t>(c), 0.f);
-  if (n.in.size() > 1 && n.in[1] >= 0) std::memcpy(scale.data(), g_.f32(n.in[1]), c * sizeof(float));
-  if (n.in.size() > 2 && n.in[2] >= 0) std::memcpy(shift.data(), g_.f32(n.in[2]), c * sizeof(float));
+  if (n.in.size() > 1 && n.in[1] >= 0)
+    std::memcpy(scale.data(), g_.f32(n.in[1]), c * sizeof(float));
+  if (n.in.size() > 2 && n.in[2] >= 0)
+    std::memcpy(shift.data(), g_.f32(n.in[2]), c * sizeof(float));
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps, flags);
+  dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
+                                            flags);
   dnnl::layer_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
   add_step_to_new(n.out, dnnl::layer_normalization_forward(pd),
                   {{DNNL_ARG_SRC, src},
@@ -326,7 +343,8 @@ void Lowering::lower_softmax(const INode& n) {
   if (axis < 0) axis += rank;
   if (rank == 0) axis = 0;
   const int src = b_.as_plain(ref_of(n.in[0]), xs);
-  dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), static_cast<int>(axis));
+  dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src),
+                                static_cast<int>(axis));
   dnnl::softmax_forward::primitive_desc pd(d, b_.attr(), engine());
   add_step_to_new(n.out, dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
 }
@@ -355,7 +373,8 @@ void Lowering::lower_concat(const INode& n) {
   dnnl::concat::primitive_desc pd(static_cast<int>(axis), mds, engine(), b_.attr());
   const int dst = b_.new_arena(pd.dst_desc());
   std::vector<std::pair<int, int>> args;
-  for (size_t i = 0; i < srcs.size(); ++i) args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
+  for (size_t i = 0; i < srcs.size(); ++i)
+    args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
   args.push_back({DNNL_ARG_DST, dst});
   b_.add_step(dnnl::concat(pd), std::move(args), pd, g_.describe(n.node));
   c_.steps.back().concat_axis = static_cast<int>(axis);
@@ -373,13 +392,14 @@ void Lowering::lower_reduce(const INode& n) {
     for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
   Dims kept = xs;
   for (int64_t a : axes) kept[static_cast<size_t>(a < 0 ? a + rank : a)] = 1;
-  const algorithm alg = n.op == "ReduceMean" ? algorithm::reduction_mean
+  const algorithm alg = n.op == "ReduceMean"  ? algorithm::reduction_mean
                         : n.op == "ReduceSum" ? algorithm::reduction_sum
                                               : algorithm::reduction_max;
   const int src = b_.unblocked(ref_of(n.in[0]));
   dnnl::reduction::desc d(alg, b_.md(src), plain_md(kept), 0.f, 0.f);
   dnnl::reduction::primitive_desc pd(d, b_.attr(), engine());
-  const int dst = add_step_to_new(n.out, dnnl::reduction(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  const int dst =
+      add_step_to_new(n.out, dnnl::reduction(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
   tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
 }
 
@@ -389,10 +409,11 @@ void Lowering::lower_binary(const INode& n) {
   int a = n.in[0], b = n.in[1];
   // A constant scalar operand: one eltwise_linear pass.
   for (int v : {a, b})
-    if (auto p = linear_of(g_, n, v); p && g_.shape(v) == ys && !g_.is_const(v)) return lower_eltwise(v, n.out, *p);
+    if (auto p = linear_of(g_, n, v); p && g_.shape(v) == ys && !g_.is_const(v))
+      return lower_eltwise(v, n.out, *p);
   if (left_pad(g_.shape(a), rank) != ys) std::swap(a, b);  // commutative (checked)
   const Dims as = left_pad(g_.shape(a), rank), bs = left_pad(g_.shape(b), rank);
-  const algorithm alg = n.op == "Add" ? algorithm::binary_add
+  const algorithm alg = n.op == "Add"   ? algorithm::binary_add
                         : n.op == "Sub" ? algorithm::binary_sub
                         : n.op == "Mul" ? algorithm::binary_mul
                         : n.op == "Div" ? algorithm::binary_div
@@ -414,7 +435,8 @@ void Lowering::lower_binary(const INode& n) {
     s1 = b_.as_plain(s1, bs);
     pd = make();
   }
-  add_step_to_new(n.out, dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd, g_.describe(n.node));
+  add_step_to_new(n.out, dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd,
+                  g_.describe(n.node));
 }
 
 void Lowering::lower_transpose(const INode& n) {
@@ -443,8 +465,8 @@ void Lowering::bind_outputs() {
     c_.output_bytes.push_back(bytes(v));
     const int r = ref_of(v);
     const int b = c_.refs[r].buffer;
-    if (b >= 0 && c_.buffers[b].kind == Buffer::kArena && !bound.count(b) && b_.md(r) == plain_md(g_.shape(v)) &&
-        c_.buffers[b].size == bytes(v)) {
+    if (b >= 0 && c_.buffers[b].kind == Buffer::kArena && !bound.count(b) &&
+        b_.md(r) == plain_md(g_.shape(v)) && c_.buffers[b].size == bytes(v)) {
       c_.buffers[b].kind = Buffer::kOutput;
       c_.buffers[b].index = k;
       bound.insert(b);

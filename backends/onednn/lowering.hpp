@@ -27,7 +27,9 @@ class Lowering {
   bool lower(sdk::NodeReport& report);
 
  private:
-  size_t bytes(int v) const { return static_cast<size_t>(sdk::element_count(g_.shape(v))) * sizeof(float); }
+  size_t bytes(int v) const {
+    return static_cast<size_t>(sdk::element_count(g_.shape(v))) * sizeof(float);
+  }
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);
   // True if nothing reads `buffer` (through any value sharing it) after the

@@ -7,7 +7,9 @@
 namespace backplane::onednn {
 namespace {
 
-bool near(std::optional<float> v, float want, float tol = 1e-4f) { return v && std::fabs(*v - want) <= tol; }
+bool near(std::optional<float> v, float want, float tol = 1e-4f) {
+  return v && std::fabs(*v - want) <= tol;
+}
 
 // Axes of a ReduceMean (attribute before opset 18, input after).
 std::optional<std::vector<int64_t>> reduce_axes(ViewInfo& g, int n) {
@@ -50,8 +52,8 @@ std::optional<Pattern> match_layer_norm(ViewInfo& g, int r1) {
   p.out = g.out(dv);
   const int64_t c = g.shape(x).back();
   auto per_channel = [&](int v) {
-    return v >= 0 && g.is_const(v) && g.values[v].dtype == BP_DTYPE_FLOAT32 && sdk::element_count(g.shape(v)) == c &&
-           g.shape(v).size() <= g.shape(x).size();
+    return v >= 0 && g.is_const(v) && g.values[v].dtype == BP_DTYPE_FLOAT32 &&
+           sdk::element_count(g.shape(v)) == c && g.shape(v).size() <= g.shape(x).size();
   };
   const int mul = g.only_consumer(p.out);
   if (mul >= 0 && g.op(mul) == "Mul" && per_channel(g.other_input(mul, p.out))) {
@@ -80,14 +82,16 @@ std::optional<Pattern> match_gelu(ViewInfo& g, int e) {
         (g.op(d) == "Mul" && near(g.scalar(g.in(d, 1)), 0.70710678f, 1e-3f))))
     return std::nullopt;
   const int f = g.only_consumer(g.out(e));
-  if (f < 0 || g.op(f) != "Add" || !near(g.scalar(g.other_input(f, g.out(e))), 1.f)) return std::nullopt;
+  if (f < 0 || g.op(f) != "Add" || !near(g.scalar(g.other_input(f, g.out(e))), 1.f))
+    return std::nullopt;
   const int m = g.only_consumer(g.out(f));
   if (m < 0 || g.op(m) != "Mul") return std::nullopt;
   const int other = g.other_input(m, g.out(f));
   Pattern p{"GeluErf", {d, e, f, m}, x};
   if (other == x) {  // (x * (1 + erf)) * 0.5
     const int h = g.only_consumer(g.out(m));
-    if (h < 0 || g.op(h) != "Mul" || !near(g.scalar(g.other_input(h, g.out(m))), 0.5f)) return std::nullopt;
+    if (h < 0 || g.op(h) != "Mul" || !near(g.scalar(g.other_input(h, g.out(m))), 0.5f))
+      return std::nullopt;
     p.nodes.push_back(h);
     p.out = g.out(h);
   } else {  // (x * 0.5) * (1 + erf)

@@ -41,17 +41,28 @@ constexpr uint32_t kEndianMark = 0x01020304;
 // makes (reorder and concat are described by their memory descriptors).
 size_t op_desc_size(dnnl_primitive_kind_t kind) {
   switch (kind) {
-    case dnnl_convolution: return sizeof(dnnl_convolution_desc_t);
-    case dnnl_eltwise: return sizeof(dnnl_eltwise_desc_t);
-    case dnnl_softmax: return sizeof(dnnl_softmax_desc_t);
-    case dnnl_pooling_v2: return sizeof(dnnl_pooling_v2_desc_t);
-    case dnnl_batch_normalization: return sizeof(dnnl_batch_normalization_desc_t);
-    case dnnl_layer_normalization: return sizeof(dnnl_layer_normalization_desc_t);
-    case dnnl_inner_product: return sizeof(dnnl_inner_product_desc_t);
-    case dnnl_binary: return sizeof(dnnl_binary_desc_t);
-    case dnnl_matmul: return sizeof(dnnl_matmul_desc_t);
-    case dnnl_reduction: return sizeof(dnnl_reduction_desc_t);
-    default: return 0;
+    case dnnl_convolution:
+      return sizeof(dnnl_convolution_desc_t);
+    case dnnl_eltwise:
+      return sizeof(dnnl_eltwise_desc_t);
+    case dnnl_softmax:
+      return sizeof(dnnl_softmax_desc_t);
+    case dnnl_pooling_v2:
+      return sizeof(dnnl_pooling_v2_desc_t);
+    case dnnl_batch_normalization:
+      return sizeof(dnnl_batch_normalization_desc_t);
+    case dnnl_layer_normalization:
+      return sizeof(dnnl_layer_normalization_desc_t);
+    case dnnl_inner_product:
+      return sizeof(dnnl_inner_product_desc_t);
+    case dnnl_binary:
+      return sizeof(dnnl_binary_desc_t);
+    case dnnl_matmul:
+      return sizeof(dnnl_matmul_desc_t);
+    case dnnl_reduction:
+      return sizeof(dnnl_reduction_desc_t);
+    default:
+      return 0;
   }
 }
 
@@ -63,21 +74,31 @@ std::string library_id() {
 
 std::string isa_name(int32_t isa) {
   switch (isa) {
-    case dnnl_cpu_isa_sse41: return "SSE4.1";
-    case dnnl_cpu_isa_avx: return "AVX";
-    case dnnl_cpu_isa_avx2: return "AVX2";
-    case dnnl_cpu_isa_avx2_vnni: return "AVX2-VNNI";
-    case dnnl_cpu_isa_avx512_core: return "AVX-512";
-    case dnnl_cpu_isa_avx512_core_vnni: return "AVX-512 VNNI";
-    case dnnl_cpu_isa_avx512_core_bf16: return "AVX-512 BF16";
-    case dnnl_cpu_isa_avx512_core_amx: return "AMX";
-    default: return "ISA " + std::to_string(isa);
+    case dnnl_cpu_isa_sse41:
+      return "SSE4.1";
+    case dnnl_cpu_isa_avx:
+      return "AVX";
+    case dnnl_cpu_isa_avx2:
+      return "AVX2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "AVX2-VNNI";
+    case dnnl_cpu_isa_avx512_core:
+      return "AVX-512";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "AVX-512 VNNI";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "AVX-512 BF16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "AMX";
+    default:
+      return "ISA " + std::to_string(isa);
   }
 }
 
 void check(dnnl_status_t st, const char* what) {
   if (st != dnnl_success)
-    throw sdk::Error(BP_STATUS_BACKEND_ERROR, std::string("CpuOneDnn: ") + what + " failed (oneDNN status " +
+    throw sdk::Error(BP_STATUS_BACKEND_ERROR, std::string("CpuOneDnn: ") + what +
+                                                  " failed (oneDNN status " +
                                                   std::to_string(static_cast<int>(st)) + ")");
 }
 
@@ -99,14 +120,15 @@ bool one_of(int64_t v, std::initializer_list<int64_t> allowed) {
 
 // What the lowering makes: primitive kinds, and the algorithms of each.
 bool known_kind(int64_t k) {
-  return one_of(k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2, dnnl_batch_normalization,
-                    dnnl_layer_normalization, dnnl_inner_product, dnnl_binary, dnnl_matmul, dnnl_reduction,
-                    dnnl_reorder, dnnl_concat});
+  return one_of(k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2,
+                    dnnl_batch_normalization, dnnl_layer_normalization, dnnl_inner_product,
+                    dnnl_binary, dnnl_matmul, dnnl_reduction, dnnl_reorder, dnnl_concat});
 }
 bool eltwise_alg(int64_t a) {
-  return one_of(a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt, dnnl_eltwise_abs,
-                    dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp, dnnl_eltwise_gelu_tanh,
-                    dnnl_eltwise_gelu_erf, dnnl_eltwise_clip, dnnl_eltwise_pow});
+  return one_of(
+      a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
+          dnnl_eltwise_abs, dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp,
+          dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_erf, dnnl_eltwise_clip, dnnl_eltwise_pow});
 }
 
 // ---------------------------------------------------------------------------
@@ -159,7 +181,8 @@ class Reader {
   // A count of items that each take at least `min_bytes`: bounded by what is left.
   size_t count(const char* what, size_t min_bytes) {
     const uint32_t n = pod<uint32_t>(what);
-    if (static_cast<uint64_t>(n) * min_bytes > n_ - at_) fail(std::string("has an impossible number of ") + what);
+    if (static_cast<uint64_t>(n) * min_bytes > n_ - at_)
+      fail(std::string("has an impossible number of ") + what);
     return n;
   }
   // A description of memory the plan addresses (not "any").
@@ -176,8 +199,10 @@ class Reader {
     constexpr int64_t kMaxDim = int64_t{1} << 32;
     constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
     const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
-    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 == 0 && md.extra.flags == 0 &&
-              (md.ndims == 0 ? dt == dnnl_data_type_undef : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
+    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 == 0 &&
+              md.extra.flags == 0 &&
+              (md.ndims == 0 ? dt == dnnl_data_type_undef
+                             : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
               (md.ndims == 0 ? fk == dnnl_format_kind_undef
                              : fk == dnnl_blocked || (!concrete && fk == dnnl_format_kind_any));
     for (int i = 0; ok && i < md.ndims; ++i)
@@ -186,12 +211,14 @@ class Reader {
     if (ok && fk == dnnl_blocked) {
       const dnnl_blocking_desc_t& b = md.format_desc.blocking;
       ok = b.inner_nblks >= 0 && b.inner_nblks <= DNNL_MAX_NDIMS;
-      for (int i = 0; ok && i < md.ndims; ++i) ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
+      for (int i = 0; ok && i < md.ndims; ++i)
+        ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
       int64_t blk[DNNL_MAX_NDIMS];
       for (int i = 0; i < DNNL_MAX_NDIMS; ++i) blk[i] = 1;
       int64_t inner = 1;
       for (int i = 0; ok && i < b.inner_nblks; ++i) {
-        ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 && b.inner_blks[i] <= 64;
+        ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 &&
+             b.inner_blks[i] <= 64;
         if (ok) {
           blk[b.inner_idxs[i]] *= b.inner_blks[i];
           inner *= b.inner_blks[i];
@@ -204,7 +231,9 @@ class Reader {
         ok = md.padded_dims[i] % blk[i] == 0;
         const int64_t outer = md.padded_dims[i] / blk[i];
         elements *= static_cast<unsigned __int128>(md.padded_dims[i]);
-        if (outer > 0) farthest += static_cast<unsigned __int128>(b.strides[i]) * static_cast<unsigned __int128>(outer - 1);
+        if (outer > 0)
+          farthest += static_cast<unsigned __int128>(b.strides[i]) *
+                      static_cast<unsigned __int128>(outer - 1);
         ok = ok && elements <= kMaxElements;
       }
       if (ok && elements > 0) {
@@ -217,7 +246,8 @@ class Reader {
   }
   bool done() const { return at_ == n_; }
   [[noreturn]] void fail(const std::string& why) const {
-    throw sdk::Error(BP_STATUS_CORRUPT_DATA, where_ + ": payload " + why + " (at byte " + std::to_string(at_) + ")");
+    throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                     where_ + ": payload " + why + " (at byte " + std::to_string(at_) + ")");
   }
 
  private:
@@ -248,16 +278,18 @@ void write_step(Writer& w, const Step& step) {
     w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
   } else if (kind == dnnl_concat) {
     int32_t n = 0;
-    check(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n), "query concat inputs");
+    check(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n),
+          "query concat inputs");
     w.pod(static_cast<int32_t>(step.concat_axis));
     w.pod(static_cast<uint32_t>(n));
-    for (int i = 0; i < n; ++i) w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i)));
+    for (int i = 0; i < n; ++i)
+      w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i)));
     w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
   } else {
     const size_t size = op_desc_size(kind);
     if (size == 0)
-      throw sdk::unsupported("CpuOneDnn cannot serialize a primitive of kind " + std::to_string(static_cast<int>(kind)) +
-                             " (" + step.what + ")");
+      throw sdk::unsupported("CpuOneDnn cannot serialize a primitive of kind " +
+                             std::to_string(static_cast<int>(kind)) + " (" + step.what + ")");
     const_dnnl_op_desc_t op = nullptr;
     check(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &op), "query operation descriptor");
     w.pod(static_cast<uint32_t>(size));
@@ -281,10 +313,12 @@ void write_step(Writer& w, const Step& step) {
       check(dnnl_post_ops_get_params_sum(po, i, &r.scale), "query sum post-op");
     } else if (pk == dnnl_eltwise) {
       dnnl_alg_kind_t alg{};
-      check(dnnl_post_ops_get_params_eltwise(po, i, &r.scale, &alg, &r.alpha, &r.beta), "query eltwise post-op");
+      check(dnnl_post_ops_get_params_eltwise(po, i, &r.scale, &alg, &r.alpha, &r.beta),
+            "query eltwise post-op");
       r.alg = static_cast<int32_t>(alg);
     } else {
-      throw sdk::unsupported("CpuOneDnn cannot serialize post-op kind " + std::to_string(static_cast<int>(pk)));
+      throw sdk::unsupported("CpuOneDnn cannot serialize post-op kind " +
+                             std::to_string(static_cast<int>(pk)));
     }
     w.pod(r);
   }
@@ -309,7 +343,9 @@ class DescCheck {
     for (const dnnl_memory_desc_t* m : list) r_.check_md(*m, what_.c_str(), /*concrete=*/false);
   }
   void need(bool ok) {
-    if (!ok) r_.fail("has an operation the lowering does not make (kind, propagation or algorithm) in " + what_);
+    if (!ok)
+      r_.fail("has an operation the lowering does not make (kind, propagation or algorithm) in " +
+              what_);
   }
   template <class D>
   void inference(const D& d) {
@@ -334,9 +370,11 @@ class DescCheck {
     if (bias.ndims > 0) require(DNNL_ARG_BIAS);
   }
   void norm_flags(unsigned flags) {
-    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) != 0)
+    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) !=
+        0)
       r_.fail("has normalization flags the lowering does not use in " + what_);
-    if (flags & dnnl_use_global_stats) required_.insert(required_.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
+    if (flags & dnnl_use_global_stats)
+      required_.insert(required_.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
     if (flags & dnnl_use_scale) require(DNNL_ARG_SCALE);
     if (flags & dnnl_use_shift) require(DNNL_ARG_SHIFT);
   }
@@ -360,9 +398,9 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_convolution_desc_t& d, dnnl_convol
   c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
   c.window(d.src_desc.ndims - 2, {d.strides}, {d.dilates, d.padding[0], d.padding[1]});
   c.with_bias(d.bias_desc);
-  return dnnl_dilated_convolution_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc,
-                                                    &d.bias_desc, &d.dst_desc, d.strides, d.dilates, d.padding[0],
-                                                    d.padding[1]);
+  return dnnl_dilated_convolution_forward_desc_init(
+      &f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc,
+      d.strides, d.dilates, d.padding[0], d.padding[1]);
 }
 
 dnnl_status_t reinit(DescCheck& c, const dnnl_eltwise_desc_t& d, dnnl_eltwise_desc_t& f) {
@@ -384,33 +422,39 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_softmax_desc_t& d, dnnl_softmax_de
 dnnl_status_t reinit(DescCheck& c, const dnnl_pooling_v2_desc_t& d, dnnl_pooling_v2_desc_t& f) {
   c.mds({&d.src_desc, &d.dst_desc});
   c.inference(d);
-  c.need(one_of(raw(d.alg_kind), {dnnl_pooling_max, dnnl_pooling_avg_include_padding, dnnl_pooling_avg_exclude_padding}));
+  c.need(one_of(raw(d.alg_kind), {dnnl_pooling_max, dnnl_pooling_avg_include_padding,
+                                  dnnl_pooling_avg_exclude_padding}));
   c.rank(d.src_desc, 3, 5);
   c.same_rank({&d.src_desc, &d.dst_desc});
   c.window(d.src_desc.ndims - 2, {d.strides, d.kernel}, {d.dilation, d.padding[0], d.padding[1]});
-  return dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc, d.strides, d.kernel,
-                                           d.dilation, d.padding[0], d.padding[1]);
+  return dnnl_pooling_v2_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.src_desc, &d.dst_desc,
+                                           d.strides, d.kernel, d.dilation, d.padding[0],
+                                           d.padding[1]);
 }
 
-dnnl_status_t reinit(DescCheck& c, const dnnl_batch_normalization_desc_t& d, dnnl_batch_normalization_desc_t& f) {
+dnnl_status_t reinit(DescCheck& c, const dnnl_batch_normalization_desc_t& d,
+                     dnnl_batch_normalization_desc_t& f) {
   c.mds({&d.data_desc});
   c.inference(d);
   c.rank(d.data_desc, 2, 5);
   c.norm_flags(d.flags);
-  return dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, d.batch_norm_epsilon, d.flags);
+  return dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc,
+                                                    d.batch_norm_epsilon, d.flags);
 }
 
-dnnl_status_t reinit(DescCheck& c, const dnnl_layer_normalization_desc_t& d, dnnl_layer_normalization_desc_t& f) {
+dnnl_status_t reinit(DescCheck& c, const dnnl_layer_normalization_desc_t& d,
+                     dnnl_layer_normalization_desc_t& f) {
   c.mds({&d.data_desc, &d.stat_desc});
   c.inference(d);
   c.rank(d.data_desc, 2, 5);
   c.need(d.stat_desc.ndims == 0 || d.stat_desc.ndims == d.data_desc.ndims - 1);
   c.norm_flags(d.flags);
-  return dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc, d.layer_norm_epsilon,
-                                                    d.flags);
+  return dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc,
+                                                    d.layer_norm_epsilon, d.flags);
 }
 
-dnnl_status_t reinit(DescCheck& c, const dnnl_inner_product_desc_t& d, dnnl_inner_product_desc_t& f) {
+dnnl_status_t reinit(DescCheck& c, const dnnl_inner_product_desc_t& d,
+                     dnnl_inner_product_desc_t& f) {
   c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
   c.inference(d);
   c.rank(d.src_desc, 2, 5);
@@ -418,14 +462,14 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_inner_product_desc_t& d, dnnl_inne
   c.rank(d.dst_desc, 2, 2);
   c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
   c.with_bias(d.bias_desc);
-  return dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc, &d.bias_desc,
-                                              &d.dst_desc);
+  return dnnl_inner_product_forward_desc_init(&f, d.prop_kind, &d.src_desc, &d.weights_desc,
+                                              &d.bias_desc, &d.dst_desc);
 }
 
 dnnl_status_t reinit(DescCheck& c, const dnnl_binary_desc_t& d, dnnl_binary_desc_t& f) {
   c.mds({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
-  c.need(one_of(raw(d.alg_kind), {dnnl_binary_add, dnnl_binary_sub, dnnl_binary_mul, dnnl_binary_div,
-                                  dnnl_binary_max, dnnl_binary_min}));
+  c.need(one_of(raw(d.alg_kind), {dnnl_binary_add, dnnl_binary_sub, dnnl_binary_mul,
+                                  dnnl_binary_div, dnnl_binary_max, dnnl_binary_min}));
   c.rank(d.src_desc[0], 1, DNNL_MAX_NDIMS);
   c.same_rank({&d.src_desc[0], &d.src_desc[1], &d.dst_desc});
   c.require(DNNL_ARG_SRC_1);
@@ -470,17 +514,38 @@ std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vect
   DescCheck c(r, what);
   dnnl_status_t st = dnnl_invalid_arguments;
   switch (kind) {
-    case dnnl_convolution: st = reinit_as<dnnl_convolution_desc_t>(c, op); break;
-    case dnnl_eltwise: st = reinit_as<dnnl_eltwise_desc_t>(c, op); break;
-    case dnnl_softmax: st = reinit_as<dnnl_softmax_desc_t>(c, op); break;
-    case dnnl_pooling_v2: st = reinit_as<dnnl_pooling_v2_desc_t>(c, op); break;
-    case dnnl_batch_normalization: st = reinit_as<dnnl_batch_normalization_desc_t>(c, op); break;
-    case dnnl_layer_normalization: st = reinit_as<dnnl_layer_normalization_desc_t>(c, op); break;
-    case dnnl_inner_product: st = reinit_as<dnnl_inner_product_desc_t>(c, op); break;
-    case dnnl_binary: st = reinit_as<dnnl_binary_desc_t>(c, op); break;
-    case dnnl_matmul: st = reinit_as<dnnl_matmul_desc_t>(c, op); break;
-    case dnnl_reduction: st = reinit_as<dnnl_reduction_desc_t>(c, op); break;
-    default: r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
+    case dnnl_convolution:
+      st = reinit_as<dnnl_convolution_desc_t>(c, op);
+      break;
+    case dnnl_eltwise:
+      st = reinit_as<dnnl_eltwise_desc_t>(c, op);
+      break;
+    case dnnl_softmax:
+      st = reinit_as<dnnl_softmax_desc_t>(c, op);
+      break;
+    case dnnl_pooling_v2:
+      st = reinit_as<dnnl_pooling_v2_desc_t>(c, op);
+      break;
+    case dnnl_batch_normalization:
+      st = reinit_as<dnnl_batch_normalization_desc_t>(c, op);
+      break;
+    case dnnl_layer_normalization:
+      st = reinit_as<dnnl_layer_normalization_desc_t>(c, op);
+      break;
+    case dnnl_inner_product:
+      st = reinit_as<dnnl_inner_product_desc_t>(c, op);
+      break;
+    case dnnl_binary:
+      st = reinit_as<dnnl_binary_desc_t>(c, op);
+      break;
+    case dnnl_matmul:
+      st = reinit_as<dnnl_matmul_desc_t>(c, op);
+      break;
+    case dnnl_reduction:
+      st = reinit_as<dnnl_reduction_desc_t>(c, op);
+      break;
+    default:
+      r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
   }
   if (st != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
   return c.required();
@@ -495,11 +560,11 @@ struct PdHolder {
 // How to create one step's primitive, as read from the payload.
 struct Recipe {
   dnnl_primitive_kind_t kind{};
-  dnnl::memory::desc src, dst;          // reorder, concat (dst)
+  dnnl::memory::desc src, dst;           // reorder, concat (dst)
   std::vector<dnnl::memory::desc> srcs;  // concat
-  std::vector<uint8_t> op;              // everything else: the operation descriptor
+  std::vector<uint8_t> op;               // everything else: the operation descriptor
   dnnl::primitive_attr attr;
-  std::vector<int> required;            // the arguments the primitive reads or writes
+  std::vector<int> required;  // the arguments the primitive reads or writes
 };
 
 // Reads one step: its Step fields, and the recipe of its primitive.
@@ -518,13 +583,17 @@ Recipe read_step(Reader& r, Step& step) {
     const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
     for (size_t i = 0; i < n; ++i) rc.srcs.push_back(r.md("concat input"));
     rc.dst = r.md("concat destination");
-    for (size_t i = 0; i < n; ++i) rc.required.push_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
+    for (size_t i = 0; i < n; ++i)
+      rc.required.push_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
     rc.required.push_back(DNNL_ARG_DST);
-    if (n == 0 || step.concat_axis < 0 || step.concat_axis >= rc.dst.data.ndims) r.fail("has a bad concat in " + step.what);
+    if (n == 0 || step.concat_axis < 0 || step.concat_axis >= rc.dst.data.ndims)
+      r.fail("has a bad concat in " + step.what);
   } else {
     const size_t size = op_desc_size(rc.kind);
-    if (size == 0) r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(rc.kind)));
-    if (r.pod<uint32_t>("descriptor size") != size) r.fail("has a descriptor of the wrong size for " + step.what);
+    if (size == 0)
+      r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(rc.kind)));
+    if (r.pod<uint32_t>("descriptor size") != size)
+      r.fail("has a descriptor of the wrong size for " + step.what);
     const auto* p = static_cast<const uint8_t*>(r.take(size, "operation descriptor"));
     rc.op.assign(p, p + size);
     int32_t recorded = 0;  // every op descriptor starts with its kind
@@ -533,14 +602,16 @@ Recipe read_step(Reader& r, Step& step) {
     rc.required = reinit_op_desc(r, rc.kind, rc.op, step.what);
   }
   const int32_t mode = r.pod<int32_t>("scratchpad mode");
-  if (mode != dnnl_scratchpad_mode_user && mode != dnnl_scratchpad_mode_library) r.fail("has a bad scratchpad mode");
+  if (mode != dnnl_scratchpad_mode_user && mode != dnnl_scratchpad_mode_library)
+    r.fail("has a bad scratchpad mode");
   rc.attr.set_scratchpad_mode(static_cast<dnnl::scratchpad_mode>(mode));
   const size_t len = r.count("post-ops", sizeof(PostOpRecord));
   if (len > 0) {
     dnnl::post_ops po;
     for (size_t i = 0; i < len; ++i) {
       const PostOpRecord rec = r.pod<PostOpRecord>("post-op");
-      if (!rec.sum && !eltwise_alg(rec.alg)) r.fail("has a post-op of unknown algorithm in " + step.what);
+      if (!rec.sum && !eltwise_alg(rec.alg))
+        r.fail("has a post-op of unknown algorithm in " + step.what);
       if (rec.sum) po.append_sum(rec.scale);
       else po.append_eltwise(rec.scale, static_cast<dnnl::algorithm>(rec.alg), rec.alpha, rec.beta);
     }
@@ -561,16 +632,19 @@ dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
   omp_set_num_threads(threads);
   try {
     if (rc.kind == dnnl_reorder)
-      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), rc.src, engine(), rc.dst, rc.attr));
+      return dnnl::reorder(
+          dnnl::reorder::primitive_desc(engine(), rc.src, engine(), rc.dst, rc.attr));
     if (rc.kind == dnnl_concat)
-      return dnnl::concat(dnnl::concat::primitive_desc(rc.dst, step.concat_axis, rc.srcs, engine(), rc.attr));
+      return dnnl::concat(
+          dnnl::concat::primitive_desc(rc.dst, step.concat_axis, rc.srcs, engine(), rc.attr));
     PdHolder h;
-    const dnnl_status_t st = dnnl_primitive_desc_create(&h.pd, rc.op.data(), rc.attr.get(), engine().get(), nullptr);
+    const dnnl_status_t st =
+        dnnl_primitive_desc_create(&h.pd, rc.op.data(), rc.attr.get(), engine().get(), nullptr);
     if (st != dnnl_success) throw dnnl::error(st, "no implementation");
     return dnnl::primitive(h.pd);
   } catch (const dnnl::error& e) {
-    throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
-                     "oneDNN " + library_id() + " cannot create " + step.what + " from the payload: " + e.what());
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH, "oneDNN " + library_id() + " cannot create " +
+                                                     step.what + " from the payload: " + e.what());
   }
 }
 
@@ -607,7 +681,8 @@ void run_tasks(size_t n, const Task& task) {
 // ---------------------------------------------------------------------------
 
 void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
-  if (empty) throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a rejected partition cannot be serialized");
+  if (empty)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a rejected partition cannot be serialized");
   Writer w;
   w.raw(kMagic, sizeof kMagic);
   w.pod(kFormatVersion);
@@ -640,7 +715,9 @@ void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
     if (!r.constant) continue;
     const void* data = r.constant.get_data_handle();
     auto [it, fresh] = keys.emplace(data, name + "/c" + std::to_string(i));
-    if (fresh) host_.blob_add(store, "CpuOneDnn/" + it->second, data, r.constant.get_desc().get_size(), kAlign);
+    if (fresh)
+      host_.blob_add(store, "CpuOneDnn/" + it->second, data, r.constant.get_desc().get_size(),
+                     kAlign);
     w.str(it->second);
   }
   w.pod(static_cast<uint32_t>(steps.size()));
@@ -660,18 +737,21 @@ void read_header(Reader& r, const std::string& where) {
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("is not a CpuOneDnn payload");
   const uint32_t version = r.pod<uint32_t>("format version");
   if (version != kFormatVersion)
-    throw sdk::Error(BP_STATUS_VERSION_MISMATCH, where + ": payload format " + std::to_string(version) +
-                                                     ", this build reads format " + std::to_string(kFormatVersion));
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                     where + ": payload format " + std::to_string(version) +
+                         ", this build reads format " + std::to_string(kFormatVersion));
   if (r.pod<uint32_t>("byte order") != kEndianMark)
-    throw sdk::Error(BP_STATUS_VERSION_MISMATCH, where + ": payload written on a machine of the other byte order");
+    throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                     where + ": payload written on a machine of the other byte order");
   const std::string lib = r.str("library version");
   const auto isa = r.pod<int32_t>("CPU ISA");
   const auto md_size = r.pod<uint32_t>("descriptor size");
   if (lib != library_id() || isa != static_cast<int32_t>(dnnl_get_effective_cpu_isa()) ||
       md_size != sizeof(dnnl_memory_desc_t))
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
-                     where + ": payload made by oneDNN " + lib + " for " + isa_name(isa) + " CPUs; this is oneDNN " +
-                         library_id() + " on " + isa_name(static_cast<int32_t>(dnnl_get_effective_cpu_isa())));
+                     where + ": payload made by oneDNN " + lib + " for " + isa_name(isa) +
+                         " CPUs; this is oneDNN " + library_id() + " on " +
+                         isa_name(static_cast<int32_t>(dnnl_get_effective_cpu_isa())));
 }
 
 // The arena and scratchpad sizes and the interface, which must be the view's.
@@ -682,8 +762,11 @@ void read_sizes(Reader& r, const bp_graph_view_t& view, Compiled& c) {
     const size_t n = r.count("tensors", 8);
     for (size_t i = 0; i < n; ++i) list->push_back(r.pod<uint64_t>("tensor size"));
   }
-  auto expect_bytes = [&](const std::vector<size_t>& got, size_t n, const int32_t* ids, const char* what) {
-    if (got.size() != n) r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " + std::to_string(n));
+  auto expect_bytes = [&](const std::vector<size_t>& got, size_t n, const int32_t* ids,
+                          const char* what) {
+    if (got.size() != n)
+      r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " +
+             std::to_string(n));
     for (size_t k = 0; k < n; ++k) {
       const bp_value_t& v = view.values[ids[k]];
       if (v.dtype != BP_DTYPE_FLOAT32 || got[k] != sdk::byte_size(v))
@@ -704,10 +787,11 @@ void read_buffers(Reader& r, Compiled& c) {
     b.offset = r.pod<uint64_t>("buffer offset");
     if (kind > Buffer::kOutput) r.fail("has a bad buffer kind");
     b.kind = static_cast<Buffer::Kind>(kind);
-    const bool fits = b.kind == Buffer::kArena
-                          ? b.offset <= c.arena_bytes && b.size <= c.arena_bytes - b.offset
-                          : b.index < (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes).size() &&
-                                b.size == (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes)[b.index];
+    const bool fits =
+        b.kind == Buffer::kArena
+            ? b.offset <= c.arena_bytes && b.size <= c.arena_bytes - b.offset
+            : b.index < (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes).size() &&
+                  b.size == (b.kind == Buffer::kInput ? c.input_bytes : c.output_bytes)[b.index];
     if (!fits) r.fail("has buffer " + std::to_string(i) + " outside the arena or the tensors");
     c.buffers.push_back(b);
   }
@@ -742,10 +826,12 @@ ConstantKeys read_refs(Reader& r, Compiled& c) {
       if (bytes > c.scratch_bytes) r.fail("has a scratchpad larger than planned");
       m.buffer = -1;
     } else {
-      if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c.buffers.size()) r.fail("has a reference to no buffer");
+      if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c.buffers.size())
+        r.fail("has a reference to no buffer");
       if (bytes > c.buffers[m.buffer].size && c.buffers[m.buffer].kind != Buffer::kArena)
         r.fail("has a reference larger than its tensor");
-      if (c.buffers[m.buffer].kind == Buffer::kArena && bytes > c.arena_bytes - c.buffers[m.buffer].offset)
+      if (c.buffers[m.buffer].kind == Buffer::kArena &&
+          bytes > c.arena_bytes - c.buffers[m.buffer].offset)
         r.fail("has a reference past the arena");
     }
     c.refs.push_back(std::move(m));
@@ -780,7 +866,8 @@ std::vector<Recipe> read_steps(Reader& r, Compiled& c) {
     Step step;
     recipes.push_back(read_step(r, step));
     for (auto [arg, ref] : step.args)
-      if (ref < 0 || static_cast<size_t>(ref) >= c.refs.size()) r.fail("has an argument of " + step.what + " out of range");
+      if (ref < 0 || static_cast<size_t>(ref) >= c.refs.size())
+        r.fail("has an argument of " + step.what + " out of range");
     c.steps.push_back(std::move(step));
   }
   if (!r.done()) r.fail("has bytes after its end");
@@ -794,8 +881,8 @@ void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
     MemRef& m = c.refs[i];
     const sdk::Weight& blob = c.mapped[k.of_ref[i]];
     if (blob.size() < m.md.get_size())
-      r.fail("constant '" + k.keys[k.of_ref[i]] + "' has " + std::to_string(blob.size()) + " bytes, needs " +
-             std::to_string(m.md.get_size()));
+      r.fail("constant '" + k.keys[k.of_ref[i]] + "' has " + std::to_string(blob.size()) +
+             " bytes, needs " + std::to_string(m.md.get_size()));
     // Read-only mapping: oneDNN only ever reads weights.
     m.constant = dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()));
   }
@@ -809,13 +896,15 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
   for (auto [arg, ref] : step.args) {
     const MemRef& m = c.refs[ref];
     const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_WORKSPACE;
-    const bool ok = given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
-                    (!writes || (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
+    const bool ok =
+        given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
+        (!writes || (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
     if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
   }
   for (int arg : recipe.required)
     if (!given.count(arg)) r.fail("leaves an argument of " + step.what + " out");
-  const dnnl_memory_desc_t* sp = dnnl_primitive_desc_query_md(step.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  const dnnl_memory_desc_t* sp =
+      dnnl_primitive_desc_query_md(step.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
   if (sp != nullptr && dnnl::memory::desc(*sp).get_size() > 0 && !given.count(DNNL_ARG_SCRATCHPAD))
     r.fail("leaves the scratchpad of " + step.what + " out");
 }
@@ -828,18 +917,22 @@ void check_layouts(const Compiled& c, const Step& step, const std::string& where
         arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
                                    : dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
     const MemRef& m = c.refs[ref];
-    const bool ok = arg == DNNL_ARG_SCRATCHPAD ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c.scratch_bytes
-                                               : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
+    const bool ok = arg == DNNL_ARG_SCRATCHPAD
+                        ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c.scratch_bytes
+                        : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
     if (!ok)
-      throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
-                       where + ": " + step.what + " now wants another memory layout than the payload planned");
+      throw sdk::Error(
+          BP_STATUS_VERSION_MISMATCH,
+          where + ": " + step.what + " now wants another memory layout than the payload planned");
   }
 }
 
 }  // namespace
 
-std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host, const bp_graph_view_t& view,
-                                                               const void* payload, size_t size, int num_threads) {
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
+                                                              const bp_graph_view_t& view,
+                                                              const void* payload, size_t size,
+                                                              int num_threads) {
   const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
   Reader r(payload, size, where);
   read_header(r, where);

@@ -16,7 +16,9 @@ namespace backplane::onednn {
 
 using dnnl::memory;
 
-memory::dims to_dims(const Dims& d) { return d.empty() ? memory::dims{1} : memory::dims(d.begin(), d.end()); }
+memory::dims to_dims(const Dims& d) {
+  return d.empty() ? memory::dims{1} : memory::dims(d.begin(), d.end());
+}
 
 memory::desc plain_md(const Dims& shape) {
   memory::dims dims = to_dims(shape);
@@ -60,7 +62,9 @@ int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
-int PlanBuilder::new_arena(const memory::desc& md) { return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md); }
+int PlanBuilder::new_arena(const memory::desc& md) {
+  return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md);
+}
 int PlanBuilder::const_ref(const memory::desc& md, const void* data) {
   MemRef r;
   r.md = md;
@@ -70,7 +74,8 @@ int PlanBuilder::const_ref(const memory::desc& md, const void* data) {
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
-int PlanBuilder::const_reordered(const memory::desc& user, const void* data, const memory::desc& want) {
+int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
+                                 const memory::desc& want) {
   if (user == want) return const_ref(user, data);
   dnnl::memory src(user, engine(), const_cast<void*>(data));
   MemRef r;
@@ -88,8 +93,8 @@ Dims PlanBuilder::dims_of(int ref) const {
   return Dims(d.begin(), d.end());
 }
 
-void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args, const dnnl::primitive_desc_base& pd,
-              const std::string& what) {
+void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                           const dnnl::primitive_desc_base& pd, const std::string& what) {
   const memory::desc sp = pd.scratchpad_desc();
   if (sp.get_size() > 0) {
     MemRef r;
@@ -117,7 +122,8 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   if (md(ref) == want) return ref;
   for (const auto& [src, dst] : reorders_)
     if (src == ref && md(dst) == want) return dst;
-  if (c_.refs[ref].constant) return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want);
+  if (c_.refs[ref].constant)
+    return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want);
   const int dst = new_arena(want);
   copy(ref, dst);
   reorders_.push_back({ref, dst});

@@ -38,14 +38,15 @@ class PlanBuilder {
   // A constant holding a copy of `data` (md's bytes).
   int const_ref(const dnnl::memory::desc& md, const void* data);
   // A constant reordered once into `want` (e.g. a blocked weights layout).
-  int const_reordered(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& want);
+  int const_reordered(const dnnl::memory::desc& user, const void* data,
+                      const dnnl::memory::desc& want);
 
   const dnnl::memory::desc& md(int ref) const;
   Dims dims_of(int ref) const;
 
   // Appends a step (and its scratchpad); records which steps use each buffer.
-  void add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args, const dnnl::primitive_desc_base& pd,
-                const std::string& what);
+  void add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                const dnnl::primitive_desc_base& pd, const std::string& what);
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
   int as_md(int ref, const dnnl::memory::desc& want);

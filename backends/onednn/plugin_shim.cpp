@@ -31,11 +31,14 @@ const bp_backend_api_t* load_implementation() {
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr)
     setenv("GOMP_SPINCOUNT", "20000", /*overwrite=*/0);
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&load_implementation), &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  if (dladdr(reinterpret_cast<void*>(&load_implementation), &info) == 0 ||
+      info.dli_fname == nullptr)
+    return nullptr;
   std::string dir = info.dli_fname;
   dir = dir.substr(0, dir.rfind('/') + 1);
   // Kept loaded for the life of the process: the host may hold the table.
-  void* handle = dlopen((dir + "../onednn/libBackplane_CpuOneDnn_impl.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle =
+      dlopen((dir + "../onednn/libBackplane_CpuOneDnn_impl.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return nullptr;
   auto table = reinterpret_cast<TableFn>(dlsym(handle, "bp_cpuonednn_backend_table"));
   return table != nullptr ? table() : nullptr;

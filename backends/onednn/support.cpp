@@ -8,8 +8,9 @@
 namespace backplane::onednn {
 
 const std::set<std::string_view>& eltwise_ops() {
-  static const std::set<std::string_view> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu",
-                                                  "Sqrt", "Exp",       "Abs",  "Elu",     "Pow",  "Neg"};
+  static const std::set<std::string_view> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid",
+                                                 "Tanh", "Gelu",      "Sqrt", "Exp",
+                                                 "Abs",  "Elu",       "Pow",  "Neg"};
   return ops;
 }
 const std::set<std::string_view>& binary_ops() {
@@ -17,8 +18,8 @@ const std::set<std::string_view>& binary_ops() {
   return ops;
 }
 const std::set<std::string_view>& view_ops() {
-  static const std::set<std::string_view> ops = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                                                  "Identity", "Dropout", "Transpose"};
+  static const std::set<std::string_view> ops = {"Reshape",  "Flatten", "Squeeze",  "Unsqueeze",
+                                                 "Identity", "Dropout", "Transpose"};
   return ops;
 }
 
@@ -31,16 +32,18 @@ Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kern
   std::vector<int64_t> pads = node.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
   const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || kernel.size() != sp)
-    throw fail(g.describe(n) + ": strides/dilations/pads/kernel do not match " + std::to_string(sp) +
-               " spatial dims");
+    throw fail(g.describe(n) + ": strides/dilations/pads/kernel do not match " +
+               std::to_string(sp) + " spatial dims");
   for (size_t i = 0; i < sp; ++i) {
     const int64_t ext = (kernel[i] - 1) * dil[i] + 1;
     const int64_t total = (y[i + 2] - 1) * strides[i] + ext - x[i + 2];  // padding the output needs
     int64_t pl = pads[i];
     if (auto_pad == "SAME_UPPER") pl = std::max<int64_t>(total, 0) / 2;
-    else if (auto_pad == "SAME_LOWER") pl = std::max<int64_t>(total, 0) - std::max<int64_t>(total, 0) / 2;
+    else if (auto_pad == "SAME_LOWER")
+      pl = std::max<int64_t>(total, 0) - std::max<int64_t>(total, 0) / 2;
     else if (auto_pad == "VALID") pl = 0;
-    else if (auto_pad != "NOTSET") throw fail(g.describe(n) + ": auto_pad '" + auto_pad + "' is not supported");
+    else if (auto_pad != "NOTSET")
+      throw fail(g.describe(n) + ": auto_pad '" + auto_pad + "' is not supported");
     w.kernel.push_back(kernel[i]);
     w.strides.push_back(strides[i]);
     w.dilation.push_back(dil[i] - 1);
@@ -58,9 +61,11 @@ namespace {
 using OpCheck = void (*)(ViewInfo& g, int n, const Dims& xs, int y);
 
 void check_conv(ViewInfo& g, int n, const Dims& xs, int y) {
-  if (xs.size() < 3 || xs.size() > 5) throw fail("only 1-D, 2-D and 3-D convolutions are supported");
+  if (xs.size() < 3 || xs.size() > 5)
+    throw fail("only 1-D, 2-D and 3-D convolutions are supported");
   if (!g.is_const(g.in(n, 1))) throw fail("the weights must be a constant");
-  if (g.num_in(n) > 2 && g.in(n, 2) >= 0 && !g.is_const(g.in(n, 2))) throw fail("the bias must be a constant");
+  if (g.num_in(n) > 2 && g.in(n, 2) >= 0 && !g.is_const(g.in(n, 2)))
+    throw fail("the bias must be a constant");
   const Dims& ws = g.shape(g.in(n, 1));
   (void)window(g, n, xs, g.shape(y), Dims(ws.begin() + 2, ws.end()));
 }
@@ -75,7 +80,8 @@ void check_gemm(ViewInfo& g, int n, const Dims&, int y) {
 }
 
 void check_matmul(ViewInfo& g, int n, const Dims& xs, int y) {
-  if (xs.size() < 2 || g.shape(g.in(n, 1)).size() < 2) throw fail("MatMul of 1-D operands is not supported");
+  if (xs.size() < 2 || g.shape(g.in(n, 1)).size() < 2)
+    throw fail("MatMul of 1-D operands is not supported");
   if (g.shape(y).size() > 6) throw fail("MatMul of rank > 6 is not supported");
 }
 
@@ -85,7 +91,8 @@ void check_pool(ViewInfo& g, int n, const Dims& xs, int y) {
   if (node.attr_int("storage_order", 0) != 0) throw fail("storage_order=1 is not supported");
   Window w = window(g, n, xs, g.shape(y), node.attr_ints("kernel_shape"));
   if (g.op(n) == "AveragePool" && node.attr_int("count_include_pad", 0) != 0) {
-    std::vector<int64_t> pads = node.attr_ints("pads", std::vector<int64_t>(2 * (xs.size() - 2), 0));
+    std::vector<int64_t> pads =
+        node.attr_ints("pads", std::vector<int64_t>(2 * (xs.size() - 2), 0));
     for (size_t i = 0; i < w.pad_r.size(); ++i)
       if (w.pad_r[i] > pads[w.pad_r.size() + i])
         throw fail("AveragePool with count_include_pad=1 and ceil_mode padding is not supported");
@@ -121,13 +128,16 @@ void check_softmax(ViewInfo& g, int n, const Dims& xs, int) {
 
 void check_concat(ViewInfo& g, int n, const Dims&, int y) {
   for (size_t i = 0; i < g.num_in(n); ++i)
-    if (g.in(n, i) < 0 || g.shape(g.in(n, i)).size() != g.shape(y).size()) throw fail("inputs of different rank");
+    if (g.in(n, i) < 0 || g.shape(g.in(n, i)).size() != g.shape(y).size())
+      throw fail("inputs of different rank");
 }
 
 void check_reduce(ViewInfo& g, int n, const Dims&, int) {
   // Axes come from an attribute or a constant input; none means every axis.
-  if (g.num_in(n) > 1 && g.in(n, 1) >= 0 && !g.is_const(g.in(n, 1))) throw fail("the axes must be a constant");
-  if (g.node(n).attr_int("noop_with_empty_axes", 0) != 0) throw fail("noop_with_empty_axes=1 is not supported");
+  if (g.num_in(n) > 1 && g.in(n, 1) >= 0 && !g.is_const(g.in(n, 1)))
+    throw fail("the axes must be a constant");
+  if (g.node(n).attr_int("noop_with_empty_axes", 0) != 0)
+    throw fail("noop_with_empty_axes=1 is not supported");
 }
 
 // oneDNN's binary broadcasts only its second operand; a constant scalar
@@ -150,12 +160,14 @@ void check_pow(ViewInfo& g, int n, const Dims&, int) {
 
 void check_clip(ViewInfo& g, int n, const Dims&, int) {
   for (size_t i = 1; i < g.num_in(n); ++i)
-    if (g.in(n, i) >= 0 && !g.scalar(g.in(n, i))) throw fail("Clip bounds must be constant scalars");
+    if (g.in(n, i) >= 0 && !g.scalar(g.in(n, i)))
+      throw fail("Clip bounds must be constant scalars");
 }
 
 void check_gelu(ViewInfo& g, int n, const Dims&, int) {
   const std::string approx = g.node(n).attr_string("approximate", "none");
-  if (approx != "none" && approx != "tanh") throw fail("Gelu approximate='" + approx + "' is not supported");
+  if (approx != "none" && approx != "tanh")
+    throw fail("Gelu approximate='" + approx + "' is not supported");
 }
 
 void check_erf(ViewInfo&, int, const Dims&, int) {
@@ -170,17 +182,25 @@ void check_transpose(ViewInfo& g, int n, const Dims& xs, int) {
 // The operator-specific check of each operator that has one.
 const std::map<std::string_view, OpCheck>& op_checks() {
   static const std::map<std::string_view, OpCheck> checks = [] {
-    std::map<std::string_view, OpCheck> m = {
-        {"Conv", check_conv},           {"Gemm", check_gemm},
-        {"MatMul", check_matmul},       {"MaxPool", check_pool},
-        {"AveragePool", check_pool},    {"GlobalAveragePool", check_global_pool},
-        {"GlobalMaxPool", check_global_pool}, {"BatchNormalization", check_batch_norm},
-        {"LayerNormalization", check_layer_norm}, {"Softmax", check_softmax},
-        {"Concat", check_concat},       {"ReduceMean", check_reduce},
-        {"ReduceSum", check_reduce},    {"ReduceMax", check_reduce},
-        {"Pow", check_pow},             {"Clip", check_clip},
-        {"Gelu", check_gelu},           {"Erf", check_erf},
-        {"Transpose", check_transpose}};
+    std::map<std::string_view, OpCheck> m = {{"Conv", check_conv},
+                                             {"Gemm", check_gemm},
+                                             {"MatMul", check_matmul},
+                                             {"MaxPool", check_pool},
+                                             {"AveragePool", check_pool},
+                                             {"GlobalAveragePool", check_global_pool},
+                                             {"GlobalMaxPool", check_global_pool},
+                                             {"BatchNormalization", check_batch_norm},
+                                             {"LayerNormalization", check_layer_norm},
+                                             {"Softmax", check_softmax},
+                                             {"Concat", check_concat},
+                                             {"ReduceMean", check_reduce},
+                                             {"ReduceSum", check_reduce},
+                                             {"ReduceMax", check_reduce},
+                                             {"Pow", check_pow},
+                                             {"Clip", check_clip},
+                                             {"Gelu", check_gelu},
+                                             {"Erf", check_erf},
+                                             {"Transpose", check_transpose}};
     for (std::string_view op : binary_ops()) m.emplace(op, check_binary);
     return m;
   }();
@@ -191,17 +211,20 @@ const std::map<std::string_view, OpCheck>& op_checks() {
 void check_known(ViewInfo& g, int n) {
   sdk::NodeRef node = g.node(n);
   const std::string_view op = g.op(n);
-  if (!node.domain().empty() && node.domain() != "ai.onnx" && !(op == "Gelu" && node.domain() == "com.microsoft"))
+  if (!node.domain().empty() && node.domain() != "ai.onnx" &&
+      !(op == "Gelu" && node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
-  const bool known = eltwise_ops().count(op) || binary_ops().count(op) || view_ops().count(op) || op == "Conv" ||
-                     op == "Gemm" || op == "MatMul" || op == "MaxPool" || op == "AveragePool" ||
-                     op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "BatchNormalization" ||
-                     op == "LayerNormalization" || op == "Softmax" || op == "Concat" || op == "ReduceMean" ||
-                     op == "ReduceSum" || op == "ReduceMax" || op == "Erf";
+  const bool known = eltwise_ops().count(op) || binary_ops().count(op) || view_ops().count(op) ||
+                     op == "Conv" || op == "Gemm" || op == "MatMul" || op == "MaxPool" ||
+                     op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
+                     op == "BatchNormalization" || op == "LayerNormalization" || op == "Softmax" ||
+                     op == "Concat" || op == "ReduceMean" || op == "ReduceSum" ||
+                     op == "ReduceMax" || op == "Erf";
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
   // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).
   if (binary_ops().count(op) && g.num_in(n) != 2)
-    throw fail(std::string(op) + " with " + std::to_string(g.num_in(n)) + " inputs is not supported (only 2)");
+    throw fail(std::string(op) + " with " + std::to_string(g.num_in(n)) +
+               " inputs is not supported (only 2)");
 }
 
 // Dropout is an identity only in inference: a training_mode input that is
@@ -213,21 +236,24 @@ void check_dropout(ViewInfo& g, int n) {
     if (c == nullptr || *static_cast<const uint8_t*>(c) != 0)
       throw fail("Dropout with a training_mode that is not a constant false is not supported");
   }
-  if (g.node(n).attr_int("is_test", 1) == 0) throw fail("Dropout in training mode (is_test=0) is not supported");
+  if (g.node(n).attr_int("is_test", 1) == 0)
+    throw fail("Dropout in training mode (is_test=0) is not supported");
 }
 
 // Data tensors are float32 and not empty; shape/axes inputs of view ops may be
 // integers. One output, float32 (optional outputs nobody reads are fine).
 void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
-  const size_t data_inputs = view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
-                             : op == "Clip" ? 1
-                                            : g.num_in(n);
+  const size_t data_inputs =
+      view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
+      : op == "Clip"                                                                       ? 1
+                     : g.num_in(n);
   for (size_t i = 0; i < std::min(data_inputs, g.num_in(n)); ++i) {
     const int v = g.in(n, i);
     if (v < 0) continue;
     if (g.values[v].dtype != BP_DTYPE_FLOAT32)
-      throw fail("input '" + g.value_name(v) + "' is " + (g.values[v].dtype == BP_DTYPE_INT64 ? "int64" : "not float32") +
+      throw fail("input '" + g.value_name(v) + "' is " +
+                 (g.values[v].dtype == BP_DTYPE_INT64 ? "int64" : "not float32") +
                  " (only float32 is supported)");
     if (sdk::element_count(g.shape(v)) == 0) throw fail("input '" + g.value_name(v) + "' is empty");
   }
@@ -235,7 +261,8 @@ void check_tensors(ViewInfo& g, int n) {
   if (y < 0 || g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("output is not float32");
   if (sdk::element_count(g.shape(y)) == 0) throw fail("output is empty");
   for (size_t i = 1; i < g.num_out(n); ++i)
-    if (g.used(g.out(n, i))) throw fail("optional output " + std::to_string(i) + " is not supported");
+    if (g.used(g.out(n, i)))
+      throw fail("optional output " + std::to_string(i) + " is not supported");
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ const std::set<std::string_view>& view_ops();
 
 // Conv/Pool padding: ONNX pads (begin..., end...) or auto_pad, per spatial axis.
 struct Window {
-  dnnl::memory::dims kernel, strides, dilation, pad_l, pad_r;  // dilation in oneDNN's convention (d - 1)
+  dnnl::memory::dims kernel, strides, dilation, pad_l,
+      pad_r;  // dilation in oneDNN's convention (d - 1)
 };
 
 // The window of node n (input shape x, output shape y, kernel extent per

@@ -57,7 +57,8 @@ const float* ViewInfo::f32(int v) {
 }
 
 std::optional<float> ViewInfo::scalar(int v) {
-  if (!is_const(v) || values[v].dtype != BP_DTYPE_FLOAT32 || sdk::element_count(values[v].shape) != 1)
+  if (!is_const(v) || values[v].dtype != BP_DTYPE_FLOAT32 ||
+      sdk::element_count(values[v].shape) != 1)
     return std::nullopt;
   return f32(v)[0];
 }

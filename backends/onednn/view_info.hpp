@@ -40,8 +40,12 @@ class ViewInfo {
   size_t num_nodes() const { return view_.num_nodes; }
   sdk::NodeRef node(int n) const { return sdk::NodeRef(&view_, static_cast<size_t>(n)); }
   std::string_view op(int n) const { return view_.nodes[n].op_type; }
-  int in(int n, size_t i) const { return i < view_.nodes[n].num_inputs ? view_.nodes[n].inputs[i] : -1; }
-  int out(int n, size_t i = 0) const { return i < view_.nodes[n].num_outputs ? view_.nodes[n].outputs[i] : -1; }
+  int in(int n, size_t i) const {
+    return i < view_.nodes[n].num_inputs ? view_.nodes[n].inputs[i] : -1;
+  }
+  int out(int n, size_t i = 0) const {
+    return i < view_.nodes[n].num_outputs ? view_.nodes[n].outputs[i] : -1;
+  }
   size_t num_in(int n) const { return view_.nodes[n].num_inputs; }
   size_t num_out(int n) const { return view_.nodes[n].num_outputs; }
   const Dims& shape(int v) const { return values[v].shape; }

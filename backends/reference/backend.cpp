@@ -56,8 +56,9 @@ NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t in
     if ((v.flags & BP_VALUE_CONSTANT) != 0 && v.data_key != nullptr) {
       held.push_back(host.weight(view.weights, v.data_key));
       if (held.back().size() != sdk::byte_size(v))
-        throw sdk::Error(BP_STATUS_CORRUPT_DATA, info.describe() + ": constant '" + v.name + "' has " +
-                                                     std::to_string(held.back().size()) + " bytes, expected " +
+        throw sdk::Error(BP_STATUS_CORRUPT_DATA, info.describe() + ": constant '" + v.name +
+                                                     "' has " + std::to_string(held.back().size()) +
+                                                     " bytes, expected " +
                                                      std::to_string(sdk::byte_size(v)));
       info.in_constants.push_back(held.back().data());
     } else {
@@ -82,14 +83,15 @@ std::unique_ptr<Kernel> make_kernel(const NodeInfo& info) {
     throw sdk::unsupported("domain '" + std::string(info.node.domain()) + "' is not supported");
   const KernelFactory* factory = kernels().find(std::string(info.node.op_type()));
   if (factory == nullptr)
-    throw sdk::unsupported("operator '" + std::string(info.node.op_type()) + "' is not implemented");
+    throw sdk::unsupported("operator '" + std::string(info.node.op_type()) +
+                           "' is not implemented");
   return (*factory)(info);
 }
 
 // Where a value of the partition lives during a run.
 struct Location {
   enum Kind { kNone, kInput, kOutput, kConstant, kArena } kind = kNone;
-  size_t index = 0;              // kInput/kOutput: position; kArena: byte offset
+  size_t index = 0;  // kInput/kOutput: position; kArena: byte offset
   const void* constant = nullptr;
 };
 
@@ -105,8 +107,10 @@ class RefCompiled : public sdk::CompiledPartition {
   RefCompiled(const sdk::Host& host, const bp_graph_view_t& view) : host_(host) {
     const size_t nv = view.num_values;
     locations_.resize(nv);
-    for (size_t k = 0; k < view.num_inputs; ++k) locations_[view.inputs[k]] = {Location::kInput, k, nullptr};
-    for (size_t k = 0; k < view.num_outputs; ++k) locations_[view.outputs[k]] = {Location::kOutput, k, nullptr};
+    for (size_t k = 0; k < view.num_inputs; ++k)
+      locations_[view.inputs[k]] = {Location::kInput, k, nullptr};
+    for (size_t k = 0; k < view.num_outputs; ++k)
+      locations_[view.outputs[k]] = {Location::kOutput, k, nullptr};
 
     for (size_t n = 0; n < view.num_nodes; ++n) {
       NodeInfo info = make_info(host, view, n, weights_);
@@ -213,8 +217,8 @@ class RefContext : public sdk::ExecContext {
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override {
     if (num_inputs != compiled_.num_inputs() || num_outputs != compiled_.num_outputs())
-      throw sdk::invalid("CpuRef execute: expected " + std::to_string(compiled_.num_inputs()) + " inputs and " +
-                         std::to_string(compiled_.num_outputs()) + " outputs");
+      throw sdk::invalid("CpuRef execute: expected " + std::to_string(compiled_.num_inputs()) +
+                         " inputs and " + std::to_string(compiled_.num_outputs()) + " outputs");
     for (size_t v = 0; v < values_.size(); ++v) {
       const Location& loc = compiled_.locations()[v];
       if (loc.kind == Location::kInput) values_[v] = inputs[loc.index].data;
@@ -226,8 +230,10 @@ class RefContext : public sdk::ExecContext {
     for (size_t s = 0; s < steps.size(); ++s) {
       std::vector<const void*>& in = in_ptrs_[s];
       std::vector<void*>& out = out_ptrs_[s];
-      for (size_t i = 0; i < in.size(); ++i) in[i] = steps[s].inputs[i] >= 0 ? values_[steps[s].inputs[i]] : nullptr;
-      for (size_t i = 0; i < out.size(); ++i) out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
+      for (size_t i = 0; i < in.size(); ++i)
+        in[i] = steps[s].inputs[i] >= 0 ? values_[steps[s].inputs[i]] : nullptr;
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
       steps[s].kernel->run(in.data(), out.data(), scratch_);
     }
   }
@@ -241,7 +247,9 @@ class RefContext : public sdk::ExecContext {
   std::vector<std::vector<void*>> out_ptrs_;
 };
 
-std::unique_ptr<sdk::ExecContext> RefCompiled::create_context() { return std::make_unique<RefContext>(*this); }
+std::unique_ptr<sdk::ExecContext> RefCompiled::create_context() {
+  return std::make_unique<RefContext>(*this);
+}
 
 class RefBackend : public sdk::Backend {
  public:
@@ -273,32 +281,39 @@ class RefBackend : public sdk::Backend {
     }
   }
 
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     return std::make_unique<RefCompiled>(host(), view);
   }
 
-  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view, const void* payload, size_t size,
+  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view,
+                                                      const void* payload, size_t size,
                                                       const bp_compile_options_t&) override {
     std::vector<std::string> ops;
     for (size_t n = 0; n < view.num_nodes; ++n) ops.push_back(view.nodes[n].op_type);
     std::string expected = RefCompiled::payload_for(ops);
     if (size != expected.size() || std::memcmp(payload, expected.data(), size) != 0)
-      throw sdk::Error(BP_STATUS_CORRUPT_DATA, "CpuRef payload does not match partition '" + std::string(view.name) + "'");
+      throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                       "CpuRef payload does not match partition '" + std::string(view.name) + "'");
     return std::make_unique<RefCompiled>(host(), view);
   }
 
-  void execute_node(const bp_graph_view_t& view, size_t node, size_t num_inputs, const bp_tensor_t* inputs,
-                    size_t num_outputs, const bp_tensor_t* outputs) override {
+  void execute_node(const bp_graph_view_t& view, size_t node, size_t num_inputs,
+                    const bp_tensor_t* inputs, size_t num_outputs,
+                    const bp_tensor_t* outputs) override {
     std::vector<sdk::Weight> held;
     NodeInfo info = make_info(host(), view, node, held);
     std::unique_ptr<Kernel> kernel = make_kernel(info);
     std::vector<const void*> in(num_inputs);
     std::vector<void*> out(num_outputs);
-    for (size_t i = 0; i < num_inputs; ++i) in[i] = info.in_constants.size() > i && info.in_constants[i] ? info.in_constants[i] : inputs[i].data;
+    for (size_t i = 0; i < num_inputs; ++i)
+      in[i] = info.in_constants.size() > i && info.in_constants[i] ? info.in_constants[i]
+                                                                   : inputs[i].data;
     for (size_t i = 0; i < num_outputs; ++i) out[i] = outputs[i].data;
     std::vector<char> scratch_storage(kernel->scratch_bytes() + kAlign);
-    void* scratch = reinterpret_cast<void*>(align_up(reinterpret_cast<size_t>(scratch_storage.data())));
+    void* scratch =
+        reinterpret_cast<void*>(align_up(reinterpret_cast<size_t>(scratch_storage.data())));
     kernel->run(in.data(), out.data(), scratch);
   }
 };

@@ -8,9 +8,9 @@ namespace backplane::cpuref {
 int64_t normalize_axis(int64_t axis, int64_t rank, const NodeInfo& info) {
   if (axis < -rank || axis >= rank) {
     throw sdk::Error(BP_STATUS_INVALID_ARGUMENT,
-                     info.describe() + ": axis " + std::to_string(axis) + " is out of range for rank " +
-                         std::to_string(rank) + " (expected [" + std::to_string(-rank) + ", " +
-                         std::to_string(rank - 1) + "])");
+                     info.describe() + ": axis " + std::to_string(axis) +
+                         " is out of range for rank " + std::to_string(rank) + " (expected [" +
+                         std::to_string(-rank) + ", " + std::to_string(rank - 1) + "])");
   }
   return axis < 0 ? axis + rank : axis;
 }
@@ -51,7 +51,7 @@ uint16_t float_to_half(float f) {
     if (absx == 0x7f800000u) return sign | 0x7c00u;
     return static_cast<uint16_t>(sign | 0x7e00u | ((absx >> 13) & 0x3ffu));
   }
-  const uint32_t e = absx >> 23;  // biased float exponent
+  const uint32_t e = absx >> 23;        // biased float exponent
   if (e >= 143) return sign | 0x7c00u;  // >= 65536: overflows to inf
   if (e < 113) {
     // Result is a half subnormal (or zero): value = m * 2^(e-150) = r * 2^-24.

@@ -24,7 +24,7 @@ using Dims = std::vector<int64_t>;
 // Static facts about one node handed to a kernel factory.
 struct NodeInfo {
   sdk::NodeRef node;
-  std::vector<bp_dtype_t> in_dtypes;   // BP_DTYPE_UNDEFINED for an omitted input
+  std::vector<bp_dtype_t> in_dtypes;  // BP_DTYPE_UNDEFINED for an omitted input
   std::vector<Dims> in_shapes;
   std::vector<bp_dtype_t> out_dtypes;
   std::vector<Dims> out_shapes;
@@ -32,8 +32,12 @@ struct NodeInfo {
   // omitted). Valid for the lifetime of the compiled partition.
   std::vector<const void*> in_constants;
 
-  bool has_input(size_t i) const { return i < in_dtypes.size() && in_dtypes[i] != BP_DTYPE_UNDEFINED; }
-  const void* constant(size_t i) const { return i < in_constants.size() ? in_constants[i] : nullptr; }
+  bool has_input(size_t i) const {
+    return i < in_dtypes.size() && in_dtypes[i] != BP_DTYPE_UNDEFINED;
+  }
+  const void* constant(size_t i) const {
+    return i < in_constants.size() ? in_constants[i] : nullptr;
+  }
   // "node 'Conv_3' (Conv)", for messages.
   std::string describe() const {
     return "node '" + std::string(node.name()) + "' (" + std::string(node.op_type()) + ")";
@@ -57,7 +61,9 @@ using KernelFactory = std::function<std::unique_ptr<Kernel>(const NodeInfo&)>;
 
 class KernelRegistry {
  public:
-  void add(const std::string& op_type, KernelFactory factory) { factories_[op_type] = std::move(factory); }
+  void add(const std::string& op_type, KernelFactory factory) {
+    factories_[op_type] = std::move(factory);
+  }
   const KernelFactory* find(const std::string& op_type) const {
     auto it = factories_.find(op_type);
     return it == factories_.end() ? nullptr : &it->second;
@@ -73,9 +79,10 @@ class KernelRegistry {
 };
 
 // Each kernel file registers its ops here (called once by the backend).
-void register_nn_kernels(KernelRegistry& registry);          // conv, gemm, pool, norm, resize, softmax
-void register_elementwise_kernels(KernelRegistry& registry); // arithmetic, activations, compare, logic
-void register_tensor_kernels(KernelRegistry& registry);      // shape/layout ops, gather, reductions
+void register_nn_kernels(KernelRegistry& registry);  // conv, gemm, pool, norm, resize, softmax
+void register_elementwise_kernels(
+    KernelRegistry& registry);                           // arithmetic, activations, compare, logic
+void register_tensor_kernels(KernelRegistry& registry);  // shape/layout ops, gather, reductions
 
 // Shared helpers.
 // The kernels use the SDK's sdk::dtype_size / dtype_name / element_count;

@@ -25,14 +25,36 @@ struct f16 {
   uint16_t bits;
 };
 
-template <class T> constexpr bp_dtype_t dtype_of();
-template <> constexpr bp_dtype_t dtype_of<float>() { return BP_DTYPE_FLOAT32; }
-template <> constexpr bp_dtype_t dtype_of<f16>() { return BP_DTYPE_FLOAT16; }
-template <> constexpr bp_dtype_t dtype_of<int8_t>() { return BP_DTYPE_INT8; }
-template <> constexpr bp_dtype_t dtype_of<uint8_t>() { return BP_DTYPE_UINT8; }
-template <> constexpr bp_dtype_t dtype_of<int32_t>() { return BP_DTYPE_INT32; }
-template <> constexpr bp_dtype_t dtype_of<int64_t>() { return BP_DTYPE_INT64; }
-template <> constexpr bp_dtype_t dtype_of<bool>() { return BP_DTYPE_BOOL; }
+template <class T>
+constexpr bp_dtype_t dtype_of();
+template <>
+constexpr bp_dtype_t dtype_of<float>() {
+  return BP_DTYPE_FLOAT32;
+}
+template <>
+constexpr bp_dtype_t dtype_of<f16>() {
+  return BP_DTYPE_FLOAT16;
+}
+template <>
+constexpr bp_dtype_t dtype_of<int8_t>() {
+  return BP_DTYPE_INT8;
+}
+template <>
+constexpr bp_dtype_t dtype_of<uint8_t>() {
+  return BP_DTYPE_UINT8;
+}
+template <>
+constexpr bp_dtype_t dtype_of<int32_t>() {
+  return BP_DTYPE_INT32;
+}
+template <>
+constexpr bp_dtype_t dtype_of<int64_t>() {
+  return BP_DTYPE_INT64;
+}
+template <>
+constexpr bp_dtype_t dtype_of<bool>() {
+  return BP_DTYPE_BOOL;
+}
 
 // Calls f(T{}) for the T among Ts whose dtype is `dt`; rejects any other dtype
 // with "<node>: <what> dtype <dt> is not supported (supported: ...)".
@@ -42,7 +64,8 @@ std::unique_ptr<Kernel> dispatch(bp_dtype_t dt, const NodeInfo& info, const char
   const bool found = ((dt == dtype_of<Ts>() ? (kernel = f(Ts{}), true) : false) || ...);
   if (!found) {
     std::string supported;
-    ((supported += (supported.empty() ? "" : ", ") + std::string(sdk::dtype_name(dtype_of<Ts>()))), ...);
+    ((supported += (supported.empty() ? "" : ", ") + std::string(sdk::dtype_name(dtype_of<Ts>()))),
+     ...);
     throw sdk::unsupported(info.describe() + ": " + what + " dtype " + sdk::dtype_name(dt) +
                            " is not supported (supported: " + supported + ")");
   }

@@ -24,11 +24,21 @@ static_assert(sizeof(bool) == 1, "bool tensors are one byte per element");
 constexpr size_t kMaxInputs = 3;
 
 // f16 (kernel_util.hpp) is stored as bits; arithmetic on it happens in float.
-template <class T> struct MathOf { using type = T; };
-template <> struct MathOf<f16> { using type = float; };
-template <class T> using math_t = typename MathOf<T>::type;
+template <class T>
+struct MathOf {
+  using type = T;
+};
+template <>
+struct MathOf<f16> {
+  using type = float;
+};
+template <class T>
+using math_t = typename MathOf<T>::type;
 
-template <class T> inline math_t<T> load(T v) { return v; }
+template <class T>
+inline math_t<T> load(T v) {
+  return v;
+}
 inline float load(f16 v) { return half_to_float(v.bits); }
 
 template <class T, class V>
@@ -40,14 +50,15 @@ inline T store(V v) {
   }
 }
 
-template <class T> constexpr bool is_float_v = std::is_floating_point_v<math_t<T>>;
+template <class T>
+constexpr bool is_float_v = std::is_floating_point_v<math_t<T>>;
 
 void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
   for (size_t i = first + 1; i <= last; ++i) {
     if (info.in_dtypes[i] != info.in_dtypes[first])
       throw sdk::invalid(info.describe() + ": input " + std::to_string(i) + " has dtype " +
-                         sdk::dtype_name(info.in_dtypes[i]) + " but input " + std::to_string(first) +
-                         " has " + sdk::dtype_name(info.in_dtypes[first]));
+                         sdk::dtype_name(info.in_dtypes[i]) + " but input " +
+                         std::to_string(first) + " has " + sdk::dtype_name(info.in_dtypes[first]));
   }
 }
 
@@ -57,10 +68,10 @@ void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
 
 struct Broadcast {
   size_t nin = 0;
-  std::vector<int64_t> dims;                              // outer dims (innermost excluded)
-  std::vector<std::array<int64_t, kMaxInputs>> strides;   // per outer dim, per input (elements)
-  int64_t inner = 1;                                      // length of the innermost run
-  std::array<int64_t, kMaxInputs> inner_stride{};         // 0 or 1 per input
+  std::vector<int64_t> dims;                             // outer dims (innermost excluded)
+  std::vector<std::array<int64_t, kMaxInputs>> strides;  // per outer dim, per input (elements)
+  int64_t inner = 1;                                     // length of the innermost run
+  std::array<int64_t, kMaxInputs> inner_stride{};        // 0 or 1 per input
   int64_t rows = 1;
   int64_t total = 0;
 };
@@ -244,7 +255,8 @@ class WhereKernel final : public Kernel {
     const E* y = static_cast<const E*>(inputs[2]);
     E* out = static_cast<E*>(outputs[0]);
     const int64_t n = plan_.inner;
-    const int64_t sc = plan_.inner_stride[0], sx = plan_.inner_stride[1], sy = plan_.inner_stride[2];
+    const int64_t sc = plan_.inner_stride[0], sx = plan_.inner_stride[1],
+                  sy = plan_.inner_stride[2];
     for_each_row(plan_, [&](int64_t o, const int64_t* off) {
       const bool* pc = c + off[0];
       const E* px = x + off[1];
@@ -369,8 +381,10 @@ inline R power(X x, Y y) {
     const double p = std::pow(static_cast<double>(x), static_cast<double>(y));
     if constexpr (std::is_integral_v<R>) {
       if (std::isnan(p)) return 0;
-      if (p >= static_cast<double>(std::numeric_limits<R>::max())) return std::numeric_limits<R>::max();
-      if (p <= static_cast<double>(std::numeric_limits<R>::lowest())) return std::numeric_limits<R>::lowest();
+      if (p >= static_cast<double>(std::numeric_limits<R>::max()))
+        return std::numeric_limits<R>::max();
+      if (p <= static_cast<double>(std::numeric_limits<R>::lowest()))
+        return std::numeric_limits<R>::lowest();
     }
     return static_cast<R>(p);
   }
@@ -395,8 +409,10 @@ inline O convert(I v) {
     } else if constexpr (std::is_floating_point_v<X>) {
       if (std::isnan(x)) return 0;
       const double d = static_cast<double>(x);
-      if (d >= static_cast<double>(std::numeric_limits<O>::max())) return std::numeric_limits<O>::max();
-      if (d <= static_cast<double>(std::numeric_limits<O>::lowest())) return std::numeric_limits<O>::lowest();
+      if (d >= static_cast<double>(std::numeric_limits<O>::max()))
+        return std::numeric_limits<O>::max();
+      if (d <= static_cast<double>(std::numeric_limits<O>::lowest()))
+        return std::numeric_limits<O>::lowest();
       return static_cast<O>(d);
     } else {
       return static_cast<O>(x);
@@ -447,10 +463,11 @@ std::unique_ptr<Kernel> unary(const NodeInfo& info, Fn fn) {
   if (sdk::element_count(info.in_shapes[0]) != n)
     throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) +
                        " differs from input shape " + dims_str(info.in_shapes[0]));
-  return dispatch<Ts...>(info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
-    using T = decltype(tag);
-    return std::make_unique<MapKernel<T, T, Fn>>(n, fn);
-  });
+  return dispatch<Ts...>(info.in_dtypes[0], info, "input",
+                         [&](auto tag) -> std::unique_ptr<Kernel> {
+                           using T = decltype(tag);
+                           return std::make_unique<MapKernel<T, T, Fn>>(n, fn);
+                         });
 }
 
 template <class... Ts>
@@ -462,11 +479,12 @@ std::unique_ptr<Kernel> binary(const NodeInfo& info, Types<Ts...>, Fn fn) {
   require_inputs(info, 2);
   require_same_dtype(info, 0, 1);
   Broadcast plan = make_broadcast({info.in_shapes[0], info.in_shapes[1]}, info.out_shapes[0], info);
-  return dispatch<Ts...>(info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
-    using T = decltype(tag);
-    using O = std::conditional_t<kBoolOut, bool, T>;
-    return std::make_unique<BinaryKernel<T, T, O, Fn>>(plan, fn);
-  });
+  return dispatch<Ts...>(info.in_dtypes[0], info, "input",
+                         [&](auto tag) -> std::unique_ptr<Kernel> {
+                           using T = decltype(tag);
+                           using O = std::conditional_t<kBoolOut, bool, T>;
+                           return std::make_unique<BinaryKernel<T, T, O, Fn>>(plan, fn);
+                         });
 }
 
 using FloatTypes = Types<float, f16>;
@@ -488,11 +506,13 @@ std::unique_ptr<Kernel> variadic(const NodeInfo& info, Types<Ts...>, Fn fn, bool
   std::vector<Broadcast> plans;
   plans.push_back(make_broadcast({info.in_shapes[0]}, info.out_shapes[0], info));
   for (size_t k = 1; k < n; ++k)
-    plans.push_back(make_broadcast({info.out_shapes[0], info.in_shapes[k]}, info.out_shapes[0], info));
-  return dispatch<Ts...>(info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
-    using T = decltype(tag);
-    return std::make_unique<VariadicKernel<T, Fn>>(plans, fn, mean);
-  });
+    plans.push_back(
+        make_broadcast({info.out_shapes[0], info.in_shapes[k]}, info.out_shapes[0], info));
+  return dispatch<Ts...>(info.in_dtypes[0], info, "input",
+                         [&](auto tag) -> std::unique_ptr<Kernel> {
+                           using T = decltype(tag);
+                           return std::make_unique<VariadicKernel<T, Fn>>(plans, fn, mean);
+                         });
 }
 
 // Reads a scalar constant of dtype T as its math type.
@@ -514,7 +534,8 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
         bool lo_run = false, hi_run = false;
         if (attrs) {
           if constexpr (!is_float_v<T>) {
-            throw sdk::unsupported(info.describe() + ": Clip before opset 11 takes float inputs only");
+            throw sdk::unsupported(info.describe() +
+                                   ": Clip before opset 11 takes float inputs only");
           } else {
             lo = info.node.attr_float("min", lo);
             hi = info.node.attr_float("max", hi);
@@ -523,10 +544,12 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
           for (size_t i = 1; i <= 2; ++i) {
             if (!info.has_input(i)) continue;
             if (info.in_dtypes[i] != info.in_dtypes[0])
-              throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) + " has dtype " +
-                                 sdk::dtype_name(info.in_dtypes[i]) + ", expected " + sdk::dtype_name(info.in_dtypes[0]));
+              throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) +
+                                 " has dtype " + sdk::dtype_name(info.in_dtypes[i]) +
+                                 ", expected " + sdk::dtype_name(info.in_dtypes[0]));
             if (sdk::element_count(info.in_shapes[i]) != 1)
-              throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) + " must be a scalar");
+              throw sdk::invalid(info.describe() + ": Clip bound " + std::to_string(i) +
+                                 " must be a scalar");
             M& bound = i == 1 ? lo : hi;
             bool& at_run = i == 1 ? lo_run : hi_run;
             if (info.constant(i) != nullptr) bound = scalar_constant<T>(info, i);
@@ -556,8 +579,10 @@ std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
   require_inputs(info, 1);
   const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bp_dtype_t to = info.out_dtypes[0];
-  if (info.node.op_type() == "Cast" && info.node.has_attr("to") && info.node.attr_int("to", 0) != to)
-    throw sdk::invalid(info.describe() + ": attribute 'to' (" + std::to_string(info.node.attr_int("to", 0)) +
+  if (info.node.op_type() == "Cast" && info.node.has_attr("to") &&
+      info.node.attr_int("to", 0) != to)
+    throw sdk::invalid(info.describe() + ": attribute 'to' (" +
+                       std::to_string(info.node.attr_int("to", 0)) +
                        ") disagrees with the output dtype " + sdk::dtype_name(to));
   return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t, bool>(
       info.in_dtypes[0], info, "input", [&](auto in_tag) -> std::unique_ptr<Kernel> {
@@ -579,18 +604,23 @@ std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
 std::unique_ptr<Kernel> make_where(const NodeInfo& info) {
   require_inputs(info, 3);
   if (info.in_dtypes[0] != BP_DTYPE_BOOL)
-    throw sdk::invalid(info.describe() + ": condition has dtype " + std::string(sdk::dtype_name(info.in_dtypes[0])) +
-                       ", expected bool");
+    throw sdk::invalid(info.describe() + ": condition has dtype " +
+                       std::string(sdk::dtype_name(info.in_dtypes[0])) + ", expected bool");
   require_same_dtype(info, 1, 2);
-  Broadcast plan =
-      make_broadcast({info.in_shapes[0], info.in_shapes[1], info.in_shapes[2]}, info.out_shapes[0], info);
+  Broadcast plan = make_broadcast({info.in_shapes[0], info.in_shapes[1], info.in_shapes[2]},
+                                  info.out_shapes[0], info);
   switch (sdk::dtype_size(info.in_dtypes[1])) {
-    case 1: return std::make_unique<WhereKernel<uint8_t>>(std::move(plan));
-    case 2: return std::make_unique<WhereKernel<uint16_t>>(std::move(plan));
-    case 4: return std::make_unique<WhereKernel<uint32_t>>(std::move(plan));
-    case 8: return std::make_unique<WhereKernel<uint64_t>>(std::move(plan));
+    case 1:
+      return std::make_unique<WhereKernel<uint8_t>>(std::move(plan));
+    case 2:
+      return std::make_unique<WhereKernel<uint16_t>>(std::move(plan));
+    case 4:
+      return std::make_unique<WhereKernel<uint32_t>>(std::move(plan));
+    case 8:
+      return std::make_unique<WhereKernel<uint64_t>>(std::move(plan));
     default:
-      throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[1]) + " is not supported");
+      throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[1]) +
+                             " is not supported");
   }
 }
 
@@ -607,15 +637,18 @@ std::unique_ptr<Kernel> make_dropout(const NodeInfo& info) {
     if (training == nullptr)
       throw sdk::unsupported(info.describe() + ": training_mode must be a constant for inference");
     if (*static_cast<const bool*>(training))
-      throw sdk::unsupported(info.describe() + ": training-mode Dropout is not supported (inference only)");
+      throw sdk::unsupported(info.describe() +
+                             ": training-mode Dropout is not supported (inference only)");
   }
-  const size_t bytes = static_cast<size_t>(sdk::element_count(info.in_shapes[0])) * sdk::dtype_size(info.in_dtypes[0]);
+  const size_t bytes = static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
+                       sdk::dtype_size(info.in_dtypes[0]);
   const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bool mask = info.out_dtypes.size() > 1 && info.out_dtypes[1] != BP_DTYPE_UNDEFINED;
   if (!mask) return std::make_unique<DropoutKernel<bool>>(bytes, n, false);
-  return dispatch<bool, float, f16>(info.out_dtypes[1], info, "mask", [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<DropoutKernel<decltype(tag)>>(bytes, n, true);
-  });
+  return dispatch<bool, float, f16>(
+      info.out_dtypes[1], info, "mask", [&](auto tag) -> std::unique_ptr<Kernel> {
+        return std::make_unique<DropoutKernel<decltype(tag)>>(bytes, n, true);
+      });
 }
 
 std::unique_ptr<Kernel> make_gelu(const NodeInfo& info) {
@@ -658,16 +691,20 @@ void register_arithmetic(KernelRegistry& registry) {
 
   // Variadic.
   registry.add("Min", [](const NodeInfo& info) {
-    return variadic(info, NumericTypes{}, [](auto a, auto b) { return min_of(a, b); }, false);
+    return variadic(
+        info, NumericTypes{}, [](auto a, auto b) { return min_of(a, b); }, false);
   });
   registry.add("Max", [](const NodeInfo& info) {
-    return variadic(info, NumericTypes{}, [](auto a, auto b) { return max_of(a, b); }, false);
+    return variadic(
+        info, NumericTypes{}, [](auto a, auto b) { return max_of(a, b); }, false);
   });
   registry.add("Sum", [](const NodeInfo& info) {
-    return variadic(info, NumericTypes{}, [](auto a, auto b) { return wrap_add(a, b); }, false);
+    return variadic(
+        info, NumericTypes{}, [](auto a, auto b) { return wrap_add(a, b); }, false);
   });
   registry.add("Mean", [](const NodeInfo& info) {
-    return variadic(info, FloatTypes{}, [](auto a, auto b) { return a + b; }, true);
+    return variadic(
+        info, FloatTypes{}, [](auto a, auto b) { return a + b; }, true);
   });
 }
 
@@ -726,7 +763,8 @@ void register_activations(KernelRegistry& registry) {
   });
   registry.add("Elu", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 1.0f);
-    return unary_of(info, FloatTypes{}, [alpha](float x) { return x >= 0 ? x : alpha * std::expm1(x); });
+    return unary_of(info, FloatTypes{},
+                    [alpha](float x) { return x >= 0 ? x : alpha * std::expm1(x); });
   });
   registry.add("Selu", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 1.67326319217681884765625f);
@@ -746,9 +784,8 @@ void register_activations(KernelRegistry& registry) {
     });
   });
   registry.add("HardSwish", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) {
-      return x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f));
-    });
+    return unary_of(info, FloatTypes{},
+                    [](float x) { return x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f)); });
   });
   registry.add("Softplus", [](const NodeInfo& info) {
     return unary_of(info, FloatTypes{}, [](float x) {

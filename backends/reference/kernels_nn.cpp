@@ -50,13 +50,15 @@ void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
     if (!info.has_input(i)) continue;
     if (info.in_dtypes[i] != BP_DTYPE_FLOAT32)
       fail_unsupported(info, "input " + std::to_string(i) + " has dtype " +
-                                 sdk::dtype_name(info.in_dtypes[i]) + "; only float32 is supported");
+                                 sdk::dtype_name(info.in_dtypes[i]) +
+                                 "; only float32 is supported");
   }
   for (size_t i : outputs) {
     if (!has_output(info, i)) continue;
     if (info.out_dtypes[i] != BP_DTYPE_FLOAT32)
       fail_unsupported(info, "output " + std::to_string(i) + " has dtype " +
-                                 sdk::dtype_name(info.out_dtypes[i]) + "; only float32 is supported");
+                                 sdk::dtype_name(info.out_dtypes[i]) +
+                                 "; only float32 is supported");
   }
 }
 
@@ -82,8 +84,8 @@ std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, c
     }
   } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     for (size_t d = 0; d < r; ++d) {
-      const int64_t total =
-          std::max<int64_t>(0, (out[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in[d]);
+      const int64_t total = std::max<int64_t>(
+          0, (out[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in[d]);
       const int64_t small = total / 2, large = total - total / 2;
       pads[d] = auto_pad == "SAME_UPPER" ? small : large;
       pads[d + r] = auto_pad == "SAME_UPPER" ? large : small;

@@ -28,12 +28,12 @@ void valid_range(int64_t n_o, int64_t stride, int64_t offset, int64_t n_target, 
 
 // Spatial geometry of one convolution, extended to three dims.
 struct Geometry {
-  int64_t in[3] = {1, 1, 1};     // spatial dims of the convolution's input X
-  int64_t out[3] = {1, 1, 1};    // spatial dims of the output Y
+  int64_t in[3] = {1, 1, 1};   // spatial dims of the convolution's input X
+  int64_t out[3] = {1, 1, 1};  // spatial dims of the output Y
   int64_t k[3] = {1, 1, 1};
   int64_t stride[3] = {1, 1, 1};
   int64_t dil[3] = {1, 1, 1};
-  int64_t pad[3] = {0, 0, 0};    // begin pads; end pads only shape `out`
+  int64_t pad[3] = {0, 0, 0};  // begin pads; end pads only shape `out`
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   int64_t k_size() const { return k[0] * k[1] * k[2]; }
@@ -73,7 +73,8 @@ void check_rank(const NodeInfo& info) {
     fail_unsupported(info, "input rank " + std::to_string(x.size()) +
                                " is not supported (only 1-D, 2-D and 3-D spatial)");
   if (w.size() != x.size())
-    fail_invalid(info, "weight shape " + dims_str(w) + " does not match input shape " + dims_str(x));
+    fail_invalid(info,
+                 "weight shape " + dims_str(w) + " does not match input shape " + dims_str(x));
   if (info.out_shapes.empty() || info.out_shapes[0].size() != x.size())
     fail_invalid(info, "output rank does not match input rank");
 }
@@ -306,7 +307,8 @@ std::unique_ptr<Kernel> make_conv_transpose(const NodeInfo& info) {
     fail_invalid(info, "bias shape " + dims_str(info.in_shapes[2]) + " is not [" +
                            std::to_string(filters) + "]");
   const Dims output_padding = info.node.attr_ints("output_padding", Dims(r, 0));
-  if (output_padding.size() != r) fail_invalid(info, "output_padding must have " + std::to_string(r) + " values");
+  if (output_padding.size() != r)
+    fail_invalid(info, "output_padding must have " + std::to_string(r) + " values");
 
   // The full (unpadded) output is stride*(in-1) + output_padding + span; the
   // pads say how much of it is cut at each end. With auto_pad SAME_* or an
@@ -341,8 +343,9 @@ std::unique_ptr<Kernel> make_conv_transpose(const NodeInfo& info) {
     const int64_t expected =
         a.strides[d] * (x[2 + d] - 1) + output_padding[d] + span - pads[d] - pads[d + r];
     if (expected != y[2 + d])
-      fail_invalid(info, "output shape " + dims_str(y) + " does not match the transposed convolution of " +
-                             dims_str(x) + " (spatial dim " + std::to_string(d) + ": expected " +
+      fail_invalid(info, "output shape " + dims_str(y) +
+                             " does not match the transposed convolution of " + dims_str(x) +
+                             " (spatial dim " + std::to_string(d) + ": expected " +
                              std::to_string(expected) + ")");
     g.in[lead + d] = x[2 + d];
     g.out[lead + d] = y[2 + d];
@@ -351,7 +354,8 @@ std::unique_ptr<Kernel> make_conv_transpose(const NodeInfo& info) {
     g.dil[lead + d] = a.dilations[d];
     g.pad[lead + d] = pads[d];
   }
-  return std::make_unique<ConvTransposeKernel>(g, x[0], channels, filters, a.group, info.has_input(2));
+  return std::make_unique<ConvTransposeKernel>(g, x[0], channels, filters, a.group,
+                                               info.has_input(2));
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ void require_float32(const NodeInfo& info, const std::vector<size_t>& inputs,
 // Pads (begin..., end...) of a sliding window over `in` spatial dims that
 // produces `out`, from the node's auto_pad / pads attributes.
 std::vector<int64_t> resolve_window_pads(const NodeInfo& info, const Dims& in, const Dims& kernel,
-                                         const Dims& strides, const Dims& dilations, const Dims& out);
+                                         const Dims& strides, const Dims& dilations,
+                                         const Dims& out);
 
 // C[M,N] = alpha * A[M,K] * B[K,N] (+ C if accumulate); A and B addressed
 // through (row stride, column stride).

@@ -57,7 +57,8 @@ std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
   p.n = tb ? b[0] : b[1];
   const int64_t kb = tb ? b[1] : b[0];
   if (kb != p.k)
-    fail_invalid(info, "inner dimensions of A " + dims_str(a) + " and B " + dims_str(b) + " differ");
+    fail_invalid(info,
+                 "inner dimensions of A " + dims_str(a) + " and B " + dims_str(b) + " differ");
   if (info.out_shapes[0] != Dims{p.m, p.n})
     fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " is not [" +
                            std::to_string(p.m) + "," + std::to_string(p.n) + "]");
@@ -99,7 +100,8 @@ class MatMulKernel final : public Kernel {
     const float* b = static_cast<const float*>(inputs[1]);
     float* y = static_cast<float*>(outputs[0]);
     for (size_t i = 0; i < a_off_.size(); ++i)
-      gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_, false);
+      gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_,
+           false);
   }
 
  private:
@@ -135,7 +137,8 @@ std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
   if (!a_vec) expected.push_back(m);
   if (!b_vec) expected.push_back(n);
   if (info.out_shapes[0] != expected)
-    fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " is not " + dims_str(expected));
+    fail_invalid(info,
+                 "output shape " + dims_str(info.out_shapes[0]) + " is not " + dims_str(expected));
 
   // Strides of each operand's batch dims in elements; 0 where broadcast.
   Dims a_stride(rank, 0), b_stride(rank, 0);
@@ -169,7 +172,8 @@ std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
     a_dense = a_dense && a_off[i] == i * m * k;
   }
   if (count > 1 && one_b && a_dense)
-    return std::make_unique<MatMulKernel>(count * m, n, k, std::vector<int64_t>{0}, std::vector<int64_t>{0});
+    return std::make_unique<MatMulKernel>(count * m, n, k, std::vector<int64_t>{0},
+                                          std::vector<int64_t>{0});
   return std::make_unique<MatMulKernel>(m, n, k, std::move(a_off), std::move(b_off));
 }
 

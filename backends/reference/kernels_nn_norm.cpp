@@ -75,7 +75,8 @@ std::unique_ptr<Kernel> make_batch_norm(const NodeInfo& info) {
     fail_unsupported(info, "training_mode=1 is not supported (inference only)");
   for (size_t i = 1; i < info.out_dtypes.size(); ++i)
     if (has_output(info, i))
-      fail_unsupported(info, "training outputs (running/saved mean and variance) are not supported");
+      fail_unsupported(info,
+                       "training outputs (running/saved mean and variance) are not supported");
   if (info.node.opset() < 7 && info.node.attr_int("is_test", 0) == 0)
     fail_unsupported(info, "is_test=0 (training) is not supported");
   const Dims& x = info.in_shapes[0];
@@ -86,7 +87,8 @@ std::unique_ptr<Kernel> make_batch_norm(const NodeInfo& info) {
     if (sdk::element_count(info.in_shapes[i]) != p)
       fail_invalid(info, "scale, B, mean and var must have the same number of elements");
   if (p != c && p != c * s)
-    fail_invalid(info, "parameters " + dims_str(info.in_shapes[1]) + " do not fit input " + dims_str(x));
+    fail_invalid(info,
+                 "parameters " + dims_str(info.in_shapes[1]) + " do not fit input " + dims_str(x));
   return std::make_unique<BatchNormKernel>(x[0], c, s, p != c,
                                            info.node.attr_float("epsilon", 1e-5f));
 }
@@ -231,8 +233,9 @@ std::unique_ptr<Kernel> make_instance_norm(const NodeInfo& info) {
   const int64_t c = x[1];
   if (sdk::element_count(info.in_shapes[1]) != c || sdk::element_count(info.in_shapes[2]) != c)
     fail_invalid(info, "scale and B must have " + std::to_string(c) + " elements");
-  return std::make_unique<InstanceNormKernel>(x[0], c, sdk::element_count(x) / std::max<int64_t>(1, x[0] * c),
-                                              info.node.attr_float("epsilon", 1e-5f));
+  return std::make_unique<InstanceNormKernel>(
+      x[0], c, sdk::element_count(x) / std::max<int64_t>(1, x[0] * c),
+      info.node.attr_float("epsilon", 1e-5f));
 }
 
 // ---------------------------------------------------------------------------
@@ -287,12 +290,9 @@ std::unique_ptr<Kernel> make_softmax(const NodeInfo& info, bool log) {
   const int64_t axis = normalize_axis(info.node.attr_int("axis", per_axis ? -1 : 1), rank, info);
   int64_t outer = 1, len = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d) {
-    if (d < axis)
-      outer *= x[d];
-    else if (d == axis || !per_axis)
-      len *= x[d];
-    else
-      inner *= x[d];
+    if (d < axis) outer *= x[d];
+    else if (d == axis || !per_axis) len *= x[d];
+    else inner *= x[d];
   }
   return std::make_unique<SoftmaxKernel>(outer, len, inner, log);
 }

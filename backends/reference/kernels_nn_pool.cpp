@@ -24,8 +24,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 // One spatial axis of a pooling window, tabulated per output position.
 struct Axis {
   int64_t in = 1, out = 1, dil = 1;
-  std::vector<int64_t> start;   // input position of tap 0 (may be negative)
-  std::vector<int64_t> k_lo;    // taps [k_lo, k_hi) read the input
+  std::vector<int64_t> start;  // input position of tap 0 (may be negative)
+  std::vector<int64_t> k_lo;   // taps [k_lo, k_hi) read the input
   std::vector<int64_t> k_hi;
   std::vector<int64_t> padded;  // taps inside the padded input
 
@@ -40,7 +40,8 @@ struct Axis {
       const int64_t lo = std::clamp<int64_t>(ceil_div(-s, dil), 0, kernel);
       const int64_t hi = std::clamp<int64_t>(floor_div(in - 1 - s, dil) + 1, lo, kernel);
       const int64_t plo = std::clamp<int64_t>(ceil_div(-pad_begin - s, dil), 0, kernel);
-      const int64_t phi = std::clamp<int64_t>(floor_div(in + pad_end - 1 - s, dil) + 1, plo, kernel);
+      const int64_t phi =
+          std::clamp<int64_t>(floor_div(in + pad_end - 1 - s, dil) + 1, plo, kernel);
       start.push_back(s);
       k_lo.push_back(lo);
       k_hi.push_back(hi);
@@ -59,7 +60,8 @@ struct PoolGeometry {
 class PoolKernel final : public Kernel {
  public:
   enum class Mode { kMax, kAverage };
-  PoolKernel(PoolGeometry g, Mode mode, bool count_include_pad, bool with_indices, bool column_major)
+  PoolKernel(PoolGeometry g, Mode mode, bool count_include_pad, bool with_indices,
+             bool column_major)
       : g_(std::move(g)),
         mode_(mode),
         count_include_pad_(count_include_pad),
@@ -109,10 +111,9 @@ class PoolKernel final : public Kernel {
                 }
               }
               const int64_t count =
-                  count_include_pad_
-                      ? ad.padded[od] * ah.padded[oh] * aw.padded[ow]
-                      : (ad.k_hi[od] - ad.k_lo[od]) * (ah.k_hi[oh] - ah.k_lo[oh]) *
-                            (aw.k_hi[ow] - aw.k_lo[ow]);
+                  count_include_pad_ ? ad.padded[od] * ah.padded[oh] * aw.padded[ow]
+                                     : (ad.k_hi[od] - ad.k_lo[od]) * (ah.k_hi[oh] - ah.k_lo[oh]) *
+                                           (aw.k_hi[ow] - aw.k_lo[ow]);
               *y++ = sum / static_cast<float>(count);
             }
           }
@@ -174,7 +175,8 @@ std::unique_ptr<Kernel> make_pool(const NodeInfo& info, PoolKernel::Mode mode) {
       fail_invalid(info, "output shape " + dims_str(y) + " does not match pooling " + dims_str(x) +
                              " (spatial dim " + std::to_string(d) + ": expected " +
                              std::to_string(ceil_mode ? hi : lo) + ")");
-    g.axis[lead + d] = Axis(in[d], out[d], kernel[d], strides[d], dilations[d], pads[d], pads[d + r]);
+    g.axis[lead + d] =
+        Axis(in[d], out[d], kernel[d], strides[d], dilations[d], pads[d], pads[d + r]);
   }
   const bool count_include_pad = info.node.attr_int("count_include_pad", 0) != 0;
   return std::make_unique<PoolKernel>(std::move(g), mode, count_include_pad, with_indices,
@@ -218,17 +220,21 @@ std::unique_ptr<Kernel> make_global_pool(const NodeInfo& info, bool max) {
   if (x.size() < 2) fail_invalid(info, "input " + dims_str(x) + " must have rank >= 2");
   const int64_t planes = x[0] * x[1];
   if (sdk::element_count(info.out_shapes[0]) != planes)
-    fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " does not fit input " + dims_str(x));
-  return std::make_unique<GlobalPoolKernel>(planes, planes == 0 ? 0 : sdk::element_count(x) / planes, max);
+    fail_invalid(info, "output shape " + dims_str(info.out_shapes[0]) + " does not fit input " +
+                           dims_str(x));
+  return std::make_unique<GlobalPoolKernel>(planes,
+                                            planes == 0 ? 0 : sdk::element_count(x) / planes, max);
 }
 
 }  // namespace
 
 void register_pool(KernelRegistry& registry) {
-  registry.add("MaxPool", [](const NodeInfo& info) { return make_pool(info, PoolKernel::Mode::kMax); });
+  registry.add("MaxPool",
+               [](const NodeInfo& info) { return make_pool(info, PoolKernel::Mode::kMax); });
   registry.add("AveragePool",
                [](const NodeInfo& info) { return make_pool(info, PoolKernel::Mode::kAverage); });
-  registry.add("GlobalAveragePool", [](const NodeInfo& info) { return make_global_pool(info, false); });
+  registry.add("GlobalAveragePool",
+               [](const NodeInfo& info) { return make_global_pool(info, false); });
   registry.add("GlobalMaxPool", [](const NodeInfo& info) { return make_global_pool(info, true); });
 }
 

@@ -97,8 +97,15 @@ class ResizeKernel final : public Kernel {
   float extrapolation_;
 };
 
-enum class Coord { kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric,
-                   kTfHalfPixelForNn, kTfCropAndResize };
+enum class Coord {
+  kHalfPixel,
+  kHalfPixelSymmetric,
+  kPytorchHalfPixel,
+  kAlignCorners,
+  kAsymmetric,
+  kTfHalfPixelForNn,
+  kTfCropAndResize
+};
 enum class Nearest { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kSimple };
 
 // Input coordinate of output position x along one axis.
@@ -121,10 +128,10 @@ float original_coordinate(Coord mode, float x, float scale, float len_out, float
     case Coord::kTfHalfPixelForNn:
       return (x + 0.5f) / scale;
     case Coord::kTfCropAndResize:
-      return static_cast<float>(
-          len_out > 1 ? roi_start * (len_in - 1) +
-                            static_cast<double>(x) * (roi_end - roi_start) * (len_in - 1) / (len_out - 1)
-                      : 0.5 * (roi_start + roi_end) * (len_in - 1));
+      return static_cast<float>(len_out > 1 ? roi_start * (len_in - 1) +
+                                                  static_cast<double>(x) * (roi_end - roi_start) *
+                                                      (len_in - 1) / (len_out - 1)
+                                            : 0.5 * (roi_start + roi_end) * (len_in - 1));
   }
   return 0.0f;
 }
@@ -176,7 +183,8 @@ AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, floa
   const float fout_coords = p.coord == Coord::kAlignCorners && p.scales_given ? fin * scale : fout;
   const int64_t last = len_in - 1;
   for (int64_t o = 0; o < len_out; ++o) {
-    const float v = original_coordinate(p.coord, static_cast<float>(o), scale, fout_coords, fin, roi_start, roi_end);
+    const float v = original_coordinate(p.coord, static_cast<float>(o), scale, fout_coords, fin,
+                                        roi_start, roi_end);
     const bool outside = p.coord == Coord::kTfCropAndResize && (v < 0 || v > fin - 1);
     a.outside.push_back(outside ? 1 : 0);
     int64_t idx[4] = {0, 0, 0, 0};
@@ -242,7 +250,8 @@ void check_resize_shapes(const NodeInfo& info) {
   const size_t rank = x.size();
   if (rank == 0 || y.size() != rank)
     fail_invalid(info, "output shape " + dims_str(y) + " does not fit input " + dims_str(x));
-  if (rank > kMaxRank) fail_unsupported(info, "rank above " + std::to_string(kMaxRank) + " is not supported");
+  if (rank > kMaxRank)
+    fail_unsupported(info, "rank above " + std::to_string(kMaxRank) + " is not supported");
   for (size_t d = 0; d < rank; ++d)
     if (x[d] == 0 && y[d] != 0) fail_invalid(info, "cannot resize an empty dim to a non-empty one");
 }
@@ -251,7 +260,8 @@ void check_resize_shapes(const NodeInfo& info) {
 ResizeParams resize_params(const NodeInfo& info) {
   const int64_t opset = info.node.opset();
   if (info.node.has_attr("axes")) fail_unsupported(info, "the 'axes' attribute is not supported");
-  if (info.node.attr_int("antialias", 0) != 0) fail_unsupported(info, "antialias=1 is not supported");
+  if (info.node.attr_int("antialias", 0) != 0)
+    fail_unsupported(info, "antialias=1 is not supported");
   if (info.node.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
     fail_unsupported(info, "keep_aspect_ratio_policy other than 'stretch' is not supported");
 
@@ -260,7 +270,8 @@ ResizeParams resize_params(const NodeInfo& info) {
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
     fail_unsupported(info, "mode '" + p.mode + "' is not supported");
   const std::string coord =
-      opset >= 11 ? info.node.attr_string("coordinate_transformation_mode", "half_pixel") : "asymmetric";
+      opset >= 11 ? info.node.attr_string("coordinate_transformation_mode", "half_pixel")
+                  : "asymmetric";
   if (coord == "half_pixel") p.coord = Coord::kHalfPixel;
   else if (coord == "half_pixel_symmetric") p.coord = Coord::kHalfPixelSymmetric;
   else if (coord == "pytorch_half_pixel") p.coord = Coord::kPytorchHalfPixel;
@@ -290,7 +301,8 @@ std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p) {
   const size_t rank = x.size();
   // Resize-10: (X, scales). Resize-11+: (X, roi, scales, sizes).
   const size_t scales_at = opset >= 11 ? 2 : 1;
-  const bool has_scales = info.has_input(scales_at) && sdk::element_count(info.in_shapes[scales_at]) > 0;
+  const bool has_scales =
+      info.has_input(scales_at) && sdk::element_count(info.in_shapes[scales_at]) > 0;
   std::vector<float> scales(rank);
   if (has_scales) {
     if (info.in_dtypes[scales_at] != BP_DTYPE_FLOAT32) fail_invalid(info, "scales must be float32");
@@ -298,14 +310,14 @@ std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p) {
       fail_invalid(info, "scales must have " + std::to_string(rank) + " values");
     const void* data = info.constant(scales_at);
     if (data == nullptr)
-      fail_unsupported(info, "scales must be a constant (the interpolation depends on their values)");
+      fail_unsupported(info,
+                       "scales must be a constant (the interpolation depends on their values)");
     std::memcpy(scales.data(), data, rank * sizeof(float));
     for (float s : scales)
       if (!(s > 0)) fail_invalid(info, "scales must be positive");
     p.scales_given = true;
   } else {
-    if (opset < 11 || !info.has_input(3))
-      fail_invalid(info, "needs either scales or sizes");
+    if (opset < 11 || !info.has_input(3)) fail_invalid(info, "needs either scales or sizes");
     for (size_t d = 0; d < rank; ++d)
       scales[d] = x[d] == 0 ? 1.0f : static_cast<float>(y[d]) / static_cast<float>(x[d]);
   }
@@ -318,8 +330,10 @@ std::vector<float> resize_roi(const NodeInfo& info, const ResizeParams& p, size_
   std::vector<float> roi(2 * rank, 0.0f);
   for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0f;
   if (p.coord == Coord::kTfCropAndResize) {
-    if (!info.has_input(1) || sdk::element_count(info.in_shapes[1]) != static_cast<int64_t>(2 * rank))
-      fail_invalid(info, "tf_crop_and_resize needs roi with " + std::to_string(2 * rank) + " values");
+    if (!info.has_input(1) ||
+        sdk::element_count(info.in_shapes[1]) != static_cast<int64_t>(2 * rank))
+      fail_invalid(info,
+                   "tf_crop_and_resize needs roi with " + std::to_string(2 * rank) + " values");
     if (info.in_dtypes[1] != BP_DTYPE_FLOAT32) fail_unsupported(info, "roi must be float32");
     if (info.constant(1) == nullptr) fail_unsupported(info, "roi must be a constant");
     std::memcpy(roi.data(), info.constant(1), 2 * rank * sizeof(float));

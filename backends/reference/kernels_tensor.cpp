@@ -22,7 +22,9 @@ namespace {
 
 size_t elem_size(const NodeInfo& info, bp_dtype_t dtype) {
   const size_t size = sdk::dtype_size(dtype);
-  if (size == 0) throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) + " is not supported");
+  if (size == 0)
+    throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) +
+                           " is not supported");
   return size;
 }
 
@@ -51,15 +53,16 @@ Dims read_int_constant(const NodeInfo& info, size_t i, const char* what) {
     const int32_t* p = static_cast<const int32_t*>(data);
     for (int64_t k = 0; k < n; ++k) out[k] = p[k];
   } else {
-    throw sdk::invalid(info.describe() + ": input '" + what + "' has dtype " + sdk::dtype_name(info.in_dtypes[i]) +
-                       ", expected int32 or int64");
+    throw sdk::invalid(info.describe() + ": input '" + what + "' has dtype " +
+                       sdk::dtype_name(info.in_dtypes[i]) + ", expected int32 or int64");
   }
   return out;
 }
 
 // Reads an int64 scalar from a pointer of dtype int32/int64.
 inline int64_t read_index_scalar(const void* p, bp_dtype_t dtype) {
-  return dtype == BP_DTYPE_INT32 ? *static_cast<const int32_t*>(p) : *static_cast<const int64_t*>(p);
+  return dtype == BP_DTYPE_INT32 ? *static_cast<const int32_t*>(p)
+                                 : *static_cast<const int64_t*>(p);
 }
 
 void check_output_shape(const NodeInfo& info, const Dims& computed) {
@@ -71,12 +74,17 @@ void check_output_shape(const NodeInfo& info, const Dims& computed) {
 template <template <class> class K, class... Args>
 std::unique_ptr<Kernel> by_elem_size(size_t size, const NodeInfo& info, Args&&... args) {
   switch (size) {
-    case 1: return std::make_unique<K<uint8_t>>(std::forward<Args>(args)...);
-    case 2: return std::make_unique<K<uint16_t>>(std::forward<Args>(args)...);
-    case 4: return std::make_unique<K<uint32_t>>(std::forward<Args>(args)...);
-    case 8: return std::make_unique<K<uint64_t>>(std::forward<Args>(args)...);
+    case 1:
+      return std::make_unique<K<uint8_t>>(std::forward<Args>(args)...);
+    case 2:
+      return std::make_unique<K<uint16_t>>(std::forward<Args>(args)...);
+    case 4:
+      return std::make_unique<K<uint32_t>>(std::forward<Args>(args)...);
+    case 8:
+      return std::make_unique<K<uint64_t>>(std::forward<Args>(args)...);
     default:
-      throw sdk::unsupported(info.describe() + ": element size " + std::to_string(size) + " is not supported");
+      throw sdk::unsupported(info.describe() + ": element size " + std::to_string(size) +
+                             " is not supported");
   }
 }
 
@@ -92,9 +100,10 @@ struct Odometer {
 std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
   require_inputs(info, 1);
   if (sdk::element_count(info.in_shapes[0]) != sdk::element_count(info.out_shapes[0]))
-    throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) + " has " +
-                       std::to_string(sdk::element_count(info.out_shapes[0])) + " elements but input shape " +
-                       dims_str(info.in_shapes[0]) + " has " + std::to_string(sdk::element_count(info.in_shapes[0])));
+    throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) +
+                       " has " + std::to_string(sdk::element_count(info.out_shapes[0])) +
+                       " elements but input shape " + dims_str(info.in_shapes[0]) + " has " +
+                       std::to_string(sdk::element_count(info.in_shapes[0])));
   return std::make_unique<CopyKernel>(static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
                                       elem_size(info, info.in_dtypes[0]));
 }
@@ -135,7 +144,8 @@ Strided make_strided(const Dims& dims, const Dims& strides, int64_t offset, cons
     p.strides.pop_back();
   }
   if (p.dims.size() > kMaxRank)
-    throw sdk::unsupported(info.describe() + ": rank " + std::to_string(p.dims.size()) + " is too large");
+    throw sdk::unsupported(info.describe() + ": rank " + std::to_string(p.dims.size()) +
+                           " is too large");
   for (int64_t d : p.dims) p.rows *= d;
   return p;
 }
@@ -235,7 +245,8 @@ std::unique_ptr<Kernel> make_slice(const NodeInfo& info) {
   std::vector<bool> seen(in.size(), false);
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t axis = normalize_axis(axes[k], rank, info);
-    if (seen[axis]) throw sdk::invalid(info.describe() + ": axis " + std::to_string(axis) + " is sliced twice");
+    if (seen[axis])
+      throw sdk::invalid(info.describe() + ": axis " + std::to_string(axis) + " is sliced twice");
     seen[axis] = true;
     const int64_t n = in[axis], step = steps[k];
     if (step == 0) throw sdk::invalid(info.describe() + ": a step of 0 is not allowed");
@@ -266,15 +277,15 @@ std::unique_ptr<Kernel> make_expand(const NodeInfo& info) {
   const Dims& in = info.in_shapes[0];
   const Dims& out = info.out_shapes[0];
   if (in.size() > out.size())
-    throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) + " does not broadcast to " +
-                       dims_str(out));
+    throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) +
+                       " does not broadcast to " + dims_str(out));
   const Dims in_strides = contiguous_strides(in);
   Dims strides(out.size(), 0);
   const size_t lead = out.size() - in.size();
   for (size_t d = 0; d < in.size(); ++d) {
     if (in[d] != out[lead + d] && in[d] != 1)
-      throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) + " does not broadcast to " +
-                         dims_str(out));
+      throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) +
+                         " does not broadcast to " + dims_str(out));
     strides[lead + d] = in[d] == 1 ? 0 : in_strides[d];
   }
   return by_elem_size<StridedKernel>(elem_size(info, info.in_dtypes[0]), info,
@@ -308,7 +319,8 @@ std::unique_ptr<Kernel> make_tile(const NodeInfo& info) {
     const Dims repeats = read_int_constant(info, 1, "repeats");
     Dims expect(in.size());
     for (size_t d = 0; d < in.size() && d < repeats.size(); ++d) expect[d] = in[d] * repeats[d];
-    if (repeats.size() != in.size()) throw sdk::invalid(info.describe() + ": repeats length differs from rank");
+    if (repeats.size() != in.size())
+      throw sdk::invalid(info.describe() + ": repeats length differs from rank");
     check_output_shape(info, expect);
   }
   return by_elem_size<StridedKernel>(elem_size(info, info.in_dtypes[0]), info,
@@ -321,7 +333,8 @@ std::unique_ptr<Kernel> make_tile(const NodeInfo& info) {
 
 class ConcatKernel final : public Kernel {
  public:
-  ConcatKernel(int64_t outer, std::vector<size_t> chunks) : outer_(outer), chunks_(std::move(chunks)) {}
+  ConcatKernel(int64_t outer, std::vector<size_t> chunks)
+      : outer_(outer), chunks_(std::move(chunks)) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     char* out = static_cast<char*>(outputs[0]);
     for (int64_t o = 0; o < outer_; ++o) {
@@ -344,7 +357,8 @@ std::unique_ptr<Kernel> make_concat(const NodeInfo& info) {
   if (n == 0) throw sdk::invalid(info.describe() + ": Concat needs at least one input");
   require_inputs(info, n);
   const Dims& out = info.out_shapes[0];
-  const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(out.size()), info);
+  const int64_t axis =
+      normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(out.size()), info);
   const size_t esize = elem_size(info, info.in_dtypes[0]);
   const auto [outer, inner] = split_at_axis(out, axis);
   std::vector<size_t> chunks;
@@ -353,32 +367,36 @@ std::unique_ptr<Kernel> make_concat(const NodeInfo& info) {
     const Dims& in = info.in_shapes[k];
     if (info.in_dtypes[k] != info.in_dtypes[0])
       throw sdk::invalid(info.describe() + ": input " + std::to_string(k) + " has dtype " +
-                         sdk::dtype_name(info.in_dtypes[k]) + ", expected " + sdk::dtype_name(info.in_dtypes[0]));
+                         sdk::dtype_name(info.in_dtypes[k]) + ", expected " +
+                         sdk::dtype_name(info.in_dtypes[0]));
     bool ok = in.size() == out.size();
     for (size_t d = 0; ok && d < in.size(); ++d)
       if (static_cast<int64_t>(d) != axis && in[d] != out[d]) ok = false;
     if (!ok)
-      throw sdk::invalid(info.describe() + ": input " + std::to_string(k) + " shape " + dims_str(in) +
-                         " does not match output shape " + dims_str(out) + " outside axis " +
-                         std::to_string(axis));
+      throw sdk::invalid(info.describe() + ": input " + std::to_string(k) + " shape " +
+                         dims_str(in) + " does not match output shape " + dims_str(out) +
+                         " outside axis " + std::to_string(axis));
     total += in[axis];
     chunks.push_back(static_cast<size_t>(in[axis] * inner) * esize);
   }
   if (total != out[axis])
-    throw sdk::invalid(info.describe() + ": inputs add up to " + std::to_string(total) + " along axis " +
-                       std::to_string(axis) + " but the output has " + std::to_string(out[axis]));
+    throw sdk::invalid(info.describe() + ": inputs add up to " + std::to_string(total) +
+                       " along axis " + std::to_string(axis) + " but the output has " +
+                       std::to_string(out[axis]));
   return std::make_unique<ConcatKernel>(outer, std::move(chunks));
 }
 
 class SplitKernel final : public Kernel {
  public:
-  SplitKernel(int64_t outer, std::vector<size_t> chunks) : outer_(outer), chunks_(std::move(chunks)) {}
+  SplitKernel(int64_t outer, std::vector<size_t> chunks)
+      : outer_(outer), chunks_(std::move(chunks)) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     const char* in = static_cast<const char*>(inputs[0]);
     for (int64_t o = 0; o < outer_; ++o) {
       for (size_t k = 0; k < chunks_.size(); ++k) {
         const size_t c = chunks_[k];
-        if (c != 0 && outputs[k] != nullptr) std::memcpy(static_cast<char*>(outputs[k]) + o * c, in, c);
+        if (c != 0 && outputs[k] != nullptr)
+          std::memcpy(static_cast<char*>(outputs[k]) + o * c, in, c);
         in += c;
       }
     }
@@ -394,7 +412,8 @@ class SplitKernel final : public Kernel {
 std::unique_ptr<Kernel> make_split(const NodeInfo& info) {
   require_inputs(info, 1);
   const Dims& in = info.in_shapes[0];
-  const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(in.size()), info);
+  const int64_t axis =
+      normalize_axis(info.node.attr_int("axis", 0), static_cast<int64_t>(in.size()), info);
   const size_t esize = elem_size(info, info.in_dtypes[0]);
   const auto [outer, inner] = split_at_axis(in, axis);
   std::vector<size_t> chunks;
@@ -402,20 +421,22 @@ std::unique_ptr<Kernel> make_split(const NodeInfo& info) {
   for (size_t k = 0; k < info.out_shapes.size(); ++k) {
     const Dims& out = info.out_shapes[k];
     if (out.size() != in.size())
-      throw sdk::invalid(info.describe() + ": output " + std::to_string(k) + " rank differs from the input");
+      throw sdk::invalid(info.describe() + ": output " + std::to_string(k) +
+                         " rank differs from the input");
     total += out[axis];
     chunks.push_back(static_cast<size_t>(out[axis] * inner) * esize);
   }
   if (total != in[axis])
-    throw sdk::invalid(info.describe() + ": outputs add up to " + std::to_string(total) + " along axis " +
-                       std::to_string(axis) + " but the input has " + std::to_string(in[axis]));
+    throw sdk::invalid(info.describe() + ": outputs add up to " + std::to_string(total) +
+                       " along axis " + std::to_string(axis) + " but the input has " +
+                       std::to_string(in[axis]));
   if (info.constant(1) != nullptr) {
     const Dims split = read_int_constant(info, 1, "split");
     for (size_t k = 0; k < split.size() && k < info.out_shapes.size(); ++k)
       if (split[k] != info.out_shapes[k][axis])
-        throw sdk::invalid(info.describe() + ": split[" + std::to_string(k) + "] = " + std::to_string(split[k]) +
-                           " disagrees with output " + std::to_string(k) + " shape " +
-                           dims_str(info.out_shapes[k]));
+        throw sdk::invalid(info.describe() + ": split[" + std::to_string(k) +
+                           "] = " + std::to_string(split[k]) + " disagrees with output " +
+                           std::to_string(k) + " shape " + dims_str(info.out_shapes[k]));
   }
   return std::make_unique<SplitKernel>(outer, std::move(chunks));
 }
@@ -439,8 +460,8 @@ class GatherKernel final : public Kernel {
         int64_t idx = indices[j];
         if (idx < 0) idx += axis_dim_;
         if (idx < 0 || idx >= axis_dim_)
-          throw sdk::invalid(who_ + ": index " + std::to_string(indices[j]) + " is out of range for a dim of " +
-                             std::to_string(axis_dim_));
+          throw sdk::invalid(who_ + ": index " + std::to_string(indices[j]) +
+                             " is out of range for a dim of " + std::to_string(axis_dim_));
         std::memcpy(out, base + static_cast<size_t>(idx) * block_, block_);
         out += block_;
       }
@@ -466,9 +487,11 @@ std::unique_ptr<Kernel> make_gather(const NodeInfo& info) {
   check_output_shape(info, expect);
   const size_t block = static_cast<size_t>(inner) * elem_size(info, info.in_dtypes[0]);
   if (info.in_dtypes[1] == BP_DTYPE_INT64)
-    return std::make_unique<GatherKernel<int64_t>>(outer, data[axis], count, block, info.describe());
+    return std::make_unique<GatherKernel<int64_t>>(outer, data[axis], count, block,
+                                                   info.describe());
   if (info.in_dtypes[1] == BP_DTYPE_INT32)
-    return std::make_unique<GatherKernel<int32_t>>(outer, data[axis], count, block, info.describe());
+    return std::make_unique<GatherKernel<int32_t>>(outer, data[axis], count, block,
+                                                   info.describe());
   throw sdk::unsupported(info.describe() + ": indices dtype " + sdk::dtype_name(info.in_dtypes[1]) +
                          " is not supported (int32, int64)");
 }
@@ -497,11 +520,12 @@ std::vector<uint8_t> to_bytes(const T* data, size_t count) {
 }
 
 void check_bytes_for_output(const NodeInfo& info, size_t bytes) {
-  const size_t expect = static_cast<size_t>(sdk::element_count(info.out_shapes[0])) * sdk::dtype_size(info.out_dtypes[0]);
+  const size_t expect = static_cast<size_t>(sdk::element_count(info.out_shapes[0])) *
+                        sdk::dtype_size(info.out_dtypes[0]);
   if (bytes != expect)
-    throw sdk::invalid(info.describe() + ": value has " + std::to_string(bytes) + " bytes but output " +
-                       dims_str(info.out_shapes[0]) + " of " + sdk::dtype_name(info.out_dtypes[0]) + " needs " +
-                       std::to_string(expect));
+    throw sdk::invalid(info.describe() + ": value has " + std::to_string(bytes) +
+                       " bytes but output " + dims_str(info.out_shapes[0]) + " of " +
+                       sdk::dtype_name(info.out_dtypes[0]) + " needs " + std::to_string(expect));
 }
 
 std::unique_ptr<Kernel> make_shape(const NodeInfo& info) {
@@ -525,7 +549,8 @@ std::unique_ptr<Kernel> make_shape(const NodeInfo& info) {
 std::unique_ptr<Kernel> make_size(const NodeInfo& info) {
   require_inputs(info, 1);
   const int64_t n = sdk::element_count(info.in_shapes[0]);
-  if (info.out_dtypes[0] != BP_DTYPE_INT64) throw sdk::invalid(info.describe() + ": output dtype must be int64");
+  if (info.out_dtypes[0] != BP_DTYPE_INT64)
+    throw sdk::invalid(info.describe() + ": output dtype must be int64");
   return std::make_unique<BytesKernel>(to_bytes(&n, 1));
 }
 
@@ -561,8 +586,8 @@ std::unique_ptr<Kernel> make_constant(const NodeInfo& info) {
                            "(not sparse_value or strings)");
   }
   if (dtype != info.out_dtypes[0])
-    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(dtype) + " but the output is " +
-                       sdk::dtype_name(info.out_dtypes[0]));
+    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(dtype) +
+                       " but the output is " + sdk::dtype_name(info.out_dtypes[0]));
   check_bytes_for_output(info, bytes.size());
   return std::make_unique<BytesKernel>(std::move(bytes));
 }
@@ -582,14 +607,32 @@ class FillKernel final : public Kernel {
 };
 
 // Fill kernel for an element given as raw bytes.
-std::unique_ptr<Kernel> make_fill(const NodeInfo& info, int64_t n, const void* value, size_t esize) {
+std::unique_ptr<Kernel> make_fill(const NodeInfo& info, int64_t n, const void* value,
+                                  size_t esize) {
   switch (esize) {
-    case 1: { uint8_t v; std::memcpy(&v, value, 1); return std::make_unique<FillKernel<uint8_t>>(n, v); }
-    case 2: { uint16_t v; std::memcpy(&v, value, 2); return std::make_unique<FillKernel<uint16_t>>(n, v); }
-    case 4: { uint32_t v; std::memcpy(&v, value, 4); return std::make_unique<FillKernel<uint32_t>>(n, v); }
-    case 8: { uint64_t v; std::memcpy(&v, value, 8); return std::make_unique<FillKernel<uint64_t>>(n, v); }
+    case 1: {
+      uint8_t v;
+      std::memcpy(&v, value, 1);
+      return std::make_unique<FillKernel<uint8_t>>(n, v);
+    }
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, value, 2);
+      return std::make_unique<FillKernel<uint16_t>>(n, v);
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, value, 4);
+      return std::make_unique<FillKernel<uint32_t>>(n, v);
+    }
+    case 8: {
+      uint64_t v;
+      std::memcpy(&v, value, 8);
+      return std::make_unique<FillKernel<uint64_t>>(n, v);
+    }
     default:
-      throw sdk::unsupported(info.describe() + ": element size " + std::to_string(esize) + " is not supported");
+      throw sdk::unsupported(info.describe() + ": element size " + std::to_string(esize) +
+                             " is not supported");
   }
 }
 
@@ -609,8 +652,8 @@ std::unique_ptr<Kernel> make_constant_of_shape(const NodeInfo& info) {
   if (a->t->size_bytes != esize)
     throw sdk::invalid(info.describe() + ": attribute 'value' must hold exactly one element");
   if (a->t->dtype != info.out_dtypes[0])
-    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(a->t->dtype) + " but the output is " +
-                       sdk::dtype_name(info.out_dtypes[0]));
+    throw sdk::invalid(info.describe() + ": value has dtype " + sdk::dtype_name(a->t->dtype) +
+                       " but the output is " + sdk::dtype_name(info.out_dtypes[0]));
   return make_fill(info, n, a->t->data, esize);
 }
 
@@ -625,9 +668,9 @@ template <class E>
 class PadKernel final : public Kernel {
  public:
   struct Plan {
-    Dims out;                   // output dims
-    std::vector<int64_t> map;   // concatenated per-axis offset tables
-    std::vector<size_t> start;  // where axis d's table starts in map
+    Dims out;                          // output dims
+    std::vector<int64_t> map;          // concatenated per-axis offset tables
+    std::vector<size_t> start;         // where axis d's table starts in map
     int64_t copy_lo = 0, copy_hi = 0;  // innermost run [lo, hi) is a contiguous copy
     E value{};
     bool value_at_run = false;  // read the constant from inputs[2]
@@ -730,14 +773,37 @@ std::unique_ptr<Kernel> build_pad(const NodeInfo& info, const std::string& mode,
 // The constant value as bytes of dtype `dtype` (opset < 11 gives it as a float).
 std::vector<uint8_t> value_bytes(bp_dtype_t dtype, double v, const NodeInfo& info) {
   switch (dtype) {
-    case BP_DTYPE_FLOAT32: { const float f = static_cast<float>(v); return to_bytes(&f, 1); }
-    case BP_DTYPE_FLOAT16: { const uint16_t h = float_to_half(static_cast<float>(v)); return to_bytes(&h, 1); }
-    case BP_DTYPE_INT8: { const auto x = static_cast<int8_t>(v); return to_bytes(&x, 1); }
-    case BP_DTYPE_UINT8: { const auto x = static_cast<uint8_t>(v); return to_bytes(&x, 1); }
-    case BP_DTYPE_INT32: { const auto x = static_cast<int32_t>(v); return to_bytes(&x, 1); }
-    case BP_DTYPE_INT64: { const auto x = static_cast<int64_t>(v); return to_bytes(&x, 1); }
-    case BP_DTYPE_BOOL: { const uint8_t x = v != 0; return to_bytes(&x, 1); }
-    default: throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) + " is not supported");
+    case BP_DTYPE_FLOAT32: {
+      const float f = static_cast<float>(v);
+      return to_bytes(&f, 1);
+    }
+    case BP_DTYPE_FLOAT16: {
+      const uint16_t h = float_to_half(static_cast<float>(v));
+      return to_bytes(&h, 1);
+    }
+    case BP_DTYPE_INT8: {
+      const auto x = static_cast<int8_t>(v);
+      return to_bytes(&x, 1);
+    }
+    case BP_DTYPE_UINT8: {
+      const auto x = static_cast<uint8_t>(v);
+      return to_bytes(&x, 1);
+    }
+    case BP_DTYPE_INT32: {
+      const auto x = static_cast<int32_t>(v);
+      return to_bytes(&x, 1);
+    }
+    case BP_DTYPE_INT64: {
+      const auto x = static_cast<int64_t>(v);
+      return to_bytes(&x, 1);
+    }
+    case BP_DTYPE_BOOL: {
+      const uint8_t x = v != 0;
+      return to_bytes(&x, 1);
+    }
+    default:
+      throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(dtype) +
+                             " is not supported");
   }
 }
 
@@ -762,10 +828,8 @@ std::unique_ptr<Kernel> make_pad(const NodeInfo& info) {
         throw sdk::invalid(info.describe() + ": constant_value dtype differs from the data dtype");
       if (sdk::element_count(info.in_shapes[2]) != 1)
         throw sdk::invalid(info.describe() + ": constant_value must be a scalar");
-      if (info.constant(2) != nullptr)
-        std::memcpy(value.data(), info.constant(2), value.size());
-      else
-        value_at_run = true;
+      if (info.constant(2) != nullptr) std::memcpy(value.data(), info.constant(2), value.size());
+      else value_at_run = true;
     }
     if (info.has_input(3)) axes = read_int_constant(info, 3, "axes");
   }
@@ -773,8 +837,8 @@ std::unique_ptr<Kernel> make_pad(const NodeInfo& info) {
     for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
   }
   if (pads.size() != 2 * axes.size())
-    throw sdk::invalid(info.describe() + ": pads has " + std::to_string(pads.size()) + " entries, expected " +
-                       std::to_string(2 * axes.size()));
+    throw sdk::invalid(info.describe() + ": pads has " + std::to_string(pads.size()) +
+                       " entries, expected " + std::to_string(2 * axes.size()));
   Dims begin(in.size(), 0), end(in.size(), 0);
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t axis = normalize_axis(axes[k], rank, info);
@@ -782,11 +846,16 @@ std::unique_ptr<Kernel> make_pad(const NodeInfo& info) {
     end[axis] = pads[k + axes.size()];
   }
   switch (elem_size(info, info.in_dtypes[0])) {
-    case 1: return build_pad<uint8_t>(info, mode, begin, end, value.data(), value_at_run);
-    case 2: return build_pad<uint16_t>(info, mode, begin, end, value.data(), value_at_run);
-    case 4: return build_pad<uint32_t>(info, mode, begin, end, value.data(), value_at_run);
-    case 8: return build_pad<uint64_t>(info, mode, begin, end, value.data(), value_at_run);
-    default: throw sdk::unsupported(info.describe() + ": dtype is not supported");
+    case 1:
+      return build_pad<uint8_t>(info, mode, begin, end, value.data(), value_at_run);
+    case 2:
+      return build_pad<uint16_t>(info, mode, begin, end, value.data(), value_at_run);
+    case 4:
+      return build_pad<uint32_t>(info, mode, begin, end, value.data(), value_at_run);
+    case 8:
+      return build_pad<uint64_t>(info, mode, begin, end, value.data(), value_at_run);
+    default:
+      throw sdk::unsupported(info.describe() + ": dtype is not supported");
   }
 }
 
@@ -797,7 +866,8 @@ std::unique_ptr<Kernel> make_pad(const NodeInfo& info) {
 template <class T>
 class RangeKernel final : public Kernel {
  public:
-  RangeKernel(int64_t n, const void* start, const void* delta) : n_(n), start_(start), delta_(delta) {}
+  RangeKernel(int64_t n, const void* start, const void* delta)
+      : n_(n), start_(start), delta_(delta) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     const T start = *static_cast<const T*>(start_ ? start_ : inputs[0]);
     const T delta = *static_cast<const T*>(delta_ ? delta_ : inputs[2]);
@@ -817,9 +887,12 @@ std::unique_ptr<Kernel> make_range(const NodeInfo& info) {
   const void* start = info.constant(0);
   const void* delta = info.constant(2);
   switch (info.in_dtypes[0]) {
-    case BP_DTYPE_FLOAT32: return std::make_unique<RangeKernel<float>>(n, start, delta);
-    case BP_DTYPE_INT32: return std::make_unique<RangeKernel<int32_t>>(n, start, delta);
-    case BP_DTYPE_INT64: return std::make_unique<RangeKernel<int64_t>>(n, start, delta);
+    case BP_DTYPE_FLOAT32:
+      return std::make_unique<RangeKernel<float>>(n, start, delta);
+    case BP_DTYPE_INT32:
+      return std::make_unique<RangeKernel<int32_t>>(n, start, delta);
+    case BP_DTYPE_INT64:
+      return std::make_unique<RangeKernel<int64_t>>(n, start, delta);
     default:
       throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[0]) +
                              " is not supported (float32, int32, int64)");
@@ -831,8 +904,14 @@ class TriluKernel final : public Kernel {
  public:
   TriluKernel(int64_t batch, int64_t rows, int64_t cols, bool upper, int64_t k, const void* k_const,
               bool k_at_run, bp_dtype_t k_dtype)
-      : batch_(batch), rows_(rows), cols_(cols), upper_(upper), k_(k), k_const_(k_const),
-        k_at_run_(k_at_run), k_dtype_(k_dtype) {}
+      : batch_(batch),
+        rows_(rows),
+        cols_(cols),
+        upper_(upper),
+        k_(k),
+        k_const_(k_const),
+        k_at_run_(k_at_run),
+        k_dtype_(k_dtype) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     int64_t k = k_;
     if (k_const_ != nullptr) k = read_index_scalar(k_const_, k_dtype_);
@@ -873,35 +952,51 @@ std::unique_ptr<Kernel> make_trilu(const NodeInfo& info) {
     throw sdk::invalid(info.describe() + ": k must be int64");
   const void* k_const = has_k ? info.constant(1) : nullptr;
   const bool k_at_run = has_k && k_const == nullptr;
-  return by_elem_size<TriluKernel>(elem_size(info, info.in_dtypes[0]), info, batch, rows, cols, upper, int64_t{0},
-                                   k_const, k_at_run, k_dtype);
+  return by_elem_size<TriluKernel>(elem_size(info, info.in_dtypes[0]), info, batch, rows, cols,
+                                   upper, int64_t{0}, k_const, k_at_run, k_dtype);
 }
 
 // ---------------------------------------------------------------------------
 // Reductions
 // ---------------------------------------------------------------------------
 
-template <class T> struct AccOf { using type = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>; };
-template <> struct AccOf<f16> { using type = double; };
-template <class T> using acc_t = typename AccOf<T>::type;
+template <class T>
+struct AccOf {
+  using type = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+};
+template <>
+struct AccOf<f16> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename AccOf<T>::type;
 
-template <class T> inline acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
+template <class T>
+inline acc_t<T> to_acc(T v) {
+  return static_cast<acc_t<T>>(v);
+}
 inline double to_acc(f16 v) { return half_to_float(v.bits); }
-template <class T> inline T from_acc(acc_t<T> v) { return static_cast<T>(v); }
-template <> inline f16 from_acc<f16>(double v) { return f16{float_to_half(static_cast<float>(v))}; }
+template <class T>
+inline T from_acc(acc_t<T> v) {
+  return static_cast<T>(v);
+}
+template <>
+inline f16 from_acc<f16>(double v) {
+  return f16{float_to_half(static_cast<float>(v))};
+}
 
 enum class Reduce { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum };
 
 template <Reduce R, class A>
 constexpr A reduce_init() {
   if constexpr (R == Reduce::kMax)
-    return std::is_floating_point_v<A> ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+    return std::is_floating_point_v<A> ? -std::numeric_limits<A>::infinity()
+                                       : std::numeric_limits<A>::lowest();
   else if constexpr (R == Reduce::kMin)
-    return std::is_floating_point_v<A> ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
-  else if constexpr (R == Reduce::kProd)
-    return A(1);
-  else
-    return A(0);
+    return std::is_floating_point_v<A> ? std::numeric_limits<A>::infinity()
+                                       : std::numeric_limits<A>::max();
+  else if constexpr (R == Reduce::kProd) return A(1);
+  else return A(0);
 }
 
 template <Reduce R, class A>
@@ -933,8 +1028,8 @@ inline A reduce_finish(A acc, int64_t count) {
 // into a run of accumulators (kept innermost axis). Accumulators live in the
 // scratch buffer, in double for float types and int64 for integers.
 struct ReducePlan {
-  std::vector<int64_t> dims;       // coalesced outer dims of the input
-  std::vector<int64_t> out_strides;// accumulator stride of each (0 when reduced)
+  std::vector<int64_t> dims;         // coalesced outer dims of the input
+  std::vector<int64_t> out_strides;  // accumulator stride of each (0 when reduced)
   int64_t inner = 1;
   bool inner_reduced = false;
   int64_t rows = 1;
@@ -978,14 +1073,16 @@ class ReduceKernel final : public Kernel {
         }
       }
     }
-    for (int64_t i = 0; i < p_.out_total; ++i) out[i] = from_acc<T>(reduce_finish<R, A>(acc[i], p_.count));
+    for (int64_t i = 0; i < p_.out_total; ++i)
+      out[i] = from_acc<T>(reduce_finish<R, A>(acc[i], p_.count));
   }
 
  private:
   ReducePlan p_;
 };
 
-ReducePlan make_reduce_plan(const Dims& in, const std::vector<bool>& reduced, const NodeInfo& info) {
+ReducePlan make_reduce_plan(const Dims& in, const std::vector<bool>& reduced,
+                            const NodeInfo& info) {
   ReducePlan p;
   p.in_total = sdk::element_count(in);
   std::vector<int64_t> dims;
@@ -1083,7 +1180,8 @@ std::unique_ptr<Kernel> make_reduce(const NodeInfo& info) {
 template <class T, bool kMax>
 class ArgKernel final : public Kernel {
  public:
-  ArgKernel(int64_t outer, int64_t n, int64_t inner, bool last) : outer_(outer), n_(n), inner_(inner), last_(last) {}
+  ArgKernel(int64_t outer, int64_t n, int64_t inner, bool last)
+      : outer_(outer), n_(n), inner_(inner), last_(last) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     const T* in = static_cast<const T*>(inputs[0]);
     int64_t* out = static_cast<int64_t*>(outputs[0]);
@@ -1094,7 +1192,8 @@ class ArgKernel final : public Kernel {
         int64_t at = 0;
         for (int64_t j = 1; j < n_; ++j) {
           const auto v = to_acc(p[j * inner_]);
-          const bool better = kMax ? (last_ ? v >= best : v > best) : (last_ ? v <= best : v < best);
+          const bool better =
+              kMax ? (last_ ? v >= best : v > best) : (last_ ? v <= best : v < best);
           if (better) {
             best = v;
             at = j;
@@ -1118,8 +1217,10 @@ std::unique_ptr<Kernel> make_arg(const NodeInfo& info) {
   const int64_t axis = normalize_axis(info.node.attr_int("axis", 0), rank, info);
   const bool keepdims = info.node.attr_int("keepdims", 1) != 0;
   const bool last = info.node.attr_int("select_last_index", 0) != 0;
-  if (in[axis] == 0) throw sdk::invalid(info.describe() + ": cannot take the arg extreme of an empty axis");
-  if (info.out_dtypes[0] != BP_DTYPE_INT64) throw sdk::invalid(info.describe() + ": output dtype must be int64");
+  if (in[axis] == 0)
+    throw sdk::invalid(info.describe() + ": cannot take the arg extreme of an empty axis");
+  if (info.out_dtypes[0] != BP_DTYPE_INT64)
+    throw sdk::invalid(info.describe() + ": output dtype must be int64");
   Dims expect;
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d) {

@@ -83,8 +83,8 @@ static bp_status_t* fail(const bp_host_api_t* host, bp_status_code_t code, const
   return host->status_create(code, message);
 }
 
-static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_major, uint32_t runtime_minor,
-                                bp_backend_t** out) {
+static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_major,
+                                uint32_t runtime_minor, bp_backend_t** out) {
   (void)runtime_minor;
   g_counters.create++;
 #if defined(MOCK_CRASH_IN_CREATE)
@@ -100,7 +100,8 @@ static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_majo
 #endif
   return fail(host, BP_STATUS_UNSUPPORTED, "mock refuses: no device here");
 #else
-  if (runtime_major != BP_API_VERSION_MAJOR) return fail(host, BP_STATUS_VERSION_MISMATCH, "runtime major differs");
+  if (runtime_major != BP_API_VERSION_MAJOR)
+    return fail(host, BP_STATUS_VERSION_MISMATCH, "runtime major differs");
   bp_backend_t* b = (bp_backend_t*)malloc(sizeof *b);
   if (b == NULL) return fail(host, BP_STATUS_OUT_OF_MEMORY, "out of memory");
   b->host = host;
@@ -171,9 +172,11 @@ static bp_status_t* mock_compile(bp_backend_t* backend, const bp_graph_view_t* v
   g_counters.compile++;
   *out = NULL;
   if (view->num_inputs != 1 || view->num_outputs != 1)
-    return fail(backend->host, BP_STATUS_UNSUPPORTED, "mock compiles one-input one-output Relu chains");
+    return fail(backend->host, BP_STATUS_UNSUPPORTED,
+                "mock compiles one-input one-output Relu chains");
   for (n = 0; n < view->num_nodes; ++n)
-    if (!is_relu(view, n)) return fail(backend->host, BP_STATUS_UNSUPPORTED, "mock runs float32 Relu only");
+    if (!is_relu(view, n))
+      return fail(backend->host, BP_STATUS_UNSUPPORTED, "mock runs float32 Relu only");
   c = (bp_compiled_t*)malloc(sizeof *c);
   if (c == NULL) return fail(backend->host, BP_STATUS_OUT_OF_MEMORY, "out of memory");
   c->owner = backend;
@@ -209,8 +212,9 @@ static void relu(const bp_tensor_t* in, const bp_tensor_t* out) {
   for (i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static bp_status_t* mock_execute(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
-                                 size_t num_outputs, const bp_tensor_t* outputs) {
+static bp_status_t* mock_execute(bp_exec_context_t* context, size_t num_inputs,
+                                 const bp_tensor_t* inputs, size_t num_outputs,
+                                 const bp_tensor_t* outputs) {
   g_counters.execute++;
   if (num_inputs != 1 || num_outputs != 1 || inputs[0].size_bytes != outputs[0].size_bytes)
     return fail(context->owner->host, BP_STATUS_INVALID_ARGUMENT, "mock execute: bad tensors");
@@ -218,11 +222,13 @@ static bp_status_t* mock_execute(bp_exec_context_t* context, size_t num_inputs, 
   return NULL;
 }
 
-static bp_status_t* mock_execute_node(bp_backend_t* backend, const bp_graph_view_t* view, size_t node_index,
-                                      size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+static bp_status_t* mock_execute_node(bp_backend_t* backend, const bp_graph_view_t* view,
+                                      size_t node_index, size_t num_inputs,
+                                      const bp_tensor_t* inputs, size_t num_outputs,
                                       const bp_tensor_t* outputs) {
   g_counters.execute_node++;
-  if (node_index >= view->num_nodes || !is_relu(view, node_index) || num_inputs != 1 || num_outputs != 1)
+  if (node_index >= view->num_nodes || !is_relu(view, node_index) || num_inputs != 1 ||
+      num_outputs != 1)
     return fail(backend->host, BP_STATUS_UNSUPPORTED, "mock runs float32 Relu only");
   relu(&inputs[0], &outputs[0]);
   return NULL;

@@ -69,7 +69,8 @@ class Context : public sdk::ExecContext {
 
  private:
   const Compiled& compiled_;
-  std::vector<std::vector<float>> scratch_;  // intermediate values: per context, so contexts run in parallel
+  std::vector<std::vector<float>>
+      scratch_;  // intermediate values: per context, so contexts run in parallel
 };
 
 class Compiled : public sdk::CompiledPartition {
@@ -94,7 +95,8 @@ class Compiled : public sdk::CompiledPartition {
         // buffer stays valid while we hold it (sdk::Weight frees it).
         weights_.push_back(host.weight(view.weights, value.data_key));
         if (weights_.back().size() != sdk::byte_size(value))
-          throw sdk::Error(BP_STATUS_CORRUPT_DATA, "constant '" + std::string(value.name) + "' has the wrong size");
+          throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                           "constant '" + std::string(value.name) + "' has the wrong size");
         slots_[v] = {Slot::kConstant, 0, weights_.back().as<float>()};
       } else {
         slots_[v] = {Slot::kScratch, scratch_sizes_.size(), nullptr};
@@ -109,7 +111,9 @@ class Compiled : public sdk::CompiledPartition {
     }
   }
 
-  std::unique_ptr<sdk::ExecContext> create_context() override { return std::make_unique<Context>(*this); }
+  std::unique_ptr<sdk::ExecContext> create_context() override {
+    return std::make_unique<Context>(*this);
+  }
 
   std::vector<Slot> slots_;
   std::vector<size_t> scratch_sizes_;
@@ -181,7 +185,8 @@ class MyAccBackend : public sdk::Backend {
     }
   }
 
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     // The runtime only gives us nodes we claimed, but check anyway: a clear
     // error beats a wrong result.

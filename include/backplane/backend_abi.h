@@ -94,9 +94,9 @@ typedef struct bp_byte_writer bp_byte_writer_t;
 typedef struct bp_node_report bp_node_report_t;
 
 /* Backend-owned objects; the backend defines them. */
-typedef struct bp_backend bp_backend_t;             /* one per runtime */
-typedef struct bp_compiled bp_compiled_t;           /* one compiled partition */
-typedef struct bp_exec_context bp_exec_context_t;   /* one per concurrent caller */
+typedef struct bp_backend bp_backend_t;           /* one per runtime */
+typedef struct bp_compiled bp_compiled_t;         /* one compiled partition */
+typedef struct bp_exec_context bp_exec_context_t; /* one per concurrent caller */
 
 /* ======================================================================= */
 /* Enumerations                                                             */
@@ -126,10 +126,10 @@ typedef enum bp_status_code {
   BP_STATUS_DEVICE_ERROR = 8,     /* the device or its driver failed */
   BP_STATUS_INTERNAL = 9,         /* a bug in whoever created the status */
   /* ---- appended after 1.1 was released (no minor bump, see above) ---- */
-  BP_STATUS_IO_ERROR = 10,        /* the operating system refused (open, read, mmap) */
-  BP_STATUS_BACKEND_ERROR = 11,   /* a backend failed in a way no code above says; the
-                                   * runtime also uses it for a backend that broke the
-                                   * contract (threw, crashed, returned an unknown code) */
+  BP_STATUS_IO_ERROR = 10,      /* the operating system refused (open, read, mmap) */
+  BP_STATUS_BACKEND_ERROR = 11, /* a backend failed in a way no code above says; the
+                                 * runtime also uses it for a backend that broke the
+                                 * contract (threw, crashed, returned an unknown code) */
   /* Not a code: makes every value from 0 to INT32_MAX a value of this type,
    * so a code from a newer peer is one too (C++ leaves a value beyond an
    * enum's range undefined). */
@@ -169,21 +169,21 @@ typedef enum bp_log_level {
 } bp_log_level_t;
 
 /* bp_backend_info_t.flags */
-#define BP_BACKEND_FLAG_DEVICE_MEMORY   (1u << 0) /* tensors live in backend memory */
-#define BP_BACKEND_FLAG_SERIALIZE       (1u << 1) /* serialize/deserialize implemented */
-#define BP_BACKEND_FLAG_SINGLE_OP       (1u << 2) /* execute_node implemented (imperative) */
-#define BP_BACKEND_FLAG_COMPILE         (1u << 3) /* compile/execute implemented (symbolic) */
+#define BP_BACKEND_FLAG_DEVICE_MEMORY (1u << 0) /* tensors live in backend memory */
+#define BP_BACKEND_FLAG_SERIALIZE (1u << 1)     /* serialize/deserialize implemented */
+#define BP_BACKEND_FLAG_SINGLE_OP (1u << 2)     /* execute_node implemented (imperative) */
+#define BP_BACKEND_FLAG_COMPILE (1u << 3)       /* compile/execute implemented (symbolic) */
 
 /* bp_value_t.flags */
-#define BP_VALUE_CONSTANT     (1u << 0) /* bytes reachable through data_key */
-#define BP_VALUE_VIEW_INPUT   (1u << 1) /* produced outside this view */
-#define BP_VALUE_VIEW_OUTPUT  (1u << 2) /* consumed outside this view */
+#define BP_VALUE_CONSTANT (1u << 0)    /* bytes reachable through data_key */
+#define BP_VALUE_VIEW_INPUT (1u << 1)  /* produced outside this view */
+#define BP_VALUE_VIEW_OUTPUT (1u << 2) /* consumed outside this view */
 
 /* Outcome of one node in bp_host_api_t.report_node (ArmNN OptimizationViews). */
 typedef enum bp_node_outcome {
-  BP_NODE_SUPPORTED = 0,   /* query: supported;  compile: taken (substituted) */
-  BP_NODE_REJECTED = 1,    /* query: unsupported; compile: failed, give it to another backend */
-  BP_NODE_UNTOUCHED = 2    /* compile only: left as is, the host decides */
+  BP_NODE_SUPPORTED = 0, /* query: supported;  compile: taken (substituted) */
+  BP_NODE_REJECTED = 1,  /* query: unsupported; compile: failed, give it to another backend */
+  BP_NODE_UNTOUCHED = 2  /* compile only: left as is, the host decides */
 } bp_node_outcome_t;
 
 /* ======================================================================= */
@@ -200,7 +200,7 @@ typedef struct bp_tensor {
   const int64_t* shape; /* rank entries; owned by the caller of the slot */
   void* data;           /* owned by the caller; valid for the duration of the call */
   size_t size_bytes;
-  uint32_t device;      /* 0 = host memory; k > 0 = the backend's device k-1 */
+  uint32_t device; /* 0 = host memory; k > 0 = the backend's device k-1 */
 } bp_tensor_t;
 
 /* A constant tensor embedded in an attribute (e.g. ConstantOfShape.value). */
@@ -219,14 +219,14 @@ typedef struct bp_attribute {
   size_t struct_size;
   const char* name;
   bp_attr_type_t type;
-  int64_t i;                    /* BP_ATTR_INT */
-  float f;                      /* BP_ATTR_FLOAT */
-  const char* s;                /* BP_ATTR_STRING (NUL-terminated) */
-  size_t count;                 /* element count of the list kinds */
-  const int64_t* ints;          /* BP_ATTR_INTS */
-  const float* floats;          /* BP_ATTR_FLOATS */
-  const char* const* strings;   /* BP_ATTR_STRINGS */
-  const bp_attr_tensor_t* t;    /* BP_ATTR_TENSOR */
+  int64_t i;                  /* BP_ATTR_INT */
+  float f;                    /* BP_ATTR_FLOAT */
+  const char* s;              /* BP_ATTR_STRING (NUL-terminated) */
+  size_t count;               /* element count of the list kinds */
+  const int64_t* ints;        /* BP_ATTR_INTS */
+  const float* floats;        /* BP_ATTR_FLOATS */
+  const char* const* strings; /* BP_ATTR_STRINGS */
+  const bp_attr_tensor_t* t;  /* BP_ATTR_TENSOR */
 } bp_attribute_t;
 
 /* One value (tensor edge) in a graph view. */
@@ -235,9 +235,9 @@ typedef struct bp_value {
   const char* name;
   bp_dtype_t dtype;
   size_t rank;
-  const int64_t* shape;  /* static: every dim >= 0 */
-  uint32_t flags;        /* BP_VALUE_* */
-  const char* data_key;  /* for BP_VALUE_CONSTANT: key into the view's weights */
+  const int64_t* shape; /* static: every dim >= 0 */
+  uint32_t flags;       /* BP_VALUE_* */
+  const char* data_key; /* for BP_VALUE_CONSTANT: key into the view's weights */
 } bp_value_t;
 
 /* One node. Inputs/outputs index into bp_graph_view_t.values; an absent
@@ -246,8 +246,8 @@ typedef struct bp_node {
   size_t struct_size;
   const char* name;
   const char* op_type;
-  const char* domain;     /* "" for the default ONNX domain */
-  int64_t opset;          /* opset version of that domain in the model */
+  const char* domain; /* "" for the default ONNX domain */
+  int64_t opset;      /* opset version of that domain in the model */
   size_t num_inputs;
   const int32_t* inputs;
   size_t num_outputs;
@@ -262,14 +262,14 @@ typedef struct bp_node {
  * never copied into the view: read them with host->data_map_get(weights, key). */
 typedef struct bp_graph_view {
   size_t struct_size;
-  const char* name;               /* e.g. "resnet18/partition_0" */
+  const char* name; /* e.g. "resnet18/partition_0" */
   size_t num_values;
   const bp_value_t* values;
   size_t num_nodes;
   const bp_node_t* nodes;
-  size_t num_inputs;              /* execute() inputs, in this order */
+  size_t num_inputs; /* execute() inputs, in this order */
   const int32_t* inputs;
-  size_t num_outputs;             /* execute() outputs, in this order */
+  size_t num_outputs; /* execute() outputs, in this order */
   const int32_t* outputs;
   const bp_named_data_map_t* weights;
 } bp_graph_view_t;
@@ -285,18 +285,18 @@ typedef struct bp_buffer {
 
 typedef struct bp_backend_info {
   size_t struct_size;
-  const char* vendor;       /* static storage of the backend */
-  const char* description;  /* static storage of the backend */
-  uint32_t device_count;    /* devices of BP_BACKEND_FLAG_DEVICE_MEMORY */
-  uint32_t flags;           /* BP_BACKEND_FLAG_* */
+  const char* vendor;      /* static storage of the backend */
+  const char* description; /* static storage of the backend */
+  uint32_t device_count;   /* devices of BP_BACKEND_FLAG_DEVICE_MEMORY */
+  uint32_t flags;          /* BP_BACKEND_FLAG_* */
 } bp_backend_info_t;
 
 /* Options given to compile. */
 typedef struct bp_compile_options {
   size_t struct_size;
-  uint32_t num_threads;       /* 0 = backend default */
-  bool ahead_of_time;         /* a serialize call will follow */
-  bp_blob_store_t* blob_store;/* non-NULL when ahead_of_time */
+  uint32_t num_threads;        /* 0 = backend default */
+  bool ahead_of_time;          /* a serialize call will follow */
+  bp_blob_store_t* blob_store; /* non-NULL when ahead_of_time */
 } bp_compile_options_t;
 
 /* ======================================================================= */
@@ -322,8 +322,7 @@ typedef struct bp_host_api {
 
   /* NamedDataMap (ExecuTorch). get_data fills *out; free it with buffer_free.
    * get_key_at: *out_key is owned by the map and lives as long as the map. */
-  bp_status_t* (*data_map_get)(const bp_named_data_map_t* map, const char* key,
-                               bp_buffer_t* out);
+  bp_status_t* (*data_map_get)(const bp_named_data_map_t* map, const char* key, bp_buffer_t* out);
   void (*buffer_free)(bp_buffer_t* buffer);
   size_t (*data_map_num_keys)(const bp_named_data_map_t* map);
   bp_status_t* (*data_map_key_at)(const bp_named_data_map_t* map, size_t index,
@@ -333,17 +332,16 @@ typedef struct bp_host_api {
    * different bytes is an error; identical bytes under two keys are stored
    * once. alignment: power of two, 0 = default (64). external_file: name of a
    * data file to place the blob in, or NULL for the artifact itself. */
-  bp_status_t* (*blob_store_add)(bp_blob_store_t* store, const char* key,
-                                 const void* data, size_t size, size_t alignment,
-                                 const char* external_file);
+  bp_status_t* (*blob_store_add)(bp_blob_store_t* store, const char* key, const void* data,
+                                 size_t size, size_t alignment, const char* external_file);
 
   /* Appends bytes to a serialized payload. */
   bp_status_t* (*writer_append)(bp_byte_writer_t* writer, const void* data, size_t size);
 
   /* Records the outcome of node `node_index` of the view being queried or
    * compiled; `reason` (copied, may be NULL) says why it was rejected. */
-  void (*report_node)(bp_node_report_t* report, size_t node_index,
-                      bp_node_outcome_t outcome, const char* reason);
+  void (*report_node)(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome,
+                      const char* reason);
 
   /* Aligned host memory. alignment: power of two. free accepts NULL. */
   void* (*alloc)(size_t size, size_t alignment);
@@ -366,8 +364,8 @@ typedef struct bp_backend_api {
   /* (required) Create this runtime's instance. `host` lives as long as the
    * instance. The backend may refuse (e.g. no device, runtime too old) by
    * returning a status. *out is owned by the host and freed with destroy. */
-  bp_status_t* (*create)(const bp_host_api_t* host, uint32_t runtime_major,
-                         uint32_t runtime_minor, bp_backend_t** out);
+  bp_status_t* (*create)(const bp_host_api_t* host, uint32_t runtime_major, uint32_t runtime_minor,
+                         bp_backend_t** out);
   /* (required) Accepts NULL. Every compiled partition is destroyed first. */
   void (*destroy)(bp_backend_t* backend);
 
@@ -377,8 +375,8 @@ typedef struct bp_backend_api {
   /* Generic key=value configuration, before any compile. Unknown keys are an
    * error (BP_STATUS_INVALID_ARGUMENT) so typos are caught. Keys every backend
    * should honour: "num_threads". */
-  bp_status_t* (*configure)(bp_backend_t* backend, size_t count,
-                            const char* const* keys, const char* const* values);
+  bp_status_t* (*configure)(bp_backend_t* backend, size_t count, const char* const* keys,
+                            const char* const* values);
 
   /* (required) Whole-graph support query. For each node the backend calls
    * host->report_node(report, i, BP_NODE_SUPPORTED or BP_NODE_REJECTED,
@@ -405,9 +403,8 @@ typedef struct bp_backend_api {
   /* Run a compiled partition. inputs/outputs follow the view's input/output
    * order; output tensors are allocated by the host with the view's shapes.
    * Different contexts may execute concurrently. */
-  bp_status_t* (*execute)(bp_exec_context_t* context, size_t num_inputs,
-                          const bp_tensor_t* inputs, size_t num_outputs,
-                          const bp_tensor_t* outputs);
+  bp_status_t* (*execute)(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
+                          size_t num_outputs, const bp_tensor_t* outputs);
 
   /* Ahead of time: write what deserialize needs to `writer`; large data goes
    * to host->blob_store_add so it is shared and mmap-able. */
@@ -424,8 +421,8 @@ typedef struct bp_backend_api {
   bp_status_t* (*memory_alloc)(bp_backend_t* backend, uint32_t device, size_t size,
                                size_t alignment, void** out_ptr);
   void (*memory_free)(bp_backend_t* backend, uint32_t device, void* ptr);
-  bp_status_t* (*copy_to_device)(bp_backend_t* backend, uint32_t device, void* dst,
-                                 const void* src, size_t size);
+  bp_status_t* (*copy_to_device)(bp_backend_t* backend, uint32_t device, void* dst, const void* src,
+                                 size_t size);
   bp_status_t* (*copy_from_device)(bp_backend_t* backend, uint32_t device, void* dst,
                                    const void* src, size_t size);
 
@@ -444,9 +441,8 @@ typedef struct bp_backend_api {
    * has data == NULL), in the backend's memory if it has device memory.
    * May be called concurrently. */
   bp_status_t* (*execute_node)(bp_backend_t* backend, const bp_graph_view_t* view,
-                               size_t node_index, size_t num_inputs,
-                               const bp_tensor_t* inputs, size_t num_outputs,
-                               const bp_tensor_t* outputs);
+                               size_t node_index, size_t num_inputs, const bp_tensor_t* inputs,
+                               size_t num_outputs, const bp_tensor_t* outputs);
 
   /* ---- since 1.1 ------------------------------------------------------ */
 
@@ -457,8 +453,8 @@ typedef struct bp_backend_api {
    * compile once per view. */
   bp_status_t* (*compile_all)(bp_backend_t* backend, size_t num_views,
                               const bp_graph_view_t* const* views,
-                              const bp_compile_options_t* options,
-                              bp_node_report_t* const* reports, bp_compiled_t** out);
+                              const bp_compile_options_t* options, bp_node_report_t* const* reports,
+                              bp_compiled_t** out);
 
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;

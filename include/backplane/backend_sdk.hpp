@@ -89,14 +89,22 @@ struct BackendIdentity {
 // Bytes per element of `dtype`; 0 for BP_DTYPE_UNDEFINED and unknown values.
 constexpr size_t dtype_size(bp_dtype_t dtype) {
   switch (dtype) {
-    case BP_DTYPE_FLOAT32: return 4;
-    case BP_DTYPE_UINT8: return 1;
-    case BP_DTYPE_INT8: return 1;
-    case BP_DTYPE_INT32: return 4;
-    case BP_DTYPE_INT64: return 8;
-    case BP_DTYPE_BOOL: return 1;
-    case BP_DTYPE_FLOAT16: return 2;
-    case BP_DTYPE_UNDEFINED: return 0;
+    case BP_DTYPE_FLOAT32:
+      return 4;
+    case BP_DTYPE_UINT8:
+      return 1;
+    case BP_DTYPE_INT8:
+      return 1;
+    case BP_DTYPE_INT32:
+      return 4;
+    case BP_DTYPE_INT64:
+      return 8;
+    case BP_DTYPE_BOOL:
+      return 1;
+    case BP_DTYPE_FLOAT16:
+      return 2;
+    case BP_DTYPE_UNDEFINED:
+      return 0;
   }
   return 0;
 }
@@ -104,14 +112,22 @@ constexpr size_t dtype_size(bp_dtype_t dtype) {
 // "float32", "int64", ...; "unknown" for a value the header does not name.
 constexpr const char* dtype_name(bp_dtype_t dtype) {
   switch (dtype) {
-    case BP_DTYPE_FLOAT32: return "float32";
-    case BP_DTYPE_UINT8: return "uint8";
-    case BP_DTYPE_INT8: return "int8";
-    case BP_DTYPE_INT32: return "int32";
-    case BP_DTYPE_INT64: return "int64";
-    case BP_DTYPE_BOOL: return "bool";
-    case BP_DTYPE_FLOAT16: return "float16";
-    case BP_DTYPE_UNDEFINED: return "undefined";
+    case BP_DTYPE_FLOAT32:
+      return "float32";
+    case BP_DTYPE_UINT8:
+      return "uint8";
+    case BP_DTYPE_INT8:
+      return "int8";
+    case BP_DTYPE_INT32:
+      return "int32";
+    case BP_DTYPE_INT64:
+      return "int64";
+    case BP_DTYPE_BOOL:
+      return "bool";
+    case BP_DTYPE_FLOAT16:
+      return "float16";
+    case BP_DTYPE_UNDEFINED:
+      return "undefined";
   }
   return "unknown";
 }
@@ -122,12 +138,16 @@ inline int64_t element_count(const int64_t* shape, size_t rank) {
   for (size_t i = 0; i < rank; ++i) n *= shape[i];
   return n;
 }
-inline int64_t element_count(const std::vector<int64_t>& shape) { return element_count(shape.data(), shape.size()); }
+inline int64_t element_count(const std::vector<int64_t>& shape) {
+  return element_count(shape.data(), shape.size());
+}
 inline int64_t element_count(const bp_value_t& v) { return element_count(v.shape, v.rank); }
 inline int64_t element_count(const bp_tensor_t& t) { return element_count(t.shape, t.rank); }
 
 // The bytes of a dense value: element_count * dtype_size.
-inline size_t byte_size(const bp_value_t& v) { return static_cast<size_t>(element_count(v)) * dtype_size(v.dtype); }
+inline size_t byte_size(const bp_value_t& v) {
+  return static_cast<size_t>(element_count(v)) * dtype_size(v.dtype);
+}
 
 // ---------------------------------------------------------------------------
 // Arena planning: intermediate tensors sharing one allocation
@@ -153,7 +173,9 @@ inline ArenaPlan plan_arena(const std::vector<ArenaTensor>& tensors, size_t alig
   struct Block {
     size_t offset, size;
   };
-  auto rounded = [&](size_t n) { return (std::max<size_t>(n, 1) + alignment - 1) / alignment * alignment; };
+  auto rounded = [&](size_t n) {
+    return (std::max<size_t>(n, 1) + alignment - 1) / alignment * alignment;
+  };
   ArenaPlan plan;
   plan.offsets.assign(tensors.size(), 0);
   std::vector<size_t> order(tensors.size());
@@ -172,7 +194,8 @@ inline ArenaPlan plan_arena(const std::vector<ArenaTensor>& tensors, size_t alig
     for (; next < order.size() && tensors[order[next]].first == s; ++next) {
       const size_t size = rounded(tensors[order[next]].size);
       size_t& offset = plan.offsets[order[next]];
-      auto fit = std::find_if(free_list.begin(), free_list.end(), [&](const Block& b) { return b.size >= size; });
+      auto fit = std::find_if(free_list.begin(), free_list.end(),
+                              [&](const Block& b) { return b.size >= size; });
       if (fit == free_list.end()) {
         offset = plan.bytes;
         plan.bytes += size;
@@ -184,10 +207,12 @@ inline ArenaPlan plan_arena(const std::vector<ArenaTensor>& tensors, size_t alig
       if (fit->size == 0) free_list.erase(fit);
     }
     for (size_t t : ending[s]) free_list.push_back({plan.offsets[t], rounded(tensors[t].size)});
-    std::sort(free_list.begin(), free_list.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
+    std::sort(free_list.begin(), free_list.end(),
+              [](const Block& a, const Block& b) { return a.offset < b.offset; });
     std::vector<Block> merged;
     for (const Block& b : free_list) {
-      if (!merged.empty() && merged.back().offset + merged.back().size == b.offset) merged.back().size += b.size;
+      if (!merged.empty() && merged.back().offset + merged.back().size == b.offset)
+        merged.back().size += b.size;
       else merged.push_back(b);
     }
     free_list = std::move(merged);
@@ -221,7 +246,9 @@ class Weight {
   const void* data() const { return buffer_.data; }
   size_t size() const { return buffer_.size; }
   template <class T>
-  const T* as() const { return static_cast<const T*>(buffer_.data); }
+  const T* as() const {
+    return static_cast<const T*>(buffer_.data);
+  }
 
  private:
   void reset() {
@@ -352,11 +379,15 @@ inline std::vector<int64_t> shape_of(const bp_tensor_t& t) {
 class NodeReport {
  public:
   NodeReport(const bp_host_api_t* host, bp_node_report_t* report) : host_(host), report_(report) {}
-  void supported(size_t node) const { host_->report_node(report_, node, BP_NODE_SUPPORTED, nullptr); }
+  void supported(size_t node) const {
+    host_->report_node(report_, node, BP_NODE_SUPPORTED, nullptr);
+  }
   void rejected(size_t node, const std::string& reason) const {
     host_->report_node(report_, node, BP_NODE_REJECTED, reason.c_str());
   }
-  void untouched(size_t node) const { host_->report_node(report_, node, BP_NODE_UNTOUCHED, nullptr); }
+  void untouched(size_t node) const {
+    host_->report_node(report_, node, BP_NODE_UNTOUCHED, nullptr);
+  }
   bool active() const { return report_ != nullptr; }
 
  private:
@@ -418,11 +449,12 @@ class Backend {
                                                      const bp_compile_options_t& options,
                                                      NodeReport& report) = 0;
   // Ahead of time, all partitions at once; by default one compile each.
-  virtual std::vector<std::unique_ptr<CompiledPartition>> compile_all(const std::vector<const bp_graph_view_t*>& views,
-                                                                      const bp_compile_options_t& options,
-                                                                      std::vector<NodeReport>& reports) {
+  virtual std::vector<std::unique_ptr<CompiledPartition>> compile_all(
+      const std::vector<const bp_graph_view_t*>& views, const bp_compile_options_t& options,
+      std::vector<NodeReport>& reports) {
     std::vector<std::unique_ptr<CompiledPartition>> out;
-    for (size_t i = 0; i < views.size(); ++i) out.push_back(compile(*views[i], options, reports[i]));
+    for (size_t i = 0; i < views.size(); ++i)
+      out.push_back(compile(*views[i], options, reports[i]));
     return out;
   }
   virtual std::unique_ptr<CompiledPartition> deserialize(const bp_graph_view_t& /*view*/,
@@ -434,7 +466,9 @@ class Backend {
     throw unimplemented("memory_alloc");
   }
   virtual void memory_free(uint32_t /*device*/, void* /*ptr*/) {}
-  virtual void copy_to_device(uint32_t, void*, const void*, size_t) { throw unimplemented("copy_to_device"); }
+  virtual void copy_to_device(uint32_t, void*, const void*, size_t) {
+    throw unimplemented("copy_to_device");
+  }
   virtual void copy_from_device(uint32_t, void*, const void*, size_t) {
     throw unimplemented("copy_from_device");
   }
@@ -444,8 +478,8 @@ class Backend {
   virtual void after_unload_network(uint64_t) {}
   virtual void memory_acquire() {}
   virtual void memory_release() {}
-  virtual void execute_node(const bp_graph_view_t& /*view*/, size_t /*node*/, size_t, const bp_tensor_t*,
-                            size_t, const bp_tensor_t*) {
+  virtual void execute_node(const bp_graph_view_t& /*view*/, size_t /*node*/, size_t,
+                            const bp_tensor_t*, size_t, const bp_tensor_t*) {
     throw unimplemented("execute_node");
   }
 
@@ -528,7 +562,8 @@ template <class B>
 struct Table {
   static bp_status_t* create(const bp_host_api_t* host, uint32_t major, uint32_t /*minor*/,
                              bp_backend_t** out) noexcept {
-    if (out == nullptr) return host->status_create(BP_STATUS_INVALID_ARGUMENT, "create: out is NULL");
+    if (out == nullptr)
+      return host->status_create(BP_STATUS_INVALID_ARGUMENT, "create: out is NULL");
     *out = nullptr;
     return guard(host, [&] {
       if (major != BP_API_VERSION_MAJOR)
@@ -547,7 +582,8 @@ struct Table {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] {
       bp_backend_info_t info = b->info();
-      if (info.vendor == nullptr && IdentityOf<B>::value != nullptr) info.vendor = IdentityOf<B>::value->vendor;
+      if (info.vendor == nullptr && IdentityOf<B>::value != nullptr)
+        info.vendor = IdentityOf<B>::value->vendor;
       info.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
       *out = info;
     });
@@ -575,26 +611,31 @@ struct Table {
     return guard(b->host().api(), [&] {
       NodeReport r(b->host().api(), report);
       bp_compile_options_t opts{};
-      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      if (options != nullptr)
+        std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
       auto box = std::make_unique<CompiledBox>(CompiledBox{b, b->compile(*view, opts, r)});
       *out = reinterpret_cast<bp_compiled_t*>(box.release());
     });
   }
-  static bp_status_t* compile_all(bp_backend_t* backend, size_t n, const bp_graph_view_t* const* views,
-                                  const bp_compile_options_t* options, bp_node_report_t* const* reports,
-                                  bp_compiled_t** out) noexcept {
+  static bp_status_t* compile_all(bp_backend_t* backend, size_t n,
+                                  const bp_graph_view_t* const* views,
+                                  const bp_compile_options_t* options,
+                                  bp_node_report_t* const* reports, bp_compiled_t** out) noexcept {
     Backend* b = as_backend(backend);
     for (size_t i = 0; i < n; ++i) out[i] = nullptr;
     return guard(b->host().api(), [&] {
       bp_compile_options_t opts{};
-      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      if (options != nullptr)
+        std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
       std::vector<const bp_graph_view_t*> v(views, views + n);
       std::vector<NodeReport> r;
       for (size_t i = 0; i < n; ++i) r.emplace_back(b->host().api(), reports[i]);
       std::vector<std::unique_ptr<CompiledPartition>> compiled = b->compile_all(v, opts, r);
-      if (compiled.size() != n) throw Error(BP_STATUS_INTERNAL, "compile_all returned the wrong number of partitions");
+      if (compiled.size() != n)
+        throw Error(BP_STATUS_INTERNAL, "compile_all returned the wrong number of partitions");
       std::vector<std::unique_ptr<CompiledBox>> boxes;
-      for (size_t i = 0; i < n; ++i) boxes.push_back(std::make_unique<CompiledBox>(CompiledBox{b, std::move(compiled[i])}));
+      for (size_t i = 0; i < n; ++i)
+        boxes.push_back(std::make_unique<CompiledBox>(CompiledBox{b, std::move(compiled[i])}));
       for (size_t i = 0; i < n; ++i) out[i] = reinterpret_cast<bp_compiled_t*>(boxes[i].release());
     });
   }
@@ -618,8 +659,9 @@ struct Table {
     } catch (...) {
     }
   }
-  static bp_status_t* execute(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
-                              size_t num_outputs, const bp_tensor_t* outputs) noexcept {
+  static bp_status_t* execute(bp_exec_context_t* context, size_t num_inputs,
+                              const bp_tensor_t* inputs, size_t num_outputs,
+                              const bp_tensor_t* outputs) noexcept {
     auto* c = reinterpret_cast<ContextBox*>(context);
     return guard(c->owner->host().api(),
                  [&] { c->impl->execute(num_inputs, inputs, num_outputs, outputs); });
@@ -629,20 +671,23 @@ struct Table {
     auto* c = reinterpret_cast<CompiledBox*>(compiled);
     return guard(c->owner->host().api(), [&] { c->impl->serialize(store, writer); });
   }
-  static bp_status_t* deserialize(bp_backend_t* backend, const bp_graph_view_t* view, const void* payload,
-                                  size_t size, const bp_compile_options_t* options,
+  static bp_status_t* deserialize(bp_backend_t* backend, const bp_graph_view_t* view,
+                                  const void* payload, size_t size,
+                                  const bp_compile_options_t* options,
                                   bp_compiled_t** out) noexcept {
     Backend* b = as_backend(backend);
     *out = nullptr;
     return guard(b->host().api(), [&] {
       bp_compile_options_t opts{};
-      if (options != nullptr) std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
-      auto box = std::make_unique<CompiledBox>(CompiledBox{b, b->deserialize(*view, payload, size, opts)});
+      if (options != nullptr)
+        std::memcpy(&opts, options, std::min(sizeof(opts), options->struct_size));
+      auto box =
+          std::make_unique<CompiledBox>(CompiledBox{b, b->deserialize(*view, payload, size, opts)});
       *out = reinterpret_cast<bp_compiled_t*>(box.release());
     });
   }
-  static bp_status_t* memory_alloc(bp_backend_t* backend, uint32_t device, size_t size, size_t alignment,
-                                   void** out) noexcept {
+  static bp_status_t* memory_alloc(bp_backend_t* backend, uint32_t device, size_t size,
+                                   size_t alignment, void** out) noexcept {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] { *out = b->memory_alloc(device, size, alignment); });
   }
@@ -652,20 +697,20 @@ struct Table {
     } catch (...) {
     }
   }
-  static bp_status_t* copy_to_device(bp_backend_t* backend, uint32_t device, void* dst, const void* src,
-                                     size_t size) noexcept {
+  static bp_status_t* copy_to_device(bp_backend_t* backend, uint32_t device, void* dst,
+                                     const void* src, size_t size) noexcept {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] { b->copy_to_device(device, dst, src, size); });
   }
-  static bp_status_t* copy_from_device(bp_backend_t* backend, uint32_t device, void* dst, const void* src,
-                                       size_t size) noexcept {
+  static bp_status_t* copy_from_device(bp_backend_t* backend, uint32_t device, void* dst,
+                                       const void* src, size_t size) noexcept {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] { b->copy_from_device(device, dst, src, size); });
   }
-#define BP_SDK_HOOK(name)                                                              \
-  static bp_status_t* name(bp_backend_t* backend, uint64_t id) noexcept {              \
-    Backend* b = as_backend(backend);                                                  \
-    return guard(b->host().api(), [&] { b->name(id); });                               \
+#define BP_SDK_HOOK(name)                                                 \
+  static bp_status_t* name(bp_backend_t* backend, uint64_t id) noexcept { \
+    Backend* b = as_backend(backend);                                     \
+    return guard(b->host().api(), [&] { b->name(id); });                  \
   }
   BP_SDK_HOOK(before_load_network)
   BP_SDK_HOOK(after_load_network)
@@ -742,28 +787,29 @@ const bp_backend_api_t* backend_table() {
 // GetBackendScore; BackendFactory returns TABLE_FN() (a function returning
 // const bp_backend_api_t*, NULL on failure). For a backend whose table is not
 // backend_table<Class>() (a shim loading its implementation, a test double).
-#define BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(IDENTITY, TABLE_FN)                              \
-  static_assert(::backplane::sdk::detail::valid_version(IDENTITY),                          \
-                "the identity names an API version this header cannot build");              \
-  extern "C" BP_EXPORT const char* GetBackendId(void) { return (IDENTITY).id; }             \
-  extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) {            \
-    *outMajor = (IDENTITY).api_major;                                                       \
-    *outMinor = (IDENTITY).api_minor;                                                       \
-  }                                                                                         \
-  extern "C" BP_EXPORT uint32_t GetBackendScore(void) {                                     \
-    return ::backplane::sdk::detail::score_of(IDENTITY);                                    \
-  }                                                                                         \
-  extern "C" BP_EXPORT void* BackendFactory(void) {                                         \
-    try {                                                                                   \
-      return const_cast<bp_backend_api_t*>(TABLE_FN());                                     \
-    } catch (...) {                                                                         \
-      return nullptr;                                                                       \
-    }                                                                                       \
+#define BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(IDENTITY, TABLE_FN)                   \
+  static_assert(::backplane::sdk::detail::valid_version(IDENTITY),               \
+                "the identity names an API version this header cannot build");   \
+  extern "C" BP_EXPORT const char* GetBackendId(void) { return (IDENTITY).id; }  \
+  extern "C" BP_EXPORT void GetVersion(uint32_t* outMajor, uint32_t* outMinor) { \
+    *outMajor = (IDENTITY).api_major;                                            \
+    *outMinor = (IDENTITY).api_minor;                                            \
+  }                                                                              \
+  extern "C" BP_EXPORT uint32_t GetBackendScore(void) {                          \
+    return ::backplane::sdk::detail::score_of(IDENTITY);                         \
+  }                                                                              \
+  extern "C" BP_EXPORT void* BackendFactory(void) {                              \
+    try {                                                                        \
+      return const_cast<bp_backend_api_t*>(TABLE_FN());                          \
+    } catch (...) {                                                              \
+      return nullptr;                                                            \
+    }                                                                            \
   }
 
 // The entry points of BACKEND_CLASS (derived from sdk::Backend, declaring
 // kIdentity): its id, version and score, and backend_table<BACKEND_CLASS>().
-#define BP_DEFINE_BACKEND_ENTRY_POINTS(BACKEND_CLASS) \
-  BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(BACKEND_CLASS::kIdentity, ::backplane::sdk::backend_table<BACKEND_CLASS>)
+#define BP_DEFINE_BACKEND_ENTRY_POINTS(BACKEND_CLASS)          \
+  BP_DEFINE_BACKEND_ENTRY_POINTS_FOR(BACKEND_CLASS::kIdentity, \
+                                     ::backplane::sdk::backend_table<BACKEND_CLASS>)
 
 #endif  // BACKPLANE_BACKEND_SDK_HPP_

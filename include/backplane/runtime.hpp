@@ -93,12 +93,12 @@ struct CompileOptions : PlacementOptions {
 struct CompileReport {
   std::vector<std::string> methods;
   size_t partitions = 0;
-  size_t payload_bytes = 0;      // backend payloads
+  size_t payload_bytes = 0;  // backend payloads
   size_t named_data_keys = 0;
-  size_t requested_bytes = 0;    // named data before de-duplication
-  size_t stored_bytes = 0;       // after
-  size_t file_bytes = 0;         // the .bpk
-  size_t external_bytes = 0;     // the .bpd, if any
+  size_t requested_bytes = 0;  // named data before de-duplication
+  size_t stored_bytes = 0;     // after
+  size_t file_bytes = 0;       // the .bpk
+  size_t external_bytes = 0;   // the .bpd, if any
 };
 
 struct TensorInfo {
@@ -125,8 +125,8 @@ struct BackendFileReport {
   std::string api_version;     // "M.m" from GetVersion, once known
   uint32_t score = 0;          // GetBackendScore, if exported
   Fate fate = Fate::kRejected;
-  std::string step;            // where it stopped: name, path, trust, probe, dlopen,
-                               // symbols, id, version, score, factory, table, create, register
+  std::string step;  // where it stopped: name, path, trust, probe, dlopen,
+                     // symbols, id, version, score, factory, table, create, register
   std::string reason;
 };
 const char* fate_name(BackendFileReport::Fate fate);
@@ -141,8 +141,8 @@ struct BackendPathReport {
 // One partition of a loaded model's plan.
 struct PartitionDescription {
   std::string backend;
-  std::vector<std::string> nodes;  // node names, in execution order
-  bool imperative = false;         // run one op at a time (execute_node)
+  std::vector<std::string> nodes;            // node names, in execution order
+  bool imperative = false;                   // run one op at a time (execute_node)
   std::vector<std::string> inputs, outputs;  // tensors crossing its edge
 };
 
@@ -151,7 +151,7 @@ struct CopyDescription {
   std::string value;
   std::string from, to;  // "host" or "<backend>:<device>"
   size_t bytes = 0;
-  bool once = false;     // a constant, copied when the session is created
+  bool once = false;  // a constant, copied when the session is created
 };
 
 enum class PlanFormat { kText, kJson, kDot };
@@ -208,8 +208,9 @@ class Runtime {
   // Compiles ONNX models, one method each ({name, path}), into one artifact
   // at `output`. Every backend sees all its partitions of all methods at
   // once, and weights shared between methods or backends are stored once.
-  virtual Result<CompileReport> compile(const std::vector<std::pair<std::string, std::string>>& methods,
-                                        const std::string& output, const CompileOptions& options = {}) = 0;
+  virtual Result<CompileReport> compile(
+      const std::vector<std::pair<std::string, std::string>>& methods, const std::string& output,
+      const CompileOptions& options = {}) = 0;
 };
 
 // Describes a compiled artifact: methods, partitions with backend and payload

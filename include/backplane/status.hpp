@@ -94,7 +94,9 @@ Status ok_status_in_result(const CallSite& where);
 }  // namespace detail
 
 inline detail::OkStatus ok_status() { return {}; }
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status corrupt_data(std::string m) { return {StatusCode::kCorruptData, std::move(m)}; }
@@ -115,7 +117,7 @@ template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status,  // NOLINT: implicit by design
+  Result(Status status,                      // NOLINT: implicit by design
          detail::CallSite where = detail::CallSite::here())
       : v_(status.ok() ? detail::ok_status_in_result(where) : std::move(status)) {}
   // `return ok_status();` in a function returning Result<T> is always a bug:
@@ -175,16 +177,16 @@ class [[nodiscard]] Result {
 #define BP_CONCAT_(a, b) BP_CONCAT_INNER_(a, b)
 
 // Returns the status of `expr` if it failed, with optional context prepended.
-#define BP_RETURN_IF_ERROR(expr, ...)                                          \
-  do {                                                                         \
-    ::backplane::Status bp_status_ = (expr);                                   \
+#define BP_RETURN_IF_ERROR(expr, ...)                                             \
+  do {                                                                            \
+    ::backplane::Status bp_status_ = (expr);                                      \
     if (!bp_status_.ok()) return std::move(bp_status_.with_context(__VA_ARGS__)); \
   } while (0)
 
 // `lhs = value of expr` or return its status with optional context.
 #define BP_ASSIGN_OR_RETURN(lhs, expr, ...) \
   BP_ASSIGN_OR_RETURN_IMPL_(BP_CONCAT_(bp_result_, __LINE__), lhs, expr, __VA_ARGS__)
-#define BP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                        \
-  auto tmp = (expr);                                                          \
+#define BP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                                     \
+  auto tmp = (expr);                                                                       \
   if (!tmp.ok()) return std::move(std::move(tmp).take_status().with_context(__VA_ARGS__)); \
   lhs = std::move(tmp).value()

@@ -21,12 +21,13 @@ enum class DType : int32_t {
   kFloat16 = 10,
 };
 
-size_t dtype_size(DType dtype);        // bytes per element; 0 for kUndefined
-const char* dtype_name(DType dtype);   // "float32", "int64", ...
+size_t dtype_size(DType dtype);       // bytes per element; 0 for kUndefined
+const char* dtype_name(DType dtype);  // "float32", "int64", ...
 bool dtype_from_name(const std::string& name, DType* out);
 
 using Shape = std::vector<int64_t>;
-int64_t shape_numel(const Shape& shape);   // product of dims (1 for a scalar); saturates at INT64_MAX
+int64_t shape_numel(
+    const Shape& shape);  // product of dims (1 for a scalar); saturates at INT64_MAX
 // numel * dtype_size of `shape`, computed overflow-safe: false (and *out_bytes
 // untouched) when a dim is negative or the size does not fit in size_t. Use it
 // before allocating for a shape that came from a file or a caller.
@@ -43,7 +44,8 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // View over `data`, which must hold numel*dtype_size bytes. `keep_alive`
   // (optional) is held for the tensor's lifetime, e.g. a file mapping.
-  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<void> keep_alive = nullptr);
+  static Tensor view(DType dtype, Shape shape, void* data,
+                     std::shared_ptr<void> keep_alive = nullptr);
   // Owning copy of `data`.
   static Tensor copy_of(DType dtype, Shape shape, const void* data);
 
@@ -56,8 +58,14 @@ class Tensor {
 
   void* data() { return data_; }
   const void* data() const { return data_; }
-  template <class T> T* data_as() { return static_cast<T*>(data_); }
-  template <class T> const T* data_as() const { return static_cast<const T*>(data_); }
+  template <class T>
+  T* data_as() {
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* data_as() const {
+    return static_cast<const T*>(data_);
+  }
 
   Tensor clone() const;
 

@@ -22,7 +22,7 @@ namespace backplane {
 namespace fb {
 struct Artifact;
 struct Graph;
-}
+}  // namespace fb
 
 constexpr uint32_t kArtifactFormatMajor = 1;
 constexpr uint32_t kArtifactFormatMinor = 0;
@@ -56,7 +56,8 @@ struct ArtifactSizes {
 
 // Writes `path` (and, for blobs placed in an external file, that file, next to
 // `path`). The compile id ties the files together.
-Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
+Result<ArtifactSizes> write_artifact(const std::string& path,
+                                     const std::vector<ArtifactMethod>& methods,
                                      const NamedBlobStore& store);
 
 // ---------------------------------------------------------------- reading
@@ -66,20 +67,20 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
 
 // One stored byte range: in the artifact (file 0) or in data file `file`.
 struct ArtifactSegment {
-  uint32_t file = 0;        // 0 = the .bpk, k = data_files()[k - 1]
-  uint64_t offset = 0;      // from the start of that file's data area
+  uint32_t file = 0;    // 0 = the .bpk, k = data_files()[k - 1]
+  uint64_t offset = 0;  // from the start of that file's data area
   uint64_t size = 0;
   uint64_t alignment = 0;
-  uint64_t checksum = 0;    // XXH3-64 of the bytes
+  uint64_t checksum = 0;  // XXH3-64 of the bytes
 };
 
 struct ArtifactNamedData {
   std::string key;
-  uint32_t segment = 0;     // index into segments()
+  uint32_t segment = 0;  // index into segments()
 };
 
 struct ArtifactDataFile {
-  std::string name;         // file name next to the .bpk
+  std::string name;  // file name next to the .bpk
   uint64_t data_bytes = 0;
 };
 
@@ -89,13 +90,13 @@ struct StoredPartition {
   uint32_t api_major = 0, api_minor = 0;  // backend API it was compiled for
   std::vector<int> nodes;                 // node ids of the method's graph
   bool imperative = false;
-  int32_t payload_segment = -1;           // -1 = no payload
+  int32_t payload_segment = -1;  // -1 = no payload
 };
 
 struct StoredMethod {
   std::string name;
   size_t num_nodes = 0;
-  std::vector<std::string> preference;    // backend preference at compile time
+  std::vector<std::string> preference;  // backend preference at compile time
   std::vector<StoredPartition> partitions;
 };
 
@@ -171,7 +172,9 @@ class ArtifactDataMap : public NamedDataMap {
   explicit ArtifactDataMap(std::shared_ptr<const ArtifactFile> file);
   Status get(const std::string& key, const void** data, size_t* size) const override;
   size_t num_keys() const override { return keys_.size(); }
-  const std::string* key_at(size_t index) const override { return index < keys_.size() ? &keys_[index] : nullptr; }
+  const std::string* key_at(size_t index) const override {
+    return index < keys_.size() ? &keys_[index] : nullptr;
+  }
 
  private:
   std::shared_ptr<const ArtifactFile> file_;

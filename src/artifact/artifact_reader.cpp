@@ -30,12 +30,13 @@ Result<uint64_t> check_header(const MappedFile& file, const char* what, const ch
   if (file.size() < 4 + 8 + 8) return corrupt_data(file.path() + ": too short to be " + what);
   // The identifier first: a file of another kind is not a "truncated" one.
   if (!flatbuffers::BufferHasIdentifier(file.bytes(), identifier, true))
-    return corrupt_data(file.path() + ": not " + what + " (file identifier is not '" + identifier + "')");
+    return corrupt_data(file.path() + ": not " + what + " (file identifier is not '" + identifier +
+                        "')");
   uint32_t fb_size = 0;
   std::memcpy(&fb_size, file.bytes(), 4);
   if (static_cast<uint64_t>(fb_size) + 12 > file.size())
-    return corrupt_data(file.path() + ": truncated (header says " + std::to_string(fb_size) + " bytes of metadata, file has " +
-                        std::to_string(file.size()) + ")");
+    return corrupt_data(file.path() + ": truncated (header says " + std::to_string(fb_size) +
+                        " bytes of metadata, file has " + std::to_string(file.size()) + ")");
   uint64_t stored = 0;
   std::memcpy(&stored, file.bytes() + 4 + fb_size, 8);
   if (checksum64(file.bytes() + 4, fb_size) != stored)
@@ -92,27 +93,30 @@ std::string hex_id(const flatbuffers::Vector<uint8_t>* id) {
 
 }  // namespace
 
-Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(const std::string& path,
-                                                         const std::vector<std::string>& external_data,
-                                                         bool lazy_checksums) {
+Result<std::shared_ptr<ArtifactFile>> ArtifactFile::open(
+    const std::string& path, const std::vector<std::string>& external_data, bool lazy_checksums) {
   std::shared_ptr<ArtifactFile> a(new ArtifactFile());
   a->path_ = path;
   BP_ASSIGN_OR_RETURN(a->main_, MappedFile::open(path));
-  BP_ASSIGN_OR_RETURN(uint64_t fb_size, check_header(*a->main_, "a Backplane artifact", fb::ArtifactIdentifier()));
+  BP_ASSIGN_OR_RETURN(uint64_t fb_size,
+                      check_header(*a->main_, "a Backplane artifact", fb::ArtifactIdentifier()));
   // The FlatBuffer is size-prefixed: its alignment is relative to byte 0,
   // which the page-aligned mapping keeps.
   const uint8_t* buf = a->main_->bytes();
   flatbuffers::Verifier verifier(buf, 4 + fb_size, 64, 10'000'000);
-  if (!fb::VerifySizePrefixedArtifactBuffer(verifier)) return corrupt_data(path + ": artifact metadata fails verification");
+  if (!fb::VerifySizePrefixedArtifactBuffer(verifier))
+    return corrupt_data(path + ": artifact metadata fails verification");
   a->root_ = fb::GetSizePrefixedArtifact(buf);
   const fb::Artifact& r = *a->root_;
   if (r.format_major() != kArtifactFormatMajor)
-    return Status(StatusCode::kVersionMismatch, path + ": artifact format " + std::to_string(r.format_major()) + "." +
-                                                    std::to_string(r.format_minor()) + ", this reader reads " +
-                                                    std::to_string(kArtifactFormatMajor) + ".x");
+    return Status(StatusCode::kVersionMismatch,
+                  path + ": artifact format " + std::to_string(r.format_major()) + "." +
+                      std::to_string(r.format_minor()) + ", this reader reads " +
+                      std::to_string(kArtifactFormatMajor) + ".x");
   if (r.compile_id() == nullptr || r.compile_id()->size() != kCompileIdBytes)
     return corrupt_data(path + ": artifact has no compile id");
-  if (!elements_aligned(r.segments())) return corrupt_data(path + ": artifact metadata is misaligned");
+  if (!elements_aligned(r.segments()))
+    return corrupt_data(path + ": artifact metadata is misaligned");
 
   BP_RETURN_IF_ERROR(a->open_data_files(external_data));
   BP_RETURN_IF_ERROR(a->check_structure());
@@ -141,17 +145,22 @@ Status ArtifactFile::open_data_files(const std::vector<std::string>& external_da
         if (fs::path(given).filename() == name) where = given;
       auto mapped = MappedFile::open(where);
       if (!mapped.ok())
-        return std::move(mapped).take_status().with_context(path_ + ": external data file '" + name + "'");
-      BP_ASSIGN_OR_RETURN(uint64_t hsize, check_header(**mapped, "a Backplane data file", fb::DataFileHeaderIdentifier()));
+        return std::move(mapped).take_status().with_context(path_ + ": external data file '" +
+                                                            name + "'");
+      BP_ASSIGN_OR_RETURN(uint64_t hsize, check_header(**mapped, "a Backplane data file",
+                                                       fb::DataFileHeaderIdentifier()));
       const uint8_t* hb = (*mapped)->bytes();
       flatbuffers::Verifier hv(hb, 4 + hsize);
-      if (!fb::VerifySizePrefixedDataFileHeaderBuffer(hv)) return corrupt_data(where + ": data file header fails verification");
+      if (!fb::VerifySizePrefixedDataFileHeaderBuffer(hv))
+        return corrupt_data(where + ": data file header fails verification");
       const fb::DataFileHeader* h = fb::GetSizePrefixedDataFileHeader(hb);
       if (h->format_major() != kArtifactFormatMajor)
-        return Status(StatusCode::kVersionMismatch, where + ": data file format " + std::to_string(h->format_major()));
+        return Status(StatusCode::kVersionMismatch,
+                      where + ": data file format " + std::to_string(h->format_major()));
       if (hex_id(h->compile_id()) != hex_id(r.compile_id()))
-        return invalid_argument(where + ": data file belongs to another compile (id " + hex_id(h->compile_id()) +
-                                ", " + path_ + " expects " + hex_id(r.compile_id()) + ")");
+        return invalid_argument(where + ": data file belongs to another compile (id " +
+                                hex_id(h->compile_id()) + ", " + path_ + " expects " +
+                                hex_id(r.compile_id()) + ")");
       data_files_.push_back(*mapped);
     }
   }
@@ -169,10 +178,11 @@ Status ArtifactFile::check_given_data_files(const std::vector<std::string>& exte
     for (size_t i = 0; i < recorded && !found; ++i)
       found = r.data_files()->Get(static_cast<flatbuffers::uoffset_t>(i))->name()->str() == name;
     if (!found)
-      return invalid_argument(path_ + ": external data file '" + given + "' is not one this artifact records (" +
-                              (recorded == 0 ? std::string("it has none")
-                                             : "it records " + std::to_string(recorded) + ": see 'backplane inspect'") +
-                              ")");
+      return invalid_argument(
+          path_ + ": external data file '" + given + "' is not one this artifact records (" +
+          (recorded == 0 ? std::string("it has none")
+                         : "it records " + std::to_string(recorded) + ": see 'backplane inspect'") +
+          ")");
   }
   return ok_status();
 }
@@ -186,12 +196,14 @@ void ArtifactFile::read_tables() {
   producer_ = r.producer() ? r.producer()->str() : "";
   compile_id_hex_ = hex_id(r.compile_id());
   if (r.data_files())
-    for (const fb::DataFile* d : *r.data_files()) data_file_info_.push_back({d->name()->str(), d->size()});
+    for (const fb::DataFile* d : *r.data_files())
+      data_file_info_.push_back({d->name()->str(), d->size()});
   if (r.segments())
     for (const fb::Segment* g : *r.segments())
       segments_.push_back({g->file(), g->offset(), g->size(), g->alignment(), g->checksum()});
   if (r.named_data())
-    for (const fb::NamedData* d : *r.named_data()) named_data_.push_back({d->key()->str(), d->segment()});
+    for (const fb::NamedData* d : *r.named_data())
+      named_data_.push_back({d->key()->str(), d->segment()});
   for (const fb::Method* m : *r.methods()) {
     StoredMethod method;
     method.name = m->name()->str();
@@ -200,8 +212,8 @@ void ArtifactFile::read_tables() {
       for (const auto* id : *m->preference()) method.preference.push_back(id->str());
     for (const fb::Partition* p : *m->partitions())
       method.partitions.push_back({p->backend()->str(), p->api_major(), p->api_minor(),
-                                   std::vector<int>(p->nodes()->begin(), p->nodes()->end()), p->imperative(),
-                                   p->payload()});
+                                   std::vector<int>(p->nodes()->begin(), p->nodes()->end()),
+                                   p->imperative(), p->payload()});
     methods_.push_back(std::move(method));
   }
 }
@@ -219,25 +231,32 @@ Status ArtifactFile::check_structure() const {
   for (size_t i = 0; i < nseg; ++i) {
     const fb::Segment* s = r.segments()->Get(static_cast<flatbuffers::uoffset_t>(i));
     const std::string where = path_ + ": segment " + std::to_string(i);
-    if (s->file() > data_files_.size()) return corrupt_data(where + " names data file " + std::to_string(s->file()) + ", which does not exist");
+    if (s->file() > data_files_.size())
+      return corrupt_data(where + " names data file " + std::to_string(s->file()) +
+                          ", which does not exist");
     const MappedFile& f = s->file() == 0 ? *main_ : *data_files_[s->file() - 1];
     uint32_t fb_size = 0;
     std::memcpy(&fb_size, f.bytes(), 4);
     const uint64_t start = artifact_data_start(fb_size);
-    if (s->alignment() == 0 || (s->alignment() & (s->alignment() - 1)) != 0 || s->offset() % s->alignment() != 0)
+    if (s->alignment() == 0 || (s->alignment() & (s->alignment() - 1)) != 0 ||
+        s->offset() % s->alignment() != 0)
       return corrupt_data(where + " has a bad alignment");
-    if (s->offset() > f.size() || s->size() > f.size() || start + s->offset() + s->size() > f.size())
+    if (s->offset() > f.size() || s->size() > f.size() ||
+        start + s->offset() + s->size() > f.size())
       return corrupt_data(where + " lies outside " + f.path() + " (truncated?)");
   }
   if (r.named_data() != nullptr) {
     std::string previous;
     for (const fb::NamedData* d : *r.named_data()) {
-      if (d->key() == nullptr || d->segment() >= nseg) return corrupt_data(path_ + ": named data entry is invalid");
-      if (!previous.empty() && d->key()->str() <= previous) return corrupt_data(path_ + ": named data is not sorted");
+      if (d->key() == nullptr || d->segment() >= nseg)
+        return corrupt_data(path_ + ": named data entry is invalid");
+      if (!previous.empty() && d->key()->str() <= previous)
+        return corrupt_data(path_ + ": named data is not sorted");
       previous = d->key()->str();
     }
   }
-  if (r.methods() == nullptr || r.methods()->size() == 0) return corrupt_data(path_ + ": artifact has no method");
+  if (r.methods() == nullptr || r.methods()->size() == 0)
+    return corrupt_data(path_ + ": artifact has no method");
   for (const fb::Method* m : *r.methods()) {
     if (m->name() == nullptr || m->graph() == nullptr || m->partitions() == nullptr)
       return corrupt_data(path_ + ": method without name, graph or partitions");
@@ -250,12 +269,14 @@ Status ArtifactFile::check_structure() const {
         return corrupt_data(path_ + ": partition payload segment out of range");
       for (int32_t n : *p->nodes()) {
         if (n < 0 || static_cast<size_t>(n) >= nodes || covered[n])
-          return corrupt_data(path_ + ": method '" + m->name()->str() + "': partition node index invalid or repeated");
+          return corrupt_data(path_ + ": method '" + m->name()->str() +
+                              "': partition node index invalid or repeated");
         covered[n] = true;
       }
     }
     if (std::find(covered.begin(), covered.end(), false) != covered.end())
-      return corrupt_data(path_ + ": method '" + m->name()->str() + "': a node belongs to no partition");
+      return corrupt_data(path_ + ": method '" + m->name()->str() +
+                          "': a node belongs to no partition");
   }
   return ok_status();
 }
@@ -268,12 +289,14 @@ Status ArtifactFile::verify_all() const {
   std::vector<uint32_t> order(n);
   for (uint32_t i = 0; i < n; ++i) order[i] = i;
   auto bytes = [&](uint32_t i) { return segments_[i].size; };
-  std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return bytes(x) > bytes(y); });
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t x, uint32_t y) { return bytes(x) > bytes(y); });
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) total += bytes(i);
   constexpr uint64_t kPerWorker = 16u << 20;  // below this a thread costs more than it saves
   const size_t workers = static_cast<size_t>(std::clamp<uint64_t>(
-      std::min<uint64_t>(total / kPerWorker, std::max(1u, std::thread::hardware_concurrency())), 1, 4));
+      std::min<uint64_t>(total / kPerWorker, std::max(1u, std::thread::hardware_concurrency())), 1,
+      4));
   std::vector<std::vector<uint32_t>> share(workers);
   std::vector<uint64_t> load(workers, 0);
   for (uint32_t i : order) {
@@ -307,9 +330,10 @@ Status ArtifactFile::segment(uint32_t index, const uint8_t** data, size_t* size)
   if (!verified_[index].load(std::memory_order_acquire)) {
     if (checksum64(p, s.size) != s.checksum) {
       const MappedFile& f = s.file == 0 ? *main_ : *data_files_[s.file - 1];
-      return corrupt_data(f.path() + ": checksum mismatch in segment " + std::to_string(index) + " (" +
-                          std::to_string(s.size) + " bytes at offset " +
-                          std::to_string(static_cast<uint64_t>(p - f.bytes())) + "): the file is corrupt");
+      return corrupt_data(f.path() + ": checksum mismatch in segment " + std::to_string(index) +
+                          " (" + std::to_string(s.size) + " bytes at offset " +
+                          std::to_string(static_cast<uint64_t>(p - f.bytes())) +
+                          "): the file is corrupt");
     }
     verified_[index].store(true, std::memory_order_release);
   }
@@ -337,7 +361,8 @@ struct GraphReader {
   const std::string& where;
   int num_values = 0;
 
-  bool read_ids(const flatbuffers::Vector<int32_t>* ids, bool allow_absent, std::vector<int>* out) const {
+  bool read_ids(const flatbuffers::Vector<int32_t>* ids, bool allow_absent,
+                std::vector<int>* out) const {
     if (ids == nullptr) return true;
     for (int32_t v : *ids) {
       if (!((allow_absent && v == -1) || (v >= 0 && v < num_values))) return false;
@@ -350,7 +375,8 @@ struct GraphReader {
     ir::Attribute a;
     a.name = fa.name() ? fa.name()->str() : "";
     if (a.name.empty() || !known_attr_type(fa.type()))
-      return corrupt_data(where + ": node '" + node + "' has an attribute without a name or of an unknown type");
+      return corrupt_data(where + ": node '" + node +
+                          "' has an attribute without a name or of an unknown type");
     a.type = static_cast<ir::AttrType>(fa.type());
     if (!elements_aligned(fa.ints()) || !elements_aligned(fa.floats()) ||
         (fa.t() != nullptr && !elements_aligned(fa.t()->shape())))
@@ -368,8 +394,10 @@ struct GraphReader {
       if (t->shape()) shape.assign(t->shape()->begin(), t->shape()->end());
       DType dt = static_cast<DType>(t->dtype());
       const int64_t need = checked_bytes(shape, dt);
-      if (dtype_size(dt) == 0 || need < 0 || t->data() == nullptr || t->data()->size() != static_cast<uint64_t>(need))
-        return corrupt_data(where + ": node '" + node + "' attribute '" + a.name + "' has a bad tensor");
+      if (dtype_size(dt) == 0 || need < 0 || t->data() == nullptr ||
+          t->data()->size() != static_cast<uint64_t>(need))
+        return corrupt_data(where + ": node '" + node + "' attribute '" + a.name +
+                            "' has a bad tensor");
       a.t = Tensor::copy_of(dt, shape, t->data()->data());
     }
     return a;
@@ -383,7 +411,8 @@ struct GraphReader {
       n.op_type = fn->op_type() ? fn->op_type()->str() : "";
       n.domain = fn->domain() ? fn->domain()->str() : "";
       if (!read_ids(fn->inputs(), true, &n.inputs) || !read_ids(fn->outputs(), true, &n.outputs))
-        return corrupt_data(where + ": node '" + n.name + "' refers to a value that does not exist");
+        return corrupt_data(where + ": node '" + n.name +
+                            "' refers to a value that does not exist");
       if (fn->attributes())
         for (const fb::Attribute* fa : *fn->attributes()) {
           BP_ASSIGN_OR_RETURN(ir::Attribute a, read_attribute(*fa, n.name));
@@ -399,7 +428,8 @@ struct GraphReader {
 
 // Values, with constants as views into the mapping (each view keeps the file alive).
 Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
-                                 const std::map<std::string, uint32_t>& segment_of_key, ir::Graph* g) const {
+                                 const std::map<std::string, uint32_t>& segment_of_key,
+                                 ir::Graph* g) const {
   std::shared_ptr<const ArtifactFile> self = shared_from_this();
   const int nv = fg.values() ? static_cast<int>(fg.values()->size()) : 0;
   for (int i = 0; i < nv; ++i) {
@@ -407,12 +437,16 @@ Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
     ir::Value v;
     v.name = fv->name() ? fv->name()->str() : "";
     if (v.name.empty() || g->find_value(v.name) >= 0)
-      return corrupt_data(where + ": value " + std::to_string(i) + " has an empty or repeated name");
+      return corrupt_data(where + ": value " + std::to_string(i) +
+                          " has an empty or repeated name");
     v.dtype = static_cast<DType>(fv->dtype());
-    if (dtype_size(v.dtype) == 0) return corrupt_data(where + ": value '" + v.name + "' has an unknown dtype");
-    if (!elements_aligned(fv->shape())) return corrupt_data(where + ": value '" + v.name + "' is misaligned");
+    if (dtype_size(v.dtype) == 0)
+      return corrupt_data(where + ": value '" + v.name + "' has an unknown dtype");
+    if (!elements_aligned(fv->shape()))
+      return corrupt_data(where + ": value '" + v.name + "' is misaligned");
     if (fv->shape()) v.shape.assign(fv->shape()->begin(), fv->shape()->end());
-    if (checked_bytes(v.shape, v.dtype) < 0) return corrupt_data(where + ": value '" + v.name + "' has a bad shape");
+    if (checked_bytes(v.shape, v.dtype) < 0)
+      return corrupt_data(where + ": value '" + v.name + "' has a bad shape");
     v.has_shape = true;
     v.dim_params.assign(v.shape.size(), "");
     std::string key = fv->constant_key() ? fv->constant_key()->str() : "";
@@ -428,7 +462,8 @@ Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
                           " bytes, its shape needs " + std::to_string(expect));
     void* p = const_cast<uint8_t*>(segment_address(seg));
     g->values[id].constant_key = key;
-    g->constants[key] = Tensor::view(v.dtype, v.shape, p, std::const_pointer_cast<ArtifactFile>(self));
+    g->constants[key] =
+        Tensor::view(v.dtype, v.shape, p, std::const_pointer_cast<ArtifactFile>(self));
   }
   return ok_status();
 }
@@ -441,27 +476,31 @@ Result<ir::Graph> ArtifactFile::method_graph(int m) const {
   g.name = fg->name() ? fg->name()->str() : method->name()->str();
   g.source = path_;
   if (fg->opsets())
-    for (const fb::Opset* o : *fg->opsets()) g.opsets[o->domain() ? o->domain()->str() : ""] = o->version();
+    for (const fb::Opset* o : *fg->opsets())
+      g.opsets[o->domain() ? o->domain()->str() : ""] = o->version();
   std::map<std::string, uint32_t> segment_of_key;
   for (const ArtifactNamedData& d : named_data_) segment_of_key[d.key] = d.segment;
   BP_RETURN_IF_ERROR(read_values(*fg, where, segment_of_key, &g));
   GraphReader reader{*fg, where, static_cast<int>(g.values.size())};
   BP_RETURN_IF_ERROR(reader.read_nodes(&g));
-  if (!reader.read_ids(fg->inputs(), false, &g.inputs) || !reader.read_ids(fg->outputs(), false, &g.outputs))
+  if (!reader.read_ids(fg->inputs(), false, &g.inputs) ||
+      !reader.read_ids(fg->outputs(), false, &g.outputs))
     return corrupt_data(where + ": graph inputs/outputs refer to values that do not exist");
   BP_RETURN_IF_ERROR(check_method_graph(g, where, segment_of_key));
   return g;
 }
 
 // Inputs, execution order, verify, and stored shapes against inference.
-Status ArtifactFile::check_method_graph(ir::Graph& g, const std::string& where,
-                                        const std::map<std::string, uint32_t>& segment_of_key) const {
+Status ArtifactFile::check_method_graph(
+    ir::Graph& g, const std::string& where,
+    const std::map<std::string, uint32_t>& segment_of_key) const {
   // Inputs are written by sessions: never a constant (its bytes are the
   // read-only mapping), never listed twice.
   std::vector<bool> is_input(g.values.size(), false);
   for (int v : g.inputs) {
     if (g.values[v].is_constant() || is_input[v])
-      return corrupt_data(where + ": graph input '" + g.values[v].name + "' is a constant or listed twice");
+      return corrupt_data(where + ": graph input '" + g.values[v].name +
+                          "' is a constant or listed twice");
     is_input[v] = true;
   }
   // The stored order must already be topological; topo_sort also checks that
@@ -470,7 +509,8 @@ Status ArtifactFile::check_method_graph(ir::Graph& g, const std::string& where,
   for (const ir::Node& n : g.nodes) stored.push_back(n.name);
   BP_RETURN_IF_ERROR(g.topo_sort(), where);
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (g.nodes[i].name != stored[i]) return corrupt_data(where + ": nodes are not stored in execution order");
+    if (g.nodes[i].name != stored[i])
+      return corrupt_data(where + ": nodes are not stored in execution order");
   BP_RETURN_IF_ERROR(ir::verify(g), where);
   // Stored dtypes and shapes size every buffer the executor and the kernels
   // use: they must be what shape inference derives from the inputs, or a
@@ -483,10 +523,11 @@ Status ArtifactFile::check_method_graph(ir::Graph& g, const std::string& where,
   } else {
     for (size_t v = 0; v < g.values.size() && inconsistent.ok(); ++v)
       if (check.values[v].dtype != g.values[v].dtype || check.values[v].shape != g.values[v].shape)
-        inconsistent = corrupt_data(where + ": value '" + g.values[v].name + "' is stored as " +
-                                    dtype_name(g.values[v].dtype) + shape_to_string(g.values[v].shape) +
-                                    " but its inputs make it " + dtype_name(check.values[v].dtype) +
-                                    shape_to_string(check.values[v].shape));
+        inconsistent =
+            corrupt_data(where + ": value '" + g.values[v].name + "' is stored as " +
+                         dtype_name(g.values[v].dtype) + shape_to_string(g.values[v].shape) +
+                         " but its inputs make it " + dtype_name(check.values[v].dtype) +
+                         shape_to_string(check.values[v].shape));
   }
   if (!inconsistent.ok()) {
     // Shape inference reads constants (a Reshape's shape, a Pad's pads): with
@@ -502,7 +543,8 @@ Status ArtifactFile::check_method_graph(ir::Graph& g, const std::string& where,
   return ok_status();
 }
 
-ArtifactDataMap::ArtifactDataMap(std::shared_ptr<const ArtifactFile> file) : file_(std::move(file)) {
+ArtifactDataMap::ArtifactDataMap(std::shared_ptr<const ArtifactFile> file)
+    : file_(std::move(file)) {
   for (const ArtifactNamedData& d : file_->named_data()) {
     keys_.push_back(d.key);
     segments_.push_back(d.segment);
@@ -511,7 +553,8 @@ ArtifactDataMap::ArtifactDataMap(std::shared_ptr<const ArtifactFile> file) : fil
 
 Status ArtifactDataMap::get(const std::string& key, const void** data, size_t* size) const {
   auto it = std::lower_bound(keys_.begin(), keys_.end(), key);
-  if (it == keys_.end() || *it != key) return not_found(file_->path() + ": no named data '" + key + "'");
+  if (it == keys_.end() || *it != key)
+    return not_found(file_->path() + ": no named data '" + key + "'");
   const uint8_t* d = nullptr;
   BP_RETURN_IF_ERROR(file_->segment(segments_[it - keys_.begin()], &d, size));
   *data = d;

@@ -27,7 +27,8 @@ namespace backplane {
 
 uint64_t artifact_data_start(uint64_t fb_size) {
   const uint64_t header = 4 + fb_size + 8;
-  return (header + NamedBlobStore::kPageAlignment - 1) / NamedBlobStore::kPageAlignment * NamedBlobStore::kPageAlignment;
+  return (header + NamedBlobStore::kPageAlignment - 1) / NamedBlobStore::kPageAlignment *
+         NamedBlobStore::kPageAlignment;
 }
 
 namespace {
@@ -54,17 +55,20 @@ flatbuffers::Offset<fb::Graph> write_graph(flatbuffers::FlatBufferBuilder& b, co
         auto data = b.CreateVector(static_cast<const uint8_t*>(a.t.data()), a.t.size_bytes());
         t = fb::CreateAttrTensor(b, static_cast<int32_t>(a.t.dtype()), shape, data);
       }
-      attrs.push_back(fb::CreateAttribute(b, b.CreateString(a.name), static_cast<int32_t>(a.type), a.i, a.f,
-                                          b.CreateString(a.s), b.CreateVector(a.ints), b.CreateVector(a.floats),
-                                          b.CreateVectorOfStrings(a.strings), t));
+      attrs.push_back(fb::CreateAttribute(
+          b, b.CreateString(a.name), static_cast<int32_t>(a.type), a.i, a.f, b.CreateString(a.s),
+          b.CreateVector(a.ints), b.CreateVector(a.floats), b.CreateVectorOfStrings(a.strings), t));
     }
-    nodes.push_back(fb::CreateNode(b, b.CreateString(n.name), b.CreateString(n.op_type), b.CreateString(n.domain),
-                                   b.CreateVector(n.inputs), b.CreateVector(n.outputs), b.CreateVector(attrs)));
+    nodes.push_back(fb::CreateNode(b, b.CreateString(n.name), b.CreateString(n.op_type),
+                                   b.CreateString(n.domain), b.CreateVector(n.inputs),
+                                   b.CreateVector(n.outputs), b.CreateVector(attrs)));
   }
   std::vector<flatbuffers::Offset<fb::Opset>> opsets;
-  for (const auto& [domain, version] : g.opsets) opsets.push_back(fb::CreateOpset(b, b.CreateString(domain), version));
+  for (const auto& [domain, version] : g.opsets)
+    opsets.push_back(fb::CreateOpset(b, b.CreateString(domain), version));
   return fb::CreateGraph(b, b.CreateString(g.name), b.CreateVector(values), b.CreateVector(nodes),
-                         b.CreateVector(g.inputs), b.CreateVector(g.outputs), b.CreateVector(opsets));
+                         b.CreateVector(g.inputs), b.CreateVector(g.outputs),
+                         b.CreateVector(opsets));
 }
 
 struct PlannedSegment {
@@ -108,7 +112,7 @@ Result<AtomicFile> write_file(const std::string& path, const flatbuffers::FlatBu
 struct Layout {
   std::vector<std::string> files;
   std::vector<PlannedSegment> segments;
-  std::vector<uint64_t> file_top;                    // per file: end of the last segment
+  std::vector<uint64_t> file_top;                     // per file: end of the last segment
   std::vector<std::vector<int32_t>> payload_segment;  // per method, per partition (-1 = none)
   std::vector<uint32_t> blob_segment;                 // per blob of the store
   size_t payload_bytes = 0;
@@ -128,35 +132,42 @@ struct Layout {
 };
 
 // Payloads first, then blobs.
-Result<Layout> plan_layout(const std::vector<ArtifactMethod>& methods, const NamedBlobStore& store) {
+Result<Layout> plan_layout(const std::vector<ArtifactMethod>& methods,
+                           const NamedBlobStore& store) {
   Layout l;
   // External data files, by the name the .bpk records (relative to it).
   for (const NamedBlobStore::Blob& blob : store.blobs())
-    if (!blob.external_file.empty() && std::find(l.files.begin(), l.files.end(), blob.external_file) == l.files.end())
+    if (!blob.external_file.empty() &&
+        std::find(l.files.begin(), l.files.end(), blob.external_file) == l.files.end())
       l.files.push_back(blob.external_file);
   for (const std::string& f : l.files)
     if (f.find('/') != std::string::npos || f == "." || f == "..")
-      return invalid_argument("external data file name '" + f + "' must be a plain file name next to the artifact");
+      return invalid_argument("external data file name '" + f +
+                              "' must be a plain file name next to the artifact");
   l.file_top.assign(l.files.size() + 1, 0);
   l.payload_segment.resize(methods.size());
   for (size_t m = 0; m < methods.size(); ++m)
     for (const ArtifactPartition& p : methods[m].partitions) {
-      l.payload_segment[m].push_back(p.has_payload ? l.add(0, p.payload.data(), p.payload.size(), 64) : -1);
+      l.payload_segment[m].push_back(
+          p.has_payload ? l.add(0, p.payload.data(), p.payload.size(), 64) : -1);
       l.payload_bytes += p.has_payload ? p.payload.size() : 0;
     }
   for (const NamedBlobStore::Blob& blob : store.blobs()) {
     uint32_t file = 0;
     if (!blob.external_file.empty())
-      file = static_cast<uint32_t>(std::find(l.files.begin(), l.files.end(), blob.external_file) - l.files.begin()) + 1;
-    l.blob_segment.push_back(
-        static_cast<uint32_t>(l.add(file, blob.data(), blob.size, static_cast<uint32_t>(blob.alignment))));
+      file = static_cast<uint32_t>(std::find(l.files.begin(), l.files.end(), blob.external_file) -
+                                   l.files.begin()) +
+             1;
+    l.blob_segment.push_back(static_cast<uint32_t>(
+        l.add(file, blob.data(), blob.size, static_cast<uint32_t>(blob.alignment))));
   }
   return l;
 }
 
 // The artifact's metadata (the size-prefixed FlatBuffer) into `b`.
 void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<ArtifactMethod>& methods,
-                    const NamedBlobStore& store, const Layout& l, const std::vector<uint8_t>& compile_id) {
+                    const NamedBlobStore& store, const Layout& l,
+                    const std::vector<uint8_t>& compile_id) {
   std::vector<flatbuffers::Offset<fb::Method>> fb_methods;
   for (size_t m = 0; m < methods.size(); ++m) {
     const ArtifactMethod& method = methods[m];
@@ -165,9 +176,11 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
     for (size_t i = 0; i < method.partitions.size(); ++i) {
       const ArtifactPartition& p = method.partitions[i];
       parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
-                                          b.CreateVector(p.nodes), p.imperative, l.payload_segment[m][i]));
+                                          b.CreateVector(p.nodes), p.imperative,
+                                          l.payload_segment[m][i]));
     }
-    fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, b.CreateVector(parts),
+    fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph,
+                                          b.CreateVector(parts),
                                           b.CreateVectorOfStrings(method.preference)));
   }
   std::vector<flatbuffers::Offset<fb::NamedData>> named;
@@ -179,16 +192,17 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
   std::vector<flatbuffers::Offset<fb::DataFile>> fb_files;
   for (size_t f = 0; f < l.files.size(); ++f)
     fb_files.push_back(fb::CreateDataFile(b, b.CreateString(l.files[f]), l.file_top[f + 1]));
-  auto root = fb::CreateArtifact(b, kArtifactFormatMajor, kArtifactFormatMinor, b.CreateVector(compile_id),
-                                 b.CreateString(std::string("backplane ") + BACKPLANE_VERSION),
-                                 b.CreateVector(fb_methods), b.CreateVector(named),
-                                 b.CreateVectorOfStructs(fb_segments), b.CreateVector(fb_files));
+  auto root = fb::CreateArtifact(
+      b, kArtifactFormatMajor, kArtifactFormatMinor, b.CreateVector(compile_id),
+      b.CreateString(std::string("backplane ") + BACKPLANE_VERSION), b.CreateVector(fb_methods),
+      b.CreateVector(named), b.CreateVectorOfStructs(fb_segments), b.CreateVector(fb_files));
   fb::FinishSizePrefixedArtifactBuffer(b, root);
 }
 
 }  // namespace
 
-Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<ArtifactMethod>& methods,
+Result<ArtifactSizes> write_artifact(const std::string& path,
+                                     const std::vector<ArtifactMethod>& methods,
                                      const NamedBlobStore& store) {
   std::vector<uint8_t> compile_id(kCompileIdBytes);
   std::random_device rd;
@@ -206,11 +220,12 @@ Result<ArtifactSizes> write_artifact(const std::string& path, const std::vector<
   std::vector<AtomicFile> data_files;
   for (size_t f = 0; f < layout.files.size(); ++f) {
     flatbuffers::FlatBufferBuilder hb(256);
-    auto header = fb::CreateDataFileHeader(hb, kArtifactFormatMajor, kArtifactFormatMinor,
-                                           hb.CreateVector(compile_id), hb.CreateString(layout.files[f]));
+    auto header =
+        fb::CreateDataFileHeader(hb, kArtifactFormatMajor, kArtifactFormatMinor,
+                                 hb.CreateVector(compile_id), hb.CreateString(layout.files[f]));
     fb::FinishSizePrefixedDataFileHeaderBuffer(hb, header);
-    BP_ASSIGN_OR_RETURN(AtomicFile data,
-                        write_file((dir / layout.files[f]).string(), hb, layout.segments, static_cast<uint32_t>(f + 1)));
+    BP_ASSIGN_OR_RETURN(AtomicFile data, write_file((dir / layout.files[f]).string(), hb,
+                                                    layout.segments, static_cast<uint32_t>(f + 1)));
     sizes.external_bytes += data.bytes_written();
     data_files.push_back(std::move(data));
   }

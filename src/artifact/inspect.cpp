@@ -21,16 +21,19 @@ Result<nlohmann::json> describe_method(const ArtifactFile& file, int index) {
   BP_ASSIGN_OR_RETURN(ir::Graph g, file.method_graph(index));
   mj["inputs"] = nlohmann::json::array();
   for (int v : g.inputs)
-    mj["inputs"].push_back(
-        {{"name", g.values[v].name}, {"shape", g.values[v].shape}, {"dtype", dtype_name(g.values[v].dtype)}});
+    mj["inputs"].push_back({{"name", g.values[v].name},
+                            {"shape", g.values[v].shape},
+                            {"dtype", dtype_name(g.values[v].dtype)}});
   mj["partitions"] = nlohmann::json::array();
   for (const StoredPartition& p : m.partitions) {
-    uint64_t payload = p.payload_segment >= 0 ? file.segments()[static_cast<size_t>(p.payload_segment)].size : 0;
-    mj["partitions"].push_back({{"backend", p.backend},
-                                {"api_version", std::to_string(p.api_major) + "." + std::to_string(p.api_minor)},
-                                {"nodes", p.nodes.size()},
-                                {"imperative", p.imperative},
-                                {"payload_bytes", payload}});
+    uint64_t payload =
+        p.payload_segment >= 0 ? file.segments()[static_cast<size_t>(p.payload_segment)].size : 0;
+    mj["partitions"].push_back(
+        {{"backend", p.backend},
+         {"api_version", std::to_string(p.api_major) + "." + std::to_string(p.api_minor)},
+         {"nodes", p.nodes.size()},
+         {"imperative", p.imperative},
+         {"payload_bytes", payload}});
   }
   return mj;
 }
@@ -43,43 +46,54 @@ void describe_named_data(const ArtifactFile& file, nlohmann::json* j) {
   for (const ArtifactNamedData& d : file.named_data()) {
     const ArtifactSegment& s = file.segments()[d.segment];
     std::string where = s.file == 0 ? "(artifact)" : file.data_files()[s.file - 1].name;
-    (*j)["named_data"].push_back(
-        {{"key", d.key}, {"bytes", s.size}, {"alignment", s.alignment}, {"file", where}, {"segment", d.segment}});
+    (*j)["named_data"].push_back({{"key", d.key},
+                                  {"bytes", s.size},
+                                  {"alignment", s.alignment},
+                                  {"file", where},
+                                  {"segment", d.segment}});
     requested += s.size;
     if (users[d.segment]++ == 0) stored += s.size;
   }
-  (*j)["named_data_bytes"] = {{"requested", requested}, {"stored", stored}, {"saved_by_dedup", requested - stored}};
+  (*j)["named_data_bytes"] = {
+      {"requested", requested}, {"stored", stored}, {"saved_by_dedup", requested - stored}};
 }
 
 std::string as_text(const nlohmann::json& j) {
   std::ostringstream os;
-  os << "artifact   " << j["file"].get<std::string>() << " (format " << j["format"].get<std::string>() << ", "
-     << j["file_bytes"] << " bytes, " << j["producer"].get<std::string>() << ")\n";
+  os << "artifact   " << j["file"].get<std::string>() << " (format "
+     << j["format"].get<std::string>() << ", " << j["file_bytes"] << " bytes, "
+     << j["producer"].get<std::string>() << ")\n";
   os << "compile id " << j["compile_id"].get<std::string>() << "\n";
   for (const auto& d : j["data_files"])
-    os << "data file  " << d["name"].get<std::string>() << " (" << d["data_bytes"] << " data bytes)\n";
+    os << "data file  " << d["name"].get<std::string>() << " (" << d["data_bytes"]
+       << " data bytes)\n";
   for (const auto& m : j["methods"]) {
     os << "method     " << m["name"].get<std::string>() << ": " << m["nodes"] << " nodes, "
        << m["partitions"].size() << " partitions\n";
     size_t i = 0;
     for (const auto& p : m["partitions"])
-      os << "  [" << i++ << "] " << p["backend"].get<std::string>() << " (api " << p["api_version"].get<std::string>()
-         << "): " << p["nodes"] << " nodes, payload " << p["payload_bytes"] << " bytes"
-         << (p["imperative"].get<bool>() ? ", imperative" : "") << "\n";
+      os << "  [" << i++ << "] " << p["backend"].get<std::string>() << " (api "
+         << p["api_version"].get<std::string>() << "): " << p["nodes"] << " nodes, payload "
+         << p["payload_bytes"] << " bytes" << (p["imperative"].get<bool>() ? ", imperative" : "")
+         << "\n";
   }
   const auto& bytes = j["named_data_bytes"];
-  os << "named data " << j["named_data"].size() << " keys, " << bytes["requested"] << " bytes requested, "
-     << bytes["stored"] << " stored (" << bytes["saved_by_dedup"] << " saved by de-duplication)\n";
+  os << "named data " << j["named_data"].size() << " keys, " << bytes["requested"]
+     << " bytes requested, " << bytes["stored"] << " stored (" << bytes["saved_by_dedup"]
+     << " saved by de-duplication)\n";
   for (const auto& d : j["named_data"])
-    os << "  " << d["key"].get<std::string>() << ": " << d["bytes"] << " bytes, align " << d["alignment"] << ", "
-       << d["file"].get<std::string>() << ", segment " << d["segment"] << "\n";
+    os << "  " << d["key"].get<std::string>() << ": " << d["bytes"] << " bytes, align "
+       << d["alignment"] << ", " << d["file"].get<std::string>() << ", segment " << d["segment"]
+       << "\n";
   return os.str();
 }
 
 }  // namespace
 
-Result<std::string> inspect_artifact(const std::string& path, bool json, const std::vector<std::string>& external) {
-  BP_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactFile> file, ArtifactFile::open(path, external, false));
+Result<std::string> inspect_artifact(const std::string& path, bool json,
+                                     const std::vector<std::string>& external) {
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactFile> file,
+                      ArtifactFile::open(path, external, false));
   nlohmann::json j;
   j["file"] = path;
   j["format"] = std::to_string(file->format_major()) + "." + std::to_string(file->format_minor());

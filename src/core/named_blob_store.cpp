@@ -8,28 +8,30 @@
 namespace backplane {
 
 Status NamedBlobStore::add(const std::string& key, const void* data, size_t size, size_t alignment,
-                      const std::string& external_file) {
+                           const std::string& external_file) {
   return insert(key, data, size, alignment, external_file, true);
 }
 
-Status NamedBlobStore::add_borrowed(const std::string& key, const void* data, size_t size, size_t alignment,
-                               const std::string& external_file) {
+Status NamedBlobStore::add_borrowed(const std::string& key, const void* data, size_t size,
+                                    size_t alignment, const std::string& external_file) {
   return insert(key, data, size, alignment, external_file, false);
 }
 
-Status NamedBlobStore::insert(const std::string& key, const void* data, size_t size, size_t alignment,
-                         const std::string& external_file, bool copy) {
+Status NamedBlobStore::insert(const std::string& key, const void* data, size_t size,
+                              size_t alignment, const std::string& external_file, bool copy) {
   if (key.empty()) return invalid_argument("blob key is empty");
   if (size > 0 && data == nullptr) return invalid_argument("blob '" + key + "' has no data");
   if (alignment == 0) alignment = kMinAlignment;
   if ((alignment & (alignment - 1)) != 0)
-    return invalid_argument("blob '" + key + "': alignment " + std::to_string(alignment) + " is not a power of two");
+    return invalid_argument("blob '" + key + "': alignment " + std::to_string(alignment) +
+                            " is not a power of two");
   alignment = std::max(alignment, kMinAlignment);
   if (size >= kLargeBlob) alignment = std::max(alignment, kPageAlignment);
 
   const uint64_t hash = checksum64(data, size);
   auto same_bytes = [&](const Blob& b) {
-    return b.size == size && b.hash == hash && (size == 0 || std::memcmp(b.data(), data, size) == 0);
+    return b.size == size && b.hash == hash &&
+           (size == 0 || std::memcmp(b.data(), data, size) == 0);
   };
   auto existing = keys_.find(key);
   if (existing != keys_.end()) {
@@ -50,7 +52,8 @@ Status NamedBlobStore::insert(const std::string& key, const void* data, size_t s
     }
   }
   Blob b;
-  if (copy) b.owned.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
+  if (copy)
+    b.owned.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
   else b.borrowed = static_cast<const uint8_t*>(data);
   b.size = size;
   b.alignment = alignment;

@@ -27,11 +27,11 @@ class NamedBlobStore {
   static constexpr size_t kLargeBlob = 64 * 1024;  // page-aligned from this size on
 
   struct Blob {
-    std::vector<uint8_t> owned;     // copied bytes, or
+    std::vector<uint8_t> owned;         // copied bytes, or
     const uint8_t* borrowed = nullptr;  // bytes someone keeps alive until write
     size_t size = 0;
     size_t alignment = kMinAlignment;
-    std::string external_file;      // "" = the artifact itself
+    std::string external_file;  // "" = the artifact itself
     uint64_t hash = 0;
     const uint8_t* data() const { return borrowed != nullptr ? borrowed : owned.data(); }
   };
@@ -54,7 +54,9 @@ class NamedBlobStore {
   size_t stored_bytes() const;
 
   bp_blob_store_t* as_abi() { return reinterpret_cast<bp_blob_store_t*>(this); }
-  static NamedBlobStore* from_abi(bp_blob_store_t* s) { return reinterpret_cast<NamedBlobStore*>(s); }
+  static NamedBlobStore* from_abi(bp_blob_store_t* s) {
+    return reinterpret_cast<NamedBlobStore*>(s);
+  }
 
  private:
   Status insert(const std::string& key, const void* data, size_t size, size_t alignment,

@@ -25,7 +25,9 @@ class NamedDataMap {
   // Key number `index` in a stable order; null when out of range.
   virtual const std::string* key_at(size_t index) const = 0;
 
-  const bp_named_data_map_t* as_abi() const { return reinterpret_cast<const bp_named_data_map_t*>(this); }
+  const bp_named_data_map_t* as_abi() const {
+    return reinterpret_cast<const bp_named_data_map_t*>(this);
+  }
   static const NamedDataMap* from_abi(const bp_named_data_map_t* m) {
     return reinterpret_cast<const NamedDataMap*>(m);
   }

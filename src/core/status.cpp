@@ -7,18 +7,30 @@ namespace backplane {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kUnimplemented: return "unimplemented";
-    case StatusCode::kOutOfMemory: return "out of memory";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kCorruptData: return "corrupt data";
-    case StatusCode::kVersionMismatch: return "version mismatch";
-    case StatusCode::kDeviceError: return "device error";
-    case StatusCode::kInternal: return "internal error";
-    case StatusCode::kIoError: return "i/o error";
-    case StatusCode::kBackendError: return "backend error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kUnimplemented:
+      return "unimplemented";
+    case StatusCode::kOutOfMemory:
+      return "out of memory";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kCorruptData:
+      return "corrupt data";
+    case StatusCode::kVersionMismatch:
+      return "version mismatch";
+    case StatusCode::kDeviceError:
+      return "device error";
+    case StatusCode::kInternal:
+      return "internal error";
+    case StatusCode::kIoError:
+      return "i/o error";
+    case StatusCode::kBackendError:
+      return "backend error";
   }
   return "unknown";
 }
@@ -41,8 +53,8 @@ void result_error_access(const Status& status) {
 }
 
 Status ok_status_in_result(const CallSite& where) {
-  return internal_error(std::string("bug: a Result was built from an OK status at ") + where.file + ":" +
-                        std::to_string(where.line) + " (in " + where.function +
+  return internal_error(std::string("bug: a Result was built from an OK status at ") + where.file +
+                        ":" + std::to_string(where.line) + " (in " + where.function +
                         "); a function returning Result<T> must return a value or an error");
 }
 

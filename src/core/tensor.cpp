@@ -9,28 +9,44 @@ namespace backplane {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kUInt8: return 1;
-    case DType::kInt8: return 1;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kBool: return 1;
-    case DType::kFloat16: return 2;
-    case DType::kUndefined: return 0;
+    case DType::kFloat32:
+      return 4;
+    case DType::kUInt8:
+      return 1;
+    case DType::kInt8:
+      return 1;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kBool:
+      return 1;
+    case DType::kFloat16:
+      return 2;
+    case DType::kUndefined:
+      return 0;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kUInt8: return "uint8";
-    case DType::kInt8: return "int8";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kBool: return "bool";
-    case DType::kFloat16: return "float16";
-    case DType::kUndefined: return "undefined";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBool:
+      return "bool";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kUndefined:
+      return "undefined";
   }
   return "undefined";
 }

@@ -4,7 +4,8 @@
 
 namespace backplane {
 
-TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors) : tensors_(tensors) {
+TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors)
+    : tensors_(tensors) {
   for (const auto& kv : *tensors) keys_.push_back(kv.first);
   std::sort(keys_.begin(), keys_.end());
 }

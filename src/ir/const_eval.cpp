@@ -66,10 +66,17 @@ Tensor gather_elements(const Tensor& src, const Shape& out, const std::vector<in
 template <class F>
 bool with_type(DType t, F&& f) {
   switch (t) {
-    case DType::kFloat32: f.template operator()<float>(); return true;
-    case DType::kInt32: f.template operator()<int32_t>(); return true;
-    case DType::kInt64: f.template operator()<int64_t>(); return true;
-    default: return false;
+    case DType::kFloat32:
+      f.template operator()<float>();
+      return true;
+    case DType::kInt32:
+      f.template operator()<int32_t>();
+      return true;
+    case DType::kInt64:
+      f.template operator()<int64_t>();
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -98,13 +105,26 @@ D convert(S v) {
 template <class F>
 bool with_cast_type(DType t, F&& f) {
   switch (t) {
-    case DType::kFloat32: f.template operator()<float>(); return true;
-    case DType::kInt32: f.template operator()<int32_t>(); return true;
-    case DType::kInt64: f.template operator()<int64_t>(); return true;
-    case DType::kInt8: f.template operator()<int8_t>(); return true;
-    case DType::kUInt8: f.template operator()<uint8_t>(); return true;
-    case DType::kBool: f.template operator()<bool>(); return true;
-    default: return false;
+    case DType::kFloat32:
+      f.template operator()<float>();
+      return true;
+    case DType::kInt32:
+      f.template operator()<int32_t>();
+      return true;
+    case DType::kInt64:
+      f.template operator()<int64_t>();
+      return true;
+    case DType::kInt8:
+      f.template operator()<int8_t>();
+      return true;
+    case DType::kUInt8:
+      f.template operator()<uint8_t>();
+      return true;
+    case DType::kBool:
+      f.template operator()<bool>();
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -133,7 +153,8 @@ Result<bool> eval_cast(const InferCtx& c, const Tensor& x, std::vector<Tensor>* 
 // Elementwise over broadcast inputs; `op` gets the flat output index and the
 // element offsets of each input.
 template <class F>
-void elementwise(const InferCtx& c, const std::vector<const Tensor*>& ins, const Shape& out, F&& op) {
+void elementwise(const InferCtx& c, const std::vector<const Tensor*>& ins, const Shape& out,
+                 F&& op) {
   std::vector<std::vector<int64_t>> offs;
   for (const Tensor* t : ins) offs.push_back(offsets(out, broadcast_strides(t->shape(), out), 0));
   const int64_t n = sat_numel(out);
@@ -154,8 +175,8 @@ Result<bool> eval_arith(const InferCtx& c, const std::vector<const Tensor*>& ins
     T* out = y.data_as<T>();
     // Integers wrap around (as ONNX Runtime and NumPy do); computed unsigned,
     // since signed overflow is undefined in C++ and values come from files.
-    using Wide =
-        typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
+    using Wide = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                             std::type_identity<T>>::type;
     auto neg = [](T v) {
       if constexpr (std::is_integral_v<T>) return static_cast<T>(Wide{} - static_cast<Wide>(v));
       else return static_cast<T>(-v);
@@ -250,7 +271,8 @@ Result<bool> eval_where(const InferCtx& c, const std::vector<const Tensor*>& ins
   elementwise(c, ins, o.shape, [&](int64_t k, const std::vector<int64_t>& at) {
     const bool cond = elem<uint8_t>(*ins[0], at[0]) != 0;
     const Tensor& src = cond ? *ins[1] : *ins[2];
-    std::memcpy(out + k * es, static_cast<const unsigned char*>(src.data()) + at[cond ? 1 : 2] * es, es);
+    std::memcpy(out + k * es, static_cast<const unsigned char*>(src.data()) + at[cond ? 1 : 2] * es,
+                es);
   });
   outs->push_back(std::move(y));
   return true;
@@ -268,7 +290,8 @@ Result<bool> eval_range(const InferCtx& c, const std::vector<const Tensor*>& ins
         // Every element lies between start and limit, but i * delta alone may
         // not fit (start -2^63, delta 2^62): computed unsigned, where it wraps.
         using U = std::make_unsigned_t<T>;
-        y.data_as<T>()[i] = static_cast<T>(static_cast<U>(start) + static_cast<U>(i) * static_cast<U>(delta));
+        y.data_as<T>()[i] =
+            static_cast<T>(static_cast<U>(start) + static_cast<U>(i) * static_cast<U>(delta));
       } else {
         y.data_as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
       }
@@ -324,11 +347,14 @@ Result<bool> eval_concat(const InferCtx& c, const std::vector<const Tensor*>& in
 }  // namespace
 
 bool const_eval_supported(const std::string& op) {
-  static const std::set<std::string> ops = {
-      "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Add", "Sub", "Mul",
-      "Div", "Equal", "Less", "Greater", "Where", "ConstantOfShape", "Range", "Reshape",
-      "Identity", "Flatten", "Constant", "Expand", "Not", "And", "Or", "Min", "Max", "Neg",
-      "Abs", "Transpose", "Size"};
+  static const std::set<std::string> ops = {"Shape",    "Gather",    "Unsqueeze", "Squeeze",
+                                            "Concat",   "Slice",     "Cast",      "Add",
+                                            "Sub",      "Mul",       "Div",       "Equal",
+                                            "Less",     "Greater",   "Where",     "ConstantOfShape",
+                                            "Range",    "Reshape",   "Identity",  "Flatten",
+                                            "Constant", "Expand",    "Not",       "And",
+                                            "Or",       "Min",       "Max",       "Neg",
+                                            "Abs",      "Transpose", "Size"};
   return ops.count(op) > 0;
 }
 
@@ -412,7 +438,8 @@ Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outs) {
   if (ins.empty() || ins[0] == nullptr) return false;
   const Tensor& x = *ins[0];
 
-  if (op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten") {
+  if (op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Flatten") {
     // Same bytes, new shape.
     outs->push_back(Tensor::copy_of(x.dtype(), c.out[0].shape, x.data()));
     return true;

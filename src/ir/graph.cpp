@@ -7,14 +7,22 @@ namespace backplane::ir {
 
 const char* attr_type_name(AttrType type) {
   switch (type) {
-    case AttrType::kFloat: return "FLOAT";
-    case AttrType::kInt: return "INT";
-    case AttrType::kString: return "STRING";
-    case AttrType::kTensor: return "TENSOR";
-    case AttrType::kFloats: return "FLOATS";
-    case AttrType::kInts: return "INTS";
-    case AttrType::kStrings: return "STRINGS";
-    case AttrType::kUndefined: break;
+    case AttrType::kFloat:
+      return "FLOAT";
+    case AttrType::kInt:
+      return "INT";
+    case AttrType::kString:
+      return "STRING";
+    case AttrType::kTensor:
+      return "TENSOR";
+    case AttrType::kFloats:
+      return "FLOATS";
+    case AttrType::kInts:
+      return "INTS";
+    case AttrType::kStrings:
+      return "STRINGS";
+    case AttrType::kUndefined:
+      break;
   }
   return "UNDEFINED";
 }
@@ -179,7 +187,8 @@ Status Graph::topo_sort() {
   }
   if (order.size() != n) {
     for (size_t i = 0; i < n; ++i)
-      if (pending[i] > 0) return invalid_argument("graph has a cycle through " + nodes[i].describe());
+      if (pending[i] > 0)
+        return invalid_argument("graph has a cycle through " + nodes[i].describe());
   }
   std::vector<Node> sorted;
   sorted.reserve(n);
@@ -226,7 +235,8 @@ void Graph::remove_dead() {
 Status verify(const Graph& graph) {
   const int nv = static_cast<int>(graph.values.size());
   auto check_id = [&](int v, const std::string& where) -> Status {
-    if (v < -1 || v >= nv) return internal_error(where + ": value id " + std::to_string(v) + " out of range");
+    if (v < -1 || v >= nv)
+      return internal_error(where + ": value id " + std::to_string(v) + " out of range");
     return ok_status();
   };
   std::vector<int> produced_by(graph.values.size(), -1);
@@ -263,7 +273,8 @@ Status verify(const Graph& graph) {
   for (int v : graph.outputs) {
     BP_RETURN_IF_ERROR(check_id(v, "graph output"));
     if (v < 0 || !defined[v])
-      return invalid_argument("graph output '" + (v >= 0 ? graph.values[v].name : std::string("?")) +
+      return invalid_argument("graph output '" +
+                              (v >= 0 ? graph.values[v].name : std::string("?")) +
                               "' is not produced by any node, input or initializer");
   }
   return ok_status();

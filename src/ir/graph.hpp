@@ -60,9 +60,9 @@ struct Value {
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;           // "" = default ONNX domain
-  std::vector<int> inputs;      // value ids; -1 = omitted optional input
-  std::vector<int> outputs;     // value ids; -1 = omitted optional output
+  std::string domain;        // "" = default ONNX domain
+  std::vector<int> inputs;   // value ids; -1 = omitted optional input
+  std::vector<int> outputs;  // value ids; -1 = omitted optional output
   std::vector<Attribute> attributes;
 
   const Attribute* attr(const std::string& name) const;
@@ -85,9 +85,9 @@ class Graph {
   std::string name;
   std::string source;  // the file it came from, for messages
   std::vector<Value> values;
-  std::vector<Node> nodes;  // topological order once topo_sort() succeeded
-  std::vector<int> inputs;  // value ids of graph inputs (never constants)
-  std::vector<int> outputs; // value ids of graph outputs
+  std::vector<Node> nodes;                // topological order once topo_sort() succeeded
+  std::vector<int> inputs;                // value ids of graph inputs (never constants)
+  std::vector<int> outputs;               // value ids of graph outputs
   std::map<std::string, int64_t> opsets;  // domain -> version ("" = ai.onnx)
   std::unordered_map<std::string, Tensor> constants;  // constant key -> bytes
 

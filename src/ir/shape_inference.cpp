@@ -22,8 +22,8 @@ Status InferCtx::unsupported_error(const std::string& message) const {
 Status InferCtx::require_inputs(size_t min, size_t max) const {
   const size_t n = num_inputs();
   if (n < min || n > max) {
-    std::string want = min == max ? std::to_string(min)
-                                  : std::to_string(min) + " to " + std::to_string(max);
+    std::string want =
+        min == max ? std::to_string(min) : std::to_string(min) + " to " + std::to_string(max);
     return error("has " + std::to_string(n) + " inputs, expected " + want + " (opset " +
                  std::to_string(opset) + ")");
   }
@@ -32,13 +32,14 @@ Status InferCtx::require_inputs(size_t min, size_t max) const {
   return ok_status();
 }
 
-Status InferCtx::expect_dtype(size_t i, std::initializer_list<DType> allowed, const char* param) const {
+Status InferCtx::expect_dtype(size_t i, std::initializer_list<DType> allowed,
+                              const char* param) const {
   const DType t = dtype(i);
   if (std::find(allowed.begin(), allowed.end(), t) != allowed.end()) return ok_status();
   std::string names;
   for (DType d : allowed) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
-  return error("input '" + std::string(param) + "' ('" + name(i) + "') has dtype " +
-               dtype_name(t) + ", expected " + names);
+  return error("input '" + std::string(param) + "' ('" + name(i) + "') has dtype " + dtype_name(t) +
+               ", expected " + names);
 }
 
 Status InferCtx::expect_same_dtype(size_t a, size_t b) const {
@@ -81,9 +82,15 @@ Result<std::vector<double>> InferCtx::numbers_input(size_t i, const char* param)
   const size_t n = static_cast<size_t>(t->numel());
   std::vector<double> v(n);
   switch (t->dtype()) {
-    case DType::kFloat32: std::copy_n(t->data_as<float>(), n, v.begin()); break;
-    case DType::kInt64: std::copy_n(t->data_as<int64_t>(), n, v.begin()); break;
-    case DType::kInt32: std::copy_n(t->data_as<int32_t>(), n, v.begin()); break;
+    case DType::kFloat32:
+      std::copy_n(t->data_as<float>(), n, v.begin());
+      break;
+    case DType::kInt64:
+      std::copy_n(t->data_as<int64_t>(), n, v.begin());
+      break;
+    case DType::kInt32:
+      std::copy_n(t->data_as<int32_t>(), n, v.begin());
+      break;
     case DType::kFloat16: {
       const uint16_t* h = t->data_as<uint16_t>();
       for (size_t k = 0; k < n; ++k) {
@@ -143,7 +150,8 @@ Result<Shape> broadcast_shapes(const InferCtx& c, const std::vector<size_t>& inp
           names += std::string(names.empty() ? "" : ", ") + "'" + c.name(j) + "' " +
                    shape_to_string(c.shape(j));
         return c.error("cannot broadcast inputs " + names + " (dim " + std::to_string(d) +
-                       " of the result: " + std::to_string(out[d]) + " vs " + std::to_string(v) + ")");
+                       " of the result: " + std::to_string(out[d]) + " vs " + std::to_string(v) +
+                       ")");
       }
       out[d] = v;
     }
@@ -180,13 +188,15 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
   for (int id : g.inputs) {
     Value& v = g.values[id];
     const std::string what = "input '" + v.name + "'";
-    if (v.dtype == DType::kUndefined) return invalid_argument(what + " has no element type in the model");
+    if (v.dtype == DType::kUndefined)
+      return invalid_argument(what + " has no element type in the model");
     auto it = given.find(v.name);
     if (it != given.end()) {
       const Shape& s = it->second;
       for (int64_t d : s)
         if (d < 0)
-          return invalid_argument(what + ": given shape " + shape_to_string(s) + " has a negative dim");
+          return invalid_argument(what + ": given shape " + shape_to_string(s) +
+                                  " has a negative dim");
       if (v.has_shape) {
         if (s.size() != v.shape.size())
           return invalid_argument(what + ": given shape " + shape_to_string(s) + " has rank " +
@@ -194,14 +204,15 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
                                   std::to_string(v.shape.size()) + " " + shape_to_string(v.shape));
         for (size_t d = 0; d < s.size(); ++d)
           if (v.shape[d] >= 0 && v.shape[d] != s[d])
-            return invalid_argument(what + ": given shape " + shape_to_string(s) + " contradicts dim " +
-                                    std::to_string(d) + " = " + std::to_string(v.shape[d]) +
-                                    " in the model");
+            return invalid_argument(what + ": given shape " + shape_to_string(s) +
+                                    " contradicts dim " + std::to_string(d) + " = " +
+                                    std::to_string(v.shape[d]) + " in the model");
       } else {
         v.dim_params.assign(s.size(), "");
       }
       if (detail::sat_numel(s) > detail::kMaxElements)
-        return invalid_argument(what + ": given shape " + shape_to_string(s) + " is too large for any tensor");
+        return invalid_argument(what + ": given shape " + shape_to_string(s) +
+                                " is too large for any tensor");
       v.shape = s;
       v.has_shape = true;
       continue;
@@ -209,13 +220,14 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
     if (!v.has_shape)
       return invalid_argument(what + " has no shape in the model; give a concrete shape");
     if (detail::sat_numel(v.shape) > detail::kMaxElements)
-      return invalid_argument(what + " has shape " + shape_to_string(v.shape) + ", too large for any tensor");
+      return invalid_argument(what + " has shape " + shape_to_string(v.shape) +
+                              ", too large for any tensor");
     for (size_t d = 0; d < v.shape.size(); ++d)
       if (v.shape[d] < 0)
-        return invalid_argument(what + " dim " + std::to_string(d) + dim_label(v, d) +
-                                (d < v.dim_params.size() && !v.dim_params[d].empty() ? " is symbolic"
-                                                                                    : " is unknown") +
-                                "; give a concrete shape");
+        return invalid_argument(
+            what + " dim " + std::to_string(d) + dim_label(v, d) +
+            (d < v.dim_params.size() && !v.dim_params[d].empty() ? " is symbolic" : " is unknown") +
+            "; give a concrete shape");
   }
   return ok_status();
 }
@@ -258,8 +270,9 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
     for (int64_t d : o.shape)
       if (d < 0) return internal_error(node.describe() + ": inferred a negative dim");
     if (detail::sat_numel(o.shape) > detail::kMaxElements)
-      return invalid_argument(node.describe() + ": output " + std::to_string(i) + " would have shape " +
-                              shape_to_string(o.shape) + ", too large for any tensor");
+      return invalid_argument(node.describe() + ": output " + std::to_string(i) +
+                              " would have shape " + shape_to_string(o.shape) +
+                              ", too large for any tensor");
     BP_RETURN_IF_ERROR(check_declared(node, declared[v], o));
     Value& val = g.values[v];
     val.dtype = o.dtype;
@@ -273,8 +286,7 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
     if (v >= 0 && !g.values[v].is_constant()) all_const = false;
   // Every shape is static here, so Shape and Size nodes always fold.
   const bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
-  if (!(all_const || shape_only) || !detail::const_eval_supported(node.op_type))
-    return ok_status();
+  if (!(all_const || shape_only) || !detail::const_eval_supported(node.op_type)) return ok_status();
   std::vector<Tensor> outs;
   BP_ASSIGN_OR_RETURN(bool done, detail::const_eval(c, &outs));
   if (!done) return ok_status();
@@ -314,7 +326,8 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes) {
       }
 
   std::vector<bool> folded(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
 
   // Folded nodes are gone: their outputs are constants now.
   std::vector<Node> kept;

@@ -31,7 +31,6 @@ inline int64_t sat_mul(int64_t a, int64_t b) {
 }
 constexpr int64_t kMaxElements = int64_t{1} << 48;
 
-
 // The inferred type of one node output.
 struct OutInfo {
   DType dtype = DType::kUndefined;
@@ -57,7 +56,9 @@ class InferCtx {
   DType dtype(size_t i) const { return in(i).dtype; }
   const Shape& shape(size_t i) const { return in(i).shape; }
   int64_t rank(size_t i) const { return static_cast<int64_t>(in(i).shape.size()); }
-  const Tensor* constant(size_t i) const { return has(i) ? graph.constant(node.inputs[i]) : nullptr; }
+  const Tensor* constant(size_t i) const {
+    return has(i) ? graph.constant(node.inputs[i]) : nullptr;
+  }
 
   // invalid_argument("node 'X' (Op): " + message).
   Status error(const std::string& message) const;

@@ -11,8 +11,8 @@ namespace backplane::ir::detail {
 
 namespace {
 
-constexpr DType F32 = DType::kFloat32, F16 = DType::kFloat16, I8 = DType::kInt8,
-                U8 = DType::kUInt8, I32 = DType::kInt32, I64 = DType::kInt64, BOOL = DType::kBool;
+constexpr DType F32 = DType::kFloat32, F16 = DType::kFloat16, I8 = DType::kInt8, U8 = DType::kUInt8,
+                I32 = DType::kInt32, I64 = DType::kInt64, BOOL = DType::kBool;
 
 std::string dims(const Shape& s) { return shape_to_string(s); }
 
@@ -86,10 +86,8 @@ Status infer_clip(InferCtx& c) {
     BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "input"));
   } else {
     BP_RETURN_IF_ERROR(c.require_inputs(1, 3));
-    if (c.opset >= 12)
-      BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8, I32, I64}, "input"));
-    else
-      BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "input"));
+    if (c.opset >= 12) BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8, I32, I64}, "input"));
+    else BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "input"));
     const char* names[] = {"input", "min", "max"};
     for (size_t i = 1; i < c.num_inputs(); ++i) {
       if (!c.has(i)) continue;
@@ -141,8 +139,7 @@ Status infer_compare(InferCtx& c) {
   BP_RETURN_IF_ERROR(c.require_inputs(2, 2));
   if (c.node.op_type == "Equal")
     BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8, I32, I64, BOOL}, "A"));
-  else
-    BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8, I32, I64}, "A"));
+  else BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8, I32, I64}, "A"));
   BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 1));
   return broadcast_inputs(c, BOOL);
 }
@@ -177,7 +174,8 @@ Status infer_where(InferCtx& c) {
 
 Status infer_trilu(InferCtx& c) {
   BP_RETURN_IF_ERROR(c.require_inputs(1, 2));
-  if (c.rank(0) < 2) return c.error("input '" + c.name(0) + "' must have rank >= 2, got " + dims(c.shape(0)));
+  if (c.rank(0) < 2)
+    return c.error("input '" + c.name(0) + "' must have rank >= 2, got " + dims(c.shape(0)));
   BP_ASSIGN_OR_RETURN(int64_t upper, c.node.attr_int("upper", 1));
   (void)upper;
   if (c.has(1)) {
@@ -263,7 +261,8 @@ Result<Window> read_window(InferCtx& c, size_t n, const std::vector<int64_t>* ke
       return c.error("dilations " + list(w.dilations) + " must be positive (and under 2^24)");
   }
   for (int64_t p : w.pads)
-    if (p < 0 || p > kMaxElements) return c.error("pads " + list(w.pads) + " must not be negative (or over 2^48)");
+    if (p < 0 || p > kMaxElements)
+      return c.error("pads " + list(w.pads) + " must not be negative (or over 2^48)");
   if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" &&
       w.auto_pad != "VALID")
     return c.error("attribute 'auto_pad' is '" + w.auto_pad +
@@ -310,7 +309,8 @@ Result<int64_t> check_conv_operands(InferCtx& c) {
     return c.error("weight '" + c.name(1) + "' has " + std::to_string(wt.size()) +
                    " dims, expected " + std::to_string(x.size()));
   BP_ASSIGN_OR_RETURN(int64_t group, c.node.attr_int("group", 1));
-  if (group <= 0) return c.error("attribute 'group' must be positive, got " + std::to_string(group));
+  if (group <= 0)
+    return c.error("attribute 'group' must be positive, got " + std::to_string(group));
   return group;
 }
 
@@ -320,9 +320,9 @@ Status infer_conv(InferCtx& c) {
   const Shape& wt = c.shape(1);
   const size_t n = x.size() - 2;
   if (x[1] != wt[1] * group)
-    return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) + " channels but weight '" +
-                   c.name(1) + "' " + dims(wt) + " with group " + std::to_string(group) + " expects " +
-                   std::to_string(wt[1] * group));
+    return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) +
+                   " channels but weight '" + c.name(1) + "' " + dims(wt) + " with group " +
+                   std::to_string(group) + " expects " + std::to_string(wt[1] * group));
   if (wt[0] % group != 0)
     return c.error("weight '" + c.name(1) + "' has " + std::to_string(wt[0]) +
                    " output channels, not divisible by group " + std::to_string(group));
@@ -347,8 +347,9 @@ Status infer_conv_transpose(InferCtx& c) {
   const Shape& wt = c.shape(1);
   const size_t n = x.size() - 2;
   if (x[1] != wt[0])
-    return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) + " channels but weight '" +
-                   c.name(1) + "' " + dims(wt) + " expects " + std::to_string(wt[0]));
+    return c.error("input '" + c.name(0) + "' has " + std::to_string(x[1]) +
+                   " channels but weight '" + c.name(1) + "' " + dims(wt) + " expects " +
+                   std::to_string(wt[0]));
   const int64_t m = wt[1] * group;
   if (c.has(2)) {
     BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 2));
@@ -398,10 +399,8 @@ Status infer_conv_transpose(InferCtx& c) {
 Status infer_pool(InferCtx& c) {
   const bool is_max = c.node.op_type == "MaxPool";
   BP_RETURN_IF_ERROR(c.require_inputs(1, 1));
-  if (is_max && c.opset >= 12)
-    BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8}, "X"));
-  else
-    BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "X"));
+  if (is_max && c.opset >= 12) BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16, I8, U8}, "X"));
+  else BP_RETURN_IF_ERROR(c.expect_dtype(0, {F32, F16}, "X"));
   const Shape& x = c.shape(0);
   if (x.size() < 3)
     return c.error("input '" + c.name(0) + "' has " + std::to_string(x.size()) +
@@ -454,9 +453,10 @@ Status infer_gemm(InferCtx& c) {
   const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
   const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
   if (k != kb)
-    return c.error("inner dims differ: A '" + c.name(0) + "' " + dims(a) + (ta ? " (transposed)" : "") +
-                   " has K=" + std::to_string(k) + ", B '" + c.name(1) + "' " + dims(b) +
-                   (tb ? " (transposed)" : "") + " has K=" + std::to_string(kb));
+    return c.error("inner dims differ: A '" + c.name(0) + "' " + dims(a) +
+                   (ta ? " (transposed)" : "") + " has K=" + std::to_string(k) + ", B '" +
+                   c.name(1) + "' " + dims(b) + (tb ? " (transposed)" : "") +
+                   " has K=" + std::to_string(kb));
   if (c.has(2)) {
     BP_RETURN_IF_ERROR(c.expect_same_dtype(0, 2));
     const Shape& cs = c.shape(2);
@@ -467,7 +467,8 @@ Status infer_gemm(InferCtx& c) {
       ok = cs[i] == 1 || cs[i] == t;
     }
     if (!ok)
-      return c.error("C '" + c.name(2) + "' " + dims(cs) + " cannot be broadcast to " + dims(target));
+      return c.error("C '" + c.name(2) + "' " + dims(cs) + " cannot be broadcast to " +
+                     dims(target));
   }
   c.set(0, c.dtype(0), {m, n});
   return ok_status();
@@ -484,9 +485,9 @@ Status infer_matmul(InferCtx& c) {
   if (b_vec) b.push_back(1);
   const int64_t k = a[a.size() - 1], kb = b[b.size() - 2];
   if (k != kb)
-    return c.error("inner dims differ: A '" + c.name(0) + "' " + dims(c.shape(0)) + " has K=" +
-                   std::to_string(k) + ", B '" + c.name(1) + "' " + dims(c.shape(1)) + " has K=" +
-                   std::to_string(kb));
+    return c.error("inner dims differ: A '" + c.name(0) + "' " + dims(c.shape(0)) +
+                   " has K=" + std::to_string(k) + ", B '" + c.name(1) + "' " + dims(c.shape(1)) +
+                   " has K=" + std::to_string(kb));
   Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   Shape batch;
   const size_t r = std::max(ba.size(), bb.size());
@@ -494,8 +495,8 @@ Status infer_matmul(InferCtx& c) {
     int64_t da = i + ba.size() >= r ? ba[i + ba.size() - r] : 1;
     int64_t db = i + bb.size() >= r ? bb[i + bb.size() - r] : 1;
     if (da != db && da != 1 && db != 1)
-      return c.error("batch dims of '" + c.name(0) + "' " + dims(c.shape(0)) + " and '" + c.name(1) +
-                     "' " + dims(c.shape(1)) + " cannot be broadcast");
+      return c.error("batch dims of '" + c.name(0) + "' " + dims(c.shape(0)) + " and '" +
+                     c.name(1) + "' " + dims(c.shape(1)) + " cannot be broadcast");
     batch.push_back(da == 1 ? db : da);
   }
   if (!a_vec) batch.push_back(a[a.size() - 2]);
@@ -563,7 +564,8 @@ Status infer_layer_norm(InferCtx& c) {
   }
   DType stash_dtype = static_cast<DType>(stash);
   if (stash_dtype != F32 && stash_dtype != F16)
-    return c.error("attribute 'stash_type' " + std::to_string(stash) + " is not float32 or float16");
+    return c.error("attribute 'stash_type' " + std::to_string(stash) +
+                   " is not float32 or float16");
   c.set(0, c.dtype(0), x);
   Shape reduced = x;
   std::fill(reduced.begin() + a, reduced.end(), 1);
@@ -764,8 +766,9 @@ Status infer_gather(InferCtx& c) {
     BP_ASSIGN_OR_RETURN(std::vector<int64_t> idx, c.ints_input(1, "indices"));
     for (int64_t i : idx)
       if (i < -data[ax] || i >= data[ax])
-        return c.error("index " + std::to_string(i) + " in '" + c.name(1) + "' is out of range for dim " +
-                       std::to_string(ax) + " of size " + std::to_string(data[ax]));
+        return c.error("index " + std::to_string(i) + " in '" + c.name(1) +
+                       "' is out of range for dim " + std::to_string(ax) + " of size " +
+                       std::to_string(data[ax]));
     (void)t;
   }
   Shape out(data.begin(), data.begin() + ax);
@@ -785,7 +788,8 @@ Result<std::vector<int64_t>> axes_attr_or_input(InferCtx& c, int64_t input_since
       *given = true;
     }
   } else {
-    if (c.num_inputs() > 1) return c.error("takes 1 input before opset " + std::to_string(input_since));
+    if (c.num_inputs() > 1)
+      return c.error("takes 1 input before opset " + std::to_string(input_since));
     *given = c.node.attr("axes") != nullptr;
     BP_ASSIGN_OR_RETURN(axes, c.node.attr_ints("axes"));
   }
@@ -860,7 +864,8 @@ Status infer_constant_of_shape(InferCtx& c) {
       return c.error(std::string("attribute 'value' has type ") + attr_type_name(a->type) +
                      ", expected TENSOR");
     if (a->t.numel() != 1)
-      return c.error("attribute 'value' must hold one element, has " + std::to_string(a->t.numel()));
+      return c.error("attribute 'value' must hold one element, has " +
+                     std::to_string(a->t.numel()));
     dtype = a->t.dtype();
   }
   c.set(0, dtype, shape);
@@ -874,9 +879,10 @@ Status infer_cast(InferCtx& c) {
   BP_ASSIGN_OR_RETURN(int64_t to, c.node.attr_int("to", 0));
   DType t = static_cast<DType>(to);
   if (dtype_size(t) == 0)
-    return c.unsupported_error("cast to ONNX element type " + std::to_string(to) +
-                               " is not supported (supported: float32, float16, int8, uint8, int32, "
-                               "int64, bool)");
+    return c.unsupported_error(
+        "cast to ONNX element type " + std::to_string(to) +
+        " is not supported (supported: float32, float16, int8, uint8, int32, "
+        "int64, bool)");
   c.set(0, t, c.shape(0));
   return ok_status();
 }
@@ -894,7 +900,8 @@ Status infer_expand(InferCtx& c) {
     int64_t b = i + target.size() >= r ? target[i + target.size() - r] : 1;
     if (b < 0) return c.error("shape " + list(target) + " has a negative dim");
     if (a != b && a != 1 && b != 1)
-      return c.error("input '" + c.name(0) + "' " + dims(x) + " cannot be expanded to " + list(target));
+      return c.error("input '" + c.name(0) + "' " + dims(x) + " cannot be expanded to " +
+                     list(target));
     out[i] = a == 1 ? b : a;
   }
   c.set(0, c.dtype(0), out);
@@ -913,7 +920,8 @@ Status infer_tile(InferCtx& c) {
   for (size_t i = 0; i < x.size(); ++i) {
     if (rep[i] < 0) return c.error("repeats " + list(rep) + " has a negative value");
     if (x[i] > 0 && rep[i] > kMaxElements / x[i])
-      return c.error("repeats " + list(rep) + " make dim " + std::to_string(i) + " of " + dims(x) + " too large");
+      return c.error("repeats " + list(rep) + " make dim " + std::to_string(i) + " of " + dims(x) +
+                     " too large");
     out[i] = x[i] * rep[i];
   }
   c.set(0, c.dtype(0), out);
@@ -944,19 +952,21 @@ Status infer_pad(InferCtx& c) {
   const size_t r = x.size();
   if (pads.size() != 2 * r)
     return c.error("pads " + list(pads) + " has " + std::to_string(pads.size()) +
-                   " values, expected " + std::to_string(2 * r) + " for input '" + c.name(0) + "' " +
-                   dims(x));
+                   " values, expected " + std::to_string(2 * r) + " for input '" + c.name(0) +
+                   "' " + dims(x));
   for (int64_t p : pads)
-    if (p > kMaxElements || p < -kMaxElements) return c.error("pads " + list(pads) + " has a value out of range");
+    if (p > kMaxElements || p < -kMaxElements)
+      return c.error("pads " + list(pads) + " has a value out of range");
   Shape out(r);
   for (size_t i = 0; i < r; ++i) {
     out[i] = x[i] + pads[i] + pads[i + r];  // each term below 2^48: no overflow
     if (out[i] < 0)
       return c.error("pads " + list(pads) + " make dim " + std::to_string(i) + " of " + dims(x) +
                      " negative");
-    if (mode == "reflect" && (pads[i] >= x[i] || pads[i + r] >= x[i]) && (pads[i] > 0 || pads[i + r] > 0))
-      return c.error("reflect pads " + list(pads) + " must be smaller than dim " + std::to_string(i) +
-                     " of " + dims(x));
+    if (mode == "reflect" && (pads[i] >= x[i] || pads[i + r] >= x[i]) &&
+        (pads[i] > 0 || pads[i + r] > 0))
+      return c.error("reflect pads " + list(pads) + " must be smaller than dim " +
+                     std::to_string(i) + " of " + dims(x));
   }
   c.set(0, c.dtype(0), out);
   return ok_status();
@@ -970,7 +980,8 @@ Status infer_range(InferCtx& c) {
   const char* names[] = {"start", "limit", "delta"};
   for (size_t i = 0; i < 3; ++i)
     if (c.rank(i) != 0 && sat_numel(c.shape(i)) != 1)
-      return c.error(std::string("input '") + names[i] + "' must be a scalar, got " + dims(c.shape(i)));
+      return c.error(std::string("input '") + names[i] + "' must be a scalar, got " +
+                     dims(c.shape(i)));
   int64_t n;
   if (c.dtype(0) == F32) {
     std::vector<double> v[3];
@@ -1012,7 +1023,8 @@ Status infer_reduce(InferCtx& c) {
     BP_ASSIGN_OR_RETURN(noop, c.node.attr_int("noop_with_empty_axes", 0));
   }
   bool given;
-  BP_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_attr_or_input(c, axes_input ? 13 : 1000, &given));
+  BP_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                      axes_attr_or_input(c, axes_input ? 13 : 1000, &given));
   const Shape& x = c.shape(0);
   if (axes.empty() && noop) {
     c.set(0, c.dtype(0), x);
@@ -1101,7 +1113,8 @@ Status infer_resize(InferCtx& c) {
       if (!roi.empty()) extent *= static_cast<float>(roi[i + r] - roi[i]);
       const double size = std::floor(static_cast<double>(extent * s));
       if (!(size >= 0 && size <= static_cast<double>(kMaxElements)))  // also NaN and infinity
-        return c.error("scales (and roi) give dim " + std::to_string(i) + " the size " + std::to_string(size));
+        return c.error("scales (and roi) give dim " + std::to_string(i) + " the size " +
+                       std::to_string(size));
       out[i] = static_cast<int64_t>(size);
     }
   }
@@ -1327,8 +1340,8 @@ Result<Tensor> constant_attr_value(const InferCtx& c) {
   const Attribute& a = c.node.attributes[0];
   auto expect = [&](AttrType t) -> Status {
     if (a.type != t)
-      return c.error("attribute '" + a.name + "' has type " + attr_type_name(a.type) + ", expected " +
-                     attr_type_name(t));
+      return c.error("attribute '" + a.name + "' has type " + attr_type_name(a.type) +
+                     ", expected " + attr_type_name(t));
     return ok_status();
   };
   if (a.name == "value") {

@@ -20,8 +20,8 @@
 namespace backplane::onnx_import {
 
 namespace fs = std::filesystem;
-using ir::AttrType;
 using ir::Attribute;
+using ir::AttrType;
 using ir::Graph;
 using ir::Node;
 using ir::Value;
@@ -47,9 +47,7 @@ class ChunkedArrayInputStream : public google::protobuf::io::ZeroCopyInputStream
     pos_ += n;
     return true;
   }
-  void BackUp(int count) override {
-    pos_ -= static_cast<size_t>(count);
-  }
+  void BackUp(int count) override { pos_ -= static_cast<size_t>(count); }
   bool Skip(int count) override {
     size_t n = static_cast<size_t>(count);
     if (n > size_ - pos_) {
@@ -70,24 +68,42 @@ class ChunkedArrayInputStream : public google::protobuf::io::ZeroCopyInputStream
 
 const char* onnx_type_name(int32_t t) {
   switch (t) {
-    case onnx::TensorProto::FLOAT: return "FLOAT";
-    case onnx::TensorProto::UINT8: return "UINT8";
-    case onnx::TensorProto::INT8: return "INT8";
-    case onnx::TensorProto::UINT16: return "UINT16";
-    case onnx::TensorProto::INT16: return "INT16";
-    case onnx::TensorProto::INT32: return "INT32";
-    case onnx::TensorProto::INT64: return "INT64";
-    case onnx::TensorProto::STRING: return "STRING";
-    case onnx::TensorProto::BOOL: return "BOOL";
-    case onnx::TensorProto::FLOAT16: return "FLOAT16";
-    case onnx::TensorProto::DOUBLE: return "DOUBLE";
-    case onnx::TensorProto::UINT32: return "UINT32";
-    case onnx::TensorProto::UINT64: return "UINT64";
-    case onnx::TensorProto::COMPLEX64: return "COMPLEX64";
-    case onnx::TensorProto::COMPLEX128: return "COMPLEX128";
-    case onnx::TensorProto::BFLOAT16: return "BFLOAT16";
-    case onnx::TensorProto::UNDEFINED: return "UNDEFINED";
-    default: return "UNKNOWN";
+    case onnx::TensorProto::FLOAT:
+      return "FLOAT";
+    case onnx::TensorProto::UINT8:
+      return "UINT8";
+    case onnx::TensorProto::INT8:
+      return "INT8";
+    case onnx::TensorProto::UINT16:
+      return "UINT16";
+    case onnx::TensorProto::INT16:
+      return "INT16";
+    case onnx::TensorProto::INT32:
+      return "INT32";
+    case onnx::TensorProto::INT64:
+      return "INT64";
+    case onnx::TensorProto::STRING:
+      return "STRING";
+    case onnx::TensorProto::BOOL:
+      return "BOOL";
+    case onnx::TensorProto::FLOAT16:
+      return "FLOAT16";
+    case onnx::TensorProto::DOUBLE:
+      return "DOUBLE";
+    case onnx::TensorProto::UINT32:
+      return "UINT32";
+    case onnx::TensorProto::UINT64:
+      return "UINT64";
+    case onnx::TensorProto::COMPLEX64:
+      return "COMPLEX64";
+    case onnx::TensorProto::COMPLEX128:
+      return "COMPLEX128";
+    case onnx::TensorProto::BFLOAT16:
+      return "BFLOAT16";
+    case onnx::TensorProto::UNDEFINED:
+      return "UNDEFINED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -95,14 +111,29 @@ const char* onnx_type_name(int32_t t) {
 // doing so silently would change results and clash with Cast(to=DOUBLE).
 bool to_dtype(int32_t t, DType* out) {
   switch (t) {
-    case onnx::TensorProto::FLOAT: *out = DType::kFloat32; return true;
-    case onnx::TensorProto::UINT8: *out = DType::kUInt8; return true;
-    case onnx::TensorProto::INT8: *out = DType::kInt8; return true;
-    case onnx::TensorProto::INT32: *out = DType::kInt32; return true;
-    case onnx::TensorProto::INT64: *out = DType::kInt64; return true;
-    case onnx::TensorProto::BOOL: *out = DType::kBool; return true;
-    case onnx::TensorProto::FLOAT16: *out = DType::kFloat16; return true;
-    default: return false;
+    case onnx::TensorProto::FLOAT:
+      *out = DType::kFloat32;
+      return true;
+    case onnx::TensorProto::UINT8:
+      *out = DType::kUInt8;
+      return true;
+    case onnx::TensorProto::INT8:
+      *out = DType::kInt8;
+      return true;
+    case onnx::TensorProto::INT32:
+      *out = DType::kInt32;
+      return true;
+    case onnx::TensorProto::INT64:
+      *out = DType::kInt64;
+      return true;
+    case onnx::TensorProto::BOOL:
+      *out = DType::kBool;
+      return true;
+    case onnx::TensorProto::FLOAT16:
+      *out = DType::kFloat16;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -156,8 +187,8 @@ struct TensorLayout {
 
   Status mismatch(const std::string& field, size_t have, bool in_bytes) const {
     return corrupt_data(what + ": shape mismatch: " + field + " has " + std::to_string(have) + " " +
-                        (in_bytes ? "bytes" : "elements") + " but shape " + shape_to_string(shape) + " of " +
-                        dtype_name(dtype) + " needs " +
+                        (in_bytes ? "bytes" : "elements") + " but shape " + shape_to_string(shape) +
+                        " of " + dtype_name(dtype) + " needs " +
                         std::to_string(in_bytes ? bytes : static_cast<size_t>(numel)));
   }
 };
@@ -196,7 +227,8 @@ Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const Te
       errno = 0;
       long long v = std::strtoll(kv.value().c_str(), &end, 10);
       if (kv.value().empty() || *end != '\0' || errno != 0 || v < 0)
-        return corrupt_data(what + ": external data " + k + " '" + kv.value() + "' is not a non-negative integer");
+        return corrupt_data(what + ": external data " + k + " '" + kv.value() +
+                            "' is not a non-negative integer");
       (k == "offset" ? offset : length) = v;
     }
     // "checksum" and unknown keys are ignored, as ONNX Runtime does.
@@ -204,8 +236,9 @@ Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const Te
   BP_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, map_external(ctx, location, what));
   const uint64_t fsize = file->size();
   if (static_cast<uint64_t>(offset) > fsize)
-    return corrupt_data(what + ": external data offset " + std::to_string(offset) + " is past the end of '" +
-                        location + "' (" + std::to_string(fsize) + " bytes)");
+    return corrupt_data(what + ": external data offset " + std::to_string(offset) +
+                        " is past the end of '" + location + "' (" + std::to_string(fsize) +
+                        " bytes)");
   if (length < 0) length = static_cast<int64_t>(fsize - offset);
   if (static_cast<uint64_t>(length) > fsize - static_cast<uint64_t>(offset))
     return corrupt_data(what + ": external data offset " + std::to_string(offset) + " + length " +
@@ -217,7 +250,8 @@ Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const Te
   const unsigned char* p = file->bytes() + offset;
   // Kernels read elements through typed pointers, so a misaligned blob is
   // copied; an aligned one is used in place and keeps the mapping alive.
-  if (reinterpret_cast<uintptr_t>(p) % dtype_size(l.dtype) != 0) return Tensor::copy_of(l.dtype, l.shape, p);
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(l.dtype) != 0)
+    return Tensor::copy_of(l.dtype, l.shape, p);
   return Tensor::view(l.dtype, l.shape, const_cast<unsigned char*>(p), file);
 }
 
@@ -242,8 +276,12 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
     case DType::kInt32:
       if (n) std::memcpy(t.data(), tp.int32_data().data(), l.bytes);
       break;
-    case DType::kInt8: convert_into(tp.int32_data().data(), t.data_as<int8_t>(), n); break;
-    case DType::kUInt8: convert_into(tp.int32_data().data(), t.data_as<uint8_t>(), n); break;
+    case DType::kInt8:
+      convert_into(tp.int32_data().data(), t.data_as<int8_t>(), n);
+      break;
+    case DType::kUInt8:
+      convert_into(tp.int32_data().data(), t.data_as<uint8_t>(), n);
+      break;
     case DType::kBool: {
       uint8_t* d = t.data_as<uint8_t>();
       for (int64_t i = 0; i < n; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
@@ -253,7 +291,8 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
       // ONNX stores each half's bit pattern in the low 16 bits of an int32.
       convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), n);
       break;
-    case DType::kUndefined: return internal_error(l.what + ": undefined dtype");
+    case DType::kUndefined:
+      return internal_error(l.what + ": undefined dtype");
   }
   return t;
 }
@@ -308,9 +347,18 @@ Result<Attribute> convert_attribute(Context& ctx, const onnx::AttributeProto& ap
   if (!ap.ref_attr_name().empty())
     return unsupported(what + " refers to a function attribute, which is not supported");
   switch (ap.type()) {
-    case onnx::AttributeProto::FLOAT: a.type = AttrType::kFloat; a.f = ap.f(); break;
-    case onnx::AttributeProto::INT: a.type = AttrType::kInt; a.i = ap.i(); break;
-    case onnx::AttributeProto::STRING: a.type = AttrType::kString; a.s = ap.s(); break;
+    case onnx::AttributeProto::FLOAT:
+      a.type = AttrType::kFloat;
+      a.f = ap.f();
+      break;
+    case onnx::AttributeProto::INT:
+      a.type = AttrType::kInt;
+      a.i = ap.i();
+      break;
+    case onnx::AttributeProto::STRING:
+      a.type = AttrType::kString;
+      a.s = ap.s();
+      break;
     case onnx::AttributeProto::FLOATS:
       a.type = AttrType::kFloats;
       a.floats.assign(ap.floats().begin(), ap.floats().end());
@@ -331,15 +379,15 @@ Result<Attribute> convert_attribute(Context& ctx, const onnx::AttributeProto& ap
     case onnx::AttributeProto::UNDEFINED:
       return corrupt_data(what + " has no type");
     default:
-      return unsupported(what + " has type " +
-                         onnx::AttributeProto::AttributeType_Name(ap.type()) +
+      return unsupported(what + " has type " + onnx::AttributeProto::AttributeType_Name(ap.type()) +
                          ", which is not supported (graphs, sparse tensors and type protos)");
   }
   return a;
 }
 
 // A Constant node's payload as a tensor.
-Result<Tensor> constant_node_value(Context& ctx, const onnx::NodeProto& np, const std::string& where) {
+Result<Tensor> constant_node_value(Context& ctx, const onnx::NodeProto& np,
+                                   const std::string& where) {
   if (np.attribute_size() != 1)
     return invalid_argument(where + ": expected exactly one value attribute, got " +
                             std::to_string(np.attribute_size()));
@@ -347,8 +395,9 @@ Result<Tensor> constant_node_value(Context& ctx, const onnx::NodeProto& np, cons
   const std::string what = where + ": attribute '" + ap.name() + "'";
   auto expect = [&](onnx::AttributeProto::AttributeType t) -> Status {
     if (ap.type() != t)
-      return invalid_argument(what + " has type " + onnx::AttributeProto::AttributeType_Name(ap.type()) +
-                              ", expected " + onnx::AttributeProto::AttributeType_Name(t));
+      return invalid_argument(what + " has type " +
+                              onnx::AttributeProto::AttributeType_Name(ap.type()) + ", expected " +
+                              onnx::AttributeProto::AttributeType_Name(t));
     return ok_status();
   };
   const std::string& n = ap.name();
@@ -503,7 +552,8 @@ Status read_nodes(Context& ctx, const onnx::GraphProto& gp, const NodeNames& nn,
                                 "': no node, initializer or graph input defines it");
       node.inputs.push_back(id);
     }
-    for (const std::string& out : np.output()) node.outputs.push_back(out.empty() ? -1 : g.find_value(out));
+    for (const std::string& out : np.output())
+      node.outputs.push_back(out.empty() ? -1 : g.find_value(out));
     std::set<std::string> seen;
     for (const auto& ap : np.attribute()) {
       if (!seen.insert(ap.name()).second)
@@ -554,12 +604,11 @@ Status read_outputs(const onnx::GraphProto& gp, Graph& g) {
 }
 
 Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
-  if (model.ir_version() <= 0)
-    return corrupt_data("not an ONNX model: ir_version is missing or 0");
+  if (model.ir_version() <= 0) return corrupt_data("not an ONNX model: ir_version is missing or 0");
   if (!model.has_graph()) return corrupt_data("not an ONNX model: it has no graph");
-  if (model.opset_import_size() == 0) return corrupt_data("not an ONNX model: it has no opset_import");
-  if (model.functions_size() > 0)
-    return unsupported("model-local functions are not supported");
+  if (model.opset_import_size() == 0)
+    return corrupt_data("not an ONNX model: it has no opset_import");
+  if (model.functions_size() > 0) return unsupported("model-local functions are not supported");
 
   Graph g;
   g.source = ctx.source;
@@ -589,7 +638,8 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
     // The default limit has been 64 MB in older protobuf releases.
     coded.SetTotalBytesLimit(INT_MAX);
     if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
-      return corrupt_data("not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
+      return corrupt_data(
+          "not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
   }
   Context ctx;
   ctx.source = source;

@@ -5,7 +5,8 @@
 
 namespace backplane {
 
-std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph, const std::vector<int>& node_ids,
+std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
+                                            const std::vector<int>& node_ids,
                                             const NamedDataMap* weights, const std::string& name) {
   std::unique_ptr<GraphView> v(new GraphView());
   v->name_ = name;
@@ -105,7 +106,8 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph, const std::v
   }
   for (int n : node_ids)
     for (int o : graph.nodes[n].outputs)
-      if (o >= 0 && (needed_outside.count(o) || graph_outputs.count(o))) v->output_values_.push_back(o);
+      if (o >= 0 && (needed_outside.count(o) || graph_outputs.count(o)))
+        v->output_values_.push_back(o);
 
   for (int in : v->input_values_) {
     v->inputs_.push_back(local_of(in));

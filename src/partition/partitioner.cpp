@@ -23,7 +23,8 @@ std::vector<std::string> registered_ids(const BackendRegistry& registry) {
 
 }  // namespace
 
-std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vector<std::string>& backend_of_node) {
+std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
+                                          const std::vector<std::string>& backend_of_node) {
   struct Group {
     std::string backend;
     std::vector<int> nodes;
@@ -97,9 +98,11 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vec
 namespace {
 
 // Overrides name nodes of the model and, unless fallback is allowed, registered backends.
-Status check_overrides(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options) {
+Status check_overrides(const ir::Graph& graph, const BackendRegistry& registry,
+                       const PlacementOptions& options) {
   std::unordered_map<std::string, int> node_by_name;
-  for (size_t n = 0; n < graph.nodes.size(); ++n) node_by_name[graph.nodes[n].name] = static_cast<int>(n);
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    node_by_name[graph.nodes[n].name] = static_cast<int>(n);
   for (const auto& [node_name, backend_id] : options.overrides) {
     if (!node_by_name.count(node_name))
       return not_found("override names node '" + node_name + "', which is not in the model");
@@ -127,9 +130,10 @@ Result<Answers> query_backends(const ir::Graph& graph, const BackendRegistry& re
   for (const std::string& id : asked) {
     std::shared_ptr<LoadedBackend> backend = registry.find(id);
     bp_node_report report(graph.nodes.size());
-    BP_RETURN_IF_ERROR(backend->check(
-        backend->call([&] { return backend->api()->query_support(backend->instance(), whole->get(), &report); }),
-        "query_support"));
+    BP_RETURN_IF_ERROR(backend->check(backend->call([&] {
+      return backend->api()->query_support(backend->instance(), whole->get(), &report);
+    }),
+                                      "query_support"));
     for (size_t n = 0; n < graph.nodes.size(); ++n)
       if (!report.reported[n]) {
         report.outcome[n] = BP_NODE_REJECTED;
@@ -143,22 +147,26 @@ Result<Answers> query_backends(const ir::Graph& graph, const BackendRegistry& re
 // Node n's backend: its override if that backend takes it, else the first
 // preferred backend that supports it and did not fail to compile it.
 Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& options,
-                  const std::vector<std::string>& preference, const Answers& answers, const Exclusions& excluded,
-                  NodePlacement* out) {
+                  const std::vector<std::string>& preference, const Answers& answers,
+                  const Exclusions& excluded, NodePlacement* out) {
   const ir::Node& node = graph.nodes[n];
   NodePlacement& p = *out;
   auto ov = options.overrides.find(node.name);
-  auto is_excluded = [&](const std::string& id) { return excluded.count({static_cast<int>(n), id}) > 0; };
+  auto is_excluded = [&](const std::string& id) {
+    return excluded.count({static_cast<int>(n), id}) > 0;
+  };
   if (ov != options.overrides.end()) {
     auto ans = answers.find(ov->second);
-    if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED && !is_excluded(ov->second)) {
+    if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED &&
+        !is_excluded(ov->second)) {
       p.backend = ov->second;
       p.why = "override";
       return ok_status();
     }
     std::string reason = ans == answers.end() ? "backend '" + ov->second + "' is not registered"
-                         : is_excluded(ov->second) ? "backend '" + ov->second + "' failed to compile it"
-                                                   : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
+                         : is_excluded(ov->second)
+                             ? "backend '" + ov->second + "' failed to compile it"
+                             : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
     if (!options.allow_fallback)
       return unsupported(node.describe() + " is pinned to '" + ov->second + "' but " + reason);
     p.rejections.push_back(ov->second + ": " + reason);
@@ -177,25 +185,30 @@ Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& opti
     p.rejections.push_back(id + ": " + r.reason[n]);
   }
   if (p.backend.empty())
-    return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") + ")");
+    return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") +
+                       ")");
   return ok_status();
 }
 
 }  // namespace
 
-Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options,
-                       const NamedDataMap& weights, const Exclusions& excluded) {
+Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry,
+                       const PlacementOptions& options, const NamedDataMap& weights,
+                       const Exclusions& excluded) {
   Plan plan;
   plan.preference = options.backends.empty() ? registry.default_preference() : options.backends;
   for (const std::string& id : plan.preference)
     if (registry.find(id) == nullptr)
-      return not_found("unknown backend '" + id + "' (registered: " + join(registered_ids(registry), ", ") + ")");
+      return not_found("unknown backend '" + id +
+                       "' (registered: " + join(registered_ids(registry), ", ") + ")");
   if (plan.preference.empty()) return not_found("no backend to run the model on");
   BP_RETURN_IF_ERROR(check_overrides(graph, registry, options));
-  BP_ASSIGN_OR_RETURN(Answers answers, query_backends(graph, registry, options, weights, plan.preference));
+  BP_ASSIGN_OR_RETURN(Answers answers,
+                      query_backends(graph, registry, options, weights, plan.preference));
   plan.placement.resize(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n)
-    BP_RETURN_IF_ERROR(place_node(graph, n, options, plan.preference, answers, excluded, &plan.placement[n]));
+    BP_RETURN_IF_ERROR(
+        place_node(graph, n, options, plan.preference, answers, excluded, &plan.placement[n]));
 
   std::vector<std::string> backend_of(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) backend_of[n] = plan.placement[n].backend;

@@ -17,9 +17,9 @@
 namespace backplane {
 
 struct NodePlacement {
-  std::string backend;                 // chosen backend id
-  std::string why;                     // "preferred", "override", "fallback: ..."
-  std::vector<std::string> rejections; // "<backend>: <reason>" for backends that said no
+  std::string backend;                  // chosen backend id
+  std::string why;                      // "preferred", "override", "fallback: ..."
+  std::vector<std::string> rejections;  // "<backend>: <reason>" for backends that said no
 };
 
 struct Partition {
@@ -45,13 +45,15 @@ using Exclusions = std::set<std::pair<int, std::string>>;
 
 // Asks every preferred backend what it supports (one query on the whole
 // graph each), applies overrides and exclusions, and forms partitions.
-Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry, const PlacementOptions& options,
-                       const NamedDataMap& weights, const Exclusions& excluded = {});
+Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry,
+                       const PlacementOptions& options, const NamedDataMap& weights,
+                       const Exclusions& excluded = {});
 
 // Groups nodes (in topological order, each with a backend) into connected
 // partitions, merging a node into a producer's partition of the same backend
 // unless that would make the partition graph cyclic (then it starts a new
 // one). Returns partitions in an order the executor can run. Exposed for tests.
-std::vector<std::vector<int>> group_nodes(const ir::Graph& graph, const std::vector<std::string>& backend_of_node);
+std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
+                                          const std::vector<std::string>& backend_of_node);
 
 }  // namespace backplane

@@ -51,15 +51,16 @@ Result<std::string> external_data_name(const CompileOptions& options, const std:
   fs::path ext = fs::absolute(options.external_data).lexically_normal();
   fs::path out = fs::absolute(output).lexically_normal();
   if (ext.parent_path() != out.parent_path())
-    return invalid_argument("--external-data " + options.external_data + " must be in the same directory as " +
-                            output);
+    return invalid_argument("--external-data " + options.external_data +
+                            " must be in the same directory as " + output);
   if (ext == out) return invalid_argument("the external data file must differ from the artifact");
   return ext.filename().string();
 }
 
 // Imports every method; each gets the overrides that name one of its nodes.
-Result<std::vector<MethodWork>> import_methods(const std::vector<std::pair<std::string, std::string>>& methods,
-                                               const CompileOptions& options) {
+Result<std::vector<MethodWork>> import_methods(
+    const std::vector<std::pair<std::string, std::string>>& methods,
+    const CompileOptions& options) {
   std::vector<MethodWork> work;
   std::set<std::string> overridden_seen;
   for (const auto& [name, path] : methods) {
@@ -69,7 +70,8 @@ Result<std::vector<MethodWork>> import_methods(const std::vector<std::pair<std::
       if (w.name == name) return invalid_argument("method '" + name + "' is given twice");
     MethodWork w;
     w.name = name;
-    BP_ASSIGN_OR_RETURN(w.graph, import_onnx_model(path, options.input_shapes, UnknownInputShapes::kIgnore));
+    BP_ASSIGN_OR_RETURN(w.graph,
+                        import_onnx_model(path, options.input_shapes, UnknownInputShapes::kIgnore));
     prefix_constant_keys(*w.graph, name);
     w.weights = std::make_unique<TensorDataMap>(&w.graph->constants);
     w.placement = options;
@@ -91,7 +93,8 @@ Result<std::vector<MethodWork>> import_methods(const std::vector<std::pair<std::
 Status plan_method(MethodWork& w, const BackendRegistry& registry) {
   w.compiled.clear();
   w.views.clear();
-  BP_ASSIGN_OR_RETURN(w.plan, make_plan(*w.graph, registry, w.placement, *w.weights, w.excluded), w.graph->source);
+  BP_ASSIGN_OR_RETURN(w.plan, make_plan(*w.graph, registry, w.placement, *w.weights, w.excluded),
+                      w.graph->source);
   for (size_t i = 0; i < w.plan.partitions.size(); ++i)
     w.views.push_back(GraphView::build(*w.graph, w.plan.partitions[i].nodes, w.weights.get(),
                                        w.name + "/partition_" + std::to_string(i)));
@@ -102,8 +105,10 @@ Status plan_method(MethodWork& w, const BackendRegistry& registry) {
 // Compiles `mine` (every symbolic partition `backend` got, of every method)
 // in one compile_all call, or one compile each when the backend has none.
 // Returns false if the backend failed nodes (now excluded).
-Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend, const std::vector<PartitionRef>& mine,
-                                std::vector<MethodWork>& work, NamedBlobStore& store, int num_threads) {
+Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend,
+                                const std::vector<PartitionRef>& mine,
+                                std::vector<MethodWork>& work, NamedBlobStore& store,
+                                int num_threads) {
   std::vector<const bp_graph_view_t*> views;
   std::vector<bp_node_report> reports;
   for (auto [m, i] : mine) {
@@ -118,23 +123,29 @@ Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend, c
   Status status;
   if (BP_TABLE_HAS(api, compile_all)) {
     status = backend->check(backend->call([&] {
-      return api->compile_all(backend->instance(), views.size(), views.data(), &opts, report_ptrs.data(), out.data());
-    }), "compile_all");
+      return api->compile_all(backend->instance(), views.size(), views.data(), &opts,
+                              report_ptrs.data(), out.data());
+    }),
+                            "compile_all");
   } else {
     for (size_t k = 0; k < views.size() && status.ok(); ++k)
-      status = backend->check(
-          backend->call([&] { return api->compile(backend->instance(), views[k], &opts, report_ptrs[k], &out[k]); }),
-          std::string("compile ") + views[k]->name);
+      status = backend->check(backend->call([&] {
+        return api->compile(backend->instance(), views[k], &opts, report_ptrs[k], &out[k]);
+      }),
+                              std::string("compile ") + views[k]->name);
   }
   // Whatever came back is owned now, also on failure.
-  for (size_t k = 0; k < mine.size(); ++k) work[mine[k].first].compiled[mine[k].second] = CompiledHandle(backend, out[k]);
+  for (size_t k = 0; k < mine.size(); ++k)
+    work[mine[k].first].compiled[mine[k].second] = CompiledHandle(backend, out[k]);
   BP_RETURN_IF_ERROR(status);
   bool failed = false;
   for (size_t k = 0; k < mine.size(); ++k) {
     MethodWork& w = work[mine[k].first];
-    if (exclude_failed_nodes(*w.graph, w.plan.partitions[mine[k].second], reports[k], &w.excluded)) failed = true;
+    if (exclude_failed_nodes(*w.graph, w.plan.partitions[mine[k].second], reports[k], &w.excluded))
+      failed = true;
     if (out[k] == nullptr && !failed)
-      return internal_error("backend '" + backend->id() + "' compiled " + views[k]->name + " into nothing");
+      return internal_error("backend '" + backend->id() + "' compiled " + views[k]->name +
+                            " into nothing");
   }
   return !failed;
 }
@@ -176,17 +187,19 @@ Result<ArtifactMethod> serialize_method(const MethodWork& w, NamedBlobStore& sto
     stored.nodes = p.nodes;
     stored.imperative = p.imperative;
     const std::string name = w.views[i]->get()->name;
-    if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) && BP_TABLE_HAS(backend.api(), serialize)) {
+    if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) &&
+        BP_TABLE_HAS(backend.api(), serialize)) {
       bp_byte_writer writer;
-      BP_RETURN_IF_ERROR(
-          backend.check(backend.call([&] {
-            return backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer);
-          }), "serialize " + name));
+      BP_RETURN_IF_ERROR(backend.check(backend.call([&] {
+        return backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer);
+      }),
+                                       "serialize " + name));
       stored.has_payload = true;
       stored.payload = std::move(writer.bytes);
     } else if (!p.imperative) {
-      log::info(name + ": backend '" + backend.id() +
-                "' does not serialize; the artifact keeps the portable graph and it is compiled at load");
+      log::info(
+          name + ": backend '" + backend.id() +
+          "' does not serialize; the artifact keeps the portable graph and it is compiled at load");
     }
     method.partitions.push_back(std::move(stored));
   }
@@ -197,9 +210,10 @@ Result<ArtifactMethod> serialize_method(const MethodWork& w, NamedBlobStore& sto
 
 }  // namespace
 
-Result<CompileReport> compile_artifact(const BackendRegistry& registry,
-                                       const std::vector<std::pair<std::string, std::string>>& methods,
-                                       const std::string& output, const CompileOptions& options, int num_threads) {
+Result<CompileReport> compile_artifact(
+    const BackendRegistry& registry,
+    const std::vector<std::pair<std::string, std::string>>& methods, const std::string& output,
+    const CompileOptions& options, int num_threads) {
   if (methods.empty()) return invalid_argument("nothing to compile");
   BP_ASSIGN_OR_RETURN(std::string external_name, external_data_name(options, output));
   BP_ASSIGN_OR_RETURN(std::vector<MethodWork> work, import_methods(methods, options));
@@ -210,8 +224,8 @@ Result<CompileReport> compile_artifact(const BackendRegistry& registry,
     for (const MethodWork& w : work) n += w.excluded.size();
     return n;
   };
-  BP_RETURN_IF_ERROR(replan_until_compiled([&] { return plan_and_compile_all(work, registry, store, num_threads); },
-                                           num_excluded));
+  BP_RETURN_IF_ERROR(replan_until_compiled(
+      [&] { return plan_and_compile_all(work, registry, store, num_threads); }, num_excluded));
 
   // Payloads, then the portable graphs' weights, into the store and file.
   std::vector<ArtifactMethod> stored_methods;

@@ -18,8 +18,9 @@ namespace backplane {
 // but every backend gets all its partitions of all methods in one call
 // (compile_all); payloads and weights go through one NamedBlobStore; writes
 // `output`.
-Result<CompileReport> compile_artifact(const BackendRegistry& registry,
-                                       const std::vector<std::pair<std::string, std::string>>& methods,
-                                       const std::string& output, const CompileOptions& options, int num_threads);
+Result<CompileReport> compile_artifact(
+    const BackendRegistry& registry,
+    const std::vector<std::pair<std::string, std::string>>& methods, const std::string& output,
+    const CompileOptions& options, int num_threads);
 
 }  // namespace backplane

@@ -14,10 +14,15 @@ namespace {
 // weight read).
 class StoredPlanner {
  public:
-  StoredPlanner(const BackendRegistry& registry, std::shared_ptr<const ArtifactFile> file, int method,
-                const ir::Graph* graph, const NamedDataMap* weights, std::vector<std::string> preference)
-      : registry_(registry), file_(std::move(file)), method_(file_->methods()[static_cast<size_t>(method)]),
-        graph_(graph), weights_(weights), preference_(std::move(preference)) {}
+  StoredPlanner(const BackendRegistry& registry, std::shared_ptr<const ArtifactFile> file,
+                int method, const ir::Graph* graph, const NamedDataMap* weights,
+                std::vector<std::string> preference)
+      : registry_(registry),
+        file_(std::move(file)),
+        method_(file_->methods()[static_cast<size_t>(method)]),
+        graph_(graph),
+        weights_(weights),
+        preference_(std::move(preference)) {}
 
   Result<Plan> operator()(const Exclusions& excluded, std::vector<std::string>* notes) const {
     Plan plan;
@@ -74,13 +79,15 @@ class StoredPlanner {
     std::shared_ptr<LoadedBackend> backend = registry_.find(id);
     std::string why;
     bool use_payload = true;
-    const bool was_excluded =
-        std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) { return excluded.count({n, id}) > 0; });
+    const bool was_excluded = std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) {
+      return excluded.count({n, id}) > 0;
+    });
     const bool has_payload = stored.payload_segment >= 0;
     if (backend == nullptr) {
       why = "backend '" + id + "' is not available";
-    } else if (was_excluded && has_payload && !stored.imperative && BP_TABLE_HAS(backend->api(), compile) &&
-               BP_TABLE_HAS(backend->api(), deserialize) && stored.api_major == backend->api()->api_major) {
+    } else if (was_excluded && has_payload && !stored.imperative &&
+               BP_TABLE_HAS(backend->api(), compile) && BP_TABLE_HAS(backend->api(), deserialize) &&
+               stored.api_major == backend->api()->api_major) {
       // The backend failed to read its payload (a payload format it no
       // longer reads): compile the partition on it from the portable graph.
       // (Exclusions only ever come from a failed deserialize here: were
@@ -109,11 +116,13 @@ class StoredPlanner {
     if (has_payload && compatible && use_payload) {
       const uint8_t* data = nullptr;
       size_t size = 0;
-      BP_RETURN_IF_ERROR(file_->segment(static_cast<uint32_t>(stored.payload_segment), &data, &size));
+      BP_RETURN_IF_ERROR(
+          file_->segment(static_cast<uint32_t>(stored.payload_segment), &data, &size));
       slot.partition.payload = data;
       slot.partition.payload_size = size;
     } else if (has_payload && use_payload) {
-      notes->push_back("partition on '" + id + "' was compiled for backend API " + std::to_string(stored.api_major) +
+      notes->push_back("partition on '" + id + "' was compiled for backend API " +
+                       std::to_string(stored.api_major) +
                        ".x; recompiling it from the portable graph");
     }
     return slot;
@@ -121,7 +130,8 @@ class StoredPlanner {
 
   // Asks every candidate about the whole graph once, then uses the answer
   // for the nodes that need a new home (never the backend that lost them).
-  Status place_afresh(const std::vector<int>& replace, const Exclusions& excluded, Plan* plan) const {
+  Status place_afresh(const std::vector<int>& replace, const Exclusions& excluded,
+                      Plan* plan) const {
     if (replace.empty()) return ok_status();
     PlacementOptions placement;
     placement.backends = preference_;
@@ -146,9 +156,10 @@ class StoredPlanner {
         std::shared_ptr<LoadedBackend> b = registry_.find(plan->placement[n].backend);
         bool imperative = !BP_TABLE_HAS(b->api(), compile);
         std::vector<Partition>& parts = plan->partitions;
-        if (parts.empty() || parts.back().backend != b || imperative || parts.back().payload != nullptr ||
-            parts.back().imperative ||
-            std::find(slot.nodes.begin(), slot.nodes.end(), parts.back().nodes.front()) == slot.nodes.end())
+        if (parts.empty() || parts.back().backend != b || imperative ||
+            parts.back().payload != nullptr || parts.back().imperative ||
+            std::find(slot.nodes.begin(), slot.nodes.end(), parts.back().nodes.front()) ==
+                slot.nodes.end())
           parts.push_back(Partition{b, {}, imperative});
         parts.back().nodes.push_back(n);
       }
@@ -163,14 +174,16 @@ class StoredPlanner {
   std::vector<std::string> preference_;
 };
 
-Status check_input_shapes(const ir::Graph& graph, const std::string& path, const ModelOptions& options) {
+Status check_input_shapes(const ir::Graph& graph, const std::string& path,
+                          const ModelOptions& options) {
   for (const auto& [name, shape] : options.input_shapes) {
     int v = graph.find_value(name);
     if (v < 0 || std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())
       return not_found(path + ": artifact has no input named '" + name + "'");
     if (graph.values[v].shape != shape)
       return invalid_argument(path + ": input '" + name + "' was compiled for shape " +
-                              shape_to_string(graph.values[v].shape) + ", not " + shape_to_string(shape));
+                              shape_to_string(graph.values[v].shape) + ", not " +
+                              shape_to_string(shape));
   }
   return ok_status();
 }
@@ -185,16 +198,19 @@ std::vector<std::string> preference_for(const BackendRegistry& registry, const S
       if (registry.find(id)) preference.push_back(id);
   if (preference.empty()) preference = registry.default_preference();
   for (const std::string& id : registry.default_preference())
-    if (std::find(preference.begin(), preference.end(), id) == preference.end()) preference.push_back(id);
+    if (std::find(preference.begin(), preference.end(), id) == preference.end())
+      preference.push_back(id);
   return preference;
 }
 
 }  // namespace
 
-Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry, const std::string& path,
+Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
+                                                const std::string& path,
                                                 const ModelOptions& options) {
   ArtifactMethodLoad load;
-  BP_ASSIGN_OR_RETURN(load.file, ArtifactFile::open(path, options.external_data, options.lazy_checksums));
+  BP_ASSIGN_OR_RETURN(load.file,
+                      ArtifactFile::open(path, options.external_data, options.lazy_checksums));
   BP_ASSIGN_OR_RETURN(int m, load.file->find_method(options.method));
   BP_ASSIGN_OR_RETURN(ir::Graph g, load.file->method_graph(m));
   load.graph = std::make_unique<ir::Graph>(std::move(g));
@@ -202,8 +218,8 @@ Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
   load.weights = std::make_unique<ArtifactDataMap>(load.file);
   std::vector<std::string> preference =
       preference_for(registry, load.file->methods()[static_cast<size_t>(m)], options);
-  auto planner = std::make_shared<StoredPlanner>(registry, load.file, m, load.graph.get(), load.weights.get(),
-                                                 std::move(preference));
+  auto planner = std::make_shared<StoredPlanner>(registry, load.file, m, load.graph.get(),
+                                                 load.weights.get(), std::move(preference));
   load.planner = [planner](const Exclusions& excluded, std::vector<std::string>* notes) {
     return (*planner)(excluded, notes);
   };

@@ -30,7 +30,8 @@ struct ArtifactMethodLoad {
 
 // Maps `path`, picks options.method, checks options.input_shapes against the
 // shapes it was compiled for.
-Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry, const std::string& path,
+Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
+                                                const std::string& path,
                                                 const ModelOptions& options);
 
 }  // namespace backplane

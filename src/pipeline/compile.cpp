@@ -6,7 +6,8 @@
 
 namespace backplane {
 
-Status replan_until_compiled(const std::function<Result<bool>()>& round, const std::function<size_t()>& num_excluded) {
+Status replan_until_compiled(const std::function<Result<bool>()>& round,
+                             const std::function<size_t()>& num_excluded) {
   for (;;) {
     const size_t before = num_excluded();
     BP_ASSIGN_OR_RETURN(bool complete, round());
@@ -24,16 +25,18 @@ bp_compile_options_t compile_options(int num_threads, NamedBlobStore* aot_store)
   return opts;
 }
 
-bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition, const bp_node_report& report,
-                          Exclusions* excluded) {
+bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition,
+                          const bp_node_report& report, Exclusions* excluded) {
   bool any = false;
   const std::string& id = partition.backend->id();
   for (size_t k = 0; k < partition.nodes.size(); ++k) {
     if (!report.reported[k] || report.outcome[k] == BP_NODE_SUPPORTED) continue;
     excluded->insert({partition.nodes[k], id});
-    log::info(graph.nodes[partition.nodes[k]].describe() + ": backend '" + id + "' " +
-              (report.outcome[k] == BP_NODE_REJECTED ? "failed to compile it" : "left it untouched") +
-              (report.reason[k].empty() ? "" : ": " + report.reason[k]) + "; giving it to the next backend");
+    log::info(
+        graph.nodes[partition.nodes[k]].describe() + ": backend '" + id + "' " +
+        (report.outcome[k] == BP_NODE_REJECTED ? "failed to compile it" : "left it untouched") +
+        (report.reason[k].empty() ? "" : ": " + report.reason[k]) +
+        "; giving it to the next backend");
     any = true;
   }
   return any;
@@ -43,22 +46,25 @@ namespace {
 
 // Compiles or deserializes one symbolic partition into `ep`. Returns false
 // (with the nodes excluded) when they must go elsewhere.
-Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const std::string& name, int num_threads,
-                               Exclusions* excluded, std::vector<std::string>* notes, ExecutablePartition* ep) {
+Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const std::string& name,
+                               int num_threads, Exclusions* excluded,
+                               std::vector<std::string>* notes, ExecutablePartition* ep) {
   const LoadedBackend& backend = *p.backend;
   bp_compile_options_t opts = compile_options(num_threads, nullptr);
   bp_node_report report(p.nodes.size());
   bp_compiled_t* compiled = nullptr;
   if (p.payload != nullptr && BP_TABLE_HAS(backend.api(), deserialize)) {
     Status s = backend.check(backend.call([&] {
-      return backend.api()->deserialize(backend.instance(), ep->view->get(), p.payload, p.payload_size, &opts,
-                                        &compiled);
-    }), "deserialize " + name);
+      return backend.api()->deserialize(backend.instance(), ep->view->get(), p.payload,
+                                        p.payload_size, &opts, &compiled);
+    }),
+                             "deserialize " + name);
     ep->compiled = CompiledHandle(p.backend, compiled);
     if (!s.ok()) {
       // The payload is unusable here (corrupt, or a format this build of
       // the backend does not read): recompile those nodes elsewhere.
-      notes->push_back(name + ": " + s.message() + "; recompiling its nodes from the portable graph");
+      notes->push_back(name + ": " + s.message() +
+                       "; recompiling its nodes from the portable graph");
       log::warn(notes->back());
       for (int n : p.nodes) excluded->insert({n, backend.id()});
       return false;
@@ -66,19 +72,22 @@ Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const
   } else {
     Status s = backend.check(backend.call([&] {
       return backend.api()->compile(backend.instance(), ep->view->get(), &opts, &report, &compiled);
-    }), "compile " + name);
+    }),
+                             "compile " + name);
     ep->compiled = CompiledHandle(p.backend, compiled);
     BP_RETURN_IF_ERROR(s);
   }
-  if (exclude_failed_nodes(graph, p, report, excluded)) return false;  // the handle is discarded with ep
-  if (!ep->compiled) return internal_error("backend '" + backend.id() + "' compiled " + name + " into nothing");
+  if (exclude_failed_nodes(graph, p, report, excluded))
+    return false;  // the handle is discarded with ep
+  if (!ep->compiled)
+    return internal_error("backend '" + backend.id() + "' compiled " + name + " into nothing");
   return true;
 }
 
 }  // namespace
 
-Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan, int num_threads,
-                          Exclusions* excluded, std::vector<std::string>* notes,
+Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan,
+                          int num_threads, Exclusions* excluded, std::vector<std::string>* notes,
                           std::vector<std::unique_ptr<ExecutablePartition>>* out) {
   bool complete = true;
   for (size_t i = 0; i < plan.partitions.size(); ++i) {
@@ -95,7 +104,8 @@ Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, c
     } else {
       ep->inputs = ep->view->input_values();
       ep->outputs = ep->view->output_values();
-      BP_ASSIGN_OR_RETURN(bool compiled, compile_partition(graph, p, name, num_threads, excluded, notes, ep.get()));
+      BP_ASSIGN_OR_RETURN(
+          bool compiled, compile_partition(graph, p, name, num_threads, excluded, notes, ep.get()));
       if (!compiled) {
         complete = false;
         continue;

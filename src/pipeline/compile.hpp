@@ -37,16 +37,17 @@ using Planner = std::function<Result<Plan>(const Exclusions&, std::vector<std::s
 struct ExecutablePartition {
   std::shared_ptr<LoadedBackend> backend;
   std::unique_ptr<GraphView> view;
-  CompiledHandle compiled;            // empty when imperative
+  CompiledHandle compiled;  // empty when imperative
   bool imperative = false;
-  std::vector<int> inputs, outputs;   // graph value ids, in execute order (-1 = omitted)
+  std::vector<int> inputs, outputs;  // graph value ids, in execute order (-1 = omitted)
 };
 
 // Runs `round` (plan with the exclusions so far, then compile) until it
 // returns true (everything compiled). A round that returns false must have
 // excluded more pairs than before (`num_excluded`), or the loop stops with
 // an internal error instead of spinning.
-Status replan_until_compiled(const std::function<Result<bool>()>& round, const std::function<size_t()>& num_excluded);
+Status replan_until_compiled(const std::function<Result<bool>()>& round,
+                             const std::function<size_t()>& num_excluded);
 
 // The options every compile, compile_all and deserialize call gets.
 // `aot_store` is the NamedBlobStore of an ahead-of-time compile (null just
@@ -55,15 +56,15 @@ bp_compile_options_t compile_options(int num_threads, NamedBlobStore* aot_store)
 
 // Excludes every node of `partition` that `report` says its backend did not
 // compile, logging why (node names from `graph`). True if any was.
-bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition, const bp_node_report& report,
-                          Exclusions* excluded);
+bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition,
+                          const bp_node_report& report, Exclusions* excluded);
 
 // Just in time: compiles (or, with a stored payload, deserializes) every
 // partition of `plan` into `out`. Nodes a backend failed go to `excluded`,
 // a payload it cannot read to `notes`; returns false when the plan must be
 // made again without them.
-Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan, int num_threads,
-                          Exclusions* excluded, std::vector<std::string>* notes,
+Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan,
+                          int num_threads, Exclusions* excluded, std::vector<std::string>* notes,
                           std::vector<std::unique_ptr<ExecutablePartition>>* out);
 
 }  // namespace backplane

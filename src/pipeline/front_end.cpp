@@ -4,9 +4,9 @@
 
 namespace backplane {
 
-Result<std::unique_ptr<ir::Graph>> import_onnx_model(const std::string& path,
-                                                     const std::map<std::string, Shape>& input_shapes,
-                                                     UnknownInputShapes unknown) {
+Result<std::unique_ptr<ir::Graph>> import_onnx_model(
+    const std::string& path, const std::map<std::string, Shape>& input_shapes,
+    UnknownInputShapes unknown) {
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;

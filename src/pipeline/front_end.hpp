@@ -23,8 +23,8 @@ enum class UnknownInputShapes {
 // Reads `path` and returns its graph, shapes inferred (with `input_shapes`
 // for inputs whose dims are symbolic or unknown) and verified. Errors name
 // the file.
-Result<std::unique_ptr<ir::Graph>> import_onnx_model(const std::string& path,
-                                                     const std::map<std::string, Shape>& input_shapes,
-                                                     UnknownInputShapes unknown);
+Result<std::unique_ptr<ir::Graph>> import_onnx_model(
+    const std::string& path, const std::map<std::string, Shape>& input_shapes,
+    UnknownInputShapes unknown);
 
 }  // namespace backplane

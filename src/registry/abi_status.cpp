@@ -14,19 +14,32 @@ namespace {
 #pragma GCC diagnostic error "-Wswitch"
 constexpr StatusCode listed(bp_status_code_t code) {
   switch (code) {
-    case BP_STATUS_OK: return StatusCode::kOk;
-    case BP_STATUS_INVALID_ARGUMENT: return StatusCode::kInvalidArgument;
-    case BP_STATUS_UNSUPPORTED: return StatusCode::kUnsupported;
-    case BP_STATUS_UNIMPLEMENTED: return StatusCode::kUnimplemented;
-    case BP_STATUS_OUT_OF_MEMORY: return StatusCode::kOutOfMemory;
-    case BP_STATUS_NOT_FOUND: return StatusCode::kNotFound;
-    case BP_STATUS_CORRUPT_DATA: return StatusCode::kCorruptData;
-    case BP_STATUS_VERSION_MISMATCH: return StatusCode::kVersionMismatch;
-    case BP_STATUS_DEVICE_ERROR: return StatusCode::kDeviceError;
-    case BP_STATUS_INTERNAL: return StatusCode::kInternal;
-    case BP_STATUS_IO_ERROR: return StatusCode::kIoError;
-    case BP_STATUS_BACKEND_ERROR: return StatusCode::kBackendError;
-    case BP_STATUS_FORCE_INT32_: break;
+    case BP_STATUS_OK:
+      return StatusCode::kOk;
+    case BP_STATUS_INVALID_ARGUMENT:
+      return StatusCode::kInvalidArgument;
+    case BP_STATUS_UNSUPPORTED:
+      return StatusCode::kUnsupported;
+    case BP_STATUS_UNIMPLEMENTED:
+      return StatusCode::kUnimplemented;
+    case BP_STATUS_OUT_OF_MEMORY:
+      return StatusCode::kOutOfMemory;
+    case BP_STATUS_NOT_FOUND:
+      return StatusCode::kNotFound;
+    case BP_STATUS_CORRUPT_DATA:
+      return StatusCode::kCorruptData;
+    case BP_STATUS_VERSION_MISMATCH:
+      return StatusCode::kVersionMismatch;
+    case BP_STATUS_DEVICE_ERROR:
+      return StatusCode::kDeviceError;
+    case BP_STATUS_INTERNAL:
+      return StatusCode::kInternal;
+    case BP_STATUS_IO_ERROR:
+      return StatusCode::kIoError;
+    case BP_STATUS_BACKEND_ERROR:
+      return StatusCode::kBackendError;
+    case BP_STATUS_FORCE_INT32_:
+      break;
   }
   return static_cast<StatusCode>(-1);
 }
@@ -40,7 +53,9 @@ constexpr bool lists_agree() {
   }
   return true;
 }
-static_assert(lists_agree(), "backplane::StatusCode and bp_status_code_t must hold the same codes with the same numbers");
+static_assert(
+    lists_agree(),
+    "backplane::StatusCode and bp_status_code_t must hold the same codes with the same numbers");
 
 }  // namespace
 
@@ -71,9 +86,11 @@ Status from_abi_status(bp_status_t* status, const std::string& context) {
   if (status->code == BP_STATUS_OK) {
     // NULL is success; an object claiming "ok" is a broken backend, and the
     // call's outputs cannot be trusted.
-    s = Status(StatusCode::kBackendError, "returned a failure status with code 0 (BP_STATUS_OK): " + status->message);
+    s = Status(StatusCode::kBackendError,
+               "returned a failure status with code 0 (BP_STATUS_OK): " + status->message);
   } else if (!is_known_status_code(status->code)) {
-    s = Status(StatusCode::kBackendError, "returned status code " + std::to_string(static_cast<int32_t>(status->code)) +
+    s = Status(StatusCode::kBackendError, "returned status code " +
+                                              std::to_string(static_cast<int32_t>(status->code)) +
                                               ", unknown to this runtime: " + status->message);
   } else {
     s = Status(code_from_abi(status->code), status->message);

@@ -37,9 +37,12 @@ namespace backplane {
 
 const char* fate_name(BackendFileReport::Fate fate) {
   switch (fate) {
-    case BackendFileReport::Fate::kLoaded: return "loaded";
-    case BackendFileReport::Fate::kSuperseded: return "superseded";
-    case BackendFileReport::Fate::kRejected: return "rejected";
+    case BackendFileReport::Fate::kLoaded:
+      return "loaded";
+    case BackendFileReport::Fate::kSuperseded:
+      return "superseded";
+    case BackendFileReport::Fate::kRejected:
+      return "rejected";
   }
   return "rejected";
 }
@@ -75,7 +78,8 @@ std::vector<std::string> compiled_in_paths() {
   return paths;
 }
 
-std::vector<std::string> search_paths(const RuntimeOptions& options, std::vector<BackendPathReport>* reports) {
+std::vector<std::string> search_paths(const RuntimeOptions& options,
+                                      std::vector<BackendPathReport>* reports) {
   std::vector<std::string> requested;
   if (!options.dynamic_backends) return {};
   if (options.backend_path.has_value()) {
@@ -103,15 +107,18 @@ std::vector<std::string> search_paths(const RuntimeOptions& options, std::vector
     if (!r.used) {
       // A missing default directory (e.g. nothing installed yet) is normal;
       // a directory the user named is worth a warning.
-      bool user_given = options.backend_path.has_value() || std::getenv("BACKPLANE_BACKEND_PATHS") != nullptr;
-      log::write(user_given ? LogLevel::kWarn : LogLevel::kDebug, "backend path '" + p + "' skipped: " + r.reason);
+      bool user_given =
+          options.backend_path.has_value() || std::getenv("BACKPLANE_BACKEND_PATHS") != nullptr;
+      log::write(user_given ? LogLevel::kWarn : LogLevel::kDebug,
+                 "backend path '" + p + "' skipped: " + r.reason);
     }
     if (reports != nullptr) reports->push_back(r);
   }
   return out;
 }
 
-bool parse_file_name(const std::string& file_name, std::string* vendor, std::string* name, std::string* version) {
+bool parse_file_name(const std::string& file_name, std::string* vendor, std::string* name,
+                     std::string* version) {
   static const std::regex pattern(R"(^([A-Za-z0-9]+)_([A-Za-z0-9]+)_backend\.so((\.[0-9]+)*)$)");
   std::smatch m;
   if (!std::regex_match(file_name, m, pattern)) return false;
@@ -132,7 +139,8 @@ std::vector<std::string> list_candidates(const std::string& directory) {
 
 bool valid_backend_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
-  return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+  return std::all_of(id.begin(), id.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
 }
 
 bool version_compatible(uint32_t bmaj, uint32_t bmin, uint32_t rmaj, uint32_t rmin) {
@@ -140,19 +148,23 @@ bool version_compatible(uint32_t bmaj, uint32_t bmin, uint32_t rmaj, uint32_t rm
 }
 
 Status check_permissions(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return io_error(path + ": " + std::strerror(errno));
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-    return Status(StatusCode::kInvalidArgument,
-                  path + " is writable by " + ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
-                      " (mode " + [&] {
-                        char buf[8];
-                        std::snprintf(buf, sizeof buf, "%03o", st.st_mode & 0777);
-                        return std::string(buf);
-                      }() + "); fix with chmod go-w, or allow with allow_insecure_backend_paths");
+    return Status(
+        StatusCode::kInvalidArgument,
+        path + " is writable by " + ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+            " (mode " +
+            [&] {
+              char buf[8];
+              std::snprintf(buf, sizeof buf, "%03o", st.st_mode & 0777);
+              return std::string(buf);
+            }() +
+            "); fix with chmod go-w, or allow with allow_insecure_backend_paths");
   if (st.st_uid != 0 && st.st_uid != ::geteuid())
-    return Status(StatusCode::kInvalidArgument,
-                  path + " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor this user");
+    return Status(
+        StatusCode::kInvalidArgument,
+        path + " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor this user");
   return ok_status();
 }
 
@@ -160,7 +172,8 @@ Result<std::string> sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return io_error(path + ": cannot open: " + std::strerror(errno));
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return internal_error("SHA-256 unavailable");
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    return internal_error("SHA-256 unavailable");
   std::array<char, 65536> buf;
   while (in) {
     in.read(buf.data(), buf.size());
@@ -221,7 +234,8 @@ std::string probe_steps(const std::string& path) {
     if (id == nullptr || !valid_backend_id(id)) return "invalid backend id";
     uint32_t major = 0, minor = 0;
     get_version(&major, &minor);
-    if (!version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) return "incompatible version";
+    if (!version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR))
+      return "incompatible version";
     auto* api = static_cast<const bp_backend_api_t*>(factory());
     auto backend = LoadedBackend::create(id, api, path, nullptr);
     if (!backend.ok()) return backend.status().message();
@@ -263,7 +277,8 @@ std::string probe_steps(const std::string& path) {
     view.outputs = out;
     view.weights = weights.as_abi();
     bp_node_report report(1);
-    Status s = (*backend)->check(api->query_support((*backend)->instance(), &view, &report), "query_support");
+    Status s = (*backend)->check(api->query_support((*backend)->instance(), &view, &report),
+                                 "query_support");
     if (!s.ok()) return s.message();
   } catch (const std::exception& e) {
     return std::string("C++ exception: ") + e.what();
@@ -307,8 +322,9 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   bool timed_out = false;
   for (;;) {
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
     if (left <= 0) {
       timed_out = true;
       break;
@@ -330,7 +346,8 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
   if (timed_out) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
-    return Status(StatusCode::kBackendError, "probe timed out after " + std::to_string(timeout_ms) + " ms");
+    return Status(StatusCode::kBackendError,
+                  "probe timed out after " + std::to_string(timeout_ms) + " ms");
   }
   // EOF can come before exit; wait for the exit, still bounded by the deadline.
   for (;;) {
@@ -339,19 +356,21 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
     if (std::chrono::steady_clock::now() >= deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      return Status(StatusCode::kBackendError, "probe timed out after " + std::to_string(timeout_ms) + " ms");
+      return Status(StatusCode::kBackendError,
+                    "probe timed out after " + std::to_string(timeout_ms) + " ms");
     }
     ::usleep(1000);
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    return Status(StatusCode::kBackendError,
-                  "probe crashed: killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")");
+    return Status(
+        StatusCode::kBackendError,
+        "probe crashed: killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")");
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-    return Status(StatusCode::kBackendError,
-                  "probe failed (exit " + std::to_string(WEXITSTATUS(status)) + ")" +
-                      (message.empty() ? "" : ": " + message));
+    return Status(StatusCode::kBackendError, "probe failed (exit " +
+                                                 std::to_string(WEXITSTATUS(status)) + ")" +
+                                                 (message.empty() ? "" : ": " + message));
   return ok_status();
 }
 
@@ -397,10 +416,11 @@ std::mutex g_probe_mutex;
 std::map<std::tuple<std::string, uintmax_t, int64_t>, Status> g_probe_cache;
 
 Status cached_probe(const std::string& canonical, int timeout_ms) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(canonical.c_str(), &st) != 0) return io_error(canonical + ": " + std::strerror(errno));
-  auto key = std::make_tuple(canonical, static_cast<uintmax_t>(st.st_size),
-                             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+  auto key =
+      std::make_tuple(canonical, static_cast<uintmax_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
   {
     std::lock_guard<std::mutex> lock(g_probe_mutex);
     auto it = g_probe_cache.find(key);
@@ -451,7 +471,8 @@ Status check_trust(const RuntimeOptions& options, const std::string& canonical) 
 bool read_identity(void* handle, BackendFileReport& rep) {
   auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_ID));
   auto get_version = reinterpret_cast<bp_get_version_fn>(::dlsym(handle, BP_ENTRY_GET_VERSION));
-  auto get_score = reinterpret_cast<bp_get_backend_score_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_SCORE));
+  auto get_score =
+      reinterpret_cast<bp_get_backend_score_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_SCORE));
   try {
     const char* id = get_id();
     rep.id = id != nullptr ? id : "";
@@ -463,7 +484,9 @@ bool read_identity(void* handle, BackendFileReport& rep) {
     return false;
   }
   if (!dbu::valid_backend_id(rep.id)) {
-    reject(rep, "id", rep.id.empty() ? "empty backend id" : "invalid backend id '" + rep.id + "' (want [A-Za-z0-9]+)");
+    reject(rep, "id",
+           rep.id.empty() ? "empty backend id"
+                          : "invalid backend id '" + rep.id + "' (want [A-Za-z0-9]+)");
     return false;
   }
   uint32_t major = 0, minor = 0;
@@ -476,8 +499,9 @@ bool read_identity(void* handle, BackendFileReport& rep) {
   rep.api_version = std::to_string(major) + "." + std::to_string(minor);
   if (!dbu::version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR)) {
     reject(rep, "version",
-           "built for backend API " + rep.api_version + ", runtime has " + std::to_string(BP_API_VERSION_MAJOR) + "." +
-               std::to_string(BP_API_VERSION_MINOR) + " (needs the same major and a minor <= the runtime's)");
+           "built for backend API " + rep.api_version + ", runtime has " +
+               std::to_string(BP_API_VERSION_MAJOR) + "." + std::to_string(BP_API_VERSION_MINOR) +
+               " (needs the same major and a minor <= the runtime's)");
     return false;
   }
   rep.score = 1;
@@ -498,7 +522,8 @@ bool read_identity(void* handle, BackendFileReport& rep) {
 // The steps of one file that passed "name" and "path": trust, probe, dlopen,
 // symbols, id, version, score, register. A candidate, or nothing with `rep`
 // rejected.
-std::optional<Candidate> examine_file(const RuntimeOptions& options, const std::vector<std::string>& taken_ids,
+std::optional<Candidate> examine_file(const RuntimeOptions& options,
+                                      const std::vector<std::string>& taken_ids,
                                       BackendFileReport& rep, size_t index) {
   Status trusted = check_trust(options, rep.canonical_path);
   if (!trusted.ok()) {
@@ -520,7 +545,8 @@ std::optional<Candidate> examine_file(const RuntimeOptions& options, const std::
   void* h = (*lib)->handle();
   auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(h, BP_ENTRY_BACKEND_FACTORY));
   std::string missing;
-  for (const char* entry : {BP_ENTRY_GET_BACKEND_ID, BP_ENTRY_GET_VERSION, BP_ENTRY_BACKEND_FACTORY})
+  for (const char* entry :
+       {BP_ENTRY_GET_BACKEND_ID, BP_ENTRY_GET_VERSION, BP_ENTRY_BACKEND_FACTORY})
     if (::dlsym(h, entry) == nullptr) missing += std::string(missing.empty() ? "" : ", ") + entry;
   if (!missing.empty()) {
     reject(rep, "symbols", "missing entry point " + missing);
@@ -528,7 +554,8 @@ std::optional<Candidate> examine_file(const RuntimeOptions& options, const std::
   }
   if (!read_identity(h, rep)) return std::nullopt;
   if (std::find(taken_ids.begin(), taken_ids.end(), rep.id) != taken_ids.end()) {
-    reject(rep, "register", "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
+    reject(rep, "register",
+           "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
     return std::nullopt;
   }
   return Candidate{index, *lib, factory};
@@ -536,7 +563,8 @@ std::optional<Candidate> examine_file(const RuntimeOptions& options, const std::
 
 // The "name" and "path" steps of every file of one directory (reported in
 // `result`), then examine_file on the ones that pass.
-void scan_directory(const std::string& dir, const RuntimeOptions& options, const std::vector<std::string>& taken_ids,
+void scan_directory(const std::string& dir, const RuntimeOptions& options,
+                    const std::vector<std::string>& taken_ids,
                     std::set<std::string>& seen_canonical, DynamicLoadResult& result,
                     std::vector<Candidate>& candidates) {
   for (const std::string& path : dbu::list_candidates(dir)) {
@@ -545,14 +573,17 @@ void scan_directory(const std::string& dir, const RuntimeOptions& options, const
     r.path = path;
     if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) {
       // Not named <vendor>_<name>_backend.so[.version]: not a candidate.
-      log::debug("ignoring " + path + ": name does not follow <vendor>_<name>_backend.so[.<version>]");
+      log::debug("ignoring " + path +
+                 ": name does not follow <vendor>_<name>_backend.so[.<version>]");
       continue;
     }
     std::error_code ec;
     fs::path canonical = fs::canonical(path, ec);
     if (ec) {
-      reject(r, "path", fs::is_symlink(fs::symlink_status(path, ec)) ? "symlink resolves to a non-existent file"
-                                                                     : "cannot resolve path");
+      reject(r, "path",
+             fs::is_symlink(fs::symlink_status(path, ec))
+                 ? "symlink resolves to a non-existent file"
+                 : "cannot resolve path");
     } else if (r.canonical_path = canonical.string(); !fs::is_regular_file(canonical, ec)) {
       reject(r, "path", "not a regular file");
     } else if (!seen_canonical.insert(r.canonical_path).second) {
@@ -562,7 +593,8 @@ void scan_directory(const std::string& dir, const RuntimeOptions& options, const
       log::info("dynamic backend " + path + ": " + r.reason);
     } else {
       result.files.push_back(r);
-      std::optional<Candidate> c = examine_file(options, taken_ids, result.files.back(), result.files.size() - 1);
+      std::optional<Candidate> c =
+          examine_file(options, taken_ids, result.files.back(), result.files.size() - 1);
       if (c) candidates.push_back(std::move(*c));
       continue;
     }
@@ -572,7 +604,8 @@ void scan_directory(const std::string& dir, const RuntimeOptions& options, const
 
 // The "factory", "table" and "create" steps of the best candidate for `id`;
 // the others are superseded once one loads.
-void load_best(const std::string& id, const std::vector<Candidate>& candidates, DynamicLoadResult& result) {
+void load_best(const std::string& id, const std::vector<Candidate>& candidates,
+               DynamicLoadResult& result) {
   std::vector<const Candidate*> group;
   for (const Candidate& c : candidates)
     if (result.files[c.report].id == id) group.push_back(&c);
@@ -624,7 +657,8 @@ void load_best(const std::string& id, const std::vector<Candidate>& candidates, 
 
 }  // namespace
 
-DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std::vector<std::string>& taken_ids) {
+DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options,
+                                        const std::vector<std::string>& taken_ids) {
   DynamicLoadResult result;
   std::vector<std::string> dirs = dbu::search_paths(options, &result.paths);
   std::set<std::string> seen_canonical;

@@ -29,7 +29,8 @@ namespace dynamic_backend_utils {
 // $BACKPLANE_BACKEND_PATHS (colon-separated), else the compile-time list.
 // Empty when dynamic loading is disabled. Relative or missing directories are
 // reported in `reports` (used = false) and left out.
-std::vector<std::string> search_paths(const RuntimeOptions& options, std::vector<BackendPathReport>* reports);
+std::vector<std::string> search_paths(const RuntimeOptions& options,
+                                      std::vector<BackendPathReport>* reports);
 
 // The compile-time list (BACKPLANE_DYNAMIC_BACKEND_PATHS), split.
 std::vector<std::string> compiled_in_paths();
@@ -39,8 +40,8 @@ std::vector<std::string> split_paths(const std::string& list);
 
 // True if `file_name` follows <vendor>_<name>_backend.so[.<version>]; fills the
 // parts when given.
-bool parse_file_name(const std::string& file_name, std::string* vendor = nullptr, std::string* name = nullptr,
-                     std::string* version = nullptr);
+bool parse_file_name(const std::string& file_name, std::string* vendor = nullptr,
+                     std::string* name = nullptr, std::string* version = nullptr);
 
 // Candidate files of one directory, sorted by name, with their paths.
 std::vector<std::string> list_candidates(const std::string& directory);
@@ -77,6 +78,7 @@ struct DynamicLoadResult {
 
 // Loads every dynamic backend allowed by `options`. `taken_ids` are ids a
 // dynamic backend may not take (the static backends').
-DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options, const std::vector<std::string>& taken_ids);
+DynamicLoadResult load_dynamic_backends(const RuntimeOptions& options,
+                                        const std::vector<std::string>& taken_ids);
 
 }  // namespace backplane

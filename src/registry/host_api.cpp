@@ -15,7 +15,9 @@
 namespace backplane {
 namespace {
 
-bp_status_t* status_create(bp_status_code_t code, const char* message) { return make_abi_status(code, message); }
+bp_status_t* status_create(bp_status_code_t code, const char* message) {
+  return make_abi_status(code, message);
+}
 
 bp_status_code_t status_code(const bp_status_t* status) {
   return status == nullptr ? BP_STATUS_OK : status->code;
@@ -28,14 +30,25 @@ const char* status_message(const bp_status_t* status) {
 void status_release(bp_status_t* status) { delete status; }
 
 void log_message(bp_log_level_t level, const char* backend_id, const char* message) {
-  std::string text = std::string("[") + (backend_id ? backend_id : "?") + "] " + (message ? message : "");
+  std::string text =
+      std::string("[") + (backend_id ? backend_id : "?") + "] " + (message ? message : "");
   LogLevel l = LogLevel::kInfo;
   switch (level) {
-    case BP_LOG_TRACE: l = LogLevel::kTrace; break;
-    case BP_LOG_DEBUG: l = LogLevel::kDebug; break;
-    case BP_LOG_INFO: l = LogLevel::kInfo; break;
-    case BP_LOG_WARN: l = LogLevel::kWarn; break;
-    case BP_LOG_ERROR: l = LogLevel::kError; break;
+    case BP_LOG_TRACE:
+      l = LogLevel::kTrace;
+      break;
+    case BP_LOG_DEBUG:
+      l = LogLevel::kDebug;
+      break;
+    case BP_LOG_INFO:
+      l = LogLevel::kInfo;
+      break;
+    case BP_LOG_WARN:
+      l = LogLevel::kWarn;
+      break;
+    case BP_LOG_ERROR:
+      l = LogLevel::kError;
+      break;
   }
   log::write(l, text);
 }
@@ -71,7 +84,8 @@ bp_status_t* data_map_key_at(const bp_named_data_map_t* map, size_t index, const
   if (map == nullptr || out_key == nullptr)
     return status_create(BP_STATUS_INVALID_ARGUMENT, "data_map_key_at: NULL argument");
   const std::string* key = NamedDataMap::from_abi(map)->key_at(index);
-  if (key == nullptr) return status_create(BP_STATUS_NOT_FOUND, "data_map_key_at: index out of range");
+  if (key == nullptr)
+    return status_create(BP_STATUS_NOT_FOUND, "data_map_key_at: index out of range");
   *out_key = key->c_str();
   return nullptr;
 }
@@ -79,9 +93,11 @@ bp_status_t* data_map_key_at(const bp_named_data_map_t* map, size_t index, const
 bp_status_t* blob_store_add(bp_blob_store_t* store, const char* key, const void* data, size_t size,
                             size_t alignment, const char* external_file) {
   if (store == nullptr || key == nullptr)
-    return status_create(BP_STATUS_INVALID_ARGUMENT, "blob_store_add: NULL store or key (not compiling ahead of time?)");
+    return status_create(BP_STATUS_INVALID_ARGUMENT,
+                         "blob_store_add: NULL store or key (not compiling ahead of time?)");
   try {
-    Status s = NamedBlobStore::from_abi(store)->add(key, data, size, alignment, external_file ? external_file : "");
+    Status s = NamedBlobStore::from_abi(store)->add(key, data, size, alignment,
+                                                    external_file ? external_file : "");
     return s.ok() ? nullptr : status_create(code_to_abi(s.code()), s.message().c_str());
   } catch (const std::bad_alloc&) {
     return status_create(BP_STATUS_OUT_OF_MEMORY, "blob_store_add: out of memory");
@@ -89,8 +105,10 @@ bp_status_t* blob_store_add(bp_blob_store_t* store, const char* key, const void*
 }
 
 bp_status_t* writer_append(bp_byte_writer_t* writer, const void* data, size_t size) {
-  if (writer == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL writer");
-  if (size > 0 && data == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL data");
+  if (writer == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL writer");
+  if (size > 0 && data == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "writer_append: NULL data");
   try {
     const auto* p = static_cast<const uint8_t*>(data);
     writer->bytes.insert(writer->bytes.end(), p, p + size);
@@ -100,7 +118,8 @@ bp_status_t* writer_append(bp_byte_writer_t* writer, const void* data, size_t si
   }
 }
 
-void report_node(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome, const char* reason) {
+void report_node(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome,
+                 const char* reason) {
   if (report == nullptr || node_index >= report->reported.size()) return;
   try {
     report->reported[node_index] = true;

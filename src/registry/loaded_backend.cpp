@@ -6,9 +6,11 @@
 
 namespace backplane {
 
-Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id, const bp_backend_api_t* api,
-                                                       std::string source, std::shared_ptr<void> library,
-                                                       uint32_t score) {
+Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id,
+                                                             const bp_backend_api_t* api,
+                                                             std::string source,
+                                                             std::shared_ptr<void> library,
+                                                             uint32_t score) {
   BP_RETURN_IF_ERROR(validate_backend_table(api), "backend '" + id + "'");
   std::shared_ptr<LoadedBackend> b(new LoadedBackend());
   b->id_ = std::move(id);
@@ -23,7 +25,8 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id, con
   try {
     created = api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &instance);
   } catch (...) {
-    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': create threw a C++ exception");
+    return Status(StatusCode::kBackendError,
+                  "backend '" + b->id_ + "': create threw a C++ exception");
   }
   if (created != nullptr) {
     // *out belongs to the host whatever create returned: an instance handed
@@ -31,7 +34,8 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id, con
     if (instance != nullptr) api->destroy(instance);
     return b->check(created, "create");
   }
-  if (instance == nullptr) return invalid_argument("backend '" + b->id_ + "': create returned no instance");
+  if (instance == nullptr)
+    return invalid_argument("backend '" + b->id_ + "': create returned no instance");
   b->instance_ = instance;
   bp_backend_info_t info{};
   info.struct_size = sizeof(info);
@@ -39,7 +43,8 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id, con
   try {
     got = api->get_info(instance, &info);
   } catch (...) {
-    return Status(StatusCode::kBackendError, "backend '" + b->id_ + "': get_info threw a C++ exception");
+    return Status(StatusCode::kBackendError,
+                  "backend '" + b->id_ + "': get_info threw a C++ exception");
   }
   BP_RETURN_IF_ERROR(b->check(got, "get_info"));
   if (info.vendor == nullptr) info.vendor = "";

@@ -32,7 +32,8 @@ class LoadedBackend {
   // static). `score` is GetBackendScore's answer (1 when the backend has
   // none); the default preference orders backends by it.
   static Result<std::shared_ptr<LoadedBackend>> create(std::string id, const bp_backend_api_t* api,
-                                                       std::string source, std::shared_ptr<void> library,
+                                                       std::string source,
+                                                       std::shared_ptr<void> library,
                                                        uint32_t score = 1);
   // Destroys the instance, then lets the library go.
   ~LoadedBackend();
@@ -128,8 +129,10 @@ inline void device_memory(const LoadedBackend& b, DevicePointer p) {
 }
 }  // namespace backend_release
 
-using CompiledHandle = BackendOwned<bp_compiled_t*, &backend_release::compiled>;  // a compiled partition
-using ContextHandle = BackendOwned<bp_exec_context_t*, &backend_release::context>;  // an execution context
+using CompiledHandle =
+    BackendOwned<bp_compiled_t*, &backend_release::compiled>;  // a compiled partition
+using ContextHandle =
+    BackendOwned<bp_exec_context_t*, &backend_release::context>;  // an execution context
 using DeviceBuffer = BackendOwned<DevicePointer, &backend_release::device_memory>;  // device memory
 
 }  // namespace backplane

@@ -35,16 +35,19 @@ Status validate_backend_table(const bp_backend_api_t* api) {
     return Status(StatusCode::kVersionMismatch,
                   "function table built for API " + std::to_string(api->api_major) + "." +
                       std::to_string(api->api_minor) + ", runtime has " +
-                      std::to_string(BP_API_VERSION_MAJOR) + "." + std::to_string(BP_API_VERSION_MINOR));
+                      std::to_string(BP_API_VERSION_MAJOR) + "." +
+                      std::to_string(BP_API_VERSION_MINOR));
   // A table must be as large as the minor it claims.
   const size_t minimum = api->api_minor >= 1 ? BP_BACKEND_API_SIZE_1_1 : BP_BACKEND_API_SIZE_1_0;
   if (api->struct_size < minimum)
     return invalid_argument("function table of API " + std::to_string(api->api_major) + "." +
-                            std::to_string(api->api_minor) + " has struct_size " + std::to_string(api->struct_size) +
-                            ", expected at least " + std::to_string(minimum));
+                            std::to_string(api->api_minor) + " has struct_size " +
+                            std::to_string(api->struct_size) + ", expected at least " +
+                            std::to_string(minimum));
   if (api->struct_size < BP_BACKEND_API_SIZE_1_0)
     return invalid_argument("function table struct_size " + std::to_string(api->struct_size) +
-                            " is smaller than API 1.0's " + std::to_string(BP_BACKEND_API_SIZE_1_0));
+                            " is smaller than API 1.0's " +
+                            std::to_string(BP_BACKEND_API_SIZE_1_0));
   struct Required {
     const char* name;
     bool present;
@@ -58,8 +61,8 @@ Status validate_backend_table(const bp_backend_api_t* api) {
   for (const Required& r : required)
     if (!r.present) return invalid_argument(std::string("required slot '") + r.name + "' is NULL");
   // A backend must be able to run something: compile+execute or single-op.
-  bool symbolic = api->compile && api->compiled_destroy && api->context_create && api->context_destroy &&
-                  api->execute;
+  bool symbolic = api->compile && api->compiled_destroy && api->context_create &&
+                  api->context_destroy && api->execute;
   if (!symbolic && api->execute_node == nullptr)
     return invalid_argument("table has neither compile/execute slots nor execute_node");
   return ok_status();
@@ -76,7 +79,8 @@ Status BackendRegistry::register_static(const RuntimeOptions& options) {
     std::string id = s.id();
     const auto& disabled = options.disabled_static_backends;
     if (std::find(disabled.begin(), disabled.end(), id) != disabled.end()) continue;
-    BP_ASSIGN_OR_RETURN(std::shared_ptr<LoadedBackend> backend, LoadedBackend::create(id, s.table(), "static", nullptr));
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<LoadedBackend> backend,
+                        LoadedBackend::create(id, s.table(), "static", nullptr));
     BP_RETURN_IF_ERROR(add(std::move(backend)));
   }
   return ok_status();
@@ -99,7 +103,8 @@ std::vector<std::string> BackendRegistry::default_preference() const {
   std::vector<std::shared_ptr<LoadedBackend>> order;
   for (const auto& b : backends_)
     if (b->id() != "CpuRef") order.push_back(b);
-  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x->score() > y->score(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x->score() > y->score(); });
   std::vector<std::string> ids;
   for (const auto& b : order) ids.push_back(b->id());
   if (find("CpuRef")) ids.push_back("CpuRef");

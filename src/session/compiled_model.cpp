@@ -13,22 +13,22 @@ size_t CompiledModel::value_bytes(int value) const {
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
                                                              const BackendRegistry& registry,
-                                                             const PlacementOptions& options, uint64_t network_id,
-                                                             int num_threads) {
+                                                             const PlacementOptions& options,
+                                                             uint64_t network_id, int num_threads) {
   auto weights = std::make_unique<TensorDataMap>(&graph->constants);
   const ir::Graph* g = graph.get();
   const NamedDataMap* w = weights.get();
-  Planner planner = [g, w, &registry, &options](const Exclusions& excluded, std::vector<std::string>*) {
+  Planner planner = [g, w, &registry, &options](const Exclusions& excluded,
+                                                std::vector<std::string>*) {
     return make_plan(*g, registry, options, *w, excluded);
   };
-  return create_with(std::move(graph), std::move(weights), planner, network_id, num_threads, nullptr);
+  return create_with(std::move(graph), std::move(weights), planner, network_id, num_threads,
+                     nullptr);
 }
 
-Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(std::unique_ptr<ir::Graph> graph,
-                                                                  std::unique_ptr<NamedDataMap> weights,
-                                                                  const Planner& planner, uint64_t network_id,
-                                                                  int num_threads,
-                                                                  std::shared_ptr<const void> keep_alive) {
+Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(
+    std::unique_ptr<ir::Graph> graph, std::unique_ptr<NamedDataMap> weights, const Planner& planner,
+    uint64_t network_id, int num_threads, std::shared_ptr<const void> keep_alive) {
   std::shared_ptr<CompiledModel> m(new CompiledModel());
   m->keep_alive_ = std::move(keep_alive);
   m->graph_ = std::move(graph);
@@ -43,14 +43,16 @@ Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(std::unique_pt
 Status CompiledModel::notify_before_load() {
   loaded_backends_.clear();
   for (const Partition& p : plan_.partitions)
-    if (std::find(loaded_backends_.begin(), loaded_backends_.end(), p.backend) == loaded_backends_.end())
+    if (std::find(loaded_backends_.begin(), loaded_backends_.end(), p.backend) ==
+        loaded_backends_.end())
       loaded_backends_.push_back(p.backend);
   for (const auto& b : loaded_backends_) {
     if (std::find(hooked_.begin(), hooked_.end(), b) != hooked_.end()) continue;
     hooked_.push_back(b);
     if (BP_TABLE_HAS(b->api(), before_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->before_load_network(b->instance(), network_id_); }),
-                                  "before_load_network"));
+      BP_RETURN_IF_ERROR(b->check(
+          b->call([&] { return b->api()->before_load_network(b->instance(), network_id_); }),
+          "before_load_network"));
   }
   return ok_status();
 }
@@ -70,10 +72,12 @@ Status CompiledModel::build(const Planner& planner, int num_threads) {
   BP_ASSIGN_OR_RETURN(space_of_, assign_spaces(executable_, &spaces_));
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->after_load_network(b->instance(), network_id_); }),
-                                  "after_load_network"));
+      BP_RETURN_IF_ERROR(b->check(
+          b->call([&] { return b->api()->after_load_network(b->instance(), network_id_); }),
+          "after_load_network"));
   steps_ = plan_steps(*graph_, executable_, space_of_);
-  memory_ = plan_memory(*graph_, executable_, space_of_, steps_, [this](int v) { return value_bytes(v); });
+  memory_ = plan_memory(*graph_, executable_, space_of_, steps_,
+                        [this](int v) { return value_bytes(v); });
   describe();
   return ok_status();
 }
@@ -81,8 +85,10 @@ Status CompiledModel::build(const Planner& planner, int num_threads) {
 // The public descriptions (Model::inputs, partitions, copies).
 void CompiledModel::describe() {
   const ir::Graph& g = *graph_;
-  for (int v : g.inputs) inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (int v : g.outputs) outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
+  for (int v : g.inputs)
+    inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
+  for (int v : g.outputs)
+    outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
   for (const auto& ep : executable_) {
     PartitionDescription d;
     d.backend = ep->backend->id();
@@ -93,8 +99,8 @@ void CompiledModel::describe() {
     partition_desc_.push_back(std::move(d));
   }
   auto describe_copy = [&](const ExecStep& s, bool once) {
-    copy_desc_.push_back(
-        {g.values[s.value].name, spaces_[s.from].name, spaces_[s.to].name, value_bytes(s.value), once});
+    copy_desc_.push_back({g.values[s.value].name, spaces_[s.from].name, spaces_[s.to].name,
+                          value_bytes(s.value), once});
   };
   for (const ExecStep& s : steps_.init_copies) describe_copy(s, true);
   for (const ExecStep& s : steps_.steps)
@@ -104,13 +110,15 @@ void CompiledModel::describe() {
 CompiledModel::~CompiledModel() {
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), before_unload_network))
-      (void)b->check(b->call([&] { return b->api()->before_unload_network(b->instance(), network_id_); }),
-                     "before_unload_network");
+      (void)b->check(
+          b->call([&] { return b->api()->before_unload_network(b->instance(), network_id_); }),
+          "before_unload_network");
   executable_.clear();
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_unload_network))
-      (void)b->check(b->call([&] { return b->api()->after_unload_network(b->instance(), network_id_); }),
-                     "after_unload_network");
+      (void)b->check(
+          b->call([&] { return b->api()->after_unload_network(b->instance(), network_id_); }),
+          "after_unload_network");
 }
 
 std::vector<std::string> CompiledModel::backends_used() const {

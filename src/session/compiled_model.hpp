@@ -27,15 +27,16 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Partitions, compiles and plans memory for `graph` (shapes already inferred).
   static Result<std::shared_ptr<CompiledModel>> create(std::unique_ptr<ir::Graph> graph,
                                                        const BackendRegistry& registry,
-                                                       const PlacementOptions& options, uint64_t network_id,
-                                                       int num_threads);
+                                                       const PlacementOptions& options,
+                                                       uint64_t network_id, int num_threads);
   // The same with a given weights map and planner (compiled artifacts:
   // partitions come from the file, payloads are deserialized). `keep_alive`
   // holds whatever the graph's constants and payloads point into.
   static Result<std::shared_ptr<CompiledModel>> create_with(std::unique_ptr<ir::Graph> graph,
                                                             std::unique_ptr<NamedDataMap> weights,
-                                                            const Planner& planner, uint64_t network_id,
-                                                            int num_threads, std::shared_ptr<const void> keep_alive);
+                                                            const Planner& planner,
+                                                            uint64_t network_id, int num_threads,
+                                                            std::shared_ptr<const void> keep_alive);
   ~CompiledModel() override;
 
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
@@ -49,7 +50,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
 
   const ir::Graph& graph() const { return *graph_; }
   const Plan& plan() const { return plan_; }
-  const std::vector<std::unique_ptr<ExecutablePartition>>& executable() const { return executable_; }
+  const std::vector<std::unique_ptr<ExecutablePartition>>& executable() const {
+    return executable_;
+  }
   // Memory space of executable()[i].
   int space_of(size_t partition) const { return space_of_[partition]; }
   const std::vector<MemorySpace>& spaces() const { return spaces_; }

@@ -14,7 +14,8 @@ void place_host_buffers(MemoryPlan& mem) {
   std::vector<int> host;
   for (size_t i = 0; i < mem.buffers.size(); ++i)
     if (mem.buffers[i].space == 0) host.push_back(static_cast<int>(i));
-  std::stable_sort(host.begin(), host.end(), [&](int a, int b) { return mem.buffers[a].size > mem.buffers[b].size; });
+  std::stable_sort(host.begin(), host.end(),
+                   [&](int a, int b) { return mem.buffers[a].size > mem.buffers[b].size; });
   std::vector<int> placed;
   for (int i : host) {
     MemoryPlan::Buffer& b = mem.buffers[i];
@@ -65,11 +66,13 @@ void place_device_buffers(MemoryPlan& mem) {
 }  // namespace
 
 size_t align_to_memory_plan(size_t n) {
-  return ((std::max<size_t>(n, 1) + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment) * MemoryPlan::kAlignment;
+  return ((std::max<size_t>(n, 1) + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment) *
+         MemoryPlan::kAlignment;
 }
 
-Result<std::vector<int>> assign_spaces(const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
-                                       std::vector<MemorySpace>* spaces) {
+Result<std::vector<int>> assign_spaces(
+    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+    std::vector<MemorySpace>* spaces) {
   spaces->assign(1, MemorySpace{nullptr, 0, "host"});
   std::vector<int> space_of;
   for (const auto& ep : partitions) {
@@ -79,12 +82,14 @@ Result<std::vector<int>> assign_spaces(const std::vector<std::unique_ptr<Executa
       continue;
     }
     const bp_backend_api_t* api = backend->api();
-    if (!BP_TABLE_HAS(api, memory_alloc) || !BP_TABLE_HAS(api, memory_free) || !BP_TABLE_HAS(api, copy_to_device) ||
-        !BP_TABLE_HAS(api, copy_from_device))
-      return invalid_argument("backend '" + backend->id() +
-                              "' declares device memory but lacks memory_alloc/memory_free/copy slots");
-    auto it = std::find_if(spaces->begin(), spaces->end(),
-                           [&](const MemorySpace& s) { return s.backend == backend && s.device == 0; });
+    if (!BP_TABLE_HAS(api, memory_alloc) || !BP_TABLE_HAS(api, memory_free) ||
+        !BP_TABLE_HAS(api, copy_to_device) || !BP_TABLE_HAS(api, copy_from_device))
+      return invalid_argument(
+          "backend '" + backend->id() +
+          "' declares device memory but lacks memory_alloc/memory_free/copy slots");
+    auto it = std::find_if(spaces->begin(), spaces->end(), [&](const MemorySpace& s) {
+      return s.backend == backend && s.device == 0;
+    });
     if (it == spaces->end()) {
       spaces->push_back(MemorySpace{backend, 0, backend->id() + ":0"});
       it = spaces->end() - 1;
@@ -94,7 +99,8 @@ Result<std::vector<int>> assign_spaces(const std::vector<std::unique_ptr<Executa
   return space_of;
 }
 
-StepPlan plan_steps(const ir::Graph& g, const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+StepPlan plan_steps(const ir::Graph& g,
+                    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
                     const std::vector<int>& space_of) {
   StepPlan plan;
   std::vector<int> home(g.values.size(), 0);
@@ -132,7 +138,8 @@ StepPlan plan_steps(const ir::Graph& g, const std::vector<std::unique_ptr<Execut
   return plan;
 }
 
-MemoryPlan plan_memory(const ir::Graph& g, const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+MemoryPlan plan_memory(const ir::Graph& g,
+                       const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
                        const std::vector<int>& space_of, const StepPlan& plan,
                        const std::function<size_t(int)>& value_bytes) {
   MemoryPlan mem;

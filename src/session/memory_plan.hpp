@@ -28,7 +28,7 @@ namespace backplane {
 struct MemorySpace {
   std::shared_ptr<LoadedBackend> backend;  // null for the host
   uint32_t device = 0;
-  std::string name;                        // "host" or "MockAcc:0"
+  std::string name;  // "host" or "MockAcc:0"
 };
 
 struct ExecStep {
@@ -69,14 +69,17 @@ size_t align_to_memory_plan(size_t n);
 
 // The memory space of each partition: the host, or device 0 of a backend
 // that declares device memory (added to `spaces`, which starts with the host).
-Result<std::vector<int>> assign_spaces(const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
-                                       std::vector<MemorySpace>* spaces);
+Result<std::vector<int>> assign_spaces(
+    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+    std::vector<MemorySpace>* spaces);
 
-StepPlan plan_steps(const ir::Graph& graph, const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+StepPlan plan_steps(const ir::Graph& graph,
+                    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
                     const std::vector<int>& space_of);
 
 // `value_bytes(v)` is the size of value v's tensor.
-MemoryPlan plan_memory(const ir::Graph& graph, const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+MemoryPlan plan_memory(const ir::Graph& graph,
+                       const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
                        const std::vector<int>& space_of, const StepPlan& steps,
                        const std::function<size_t(int)>& value_bytes);
 

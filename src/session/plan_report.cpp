@@ -68,36 +68,43 @@ std::string as_dot(const PlanReport& r) {
   std::map<std::string, std::string> colour;
   for (const auto& d : r.partitions)
     if (!colour.count(d.backend)) colour[d.backend] = kPalette[colour.size() % std::size(kPalette)];
-  os << "digraph plan {\n  rankdir=TB;\n  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\"];\n";
+  os << "digraph plan {\n  rankdir=TB;\n  node [shape=box, style=\"filled,rounded\", "
+        "fontname=\"Helvetica\"];\n";
   for (size_t i = 0; i < r.nodes_of.size(); ++i) {
     const PartitionDescription& d = r.partitions[i];
-    os << "  subgraph cluster_" << i << " {\n    label=\"partition " << i << ": " << dot_escape(d.backend)
-       << (d.imperative ? " (imperative)" : "") << "\";\n    style=dashed;\n";
+    os << "  subgraph cluster_" << i << " {\n    label=\"partition " << i << ": "
+       << dot_escape(d.backend) << (d.imperative ? " (imperative)" : "")
+       << "\";\n    style=dashed;\n";
     for (int n : r.nodes_of[i])
-      os << "    n" << n << " [label=\"" << dot_escape(g.nodes[n].name) << "\\n" << dot_escape(g.nodes[n].op_type)
-         << "\", fillcolor=\"" << colour[d.backend] << "\"];\n";
+      os << "    n" << n << " [label=\"" << dot_escape(g.nodes[n].name) << "\\n"
+         << dot_escape(g.nodes[n].op_type) << "\", fillcolor=\"" << colour[d.backend] << "\"];\n";
     os << "  }\n";
   }
   std::vector<bool> is_input(g.values.size(), false), is_output(g.values.size(), false);
   for (int v : g.inputs) {
     is_input[v] = true;
-    os << "  v" << v << " [label=\"" << dot_escape(g.values[v].name) << "\", shape=ellipse, style=solid];\n";
+    os << "  v" << v << " [label=\"" << dot_escape(g.values[v].name)
+       << "\", shape=ellipse, style=solid];\n";
   }
   for (int v : g.outputs) {
     is_output[v] = true;
-    os << "  out" << v << " [label=\"" << dot_escape(g.values[v].name) << "\", shape=ellipse, style=solid];\n";
+    os << "  out" << v << " [label=\"" << dot_escape(g.values[v].name)
+       << "\", shape=ellipse, style=solid];\n";
   }
   std::map<std::string, std::string> copied;  // value name -> "from -> to"
-  for (const CopyDescription& c : r.copies) copied[c.value] += (copied[c.value].empty() ? "" : ", ") + c.from + "->" + c.to;
+  for (const CopyDescription& c : r.copies)
+    copied[c.value] += (copied[c.value].empty() ? "" : ", ") + c.from + "->" + c.to;
   for (size_t n = 0; n < g.nodes.size(); ++n)
     for (int v : g.nodes[n].inputs) {
       if (v < 0 || g.values[v].is_constant()) continue;
       int producer = g.values[v].producer;
-      std::string from = producer >= 0 ? "n" + std::to_string(producer) : (is_input[v] ? "v" + std::to_string(v) : "");
+      std::string from = producer >= 0 ? "n" + std::to_string(producer)
+                                       : (is_input[v] ? "v" + std::to_string(v) : "");
       if (from.empty()) continue;
       auto c = copied.find(g.values[v].name);
       os << "  " << from << " -> n" << n;
-      if (c != copied.end()) os << " [color=red, penwidth=2, label=\"copy " << dot_escape(c->second) << "\"]";
+      if (c != copied.end())
+        os << " [color=red, penwidth=2, label=\"copy " << dot_escape(c->second) << "\"]";
       os << ";\n";
     }
   for (int v : g.outputs)
@@ -105,7 +112,8 @@ std::string as_dot(const PlanReport& r) {
   os << "  subgraph cluster_legend {\n    label=\"backends\";\n";
   size_t k = 0;
   for (const auto& [backend, fill] : colour)
-    os << "    legend" << k++ << " [label=\"" << dot_escape(backend) << "\", fillcolor=\"" << fill << "\"];\n";
+    os << "    legend" << k++ << " [label=\"" << dot_escape(backend) << "\", fillcolor=\"" << fill
+       << "\"];\n";
   os << "  }\n}\n";
   return os.str();
 }
@@ -115,39 +123,45 @@ std::string as_text(const PlanReport& r) {
   std::ostringstream os;
   os << "model       " << g.source << "\n";
   os << "preference  ";
-  for (size_t i = 0; i < r.plan.preference.size(); ++i) os << (i ? ", " : "") << r.plan.preference[i];
+  for (size_t i = 0; i < r.plan.preference.size(); ++i)
+    os << (i ? ", " : "") << r.plan.preference[i];
   os << "\nnodes       " << g.nodes.size() << "\n";
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const NodePlacement& p = r.plan.placement[n];
-    os << "  " << g.nodes[n].name << " (" << g.nodes[n].op_type << ") -> " << p.backend << " [" << p.why
-       << ", partition " << r.partition_of[n] << "]\n";
+    os << "  " << g.nodes[n].name << " (" << g.nodes[n].op_type << ") -> " << p.backend << " ["
+       << p.why << ", partition " << r.partition_of[n] << "]\n";
     for (const std::string& why : p.rejections) os << "      not on " << why << "\n";
   }
   os << "partitions  " << r.partitions.size() << "\n";
   for (size_t i = 0; i < r.partitions.size(); ++i) {
     const PartitionDescription& d = r.partitions[i];
-    os << "  [" << i << "] " << d.backend << (d.imperative ? " (imperative)" : "") << ": " << d.nodes.size()
-       << " nodes, " << d.inputs.size() << " inputs, " << d.outputs.size() << " outputs\n";
+    os << "  [" << i << "] " << d.backend << (d.imperative ? " (imperative)" : "") << ": "
+       << d.nodes.size() << " nodes, " << d.inputs.size() << " inputs, " << d.outputs.size()
+       << " outputs\n";
   }
   os << "copies      " << r.copies.size() << "\n";
   for (const CopyDescription& c : r.copies)
-    os << "  " << c.value << ": " << c.from << " -> " << c.to << " (" << c.bytes << " bytes" << (c.once ? ", once" : "")
-       << ")\n";
+    os << "  " << c.value << ": " << c.from << " -> " << c.to << " (" << c.bytes << " bytes"
+       << (c.once ? ", once" : "") << ")\n";
   return os.str();
 }
 
 }  // namespace
 
 std::string CompiledModel::describe_plan(PlanFormat format) const {
-  PlanReport report{*graph_, plan_, partition_desc_, copy_desc_, {}, std::vector<int>(graph_->nodes.size(), -1)};
+  PlanReport report{*graph_,    plan_, partition_desc_,
+                    copy_desc_, {},    std::vector<int>(graph_->nodes.size(), -1)};
   for (size_t i = 0; i < executable_.size(); ++i) {
     report.nodes_of.push_back(executable_[i]->view->node_ids());
     for (int n : report.nodes_of.back()) report.partition_of[n] = static_cast<int>(i);
   }
   switch (format) {
-    case PlanFormat::kJson: return as_json(report);
-    case PlanFormat::kDot: return as_dot(report);
-    case PlanFormat::kText: break;
+    case PlanFormat::kJson:
+      return as_json(report);
+    case PlanFormat::kDot:
+      return as_dot(report);
+    case PlanFormat::kText:
+      break;
   }
   return as_text(report);
 }

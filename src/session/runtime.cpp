@@ -23,8 +23,10 @@ namespace {
 // that do not exist on every machine; those are reported, not errors.)
 Status validate(const RuntimeOptions& options) {
   if (options.num_threads < 0 || options.num_threads > max_threads())
-    return invalid_argument("num_threads " + std::to_string(options.num_threads) + " is out of range: 0 (the default) to " +
-                            std::to_string(max_threads()) + " (4 per hardware thread of this machine)");
+    return invalid_argument("num_threads " + std::to_string(options.num_threads) +
+                            " is out of range: 0 (the default) to " +
+                            std::to_string(max_threads()) +
+                            " (4 per hardware thread of this machine)");
   if (options.backend_path.has_value() && !options.backend_path->empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(*options.backend_path, ec))
@@ -48,10 +50,13 @@ class RuntimeImpl : public Runtime {
     files_ = std::move(dynamic.files);
     paths_ = std::move(dynamic.paths);
     if (registry_.all().empty()) {
-      std::string why = paths_.empty() ? "dynamic loading is disabled or no search path is set"
-                                       : std::to_string(files_.size()) + " backend file(s) found, none loaded";
-      return not_found("no backend is available: the static backends are disabled and no dynamic backend loaded (" +
-                       why + "); see 'backplane backends' and docs/troubleshooting.md");
+      std::string why = paths_.empty()
+                            ? "dynamic loading is disabled or no search path is set"
+                            : std::to_string(files_.size()) + " backend file(s) found, none loaded";
+      return not_found(
+          "no backend is available: the static backends are disabled and no dynamic backend loaded "
+          "(" +
+          why + "); see 'backplane backends' and docs/troubleshooting.md");
     }
     return configure_threads();
   }
@@ -70,18 +75,20 @@ class RuntimeImpl : public Runtime {
   std::vector<BackendFileReport> backend_files() const override { return files_; }
   std::vector<BackendPathReport> backend_paths() const override { return paths_; }
 
-  Result<std::shared_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) override {
+  Result<std::shared_ptr<Model>> load_model(const std::string& path,
+                                            const ModelOptions& options) override {
     std::shared_ptr<CompiledModel> model;
     if (looks_like_artifact(path)) {
       BP_ASSIGN_OR_RETURN(ArtifactMethodLoad load, load_artifact_method(registry_, path, options));
-      BP_ASSIGN_OR_RETURN(model, CompiledModel::create_with(std::move(load.graph), std::move(load.weights),
-                                                            load.planner, next_network_id_++, options_.num_threads,
-                                                            load.file));
+      BP_ASSIGN_OR_RETURN(model, CompiledModel::create_with(
+                                     std::move(load.graph), std::move(load.weights), load.planner,
+                                     next_network_id_++, options_.num_threads, load.file));
     } else {
-      BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
-                          import_onnx_model(path, options.input_shapes, UnknownInputShapes::kError));
-      BP_ASSIGN_OR_RETURN(model, CompiledModel::create(std::move(graph), registry_, options, next_network_id_++,
-                                                       options_.num_threads));
+      BP_ASSIGN_OR_RETURN(
+          std::unique_ptr<ir::Graph> graph,
+          import_onnx_model(path, options.input_shapes, UnknownInputShapes::kError));
+      BP_ASSIGN_OR_RETURN(model, CompiledModel::create(std::move(graph), registry_, options,
+                                                       next_network_id_++, options_.num_threads));
     }
     return std::shared_ptr<Model>(std::move(model));
   }
@@ -95,8 +102,9 @@ class RuntimeImpl : public Runtime {
     const char* value = n.c_str();
     for (const auto& b : registry_.all())
       if (BP_TABLE_HAS(b->api(), configure))
-        BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
-                                    "configure num_threads"));
+        BP_RETURN_IF_ERROR(
+            b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
+                     "configure num_threads"));
     return ok_status();
   }
 

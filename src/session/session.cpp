@@ -24,7 +24,8 @@ class SessionImpl : public Session {
     device_buffers_.clear();
     for (const auto& b : acquired_)
       if (BP_TABLE_HAS(b->api(), memory_release))
-        (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }), "memory_release");
+        (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }),
+                       "memory_release");
   }
 
   Status init() {
@@ -32,14 +33,17 @@ class SessionImpl : public Session {
     const MemoryPlan& mem = model_->memory();
     size_t arena = align_to_memory_plan(mem.arena_size);
     arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
-    if (!arena_) return Status(StatusCode::kOutOfMemory, "cannot allocate a " + std::to_string(arena) + "-byte arena");
+    if (!arena_)
+      return Status(StatusCode::kOutOfMemory,
+                    "cannot allocate a " + std::to_string(arena) + "-byte arena");
     std::memset(arena_.get(), 0, arena);
 
     for (size_t s = 1; s < model_->spaces().size(); ++s) {
       const auto& b = model_->spaces()[s].backend;
       if (std::find(acquired_.begin(), acquired_.end(), b) != acquired_.end()) continue;
       if (BP_TABLE_HAS(b->api(), memory_acquire))
-        BP_RETURN_IF_ERROR(b->check(b->call([&] { return b->api()->memory_acquire(b->instance()); }), "memory_acquire"));
+        BP_RETURN_IF_ERROR(b->check(
+            b->call([&] { return b->api()->memory_acquire(b->instance()); }), "memory_acquire"));
       acquired_.push_back(b);
     }
     for (size_t s = 0; s < mem.device_slots.size(); ++s) {
@@ -47,8 +51,10 @@ class SessionImpl : public Session {
       const LoadedBackend& b = *sp.backend;
       void* ptr = nullptr;
       Status allocated = b.check(b.call([&] {
-        return b.api()->memory_alloc(b.instance(), sp.device, mem.device_slots[s].size, MemoryPlan::kAlignment, &ptr);
-      }), "memory_alloc");
+        return b.api()->memory_alloc(b.instance(), sp.device, mem.device_slots[s].size,
+                                     MemoryPlan::kAlignment, &ptr);
+      }),
+                                 "memory_alloc");
       device_buffers_.emplace_back(sp.backend, DevicePointer{sp.device, ptr});
       BP_RETURN_IF_ERROR(allocated);
     }
@@ -59,9 +65,11 @@ class SessionImpl : public Session {
     for (size_t i = 0; i < executable.size(); ++i) {
       const ExecutablePartition& ep = *executable[i];
       bp_exec_context_t* context = nullptr;
-      Status created = ep.imperative ? ok_status()
-                                     : ep.backend->check(ep.backend->api()->context_create(ep.compiled.get(), &context),
-                                                         "context_create");
+      Status created =
+          ep.imperative
+              ? ok_status()
+              : ep.backend->check(ep.backend->api()->context_create(ep.compiled.get(), &context),
+                                  "context_create");
       contexts_.emplace_back(ep.backend, context);
       BP_RETURN_IF_ERROR(created);
       for (int v : ep.inputs) in_tensors_[i].push_back(tensor_for(v, model_->space_of(i)));
@@ -90,19 +98,22 @@ class SessionImpl : public Session {
                        std::to_string(infos.size()) + " inputs)");
     const TensorInfo& info = infos[index];
     if (tensor.dtype() != info.dtype)
-      return invalid_argument("input '" + info.name + "' expects dtype " + dtype_name(info.dtype) + ", got " +
-                              dtype_name(tensor.dtype()));
+      return invalid_argument("input '" + info.name + "' expects dtype " + dtype_name(info.dtype) +
+                              ", got " + dtype_name(tensor.dtype()));
     if (tensor.shape() != info.shape)
-      return invalid_argument("input '" + info.name + "' expects shape " + shape_to_string(info.shape) +
-                              ", got " + shape_to_string(tensor.shape()));
-    if (tensor.size_bytes() > 0) std::memcpy(inputs_[index].data(), tensor.data(), tensor.size_bytes());
+      return invalid_argument("input '" + info.name + "' expects shape " +
+                              shape_to_string(info.shape) + ", got " +
+                              shape_to_string(tensor.shape()));
+    if (tensor.size_bytes() > 0)
+      std::memcpy(inputs_[index].data(), tensor.data(), tensor.size_bytes());
     input_set_[index] = true;
     return ok_status();
   }
 
   Status run() override {
     for (size_t i = 0; i < input_set_.size(); ++i)
-      if (!input_set_[i]) return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
+      if (!input_set_[i])
+        return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
     const auto& executable = model_->executable();
     for (const ExecStep& step : model_->steps()) {
       if (step.kind == ExecStep::kCopy) {
@@ -115,9 +126,10 @@ class SessionImpl : public Session {
       bp_status_t* s =
           ep.imperative
               ? api->execute_node(ep.backend->instance(), ep.view->get(), 0, in_tensors_[i].size(),
-                                  in_tensors_[i].data(), out_tensors_[i].size(), out_tensors_[i].data())
-              : api->execute(contexts_[i].get(), in_tensors_[i].size(), in_tensors_[i].data(), out_tensors_[i].size(),
-                             out_tensors_[i].data());
+                                  in_tensors_[i].data(), out_tensors_[i].size(),
+                                  out_tensors_[i].data())
+              : api->execute(contexts_[i].get(), in_tensors_[i].size(), in_tensors_[i].data(),
+                             out_tensors_[i].size(), out_tensors_[i].data());
       if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
     }
     return ok_status();
@@ -158,12 +170,15 @@ class SessionImpl : public Session {
     if (s.from == 0) {
       const MemorySpace& to = spaces[s.to];
       const LoadedBackend& b = *to.backend;
-      return b.check(b.call([&] { return b.api()->copy_to_device(b.instance(), to.device, dst, src, bytes); }),
-                     "copy_to_device '" + model_->graph().values[s.value].name + "'");
+      return b.check(
+          b.call([&] { return b.api()->copy_to_device(b.instance(), to.device, dst, src, bytes); }),
+          "copy_to_device '" + model_->graph().values[s.value].name + "'");
     }
     const MemorySpace& from = spaces[s.from];
     const LoadedBackend& b = *from.backend;
-    return b.check(b.call([&] { return b.api()->copy_from_device(b.instance(), from.device, dst, src, bytes); }),
+    return b.check(b.call([&] {
+      return b.api()->copy_from_device(b.instance(), from.device, dst, src, bytes);
+    }),
                    "copy_from_device '" + model_->graph().values[s.value].name + "'");
   }
 
@@ -189,8 +204,8 @@ class SessionImpl : public Session {
   std::shared_ptr<const CompiledModel> model_;
   std::unique_ptr<void, ArenaDeleter> arena_;
   std::vector<std::shared_ptr<LoadedBackend>> acquired_;  // memory_acquire'd
-  std::vector<DeviceBuffer> device_buffers_;               // per MemoryPlan device slot
-  std::vector<ContextHandle> contexts_;                    // per partition (empty if imperative)
+  std::vector<DeviceBuffer> device_buffers_;              // per MemoryPlan device slot
+  std::vector<ContextHandle> contexts_;                   // per partition (empty if imperative)
   std::vector<std::vector<bp_tensor_t>> in_tensors_, out_tensors_;
   std::vector<Tensor> inputs_, outputs_;
   std::vector<bool> input_set_;

@@ -152,9 +152,9 @@ int main(void) {
   if (!BP_HAS_FIELD(bp_backend_api_t, execute_node, t.struct_size)) return 1;
   if (BP_TABLE_HAS(&t, execute_node)) return 1; /* NULL slot */
   /* A 1.0 table has no compile_all: the host must not read past its end. */
-  t.compile_all = (bp_status_t * (*)(bp_backend_t*, size_t, const bp_graph_view_t* const*,
-                                     const bp_compile_options_t*, bp_node_report_t* const*,
-                                     bp_compiled_t**))1;
+  t.compile_all =
+      (bp_status_t * (*)(bp_backend_t*, size_t, const bp_graph_view_t* const*,
+                         const bp_compile_options_t*, bp_node_report_t* const*, bp_compiled_t**))1;
   if (BP_TABLE_HAS(&t, compile_all)) return 1;
   t.struct_size = BP_BACKEND_API_SIZE_1_1;
   if (!BP_TABLE_HAS(&t, compile_all)) return 1;

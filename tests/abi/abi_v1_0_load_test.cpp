@@ -46,7 +46,8 @@ TEST(AbiV1_0, BackendBuiltAgainstFrozenHeaderLoadsAndRuns) {
   EXPECT_EQ(backends[0].source, fs::canonical(kFile).string());
   auto files = (*rt)->backend_files();
   ASSERT_EQ(files.size(), 1u);
-  EXPECT_EQ(files[0].fate, BackendFileReport::Fate::kLoaded) << files[0].step << ": " << files[0].reason;
+  EXPECT_EQ(files[0].fate, BackendFileReport::Fate::kLoaded)
+      << files[0].step << ": " << files[0].reason;
   EXPECT_EQ(files[0].api_version, "1.0");
 
   bt::TempDir tmp;

@@ -3,9 +3,9 @@
 // partitions whose backend is missing or whose payload is for another API,
 // and the format version check.
 #include "artifact/artifact.hpp"
-#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "artifact_util.hpp"
+#include "core/named_blob_store.hpp"
 
 #include <gtest/gtest.h>
 
@@ -72,7 +72,8 @@ TEST_P(RoundTrip, CompiledEqualsOnnxBitForBit) {
   ASSERT_TRUE(loaded.status.ok()) << loaded.status.to_string();
   EXPECT_TRUE(loaded.notes.empty()) << loaded.notes.front();
   EXPECT_EQ(loaded.backends_used, std::vector<std::string>{"CpuRef"});
-  EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs)) << name << ": artifact output differs from the ONNX run";
+  EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs))
+      << name << ": artifact output differs from the ONNX run";
 
   // Lazy checksums change when bytes are checked, not what is computed.
   ModelOptions lazy;
@@ -83,7 +84,8 @@ TEST_P(RoundTrip, CompiledEqualsOnnxBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RoundTrip,
-                         ::testing::Values("resnet18", "mobilenet_v2", "squeezenet1_1", "transformer"),
+                         ::testing::Values("resnet18", "mobilenet_v2", "squeezenet1_1",
+                                           "transformer"),
                          [](const auto& info) { return info.param; });
 
 // ------------------------------------------------------------ methods
@@ -93,8 +95,9 @@ class Methods : public TempDirTest {};
 TEST_F(Methods, SelectByNameAndUnknownNameIsNotFound) {
   auto rt = make_runtime();
   ASSERT_NE(rt, nullptr);
-  auto report = rt->compile({{"cnn", model_path("tiny_cnn")}, {"squeeze", model_path("squeezenet1_1")}},
-                            path("two.bpk"), cpuref_compile());
+  auto report =
+      rt->compile({{"cnn", model_path("tiny_cnn")}, {"squeeze", model_path("squeezenet1_1")}},
+                  path("two.bpk"), cpuref_compile());
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   EXPECT_EQ(report->methods, (std::vector<std::string>{"cnn", "squeeze"}));
 
@@ -128,8 +131,8 @@ TEST_F(Methods, BadMethodNamesAreRejected) {
     ASSERT_FALSE(r.ok()) << "'" << bad << "'";
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   }
-  auto twice = rt->compile({{"m", model_path("tiny_cnn")}, {"m", model_path("tiny_cnn")}}, path("x.bpk"),
-                           cpuref_compile());
+  auto twice = rt->compile({{"m", model_path("tiny_cnn")}, {"m", model_path("tiny_cnn")}},
+                           path("x.bpk"), cpuref_compile());
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(path("x.bpk")));
@@ -297,7 +300,8 @@ TEST_F(Fallback, MissingBackendIsRecompiledOnTheNextOne) {
   // With MockAcc: its partitions compile at load (no payload), no fallback.
   RunResult acc = run_model(*with_acc, path("r.bpk"), {}, input);
   ASSERT_TRUE(acc.status.ok()) << acc.status.to_string();
-  EXPECT_NE(std::find(acc.backends_used.begin(), acc.backends_used.end(), "MockAcc"), acc.backends_used.end());
+  EXPECT_NE(std::find(acc.backends_used.begin(), acc.backends_used.end(), "MockAcc"),
+            acc.backends_used.end());
   for (const std::string& n : acc.notes) EXPECT_FALSE(contains(n, "not available")) << n;
   ASSERT_EQ(acc.outputs.size(), 1u);
   EXPECT_LE(relative_error(acc.outputs[0], ref.outputs[0]), 1e-5);
@@ -308,11 +312,13 @@ TEST_F(Fallback, MissingBackendIsRecompiledOnTheNextOne) {
   EXPECT_EQ(fallback.backends_used, std::vector<std::string>{"CpuRef"});
   size_t recompiled_notes = 0;
   for (const std::string& n : fallback.notes)
-    if (contains(n, "MockAcc") && contains(n, "not available") && contains(n, "recompil")) ++recompiled_notes;
+    if (contains(n, "MockAcc") && contains(n, "not available") && contains(n, "recompil"))
+      ++recompiled_notes;
   EXPECT_EQ(recompiled_notes, acc_parts) << "one note per MockAcc partition";
   ASSERT_EQ(fallback.outputs.size(), 1u);
   EXPECT_LE(relative_error(fallback.outputs[0], ref.outputs[0]), 1e-5);
-  EXPECT_TRUE(bitwise_equal(fallback.outputs, ref.outputs)) << "MockAcc computes with CpuRef's kernels";
+  EXPECT_TRUE(bitwise_equal(fallback.outputs, ref.outputs))
+      << "MockAcc computes with CpuRef's kernels";
 }
 
 TEST_F(Fallback, PayloadForAnotherApiMajorIsRecompiled) {
@@ -347,7 +353,8 @@ TEST_F(Fallback, UnreadablePayloadIsCompiledFromTheGraph) {
   ASSERT_TRUE(ref.status.ok());
 
   auto bytes = read_bytes(path("m.bpk"));
-  edit_payload(bytes, 0, 0, [](uint8_t* payload, size_t) { payload[0] ^= 0x20; });  // "CpuRef" -> "cpuRef"
+  edit_payload(bytes, 0, 0,
+               [](uint8_t* payload, size_t) { payload[0] ^= 0x20; });  // "CpuRef" -> "cpuRef"
   write_bytes(path("odd.bpk"), bytes.data(), bytes.size());
   RunResult r = run_model(*rt, path("odd.bpk"), {}, input);
   // The payload is refused by CpuRef's deserialize; the partition is then
@@ -356,7 +363,8 @@ TEST_F(Fallback, UnreadablePayloadIsCompiledFromTheGraph) {
   EXPECT_TRUE(bitwise_equal(r.outputs, ref.outputs));
   EXPECT_EQ(r.backends_used, std::vector<std::string>{"CpuRef"});
   bool said = false;
-  for (const std::string& n : r.notes) said |= contains(n, "payload could not be read") && contains(n, "'CpuRef'");
+  for (const std::string& n : r.notes)
+    said |= contains(n, "payload could not be read") && contains(n, "'CpuRef'");
   EXPECT_TRUE(said) << ::testing::PrintToString(r.notes);
 }
 
@@ -370,7 +378,8 @@ TEST_F(Versions, NewerFormatMajorIsAVersionMismatch) {
   auto report = rt->compile({{"m", model_path("tiny_cnn")}}, path("m.bpk"), cpuref_compile());
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   nlohmann::json j = inspect_json(path("m.bpk"));
-  EXPECT_EQ(j["format"], std::to_string(kArtifactFormatMajor) + "." + std::to_string(kArtifactFormatMinor));
+  EXPECT_EQ(j["format"],
+            std::to_string(kArtifactFormatMajor) + "." + std::to_string(kArtifactFormatMinor));
   auto bytes = read_bytes(path("m.bpk"));
   const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes.data());
   uint32_t next = kArtifactFormatMajor + 1;
@@ -381,7 +390,8 @@ TEST_F(Versions, NewerFormatMajorIsAVersionMismatch) {
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kVersionMismatch);
   EXPECT_TRUE(contains(model.status().message(), "next.bpk")) << model.status().message();
-  EXPECT_TRUE(contains(model.status().message(), "format " + std::to_string(next))) << model.status().message();
+  EXPECT_TRUE(contains(model.status().message(), "format " + std::to_string(next)))
+      << model.status().message();
   auto text = inspect_artifact(path("next.bpk"), false);
   EXPECT_EQ(text.status().code(), StatusCode::kVersionMismatch);
 }

@@ -6,12 +6,12 @@
 #pragma once
 
 #include "artifact/artifact.hpp"
+#include "artifact_generated.h"
 #include "core/checksum.hpp"
 #include "core/named_blob_store.hpp"
-#include "artifact_generated.h"
+#include "npy.hpp"
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
-#include "npy.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -44,7 +44,9 @@ using test::read_bytes;
 using test::TempDirTest;
 using test::write_bytes;
 
-inline Tensor model_input(const std::string& name) { return e2e::read_npy(models_dir() + "/" + name + ".input.npy"); }
+inline Tensor model_input(const std::string& name) {
+  return e2e::read_npy(models_dir() + "/" + name + ".input.npy");
+}
 
 inline CompileOptions cpuref_compile() {
   CompileOptions co;
@@ -61,7 +63,8 @@ struct RunResult {
   std::vector<std::string> backends_used;
 };
 
-inline RunResult run_model(Runtime& rt, const std::string& path, const ModelOptions& mo, const Tensor& input) {
+inline RunResult run_model(Runtime& rt, const std::string& path, const ModelOptions& mo,
+                           const Tensor& input) {
   RunResult r;
   auto model = rt.load_model(path, mo);
   if (!model.ok()) {
@@ -78,11 +81,13 @@ inline RunResult run_model(Runtime& rt, const std::string& path, const ModelOpti
   r.status = (*session)->set_input(0, input);
   if (r.status.ok()) r.status = (*session)->run();
   if (r.status.ok())
-    for (size_t i = 0; i < (*session)->num_outputs(); ++i) r.outputs.push_back((*session)->output(i).clone());
+    for (size_t i = 0; i < (*session)->num_outputs(); ++i)
+      r.outputs.push_back((*session)->output(i).clone());
   return r;
 }
 
-inline nlohmann::json inspect_json(const std::string& path, const std::vector<std::string>& external = {}) {
+inline nlohmann::json inspect_json(const std::string& path,
+                                   const std::vector<std::string>& external = {}) {
   auto text = inspect_artifact(path, true, external);
   EXPECT_TRUE(text.ok()) << text.status().to_string();
   return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json();
@@ -103,8 +108,11 @@ inline void reseal(std::vector<uint8_t>& bytes) {
 template <class Edit>
 void edit_payload(std::vector<uint8_t>& bytes, size_t m, size_t p, Edit edit) {
   const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes.data());
-  const int32_t seg_index = a->methods()->Get(static_cast<flatbuffers::uoffset_t>(m))
-                                ->partitions()->Get(static_cast<flatbuffers::uoffset_t>(p))->payload();
+  const int32_t seg_index = a->methods()
+                                ->Get(static_cast<flatbuffers::uoffset_t>(m))
+                                ->partitions()
+                                ->Get(static_cast<flatbuffers::uoffset_t>(p))
+                                ->payload();
   ASSERT_GE(seg_index, 0) << "partition " << p << " has no payload";
   const fb::Segment* seg = a->segments()->Get(static_cast<flatbuffers::uoffset_t>(seg_index));
   uint32_t fb_size = 0;

@@ -3,9 +3,9 @@
 // alignment is at least 64 and a page for blobs of 64 KiB or more — and the
 // written file honours it (offsets and the mapped pointers backends get).
 #include "artifact/artifact.hpp"
-#include "core/named_blob_store.hpp"
 #include "artifact_generated.h"
 #include "artifact_util.hpp"
+#include "core/named_blob_store.hpp"
 
 #include <gtest/gtest.h>
 
@@ -71,12 +71,14 @@ TEST(NamedBlobStore, EmptyBlobsAndBadArguments) {
   auto a = pattern(10, 0);
   EXPECT_EQ(s.add("", a.data(), a.size(), 0, "").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.add("x", nullptr, 10, 0, "").code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.add("y", a.data(), a.size(), 48, "").code(), StatusCode::kInvalidArgument);  // not a power of two
+  EXPECT_EQ(s.add("y", a.data(), a.size(), 48, "").code(),
+            StatusCode::kInvalidArgument);  // not a power of two
 }
 
 TEST(NamedBlobStore, AlignmentRules) {
   NamedBlobStore s;
-  auto small = pattern(10, 1), medium = pattern(65535, 2), large = pattern(65536, 3), wide = pattern(100, 4);
+  auto small = pattern(10, 1), medium = pattern(65535, 2), large = pattern(65536, 3),
+       wide = pattern(100, 4);
   ASSERT_TRUE(s.add("small", small.data(), small.size(), 0, "").ok());
   ASSERT_TRUE(s.add("tiny_request", small.data() + 1, 5, 8, "").ok());  // below the minimum
   ASSERT_TRUE(s.add("medium", medium.data(), medium.size(), 0, "").ok());
@@ -126,12 +128,13 @@ class WrittenAlignment : public TempDirTest {};
 TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
   NamedBlobStore s;
   // Sizes chosen so a packed layout would misalign the next blob.
-  std::vector<std::vector<uint8_t>> blobs = {pattern(1, 1),      pattern(100, 2),    pattern(65536, 3),
-                                             pattern(3, 4),      pattern(70001, 5),  pattern(200, 6),
-                                             pattern(65535, 7),  pattern(4097, 8)};
+  std::vector<std::vector<uint8_t>> blobs = {
+      pattern(1, 1),     pattern(100, 2), pattern(65536, 3), pattern(3, 4),
+      pattern(70001, 5), pattern(200, 6), pattern(65535, 7), pattern(4097, 8)};
   std::vector<size_t> asked = {0, 0, 0, 512, 0, 128, 0, 0};
   for (size_t i = 0; i < blobs.size(); ++i)
-    ASSERT_TRUE(s.add("blob" + std::to_string(i), blobs[i].data(), blobs[i].size(), asked[i], "").ok());
+    ASSERT_TRUE(
+        s.add("blob" + std::to_string(i), blobs[i].data(), blobs[i].size(), asked[i], "").ok());
   ir::Graph g = identity_graph();
   ArtifactMethod m;
   m.name = "main";
@@ -179,8 +182,10 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
     ASSERT_TRUE(map.get(key, &data, &size).ok()) << key;
     ASSERT_EQ(size, blobs[i].size()) << key;
     EXPECT_EQ(std::memcmp(data, blobs[i].data(), size), 0) << key;
-    const size_t want = std::max<size_t>({64, asked[i], blobs[i].size() >= 65536 ? size_t{4096} : size_t{0}});
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % want, 0u) << key << " at " << data << " needs " << want;
+    const size_t want =
+        std::max<size_t>({64, asked[i], blobs[i].size() >= 65536 ? size_t{4096} : size_t{0}});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % want, 0u)
+        << key << " at " << data << " needs " << want;
   }
   const void* d;
   size_t n;
@@ -190,7 +195,8 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
 TEST_F(WrittenAlignment, RealModelSegmentsAreAligned) {
   auto rt = make_runtime();
   ASSERT_NE(rt, nullptr);
-  auto report = rt->compile({{"squeezenet", model_path("squeezenet1_1")}}, path("s.bpk"), cpuref_compile());
+  auto report =
+      rt->compile({{"squeezenet", model_path("squeezenet1_1")}}, path("s.bpk"), cpuref_compile());
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   nlohmann::json j = inspect_json(path("s.bpk"));
   ASSERT_FALSE(j["named_data"].empty());
@@ -211,7 +217,8 @@ TEST_F(WrittenAlignment, RealModelSegmentsAreAligned) {
     const void* data = nullptr;
     size_t size = 0;
     ASSERT_TRUE(map.get(*map.key_at(i), &data, &size).ok());
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (size >= 65536 ? 4096 : 64), 0u) << *map.key_at(i);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (size >= 65536 ? 4096 : 64), 0u)
+        << *map.key_at(i);
   }
 }
 

@@ -46,7 +46,8 @@ Layout layout_of(const std::string& bpk, uint32_t file_index, const std::string&
   EXPECT_TRUE(art.ok()) << art.status().to_string();
   if (art.ok())
     for (const ArtifactSegment& s : (*art)->segments())
-      if (s.file == file_index) l.segments.emplace_back(l.data_start + s.offset, l.data_start + s.offset + s.size);
+      if (s.file == file_index)
+        l.segments.emplace_back(l.data_start + s.offset, l.data_start + s.offset + s.size);
   return l;
 }
 
@@ -85,18 +86,22 @@ class Corruption : public TempDirTest {
     if (r.status.ok()) {
       ++succeeded_;
       EXPECT_TRUE(may_succeed) << "damage to bytes that are read went unnoticed";
-      EXPECT_TRUE(bitwise_equal(r.outputs, expected)) << "a damaged file computed a different answer";
+      EXPECT_TRUE(bitwise_equal(r.outputs, expected))
+          << "a damaged file computed a different answer";
       return;
     }
-    static const std::set<StatusCode> allowed = {StatusCode::kCorruptData, StatusCode::kVersionMismatch,
-                                                 StatusCode::kInvalidArgument, StatusCode::kNotFound};
+    static const std::set<StatusCode> allowed = {
+        StatusCode::kCorruptData, StatusCode::kVersionMismatch, StatusCode::kInvalidArgument,
+        StatusCode::kNotFound};
     EXPECT_TRUE(allowed.count(r.status.code())) << r.status.to_string();
-    EXPECT_TRUE(contains(r.status.message(), fs::path(damaged).filename().string())) << r.status.to_string();
+    EXPECT_TRUE(contains(r.status.message(), fs::path(damaged).filename().string()))
+        << r.status.to_string();
     // inspect reads as strictly as loading: it must not accept what loading refused
     // for a reason other than lazily found corruption.
     auto text = inspect_artifact(bpk, true);
     if (!lazy) {
-      EXPECT_FALSE(text.ok()) << "inspect accepted a file loading rejected: " << r.status.to_string();
+      EXPECT_FALSE(text.ok()) << "inspect accepted a file loading rejected: "
+                              << r.status.to_string();
     }
   }
 
@@ -134,9 +139,9 @@ std::vector<uint64_t> flip_points(uint64_t size, const Layout& l, size_t n, uint
     if (end <= begin) return;
     for (int i = 0; i < count; ++i) at.insert(begin + rng() % (end - begin));
   };
-  some_in(0, 16, 8);                          // size prefix, offset, identifier
-  some_in(0, l.header_end, 24);               // the metadata and its checksum
-  some_in(l.header_end - 8, l.header_end, 4); // the checksum itself
+  some_in(0, 16, 8);                           // size prefix, offset, identifier
+  some_in(0, l.header_end, 24);                // the metadata and its checksum
+  some_in(l.header_end - 8, l.header_end, 4);  // the checksum itself
   for (const auto& s : l.segments) some_in(s.first, s.second, 6);
   while (at.size() < n) at.insert(rng() % size);
   return std::vector<uint64_t>(at.begin(), at.end());
@@ -151,8 +156,9 @@ TEST_F(Corruption, TruncatedArtifact) {
   for (uint64_t len : truncation_points(bytes.size(), l)) {
     write_bytes(path("t.bpk"), bytes.data(), len);
     for (bool lazy : {false, true})
-      check(path("t.bpk"), path("t.bpk"), lazy, len >= l.last_byte_read(), expected,
-            "truncated to " + std::to_string(len) + " of " + std::to_string(bytes.size()) + " bytes");
+      check(
+          path("t.bpk"), path("t.bpk"), lazy, len >= l.last_byte_read(), expected,
+          "truncated to " + std::to_string(len) + " of " + std::to_string(bytes.size()) + " bytes");
   }
   EXPECT_GT(cases_, 150);
 }
@@ -173,7 +179,8 @@ TEST_F(Corruption, FlippedArtifactBytes) {
     read_and_flipped += l.is_read(pos);
     for (bool lazy : {false, true})
       check(path("f.bpk"), path("f.bpk"), lazy, !l.is_read(pos), expected,
-            "bit " + std::to_string(mask) + " flipped at " + std::to_string(pos) + " of " + std::to_string(bytes.size()));
+            "bit " + std::to_string(mask) + " flipped at " + std::to_string(pos) + " of " +
+                std::to_string(bytes.size()));
   }
   EXPECT_GE(cases_, 400);
   EXPECT_GE(read_and_flipped, 80) << "most flips must hit bytes that are read";
@@ -222,7 +229,8 @@ TEST_F(Corruption, LazyChecksumsCoverConstantsOfSingleOpPartitions) {
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   nlohmann::json j = inspect_json(path("op.bpk"));
   size_t imperative = 0;
-  for (const auto& p : j["methods"][0]["partitions"]) imperative += p["backend"] == "MockOp" && p["imperative"] == true;
+  for (const auto& p : j["methods"][0]["partitions"])
+    imperative += p["backend"] == "MockOp" && p["imperative"] == true;
   ASSERT_GT(imperative, 0u) << j["methods"][0]["partitions"].dump();
 
   ModelOptions lazy;
@@ -247,7 +255,9 @@ TEST_F(Corruption, LazyChecksumsCoverConstantsOfSingleOpPartitions) {
     write_bytes(path("op_bad.bpk"), copy.data(), copy.size());
     RunResult r = run_model(*acc, path("op_bad.bpk"), lazy, input_);
     ASSERT_FALSE(r.status.ok()) << d.key << ": a damaged weight computed "
-                                << (bitwise_equal(r.outputs, intact.outputs) ? "the same" : "a different") << " answer";
+                                << (bitwise_equal(r.outputs, intact.outputs) ? "the same"
+                                                                             : "a different")
+                                << " answer";
     EXPECT_EQ(r.status.code(), StatusCode::kCorruptData) << r.status.to_string();
     EXPECT_TRUE(contains(r.status.message(), "checksum")) << r.status.to_string();
   }
@@ -265,7 +275,8 @@ TEST_F(Corruption, TruncatedDataFile) {
     write_bytes(path("e.bpd"), bytes.data(), len);
     for (bool lazy : {false, true})
       check(path("e.bpk"), path("e.bpd"), lazy, len >= l.last_byte_read(), expected,
-            "data file truncated to " + std::to_string(len) + " of " + std::to_string(bytes.size()) + " bytes");
+            "data file truncated to " + std::to_string(len) + " of " +
+                std::to_string(bytes.size()) + " bytes");
   }
   write_bytes(path("e.bpd"), pristine.data(), pristine.size());
   EXPECT_TRUE(run_model(*rt_, path("e.bpk"), {}, input_).status.ok());

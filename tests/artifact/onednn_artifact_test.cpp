@@ -14,7 +14,8 @@ namespace backplane::artifact_test {
 namespace {
 
 bool uses_onednn(const RunResult& r) {
-  return std::find(r.backends_used.begin(), r.backends_used.end(), "CpuOneDnn") != r.backends_used.end();
+  return std::find(r.backends_used.begin(), r.backends_used.end(), "CpuOneDnn") !=
+         r.backends_used.end();
 }
 
 class OneDnnArtifact : public TempDirTest, public ::testing::WithParamInterface<std::string> {};
@@ -63,13 +64,15 @@ TEST_P(OneDnnArtifact, StoredPayloadLoadsAndMatchesTheOnnxRunBitForBit) {
       ASSERT_TRUE(loaded.status.ok()) << loaded.status.to_string();
       EXPECT_TRUE(loaded.notes.empty()) << loaded.notes.front();
       EXPECT_EQ(loaded.backends_used, onnx.backends_used);
-      EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs)) << name << ": .bpk output differs from the ONNX run";
+      EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs))
+          << name << ": .bpk output differs from the ONNX run";
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OneDnnArtifact,
-                         ::testing::Values("resnet18", "mobilenet_v2", "squeezenet1_1", "transformer"),
+                         ::testing::Values("resnet18", "mobilenet_v2", "squeezenet1_1",
+                                           "transformer"),
                          [](const auto& info) { return info.param; });
 
 class OneDnnPayload : public TempDirTest {
@@ -101,7 +104,8 @@ TEST_F(OneDnnPayload, PortableWeightsAreNotReadWhenThePayloadLoads) {
   const fb::Artifact* a = fb::GetSizePrefixedArtifact(bytes_.data());
   const fb::NamedData* portable = nullptr;
   for (const fb::NamedData* d : *a->named_data())
-    if (d->key()->str().rfind("sq/", 0) == 0 && a->segments()->Get(d->segment())->size() > 1000) portable = d;
+    if (d->key()->str().rfind("sq/", 0) == 0 && a->segments()->Get(d->segment())->size() > 1000)
+      portable = d;
   ASSERT_NE(portable, nullptr);
   const fb::Segment* seg = a->segments()->Get(portable->segment());
   uint32_t fb_size = 0;
@@ -151,7 +155,9 @@ TEST_F(OneDnnPayload, MalformedPayloadIsRecompiledNotTrusted) {
   // right): whatever field that lands in, CpuOneDnn must refuse the payload
   // (a count beyond the bytes left, a descriptor it could not have made, an
   // operation oneDNN rejects) rather than hand it to oneDNN.
-  edit_payload(bytes_, 0, 0, [](uint8_t* payload, size_t size) { std::memset(payload + size / 2, 0xff, size / 2); });
+  edit_payload(bytes_, 0, 0, [](uint8_t* payload, size_t size) {
+    std::memset(payload + size / 2, 0xff, size / 2);
+  });
   write_bytes(path("cut.bpk"), bytes_.data(), bytes_.size());
   RunResult r = run_model(*rt_, path("cut.bpk"), {}, input_);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
@@ -191,7 +197,9 @@ TEST_F(OneDnnPayload, EveryFlippedPayloadByteIsRefusedOrHarmlessNeverACrash) {
   const size_t stride = std::max<size_t>(1, payload_size / 400);
   for (size_t at = 0; at < payload_size; at += stride) {
     std::vector<uint8_t> bytes = clean;
-    edit_payload(bytes, 0, 0, [&](uint8_t* payload, size_t) { payload[at] ^= static_cast<uint8_t>(1u << (at % 8)); });
+    edit_payload(bytes, 0, 0, [&](uint8_t* payload, size_t) {
+      payload[at] ^= static_cast<uint8_t>(1u << (at % 8));
+    });
     write_bytes(path("f.bpk"), bytes.data(), bytes.size());
     RunResult r = run_model(*rt_, path("f.bpk"), {}, input_);
     ASSERT_TRUE(r.status.ok()) << "byte " << at << ": " << r.status.to_string();

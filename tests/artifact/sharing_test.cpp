@@ -18,7 +18,8 @@ TEST_F(Sharing, SameModelTwiceStoresItsWeightsOnce) {
   const Tensor input = model_input(name);
   auto one = rt->compile({{"a", model_path(name)}}, path("one.bpk"), cpuref_compile());
   ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto two = rt->compile({{"a", model_path(name)}, {"b", model_path(name)}}, path("two.bpk"), cpuref_compile());
+  auto two = rt->compile({{"a", model_path(name)}, {"b", model_path(name)}}, path("two.bpk"),
+                         cpuref_compile());
   ASSERT_TRUE(two.ok()) << two.status().to_string();
 
   // (squeezenet1_1 has a few equal tensors of its own: requested >= stored.)
@@ -80,7 +81,8 @@ void write_model(const std::string& file, bool with_bias, const std::string& w_n
 
 TEST_F(Sharing, TwoModelsWithAnEqualInitializerStoreItOnce) {
   std::vector<float> w(128 * 512), b(512);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) / 512.0f;
   write_model(path("relu.onnx"), false, "W", w, b);
   write_model(path("affine.onnx"), true, "weight", w, b);
@@ -89,8 +91,8 @@ TEST_F(Sharing, TwoModelsWithAnEqualInitializerStoreItOnce) {
   ASSERT_NE(rt, nullptr);
   auto single = rt->compile({{"relu", path("relu.onnx")}}, path("single.bpk"), cpuref_compile());
   ASSERT_TRUE(single.ok()) << single.status().to_string();
-  auto both = rt->compile({{"relu", path("relu.onnx")}, {"affine", path("affine.onnx")}}, path("both.bpk"),
-                          cpuref_compile());
+  auto both = rt->compile({{"relu", path("relu.onnx")}, {"affine", path("affine.onnx")}},
+                          path("both.bpk"), cpuref_compile());
   ASSERT_TRUE(both.ok()) << both.status().to_string();
   const size_t w_bytes = w.size() * 4, b_bytes = b.size() * 4;
   EXPECT_EQ(single->stored_bytes, w_bytes);
@@ -129,7 +131,8 @@ TEST_F(Sharing, ExternalDataIsSharedToo) {
   auto one = rt->compile({{"a", model_path("tiny_cnn")}}, path("one.bpk"), co);
   ASSERT_TRUE(one.ok()) << one.status().to_string();
   co.external_data = path("w2.bpd");
-  auto two = rt->compile({{"a", model_path("tiny_cnn")}, {"b", model_path("tiny_cnn")}}, path("two.bpk"), co);
+  auto two = rt->compile({{"a", model_path("tiny_cnn")}, {"b", model_path("tiny_cnn")}},
+                         path("two.bpk"), co);
   ASSERT_TRUE(two.ok()) << two.status().to_string();
   EXPECT_EQ(two->stored_bytes, one->stored_bytes);
   EXPECT_EQ(fs::file_size(path("w2.bpd")), fs::file_size(path("w.bpd")));

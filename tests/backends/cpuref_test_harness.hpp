@@ -33,7 +33,8 @@ struct TensorSpec {
 };
 
 template <class T>
-inline TensorSpec tensor(bp_dtype_t dtype, Dims shape, const std::vector<T>& values, bool constant = false) {
+inline TensorSpec tensor(bp_dtype_t dtype, Dims shape, const std::vector<T>& values,
+                         bool constant = false) {
   TensorSpec t;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -43,11 +44,21 @@ inline TensorSpec tensor(bp_dtype_t dtype, Dims shape, const std::vector<T>& val
   EXPECT_EQ(static_cast<int64_t>(values.size()), numel(t.shape)) << "test tensor size";
   return t;
 }
-inline TensorSpec f32(Dims s, const std::vector<float>& v, bool c = false) { return tensor(BP_DTYPE_FLOAT32, s, v, c); }
-inline TensorSpec i32(Dims s, const std::vector<int32_t>& v, bool c = false) { return tensor(BP_DTYPE_INT32, s, v, c); }
-inline TensorSpec i64(Dims s, const std::vector<int64_t>& v, bool c = false) { return tensor(BP_DTYPE_INT64, s, v, c); }
-inline TensorSpec u8(Dims s, const std::vector<uint8_t>& v, bool c = false) { return tensor(BP_DTYPE_UINT8, s, v, c); }
-inline TensorSpec b8(Dims s, const std::vector<uint8_t>& v, bool c = false) { return tensor(BP_DTYPE_BOOL, s, v, c); }
+inline TensorSpec f32(Dims s, const std::vector<float>& v, bool c = false) {
+  return tensor(BP_DTYPE_FLOAT32, s, v, c);
+}
+inline TensorSpec i32(Dims s, const std::vector<int32_t>& v, bool c = false) {
+  return tensor(BP_DTYPE_INT32, s, v, c);
+}
+inline TensorSpec i64(Dims s, const std::vector<int64_t>& v, bool c = false) {
+  return tensor(BP_DTYPE_INT64, s, v, c);
+}
+inline TensorSpec u8(Dims s, const std::vector<uint8_t>& v, bool c = false) {
+  return tensor(BP_DTYPE_UINT8, s, v, c);
+}
+inline TensorSpec b8(Dims s, const std::vector<uint8_t>& v, bool c = false) {
+  return tensor(BP_DTYPE_BOOL, s, v, c);
+}
 inline TensorSpec f16(Dims s, const std::vector<float>& v, bool c = false) {
   std::vector<uint16_t> h;
   for (float x : v) h.push_back(float_to_half(x));
@@ -68,14 +79,40 @@ struct AttrSpec {
   std::vector<int64_t> ints;
   std::vector<float> floats;
 };
-inline AttrSpec attr_i(std::string n, int64_t v) { AttrSpec a; a.name = n; a.type = BP_ATTR_INT; a.i = v; return a; }
-inline AttrSpec attr_f(std::string n, float v) { AttrSpec a; a.name = n; a.type = BP_ATTR_FLOAT; a.f = v; return a; }
-inline AttrSpec attr_s(std::string n, std::string v) { AttrSpec a; a.name = n; a.type = BP_ATTR_STRING; a.s = v; return a; }
+inline AttrSpec attr_i(std::string n, int64_t v) {
+  AttrSpec a;
+  a.name = n;
+  a.type = BP_ATTR_INT;
+  a.i = v;
+  return a;
+}
+inline AttrSpec attr_f(std::string n, float v) {
+  AttrSpec a;
+  a.name = n;
+  a.type = BP_ATTR_FLOAT;
+  a.f = v;
+  return a;
+}
+inline AttrSpec attr_s(std::string n, std::string v) {
+  AttrSpec a;
+  a.name = n;
+  a.type = BP_ATTR_STRING;
+  a.s = v;
+  return a;
+}
 inline AttrSpec attr_ints(std::string n, std::vector<int64_t> v) {
-  AttrSpec a; a.name = n; a.type = BP_ATTR_INTS; a.ints = v; return a;
+  AttrSpec a;
+  a.name = n;
+  a.type = BP_ATTR_INTS;
+  a.ints = v;
+  return a;
 }
 inline AttrSpec attr_floats(std::string n, std::vector<float> v) {
-  AttrSpec a; a.name = n; a.type = BP_ATTR_FLOATS; a.floats = v; return a;
+  AttrSpec a;
+  a.name = n;
+  a.type = BP_ATTR_FLOATS;
+  a.floats = v;
+  return a;
 }
 
 struct OutSpec {
@@ -107,7 +144,8 @@ class Node {
 
   // An input; `constant` (the value's bytes, owned by the caller) makes it a constant.
   Node& in(Dims shape, bp_dtype_t dtype = BP_DTYPE_FLOAT32, const void* constant = nullptr) {
-    inputs_.push_back(add_value(std::move(shape), dtype, constant ? BP_VALUE_CONSTANT : BP_VALUE_VIEW_INPUT));
+    inputs_.push_back(
+        add_value(std::move(shape), dtype, constant ? BP_VALUE_CONSTANT : BP_VALUE_VIEW_INPUT));
     constants_.push_back(constant);
     return *this;
   }
@@ -226,9 +264,11 @@ class Node {
 // inputs. Not copyable: the view points into it.
 class OpTest {
  public:
-  OpTest(std::string op, int64_t opset, std::vector<TensorSpec> inputs, std::vector<OutSpec> outputs,
-         std::vector<AttrSpec> attrs = {})
-      : inputs_(std::move(inputs)), outputs_(std::move(outputs)), node_(std::move(op), opset, "test_node") {
+  OpTest(std::string op, int64_t opset, std::vector<TensorSpec> inputs,
+         std::vector<OutSpec> outputs, std::vector<AttrSpec> attrs = {})
+      : inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
+        node_(std::move(op), opset, "test_node") {
     for (const TensorSpec& t : inputs_) {
       if (!t.present) node_.none();
       else node_.in(t.shape, t.dtype, t.constant ? t.bytes.data() : nullptr);
@@ -253,7 +293,8 @@ class OpTest {
       std::vector<std::vector<uint8_t>> outs;
       std::vector<void*> out_ptrs;
       for (const OutSpec& o : outputs_) {
-        outs.emplace_back(static_cast<size_t>(numel(o.shape)) * dtype_bytes(o.dtype), pass == 0 ? 0xCD : 0x5A);
+        outs.emplace_back(static_cast<size_t>(numel(o.shape)) * dtype_bytes(o.dtype),
+                          pass == 0 ? 0xCD : 0x5A);
         out_ptrs.push_back(o.dtype == BP_DTYPE_UNDEFINED ? nullptr : outs.back().data());
       }
       std::vector<const void*> in_ptrs;
@@ -278,12 +319,23 @@ class OpTest {
  private:
   void add_attr(const AttrSpec& a) {
     switch (a.type) {
-      case BP_ATTR_INT: node_.i(a.name.c_str(), a.i); break;
-      case BP_ATTR_FLOAT: node_.f(a.name.c_str(), a.f); break;
-      case BP_ATTR_STRING: node_.s(a.name.c_str(), a.s); break;
-      case BP_ATTR_INTS: node_.ints(a.name.c_str(), a.ints); break;
-      case BP_ATTR_FLOATS: node_.floats(a.name.c_str(), a.floats); break;
-      default: throw std::invalid_argument("attribute '" + a.name + "': use add_raw_attr");
+      case BP_ATTR_INT:
+        node_.i(a.name.c_str(), a.i);
+        break;
+      case BP_ATTR_FLOAT:
+        node_.f(a.name.c_str(), a.f);
+        break;
+      case BP_ATTR_STRING:
+        node_.s(a.name.c_str(), a.s);
+        break;
+      case BP_ATTR_INTS:
+        node_.ints(a.name.c_str(), a.ints);
+        break;
+      case BP_ATTR_FLOATS:
+        node_.floats(a.name.c_str(), a.floats);
+        break;
+      default:
+        throw std::invalid_argument("attribute '" + a.name + "': use add_raw_attr");
     }
   }
 
@@ -304,7 +356,8 @@ inline void expect_error(const OpTest& t, bp_status_code_t code, const std::stri
   }
 }
 
-inline void expect_floats(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-6f) {
+inline void expect_floats(const std::vector<float>& got, const std::vector<float>& want,
+                          float tol = 1e-6f) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(want[i])) {

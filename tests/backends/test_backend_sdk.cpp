@@ -22,7 +22,9 @@ struct FakeStatus {
 bp_status_t* fake_status_create(bp_status_code_t code, const char* message) {
   return reinterpret_cast<bp_status_t*>(new FakeStatus{code, message});
 }
-bp_status_code_t fake_status_code(const bp_status_t* s) { return reinterpret_cast<const FakeStatus*>(s)->code; }
+bp_status_code_t fake_status_code(const bp_status_t* s) {
+  return reinterpret_cast<const FakeStatus*>(s)->code;
+}
 const char* fake_status_message(const bp_status_t* s) {
   return reinterpret_cast<const FakeStatus*>(s)->message.c_str();
 }
@@ -62,7 +64,8 @@ class Plain : public sdk::Backend {
     return i;
   }
   void query_support(const bp_graph_view_t&, sdk::NodeReport&) override {}
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t&, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t&,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     throw sdk::unsupported("nothing");
   }
@@ -80,7 +83,8 @@ class Declared : public Plain {
 class OldMinor : public Plain {
  public:
   using Plain::Plain;
-  static constexpr sdk::BackendIdentity kIdentity{"OldMinor", "TestVendor", nullptr, BP_API_VERSION_MAJOR, 0};
+  static constexpr sdk::BackendIdentity kIdentity{"OldMinor", "TestVendor", nullptr,
+                                                  BP_API_VERSION_MAJOR, 0};
 };
 
 class OwnVendor : public Plain {
@@ -113,7 +117,9 @@ struct Instance {
   const bp_backend_api_t* api;
   bp_backend_t* backend = nullptr;
   explicit Instance(const bp_backend_api_t* table) : api(table) {
-    EXPECT_EQ(code_of(api->create(fake_host(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &backend)), BP_STATUS_OK);
+    EXPECT_EQ(
+        code_of(api->create(fake_host(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &backend)),
+        BP_STATUS_OK);
   }
   ~Instance() { api->destroy(backend); }
   bp_status_code_t configure(const char* key, const char* value) {
@@ -203,10 +209,12 @@ TEST(BackendSdk, ArenaNeverOverlapsLiveTensors) {
       EXPECT_EQ(plan.offsets[i] % 64, 0u);
       EXPECT_LE(plan.offsets[i] + tensors[i].size, plan.bytes);
       for (size_t j = i + 1; j < tensors.size(); ++j) {
-        const bool same_time = tensors[i].first <= tensors[j].last && tensors[j].first <= tensors[i].last;
+        const bool same_time =
+            tensors[i].first <= tensors[j].last && tensors[j].first <= tensors[i].last;
         const bool same_bytes = plan.offsets[i] < plan.offsets[j] + tensors[j].size &&
                                 plan.offsets[j] < plan.offsets[i] + tensors[i].size;
-        EXPECT_FALSE(same_time && same_bytes) << "round " << round << ": tensors " << i << " and " << j;
+        EXPECT_FALSE(same_time && same_bytes)
+            << "round " << round << ": tensors " << i << " and " << j;
       }
     }
   }

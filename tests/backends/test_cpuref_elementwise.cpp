@@ -83,21 +83,21 @@ TEST(CpuRefCommon, HalfToFloatSpecialValues) {
 
 TEST(CpuRefCommon, FloatToHalfRoundsToNearestEven) {
   EXPECT_EQ(float_to_half(1.0f), 0x3C00);
-  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);       // tie -> even (down)
-  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);   // tie -> even (up)
-  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.2f, -11)), 0x3C01);       // above the tie
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie -> even (down)
+  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie -> even (up)
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.2f, -11)), 0x3C01);      // above the tie
   EXPECT_EQ(float_to_half(65504.0f), 0x7BFF);
   EXPECT_EQ(float_to_half(65519.0f), 0x7BFF);
   EXPECT_EQ(float_to_half(65520.0f), 0x7C00);  // rounds to inf
   EXPECT_EQ(float_to_half(1e10f), 0x7C00);
   EXPECT_EQ(float_to_half(-1e10f), 0xFC00);
   EXPECT_EQ(float_to_half(std::numeric_limits<float>::infinity()), 0x7C00);
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);           // smallest subnormal
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);           // tie -> even zero
-  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -26)), 0x0001);           // 0.75 ulp -> 1
-  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 ulp tie -> 2
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even zero
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -26)), 0x0001);  // 0.75 ulp -> 1
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp tie -> 2
   EXPECT_EQ(float_to_half(std::ldexp(1023.0f, -24)), 0x03FF);
-  EXPECT_EQ(float_to_half(std::ldexp(2047.0f, -25)), 0x0400);        // rounds up into the normals
+  EXPECT_EQ(float_to_half(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up into the normals
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
   EXPECT_EQ(float_to_half(1e-30f), 0x0000);
   const uint16_t nan = float_to_half(std::numeric_limits<float>::quiet_NaN());
@@ -122,15 +122,23 @@ TEST(CpuRefCommon, HalfRoundTripIsExactForEveryHalf) {
 
 TEST(CpuRefElementwise, AddSameShape) {
   OpTest t("Add", 14, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({2, 3}, {10, 20, 30, 40, 50, 60})},
-          {{BP_DTYPE_FLOAT32, {2, 3}}});
+           {{BP_DTYPE_FLOAT32, {2, 3}}});
   EXPECT_EQ(t.run_as<float>(), (std::vector<float>{11, 22, 33, 44, 55, 66}));
 }
 
 TEST(CpuRefElementwise, BroadcastMatchesReferenceLoop) {
-  const std::vector<std::pair<Dims, Dims>> cases = {
-      {{2, 3, 4}, {4}},       {{2, 3, 4}, {3, 1}},       {{2, 1, 4}, {3, 1}},    {{1}, {2, 3}},
-      {{}, {2, 2}},           {{2, 3, 1, 5}, {1, 3, 4, 1}}, {{4, 1}, {1, 5}},    {{2, 3, 4}, {2, 3, 4}},
-      {{1, 3, 1, 1}, {2, 3, 2, 2}}, {{0, 3}, {3}},       {{5}, {}},              {{2, 1, 3, 1, 2}, {1, 4, 1, 5, 1}}};
+  const std::vector<std::pair<Dims, Dims>> cases = {{{2, 3, 4}, {4}},
+                                                    {{2, 3, 4}, {3, 1}},
+                                                    {{2, 1, 4}, {3, 1}},
+                                                    {{1}, {2, 3}},
+                                                    {{}, {2, 2}},
+                                                    {{2, 3, 1, 5}, {1, 3, 4, 1}},
+                                                    {{4, 1}, {1, 5}},
+                                                    {{2, 3, 4}, {2, 3, 4}},
+                                                    {{1, 3, 1, 1}, {2, 3, 2, 2}},
+                                                    {{0, 3}, {3}},
+                                                    {{5}, {}},
+                                                    {{2, 1, 3, 1, 2}, {1, 4, 1, 5, 1}}};
   for (const auto& [sa, sb] : cases) {
     const Dims so = broadcast_shape(sa, sb);
     const std::vector<float> a = iota_f(numel(sa), 1.0f, 1.0f), b = iota_f(numel(sb), 0.5f, 0.25f);
@@ -142,14 +150,16 @@ TEST(CpuRefElementwise, BroadcastMatchesReferenceLoop) {
         const float x = a[broadcast_offset(sa, so, i)], y = b[broadcast_offset(sb, so, i)];
         want[i] = op[0] == 'S' ? x - y : op[0] == 'M' ? x * y : x / y;
       }
-      SCOPED_TRACE(std::string(op) + " case " + std::to_string(sa.size()) + "x" + std::to_string(sb.size()));
+      SCOPED_TRACE(std::string(op) + " case " + std::to_string(sa.size()) + "x" +
+                   std::to_string(sb.size()));
       expect_floats(got, want);
     }
   }
 }
 
 TEST(CpuRefElementwise, IntegerDivisionTruncatesLikeC) {
-  OpTest t("Div", 14, {i32({4}, {-7, 7, -7, 7}), i32({4}, {2, -2, -2, 2})}, {{BP_DTYPE_INT32, {4}}});
+  OpTest t("Div", 14, {i32({4}, {-7, 7, -7, 7}), i32({4}, {2, -2, -2, 2})},
+           {{BP_DTYPE_INT32, {4}}});
   EXPECT_EQ(t.run_as<int32_t>(), (std::vector<int32_t>{-3, -3, 3, 3}));
   OpTest t64("Div", 14, {i64({3}, {-9, 1000000000000, 5}), i64({}, {4})}, {{BP_DTYPE_INT64, {3}}});
   EXPECT_EQ(t64.run_as<int64_t>(), (std::vector<int64_t>{-2, 250000000000, 1}));
@@ -159,7 +169,8 @@ TEST(CpuRefElementwise, IntegerDivisionTruncatesLikeC) {
 }
 
 TEST(CpuRefElementwise, IntegerArithmetic) {
-  OpTest add("Add", 14, {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {100, 200})}, {{BP_DTYPE_INT64, {2, 2}}});
+  OpTest add("Add", 14, {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {100, 200})},
+             {{BP_DTYPE_INT64, {2, 2}}});
   EXPECT_EQ(add.run_as<int64_t>(), (std::vector<int64_t>{101, 202, 103, 204}));
   OpTest sub("Sub", 14, {i32({3}, {1, 2, 3}), i32({1}, {5})}, {{BP_DTYPE_INT32, {3}}});
   EXPECT_EQ(sub.run_as<int32_t>(), (std::vector<int32_t>{-4, -3, -2}));
@@ -168,7 +179,8 @@ TEST(CpuRefElementwise, IntegerArithmetic) {
 }
 
 TEST(CpuRefElementwise, Float16Add) {
-  OpTest t("Add", 14, {f16({3}, {1.5f, -2.0f, 1000.0f}), f16({1}, {0.25f})}, {{BP_DTYPE_FLOAT16, {3}}});
+  OpTest t("Add", 14, {f16({3}, {1.5f, -2.0f, 1000.0f}), f16({1}, {0.25f})},
+           {{BP_DTYPE_FLOAT16, {3}}});
   const std::vector<uint16_t> h = t.run_as<uint16_t>();
   ASSERT_EQ(h.size(), 3u);
   EXPECT_EQ(half_to_float(h[0]), 1.75f);
@@ -177,11 +189,13 @@ TEST(CpuRefElementwise, Float16Add) {
 }
 
 TEST(CpuRefElementwise, PowFloatAndIntegerExponents) {
-  OpTest ff("Pow", 15, {f32({4}, {2, 9, -2, 4}), f32({4}, {3, 0.5f, 2, -0.5f})}, {{BP_DTYPE_FLOAT32, {4}}});
+  OpTest ff("Pow", 15, {f32({4}, {2, 9, -2, 4}), f32({4}, {3, 0.5f, 2, -0.5f})},
+            {{BP_DTYPE_FLOAT32, {4}}});
   expect_floats(ff.run_as<float>(), {8, 3, 4, 0.5f});
   OpTest fi("Pow", 15, {f32({3}, {2, -3, 10}), i64({}, {3})}, {{BP_DTYPE_FLOAT32, {3}}});
   expect_floats(fi.run_as<float>(), {8, -27, 1000});
-  OpTest ii("Pow", 15, {i32({4}, {2, -3, 5, 2}), i32({4}, {10, 3, 0, -1})}, {{BP_DTYPE_INT32, {4}}});
+  OpTest ii("Pow", 15, {i32({4}, {2, -3, 5, 2}), i32({4}, {10, 3, 0, -1})},
+            {{BP_DTYPE_INT32, {4}}});
   EXPECT_EQ(ii.run_as<int32_t>(), (std::vector<int32_t>{1024, -27, 1, 0}));
 }
 
@@ -196,7 +210,8 @@ struct UnaryCase {
 };
 
 TEST(CpuRefElementwise, UnaryOpsMatchReferenceFormulas) {
-  const std::vector<float> x = {-6.0f, -3.5f, -1.0f, -0.25f, 0.0f, 0.3f, 1.0f, 2.5f, 7.0f, 90.0f, -90.0f};
+  const std::vector<float> x = {-6.0f, -3.5f, -1.0f, -0.25f, 0.0f,  0.3f,
+                                1.0f,  2.5f,  7.0f,  90.0f,  -90.0f};
   const std::vector<UnaryCase> cases = {
       {"Neg", {}, [](double v) { return -v; }},
       {"Abs", {}, [](double v) { return std::fabs(v); }},
@@ -234,18 +249,21 @@ TEST(CpuRefElementwise, UnaryOpsOnPositiveInputs) {
 }
 
 TEST(CpuRefElementwise, ActivationAttributes) {
-  OpTest lr("LeakyRelu", 16, {f32({3}, {-2, 0, 3})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_f("alpha", 0.5f)});
+  OpTest lr("LeakyRelu", 16, {f32({3}, {-2, 0, 3})}, {{BP_DTYPE_FLOAT32, {3}}},
+            {attr_f("alpha", 0.5f)});
   expect_floats(lr.run_as<float>(), {-1, 0, 3});
   OpTest hs("HardSigmoid", 6, {f32({4}, {-10, 0, 1, 10})}, {{BP_DTYPE_FLOAT32, {4}}},
-          {attr_f("alpha", 0.25f), attr_f("beta", 0.25f)});
+            {attr_f("alpha", 0.25f), attr_f("beta", 0.25f)});
   expect_floats(hs.run_as<float>(), {0, 0.25f, 0.5f, 1});
-  OpTest gt("Gelu", 20, {f32({3}, {-1, 0.5f, 2})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_s("approximate", "tanh")});
+  OpTest gt("Gelu", 20, {f32({3}, {-1, 0.5f, 2})}, {{BP_DTYPE_FLOAT32, {3}}},
+            {attr_s("approximate", "tanh")});
   std::vector<float> want;
   for (double v : {-1.0, 0.5, 2.0})
     want.push_back(static_cast<float>(
         0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)))));
   expect_floats(gt.run_as<float>(), want, 1e-6f);
-  OpTest bad("Gelu", 20, {f32({1}, {0})}, {{BP_DTYPE_FLOAT32, {1}}}, {attr_s("approximate", "cubic")});
+  OpTest bad("Gelu", 20, {f32({1}, {0})}, {{BP_DTYPE_FLOAT32, {1}}},
+             {attr_s("approximate", "cubic")});
   expect_error(bad, BP_STATUS_UNSUPPORTED, "cubic");
 }
 
@@ -294,31 +312,34 @@ TEST(CpuRefElementwise, IncompatibleShapesAreRejected) {
 
 TEST(CpuRefElementwise, ClipAttributesBeforeOpset11) {
   OpTest t("Clip", 6, {f32({5}, {-3, -1, 0, 1, 3})}, {{BP_DTYPE_FLOAT32, {5}}},
-          {attr_f("min", -1.5f), attr_f("max", 0.5f)});
+           {attr_f("min", -1.5f), attr_f("max", 0.5f)});
   expect_floats(t.run_as<float>(), {-1.5f, -1, 0, 0.5f, 0.5f});
-  OpTest d("Clip", 6, {f32({2}, {-1e30f, 1e30f})}, {{BP_DTYPE_FLOAT32, {2}}}, {attr_f("max", 0.0f)});
+  OpTest d("Clip", 6, {f32({2}, {-1e30f, 1e30f})}, {{BP_DTYPE_FLOAT32, {2}}},
+           {attr_f("max", 0.0f)});
   expect_floats(d.run_as<float>(), {-1e30f, 0});
 }
 
 TEST(CpuRefElementwise, ClipConstantInputs) {
   OpTest t("Clip", 13, {f32({5}, {-3, -1, 0, 1, 3}), f32({}, {-2}, true), f32({}, {2}, true)},
-          {{BP_DTYPE_FLOAT32, {5}}});
+           {{BP_DTYPE_FLOAT32, {5}}});
   expect_floats(t.run_as<float>(), {-2, -1, 0, 1, 2});
   // Only max given; min absent.
-  OpTest m("Clip", 13, {f32({3}, {-300, 5, 7}), absent(), f32({}, {6}, true)}, {{BP_DTYPE_FLOAT32, {3}}});
+  OpTest m("Clip", 13, {f32({3}, {-300, 5, 7}), absent(), f32({}, {6}, true)},
+           {{BP_DTYPE_FLOAT32, {3}}});
   expect_floats(m.run_as<float>(), {-300, 5, 6});
   // Relu6 as exported by PyTorch on int.
   OpTest i("Clip", 13, {i32({4}, {-5, 3, 6, 9}), i32({}, {0}, true), i32({}, {6}, true)},
-          {{BP_DTYPE_INT32, {4}}});
+           {{BP_DTYPE_INT32, {4}}});
   EXPECT_EQ(i.run_as<int32_t>(), (std::vector<int32_t>{0, 3, 6, 6}));
   // min > max: everything becomes max.
-  OpTest x("Clip", 13, {f32({3}, {-1, 0, 5}), f32({}, {3}, true), f32({}, {1}, true)}, {{BP_DTYPE_FLOAT32, {3}}});
+  OpTest x("Clip", 13, {f32({3}, {-1, 0, 5}), f32({}, {3}, true), f32({}, {1}, true)},
+           {{BP_DTYPE_FLOAT32, {3}}});
   expect_floats(x.run_as<float>(), {1, 1, 1});
 }
 
 TEST(CpuRefElementwise, ClipBoundsReadAtRunTime) {
   OpTest t("Clip", 12, {f32({4}, {-3, -1, 1, 3}), f32({}, {-0.5f}), f32({}, {2.5f}, true)},
-          {{BP_DTYPE_FLOAT32, {4}}});
+           {{BP_DTYPE_FLOAT32, {4}}});
   expect_floats(t.run_as<float>(), {-0.5f, -0.5f, 1, 2.5f});
 }
 
@@ -387,10 +408,12 @@ TEST(CpuRefElementwise, Logic) {
 }
 
 TEST(CpuRefElementwise, WhereBroadcasts) {
-  OpTest t("Where", 16, {b8({2, 1}, {1, 0}), f32({3}, {1, 2, 3}), f32({}, {-1})}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  OpTest t("Where", 16, {b8({2, 1}, {1, 0}), f32({3}, {1, 2, 3}), f32({}, {-1})},
+           {{BP_DTYPE_FLOAT32, {2, 3}}});
   expect_floats(t.run_as<float>(), {1, 2, 3, -1, -1, -1});
-  OpTest i("Where", 16, {b8({3}, {0, 1, 0}), i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2, 1}, {-7, -8})},
-          {{BP_DTYPE_INT64, {2, 3}}});
+  OpTest i("Where", 16,
+           {b8({3}, {0, 1, 0}), i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2, 1}, {-7, -8})},
+           {{BP_DTYPE_INT64, {2, 3}}});
   EXPECT_EQ(i.run_as<int64_t>(), (std::vector<int64_t>{-7, 2, -7, -8, 5, -8}));
   OpTest bad("Where", 16, {f32({1}, {1}), f32({1}, {1}), f32({1}, {1})}, {{BP_DTYPE_FLOAT32, {1}}});
   expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "bool");
@@ -404,13 +427,14 @@ TEST(CpuRefElementwise, IdentityAndDropout) {
   OpTest id("Identity", 16, {i64({3}, {4, 5, 6})}, {{BP_DTYPE_INT64, {3}}});
   EXPECT_EQ(id.run_as<int64_t>(), (std::vector<int64_t>{4, 5, 6}));
   OpTest d("Dropout", 13, {f32({3}, {1, 2, 3}), f32({}, {0.5f}, true)},
-          {{BP_DTYPE_FLOAT32, {3}}, {BP_DTYPE_BOOL, {3}}});
+           {{BP_DTYPE_FLOAT32, {3}}, {BP_DTYPE_BOOL, {3}}});
   const auto outs = d.run();
   std::vector<float> y(3);
   std::memcpy(y.data(), outs[0].data(), 12);
   expect_floats(y, {1, 2, 3});
   EXPECT_EQ(outs[1], (std::vector<uint8_t>{1, 1, 1}));
-  OpTest tr("Dropout", 13, {f32({1}, {1}), f32({}, {0.5f}, true), b8({}, {1}, true)}, {{BP_DTYPE_FLOAT32, {1}}});
+  OpTest tr("Dropout", 13, {f32({1}, {1}), f32({}, {0.5f}, true), b8({}, {1}, true)},
+            {{BP_DTYPE_FLOAT32, {1}}});
   expect_error(tr, BP_STATUS_UNSUPPORTED, "training");
 }
 
@@ -422,29 +446,38 @@ TEST(CpuRefElementwise, CastFloatToIntegersTruncates) {
   EXPECT_EQ(l.run_as<int64_t>(), (std::vector<int64_t>{-2, 0, 0, 2, 3}));
   OpTest b("Cast", 13, {f32({5}, x)}, {{BP_DTYPE_BOOL, {5}}}, {attr_i("to", BP_DTYPE_BOOL)});
   EXPECT_EQ(b.run_as<uint8_t>(), (std::vector<uint8_t>{1, 1, 0, 1, 1}));
-  OpTest u("Cast", 13, {f32({3}, {0.5f, 200.9f, 255.0f})}, {{BP_DTYPE_UINT8, {3}}}, {attr_i("to", BP_DTYPE_UINT8)});
+  OpTest u("Cast", 13, {f32({3}, {0.5f, 200.9f, 255.0f})}, {{BP_DTYPE_UINT8, {3}}},
+           {attr_i("to", BP_DTYPE_UINT8)});
   EXPECT_EQ(u.run_as<uint8_t>(), (std::vector<uint8_t>{0, 200, 255}));
 }
 
 TEST(CpuRefElementwise, CastBetweenIntegersBoolAndHalf) {
-  OpTest bf("Cast", 13, {b8({3}, {1, 0, 1})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  OpTest bf("Cast", 13, {b8({3}, {1, 0, 1})}, {{BP_DTYPE_FLOAT32, {3}}},
+            {attr_i("to", BP_DTYPE_FLOAT32)});
   expect_floats(bf.run_as<float>(), {1, 0, 1});
-  OpTest uf("Cast", 13, {u8({3}, {0, 128, 255})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  OpTest uf("Cast", 13, {u8({3}, {0, 128, 255})}, {{BP_DTYPE_FLOAT32, {3}}},
+            {attr_i("to", BP_DTYPE_FLOAT32)});
   expect_floats(uf.run_as<float>(), {0, 128, 255});
-  OpTest ib("Cast", 13, {i64({3}, {0, -3, 7})}, {{BP_DTYPE_BOOL, {3}}}, {attr_i("to", BP_DTYPE_BOOL)});
+  OpTest ib("Cast", 13, {i64({3}, {0, -3, 7})}, {{BP_DTYPE_BOOL, {3}}},
+            {attr_i("to", BP_DTYPE_BOOL)});
   EXPECT_EQ(ib.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
-  OpTest nar("Cast", 13, {i32({3}, {300, -129, 5})}, {{BP_DTYPE_INT8, {3}}}, {attr_i("to", BP_DTYPE_INT8)});
+  OpTest nar("Cast", 13, {i32({3}, {300, -129, 5})}, {{BP_DTYPE_INT8, {3}}},
+             {attr_i("to", BP_DTYPE_INT8)});
   EXPECT_EQ(nar.run_as<int8_t>(), (std::vector<int8_t>{44, 127, 5}));  // wraps modulo 256
-  OpTest ih("Cast", 13, {i64({3}, {1, -2049, 70000})}, {{BP_DTYPE_FLOAT16, {3}}}, {attr_i("to", BP_DTYPE_FLOAT16)});
+  OpTest ih("Cast", 13, {i64({3}, {1, -2049, 70000})}, {{BP_DTYPE_FLOAT16, {3}}},
+            {attr_i("to", BP_DTYPE_FLOAT16)});
   const std::vector<uint16_t> h = ih.run_as<uint16_t>();
   EXPECT_EQ(half_to_float(h[0]), 1.0f);
   EXPECT_EQ(half_to_float(h[1]), -2048.0f);  // -2049 ties to even in half
   EXPECT_TRUE(std::isinf(half_to_float(h[2])));
-  OpTest hf("Cast", 13, {f16({2}, {0.1f, -65504.0f})}, {{BP_DTYPE_FLOAT32, {2}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  OpTest hf("Cast", 13, {f16({2}, {0.1f, -65504.0f})}, {{BP_DTYPE_FLOAT32, {2}}},
+            {attr_i("to", BP_DTYPE_FLOAT32)});
   expect_floats(hf.run_as<float>(), {half_to_float(float_to_half(0.1f)), -65504.0f}, 0);
-  OpTest hi("Cast", 13, {f16({2}, {-7.75f, 1000.5f})}, {{BP_DTYPE_INT32, {2}}}, {attr_i("to", BP_DTYPE_INT32)});
+  OpTest hi("Cast", 13, {f16({2}, {-7.75f, 1000.5f})}, {{BP_DTYPE_INT32, {2}}},
+            {attr_i("to", BP_DTYPE_INT32)});
   EXPECT_EQ(hi.run_as<int32_t>(), (std::vector<int32_t>{-7, 1000}));
-  OpTest mismatch("Cast", 13, {f32({1}, {1})}, {{BP_DTYPE_INT32, {1}}}, {attr_i("to", BP_DTYPE_INT64)});
+  OpTest mismatch("Cast", 13, {f32({1}, {1})}, {{BP_DTYPE_INT32, {1}}},
+                  {attr_i("to", BP_DTYPE_INT64)});
   expect_error(mismatch, BP_STATUS_INVALID_ARGUMENT, "'to'");
 }
 

@@ -104,8 +104,8 @@ void expect_rejected(Node& node, bp_status_code_t code, const std::string& fragm
 
 // Direct convolution; spatial rank 1..3 handled as 3-D with leading 1s.
 struct ConvCase {
-  Dims x;                 // N, C, spatial...
-  Dims w;                 // M, C/group, k...
+  Dims x;                         // N, C, spatial...
+  Dims w;                         // M, C/group, k...
   Dims strides, dilations, pads;  // pads: begin..., end...
   int64_t group = 1;
   bool bias = false;
@@ -130,7 +130,8 @@ std::vector<double> conv_ref(const ConvCase& c, const std::vector<float>& x,
     for (size_t i = 0; i < v.size(); ++i) e[3 - v.size() + i] = v[i];
     return e;
   };
-  const Dims in = ext(Dims(c.x.begin() + 2, c.x.end()), 1), k = ext(Dims(c.w.begin() + 2, c.w.end()), 1);
+  const Dims in = ext(Dims(c.x.begin() + 2, c.x.end()), 1),
+             k = ext(Dims(c.w.begin() + 2, c.w.end()), 1);
   const Dims out = ext(Dims(yshape.begin() + 2, yshape.end()), 1);
   const Dims st = ext(c.strides, 1), dl = ext(c.dilations, 1);
   const Dims pd = ext(Dims(c.pads.begin(), c.pads.begin() + r), 0);
@@ -150,7 +151,8 @@ std::vector<double> conv_ref(const ConvCase& c, const std::vector<float>& x,
                     const int64_t i0 = o0 * st[0] - pd[0] + k0 * dl[0];
                     const int64_t i1 = o1 * st[1] - pd[1] + k1 * dl[1];
                     const int64_t i2 = o2 * st[2] - pd[2] + k2 * dl[2];
-                    if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2]) continue;
+                    if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2])
+                      continue;
                     const int64_t c_abs = g * cg + ci;
                     const double xv = x[(((n * C + c_abs) * in[0] + i0) * in[1] + i1) * in[2] + i2];
                     const double wv = w[(((m * cg + ci) * k[0] + k0) * k[1] + k1) * k[2] + k2];
@@ -172,7 +174,8 @@ std::vector<double> conv_transpose_ref(const Dims& xs, const Dims& ws, const Dim
     for (size_t i = 0; i < v.size(); ++i) e[3 - v.size() + i] = v[i];
     return e;
   };
-  const Dims in = ext(Dims(xs.begin() + 2, xs.end()), 1), out = ext(Dims(ys.begin() + 2, ys.end()), 1);
+  const Dims in = ext(Dims(xs.begin() + 2, xs.end()), 1),
+             out = ext(Dims(ys.begin() + 2, ys.end()), 1);
   const Dims k = ext(Dims(ws.begin() + 2, ws.end()), 1);
   const Dims st = ext(strides, 1), dl = ext(dilations, 1), pd = ext(pad_begin, 0);
   const int64_t N = xs[0], C = xs[1], mg = ws[1], M = mg * group, cg = C / group;
@@ -195,7 +198,8 @@ std::vector<double> conv_transpose_ref(const Dims& xs, const Dims& ws, const Dim
                     const int64_t o0 = i0 * st[0] - pd[0] + k0 * dl[0];
                     const int64_t o1 = i1 * st[1] - pd[1] + k1 * dl[1];
                     const int64_t o2 = i2 * st[2] - pd[2] + k2 * dl[2];
-                    if (o0 < 0 || o0 >= out[0] || o1 < 0 || o1 >= out[1] || o2 < 0 || o2 >= out[2]) continue;
+                    if (o0 < 0 || o0 >= out[0] || o1 < 0 || o1 >= out[1] || o2 < 0 || o2 >= out[2])
+                      continue;
                     const double wv = w[(((c * mg + mm) * k[0] + k0) * k[1] + k1) * k[2] + k2];
                     const int64_t m = g * mg + mm;
                     y[(n * M + m) * os + (o0 * out[1] + o1) * out[2] + o2] += xv * wv;
@@ -240,10 +244,10 @@ std::vector<double> pool2d_ref(const std::vector<float>& x, const Dims& xs, cons
 // ===========================================================================
 
 TEST(CpuRefNn, RegistersEveryNnOp) {
-  for (const char* op : {"Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool",
-                         "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
-                         "LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax",
-                         "Resize"})
+  for (const char* op :
+       {"Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+        "GlobalMaxPool", "BatchNormalization", "LayerNormalization", "InstanceNormalization",
+        "Softmax", "LogSoftmax", "Resize"})
     EXPECT_NE(nn_registry().find(op), nullptr) << op;
 }
 
@@ -252,10 +256,14 @@ TEST(CpuRefNn, ConvOnnxExamplePadding) {
   const std::vector<float> x = iota_vec(25);
   const std::vector<float> w(9, 1.0f);
   Node padded("Conv", 11);
-  padded.in({1, 1, 5, 5}).in({1, 1, 3, 3}).out({1, 1, 5, 5}).ints("kernel_shape", {3, 3}).ints("pads", {1, 1, 1, 1});
+  padded.in({1, 1, 5, 5})
+      .in({1, 1, 3, 3})
+      .out({1, 1, 5, 5})
+      .ints("kernel_shape", {3, 3})
+      .ints("pads", {1, 1, 1, 1});
   expect_close(run1(padded, {x.data(), w.data()}),
-               std::vector<float>{12, 21, 27, 33, 24, 33, 54, 63, 72, 51, 63, 99, 108, 117, 81,
-                                  93, 144, 153, 162, 111, 72, 111, 117, 123, 84},
+               std::vector<float>{12,  21, 27, 33,  24,  33,  54,  63, 72,  51,  63,  99, 108,
+                                  117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84},
                1e-6);
   Node unpadded("Conv", 11);
   unpadded.in({1, 1, 5, 5}).in({1, 1, 3, 3}).out({1, 1, 3, 3}).ints("kernel_shape", {3, 3});
@@ -268,17 +276,29 @@ TEST(CpuRefNn, ConvAutoPadSameLowerAndUpper) {
   const std::vector<float> x = iota_vec(25);
   const std::vector<float> w(9, 1.0f);
   Node lower("Conv", 11);
-  lower.in({1, 1, 5, 5}).in({1, 1, 3, 3}).out({1, 1, 3, 3}).s("auto_pad", "SAME_LOWER").ints("strides", {2, 2});
+  lower.in({1, 1, 5, 5})
+      .in({1, 1, 3, 3})
+      .out({1, 1, 3, 3})
+      .s("auto_pad", "SAME_LOWER")
+      .ints("strides", {2, 2});
   expect_close(run1(lower, {x.data(), w.data()}),
                std::vector<float>{12, 27, 24, 63, 108, 81, 72, 117, 84}, 1e-6);
   // 4x4 input, 3x3 kernel, stride 2: total padding 1, at the end for SAME_UPPER.
   const std::vector<float> x4 = iota_vec(16);
   Node upper("Conv", 11);
-  upper.in({1, 1, 4, 4}).in({1, 1, 3, 3}).out({1, 1, 2, 2}).s("auto_pad", "SAME_UPPER").ints("strides", {2, 2});
+  upper.in({1, 1, 4, 4})
+      .in({1, 1, 3, 3})
+      .out({1, 1, 2, 2})
+      .s("auto_pad", "SAME_UPPER")
+      .ints("strides", {2, 2});
   ConvCase c{{1, 1, 4, 4}, {1, 1, 3, 3}, {2, 2}, {1, 1}, {0, 0, 1, 1}};
   expect_close(run1(upper, {x4.data(), w.data()}), conv_ref(c, x4, w, {}, {1, 1, 2, 2}), 1e-6);
   Node lower4("Conv", 11);
-  lower4.in({1, 1, 4, 4}).in({1, 1, 3, 3}).out({1, 1, 2, 2}).s("auto_pad", "SAME_LOWER").ints("strides", {2, 2});
+  lower4.in({1, 1, 4, 4})
+      .in({1, 1, 3, 3})
+      .out({1, 1, 2, 2})
+      .s("auto_pad", "SAME_LOWER")
+      .ints("strides", {2, 2});
   c.pads = {1, 1, 0, 0};
   expect_close(run1(lower4, {x4.data(), w.data()}), conv_ref(c, x4, w, {}, {1, 1, 2, 2}), 1e-6);
 }
@@ -292,7 +312,8 @@ TEST(CpuRefNn, ConvMatchesNaiveAcrossConfigurations) {
       {{1, 5, 6, 7}, {3, 5, 1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, false},  // strided 1x1
       {{2, 3, 11}, {5, 3, 4}, {3}, {2}, {2, 1}, 1, true},                    // 1-D
       {{1, 2, 5, 6, 4}, {3, 2, 2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1, true},  // 3-D
-      {{1, 7, 13, 11}, {37, 7, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},  // several GEMM row tiles
+      {{1, 7, 13, 11}, {37, 7, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},  // several GEMM row
+                                                                               // tiles
   };
   uint32_t seed = 1;
   for (const ConvCase& c : cases) {
@@ -302,7 +323,11 @@ TEST(CpuRefNn, ConvMatchesNaiveAcrossConfigurations) {
     Node node("Conv", 11);
     node.in(c.x).in(c.w);
     if (c.bias) node.in({c.w[0]});
-    node.out(ys).ints("strides", c.strides).ints("dilations", c.dilations).ints("pads", c.pads).i("group", c.group);
+    node.out(ys)
+        .ints("strides", c.strides)
+        .ints("dilations", c.dilations)
+        .ints("pads", c.pads)
+        .i("group", c.group);
     std::vector<const void*> ins{x.data(), w.data()};
     if (c.bias) ins.push_back(b.data());
     expect_close(run1(node, ins), conv_ref(c, x, w, b, ys), 1e-4, "case " + std::to_string(seed));
@@ -311,7 +336,9 @@ TEST(CpuRefNn, ConvMatchesNaiveAcrossConfigurations) {
 
 TEST(CpuRefNn, ConvRejectsUnsupportedAndInconsistentNodes) {
   Node int8("Conv", 11);
-  int8.in({1, 1, 3, 3}, BP_DTYPE_INT8).in({1, 1, 3, 3}, BP_DTYPE_INT8).out({1, 1, 1, 1}, BP_DTYPE_INT8);
+  int8.in({1, 1, 3, 3}, BP_DTYPE_INT8)
+      .in({1, 1, 3, 3}, BP_DTYPE_INT8)
+      .out({1, 1, 1, 1}, BP_DTYPE_INT8);
   expect_rejected(int8, BP_STATUS_UNSUPPORTED, "int8");
   Node wrong_out("Conv", 11);
   wrong_out.in({1, 1, 5, 5}).in({1, 1, 3, 3}).out({1, 1, 5, 5});  // no pads: must be 3x3
@@ -331,8 +358,8 @@ TEST(CpuRefNn, ConvTransposeOnnxExample) {
   const std::vector<float> w(18, 1.0f);
   Node node("ConvTranspose", 11);
   node.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 5, 5});
-  const std::vector<float> plane{0, 1, 3, 3, 2, 3, 8, 15, 12, 7, 9, 21, 36,
-                                 27, 15, 9, 20, 33, 24, 13, 6, 13, 21, 15, 8};
+  const std::vector<float> plane{0,  1,  3, 3,  2,  3,  8,  15, 12, 7,  9,  21, 36,
+                                 27, 15, 9, 20, 33, 24, 13, 6,  13, 21, 15, 8};
   std::vector<float> want = plane;
   want.insert(want.end(), plane.begin(), plane.end());
   expect_close(run1(node, {x.data(), w.data()}), want, 1e-6);
@@ -348,7 +375,15 @@ TEST(CpuRefNn, ConvTransposeMatchesNaive) {
       {{1, 2, 3, 4}, {2, 3, 3, 3}, {1, 3, 7, 9}, {2, 2}, {1, 1}, {0, 0, 0, 0}, {0, 0}, 1, true},
       {{2, 4, 3, 3}, {4, 2, 2, 3}, {2, 4, 6, 4}, {2, 1}, {1, 1}, {1, 0, 0, 1}, {1, 0}, 2, true},
       {{1, 3, 4}, {3, 2, 3}, {1, 2, 14}, {3}, {2}, {1, 1}, {2}, 1, false},  // 1-D, dilation
-      {{1, 2, 2, 3, 2}, {2, 2, 2, 2, 3}, {1, 2, 4, 4, 2}, {2, 1, 1}, {1, 1, 1}, {0, 0, 1, 0, 0, 1}, {0, 0, 0}, 1, true},
+      {{1, 2, 2, 3, 2},
+       {2, 2, 2, 2, 3},
+       {1, 2, 4, 4, 2},
+       {2, 1, 1},
+       {1, 1, 1},
+       {0, 0, 1, 0, 0, 1},
+       {0, 0, 0},
+       1,
+       true},
   };
   uint32_t seed = 100;
   for (const Case& c : cases) {
@@ -358,8 +393,12 @@ TEST(CpuRefNn, ConvTransposeMatchesNaive) {
     Node node("ConvTranspose", 11);
     node.in(c.x).in(c.w);
     if (c.bias) node.in({m});
-    node.out(c.y).ints("strides", c.strides).ints("dilations", c.dilations).ints("pads", c.pads)
-        .ints("output_padding", c.output_padding).i("group", c.group);
+    node.out(c.y)
+        .ints("strides", c.strides)
+        .ints("dilations", c.dilations)
+        .ints("pads", c.pads)
+        .ints("output_padding", c.output_padding)
+        .i("group", c.group);
     std::vector<const void*> ins{x.data(), w.data()};
     if (c.bias) ins.push_back(b.data());
     const size_t r = c.x.size() - 2;
@@ -377,27 +416,46 @@ TEST(CpuRefNn, ConvTransposeOutputShapeAndAutoPad) {
   const std::vector<float> x = iota_vec(9);
   const std::vector<float> w(18, 1.0f);
   Node shaped("ConvTranspose", 11);
-  shaped.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 10, 8}).ints("strides", {3, 2}).ints("output_shape", {10, 8});
+  shaped.in({1, 1, 3, 3})
+      .in({1, 2, 3, 3})
+      .out({1, 2, 10, 8})
+      .ints("strides", {3, 2})
+      .ints("output_shape", {10, 8});
   const std::vector<float> got = run1(shaped, {x.data(), w.data()});
-  expect_close(got, conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 10, 8}, {3, 2}, {1, 1}, {0, 0}, 1, x, w, nullptr), 1e-6);
-  EXPECT_EQ(got[0 * 8 + 1], 0.0f);   // x[0]=0 contributes nothing
-  EXPECT_EQ(got[1 * 8 + 2], 1.0f);   // only x[0][1] reaches (1, 2)
-  EXPECT_EQ(got[9 * 8 + 7], 0.0f);   // the extra last row
+  expect_close(got,
+               conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 10, 8}, {3, 2}, {1, 1}, {0, 0},
+                                  1, x, w, nullptr),
+               1e-6);
+  EXPECT_EQ(got[0 * 8 + 1], 0.0f);  // x[0]=0 contributes nothing
+  EXPECT_EQ(got[1 * 8 + 2], 1.0f);  // only x[0][1] reaches (1, 2)
+  EXPECT_EQ(got[9 * 8 + 7], 0.0f);  // the extra last row
 
   // SAME_UPPER, stride 2: output 6x6 from the full 7x7, one row/column cut at the end.
   Node same("ConvTranspose", 11);
-  same.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 6, 6}).ints("strides", {2, 2}).s("auto_pad", "SAME_UPPER");
-  const std::vector<float> same_plane{0, 0, 1, 1, 3,  2,  0, 0, 1,  1, 3,  2,  3, 3,  8,  5,  12, 7,
-                                      3, 3, 7, 4, 9,  5,  9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
+  same.in({1, 1, 3, 3})
+      .in({1, 2, 3, 3})
+      .out({1, 2, 6, 6})
+      .ints("strides", {2, 2})
+      .s("auto_pad", "SAME_UPPER");
+  const std::vector<float> same_plane{0, 0, 1, 1, 3, 2, 0, 0, 1,  1,  3,  2,  3, 3, 8,  5, 12, 7,
+                                      3, 3, 7, 4, 9, 5, 9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
   const std::vector<float> same_got = run1(same, {x.data(), w.data()});
   expect_close(std::vector<float>(same_got.begin(), same_got.begin() + 36), same_plane, 1e-6,
                "ONNX convtranspose_autopad_same");
   expect_close(same_got,
-               conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 6, 6}, {2, 2}, {1, 1}, {0, 0}, 1, x, w, nullptr), 1e-6);
+               conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 6, 6}, {2, 2}, {1, 1}, {0, 0},
+                                  1, x, w, nullptr),
+               1e-6);
   Node same_lower("ConvTranspose", 11);
-  same_lower.in({1, 1, 3, 3}).in({1, 2, 3, 3}).out({1, 2, 6, 6}).ints("strides", {2, 2}).s("auto_pad", "SAME_LOWER");
+  same_lower.in({1, 1, 3, 3})
+      .in({1, 2, 3, 3})
+      .out({1, 2, 6, 6})
+      .ints("strides", {2, 2})
+      .s("auto_pad", "SAME_LOWER");
   expect_close(run1(same_lower, {x.data(), w.data()}),
-               conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 6, 6}, {2, 2}, {1, 1}, {1, 1}, 1, x, w, nullptr), 1e-6);
+               conv_transpose_ref({1, 1, 3, 3}, {1, 2, 3, 3}, {1, 2, 6, 6}, {2, 2}, {1, 1}, {1, 1},
+                                  1, x, w, nullptr),
+               1e-6);
 }
 
 // ===========================================================================
@@ -409,7 +467,8 @@ std::vector<double> matmul_ref(const std::vector<float>& a, const std::vector<fl
   std::vector<double> y(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p) y[i * n + j] += static_cast<double>(a[i * k + p]) * b[p * n + j];
+      for (int64_t p = 0; p < k; ++p)
+        y[i * n + j] += static_cast<double>(a[i * k + p]) * b[p * n + j];
   return y;
 }
 
@@ -424,19 +483,34 @@ TEST(CpuRefNn, GemmTransposesAlphaBetaAndBroadcastC) {
   const int64_t M = 5, K = 7, N = 6;
   const std::vector<float> a = random_vec(M * K, 1), b = random_vec(K * N, 2);
   const std::vector<double> ab = matmul_ref(a, b, M, K, N);
-  struct Case { bool ta, tb; Dims c_shape; };
-  for (const Case& c : std::vector<Case>{{false, false, {M, N}}, {true, false, {N}}, {false, true, {M, 1}},
-                                         {true, true, {}}, {false, false, {1, N}}}) {
+  struct Case {
+    bool ta, tb;
+    Dims c_shape;
+  };
+  for (const Case& c : std::vector<Case>{{false, false, {M, N}},
+                                         {true, false, {N}},
+                                         {false, true, {M, 1}},
+                                         {true, true, {}},
+                                         {false, false, {1, N}}}) {
     const std::vector<float> cv = random_vec(std::max<int64_t>(1, numel(c.c_shape)), 3);
     const std::vector<float> at = c.ta ? transpose(a, M, K) : a, bt = c.tb ? transpose(b, K, N) : b;
     Node node("Gemm", 13);
-    node.in(c.ta ? Dims{K, M} : Dims{M, K}).in(c.tb ? Dims{N, K} : Dims{K, N}).in(c.c_shape).out({M, N})
-        .i("transA", c.ta).i("transB", c.tb).f("alpha", 0.5f).f("beta", -2.0f);
+    node.in(c.ta ? Dims{K, M} : Dims{M, K})
+        .in(c.tb ? Dims{N, K} : Dims{K, N})
+        .in(c.c_shape)
+        .out({M, N})
+        .i("transA", c.ta)
+        .i("transB", c.tb)
+        .f("alpha", 0.5f)
+        .f("beta", -2.0f);
     std::vector<double> want(ab.size());
-    const Dims c2 = c.c_shape.size() == 2 ? c.c_shape : c.c_shape.size() == 1 ? Dims{1, c.c_shape[0]} : Dims{1, 1};
+    const Dims c2 = c.c_shape.size() == 2   ? c.c_shape
+                    : c.c_shape.size() == 1 ? Dims{1, c.c_shape[0]}
+                                            : Dims{1, 1};
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j)
-        want[i * N + j] = 0.5 * ab[i * N + j] - 2.0 * cv[(c2[0] == 1 ? 0 : i) * c2[1] + (c2[1] == 1 ? 0 : j)];
+        want[i * N + j] =
+            0.5 * ab[i * N + j] - 2.0 * cv[(c2[0] == 1 ? 0 : i) * c2[1] + (c2[1] == 1 ? 0 : j)];
     expect_close(run1(node, {at.data(), bt.data(), cv.data()}), want, 1e-5,
                  "transA=" + std::to_string(c.ta) + " transB=" + std::to_string(c.tb));
   }
@@ -447,7 +521,9 @@ TEST(CpuRefNn, GemmTransposesAlphaBetaAndBroadcastC) {
 }
 
 TEST(CpuRefNn, MatMulBroadcastsBatchesAndVectors) {
-  struct Case { Dims a, b, y; };
+  struct Case {
+    Dims a, b, y;
+  };
   const std::vector<Case> cases = {
       {{2, 1, 3, 4}, {3, 4, 5}, {2, 3, 3, 5}},
       {{4}, {4, 5}, {5}},
@@ -514,7 +590,12 @@ TEST(CpuRefNn, MaxPoolMatchesNaiveWithIndices) {
   const Dims xs{2, 3, 7, 8}, ys{2, 3, 4, 4};
   const std::vector<float> x = random_vec(numel(xs), 5);
   Node node("MaxPool", 12);
-  node.in(xs).out(ys).out(ys, BP_DTYPE_INT64).ints("kernel_shape", {3, 3}).ints("strides", {2, 2}).ints("pads", {1, 1, 1, 0});
+  node.in(xs)
+      .out(ys)
+      .out(ys, BP_DTYPE_INT64)
+      .ints("kernel_shape", {3, 3})
+      .ints("strides", {2, 2})
+      .ints("pads", {1, 1, 1, 0});
   auto k = node.kernel();
   std::vector<float> y = nan_buffer(numel(ys));
   std::vector<int64_t> idx(static_cast<size_t>(numel(ys)), -7);
@@ -525,8 +606,13 @@ TEST(CpuRefNn, MaxPoolMatchesNaiveWithIndices) {
 
   // storage_order = 1: indices count down columns first.
   Node col("MaxPool", 12);
-  col.in(xs).out(ys).out(ys, BP_DTYPE_INT64).ints("kernel_shape", {3, 3}).ints("strides", {2, 2})
-      .ints("pads", {1, 1, 1, 0}).i("storage_order", 1);
+  col.in(xs)
+      .out(ys)
+      .out(ys, BP_DTYPE_INT64)
+      .ints("kernel_shape", {3, 3})
+      .ints("strides", {2, 2})
+      .ints("pads", {1, 1, 1, 0})
+      .i("storage_order", 1);
   auto kc = col.kernel();
   std::vector<int64_t> idx_col(idx.size(), -7);
   run(*kc, {x.data()}, {y.data(), idx_col.data()});
@@ -540,7 +626,11 @@ TEST(CpuRefNn, MaxPoolMatchesNaiveWithIndices) {
 TEST(CpuRefNn, MaxPoolCeilModeAndDilations) {
   const std::vector<float> x = iota_vec(16, 1);
   Node ceil("MaxPool", 12);
-  ceil.in({1, 1, 4, 4}).out({1, 1, 2, 2}).ints("kernel_shape", {3, 3}).ints("strides", {2, 2}).i("ceil_mode", 1);
+  ceil.in({1, 1, 4, 4})
+      .out({1, 1, 2, 2})
+      .ints("kernel_shape", {3, 3})
+      .ints("strides", {2, 2})
+      .i("ceil_mode", 1);
   expect_close(run1(ceil, {x.data()}), std::vector<float>{11, 12, 15, 16}, 0);
   Node dil("MaxPool", 12);
   dil.in({1, 1, 4, 4}).out({1, 1, 2, 2}).ints("kernel_shape", {2, 2}).ints("dilations", {2, 2});
@@ -548,7 +638,11 @@ TEST(CpuRefNn, MaxPoolCeilModeAndDilations) {
   // 1-D and 3-D share the code path: check a 1-D case by hand.
   const std::vector<float> x1{3, -1, 4, 1, -5, 9, 2};
   Node one("MaxPool", 12);
-  one.in({1, 1, 7}).out({1, 1, 3}).ints("kernel_shape", {3}).ints("strides", {3}).ints("pads", {1, 1});
+  one.in({1, 1, 7})
+      .out({1, 1, 3})
+      .ints("kernel_shape", {3})
+      .ints("strides", {3})
+      .ints("pads", {1, 1});
   expect_close(run1(one, {x1.data()}), std::vector<float>{3, 4, 9}, 0);
 }
 
@@ -556,7 +650,10 @@ TEST(CpuRefNn, MaxPoolCeilModeAndDilations) {
 TEST(CpuRefNn, MaxPoolIndicesPreferFirstMaximum) {
   const std::vector<float> x{1, 5, 5, 0, 5, 5, 2, 5, 5};
   Node node("MaxPool", 12);
-  node.in({1, 1, 3, 3}).out({1, 1, 2, 2}).out({1, 1, 2, 2}, BP_DTYPE_INT64).ints("kernel_shape", {2, 2});
+  node.in({1, 1, 3, 3})
+      .out({1, 1, 2, 2})
+      .out({1, 1, 2, 2}, BP_DTYPE_INT64)
+      .ints("kernel_shape", {2, 2});
   auto k = node.kernel();
   std::vector<float> y = nan_buffer(4);
   std::vector<int64_t> idx(4, -7);
@@ -572,20 +669,35 @@ TEST(CpuRefNn, AveragePoolPadsCountIncludePadAndCeil) {
   const std::vector<float> x = random_vec(numel(xs), 6);
   for (int include : {0, 1}) {
     Node node("AveragePool", 11);
-    node.in(xs).out(ys).ints("kernel_shape", {3, 3}).ints("pads", {2, 2, 2, 2}).i("count_include_pad", include);
-    expect_close(run1(node, {x.data()}), pool2d_ref(x, xs, ys, {3, 3}, {1, 1}, {2, 2, 2, 2}, false, include), 1e-5,
+    node.in(xs)
+        .out(ys)
+        .ints("kernel_shape", {3, 3})
+        .ints("pads", {2, 2, 2, 2})
+        .i("count_include_pad", include);
+    expect_close(run1(node, {x.data()}),
+                 pool2d_ref(x, xs, ys, {3, 3}, {1, 1}, {2, 2, 2, 2}, false, include), 1e-5,
                  "count_include_pad=" + std::to_string(include));
   }
   const std::vector<float> x16 = iota_vec(16, 1);
   Node ceil("AveragePool", 11);
-  ceil.in({1, 1, 4, 4}).out({1, 1, 2, 2}).ints("kernel_shape", {3, 3}).ints("strides", {2, 2}).i("ceil_mode", 1);
+  ceil.in({1, 1, 4, 4})
+      .out({1, 1, 2, 2})
+      .ints("kernel_shape", {3, 3})
+      .ints("strides", {2, 2})
+      .i("ceil_mode", 1);
   expect_close(run1(ceil, {x16.data()}), std::vector<float>{6, 7.5, 12, 13.5}, 1e-6);
   // ceil_mode with count_include_pad: taps beyond the end padding are not counted.
   Node ceil_pad("AveragePool", 11);
-  ceil_pad.in({1, 1, 4, 4}).out({1, 1, 3, 3}).ints("kernel_shape", {2, 2}).ints("strides", {2, 2})
-      .ints("pads", {1, 1, 0, 0}).i("ceil_mode", 1).i("count_include_pad", 1);
-  expect_close(run1(ceil_pad, {x16.data()}),
-               pool2d_ref(x16, {1, 1, 4, 4}, {1, 1, 3, 3}, {2, 2}, {2, 2}, {1, 1, 0, 0}, false, true), 1e-6);
+  ceil_pad.in({1, 1, 4, 4})
+      .out({1, 1, 3, 3})
+      .ints("kernel_shape", {2, 2})
+      .ints("strides", {2, 2})
+      .ints("pads", {1, 1, 0, 0})
+      .i("ceil_mode", 1)
+      .i("count_include_pad", 1);
+  expect_close(
+      run1(ceil_pad, {x16.data()}),
+      pool2d_ref(x16, {1, 1, 4, 4}, {1, 1, 3, 3}, {2, 2}, {2, 2}, {1, 1, 0, 0}, false, true), 1e-6);
 }
 
 TEST(CpuRefNn, AveragePoolSameUpperAndLower) {
@@ -593,10 +705,12 @@ TEST(CpuRefNn, AveragePoolSameUpperAndLower) {
   const std::vector<float> x = random_vec(numel(xs), 7);
   Node upper("AveragePool", 11);
   upper.in(xs).out(ys).ints("kernel_shape", {2, 2}).s("auto_pad", "SAME_UPPER");
-  expect_close(run1(upper, {x.data()}), pool2d_ref(x, xs, ys, {2, 2}, {1, 1}, {0, 0, 1, 1}, false, false), 1e-5);
+  expect_close(run1(upper, {x.data()}),
+               pool2d_ref(x, xs, ys, {2, 2}, {1, 1}, {0, 0, 1, 1}, false, false), 1e-5);
   Node lower("AveragePool", 11);
   lower.in(xs).out(ys).ints("kernel_shape", {2, 2}).s("auto_pad", "SAME_LOWER");
-  expect_close(run1(lower, {x.data()}), pool2d_ref(x, xs, ys, {2, 2}, {1, 1}, {1, 1, 0, 0}, false, false), 1e-5);
+  expect_close(run1(lower, {x.data()}),
+               pool2d_ref(x, xs, ys, {2, 2}, {1, 1}, {1, 1, 0, 0}, false, false), 1e-5);
 }
 
 TEST(CpuRefNn, GlobalPools) {
@@ -622,7 +736,10 @@ TEST(CpuRefNn, GlobalPools) {
 
 TEST(CpuRefNn, PoolRejectsFloat16AndMissingKernelShape) {
   Node half("MaxPool", 12);
-  half.in({1, 1, 4, 4}, BP_DTYPE_FLOAT16).out({1, 1, 2, 2}, BP_DTYPE_FLOAT16).ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+  half.in({1, 1, 4, 4}, BP_DTYPE_FLOAT16)
+      .out({1, 1, 2, 2}, BP_DTYPE_FLOAT16)
+      .ints("kernel_shape", {2, 2})
+      .ints("strides", {2, 2});
   expect_rejected(half, BP_STATUS_UNSUPPORTED, "float16");
   Node no_kernel("AveragePool", 11);
   no_kernel.in({1, 1, 4, 4}).out({1, 1, 2, 2});
@@ -636,16 +753,18 @@ TEST(CpuRefNn, PoolRejectsFloat16AndMissingKernelShape) {
 TEST(CpuRefNn, BatchNormalizationInference) {
   const Dims xs{2, 3, 2, 2};
   const std::vector<float> x = random_vec(numel(xs), 9);
-  const std::vector<float> scale{0.5f, 1.5f, -1.0f}, bias{0.1f, 0.0f, 2.0f}, mean{0.2f, -0.3f, 0.0f},
-      var{1.0f, 0.25f, 4.0f};
+  const std::vector<float> scale{0.5f, 1.5f, -1.0f}, bias{0.1f, 0.0f, 2.0f},
+      mean{0.2f, -0.3f, 0.0f}, var{1.0f, 0.25f, 4.0f};
   Node node("BatchNormalization", 15);
   node.in(xs).in({3}).in({3}).in({3}).in({3}).out(xs).f("epsilon", 1e-3f);
   std::vector<double> want;
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t c = 0; c < 3; ++c)
       for (int64_t i = 0; i < 4; ++i)
-        want.push_back((x[(n * 3 + c) * 4 + i] - mean[c]) / std::sqrt(var[c] + 1e-3) * scale[c] + bias[c]);
-  expect_close(run1(node, {x.data(), scale.data(), bias.data(), mean.data(), var.data()}), want, 1e-5);
+        want.push_back((x[(n * 3 + c) * 4 + i] - mean[c]) / std::sqrt(var[c] + 1e-3) * scale[c] +
+                       bias[c]);
+  expect_close(run1(node, {x.data(), scale.data(), bias.data(), mean.data(), var.data()}), want,
+               1e-5);
 
   // opset 7, spatial = 0: one parameter per (channel, position).
   const std::vector<float> s12 = random_vec(12, 10, 0.5f, 1.5f), b12 = random_vec(12, 11),
@@ -656,7 +775,8 @@ TEST(CpuRefNn, BatchNormalizationInference) {
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t p = 0; p < 12; ++p)
       want.push_back((x[n * 12 + p] - m12[p]) / std::sqrt(v12[p] + 1e-5) * s12[p] + b12[p]);
-  expect_close(run1(per_elem, {x.data(), s12.data(), b12.data(), m12.data(), v12.data()}), want, 1e-5);
+  expect_close(run1(per_elem, {x.data(), s12.data(), b12.data(), m12.data(), v12.data()}), want,
+               1e-5);
 }
 
 TEST(CpuRefNn, BatchNormalizationRejectsTrainingMode) {
@@ -673,7 +793,8 @@ TEST(CpuRefNn, LayerNormalizationWithStatsOutputs) {
   const std::vector<float> x = random_vec(numel(xs), 14, -3.0f, 3.0f);
   const std::vector<float> scale = random_vec(12, 15), bias = random_vec(12, 16);
   Node node("LayerNormalization", 17);
-  node.in(xs).in({3, 4}).in({3, 4}).out(xs).out({2, 1, 1}).out({2, 1, 1}).i("axis", 1).f("epsilon", 1e-4f);
+  node.in(xs).in({3, 4}).in({3, 4}).out(xs).out({2, 1, 1}).out({2, 1, 1}).i("axis", 1).f("epsilon",
+                                                                                         1e-4f);
   auto k = node.kernel();
   std::vector<float> y = nan_buffer(24), mean = nan_buffer(2), inv = nan_buffer(2);
   run(*k, {x.data(), scale.data(), bias.data()}, {y.data(), mean.data(), inv.data()});
@@ -702,7 +823,8 @@ TEST(CpuRefNn, LayerNormalizationWithStatsOutputs) {
     for (int64_t i = 0; i < 4; ++i) m += x[o * 4 + i];
     m /= 4;
     for (int64_t i = 0; i < 4; ++i) v += (x[o * 4 + i] - m) * (x[o * 4 + i] - m);
-    for (int64_t i = 0; i < 4; ++i) want.push_back((x[o * 4 + i] - m) / std::sqrt(v / 4 + 1e-5) * 2.0);
+    for (int64_t i = 0; i < 4; ++i)
+      want.push_back((x[o * 4 + i] - m) / std::sqrt(v / 4 + 1e-5) * 2.0);
   }
   expect_close(run1(last, {x.data(), s1.data()}), want, 1e-5, "axis -1");
 }
@@ -750,24 +872,30 @@ TEST(CpuRefNn, SoftmaxOpset13IsPerAxisOpset11Flattens) {
     Node per_axis(op, 13);
     per_axis.in(xs).out(xs).i("axis", 1);
     expect_close(run1(per_axis, {x.data()}),
-                 softmax_ref(x, [](size_t e) { return e / 12 * 4 + e % 4; }, log), 1e-5,
-                 std::string(op) + " opset 13");
+                 softmax_ref(
+                     x, [](size_t e) { return e / 12 * 4 + e % 4; }, log),
+                 1e-5, std::string(op) + " opset 13");
     // opset 11, axis 1: flattened to [2, 12], groups are n.
     Node flat(op, 11);
     flat.in(xs).out(xs).i("axis", 1);
-    expect_close(run1(flat, {x.data()}), softmax_ref(x, [](size_t e) { return e / 12; }, log), 1e-5,
-                 std::string(op) + " opset 11");
+    expect_close(run1(flat, {x.data()}),
+                 softmax_ref(
+                     x, [](size_t e) { return e / 12; }, log),
+                 1e-5, std::string(op) + " opset 11");
     // opset 13 default axis -1: groups of 4.
     Node dflt(op, 13);
     dflt.in(xs).out(xs);
-    expect_close(run1(dflt, {x.data()}), softmax_ref(x, [](size_t e) { return e / 4; }, log), 1e-5,
-                 std::string(op) + " default axis");
+    expect_close(run1(dflt, {x.data()}),
+                 softmax_ref(
+                     x, [](size_t e) { return e / 4; }, log),
+                 1e-5, std::string(op) + " default axis");
   }
   // Large inputs must not overflow (max subtraction).
   const std::vector<float> big{1000.0f, 1001.0f, 1002.0f};
   Node sm("Softmax", 13);
   sm.in({1, 3}).out({1, 3});
-  expect_close(run1(sm, {big.data()}), std::vector<double>{0.09003057, 0.24472847, 0.66524096}, 1e-5);
+  expect_close(run1(sm, {big.data()}), std::vector<double>{0.09003057, 0.24472847, 0.66524096},
+               1e-5);
 }
 
 // ===========================================================================
@@ -795,20 +923,24 @@ std::vector<float> resize(const std::vector<float>& x, const Dims& xs, const Dim
 // ONNX Operators.md Resize examples.
 TEST(CpuRefNn, ResizeNearestOnnxExamples) {
   const std::vector<float> x4 = iota_vec(4, 1);
-  expect_close(resize(x4, {1, 1, 2, 2}, {1, 1, 4, 6}, {1, 1, 2, 3}, {{"mode", "nearest"}}),
-               std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4}, 0,
-               "upsample_scales_nearest");
+  expect_close(
+      resize(x4, {1, 1, 2, 2}, {1, 1, 4, 6}, {1, 1, 2, 3}, {{"mode", "nearest"}}),
+      std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4}, 0,
+      "upsample_scales_nearest");
   const std::vector<float> x8 = iota_vec(8, 1);
   expect_close(resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "nearest"}}),
                std::vector<float>{1, 3}, 0, "downsample_scales_nearest");
   // Resize-10 (asymmetric coordinates, no nearest_mode) gives the same here.
-  expect_close(resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "nearest"}}, 10),
-               std::vector<float>{1, 3}, 0, "Resize-10 downsample");
+  expect_close(
+      resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "nearest"}}, 10),
+      std::vector<float>{1, 3}, 0, "Resize-10 downsample");
   // nearest_mode on ties: asymmetric 2x upsampling of [1,2,3] reads 0, .5, 1, 1.5, 2, 2.5.
   const std::vector<float> x3{1, 2, 3};
   const std::vector<std::pair<const char*, std::vector<float>>> tie_cases = {
-      {"round_prefer_floor", {1, 1, 2, 2, 3, 3}}, {"round_prefer_ceil", {1, 2, 2, 3, 3, 3}},
-      {"floor", {1, 1, 2, 2, 3, 3}}, {"ceil", {1, 2, 2, 3, 3, 3}}};
+      {"round_prefer_floor", {1, 1, 2, 2, 3, 3}},
+      {"round_prefer_ceil", {1, 2, 2, 3, 3, 3}},
+      {"floor", {1, 1, 2, 2, 3, 3}},
+      {"ceil", {1, 2, 2, 3, 3, 3}}};
   for (const auto& [mode, want] : tie_cases)
     expect_close(resize(x3, {1, 3}, {1, 6}, {1, 2},
                         {{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", mode}}),
@@ -826,12 +958,13 @@ TEST(CpuRefNn, ResizeNearestOnnxExamples) {
 TEST(CpuRefNn, ResizeLinearOnnxExamples) {
   const std::vector<float> x4 = iota_vec(4, 1);
   expect_close(resize(x4, {1, 1, 2, 2}, {1, 1, 4, 4}, {1, 1, 2, 2}, {{"mode", "linear"}}),
-               std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4},
+               std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3,
+                                  3.25, 3.75, 4},
                1e-6, "upsample_scales_linear");
   expect_close(resize(x4, {1, 1, 2, 2}, {1, 1, 4, 4}, {1, 1, 2, 2},
                       {{"mode", "linear"}, {"coordinate_transformation_mode", "align_corners"}}),
-               std::vector<double>{1, 4.0 / 3, 5.0 / 3, 2, 5.0 / 3, 2, 7.0 / 3, 8.0 / 3, 7.0 / 3, 8.0 / 3, 3,
-                                   10.0 / 3, 3, 10.0 / 3, 11.0 / 3, 4},
+               std::vector<double>{1, 4.0 / 3, 5.0 / 3, 2, 5.0 / 3, 2, 7.0 / 3, 8.0 / 3, 7.0 / 3,
+                                   8.0 / 3, 3, 10.0 / 3, 3, 10.0 / 3, 11.0 / 3, 4},
                1e-6, "upsample_scales_linear_align_corners");
   const std::vector<float> x8 = iota_vec(8, 1);
   expect_close(resize(x8, {1, 1, 2, 4}, {1, 1, 1, 2}, {1, 1, 0.6f, 0.6f}, {{"mode", "linear"}}),
@@ -848,8 +981,13 @@ TEST(CpuRefNn, ResizeSizesInputAndPytorchHalfPixel) {
   const std::vector<float> x = iota_vec(16, 1);
   const std::vector<int64_t> sizes{1, 1, 3, 1};
   Node node("Resize", 13);
-  node.in({1, 1, 4, 4}).none().none().in({4}, BP_DTYPE_INT64, sizes.data()).out({1, 1, 3, 1})
-      .s("mode", "linear").s("coordinate_transformation_mode", "pytorch_half_pixel");
+  node.in({1, 1, 4, 4})
+      .none()
+      .none()
+      .in({4}, BP_DTYPE_INT64, sizes.data())
+      .out({1, 1, 3, 1})
+      .s("mode", "linear")
+      .s("coordinate_transformation_mode", "pytorch_half_pixel");
   // ONNX example "resize_downsample_sizes_linear_pytorch_half_pixel".
   expect_close(run1(node, {x.data(), nullptr, nullptr, sizes.data()}),
                std::vector<double>{1.6666666, 7.0, 12.333333}, 1e-6);
@@ -906,16 +1044,21 @@ std::vector<double> cubic_ref_2d(const std::vector<float>& x, int64_t h, int64_t
 
 TEST(CpuRefNn, ResizeCubic) {
   const std::vector<float> x = iota_vec(16, 1);
-  const std::vector<float> got = resize(x, {1, 1, 4, 4}, {1, 1, 8, 8}, {1, 1, 2, 2}, {{"mode", "cubic"}});
+  const std::vector<float> got =
+      resize(x, {1, 1, 4, 4}, {1, 1, 8, 8}, {1, 1, 2, 2}, {{"mode", "cubic"}});
   // First row of ONNX example "resize_upsample_scales_cubic".
   expect_close(std::vector<float>(got.begin(), got.begin() + 4),
-               std::vector<double>{0.47265625, 0.76953125, 1.24609375, 1.875}, 1e-5, "onnx example row");
-  expect_close(got, cubic_ref_2d(x, 4, 4, 8, 8, 2, 2, -0.75, false, "half_pixel"), 1e-5, "half_pixel");
-  expect_close(resize(x, {1, 1, 4, 4}, {1, 1, 8, 8}, {1, 1, 2, 2}, {{"mode", "cubic"}}, 13, -0.5f, 1),
-               cubic_ref_2d(x, 4, 4, 8, 8, 2, 2, -0.5, true, "half_pixel"), 1e-5, "A=-0.5 exclude_outside");
+               std::vector<double>{0.47265625, 0.76953125, 1.24609375, 1.875}, 1e-5,
+               "onnx example row");
+  expect_close(got, cubic_ref_2d(x, 4, 4, 8, 8, 2, 2, -0.75, false, "half_pixel"), 1e-5,
+               "half_pixel");
+  expect_close(
+      resize(x, {1, 1, 4, 4}, {1, 1, 8, 8}, {1, 1, 2, 2}, {{"mode", "cubic"}}, 13, -0.5f, 1),
+      cubic_ref_2d(x, 4, 4, 8, 8, 2, 2, -0.5, true, "half_pixel"), 1e-5, "A=-0.5 exclude_outside");
   expect_close(resize(x, {1, 1, 4, 4}, {1, 1, 3, 3}, {1, 1, 0.8f, 0.8f},
                       {{"mode", "cubic"}, {"coordinate_transformation_mode", "align_corners"}}),
-               cubic_ref_2d(x, 4, 4, 3, 3, 0.8, 0.8, -0.75, false, "align_corners"), 1e-5, "align_corners");
+               cubic_ref_2d(x, 4, 4, 3, 3, 0.8, 0.8, -0.75, false, "align_corners"), 1e-5,
+               "align_corners");
   expect_close(resize(x, {1, 1, 4, 4}, {1, 1, 8, 8}, {1, 1, 2, 2},
                       {{"mode", "cubic"}, {"coordinate_transformation_mode", "asymmetric"}}),
                cubic_ref_2d(x, 4, 4, 8, 8, 2, 2, -0.75, false, "asymmetric"), 1e-5, "asymmetric");
@@ -927,17 +1070,30 @@ TEST(CpuRefNn, ResizeTfCropAndResize) {
   const std::vector<float> roi{0, 0, 0.4f, 0.6f, 1, 1, 0.6f, 0.8f};
   const std::vector<int64_t> sizes{1, 1, 3, 3};
   Node node("Resize", 13);
-  node.in({1, 1, 4, 4}).in({8}, F32, roi.data()).none().in({4}, BP_DTYPE_INT64, sizes.data()).out({1, 1, 3, 3})
-      .s("mode", "linear").s("coordinate_transformation_mode", "tf_crop_and_resize");
+  node.in({1, 1, 4, 4})
+      .in({8}, F32, roi.data())
+      .none()
+      .in({4}, BP_DTYPE_INT64, sizes.data())
+      .out({1, 1, 3, 3})
+      .s("mode", "linear")
+      .s("coordinate_transformation_mode", "tf_crop_and_resize");
   expect_close(run1(node, {x.data(), roi.data(), nullptr, sizes.data()}),
-               std::vector<double>{7.6000004, 7.9, 8.2, 8.8, 9.1, 9.400001, 10.0, 10.3, 10.6}, 1e-5, "crop");
+               std::vector<double>{7.6000004, 7.9, 8.2, 8.8, 9.1, 9.400001, 10.0, 10.3, 10.6}, 1e-5,
+               "crop");
 
   const std::vector<float> roi2{0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f};
   Node extra("Resize", 13);
-  extra.in({1, 1, 4, 4}).in({8}, F32, roi2.data()).none().in({4}, BP_DTYPE_INT64, sizes.data()).out({1, 1, 3, 3})
-      .s("mode", "linear").s("coordinate_transformation_mode", "tf_crop_and_resize").f("extrapolation_value", 10.0f);
+  extra.in({1, 1, 4, 4})
+      .in({8}, F32, roi2.data())
+      .none()
+      .in({4}, BP_DTYPE_INT64, sizes.data())
+      .out({1, 1, 3, 3})
+      .s("mode", "linear")
+      .s("coordinate_transformation_mode", "tf_crop_and_resize")
+      .f("extrapolation_value", 10.0f);
   expect_close(run1(extra, {x.data(), roi2.data(), nullptr, sizes.data()}),
-               std::vector<double>{7.6000004, 10, 10, 12.400001, 10, 10, 10, 10, 10}, 1e-5, "extrapolation");
+               std::vector<double>{7.6000004, 10, 10, 12.400001, 10, 10, 10, 10, 10}, 1e-5,
+               "extrapolation");
 }
 
 TEST(CpuRefNn, ResizeRejectsNonConstantScalesAndUnknownModes) {

@@ -77,15 +77,20 @@ std::vector<uint8_t> raw(const std::vector<T>& v) {
 // ---------------------------------------------------------------------------
 
 TEST(CpuRefTensor, ReshapeFamilyCopiesBytes) {
-  OpTest r("Reshape", 14, {i64({2, 3}, iota_i64(6, 10)), i64({2}, {3, 2}, true)}, {{BP_DTYPE_INT64, {3, 2}}});
+  OpTest r("Reshape", 14, {i64({2, 3}, iota_i64(6, 10)), i64({2}, {3, 2}, true)},
+           {{BP_DTYPE_INT64, {3, 2}}});
   EXPECT_EQ(r.run_as<int64_t>(), iota_i64(6, 10));
-  OpTest f("Flatten", 13, {f32({2, 2, 2}, iota_f(8))}, {{BP_DTYPE_FLOAT32, {2, 4}}}, {attr_i("axis", 1)});
+  OpTest f("Flatten", 13, {f32({2, 2, 2}, iota_f(8))}, {{BP_DTYPE_FLOAT32, {2, 4}}},
+           {attr_i("axis", 1)});
   EXPECT_EQ(f.run_as<float>(), iota_f(8));
-  OpTest s("Squeeze", 13, {u8({1, 3, 1}, {7, 8, 9}), i64({1}, {0}, true)}, {{BP_DTYPE_UINT8, {3, 1}}});
+  OpTest s("Squeeze", 13, {u8({1, 3, 1}, {7, 8, 9}), i64({1}, {0}, true)},
+           {{BP_DTYPE_UINT8, {3, 1}}});
   EXPECT_EQ(s.run_as<uint8_t>(), (std::vector<uint8_t>{7, 8, 9}));
-  OpTest u("Unsqueeze", 11, {f16({2}, {1.5f, -2})}, {{BP_DTYPE_FLOAT16, {1, 2}}}, {attr_ints("axes", {0})});
+  OpTest u("Unsqueeze", 11, {f16({2}, {1.5f, -2})}, {{BP_DTYPE_FLOAT16, {1, 2}}},
+           {attr_ints("axes", {0})});
   EXPECT_EQ(u.run_as<uint16_t>(), (std::vector<uint16_t>{float_to_half(1.5f), float_to_half(-2)}));
-  OpTest bad("Reshape", 14, {i64({2, 3}, iota_i64(6)), i64({1}, {5}, true)}, {{BP_DTYPE_INT64, {5}}});
+  OpTest bad("Reshape", 14, {i64({2, 3}, iota_i64(6)), i64({1}, {5}, true)},
+             {{BP_DTYPE_INT64, {5}}});
   expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "elements");
 }
 
@@ -109,20 +114,23 @@ std::vector<T> ref_transpose(const std::vector<T>& in, const Dims& shape, const 
 
 TEST(CpuRefTensor, TransposeMatchesReferenceForEveryElementSize) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{2, 3, 4}, {2, 0, 1}}, {{2, 3, 4}, {1, 0, 2}}, {{2, 3, 4, 5}, {0, 2, 3, 1}},
-      {{2, 3, 4, 5}, {0, 3, 1, 2}}, {{1, 3, 1, 4}, {3, 1, 2, 0}}, {{5, 7}, {1, 0}}, {{2, 3, 4}, {0, 1, 2}}};
+      {{2, 3, 4}, {2, 0, 1}},       {{2, 3, 4}, {1, 0, 2}},       {{2, 3, 4, 5}, {0, 2, 3, 1}},
+      {{2, 3, 4, 5}, {0, 3, 1, 2}}, {{1, 3, 1, 4}, {3, 1, 2, 0}}, {{5, 7}, {1, 0}},
+      {{2, 3, 4}, {0, 1, 2}}};
   for (const auto& [shape, perm] : cases) {
     Dims out_shape;
     for (int64_t p : perm) out_shape.push_back(shape[p]);
     const int64_t n = numel(shape);
-    OpTest tf("Transpose", 13, {f32(shape, iota_f(n))}, {{BP_DTYPE_FLOAT32, out_shape}}, {attr_ints("perm", perm)});
+    OpTest tf("Transpose", 13, {f32(shape, iota_f(n))}, {{BP_DTYPE_FLOAT32, out_shape}},
+              {attr_ints("perm", perm)});
     EXPECT_EQ(tf.run_as<float>(), ref_transpose(iota_f(n), shape, perm));
     OpTest tl("Transpose", 13, {i64(shape, iota_i64(n, -50))}, {{BP_DTYPE_INT64, out_shape}},
               {attr_ints("perm", perm)});
     EXPECT_EQ(tl.run_as<int64_t>(), ref_transpose(iota_i64(n, -50), shape, perm));
     std::vector<uint8_t> bytes(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(i * 7);
-    OpTest tb("Transpose", 13, {u8(shape, bytes)}, {{BP_DTYPE_UINT8, out_shape}}, {attr_ints("perm", perm)});
+    OpTest tb("Transpose", 13, {u8(shape, bytes)}, {{BP_DTYPE_UINT8, out_shape}},
+              {attr_ints("perm", perm)});
     EXPECT_EQ(tb.run_as<uint8_t>(), ref_transpose(bytes, shape, perm));
     std::vector<float> halves(static_cast<size_t>(n));
     std::vector<uint16_t> hbits;
@@ -130,7 +138,8 @@ TEST(CpuRefTensor, TransposeMatchesReferenceForEveryElementSize) {
       halves[i] = static_cast<float>(i) * 0.5f;
       hbits.push_back(float_to_half(halves[i]));
     }
-    OpTest th("Transpose", 13, {f16(shape, halves)}, {{BP_DTYPE_FLOAT16, out_shape}}, {attr_ints("perm", perm)});
+    OpTest th("Transpose", 13, {f16(shape, halves)}, {{BP_DTYPE_FLOAT16, out_shape}},
+              {attr_ints("perm", perm)});
     EXPECT_EQ(th.run_as<uint16_t>(), ref_transpose(hbits, shape, perm));
   }
 }
@@ -138,7 +147,8 @@ TEST(CpuRefTensor, TransposeMatchesReferenceForEveryElementSize) {
 TEST(CpuRefTensor, TransposeDefaultPermReversesAndBadPermIsRejected) {
   OpTest t("Transpose", 13, {f32({2, 3}, iota_f(6))}, {{BP_DTYPE_FLOAT32, {3, 2}}});
   EXPECT_EQ(t.run_as<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
-  OpTest bad("Transpose", 13, {f32({2, 3}, iota_f(6))}, {{BP_DTYPE_FLOAT32, {3, 2}}}, {attr_ints("perm", {1, 1})});
+  OpTest bad("Transpose", 13, {f32({2, 3}, iota_f(6))}, {{BP_DTYPE_FLOAT32, {3, 2}}},
+             {attr_ints("perm", {1, 1})});
   expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "perm");
 }
 
@@ -148,22 +158,25 @@ TEST(CpuRefTensor, TransposeDefaultPermReversesAndBadPermIsRejected) {
 
 TEST(CpuRefTensor, Concat) {
   OpTest t("Concat", 13,
-           {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 2, 2}, {10, 11, 12, 13, 14, 15, 16, 17}), f32({2, 0, 2}, {})},
+           {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 2, 2}, {10, 11, 12, 13, 14, 15, 16, 17}),
+            f32({2, 0, 2}, {})},
            {{BP_DTYPE_FLOAT32, {2, 3, 2}}}, {attr_i("axis", 1)});
   EXPECT_EQ(t.run_as<float>(), (std::vector<float>{1, 2, 10, 11, 12, 13, 3, 4, 14, 15, 16, 17}));
-  OpTest l("Concat", 13, {i64({2, 1}, {1, 2}), i64({2, 2}, {3, 4, 5, 6})}, {{BP_DTYPE_INT64, {2, 3}}},
-           {attr_i("axis", -1)});
+  OpTest l("Concat", 13, {i64({2, 1}, {1, 2}), i64({2, 2}, {3, 4, 5, 6})},
+           {{BP_DTYPE_INT64, {2, 3}}}, {attr_i("axis", -1)});
   EXPECT_EQ(l.run_as<int64_t>(), (std::vector<int64_t>{1, 3, 4, 2, 5, 6}));
-  OpTest z("Concat", 13, {i64({1}, {1}), i64({2}, {2, 3})}, {{BP_DTYPE_INT64, {3}}}, {attr_i("axis", 0)});
+  OpTest z("Concat", 13, {i64({1}, {1}), i64({2}, {2, 3})}, {{BP_DTYPE_INT64, {3}}},
+           {attr_i("axis", 0)});
   EXPECT_EQ(z.run_as<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
-  OpTest bad("Concat", 13, {i64({2, 1}, {1, 2}), i64({3, 1}, {3, 4, 5})}, {{BP_DTYPE_INT64, {2, 2}}},
-             {attr_i("axis", 1)});
+  OpTest bad("Concat", 13, {i64({2, 1}, {1, 2}), i64({3, 1}, {3, 4, 5})},
+             {{BP_DTYPE_INT64, {2, 2}}}, {attr_i("axis", 1)});
   expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "does not match");
 }
 
 TEST(CpuRefTensor, SplitUsesOutputShapes) {
   // opset 11: 'split' attribute.
-  OpTest a("Split", 11, {f32({2, 4}, iota_f(8))}, {{BP_DTYPE_FLOAT32, {2, 1}}, {BP_DTYPE_FLOAT32, {2, 3}}},
+  OpTest a("Split", 11, {f32({2, 4}, iota_f(8))},
+           {{BP_DTYPE_FLOAT32, {2, 1}}, {BP_DTYPE_FLOAT32, {2, 3}}},
            {attr_i("axis", 1), attr_ints("split", {1, 3})});
   auto outs = a.run();
   std::vector<float> o0(2), o1(6);
@@ -196,8 +209,9 @@ constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
 
 std::vector<float> run_slice_1d(int64_t start, int64_t end, int64_t step, int64_t expect_len) {
-  OpTest t("Slice", 13, {f32({10}, iota_f(10)), i64({1}, {start}, true), i64({1}, {end}, true),
-                         i64({1}, {0}, true), i64({1}, {step}, true)},
+  OpTest t("Slice", 13,
+           {f32({10}, iota_f(10)), i64({1}, {start}, true), i64({1}, {end}, true),
+            i64({1}, {0}, true), i64({1}, {step}, true)},
            {{BP_DTYPE_FLOAT32, {expect_len}}});
   return t.run_as<float>();
 }
@@ -215,13 +229,16 @@ TEST(CpuRefTensor, SliceClampsAndStepsAsOnnxDefines) {
 
 TEST(CpuRefTensor, SliceMultiAxis) {
   // x[1:3, 3:0:-1] of a 3x4 matrix.
-  OpTest t("Slice", 13, {f32({3, 4}, iota_f(12)), i32({2}, {1, -1}, true), i32({2}, {3, 0}, true),
-                         i32({2}, {0, 1}, true), i32({2}, {1, -1}, true)},
+  OpTest t("Slice", 13,
+           {f32({3, 4}, iota_f(12)), i32({2}, {1, -1}, true), i32({2}, {3, 0}, true),
+            i32({2}, {0, 1}, true), i32({2}, {1, -1}, true)},
            {{BP_DTYPE_FLOAT32, {2, 3}}});
   EXPECT_EQ(t.run_as<float>(), (std::vector<float>{7, 6, 5, 11, 10, 9}));
   // Negative axis, no steps input.
-  OpTest n("Slice", 13, {i64({2, 4}, iota_i64(8)), i64({1}, {1}, true), i64({1}, {3}, true), i64({1}, {-1}, true)},
-           {{BP_DTYPE_INT64, {2, 2}}});
+  OpTest n(
+      "Slice", 13,
+      {i64({2, 4}, iota_i64(8)), i64({1}, {1}, true), i64({1}, {3}, true), i64({1}, {-1}, true)},
+      {{BP_DTYPE_INT64, {2, 2}}});
   EXPECT_EQ(n.run_as<int64_t>(), (std::vector<int64_t>{1, 2, 5, 6}));
   // Opset 9 attributes.
   OpTest a("Slice", 9, {f32({3, 4}, iota_f(12))}, {{BP_DTYPE_FLOAT32, {2, 2}}},
@@ -229,8 +246,9 @@ TEST(CpuRefTensor, SliceMultiAxis) {
   EXPECT_EQ(a.run_as<float>(), (std::vector<float>{1, 2, 5, 6}));
   // 3-D slice checked against a reference loop: x[:, ::-2, 1:]
   const Dims shape{2, 5, 3};
-  OpTest r("Slice", 13, {f32(shape, iota_f(30)), i64({2}, {-1, 1}, true), i64({2}, {kMin64, kMax64}, true),
-                         i64({2}, {1, 2}, true), i64({2}, {-2, 1}, true)},
+  OpTest r("Slice", 13,
+           {f32(shape, iota_f(30)), i64({2}, {-1, 1}, true), i64({2}, {kMin64, kMax64}, true),
+            i64({2}, {1, 2}, true), i64({2}, {-2, 1}, true)},
            {{BP_DTYPE_FLOAT32, {2, 3, 2}}});
   std::vector<float> want;
   for (int64_t i = 0; i < 2; ++i)
@@ -240,9 +258,11 @@ TEST(CpuRefTensor, SliceMultiAxis) {
 }
 
 TEST(CpuRefTensor, SliceRejectsNonConstantAndInconsistentShapes) {
-  OpTest t("Slice", 13, {f32({4}, iota_f(4)), i64({1}, {1}), i64({1}, {3}, true)}, {{BP_DTYPE_FLOAT32, {2}}});
+  OpTest t("Slice", 13, {f32({4}, iota_f(4)), i64({1}, {1}), i64({1}, {3}, true)},
+           {{BP_DTYPE_FLOAT32, {2}}});
   expect_error(t, BP_STATUS_UNSUPPORTED, "starts");
-  OpTest s("Slice", 13, {f32({4}, iota_f(4)), i64({1}, {1}, true), i64({1}, {3}, true)}, {{BP_DTYPE_FLOAT32, {3}}});
+  OpTest s("Slice", 13, {f32({4}, iota_f(4)), i64({1}, {1}, true), i64({1}, {3}, true)},
+           {{BP_DTYPE_FLOAT32, {3}}});
   expect_error(s, BP_STATUS_INVALID_ARGUMENT, "shape");
 }
 
@@ -254,14 +274,16 @@ TEST(CpuRefTensor, Gather) {
   OpTest a("Gather", 13, {f32({3, 2}, {1, 2, 3, 4, 5, 6}), i64({2, 2}, {0, 2, -1, 1})},
            {{BP_DTYPE_FLOAT32, {2, 2, 2}}});
   EXPECT_EQ(a.run_as<float>(), (std::vector<float>{1, 2, 5, 6, 5, 6, 3, 4}));
-  OpTest b("Gather", 13, {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i32({2}, {2, -3})}, {{BP_DTYPE_INT64, {2, 2}}},
-           {attr_i("axis", -1)});
+  OpTest b("Gather", 13, {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i32({2}, {2, -3})},
+           {{BP_DTYPE_INT64, {2, 2}}}, {attr_i("axis", -1)});
   EXPECT_EQ(b.run_as<int64_t>(), (std::vector<int64_t>{3, 1, 6, 4}));
-  OpTest s("Gather", 13, {f16({3, 2}, {1, 2, 3, 4, 5, 6}), i64({}, {1})}, {{BP_DTYPE_FLOAT16, {2}}});
+  OpTest s("Gather", 13, {f16({3, 2}, {1, 2, 3, 4, 5, 6}), i64({}, {1})},
+           {{BP_DTYPE_FLOAT16, {2}}});
   EXPECT_EQ(s.run_as<uint16_t>(), (std::vector<uint16_t>{float_to_half(3), float_to_half(4)}));
   // BERT-style embedding lookup: [vocab, hidden] gathered by [batch, seq].
   std::vector<float> table = iota_f(10 * 4);
-  OpTest e("Gather", 13, {f32({10, 4}, table), i64({1, 3}, {9, 0, 4})}, {{BP_DTYPE_FLOAT32, {1, 3, 4}}});
+  OpTest e("Gather", 13, {f32({10, 4}, table), i64({1, 3}, {9, 0, 4})},
+           {{BP_DTYPE_FLOAT32, {1, 3, 4}}});
   std::vector<float> want;
   for (int64_t id : {9, 0, 4})
     for (int64_t h = 0; h < 4; ++h) want.push_back(table[id * 4 + h]);
@@ -291,7 +313,8 @@ TEST(CpuRefTensor, ShapeAndSize) {
   OpTest r("Shape", 15, {f32({2, 3, 4, 5}, iota_f(120))}, {{BP_DTYPE_INT64, {2}}},
            {attr_i("start", 1), attr_i("end", -1)});
   EXPECT_EQ(r.run_as<int64_t>(), (std::vector<int64_t>{3, 4}));
-  OpTest c("Shape", 15, {f32({2, 3}, iota_f(6))}, {{BP_DTYPE_INT64, {1}}}, {attr_i("start", -1), attr_i("end", 10)});
+  OpTest c("Shape", 15, {f32({2, 3}, iota_f(6))}, {{BP_DTYPE_INT64, {1}}},
+           {attr_i("start", -1), attr_i("end", 10)});
   EXPECT_EQ(c.run_as<int64_t>(), (std::vector<int64_t>{3}));
   OpTest z("Size", 13, {u8({2, 3}, {0, 0, 0, 0, 0, 0})}, {{BP_DTYPE_INT64, {}}});
   EXPECT_EQ(z.run_as<int64_t>(), (std::vector<int64_t>{6}));
@@ -302,7 +325,8 @@ TEST(CpuRefTensor, ConstantVariants) {
   OpTest t("Constant", 13, {}, {{BP_DTYPE_INT32, {2, 2}}});
   t.add_raw_attr(value.a);
   EXPECT_EQ(t.run_as<int32_t>(), (std::vector<int32_t>{1, -2, 3, -4}));
-  OpTest f("Constant", 13, {}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_floats("value_floats", {0.5f, 1.5f, 2.5f})});
+  OpTest f("Constant", 13, {}, {{BP_DTYPE_FLOAT32, {3}}},
+           {attr_floats("value_floats", {0.5f, 1.5f, 2.5f})});
   EXPECT_EQ(f.run_as<float>(), (std::vector<float>{0.5f, 1.5f, 2.5f}));
   OpTest i("Constant", 13, {}, {{BP_DTYPE_INT64, {}}}, {attr_i("value_int", -7)});
   EXPECT_EQ(i.run_as<int64_t>(), (std::vector<int64_t>{-7}));
@@ -333,7 +357,8 @@ TEST(CpuRefTensor, ConstantOfShape) {
 
 TEST(CpuRefTensor, ExpandMatchesBroadcastReference) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{3, 1}, {2, 3, 4}}, {{1}, {2, 2}}, {{2, 1, 3}, {2, 4, 3}}, {{4}, {3, 4}}, {{}, {3}}, {{1, 1}, {1, 1}}};
+      {{3, 1}, {2, 3, 4}}, {{1}, {2, 2}}, {{2, 1, 3}, {2, 4, 3}},
+      {{4}, {3, 4}},       {{}, {3}},     {{1, 1}, {1, 1}}};
   for (const auto& [in, out] : cases) {
     const std::vector<float> x = iota_f(numel(in), 1.0f);
     OpTest t("Expand", 13, {f32(in, x), i64({static_cast<int64_t>(out.size())}, out, true)},
@@ -347,14 +372,16 @@ TEST(CpuRefTensor, ExpandMatchesBroadcastReference) {
 }
 
 TEST(CpuRefTensor, Tile) {
-  OpTest t("Tile", 13, {i64({2, 3}, iota_i64(6)), i64({2}, {2, 2}, true)}, {{BP_DTYPE_INT64, {4, 6}}});
+  OpTest t("Tile", 13, {i64({2, 3}, iota_i64(6)), i64({2}, {2, 2}, true)},
+           {{BP_DTYPE_INT64, {4, 6}}});
   std::vector<int64_t> want;
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 6; ++j) want.push_back((i % 2) * 3 + j % 3);
   EXPECT_EQ(t.run_as<int64_t>(), want);
   OpTest r("Tile", 13, {f32({1, 2}, {5, 6}), i64({2}, {3, 1})}, {{BP_DTYPE_FLOAT32, {3, 2}}});
   EXPECT_EQ(r.run_as<float>(), (std::vector<float>{5, 6, 5, 6, 5, 6}));
-  OpTest bad("Tile", 13, {f32({1, 2}, {5, 6}), i64({2}, {2, 1}, true)}, {{BP_DTYPE_FLOAT32, {3, 2}}});
+  OpTest bad("Tile", 13, {f32({1, 2}, {5, 6}), i64({2}, {2, 1}, true)},
+             {{BP_DTYPE_FLOAT32, {3, 2}}});
   expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "shape");
 }
 
@@ -362,7 +389,8 @@ TEST(CpuRefTensor, Tile) {
 // Pad
 // ---------------------------------------------------------------------------
 
-const std::vector<float> kPadData = {1.0f, 1.2f, 2.3f, 3.4f, 4.5f, 5.7f};  // 3x2, the ONNX spec example
+const std::vector<float> kPadData = {1.0f, 1.2f, 2.3f,
+                                     3.4f, 4.5f, 5.7f};  // 3x2, the ONNX spec example
 
 std::vector<float> run_pad(const std::string& mode, const std::vector<int64_t>& pads, Dims out) {
   OpTest t("Pad", 13, {f32({3, 2}, kPadData), i64({4}, pads, true)}, {{BP_DTYPE_FLOAT32, out}},
@@ -373,10 +401,12 @@ std::vector<float> run_pad(const std::string& mode, const std::vector<int64_t>& 
 TEST(CpuRefTensor, PadModesMatchTheOnnxExamples) {
   EXPECT_EQ(run_pad("constant", {0, 2, 0, 0}, {3, 4}),
             (std::vector<float>{0, 0, 1.0f, 1.2f, 0, 0, 2.3f, 3.4f, 0, 0, 4.5f, 5.7f}));
-  EXPECT_EQ(run_pad("reflect", {0, 2, 0, 0}, {3, 4}),
-            (std::vector<float>{1.0f, 1.2f, 1.0f, 1.2f, 2.3f, 3.4f, 2.3f, 3.4f, 4.5f, 5.7f, 4.5f, 5.7f}));
-  EXPECT_EQ(run_pad("edge", {0, 2, 0, 0}, {3, 4}),
-            (std::vector<float>{1.0f, 1.0f, 1.0f, 1.2f, 2.3f, 2.3f, 2.3f, 3.4f, 4.5f, 4.5f, 4.5f, 5.7f}));
+  EXPECT_EQ(
+      run_pad("reflect", {0, 2, 0, 0}, {3, 4}),
+      (std::vector<float>{1.0f, 1.2f, 1.0f, 1.2f, 2.3f, 3.4f, 2.3f, 3.4f, 4.5f, 5.7f, 4.5f, 5.7f}));
+  EXPECT_EQ(
+      run_pad("edge", {0, 2, 0, 0}, {3, 4}),
+      (std::vector<float>{1.0f, 1.0f, 1.0f, 1.2f, 2.3f, 2.3f, 2.3f, 3.4f, 4.5f, 4.5f, 4.5f, 5.7f}));
   // wrap: rows -2..3 -> 1,2,0,1,2,0; cols -1..2 -> 1,0,1,0.
   std::vector<float> want;
   for (int64_t r : {1, 2, 0, 1, 2, 0})
@@ -387,9 +417,11 @@ TEST(CpuRefTensor, PadModesMatchTheOnnxExamples) {
 TEST(CpuRefTensor, PadReflectBeyondTheEdgeAndCropping) {
   OpTest r("Pad", 13, {i32({3}, {1, 2, 3}), i64({2}, {5, 0}, true)}, {{BP_DTYPE_INT32, {8}}},
            {attr_s("mode", "reflect")});
-  EXPECT_EQ(r.run_as<int32_t>(), (std::vector<int32_t>{2, 1, 2, 3, 2, 1, 2, 3}));  // numpy.pad reflect
+  EXPECT_EQ(r.run_as<int32_t>(),
+            (std::vector<int32_t>{2, 1, 2, 3, 2, 1, 2, 3}));  // numpy.pad reflect
   // Negative pads crop: drop column 0, append one column of 0.
-  OpTest c("Pad", 13, {f32({2, 3}, iota_f(6, 1)), i64({4}, {0, -1, 0, 1}, true)}, {{BP_DTYPE_FLOAT32, {2, 3}}});
+  OpTest c("Pad", 13, {f32({2, 3}, iota_f(6, 1)), i64({4}, {0, -1, 0, 1}, true)},
+           {{BP_DTYPE_FLOAT32, {2, 3}}});
   EXPECT_EQ(c.run_as<float>(), (std::vector<float>{2, 3, 0, 5, 6, 0}));
 }
 
@@ -399,11 +431,14 @@ TEST(CpuRefTensor, PadOpsetVariants) {
            {attr_ints("pads", {1, 0, 1, 1}), attr_f("value", 9)});
   EXPECT_EQ(a.run_as<float>(), (std::vector<float>{9, 9, 9, 1, 2, 9, 9, 9, 9}));
   // Opset 18: axes input.
-  OpTest x("Pad", 18, {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {1, 1}, true), i64({}, {-1}, true), i64({1}, {-1}, true)},
+  OpTest x("Pad", 18,
+           {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {1, 1}, true), i64({}, {-1}, true),
+            i64({1}, {-1}, true)},
            {{BP_DTYPE_INT64, {2, 4}}});
   EXPECT_EQ(x.run_as<int64_t>(), (std::vector<int64_t>{-1, 1, 2, -1, -1, 3, 4, -1}));
   // constant_value read at run time.
-  OpTest v("Pad", 13, {f32({2}, {1, 2}), i64({2}, {1, 2}, true), f32({}, {7.5f})}, {{BP_DTYPE_FLOAT32, {5}}});
+  OpTest v("Pad", 13, {f32({2}, {1, 2}), i64({2}, {1, 2}, true), f32({}, {7.5f})},
+           {{BP_DTYPE_FLOAT32, {5}}});
   EXPECT_EQ(v.run_as<float>(), (std::vector<float>{7.5f, 1, 2, 7.5f, 7.5f}));
   // 3-D constant pad against a reference loop.
   const Dims in{2, 3, 2};
@@ -432,9 +467,11 @@ TEST(CpuRefTensor, PadOpsetVariants) {
 TEST(CpuRefTensor, Range) {
   OpTest f("Range", 11, {f32({}, {1}), f32({}, {2}), f32({}, {0.25f})}, {{BP_DTYPE_FLOAT32, {4}}});
   EXPECT_EQ(f.run_as<float>(), (std::vector<float>{1, 1.25f, 1.5f, 1.75f}));
-  OpTest l("Range", 11, {i64({}, {10}, true), i64({}, {4}), i64({}, {-3})}, {{BP_DTYPE_INT64, {2}}});
+  OpTest l("Range", 11, {i64({}, {10}, true), i64({}, {4}), i64({}, {-3})},
+           {{BP_DTYPE_INT64, {2}}});
   EXPECT_EQ(l.run_as<int64_t>(), (std::vector<int64_t>{10, 7}));
-  OpTest i("Range", 11, {i32({}, {-2}, true), i32({}, {3}, true), i32({}, {2}, true)}, {{BP_DTYPE_INT32, {3}}});
+  OpTest i("Range", 11, {i32({}, {-2}, true), i32({}, {3}, true), i32({}, {2}, true)},
+           {{BP_DTYPE_INT32, {3}}});
   EXPECT_EQ(i.run_as<int32_t>(), (std::vector<int32_t>{-2, 0, 2}));
 }
 
@@ -465,13 +502,14 @@ TEST(CpuRefTensor, Trilu) {
 
 enum class Red { kSum, kMean, kMax, kMin };
 
-std::vector<double> ref_reduce(const std::vector<float>& x, const Dims& shape, const std::vector<bool>& reduced,
-                               Red op) {
+std::vector<double> ref_reduce(const std::vector<float>& x, const Dims& shape,
+                               const std::vector<bool>& reduced, Red op) {
   Dims out_shape;
   for (size_t d = 0; d < shape.size(); ++d) out_shape.push_back(reduced[d] ? 1 : shape[d]);
   const int64_t n_out = numel(out_shape);
-  std::vector<double> acc(static_cast<size_t>(n_out),
-                          op == Red::kMax ? -INFINITY : op == Red::kMin ? INFINITY : 0.0);
+  std::vector<double> acc(static_cast<size_t>(n_out), op == Red::kMax   ? -INFINITY
+                                                      : op == Red::kMin ? INFINITY
+                                                                        : 0.0);
   std::vector<int64_t> cnt(static_cast<size_t>(n_out), 0);
   for (int64_t i = 0; i < numel(shape); ++i) {
     Dims idx = unravel(i, shape);
@@ -493,9 +531,12 @@ TEST(CpuRefTensor, ReductionsMatchReferenceLoops) {
   const Dims shape{2, 3, 4};
   std::vector<float> x(24);
   for (int i = 0; i < 24; ++i) x[i] = static_cast<float>((i * 7) % 11) - 4.5f;
-  const std::vector<std::vector<int64_t>> axes_cases = {{0}, {1}, {2}, {-1}, {0, 2}, {1, 2}, {0, 1}, {0, 1, 2}};
-  const std::vector<std::pair<const char*, Red>> ops = {
-      {"ReduceSum", Red::kSum}, {"ReduceMean", Red::kMean}, {"ReduceMax", Red::kMax}, {"ReduceMin", Red::kMin}};
+  const std::vector<std::vector<int64_t>> axes_cases = {{0},    {1},    {2},    {-1},
+                                                        {0, 2}, {1, 2}, {0, 1}, {0, 1, 2}};
+  const std::vector<std::pair<const char*, Red>> ops = {{"ReduceSum", Red::kSum},
+                                                        {"ReduceMean", Red::kMean},
+                                                        {"ReduceMax", Red::kMax},
+                                                        {"ReduceMin", Red::kMin}};
   for (const auto& [op, red] : ops) {
     for (const auto& axes : axes_cases) {
       for (int keep : {0, 1}) {
@@ -507,9 +548,11 @@ TEST(CpuRefTensor, ReductionsMatchReferenceLoops) {
           else if (keep) out.push_back(1);
         const std::vector<double> want = ref_reduce(x, shape, reduced, red);
         std::vector<float> wantf(want.begin(), want.end());
-        SCOPED_TRACE(std::string(op) + " axes " + std::to_string(axes.size()) + " keep " + std::to_string(keep));
+        SCOPED_TRACE(std::string(op) + " axes " + std::to_string(axes.size()) + " keep " +
+                     std::to_string(keep));
         // Attribute form (opset 13) ...
-        OpTest a(op, 11, {f32(shape, x)}, {{BP_DTYPE_FLOAT32, out}}, {attr_ints("axes", axes), attr_i("keepdims", keep)});
+        OpTest a(op, 11, {f32(shape, x)}, {{BP_DTYPE_FLOAT32, out}},
+                 {attr_ints("axes", axes), attr_i("keepdims", keep)});
         expect_floats(a.run_as<float>(), wantf, 1e-6f);
         // ... and input form (opset 18).
         OpTest b(op, 18, {f32(shape, x), i64({static_cast<int64_t>(axes.size())}, axes, true)},
@@ -525,12 +568,12 @@ TEST(CpuRefTensor, ReduceDefaultAxesAndNoop) {
   OpTest all("ReduceSum", 13, {f32({2, 2}, {1, 2, 3, 4})}, {{BP_DTYPE_FLOAT32, {1, 1}}});
   EXPECT_EQ(all.run_as<float>(), (std::vector<float>{10}));
   // Empty axes with noop_with_empty_axes: identity.
-  OpTest noop("ReduceSum", 13, {f32({2, 2}, {1, 2, 3, 4}), i64({0}, {}, true)}, {{BP_DTYPE_FLOAT32, {2, 2}}},
-              {attr_i("noop_with_empty_axes", 1)});
+  OpTest noop("ReduceSum", 13, {f32({2, 2}, {1, 2, 3, 4}), i64({0}, {}, true)},
+              {{BP_DTYPE_FLOAT32, {2, 2}}}, {attr_i("noop_with_empty_axes", 1)});
   EXPECT_EQ(noop.run_as<float>(), (std::vector<float>{1, 2, 3, 4}));
   // Int32 sum and mean.
-  OpTest is("ReduceSum", 13, {i32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1}, true)}, {{BP_DTYPE_INT32, {2}}},
-            {attr_i("keepdims", 0)});
+  OpTest is("ReduceSum", 13, {i32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1}, true)},
+            {{BP_DTYPE_INT32, {2}}}, {attr_i("keepdims", 0)});
   EXPECT_EQ(is.run_as<int32_t>(), (std::vector<int32_t>{6, 15}));
   OpTest im("ReduceMax", 13, {i64({2, 3}, {1, 9, 3, -4, -5, -6})}, {{BP_DTYPE_INT64, {1, 3}}},
             {attr_ints("axes", {0})});
@@ -542,10 +585,11 @@ TEST(CpuRefTensor, ReduceDefaultAxesAndNoop) {
 
 TEST(CpuRefTensor, ReduceWithNonConstantAxes) {
   // keepdims=1: the reduced axes follow from the output shape.
-  OpTest k("ReduceMean", 18, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1})}, {{BP_DTYPE_FLOAT32, {2, 1}}});
+  OpTest k("ReduceMean", 18, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1})},
+           {{BP_DTYPE_FLOAT32, {2, 1}}});
   EXPECT_EQ(k.run_as<float>(), (std::vector<float>{2, 5}));
-  OpTest n("ReduceMean", 18, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1})}, {{BP_DTYPE_FLOAT32, {2}}},
-           {attr_i("keepdims", 0)});
+  OpTest n("ReduceMean", 18, {f32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1}, {1})},
+           {{BP_DTYPE_FLOAT32, {2}}}, {attr_i("keepdims", 0)});
   expect_error(n, BP_STATUS_UNSUPPORTED, "axes");
 }
 

@@ -77,7 +77,8 @@ TEST(NullBackend, RegistersFromBackendPath) {
   auto rt = Runtime::create(null_options());
   ASSERT_TRUE(rt.ok()) << rt.status().message();
   auto backends = (*rt)->backends();
-  auto null = std::find_if(backends.begin(), backends.end(), [](const BackendDescription& b) { return b.id == "Null"; });
+  auto null = std::find_if(backends.begin(), backends.end(),
+                           [](const BackendDescription& b) { return b.id == "Null"; });
   ASSERT_NE(null, backends.end()) << "Null is not registered";
   EXPECT_EQ(null->vendor, "Backplane");
   EXPECT_EQ(null->api_major, BP_API_VERSION_MAJOR);
@@ -85,10 +86,12 @@ TEST(NullBackend, RegistersFromBackendPath) {
   EXPECT_EQ(fs::path(null->source).filename(), "Backplane_Null_backend.so");
 
   auto files = (*rt)->backend_files();
-  auto file = std::find_if(files.begin(), files.end(), [](const BackendFileReport& f) { return f.id == "Null"; });
+  auto file = std::find_if(files.begin(), files.end(),
+                           [](const BackendFileReport& f) { return f.id == "Null"; });
   ASSERT_NE(file, files.end());
   EXPECT_EQ(file->fate, BackendFileReport::Fate::kLoaded) << file->step << ": " << file->reason;
-  EXPECT_EQ(file->api_version, std::to_string(null->api_major) + "." + std::to_string(null->api_minor));
+  EXPECT_EQ(file->api_version,
+            std::to_string(null->api_major) + "." + std::to_string(null->api_minor));
 }
 
 TEST(NullBackend, AcceptsNumThreads) {

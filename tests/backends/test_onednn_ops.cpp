@@ -41,8 +41,8 @@ std::shared_ptr<Runtime> runtime() {
 }
 
 std::vector<Tensor> run(const std::string& path, const std::vector<std::string>& backends,
-                        const std::vector<std::pair<std::string, Dims>>& inputs, std::vector<std::string>* used,
-                        std::string* plan = nullptr) {
+                        const std::vector<std::pair<std::string, Dims>>& inputs,
+                        std::vector<std::string>* used, std::string* plan = nullptr) {
   ModelOptions mo;
   mo.backends = backends;
   auto model = runtime()->load_model(path, mo);
@@ -81,7 +81,8 @@ void expect_matches_cpuref(const ModelBuilder& b) {
     ASSERT_EQ(got[k].shape(), want[k].shape());
     const double scale = e2e::max_abs(want[k]), diff = e2e::max_abs_diff(got[k], want[k]);
     EXPECT_GT(scale, 0.0);
-    EXPECT_LE(diff, 1e-4 * scale) << "output " << k << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
+    EXPECT_LE(diff, 1e-4 * scale) << "output " << k << ": max|onednn-ref| = " << diff
+                                  << ", max|ref| = " << scale;
   }
 }
 
@@ -102,17 +103,32 @@ ModelBuilder conv_model(const Dims& x, int64_t oc, int64_t k, int64_t group, int
   return b;
 }
 
-TEST(OneDnnOps, Conv3x3PaddedWithBias) { expect_matches_cpuref(conv_model({1, 8, 14, 14}, 16, 3, 1, 1, {1, 1, 1, 1}, 1, true)); }
-TEST(OneDnnOps, ConvStridedAsymmetricPads) { expect_matches_cpuref(conv_model({2, 3, 17, 15}, 8, 3, 1, 2, {0, 1, 2, 1}, 1, true)); }
-TEST(OneDnnOps, ConvDepthwise) { expect_matches_cpuref(conv_model({1, 32, 12, 12}, 32, 3, 32, 1, {1, 1, 1, 1}, 1, true)); }
-TEST(OneDnnOps, ConvGrouped) { expect_matches_cpuref(conv_model({1, 16, 10, 10}, 24, 3, 4, 1, {1, 1, 1, 1}, 1, false)); }
-TEST(OneDnnOps, ConvDilated) { expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true)); }
-TEST(OneDnnOps, Conv1x1NoBias) { expect_matches_cpuref(conv_model({1, 24, 7, 7}, 40, 1, 1, 1, {0, 0, 0, 0}, 1, false)); }
+TEST(OneDnnOps, Conv3x3PaddedWithBias) {
+  expect_matches_cpuref(conv_model({1, 8, 14, 14}, 16, 3, 1, 1, {1, 1, 1, 1}, 1, true));
+}
+TEST(OneDnnOps, ConvStridedAsymmetricPads) {
+  expect_matches_cpuref(conv_model({2, 3, 17, 15}, 8, 3, 1, 2, {0, 1, 2, 1}, 1, true));
+}
+TEST(OneDnnOps, ConvDepthwise) {
+  expect_matches_cpuref(conv_model({1, 32, 12, 12}, 32, 3, 32, 1, {1, 1, 1, 1}, 1, true));
+}
+TEST(OneDnnOps, ConvGrouped) {
+  expect_matches_cpuref(conv_model({1, 16, 10, 10}, 24, 3, 4, 1, {1, 1, 1, 1}, 1, false));
+}
+TEST(OneDnnOps, ConvDilated) {
+  expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true));
+}
+TEST(OneDnnOps, Conv1x1NoBias) {
+  expect_matches_cpuref(conv_model({1, 24, 7, 7}, 40, 1, 1, 1, {0, 0, 0, 0}, 1, false));
+}
 
 TEST(OneDnnOps, ConvBatchNormFoldedReluFused) {
   ModelBuilder b;
   b.input("x", {1, 8, 9, 9}).random_weight("w", {16, 8, 3, 3}).random_weight("b", {16});
-  b.random_weight("scale", {16}, 0.5f, 1.5f).random_weight("shift", {16}).random_weight("mean", {16}).random_weight("var", {16}, 0.5f, 1.5f);
+  b.random_weight("scale", {16}, 0.5f, 1.5f)
+      .random_weight("shift", {16})
+      .random_weight("mean", {16})
+      .random_weight("var", {16}, 0.5f, 1.5f);
   auto& c = b.node("Conv", {"x", "w", "b"}, {"c"});
   set_ints(c, "pads", {1, 1, 1, 1});
   b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"bn"});
@@ -125,7 +141,10 @@ TEST(OneDnnOps, ConvResidualAddReluAsSumPostOp) {
   // y = relu(conv2(relu(conv1(x))) + x): the Add becomes a sum post-op that
   // accumulates into x's buffer (x has no reader after it).
   ModelBuilder b;
-  b.input("x0", {1, 16, 8, 8}).random_weight("w0", {16, 16, 1, 1}).random_weight("w1", {16, 16, 3, 3}).random_weight("w2", {16, 16, 3, 3});
+  b.input("x0", {1, 16, 8, 8})
+      .random_weight("w0", {16, 16, 1, 1})
+      .random_weight("w1", {16, 16, 3, 3})
+      .random_weight("w2", {16, 16, 3, 3});
   b.node("Conv", {"x0", "w0"}, {"x"});
   auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"});
   set_ints(c1, "pads", {1, 1, 1, 1});
@@ -151,7 +170,10 @@ TEST(OneDnnOps, ConvResidualWhoseInputIsReadLater) {
 
 TEST(OneDnnOps, ConvClipSigmoidTanh) {
   ModelBuilder b;
-  b.input("x", {1, 4, 8, 8}).random_weight("w", {8, 4, 3, 3}).init_f32("lo", {}, {0.f}).init_f32("hi", {}, {0.5f});
+  b.input("x", {1, 4, 8, 8})
+      .random_weight("w", {8, 4, 3, 3})
+      .init_f32("lo", {}, {0.f})
+      .init_f32("hi", {}, {0.5f});
   b.node("Conv", {"x", "w"}, {"c"});
   b.node("Clip", {"c", "lo", "hi"}, {"y1"});
   b.node("Sigmoid", {"c"}, {"y2"});
@@ -218,8 +240,13 @@ TEST(OneDnnOps, MatMulBroadcastBatch) {
 TEST(OneDnnOps, AttentionTransposesAreViews) {
   // scores = softmax((q k^T) / 2) v over a [1, 2, 4, 8] split, as in BERT.
   ModelBuilder b;
-  b.input("x", {1, 4, 16}).random_weight("wq", {16, 16}).random_weight("wk", {16, 16}).random_weight("wv", {16, 16});
-  b.init_i64("shape", {4}, {1, 4, 2, 8}).init_i64("back", {3}, {1, 4, 16}).init_f32("two", {}, {2.f});
+  b.input("x", {1, 4, 16})
+      .random_weight("wq", {16, 16})
+      .random_weight("wk", {16, 16})
+      .random_weight("wv", {16, 16});
+  b.init_i64("shape", {4}, {1, 4, 2, 8})
+      .init_i64("back", {3}, {1, 4, 16})
+      .init_f32("two", {}, {2.f});
   for (const char* p : {"q", "k", "v"}) {
     std::string s = p;
     b.node("MatMul", {"x", "w" + s}, {s + "m"});
@@ -279,9 +306,13 @@ TEST(OneDnnOps, GlobalAveragePoolFlattenGemm) {
 TEST(OneDnnOps, BatchNormalizationStandalone) {
   ModelBuilder b;
   b.input("x", {2, 6, 5, 5});
-  b.random_weight("scale", {6}, 0.5f, 1.5f).random_weight("shift", {6}).random_weight("mean", {6}).random_weight("var", {6}, 0.5f, 1.5f);
+  b.random_weight("scale", {6}, 0.5f, 1.5f)
+      .random_weight("shift", {6})
+      .random_weight("mean", {6})
+      .random_weight("var", {6}, 0.5f, 1.5f);
   b.node("Relu", {"x"}, {"r"});
-  set_float(b.node("BatchNormalization", {"r", "scale", "shift", "mean", "var"}, {"y"}), "epsilon", 1e-3f);
+  set_float(b.node("BatchNormalization", {"r", "scale", "shift", "mean", "var"}, {"y"}), "epsilon",
+            1e-3f);
   b.output("y");
   expect_matches_cpuref(b);
 }
@@ -325,7 +356,10 @@ TEST(OneDnnOps, SoftmaxInnerAndOuterAxis) {
 
 TEST(OneDnnOps, BinaryBroadcasting) {
   ModelBuilder b;
-  b.input("x", {2, 4, 3, 3}).input("z", {2, 4, 3, 3}).random_weight("per_channel", {4, 1, 1}).init_f32("k", {}, {3.f});
+  b.input("x", {2, 4, 3, 3})
+      .input("z", {2, 4, 3, 3})
+      .random_weight("per_channel", {4, 1, 1})
+      .init_f32("k", {}, {3.f});
   b.random_weight("row", {3}, 0.5f, 1.5f);
   b.node("Add", {"x", "per_channel"}, {"a"});
   b.node("Sub", {"a", "z"}, {"s"});
@@ -340,7 +374,9 @@ TEST(OneDnnOps, BinaryBroadcasting) {
 
 TEST(OneDnnOps, ConcatOfConvOutputs) {
   ModelBuilder b;
-  b.input("x", {1, 16, 6, 6}).random_weight("w1", {16, 16, 1, 1}).random_weight("w3", {32, 16, 3, 3});
+  b.input("x", {1, 16, 6, 6})
+      .random_weight("w1", {16, 16, 1, 1})
+      .random_weight("w3", {32, 16, 3, 3});
   b.node("Conv", {"x", "w1"}, {"a"});
   set_ints(b.node("Conv", {"x", "w3"}, {"c"}), "pads", {1, 1, 1, 1});
   b.node("Relu", {"c"}, {"r"});
@@ -351,7 +387,9 @@ TEST(OneDnnOps, ConcatOfConvOutputs) {
 
 TEST(OneDnnOps, TransposeAndReshapeOfBlockedTensor) {
   ModelBuilder b;
-  b.input("x", {1, 16, 4, 5}).random_weight("w", {16, 16, 1, 1}).init_i64("shape", {3}, {1, 16, 20});
+  b.input("x", {1, 16, 4, 5})
+      .random_weight("w", {16, 16, 1, 1})
+      .init_i64("shape", {3}, {1, 16, 20});
   b.node("Conv", {"x", "w"}, {"c"});
   set_ints(b.node("Transpose", {"c"}, {"t"}), "perm", {0, 2, 3, 1});
   b.node("Relu", {"t"}, {"y0"});

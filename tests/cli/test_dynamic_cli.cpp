@@ -1,8 +1,8 @@
 // `backplane backends --json` over a directory of good, duplicate, malformed
 // and crashing backends: the command succeeds and reports every file's fate.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -40,20 +40,21 @@ const json* file_entry(const json& j, const std::string& name) {
   return nullptr;
 }
 
-#define EXPECT_FILE(j, name, status_, step_, reason_part)                                       \
-  do {                                                                                          \
-    const json* f_ = file_entry((j), (name));                                                   \
-    ASSERT_NE(f_, nullptr) << (name) << " not listed";                                          \
-    EXPECT_EQ(f_->at("status"), (status_)) << (name) << ": " << f_->dump();                     \
-    EXPECT_EQ(f_->at("step"), (step_)) << (name) << ": " << f_->dump();                         \
-    EXPECT_NE(f_->at("reason").get<std::string>().find(reason_part), std::string::npos)         \
-        << (name) << ": " << f_->dump();                                                        \
+#define EXPECT_FILE(j, name, status_, step_, reason_part)                               \
+  do {                                                                                  \
+    const json* f_ = file_entry((j), (name));                                           \
+    ASSERT_NE(f_, nullptr) << (name) << " not listed";                                  \
+    EXPECT_EQ(f_->at("status"), (status_)) << (name) << ": " << f_->dump();             \
+    EXPECT_EQ(f_->at("step"), (step_)) << (name) << ": " << f_->dump();                 \
+    EXPECT_NE(f_->at("reason").get<std::string>().find(reason_part), std::string::npos) \
+        << (name) << ": " << f_->dump();                                                \
   } while (0)
 
 TEST(DynamicBackendsCli, BackendsJsonReportsEveryFileWithProbe) {
   const std::string dir = kMocks + "/cli";
   // Global options after the subcommand, as documented usage writes them.
-  Output o = run_cli("backends --backend-path '" + dir + "' --probe-backends --log-level off --json");
+  Output o =
+      run_cli("backends --backend-path '" + dir + "' --probe-backends --log-level off --json");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   json j = json::parse(o.out);
 
@@ -108,7 +109,8 @@ TEST(DynamicBackendsCli, BackendsJsonWithoutProbeGivesEachFailingStep) {
 }
 
 TEST(DynamicBackendsCli, NoBackendAtAllFailsWithExitCode1) {
-  Output o = run_cli("--backend-path '" + kMocks + "/empty' --disable-static-backend CpuRef --log-level off "
+  Output o = run_cli("--backend-path '" + kMocks +
+                     "/empty' --disable-static-backend CpuRef --log-level off "
                      "backends --json 2>/dev/null");
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_TRUE(o.out.empty()) << o.out;

@@ -123,14 +123,22 @@ std::string read_file(const fs::path& path, bool* ok) {
 
 std::optional<DType> dtype_from_onnx(int32_t t) {
   switch (t) {
-    case onnx::TensorProto::FLOAT: return DType::kFloat32;
-    case onnx::TensorProto::FLOAT16: return DType::kFloat16;
-    case onnx::TensorProto::INT8: return DType::kInt8;
-    case onnx::TensorProto::UINT8: return DType::kUInt8;
-    case onnx::TensorProto::INT32: return DType::kInt32;
-    case onnx::TensorProto::INT64: return DType::kInt64;
-    case onnx::TensorProto::BOOL: return DType::kBool;
-    default: return std::nullopt;
+    case onnx::TensorProto::FLOAT:
+      return DType::kFloat32;
+    case onnx::TensorProto::FLOAT16:
+      return DType::kFloat16;
+    case onnx::TensorProto::INT8:
+      return DType::kInt8;
+    case onnx::TensorProto::UINT8:
+      return DType::kUInt8;
+    case onnx::TensorProto::INT32:
+      return DType::kInt32;
+    case onnx::TensorProto::INT64:
+      return DType::kInt64;
+    case onnx::TensorProto::BOOL:
+      return DType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -189,11 +197,13 @@ bool tensor_from_proto(const onnx::TensorProto& p, Tensor* out, std::string* err
     case DType::kUInt8:
     case DType::kBool:
       if (static_cast<size_t>(p.int32_data_size()) != n) return fail_count(p.int32_data_size());
-      for (size_t i = 0; i < n; ++i) t.data_as<uint8_t>()[i] = static_cast<uint8_t>(p.int32_data(i));
+      for (size_t i = 0; i < n; ++i)
+        t.data_as<uint8_t>()[i] = static_cast<uint8_t>(p.int32_data(i));
       break;
     case DType::kFloat16:  // bit patterns in int32_data
       if (static_cast<size_t>(p.int32_data_size()) != n) return fail_count(p.int32_data_size());
-      for (size_t i = 0; i < n; ++i) t.data_as<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
+      for (size_t i = 0; i < n; ++i)
+        t.data_as<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
       break;
     default:
       *err = "dtype " + std::string(backplane::dtype_name(*dt));
@@ -231,9 +241,12 @@ float half_to_float(uint16_t h) {
 
 double element_as_double(const Tensor& t, size_t i) {
   switch (t.dtype()) {
-    case DType::kFloat32: return t.data_as<float>()[i];
-    case DType::kFloat16: return half_to_float(t.data_as<uint16_t>()[i]);
-    default: return 0;
+    case DType::kFloat32:
+      return t.data_as<float>()[i];
+    case DType::kFloat16:
+      return half_to_float(t.data_as<uint16_t>()[i]);
+    default:
+      return 0;
   }
 }
 
@@ -294,17 +307,23 @@ std::string compare(const Tensor& got, const Tensor& want) {
   if (bad) {
     auto as_int = [&](const uint8_t* p, size_t i) -> long long {
       switch (want.dtype()) {
-        case DType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
+        case DType::kInt8:
+          return reinterpret_cast<const int8_t*>(p)[i];
         case DType::kUInt8:
-        case DType::kBool: return p[i];
-        case DType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
-        case DType::kInt64: return reinterpret_cast<const int64_t*>(p)[i];
-        default: return 0;
+        case DType::kBool:
+          return p[i];
+        case DType::kInt32:
+          return reinterpret_cast<const int32_t*>(p)[i];
+        case DType::kInt64:
+          return reinterpret_cast<const int64_t*>(p)[i];
+        default:
+          return 0;
       }
     };
-    return std::to_string(bad) + " of " + std::to_string(n) + " elements differ (exact); first at " +
-           "flat index " + std::to_string(first) + ": got " + std::to_string(as_int(pa, first)) +
-           ", expected " + std::to_string(as_int(pb, first));
+    return std::to_string(bad) + " of " + std::to_string(n) +
+           " elements differ (exact); first at " + "flat index " + std::to_string(first) +
+           ": got " + std::to_string(as_int(pa, first)) + ", expected " +
+           std::to_string(as_int(pb, first));
   }
   return "";
 }
@@ -458,13 +477,15 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
   for (const auto& d : sorted_matching(case_dir, "test_data_set_")) {
     DataSet ds{d, {}, {}};
     for (const auto& [prefix, vec] :
-         {std::pair<std::string, std::vector<Tensor>*>{"input_", &ds.inputs}, {"output_", &ds.outputs}}) {
+         {std::pair<std::string, std::vector<Tensor>*>{"input_", &ds.inputs},
+          {"output_", &ds.outputs}}) {
       for (const auto& f : sorted_matching(d, prefix)) {
         onnx::TensorProto tp;
         if (!load_proto(f, &tp, &err)) return {"fail", err};
         Tensor t;
         if (!tensor_from_proto(tp, &t, &err)) {
-          if (!dtype_from_onnx(tp.data_type())) return {"unsupported-dtype", onnx_dtype_name(tp.data_type())};
+          if (!dtype_from_onnx(tp.data_type()))
+            return {"unsupported-dtype", onnx_dtype_name(tp.data_type())};
           return {"fail", f.string() + ": " + err};
         }
         vec->push_back(t);
@@ -497,7 +518,8 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
     for (size_t j = 0; j < ds.inputs.size(); ++j) {
       const auto& vi = g.input(static_cast<int>(j));
       const auto& tt = vi.type().tensor_type();
-      bool is_static = tt.has_shape() && tt.shape().dim_size() == static_cast<int>(ds.inputs[j].rank());
+      bool is_static =
+          tt.has_shape() && tt.shape().dim_size() == static_cast<int>(ds.inputs[j].rank());
       if (is_static)
         for (const auto& d : tt.shape().dim()) is_static = is_static && d.has_dim_value();
       if (!is_static) mo.input_shapes[vi.name()] = ds.inputs[j].shape();
@@ -523,7 +545,8 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
       // small inputs (rank <= 1, at most 8 elements) bound as initializers
       // holding this data set's values; the outputs are still compared in
       // full. If that load fails too, the original error is the failure.
-      if (st.code() != StatusCode::kInvalidArgument) return {"fail", where + "load: " + st.to_string()};
+      if (st.code() != StatusCode::kInvalidArgument)
+        return {"fail", where + "load: " + st.to_string()};
       auto retried = load_with_bound_inputs(**rt, mp, ds.inputs, mo, opt.scratch, &bound);
       if (!retried.ok() && retried.status().code() == StatusCode::kUnsupported) {
         std::set<std::string> ops;
@@ -534,7 +557,9 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
       if (!retried.ok()) {
         std::string detail = where + "load: " + st.to_string();
         if (!bound.empty())
-          detail += " [retried with small inputs bound as constants: " + retried.status().to_string() + "]";
+          detail +=
+              " [retried with small inputs bound as constants: " + retried.status().to_string() +
+              "]";
         return {"fail", detail};
       }
       model = std::move(retried);
@@ -554,7 +579,8 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
     for (size_t j = 0; j < ds.outputs.size(); ++j) {
       const std::string& name = g.output(static_cast<int>(j)).name();
       auto got = (*session)->get_output(name);
-      if (!got.ok()) return {"fail", where + "get_output '" + name + "': " + got.status().to_string()};
+      if (!got.ok())
+        return {"fail", where + "get_output '" + name + "': " + got.status().to_string()};
       std::string diff = compare(*got, ds.outputs[j]);
       if (!diff.empty()) return {"fail", where + "output '" + name + "': " + diff};
     }
@@ -602,8 +628,8 @@ Outcome run_case_isolated(const fs::path& case_dir, const Options& opt) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     return {"fail", sig == SIGALRM ? "timeout after " + std::to_string(kCaseTimeoutSeconds) + " s"
-                                   : std::string("crashed with signal ") + std::to_string(sig) + " (" +
-                                         strsignal(sig) + ")"};
+                                   : std::string("crashed with signal ") + std::to_string(sig) +
+                                         " (" + strsignal(sig) + ")"};
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return {"fail", "child exited with status " + std::to_string(WEXITSTATUS(status))};
@@ -620,8 +646,9 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 }
 
 int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0
-            << " DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR] [--verbose] [--no-fork]\n";
+  std::cerr
+      << "usage: " << argv0
+      << " DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR] [--verbose] [--no-fork]\n";
   return 2;
 }
 
@@ -655,7 +682,8 @@ int main(int argc, char** argv) {
   if (opt.dir.empty()) return usage(argv[0]);
   ScratchDir scratch;
   if (scratch.path.empty()) {
-    std::cerr << "error: cannot create a scratch directory in " << fs::temp_directory_path() << "\n";
+    std::cerr << "error: cannot create a scratch directory in " << fs::temp_directory_path()
+              << "\n";
     return 1;
   }
   opt.scratch = scratch.path;
@@ -666,7 +694,8 @@ int main(int argc, char** argv) {
     if (!fs::is_directory(d)) continue;
     for (const auto& e : fs::directory_iterator(d)) {
       if (!fs::exists(e.path() / "model.onnx")) continue;
-      if (!opt.filter.empty() && e.path().filename().string().find(opt.filter) == std::string::npos) continue;
+      if (!opt.filter.empty() && e.path().filename().string().find(opt.filter) == std::string::npos)
+        continue;
       cases.push_back(e.path());
     }
   }
@@ -686,12 +715,13 @@ int main(int argc, char** argv) {
       ++passed;
       if (o.kind == "pass-bound") ++passed_bound;
       if (opt.verbose)
-        std::cout << "pass        " << name << (o.kind == "pass-bound" ? " (small inputs bound as constants)" : "")
-                  << "\n";
+        std::cout << "pass        " << name
+                  << (o.kind == "pass-bound" ? " (small inputs bound as constants)" : "") << "\n";
     } else if (o.kind == "unsupported-op" || o.kind == "unsupported-opset") {
       ++unsupported;
       ++unsupported_ops[o.detail];
-      if (opt.verbose) std::cout << "unsupported " << name << ": " << o.detail << ": " << o.message << "\n";
+      if (opt.verbose)
+        std::cout << "unsupported " << name << ": " << o.detail << ": " << o.message << "\n";
     } else if (o.kind == "unsupported-dtype") {
       ++unsupported;
       ++unsupported_dtypes[o.detail];
@@ -702,17 +732,18 @@ int main(int argc, char** argv) {
     }
     std::cout.flush();
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<std::string> ops, dtypes;
   for (const auto& [k, n] : unsupported_ops) ops.push_back(k);
-  for (const auto& [k, n] : unsupported_dtypes) dtypes.push_back(k + " (" + std::to_string(n) + ")");
+  for (const auto& [k, n] : unsupported_dtypes)
+    dtypes.push_back(k + " (" + std::to_string(n) + ")");
   std::cout << "backends: " << join(opt.backends, ",") << "; " << cases.size() << " cases in "
             << static_cast<int>(secs) << " s\n";
   if (passed_bound)
-    std::cout << "of the passes, " << passed_bound
-              << " ran with small shape-determining inputs bound as constants (static-shape runtime)\n";
+    std::cout
+        << "of the passes, " << passed_bound
+        << " ran with small shape-determining inputs bound as constants (static-shape runtime)\n";
   if (!dtypes.empty()) std::cout << "unsupported dtypes/types: " << join(dtypes, ", ") << "\n";
   std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << unsupported
             << " unsupported (ops: " << join(ops, ", ") << ")\n";

@@ -43,7 +43,8 @@ RunResult run_cnn(Runtime& rt, const std::string& model_path) {
   EXPECT_TRUE(session.ok()) << session.status().message();
   if (!session.ok()) return r;
   Tensor x(DType::kFloat32, {1, 3, 8, 8});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::sin(0.37f * static_cast<float>(i));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data_as<float>()[i] = std::sin(0.37f * static_cast<float>(i));
   EXPECT_TRUE((*session)->set_input("x", x).ok());
   Status s = (*session)->run();
   EXPECT_TRUE(s.ok()) << s.message();

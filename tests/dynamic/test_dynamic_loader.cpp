@@ -5,10 +5,10 @@
 // RuntimeOptions::backend_path (or BACKPLANE_BACKEND_PATHS) at exactly the
 // files it needs. Tests named SeedNN_* are the twelve unit tests of the Arm NN
 // dynamic-backend design's "Test Strategy", in its order.
+#include "core/tensor_data_map.hpp"
 #include "ir/graph.hpp"
 #include "partition/graph_view.hpp"
 #include "registry/dynamic_loader.hpp"
-#include "core/tensor_data_map.hpp"
 #include "registry/registry.hpp"
 #include "support/mock_testing.hpp"
 
@@ -51,16 +51,12 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
+    if (value != nullptr) ::setenv(name, value, 1);
+    else ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
+    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
+    else ::unsetenv(name_.c_str());
   }
 
  private:
@@ -72,7 +68,8 @@ using bt::dynamic_only;
 using bt::with_dir;
 
 // The report of the file named `name` (file name, not path); nullptr if none.
-const BackendFileReport* report_for(const std::vector<BackendFileReport>& files, const std::string& name) {
+const BackendFileReport* report_for(const std::vector<BackendFileReport>& files,
+                                    const std::string& name) {
   for (const BackendFileReport& f : files)
     if (fs::path(f.path).filename() == name) return &f;
   return nullptr;
@@ -96,22 +93,23 @@ std::shared_ptr<Runtime> make_runtime(const RuntimeOptions& o) {
   return rt.ok() ? *rt : nullptr;
 }
 
-#define EXPECT_HAS(haystack, needle)                                                     \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                      \
+#define EXPECT_HAS(haystack, needle)                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
       << "'" << (haystack) << "' lacks '" << (needle) << "'"
 
-#define EXPECT_REPORT(files, name, fate_, step_, reason_part)                            \
-  do {                                                                                   \
-    const std::vector<BackendFileReport> files_ = (files); /* may be a temporary */       \
-    const BackendFileReport* r_ = report_for(files_, (name));                            \
-    ASSERT_NE(r_, nullptr) << (name) << " is not in the file reports";                   \
-    EXPECT_EQ(r_->fate, (fate_)) << (name) << ": " << r_->step << ": " << r_->reason;    \
-    EXPECT_EQ(r_->step, (step_)) << (name) << ": " << r_->reason;                        \
-    EXPECT_HAS(r_->reason, (reason_part));                                               \
+#define EXPECT_REPORT(files, name, fate_, step_, reason_part)                         \
+  do {                                                                                \
+    const std::vector<BackendFileReport> files_ = (files); /* may be a temporary */   \
+    const BackendFileReport* r_ = report_for(files_, (name));                         \
+    ASSERT_NE(r_, nullptr) << (name) << " is not in the file reports";                \
+    EXPECT_EQ(r_->fate, (fate_)) << (name) << ": " << r_->step << ": " << r_->reason; \
+    EXPECT_EQ(r_->step, (step_)) << (name) << ": " << r_->reason;                     \
+    EXPECT_HAS(r_->reason, (reason_part));                                            \
   } while (0)
 
 // Copies a file into `dir` as `name` with `mode`; returns the new path.
-std::string copy_as(const std::string& from, const std::string& dir, const std::string& name, mode_t mode) {
+std::string copy_as(const std::string& from, const std::string& dir, const std::string& name,
+                    mode_t mode) {
   std::string to = dir + "/" + name;
   fs::copy_file(from, to, fs::copy_options::overwrite_existing);
   EXPECT_EQ(::chmod(to.c_str(), mode), 0);
@@ -174,7 +172,8 @@ TEST_F(DynamicBackends, Seed02_InvalidSharedObjectsAreNotLoaded) {
   EXPECT_EQ(report_for(files, "Mock_MockA.so"), nullptr);
   EXPECT_EQ(report_for(files, "Mock_MockA_backend_v1.2.so"), nullptr);
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("invalid_files", "Mock_MockA.so"))));
-  EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("invalid_files", "Mock_MockA_backend_v1.2.so"))));
+  EXPECT_FALSE(
+      bt::mapped_in_this_process(canon(mock_file("invalid_files", "Mock_MockA_backend_v1.2.so"))));
   // The text file's reason is the loader's ("invalid ELF header", "file too short", ...).
   EXPECT_FALSE(report_for(files, "Mock_Text_backend.so")->reason.empty());
 }
@@ -189,8 +188,10 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_MissingEntryPoints) {
   EXPECT_REPORT(files, "Mock_NoVersion_backend.so", Fate::kRejected, "symbols", "GetVersion");
   EXPECT_REPORT(files, "Mock_NoFactory_backend.so", Fate::kRejected, "symbols", "BackendFactory");
   // Each names only what it lacks.
-  EXPECT_EQ(report_for(files, "Mock_NoId_backend.so")->reason.find("BackendFactory"), std::string::npos);
-  for (const BackendFileReport& f : files) EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
+  EXPECT_EQ(report_for(files, "Mock_NoId_backend.so")->reason.find("BackendFactory"),
+            std::string::npos);
+  for (const BackendFileReport& f : files)
+    EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
 
 TEST_F(DynamicBackends, Seed03_InvalidBackend_BadFactory) {
@@ -201,7 +202,8 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_BadFactory) {
   ASSERT_EQ(files.size(), 2u);
   EXPECT_REPORT(files, "Mock_NullFactory_backend.so", Fate::kRejected, "factory", "NULL");
   EXPECT_REPORT(files, "Mock_ThrowFactory_backend.so", Fate::kRejected, "factory", "threw");
-  for (const BackendFileReport& f : files) EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
+  for (const BackendFileReport& f : files)
+    EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
 
 TEST_F(DynamicBackends, Seed03_InvalidBackend_BadId) {
@@ -215,7 +217,8 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_BadId) {
   EXPECT_REPORT(files, "Mock_NullId_backend.so", Fate::kRejected, "id", "empty backend id");
   EXPECT_REPORT(files, "Mock_BadId_backend.so", Fate::kRejected, "id", "'Bad.Id'");
   EXPECT_EQ(backend_named(*rt, "Bad.Id"), std::nullopt);
-  for (const BackendFileReport& f : files) EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
+  for (const BackendFileReport& f : files)
+    EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
 
 TEST_F(DynamicBackends, Seed03_InvalidBackend_BadTableOrRefusedCreate) {
@@ -224,10 +227,12 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_BadTableOrRefusedCreate) {
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 3u);
-  EXPECT_REPORT(files, "Mock_Refuse_backend.so", Fate::kRejected, "create", "mock refuses: no device here");
+  EXPECT_REPORT(files, "Mock_Refuse_backend.so", Fate::kRejected, "create",
+                "mock refuses: no device here");
   EXPECT_REPORT(files, "Mock_NullSlot_backend.so", Fate::kRejected, "table", "query_support");
   EXPECT_REPORT(files, "Mock_SmallTable_backend.so", Fate::kRejected, "table", "struct_size");
-  for (const BackendFileReport& f : files) EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
+  for (const BackendFileReport& f : files)
+    EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
 
 TEST_F(DynamicBackends, Seed03_RefusedCreateDoesNotLeakAnInstanceItHandedOut) {
@@ -238,7 +243,8 @@ TEST_F(DynamicBackends, Seed03_RefusedCreateDoesNotLeakAnInstanceItHandedOut) {
   auto rt = make_runtime(with_dir(mock_dir("refuse_instance")));
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
-  EXPECT_REPORT(rt->backend_files(), "Mock_RefuseLeak_backend.so", Fate::kRejected, "create", "mock refuses");
+  EXPECT_REPORT(rt->backend_files(), "Mock_RefuseLeak_backend.so", Fate::kRejected, "create",
+                "mock refuses");
   bt::MockCounters c = bt::mock_counters(file).counters;
   EXPECT_EQ(c.create, 1);
   EXPECT_EQ(c.destroy, 1);
@@ -254,9 +260,11 @@ TEST_F(DynamicBackends, Seed04_UnsupportedVersionIsNotLoaded) {
   ASSERT_EQ(files.size(), 3u);
   const std::string runtime_minor_plus_1 =
       std::to_string(BP_API_VERSION_MAJOR) + "." + std::to_string(BP_API_VERSION_MINOR + 1);
-  EXPECT_REPORT(files, "Mock_MajorUp_backend.so", Fate::kRejected, "version", "built for backend API 2.0");
+  EXPECT_REPORT(files, "Mock_MajorUp_backend.so", Fate::kRejected, "version",
+                "built for backend API 2.0");
   EXPECT_REPORT(files, "Mock_MinorUp_backend.so", Fate::kRejected, "version", runtime_minor_plus_1);
-  EXPECT_REPORT(files, "Mock_MajorDown_backend.so", Fate::kRejected, "version", "built for backend API 0.9");
+  EXPECT_REPORT(files, "Mock_MajorDown_backend.so", Fate::kRejected, "version",
+                "built for backend API 0.9");
   EXPECT_EQ(report_for(files, "Mock_MajorUp_backend.so")->api_version, "2.0");
   EXPECT_EQ(report_for(files, "Mock_MinorUp_backend.so")->api_version, runtime_minor_plus_1);
   EXPECT_EQ(report_for(files, "Mock_MajorDown_backend.so")->api_version, "0.9");
@@ -272,7 +280,8 @@ TEST_F(DynamicBackends, Seed05_LoadMultipleDifferentBackends) {
   for (const BackendFileReport& f : rt->backend_files()) EXPECT_EQ(f.fate, Fate::kLoaded) << f.path;
 
   // And from two directories of the search path at once.
-  const std::string list = mock_dir("valid") + ":" + mock_dir("bad_version") + ":" + mock_dir("two");
+  const std::string list =
+      mock_dir("valid") + ":" + mock_dir("bad_version") + ":" + mock_dir("two");
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
   o.log_level = LogLevel::kOff;
@@ -280,7 +289,8 @@ TEST_F(DynamicBackends, Seed05_LoadMultipleDifferentBackends) {
   auto rt2 = make_runtime(o);
   ASSERT_NE(rt2, nullptr);
   EXPECT_EQ(ids_of(*rt2), (std::vector<std::string>{"MockA", "MockB"}));
-  EXPECT_EQ(backend_named(*rt2, "MockA")->source, canon(mock_file("valid", "Mock_MockA_backend.so")));
+  EXPECT_EQ(backend_named(*rt2, "MockA")->source,
+            canon(mock_file("valid", "Mock_MockA_backend.so")));
 }
 
 TEST_F(DynamicBackends, Seed06_BackendWithIdAlreadyLoadedIsNotLoaded) {
@@ -290,7 +300,8 @@ TEST_F(DynamicBackends, Seed06_BackendWithIdAlreadyLoadedIsNotLoaded) {
     ASSERT_NE(rt, nullptr);
     EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
     EXPECT_EQ(backend_named(*rt, "CpuRef")->source, "static");
-    EXPECT_REPORT(rt->backend_files(), "Mock_CpuRef_backend.so", Fate::kRejected, "register", "statically linked");
+    EXPECT_REPORT(rt->backend_files(), "Mock_CpuRef_backend.so", Fate::kRejected, "register",
+                  "statically linked");
   }
   // Two directories provide MockA: the first directory's wins.
   {
@@ -317,7 +328,8 @@ TEST_F(DynamicBackends, Seed06_BackendWithIdAlreadyLoadedIsNotLoaded) {
     ASSERT_NE(rt, nullptr);
     EXPECT_EQ(backend_named(*rt, "MockA")->description, "first");
     EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kLoaded, "", "");
-    EXPECT_REPORT(rt->backend_files(), "Mock_Other_backend.so", Fate::kSuperseded, "register", "same id 'MockA'");
+    EXPECT_REPORT(rt->backend_files(), "Mock_Other_backend.so", Fate::kSuperseded, "register",
+                  "same id 'MockA'");
   }
 }
 
@@ -345,7 +357,8 @@ TEST_F(DynamicBackends, Seed07_SameSharedObjectLoadsOncePerRuntime) {
   EXPECT_EQ(bt::mock_counters(real).counters.create, 1);
 
   // The same file reached from two search directories (a link in another one).
-  fs::create_symlink(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("Mock_Link_backend.so"));
+  fs::create_symlink(mock_file("valid", "Mock_MockA_backend.so"),
+                     tmp_.file("Mock_Link_backend.so"));
   const std::string list = mock_dir("valid") + ":" + tmp_.path();
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
@@ -353,8 +366,10 @@ TEST_F(DynamicBackends, Seed07_SameSharedObjectLoadsOncePerRuntime) {
   auto rt2 = make_runtime(o);
   ASSERT_NE(rt2, nullptr);
   EXPECT_REPORT(rt2->backend_files(), "Mock_MockA_backend.so", Fate::kLoaded, "", "");
-  EXPECT_REPORT(rt2->backend_files(), "Mock_Link_backend.so", Fate::kSuperseded, "path", "same file");
-  EXPECT_EQ(bt::mock_counters(canon(mock_file("valid", "Mock_MockA_backend.so"))).counters.create, 1);
+  EXPECT_REPORT(rt2->backend_files(), "Mock_Link_backend.so", Fate::kSuperseded, "path",
+                "same file");
+  EXPECT_EQ(bt::mock_counters(canon(mock_file("valid", "Mock_MockA_backend.so"))).counters.create,
+            1);
 }
 
 TEST_F(DynamicBackends, Seed08_LoadedBackendsAreUnloadedWhenRuntimeIsDestroyed) {
@@ -452,13 +467,15 @@ TEST_F(DynamicBackends, Seed09_AllMethodsOfLoadedBackendCanBeExecuted) {
   const int64_t shape[1] = {4};
   bp_tensor_t tin{sizeof(bp_tensor_t), BP_DTYPE_FLOAT32, 1, shape, in, sizeof in, 0};
   bp_tensor_t tout{sizeof(bp_tensor_t), BP_DTYPE_FLOAT32, 1, shape, out, sizeof out, 0};
-  Status s = backend.check(backend.api()->execute_node(backend.instance(), view->get(), 0, 1, &tin, 1, &tout),
-                           "execute_node");
+  Status s = backend.check(
+      backend.api()->execute_node(backend.instance(), view->get(), 0, 1, &tin, 1, &tout),
+      "execute_node");
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{0.0f, 2.0f, 0.0f, 4.0f}));
   // A backend error comes back as a status with the backend's message.
-  Status bad = backend.check(backend.api()->execute_node(backend.instance(), view->get(), 7, 1, &tin, 1, &tout),
-                             "execute_node");
+  Status bad = backend.check(
+      backend.api()->execute_node(backend.instance(), view->get(), 7, 1, &tin, 1, &tout),
+      "execute_node");
   EXPECT_FALSE(bad.ok());
   EXPECT_HAS(bad.message(), "mock runs float32 Relu only");
   EXPECT_HAS(bad.message(), "backend 'MockA'");
@@ -516,7 +533,8 @@ TEST_F(DynamicBackends, Seed12_UtilityFunctions) {
   EXPECT_TRUE(dbu::split_paths(":::").empty());
   // compiled_in_paths: the CMake default includes this build's module folder.
   auto compiled = dbu::compiled_in_paths();
-  EXPECT_NE(std::find(compiled.begin(), compiled.end(), std::string(BACKPLANE_BINARY_DIR) + "/lib/backplane/backends"),
+  EXPECT_NE(std::find(compiled.begin(), compiled.end(),
+                      std::string(BACKPLANE_BINARY_DIR) + "/lib/backplane/backends"),
             compiled.end());
   // valid_backend_id
   EXPECT_TRUE(dbu::valid_backend_id("CpuRef"));
@@ -646,7 +664,8 @@ const NameRow kNameRows[] = {
 
 std::string row_name(const ::testing::TestParamInfo<NameRow>& info) {
   std::string s = std::to_string(info.index) + "_";
-  for (const char* p = info.param.file; *p; ++p) s += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  for (const char* p = info.param.file; *p; ++p)
+    s += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
   return s;
 }
 
@@ -654,7 +673,8 @@ INSTANTIATE_TEST_SUITE_P(SeedRows, NamingTable, ::testing::ValuesIn(kNameRows), 
 
 // The table's symlink and pathA/pathB rows, with real files.
 TEST_F(DynamicBackends, NamingTableOnDisk_SymlinkRows) {
-  const std::string real = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.path(), "Arm_CpuAcc_backend.so", 0755);
+  const std::string real = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.path(),
+                                   "Arm_CpuAcc_backend.so", 0755);
   fs::create_symlink("Arm_CpuAcc_backend.so", tmp_.file("Arm_CpuAcc_backend.so.1"));
   fs::create_symlink("Arm_CpuAcc_backend.so.1", tmp_.file("Arm_CpuAcc_backend.so.1.2"));
   fs::create_symlink("Arm_CpuAcc_backend.so.1.2", tmp_.file("Arm_CpuAcc_backend.so.1.2.3"));
@@ -664,12 +684,14 @@ TEST_F(DynamicBackends, NamingTableOnDisk_SymlinkRows) {
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 5u);
   EXPECT_REPORT(files, "Arm_CpuAcc_backend.so", Fate::kLoaded, "", "");
-  for (const char* link : {"Arm_CpuAcc_backend.so.1", "Arm_CpuAcc_backend.so.1.2", "Arm_CpuAcc_backend.so.1.2.3"}) {
+  for (const char* link :
+       {"Arm_CpuAcc_backend.so.1", "Arm_CpuAcc_backend.so.1.2", "Arm_CpuAcc_backend.so.1.2.3"}) {
     EXPECT_REPORT(files, link, Fate::kSuperseded, "path", "same file");
     EXPECT_EQ(report_for(files, link)->canonical_path, canon(real)) << link;
   }
   EXPECT_EQ(report_for(files, "Arm_CpuAcc_backend.so.1.2.3")->file_version, "1.2.3");
-  EXPECT_REPORT(files, "Arm_no_backend.so", Fate::kRejected, "path", "symlink resolves to a non-existent file");
+  EXPECT_REPORT(files, "Arm_no_backend.so", Fate::kRejected, "path",
+                "symlink resolves to a non-existent file");
   EXPECT_EQ(report_for(files, "Arm_no_backend.so")->canonical_path, "");
 }
 
@@ -678,8 +700,10 @@ TEST_F(DynamicBackends, NamingTableOnDisk_SameNameInTwoPaths) {
   fs::create_directory(tmp_.file("pathB"));
   ::chmod(tmp_.file("pathA").c_str(), 0755);
   ::chmod(tmp_.file("pathB").c_str(), 0755);
-  const std::string a = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathA"), "Arm_GpuAcc_backend.so", 0755);
-  const std::string b = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathB"), "Arm_GpuAcc_backend.so", 0755);
+  const std::string a = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathA"),
+                                "Arm_GpuAcc_backend.so", 0755);
+  const std::string b = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathB"),
+                                "Arm_GpuAcc_backend.so", 0755);
   const std::string list = tmp_.file("pathA") + ":" + tmp_.file("pathB");
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
@@ -719,7 +743,8 @@ TEST_F(DynamicBackends, SearchPaths_EnvironmentOverridesCompiledIn) {
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
   o.log_level = LogLevel::kOff;
-  EXPECT_EQ(dbu::search_paths(o, nullptr), (std::vector<std::string>{mock_dir("two"), mock_dir("bad_id")}));
+  EXPECT_EQ(dbu::search_paths(o, nullptr),
+            (std::vector<std::string>{mock_dir("two"), mock_dir("bad_id")}));
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA", "MockB"}));
@@ -734,7 +759,8 @@ TEST_F(DynamicBackends, SearchPaths_CompiledInIsTheDefault) {
   o.log_level = LogLevel::kOff;
   std::vector<std::string> expected;
   for (const std::string& p : dbu::compiled_in_paths())
-    if (p[0] == '/' && fs::is_directory(p) && std::find(expected.begin(), expected.end(), p) == expected.end())
+    if (p[0] == '/' && fs::is_directory(p) &&
+        std::find(expected.begin(), expected.end(), p) == expected.end())
       expected.push_back(p);
   EXPECT_EQ(dbu::search_paths(o, nullptr), expected);
   // This build's module folder holds Backplane_CpuRef_backend.so: found, and
@@ -742,7 +768,8 @@ TEST_F(DynamicBackends, SearchPaths_CompiledInIsTheDefault) {
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(backend_named(*rt, "CpuRef")->source, "static");
-  EXPECT_REPORT(rt->backend_files(), "Backplane_CpuRef_backend.so", Fate::kRejected, "register", "CpuRef");
+  EXPECT_REPORT(rt->backend_files(), "Backplane_CpuRef_backend.so", Fate::kRejected, "register",
+                "CpuRef");
 }
 
 TEST_F(DynamicBackends, SearchPaths_EmptyOrDisabledMeansNoDynamicBackends) {
@@ -775,8 +802,9 @@ TEST_F(DynamicBackends, SearchPaths_EmptyOrDisabledMeansNoDynamicBackends) {
 
 TEST_F(DynamicBackends, SearchPaths_RelativeMissingAndNonDirectoriesAreSkippedAndReported) {
   std::ofstream(tmp_.file("plain_file")) << "x";
-  const std::string list = std::string("relative/dir:") + tmp_.file("missing") + ":" + tmp_.file("plain_file") + ":" +
-                           mock_dir("valid") + ":" + mock_dir("valid");
+  const std::string list = std::string("relative/dir:") + tmp_.file("missing") + ":" +
+                           tmp_.file("plain_file") + ":" + mock_dir("valid") + ":" +
+                           mock_dir("valid");
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
   o.log_level = LogLevel::kOff;
@@ -807,20 +835,22 @@ TEST_F(DynamicBackends, SearchPaths_RelativeMissingAndNonDirectoriesAreSkippedAn
 // ---------------------------------------------------------------------------
 
 TEST_F(DynamicBackends, Trust_WritableFileRefusedUnlessAllowed) {
-  const std::string file =
-      copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.path(), "Mock_MockA_backend.so", 0666);
+  const std::string file = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.path(),
+                                   "Mock_MockA_backend.so", 0666);
   {
     auto rt = make_runtime(with_dir(tmp_.path()));
     ASSERT_NE(rt, nullptr);
     EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
-    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust", "writable by every user");
+    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust",
+                  "writable by every user");
     EXPECT_FALSE(bt::mapped_in_this_process(canon(file)));
   }
   ASSERT_EQ(::chmod(file.c_str(), 0775), 0);
   {
     auto rt = make_runtime(with_dir(tmp_.path()));
     ASSERT_NE(rt, nullptr);
-    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust", "writable by its group");
+    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust",
+                  "writable by its group");
   }
   {
     RuntimeOptions o = with_dir(tmp_.path());
@@ -837,7 +867,8 @@ TEST_F(DynamicBackends, Trust_WritableFileRefusedUnlessAllowed) {
 
 TEST_F(DynamicBackends, Trust_WritableDirectoryRefusedUnlessAllowed) {
   fs::create_directory(tmp_.file("open"));
-  copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("open"), "Mock_MockA_backend.so", 0755);
+  copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("open"), "Mock_MockA_backend.so",
+          0755);
   ASSERT_EQ(::chmod(tmp_.file("open").c_str(), 0777), 0);
   {
     auto rt = make_runtime(with_dir(tmp_.file("open")));
@@ -893,7 +924,8 @@ TEST_F(DynamicBackends, Trust_DigestAllowList) {
     auto rt = make_runtime(o);
     ASSERT_NE(rt, nullptr);
     EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockB"}));
-    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust", "trusted_backend_digests");
+    EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust",
+                  "trusted_backend_digests");
   }
 }
 
@@ -928,23 +960,29 @@ TEST_F(DynamicBackends, Probe_HangingBackendTimesOut) {
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
-  EXPECT_REPORT(rt->backend_files(), "Mock_Hang_backend.so", Fate::kRejected, "probe", "timed out after 1000 ms");
+  EXPECT_REPORT(rt->backend_files(), "Mock_Hang_backend.so", Fate::kRejected, "probe",
+                "timed out after 1000 ms");
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("hang", "Mock_Hang_backend.so"))));
 }
 
 TEST_F(DynamicBackends, Probe_DirectCalls) {
   EXPECT_TRUE(dbu::probe_in_child(canon(mock_file("valid", "Mock_MockA_backend.so")), 5000).ok());
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("valid", "Mock_MockA_backend.so"))));
-  Status text = dbu::probe_in_child(canon(mock_file("invalid_files", "Mock_Text_backend.so")), 5000);
+  Status text =
+      dbu::probe_in_child(canon(mock_file("invalid_files", "Mock_Text_backend.so")), 5000);
   EXPECT_FALSE(text.ok());
   EXPECT_HAS(text.message(), "dlopen");
-  Status missing = dbu::probe_in_child(canon(mock_file("missing_symbols", "Mock_NoFactory_backend.so")), 5000);
+  Status missing =
+      dbu::probe_in_child(canon(mock_file("missing_symbols", "Mock_NoFactory_backend.so")), 5000);
   EXPECT_HAS(missing.message(), "missing entry point");
-  Status version = dbu::probe_in_child(canon(mock_file("bad_version", "Mock_MajorUp_backend.so")), 5000);
+  Status version =
+      dbu::probe_in_child(canon(mock_file("bad_version", "Mock_MajorUp_backend.so")), 5000);
   EXPECT_HAS(version.message(), "incompatible version");
-  Status refused = dbu::probe_in_child(canon(mock_file("bad_table", "Mock_Refuse_backend.so")), 5000);
+  Status refused =
+      dbu::probe_in_child(canon(mock_file("bad_table", "Mock_Refuse_backend.so")), 5000);
   EXPECT_HAS(refused.message(), "mock refuses");
-  Status crashed = dbu::probe_in_child(canon(mock_file("crash", "Mock_CrashCreate_backend.so")), 5000);
+  Status crashed =
+      dbu::probe_in_child(canon(mock_file("crash", "Mock_CrashCreate_backend.so")), 5000);
   EXPECT_HAS(crashed.message(), "killed by signal 11");
 }
 
@@ -959,11 +997,15 @@ TEST_F(DynamicBackends, Superseded_HighestFileVersionWins) {
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 3u);
   EXPECT_REPORT(files, "Mock_MockV_backend.so.10.0", Fate::kLoaded, "", "");
-  EXPECT_REPORT(files, "Mock_MockV_backend.so.2.0", Fate::kSuperseded, "register", "Mock_MockV_backend.so.10.0");
-  EXPECT_REPORT(files, "Mock_MockV_backend.so.1.0", Fate::kSuperseded, "register", "Mock_MockV_backend.so.10.0");
+  EXPECT_REPORT(files, "Mock_MockV_backend.so.2.0", Fate::kSuperseded, "register",
+                "Mock_MockV_backend.so.10.0");
+  EXPECT_REPORT(files, "Mock_MockV_backend.so.1.0", Fate::kSuperseded, "register",
+                "Mock_MockV_backend.so.10.0");
   EXPECT_EQ(report_for(files, "Mock_MockV_backend.so.2.0")->file_version, "2.0");
-  EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("versions", "Mock_MockV_backend.so.2.0"))));
-  EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("versions", "Mock_MockV_backend.so.1.0"))));
+  EXPECT_FALSE(
+      bt::mapped_in_this_process(canon(mock_file("versions", "Mock_MockV_backend.so.2.0"))));
+  EXPECT_FALSE(
+      bt::mapped_in_this_process(canon(mock_file("versions", "Mock_MockV_backend.so.1.0"))));
 }
 
 TEST_F(DynamicBackends, Superseded_VersionWiderThanIntegers) {
@@ -1001,7 +1043,8 @@ TEST_F(DynamicBackends, StaticIdIsNeverReplaced_UnlessTheStaticOneIsDisabled) {
     auto d = backend_named(*rt, "CpuRef");
     EXPECT_EQ(d->source, "static");
     EXPECT_NE(d->description, "impostor");
-    EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("cpuref_id", "Mock_CpuRef_backend.so"))));
+    EXPECT_FALSE(
+        bt::mapped_in_this_process(canon(mock_file("cpuref_id", "Mock_CpuRef_backend.so"))));
   }
   auto rt = make_runtime(dynamic_only(mock_dir("cpuref_id")));
   ASSERT_NE(rt, nullptr);

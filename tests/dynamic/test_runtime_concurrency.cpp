@@ -45,7 +45,8 @@ TEST(RuntimeConcurrency, EightThreadsLoadCreateSessionsAndRunOnOneRuntime) {
   ASSERT_NE(rt, nullptr);
 
   Tensor x(DType::kFloat32, {1, 3, 8, 8});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 8.0f - 1.0f;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 8.0f - 1.0f;
   const std::map<std::string, Tensor> inputs = {{"x", x}};
   ModelOptions cpu_only;
   cpu_only.backends = {"CpuRef"};
@@ -95,9 +96,11 @@ TEST(RuntimeConcurrency, EightThreadsLoadCreateSessionsAndRunOnOneRuntime) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(runs.load(), kThreads * kLoads * kSessions * kRuns);
   // The work really reached MockAcc, on one instance, from every thread.
-  EXPECT_GE(mockacc_counter("compiles") - compiles_before, static_cast<uint64_t>(kThreads * kLoads));
+  EXPECT_GE(mockacc_counter("compiles") - compiles_before,
+            static_cast<uint64_t>(kThreads * kLoads));
   EXPECT_GT(mockacc_counter("copies_to_device"), 0u);
-  EXPECT_EQ(mockacc_counter("overlaps") - overlaps_before, 0u) << "the host let calls on one backend instance overlap";
+  EXPECT_EQ(mockacc_counter("overlaps") - overlaps_before, 0u)
+      << "the host let calls on one backend instance overlap";
 }
 
 }  // namespace

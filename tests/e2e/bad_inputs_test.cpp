@@ -45,12 +45,14 @@ void expect_truncations_fail(const std::string& model) {
   ASSERT_GT(bytes.size(), 1000u);
   TempDir tmp;
   const size_t n = bytes.size();
-  for (size_t cut : {size_t{1}, size_t{16}, size_t{100}, n / 4, n / 2, (3 * n) / 4, n - 100, n - 1}) {
+  for (size_t cut :
+       {size_t{1}, size_t{16}, size_t{100}, n / 4, n / 2, (3 * n) / 4, n - 100, n - 1}) {
     const std::string name = model + "_truncated_at_" + std::to_string(cut) + ".onnx";
     const std::string path = tmp.file(name);
     write_bytes(path, bytes.data(), cut);
     Status st = load_error(path);
-    EXPECT_TRUE(contains(st.message(), name)) << "message does not name the file: " << st.to_string();
+    EXPECT_TRUE(contains(st.message(), name))
+        << "message does not name the file: " << st.to_string();
   }
 }
 
@@ -67,7 +69,8 @@ TEST(BadFiles, NotOnnx) {
 TEST(BadFiles, MissingFile) {
   const std::string path = bad("no_such_model.onnx");
   Status st = load_error(path);
-  EXPECT_TRUE(st.code() == StatusCode::kNotFound || st.code() == StatusCode::kIoError) << st.to_string();
+  EXPECT_TRUE(st.code() == StatusCode::kNotFound || st.code() == StatusCode::kIoError)
+      << st.to_string();
   EXPECT_TRUE(contains(st.message(), "no_such_model.onnx")) << st.to_string();
 }
 
@@ -179,7 +182,8 @@ TEST_F(SessionMisuse, WrongInputShape) {
   Status st = session_->set_input("input", wrong);
   EXPECT_FALSE(st.ok());
   EXPECT_TRUE(contains(st.message(), "input")) << st.to_string();
-  EXPECT_TRUE(mentions_shape(st.message(), {1, 3, 16, 16}) || mentions_shape(st.message(), {1, 3, 32, 32}))
+  EXPECT_TRUE(mentions_shape(st.message(), {1, 3, 16, 16}) ||
+              mentions_shape(st.message(), {1, 3, 32, 32}))
       << "message should show the shape: " << st.to_string();
   expect_session_still_works();
 }
@@ -196,7 +200,8 @@ TEST_F(SessionMisuse, WrongInputDtype) {
   Tensor wrong(DType::kInt64, {1, 3, 32, 32});
   Status st = session_->set_input("input", wrong);
   EXPECT_FALSE(st.ok());
-  EXPECT_TRUE(contains(st.message(), "int64") || contains(st.message(), "float32")) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "int64") || contains(st.message(), "float32"))
+      << st.to_string();
   expect_session_still_works();
 }
 

@@ -87,15 +87,20 @@ void run_concurrently(const std::string& name, const std::string& input_name, in
     });
   }
   for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
+  for (int t = 0; t < kThreads; ++t)
+    EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(mismatches.load(), 0) << "of " << kThreads * runs << " concurrent runs";
 }
 
-TEST(Concurrency, TinyCnnEightSessionsBitwiseEqualToSerial) { run_concurrently("tiny_cnn", "input", 100); }
+TEST(Concurrency, TinyCnnEightSessionsBitwiseEqualToSerial) {
+  run_concurrently("tiny_cnn", "input", 100);
+}
 
 // Another op mix (Gather, MatMul, Softmax, Erf, LayerNorm math, int64 input).
-TEST(Concurrency, TransformerEightSessionsBitwiseEqualToSerial) { run_concurrently("transformer", "input_ids", 100); }
+TEST(Concurrency, TransformerEightSessionsBitwiseEqualToSerial) {
+  run_concurrently("transformer", "input_ids", 100);
+}
 
 }  // namespace
 }  // namespace backplane::e2e

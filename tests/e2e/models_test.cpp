@@ -69,7 +69,8 @@ TEST_P(ModelsTest, MatchesPyTorchOnCpuRef) {
   const double scale = max_abs(expected);
   ASSERT_GT(scale, 0.0);
   const double diff = max_abs_diff(*y, expected);
-  EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|y-expected| = " << diff << ", max|expected| = " << scale;
+  EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|y-expected| = " << diff
+                                << ", max|expected| = " << scale;
 
   // A second run of the same session, with the input set by index, gives
   // the same bits, and output(0) is the named output.
@@ -87,7 +88,8 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"resnet18", "input", "output", DType::kFloat32, {1, 3, 224, 224}, {1, 1000}},
         ModelCase{"mobilenet_v2", "input", "output", DType::kFloat32, {1, 3, 224, 224}, {1, 1000}},
         ModelCase{"squeezenet1_1", "input", "output", DType::kFloat32, {1, 3, 224, 224}, {1, 1000}},
-        ModelCase{"transformer", "input_ids", "last_hidden_state", DType::kInt64, {1, 32}, {1, 32, 128}},
+        ModelCase{
+            "transformer", "input_ids", "last_hidden_state", DType::kInt64, {1, 32}, {1, 32, 128}},
         ModelCase{"tiny_cnn", "input", "output", DType::kFloat32, {1, 3, 32, 32}, {1, 10}}),
     case_name);
 

@@ -56,7 +56,8 @@ TEST_P(OneDnnModels, DefaultPreferencePicksCpuOneDnnAndMatchesCpuRef) {
       if (p.backend != "CpuOneDnn")
         for (const std::string& node : p.nodes) {
           bool expected = false;
-          for (const std::string& op : c.fallback_ops) expected = expected || contains(plan, node + " (" + op + ")");
+          for (const std::string& op : c.fallback_ops)
+            expected = expected || contains(plan, node + " (" + op + ")");
           EXPECT_TRUE(expected) << node << " ran on " << p.backend << "\n" << plan;
         }
 
@@ -68,7 +69,8 @@ TEST_P(OneDnnModels, DefaultPreferencePicksCpuOneDnnAndMatchesCpuRef) {
     const double scale = max_abs(want);
     ASSERT_GT(scale, 0.0);
     const double diff = max_abs_diff(y, want);
-    EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
+    EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|onednn-ref| = " << diff
+                                  << ", max|ref| = " << scale;
 
     // And against PyTorch's own output.
     Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");

@@ -87,7 +87,8 @@ void check_partitions(const std::string& path, const Model& model) {
         succ[part[g.values[v].producer]].insert(part[n]);
   // Executed in order: every edge goes from an earlier partition to a later one.
   for (size_t p = 0; p < np; ++p)
-    for (int q : succ[p]) EXPECT_LT(static_cast<int>(p), q) << "partition " << p << " feeds earlier partition " << q;
+    for (int q : succ[p])
+      EXPECT_LT(static_cast<int>(p), q) << "partition " << p << " feeds earlier partition " << q;
   // Connected within each partition.
   for (size_t p = 0; p < np; ++p) {
     std::vector<int> members;
@@ -151,7 +152,9 @@ Expected expected_plan(const std::string& path, const std::set<std::string>& pin
   // Connected components over edges between nodes on the same backend.
   std::vector<int> parent(g.nodes.size());
   std::iota(parent.begin(), parent.end(), 0);
-  std::function<int(int)> find = [&](int x) { return parent[x] == x ? x : parent[x] = find(parent[x]); };
+  std::function<int(int)> find = [&](int x) {
+    return parent[x] == x ? x : parent[x] = find(parent[x]);
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n)
     for (int v : g.nodes[n].inputs)
       if (v >= 0 && g.values[v].producer >= 0 && on_acc[g.values[v].producer] == on_acc[n])
@@ -225,10 +228,12 @@ TEST_P(SplitModels, MockAccPlusCpuRefEqualsCpuRefAlone) {
   EXPECT_EQ(counter("MockAcc", "copies_from_device") - d2h_before, e.copies_from_device);
 
   ASSERT_EQ(got.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) EXPECT_LE(relative_error(got[i], ref[i]), 1e-5) << name << " output " << i;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LE(relative_error(got[i], ref[i]), 1e-5) << name << " output " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SplitModels, ::testing::Values("resnet18", "mobilenet_v2", "transformer"));
+INSTANTIATE_TEST_SUITE_P(Models, SplitModels,
+                         ::testing::Values("resnet18", "mobilenet_v2", "transformer"));
 
 TEST(Overrides, PinningANodeToCpuRefSplitsTheMockAccRegion) {
   const std::string path = kModels + "/resnet18.onnx";
@@ -243,8 +248,11 @@ TEST(Overrides, PinningANodeToCpuRefSplitsTheMockAccRegion) {
   bool after_pool = false;
   for (const auto& p : (*plain)->partitions())
     for (const std::string& n : p.nodes) {
-      if (n.find("MaxPool") != std::string::npos || n.find("maxpool") != std::string::npos) after_pool = true;
-      if (after_pool && pinned.empty() && p.backend == "MockAcc" && n.find("Relu") != std::string::npos) pinned = n;
+      if (n.find("MaxPool") != std::string::npos || n.find("maxpool") != std::string::npos)
+        after_pool = true;
+      if (after_pool && pinned.empty() && p.backend == "MockAcc" &&
+          n.find("Relu") != std::string::npos)
+        pinned = n;
     }
   ASSERT_FALSE(pinned.empty()) << (*plain)->describe_plan(PlanFormat::kText);
 
@@ -261,7 +269,8 @@ TEST(Overrides, PinningANodeToCpuRefSplitsTheMockAccRegion) {
       found = true;
     }
   EXPECT_TRUE(found);
-  EXPECT_NE((*split)->describe_plan(PlanFormat::kText).find(pinned + " (Relu) -> CpuRef [override"), std::string::npos);
+  EXPECT_NE((*split)->describe_plan(PlanFormat::kText).find(pinned + " (Relu) -> CpuRef [override"),
+            std::string::npos);
 
   auto inputs = inputs_for("resnet18", **plain);
   std::vector<Tensor> a = run_once(**plain, inputs), b = run_once(**split, inputs);
@@ -347,7 +356,8 @@ TEST(Errors, UnknownBackendMissingNodeAndRejectingPinnedBackend) {
   o.backends = {"NoSuchAcc", "CpuRef"};
   auto m = rt->load_model(path, o);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("unknown backend 'NoSuchAcc'"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("unknown backend 'NoSuchAcc'"), std::string::npos)
+      << m.status().message();
 
   o.backends = {"MockAcc", "CpuRef"};
   o.overrides["no_such_node"] = "CpuRef";
@@ -363,13 +373,16 @@ TEST(Errors, UnknownBackendMissingNodeAndRejectingPinnedBackend) {
   std::string pool;
   for (const auto& p : (*plain)->partitions())
     for (const auto& n : p.nodes)
-      if (n.find("MaxPool") != std::string::npos || n.find("maxpool") != std::string::npos) pool = n;
+      if (n.find("MaxPool") != std::string::npos || n.find("maxpool") != std::string::npos)
+        pool = n;
   ASSERT_FALSE(pool.empty());
   o.overrides[pool] = "MockAcc";
   m = rt->load_model(path, o);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("pinned to 'MockAcc'"), std::string::npos) << m.status().message();
-  EXPECT_NE(m.status().message().find("Conv, Relu, Add"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("pinned to 'MockAcc'"), std::string::npos)
+      << m.status().message();
+  EXPECT_NE(m.status().message().find("Conv, Relu, Add"), std::string::npos)
+      << m.status().message();
   o.allow_fallback = true;
   m = rt->load_model(path, o);
   EXPECT_TRUE(m.ok()) << m.status().message();

@@ -25,7 +25,9 @@ namespace backplane::e2e {
 
 inline std::string models_dir() { return std::string(BACKPLANE_TEST_DATA) + "/models"; }
 inline std::string bad_models_dir() { return std::string(BACKPLANE_TEST_DATA) + "/bad_models"; }
-inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".onnx"; }
+inline std::string model_path(const std::string& name) {
+  return models_dir() + "/" + name + ".onnx";
+}
 
 // A runtime with only the statically linked backends, so results do not
 // depend on which plugins happen to be installed; or with the dynamic backends
@@ -107,7 +109,8 @@ inline std::vector<Tensor> run_once(Model& model, const std::map<std::string, Te
   EXPECT_TRUE(st.ok()) << st.to_string();
   if (!st.ok()) return {};
   std::vector<Tensor> out;
-  for (size_t i = 0; i < (*session)->num_outputs(); ++i) out.push_back((*session)->output(i).clone());
+  for (size_t i = 0; i < (*session)->num_outputs(); ++i)
+    out.push_back((*session)->output(i).clone());
   return out;
 }
 

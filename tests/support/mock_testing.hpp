@@ -19,9 +19,9 @@ namespace backplane::test {
 
 // Mirrors mock_counters_t of mock_backend.c.
 struct MockCounters {
-  int create, destroy, get_info, configure, query_support, compile, compiled_destroy, context_create,
-      context_destroy, execute, execute_node, before_load_network, after_load_network, before_unload_network,
-      after_unload_network, live_instances;
+  int create, destroy, get_info, configure, query_support, compile, compiled_destroy,
+      context_create, context_destroy, execute, execute_node, before_load_network,
+      after_load_network, before_unload_network, after_unload_network, live_instances;
 };
 
 // The counters of a mock already loaded in this process (RTLD_NOLOAD: never
@@ -51,7 +51,8 @@ inline bool mapped_in_this_process(const std::string& canonical_path) {
   std::string line;
   while (std::getline(maps, line)) {
     size_t slash = line.find('/');
-    if (slash != std::string::npos && line.compare(slash, std::string::npos, canonical_path) == 0) return true;
+    if (slash != std::string::npos && line.compare(slash, std::string::npos, canonical_path) == 0)
+      return true;
   }
   return false;
 }
@@ -84,7 +85,8 @@ inline void expect_relu_runs(Model& model, const Dims& shape) {
   ASSERT_TRUE(s.ok()) << s.message();
   const Tensor& y = (*session)->output(0);
   ASSERT_EQ(y.numel(), x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data_as<float>()[i], in[i] > 0 ? in[i] : 0.0f) << i;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    EXPECT_EQ(y.data_as<float>()[i], in[i] > 0 ? in[i] : 0.0f) << i;
 }
 
 }  // namespace backplane::test

@@ -12,7 +12,8 @@ int64_t element_count(const Dims& dims) {
   return n;
 }
 
-void set_type(onnx::ValueInfoProto* vi, const std::string& name, int elem, std::optional<std::vector<Dim>> dims) {
+void set_type(onnx::ValueInfoProto* vi, const std::string& name, int elem,
+              std::optional<std::vector<Dim>> dims) {
   vi->set_name(name);
   auto* tt = vi->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(elem);
@@ -33,7 +34,8 @@ ModelBuilder::ModelBuilder(int64_t opset, const std::string& graph_name) {
   graph().set_name(graph_name);
 }
 
-ModelBuilder& ModelBuilder::input(const std::string& name, std::optional<std::vector<Dim>> dims, int elem) {
+ModelBuilder& ModelBuilder::input(const std::string& name, std::optional<std::vector<Dim>> dims,
+                                  int elem) {
   if (dims) {
     Dims concrete;
     for (const Dim& d : *dims)
@@ -44,7 +46,8 @@ ModelBuilder& ModelBuilder::input(const std::string& name, std::optional<std::ve
   return *this;
 }
 
-ModelBuilder& ModelBuilder::output(const std::string& name, std::optional<std::vector<Dim>> dims, int elem) {
+ModelBuilder& ModelBuilder::output(const std::string& name, std::optional<std::vector<Dim>> dims,
+                                   int elem) {
   set_type(graph().add_output(), name, elem, std::move(dims));
   return *this;
 }
@@ -54,7 +57,8 @@ ModelBuilder& ModelBuilder::untyped_output(const std::string& name) {
   return *this;
 }
 
-ModelBuilder& ModelBuilder::value_info(const std::string& name, std::optional<std::vector<Dim>> dims, int elem) {
+ModelBuilder& ModelBuilder::value_info(const std::string& name,
+                                       std::optional<std::vector<Dim>> dims, int elem) {
   set_type(graph().add_value_info(), name, elem, std::move(dims));
   return *this;
 }
@@ -69,16 +73,19 @@ onnx::NodeProto& ModelBuilder::node(const std::string& op, const std::vector<std
   return *n;
 }
 
-ModelBuilder& ModelBuilder::init_f32(const std::string& name, const Dims& dims, const std::vector<float>& data) {
+ModelBuilder& ModelBuilder::init_f32(const std::string& name, const Dims& dims,
+                                     const std::vector<float>& data) {
   auto* t = graph().add_initializer();
   t->set_name(name);
   t->set_data_type(onnx::TensorProto::FLOAT);
   for (int64_t d : dims) t->add_dims(d);
-  t->set_raw_data(std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
+  t->set_raw_data(
+      std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
   return *this;
 }
 
-ModelBuilder& ModelBuilder::init_i64(const std::string& name, const Dims& dims, const std::vector<int64_t>& data) {
+ModelBuilder& ModelBuilder::init_i64(const std::string& name, const Dims& dims,
+                                     const std::vector<int64_t>& data) {
   auto* t = graph().add_initializer();
   t->set_name(name);
   t->set_data_type(onnx::TensorProto::INT64);
@@ -91,7 +98,8 @@ ModelBuilder& ModelBuilder::weight(const std::string& name, const Dims& dims, fl
   return init_f32(name, dims, std::vector<float>(static_cast<size_t>(element_count(dims)), value));
 }
 
-ModelBuilder& ModelBuilder::random_weight(const std::string& name, const Dims& dims, float lo, float hi) {
+ModelBuilder& ModelBuilder::random_weight(const std::string& name, const Dims& dims, float lo,
+                                          float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> values(static_cast<size_t>(element_count(dims)));
   for (float& x : values) x = dist(rng_);
@@ -104,7 +112,8 @@ std::string ModelBuilder::save_as(const std::string& path) const {
   return path;
 }
 
-onnx::AttributeProto* attr(onnx::NodeProto& n, const std::string& name, onnx::AttributeProto::AttributeType type) {
+onnx::AttributeProto* attr(onnx::NodeProto& n, const std::string& name,
+                           onnx::AttributeProto::AttributeType type) {
   auto* a = n.add_attribute();
   a->set_name(name);
   a->set_type(type);

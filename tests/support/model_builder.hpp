@@ -20,9 +20,9 @@ using Dims = std::vector<int64_t>;
 
 // One dimension of a declared shape: a size, or a symbolic name.
 struct Dim {
-  Dim(int v) : value(v) {}              // NOLINT: implicit so dims read like shapes
-  Dim(int64_t v) : value(v) {}          // NOLINT
-  Dim(const char* p) : param(p) {}      // NOLINT: a symbolic dim
+  Dim(int v) : value(v) {}          // NOLINT: implicit so dims read like shapes
+  Dim(int64_t v) : value(v) {}      // NOLINT
+  Dim(const char* p) : param(p) {}  // NOLINT: a symbolic dim
   int64_t value = -1;
   std::string param;
 };
@@ -31,7 +31,9 @@ struct Dim {
 int64_t element_count(const Dims& dims);
 
 // A concrete shape as declared dims.
-inline std::vector<Dim> shape_of(const Dims& dims) { return std::vector<Dim>(dims.begin(), dims.end()); }
+inline std::vector<Dim> shape_of(const Dims& dims) {
+  return std::vector<Dim>(dims.begin(), dims.end());
+}
 
 // Declares `name` with element type `elem` and, unless `dims` is nullopt, a
 // shape (a negative size leaves that dim unknown).
@@ -50,19 +52,22 @@ class ModelBuilder {
   // the std::vector<Dim> overloads take a braced shape, b.input("x", {1, 3}).
   ModelBuilder& input(const std::string& name, std::optional<std::vector<Dim>> dims,
                       int elem = onnx::TensorProto::FLOAT);
-  ModelBuilder& input(const std::string& name, std::vector<Dim> dims, int elem = onnx::TensorProto::FLOAT) {
+  ModelBuilder& input(const std::string& name, std::vector<Dim> dims,
+                      int elem = onnx::TensorProto::FLOAT) {
     return input(name, std::optional<std::vector<Dim>>(std::move(dims)), elem);
   }
   ModelBuilder& output(const std::string& name, std::optional<std::vector<Dim>> dims = std::nullopt,
                        int elem = onnx::TensorProto::FLOAT);
-  ModelBuilder& output(const std::string& name, std::vector<Dim> dims, int elem = onnx::TensorProto::FLOAT) {
+  ModelBuilder& output(const std::string& name, std::vector<Dim> dims,
+                       int elem = onnx::TensorProto::FLOAT) {
     return output(name, std::optional<std::vector<Dim>>(std::move(dims)), elem);
   }
   // An output whose type is left for inference.
   ModelBuilder& untyped_output(const std::string& name);
   ModelBuilder& value_info(const std::string& name, std::optional<std::vector<Dim>> dims,
                            int elem = onnx::TensorProto::FLOAT);
-  ModelBuilder& value_info(const std::string& name, std::vector<Dim> dims, int elem = onnx::TensorProto::FLOAT) {
+  ModelBuilder& value_info(const std::string& name, std::vector<Dim> dims,
+                           int elem = onnx::TensorProto::FLOAT) {
     return value_info(name, std::optional<std::vector<Dim>>(std::move(dims)), elem);
   }
   onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& ins,
@@ -70,12 +75,14 @@ class ModelBuilder {
 
   // Initializers. Floats are stored as raw_data, int64s as int64_data.
   ModelBuilder& init_f32(const std::string& name, const Dims& dims, const std::vector<float>& data);
-  ModelBuilder& init_i64(const std::string& name, const Dims& dims, const std::vector<int64_t>& data);
+  ModelBuilder& init_i64(const std::string& name, const Dims& dims,
+                         const std::vector<int64_t>& data);
   // A float32 initializer of `dims` filled with `value`.
   ModelBuilder& weight(const std::string& name, const Dims& dims, float value = 0.5f);
   // A float32 initializer of `dims` uniform in [lo, hi), from this builder's
   // seeded generator: the same calls give the same model.
-  ModelBuilder& random_weight(const std::string& name, const Dims& dims, float lo = -1.f, float hi = 1.f);
+  ModelBuilder& random_weight(const std::string& name, const Dims& dims, float lo = -1.f,
+                              float hi = 1.f);
 
   // The inputs declared with a complete, concrete shape, in order.
   const std::vector<std::pair<std::string, Dims>>& inputs() const { return inputs_; }
@@ -93,7 +100,8 @@ class ModelBuilder {
 };
 
 // Node attributes.
-onnx::AttributeProto* attr(onnx::NodeProto& n, const std::string& name, onnx::AttributeProto::AttributeType type);
+onnx::AttributeProto* attr(onnx::NodeProto& n, const std::string& name,
+                           onnx::AttributeProto::AttributeType type);
 void set_int(onnx::NodeProto& n, const std::string& name, int64_t v);
 void set_float(onnx::NodeProto& n, const std::string& name, float v);
 void set_string(onnx::NodeProto& n, const std::string& name, const std::string& v);

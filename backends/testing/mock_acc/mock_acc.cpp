@@ -101,8 +101,9 @@ bool is_device(const void* p, size_t size) {
 void check_device(const bp_tensor_t& t, const char* what) {
   if (t.data == nullptr) return;  // omitted optional
   if (t.device != 1 || !is_device(t.data, t.size_bytes))
-    throw sdk::invalid(std::string("MockAcc: ") + what + " is not in MockAcc device memory (device " +
-                       std::to_string(t.device) + ")");
+    throw sdk::invalid(std::string("MockAcc: ") + what +
+                       " is not in MockAcc device memory (device " + std::to_string(t.device) +
+                       ")");
 }
 
 // --- support --------------------------------------------------------------
@@ -129,13 +130,15 @@ struct PreparedNode {
   }
 };
 
-std::unique_ptr<PreparedNode> prepare(const sdk::Host& host, const bp_graph_view_t& view, size_t index) {
+std::unique_ptr<PreparedNode> prepare(const sdk::Host& host, const bp_graph_view_t& view,
+                                      size_t index) {
   const bp_node_t& node = view.nodes[index];
   sdk::NodeRef ref_node(&view, index);
   if (!(ref_node.domain().empty() || ref_node.domain() == "ai.onnx"))
     throw sdk::unsupported("MockAcc runs only the default ONNX domain");
   const ref::KernelFactory* factory = kernels().find(std::string(ref_node.op_type()));
-  if (factory == nullptr) throw sdk::unsupported("MockAcc runs only Conv, Relu, Add, MatMul and Gemm");
+  if (factory == nullptr)
+    throw sdk::unsupported("MockAcc runs only Conv, Relu, Add, MatMul and Gemm");
   auto out = std::make_unique<PreparedNode>();
   ref::NodeInfo info{ref_node, {}, {}, {}, {}, {}};
   for (size_t i = 0; i < node.num_inputs; ++i) {
@@ -184,7 +187,8 @@ class Context : public sdk::ExecContext {
     for (void* p : intermediates_) device_free(p);
     device_free(scratch_);
   }
-  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs, const bp_tensor_t* outputs) override;
+  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+               const bp_tensor_t* outputs) override;
 
  private:
   const Compiled& c_;
@@ -211,7 +215,9 @@ class Compiled : public sdk::CompiledPartition {
       op_types_.push_back(view.nodes[n].op_type);
     }
   }
-  std::unique_ptr<sdk::ExecContext> create_context() override { return std::make_unique<Context>(*this); }
+  std::unique_ptr<sdk::ExecContext> create_context() override {
+    return std::make_unique<Context>(*this);
+  }
 
   std::vector<bp_value_t> view_values_;
   std::vector<uint32_t> flags_;
@@ -227,7 +233,8 @@ Context::Context(const Compiled& c) : c_(c), values_(c.flags_.size(), nullptr) {
   edge.insert(c.outputs_.begin(), c.outputs_.end());
   for (const auto& node : c.nodes_) {
     for (size_t i = 0; i < node->inputs.size(); ++i)
-      if (node->device_constants[i] != nullptr) values_[node->inputs[i]] = node->device_constants[i];
+      if (node->device_constants[i] != nullptr)
+        values_[node->inputs[i]] = node->device_constants[i];
     for (int32_t o : node->outputs)
       if (o >= 0 && !edge.count(o) && values_[o] == nullptr) {
         values_[o] = device_alloc(c.bytes_[o]);
@@ -237,7 +244,8 @@ Context::Context(const Compiled& c) : c_(c), values_(c.flags_.size(), nullptr) {
   scratch_ = device_alloc(std::max<size_t>(c.scratch_, 64));
 }
 
-void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs, const bp_tensor_t* outputs) {
+void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+                      const bp_tensor_t* outputs) {
   if (num_inputs != c_.inputs_.size() || num_outputs != c_.outputs_.size())
     throw sdk::invalid("MockAcc: wrong number of tensors");
   for (size_t k = 0; k < num_inputs; ++k) {
@@ -252,8 +260,10 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
     const PreparedNode& node = *c_.nodes_[n];
     in_.assign(node.inputs.size(), nullptr);
     out_.assign(node.outputs.size(), nullptr);
-    for (size_t i = 0; i < node.inputs.size(); ++i) in_[i] = node.inputs[i] >= 0 ? values_[node.inputs[i]] : nullptr;
-    for (size_t i = 0; i < node.outputs.size(); ++i) out_[i] = node.outputs[i] >= 0 ? values_[node.outputs[i]] : nullptr;
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      in_[i] = node.inputs[i] >= 0 ? values_[node.inputs[i]] : nullptr;
+    for (size_t i = 0; i < node.outputs.size(); ++i)
+      out_[i] = node.outputs[i] >= 0 ? values_[node.outputs[i]] : nullptr;
     node.kernel->run(in_.data(), out_.data(), scratch_);
     count("node:" + c_.op_types_[n]);
     count("nodes");
@@ -271,7 +281,8 @@ class MockAcc : public sdk::Backend {
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
-    i.description = "test accelerator: own device memory, Conv/Relu/Add/MatMul/Gemm, counts what it runs";
+    i.description =
+        "test accelerator: own device memory, Conv/Relu/Add/MatMul/Gemm, counts what it runs";
     i.device_count = 1;
     i.flags = BP_BACKEND_FLAG_DEVICE_MEMORY;
 #ifdef MOCKACC_IMPERATIVE
@@ -294,15 +305,17 @@ class MockAcc : public sdk::Backend {
     }
   }
 
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     Serialised one_at_a_time;
     count("compiles");
     return std::make_unique<Compiled>(host(), view);
   }
 
-  void execute_node(const bp_graph_view_t& view, size_t index, size_t num_inputs, const bp_tensor_t* inputs,
-                    size_t num_outputs, const bp_tensor_t* outputs) override {
+  void execute_node(const bp_graph_view_t& view, size_t index, size_t num_inputs,
+                    const bp_tensor_t* inputs, size_t num_outputs,
+                    const bp_tensor_t* outputs) override {
     std::unique_ptr<PreparedNode> node = prepare(host(), view, index);
     std::vector<const void*> in(num_inputs);
     std::vector<void*> out(num_outputs);
@@ -333,7 +346,8 @@ class MockAcc : public sdk::Backend {
   }
   void copy_to_device(uint32_t, void* dst, const void* src, size_t size) override {
     Serialised one_at_a_time;
-    if (!is_device(dst, size)) throw sdk::invalid("copy_to_device: destination is not device memory");
+    if (!is_device(dst, size))
+      throw sdk::invalid("copy_to_device: destination is not device memory");
     std::memcpy(dst, src, size);
     count("copies_to_device");
   }

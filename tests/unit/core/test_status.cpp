@@ -100,7 +100,8 @@ TEST(ResultDeathTest, CheckedAccessorsAbortWithTheStatus) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Result<std::string> bad = Status(StatusCode::kNotFound, "model 'm.onnx' has no input 'x'");
   const auto& cbad = bad;
-  const char* expected = "value\\(\\) called on an error.*not found: model 'm.onnx' has no input 'x'";
+  const char* expected =
+      "value\\(\\) called on an error.*not found: model 'm.onnx' has no input 'x'";
   EXPECT_DEATH((void)bad.value(), expected);
   EXPECT_DEATH((void)cbad.value(), expected);
   EXPECT_DEATH((void)*bad, expected);
@@ -119,7 +120,8 @@ TEST(StatusCodes, EveryCodeIsTheSameNumberOnBothSides) {
     EXPECT_EQ(code_from_abi(code_to_abi(cpp)), cpp) << n;
     EXPECT_STRNE(status_code_name(cpp), "unknown") << n;
   }
-  EXPECT_STREQ(status_code_name(static_cast<StatusCode>(static_cast<int>(kLastStatusCode) + 1)), "unknown");
+  EXPECT_STREQ(status_code_name(static_cast<StatusCode>(static_cast<int>(kLastStatusCode) + 1)),
+               "unknown");
   // The pairs that used to be mapped lossily.
   EXPECT_EQ(code_from_abi(BP_STATUS_UNIMPLEMENTED), StatusCode::kUnimplemented);
   EXPECT_EQ(code_from_abi(BP_STATUS_DEVICE_ERROR), StatusCode::kDeviceError);
@@ -154,7 +156,8 @@ TEST(StatusCodes, UnknownCodeFromABackendIsABackendErrorNamingTheNumber) {
                                ", unknown to this runtime: from the future");
   }
   // A status object that claims success is a failure too: success is NULL.
-  Status s = from_abi_status(host->status_create(BP_STATUS_OK, "all good?"), "backend 'X': compile");
+  Status s =
+      from_abi_status(host->status_create(BP_STATUS_OK, "all good?"), "backend 'X': compile");
   EXPECT_EQ(s.code(), StatusCode::kBackendError);
   EXPECT_NE(s.message().find("BP_STATUS_OK"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("all good?"), std::string::npos) << s.message();
@@ -174,8 +177,9 @@ class FailingMap : public NamedDataMap {
 
 TEST(StatusCodes, HostPassesDataMapErrorsToTheBackendUnchanged) {
   const bp_host_api_t* host = host_api();
-  for (Status failure : {io_error("weights.bpd: read failed"), corrupt_data("blob 'w': checksum mismatch"),
-                         not_found("no weight named 'w'")}) {
+  for (Status failure :
+       {io_error("weights.bpd: read failed"), corrupt_data("blob 'w': checksum mismatch"),
+        not_found("no weight named 'w'")}) {
     FailingMap map(failure);
     bp_buffer_t buffer{};
     bp_status_t* st = host->data_map_get(map.as_abi(), "w", &buffer);

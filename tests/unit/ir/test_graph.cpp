@@ -15,7 +15,8 @@ int add(Graph& g, const std::string& name) {
   return g.add_value(v);
 }
 
-Node node(const std::string& name, const std::string& op, std::vector<int> in, std::vector<int> out) {
+Node node(const std::string& name, const std::string& op, std::vector<int> in,
+          std::vector<int> out) {
   Node n;
   n.name = name;
   n.op_type = op;

@@ -9,14 +9,14 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <limits>
+#include <map>
 #include <optional>
-#include <unistd.h>
 
 namespace backplane {
 namespace {
@@ -31,7 +31,8 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 // Imports `b` (as "m.onnx") and runs infer_shapes.
 Result<ir::Graph> infer(const ModelBuilder& b, const std::map<std::string, Shape>& shapes = {}) {
   std::string bytes = b.bytes();
-  BP_ASSIGN_OR_RETURN(ir::Graph g, onnx_import::import_bytes(bytes.data(), bytes.size(), "m.onnx", "."));
+  BP_ASSIGN_OR_RETURN(ir::Graph g,
+                      onnx_import::import_bytes(bytes.data(), bytes.size(), "m.onnx", "."));
   BP_RETURN_IF_ERROR(ir::infer_shapes(g, shapes));
   return g;
 }
@@ -70,7 +71,8 @@ TEST(ShapeInference, SymbolicDimWithoutGivenShapeIsAnError) {
   ModelBuilder b = unary("Relu", {"batch", 3});
   auto g = infer(b);
   ASSERT_FALSE(g.ok());
-  EXPECT_ERROR_HAS(g.status(), "m.onnx", "input 'x' dim 0 ('batch') is symbolic; give a concrete shape");
+  EXPECT_ERROR_HAS(g.status(), "m.onnx",
+                   "input 'x' dim 0 ('batch') is symbolic; give a concrete shape");
 }
 
 TEST(ShapeInference, GivenShapeResolvesSymbolicDims) {
@@ -146,17 +148,17 @@ TEST(ShapeInference, FoldsArithmeticCastWhereRangeAndFriends) {
   b.input("x", std::vector<Dim>{2, 3}).untyped_output("y");
   b.init_i64("a", {3}, {1, 2, 3});
   b.init_i64("two", {}, {2});
-  b.node("Mul", {"a", "two"}, {"m"});                   // 2 4 6
-  b.node("Sub", {"m", "a"}, {"d"});                     // 1 2 3
-  b.node("Div", {"m", "two"}, {"q"});                   // 1 2 3
-  b.node("Equal", {"q", "d"}, {"eq"});                  // T T T
-  b.node("Neg", {"a"}, {"neg"});                        // -1 -2 -3
-  b.node("Where", {"eq", "neg", "a"}, {"w"});           // -1 -2 -3
-  set_int(b.node("Cast", {"w"}, {"wf"}), "to", F);      // float
+  b.node("Mul", {"a", "two"}, {"m"});               // 2 4 6
+  b.node("Sub", {"m", "a"}, {"d"});                 // 1 2 3
+  b.node("Div", {"m", "two"}, {"q"});               // 1 2 3
+  b.node("Equal", {"q", "d"}, {"eq"});              // T T T
+  b.node("Neg", {"a"}, {"neg"});                    // -1 -2 -3
+  b.node("Where", {"eq", "neg", "a"}, {"w"});       // -1 -2 -3
+  set_int(b.node("Cast", {"w"}, {"wf"}), "to", F);  // float
   b.init_i64("r0", {}, {5});
   b.init_i64("r1", {}, {-1});
   b.init_i64("rd", {}, {-2});
-  b.node("Range", {"r0", "r1", "rd"}, {"range"});       // 5 3 1
+  b.node("Range", {"r0", "r1", "rd"}, {"range"});  // 5 3 1
   b.init_i64("cshape", {2}, {2, 2});
   auto& cos = b.node("ConstantOfShape", {"cshape"}, {"cs"});
   auto* t = attr(cos, "value", onnx::AttributeProto::TENSOR)->mutable_t();
@@ -164,9 +166,9 @@ TEST(ShapeInference, FoldsArithmeticCastWhereRangeAndFriends) {
   t->add_dims(1);
   t->add_int32_data(7);
   b.init_i64("eshape", {2}, {2, 1});
-  b.node("Expand", {"a", "eshape"}, {"ex"});            // [[1,2,3],[1,2,3]]
+  b.node("Expand", {"a", "eshape"}, {"ex"});  // [[1,2,3],[1,2,3]]
   set_ints(b.node("Transpose", {"ex"}, {"tr"}), "perm", {1, 0});
-  b.node("Max", {"a", "two", "q"}, {"mx"});             // 2 2 3
+  b.node("Max", {"a", "two", "q"}, {"mx"});  // 2 2 3
   b.node("Add", {"x", "wf"}, {"y"});
   // Folded values nobody reads are dropped by remove_dead; keep these as outputs.
   for (const char* o : {"neg", "eq", "range", "cs", "tr", "mx"}) b.untyped_output(o);
@@ -195,7 +197,7 @@ TEST(ShapeInference, FoldsSliceWithNegativeStepsAndGatherNegativeIndex) {
   b.init_i64("sp", {1}, {-2});
   b.node("Slice", {"v", "st", "en", "ax", "sp"}, {"rev"});  // 15 13 11
   b.init_i64("gi", {}, {-1});
-  b.node("Gather", {"v", "gi"}, {"last"});                 // 15
+  b.node("Gather", {"v", "gi"}, {"last"});  // 15
   b.node("Shape", {"x"}, {"y"});
   b.untyped_output("rev").untyped_output("last");
   auto g = infer(b);
@@ -294,7 +296,12 @@ Result<ir::Graph> conv(std::vector<Dim> x, std::vector<int64_t> w,
 }
 
 TEST(ShapeInference, ConvPadsStridesDilationsGroupsAutoPad) {
-  auto g = conv({1, 3, 32, 32}, {8, 3, 3, 3}, [](auto& n) { set_ints(n, "pads", {1, 1, 1, 1}); }, true);
+  auto g = conv(
+      {1, 3, 32, 32}, {8, 3, 3, 3},
+      [](auto& n) {
+        set_ints(n, "pads", {1, 1, 1, 1});
+      },
+      true);
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(shape_of(*g, "y"), (Shape{1, 8, 32, 32}));
   g = conv({1, 3, 32, 31}, {8, 3, 3, 3}, [](auto& n) {
@@ -372,12 +379,13 @@ TEST(ShapeInference, ConvTranspose) {
 }
 
 TEST(ShapeInference, PoolsWithCeilModeAndIndices) {
-  auto run = [](const std::string& op, std::vector<Dim> x, const std::function<void(onnx::NodeProto&)>& attrs,
-                int64_t opset = 13) {
+  auto run = [](const std::string& op, std::vector<Dim> x,
+                const std::function<void(onnx::NodeProto&)>& attrs, int64_t opset = 13) {
     ModelBuilder b(opset);
     b.input("x", x).untyped_output("y");
-    auto& n = b.node(op, {"x"}, op == "MaxPool" ? std::vector<std::string>{"y", "idx"}
-                                                 : std::vector<std::string>{"y"});
+    auto& n = b.node(
+        op, {"x"},
+        op == "MaxPool" ? std::vector<std::string>{"y", "idx"} : std::vector<std::string>{"y"});
     attrs(n);
     return infer(b);
   };
@@ -424,7 +432,8 @@ TEST(ShapeInference, PoolsWithCeilModeAndIndices) {
 // ---------------------------------------------------------------- linear algebra
 
 TEST(ShapeInference, GemmTransposes) {
-  auto run = [](std::vector<Dim> a, std::vector<Dim> bs, int64_t ta, int64_t tb, std::vector<int64_t> c) {
+  auto run = [](std::vector<Dim> a, std::vector<Dim> bs, int64_t ta, int64_t tb,
+                std::vector<int64_t> c) {
     ModelBuilder b(13);
     b.input("a", a).input("b", bs).untyped_output("y");
     b.weight("c", c);
@@ -488,7 +497,8 @@ TEST(ShapeInference, ConcatAndMismatch) {
   set_int(bad.node("Concat", {"a", "c"}, {"y"}, "cat"), "axis", 1);
   g = infer(bad);
   ASSERT_FALSE(g.ok());
-  EXPECT_ERROR_HAS(g.status(), "node 'cat' (Concat)", "'c' [3,3] does not match 'a' [2,3] in dim 0");
+  EXPECT_ERROR_HAS(g.status(), "node 'cat' (Concat)",
+                   "'c' [3,3] does not match 'a' [2,3] in dim 0");
 }
 
 TEST(ShapeInference, SplitAttributeAndInput) {
@@ -774,7 +784,8 @@ TEST(ShapeInference, DataDerivedSizesOutOfRangeAreErrors) {
   c.node("Relu", {"x"}, {"y"});
   g = infer(c);
   ASSERT_FALSE(g.ok());
-  EXPECT_ERROR_HAS(g.status(), "node 'range' (Range): start, limit and delta give more than 2^48 elements");
+  EXPECT_ERROR_HAS(g.status(),
+                   "node 'range' (Range): start, limit and delta give more than 2^48 elements");
 
   ModelBuilder d(13);
   d.input("x", std::vector<Dim>{1}).untyped_output("y");
@@ -866,7 +877,8 @@ TEST(ShapeInference, NormalizationsDropoutArgMaxAndActivations) {
   b.node("BatchNormalization", {"x", "s", "bb", "m", "v"}, {"y"}, "bn");
   g = infer(b);
   ASSERT_FALSE(g.ok());
-  EXPECT_ERROR_HAS(g.status(), "node 'bn' (BatchNormalization)", "input_var 'v' has shape [5], expected [4]");
+  EXPECT_ERROR_HAS(g.status(), "node 'bn' (BatchNormalization)",
+                   "input_var 'v' has shape [5], expected [4]");
 
   ModelBuilder c(13);
   c.input("x", std::vector<Dim>{2, 3}, I64).untyped_output("y");

@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <unistd.h>
 
 namespace backplane {
 namespace {
@@ -584,7 +584,8 @@ TEST(OnnxImport, UnknownOpIsReportedByInferShapes) {
   Status s = ir::infer_shapes(*g);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_ERROR_HAS(s, "model.onnx", "node 'n1' (FooBar): unsupported operator 'FooBar' (domain '')");
+  EXPECT_ERROR_HAS(s, "model.onnx",
+                   "node 'n1' (FooBar): unsupported operator 'FooBar' (domain '')");
 }
 
 TEST(OnnxImport, WrongAttributeTypeIsReportedByInferShapes) {
@@ -597,7 +598,8 @@ TEST(OnnxImport, WrongAttributeTypeIsReportedByInferShapes) {
   ASSERT_TRUE(g.ok()) << g.status().message();
   Status s = ir::infer_shapes(*g);
   ASSERT_FALSE(s.ok());
-  EXPECT_ERROR_HAS(s, "model.onnx", "node 'conv' (Conv)", "attribute 'strides' has type FLOAT", "expected INTS");
+  EXPECT_ERROR_HAS(s, "model.onnx", "node 'conv' (Conv)", "attribute 'strides' has type FLOAT",
+                   "expected INTS");
 }
 
 }  // namespace

@@ -62,7 +62,8 @@ class NotReentrant : public sdk::Backend {
       return c;
     }
   };
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     InsideCall inside;
     auto c = std::make_unique<Compiled>();
@@ -101,7 +102,8 @@ std::unique_ptr<ir::Graph> relu_graph() {
 
 TEST(BackendSerialisation, CallsOnOneInstanceNeverOverlap) {
   BackendRegistry registry;
-  auto backend = LoadedBackend::create("NotReentrant", sdk::backend_table<NotReentrant>(), "test", nullptr);
+  auto backend =
+      LoadedBackend::create("NotReentrant", sdk::backend_table<NotReentrant>(), "test", nullptr);
   ASSERT_TRUE(backend.ok()) << backend.status().message();
   ASSERT_TRUE(registry.add(*backend).ok());
   g_overlaps = 0;
@@ -111,7 +113,8 @@ TEST(BackendSerialisation, CallsOnOneInstanceNeverOverlap) {
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] {
       for (int i = 0; i < 4; ++i) {
-        auto model = CompiledModel::create(relu_graph(), registry, PlacementOptions{}, 100 * t + i + 1, 0);
+        auto model =
+            CompiledModel::create(relu_graph(), registry, PlacementOptions{}, 100 * t + i + 1, 0);
         ASSERT_TRUE(model.ok()) << model.status().message();
         auto session = (*model)->create_session();
         ASSERT_TRUE(session.ok()) << session.status().message();
@@ -133,12 +136,14 @@ TEST(BackendRegistry, DefaultPreferenceIsByScoreWithCpuRefLast) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.register_static(RuntimeOptions{}).ok());
   const bp_backend_api_t* table = sdk::backend_table<NotReentrant>();
-  for (auto [id, score] : {std::pair<const char*, uint32_t>{"Low", 1}, {"High", 7}, {"Mid", 3}, {"AlsoLow", 1}}) {
+  for (auto [id, score] :
+       {std::pair<const char*, uint32_t>{"Low", 1}, {"High", 7}, {"Mid", 3}, {"AlsoLow", 1}}) {
     auto b = LoadedBackend::create(id, table, "test", nullptr, score);
     ASSERT_TRUE(b.ok()) << b.status().message();
     ASSERT_TRUE(registry.add(*b).ok());
   }
-  EXPECT_EQ(registry.default_preference(), (std::vector<std::string>{"High", "Mid", "Low", "AlsoLow", "CpuRef"}));
+  EXPECT_EQ(registry.default_preference(),
+            (std::vector<std::string>{"High", "Mid", "Low", "AlsoLow", "CpuRef"}));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Registry, partitioner and executor with hand-built graphs and test backends
 // written with backend_sdk.hpp, next to the static CpuRef.
-#include "session/compiled_model.hpp"
-#include "partition/partitioner.hpp"
 #include "core/tensor_data_map.hpp"
+#include "partition/partitioner.hpp"
 #include "registry/registry.hpp"
+#include "session/compiled_model.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
@@ -53,7 +53,8 @@ class ReluOnly : public sdk::Backend {
       return c;
     }
   };
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     if (view.num_nodes != 1) throw sdk::unsupported("one node per partition in this test backend");
     auto c = std::make_unique<Compiled>();
@@ -70,7 +71,8 @@ class ReluOnly : public sdk::Backend {
 class Throwing : public ReluOnly {
  public:
   using ReluOnly::ReluOnly;
-  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t&, const bp_compile_options_t&,
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t&,
+                                                  const bp_compile_options_t&,
                                                   sdk::NodeReport&) override {
     throw std::runtime_error("boom in compile");
   }
@@ -91,8 +93,8 @@ std::unique_ptr<ir::Graph> chain_graph() {
   g->name = "chain";
   g->source = "chain.onnx";
   g->opsets[""] = 13;
-  int x = add_value(*g, "x", {2, 3}), a = add_value(*g, "a", {2, 3}), b = add_value(*g, "b", {2, 3}),
-      y = add_value(*g, "y", {2, 3});
+  int x = add_value(*g, "x", {2, 3}), a = add_value(*g, "a", {2, 3}),
+      b = add_value(*g, "b", {2, 3}), y = add_value(*g, "y", {2, 3});
   g->inputs = {x};
   g->outputs = {y};
   auto node = [](std::string name, std::string op, int in, int out) {
@@ -174,7 +176,8 @@ TEST(Executor, SplitsAcrossBackendsAndComputesTheSameAsCpuRef) {
     ASSERT_TRUE((*session)->run().ok());
     EXPECT_EQ(g_relu_executions, before + 2);
     const Tensor& y = (*session)->output(0);
-    for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(y.data_as<float>()[i], std::fabs(std::max(in[i], 0.0f)));
+    for (int i = 0; i < 6; ++i)
+      EXPECT_FLOAT_EQ(y.data_as<float>()[i], std::fabs(std::max(in[i], 0.0f)));
   }
   EXPECT_EQ(g_hook_calls, hooks_before + 2);  // after_unload_network
 }
@@ -218,7 +221,8 @@ TEST(Executor, ExceptionInBackendBecomesStatusNamingBackend) {
   options.backends = {"Thrower", "CpuRef"};
   auto model = CompiledModel::create(chain_graph(), r, options, 1, 0);
   ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.status().message().find("boom in compile"), std::string::npos) << model.status().message();
+  EXPECT_NE(model.status().message().find("boom in compile"), std::string::npos)
+      << model.status().message();
   EXPECT_NE(model.status().message().find("Thrower"), std::string::npos);
 }
 

@@ -21,7 +21,8 @@ TEST(RuntimeOptions, ThreadCountsOutOfRangeAreInvalidArguments) {
     auto rt = Runtime::create(o);
     ASSERT_FALSE(rt.ok()) << n;
     EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument) << n;
-    EXPECT_NE(rt.status().message().find("num_threads " + std::to_string(n) + " is out of range"), std::string::npos)
+    EXPECT_NE(rt.status().message().find("num_threads " + std::to_string(n) + " is out of range"),
+              std::string::npos)
         << rt.status().message();
   }
   for (int n : {0, 1, max}) {

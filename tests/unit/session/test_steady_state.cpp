@@ -23,7 +23,8 @@
 #include <vector>
 
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
 #define BACKPLANE_SANITIZER_ALLOCATOR 1
 #endif
 #endif
@@ -48,7 +49,8 @@ void count_allocation() { g_allocations.fetch_add(1, std::memory_order_relaxed);
 #ifdef BACKPLANE_SANITIZER_ALLOCATOR
 
 // <sanitizer/allocator_interface.h> (not shipped with every compiler).
-extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, size_t),
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*,
+                                                                             size_t),
                                                          void (*free_hook)(const volatile void*));
 namespace {
 void on_malloc(const volatile void*, size_t) { count_allocation(); }
@@ -115,11 +117,17 @@ void* aligned(std::size_t n, std::align_val_t al) {
 void* operator new(std::size_t n) { return checked(malloc(n == 0 ? 1 : n)); }
 void* operator new[](std::size_t n) { return checked(malloc(n == 0 ? 1 : n)); }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return malloc(n == 0 ? 1 : n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return malloc(n == 0 ? 1 : n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return malloc(n == 0 ? 1 : n);
+}
 void* operator new(std::size_t n, std::align_val_t al) { return checked(aligned(n, al)); }
 void* operator new[](std::size_t n, std::align_val_t al) { return checked(aligned(n, al)); }
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept { return aligned(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept { return aligned(n, al); }
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return aligned(n, al);
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return aligned(n, al);
+}
 void operator delete(void* p) noexcept { free(p); }
 void operator delete[](void* p) noexcept { free(p); }
 void operator delete(void* p, std::size_t) noexcept { free(p); }
@@ -152,7 +160,8 @@ long allocations_during_runs(const std::string& backend) {
   EXPECT_TRUE(session.ok());
   const TensorInfo& in = (*model)->inputs()[0];
   Tensor x(in.dtype, in.shape);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = static_cast<float>(i % 17) / 17.0f;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data_as<float>()[i] = static_cast<float>(i % 17) / 17.0f;
   EXPECT_TRUE((*session)->set_input(0, x).ok());
   EXPECT_TRUE((*session)->run().ok());  // warm-up: lazy first-run work, if any
   long before = g_allocations.load();
@@ -184,16 +193,58 @@ TEST(SteadyState, CountingWorks) {
     ASSERT_NE(p, nullptr);
     *static_cast<volatile char*>(p) = 1;
   };
-  EXPECT_GE(allocations_by([&] { auto* v = new std::vector<int>(10); use(v->data()); delete v; }), 2)
+  EXPECT_GE(allocations_by([&] {
+              auto* v = new std::vector<int>(10);
+              use(v->data());
+              delete v;
+            }),
+            2)
       << "new (the vector and its buffer)";
-  EXPECT_GE(allocations_by([&] { auto* a = new char[33]; use(a); delete[] a; }), 1) << "new[]";
-  EXPECT_GE(allocations_by([&] { auto* a = new (std::nothrow) char[7]; use(a); delete[] a; }), 1)
+  EXPECT_GE(allocations_by([&] {
+              auto* a = new char[33];
+              use(a);
+              delete[] a;
+            }),
+            1)
+      << "new[]";
+  EXPECT_GE(allocations_by([&] {
+              auto* a = new (std::nothrow) char[7];
+              use(a);
+              delete[] a;
+            }),
+            1)
       << "nothrow new[]";
-  struct alignas(128) Wide { char bytes[128]; };
-  EXPECT_GE(allocations_by([&] { auto* w = new Wide; use(w); delete w; }), 1) << "aligned new";
-  EXPECT_GE(allocations_by([&] { auto* w = new Wide[3]; use(w); delete[] w; }), 1) << "aligned new[]";
-  EXPECT_GE(allocations_by([&] { void* p = std::malloc(24); use(p); std::free(p); }), 1) << "malloc";
-  EXPECT_GE(allocations_by([&] { void* p = std::calloc(3, 8); use(p); std::free(p); }), 1) << "calloc";
+  struct alignas(128) Wide {
+    char bytes[128];
+  };
+  EXPECT_GE(allocations_by([&] {
+              auto* w = new Wide;
+              use(w);
+              delete w;
+            }),
+            1)
+      << "aligned new";
+  EXPECT_GE(allocations_by([&] {
+              auto* w = new Wide[3];
+              use(w);
+              delete[] w;
+            }),
+            1)
+      << "aligned new[]";
+  EXPECT_GE(allocations_by([&] {
+              void* p = std::malloc(24);
+              use(p);
+              std::free(p);
+            }),
+            1)
+      << "malloc";
+  EXPECT_GE(allocations_by([&] {
+              void* p = std::calloc(3, 8);
+              use(p);
+              std::free(p);
+            }),
+            1)
+      << "calloc";
   EXPECT_GE(allocations_by([&] {
               void* p = std::malloc(8);
               use(p);
@@ -204,7 +255,12 @@ TEST(SteadyState, CountingWorks) {
             2)
       << "realloc";
 #ifndef BACKPLANE_HOOKS_MISS_MEMALIGN
-  EXPECT_GE(allocations_by([&] { void* p = std::aligned_alloc(64, 256); use(p); std::free(p); }), 1)
+  EXPECT_GE(allocations_by([&] {
+              void* p = std::aligned_alloc(64, 256);
+              use(p);
+              std::free(p);
+            }),
+            1)
       << "aligned_alloc";
   EXPECT_GE(allocations_by([&] {
               void* p = nullptr;

@@ -98,8 +98,9 @@ std::string as_dot(const PlanReport& r) {
     for (int v : g.nodes[n].inputs) {
       if (v < 0 || g.values[v].is_constant()) continue;
       int producer = g.values[v].producer;
-      std::string from = producer >= 0 ? "n" + std::to_string(producer)
-                                       : (is_input[v] ? "v" + std::to_string(v) : "");
+      std::string from = producer >= 0
+                             ? std::string("n").append(std::to_string(producer))
+                             : (is_input[v] ? std::string("v").append(std::to_string(v)) : "");
       if (from.empty()) continue;
       auto c = copied.find(g.values[v].name);
       os << "  " << from << " -> n" << n;

@@ -112,13 +112,21 @@ Result<Tensor> parse(const std::string& path, const unsigned char* bytes, size_t
   while (std::getline(ss, item, ',')) {
     size_t a = item.find_first_not_of(' ');
     if (a == std::string::npos) continue;
+    // A whole integer, nothing after it but spaces (stoll alone would read
+    // "429TTT" as 429).
+    const size_t z = item.find_last_not_of(' ');
+    const std::string digits = item.substr(a, z + 1 - a);
+    size_t used = 0;
+    long long d = -1;
     try {
-      long long d = std::stoll(item.substr(a));
-      if (d < 0) return corrupt_data(path + ": negative dimension in shape");
-      shape.push_back(d);
+      d = std::stoll(digits, &used);
     } catch (...) {
-      return corrupt_data(path + ": bad shape '" + shape_text + "'");
+      used = 0;
     }
+    if (used == 0 || used != digits.size())
+      return corrupt_data(path + ": bad shape '" + shape_text + "'");
+    if (d < 0) return corrupt_data(path + ": negative dimension in shape");
+    shape.push_back(d);
   }
   // The size the header claims is checked against the bytes present before
   // anything is allocated: a small file cannot make us allocate gigabytes.

@@ -63,6 +63,9 @@ bool dtype_from_name(const std::string& name, DType* out) {
 }
 
 int64_t shape_numel(const Shape& shape) {
+  // A 0 dim anywhere makes the product 0, even after a prefix that overflows.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : shape)
     if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
@@ -70,10 +73,14 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 bool checked_size_bytes(const Shape& shape, DType dtype, size_t* out_bytes) {
-  size_t bytes = dtype_size(dtype);
+  bool empty = false;
   for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) return false;
+    if (d < 0) return false;
+    empty = empty || d == 0;
   }
+  size_t bytes = empty ? 0 : dtype_size(dtype);
+  for (int64_t d : shape)
+    if (!empty && __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) return false;
   *out_bytes = bytes;
   return true;
 }

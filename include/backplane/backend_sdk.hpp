@@ -494,21 +494,23 @@ class Backend {
 
 namespace detail {
 
-// B::kIdentity if B declares one, else nullptr (a table without entry points,
-// e.g. a test's).
+// Whether B declares a kIdentity (a table without entry points, e.g. a
+// test's, may not). A bool, not a pointer compared with nullptr: GCC does not
+// treat `&B::kIdentity != nullptr` as a constant expression under
+// -fsanitize=address.
 template <class B, class = void>
-struct IdentityOf {
-  static constexpr const BackendIdentity* value = nullptr;
-};
+struct HasIdentity : std::false_type {};
 template <class B>
-struct IdentityOf<B, std::void_t<decltype(B::kIdentity)>> {
-  static constexpr const BackendIdentity* value = &B::kIdentity;
-};
+struct HasIdentity<B, std::void_t<decltype(B::kIdentity)>> : std::true_type {};
 
 // B's identity, or (without one) an identity of this header's API version.
 template <class B>
 constexpr BackendIdentity version_of() {
-  return IdentityOf<B>::value != nullptr ? *IdentityOf<B>::value : BackendIdentity{"", nullptr};
+  if constexpr (HasIdentity<B>::value) {
+    return B::kIdentity;
+  } else {
+    return BackendIdentity{"", nullptr};
+  }
 }
 
 // The struct_size of a function table of API 1.`minor`.
@@ -582,8 +584,9 @@ struct Table {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] {
       bp_backend_info_t info = b->info();
-      if (info.vendor == nullptr && IdentityOf<B>::value != nullptr)
-        info.vendor = IdentityOf<B>::value->vendor;
+      if constexpr (HasIdentity<B>::value) {
+        if (info.vendor == nullptr) info.vendor = B::kIdentity.vendor;
+      }
       info.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
       *out = info;
     });

@@ -284,6 +284,10 @@ static const bp_backend_api_t null_table = {
     NULL, /* compile_all: optional; NULL makes the host call compile once per
            * partition, which is what a backend without shared ahead-of-time
            * work wants */
+    /* since 1.2 */
+    NULL, /* execute_shaped: optional; only a backend that compiles
+           * shape-polymorphic partitions or reports data-dependent output
+           * shapes needs it */
 };
 
 /* The entry points: the only exported symbols, with C linkage and the exact

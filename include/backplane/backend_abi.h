@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.1)
+ * Versioning (API version MAJOR.MINOR, currently 1.2)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -58,7 +58,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 1u
+#define BP_API_VERSION_MINOR 2u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -173,6 +173,10 @@ typedef enum bp_log_level {
 #define BP_BACKEND_FLAG_SERIALIZE (1u << 1)     /* serialize/deserialize implemented */
 #define BP_BACKEND_FLAG_SINGLE_OP (1u << 2)     /* execute_node implemented (imperative) */
 #define BP_BACKEND_FLAG_COMPILE (1u << 3)       /* compile/execute implemented (symbolic) */
+/* since 1.2: compile accepts bp_compile_options_t.shape_polymorphic (a view
+ * whose non-constant dims are -1, compiled once for every shape) and
+ * execute_shaped runs it at the shapes of each run. */
+#define BP_BACKEND_FLAG_SHAPE_POLYMORPHIC (1u << 4)
 
 /* bp_value_t.flags */
 #define BP_VALUE_CONSTANT (1u << 0)    /* bytes reachable through data_key */
@@ -192,7 +196,10 @@ typedef enum bp_node_outcome {
 
 /* A dense, row-major tensor. Shapes are fully static when passed to execute.
  * `data` is host memory unless `device` is non-zero, in which case it is a
- * pointer returned by the backend's memory_alloc for device `device - 1`. */
+ * pointer returned by the backend's memory_alloc for device `device - 1`.
+ * (Since 1.2, an output of execute_shaped whose shape depends on data has
+ * data == NULL and -1 in the dims the host could not know; see
+ * bp_execute_args_t.) */
 typedef struct bp_tensor {
   size_t struct_size;
   bp_dtype_t dtype;
@@ -235,7 +242,9 @@ typedef struct bp_value {
   const char* name;
   bp_dtype_t dtype;
   size_t rank;
-  const int64_t* shape; /* static: every dim >= 0 */
+  const int64_t* shape; /* static: every dim >= 0, except in a view compiled with
+                         * shape_polymorphic (since 1.2), where a dim of a
+                         * non-constant value is -1: known only at execute */
   uint32_t flags;       /* BP_VALUE_* */
   const char* data_key; /* for BP_VALUE_CONSTANT: key into the view's weights */
 } bp_value_t;
@@ -297,7 +306,48 @@ typedef struct bp_compile_options {
   uint32_t num_threads;        /* 0 = backend default */
   bool ahead_of_time;          /* a serialize call will follow */
   bp_blob_store_t* blob_store; /* non-NULL when ahead_of_time */
+  /* ---- since 1.2 ---- */
+  /* Only for a backend with BP_BACKEND_FLAG_SHAPE_POLYMORPHIC. The view gives
+   * every non-constant value its dtype and rank but -1 for each dim
+   * (constants keep their shapes); values that are constant for one set of
+   * input shapes only (e.g. a Reshape's target computed from an input's
+   * Shape) are view inputs, not constants. The partition must run at any
+   * shapes, told them by execute_shaped. A backend that cannot do so for this
+   * view returns BP_STATUS_UNSUPPORTED: the host then compiles a view with
+   * concrete shapes instead, once per set of input shapes. */
+  bool shape_polymorphic;
 } bp_compile_options_t;
+
+/* A concrete shape (since 1.2). Plain pair, never extended: arrays of it
+ * are indexed by sizeof(bp_shape_t). */
+typedef struct bp_shape {
+  size_t rank;
+  const int64_t* dims; /* rank entries (NULL when rank is 0) */
+} bp_shape_t;
+
+/* Host-owned receiver of outputs whose shape depends on data (since 1.2). */
+typedef struct bp_output_sink bp_output_sink_t;
+
+/* Arguments of execute_shaped (since 1.2). Everything is owned by the host and
+ * valid for the duration of the call. */
+typedef struct bp_execute_args {
+  size_t struct_size;
+  size_t num_inputs; /* in the view's input order */
+  const bp_tensor_t* inputs;
+  size_t num_outputs; /* in the view's output order */
+  const bp_tensor_t* outputs;
+  /* The shape of every value of the view the partition was compiled (or
+   * deserialized) from, indexed like bp_graph_view_t.values; constants
+   * included. For a value whose shape depends on data the host could not
+   * know (e.g. NonZero's output) some dims are -1: the backend learns them
+   * while executing. An output with such a shape has data == NULL; the
+   * backend allocates it with host->output_allocate(sink, output_index,
+   * ...) once it knows the shape, and the host sizes everything downstream
+   * from it. */
+  size_t num_values;
+  const bp_shape_t* value_shapes;
+  bp_output_sink_t* sink;
+} bp_execute_args_t;
 
 /* ======================================================================= */
 /* Host table: runtime -> backend                                           */
@@ -346,7 +396,22 @@ typedef struct bp_host_api {
   /* Aligned host memory. alignment: power of two. free accepts NULL. */
   void* (*alloc)(size_t size, size_t alignment);
   void (*free)(void* ptr);
+
+  /* ---- since 1.2 (check api_minor or struct_size before calling) ------- */
+
+  /* During execute_shaped: output `output_index` (whose shape depended on
+   * data) has shape `dims` (rank entries, all >= 0). The host allocates it
+   * in the memory the output belongs to (host memory, or this backend's
+   * device memory for a device partition) and returns it in *out_data,
+   * owned by the host; the backend writes the output there before returning.
+   * Once per output per call; an output with a known shape needs no call. */
+  bp_status_t* (*output_allocate)(bp_output_sink_t* sink, size_t output_index, size_t rank,
+                                  const int64_t* dims, void** out_data);
 } bp_host_api_t;
+
+/* The struct_size of a bp_host_api_t as of each released API. */
+#define BP_HOST_API_SIZE_1_0 BP_STRUCT_SIZE(bp_host_api_t, free)
+#define BP_HOST_API_SIZE_1_2 BP_STRUCT_SIZE(bp_host_api_t, output_allocate)
 
 /* ======================================================================= */
 /* Backend table: backend -> runtime                                        */
@@ -456,12 +521,23 @@ typedef struct bp_backend_api {
                               const bp_compile_options_t* options, bp_node_report_t* const* reports,
                               bp_compiled_t** out);
 
+  /* ---- since 1.2 ------------------------------------------------------ */
+
+  /* Run a compiled partition, told the shape of every value of its view
+   * (bp_execute_args_t). With it the host calls this instead of execute.
+   * Required for a partition compiled with shape_polymorphic, whose input
+   * and output shapes change from call to call; for any other partition the
+   * shapes are the view's, except outputs whose shape depends on data.
+   * Threading as for execute. */
+  bp_status_t* (*execute_shaped)(bp_exec_context_t* context, const bp_execute_args_t* args);
+
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;
 
 /* The struct_size of a bp_backend_api_t as of each released API. */
 #define BP_BACKEND_API_SIZE_1_0 BP_STRUCT_SIZE(bp_backend_api_t, execute_node)
 #define BP_BACKEND_API_SIZE_1_1 BP_STRUCT_SIZE(bp_backend_api_t, compile_all)
+#define BP_BACKEND_API_SIZE_1_2 BP_STRUCT_SIZE(bp_backend_api_t, execute_shaped)
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

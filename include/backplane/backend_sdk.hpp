@@ -79,7 +79,7 @@ struct BackendIdentity {
   uint32_t (*score)() = nullptr;  // GetBackendScore: 0 = cannot run on this machine;
                                   // nullptr = 1, what the runtime assumes without one
   uint32_t api_major = BP_API_VERSION_MAJOR;  // GetVersion: the API built against
-  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 or 1 with this header)
+  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 2 with this header)
 };
 
 // ---------------------------------------------------------------------------
@@ -399,12 +399,71 @@ class NodeReport {
 // The classes a backend author derives from
 // ---------------------------------------------------------------------------
 
+// What execute_shaped (API 1.2) gives a context: the tensors of this run and
+// the shape of every value of the partition's view.
+class ExecuteArgs {
+ public:
+  ExecuteArgs(const bp_host_api_t* host, const bp_execute_args_t& args)
+      : host_(host), args_(args) {}
+  size_t num_inputs() const { return args_.num_inputs; }
+  size_t num_outputs() const { return args_.num_outputs; }
+  const bp_tensor_t* inputs() const { return args_.inputs; }
+  const bp_tensor_t* outputs() const { return args_.outputs; }
+  const bp_tensor_t& input(size_t i) const { return args_.inputs[i]; }
+  const bp_tensor_t& output(size_t i) const { return args_.outputs[i]; }
+  size_t num_values() const { return args_.value_shapes != nullptr ? args_.num_values : 0; }
+  // The shape of view value `v` in this run (-1 dims: depends on data).
+  std::vector<int64_t> value_shape(size_t v) const {
+    if (v >= num_values())
+      throw Error(BP_STATUS_INVALID_ARGUMENT,
+                  "execute_shaped: no shape for value " + std::to_string(v));
+    const bp_shape_t& s = args_.value_shapes[v];
+    return s.rank == 0 ? std::vector<int64_t>{} : std::vector<int64_t>(s.dims, s.dims + s.rank);
+  }
+  // An output whose shape depends on data (data == NULL): tell the host its
+  // shape and get the memory to write it to.
+  void* allocate_output(size_t i, const std::vector<int64_t>& dims) const {
+    if (!BP_HAS_FIELD(bp_host_api_t, output_allocate, host_->struct_size) ||
+        host_->output_allocate == nullptr)
+      throw Error(BP_STATUS_UNSUPPORTED, "the runtime cannot take data-dependent output shapes");
+    void* data = nullptr;
+    bp_status_t* s = host_->output_allocate(args_.sink, i, dims.size(), dims.data(), &data);
+    if (s != nullptr) {
+      Error e(host_->status_code(s), host_->status_message(s));
+      host_->status_release(s);
+      throw e;
+    }
+    return data;
+  }
+  const bp_execute_args_t& raw() const { return args_; }
+
+ private:
+  const bp_host_api_t* host_;
+  const bp_execute_args_t& args_;
+};
+
 class ExecContext {
  public:
   virtual ~ExecContext() = default;
   virtual void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                        const bp_tensor_t* outputs) = 0;
+  // API 1.2: the same, told every value's shape. The default runs execute();
+  // a partition compiled shape-polymorphic, or one with outputs whose shape
+  // depends on data, overrides it.
+  virtual void execute_shaped(const ExecuteArgs& args) {
+    for (size_t i = 0; i < args.num_outputs(); ++i)
+      if (args.output(i).data == nullptr && args.output(i).size_bytes > 0)
+        throw Error(BP_STATUS_UNSUPPORTED, "an output's shape depends on data");
+    execute(args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs());
+  }
 };
+
+// True if `options` asks for a shape-polymorphic compile (API 1.2): the
+// view's non-constant dims are -1 and execute_shaped gives them per run.
+inline bool shape_polymorphic(const bp_compile_options_t& options) {
+  return BP_HAS_FIELD(bp_compile_options_t, shape_polymorphic, options.struct_size) &&
+         options.shape_polymorphic;
+}
 
 class CompiledPartition {
  public:
@@ -515,7 +574,9 @@ constexpr BackendIdentity version_of() {
 
 // The struct_size of a function table of API 1.`minor`.
 constexpr size_t table_size(uint32_t minor) {
-  return minor == 0 ? BP_BACKEND_API_SIZE_1_0 : BP_BACKEND_API_SIZE_1_1;
+  return minor == 0   ? BP_BACKEND_API_SIZE_1_0
+         : minor == 1 ? BP_BACKEND_API_SIZE_1_1
+                      : BP_BACKEND_API_SIZE_1_2;
 }
 
 constexpr bool valid_version(const BackendIdentity& id) {
@@ -669,6 +730,14 @@ struct Table {
     return guard(c->owner->host().api(),
                  [&] { c->impl->execute(num_inputs, inputs, num_outputs, outputs); });
   }
+  static bp_status_t* execute_shaped(bp_exec_context_t* context,
+                                     const bp_execute_args_t* args) noexcept {
+    auto* c = reinterpret_cast<ContextBox*>(context);
+    const bp_host_api_t* host = c->owner->host().api();
+    if (args == nullptr)
+      return host->status_create(BP_STATUS_INVALID_ARGUMENT, "execute_shaped: args is NULL");
+    return guard(host, [&] { c->impl->execute_shaped(ExecuteArgs(host, *args)); });
+  }
   static bp_status_t* serialize(bp_compiled_t* compiled, bp_blob_store_t* store,
                                 bp_byte_writer_t* writer) noexcept {
     auto* c = reinterpret_cast<CompiledBox*>(compiled);
@@ -777,7 +846,8 @@ const bp_backend_api_t* backend_table() {
     t.memory_acquire = &T::memory_acquire;
     t.memory_release = &T::memory_release;
     t.execute_node = &T::execute_node;
-    if (version.api_minor >= 1) t.compile_all = &T::compile_all;  // since 1.1
+    if (version.api_minor >= 1) t.compile_all = &T::compile_all;        // since 1.1
+    if (version.api_minor >= 2) t.execute_shaped = &T::execute_shaped;  // since 1.2
     return t;
   }();
   return &table;

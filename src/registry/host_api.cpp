@@ -6,6 +6,7 @@
 #include "registry/abi_status.hpp"
 #include "registry/byte_writer.hpp"
 #include "registry/node_report.hpp"
+#include "registry/output_sink.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -138,12 +139,41 @@ void* host_alloc(size_t size, size_t alignment) {
 
 void host_free(void* p) { std::free(p); }
 
+bp_status_t* output_allocate(bp_output_sink_t* sink, size_t output_index, size_t rank,
+                             const int64_t* dims, void** out_data) {
+  if (out_data == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "output_allocate: out_data is NULL");
+  *out_data = nullptr;
+  if (sink == nullptr || !sink->allocate)
+    return status_create(BP_STATUS_INVALID_ARGUMENT,
+                         "output_allocate: no output sink (only during execute_shaped)");
+  if (rank > 0 && dims == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "output_allocate: dims is NULL");
+  try {
+    Shape shape(dims, dims + rank);
+    for (int64_t d : shape)
+      if (d < 0)
+        return status_create(BP_STATUS_INVALID_ARGUMENT,
+                             ("output_allocate: negative dim in " + shape_to_string(shape)).c_str());
+    Result<void*> r = sink->allocate(output_index, shape);
+    if (!r.ok())
+      return status_create(static_cast<bp_status_code_t>(r.status().code()),
+                           r.status().message().c_str());
+    *out_data = r.value();
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    return status_create(BP_STATUS_OUT_OF_MEMORY, "output_allocate: out of memory");
+  } catch (...) {
+    return status_create(BP_STATUS_INTERNAL, "output_allocate failed");
+  }
+}
+
 }  // namespace
 
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
-    t.struct_size = BP_STRUCT_SIZE(bp_host_api_t, free);
+    t.struct_size = BP_HOST_API_SIZE_1_2;
     t.api_major = BP_API_VERSION_MAJOR;
     t.api_minor = BP_API_VERSION_MINOR;
     t.status_create = &status_create;
@@ -160,6 +190,7 @@ const bp_host_api_t* host_api() {
     t.report_node = &report_node;
     t.alloc = &host_alloc;
     t.free = &host_free;
+    t.output_allocate = &output_allocate;  // since 1.2
     return t;
   }();
   return &table;

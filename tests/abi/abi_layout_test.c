@@ -1,4 +1,4 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 and 1.1)
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0, 1.1 and 1.2)
  * and the numbers of its status codes.
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
@@ -144,6 +144,25 @@ _Static_assert(BP_API_VERSION_MAJOR == 1, "major version changed: update the fro
 BP_FREEZE(bp_backend_api_t, compile_all, 200);
 _Static_assert(BP_BACKEND_API_SIZE_1_0 == 200, "API 1.0 table size changed");
 _Static_assert(BP_BACKEND_API_SIZE_1_1 == 208, "API 1.1 table size changed");
+/* 1.2 */
+BP_FREEZE(bp_backend_api_t, execute_shaped, 208);
+_Static_assert(BP_BACKEND_API_SIZE_1_2 == 216, "API 1.2 table size changed");
+BP_FREEZE(bp_host_api_t, output_allocate, 128);
+_Static_assert(BP_HOST_API_SIZE_1_0 == 128, "API 1.0 host table size changed");
+_Static_assert(BP_HOST_API_SIZE_1_2 == 136, "API 1.2 host table size changed");
+BP_FREEZE(bp_compile_options_t, shape_polymorphic, 24);
+BP_FREEZE(bp_shape_t, rank, 0);
+BP_FREEZE(bp_shape_t, dims, 8);
+_Static_assert(sizeof(bp_shape_t) == 16, "bp_shape_t is never extended");
+BP_FREEZE(bp_execute_args_t, struct_size, 0);
+BP_FREEZE(bp_execute_args_t, num_inputs, 8);
+BP_FREEZE(bp_execute_args_t, inputs, 16);
+BP_FREEZE(bp_execute_args_t, num_outputs, 24);
+BP_FREEZE(bp_execute_args_t, outputs, 32);
+BP_FREEZE(bp_execute_args_t, num_values, 40);
+BP_FREEZE(bp_execute_args_t, value_shapes, 48);
+BP_FREEZE(bp_execute_args_t, sink, 56);
+_Static_assert(BP_BACKEND_FLAG_SHAPE_POLYMORPHIC == 16u, "flag renumbered");
 
 int main(void) {
   /* The helpers agree with the frozen sizes at run time too. */
@@ -158,6 +177,11 @@ int main(void) {
   if (BP_TABLE_HAS(&t, compile_all)) return 1;
   t.struct_size = BP_BACKEND_API_SIZE_1_1;
   if (!BP_TABLE_HAS(&t, compile_all)) return 1;
+  /* A 1.1 table has no execute_shaped. */
+  t.execute_shaped = (bp_status_t * (*)(bp_exec_context_t*, const bp_execute_args_t*))1;
+  if (BP_TABLE_HAS(&t, execute_shaped)) return 1;
+  t.struct_size = BP_BACKEND_API_SIZE_1_2;
+  if (!BP_TABLE_HAS(&t, execute_shaped)) return 1;
   puts("abi layout: 1 passed, 0 failed");
   return 0;
 }

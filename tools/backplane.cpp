@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <charconv>
 #include <random>
 #include <sstream>
 #include <string>
@@ -226,6 +227,7 @@ struct PartitionArgs {
   std::string model;
   std::string backends;
   std::vector<std::string> overrides;
+  std::vector<std::string> shapes;
   bool json = false;
   std::string dot;
   bool allow_fallback = false;
@@ -243,6 +245,45 @@ std::string parse_overrides(const std::vector<std::string>& items,
   return "";
 }
 
+// Fills input_shapes from NAME=DIMS strings (DIMS: 1x128, or 1,128; "" for a
+// scalar); "" on success, else the message.
+std::string parse_shapes(const std::vector<std::string>& items,
+                         backplane::PlacementOptions* placement) {
+  for (const std::string& item : items) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return "--shape expects NAME=DIMS (e.g. input=1x128), got '" + item + "'";
+    backplane::Shape shape;
+    std::string dims = item.substr(eq + 1);
+    for (std::string& d : split(dims, dims.find(',') != std::string::npos ? ',' : 'x')) {
+      int64_t v = -1;
+      auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+      if (d.empty() || ec != std::errc() || end != d.data() + d.size() || v < 0)
+        return "--shape " + item + ": '" + d + "' is not a non-negative dim";
+      shape.push_back(v);
+    }
+    placement->input_shapes[item.substr(0, eq)] = shape;
+  }
+  return "";
+}
+
+// "input 'x' dims [batch,seq]" for each input with a dim no run has fixed.
+std::string open_inputs(const backplane::Model& model) {
+  std::string out;
+  for (const auto& info : model.inputs()) {
+    if (std::none_of(info.shape.begin(), info.shape.end(), [](int64_t d) { return d < 0; }))
+      continue;
+    std::string dims;
+    for (size_t d = 0; d < info.shape.size(); ++d)
+      dims += (d ? "," : "") + (d < info.dim_names.size() && !info.dim_names[d].empty()
+                                    ? info.dim_names[d]
+                                    : info.shape[d] < 0 ? std::string("?")
+                                                        : std::to_string(info.shape[d]));
+    out += (out.empty() ? "" : ", ") + ("'" + info.name + "' [" + dims + "]");
+  }
+  return out;
+}
+
 int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   auto opts = runtime_options(g, 0);
   if (!opts.ok()) return fail(opts.status().message());
@@ -250,10 +291,14 @@ int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   mo.backends = split(a.backends, ',');
   mo.allow_fallback = a.allow_fallback;
   if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
+  if (std::string e = parse_shapes(a.shapes, &mo); !e.empty()) return fail(e);
   auto rt = backplane::Runtime::create(*opts);
   if (!rt.ok()) return fail(rt.status().message());
   auto model = (*rt)->load_model(a.model, mo);
   if (!model.ok()) return fail(model.status().message());
+  if ((*model)->partitions().empty() && !open_inputs(**model).empty())
+    return fail(a.model + ": the plan depends on the input shapes, and inputs " +
+                open_inputs(**model) + " are open; give them with --shape NAME=DIMS");
   if (!a.dot.empty()) {
     Status st = backplane::write_file_atomically(
         a.dot, (*model)->describe_plan(backplane::PlanFormat::kDot));
@@ -271,6 +316,7 @@ struct CompileArgs {
   std::string output;
   std::string backends;
   std::vector<std::string> overrides;
+  std::vector<std::string> shapes;
   std::string external_data;
   bool allow_fallback = false;
   bool json = false;
@@ -293,6 +339,7 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   co.allow_fallback = a.allow_fallback;
   co.external_data = a.external_data;
   if (std::string e = parse_overrides(a.overrides, &co); !e.empty()) return fail(e);
+  if (std::string e = parse_shapes(a.shapes, &co); !e.empty()) return fail(e);
   auto rt = backplane::Runtime::create(*opts);
   if (!rt.ok()) return fail(rt.status().message());
   auto t0 = std::chrono::steady_clock::now();
@@ -335,6 +382,7 @@ struct RunArgs {
   std::string model;
   std::string backends;
   std::vector<std::string> overrides;
+  std::vector<std::string> shapes;
   std::vector<std::string> inputs;
   std::string output_dir;
   int runs = 1;
@@ -359,6 +407,7 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   mo.external_data = a.external_data;
   mo.lazy_checksums = a.lazy_checksums;
   if (std::string e = parse_overrides(a.overrides, &mo); !e.empty()) return fail(e);
+  if (std::string e = parse_shapes(a.shapes, &mo); !e.empty()) return fail(e);
   std::map<std::string, Tensor> given;
   for (const std::string& in : a.inputs) {
     size_t eq = in.find('=');
@@ -388,7 +437,14 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   for (size_t i = 0; i < infos.size(); ++i) {
     if (given.count(infos[i].name)) continue;
     generated = true;
-    Status st = s.set_input(i, random_input(infos[i], static_cast<uint32_t>(i)));
+    backplane::TensorInfo info = infos[i];
+    auto hinted = mo.input_shapes.find(info.name);
+    if (hinted != mo.input_shapes.end()) info.shape = hinted->second;
+    if (std::any_of(info.shape.begin(), info.shape.end(), [](int64_t d) { return d < 0; }))
+      return fail(a.model + ": input " + open_inputs(**model) +
+                  " has open dims: give it with --input NAME=FILE.npy or its shape with "
+                  "--shape NAME=DIMS");
+    Status st = s.set_input(i, random_input(info, static_cast<uint32_t>(i)));
     if (!st.ok()) return fail(st.message());
   }
   if (generated && !a.json)
@@ -447,9 +503,10 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     j["inputs_generated"] = generated;
     j["outputs"] = json::array();
     for (size_t i = 0; i < s.num_outputs(); ++i) {
-      const auto& o = (*model)->outputs()[i];
-      j["outputs"].push_back(
-          {{"name", o.name}, {"shape", o.shape}, {"dtype", backplane::dtype_name(o.dtype)}});
+      const Tensor& o = s.output(i);
+      j["outputs"].push_back({{"name", (*model)->outputs()[i].name},
+                              {"shape", o.shape()},
+                              {"dtype", backplane::dtype_name(o.dtype())}});
     }
     std::cout << j.dump() << "\n";
     return 0;
@@ -501,6 +558,8 @@ int main(int argc, char** argv) {
   run->add_option("--backends", r.backends, "Backend preference, comma-separated (e.g. CpuRef)");
   run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
   run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
+  run->add_option("--shape", r.shapes,
+                  "Shape of an input given no --input (its open dims), e.g. ids=1x128 (repeatable)");
   run->add_option("--output-dir", r.output_dir, "Write each output as NAME.npy here");
   run->add_option("--runs", r.runs, "Timed runs")
       ->check(in_range(1, 1 << 30))
@@ -532,6 +591,8 @@ int main(int argc, char** argv) {
   compile->add_option("--override", ca.overrides,
                       "Pin a node to a backend: NODE=BACKEND (repeatable)");
   compile->add_flag("--allow-fallback", ca.allow_fallback, "A pinned node may fall back");
+  compile->add_option("--shape", ca.shapes,
+                      "Shape to compile an input with open dims for: NAME=DIMS (repeatable)");
   compile->add_option("--external-data", ca.external_data,
                       "Put the weights in this data file (.bpd), next to the .bpk");
   compile->add_flag("--json", ca.json, "Print one JSON object");
@@ -553,6 +614,8 @@ int main(int argc, char** argv) {
   partition->add_option("--override", pa.overrides,
                         "Pin a node to a backend: NODE=BACKEND (repeatable)");
   partition->add_flag("--allow-fallback", pa.allow_fallback, "A pinned node may fall back");
+  partition->add_option("--shape", pa.shapes,
+                        "Shape to plan an input with open dims for: NAME=DIMS (repeatable)");
   partition->add_flag("--json", pa.json, "Print one JSON object");
   partition->add_option("--dot", pa.dot, "Write the plan as a Graphviz DOT file");
 

@@ -66,8 +66,10 @@ struct PlacementOptions {
   std::map<std::string, std::string> overrides;
   // Allow a pinned node to fall back when its backend is absent or rejects it.
   bool allow_fallback = false;
-  // Concrete shapes for inputs with symbolic or unknown dims. Compiling
-  // several methods: an input of any method.
+  // Loading: shapes to specialise the model for ahead of the first run (a
+  // hint; every run may still use other shapes). Compiling ahead of time:
+  // the shapes to compile for, required for inputs with symbolic or unknown
+  // dims. Compiling several methods: an input of any method.
   std::map<std::string, Shape> input_shapes;
 };
 
@@ -81,6 +83,20 @@ struct ModelOptions : PlacementOptions {
   // Verify each data segment's checksum on its first use instead of at load
   // (faster load of big weights; corruption is still caught before use).
   bool lazy_checksums = false;
+  // How many specialisations (a plan compiled for one set of input shapes)
+  // the model keeps, least recently used dropped first; at least 1.
+  size_t max_specializations = 16;
+};
+
+// How a model's specialisations were used (Model::specialization_stats).
+struct SpecializationStats {
+  uint64_t hits = 0;       // a run whose input shapes were specialised already
+  uint64_t misses = 0;     // a run that needed a new specialisation (built, or waited for)
+  uint64_t builds = 0;     // specialisations built (failed builds included)
+  uint64_t evictions = 0;  // dropped to stay within capacity
+  size_t cached = 0;       // held now
+  size_t capacity = 0;     // ModelOptions::max_specializations
+  size_t polymorphic_partitions = 0;  // compiled once for every shape (API 1.2), held now
 };
 
 // Ahead-of-time compilation (backplane compile).
@@ -104,7 +120,12 @@ struct CompileReport {
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kUndefined;
+  // -1 for a dim that is not fixed (symbolic or unknown in the model).
   Shape shape;
+  // The model's name for each dim ("batch", "seq"), "" where it has none;
+  // empty or of the same rank as shape. Dims with one name take one size
+  // in a run.
+  std::vector<std::string> dim_names;
 };
 
 struct BackendDescription {
@@ -143,6 +164,7 @@ struct PartitionDescription {
   std::string backend;
   std::vector<std::string> nodes;            // node names, in execution order
   bool imperative = false;                   // run one op at a time (execute_node)
+  bool polymorphic = false;                  // compiled once for every shape (API 1.2)
   std::vector<std::string> inputs, outputs;  // tensors crossing its edge
 };
 
@@ -158,10 +180,20 @@ enum class PlanFormat { kText, kJson, kDot };
 
 class Session;
 
+// A loaded model. Each run may use any input shapes consistent with the
+// model (a dim named by a symbol takes one size everywhere in that run;
+// fixed dims stay fixed). The first run at new shapes specialises the model
+// for them (infers shapes, plans, compiles, plans memory); later runs at
+// those shapes reuse it. partitions(), copies(), describe_plan() and
+// backends_used() describe the first specialisation: the one made at load
+// (for a model with fixed shapes, or input_shapes given) or else by the
+// first run; empty before it.
 class Model {
  public:
   virtual ~Model() = default;
   virtual const std::vector<TensorInfo>& inputs() const = 0;
+  // Dtype and shape as far as the model fixes them (-1: depends on the run);
+  // a model with fixed input shapes has them all.
   virtual const std::vector<TensorInfo>& outputs() const = 0;
   virtual const std::vector<PartitionDescription>& partitions() const = 0;
   // Distinct backends used, in order of first use.
@@ -174,15 +206,29 @@ class Model {
   // What happened while loading that a user should know (e.g. a compiled
   // partition whose backend is missing, recompiled elsewhere).
   virtual const std::vector<std::string>& notes() const = 0;
+  virtual SpecializationStats specialization_stats() const = 0;
   virtual Result<std::unique_ptr<Session>> create_session() = 0;
 };
 
 class Session {
  public:
   virtual ~Session() = default;
-  // Copies `tensor` into the session's input buffer; dtype and shape must match.
+  // Copies `tensor` into the session's memory for that input. The dtype must
+  // match; the shape must fit the model (Model::inputs): its rank, its fixed
+  // dims (symbols are checked across inputs by run()).
   virtual Status set_input(const std::string& name, const Tensor& tensor) = 0;
   virtual Status set_input(size_t index, const Tensor& tensor) = 0;
+  // Uses the caller's memory for that input, without copying: `tensor`'s
+  // bytes must stay valid and unchanged until the runs that read them have
+  // returned; it stays bound until the input is set or bound again.
+  virtual Status bind_input(const std::string& name, const Tensor& tensor) = 0;
+  // Makes each run write output `name` straight into the caller's memory
+  // `tensor` (its dtype and shape must be the output's in that run, else
+  // run() fails before running anything). Bound until bound again; an empty
+  // Tensor unbinds it. output()/get_output() then view that memory.
+  virtual Status bind_output(const std::string& name, const Tensor& tensor) = 0;
+  // Runs the model at the shapes of the inputs set. Errors say which input,
+  // dim and symbol do not fit; the session stays usable.
   virtual Status run() = 0;
   // Output of the last run(); lives until the next run() or the session's end.
   virtual Result<Tensor> get_output(const std::string& name) const = 0;

@@ -123,6 +123,11 @@ Status verify(const Graph& graph);
 // value. A dim that stays unknown is an error naming the input and dim.
 Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes = {});
 
+// Folds every node whose inputs are all constants (whatever the input
+// shapes), without needing input shapes: what a model can compute once,
+// before it is specialised to the shapes of a run.
+Status fold_constants(Graph& graph);
+
 // Ops that infer_shapes knows (and so the runtime can accept).
 bool is_known_op(const std::string& domain, const std::string& op_type);
 

@@ -304,6 +304,8 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
   return ok_status();
 }
 
+void drop_folded(Graph& g, const std::vector<bool>& folded);
+
 Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes) {
   auto it = g.opsets.find("");
   if (it == g.opsets.end()) it = g.opsets.find("ai.onnx");
@@ -330,6 +332,16 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes) {
     BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
 
   // Folded nodes are gone: their outputs are constants now.
+  drop_folded(g, folded);
+  for (int v : g.outputs)
+    if (!g.values[v].shape_is_static())
+      return internal_error("graph output '" + g.values[v].name + "' has no static shape");
+  return ok_status();
+}
+
+// Drops the nodes marked in `folded` (their outputs are constants now) and
+// fixes producers; then removes what nobody needs.
+void drop_folded(Graph& g, const std::vector<bool>& folded) {
   std::vector<Node> kept;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!folded[i]) kept.push_back(std::move(g.nodes[i]));
@@ -340,13 +352,42 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes) {
     for (int v : g.nodes[i].outputs)
       if (v >= 0) g.values[v].producer = static_cast<int>(i);
   g.remove_dead();
-  for (int v : g.outputs)
-    if (!g.values[v].shape_is_static())
-      return internal_error("graph output '" + g.values[v].name + "' has no static shape");
+}
+
+Status fold_impl(Graph& g) {
+  BP_RETURN_IF_ERROR(g.topo_sort());
+  std::vector<Value> declared(g.values.begin(), g.values.end());
+  std::vector<bool> folded(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& node = g.nodes[i];
+    bool all_const = is_known_op(node.domain, node.op_type) &&
+                     detail::const_eval_supported(node.op_type);
+    for (int v : node.inputs)
+      if (v >= 0 && !g.values[v].is_constant()) all_const = false;
+    if (!all_const) continue;
+    // Inference checks against what the model declared; start from nothing.
+    for (int v : node.outputs)
+      if (v >= 0) {
+        g.values[v].dtype = DType::kUndefined;
+        g.values[v].has_shape = false;
+        g.values[v].shape.clear();
+      }
+    BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
+    if (!folded[i])  // inference alone: keep what the model declared
+      for (int v : node.outputs)
+        if (v >= 0) g.values[v] = declared[v];
+  }
+  drop_folded(g, folded);
   return ok_status();
 }
 
 }  // namespace
+
+Status fold_constants(Graph& graph) {
+  Status s = fold_impl(graph);
+  if (!s.ok() && !graph.source.empty()) s.with_context(graph.source);
+  return s;
+}
 
 Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes) {
   Status s = infer_impl(graph, input_shapes);

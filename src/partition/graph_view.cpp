@@ -1,5 +1,6 @@
 #include "partition/graph_view.hpp"
 
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -7,10 +8,17 @@ namespace backplane {
 
 std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
                                             const std::vector<int>& node_ids,
-                                            const NamedDataMap* weights, const std::string& name) {
+                                            const NamedDataMap* weights, const std::string& name,
+                                            const std::function<bool(int)>* polymorphic) {
   std::unique_ptr<GraphView> v(new GraphView());
   v->name_ = name;
   v->node_ids_ = node_ids;
+  v->polymorphic_ = polymorphic != nullptr;
+  // A polymorphic view keeps only the constants of every run; the rest have
+  // their rank and -1 for each dim.
+  auto is_const = [&](int gv) {
+    return graph.values[gv].is_constant() && (polymorphic == nullptr || (*polymorphic)(gv));
+  };
 
   std::unordered_map<int, int32_t> local;  // graph value id -> view value index
   auto local_of = [&](int gv) -> int32_t {
@@ -24,12 +32,16 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
     bv.dtype = static_cast<bp_dtype_t>(value.dtype);
     bv.rank = value.shape.size();
     bv.shape = value.shape.data();
-    if (value.is_constant()) {
+    if (is_const(gv)) {
       bv.flags |= BP_VALUE_CONSTANT;
       bv.data_key = value.constant_key.c_str();
+    } else if (polymorphic != nullptr) {
+      v->open_shapes_.emplace_back(value.shape.size(), int64_t{-1});
+      bv.shape = v->open_shapes_.back().data();
     }
     int32_t id = static_cast<int32_t>(v->values_.size());
     v->values_.push_back(bv);
+    v->value_ids_.push_back(gv);
     local.emplace(gv, id);
     return id;
   };
@@ -48,7 +60,7 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
     const ir::Node& node = graph.nodes[node_ids[k]];
     for (int in : node.inputs) {
       v->node_inputs_[k].push_back(local_of(in));
-      if (in >= 0 && !graph.values[in].is_constant() && !produced_inside.count(in) &&
+      if (in >= 0 && !is_const(in) && !produced_inside.count(in) &&
           seen_input.insert(in).second)
         v->input_values_.push_back(in);
     }
@@ -148,6 +160,76 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
   view.outputs = v->outputs_.data();
   view.weights = weights != nullptr ? weights->as_abi() : nullptr;
   return v;
+}
+
+namespace {
+
+template <class T>
+void put(std::string& out, const T& x) {
+  out.append(reinterpret_cast<const char*>(&x), sizeof(x));
+}
+void put_str(std::string& out, const char* s) {
+  size_t n = s != nullptr ? std::strlen(s) : 0;
+  put(out, n);
+  out.append(s != nullptr ? s : "", n);
+}
+void put_dims(std::string& out, size_t rank, const int64_t* dims) {
+  put(out, rank);
+  if (rank > 0) out.append(reinterpret_cast<const char*>(dims), rank * sizeof(int64_t));
+}
+
+}  // namespace
+
+std::string GraphView::fingerprint() const {
+  std::string out;
+  const bp_graph_view_t& g = view_;
+  put(out, g.num_values);
+  for (size_t i = 0; i < g.num_values; ++i) {
+    const bp_value_t& x = g.values[i];
+    put_str(out, x.name);
+    put(out, x.dtype);
+    put_dims(out, x.rank, x.shape);
+    put(out, x.flags);
+    put_str(out, x.data_key);
+  }
+  put(out, g.num_nodes);
+  for (size_t i = 0; i < g.num_nodes; ++i) {
+    const bp_node_t& n = g.nodes[i];
+    put_str(out, n.name);
+    put_str(out, n.op_type);
+    put_str(out, n.domain);
+    put(out, n.opset);
+    put(out, n.num_inputs);
+    out.append(reinterpret_cast<const char*>(n.inputs), n.num_inputs * sizeof(int32_t));
+    put(out, n.num_outputs);
+    out.append(reinterpret_cast<const char*>(n.outputs), n.num_outputs * sizeof(int32_t));
+    put(out, n.num_attributes);
+    for (size_t a = 0; a < n.num_attributes; ++a) {
+      const bp_attribute_t& at = n.attributes[a];
+      put_str(out, at.name);
+      put(out, at.type);
+      put(out, at.i);
+      put(out, at.f);
+      put_str(out, at.s);
+      put(out, at.count);
+      if (at.ints != nullptr)
+        out.append(reinterpret_cast<const char*>(at.ints), at.count * sizeof(int64_t));
+      if (at.floats != nullptr)
+        out.append(reinterpret_cast<const char*>(at.floats), at.count * sizeof(float));
+      if (at.strings != nullptr)
+        for (size_t k = 0; k < at.count; ++k) put_str(out, at.strings[k]);
+      if (at.t != nullptr) {
+        put(out, at.t->dtype);
+        put_dims(out, at.t->rank, at.t->shape);
+        out.append(static_cast<const char*>(at.t->data), at.t->size_bytes);
+      }
+    }
+  }
+  put(out, g.num_inputs);
+  out.append(reinterpret_cast<const char*>(g.inputs), g.num_inputs * sizeof(int32_t));
+  put(out, g.num_outputs);
+  out.append(reinterpret_cast<const char*>(g.outputs), g.num_outputs * sizeof(int32_t));
+  return out;
 }
 
 }  // namespace backplane

@@ -7,6 +7,8 @@
 
 #include <backplane/backend_abi.h>
 
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,14 +22,26 @@ class GraphView {
   // A view of `node_ids` (in execution order). Inputs: non-constant values the
   // nodes read that none of them produce, in order of first use. Outputs:
   // values they produce that other nodes or the graph outputs need.
+  //
+  // With `polymorphic` (API 1.2 shape-polymorphic compiles): only constants
+  // for which it returns true (by graph value id) stay constants; every
+  // other value keeps its dtype and rank with -1 for each dim, and those of
+  // them the nodes read without producing become view inputs.
   static std::unique_ptr<GraphView> build(const ir::Graph& graph, const std::vector<int>& node_ids,
-                                          const NamedDataMap* weights, const std::string& name);
+                                          const NamedDataMap* weights, const std::string& name,
+                                          const std::function<bool(int)>* polymorphic = nullptr);
 
   const bp_graph_view_t* get() const { return &view_; }
   // Graph value ids of the view's inputs / outputs, in view order.
   const std::vector<int>& input_values() const { return input_values_; }
   const std::vector<int>& output_values() const { return output_values_; }
   const std::vector<int>& node_ids() const { return node_ids_; }
+  // Graph value id of each view value, in view order.
+  const std::vector<int>& value_ids() const { return value_ids_; }
+  bool polymorphic() const { return polymorphic_; }
+  // Everything a backend sees of the view except its name and weights map,
+  // as bytes: two views with equal fingerprints compile to the same thing.
+  std::string fingerprint() const;
 
  private:
   GraphView() = default;
@@ -42,6 +56,9 @@ class GraphView {
   std::vector<std::vector<const char*>> attr_strings_;
   std::vector<int32_t> inputs_, outputs_;
   std::vector<int> input_values_, output_values_;
+  std::vector<int> value_ids_;
+  std::deque<std::vector<int64_t>> open_shapes_;  // the -1 dims of a polymorphic view
+  bool polymorphic_ = false;
 };
 
 }  // namespace backplane

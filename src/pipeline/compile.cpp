@@ -88,14 +88,22 @@ Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const
 
 Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan,
                           int num_threads, Exclusions* excluded, std::vector<std::string>* notes,
-                          std::vector<std::unique_ptr<ExecutablePartition>>* out) {
+                          std::vector<std::shared_ptr<ExecutablePartition>>* out,
+                          const PolymorphicSource& polymorphic) {
   bool complete = true;
   for (size_t i = 0; i < plan.partitions.size(); ++i) {
     const Partition& p = plan.partitions[i];
-    auto ep = std::make_unique<ExecutablePartition>();
+    const std::string name = graph.name + "/partition_" + std::to_string(i);
+    if (!p.imperative && p.payload == nullptr && polymorphic) {
+      BP_ASSIGN_OR_RETURN(std::shared_ptr<ExecutablePartition> shared, polymorphic(graph, p, name));
+      if (shared != nullptr) {
+        out->push_back(std::move(shared));
+        continue;
+      }
+    }
+    auto ep = std::make_shared<ExecutablePartition>();
     ep->backend = p.backend;
     ep->imperative = p.imperative;
-    const std::string name = graph.name + "/partition_" + std::to_string(i);
     ep->view = GraphView::build(graph, p.nodes, &weights, name);
     if (p.imperative) {
       const ir::Node& node = graph.nodes[p.nodes.front()];

@@ -35,12 +35,25 @@ using Planner = std::function<Result<Plan>(const Exclusions&, std::vector<std::s
 // sdk::CompiledPartition, a backend's own object behind bp_compiled_t.
 // Immutable once compiled, so sessions on many threads share it.
 struct ExecutablePartition {
+  // Whatever the view and the compiled partition point into (the graph the
+  // view was built from, the weights map); released last.
+  std::shared_ptr<const void> keep_alive;
   std::shared_ptr<LoadedBackend> backend;
   std::unique_ptr<GraphView> view;
   CompiledHandle compiled;  // empty when imperative
   bool imperative = false;
+  // Compiled once for every shape (API 1.2): shared by the specialisations
+  // whose polymorphic view is the same.
+  bool polymorphic = false;
   std::vector<int> inputs, outputs;  // graph value ids, in execute order (-1 = omitted)
 };
+
+// Where a shape-polymorphic compile of a partition comes from (the model's
+// cache, or the backend): the executable, or null when the backend does not
+// compile this partition polymorphically (then it is compiled for the
+// concrete shapes of `graph`).
+using PolymorphicSource = std::function<Result<std::shared_ptr<ExecutablePartition>>(
+    const ir::Graph& graph, const Partition& partition, const std::string& name)>;
 
 // Runs `round` (plan with the exclusions so far, then compile) until it
 // returns true (everything compiled). A round that returns false must have
@@ -63,8 +76,11 @@ bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition,
 // partition of `plan` into `out`. Nodes a backend failed go to `excluded`,
 // a payload it cannot read to `notes`; returns false when the plan must be
 // made again without them.
+// `polymorphic` (may be empty) is asked first for every compiled partition
+// without a stored payload.
 Result<bool> compile_plan(const ir::Graph& graph, const NamedDataMap& weights, const Plan& plan,
                           int num_threads, Exclusions* excluded, std::vector<std::string>* notes,
-                          std::vector<std::unique_ptr<ExecutablePartition>>* out);
+                          std::vector<std::shared_ptr<ExecutablePartition>>* out,
+                          const PolymorphicSource& polymorphic = {});
 
 }  // namespace backplane

@@ -25,4 +25,33 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
   return graph;
 }
 
+Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path) {
+  BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
+  auto graph = std::make_unique<ir::Graph>(std::move(imported));
+  if (graph->source.empty()) graph->source = path;
+  for (const ir::Node& node : graph->nodes)
+    if (!ir::is_known_op(node.domain, node.op_type))
+      return Status(StatusCode::kUnsupported, node.describe() + ": unsupported operator '" +
+                                                  node.op_type + "' (domain '" + node.domain +
+                                                  "')")
+          .with_context(path);
+  for (int v : graph->inputs) {
+    const ir::Value& value = graph->values[v];
+    if (value.dtype == DType::kUndefined)
+      return invalid_argument("input '" + value.name + "' has no element type in the model")
+          .with_context(path);
+  }
+  BP_RETURN_IF_ERROR(ir::fold_constants(*graph));  // names the file itself
+  BP_RETURN_IF_ERROR(ir::verify(*graph), path);
+  return graph;
+}
+
+Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
+                                                    const std::map<std::string, Shape>& shapes) {
+  auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
+  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes));
+  BP_RETURN_IF_ERROR(ir::verify(*graph), portable.source);
+  return graph;
+}
+
 }  // namespace backplane

@@ -27,4 +27,15 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
     const std::string& path, const std::map<std::string, Shape>& input_shapes,
     UnknownInputShapes unknown);
 
+// Reads `path` and returns its portable graph: every input shape left as the
+// model declares it (symbolic dims open), constants folded, dead nodes
+// dropped, verified. Shapes are inferred per run (specialize_graph).
+Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path);
+
+// A copy of the portable graph `portable` with the given concrete shape for
+// every input, every value's shape inferred and what those shapes make
+// constant folded. Constants are shared with `portable`, not copied.
+Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
+                                                    const std::map<std::string, Shape>& shapes);
+
 }  // namespace backplane

@@ -1,130 +1,449 @@
 #include "session/compiled_model.hpp"
 
+#include "core/log.hpp"
 #include "core/tensor_data_map.hpp"
+#include "pipeline/front_end.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace backplane {
+namespace {
 
-size_t CompiledModel::value_bytes(int value) const {
-  const ir::Value& v = graph_->values[value];
-  return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
+// "[batch,seq,768]": the model's names where it has them, else sizes.
+std::string declared_shape(const TensorInfo& info) {
+  std::string out = "[";
+  for (size_t d = 0; d < info.shape.size(); ++d) {
+    if (d > 0) out += ",";
+    if (d < info.dim_names.size() && !info.dim_names[d].empty()) out += info.dim_names[d];
+    else if (info.shape[d] < 0) out += "?";
+    else out += std::to_string(info.shape[d]);
+  }
+  return out + "]";
+}
+
+bool has_shape(const ir::Value& v) { return v.has_shape; }
+
+}  // namespace
+
+Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
+                                                             const BackendRegistry& registry,
+                                                             const Options& options) {
+  std::shared_ptr<CompiledModel> m(new CompiledModel());
+  m->registry_ = registry;
+  m->weights_ = std::make_shared<TensorDataMap>(&graph->constants);
+  const std::string source = graph->source;
+  BP_RETURN_IF_ERROR(m->init(std::move(graph), options), source);
+  return m;
 }
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
                                                              const BackendRegistry& registry,
-                                                             const PlacementOptions& options,
+                                                             const PlacementOptions& placement,
                                                              uint64_t network_id, int num_threads) {
-  auto weights = std::make_unique<TensorDataMap>(&graph->constants);
-  const ir::Graph* g = graph.get();
-  const NamedDataMap* w = weights.get();
-  Planner planner = [g, w, &registry, &options](const Exclusions& excluded,
-                                                std::vector<std::string>*) {
-    return make_plan(*g, registry, options, *w, excluded);
-  };
-  return create_with(std::move(graph), std::move(weights), planner, network_id, num_threads,
-                     nullptr);
+  Options options;
+  options.placement = placement;
+  options.network_id = network_id;
+  options.num_threads = num_threads;
+  return create(std::move(graph), registry, options);
 }
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(
     std::unique_ptr<ir::Graph> graph, std::unique_ptr<NamedDataMap> weights, const Planner& planner,
-    uint64_t network_id, int num_threads, std::shared_ptr<const void> keep_alive) {
+    const Options& options, std::shared_ptr<const void> keep_alive) {
   std::shared_ptr<CompiledModel> m(new CompiledModel());
   m->keep_alive_ = std::move(keep_alive);
-  m->graph_ = std::move(graph);
   m->weights_ = std::move(weights);
-  m->network_id_ = network_id;
-  BP_RETURN_IF_ERROR(m->build(planner, num_threads), m->graph_->source);
+  m->stored_planner_ = planner;
+  for (int v : graph->inputs) m->stored_signature_.push_back(graph->values[v].shape);
+  const std::string source = graph->source;
+  BP_RETURN_IF_ERROR(m->init(std::move(graph), options), source);
   return m;
 }
 
-// Arm NN's BeforeLoadNetwork: each backend of the plan hears of the network
-// before it compiles anything of it (once, however many rounds).
-Status CompiledModel::notify_before_load() {
-  loaded_backends_.clear();
-  for (const Partition& p : plan_.partitions)
-    if (std::find(loaded_backends_.begin(), loaded_backends_.end(), p.backend) ==
-        loaded_backends_.end())
-      loaded_backends_.push_back(p.backend);
-  for (const auto& b : loaded_backends_) {
-    if (std::find(hooked_.begin(), hooked_.end(), b) != hooked_.end()) continue;
-    hooked_.push_back(b);
+Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& options) {
+  portable_ = std::move(graph);
+  options_ = options;
+  if (options_.max_specializations == 0)
+    return invalid_argument("max_specializations must be at least 1");
+  stats_.capacity = options_.max_specializations;
+  const ir::Graph& g = *portable_;
+  for (int v : g.inputs) {
+    const ir::Value& value = g.values[v];
+    TensorInfo info{value.name, value.dtype, value.shape, value.dim_params};
+    if (!info.dim_names.empty() && info.dim_names.size() != info.shape.size())
+      info.dim_names.clear();
+    inputs_.push_back(std::move(info));
+  }
+  for (int v : g.outputs) {
+    const ir::Value& value = g.values[v];
+    outputs_.push_back({value.name, value.dtype, value.shape, value.dim_params});
+  }
+
+  // The shapes to specialise for now: given, or fixed in the model.
+  const auto& hints = options_.placement.input_shapes;
+  for (const auto& [name, shape] : hints) {
+    auto it = std::find_if(inputs_.begin(), inputs_.end(),
+                           [&](const TensorInfo& i) { return i.name == name; });
+    if (it != inputs_.end()) continue;
+    int id = g.find_value(name);
+    if (id >= 0 && g.values[id].is_constant())
+      return invalid_argument("a shape is given for '" + name +
+                              "', which is an initializer, not a graph input");
+    return not_found("a shape is given for '" + name + "', which is not a graph input");
+  }
+  Signature signature;
+  std::vector<std::string> open;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const ir::Value& value = g.values[g.inputs[i]];
+    auto hint = hints.find(inputs_[i].name);
+    if (hint != hints.end()) {
+      signature.push_back(hint->second);
+    } else if (has_shape(value) && value.shape_is_static()) {
+      signature.push_back(value.shape);
+    } else {
+      open.push_back("'" + inputs_[i].name + "' " +
+                     (has_shape(value) ? declared_shape(inputs_[i]) : "(rank unknown)"));
+    }
+  }
+  if (!open.empty()) {
+    std::string list;
+    for (const auto& o : open) list += (list.empty() ? "" : ", ") + o;
+    notes_.push_back("input shapes are open (" + list +
+                     "): the model is specialised for the shapes of each run, the first time "
+                     "they are seen");
+    return ok_status();
+  }
+  for (size_t i = 0; i < signature.size(); ++i)
+    for (int64_t d : signature[i])
+      if (d < 0)
+        return invalid_argument("input '" + inputs_[i].name + "': given shape " +
+                                shape_to_string(signature[i]) + " has a negative dim");
+  BP_RETURN_IF_ERROR(check_signature(signature));
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> first, specialization(signature));
+  // A model whose every input dim is fixed has fixed outputs too.
+  bool fixed = hints.empty();
+  if (fixed) outputs_ = first->outputs();
+  return ok_status();
+}
+
+Status CompiledModel::check_signature(const Signature& signature) const {
+  if (signature.size() != inputs_.size())
+    return invalid_argument("got shapes for " + std::to_string(signature.size()) +
+                            " inputs, the model has " + std::to_string(inputs_.size()));
+  // symbol -> (size, input, dim) of its first appearance
+  struct Seen {
+    int64_t size;
+    size_t input, dim;
+  };
+  std::map<std::string, Seen> symbols;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const TensorInfo& info = inputs_[i];
+    const Shape& got = signature[i];
+    const std::string what = "input '" + info.name + "'";
+    for (int64_t d : got)
+      if (d < 0)
+        return invalid_argument(what + " has a negative dim in " + shape_to_string(got));
+    if (!portable_->values[portable_->inputs[i]].has_shape) continue;  // any rank
+    if (got.size() != info.shape.size())
+      return invalid_argument(what + " has rank " + std::to_string(got.size()) + " " +
+                              shape_to_string(got) + ", the model expects rank " +
+                              std::to_string(info.shape.size()) + " " + declared_shape(info));
+    for (size_t d = 0; d < got.size(); ++d) {
+      if (info.shape[d] >= 0 && got[d] != info.shape[d])
+        return invalid_argument(what + " dim " + std::to_string(d) + " is " +
+                                std::to_string(got[d]) + ", the model fixes it at " +
+                                std::to_string(info.shape[d]) + " " + declared_shape(info));
+      const std::string symbol = d < info.dim_names.size() ? info.dim_names[d] : "";
+      if (symbol.empty() || info.shape[d] >= 0) continue;
+      auto [it, fresh] = symbols.emplace(symbol, Seen{got[d], i, d});
+      if (fresh || it->second.size == got[d]) continue;
+      return invalid_argument(what + " dim " + std::to_string(d) + " ('" + symbol + "') is " +
+                              std::to_string(got[d]) + ", but input '" +
+                              inputs_[it->second.input].name + "' dim " +
+                              std::to_string(it->second.dim) + " ('" + symbol + "') is " +
+                              std::to_string(it->second.size) +
+                              ": one symbol takes one size in a run");
+    }
+  }
+  return ok_status();
+}
+
+Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
+    const Signature& signature) {
+  using Built = Result<std::shared_ptr<const Specialization>>;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = cache_.find(signature);
+  if (it != cache_.end()) {
+    if (it->second.done) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+    } else {
+      ++stats_.misses;  // being built by another thread: wait for it
+    }
+    std::shared_future<Built> ready = it->second.ready;
+    lock.unlock();
+    return ready.get();
+  }
+  ++stats_.misses;
+  std::promise<Built> promise;
+  Entry& entry = cache_[signature];
+  entry.ready = promise.get_future().share();
+  lock.unlock();
+
+  Built built = [&]() -> Built {
+    std::lock_guard<std::mutex> one_at_a_time(build_mu_);
+    Result<std::shared_ptr<Specialization>> s = build(signature);
+    if (!s.ok()) return s.status();
+    BP_RETURN_IF_ERROR(notify_after_load());
+    return std::shared_ptr<const Specialization>(std::move(s).value());
+  }();
+  if (!built.ok())
+    built.with_context("specialising for " + signature_to_string(*portable_, signature));
+  promise.set_value(built);
+
+  std::vector<std::shared_ptr<const Specialization>> evicted;  // destroyed unlocked
+  lock.lock();
+  ++stats_.builds;
+  auto mine = cache_.find(signature);
+  if (!built.ok()) {
+    cache_.erase(mine);  // not kept: the next run at these shapes tries again
+    return built;
+  }
+  mine->second.done = true;
+  lru_.push_front(signature);
+  mine->second.lru = lru_.begin();
+  if (primary_ == nullptr) set_primary(built.value());
+  while (lru_.size() > options_.max_specializations) {
+    auto victim = cache_.find(lru_.back());
+    evicted.push_back(victim->second.ready.get().value());
+    cache_.erase(victim);
+    lru_.pop_back();
+    ++stats_.evictions;
+  }
+  lock.unlock();
+  evicted.clear();
+  return built;
+}
+
+Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
+  std::shared_ptr<const ir::Graph> graph;
+  std::shared_ptr<const NamedDataMap> weights;
+  Planner planner;
+  if (stored_planner_ && signature == stored_signature_) {
+    // A compiled artifact's own shapes: its graph is inferred for them already.
+    graph = portable_;
+    weights = weights_;
+    planner = stored_planner_;
+  } else {
+    std::map<std::string, Shape> shapes;
+    for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
+    BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> specialized,
+                        specialize_graph(*portable_, shapes));
+    std::shared_ptr<const ir::Graph> g(std::move(specialized));
+    // Constants these shapes made (folded shape arithmetic) are read through
+    // a map of the specialised graph's own; the rest through the model's.
+    bool new_constants = false;
+    for (const auto& [key, tensor] : g->constants)
+      if (portable_->constants.count(key) == 0) new_constants = true;
+    if (new_constants) {
+      // The map borrows the graph's constants: hold the graph with it.
+      struct Owned : TensorDataMap {
+        explicit Owned(std::shared_ptr<const ir::Graph> graph)
+            : TensorDataMap(&graph->constants), held(std::move(graph)) {}
+        std::shared_ptr<const ir::Graph> held;
+      };
+      weights = std::make_shared<Owned>(g);
+    } else {
+      weights = weights_;
+    }
+    graph = g;
+    const NamedDataMap* w = weights.get();
+    const ir::Graph* gp = graph.get();
+    planner = [this, gp, w](const Exclusions& excluded, std::vector<std::string>*) {
+      return make_plan(*gp, registry_, options_.placement, *w, excluded);
+    };
+  }
+  Specialization::BuildOptions build;
+  build.num_threads = options_.num_threads;
+  build.polymorphic = [this](const ir::Graph& g, const Partition& p, const std::string& name) {
+    return polymorphic(g, p, name);
+  };
+  build.before_compile = [this](const Plan& plan) { return notify_before_load(plan); };
+  return Specialization::build(signature, std::move(graph), std::move(weights), planner, build);
+}
+
+Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir::Graph& graph,
+                                                                        const Partition& p,
+                                                                        const std::string& name) {
+  const LoadedBackend& backend = *p.backend;
+  if (backend.api()->api_minor < 2 || !BP_TABLE_HAS(backend.api(), execute_shaped) ||
+      !backend.has_flag(BP_BACKEND_FLAG_SHAPE_POLYMORPHIC))
+    return std::shared_ptr<ExecutablePartition>();
+  // Constants of every run stay constants; those of these shapes only become inputs.
+  std::function<bool(int)> portable_constant = [this, &graph](int v) {
+    return portable_->constants.count(graph.values[v].constant_key) > 0;
+  };
+  auto ep = std::make_shared<ExecutablePartition>();
+  ep->backend = p.backend;
+  ep->polymorphic = true;
+  ep->view = GraphView::build(graph, p.nodes, weights_.get(), name, &portable_constant);
+  const std::string key = backend.id() + '\0' + ep->view->fingerprint();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = polymorphic_.begin(); it != polymorphic_.end(); ++it)
+      if (it->first == key) {
+        polymorphic_.splice(polymorphic_.begin(), polymorphic_, it);
+        return it->second;
+      }
+  }
+  bp_compile_options_t opts = compile_options(options_.num_threads, nullptr);
+  opts.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+  opts.shape_polymorphic = true;
+  bp_node_report report(p.nodes.size());
+  bp_compiled_t* compiled = nullptr;
+  Status s = backend.check(backend.call([&] {
+    return backend.api()->compile(backend.instance(), ep->view->get(), &opts, &report, &compiled);
+  }),
+                           "compile " + name + " (shape-polymorphic)");
+  ep->compiled = CompiledHandle(p.backend, compiled);
+  bool declined = s.code() == StatusCode::kUnsupported;
+  for (size_t k = 0; k < p.nodes.size() && s.ok(); ++k)
+    if (report.reported[k] && report.outcome[k] != BP_NODE_SUPPORTED) declined = true;
+  if (declined || (s.ok() && !ep->compiled)) {
+    log::debug(name + ": backend '" + backend.id() +
+               "' does not compile it shape-polymorphic; compiling it for these shapes" +
+               (s.ok() ? std::string() : ": " + s.message()));
+    return std::shared_ptr<ExecutablePartition>();
+  }
+  BP_RETURN_IF_ERROR(s);
+  ep->inputs = ep->view->input_values();
+  ep->outputs = ep->view->output_values();
+  std::lock_guard<std::mutex> lock(mu_);
+  polymorphic_.emplace_front(key, ep);
+  const size_t bound = std::max<size_t>(16, 4 * options_.max_specializations);
+  while (polymorphic_.size() > bound) polymorphic_.pop_back();  // held on by specialisations using it
+  return ep;
+}
+
+// Arm NN's BeforeLoadNetwork: each backend of a plan hears of the network
+// before it compiles anything of it (once per model, however many rounds
+// and specialisations).
+Status CompiledModel::notify_before_load(const Plan& plan) {
+  for (const Partition& p : plan.partitions) {
+    const std::shared_ptr<LoadedBackend>& b = p.backend;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (std::find(hooked_.begin(), hooked_.end(), b) != hooked_.end()) continue;
+      hooked_.push_back(b);
+    }
     if (BP_TABLE_HAS(b->api(), before_load_network))
-      BP_RETURN_IF_ERROR(b->check(
-          b->call([&] { return b->api()->before_load_network(b->instance(), network_id_); }),
-          "before_load_network"));
+      BP_RETURN_IF_ERROR(b->check(b->call([&] {
+        return b->api()->before_load_network(b->instance(), options_.network_id);
+      }),
+                                  "before_load_network"));
   }
   return ok_status();
 }
 
-Status CompiledModel::build(const Planner& planner, int num_threads) {
-  Exclusions excluded;
-  std::vector<std::string> plan_notes;
-  auto round = [&]() -> Result<bool> {
-    plan_notes.clear();
-    executable_.clear();
-    BP_ASSIGN_OR_RETURN(plan_, planner(excluded, &plan_notes));
-    BP_RETURN_IF_ERROR(notify_before_load());
-    return compile_plan(*graph_, *weights_, plan_, num_threads, &excluded, &notes_, &executable_);
-  };
-  BP_RETURN_IF_ERROR(replan_until_compiled(round, [&] { return excluded.size(); }));
-  notes_.insert(notes_.end(), plan_notes.begin(), plan_notes.end());
-  BP_ASSIGN_OR_RETURN(space_of_, assign_spaces(executable_, &spaces_));
-  for (const auto& b : hooked_)
+// AfterLoadNetwork: once the first specialisation a backend took part in is
+// built.
+Status CompiledModel::notify_after_load() {
+  std::vector<std::shared_ptr<LoadedBackend>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& b : hooked_)
+      if (std::find(after_loaded_.begin(), after_loaded_.end(), b) == after_loaded_.end()) {
+        after_loaded_.push_back(b);
+        fresh.push_back(b);
+      }
+  }
+  for (const auto& b : fresh)
     if (BP_TABLE_HAS(b->api(), after_load_network))
-      BP_RETURN_IF_ERROR(b->check(
-          b->call([&] { return b->api()->after_load_network(b->instance(), network_id_); }),
-          "after_load_network"));
-  steps_ = plan_steps(*graph_, executable_, space_of_);
-  memory_ = plan_memory(*graph_, executable_, space_of_, steps_,
-                        [this](int v) { return value_bytes(v); });
-  describe();
+      BP_RETURN_IF_ERROR(b->check(b->call([&] {
+        return b->api()->after_load_network(b->instance(), options_.network_id);
+      }),
+                                  "after_load_network"));
   return ok_status();
 }
 
-// The public descriptions (Model::inputs, partitions, copies).
-void CompiledModel::describe() {
-  const ir::Graph& g = *graph_;
-  for (int v : g.inputs)
-    inputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (int v : g.outputs)
-    outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape});
-  for (const auto& ep : executable_) {
-    PartitionDescription d;
-    d.backend = ep->backend->id();
-    d.imperative = ep->imperative;
-    for (int n : ep->view->node_ids()) d.nodes.push_back(g.nodes[n].name);
-    for (int v : ep->view->input_values()) d.inputs.push_back(g.values[v].name);
-    for (int v : ep->view->output_values()) d.outputs.push_back(g.values[v].name);
-    partition_desc_.push_back(std::move(d));
+void CompiledModel::set_primary(const std::shared_ptr<const Specialization>& spec) {
+  primary_ = spec;
+  notes_.insert(notes_.end(), spec->notes().begin(), spec->notes().end());
+}
+
+const Specialization* CompiledModel::primary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return primary_.get();
+}
+
+const std::vector<PartitionDescription>& CompiledModel::partitions() const {
+  static const std::vector<PartitionDescription> none;
+  const Specialization* p = primary();
+  return p != nullptr ? p->partitions() : none;
+}
+
+const std::vector<CopyDescription>& CompiledModel::copies() const {
+  static const std::vector<CopyDescription> none;
+  const Specialization* p = primary();
+  return p != nullptr ? p->copies() : none;
+}
+
+std::vector<std::string> CompiledModel::backends_used() const {
+  const Specialization* p = primary();
+  return p != nullptr ? p->backends_used() : std::vector<std::string>{};
+}
+
+std::string CompiledModel::describe_plan(PlanFormat format) const {
+  const Specialization* p = primary();
+  if (p != nullptr) return p->describe_plan(format);
+  const std::string why =
+      "not planned yet: the input shapes are open, and the plan is made for the shapes of the "
+      "first run (or give input shapes when loading)";
+  switch (format) {
+    case PlanFormat::kJson:
+      return "{\"model\": \"" + portable_->source + "\", \"planned\": false, \"reason\": \"" +
+             why + "\"}";
+    case PlanFormat::kDot:
+      return "digraph plan {\n  label=\"" + why + "\";\n}\n";
+    case PlanFormat::kText:
+      break;
   }
-  auto describe_copy = [&](const ExecStep& s, bool once) {
-    copy_desc_.push_back({g.values[s.value].name, spaces_[s.from].name, spaces_[s.to].name,
-                          value_bytes(s.value), once});
-  };
-  for (const ExecStep& s : steps_.init_copies) describe_copy(s, true);
-  for (const ExecStep& s : steps_.steps)
-    if (s.kind == ExecStep::kCopy) describe_copy(s, false);
+  return "model       " + portable_->source + "\n" + why + "\n";
+}
+
+const std::vector<std::string>& CompiledModel::notes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return notes_;
+}
+
+SpecializationStats CompiledModel::specialization_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SpecializationStats s = stats_;
+  s.cached = lru_.size();
+  std::set<const ExecutablePartition*> held;
+  for (const auto& [key, ep] : polymorphic_) held.insert(ep.get());
+  s.polymorphic_partitions = held.size();
+  return s;
 }
 
 CompiledModel::~CompiledModel() {
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), before_unload_network))
-      (void)b->check(
-          b->call([&] { return b->api()->before_unload_network(b->instance(), network_id_); }),
-          "before_unload_network");
-  executable_.clear();
+      (void)b->check(b->call([&] {
+        return b->api()->before_unload_network(b->instance(), options_.network_id);
+      }),
+                     "before_unload_network");
+  cache_.clear();
+  lru_.clear();
+  primary_.reset();
+  polymorphic_.clear();
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_unload_network))
-      (void)b->check(
-          b->call([&] { return b->api()->after_unload_network(b->instance(), network_id_); }),
-          "after_unload_network");
-}
-
-std::vector<std::string> CompiledModel::backends_used() const {
-  std::vector<std::string> ids;
-  for (const auto& b : loaded_backends_) ids.push_back(b->id());
-  return ids;
+      (void)b->check(b->call([&] {
+        return b->api()->after_unload_network(b->instance(), options_.network_id);
+      }),
+                     "after_unload_network");
 }
 
 }  // namespace backplane

@@ -1,10 +1,13 @@
-// compiled_model.hpp — CompiledModel: the Model of the public API. A graph,
-// its plan, its executable partitions (pipeline/compile.hpp), the memory
-// spaces they run in, and the step and memory plans every Session of it
-// follows (session/memory_plan.hpp). Sessions are in session.cpp.
+// compiled_model.hpp — CompiledModel: the Model of the public API. The
+// portable graph (input shapes as the model declares them), the placement
+// options, and a bounded, least-recently-used cache of specialisations
+// (session/specialization.hpp) keyed by the input shapes of a run, each built
+// once however many sessions ask for it at the same time. Partitions a
+// backend compiles shape-polymorphic (API 1.2) are cached by their view and
+// shared between specialisations. Sessions are in session.cpp.
 //
-// Thread-safety: immutable once created; any number of threads may create
-// and run sessions of one model at once.
+// Thread-safety: any number of threads may create and run sessions of one
+// model at once.
 #pragma once
 
 #include "core/named_data_map.hpp"
@@ -12,11 +15,15 @@
 #include "partition/partitioner.hpp"
 #include "pipeline/compile.hpp"
 #include "registry/registry.hpp"
-#include "session/memory_plan.hpp"
+#include "session/specialization.hpp"
 
 #include <backplane/runtime.hpp>
 
+#include <future>
+#include <list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,65 +31,103 @@ namespace backplane {
 
 class CompiledModel : public Model, public std::enable_shared_from_this<CompiledModel> {
  public:
-  // Partitions, compiles and plans memory for `graph` (shapes already inferred).
+  struct Options {
+    PlacementOptions placement;
+    uint64_t network_id = 0;
+    int num_threads = 0;
+    size_t max_specializations = 16;
+  };
+
+  // A model from its portable graph (import_portable_model, or any graph
+  // whose constants are folded). Specialises it at once when every input
+  // shape is known (fixed in the model, or in placement.input_shapes).
   static Result<std::shared_ptr<CompiledModel>> create(std::unique_ptr<ir::Graph> graph,
                                                        const BackendRegistry& registry,
-                                                       const PlacementOptions& options,
+                                                       const Options& options);
+  // Tests' shorthand: `graph` must have every input shape fixed.
+  static Result<std::shared_ptr<CompiledModel>> create(std::unique_ptr<ir::Graph> graph,
+                                                       const BackendRegistry& registry,
+                                                       const PlacementOptions& placement,
                                                        uint64_t network_id, int num_threads);
-  // The same with a given weights map and planner (compiled artifacts:
-  // partitions come from the file, payloads are deserialized). `keep_alive`
-  // holds whatever the graph's constants and payloads point into.
+  // A compiled artifact's method: `graph` has its shapes inferred for the one
+  // signature it was compiled for, and `planner` keeps the stored partitions
+  // (deserializing their payloads). `keep_alive` holds whatever the graph's
+  // constants and payloads point into.
   static Result<std::shared_ptr<CompiledModel>> create_with(std::unique_ptr<ir::Graph> graph,
                                                             std::unique_ptr<NamedDataMap> weights,
                                                             const Planner& planner,
-                                                            uint64_t network_id, int num_threads,
+                                                            const Options& options,
                                                             std::shared_ptr<const void> keep_alive);
   ~CompiledModel() override;
 
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  const std::vector<PartitionDescription>& partitions() const override { return partition_desc_; }
+  const std::vector<PartitionDescription>& partitions() const override;
   std::vector<std::string> backends_used() const override;
-  const std::vector<CopyDescription>& copies() const override { return copy_desc_; }
+  const std::vector<CopyDescription>& copies() const override;
   std::string describe_plan(PlanFormat format) const override;
-  const std::vector<std::string>& notes() const override { return notes_; }
+  const std::vector<std::string>& notes() const override;
+  SpecializationStats specialization_stats() const override;
   Result<std::unique_ptr<Session>> create_session() override;
 
-  const ir::Graph& graph() const { return *graph_; }
-  const Plan& plan() const { return plan_; }
-  const std::vector<std::unique_ptr<ExecutablePartition>>& executable() const {
-    return executable_;
+  // The portable graph.
+  const ir::Graph& portable() const { return *portable_; }
+  // Checks `signature` against the model's inputs (rank, fixed dims, one
+  // size per symbol): errors name the input, the dim and the symbol.
+  Status check_signature(const Signature& signature) const;
+  // The specialisation for `signature` (checked already): from the cache, or
+  // built now (once, however many threads ask at the same time).
+  Result<std::shared_ptr<const Specialization>> specialization(const Signature& signature);
+
+  // The first specialisation (see Model), or null before it. Tests read the
+  // plan and memory of a model with fixed shapes through it.
+  const Specialization* primary() const;
+  const Plan& plan() const { return primary()->plan(); }
+  const std::vector<std::shared_ptr<ExecutablePartition>>& executable() const {
+    return primary()->executable();
   }
-  // Memory space of executable()[i].
-  int space_of(size_t partition) const { return space_of_[partition]; }
-  const std::vector<MemorySpace>& spaces() const { return spaces_; }
-  const std::vector<ExecStep>& steps() const { return steps_.steps; }
-  const std::vector<ExecStep>& init_copies() const { return steps_.init_copies; }
-  const MemoryPlan& memory() const { return memory_; }
-  size_t value_bytes(int value) const;
+  const MemoryPlan& memory() const { return primary()->memory(); }
+  const std::vector<ExecStep>& steps() const { return primary()->steps(); }
 
  private:
   CompiledModel() = default;
-  Status build(const Planner& planner, int num_threads);
-  Status notify_before_load();
-  void describe();
+  Status init(std::unique_ptr<ir::Graph> graph, const Options& options);
+  Result<std::shared_ptr<Specialization>> build(const Signature& signature);
+  Result<std::shared_ptr<ExecutablePartition>> polymorphic(const ir::Graph& graph,
+                                                           const Partition& partition,
+                                                           const std::string& name);
+  Status notify_before_load(const Plan& plan);
+  Status notify_after_load();
+  void set_primary(const std::shared_ptr<const Specialization>& spec);
+
+  struct Entry {
+    std::shared_future<Result<std::shared_ptr<const Specialization>>> ready;
+    bool done = false;
+    std::list<Signature>::iterator lru;  // valid when done
+  };
 
   std::shared_ptr<const void> keep_alive_;  // destroyed last
-  std::unique_ptr<ir::Graph> graph_;
-  std::unique_ptr<NamedDataMap> weights_;
-  std::vector<std::string> notes_;
-  Plan plan_;
-  std::vector<std::unique_ptr<ExecutablePartition>> executable_;
-  std::vector<int> space_of_;
-  std::vector<MemorySpace> spaces_;
-  StepPlan steps_;
-  MemoryPlan memory_;
+  std::shared_ptr<const ir::Graph> portable_;
+  std::shared_ptr<const NamedDataMap> weights_;  // the portable graph's constants (or the artifact's)
+  BackendRegistry registry_;
+  Options options_;
+  // Compiled artifacts: plans the one signature stored (null for ONNX).
+  Planner stored_planner_;
+  Signature stored_signature_;
   std::vector<TensorInfo> inputs_, outputs_;
-  std::vector<PartitionDescription> partition_desc_;
-  std::vector<CopyDescription> copy_desc_;
-  std::vector<std::shared_ptr<LoadedBackend>> loaded_backends_;  // backends of the final plan
-  std::vector<std::shared_ptr<LoadedBackend>> hooked_;           // got before_load_network
-  uint64_t network_id_ = 0;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::map<Signature, Entry> cache_;
+  std::list<Signature> lru_;  // most recent first; built entries only
+  SpecializationStats stats_;
+  std::shared_ptr<const Specialization> primary_;
+  std::vector<std::string> notes_;  // the model's, then the primary's
+  // Shape-polymorphic partitions by view fingerprint, most recent first.
+  std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_;
+  std::vector<std::shared_ptr<LoadedBackend>> hooked_;        // got before_load_network
+  std::vector<std::shared_ptr<LoadedBackend>> after_loaded_;  // got after_load_network
+
+  std::mutex build_mu_;  // one specialisation is built at a time
 };
 
 }  // namespace backplane

@@ -71,7 +71,7 @@ size_t align_to_memory_plan(size_t n) {
 }
 
 Result<std::vector<int>> assign_spaces(
-    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+    const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
     std::vector<MemorySpace>* spaces) {
   spaces->assign(1, MemorySpace{nullptr, 0, "host"});
   std::vector<int> space_of;
@@ -100,7 +100,7 @@ Result<std::vector<int>> assign_spaces(
 }
 
 StepPlan plan_steps(const ir::Graph& g,
-                    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+                    const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
                     const std::vector<int>& space_of) {
   StepPlan plan;
   std::vector<int> home(g.values.size(), 0);
@@ -139,14 +139,17 @@ StepPlan plan_steps(const ir::Graph& g,
 }
 
 MemoryPlan plan_memory(const ir::Graph& g,
-                       const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+                       const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
                        const std::vector<int>& space_of, const StepPlan& plan,
                        const std::function<size_t(int)>& value_bytes) {
   MemoryPlan mem;
+  std::vector<bool> is_input(g.values.size(), false);
+  for (int v : g.inputs) is_input[v] = true;
   // Lifetimes in step indices; init copies happen before step 0.
   auto touch = [&](int v, int space, int step) {
     if (v < 0) return;
     if (space == 0 && g.values[v].is_constant()) return;  // read in place
+    if (space == 0 && is_input[v]) return;                // the session's input memory
     auto key = std::make_pair(v, space);
     auto it = mem.buffer_of.find(key);
     if (it == mem.buffer_of.end()) {
@@ -163,10 +166,6 @@ MemoryPlan plan_memory(const ir::Graph& g,
     b.first = std::min(b.first, step);
     b.last = std::max(b.last, step);
   };
-  for (int v : g.inputs) {
-    touch(v, 0, -1);
-    touch(v, 0, kForever);  // inputs survive the run, so run() may be repeated
-  }
   for (const ExecStep& s : plan.init_copies) {
     touch(s.value, s.to, -1);
     touch(s.value, s.to, kForever);

@@ -5,7 +5,9 @@
 // where a producer and a consumer live in different memories; a tensor on one
 // device needed on another goes through the host. Every buffer is planned
 // once per model: host tensors share one arena by lifetime, device tensors
-// reuse device buffers by lifetime.
+// reuse device buffers by lifetime. Graph inputs in host memory are not
+// planned: they stay where the session keeps them (set_input) or where the
+// caller bound them (bind_input).
 //
 // Plain data, computed once when a model is loaded and read-only afterwards.
 #pragma once
@@ -70,16 +72,16 @@ size_t align_to_memory_plan(size_t n);
 // The memory space of each partition: the host, or device 0 of a backend
 // that declares device memory (added to `spaces`, which starts with the host).
 Result<std::vector<int>> assign_spaces(
-    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+    const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
     std::vector<MemorySpace>* spaces);
 
 StepPlan plan_steps(const ir::Graph& graph,
-                    const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+                    const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
                     const std::vector<int>& space_of);
 
 // `value_bytes(v)` is the size of value v's tensor.
 MemoryPlan plan_memory(const ir::Graph& graph,
-                       const std::vector<std::unique_ptr<ExecutablePartition>>& partitions,
+                       const std::vector<std::shared_ptr<ExecutablePartition>>& partitions,
                        const std::vector<int>& space_of, const StepPlan& steps,
                        const std::function<size_t(int)>& value_bytes);
 

@@ -1,5 +1,5 @@
 // The printable plan: text for people, JSON for scripts, DOT for Graphviz.
-#include "session/compiled_model.hpp"
+#include "session/specialization.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -149,11 +149,11 @@ std::string as_text(const PlanReport& r) {
 
 }  // namespace
 
-std::string CompiledModel::describe_plan(PlanFormat format) const {
+std::string Specialization::describe_plan(PlanFormat format) const {
   PlanReport report{*graph_,    plan_, partition_desc_,
                     copy_desc_, {},    std::vector<int>(graph_->nodes.size(), -1)};
   for (size_t i = 0; i < executable_.size(); ++i) {
-    report.nodes_of.push_back(executable_[i]->view->node_ids());
+    report.nodes_of.push_back(plan_.partitions[i].nodes);
     for (int n : report.nodes_of.back()) report.partition_of[n] = static_cast<int>(i);
   }
   switch (format) {

@@ -77,20 +77,25 @@ class RuntimeImpl : public Runtime {
 
   Result<std::shared_ptr<Model>> load_model(const std::string& path,
                                             const ModelOptions& options) override {
-    std::shared_ptr<CompiledModel> model;
+    CompiledModel::Options model;
+    model.placement = options;
+    model.network_id = next_network_id_++;
+    model.num_threads = options_.num_threads;
+    model.max_specializations = options.max_specializations;
+    if (options.max_specializations == 0)
+      return invalid_argument("max_specializations must be at least 1").with_context(path);
+    std::shared_ptr<CompiledModel> loaded;
     if (looks_like_artifact(path)) {
       BP_ASSIGN_OR_RETURN(ArtifactMethodLoad load, load_artifact_method(registry_, path, options));
-      BP_ASSIGN_OR_RETURN(model, CompiledModel::create_with(
-                                     std::move(load.graph), std::move(load.weights), load.planner,
-                                     next_network_id_++, options_.num_threads, load.file));
+      model.placement.input_shapes.clear();  // checked against the stored shapes already
+      BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create_with(std::move(load.graph),
+                                                             std::move(load.weights), load.planner,
+                                                             model, load.file));
     } else {
-      BP_ASSIGN_OR_RETURN(
-          std::unique_ptr<ir::Graph> graph,
-          import_onnx_model(path, options.input_shapes, UnknownInputShapes::kError));
-      BP_ASSIGN_OR_RETURN(model, CompiledModel::create(std::move(graph), registry_, options,
-                                                       next_network_id_++, options_.num_threads));
+      BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, import_portable_model(path));
+      BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create(std::move(graph), registry_, model));
     }
-    return std::shared_ptr<Model>(std::move(model));
+    return std::shared_ptr<Model>(std::move(loaded));
   }
 
  private:

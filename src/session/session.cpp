@@ -1,10 +1,18 @@
-// Sessions: one arena, device buffers and execution contexts per session;
-// the model's step plan run in order.
+// Sessions: the inputs a caller set or bound, and, for the specialisation of
+// the model their shapes select, one arena, device buffers and execution
+// contexts; the specialisation's step plan run in order.
+//
+// A session switches specialisation when a run's input shapes differ from
+// the previous run's. The arena only grows; contexts of partitions shared
+// between specialisations (compiled shape-polymorphic) are kept across
+// switches, others are dropped once unused for a few switches.
+#include "registry/output_sink.hpp"
 #include "session/compiled_model.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 namespace backplane {
 
@@ -14,32 +22,211 @@ struct ArenaDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
+// Contexts of partitions not used by the last few specialisations go.
+constexpr uint64_t kContextGenerations = 4;
+
 class SessionImpl : public Session {
  public:
-  explicit SessionImpl(std::shared_ptr<const CompiledModel> model) : model_(std::move(model)) {}
-
-  ~SessionImpl() override {
-    // Contexts, then device memory, then the backends' memory_release.
-    contexts_.clear();
-    device_buffers_.clear();
-    for (const auto& b : acquired_)
-      if (BP_TABLE_HAS(b->api(), memory_release))
-        (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }),
-                       "memory_release");
+  explicit SessionImpl(std::shared_ptr<CompiledModel> model) : model_(std::move(model)) {
+    const size_t n = model_->inputs().size();
+    owned_inputs_.resize(n);
+    inputs_.resize(n);
+    input_set_.assign(n, false);
+    bound_outputs_.resize(model_->outputs().size());
+    outputs_.resize(model_->outputs().size());
   }
 
-  Status init() {
-    const ir::Graph& g = model_->graph();
-    const MemoryPlan& mem = model_->memory();
-    size_t arena = align_to_memory_plan(mem.arena_size);
-    arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
-    if (!arena_)
-      return Status(StatusCode::kOutOfMemory,
-                    "cannot allocate a " + std::to_string(arena) + "-byte arena");
-    std::memset(arena_.get(), 0, arena);
+  ~SessionImpl() override { release(); }
 
-    for (size_t s = 1; s < model_->spaces().size(); ++s) {
-      const auto& b = model_->spaces()[s].backend;
+  // A model specialised at load gets its resources now, so that a backend
+  // failing to make a context fails create_session as it always did.
+  Status init() {
+    const Specialization* first = model_->primary();
+    if (first == nullptr) return ok_status();
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> spec,
+                        model_->specialization(first->signature()));
+    return switch_to(std::move(spec));
+  }
+
+  Status set_input(const std::string& name, const Tensor& tensor) override {
+    BP_ASSIGN_OR_RETURN(size_t index, input_index(name));
+    return set_input(index, tensor);
+  }
+
+  Status set_input(size_t index, const Tensor& tensor) override {
+    BP_RETURN_IF_ERROR(check_input(index, tensor));
+    Tensor& owned = owned_inputs_[index];
+    if (owned.dtype() != tensor.dtype() || owned.shape() != tensor.shape())
+      owned = Tensor(tensor.dtype(), tensor.shape());
+    if (tensor.size_bytes() > 0) std::memcpy(owned.data(), tensor.data(), tensor.size_bytes());
+    inputs_[index] = Tensor::view(owned.dtype(), owned.shape(), owned.data());
+    input_set_[index] = true;
+    return ok_status();
+  }
+
+  Status bind_input(const std::string& name, const Tensor& tensor) override {
+    BP_ASSIGN_OR_RETURN(size_t index, input_index(name));
+    BP_RETURN_IF_ERROR(check_input(index, tensor));
+    if (tensor.size_bytes() > 0 && tensor.data() == nullptr)
+      return invalid_argument("input '" + name + "': bound tensor has no data");
+    inputs_[index] = Tensor::view(tensor.dtype(), tensor.shape(), const_cast<void*>(tensor.data()));
+    input_set_[index] = true;
+    return ok_status();
+  }
+
+  Status bind_output(const std::string& name, const Tensor& tensor) override {
+    const auto& infos = model_->outputs();
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (infos[i].name != name) continue;
+      if (tensor.empty()) {
+        bound_outputs_[i] = Tensor();
+        return ok_status();
+      }
+      if (tensor.dtype() != infos[i].dtype && infos[i].dtype != DType::kUndefined)
+        return invalid_argument("output '" + name + "' is " + dtype_name(infos[i].dtype) +
+                                ", the bound tensor " + dtype_name(tensor.dtype()));
+      if (tensor.size_bytes() > 0 && tensor.data() == nullptr)
+        return invalid_argument("output '" + name + "': bound tensor has no data");
+      bound_outputs_[i] =
+          Tensor::view(tensor.dtype(), tensor.shape(), const_cast<void*>(tensor.data()));
+      return ok_status();
+    }
+    return not_found("model has no output named '" + name + "' (outputs: " +
+                     names(model_->outputs()) + ")");
+  }
+
+  Status run() override {
+    bool same = spec_ != nullptr;  // the previous run's shapes (no allocation when so)
+    for (size_t i = 0; i < input_set_.size(); ++i) {
+      if (!input_set_[i])
+        return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
+      same = same && inputs_[i].shape() == spec_->signature()[i];
+    }
+    if (!same) {
+      Signature signature;
+      for (const Tensor& t : inputs_) signature.push_back(t.shape());
+      BP_RETURN_IF_ERROR(model_->check_signature(signature));
+      BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> spec,
+                          model_->specialization(signature));
+      BP_RETURN_IF_ERROR(switch_to(std::move(spec)));
+    }
+    const Specialization& spec = *spec_;
+    const ir::Graph& g = spec.graph();
+    for (size_t i = 0; i < bound_outputs_.size(); ++i) {
+      const Tensor& bound = bound_outputs_[i];
+      if (bound.empty()) continue;
+      const ir::Value& v = g.values[g.outputs[i]];
+      if (bound.dtype() != v.dtype || bound.shape() != v.shape)
+        return invalid_argument("output '" + v.name + "' is " + dtype_name(v.dtype) + " " +
+                                shape_to_string(v.shape) + " in this run, the bound tensor " +
+                                dtype_name(bound.dtype()) + " " + shape_to_string(bound.shape()));
+    }
+
+    for (size_t i = 0; i < spec.executable().size(); ++i) {
+      const ExecutablePartition& ep = *spec.executable()[i];
+      fill(ep.inputs, spec.space_of(i), &in_tensors_[i]);
+      fill(ep.outputs, spec.space_of(i), &out_tensors_[i]);
+    }
+    for (const ExecStep& step : spec.steps()) {
+      if (step.kind == ExecStep::kCopy) {
+        BP_RETURN_IF_ERROR(copy(step));
+        continue;
+      }
+      BP_RETURN_IF_ERROR(execute(static_cast<size_t>(step.partition)));
+    }
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      const int v = g.outputs[i];
+      const ir::Value& value = g.values[v];
+      const Tensor& bound = bound_outputs_[i];
+      void* at = address_of(v, 0);
+      if (!bound.empty() && at != bound.data() && bound.size_bytes() > 0)
+        std::memcpy(const_cast<void*>(bound.data()), at, bound.size_bytes());  // a constant or an input
+      void* data = bound.empty() ? at : const_cast<void*>(bound.data());
+      if (outputs_[i].data() != data || outputs_[i].dtype() != value.dtype ||
+          outputs_[i].shape() != value.shape)
+        outputs_[i] = Tensor::view(value.dtype, value.shape, data);
+    }
+    return ok_status();
+  }
+
+  Result<Tensor> get_output(const std::string& name) const override {
+    const auto& infos = model_->outputs();
+    for (size_t i = 0; i < infos.size(); ++i)
+      if (infos[i].name == name) return outputs_[i];
+    return not_found("model has no output named '" + name + "' (outputs: " + names(infos) + ")");
+  }
+
+  const Tensor& output(size_t index) const override { return outputs_.at(index); }
+  size_t num_outputs() const override { return outputs_.size(); }
+
+ private:
+  static std::string names(const std::vector<TensorInfo>& infos) {
+    std::string out;
+    for (const auto& info : infos) out += (out.empty() ? "" : ", ") + info.name;
+    return out;
+  }
+
+  Result<size_t> input_index(const std::string& name) const {
+    const auto& infos = model_->inputs();
+    for (size_t i = 0; i < infos.size(); ++i)
+      if (infos[i].name == name) return i;
+    return not_found("model has no input named '" + name + "' (inputs: " + names(infos) + ")");
+  }
+
+  // What one input alone can be checked for: index, dtype, rank, fixed dims.
+  Status check_input(size_t index, const Tensor& tensor) const {
+    const auto& infos = model_->inputs();
+    if (index >= infos.size())
+      return not_found("input index " + std::to_string(index) + " out of range (model has " +
+                       std::to_string(infos.size()) + " inputs)");
+    const TensorInfo& info = infos[index];
+    if (tensor.dtype() != info.dtype)
+      return invalid_argument("input '" + info.name + "' expects dtype " + dtype_name(info.dtype) +
+                              ", got " + dtype_name(tensor.dtype()));
+    if (!model_->portable().values[model_->portable().inputs[index]].has_shape)
+      return ok_status();  // the model does not even fix the rank
+    const Shape& got = tensor.shape();
+    if (got.size() != info.shape.size())
+      return invalid_argument("input '" + info.name + "' expects shape " + declared(info) +
+                              " (rank " + std::to_string(info.shape.size()) + "), got " +
+                              shape_to_string(got));
+    for (size_t d = 0; d < got.size(); ++d)
+      if (info.shape[d] >= 0 && info.shape[d] != got[d])
+        return invalid_argument("input '" + info.name + "' expects shape " + declared(info) +
+                                ", got " + shape_to_string(got) + ": dim " + std::to_string(d) +
+                                " is fixed at " + std::to_string(info.shape[d]));
+    return ok_status();
+  }
+
+  // "[batch,seq,8]": the model's names for open dims.
+  static std::string declared(const TensorInfo& info) {
+    std::string out = "[";
+    for (size_t d = 0; d < info.shape.size(); ++d) {
+      out += d > 0 ? "," : "";
+      if (info.shape[d] >= 0) out += std::to_string(info.shape[d]);
+      else if (d < info.dim_names.size() && !info.dim_names[d].empty()) out += info.dim_names[d];
+      else out += "?";
+    }
+    return out + "]";
+  }
+
+  // Gives this session what `spec` runs with: arena, device buffers,
+  // contexts, constants on devices.
+  Status switch_to(std::shared_ptr<const Specialization> spec) {
+    spec_.reset();  // until everything below worked
+    const MemoryPlan& mem = spec->memory();
+    const size_t arena = align_to_memory_plan(mem.arena_size);
+    if (arena > arena_bytes_) {
+      arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
+      arena_bytes_ = arena_ ? arena : 0;
+      if (!arena_)
+        return Status(StatusCode::kOutOfMemory,
+                      "cannot allocate a " + std::to_string(arena) + "-byte arena");
+      std::memset(arena_.get(), 0, arena);
+    }
+    device_buffers_.clear();
+    for (size_t s = 1; s < spec->spaces().size(); ++s) {
+      const auto& b = spec->spaces()[s].backend;
       if (std::find(acquired_.begin(), acquired_.end(), b) != acquired_.end()) continue;
       if (BP_TABLE_HAS(b->api(), memory_acquire))
         BP_RETURN_IF_ERROR(b->check(
@@ -47,7 +234,7 @@ class SessionImpl : public Session {
       acquired_.push_back(b);
     }
     for (size_t s = 0; s < mem.device_slots.size(); ++s) {
-      const MemorySpace& sp = model_->spaces()[mem.device_slots[s].space];
+      const MemorySpace& sp = spec->spaces()[mem.device_slots[s].space];
       const LoadedBackend& b = *sp.backend;
       void* ptr = nullptr;
       Status allocated = b.check(b.call([&] {
@@ -59,110 +246,104 @@ class SessionImpl : public Session {
       BP_RETURN_IF_ERROR(allocated);
     }
 
-    const auto& executable = model_->executable();
-    in_tensors_.resize(executable.size());
-    out_tensors_.resize(executable.size());
+    ++generation_;
+    const auto& executable = spec->executable();
+    contexts_.assign(executable.size(), nullptr);
     for (size_t i = 0; i < executable.size(); ++i) {
-      const ExecutablePartition& ep = *executable[i];
-      bp_exec_context_t* context = nullptr;
-      Status created =
-          ep.imperative
-              ? ok_status()
-              : ep.backend->check(ep.backend->api()->context_create(ep.compiled.get(), &context),
-                                  "context_create");
-      contexts_.emplace_back(ep.backend, context);
-      BP_RETURN_IF_ERROR(created);
-      for (int v : ep.inputs) in_tensors_[i].push_back(tensor_for(v, model_->space_of(i)));
-      for (int v : ep.outputs) out_tensors_[i].push_back(tensor_for(v, model_->space_of(i)));
-    }
-    for (int v : g.inputs) inputs_.push_back(host_tensor(v));
-    for (int v : g.outputs) outputs_.push_back(host_tensor(v));
-    input_set_.assign(g.inputs.size(), false);
-    for (const ExecStep& s : model_->init_copies()) BP_RETURN_IF_ERROR(copy(s));
-    return ok_status();
-  }
-
-  Status set_input(const std::string& name, const Tensor& tensor) override {
-    const auto& infos = model_->inputs();
-    for (size_t i = 0; i < infos.size(); ++i)
-      if (infos[i].name == name) return set_input(i, tensor);
-    std::string names;
-    for (const auto& info : infos) names += (names.empty() ? "" : ", ") + info.name;
-    return not_found("model has no input named '" + name + "' (inputs: " + names + ")");
-  }
-
-  Status set_input(size_t index, const Tensor& tensor) override {
-    const auto& infos = model_->inputs();
-    if (index >= infos.size())
-      return not_found("input index " + std::to_string(index) + " out of range (model has " +
-                       std::to_string(infos.size()) + " inputs)");
-    const TensorInfo& info = infos[index];
-    if (tensor.dtype() != info.dtype)
-      return invalid_argument("input '" + info.name + "' expects dtype " + dtype_name(info.dtype) +
-                              ", got " + dtype_name(tensor.dtype()));
-    if (tensor.shape() != info.shape)
-      return invalid_argument("input '" + info.name + "' expects shape " +
-                              shape_to_string(info.shape) + ", got " +
-                              shape_to_string(tensor.shape()));
-    if (tensor.size_bytes() > 0)
-      std::memcpy(inputs_[index].data(), tensor.data(), tensor.size_bytes());
-    input_set_[index] = true;
-    return ok_status();
-  }
-
-  Status run() override {
-    for (size_t i = 0; i < input_set_.size(); ++i)
-      if (!input_set_[i])
-        return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
-    const auto& executable = model_->executable();
-    for (const ExecStep& step : model_->steps()) {
-      if (step.kind == ExecStep::kCopy) {
-        BP_RETURN_IF_ERROR(copy(step));
-        continue;
+      const std::shared_ptr<ExecutablePartition>& ep = executable[i];
+      if (ep->imperative) continue;
+      auto it = context_cache_.find(ep.get());
+      if (it == context_cache_.end()) {
+        bp_exec_context_t* context = nullptr;
+        Status created = ep->backend->check(
+            ep->backend->api()->context_create(ep->compiled.get(), &context), "context_create");
+        CachedContext cached{ep, ContextHandle(ep->backend, context), 0};
+        BP_RETURN_IF_ERROR(created);
+        it = context_cache_.emplace(ep.get(), std::move(cached)).first;
       }
-      const size_t i = static_cast<size_t>(step.partition);
-      const ExecutablePartition& ep = *executable[i];
-      const bp_backend_api_t* api = ep.backend->api();
-      bp_status_t* s =
-          ep.imperative
-              ? api->execute_node(ep.backend->instance(), ep.view->get(), 0, in_tensors_[i].size(),
-                                  in_tensors_[i].data(), out_tensors_[i].size(),
-                                  out_tensors_[i].data())
-              : api->execute(contexts_[i].get(), in_tensors_[i].size(), in_tensors_[i].data(),
-                             out_tensors_[i].size(), out_tensors_[i].data());
-      if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
+      it->second.generation = generation_;
+      contexts_[i] = it->second.context.get();
+    }
+    for (auto it = context_cache_.begin(); it != context_cache_.end();)
+      it = generation_ - it->second.generation >= kContextGenerations ? context_cache_.erase(it)
+                                                                      : std::next(it);
+    in_tensors_.assign(executable.size(), {});
+    out_tensors_.assign(executable.size(), {});
+    spec_ = std::move(spec);
+    for (const ExecStep& s : spec_->init_copies()) {
+      Status copied = copy(s);
+      if (!copied.ok()) {
+        spec_.reset();
+        return copied;
+      }
     }
     return ok_status();
   }
 
-  Result<Tensor> get_output(const std::string& name) const override {
-    const auto& infos = model_->outputs();
-    for (size_t i = 0; i < infos.size(); ++i)
-      if (infos[i].name == name) return outputs_[i];
-    std::string names;
-    for (const auto& info : infos) names += (names.empty() ? "" : ", ") + info.name;
-    return not_found("model has no output named '" + name + "' (outputs: " + names + ")");
+  void release() {
+    // Contexts, then device memory, then the backends' memory_release.
+    contexts_.clear();
+    context_cache_.clear();
+    device_buffers_.clear();
+    for (const auto& b : acquired_)
+      if (BP_TABLE_HAS(b->api(), memory_release))
+        (void)b->check(b->call([&] { return b->api()->memory_release(b->instance()); }),
+                       "memory_release");
+    acquired_.clear();
   }
 
-  const Tensor& output(size_t index) const override { return outputs_.at(index); }
-  size_t num_outputs() const override { return outputs_.size(); }
+  Status execute(size_t i) {
+    const Specialization& spec = *spec_;
+    const ExecutablePartition& ep = *spec.executable()[i];
+    const bp_backend_api_t* api = ep.backend->api();
+    const auto& in = in_tensors_[i];
+    const auto& out = out_tensors_[i];
+    bp_status_t* s = nullptr;
+    if (ep.imperative) {
+      s = api->execute_node(ep.backend->instance(), ep.view->get(), 0, in.size(), in.data(),
+                            out.size(), out.data());
+    } else if (BP_TABLE_HAS(api, execute_shaped)) {
+      const PartitionShapes& shapes = spec.shapes_of(i);
+      bp_execute_args_t args{};
+      args.struct_size = BP_STRUCT_SIZE(bp_execute_args_t, sink);
+      args.num_inputs = in.size();
+      args.inputs = in.data();
+      args.num_outputs = out.size();
+      args.outputs = out.data();
+      args.num_values = shapes.values.size();
+      args.value_shapes = shapes.values.data();
+      args.sink = &sink_;
+      s = api->execute_shaped(contexts_[i], &args);
+    } else {
+      s = api->execute(contexts_[i], in.size(), in.data(), out.size(), out.data());
+    }
+    if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
+    return ok_status();
+  }
 
- private:
   void* address_of(int v, int space) const {
-    const ir::Graph& g = model_->graph();
-    if (space == 0 && g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
-    const MemoryPlan& mem = model_->memory();
+    const ir::Graph& g = spec_->graph();
+    if (space == 0) {
+      if (g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
+      for (size_t i = 0; i < g.inputs.size(); ++i)
+        if (g.inputs[i] == v) return const_cast<void*>(inputs_[i].data());
+      for (size_t i = 0; i < g.outputs.size(); ++i)
+        if (g.outputs[i] == v && !bound_outputs_[i].empty())
+          return const_cast<void*>(bound_outputs_[i].data());
+    }
+    const MemoryPlan& mem = spec_->memory();
     const MemoryPlan::Buffer& b = mem.buffers[mem.buffer_of.at({v, space})];
     if (space == 0) return static_cast<char*>(arena_.get()) + b.offset;
     return device_buffers_[b.offset].get().ptr;
   }
 
   Status copy(const ExecStep& s) {
-    size_t bytes = model_->value_bytes(s.value);
+    size_t bytes = spec_->value_bytes(s.value);
     void* dst = address_of(s.value, s.to);
     void* src = address_of(s.value, s.from);
     if (bytes == 0) return ok_status();
-    const auto& spaces = model_->spaces();
+    const auto& spaces = spec_->spaces();
+    const std::string& name = spec_->graph().values[s.value].name;
     if (s.from == 0 && s.to == 0) {
       std::memcpy(dst, src, bytes);
       return ok_status();
@@ -172,43 +353,61 @@ class SessionImpl : public Session {
       const LoadedBackend& b = *to.backend;
       return b.check(
           b.call([&] { return b.api()->copy_to_device(b.instance(), to.device, dst, src, bytes); }),
-          "copy_to_device '" + model_->graph().values[s.value].name + "'");
+          "copy_to_device '" + name + "'");
     }
     const MemorySpace& from = spaces[s.from];
     const LoadedBackend& b = *from.backend;
     return b.check(b.call([&] {
       return b.api()->copy_from_device(b.instance(), from.device, dst, src, bytes);
     }),
-                   "copy_from_device '" + model_->graph().values[s.value].name + "'");
+                   "copy_from_device '" + name + "'");
   }
 
-  bp_tensor_t tensor_for(int v, int space) const {
-    bp_tensor_t t{};
-    t.struct_size = BP_STRUCT_SIZE(bp_tensor_t, device);
-    if (v < 0) return t;  // an omitted optional input/output: dtype undefined, no data
-    const ir::Value& value = model_->graph().values[v];
-    t.dtype = static_cast<bp_dtype_t>(value.dtype);
-    t.rank = value.shape.size();
-    t.shape = value.shape.data();
-    t.data = address_of(v, space);
-    t.size_bytes = model_->value_bytes(v);
-    t.device = space == 0 ? 0 : model_->spaces()[space].device + 1;
-    return t;
+  // The tensors of `values` in `space` for this run.
+  void fill(const std::vector<int>& values, int space, std::vector<bp_tensor_t>* out) const {
+    out->resize(values.size());
+    for (size_t k = 0; k < values.size(); ++k) {
+      bp_tensor_t& t = (*out)[k];
+      t = bp_tensor_t{};
+      t.struct_size = BP_STRUCT_SIZE(bp_tensor_t, device);
+      const int v = values[k];
+      if (v < 0) continue;  // an omitted optional input/output: dtype undefined, no data
+      const ir::Value& value = spec_->graph().values[v];
+      t.dtype = static_cast<bp_dtype_t>(value.dtype);
+      t.rank = value.shape.size();
+      t.shape = value.shape.data();
+      t.data = address_of(v, space);
+      t.size_bytes = spec_->value_bytes(v);
+      t.device = space == 0 ? 0 : spec_->spaces()[space].device + 1;
+    }
   }
 
-  Tensor host_tensor(int v) const {
-    const ir::Value& value = model_->graph().values[v];
-    return Tensor::view(value.dtype, value.shape, address_of(v, 0));
-  }
+  struct CachedContext {
+    std::shared_ptr<ExecutablePartition> partition;  // keeps it alive with its context
+    ContextHandle context;
+    uint64_t generation = 0;
+  };
 
-  std::shared_ptr<const CompiledModel> model_;
+  std::shared_ptr<CompiledModel> model_;
+  std::shared_ptr<const Specialization> spec_;  // of the last run's shapes
   std::unique_ptr<void, ArenaDeleter> arena_;
+  size_t arena_bytes_ = 0;
   std::vector<std::shared_ptr<LoadedBackend>> acquired_;  // memory_acquire'd
   std::vector<DeviceBuffer> device_buffers_;              // per MemoryPlan device slot
-  std::vector<ContextHandle> contexts_;                   // per partition (empty if imperative)
+  std::map<const ExecutablePartition*, CachedContext> context_cache_;
+  uint64_t generation_ = 0;                                // specialisation switches
+  std::vector<bp_exec_context_t*> contexts_;               // per partition of spec_
   std::vector<std::vector<bp_tensor_t>> in_tensors_, out_tensors_;
-  std::vector<Tensor> inputs_, outputs_;
+  std::vector<Tensor> owned_inputs_;  // set_input's copies
+  std::vector<Tensor> inputs_;        // views: of owned_inputs_, or bound memory
   std::vector<bool> input_set_;
+  std::vector<Tensor> bound_outputs_;  // empty = not bound
+  std::vector<Tensor> outputs_;
+  bp_output_sink sink_{[](size_t output, const Shape&) -> Result<void*> {
+    return unsupported("output " + std::to_string(output) +
+                       ": this runtime does not yet take an output shape reported during "
+                       "execution");
+  }};
 };
 
 }  // namespace

@@ -1,0 +1,112 @@
+#include "session/specialization.hpp"
+
+#include <algorithm>
+
+namespace backplane {
+
+std::string signature_to_string(const ir::Graph& graph, const Signature& signature) {
+  std::string out;
+  for (size_t i = 0; i < signature.size() && i < graph.inputs.size(); ++i)
+    out += (out.empty() ? "" : " ") + graph.values[graph.inputs[i]].name + "=" +
+           shape_to_string(signature[i]);
+  return out;
+}
+
+size_t Specialization::value_bytes(int value) const {
+  const ir::Value& v = graph_->values[value];
+  return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
+}
+
+Result<std::shared_ptr<Specialization>> Specialization::build(
+    Signature signature, std::shared_ptr<const ir::Graph> graph,
+    std::shared_ptr<const NamedDataMap> weights, const Planner& planner,
+    const BuildOptions& options) {
+  std::shared_ptr<Specialization> s(new Specialization());
+  s->signature_ = std::move(signature);
+  s->graph_ = std::move(graph);
+  s->weights_ = std::move(weights);
+  BP_RETURN_IF_ERROR(s->compile(planner, options));
+  return s;
+}
+
+Status Specialization::compile(const Planner& planner, const BuildOptions& options) {
+  Exclusions excluded;
+  std::vector<std::string> plan_notes;
+  auto round = [&]() -> Result<bool> {
+    plan_notes.clear();
+    executable_.clear();
+    BP_ASSIGN_OR_RETURN(plan_, planner(excluded, &plan_notes));
+    if (options.before_compile) BP_RETURN_IF_ERROR(options.before_compile(plan_));
+    return compile_plan(*graph_, *weights_, plan_, options.num_threads, &excluded, &notes_,
+                        &executable_, options.polymorphic);
+  };
+  BP_RETURN_IF_ERROR(replan_until_compiled(round, [&] { return excluded.size(); }));
+  notes_.insert(notes_.end(), plan_notes.begin(), plan_notes.end());
+
+  // What the partitions compiled here point into lives as long as they do.
+  struct Held {
+    std::shared_ptr<const ir::Graph> graph;
+    std::shared_ptr<const NamedDataMap> weights;
+  };
+  auto held = std::make_shared<Held>(Held{graph_, weights_});
+  for (auto& ep : executable_)
+    if (ep->keep_alive == nullptr) ep->keep_alive = held;
+
+  // Every value's shape, per partition, for execute_shaped.
+  for (const auto& ep : executable_) {
+    PartitionShapes ps;
+    for (int v : ep->view->value_ids()) {
+      const Shape& shape = graph_->values[v].shape;
+      ps.values.push_back(bp_shape_t{shape.size(), shape.empty() ? nullptr : shape.data()});
+    }
+    shapes_.push_back(std::move(ps));
+  }
+  BP_ASSIGN_OR_RETURN(space_of_, assign_spaces(executable_, &spaces_));
+  steps_ = plan_steps(*graph_, executable_, space_of_);
+  memory_ = plan_memory(*graph_, executable_, space_of_, steps_,
+                        [this](int v) { return value_bytes(v); });
+  describe();
+  return ok_status();
+}
+
+// The public descriptions (outputs, partitions, copies).
+void Specialization::describe() {
+  const ir::Graph& g = *graph_;
+  for (int v : g.outputs)
+    outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape, {}});
+  for (size_t i = 0; i < executable_.size(); ++i) {
+    const auto& ep = executable_[i];
+    PartitionDescription d;
+    d.backend = ep->backend->id();
+    d.imperative = ep->imperative;
+    d.polymorphic = ep->polymorphic;
+    // (A shared polymorphic partition's view may come from another
+    // specialisation's graph: the plan has this one's node ids.)
+    for (int n : plan_.partitions[i].nodes) d.nodes.push_back(g.nodes[n].name);
+    for (int v : ep->view->input_values()) d.inputs.push_back(g.values[v].name);
+    for (int v : ep->view->output_values()) d.outputs.push_back(g.values[v].name);
+    partition_desc_.push_back(std::move(d));
+  }
+  auto describe_copy = [&](const ExecStep& s, bool once) {
+    copy_desc_.push_back({g.values[s.value].name, spaces_[s.from].name, spaces_[s.to].name,
+                          value_bytes(s.value), once});
+  };
+  for (const ExecStep& s : steps_.init_copies) describe_copy(s, true);
+  for (const ExecStep& s : steps_.steps)
+    if (s.kind == ExecStep::kCopy) describe_copy(s, false);
+}
+
+std::vector<std::string> Specialization::backends_used() const {
+  std::vector<std::string> ids;
+  for (const Partition& p : plan_.partitions)
+    if (std::find(ids.begin(), ids.end(), p.backend->id()) == ids.end())
+      ids.push_back(p.backend->id());
+  return ids;
+}
+
+size_t Specialization::polymorphic_partitions() const {
+  return static_cast<size_t>(std::count_if(executable_.begin(), executable_.end(),
+                                           [](const auto& ep) { return ep->polymorphic; }));
+}
+
+}  // namespace backplane

@@ -1,0 +1,104 @@
+// specialization.hpp — one model at one set of input shapes: its graph with
+// every shape inferred, the plan, the executable partitions, the memory
+// spaces, and the step and memory plans every run at those shapes follows.
+//
+// A Model (compiled_model.hpp) keeps a bounded cache of these, keyed by the
+// input shapes (the signature), built on first use and shared by all its
+// sessions. Partitions compiled shape-polymorphic (API 1.2) are shared
+// between specialisations; the others belong to one.
+//
+// Thread-safety: immutable once built.
+#pragma once
+
+#include "core/named_data_map.hpp"
+#include "ir/graph.hpp"
+#include "partition/partitioner.hpp"
+#include "pipeline/compile.hpp"
+#include "session/memory_plan.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace backplane {
+
+// The concrete shape of every graph input, in graph input order.
+using Signature = std::vector<Shape>;
+
+// "x=[1,128] mask=[1,128]", for messages.
+std::string signature_to_string(const ir::Graph& graph, const Signature& signature);
+
+// What one partition is told at execute_shaped: the shape of every value of
+// its view at this specialisation's shapes.
+struct PartitionShapes {
+  std::vector<bp_shape_t> values;  // points into the specialisation's graph
+};
+
+class Specialization {
+ public:
+  struct BuildOptions {
+    int num_threads = 0;
+    // Asked first for every partition to compile (may be empty).
+    PolymorphicSource polymorphic;
+    // Called with every plan before its partitions are compiled (the
+    // model's before_load_network hooks).
+    std::function<Status(const Plan&)> before_compile;
+  };
+
+  // Plans, compiles and plans memory for `graph` (shapes inferred).
+  // `weights` reads every constant of `graph` and lives as long as the
+  // returned object (it is held through `data`).
+  static Result<std::shared_ptr<Specialization>> build(
+      Signature signature, std::shared_ptr<const ir::Graph> graph,
+      std::shared_ptr<const NamedDataMap> weights, const Planner& planner,
+      const BuildOptions& options);
+
+  const Signature& signature() const { return signature_; }
+  const ir::Graph& graph() const { return *graph_; }
+  const Plan& plan() const { return plan_; }
+  const std::vector<std::shared_ptr<ExecutablePartition>>& executable() const {
+    return executable_;
+  }
+  const PartitionShapes& shapes_of(size_t partition) const { return shapes_[partition]; }
+  int space_of(size_t partition) const { return space_of_[partition]; }
+  const std::vector<MemorySpace>& spaces() const { return spaces_; }
+  const std::vector<ExecStep>& steps() const { return steps_.steps; }
+  const std::vector<ExecStep>& init_copies() const { return steps_.init_copies; }
+  const MemoryPlan& memory() const { return memory_; }
+  size_t value_bytes(int value) const;
+
+  const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  const std::vector<PartitionDescription>& partitions() const { return partition_desc_; }
+  const std::vector<CopyDescription>& copies() const { return copy_desc_; }
+  const std::vector<std::string>& notes() const { return notes_; }
+  // Distinct backends used, in order of first use.
+  std::vector<std::string> backends_used() const;
+  // How many of its partitions were compiled shape-polymorphic.
+  size_t polymorphic_partitions() const;
+  std::string describe_plan(PlanFormat format) const;
+
+ private:
+  Specialization() = default;
+  Status compile(const Planner& planner, const BuildOptions& options);
+  void describe();
+
+  Signature signature_;
+  std::shared_ptr<const ir::Graph> graph_;
+  std::shared_ptr<const NamedDataMap> weights_;
+  std::vector<std::string> notes_;
+  Plan plan_;
+  std::vector<std::shared_ptr<ExecutablePartition>> executable_;
+  std::vector<PartitionShapes> shapes_;
+  std::vector<int> space_of_;
+  std::vector<MemorySpace> spaces_;
+  StepPlan steps_;
+  MemoryPlan memory_;
+  std::vector<TensorInfo> outputs_;
+  std::vector<PartitionDescription> partition_desc_;
+  std::vector<CopyDescription> copy_desc_;
+};
+
+}  // namespace backplane

@@ -167,7 +167,8 @@ async function benchDecoder(ort, o) {
   for (const len of o.cacheLengths) {
     const feeds = { input_ids: ids([1]) };
     past.forEach((name, i) => {
-      feeds[name] = new ort.Tensor('float32', filled(heads * len * headDim, 1 + i + 16 * len), [1, heads, len, headDim]);
+      const data = filled(heads * len * headDim, 1 + i + 16 * len);
+      feeds[name] = new ort.Tensor('float32', data, [1, heads, len, headDim]);
     });
     const s0 = nowMs();
     await session.run(feeds);

@@ -9,7 +9,7 @@
 //   --cache-lengths LIST   per-token latency at these past lengths (default 1,16,64,256)
 //   --step-runs N          timed single-token steps per cache length (default 50; median)
 //   --gen-tokens N         tokens of the greedy generation (default 256)
-//   --gen-runs N           timed generations (default 3; median)
+//   --gen-runs N           timed generations (default 5; median)
 //   --prompt-token ID      the 1-token prompt of the generation (default 1)
 //   --encoder-shapes LIST  BATCHxSEQ,... (default 10 mixed shapes, below)
 //   --encoder-rounds N     timed rounds over all shapes (default 20)
@@ -42,7 +42,7 @@ function parseArgs(argv) {
   if (!moduleDir || !threadsArg) throw new Error('usage: node ort_shapes.js MODULE_DIR THREADS [options]');
   const o = {
     moduleDir, threads: parseInt(threadsArg, 10), decoder: null, encoder: null,
-    cacheLengths: [1, 16, 64, 256], stepRuns: 50, genTokens: 256, genRuns: 3, promptToken: 1,
+    cacheLengths: [1, 16, 64, 256], stepRuns: 50, genTokens: 256, genRuns: 5, promptToken: 1,
     encoderShapes: DEFAULT_ENCODER_SHAPES, encoderRounds: 20, encoderVocab: 1000, warmup: 5,
     saveDir: null, kvDims: null,
   };

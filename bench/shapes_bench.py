@@ -25,7 +25,7 @@ being added to their `results` dict (one column per runtime, and a ratio to
 the first runtime).
 
 Usage: bench/shapes_bench.py [--build-dir build] [--threads 1,2] [--step-runs 50]
-       [--gen-runs 3] [--encoder-rounds 20] [--no-check]
+       [--gen-runs 5] [--encoder-rounds 20] [--no-check]
 Writes BUILD/bench/shapes_results.{md,json}. Needs Debian's /usr/bin/python3
 (numpy, torch, onnx), node and npm.
 """
@@ -72,7 +72,7 @@ def gen_models(out_dir):
 
 
 def run_ort_shapes(module_dir, threads, decoder=None, encoder=None, cache_lengths=(1, 16, 64, 256),
-                   step_runs=50, gen_tokens=256, gen_runs=3, prompt_token=1, encoder_shapes=None,
+                   step_runs=50, gen_tokens=256, gen_runs=5, prompt_token=1, encoder_shapes=None,
                    encoder_rounds=20, encoder_vocab=None, warmup=5, save_dir=None, env=None):
     """Runs bench/ort_shapes.js once (a fresh node process) and returns its JSON
     object (see the script's header for the measurements and their keys)."""
@@ -181,7 +181,7 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--step-runs", type=int, default=50, help="timed single-token steps per cache length")
-    ap.add_argument("--gen-runs", type=int, default=3, help="timed 256-token generations")
+    ap.add_argument("--gen-runs", type=int, default=5, help="timed 256-token generations")
     ap.add_argument("--encoder-rounds", type=int, default=20, help="timed rounds over the 10 encoder shapes")
     ap.add_argument("--no-check", action="store_true", help="do not compare ONNX Runtime with PyTorch")
     args = ap.parse_args()

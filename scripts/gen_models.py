@@ -2,15 +2,28 @@
 """Generates the end-to-end test models with seeded random weights.
 
 For each model NAME this writes, into --out:
-  NAME.onnx          exported with torch.onnx.export (opset 13, static shapes,
-                     constant folding, parameters embedded)
+  NAME.onnx          exported with torch.onnx.export (opset 13, constant
+                     folding, parameters embedded; static shapes except the
+                     symbolic dims of the dynamic-shape models below)
   NAME.input.npy     a seeded input
   NAME.expected.npy  PyTorch's float32 output for that input
   NAME.stamp         hash of this script; files are regenerated when it changes
+A model with several inputs or outputs (decoder_kv) has one file per input
+and per output instead: NAME.input.INPUT.npy, NAME.expected.OUTPUT.npy.
 
 Models: resnet18, mobilenet_v2, squeezenet1_1 (torchvision, weights=None),
 transformer (a BERT-style encoder defined here) and tiny_cnn (a small conv
 net, fast enough to be run hundreds of times by the concurrency test).
+Dynamic-shape models (issue 13; scripts/torch_reference.py writes their
+references at other shapes, from the same modules):
+  encoder_dyn  BERT-style encoder, input_ids int64 [batch, seq] ->
+               last_hidden_state [batch, seq, 64]; position ids built in the
+               graph from seq. Example: batch 3, seq 24.
+  decoder_kv   GPT-style decoder with a key/value cache: input_ids [1, new],
+               past_key_L / past_value_L [1, 4, past, 16] (L = 0, 1; past may
+               be 0) -> logits [1, new, 512], present_key_L / present_value_L
+               [1, 4, total, 16] (total = past + new). Example: 3 new tokens
+               after a 5-token cache the model computed itself.
 
 Run with Debian's interpreter (/usr/bin/python3): it has numpy, torch,
 torchvision and onnx; other interpreters on PATH may not.
@@ -27,7 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 OPSET = 13
-ALL_MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_1", "transformer", "tiny_cnn"]
+ALL_MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_1", "transformer", "tiny_cnn",
+              "encoder_dyn", "decoder_kv"]
 
 
 def _script_hash():
@@ -66,6 +80,17 @@ def randomize_batchnorm(model, input_shape, seed):
             bn.running_var.mul_(0.75 + 0.5 * torch.rand(c, generator=g))  # [0.75, 1.25)
             bn.momentum = 0.1
     model.eval()
+
+
+def randomize_layernorm(model, seed):
+    """Non-trivial LayerNorm affine parameters, as BN above (a LayerNorm that
+    ignored them would otherwise still match)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
 
 
 # --------------------------------------------------------------------------
@@ -133,13 +158,7 @@ class Transformer(nn.Module):
 def build_transformer():
     torch.manual_seed(0)
     model = Transformer()
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        # Non-trivial LayerNorm affine parameters, as BN above.
-        for m in model.modules():
-            if isinstance(m, nn.LayerNorm):
-                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
-                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+    randomize_layernorm(model, seed=2)
     model.eval()
     return model
 
@@ -179,29 +198,240 @@ def build_tiny_cnn():
     return model
 
 
+# --------------------------------------------------------------------------
+# Dynamic-shape models (issue 13): exported with symbolic dims, so one
+# loaded model must serve every batch size, sequence length and cache length.
+# --------------------------------------------------------------------------
+
+class EncoderDyn(nn.Module):
+    """BERT-style encoder over input_ids [batch, seq], both dims symbolic.
+
+    Position ids are arange(seq) built inside the graph from the input's
+    shape (Shape -> Gather -> Range -> Gather in the export), not a [seq,
+    hidden] parameter as in `Transformer`, so nothing ties the graph to one
+    length. The layers are `EncoderLayer`, whose reshapes take b and s from
+    the activations' shape (Shape/Gather/Concat -> Reshape).
+    """
+
+    def __init__(self, vocab=1000, hidden=64, heads=4, layers=2, ffn=256, max_pos=512):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(max_pos, hidden)
+        self.ln = nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = nn.ModuleList([EncoderLayer(hidden, heads, ffn) for _ in range(layers)])
+
+    def forward(self, input_ids):
+        pos_ids = torch.arange(input_ids.shape[1], dtype=torch.int64, device=input_ids.device)
+        x = self.ln(self.tok(input_ids) + self.pos(pos_ids))  # [b, s, h] + [s, h]
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+ENCODER_DYN = dict(vocab=1000, hidden=64, heads=4, layers=2, ffn=256, max_pos=512)
+
+
+def build_encoder_dyn():
+    torch.manual_seed(4)
+    model = EncoderDyn(**ENCODER_DYN)
+    randomize_layernorm(model, seed=5)
+    model.eval()
+    return model
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm GPT layer whose attention reads and extends a key/value cache.
+
+    k/v of the new tokens are concatenated after the cache along the sequence
+    axis; the result is both what attention reads and the layer's `present`
+    output, so a caller feeds it back as the next call's `past`.
+    """
+
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.ln1 = nn.LayerNorm(hidden, eps=1e-5)
+        # Separate projections, not one fused qkv Linear + split: the export
+        # of split is a Split node, which CpuOneDnn does not run, and every
+        # layer's attention would then be cut into several partitions.
+        self.q = nn.Linear(hidden, hidden)
+        self.k = nn.Linear(hidden, hidden)
+        self.v = nn.Linear(hidden, hidden)
+        self.o = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden, eps=1e-5)
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
+
+    def forward(self, x, past_k, past_v, mask_bias):
+        b, n, hdim = x.shape
+        h = self.ln1(x)
+        q, k, v = (t.reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+                   for t in (self.q(h), self.k(h), self.v(h)))
+        k = torch.cat([past_k, k], dim=2)  # [b, heads, past + new, head_dim]
+        v = torch.cat([past_v, v], dim=2)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + mask_bias
+        ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+        x = x + self.o(ctx.transpose(1, 2).reshape(b, n, hdim))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x, k, v
+
+
+class DecoderKV(nn.Module):
+    """GPT-style decoder for token-by-token generation with a KV cache.
+
+    forward(input_ids [1, new], past_key_0, past_value_0, past_key_1, ...)
+    -> (logits [1, new, vocab], present_key_0, present_value_0, ...), where
+    past_* are [1, heads, past, head_dim] (past may be 0: the prompt call)
+    and present_* are [1, heads, past + new, head_dim].
+
+    The new tokens sit at absolute positions past + arange(new), computed in
+    the graph from the cache's shape. Causal mask: query i (at past + i) sees
+    key j iff j <= past + i, built with Range and Greater on positions, so
+    the same graph is right for a prompt (new > 1, past = 0), a single-token
+    step (new = 1) and a chunk after a cache (new > 1, past > 0). The mask
+    is added to the scores (0 or -1e9) rather than applied with
+    masked_fill: that exports as Where, which CpuOneDnn does not run, while
+    the additive mask depends on shapes only, so for given shapes it is a
+    constant (or a partition input) and the attention stays one partition.
+    -1e9, not -inf: a fully masked row (none here: key 0 is always visible)
+    would give NaN with -inf.
+    """
+
+    def __init__(self, vocab=512, hidden=64, heads=4, layers=2, ffn=256, max_pos=512):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.num_layers = layers
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(max_pos, hidden)
+        self.layers = nn.ModuleList([DecoderLayer(hidden, heads, ffn) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, input_ids, *past):
+        new = input_ids.shape[1]
+        past_len = past[0].shape[2]
+        q_pos = torch.arange(new, dtype=torch.int64, device=input_ids.device) + past_len
+        k_pos = torch.arange(past_len + new, dtype=torch.int64, device=input_ids.device)
+        masked = k_pos.unsqueeze(0) > q_pos.unsqueeze(1)  # [new, total], broadcast over b, heads
+        mask_bias = masked.to(torch.float32) * -1e9
+        x = self.tok(input_ids) + self.pos(q_pos)
+        present = []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, past[2 * i], past[2 * i + 1], mask_bias)
+            present += [k, v]
+        return (self.head(self.ln_f(x)), *present)
+
+    def input_names(self):
+        return ["input_ids"] + [f"past_{kv}_{i}" for i in range(self.num_layers) for kv in ("key", "value")]
+
+    def output_names(self):
+        return ["logits"] + [f"present_{kv}_{i}" for i in range(self.num_layers) for kv in ("key", "value")]
+
+    def empty_past(self, batch=1):
+        return [torch.zeros(batch, self.heads, 0, self.head_dim) for _ in range(2 * self.num_layers)]
+
+
+DECODER_KV = dict(vocab=512, hidden=64, heads=4, layers=2, ffn=256, max_pos=512)
+
+
+def build_decoder_kv():
+    torch.manual_seed(6)
+    model = DecoderKV(**DECODER_KV)
+    randomize_layernorm(model, seed=7)
+    with torch.no_grad():
+        model.head.weight.mul_(4.0)  # spread the logits: greedy choices are not near-ties
+    model.eval()
+    return model
+
+
 def make_input(name):
+    """The seeded example of `name`: (inputs as [(name, array)], output names).
+
+    Dynamic-shape models are exported with this example too (the tracer needs
+    one), at sizes that differ from each other and from every fixed dim, so
+    no exporter heuristic can mistake a symbolic dim for a fixed one.
+    """
     rng = np.random.default_rng(12345)
     if name == "transformer":
-        return rng.integers(0, 1000, size=(1, 32), dtype=np.int64), "input_ids", "last_hidden_state"
+        return [("input_ids", rng.integers(0, 1000, size=(1, 32), dtype=np.int64))], ["last_hidden_state"]
+    if name == "encoder_dyn":
+        ids = rng.integers(0, ENCODER_DYN["vocab"], size=(3, 24), dtype=np.int64)
+        return [("input_ids", ids)], ["last_hidden_state"]
+    if name == "decoder_kv":
+        return decoder_kv_example(rng), DecoderKV(**DECODER_KV).output_names()
     if name == "tiny_cnn":
-        return rng.standard_normal((1, 3, 32, 32)).astype(np.float32), "input", "output"
-    return rng.standard_normal((1, 3, 224, 224)).astype(np.float32), "input", "output"
+        return [("input", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))], ["output"]
+    return [("input", rng.standard_normal((1, 3, 224, 224)).astype(np.float32))], ["output"]
+
+
+def decoder_kv_example(rng, past_len=5, new=3):
+    """input_ids of `new` tokens after a cache of `past_len` that the model
+    itself computed from a seeded prompt: the hardest case for the mask
+    (past > 0 and new > 1), with realistic cache contents."""
+    model = build_decoder_kv()
+    vocab = DECODER_KV["vocab"]
+    prompt = torch.from_numpy(rng.integers(0, vocab, size=(1, past_len), dtype=np.int64))
+    with torch.no_grad():
+        past = model(prompt, *model.empty_past())[1:]
+    ids = rng.integers(0, vocab, size=(1, new), dtype=np.int64)
+    return [("input_ids", ids)] + [(n, t.numpy()) for n, t in zip(model.input_names()[1:], past)]
+
+
+def dynamic_axes(name):
+    """Symbolic dims of the export, by input/output name (None: static)."""
+    if name == "encoder_dyn":
+        return {n: {0: "batch", 1: "seq"} for n in ("input_ids", "last_hidden_state")}
+    if name == "decoder_kv":
+        m = DecoderKV(**DECODER_KV)
+        axes = {"input_ids": {1: "new"}, "logits": {1: "new"}}
+        axes.update({n: {2: "past"} for n in m.input_names()[1:]})
+        axes.update({n: {2: "total"} for n in m.output_names()[1:]})
+        return axes
+    return None
 
 
 def build(name):
     if name == "transformer":
         return build_transformer()
+    if name == "encoder_dyn":
+        return build_encoder_dyn()
+    if name == "decoder_kv":
+        return build_decoder_kv()
     if name == "tiny_cnn":
         return build_tiny_cnn()
     return build_torchvision(name)
 
 
+def data_paths(name, out_dir, in_names, out_names):
+    """The example's files: NAME.input.npy / NAME.expected.npy for a model
+    with one input and one output (what the tests and the bench read),
+    NAME.input.INPUT.npy / NAME.expected.OUTPUT.npy for each otherwise."""
+    def path(kind, names):
+        if len(in_names) == 1 and len(out_names) == 1:
+            return [os.path.join(out_dir, f"{name}.{kind}.npy")]
+        return [os.path.join(out_dir, f"{name}.{kind}.{n}.npy") for n in names]
+    return path("input", in_names), path("expected", out_names)
+
+
+def check_symbolic_dims(name, model_proto, axes):
+    """Fails if the export lost a symbolic dim (exported as a fixed size)."""
+    for v in list(model_proto.graph.input) + list(model_proto.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        for axis, sym in (axes or {}).get(v.name, {}).items():
+            if dims[axis].dim_param != sym:
+                raise RuntimeError(f"{name}: '{v.name}' dim {axis} exported as "
+                                   f"{dims[axis].dim_param or dims[axis].dim_value}, expected symbol '{sym}'")
+
+
 def generate(name, out_dir, stamp):
+    inputs, out_names = make_input(name)
+    in_names = [n for n, _ in inputs]
     onnx_path = os.path.join(out_dir, name + ".onnx")
-    input_path = os.path.join(out_dir, name + ".input.npy")
-    expected_path = os.path.join(out_dir, name + ".expected.npy")
+    input_paths, expected_paths = data_paths(name, out_dir, in_names, out_names)
     stamp_path = os.path.join(out_dir, name + ".stamp")
-    paths = (onnx_path, input_path, expected_path, stamp_path)
+    paths = [onnx_path, *input_paths, *expected_paths, stamp_path]
     if all(os.path.exists(p) for p in paths):
         with open(stamp_path) as f:
             if f.read().strip() == stamp:
@@ -209,26 +439,31 @@ def generate(name, out_dir, stamp):
                 return
 
     model = build(name)
-    x, in_name, out_name = make_input(name)
-    xt = torch.from_numpy(x)
+    xs = tuple(torch.from_numpy(x) for _, x in inputs)
     with torch.no_grad():
-        y = model(xt).float().numpy()
-    if not np.all(np.isfinite(y)):
+        ys = model(*xs)
+    ys = [y.float().numpy() for y in (ys if isinstance(ys, tuple) else (ys,))]
+    if not all(np.all(np.isfinite(y)) for y in ys):
         raise RuntimeError(f"{name}: non-finite reference output")
 
     tmp = onnx_path + ".tmp"
-    torch.onnx.export(model, (xt,), tmp, export_params=True, opset_version=OPSET,
-                      do_constant_folding=True, input_names=[in_name],
-                      output_names=[out_name], dynamic_axes=None)
+    axes = dynamic_axes(name)
+    torch.onnx.export(model, xs, tmp, export_params=True, opset_version=OPSET,
+                      do_constant_folding=True, input_names=in_names,
+                      output_names=out_names, dynamic_axes=axes)
     import onnx
-    onnx.checker.check_model(onnx.load(tmp))
+    proto = onnx.load(tmp)
+    onnx.checker.check_model(proto)
+    check_symbolic_dims(name, proto, axes)
     os.replace(tmp, onnx_path)
-    np.save(input_path, x)
-    np.save(expected_path, y.astype(np.float32))
+    for p, (_, x) in zip(input_paths, inputs):
+        np.save(p, x)
+    for p, y in zip(expected_paths, ys):
+        np.save(p, y.astype(np.float32))
     with open(stamp_path, "w") as f:
         f.write(stamp + "\n")
-    print(f"gen_models: {name}: wrote {onnx_path} (output {out_name} {list(y.shape)}, "
-          f"max|y| {float(np.abs(y).max()):.4g})")
+    print(f"gen_models: {name}: wrote {onnx_path} (output {out_names[0]} {list(ys[0].shape)}, "
+          f"max|y| {float(np.abs(ys[0]).max()):.4g})")
 
 
 def main():

@@ -50,6 +50,22 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes) {
   auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
   BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes));
+  // Constants made for these shapes only (folded shape arithmetic) get keys
+  // of their own, so that the constants of several specialisations can sit
+  // side by side in one blob store (an artifact with several shapes).
+  std::string tag;
+  for (int v : graph->inputs) {
+    std::string dims;
+    for (int64_t d : graph->values[v].shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    tag += (tag.empty() ? "@" : ",") + dims;
+  }
+  for (ir::Value& value : graph->values) {
+    if (!value.is_constant() || portable.constants.count(value.constant_key) > 0) continue;
+    auto node = graph->constants.extract(value.constant_key);
+    value.constant_key += tag;
+    node.key() = value.constant_key;
+    graph->constants.insert(std::move(node));
+  }
   BP_RETURN_IF_ERROR(ir::verify(*graph), portable.source);
   return graph;
 }

@@ -34,7 +34,9 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 
 // A copy of the portable graph `portable` with the given concrete shape for
 // every input, every value's shape inferred and what those shapes make
-// constant folded. Constants are shared with `portable`, not copied.
+// constant folded. Constants are shared with `portable`, not copied; those
+// these shapes made have keys ending in "@" and the input dims ("@1x128,1x128"),
+// so every signature's own constants have keys of their own.
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes);
 

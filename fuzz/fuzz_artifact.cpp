@@ -67,11 +67,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t m = 0; m < methods.size(); ++m) {
     auto found = a.find_method(methods[m].name);
     (void)found;
-    auto g = a.method_graph(static_cast<int>(m));
-    if (g.ok()) {
+    auto loaded = a.load_method(static_cast<int>(m));
+    if (loaded.ok()) {
       // Touch every constant the graph hands out (views into the mapping).
       uint8_t acc = 0;
-      for (const auto& [key, t] : g->constants)
+      for (const auto& [key, t] : loaded->portable.constants)
         if (t.size_bytes() > 0) acc ^= static_cast<const uint8_t*>(t.data())[t.size_bytes() - 1];
       volatile uint8_t sink = acc;
       (void)sink;

@@ -23,8 +23,11 @@ namespace {
 ArtifactMethod method_of(const std::string& name, const ir::Graph& g) {
   ArtifactMethod m;
   m.name = name;
-  m.graph = &g;
+  m.portable = &g;  // shapes inferred already: its one specialisation is itself
   m.preference = {"CpuRef"};
+  ArtifactSpecialization& spec = m.specializations.emplace_back();
+  spec.graph = &g;
+  for (int v : g.inputs) spec.signature.push_back(g.values[v].shape);
   const size_t half = (g.nodes.size() + 1) / 2;
   ArtifactPartition first, second;
   first.backend = "CpuRef";
@@ -40,8 +43,8 @@ ArtifactMethod method_of(const std::string& name, const ir::Graph& g) {
   first.payload.assign(payload.begin(), payload.end());
   second.backend = "MockAcc";
   second.api_major = 1;
-  m.partitions.push_back(first);
-  if (!second.nodes.empty()) m.partitions.push_back(second);
+  spec.partitions.push_back(first);
+  if (!second.nodes.empty()) spec.partitions.push_back(second);
   return m;
 }
 
@@ -74,7 +77,7 @@ int main(int argc, char** argv) {
     }
     // Check that what was written opens.
     auto check = ArtifactFile::open((out / (stem + ".bpk")).string(), {}, false);
-    Status st = check.ok() ? (*check)->method_graph(0).status() : check.status();
+    Status st = check.ok() ? (*check)->load_method(0).status() : check.status();
     if (!st.ok()) {
       std::fprintf(stderr, "%s: the seed does not load back: %s\n", argv[i],
                    st.to_string().c_str());

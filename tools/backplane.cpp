@@ -245,25 +245,95 @@ std::string parse_overrides(const std::vector<std::string>& items,
   return "";
 }
 
-// Fills input_shapes from NAME=DIMS strings (DIMS: 1x128, or 1,128; "" for a
-// scalar); "" on success, else the message.
+// One --shape NAME=DIMS: per dim its smallest and largest size (the same
+// unless the dim is a range LO..HI).
+struct ShapeItem {
+  std::string text, name;
+  backplane::Shape min, max;
+  bool ranged() const { return min != max; }
+};
+
+// Parses NAME=DIMS (DIMS: 1x128, or 1,128; "" for a scalar; with `ranges`,
+// a dim may be LO..HI); "" on success, else the message.
+std::string parse_shape_item(const std::string& item, bool ranges, ShapeItem* out) {
+  size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return "--shape expects NAME=DIMS (e.g. input=1x128), got '" + item + "'";
+  auto number = [](const std::string& d, int64_t* v) {
+    auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), *v);
+    return !d.empty() && ec == std::errc() && end == d.data() + d.size() && *v >= 0;
+  };
+  out->text = item;
+  out->name = item.substr(0, eq);
+  std::string dims = item.substr(eq + 1);
+  for (std::string& d : split(dims, dims.find(',') != std::string::npos ? ',' : 'x')) {
+    int64_t lo = -1, hi = -1;
+    const size_t dots = d.find("..");
+    if (dots == std::string::npos) {
+      if (!number(d, &lo)) return "--shape " + item + ": '" + d + "' is not a non-negative dim";
+      hi = lo;
+    } else if (!ranges) {
+      return "--shape " + item + ": a range of sizes ('" + d + "') is for compile only";
+    } else if (!number(d.substr(0, dots), &lo) || !number(d.substr(dots + 2), &hi) || lo > hi) {
+      return "--shape " + item + ": '" + d + "' is not a range LO..HI of sizes with LO <= HI";
+    }
+    out->min.push_back(lo);
+    out->max.push_back(hi);
+  }
+  return "";
+}
+
+// Fills input_shapes from NAME=DIMS strings (the last one given for a name
+// counts); "" on success, else the message.
 std::string parse_shapes(const std::vector<std::string>& items,
                          backplane::PlacementOptions* placement) {
   for (const std::string& item : items) {
-    size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return "--shape expects NAME=DIMS (e.g. input=1x128), got '" + item + "'";
-    backplane::Shape shape;
-    std::string dims = item.substr(eq + 1);
-    for (std::string& d : split(dims, dims.find(',') != std::string::npos ? ',' : 'x')) {
-      int64_t v = -1;
-      auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
-      if (d.empty() || ec != std::errc() || end != d.data() + d.size() || v < 0)
-        return "--shape " + item + ": '" + d + "' is not a non-negative dim";
-      shape.push_back(v);
-    }
-    placement->input_shapes[item.substr(0, eq)] = shape;
+    ShapeItem parsed;
+    if (std::string e = parse_shape_item(item, false, &parsed); !e.empty()) return e;
+    placement->input_shapes[parsed.name] = parsed.min;
   }
+  return "";
+}
+
+// compile's --shape items: the signatures to compile. A name given again
+// starts a new specialisation; a name given once counts for all of them; a
+// set with ranges is compiled at both ends (every ranged dim at its LO, then
+// at its HI). One set without ranges is CompileOptions::input_shapes, as
+// before; several go to CompileOptions::shapes.
+std::string parse_compile_shapes(const std::vector<std::string>& items,
+                                 backplane::CompileOptions* options) {
+  std::vector<std::map<std::string, ShapeItem>> sets(1);
+  std::map<std::string, std::vector<ShapeItem>> given;  // by name, in order
+  for (const std::string& item : items) {
+    ShapeItem parsed;
+    if (std::string e = parse_shape_item(item, true, &parsed); !e.empty()) return e;
+    if (sets.back().count(parsed.name)) sets.emplace_back();
+    sets.back()[parsed.name] = parsed;
+    given[parsed.name].push_back(parsed);
+  }
+  for (const auto& [name, all] : given)
+    for (auto& set : sets) {
+      if (set.count(name)) continue;
+      if (all.size() > 1)
+        return "--shape: '" + name + "' is given " + std::to_string(all.size()) +
+               " times but not in the specialisation of --shape " + set.begin()->second.text +
+               "; give it in every specialisation, or once for all of them";
+      set[name] = all.front();
+    }
+  std::vector<std::map<std::string, backplane::Shape>> signatures;
+  bool ranged = false;
+  for (const auto& set : sets) {
+    std::map<std::string, backplane::Shape> lo, hi;
+    for (const auto& [name, item] : set) {
+      lo[name] = item.min;
+      hi[name] = item.max;
+      ranged |= item.ranged();
+    }
+    signatures.push_back(lo);
+    if (hi != lo) signatures.push_back(hi);
+  }
+  if (signatures.size() == 1 && !ranged) options->input_shapes = signatures.front();
+  else options->shapes = std::move(signatures);
   return "";
 }
 
@@ -339,7 +409,7 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   co.allow_fallback = a.allow_fallback;
   co.external_data = a.external_data;
   if (std::string e = parse_overrides(a.overrides, &co); !e.empty()) return fail(e);
-  if (std::string e = parse_shapes(a.shapes, &co); !e.empty()) return fail(e);
+  if (std::string e = parse_compile_shapes(a.shapes, &co); !e.empty()) return fail(e);
   auto rt = backplane::Runtime::create(*opts);
   if (!rt.ok()) return fail(rt.status().message());
   auto t0 = std::chrono::steady_clock::now();
@@ -350,6 +420,7 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   if (a.json) {
     json j = {{"output", a.output},
               {"methods", report->methods},
+              {"specializations", report->specializations},
               {"partitions", report->partitions},
               {"payload_bytes", report->payload_bytes},
               {"named_data_keys", report->named_data_keys},
@@ -362,8 +433,9 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::printf("wrote %s: %zu method(s), %zu partition(s), %zu bytes", a.output.c_str(),
-              report->methods.size(), report->partitions, report->file_bytes);
+  std::printf("wrote %s: %zu method(s), %zu specialisation(s), %zu partition(s), %zu bytes",
+              a.output.c_str(), report->methods.size(), report->specializations,
+              report->partitions, report->file_bytes);
   if (!a.external_data.empty())
     std::printf(" + %s (%zu bytes)", a.external_data.c_str(), report->external_bytes);
   std::printf("\nnamed data: %zu keys, %zu bytes stored of %zu requested; compiled in %.1f ms\n",
@@ -592,7 +664,9 @@ int main(int argc, char** argv) {
                       "Pin a node to a backend: NODE=BACKEND (repeatable)");
   compile->add_flag("--allow-fallback", ca.allow_fallback, "A pinned node may fall back");
   compile->add_option("--shape", ca.shapes,
-                      "Shape to compile an input with open dims for: NAME=DIMS (repeatable)");
+                      "Shape to compile an input with open dims for: NAME=DIMS, a dim may be a "
+                      "range LO..HI (both ends compiled); a name given again starts another "
+                      "specialisation, one given once counts for all (repeatable)");
   compile->add_option("--external-data", ca.external_data,
                       "Put the weights in this data file (.bpd), next to the .bpk");
   compile->add_flag("--json", ca.json, "Print one JSON object");

@@ -104,11 +104,24 @@ struct CompileOptions : PlacementOptions {
   // Write every named blob (weights) into this data file instead of the
   // .bpk; the .bpk records its file name (relative to the .bpk).
   std::string external_data;
+  // The signatures to compile each method for, one specialisation each
+  // (`backplane compile --shape x=1x128 --shape x=1x512`): every entry is
+  // one set of input shapes, over `input_shapes` (which so gives the shapes
+  // common to all); empty = `input_shapes` alone, one specialisation. As
+  // with input_shapes, a name may be an input of any method, and an input
+  // whose dims are all fixed needs none. A set that gives a method the same
+  // shapes as an earlier set adds nothing to it. The first is what loading
+  // the artifact specialises for unless ModelOptions::input_shapes says
+  // otherwise; a run at shapes not stored compiles them from the portable
+  // graph the artifact keeps. The weights are stored once however many
+  // signatures there are.
+  std::vector<std::map<std::string, Shape>> shapes;
 };
 
 struct CompileReport {
   std::vector<std::string> methods;
-  size_t partitions = 0;
+  size_t specializations = 0;  // over all methods
+  size_t partitions = 0;       // over all specialisations
   size_t payload_bytes = 0;  // backend payloads
   size_t named_data_keys = 0;
   size_t requested_bytes = 0;  // named data before de-duplication

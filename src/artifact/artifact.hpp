@@ -22,10 +22,12 @@ namespace backplane {
 namespace fb {
 struct Artifact;
 struct Graph;
+struct Method;
 }  // namespace fb
 
 constexpr uint32_t kArtifactFormatMajor = 1;
-constexpr uint32_t kArtifactFormatMinor = 0;
+// 1.1: methods store their portable graph and several specialisations.
+constexpr uint32_t kArtifactFormatMinor = 1;
 constexpr size_t kCompileIdBytes = 16;
 
 // Where the data area of a file whose FlatBuffer is `fb_size` bytes starts:
@@ -43,11 +45,21 @@ struct ArtifactPartition {
   std::vector<uint8_t> payload;
 };
 
+// One signature of a method: the graph specialised for it and its partitions.
+struct ArtifactSpecialization {
+  std::vector<Shape> signature;      // one per input of the portable graph
+  const ir::Graph* graph = nullptr;  // specialised; constants keyed as in the blob store
+  uint64_t digest = 0;               // specialization_digest(*graph)
+  std::vector<ArtifactPartition> partitions;
+};
+
 struct ArtifactMethod {
   std::string name;
-  const ir::Graph* graph = nullptr;  // constants keyed as in the blob store
+  const ir::Graph* portable = nullptr;  // constants keyed as in the blob store
   std::vector<std::string> preference;
-  std::vector<ArtifactPartition> partitions;
+  // At least one. The first is also written the way format 1.0 stores a
+  // method (Method.graph, Method.partitions), which a 1.0 reader loads.
+  std::vector<ArtifactSpecialization> specializations;
 };
 
 struct ArtifactSizes {
@@ -93,11 +105,37 @@ struct StoredPartition {
   int32_t payload_segment = -1;  // -1 = no payload
 };
 
+// One signature a method was compiled for.
+struct StoredSpecialization {
+  // The shape of every input of the method's portable graph. (Format 1.0:
+  // filled by load_method, from the one stored graph.)
+  std::vector<Shape> signature;
+  size_t num_nodes = 0;  // nodes of the graph specialised for it
+  // specialization_digest of that graph (pipeline/front_end.hpp); format
+  // 1.0 records none (its graph is stored as it was specialised).
+  uint64_t digest = 0;
+  std::vector<StoredPartition> partitions;  // node ids into that graph
+};
+
 struct StoredMethod {
   std::string name;
-  size_t num_nodes = 0;
+  size_t num_nodes = 0;                 // of the portable graph
   std::vector<std::string> preference;  // backend preference at compile time
-  std::vector<StoredPartition> partitions;
+  // Format 1.1: a portable graph and any number of specialisations. Format
+  // 1.0: one graph, already specialised, and its one specialisation.
+  bool has_portable = false;
+  std::vector<StoredSpecialization> specializations;  // at least one
+};
+
+// A method as loading uses it (ArtifactFile::load_method).
+struct LoadedMethod {
+  // The portable graph (format 1.0: the one stored graph, whose inputs have
+  // fixed shapes). Constants are views into the mapping (each holds the file
+  // alive).
+  ir::Graph portable;
+  // Checked against `portable`: one shape per input, of its rank, with its
+  // fixed dims.
+  std::vector<StoredSpecialization> specializations;
 };
 
 // A mapped .bpk (and its data files).
@@ -132,9 +170,9 @@ class ArtifactFile : public std::enable_shared_from_this<ArtifactFile> {
   Status verify_all() const;
   // Index of method `name` ("" = the first).
   Result<int> find_method(const std::string& name) const;
-  // The portable graph of method `m`; constants are views into the mapping
-  // (each holds the file alive).
-  Result<ir::Graph> method_graph(int m) const;
+  // Method `m`: its portable graph and specialisations, every index, size
+  // and shape checked.
+  Result<LoadedMethod> load_method(int m) const;
 
  private:
   ArtifactFile() = default;
@@ -143,10 +181,16 @@ class ArtifactFile : public std::enable_shared_from_this<ArtifactFile> {
   Status check_structure() const;
   void read_tables();
   const uint8_t* segment_address(const ArtifactSegment& s) const;
+  Status check_specializations(const fb::Method& m) const;
+  Result<ir::Graph> read_graph(const fb::Graph& fg, const std::string& name, bool portable) const;
   Status read_values(const fb::Graph& fg, const std::string& where,
-                     const std::map<std::string, uint32_t>& segment_of_key, ir::Graph* g) const;
+                     const std::map<std::string, uint32_t>& segment_of_key, bool portable,
+                     ir::Graph* g) const;
   Status check_method_graph(ir::Graph& g, const std::string& where,
                             const std::map<std::string, uint32_t>& segment_of_key) const;
+  Status check_portable_graph(ir::Graph& g, const std::string& where) const;
+  Status check_signatures(const ir::Graph& portable, const std::string& where,
+                          std::vector<StoredSpecialization>* specializations) const;
 
   std::string path_;
   std::shared_ptr<MappedFile> main_;

@@ -58,6 +58,13 @@ int64_t checked_bytes(const Shape& shape, DType dtype) {
   return n;
 }
 
+// A portable graph's declared shape: dims of -1 (not known) allowed, the
+// known ones bounded as checked_bytes bounds them.
+bool plausible_dims(const Shape& shape) {
+  constexpr int64_t kLimit = int64_t{1} << 40;
+  return std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d >= -1 && d <= kLimit; });
+}
+
 // The FlatBuffers verifier (2.0) checks the alignment of a vector's length
 // but not of its elements: a crafted file can put a [long] at an address
 // that is not a multiple of 8. The mapping is page-aligned, so the address
@@ -89,6 +96,28 @@ std::string hex_id(const flatbuffers::Vector<uint8_t>* id) {
   if (id != nullptr)
     for (uint8_t x : *id) s += {h[x >> 4], h[x & 15]};
   return s;
+}
+
+// Every partition names a backend and at least one node; the partitions
+// cover the `num_nodes` nodes of their graph exactly once.
+Status check_partitions(
+    const flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>& partitions, size_t num_nodes,
+    size_t num_segments, const std::string& where) {
+  std::vector<bool> covered(num_nodes, false);
+  for (const fb::Partition* p : partitions) {
+    if (p->backend() == nullptr || p->nodes() == nullptr || p->nodes()->size() == 0)
+      return corrupt_data(where + " has an invalid partition");
+    if (p->payload() >= static_cast<int32_t>(num_segments) || p->payload() < -1)
+      return corrupt_data(where + ": partition payload segment out of range");
+    for (int32_t n : *p->nodes()) {
+      if (n < 0 || static_cast<size_t>(n) >= num_nodes || covered[n])
+        return corrupt_data(where + ": partition node index invalid or repeated");
+      covered[n] = true;
+    }
+  }
+  if (std::find(covered.begin(), covered.end(), false) != covered.end())
+    return corrupt_data(where + ": a node belongs to no partition");
+  return ok_status();
 }
 
 }  // namespace
@@ -210,10 +239,31 @@ void ArtifactFile::read_tables() {
     method.num_nodes = m->graph()->nodes() ? m->graph()->nodes()->size() : 0;
     if (m->preference())
       for (const auto* id : *m->preference()) method.preference.push_back(id->str());
-    for (const fb::Partition* p : *m->partitions())
-      method.partitions.push_back({p->backend()->str(), p->api_major(), p->api_minor(),
-                                   std::vector<int>(p->nodes()->begin(), p->nodes()->end()),
-                                   p->imperative(), p->payload()});
+    auto read_partitions = [](const auto& partitions, StoredSpecialization* spec) {
+      for (const fb::Partition* p : partitions)
+        spec->partitions.push_back({p->backend()->str(), p->api_major(), p->api_minor(),
+                                    std::vector<int>(p->nodes()->begin(), p->nodes()->end()),
+                                    p->imperative(), p->payload()});
+    };
+    method.has_portable = m->portable() != nullptr;
+    if (method.has_portable) {
+      method.num_nodes = m->portable()->nodes() ? m->portable()->nodes()->size() : 0;
+      for (const fb::Specialization* fs : *m->specializations()) {
+        StoredSpecialization spec;
+        for (const fb::InputShape* in : *fs->signature())
+          spec.signature.emplace_back(in->dims() ? Shape(in->dims()->begin(), in->dims()->end())
+                                                 : Shape());
+        spec.num_nodes = fs->num_nodes();
+        spec.digest = fs->digest();
+        read_partitions(*fs->partitions(), &spec);
+        method.specializations.push_back(std::move(spec));
+      }
+    } else {
+      StoredSpecialization spec;  // its signature: the graph's input shapes (load_method)
+      spec.num_nodes = method.num_nodes;
+      read_partitions(*m->partitions(), &spec);
+      method.specializations.push_back(std::move(spec));
+    }
     methods_.push_back(std::move(method));
   }
 }
@@ -261,22 +311,37 @@ Status ArtifactFile::check_structure() const {
     if (m->name() == nullptr || m->graph() == nullptr || m->partitions() == nullptr)
       return corrupt_data(path_ + ": method without name, graph or partitions");
     const size_t nodes = m->graph()->nodes() ? m->graph()->nodes()->size() : 0;
-    std::vector<bool> covered(nodes, false);
-    for (const fb::Partition* p : *m->partitions()) {
-      if (p->backend() == nullptr || p->nodes() == nullptr || p->nodes()->size() == 0)
-        return corrupt_data(path_ + ": method '" + m->name()->str() + "' has an invalid partition");
-      if (p->payload() >= static_cast<int32_t>(nseg) || p->payload() < -1)
-        return corrupt_data(path_ + ": partition payload segment out of range");
-      for (int32_t n : *p->nodes()) {
-        if (n < 0 || static_cast<size_t>(n) >= nodes || covered[n])
-          return corrupt_data(path_ + ": method '" + m->name()->str() +
-                              "': partition node index invalid or repeated");
-        covered[n] = true;
-      }
-    }
-    if (std::find(covered.begin(), covered.end(), false) != covered.end())
-      return corrupt_data(path_ + ": method '" + m->name()->str() +
-                          "': a node belongs to no partition");
+    BP_RETURN_IF_ERROR(check_partitions(*m->partitions(), nodes, nseg,
+                                        path_ + ": method '" + m->name()->str() + "'"));
+    if (m->portable() != nullptr || m->specializations() != nullptr)
+      BP_RETURN_IF_ERROR(check_specializations(*m));
+  }
+  return ok_status();
+}
+
+// Format 1.1: a portable graph and at least one specialisation, each with a
+// signature and partitions over its graph. Specialising never adds nodes,
+// so a specialisation has at most the portable graph's.
+Status ArtifactFile::check_specializations(const fb::Method& m) const {
+  const std::string where = path_ + ": method '" + m.name()->str() + "'";
+  if (m.portable() == nullptr || m.specializations() == nullptr || m.specializations()->size() == 0)
+    return corrupt_data(where + " has a specialisation table without a portable graph, or a "
+                                "portable graph without specialisations");
+  const size_t portable_nodes = m.portable()->nodes() ? m.portable()->nodes()->size() : 0;
+  const size_t nseg = root_->segments() ? root_->segments()->size() : 0;
+  size_t k = 0;
+  for (const fb::Specialization* s : *m.specializations()) {
+    const std::string spec = where + " specialisation " + std::to_string(k++);
+    if (s->signature() == nullptr || s->partitions() == nullptr)
+      return corrupt_data(spec + " has no signature or no partitions");
+    for (const fb::InputShape* in : *s->signature())
+      if (!elements_aligned(in->dims()))
+        return corrupt_data(spec + ": its signature is misaligned");
+    if (s->num_nodes() > portable_nodes)
+      return corrupt_data(spec + " has " + std::to_string(s->num_nodes()) +
+                          " nodes, more than the portable graph's " +
+                          std::to_string(portable_nodes));
+    BP_RETURN_IF_ERROR(check_partitions(*s->partitions(), s->num_nodes(), nseg, spec));
   }
   return ok_status();
 }
@@ -429,7 +494,7 @@ struct GraphReader {
 // Values, with constants as views into the mapping (each view keeps the file alive).
 Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
                                  const std::map<std::string, uint32_t>& segment_of_key,
-                                 ir::Graph* g) const {
+                                 bool portable, ir::Graph* g) const {
   std::shared_ptr<const ArtifactFile> self = shared_from_this();
   const int nv = fg.values() ? static_cast<int>(fg.values()->size()) : 0;
   for (int i = 0; i < nv; ++i) {
@@ -439,17 +504,28 @@ Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
     if (v.name.empty() || g->find_value(v.name) >= 0)
       return corrupt_data(where + ": value " + std::to_string(i) +
                           " has an empty or repeated name");
+    std::string key = fv->constant_key() ? fv->constant_key()->str() : "";
     v.dtype = static_cast<DType>(fv->dtype());
-    if (dtype_size(v.dtype) == 0)
+    // A portable graph keeps what the model declares: values inference has
+    // not typed yet may lack a dtype or dims (never inputs or constants).
+    const bool open = portable && key.empty();
+    if (dtype_size(v.dtype) == 0 && !(open && v.dtype == DType::kUndefined))
       return corrupt_data(where + ": value '" + v.name + "' has an unknown dtype");
     if (!elements_aligned(fv->shape()))
       return corrupt_data(where + ": value '" + v.name + "' is misaligned");
     if (fv->shape()) v.shape.assign(fv->shape()->begin(), fv->shape()->end());
-    if (checked_bytes(v.shape, v.dtype) < 0)
+    v.has_shape = !open || fv->has_shape();
+    if (open ? !plausible_dims(v.shape) || (!v.has_shape && !v.shape.empty())
+             : checked_bytes(v.shape, v.dtype) < 0 || !fv->has_shape())
       return corrupt_data(where + ": value '" + v.name + "' has a bad shape");
-    v.has_shape = true;
     v.dim_params.assign(v.shape.size(), "");
-    std::string key = fv->constant_key() ? fv->constant_key()->str() : "";
+    if (portable && fv->dim_params() != nullptr) {
+      if (fv->dim_params()->size() != v.shape.size())
+        return corrupt_data(where + ": value '" + v.name + "' has " +
+                            std::to_string(fv->dim_params()->size()) + " dim names for " +
+                            std::to_string(v.shape.size()) + " dims");
+      for (size_t d = 0; d < v.shape.size(); ++d) v.dim_params[d] = fv->dim_params()->Get(d)->str();
+    }
     int id = g->add_value(v);
     if (key.empty()) continue;
     auto it = segment_of_key.find(key);
@@ -468,32 +544,90 @@ Status ArtifactFile::read_values(const fb::Graph& fg, const std::string& where,
   return ok_status();
 }
 
-Result<ir::Graph> ArtifactFile::method_graph(int m) const {
-  const fb::Method* method = root_->methods()->Get(static_cast<flatbuffers::uoffset_t>(m));
-  const fb::Graph* fg = method->graph();
-  const std::string where = path_ + ": method '" + method->name()->str() + "'";
+// One graph of a method: the specialised one of format 1.0 (every shape
+// checked against inference) or the portable one of 1.1.
+Result<ir::Graph> ArtifactFile::read_graph(const fb::Graph& fg, const std::string& method,
+                                           bool portable) const {
+  const std::string where =
+      path_ + ": method '" + method + "'" + (portable ? " (portable graph)" : "");
   ir::Graph g;
-  g.name = fg->name() ? fg->name()->str() : method->name()->str();
+  g.name = fg.name() ? fg.name()->str() : method;
   g.source = path_;
-  if (fg->opsets())
-    for (const fb::Opset* o : *fg->opsets())
+  if (fg.opsets())
+    for (const fb::Opset* o : *fg.opsets())
       g.opsets[o->domain() ? o->domain()->str() : ""] = o->version();
   std::map<std::string, uint32_t> segment_of_key;
   for (const ArtifactNamedData& d : named_data_) segment_of_key[d.key] = d.segment;
-  BP_RETURN_IF_ERROR(read_values(*fg, where, segment_of_key, &g));
-  GraphReader reader{*fg, where, static_cast<int>(g.values.size())};
+  BP_RETURN_IF_ERROR(read_values(fg, where, segment_of_key, portable, &g));
+  GraphReader reader{fg, where, static_cast<int>(g.values.size())};
   BP_RETURN_IF_ERROR(reader.read_nodes(&g));
-  if (!reader.read_ids(fg->inputs(), false, &g.inputs) ||
-      !reader.read_ids(fg->outputs(), false, &g.outputs))
+  if (!reader.read_ids(fg.inputs(), false, &g.inputs) ||
+      !reader.read_ids(fg.outputs(), false, &g.outputs))
     return corrupt_data(where + ": graph inputs/outputs refer to values that do not exist");
-  BP_RETURN_IF_ERROR(check_method_graph(g, where, segment_of_key));
+  if (portable) {
+    BP_RETURN_IF_ERROR(check_portable_graph(g, where));
+  } else {
+    BP_RETURN_IF_ERROR(check_method_graph(g, where, segment_of_key));
+  }
   return g;
 }
 
-// Inputs, execution order, verify, and stored shapes against inference.
-Status ArtifactFile::check_method_graph(
-    ir::Graph& g, const std::string& where,
-    const std::map<std::string, uint32_t>& segment_of_key) const {
+Result<LoadedMethod> ArtifactFile::load_method(int m) const {
+  const fb::Method* fm = root_->methods()->Get(static_cast<flatbuffers::uoffset_t>(m));
+  const StoredMethod& stored = methods_[static_cast<size_t>(m)];
+  LoadedMethod out;
+  out.specializations = stored.specializations;
+  if (stored.has_portable) {
+    BP_ASSIGN_OR_RETURN(out.portable, read_graph(*fm->portable(), stored.name, true));
+  } else {
+    // Format 1.0: the one graph, specialised for the shapes of its inputs.
+    BP_ASSIGN_OR_RETURN(out.portable, read_graph(*fm->graph(), stored.name, false));
+    for (int v : out.portable.inputs)
+      out.specializations.front().signature.push_back(out.portable.values[v].shape);
+  }
+  BP_RETURN_IF_ERROR(check_signatures(out.portable, path_ + ": method '" + stored.name + "'",
+                                      &out.specializations));
+  return out;
+}
+
+// Every signature gives each input a shape the portable graph accepts:
+// its rank, its fixed dims, and no more bytes than a tensor can have.
+Status ArtifactFile::check_signatures(const ir::Graph& portable, const std::string& where,
+                                      std::vector<StoredSpecialization>* specializations) const {
+  for (size_t k = 0; k < specializations->size(); ++k) {
+    const std::vector<Shape>& signature = (*specializations)[k].signature;
+    const std::string spec = where + " specialisation " + std::to_string(k);
+    if (signature.size() != portable.inputs.size())
+      return corrupt_data(spec + " has shapes for " + std::to_string(signature.size()) +
+                          " inputs, the graph has " + std::to_string(portable.inputs.size()));
+    for (size_t i = 0; i < signature.size(); ++i) {
+      const ir::Value& input = portable.values[portable.inputs[i]];
+      const Shape& got = signature[i];
+      bool fits = checked_bytes(got, input.dtype) >= 0;
+      if (input.has_shape) {
+        fits = fits && got.size() == input.shape.size();
+        for (size_t d = 0; fits && d < got.size(); ++d)
+          fits = input.shape[d] < 0 || input.shape[d] == got[d];
+      }
+      if (!fits) {
+        std::string declared = "[";
+        for (size_t d = 0; d < input.shape.size(); ++d)
+          declared += (d ? "," : "") + (!input.dim_params[d].empty() ? input.dim_params[d]
+                                        : input.shape[d] < 0          ? std::string("?")
+                                                              : std::to_string(input.shape[d]));
+        return corrupt_data(spec + " gives input '" + input.name + "' the shape " +
+                            shape_to_string(got) + ", which its declared shape " +
+                            (input.has_shape ? declared + "]" : "(any)") + " does not allow");
+      }
+    }
+  }
+  return ok_status();
+}
+
+namespace {
+
+// Inputs and execution order: what any stored graph must satisfy.
+Status check_inputs_and_order(ir::Graph& g, const std::string& where) {
   // Inputs are written by sessions: never a constant (its bytes are the
   // read-only mapping), never listed twice.
   std::vector<bool> is_input(g.values.size(), false);
@@ -511,7 +645,27 @@ Status ArtifactFile::check_method_graph(
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (g.nodes[i].name != stored[i])
       return corrupt_data(where + ": nodes are not stored in execution order");
-  BP_RETURN_IF_ERROR(ir::verify(g), where);
+  return ir::verify(g).with_context(where);
+}
+
+}  // namespace
+
+// A portable graph's shapes are declarations: each specialisation infers
+// them again from its signature (specialize_graph), and inference checks
+// the declarations, so only the structure is checked here.
+Status ArtifactFile::check_portable_graph(ir::Graph& g, const std::string& where) const {
+  BP_RETURN_IF_ERROR(check_inputs_and_order(g, where));
+  for (int v : g.inputs)
+    if (g.values[v].dtype == DType::kUndefined)
+      return corrupt_data(where + ": graph input '" + g.values[v].name + "' has no dtype");
+  return ok_status();
+}
+
+// Inputs, execution order, verify, and stored shapes against inference.
+Status ArtifactFile::check_method_graph(
+    ir::Graph& g, const std::string& where,
+    const std::map<std::string, uint32_t>& segment_of_key) const {
+  BP_RETURN_IF_ERROR(check_inputs_and_order(g, where));
   // Stored dtypes and shapes size every buffer the executor and the kernels
   // use: they must be what shape inference derives from the inputs, or a
   // crafted file could make a kernel read or write out of bounds. Checked on

@@ -43,7 +43,13 @@ flatbuffers::Offset<fb::Graph> write_graph(flatbuffers::FlatBufferBuilder& b, co
     auto name = b.CreateString(v.name);
     auto shape = b.CreateVector(v.shape);
     auto key = b.CreateString(v.constant_key);
-    values.push_back(fb::CreateValue(b, name, static_cast<int32_t>(v.dtype), shape, key));
+    // Symbolic dim names only where the model gave some (portable graphs).
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> params;
+    if (std::any_of(v.dim_params.begin(), v.dim_params.end(),
+                    [](const std::string& p) { return !p.empty(); }))
+      params = b.CreateVectorOfStrings(v.dim_params);
+    values.push_back(fb::CreateValue(b, name, static_cast<int32_t>(v.dtype), shape, key,
+                                     v.has_shape, params));
   }
   std::vector<flatbuffers::Offset<fb::Node>> nodes;
   for (const ir::Node& n : g.nodes) {
@@ -69,6 +75,67 @@ flatbuffers::Offset<fb::Graph> write_graph(flatbuffers::FlatBufferBuilder& b, co
   return fb::CreateGraph(b, b.CreateString(g.name), b.CreateVector(values), b.CreateVector(nodes),
                          b.CreateVector(g.inputs), b.CreateVector(g.outputs),
                          b.CreateVector(opsets));
+}
+
+// A copy of `g` without the values nothing refers to (what is left of
+// nodes that folding or dead-code removal dropped), renumbered: a
+// specialised graph written for format 1.0 readers, which require every
+// value to have a known dtype and shape.
+ir::Graph live_values_only(const ir::Graph& g) {
+  std::vector<bool> used(g.values.size(), false);
+  for (int v : g.inputs) used[v] = true;
+  for (int v : g.outputs) used[v] = true;
+  for (const ir::Node& n : g.nodes) {
+    for (int v : n.inputs)
+      if (v >= 0) used[v] = true;
+    for (int v : n.outputs)
+      if (v >= 0) used[v] = true;
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].is_constant()) used[v] = true;
+  std::vector<int> renumber(g.values.size(), -1);
+  ir::Graph out;
+  out.name = g.name;
+  out.opsets = g.opsets;
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (used[v]) renumber[v] = out.add_value(g.values[v]);
+  auto map = [&](std::vector<int> ids) {
+    for (int& v : ids)
+      if (v >= 0) v = renumber[v];
+    return ids;
+  };
+  for (ir::Node n : g.nodes) {
+    n.inputs = map(n.inputs);
+    n.outputs = map(n.outputs);
+    out.nodes.push_back(std::move(n));
+  }
+  out.inputs = map(g.inputs);
+  out.outputs = map(g.outputs);
+  return out;  // (constants are not written with the graph: only their keys)
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>> write_partitions(
+    flatbuffers::FlatBufferBuilder& b, const std::vector<ArtifactPartition>& partitions,
+    const std::vector<int32_t>& payload_segment) {
+  std::vector<flatbuffers::Offset<fb::Partition>> parts;
+  for (size_t i = 0; i < partitions.size(); ++i) {
+    const ArtifactPartition& p = partitions[i];
+    parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
+                                        b.CreateVector(p.nodes), p.imperative,
+                                        payload_segment[i]));
+  }
+  return b.CreateVector(parts);
+}
+
+flatbuffers::Offset<fb::Specialization> write_specialization(
+    flatbuffers::FlatBufferBuilder& b, const ArtifactSpecialization& spec,
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>> parts) {
+  std::vector<flatbuffers::Offset<fb::InputShape>> signature;
+  for (const Shape& shape : spec.signature)
+    signature.push_back(fb::CreateInputShape(b, b.CreateVector(shape)));
+  auto sig = b.CreateVector(signature);
+  return fb::CreateSpecialization(b, sig, static_cast<uint32_t>(spec.graph->nodes.size()),
+                                  spec.digest, parts);
 }
 
 struct PlannedSegment {
@@ -113,7 +180,8 @@ struct Layout {
   std::vector<std::string> files;
   std::vector<PlannedSegment> segments;
   std::vector<uint64_t> file_top;                     // per file: end of the last segment
-  std::vector<std::vector<int32_t>> payload_segment;  // per method, per partition (-1 = none)
+  // per method, specialisation and partition (-1 = none)
+  std::vector<std::vector<std::vector<int32_t>>> payload_segment;
   std::vector<uint32_t> blob_segment;                 // per blob of the store
   size_t payload_bytes = 0;
 
@@ -147,10 +215,12 @@ Result<Layout> plan_layout(const std::vector<ArtifactMethod>& methods,
   l.file_top.assign(l.files.size() + 1, 0);
   l.payload_segment.resize(methods.size());
   for (size_t m = 0; m < methods.size(); ++m)
-    for (const ArtifactPartition& p : methods[m].partitions) {
-      l.payload_segment[m].push_back(
-          p.has_payload ? l.add(0, p.payload.data(), p.payload.size(), 64) : -1);
-      l.payload_bytes += p.has_payload ? p.payload.size() : 0;
+    for (const ArtifactSpecialization& spec : methods[m].specializations) {
+      std::vector<int32_t>& segments = l.payload_segment[m].emplace_back();
+      for (const ArtifactPartition& p : spec.partitions) {
+        segments.push_back(p.has_payload ? l.add(0, p.payload.data(), p.payload.size(), 64) : -1);
+        l.payload_bytes += p.has_payload ? p.payload.size() : 0;
+      }
     }
   for (const NamedBlobStore::Blob& blob : store.blobs()) {
     uint32_t file = 0;
@@ -171,17 +241,23 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
   std::vector<flatbuffers::Offset<fb::Method>> fb_methods;
   for (size_t m = 0; m < methods.size(); ++m) {
     const ArtifactMethod& method = methods[m];
-    auto graph = write_graph(b, *method.graph);
-    std::vector<flatbuffers::Offset<fb::Partition>> parts;
-    for (size_t i = 0; i < method.partitions.size(); ++i) {
-      const ArtifactPartition& p = method.partitions[i];
-      parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
-                                          b.CreateVector(p.nodes), p.imperative,
-                                          l.payload_segment[m][i]));
-    }
-    fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph,
-                                          b.CreateVector(parts),
-                                          b.CreateVectorOfStrings(method.preference)));
+    const ArtifactSpecialization& first = method.specializations.front();
+    // What a format 1.0 reader loads: the first specialisation, whose
+    // partitions are one table with specializations[0]'s (one truth for both
+    // readers).
+    auto graph = write_graph(b, live_values_only(*first.graph));
+    auto parts = write_partitions(b, first.partitions, l.payload_segment[m][0]);
+    auto portable = write_graph(b, *method.portable);
+    std::vector<flatbuffers::Offset<fb::Specialization>> specs;
+    for (size_t k = 0; k < method.specializations.size(); ++k)
+      specs.push_back(write_specialization(
+          b, method.specializations[k],
+          k == 0 ? parts
+                 : write_partitions(b, method.specializations[k].partitions,
+                                    l.payload_segment[m][k])));
+    fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, parts,
+                                          b.CreateVectorOfStrings(method.preference), portable,
+                                          b.CreateVector(specs)));
   }
   std::vector<flatbuffers::Offset<fb::NamedData>> named;
   for (const auto& [key, blob] : store.keys())  // std::map: sorted by key
@@ -204,6 +280,9 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
 Result<ArtifactSizes> write_artifact(const std::string& path,
                                      const std::vector<ArtifactMethod>& methods,
                                      const NamedBlobStore& store) {
+  for (const ArtifactMethod& m : methods)
+    if (m.portable == nullptr || m.specializations.empty())
+      return internal_error("method '" + m.name + "' has no portable graph or no specialisation");
   std::vector<uint8_t> compile_id(kCompileIdBytes);
   std::random_device rd;
   for (uint8_t& x : compile_id) x = static_cast<uint8_t>(rd());

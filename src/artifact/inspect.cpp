@@ -12,29 +12,64 @@
 namespace backplane {
 namespace {
 
+nlohmann::json describe_partitions(const ArtifactFile& file,
+                                   const std::vector<StoredPartition>& partitions,
+                                   uint64_t* payload_bytes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StoredPartition& p : partitions) {
+    uint64_t payload =
+        p.payload_segment >= 0 ? file.segments()[static_cast<size_t>(p.payload_segment)].size : 0;
+    *payload_bytes += payload;
+    out.push_back({{"backend", p.backend},
+                   {"api_version", std::to_string(p.api_major) + "." + std::to_string(p.api_minor)},
+                   {"nodes", p.nodes.size()},
+                   {"imperative", p.imperative},
+                   {"payload_bytes", payload}});
+  }
+  return out;
+}
+
+// "[batch,seq,16]": the model's dim names where it has them, else sizes.
+std::string declared(const ir::Value& v) {
+  if (!v.has_shape) return "(any shape)";
+  std::string out = "[";
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (d > 0) out += ",";
+    if (d < v.dim_params.size() && !v.dim_params[d].empty()) out += v.dim_params[d];
+    else out += v.shape[d] < 0 ? "?" : std::to_string(v.shape[d]);
+  }
+  return out + "]";
+}
+
 Result<nlohmann::json> describe_method(const ArtifactFile& file, int index) {
   const StoredMethod& m = file.methods()[static_cast<size_t>(index)];
+  // Loading the method checks it as loading a model would.
+  BP_ASSIGN_OR_RETURN(LoadedMethod loaded, file.load_method(index));
+  const ir::Graph& g = loaded.portable;
   nlohmann::json mj;
   mj["name"] = m.name;
-  mj["nodes"] = m.num_nodes;
-  // Rebuilding the graph checks it as loading would.
-  BP_ASSIGN_OR_RETURN(ir::Graph g, file.method_graph(index));
+  mj["portable_nodes"] = m.num_nodes;
   mj["inputs"] = nlohmann::json::array();
   for (int v : g.inputs)
     mj["inputs"].push_back({{"name", g.values[v].name},
                             {"shape", g.values[v].shape},
+                            {"declared", declared(g.values[v])},
                             {"dtype", dtype_name(g.values[v].dtype)}});
-  mj["partitions"] = nlohmann::json::array();
-  for (const StoredPartition& p : m.partitions) {
-    uint64_t payload =
-        p.payload_segment >= 0 ? file.segments()[static_cast<size_t>(p.payload_segment)].size : 0;
-    mj["partitions"].push_back(
-        {{"backend", p.backend},
-         {"api_version", std::to_string(p.api_major) + "." + std::to_string(p.api_minor)},
-         {"nodes", p.nodes.size()},
-         {"imperative", p.imperative},
-         {"payload_bytes", payload}});
+  mj["specializations"] = nlohmann::json::array();
+  for (const StoredSpecialization& s : loaded.specializations) {
+    nlohmann::json sj;
+    sj["signature"] = nlohmann::json::array();
+    for (size_t i = 0; i < s.signature.size(); ++i)
+      sj["signature"].push_back({{"name", g.values[g.inputs[i]].name}, {"shape", s.signature[i]}});
+    uint64_t payload = 0;
+    sj["nodes"] = s.num_nodes;
+    sj["partitions"] = describe_partitions(file, s.partitions, &payload);
+    sj["payload_bytes"] = payload;
+    mj["specializations"].push_back(std::move(sj));
   }
+  // The first specialisation, as format 1.0 described a method.
+  mj["nodes"] = mj["specializations"][0]["nodes"];
+  mj["partitions"] = mj["specializations"][0]["partitions"];
   return mj;
 }
 
@@ -68,14 +103,26 @@ std::string as_text(const nlohmann::json& j) {
     os << "data file  " << d["name"].get<std::string>() << " (" << d["data_bytes"]
        << " data bytes)\n";
   for (const auto& m : j["methods"]) {
-    os << "method     " << m["name"].get<std::string>() << ": " << m["nodes"] << " nodes, "
-       << m["partitions"].size() << " partitions\n";
-    size_t i = 0;
-    for (const auto& p : m["partitions"])
-      os << "  [" << i++ << "] " << p["backend"].get<std::string>() << " (api "
-         << p["api_version"].get<std::string>() << "): " << p["nodes"] << " nodes, payload "
-         << p["payload_bytes"] << " bytes" << (p["imperative"].get<bool>() ? ", imperative" : "")
-         << "\n";
+    os << "method     " << m["name"].get<std::string>() << ": " << m["portable_nodes"]
+       << " nodes, inputs";
+    for (const auto& in : m["inputs"])
+      os << " " << in["name"].get<std::string>() << in["declared"].get<std::string>();
+    os << ", " << m["specializations"].size() << " specialisation"
+       << (m["specializations"].size() == 1 ? "" : "s") << "\n";
+    for (const auto& s : m["specializations"]) {
+      std::string signature;
+      for (const auto& in : s["signature"])
+        signature += (signature.empty() ? "" : " ") + in["name"].get<std::string>() + "=" +
+                     shape_to_string(in["shape"].get<Shape>());
+      os << "  specialisation " << signature << ": " << s["nodes"] << " nodes, "
+         << s["partitions"].size() << " partitions, payload " << s["payload_bytes"] << " bytes\n";
+      size_t i = 0;
+      for (const auto& p : s["partitions"])
+        os << "    [" << i++ << "] " << p["backend"].get<std::string>() << " (api "
+           << p["api_version"].get<std::string>() << "): " << p["nodes"] << " nodes, payload "
+           << p["payload_bytes"] << " bytes" << (p["imperative"].get<bool>() ? ", imperative" : "")
+           << "\n";
+    }
   }
   const auto& bytes = j["named_data_bytes"];
   os << "named data " << j["named_data"].size() << " keys, " << bytes["requested"]

@@ -9,6 +9,7 @@
 #include "registry/byte_writer.hpp"
 #include "registry/node_report.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -17,9 +18,19 @@ namespace fs = std::filesystem;
 namespace backplane {
 namespace {
 
-// One method being compiled: its graph, plan and compiled partitions.
+// One method being compiled: its portable graph and placement.
 struct MethodWork {
   std::string name;
+  std::unique_ptr<ir::Graph> portable;  // constant keys "<name>/<key>"
+  PlacementOptions placement;           // the overrides that name one of its nodes
+};
+
+// One signature of one method: the portable graph specialised for it, its
+// plan and compiled partitions.
+struct SpecWork {
+  size_t method = 0;
+  std::vector<Shape> signature;  // per input of the portable graph
+  std::string name;  // "<method>", or "<method>/<dims>" when the method has several
   std::unique_ptr<ir::Graph> graph;
   std::unique_ptr<TensorDataMap> weights;
   PlacementOptions placement;
@@ -29,7 +40,7 @@ struct MethodWork {
   std::vector<CompiledHandle> compiled;           // per partition (empty if imperative)
 };
 
-// A partition of one method given to a backend: (method, partition) indices.
+// A partition of one specialisation given to a backend: (spec, partition) indices.
 using PartitionRef = std::pair<size_t, size_t>;
 
 // Gives every constant of `g` the key "<method>/<key>", so methods compiled
@@ -57,7 +68,13 @@ Result<std::string> external_data_name(const CompileOptions& options, const std:
   return ext.filename().string();
 }
 
-// Imports every method; each gets the overrides that name one of its nodes.
+bool has_input(const ir::Graph& g, const std::string& name) {
+  int v = g.find_value(name);
+  return v >= 0 && std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end();
+}
+
+// Imports every method's portable graph; each gets the overrides that name
+// one of its nodes. Shapes must name an input of some method.
 Result<std::vector<MethodWork>> import_methods(
     const std::vector<std::pair<std::string, std::string>>& methods,
     const CompileOptions& options) {
@@ -70,14 +87,13 @@ Result<std::vector<MethodWork>> import_methods(
       if (w.name == name) return invalid_argument("method '" + name + "' is given twice");
     MethodWork w;
     w.name = name;
-    BP_ASSIGN_OR_RETURN(w.graph,
-                        import_onnx_model(path, options.input_shapes, UnknownInputShapes::kIgnore));
-    prefix_constant_keys(*w.graph, name);
-    w.weights = std::make_unique<TensorDataMap>(&w.graph->constants);
+    BP_ASSIGN_OR_RETURN(w.portable, import_portable_model(path));
+    prefix_constant_keys(*w.portable, name);
     w.placement = options;
+    w.placement.input_shapes.clear();
     w.placement.overrides.clear();
     for (const auto& [node, backend] : options.overrides)
-      for (const ir::Node& n : w.graph->nodes)
+      for (const ir::Node& n : w.portable->nodes)
         if (n.name == node) {
           w.placement.overrides[node] = backend;
           overridden_seen.insert(node);
@@ -87,10 +103,75 @@ Result<std::vector<MethodWork>> import_methods(
   for (const auto& kv : options.overrides)
     if (!overridden_seen.count(kv.first))
       return not_found("override names node '" + kv.first + "', which is in no method");
+  std::vector<const std::map<std::string, Shape>*> given = {&options.input_shapes};
+  for (const auto& entry : options.shapes) given.push_back(&entry);
+  for (const auto* entry : given)
+    for (const auto& [input, shape] : *entry)
+      if (std::none_of(work.begin(), work.end(),
+                       [&](const MethodWork& w) { return has_input(*w.portable, input); }))
+        return not_found("a shape is given for '" + input + "', which is an input of no method");
   return work;
 }
 
-Status plan_method(MethodWork& w, const BackendRegistry& registry) {
+// "1x128" ("1x128,1x128" for two inputs; "" for a scalar), for names.
+std::string dims_tag(const std::vector<Shape>& signature) {
+  std::string tag;
+  for (size_t i = 0; i < signature.size(); ++i) {
+    if (i > 0) tag += ",";
+    for (size_t d = 0; d < signature[i].size(); ++d)
+      tag += (d ? "x" : "") + std::to_string(signature[i][d]);
+  }
+  return tag;
+}
+
+// Every method specialised for each set of shapes in `options` (shapes, each
+// over input_shapes; or input_shapes alone), in the order given; a set that
+// gives a method the same signature as an earlier one adds nothing to it.
+Result<std::vector<SpecWork>> specialize_methods(const std::vector<MethodWork>& methods,
+                                                 const CompileOptions& options) {
+  std::vector<std::map<std::string, Shape>> sets;
+  for (const auto& entry : options.shapes) {
+    std::map<std::string, Shape> set = options.input_shapes;
+    for (const auto& [input, shape] : entry) set[input] = shape;
+    sets.push_back(std::move(set));
+  }
+  if (sets.empty()) sets.push_back(options.input_shapes);
+  std::vector<SpecWork> specs;
+  for (size_t m = 0; m < methods.size(); ++m) {
+    const MethodWork& method = methods[m];
+    const size_t first = specs.size();
+    for (const auto& set : sets) {
+      std::map<std::string, Shape> mine;
+      for (const auto& [input, shape] : set)
+        if (has_input(*method.portable, input)) mine[input] = shape;
+      SpecWork w;
+      w.method = m;
+      BP_ASSIGN_OR_RETURN(w.graph, specialize_graph(*method.portable, mine, method.name + "/"),
+                          "method '" + method.name + "'");
+      for (int v : w.graph->inputs) w.signature.push_back(w.graph->values[v].shape);
+      if (std::any_of(specs.begin() + static_cast<std::ptrdiff_t>(first), specs.end(),
+                      [&](const SpecWork& s) { return s.signature == w.signature; }))
+        continue;
+      w.weights = std::make_unique<TensorDataMap>(&w.graph->constants);
+      // Overrides of nodes this signature folded away have nothing to pin.
+      w.placement = method.placement;
+      for (auto it = w.placement.overrides.begin(); it != w.placement.overrides.end();)
+        it = std::any_of(w.graph->nodes.begin(), w.graph->nodes.end(),
+                         [&](const ir::Node& n) { return n.name == it->first; })
+                 ? std::next(it)
+                 : w.placement.overrides.erase(it);
+      specs.push_back(std::move(w));
+    }
+    // Partition names (and the keys of blobs backends derive from them)
+    // carry the signature when a method has several.
+    const bool several = specs.size() - first > 1;
+    for (size_t k = first; k < specs.size(); ++k)
+      specs[k].name = several ? method.name + "/" + dims_tag(specs[k].signature) : method.name;
+  }
+  return specs;
+}
+
+Status plan_spec(SpecWork& w, const BackendRegistry& registry) {
   w.compiled.clear();
   w.views.clear();
   BP_ASSIGN_OR_RETURN(w.plan, make_plan(*w.graph, registry, w.placement, *w.weights, w.excluded),
@@ -102,13 +183,12 @@ Status plan_method(MethodWork& w, const BackendRegistry& registry) {
   return ok_status();
 }
 
-// Compiles `mine` (every symbolic partition `backend` got, of every method)
-// in one compile_all call, or one compile each when the backend has none.
-// Returns false if the backend failed nodes (now excluded).
+// Compiles `mine` (every symbolic partition `backend` got, of every method
+// and signature) in one compile_all call, or one compile each when the
+// backend has none. Returns false if the backend failed nodes (now excluded).
 Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend,
-                                const std::vector<PartitionRef>& mine,
-                                std::vector<MethodWork>& work, NamedBlobStore& store,
-                                int num_threads) {
+                                const std::vector<PartitionRef>& mine, std::vector<SpecWork>& work,
+                                NamedBlobStore& store, int num_threads) {
   std::vector<const bp_graph_view_t*> views;
   std::vector<bp_node_report> reports;
   for (auto [m, i] : mine) {
@@ -140,7 +220,7 @@ Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend,
   BP_RETURN_IF_ERROR(status);
   bool failed = false;
   for (size_t k = 0; k < mine.size(); ++k) {
-    MethodWork& w = work[mine[k].first];
+    SpecWork& w = work[mine[k].first];
     if (exclude_failed_nodes(*w.graph, w.plan.partitions[mine[k].second], reports[k], &w.excluded))
       failed = true;
     if (out[k] == nullptr && !failed)
@@ -150,11 +230,11 @@ Result<bool> compile_on_backend(const std::shared_ptr<LoadedBackend>& backend,
   return !failed;
 }
 
-// One round: plan every method, then let each backend compile all its
-// partitions of all methods at once.
-Result<bool> plan_and_compile_all(std::vector<MethodWork>& work, const BackendRegistry& registry,
+// One round: plan every specialisation of every method, then let each
+// backend compile all its partitions of all of them at once.
+Result<bool> plan_and_compile_all(std::vector<SpecWork>& work, const BackendRegistry& registry,
                                   NamedBlobStore& store, int num_threads) {
-  for (MethodWork& w : work) BP_RETURN_IF_ERROR(plan_method(w, registry));
+  for (SpecWork& w : work) BP_RETURN_IF_ERROR(plan_spec(w, registry));
   store = NamedBlobStore();
   bool complete = true;
   for (const auto& backend : registry.all()) {
@@ -170,13 +250,15 @@ Result<bool> plan_and_compile_all(std::vector<MethodWork>& work, const BackendRe
   return complete;
 }
 
-// What the artifact stores of one compiled method: partitions with their
-// backends' payloads; the method's weights go into `store`.
-Result<ArtifactMethod> serialize_method(const MethodWork& w, NamedBlobStore& store) {
-  ArtifactMethod method;
-  method.name = w.name;
-  method.graph = w.graph.get();
-  method.preference = w.plan.preference;
+// What the artifact stores of one compiled specialisation: its partitions
+// with their backends' payloads; the constants its signature folded go into
+// `store` (under keys of their own: "<method>/<value>@<dims>").
+Result<ArtifactSpecialization> serialize_spec(const SpecWork& w, const ir::Graph& portable,
+                                              NamedBlobStore& store) {
+  ArtifactSpecialization spec;
+  spec.signature = w.signature;
+  spec.graph = w.graph.get();
+  spec.digest = specialization_digest(*w.graph);
   for (size_t i = 0; i < w.plan.partitions.size(); ++i) {
     const Partition& p = w.plan.partitions[i];
     const LoadedBackend& backend = *p.backend;
@@ -201,11 +283,12 @@ Result<ArtifactMethod> serialize_method(const MethodWork& w, NamedBlobStore& sto
           name + ": backend '" + backend.id() +
           "' does not serialize; the artifact keeps the portable graph and it is compiled at load");
     }
-    method.partitions.push_back(std::move(stored));
+    spec.partitions.push_back(std::move(stored));
   }
   for (const auto& [key, tensor] : w.graph->constants)
-    BP_RETURN_IF_ERROR(store.add_borrowed(key, tensor.data(), tensor.size_bytes(), 0, ""));
-  return method;
+    if (portable.constants.count(key) == 0)
+      BP_RETURN_IF_ERROR(store.add_borrowed(key, tensor.data(), tensor.size_bytes(), 0, ""));
+  return spec;
 }
 
 }  // namespace
@@ -217,25 +300,38 @@ Result<CompileReport> compile_artifact(
   if (methods.empty()) return invalid_argument("nothing to compile");
   BP_ASSIGN_OR_RETURN(std::string external_name, external_data_name(options, output));
   BP_ASSIGN_OR_RETURN(std::vector<MethodWork> work, import_methods(methods, options));
+  BP_ASSIGN_OR_RETURN(std::vector<SpecWork> specs, specialize_methods(work, options));
 
   NamedBlobStore store;
   auto num_excluded = [&] {
     size_t n = 0;
-    for (const MethodWork& w : work) n += w.excluded.size();
+    for (const SpecWork& w : specs) n += w.excluded.size();
     return n;
   };
   BP_RETURN_IF_ERROR(replan_until_compiled(
-      [&] { return plan_and_compile_all(work, registry, store, num_threads); }, num_excluded));
+      [&] { return plan_and_compile_all(specs, registry, store, num_threads); }, num_excluded));
 
-  // Payloads, then the portable graphs' weights, into the store and file.
-  std::vector<ArtifactMethod> stored_methods;
+  // Payloads and the constants of each signature, then the portable graphs'
+  // weights (once per method, whatever the number of signatures).
+  std::vector<ArtifactMethod> stored_methods(work.size());
   CompileReport report;
-  for (const MethodWork& w : work) {
-    BP_ASSIGN_OR_RETURN(ArtifactMethod method, serialize_method(w, store));
-    report.methods.push_back(w.name);
-    report.partitions += w.plan.partitions.size();
-    stored_methods.push_back(std::move(method));
+  for (size_t m = 0; m < work.size(); ++m) {
+    stored_methods[m].name = work[m].name;
+    stored_methods[m].portable = work[m].portable.get();
+    report.methods.push_back(work[m].name);
   }
+  for (const SpecWork& w : specs) {
+    ArtifactMethod& method = stored_methods[w.method];
+    if (method.specializations.empty()) method.preference = w.plan.preference;
+    BP_ASSIGN_OR_RETURN(ArtifactSpecialization spec,
+                        serialize_spec(w, *work[w.method].portable, store));
+    report.partitions += w.plan.partitions.size();
+    ++report.specializations;
+    method.specializations.push_back(std::move(spec));
+  }
+  for (const MethodWork& w : work)
+    for (const auto& [key, tensor] : w.portable->constants)
+      BP_RETURN_IF_ERROR(store.add_borrowed(key, tensor.data(), tensor.size_bytes(), 0, ""));
   if (!external_name.empty()) store.place_all(external_name);
   BP_ASSIGN_OR_RETURN(ArtifactSizes sizes, write_artifact(output, stored_methods, store));
   report.payload_bytes = sizes.payload_bytes;

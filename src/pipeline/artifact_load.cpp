@@ -1,25 +1,40 @@
 #include "pipeline/artifact_load.hpp"
 
 #include "core/log.hpp"
+#include "pipeline/front_end.hpp"
 
 #include <algorithm>
 
 namespace backplane {
 namespace {
 
-// Plans one stored method. Constants read from the mapping without a
+Status verify_constant(const ir::Graph& graph, const NamedDataMap& weights, int v) {
+  if (v < 0 || !graph.values[v].is_constant()) return ok_status();
+  const void* data = nullptr;
+  size_t size = 0;
+  return weights.get(graph.values[v].constant_key, &data, &size);
+}
+
+Status verify_constants_of(const ir::Graph& graph, const NamedDataMap& weights,
+                           const std::vector<int>& nodes) {
+  for (int n : nodes)
+    for (int v : graph.nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(graph, weights, v));
+  return ok_status();
+}
+
+// Plans one stored specialisation of a method. Constants read from the mapping without a
 // backend asking the NamedDataMap, or before nodes are compiled again
 // elsewhere, are verified here when checksums are lazy, so corruption is
 // reported as such (and not as whatever the next backend makes of a failed
 // weight read).
 class StoredPlanner {
  public:
-  StoredPlanner(const BackendRegistry& registry, std::shared_ptr<const ArtifactFile> file,
-                int method, const ir::Graph* graph, const NamedDataMap* weights,
-                std::vector<std::string> preference)
-      : registry_(registry),
+  StoredPlanner(BackendRegistry registry, std::shared_ptr<const ArtifactFile> file,
+                const std::vector<StoredPartition>* partitions, const ir::Graph* graph,
+                const NamedDataMap* weights, std::vector<std::string> preference)
+      : registry_(std::move(registry)),
         file_(std::move(file)),
-        method_(file_->methods()[static_cast<size_t>(method)]),
+        partitions_(*partitions),
         graph_(graph),
         weights_(weights),
         preference_(std::move(preference)) {}
@@ -30,7 +45,7 @@ class StoredPlanner {
     plan.placement.resize(graph_->nodes.size());
     std::vector<Slot> slots;
     std::vector<int> replace;  // nodes whose stored partition cannot be used
-    for (const StoredPartition& stored : method_.partitions) {
+    for (const StoredPartition& stored : partitions_) {
       BP_ASSIGN_OR_RETURN(Slot slot, place(stored, slots.size(), excluded, notes));
       if (slot.keep) {
         for (int n : slot.nodes) plan.placement[n] = NodePlacement{stored.backend, "artifact", {}};
@@ -41,11 +56,7 @@ class StoredPlanner {
     }
     BP_RETURN_IF_ERROR(place_afresh(replace, excluded, &plan));
     assemble(slots, &plan);
-    // Constants the executor hands out straight from the mapping (inputs of
-    // single-op partitions, constant graph outputs) bypass the NamedDataMap.
-    for (const Partition& p : plan.partitions)
-      if (p.imperative) BP_RETURN_IF_ERROR(verify_constants_of(p.nodes));
-    for (int v : graph_->outputs) BP_RETURN_IF_ERROR(verify_constant(v));
+    BP_RETURN_IF_ERROR(verify_direct_constants(*graph_, *weights_, plan));
     for (const std::string& note : *notes) log::warn(file_->path() + ": " + note);
     return plan;
   }
@@ -59,17 +70,8 @@ class StoredPlanner {
     std::vector<int> nodes;
   };
 
-  Status verify_constant(int v) const {
-    if (v < 0 || !graph_->values[v].is_constant()) return ok_status();
-    const void* data = nullptr;
-    size_t size = 0;
-    return weights_->get(graph_->values[v].constant_key, &data, &size);
-  }
-
   Status verify_constants_of(const std::vector<int>& nodes) const {
-    for (int n : nodes)
-      for (int v : graph_->nodes[n].inputs) BP_RETURN_IF_ERROR(verify_constant(v));
-    return ok_status();
+    return backplane::verify_constants_of(*graph_, *weights_, nodes);
   }
 
   Result<Slot> place(const StoredPartition& stored, size_t index, const Exclusions& excluded,
@@ -166,27 +168,13 @@ class StoredPlanner {
     }
   }
 
-  const BackendRegistry& registry_;
+  const BackendRegistry registry_;
   std::shared_ptr<const ArtifactFile> file_;
-  const StoredMethod& method_;
+  const std::vector<StoredPartition>& partitions_;  // held by the planner's owner
   const ir::Graph* graph_;
   const NamedDataMap* weights_;
   std::vector<std::string> preference_;
 };
-
-Status check_input_shapes(const ir::Graph& graph, const std::string& path,
-                          const ModelOptions& options) {
-  for (const auto& [name, shape] : options.input_shapes) {
-    int v = graph.find_value(name);
-    if (v < 0 || std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())
-      return not_found(path + ": artifact has no input named '" + name + "'");
-    if (graph.values[v].shape != shape)
-      return invalid_argument(path + ": input '" + name + "' was compiled for shape " +
-                              shape_to_string(graph.values[v].shape) + ", not " +
-                              shape_to_string(shape));
-  }
-  return ok_status();
-}
 
 // The caller's preference, else the one stored (backends present here),
 // else the default; then every other registered backend.
@@ -203,7 +191,30 @@ std::vector<std::string> preference_for(const BackendRegistry& registry, const S
   return preference;
 }
 
+// The key of a constant of `graph` the artifact does not store, or "": the
+// stored partitions were compiled against those bytes (the portable
+// weights, and what the signature folded).
+std::string missing_constant(const ArtifactFile& file, const ir::Graph& graph) {
+  const auto& named = file.named_data();  // sorted by key
+  for (const ir::Value& v : graph.values) {
+    if (!v.is_constant()) continue;
+    auto it = std::lower_bound(
+        named.begin(), named.end(), v.constant_key,
+        [](const ArtifactNamedData& d, const std::string& key) { return d.key < key; });
+    if (it == named.end() || it->key != v.constant_key) return v.constant_key;
+  }
+  return "";
+}
+
 }  // namespace
+
+Status verify_direct_constants(const ir::Graph& graph, const NamedDataMap& weights,
+                               const Plan& plan) {
+  for (const Partition& p : plan.partitions)
+    if (p.imperative) BP_RETURN_IF_ERROR(verify_constants_of(graph, weights, p.nodes));
+  for (int v : graph.outputs) BP_RETURN_IF_ERROR(verify_constant(graph, weights, v));
+  return ok_status();
+}
 
 Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
                                                 const std::string& path,
@@ -212,16 +223,46 @@ Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
   BP_ASSIGN_OR_RETURN(load.file,
                       ArtifactFile::open(path, options.external_data, options.lazy_checksums));
   BP_ASSIGN_OR_RETURN(int m, load.file->find_method(options.method));
-  BP_ASSIGN_OR_RETURN(ir::Graph g, load.file->method_graph(m));
-  load.graph = std::make_unique<ir::Graph>(std::move(g));
-  BP_RETURN_IF_ERROR(check_input_shapes(*load.graph, path, options));
+  BP_ASSIGN_OR_RETURN(LoadedMethod method, load.file->load_method(m));
+  const StoredMethod& stored = load.file->methods()[static_cast<size_t>(m)];
+  load.portable = std::make_unique<ir::Graph>(std::move(method.portable));
   load.weights = std::make_unique<ArtifactDataMap>(load.file);
-  std::vector<std::string> preference =
-      preference_for(registry, load.file->methods()[static_cast<size_t>(m)], options);
-  auto planner = std::make_shared<StoredPlanner>(registry, load.file, m, load.graph.get(),
-                                                 load.weights.get(), std::move(preference));
-  load.planner = [planner](const Exclusions& excluded, std::vector<std::string>* notes) {
-    return (*planner)(excluded, notes);
+  load.preference = preference_for(registry, stored, options);
+
+  // Format 1.0 stores the one graph as it was specialised: specialising it
+  // again must give it back, and it is its own digest.
+  auto specializations =
+      std::make_shared<const std::vector<StoredSpecialization>>(std::move(method.specializations));
+  const bool format_1_0 = !stored.has_portable;
+  const uint64_t digest_1_0 = format_1_0 ? specialization_digest(*load.portable) : 0;
+  load.stored.method = stored.name;
+  load.stored.key_prefix = stored.name + "/";
+  for (const StoredSpecialization& s : *specializations)
+    load.stored.signatures.push_back(s.signature);
+  std::shared_ptr<const ArtifactFile> file = load.file;
+  load.stored.planner = [registry, file, specializations, format_1_0, digest_1_0,
+                         preference = load.preference](size_t index, const ir::Graph& graph,
+                                                       const NamedDataMap& weights,
+                                                       std::string* why) -> Planner {
+    const StoredSpecialization& s = (*specializations)[index];
+    const uint64_t expected = format_1_0 ? digest_1_0 : s.digest;
+    if (graph.nodes.size() != s.num_nodes || specialization_digest(graph) != expected) {
+      *why = "was compiled for a graph other than the one its signature gives now (" +
+             std::to_string(s.num_nodes) + " nodes stored, " +
+             std::to_string(graph.nodes.size()) + " now)";
+      return {};
+    }
+    if (std::string key = missing_constant(*file, graph); !key.empty()) {
+      *why = "lacks the constant '" + key + "'";
+      return {};
+    }
+    auto planner = std::make_shared<StoredPlanner>(registry, file, &s.partitions, &graph,
+                                                   &weights, preference);
+    // (`planner` refers to `s`, which `specializations` holds.)
+    return [planner, specializations](const Exclusions& excluded,
+                                      std::vector<std::string>* notes) {
+      return (*planner)(excluded, notes);
+    };
   };
   return load;
 }

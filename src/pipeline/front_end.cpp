@@ -1,6 +1,9 @@
 #include "pipeline/front_end.hpp"
 
+#include "core/checksum.hpp"
 #include "onnx/importer.hpp"
+
+#include <cstring>
 
 namespace backplane {
 
@@ -47,7 +50,8 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 }
 
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
-                                                    const std::map<std::string, Shape>& shapes) {
+                                                    const std::map<std::string, Shape>& shapes,
+                                                    const std::string& key_prefix) {
   auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
   BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes));
   // Constants made for these shapes only (folded shape arithmetic) get keys
@@ -62,12 +66,81 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
   for (ir::Value& value : graph->values) {
     if (!value.is_constant() || portable.constants.count(value.constant_key) > 0) continue;
     auto node = graph->constants.extract(value.constant_key);
-    value.constant_key += tag;
+    value.constant_key = key_prefix + value.constant_key + tag;
     node.key() = value.constant_key;
     graph->constants.insert(std::move(node));
   }
   BP_RETURN_IF_ERROR(ir::verify(*graph), portable.source);
   return graph;
+}
+
+namespace {
+
+// Length-prefixed fields, so that no two different graphs serialise alike.
+class DigestWriter {
+ public:
+  void str(const std::string& s) {
+    num(s.size());
+    bytes_.append(s);
+  }
+  void num(uint64_t v) { bytes_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void bytes(const void* data, size_t size) {
+    num(size);
+    if (size > 0) bytes_.append(static_cast<const char*>(data), size);
+  }
+  template <class T>
+  void nums(const std::vector<T>& v) {
+    num(v.size());
+    for (const T& x : v) {
+      uint64_t u = 0;
+      std::memcpy(&u, &x, sizeof x);
+      num(u);
+    }
+  }
+  uint64_t digest() const { return checksum64(bytes_.data(), bytes_.size()); }
+
+ private:
+  std::string bytes_;
+};
+
+}  // namespace
+
+uint64_t specialization_digest(const ir::Graph& graph) {
+  DigestWriter w;
+  w.num(graph.values.size());
+  for (const ir::Value& v : graph.values) {
+    w.str(v.name);
+    w.num(static_cast<uint64_t>(v.dtype));
+    w.num(v.has_shape);
+    w.nums(v.shape);
+    w.str(v.constant_key);
+  }
+  w.num(graph.nodes.size());
+  for (const ir::Node& n : graph.nodes) {
+    w.str(n.name);
+    w.str(n.op_type);
+    w.str(n.domain);
+    w.nums(n.inputs);
+    w.nums(n.outputs);
+    w.num(n.attributes.size());
+    for (const ir::Attribute& a : n.attributes) {
+      w.str(a.name);
+      w.num(static_cast<uint64_t>(a.type));
+      w.num(static_cast<uint64_t>(a.i));
+      w.nums(std::vector<float>{a.f});  // its bits
+      w.str(a.s);
+      w.nums(a.ints);
+      w.nums(a.floats);
+      w.num(a.strings.size());
+      for (const std::string& s : a.strings) w.str(s);
+      w.num(static_cast<uint64_t>(a.t.dtype()));
+      w.nums(a.t.shape());
+      w.bytes(a.t.data(), a.t.size_bytes());
+    }
+  }
+  w.nums(graph.inputs);
+  w.nums(graph.outputs);
+  return w.digest();
 }
 
 }  // namespace backplane

@@ -8,6 +8,7 @@
 #include <backplane/status.hpp>
 #include <backplane/tensor.hpp>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,9 +36,21 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 // A copy of the portable graph `portable` with the given concrete shape for
 // every input, every value's shape inferred and what those shapes make
 // constant folded. Constants are shared with `portable`, not copied; those
-// these shapes made have keys ending in "@" and the input dims ("@1x128,1x128"),
-// so every signature's own constants have keys of their own.
+// these shapes made have keys `key_prefix` + value name + "@" + the input dims
+// ("@1x128,1x128"), so every signature's own constants have keys of their
+// own. An artifact's method keys its constants "<method>/<name>": compiling
+// it and loading it both pass "<method>/" (aot_compile.cpp, artifact_load.cpp),
+// so the keys a payload was compiled with are the keys it finds at load.
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
-                                                    const std::map<std::string, Shape>& shapes);
+                                                    const std::map<std::string, Shape>& shapes,
+                                                    const std::string& key_prefix = "");
+
+// A digest of what the partitions of a specialised graph depend on: every
+// node (name, op type, domain, inputs, outputs, attributes) in order and
+// every value (name, dtype, shape, constant key). An artifact stores it with
+// each specialisation; at load, the graph specialised again from the portable
+// graph must have the same digest for the stored partitions (node ids into
+// it) to be used.
+uint64_t specialization_digest(const ir::Graph& graph);
 
 }  // namespace backplane

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 
 namespace backplane {
 namespace {
@@ -49,15 +50,16 @@ Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir:
 }
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create_with(
-    std::unique_ptr<ir::Graph> graph, std::unique_ptr<NamedDataMap> weights, const Planner& planner,
-    const Options& options, std::shared_ptr<const void> keep_alive) {
+    std::unique_ptr<ir::Graph> portable, std::unique_ptr<NamedDataMap> weights,
+    StoredSpecializations stored, const BackendRegistry& registry, const Options& options,
+    std::shared_ptr<const void> keep_alive) {
   std::shared_ptr<CompiledModel> m(new CompiledModel());
   m->keep_alive_ = std::move(keep_alive);
   m->weights_ = std::move(weights);
-  m->stored_planner_ = planner;
-  for (int v : graph->inputs) m->stored_signature_.push_back(graph->values[v].shape);
-  const std::string source = graph->source;
-  BP_RETURN_IF_ERROR(m->init(std::move(graph), options), source);
+  m->stored_ = std::move(stored);
+  m->registry_ = registry;
+  const std::string source = portable->source;
+  BP_RETURN_IF_ERROR(m->init(std::move(portable), options), source);
   return m;
 }
 
@@ -94,7 +96,9 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   }
   Signature signature;
   std::vector<std::string> open;
-  for (size_t i = 0; i < inputs_.size(); ++i) {
+  // A compiled artifact is ready at once for the first signature it stores.
+  if (hints.empty() && !stored_.signatures.empty()) signature = stored_.signatures.front();
+  for (size_t i = signature.size(); i < inputs_.size(); ++i) {
     const ir::Value& value = g.values[g.inputs[i]];
     auto hint = hints.find(inputs_[i].name);
     if (hint != hints.end()) {
@@ -109,9 +113,10 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   if (!open.empty()) {
     std::string list;
     for (const auto& o : open) list += (list.empty() ? "" : ", ") + o;
-    notes_.push_back("input shapes are open (" + list +
-                     "): the model is specialised for the shapes of each run, the first time "
-                     "they are seen");
+    std::lock_guard<std::mutex> lock(mu_);
+    add_notes_locked({"input shapes are open (" + list +
+                      "): the model is specialised for the shapes of each run, the first time "
+                      "they are seen"});
     return ok_status();
   }
   for (size_t i = 0; i < signature.size(); ++i)
@@ -122,7 +127,10 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   BP_RETURN_IF_ERROR(check_signature(signature));
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> first, specialization(signature));
   // A model whose every input dim is fixed has fixed outputs too.
-  bool fixed = hints.empty();
+  const bool fixed =
+      hints.empty() && std::all_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
+        return has_shape(g.values[v]) && g.values[v].shape_is_static();
+      });
   if (fixed) outputs_ = first->outputs();
   return ok_status();
 }
@@ -214,6 +222,7 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   lru_.push_front(signature);
   mine->second.lru = lru_.begin();
   if (primary_ == nullptr) set_primary(built.value());
+  else add_notes_locked(built.value()->notes());
   while (lru_.size() > options_.max_specializations) {
     auto victim = cache_.find(lru_.back());
     evicted.push_back(victim->second.ready.get().value());
@@ -226,42 +235,121 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   return built;
 }
 
+namespace {
+
+// The constants of a graph specialised from the portable one: those the
+// signature folded (held in memory by the graph) by their own keys, every
+// other key through the model's map (the artifact's named data, whose
+// checksums are verified on first use when lazy).
+class SpecializedDataMap : public NamedDataMap {
+ public:
+  SpecializedDataMap(std::shared_ptr<const NamedDataMap> base,
+                     std::shared_ptr<const ir::Graph> graph, const ir::Graph& portable)
+      : base_(std::move(base)), graph_(std::move(graph)) {
+    for (size_t i = 0; i < base_->num_keys(); ++i) keys_.push_back(*base_->key_at(i));
+    for (const auto& [key, tensor] : graph_->constants)
+      if (portable.constants.count(key) == 0) {
+        own_.emplace(key, &tensor);
+        keys_.push_back(key);
+      }
+    std::sort(keys_.begin(), keys_.end());
+  }
+  Status get(const std::string& key, const void** data, size_t* size) const override {
+    auto it = own_.find(key);
+    if (it == own_.end()) return base_->get(key, data, size);
+    *data = it->second->data();
+    *size = it->second->size_bytes();
+    return ok_status();
+  }
+  size_t num_keys() const override { return keys_.size(); }
+  const std::string* key_at(size_t index) const override {
+    return index < keys_.size() ? &keys_[index] : nullptr;
+  }
+
+ private:
+  std::shared_ptr<const NamedDataMap> base_;
+  std::shared_ptr<const ir::Graph> graph_;  // holds the tensors own_ points to
+  std::unordered_map<std::string, const Tensor*> own_;
+  std::vector<std::string> keys_;
+};
+
+}  // namespace
+
+// With lazy checksums, an artifact's constants are verified when first
+// read through its map. Specialising reads some of them straight from the
+// mapping instead: shape inference reads the values of shape-like inputs
+// (a Reshape's target, a Pad's pads: integers; Resize's scales, Range's
+// bounds: a few numbers), and folding reads what it folds. A damaged one
+// could make a huge shape (and an allocation to match) or a wrong folded
+// constant, so they are verified through the map first; `which` says
+// which. (Weights stay unread until a backend asks for them.)
+Status CompiledModel::verify_constants(ConstantsRead which, const ir::Graph* specialized) const {
+  constexpr size_t kFewNumbers = 64;
+  for (const auto& [key, tensor] : portable_->constants) {
+    bool verify = true;
+    if (which == ConstantsRead::kByInference)
+      verify = tensor.size_bytes() <= kFewNumbers || tensor.dtype() == DType::kInt64 ||
+               tensor.dtype() == DType::kInt32;
+    else if (which == ConstantsRead::kFoldedAway)
+      verify = specialized->constants.count(key) == 0;
+    const void* data = nullptr;
+    size_t size = 0;
+    if (verify) BP_RETURN_IF_ERROR(weights_->get(key, &data, &size));
+  }
+  return ok_status();
+}
+
 Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
-  std::shared_ptr<const ir::Graph> graph;
-  std::shared_ptr<const NamedDataMap> weights;
+  std::map<std::string, Shape> shapes;
+  for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
+  if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
+  Result<std::unique_ptr<ir::Graph>> specialized =
+      specialize_graph(*portable_, shapes, stored_.key_prefix);
+  if (!specialized.ok()) {
+    if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
+    return std::move(specialized).take_status();
+  }
+  std::shared_ptr<const ir::Graph> graph(std::move(specialized).value());
+  if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kFoldedAway, graph.get()));
+  const std::string at = signature_to_string(*portable_, signature);
+
+  // A signature the artifact stores: its partitions, over the artifact's
+  // named data (which holds what the signature folded too).
   Planner planner;
-  if (stored_planner_ && signature == stored_signature_) {
-    // A compiled artifact's own shapes: its graph is inferred for them already.
-    graph = portable_;
-    weights = weights_;
-    planner = stored_planner_;
-  } else {
-    std::map<std::string, Shape> shapes;
-    for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
-    BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> specialized,
-                        specialize_graph(*portable_, shapes));
-    std::shared_ptr<const ir::Graph> g(std::move(specialized));
-    // Constants these shapes made (folded shape arithmetic) are read through
-    // a map of the specialised graph's own; the rest through the model's.
-    bool new_constants = false;
-    for (const auto& [key, tensor] : g->constants)
-      if (portable_->constants.count(key) == 0) new_constants = true;
-    if (new_constants) {
-      // The map borrows the graph's constants: hold the graph with it.
-      struct Owned : TensorDataMap {
-        explicit Owned(std::shared_ptr<const ir::Graph> graph)
-            : TensorDataMap(&graph->constants), held(std::move(graph)) {}
-        std::shared_ptr<const ir::Graph> held;
-      };
-      weights = std::make_shared<Owned>(g);
-    } else {
-      weights = weights_;
+  std::shared_ptr<const NamedDataMap> weights = weights_;
+  std::string note;
+  auto stored = std::find(stored_.signatures.begin(), stored_.signatures.end(), signature);
+  if (stored != stored_.signatures.end()) {
+    std::string why;
+    const size_t index = static_cast<size_t>(stored - stored_.signatures.begin());
+    planner = stored_.planner(index, *graph, *weights, &why);
+    if (!planner) {
+      // Damaged constants are reported as such, not as another graph.
+      BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
+      note = stored_.method + ": the specialisation stored for " + at + " " + why +
+             "; compiled from the portable graph";
     }
-    graph = g;
+  } else if (from_artifact()) {
+    note = stored_.method + ": no specialisation stored for " + at +
+           "; compiled from the portable graph";
+  }
+  if (!planner) {
+    // Constants these shapes made (folded shape arithmetic) are read
+    // through a map of the specialised graph's own; the rest through the
+    // model's.
+    bool new_constants = false;
+    for (const auto& [key, tensor] : graph->constants)
+      if (portable_->constants.count(key) == 0) new_constants = true;
+    if (new_constants) weights = std::make_shared<SpecializedDataMap>(weights_, graph, *portable_);
     const NamedDataMap* w = weights.get();
     const ir::Graph* gp = graph.get();
-    planner = [this, gp, w](const Exclusions& excluded, std::vector<std::string>*) {
-      return make_plan(*gp, registry_, options_.placement, *w, excluded);
+    const bool verify = from_artifact();
+    planner = [this, gp, w, verify](const Exclusions& excluded,
+                                    std::vector<std::string>*) -> Result<Plan> {
+      BP_ASSIGN_OR_RETURN(Plan plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
+      // What the executor reads from an artifact's mapping without the map.
+      if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
+      return plan;
     };
   }
   Specialization::BuildOptions build;
@@ -270,7 +358,20 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     return polymorphic(g, p, name);
   };
   build.before_compile = [this](const Plan& plan) { return notify_before_load(plan); };
-  return Specialization::build(signature, std::move(graph), std::move(weights), planner, build);
+  Result<std::shared_ptr<Specialization>> built =
+      Specialization::build(signature, std::move(graph), std::move(weights), planner, build);
+  if (!built.ok()) {
+    // A backend may report a damaged constant as a node it cannot run.
+    if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
+    return built;
+  }
+  std::shared_ptr<Specialization> spec = std::move(built).value();
+  if (!note.empty()) {
+    log::info(portable_->source + ": " + note);
+    std::lock_guard<std::mutex> lock(mu_);
+    add_notes_locked({note});
+  }
+  return spec;
 }
 
 Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir::Graph& graph,
@@ -369,7 +470,20 @@ Status CompiledModel::notify_after_load() {
 
 void CompiledModel::set_primary(const std::shared_ptr<const Specialization>& spec) {
   primary_ = spec;
-  notes_.insert(notes_.end(), spec->notes().begin(), spec->notes().end());
+  add_notes_locked(spec->notes());
+}
+
+void CompiledModel::add_notes_locked(const std::vector<std::string>& notes) {
+  constexpr size_t kMaxNotes = 64;
+  std::vector<std::string> next = notes_.back();
+  for (const std::string& n : notes) {
+    if (next.size() >= kMaxNotes) break;
+    if (std::find(next.begin(), next.end(), n) != next.end()) continue;
+    next.push_back(next.size() + 1 == kMaxNotes
+                       ? "(further notes are left out; the log at level info has them)"
+                       : n);
+  }
+  if (next.size() != notes_.back().size()) notes_.push_back(std::move(next));
 }
 
 const Specialization* CompiledModel::primary() const {
@@ -414,7 +528,7 @@ std::string CompiledModel::describe_plan(PlanFormat format) const {
 
 const std::vector<std::string>& CompiledModel::notes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return notes_;
+  return notes_.back();
 }
 
 SpecializationStats CompiledModel::specialization_stats() const {

@@ -13,12 +13,14 @@
 #include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
 #include "partition/partitioner.hpp"
+#include "pipeline/artifact_load.hpp"
 #include "pipeline/compile.hpp"
 #include "registry/registry.hpp"
 #include "session/specialization.hpp"
 
 #include <backplane/runtime.hpp>
 
+#include <deque>
 #include <future>
 #include <list>
 #include <map>
@@ -49,13 +51,18 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
                                                        const BackendRegistry& registry,
                                                        const PlacementOptions& placement,
                                                        uint64_t network_id, int num_threads);
-  // A compiled artifact's method: `graph` has its shapes inferred for the one
-  // signature it was compiled for, and `planner` keeps the stored partitions
-  // (deserializing their payloads). `keep_alive` holds whatever the graph's
-  // constants and payloads point into.
-  static Result<std::shared_ptr<CompiledModel>> create_with(std::unique_ptr<ir::Graph> graph,
+  // A compiled artifact's method (pipeline/artifact_load.hpp): its portable
+  // graph, the artifact's named data, and the specialisations it stores. A
+  // signature it stores is planned from its stored partitions (their
+  // payloads deserialized); any other is compiled from the portable graph
+  // over `registry`, with a note. Specialises at once for
+  // options.placement.input_shapes if given, else for the first stored
+  // signature. `keep_alive` holds whatever the graph's constants and
+  // payloads point into.
+  static Result<std::shared_ptr<CompiledModel>> create_with(std::unique_ptr<ir::Graph> portable,
                                                             std::unique_ptr<NamedDataMap> weights,
-                                                            const Planner& planner,
+                                                            StoredSpecializations stored,
+                                                            const BackendRegistry& registry,
                                                             const Options& options,
                                                             std::shared_ptr<const void> keep_alive);
   ~CompiledModel() override;
@@ -93,12 +100,16 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   CompiledModel() = default;
   Status init(std::unique_ptr<ir::Graph> graph, const Options& options);
   Result<std::shared_ptr<Specialization>> build(const Signature& signature);
+  enum class ConstantsRead { kByInference, kFoldedAway, kAll };
+  Status verify_constants(ConstantsRead which, const ir::Graph* specialized = nullptr) const;
   Result<std::shared_ptr<ExecutablePartition>> polymorphic(const ir::Graph& graph,
                                                            const Partition& partition,
                                                            const std::string& name);
   Status notify_before_load(const Plan& plan);
   Status notify_after_load();
   void set_primary(const std::shared_ptr<const Specialization>& spec);
+  void add_notes_locked(const std::vector<std::string>& notes);  // holds mu_
+  bool from_artifact() const { return static_cast<bool>(stored_.planner); }
 
   struct Entry {
     std::shared_future<Result<std::shared_ptr<const Specialization>>> ready;
@@ -111,9 +122,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::shared_ptr<const NamedDataMap> weights_;  // the portable graph's constants (or the artifact's)
   BackendRegistry registry_;
   Options options_;
-  // Compiled artifacts: plans the one signature stored (null for ONNX).
-  Planner stored_planner_;
-  Signature stored_signature_;
+  // Compiled artifacts: the stored specialisations (no planner for ONNX).
+  StoredSpecializations stored_;
   std::vector<TensorInfo> inputs_, outputs_;
 
   mutable std::mutex mu_;  // guards everything below
@@ -121,7 +131,11 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::list<Signature> lru_;  // most recent first; built entries only
   SpecializationStats stats_;
   std::shared_ptr<const Specialization> primary_;
-  std::vector<std::string> notes_;  // the model's, then the primary's
+  // The model's notes, then the primary's, then those of later
+  // specialisations (each note once, at most kMaxNotes). Every change adds a
+  // new vector and keeps the old ones, so what notes() returned stays valid
+  // while other threads add notes.
+  std::deque<std::vector<std::string>> notes_{1};
   // Shape-polymorphic partitions by view fingerprint, most recent first.
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_;
   std::vector<std::shared_ptr<LoadedBackend>> hooked_;        // got before_load_network

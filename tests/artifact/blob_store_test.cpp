@@ -138,11 +138,14 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
   ir::Graph g = identity_graph();
   ArtifactMethod m;
   m.name = "main";
-  m.graph = &g;
+  m.portable = &g;
+  ArtifactSpecialization& spec = m.specializations.emplace_back();
+  spec.graph = &g;
+  spec.signature = {g.values[g.inputs[0]].shape};
   ArtifactPartition p;
   p.backend = "CpuRef";
   p.nodes = {0};
-  m.partitions.push_back(p);
+  spec.partitions.push_back(p);
   auto sizes = write_artifact(path("a.bpk"), {m}, s);
   ASSERT_TRUE(sizes.ok()) << sizes.status().to_string();
   EXPECT_EQ(sizes->file_bytes, fs::file_size(path("a.bpk")));

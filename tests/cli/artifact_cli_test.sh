@@ -52,13 +52,16 @@ j = json.load(open(sys.argv[1]))
 errors = []
 def need(c, what):
     if not c: errors.append(what)
-need(j["format"] == "1.0", f"format 1.0 (got {j['format']})")
+need(j["format"] == "1.1", f"format 1.1 (got {j['format']})")
 need(len(j["compile_id"]) == 32, "a 16-byte compile id in hex")
 need(j["data_files"] == [{"name": "r.bpd", "data_bytes": j["data_files"][0]["data_bytes"]}] and j["data_files"][0]["data_bytes"] > 40_000_000,
      f"one data file r.bpd with the ~46 MB of weights (got {j['data_files']})")
 need(len(j["methods"]) == 1 and j["methods"][0]["name"] == "resnet18", "one method named resnet18")
 m = j["methods"][0]
-need(m["inputs"] == [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}], f"inputs (got {m['inputs']})")
+need(m["inputs"] == [{"name": "input", "shape": [1, 3, 224, 224], "declared": "[1,3,224,224]", "dtype": "float32"}], f"inputs (got {m['inputs']})")
+need(len(m["specializations"]) == 1 and m["specializations"][0]["signature"] == [{"name": "input", "shape": [1, 3, 224, 224]}],
+     f"one specialisation, at the model's shape (got {m['specializations']})")
+need(m["specializations"][0]["partitions"] == m["partitions"], "the method's partitions are its first specialisation's")
 need(len(m["partitions"]) >= 1 and sum(p["nodes"] for p in m["partitions"]) == m["nodes"], "partitions cover the nodes")
 for p in m["partitions"]:
     need(p["backend"] and p["api_version"].count(".") == 1, f"partition backend and api version ({p})")

@@ -246,10 +246,14 @@ Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
                                                        std::string* why) -> Planner {
     const StoredSpecialization& s = (*specializations)[index];
     const uint64_t expected = format_1_0 ? digest_1_0 : s.digest;
-    if (graph.nodes.size() != s.num_nodes || specialization_digest(graph) != expected) {
-      *why = "was compiled for a graph other than the one its signature gives now (" +
-             std::to_string(s.num_nodes) + " nodes stored, " +
-             std::to_string(graph.nodes.size()) + " now)";
+    if (graph.nodes.size() != s.num_nodes) {
+      *why = "was compiled for a graph of " + std::to_string(s.num_nodes) +
+             " nodes; its signature gives one of " + std::to_string(graph.nodes.size()) + " now";
+      return {};
+    }
+    if (specialization_digest(graph) != expected) {
+      *why = "was compiled for a graph other than the one its signature gives now (the digests "
+             "differ)";
       return {};
     }
     if (std::string key = missing_constant(*file, graph); !key.empty()) {

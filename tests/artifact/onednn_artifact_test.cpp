@@ -3,7 +3,8 @@
 // must use them as they are (no recompile, no read of the portable weights),
 // compute exactly what the ONNX model computes on CpuOneDnn, and fall back to
 // compiling from the portable graph, with a note, when the payload comes
-// from another oneDNN build.
+// from another oneDNN build; a model with symbolic dims at several
+// signatures.
 #include "artifact_util.hpp"
 
 #include <gtest/gtest.h>
@@ -212,6 +213,78 @@ TEST_F(OneDnnPayload, EveryFlippedPayloadByteIsRefusedOrHarmlessNeverACrash) {
   std::cout << "flipped payload bytes: " << refused << " refused and recompiled, " << same
             << " ran unchanged, " << different << " ran with another result\n";
   EXPECT_GT(refused, 0u);
+}
+
+// encoder_dyn (BERT-style, symbolic batch and seq) compiled with the default
+// backends at three signatures: CpuOneDnn's payloads are made for one shape
+// each, and each must load for its own signature and compute what the ONNX
+// model computes there just in time, bit for bit; a fourth signature is
+// compiled from the portable graph, with a note.
+TEST(OneDnnShapes, EncoderAtSeveralSignaturesMatchesTheOnnxModelBitForBit) {
+  test::TempDir dir;
+  auto rt = onednn_runtime(1);
+  ASSERT_NE(rt, nullptr);
+  const Tensor ids = model_input("encoder_dyn");
+  ASSERT_EQ(ids.dtype(), DType::kInt64);
+  // Token ids of any shape, taken from the model's own input (so in its vocabulary).
+  auto ids_of = [&](const Shape& shape) {
+    Tensor t(DType::kInt64, shape);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data_as<int64_t>()[i] = ids.data_as<int64_t>()[(i * 7) % ids.numel()];
+    return t;
+  };
+  const std::vector<Shape> stored = {{1, 8}, {2, 16}, {1, 33}};
+  CompileOptions co;
+  for (const Shape& s : stored) co.shapes.push_back({{"input_ids", s}});
+  auto report = rt->compile({{"enc", model_path("encoder_dyn")}}, dir.file("enc.bpk"), co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->specializations, 3u);
+  nlohmann::json j = inspect_json(dir.file("enc.bpk"));
+  const auto& specs = j["methods"][0]["specializations"];
+  ASSERT_EQ(specs.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    size_t onednn = 0;
+    for (const auto& p : specs[k]["partitions"])
+      if (p["backend"] == "CpuOneDnn") {
+        ++onednn;
+        EXPECT_GT(p["payload_bytes"].get<size_t>(), 0u);
+      }
+    EXPECT_GE(onednn, 1u) << specs[k].dump();
+  }
+  size_t per_signature_blobs = 0;
+  for (const auto& d : j["named_data"])
+    per_signature_blobs += d["key"].get<std::string>().rfind("CpuOneDnn/enc/2x16/", 0) == 0;
+  EXPECT_GE(per_signature_blobs, 1u) << "CpuOneDnn's blobs are named per signature";
+
+  auto onnx = rt->load_model(model_path("encoder_dyn"));
+  auto bpk = rt->load_model(dir.file("enc.bpk"));
+  ASSERT_TRUE(onnx.ok()) << onnx.status().to_string();
+  ASSERT_TRUE(bpk.ok()) << bpk.status().to_string();
+  auto jit_session = (*onnx)->create_session();
+  auto bpk_session = (*bpk)->create_session();
+  ASSERT_TRUE(jit_session.ok() && bpk_session.ok());
+  auto run = [&](Session& session, const Shape& shape) {
+    std::vector<Tensor> out;
+    Status st = session.set_input("input_ids", ids_of(shape));
+    if (st.ok()) st = session.run();
+    EXPECT_TRUE(st.ok()) << shape_to_string(shape) << ": " << st.to_string();
+    for (size_t i = 0; st.ok() && i < session.num_outputs(); ++i)
+      out.push_back(session.output(i).clone());
+    return out;
+  };
+  for (const Shape& shape : stored) {
+    SCOPED_TRACE(shape_to_string(shape));
+    std::vector<Tensor> want = run(**jit_session, shape);
+    ASSERT_FALSE(want.empty());
+    EXPECT_TRUE(bitwise_equal(run(**bpk_session, shape), want));
+  }
+  EXPECT_TRUE((*bpk)->notes().empty()) << ::testing::PrintToString((*bpk)->notes());
+  EXPECT_EQ((*bpk)->backends_used(), (*onnx)->backends_used());
+  const Shape other = {3, 7};
+  EXPECT_TRUE(bitwise_equal(run(**bpk_session, other), run(**jit_session, other)));
+  ASSERT_EQ((*bpk)->notes().size(), 1u);
+  EXPECT_TRUE(contains((*bpk)->notes()[0], "no specialisation stored for input_ids=[3,7]"))
+      << (*bpk)->notes()[0];
 }
 
 }  // namespace

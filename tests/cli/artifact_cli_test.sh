@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # artifact_cli_test.sh — `backplane compile / inspect / run` on a compiled
-# artifact (the "Done means" of the compiled-artifacts issue, on resnet18).
+# artifact (the "Done means" of the compiled-artifacts issue, on resnet18),
+# and an artifact with several specialisations of a model with a symbolic dim.
 #
 #   artifact_cli_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]
 #
@@ -146,5 +147,92 @@ head -c $(( $(stat -c %s "$tmp/r.bpk") / 2 )) "$tmp/r.bpk" >"$tmp/cut.bpk"
 "$cli" run "$tmp/cut.bpk" >/dev/null 2>"$tmp/err"
 rc=$?
 [ $rc -eq 1 ] && grep -q '^error: .*cut\.bpk' "$tmp/err" && pass "truncated .bpk: exit 1, error names it" || fail "truncated .bpk: exit $rc, $(cat "$tmp/err")"
+
+# 5. Several specialisations of one method (issue 13): a model whose dim
+#    'seq' is symbolic, with a Reshape target computed from Shape(x), so every
+#    length folds constants of its own.
+"$py" - "$tmp/seq.onnx" "$tmp" <<'EOF' || fail "writing seq.onnx and its inputs"
+import sys
+import numpy as np
+import onnx
+from onnx import helper as h, numpy_helper as nh, TensorProto as T
+rng = np.random.default_rng(7)
+inits = [nh.from_array(rng.standard_normal((1, 1, 8)).astype(np.float32), "w"),
+         nh.from_array(np.array([0], np.int64), "i0"), nh.from_array(np.array([1], np.int64), "i1"),
+         nh.from_array(np.array([1], np.int64), "one")]
+nodes = [h.make_node("Shape", ["x"], ["s"]),
+         h.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+         h.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+         h.make_node("Concat", ["b", "n", "one"], ["t"], axis=0),
+         h.make_node("Reshape", ["x", "t"], ["r"]),
+         h.make_node("Mul", ["r", "w"], ["m"]),
+         h.make_node("Softmax", ["m"], ["y"], axis=-1)]
+graph = h.make_graph(nodes, "seq", [h.make_tensor_value_info("x", T.FLOAT, [1, "seq"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, "seq", 8])], inits)
+onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]), sys.argv[1])
+for n in (4, 9, 5):
+    np.save(f"{sys.argv[2]}/x{n}.npy", rng.standard_normal((1, n)).astype(np.float32))
+EOF
+if "$cli" compile "$tmp/seq.onnx" --shape x=1x4 --shape x=1x9 -o "$tmp/two.bpk" --backends CpuRef >"$tmp/compile.out" 2>"$tmp/err"; then
+  grep -q "2 specialisation(s)" "$tmp/compile.out" && pass "compile --shape x=1x4 --shape x=1x9: two specialisations" ||
+    fail "compile output: $(cat "$tmp/compile.out")"
+else
+  fail "compile --shape x=1x4 --shape x=1x9: $(cat "$tmp/err")"
+fi
+"$cli" inspect "$tmp/two.bpk" >"$tmp/two.txt" 2>"$tmp/err" || fail "inspect two.bpk: $(cat "$tmp/err")"
+for want in "inputs x[1,seq], 2 specialisations" "specialisation x=[1,4]: " "specialisation x=[1,9]: "; do
+  grep -qF "$want" "$tmp/two.txt" && pass "inspect text shows '$want'" || fail "inspect text lacks '$want': $(cat "$tmp/two.txt")"
+done
+"$cli" inspect "$tmp/two.bpk" --json >"$tmp/two.json" 2>"$tmp/err" || fail "inspect --json two.bpk: $(cat "$tmp/err")"
+"$py" - "$tmp/two.json" <<'EOF' && pass "inspect --json: both signatures with partitions and payloads, the weight once" || fail "inspect --json two.bpk content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+m = j["methods"][0]
+assert j["format"] == "1.1", j["format"]
+assert m["inputs"] == [{"name": "x", "shape": [1, -1], "declared": "[1,seq]", "dtype": "float32"}], m["inputs"]
+assert [s["signature"] for s in m["specializations"]] == [[{"name": "x", "shape": [1, 4]}], [{"name": "x", "shape": [1, 9]}]], m["specializations"]
+for s in m["specializations"]:
+    assert s["partitions"] and s["payload_bytes"] > 0, s
+    assert s["payload_bytes"] == sum(p["payload_bytes"] for p in s["partitions"]), s
+keys = [d["key"] for d in j["named_data"]]
+assert keys.count("seq/w") == 1, keys
+assert sorted(k for k in keys if "@" in k) == ["seq/t@1x4", "seq/t@1x9"], keys
+EOF
+"$cli" compile "$tmp/seq.onnx" --shape x=1x4..9 -o "$tmp/range.bpk" --backends CpuRef >/dev/null 2>"$tmp/err" &&
+  "$cli" inspect "$tmp/range.bpk" --json >"$tmp/range.json" 2>>"$tmp/err" || fail "compile --shape x=1x4..9: $(cat "$tmp/err")"
+"$py" - "$tmp/range.json" <<'EOF' && pass "compile --shape x=1x4..9: both ends compiled" || fail "range: $(cat "$tmp/range.json")"
+import json, sys
+m = json.load(open(sys.argv[1]))["methods"][0]
+assert [s["signature"][0]["shape"] for s in m["specializations"]] == [[1, 4], [1, 9]], m["specializations"]
+EOF
+# Each stored length loads its payload (no note) and computes what the ONNX
+# model computes, bit for bit; another length is compiled, with a note.
+ok=1
+for n in 4 9 5; do
+  "$cli" run "$tmp/seq.onnx" --backends CpuRef --input "x=$tmp/x$n.npy" --output-dir "$tmp/onnx$n" >/dev/null 2>"$tmp/err" || { ok=0; fail "run seq.onnx at 1x$n: $(cat "$tmp/err")"; }
+  "$cli" run "$tmp/two.bpk" --input "x=$tmp/x$n.npy" --output-dir "$tmp/bpk$n" >/dev/null 2>"$tmp/err$n" || { ok=0; fail "run two.bpk at 1x$n: $(cat "$tmp/err$n")"; }
+  cmp -s "$tmp/onnx$n/y.npy" "$tmp/bpk$n/y.npy" || { ok=0; fail "two.bpk at 1x$n differs from seq.onnx"; }
+done
+[ $ok -eq 1 ] && pass "two.bpk at 1x4, 1x9 and 1x5: outputs equal seq.onnx's bit for bit"
+if ! grep -q "note: .*specialisation" "$tmp/err4" "$tmp/err9" &&
+   grep -q "note: seq: no specialisation stored for x=\[1,5\]; compiled from the portable graph" "$tmp/err5"; then
+  pass "a stored length runs without a note; 1x5 says it was compiled from the portable graph"
+else
+  fail "notes: $(cat "$tmp/err4" "$tmp/err9" "$tmp/err5")"
+fi
+# Mistakes in --shape: exit 1, saying what is wrong.
+"$cli" compile "$tmp/seq.onnx" --shape x=1x9..4 -o "$tmp/bad.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "LO <= HI" "$tmp/err" && pass "--shape x=1x9..4: exit 1" || fail "reversed range: exit $rc, $(cat "$tmp/err")"
+"$cli" compile "$tmp/seq.onnx" --shape x=1x4 --shape q=2 --shape x=1x9 --shape x=1x12 --shape q=3 -o "$tmp/bad.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "'q' is given 2 times but not in the specialisation of --shape x=1x9" "$tmp/err" &&
+  pass "a name given twice for three specialisations: exit 1, says where it lacks" || fail "uneven --shape: exit $rc, $(cat "$tmp/err")"
+"$cli" compile "$tmp/seq.onnx" --shape x=1x4 --shape q=2 -o "$tmp/bad.bpk" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "'q', which is an input of no method" "$tmp/err" && pass "--shape for no input: exit 1" || fail "unknown input: exit $rc, $(cat "$tmp/err")"
+"$cli" run "$tmp/two.bpk" --shape x=1x4..9 >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "for compile only" "$tmp/err" && pass "run --shape with a range: exit 1" || fail "run range: exit $rc, $(cat "$tmp/err")"
 
 finish

@@ -434,8 +434,8 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
     return 0;
   }
   std::printf("wrote %s: %zu method(s), %zu specialisation(s), %zu partition(s), %zu bytes",
-              a.output.c_str(), report->methods.size(), report->specializations,
-              report->partitions, report->file_bytes);
+              a.output.c_str(), report->methods.size(), report->specializations, report->partitions,
+              report->file_bytes);
   if (!a.external_data.empty())
     std::printf(" + %s (%zu bytes)", a.external_data.c_str(), report->external_bytes);
   std::printf("\nnamed data: %zu keys, %zu bytes stored of %zu requested; compiled in %.1f ms\n",

@@ -100,9 +100,8 @@ std::string hex_id(const flatbuffers::Vector<uint8_t>* id) {
 
 // Every partition names a backend and at least one node; the partitions
 // cover the `num_nodes` nodes of their graph exactly once.
-Status check_partitions(
-    const flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>& partitions, size_t num_nodes,
-    size_t num_segments, const std::string& where) {
+Status check_partitions(const flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>& partitions,
+                        size_t num_nodes, size_t num_segments, const std::string& where) {
   std::vector<bool> covered(num_nodes, false);
   for (const fb::Partition* p : partitions) {
     if (p->backend() == nullptr || p->nodes() == nullptr || p->nodes()->size() == 0)
@@ -325,8 +324,9 @@ Status ArtifactFile::check_structure() const {
 Status ArtifactFile::check_specializations(const fb::Method& m) const {
   const std::string where = path_ + ": method '" + m.name()->str() + "'";
   if (m.portable() == nullptr || m.specializations() == nullptr || m.specializations()->size() == 0)
-    return corrupt_data(where + " has a specialisation table without a portable graph, or a "
-                                "portable graph without specialisations");
+    return corrupt_data(where +
+                        " has a specialisation table without a portable graph, or a "
+                        "portable graph without specialisations");
   const size_t portable_nodes = m.portable()->nodes() ? m.portable()->nodes()->size() : 0;
   const size_t nseg = root_->segments() ? root_->segments()->size() : 0;
   size_t k = 0;
@@ -613,8 +613,8 @@ Status ArtifactFile::check_signatures(const ir::Graph& portable, const std::stri
         std::string declared = "[";
         for (size_t d = 0; d < input.shape.size(); ++d)
           declared += (d ? "," : "") + (!input.dim_params[d].empty() ? input.dim_params[d]
-                                        : input.shape[d] < 0          ? std::string("?")
-                                                              : std::to_string(input.shape[d]));
+                                        : input.shape[d] < 0         ? std::string("?")
+                                                             : std::to_string(input.shape[d]));
         return corrupt_data(spec + " gives input '" + input.name + "' the shape " +
                             shape_to_string(got) + ", which its declared shape " +
                             (input.has_shape ? declared + "]" : "(any)") + " does not allow");

@@ -48,8 +48,8 @@ flatbuffers::Offset<fb::Graph> write_graph(flatbuffers::FlatBufferBuilder& b, co
     if (std::any_of(v.dim_params.begin(), v.dim_params.end(),
                     [](const std::string& p) { return !p.empty(); }))
       params = b.CreateVectorOfStrings(v.dim_params);
-    values.push_back(fb::CreateValue(b, name, static_cast<int32_t>(v.dtype), shape, key,
-                                     v.has_shape, params));
+    values.push_back(
+        fb::CreateValue(b, name, static_cast<int32_t>(v.dtype), shape, key, v.has_shape, params));
   }
   std::vector<flatbuffers::Offset<fb::Node>> nodes;
   for (const ir::Node& n : g.nodes) {
@@ -121,8 +121,7 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>> wri
   for (size_t i = 0; i < partitions.size(); ++i) {
     const ArtifactPartition& p = partitions[i];
     parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
-                                        b.CreateVector(p.nodes), p.imperative,
-                                        payload_segment[i]));
+                                        b.CreateVector(p.nodes), p.imperative, payload_segment[i]));
   }
   return b.CreateVector(parts);
 }
@@ -250,11 +249,11 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
     auto portable = write_graph(b, *method.portable);
     std::vector<flatbuffers::Offset<fb::Specialization>> specs;
     for (size_t k = 0; k < method.specializations.size(); ++k)
-      specs.push_back(write_specialization(
-          b, method.specializations[k],
-          k == 0 ? parts
-                 : write_partitions(b, method.specializations[k].partitions,
-                                    l.payload_segment[m][k])));
+      specs.push_back(
+          write_specialization(b, method.specializations[k],
+                               k == 0 ? parts
+                                      : write_partitions(b, method.specializations[k].partitions,
+                                                         l.payload_segment[m][k])));
     fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, parts,
                                           b.CreateVectorOfStrings(method.preference), portable,
                                           b.CreateVector(specs)));

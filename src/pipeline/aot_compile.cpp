@@ -30,7 +30,7 @@ struct MethodWork {
 struct SpecWork {
   size_t method = 0;
   std::vector<Shape> signature;  // per input of the portable graph
-  std::string name;  // "<method>", or "<method>/<dims>" when the method has several
+  std::string name;              // "<method>", or "<method>/<dims>" when the method has several
   std::unique_ptr<ir::Graph> graph;
   std::unique_ptr<TensorDataMap> weights;
   PlacementOptions placement;
@@ -117,9 +117,11 @@ Result<std::vector<MethodWork>> import_methods(
 std::string dims_tag(const std::vector<Shape>& signature) {
   std::string tag;
   for (size_t i = 0; i < signature.size(); ++i) {
-    if (i > 0) tag += ",";
-    for (size_t d = 0; d < signature[i].size(); ++d)
-      tag += (d ? "x" : "") + std::to_string(signature[i][d]);
+    if (i > 0) tag += ',';
+    for (size_t d = 0; d < signature[i].size(); ++d) {
+      if (d > 0) tag += 'x';
+      tag += std::to_string(signature[i][d]);
+    }
   }
   return tag;
 }

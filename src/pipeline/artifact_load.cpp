@@ -252,19 +252,19 @@ Result<ArtifactMethodLoad> load_artifact_method(const BackendRegistry& registry,
       return {};
     }
     if (specialization_digest(graph) != expected) {
-      *why = "was compiled for a graph other than the one its signature gives now (the digests "
-             "differ)";
+      *why =
+          "was compiled for a graph other than the one its signature gives now (the digests "
+          "differ)";
       return {};
     }
     if (std::string key = missing_constant(*file, graph); !key.empty()) {
       *why = "lacks the constant '" + key + "'";
       return {};
     }
-    auto planner = std::make_shared<StoredPlanner>(registry, file, &s.partitions, &graph,
-                                                   &weights, preference);
+    auto planner = std::make_shared<StoredPlanner>(registry, file, &s.partitions, &graph, &weights,
+                                                   preference);
     // (`planner` refers to `s`, which `specializations` holds.)
-    return [planner, specializations](const Exclusions& excluded,
-                                      std::vector<std::string>* notes) {
+    return [planner, specializations](const Exclusions& excluded, std::vector<std::string>* notes) {
       return (*planner)(excluded, notes);
     };
   };

@@ -127,10 +127,9 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   BP_RETURN_IF_ERROR(check_signature(signature));
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> first, specialization(signature));
   // A model whose every input dim is fixed has fixed outputs too.
-  const bool fixed =
-      hints.empty() && std::all_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
-        return has_shape(g.values[v]) && g.values[v].shape_is_static();
-      });
+  const bool fixed = hints.empty() && std::all_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
+                       return has_shape(g.values[v]) && g.values[v].shape_is_static();
+                     });
   if (fixed) outputs_ = first->outputs();
   return ok_status();
 }
@@ -290,8 +289,7 @@ Status CompiledModel::verify_constants(ConstantsRead which, const ir::Graph* spe
     if (which == ConstantsRead::kByInference)
       verify = tensor.size_bytes() <= kFewNumbers || tensor.dtype() == DType::kInt64 ||
                tensor.dtype() == DType::kInt32;
-    else if (which == ConstantsRead::kFoldedAway)
-      verify = specialized->constants.count(key) == 0;
+    else if (which == ConstantsRead::kFoldedAway) verify = specialized->constants.count(key) == 0;
     const void* data = nullptr;
     size_t size = 0;
     if (verify) BP_RETURN_IF_ERROR(weights_->get(key, &data, &size));
@@ -299,7 +297,9 @@ Status CompiledModel::verify_constants(ConstantsRead which, const ir::Graph* spe
   return ok_status();
 }
 
-Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
+// The portable graph specialised for `signature`, with an artifact's
+// constants verified as specialising reads them.
+Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signature& signature) {
   std::map<std::string, Shape> shapes;
   for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
   if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
@@ -310,48 +310,63 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     return std::move(specialized).take_status();
   }
   std::shared_ptr<const ir::Graph> graph(std::move(specialized).value());
-  if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kFoldedAway, graph.get()));
-  const std::string at = signature_to_string(*portable_, signature);
+  if (from_artifact())
+    BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kFoldedAway, graph.get()));
+  return graph;
+}
 
-  // A signature the artifact stores: its partitions, over the artifact's
-  // named data (which holds what the signature folded too).
-  Planner planner;
-  std::shared_ptr<const NamedDataMap> weights = weights_;
-  std::string note;
+// A signature a compiled artifact stores: its stored partitions, over the
+// artifact's named data (which holds what the signature folded too). Empty,
+// with the note to give, when it is not stored or does not match.
+Result<Planner> CompiledModel::stored_planner(const Signature& signature, const ir::Graph& graph,
+                                              std::string* note) {
+  if (!from_artifact()) return Planner();
+  const std::string at = signature_to_string(*portable_, signature);
   auto stored = std::find(stored_.signatures.begin(), stored_.signatures.end(), signature);
-  if (stored != stored_.signatures.end()) {
-    std::string why;
-    const size_t index = static_cast<size_t>(stored - stored_.signatures.begin());
-    planner = stored_.planner(index, *graph, *weights, &why);
-    if (!planner) {
-      // Damaged constants are reported as such, not as another graph.
-      BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
-      note = stored_.method + ": the specialisation stored for " + at + " " + why +
-             "; compiled from the portable graph";
-    }
-  } else if (from_artifact()) {
-    note = stored_.method + ": no specialisation stored for " + at +
-           "; compiled from the portable graph";
+  if (stored == stored_.signatures.end()) {
+    *note = stored_.method + ": no specialisation stored for " + at +
+            "; compiled from the portable graph";
+    return Planner();
   }
+  std::string why;
+  const size_t index = static_cast<size_t>(stored - stored_.signatures.begin());
+  Planner planner = stored_.planner(index, graph, *weights_, &why);
   if (!planner) {
-    // Constants these shapes made (folded shape arithmetic) are read
-    // through a map of the specialised graph's own; the rest through the
-    // model's.
-    bool new_constants = false;
-    for (const auto& [key, tensor] : graph->constants)
-      if (portable_->constants.count(key) == 0) new_constants = true;
-    if (new_constants) weights = std::make_shared<SpecializedDataMap>(weights_, graph, *portable_);
-    const NamedDataMap* w = weights.get();
-    const ir::Graph* gp = graph.get();
-    const bool verify = from_artifact();
-    planner = [this, gp, w, verify](const Exclusions& excluded,
-                                    std::vector<std::string>*) -> Result<Plan> {
-      BP_ASSIGN_OR_RETURN(Plan plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
-      // What the executor reads from an artifact's mapping without the map.
-      if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
-      return plan;
-    };
+    // Damaged constants are reported as such, not as another graph.
+    BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
+    *note = stored_.method + ": the specialisation stored for " + at + " " + why +
+            "; compiled from the portable graph";
   }
+  return planner;
+}
+
+// Any other signature: placed afresh over the registry. Constants these
+// shapes made (folded shape arithmetic) are read through a map of the
+// specialised graph's own; the rest through the model's (`weights`).
+Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph,
+                                   std::shared_ptr<const NamedDataMap>* weights) {
+  bool new_constants = false;
+  for (const auto& [key, tensor] : graph->constants)
+    if (portable_->constants.count(key) == 0) new_constants = true;
+  if (new_constants) *weights = std::make_shared<SpecializedDataMap>(weights_, graph, *portable_);
+  const NamedDataMap* w = weights->get();
+  const ir::Graph* gp = graph.get();
+  const bool verify = from_artifact();
+  return
+      [this, gp, w, verify](const Exclusions& excluded, std::vector<std::string>*) -> Result<Plan> {
+        BP_ASSIGN_OR_RETURN(Plan plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
+        // What the executor reads from an artifact's mapping without the map.
+        if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
+        return plan;
+      };
+}
+
+Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, specialize(signature));
+  std::string note;
+  BP_ASSIGN_OR_RETURN(Planner planner, stored_planner(signature, *graph, &note));
+  std::shared_ptr<const NamedDataMap> weights = weights_;
+  if (!planner) planner = jit_planner(graph, &weights);
   Specialization::BuildOptions build;
   build.num_threads = options_.num_threads;
   build.polymorphic = [this](const ir::Graph& g, const Partition& p, const std::string& name) {
@@ -365,13 +380,12 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
     return built;
   }
-  std::shared_ptr<Specialization> spec = std::move(built).value();
   if (!note.empty()) {
     log::info(portable_->source + ": " + note);
     std::lock_guard<std::mutex> lock(mu_);
     add_notes_locked({note});
   }
-  return spec;
+  return built;
 }
 
 Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir::Graph& graph,

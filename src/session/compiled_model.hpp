@@ -100,6 +100,11 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   CompiledModel() = default;
   Status init(std::unique_ptr<ir::Graph> graph, const Options& options);
   Result<std::shared_ptr<Specialization>> build(const Signature& signature);
+  Result<std::shared_ptr<const ir::Graph>> specialize(const Signature& signature);
+  Result<Planner> stored_planner(const Signature& signature, const ir::Graph& graph,
+                                 std::string* note);
+  Planner jit_planner(const std::shared_ptr<const ir::Graph>& graph,
+                      std::shared_ptr<const NamedDataMap>* weights);
   enum class ConstantsRead { kByInference, kFoldedAway, kAll };
   Status verify_constants(ConstantsRead which, const ir::Graph* specialized = nullptr) const;
   Result<std::shared_ptr<ExecutablePartition>> polymorphic(const ir::Graph& graph,

@@ -89,9 +89,9 @@ class RuntimeImpl : public Runtime {
       BP_ASSIGN_OR_RETURN(ArtifactMethodLoad load, load_artifact_method(registry_, path, options));
       // Signatures the artifact does not store are placed as it was compiled.
       model.placement.backends = load.preference;
-      BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create_with(
-                                      std::move(load.portable), std::move(load.weights),
-                                      std::move(load.stored), registry_, model, load.file));
+      BP_ASSIGN_OR_RETURN(
+          loaded, CompiledModel::create_with(std::move(load.portable), std::move(load.weights),
+                                             std::move(load.stored), registry_, model, load.file));
     } else {
       BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, import_portable_model(path));
       BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create(std::move(graph), registry_, model));

@@ -209,9 +209,9 @@ TEST_F(ShapesArtifact, WeightsAreStoredOnce) {
   EXPECT_EQ(m["partitions"], m["specializations"][0]["partitions"]);
   auto text = inspect_artifact(path("seq.bpk"), false);
   ASSERT_TRUE(text.ok()) << text.status().to_string();
-  for (const char* want : {"inputs x[batch,seq,16], 3 specialisations",
-                           "specialisation x=[1,4,16]: ", "specialisation x=[1,9,16]: ",
-                           "specialisation x=[2,5,16]: "})
+  for (const char* want :
+       {"inputs x[batch,seq,16], 3 specialisations", "specialisation x=[1,4,16]: ",
+        "specialisation x=[1,9,16]: ", "specialisation x=[2,5,16]: "})
     EXPECT_TRUE(contains(*text, want)) << want << " not in\n" << *text;
 }
 
@@ -287,10 +287,11 @@ bool hide_fields(std::vector<uint8_t>& bytes, const flatbuffers::Table* table,
     if (vt < vt_size) flatbuffers::WriteScalar<flatbuffers::voffset_t>(copy.data() + vt, 0);
   std::fill(bytes.begin() + 4 + fb_size, bytes.begin() + 4 + grown + 8, 0);
   std::memcpy(bytes.data() + at, copy.data(), copy.size());
-  const size_t table_at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(table) - bytes.data());
+  const size_t table_at =
+      static_cast<size_t>(reinterpret_cast<const uint8_t*>(table) - bytes.data());
   flatbuffers::WriteScalar<flatbuffers::soffset_t>(
-      bytes.data() + table_at, static_cast<flatbuffers::soffset_t>(table_at) -
-                                   static_cast<flatbuffers::soffset_t>(at));
+      bytes.data() + table_at,
+      static_cast<flatbuffers::soffset_t>(table_at) - static_cast<flatbuffers::soffset_t>(at));
   std::memcpy(bytes.data(), &grown, 4);
   reseal(bytes);
   return true;

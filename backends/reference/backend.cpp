@@ -472,14 +472,16 @@ class PolyContext : public sdk::ExecContext {
     const bp_execute_args_t& a = args.raw();
     check_shapes(a);
     check_tensors(a);
-    const bool changed = take_shapes(a);
+    take_shapes(a);
     for (size_t k = 0; k < a.num_inputs; ++k)
       values_[compiled_.view().inputs[k]] = a.inputs[k].data;
     for (size_t k = 0; k < a.num_outputs; ++k)
       values_[compiled_.view().outputs[k]] = a.outputs[k].data;
     const auto& steps = compiled_.steps();
     for (size_t s = 0; s < steps.size(); ++s) {
-      if (!prepared_[s].kernel || (changed && !same_step_dims(s)) || !same_step_data(s)) prepare(s);
+      // Every step is checked, not only after new shapes: a run that failed
+      // part way left the steps after the failure prepared for older shapes.
+      if (!prepared_[s].kernel || !same_step_dims(s) || !same_step_data(s)) prepare(s);
       std::vector<const void*>& in = in_ptrs_[s];
       std::vector<void*>& out = out_ptrs_[s];
       for (size_t i = 0; i < in.size(); ++i)
@@ -562,14 +564,14 @@ class PolyContext : public sdk::ExecContext {
   }
 
   // Takes this run's shapes; if they differ from the last run's, places the
-  // arena for them. Returns whether they differed.
-  bool take_shapes(const bp_execute_args_t& a) {
+  // arena for them.
+  void take_shapes(const bp_execute_args_t& a) {
     const bp_graph_view_t& view = compiled_.view();
     bool same = placed_;
     for (size_t v = 0; v < view.num_values && same; ++v)
       same = same_dims(a.value_shapes[v].dims, a.value_shapes[v].rank, dims_of(v),
                        view.values[v].rank);
-    if (same) return false;
+    if (same) return;
     placed_ = false;  // until the arena is placed for the new shapes
     for (size_t v = 0; v < view.num_values; ++v)
       std::copy_n(a.value_shapes[v].dims, view.values[v].rank,
@@ -585,7 +587,6 @@ class PolyContext : public sdk::ExecContext {
     for (size_t t = 0; t < placed.size(); ++t)
       values_[placed[t]] = static_cast<char*>(arena_.get()) + plan.offsets[t];
     placed_ = true;
-    return true;
   }
 
   bool same_step_dims(size_t s) const {

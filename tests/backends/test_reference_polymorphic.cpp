@@ -516,8 +516,10 @@ std::unique_ptr<Concrete> attention(int64_t B, int64_t S) {
 
 // Ops whose kernels plan from an input's bytes, that input being shape data:
 // Tile (repeats), Pad (pads), ConstantOfShape, Expand, Range (start), Slice
-// (starts, ends), ReduceSum (axes, keepdims 0), Split (split). `shift` moves
-// the Slice window and the reduced axis without changing any shape.
+// (starts, ends), ReduceSum (axes, keepdims 0), Split (split), and a Reshape
+// whose target is computed in the partition itself (Shape of a Transpose),
+// so it is read from the run's own intermediate. `shift` moves the Slice
+// window, the reduced axis and the Range start without changing any shape.
 Builder shape_ops(int64_t N, int64_t M, int64_t shift) {
   return [=](GraphMaker& m) {
     m.input("x", {N, M});
@@ -544,8 +546,11 @@ Builder shape_ops(int64_t N, int64_t M, int64_t shift) {
     m.node("Slice", {"x", "s_starts", "s_ends", "s_axes"}, {"sliced"});
     m.node("ReduceSum", {"x", "red_axes"}, {"reduced"}, {attr_int("keepdims", 0)});
     m.node("Split", {"x", "split"}, {"part0", "part1"}, {attr_int("axis", 0)});
-    for (const char* out :
-         {"tiled", "padded", "filled", "expanded", "range", "sliced", "reduced", "part0", "part1"})
+    m.node("Transpose", {"x"}, {"xt"});
+    m.node("Shape", {"xt"}, {"xt_shape"});
+    m.node("Reshape", {"x", "xt_shape"}, {"as_mn"});
+    for (const char* out : {"tiled", "padded", "filled", "expanded", "range", "sliced", "reduced",
+                            "part0", "part1", "as_mn"})
       m.output(out);
   };
 }
@@ -725,6 +730,21 @@ TEST(CpuRefPolymorphic, WrongShapesAreClearErrorsAndTheContextStillWorks) {
   // Plain execute has no shapes to give.
   o = execute(ref, ctx.get(), good);
   EXPECT_ERROR_HAS(o, "compiled shape-polymorphic", "execute_shaped");
+
+  // Bad shape data at new shapes: the Reshape target disagrees with its
+  // output. The nodes after it are not reached; the next run at those shapes
+  // must not reuse what they were prepared with before.
+  bad = polymorphic_call(*poly, *other, 4);
+  const size_t heads = poly->view.num_inputs - 2;  // after x: 'heads', then 'half'
+  ASSERT_STREQ(poly->view.values[poly->view.inputs[heads]].name, "heads");
+  const int64_t wrong_heads[4] = {2, 5, 4, 2};
+  std::memcpy(bad.in_bytes[heads].data(), wrong_heads, sizeof wrong_heads);
+  o = execute_shaped(ref, ctx.get(), bad);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS(o, "node 'Reshape_4' (Reshape)", "[2,5,4,2]", "[2,5,2,4]");
+  Call fixed = polymorphic_call(*poly, *other, 4);
+  ASSERT_TRUE(execute_shaped(ref, ctx.get(), fixed).ok());
+  expect_same_outputs(run_concrete(ref, *other, 4), fixed, "after bad shape data");
 
   // After all that, the context runs correctly, at this shape and another.
   Call again = polymorphic_call(*poly, *c, 3);

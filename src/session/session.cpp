@@ -215,8 +215,12 @@ class SessionImpl : public Session {
   Status switch_to(std::shared_ptr<const Specialization> spec) {
     spec_.reset();  // until everything below worked
     const MemoryPlan& mem = spec->memory();
-    const size_t arena = align_to_memory_plan(mem.arena_size);
+    size_t arena = align_to_memory_plan(mem.arena_size);
     if (arena > arena_bytes_) {
+      // Grown by half again at least: a decoder's arena grows a little per
+      // token, and reallocating (and touching) it every token costs more
+      // than the token.
+      arena = std::max(arena, align_to_memory_plan(arena_bytes_ + arena_bytes_ / 2));
       arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
       arena_bytes_ = arena_ ? arena : 0;
       if (!arena_)

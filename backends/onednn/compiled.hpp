@@ -40,6 +40,7 @@ struct MemRef {
   dnnl::memory::desc md;
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
   bool scratch = false;
+  std::string tag;  // a constant's WeightCache tag (plan_builder.hpp); compile time only
 };
 
 struct Step {
@@ -47,6 +48,34 @@ struct Step {
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
   int concat_axis = -1;                   // concat steps: the axis (oneDNN cannot be asked for it)
+};
+
+class Compiled;
+
+// The bytes a context gives one plan: the arena, then the scratchpad.
+size_t context_bytes(const Compiled& c);
+
+// One plan made runnable over one block of context memory (context_bytes of
+// it): a dnnl::memory per MemRef and each step's argument array, made once
+// so that run() allocates nothing. The Compiled must outlive it.
+class Binder {
+ public:
+  Binder(const Compiled& c, char* memory);
+  // Checks the tensors against the plan's sizes, sets their handles and runs
+  // every step on `stream`, in the plan's OpenMP thread count.
+  void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+           const bp_tensor_t* outputs);
+
+ private:
+  struct Binding {
+    size_t ref;
+    bool input;
+    size_t index;
+  };
+  const Compiled& c_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<Binding> bindings_;
+  std::vector<std::vector<dnnl_exec_arg_t>> args_;
 };
 
 class Compiled : public sdk::CompiledPartition {

@@ -12,7 +12,14 @@ namespace backplane::onednn {
 using dnnl::algorithm;
 using dnnl::memory;
 
-bool Lowering::lower(sdk::NodeReport& report) {
+namespace {
+// The WeightCache tag of view value v as it is.
+std::string value_tag(int v) { return "v" + std::to_string(v); }
+// The tag of constant `what` that node n computes from its weights.
+std::string node_tag(const char* what, int n) { return what + std::to_string(n); }
+}  // namespace
+
+std::optional<LowerFailure> Lowering::lower() {
   for (size_t k = 0; k < g_.view().num_inputs; ++k) {
     const int v = g_.view().inputs[k];
     const int b = b_.new_buffer(Buffer::kInput, k, bytes(v));
@@ -28,18 +35,17 @@ bool Lowering::lower(sdk::NodeReport& report) {
       try {
         lower_node(n);
       } catch (const std::exception& e) {
-        std::string why = e.what();
-        for (int k : f_.nodes[n].covers) report.rejected(static_cast<size_t>(k), why);
+        LowerFailure failure{f_.nodes[n].covers, e.what()};
         for (size_t k = 0; k < f_.nodes.size(); ++k)
           if (f_.nodes[k].group == n)
-            for (int j : f_.nodes[k].covers) report.rejected(static_cast<size_t>(j), why);
-        return false;
+            for (int j : f_.nodes[k].covers) failure.nodes.push_back(j);
+        return failure;
       }
     }
   }
   bind_outputs();
   b_.plan_arena();
-  return true;
+  return std::nullopt;
 }
 
 // ---- values, destinations and post-ops ---------------------------------------
@@ -48,7 +54,7 @@ int Lowering::ref_of(int v) {
   auto it = tensors_.find(v);
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
-    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v));
+    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v), value_tag(v));
     tensors_[v] = r;
     return r;
   }
@@ -189,12 +195,14 @@ void Lowering::lower_conv(const INode& n) {
     pd = make(any_md(ys));
   }
   const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
-  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc());
+  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),
+                                      n.weights ? node_tag("bnw", n.node) : value_tag(n.in[1]));
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
     const float* b = n.bias ? n.bias->data() : g_.f32(n.in[2]);
-    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc())});
+    const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(n.in[2]);
+    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc(), tag)});
   }
   add_main_step(n, dnnl::convolution_forward(pd), std::move(args), pd);
 }
@@ -207,27 +215,32 @@ void Lowering::lower_gemm(const INode& n) {
   const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
   const bool trans_b = node.attr_int("transB", 0) != 0;
   const int64_t m = ys[0], nout = ys[1], k = as[1];
-  const float* b = g_.f32(n.in[1]);
-  std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
-  for (int64_t i = 0; i < nout; ++i)
-    for (int64_t j = 0; j < k; ++j)
-      w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
   const bool has_bias = n.in.size() > 2 && n.in[2] >= 0;
-  std::vector<float> bias;
-  if (has_bias) {
-    const float* c = g_.f32(n.in[2]);
-    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
-  }
   dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, any_md({m, k}),
                                       any_md({nout, k}), has_bias ? any_md({nout}) : memory::desc(),
                                       dst_hint(n, ys));
   dnnl::inner_product_forward::primitive_desc pd(d, attr_with(n.post), engine());
-  const int wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc());
+  // B transposed and scaled by alpha: computed only if no other instance of
+  // the partition has it in this layout already.
+  const std::string wtag = node_tag("gemmw", n.node), btag = node_tag("gemmb", n.node);
+  int wref = b_.cached_const(wtag, plain_md({nout, k}), pd.weights_desc());
+  if (wref < 0) {
+    const float* b = g_.f32(n.in[1]);
+    std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
+    for (int64_t i = 0; i < nout; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
+    wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc(), wtag);
+  }
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (has_bias)
+  if (has_bias) {
+    const float* c = g_.f32(n.in[2]);
+    std::vector<float> bias;
+    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
     args.push_back(
-        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc())});
+        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc(), btag)});
+  }
   add_main_step(n, dnnl::inner_product_forward(pd), std::move(args), pd);
 }
 
@@ -250,10 +263,12 @@ void Lowering::lower_matmul(const INode& n) {
   if (dst_md.data.format_kind == dnnl_format_kind_any) dst_md = plain_md(ys);
   dnnl::matmul::desc d(b_.md(src), wmd, bias_md, dst_md);
   dnnl::matmul::primitive_desc pd(d, attr_with(n.post), engine());
-  if (const_b) wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc());
+  if (const_b)
+    wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (n.bias_value >= 0)
-    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value))});
+    args.push_back(
+        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
   add_main_step(n, dnnl::matmul(pd), std::move(args), pd);
 }
 
@@ -308,10 +323,10 @@ void Lowering::lower_batch_norm(const INode& n) {
   const memory::desc c = plain_md({xs[1]});
   add_step_to_new(n.out, dnnl::batch_normalization_forward(pd),
                   {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]))},
-                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]))},
-                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]))},
-                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]))}},
+                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]), value_tag(n.in[1]))},
+                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]), value_tag(n.in[2]))},
+                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(n.in[3]))},
+                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(n.in[4]))}},
                   pd, g_.describe(n.node));
 }
 
@@ -329,11 +344,12 @@ void Lowering::lower_layer_norm(const INode& n) {
   dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
                                             flags);
   dnnl::layer_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
-  add_step_to_new(n.out, dnnl::layer_normalization_forward(pd),
-                  {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data())},
-                   {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data())}},
-                  pd, g_.describe(n.node));
+  add_step_to_new(
+      n.out, dnnl::layer_normalization_forward(pd),
+      {{DNNL_ARG_SRC, src},
+       {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data(), node_tag("lns", n.node))},
+       {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data(), node_tag("lnb", n.node))}},
+      pd, g_.describe(n.node));
 }
 
 void Lowering::lower_softmax(const INode& n) {

@@ -41,7 +41,29 @@ bool is_dense(const memory::desc& md) {
   return md.get_size() == static_cast<size_t>(n) * sizeof(float);
 }
 
-PlanBuilder::PlanBuilder(Compiled& c) : c_(c), stream_(engine()) {
+std::string WeightCache::key(const std::string& tag, const memory::desc& from,
+                             const memory::desc& to) {
+  // The descriptors' bytes: equal bytes are equal descriptors (a difference
+  // in padding bytes alone would only cost a miss).
+  std::string k = tag;
+  k.push_back('\0');
+  k.append(reinterpret_cast<const char*>(&from.data), sizeof from.data);
+  k.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
+  return k;
+}
+
+dnnl::memory WeightCache::find(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? dnnl::memory() : it->second;
+}
+
+void WeightCache::keep_only(const std::set<const void*>& live) {
+  for (auto it = entries_.begin(); it != entries_.end();)
+    it = live.count(it->second.get_data_handle()) ? std::next(it) : entries_.erase(it);
+}
+
+PlanBuilder::PlanBuilder(Compiled& c, WeightCache* weights)
+    : c_(c), weights_(weights), stream_(engine()) {
   attr_.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 }
 
@@ -65,26 +87,42 @@ int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
 int PlanBuilder::new_arena(const memory::desc& md) {
   return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md);
 }
-int PlanBuilder::const_ref(const memory::desc& md, const void* data) {
+int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const std::string& tag) {
   MemRef r;
   r.md = md;
-  r.constant = dnnl::memory(md, engine());
-  std::memcpy(r.constant.get_data_handle(), data, md.get_size());
+  r.constant = m;
+  r.tag = tag;
   c_.refs.push_back(r);
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
+int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
+                              const memory::desc& want) {
+  if (weights_ == nullptr || tag.empty()) return -1;
+  dnnl::memory m = weights_->find(WeightCache::key(tag, user, want));
+  if (!m) return -1;
+  ++weights_->reused;
+  return add_const(want, m, tag);
+}
+
+int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::string& tag) {
+  if (int r = cached_const(tag, md, md); r >= 0) return r;
+  dnnl::memory m(md, engine());
+  std::memcpy(m.get_data_handle(), data, md.get_size());
+  if (weights_ != nullptr && !tag.empty()) weights_->add(WeightCache::key(tag, md, md), m);
+  return add_const(md, m, tag);
+}
+
 int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
-                                 const memory::desc& want) {
-  if (user == want) return const_ref(user, data);
+                                 const memory::desc& want, const std::string& tag) {
+  if (user == want) return const_ref(user, data, tag);
+  if (int r = cached_const(tag, user, want); r >= 0) return r;
   dnnl::memory src(user, engine(), const_cast<void*>(data));
-  MemRef r;
-  r.md = want;
-  r.constant = dnnl::memory(want, engine());
-  dnnl::reorder(src, r.constant).execute(stream_, src, r.constant);
+  dnnl::memory m(want, engine());
+  dnnl::reorder(src, m).execute(stream_, src, m);
   stream_.wait();
-  c_.refs.push_back(r);
-  return static_cast<int>(c_.refs.size()) - 1;
+  if (weights_ != nullptr && !tag.empty()) weights_->add(WeightCache::key(tag, user, want), m);
+  return add_const(want, m, tag);
 }
 
 const memory::desc& PlanBuilder::md(int ref) const { return c_.refs[ref].md; }
@@ -123,7 +161,8 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   for (const auto& [src, dst] : reorders_)
     if (src == ref && md(dst) == want) return dst;
   if (c_.refs[ref].constant)
-    return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want);
+    return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want,
+                           c_.refs[ref].tag);
   const int dst = new_arena(want);
   copy(ref, dst);
   reorders_.push_back({ref, dst});

@@ -8,11 +8,38 @@
 
 #include <dnnl.hpp>
 
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace backplane::onednn {
+
+// Constants in the layouts their primitives want, shared by the instances of
+// one shape-polymorphic partition (polymorphic.hpp): an instance for new
+// shapes whose primitive wants a weight in a layout an earlier instance
+// already made takes that memory instead of copying or reordering the weight
+// again. An entry is found by the constant's tag (which weight, transformed
+// how: "v12" is view value 12 as it is, "gemm3w" node 3's Gemm weights), its
+// source layout and the layout wanted. Not thread-safe: one instance is
+// lowered at a time.
+class WeightCache {
+ public:
+  static std::string key(const std::string& tag, const dnnl::memory::desc& from,
+                         const dnnl::memory::desc& to);
+  // The memory for `key`, or an empty one.
+  dnnl::memory find(const std::string& key) const;
+  void add(const std::string& key, const dnnl::memory& m) { entries_[key] = m; }
+  // Drops every entry whose bytes are not in `live` (data handles of the
+  // constants that the instances still kept use).
+  void keep_only(const std::set<const void*>& live);
+  size_t size() const { return entries_.size(); }
+  size_t reused = 0;  // lookups answered from the cache
+
+ private:
+  std::map<std::string, dnnl::memory> entries_;
+};
 
 dnnl::memory::dims to_dims(const Dims& d);
 // Dense row-major float32 (the ABI's layout); `any` lets the primitive choose.
@@ -25,7 +52,9 @@ bool is_dense(const dnnl::memory::desc& md);
 // indices into the Compiled's vectors.
 class PlanBuilder {
  public:
-  explicit PlanBuilder(Compiled& c);
+  // `weights`: where constants are shared with other instances (NULL: each
+  // constant is this plan's own).
+  explicit PlanBuilder(Compiled& c, WeightCache* weights = nullptr);
 
   Compiled& compiled() { return c_; }
   // Scratchpad in user mode, no post-ops: the attributes of most steps.
@@ -35,11 +64,16 @@ class PlanBuilder {
   int add_ref(int buffer, const dnnl::memory::desc& md);
   // A ref over a new arena buffer of md's size.
   int new_arena(const dnnl::memory::desc& md);
-  // A constant holding a copy of `data` (md's bytes).
-  int const_ref(const dnnl::memory::desc& md, const void* data);
+  // A constant holding a copy of `data` (md's bytes). `tag` names the
+  // constant in the WeightCache ("": never shared).
+  int const_ref(const dnnl::memory::desc& md, const void* data, const std::string& tag = "");
   // A constant reordered once into `want` (e.g. a blocked weights layout).
   int const_reordered(const dnnl::memory::desc& user, const void* data,
-                      const dnnl::memory::desc& want);
+                      const dnnl::memory::desc& want, const std::string& tag = "");
+  // The constant `tag` in layout `want`, if the WeightCache has it (so the
+  // caller need not compute its source bytes); -1 otherwise.
+  int cached_const(const std::string& tag, const dnnl::memory::desc& user,
+                   const dnnl::memory::desc& want);
 
   const dnnl::memory::desc& md(int ref) const;
   Dims dims_of(int ref) const;
@@ -68,7 +102,10 @@ class PlanBuilder {
   void plan_arena();
 
  private:
+  int add_const(const dnnl::memory::desc& md, const dnnl::memory& m, const std::string& tag);
+
   Compiled& c_;
+  WeightCache* weights_;
   dnnl::stream stream_;
   dnnl::primitive_attr attr_;
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace backplane::onednn {
@@ -37,8 +38,91 @@ Binder::Binder(const Compiled& c, char* memory) : c_(c) {
     }
   }
   args_.resize(c.steps.size());
-  for (size_t s = 0; s < c.steps.size(); ++s)
+  copies_.resize(c.steps.size());
+  for (size_t s = 0; s < c.steps.size(); ++s) {
     for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
+    if (c.steps[s].copy_concat) plan_copy(s);
+  }
+}
+
+namespace {
+// Dims and strides without size-1 dims, neighbours merged where both
+// layouts are contiguous across them: the fewest, longest runs to copy.
+void coalesce(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<int64_t>& b) {
+  std::vector<int64_t> d, sa, sb;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 1) continue;
+    if (!d.empty() && sa.back() == a[i] * dims[i] && sb.back() == b[i] * dims[i]) {
+      d.back() *= dims[i];
+      sa.back() = a[i];
+      sb.back() = b[i];
+      continue;
+    }
+    d.push_back(dims[i]);
+    sa.push_back(a[i]);
+    sb.push_back(b[i]);
+  }
+  if (d.empty()) d = {1}, sa = {1}, sb = {1};
+  dims = d, a = sa, b = sb;
+}
+
+std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
+  const auto& st = md.data.format_desc.blocking.strides;
+  return std::vector<int64_t>(st, st + md.data.ndims);
+}
+}  // namespace
+
+void Binder::plan_copy(size_t s) {
+  const Step& step = c_.steps[s];
+  const int axis = step.concat_axis;
+  size_t dst_arg = 0;
+  for (size_t a = 0; a < step.args.size(); ++a)
+    if (step.args[a].first == DNNL_ARG_DST) dst_arg = a;
+  const dnnl::memory::desc& dst = c_.refs[step.args[dst_arg].second].md;
+  int64_t along = 0;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    if (a == dst_arg) continue;
+    const dnnl::memory::desc& src = c_.refs[step.args[a].second].md;
+    CopyPart part{a, 0, src.dims(), strides_of(src), strides_of(dst)};
+    part.offset = along * part.dst_strides[axis];
+    along += part.dims[axis];
+    coalesce(part.dims, part.src_strides, part.dst_strides);
+    copies_[s].push_back(std::move(part));
+  }
+}
+
+void Binder::run_copy(size_t s) {
+  float* dst = nullptr;
+  for (const dnnl_exec_arg_t& a : args_[s])
+    if (a.arg == DNNL_ARG_DST)
+      dnnl_memory_get_data_handle(a.memory, reinterpret_cast<void**>(&dst));
+  for (const CopyPart& part : copies_[s]) {
+    const float* src = nullptr;
+    dnnl_memory_get_data_handle(args_[s][part.arg].memory,
+                                const_cast<void**>(reinterpret_cast<const void**>(&src)));
+    const size_t rank = part.dims.size();
+    // Rows of the innermost dim, memcpy'd when contiguous on both sides.
+    const int64_t inner = part.dims[rank - 1];
+    const bool contiguous = part.src_strides[rank - 1] == 1 && part.dst_strides[rank - 1] == 1;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < rank; ++i) rows *= part.dims[i];
+#pragma omp parallel for if (rows * inner > (int64_t{1} << 16))
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t from = 0, to = part.offset, rest = row;
+      for (size_t i = rank - 1; i-- > 0;) {
+        const int64_t k = rest % part.dims[i];
+        rest /= part.dims[i];
+        from += k * part.src_strides[i];
+        to += k * part.dst_strides[i];
+      }
+      if (contiguous) {
+        std::memcpy(dst + to, src + from, static_cast<size_t>(inner) * sizeof(float));
+        continue;
+      }
+      for (int64_t j = 0; j < inner; ++j)
+        dst[to + j * part.dst_strides[rank - 1]] = src[from + j * part.src_strides[rank - 1]];
+    }
+  }
 }
 
 void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
@@ -65,6 +149,10 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // The OpenMP thread count is per calling thread (the application's).
   if (omp_get_max_threads() != c_.threads) omp_set_num_threads(c_.threads);
   for (size_t s = 0; s < args_.size(); ++s) {
+    if (c_.steps[s].copy_concat) {
+      run_copy(s);
+      continue;
+    }
     dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
                                               static_cast<int>(args_[s].size()), args_[s].data());
     if (st != dnnl_success)

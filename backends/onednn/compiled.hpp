@@ -40,14 +40,20 @@ struct MemRef {
   dnnl::memory::desc md;
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
   bool scratch = false;
-  std::string tag;  // a constant's WeightCache tag (plan_builder.hpp); compile time only
+  std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only
 };
 
 struct Step {
-  dnnl::primitive prim;
+  dnnl::primitive prim;                   // empty for a copy_concat step
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
   int concat_axis = -1;                   // concat steps: the axis (oneDNN cannot be asked for it)
+  // A Concat of plain (strided) tensors done here, not by oneDNN: its
+  // DNNL_ARG_MULTIPLE_SRC + i copied side by side along concat_axis into its
+  // DNNL_ARG_DST. Only in instances of shape-polymorphic partitions, which
+  // would otherwise make a oneDNN concat for every cache length (never
+  // serialized).
+  bool copy_concat = false;
 };
 
 class Compiled;
@@ -72,10 +78,22 @@ class Binder {
     bool input;
     size_t index;
   };
+  // One source of a copy_concat step: copied from `arg` (its memory in
+  // args_) to the destination, `offset` elements in; dims and strides in
+  // elements, coalesced.
+  struct CopyPart {
+    size_t arg;
+    int64_t offset;
+    std::vector<int64_t> dims, src_strides, dst_strides;
+  };
+  void plan_copy(size_t step);
+  void run_copy(size_t step);
+
   const Compiled& c_;
   std::vector<dnnl::memory> mems_;
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
+  std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
 };
 
 class Compiled : public sdk::CompiledPartition {

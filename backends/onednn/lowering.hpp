@@ -26,10 +26,9 @@ struct LowerFailure {
 // Lowers one view into one Compiled; both (and `weights`) must outlive it.
 class Lowering {
  public:
-  // weights: constants shared with other instances of a shape-polymorphic
-  // partition (NULL: none).
-  Lowering(ViewInfo& g, Compiled& c, WeightCache* weights = nullptr)
-      : g_(g), c_(c), b_(c, weights) {}
+  // shared: what the instances of a shape-polymorphic partition share
+  // (weights, primitives); NULL: none.
+  Lowering(ViewInfo& g, Compiled& c, SharedCache* shared = nullptr) : g_(g), c_(c), b_(c, shared) {}
 
   // Builds the internal nodes: patterns, BatchNorm folding, fusion groups.
   void prepare() { f_ = fuse(g_); }
@@ -69,6 +68,7 @@ class Lowering {
   void lower_conv(const INode& n);
   void lower_gemm(const INode& n);
   void lower_matmul(const INode& n);
+  bool lower_matmul_any_shape(const INode& n, int src, int wref, const dnnl::memory::desc& dst_md);
   void lower_pool(const INode& n);
   void lower_batch_norm(const INode& n);
   void lower_layer_norm(const INode& n);

@@ -277,6 +277,8 @@ struct PostOpRecord {
 };
 
 void write_step(Writer& w, const Step& step) {
+  if (step.copy_concat || !step.prim)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + " is not a oneDNN primitive");
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   dnnl_primitive_kind_t kind{};
   check(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");

@@ -41,8 +41,8 @@ bool is_dense(const memory::desc& md) {
   return md.get_size() == static_cast<size_t>(n) * sizeof(float);
 }
 
-std::string WeightCache::key(const std::string& tag, const memory::desc& from,
-                             const memory::desc& to) {
+std::string SharedCache::weight_key(const std::string& tag, const memory::desc& from,
+                                    const memory::desc& to) {
   // The descriptors' bytes: equal bytes are equal descriptors (a difference
   // in padding bytes alone would only cost a miss).
   std::string k = tag;
@@ -52,18 +52,26 @@ std::string WeightCache::key(const std::string& tag, const memory::desc& from,
   return k;
 }
 
-dnnl::memory WeightCache::find(const std::string& key) const {
-  auto it = entries_.find(key);
-  return it == entries_.end() ? dnnl::memory() : it->second;
+dnnl::memory SharedCache::find_weight(const std::string& key) const {
+  auto it = weights_.find(key);
+  return it == weights_.end() ? dnnl::memory() : it->second;
 }
 
-void WeightCache::keep_only(const std::set<const void*>& live) {
-  for (auto it = entries_.begin(); it != entries_.end();)
-    it = live.count(it->second.get_data_handle()) ? std::next(it) : entries_.erase(it);
+const SharedCache::Made* SharedCache::find_primitive(const std::string& key) const {
+  auto it = prims_.find(key);
+  return it == prims_.end() ? nullptr : &it->second;
 }
 
-PlanBuilder::PlanBuilder(Compiled& c, WeightCache* weights)
-    : c_(c), weights_(weights), stream_(engine()) {
+void SharedCache::keep_only(const std::set<const void*>& live_weights,
+                            const std::set<const void*>& live_prims) {
+  for (auto it = weights_.begin(); it != weights_.end();)
+    it = live_weights.count(it->second.get_data_handle()) ? std::next(it) : weights_.erase(it);
+  for (auto it = prims_.begin(); it != prims_.end();)
+    it = live_prims.count(it->second.prim.get()) ? std::next(it) : prims_.erase(it);
+}
+
+PlanBuilder::PlanBuilder(Compiled& c, SharedCache* shared)
+    : c_(c), shared_(shared), stream_(engine()) {
   attr_.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 }
 
@@ -98,10 +106,10 @@ int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const 
 
 int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
                               const memory::desc& want) {
-  if (weights_ == nullptr || tag.empty()) return -1;
-  dnnl::memory m = weights_->find(WeightCache::key(tag, user, want));
+  if (shared_ == nullptr || tag.empty()) return -1;
+  dnnl::memory m = shared_->find_weight(SharedCache::weight_key(tag, user, want));
   if (!m) return -1;
-  ++weights_->reused;
+  ++shared_->reused;
   return add_const(want, m, tag);
 }
 
@@ -109,7 +117,8 @@ int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::
   if (int r = cached_const(tag, md, md); r >= 0) return r;
   dnnl::memory m(md, engine());
   std::memcpy(m.get_data_handle(), data, md.get_size());
-  if (weights_ != nullptr && !tag.empty()) weights_->add(WeightCache::key(tag, md, md), m);
+  if (shared_ != nullptr && !tag.empty())
+    shared_->add_weight(SharedCache::weight_key(tag, md, md), m);
   return add_const(md, m, tag);
 }
 
@@ -121,7 +130,8 @@ int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
   dnnl::memory m(want, engine());
   dnnl::reorder(src, m).execute(stream_, src, m);
   stream_.wait();
-  if (weights_ != nullptr && !tag.empty()) weights_->add(WeightCache::key(tag, user, want), m);
+  if (shared_ != nullptr && !tag.empty())
+    shared_->add_weight(SharedCache::weight_key(tag, user, want), m);
   return add_const(want, m, tag);
 }
 
@@ -142,6 +152,18 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
     args.push_back({DNNL_ARG_SCRATCHPAD, static_cast<int>(c_.refs.size()) - 1});
     c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
   }
+  push_step(std::move(prim), std::move(args), what);
+}
+
+void PlanBuilder::add_copy_concat(std::vector<std::pair<int, int>> args, int axis,
+                                  const std::string& what) {
+  push_step(dnnl::primitive(), std::move(args), what);
+  c_.steps.back().copy_concat = true;
+  c_.steps.back().concat_axis = axis;
+}
+
+void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                            const std::string& what) {
   const int s = static_cast<int>(c_.steps.size());
   for (auto [arg, r] : args) {
     const int b = c_.refs[r].buffer;
@@ -170,8 +192,27 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
 }
 
 void PlanBuilder::copy(int src, int dst) {
-  dnnl::reorder::primitive_desc pd(engine(), md(src), engine(), md(dst), attr_);
-  add_step(dnnl::reorder(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+  const memory::desc &from = md(src), &to = md(dst);
+  auto create = [&] {
+    return std::make_shared<dnnl::reorder::primitive_desc>(engine(), from, engine(), to, attr_);
+  };
+  std::string op(reinterpret_cast<const char*>(&from.data), sizeof from.data);
+  op.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
+  dnnl::primitive prim;
+  dnnl::reorder::primitive_desc pd = made<dnnl::reorder>(op, "", create, &prim);
+  add_step(prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+}
+
+dnnl::concat::primitive_desc PlanBuilder::make_concat(int axis,
+                                                      const std::vector<memory::desc>& srcs,
+                                                      dnnl::primitive* prim) {
+  auto create = [&] {
+    return std::make_shared<dnnl::concat::primitive_desc>(axis, srcs, engine(), attr_);
+  };
+  std::string op(reinterpret_cast<const char*>(&axis), sizeof axis);
+  for (const memory::desc& m : srcs)
+    op.append(reinterpret_cast<const char*>(&m.data), sizeof m.data);
+  return made<dnnl::concat>(op, "", create, prim);
 }
 
 int PlanBuilder::as_plain(int ref, const Dims& shape) { return as_md(ref, plain_md(shape)); }

@@ -97,10 +97,13 @@ class PolyContext : public sdk::ExecContext {
       bound_.clear();  // every binding points into the old block
       std::free(memory_);
       memory_ = nullptr;
+      // Half as much again: a growing cache grows the arena a little per
+      // token, and fresh pages cost a fault each on first use.
+      const size_t bytes = align_up(std::max(need, capacity_ + capacity_ / 2));
       capacity_ = 0;
-      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, align_up(need)));
+      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
       if (memory_ == nullptr) throw std::bad_alloc();
-      capacity_ = align_up(need);
+      capacity_ = bytes;
     }
     if (bound_.size() >= kMaxInstances)
       bound_.erase(
@@ -194,9 +197,10 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   host_.log(BP_LOG_DEBUG, "CpuOneDnn",
             where_ + ": instance for new shapes (" + describe_inputs(key) + ") lowered in " + took +
                 " ms; " + std::to_string(kept) + " kept (at most " + std::to_string(kMaxInstances) +
-                "), " + std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused, " +
-                std::to_string(weights_.size()) + " shared weights (" +
-                std::to_string(weights_.reused) + " times reused)");
+                "), " + std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused; " +
+                "shared: " + std::to_string(shared_.weights()) + " weights, " +
+                std::to_string(shared_.primitives()) + " primitives (" +
+                std::to_string(shared_.reused) + " times taken)");
   return plan;
 }
 
@@ -233,7 +237,7 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   const std::string cannot =
       where_ + " cannot run at these shapes (" + describe_inputs(key) + "): ";
   try {
-    Lowering lowering(g, *plan, &weights_);
+    Lowering lowering(g, *plan, &shared_);
     lowering.prepare();
     if (std::optional<LowerFailure> failure = lowering.lower()) {
       const int n = failure->nodes.empty() ? -1 : failure->nodes.front();
@@ -251,8 +255,8 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
 }
 
 void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan) {
-  std::set<const void*> live;
-  bool evicted = false;
+  std::set<const void*> weights, prims;
+  bool prune = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++misses_;
@@ -261,15 +265,24 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
       entries_.erase(
           std::min_element(entries_.begin(), entries_.end(),
                            [](const Entry& a, const Entry& b) { return a.used < b.used; }));
-      evicted = true;
-      for (const Entry& e : entries_)
-        for (const MemRef& r : e.plan->refs)
-          if (r.constant) live.insert(r.constant.get_data_handle());
+      // Pruning walks every kept instance: done once the shared entries
+      // doubled since the last time, so a decoder loop (an eviction per
+      // token) pays for it now and then only.
+      prune = shared_.weights() + shared_.primitives() > prune_at_;
     }
+    if (prune)
+      for (const Entry& e : entries_) {
+        for (const MemRef& r : e.plan->refs)
+          if (r.constant) weights.insert(r.constant.get_data_handle());
+        for (const Step& s : e.plan->steps)
+          if (s.prim) prims.insert(s.prim.get());
+      }
   }
-  // Weights only the evicted instance used go with it (a context still
-  // running it holds its own references).
-  if (evicted) weights_.keep_only(live);
+  // What only evicted instances used goes (a context still running one
+  // holds its own references).
+  if (!prune) return;
+  shared_.keep_only(weights, prims);
+  prune_at_ = 2 * (shared_.weights() + shared_.primitives()) + 64;
 }
 
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,

@@ -11,11 +11,16 @@
 // shapes up among the instances lowered before; shapes not seen yet are
 // lowered exactly as compile lowers a concrete view (patterns, fusion,
 // primitives, arena) into a new instance, after checking that they fit
-// together (shape_checks.hpp). Making an instance is cheap where it matters:
-// oneDNN's primitive cache returns the primitives of shapes it saw before
-// (the projections of a decoder step keep theirs while the attention's
-// grow), and weights already reordered into the layout a primitive wants
-// are shared between instances (WeightCache), never copied again.
+// together (shape_checks.hpp). An instance costs little more than what its
+// new shapes change: the primitives of operations whose shapes an earlier
+// instance had (a decoder step's projections, while its attention grows) are
+// taken from that instance with their descriptors, and weights already
+// reordered into the layout a primitive wants are shared, never copied again
+// (SharedCache); a MatMul of two activations (the attention's) is one
+// primitive with runtime dims for every shape; primitives of shapes seen
+// before and since evicted come from oneDNN's primitive cache without code
+// generation. What a new shape still makes anew: Softmax, Concat and
+// element-wise primitives over the shapes that changed.
 //
 // Instances are kept least recently used first out, kMaxInstances per
 // partition; an evicted one lives on while a context still runs it. Each
@@ -91,7 +96,8 @@ class PolyCompiled : public sdk::CompiledPartition {
   // Lowers the view at the shapes of `key` (lower_mutex_ held).
   std::shared_ptr<const Compiled> lower(const std::vector<int64_t>& key);
   // Keeps `plan`, evicting the least recently used beyond kMaxInstances, and
-  // drops the shared weights no kept instance uses (lower_mutex_ held).
+  // (now and then) drops the shared weights and primitives no kept instance
+  // uses (lower_mutex_ held).
   void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
   std::string describe_inputs(const std::vector<int64_t>& key) const;
 
@@ -103,8 +109,9 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::mutex mutex_;             // guards entries_, clock_, hits_, misses_
   std::vector<Entry> entries_;
   uint64_t clock_ = 0, hits_ = 0, misses_ = 0;
-  std::mutex lower_mutex_;  // one lowering at a time; guards weights_
-  WeightCache weights_;
+  std::mutex lower_mutex_;  // one lowering at a time; guards shared_
+  SharedCache shared_;
+  size_t prune_at_ = 0;  // shared_'s size that makes keep() prune it
 };
 
 // Checks that every node of `view` (dims open) can run here at some shapes

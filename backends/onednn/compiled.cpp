@@ -86,6 +86,7 @@ void Binder::plan_copy(size_t s) {
     CopyPart part{a, 0, src.dims(), strides_of(src), strides_of(dst)};
     part.offset = along * part.dst_strides[axis];
     along += part.dims[axis];
+    if (sdk::element_count(part.dims) == 0) continue;  // an empty cache: nothing to copy
     coalesce(part.dims, part.src_strides, part.dst_strides);
     copies_[s].push_back(std::move(part));
   }
@@ -134,7 +135,7 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                        " inputs and " + std::to_string(c_.output_bytes.size()) + " outputs");
   for (size_t k = 0; k < num_inputs; ++k)
     if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] ||
-        inputs[k].data == nullptr)
+        (inputs[k].data == nullptr && c_.input_bytes[k] > 0))
       throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) +
                          " is not a host buffer of " + std::to_string(c_.input_bytes[k]) +
                          " bytes");

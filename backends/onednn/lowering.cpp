@@ -466,6 +466,10 @@ void Lowering::lower_concat(const INode& n) {
   // would be made for every cache length.
   bool plain = b_.shared();
   for (const memory::desc& m : mds) plain = plain && !is_blocked(m);
+  if (!plain)
+    for (int v : n.in)
+      if (sdk::element_count(g_.shape(v)) == 0)
+        throw fail("input '" + g_.value_name(v) + "' is empty");
   if (plain) {
     const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
     std::vector<std::pair<int, int>> args;

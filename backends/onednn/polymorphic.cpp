@@ -69,9 +69,6 @@ class PolyContext : public sdk::ExecContext {
     const bp_value_t& value = p_.view().values[v];
     const Dims want(p_.dims_in(key_, v), p_.dims_in(key_, v) + value.rank);
     const std::string name = std::string(what) + " '" + value.name + "'";
-    if (t.data == nullptr && std::string_view(what) == "output")
-      throw sdk::unsupported(p_.where() + ": " + name +
-                             " has a shape that depends on data; no operator here makes one");
     if (t.dtype != value.dtype)
       throw sdk::invalid(p_.where() + ": " + name + " is " + sdk::dtype_name(t.dtype) +
                          ", expected " + sdk::dtype_name(value.dtype));
@@ -80,7 +77,7 @@ class PolyContext : public sdk::ExecContext {
                          shape_str(t.shape ? dims_of(t) : Dims{}) +
                          ", but the run's value shapes give it " + shape_str(want));
     const size_t bytes = static_cast<size_t>(sdk::element_count(want)) * sdk::dtype_size(t.dtype);
-    if (t.device != 0 || t.size_bytes != bytes || t.data == nullptr)
+    if (t.device != 0 || t.size_bytes != bytes || (t.data == nullptr && bytes > 0))
       throw sdk::invalid(p_.where() + ": " + name + " is not a host buffer of " +
                          std::to_string(bytes) + " bytes");
   }
@@ -222,6 +219,7 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
     shapes[v].assign(dims_in(key, v), dims_in(key, v) + open.values[v].rank);
   ShapedView shaped(open, shapes);
   ViewInfo g(host_, shaped.view());
+  g.instance = true;
   for (size_t n = 0; n < g.num_nodes(); ++n) {
     try {
       check_shapes(g, static_cast<int>(n));

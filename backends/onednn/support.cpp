@@ -264,7 +264,10 @@ void check_tensors(ViewInfo& g, int n) {
       throw fail("input '" + g.value_name(v) + "' is " +
                  (g.values[v].dtype == BP_DTYPE_INT64 ? "int64" : "not float32") +
                  " (only float32 is supported)");
-    if (sdk::element_count(g.shape(v)) == 0) throw fail("input '" + g.value_name(v) + "' is empty");
+    // An instance copies a Concat's inputs itself, empty ones too (a
+    // decoder's first step has an empty key/value cache).
+    if (sdk::element_count(g.shape(v)) == 0 && !(g.instance && op == "Concat"))
+      throw fail("input '" + g.value_name(v) + "' is empty");
   }
   const int y = g.out(n);
   if (y < 0 || g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("output is not float32");

@@ -107,7 +107,9 @@ void Binder::run_copy(size_t s) {
     const bool contiguous = part.src_strides[rank - 1] == 1 && part.dst_strides[rank - 1] == 1;
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < rank; ++i) rows *= part.dims[i];
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
 #pragma omp parallel for if (rows * inner > (int64_t{1} << 16))
+#endif
     for (int64_t row = 0; row < rows; ++row) {
       int64_t from = 0, to = part.offset, rest = row;
       for (size_t i = rank - 1; i-- > 0;) {

@@ -65,21 +65,24 @@ class PolyContext : public sdk::ExecContext {
   };
 
   // Tensor `t` must be value v at the run's shapes, dense, in host memory.
+  // (Messages are made only on failure: a run allocates nothing here.)
   void check_tensor(const bp_tensor_t& t, size_t v, const char* what) const {
     const bp_value_t& value = p_.view().values[v];
-    const Dims want(p_.dims_in(key_, v), p_.dims_in(key_, v) + value.rank);
-    const std::string name = std::string(what) + " '" + value.name + "'";
+    const int64_t* want = p_.dims_in(key_, v);
+    auto name = [&] { return p_.where() + ": " + what + " '" + value.name + "'"; };
     if (t.dtype != value.dtype)
-      throw sdk::invalid(p_.where() + ": " + name + " is " + sdk::dtype_name(t.dtype) +
-                         ", expected " + sdk::dtype_name(value.dtype));
-    if (t.rank != value.rank || (t.rank > 0 && t.shape == nullptr) || dims_of(t) != want)
-      throw sdk::invalid(p_.where() + ": " + name + " has shape " +
-                         shape_str(t.shape ? dims_of(t) : Dims{}) +
-                         ", but the run's value shapes give it " + shape_str(want));
-    const size_t bytes = static_cast<size_t>(sdk::element_count(want)) * sdk::dtype_size(t.dtype);
+      throw sdk::invalid(name() + " is " + sdk::dtype_name(t.dtype) + ", expected " +
+                         sdk::dtype_name(value.dtype));
+    const bool same = t.rank == value.rank && (t.rank == 0 || t.shape != nullptr) &&
+                      std::equal(want, want + value.rank, t.shape);
+    if (!same)
+      throw sdk::invalid(
+          name() + " has shape " + shape_str(t.shape ? dims_of(t) : Dims(t.rank, -1)) +
+          ", but the run's value shapes give it " + shape_str(Dims(want, want + value.rank)));
+    const size_t bytes =
+        static_cast<size_t>(sdk::element_count(want, value.rank)) * sdk::dtype_size(t.dtype);
     if (t.device != 0 || t.size_bytes != bytes || (t.data == nullptr && bytes > 0))
-      throw sdk::invalid(p_.where() + ": " + name + " is not a host buffer of " +
-                         std::to_string(bytes) + " bytes");
+      throw sdk::invalid(name() + " is not a host buffer of " + std::to_string(bytes) + " bytes");
   }
 
   // The bindings of `plan` over this context's memory.

@@ -5,9 +5,12 @@
 // plugin_shim.cpp loads this code from libBackplane_CpuOneDnn_impl.so) and
 // the static library bench/ links to measure what dynamic loading costs.
 // Nodes it cannot run are rejected in query_support with the reason, and the
-// partitioner gives them to the next backend (CpuRef).
+// partitioner gives them to the next backend (CpuRef). It declares
+// BP_BACKEND_FLAG_SHAPE_POLYMORPHIC: a view with open dims is compiled once
+// and lowered per new shape at run time (polymorphic.hpp).
 #include "onednn/compiler.hpp"
 #include "onednn/identity.hpp"
+#include "onednn/polymorphic.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
@@ -29,7 +32,8 @@ class OneDnnBackend : public sdk::Backend {
     bp_backend_info_t i{};
     i.description = description_.c_str();
     i.device_count = 0;
-    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE;
+    i.flags =
+        BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE | BP_BACKEND_FLAG_SHAPE_POLYMORPHIC;
     return i;
   }
 
@@ -45,6 +49,8 @@ class OneDnnBackend : public sdk::Backend {
                                                   const bp_compile_options_t& options,
                                                   sdk::NodeReport& report) override {
     const int threads = static_cast<int>(num_threads(options));
+    // Once for every shape (polymorphic.hpp), or for the view's shapes.
+    if (sdk::shape_polymorphic(options)) return compile_polymorphic(host(), view, threads);
     return compile_partition(host(), view, threads, report);
   }
 

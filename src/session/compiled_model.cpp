@@ -24,11 +24,16 @@ std::string declared_shape(const TensorInfo& info) {
 
 bool has_shape(const ir::Value& v) { return v.has_shape; }
 
-// What partitioning depends on besides shapes: which nodes are left once a
-// signature's constants are folded (node names, in order).
+// What partitioning depends on besides sizes: which nodes are left once a
+// signature's constants are folded (node names, in order), and which values
+// are empty (backends commonly refuse empty tensors, e.g. a decoder's first
+// step with no cache yet, which must not decide the plan of every later step).
 std::string structure_of(const ir::Graph& g) {
   std::string key;
   for (const ir::Node& n : g.nodes) key.append(n.name).push_back('\0');
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].has_shape && !g.values[v].is_constant() && shape_numel(g.values[v].shape) == 0)
+      key.append(std::to_string(v)).push_back(',');
   return key;
 }
 

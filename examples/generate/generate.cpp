@@ -10,9 +10,10 @@
 //
 // One model, one session, every length: the first run takes the prompt with
 // an empty cache, each later run one token. The cache never goes through a
-// copy: each run writes present_* straight into one of two caller buffers
-// (Session::bind_output) and the next run reads them in place as past_*
-// (Session::bind_input), the two buffers taking turns.
+// copy: Session::feed makes each run's present_* the next run's past_*, where
+// the run wrote it (on an accelerator, in its device memory). The same can
+// be done by hand with Session::bind_output into two caller buffers taking
+// turns and Session::bind_input of the last one (tests/e2e/shapes_test.cpp).
 #include <backplane/runtime.hpp>
 
 #include <algorithm>
@@ -96,42 +97,28 @@ int main(int argc, char** argv) {
   }
   if (cache.empty()) return fail("the model has no past_* inputs: not a decoder with a cache");
 
-  // Two buffers per cache tensor, each as long as the longest cache.
-  const int64_t longest = static_cast<int64_t>(prompt.size()) + tokens;
-  const size_t capacity = static_cast<size_t>(heads * longest * head_dim);
-  std::vector<std::vector<float>> buffers(2 * cache.size(), std::vector<float>(capacity));
+  // The cache: empty for the prompt, then each run's present_* fed back as
+  // the next run's past_*, left where the run wrote it (Session::feed): no
+  // copy, and on an accelerator it never leaves the device.
   bp::Tensor empty(bp::DType::kFloat32, {1, heads, 0, head_dim});
-  for (const std::string& name : cache)
+  for (const std::string& name : cache) {
     if (auto st = s.set_input(name, empty); !st.ok()) return fail(st.message());
+    if (auto st = s.feed("present_" + name.substr(5), name); !st.ok()) return fail(st.message());
+  }
 
   bp::Tensor ids(bp::DType::kInt64, {1, static_cast<int64_t>(prompt.size())});
   std::copy(prompt.begin(), prompt.end(), ids.data_as<int64_t>());
-  int64_t length = 0;
   std::vector<int64_t> generated;
   std::vector<double> ms;
   for (int step = 0; step < tokens; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     if (auto st = s.set_input("input_ids", ids); !st.ok()) return fail(st.message());
-    const int64_t total = length + ids.shape()[1];
-    for (size_t k = 0; k < cache.size(); ++k) {
-      float* buffer = buffers[2 * k + step % 2].data();
-      bp::Tensor present = bp::Tensor::view(bp::DType::kFloat32, {1, heads, total, head_dim}, buffer);
-      if (auto st = s.bind_output("present_" + cache[k].substr(5), present); !st.ok())
-        return fail(st.message());
-    }
     if (auto st = s.run(); !st.ok()) return fail(st.message());
     const bp::Tensor& logits = s.output(0);
     const int64_t vocab = logits.shape()[2];
     const float* last = logits.data_as<float>() + (logits.shape()[1] - 1) * vocab;
     const int64_t token = std::max_element(last, last + vocab) - last;
     generated.push_back(token);
-    // The cache this run wrote becomes the next run's input, in place.
-    for (size_t k = 0; k < cache.size(); ++k) {
-      float* buffer = buffers[2 * k + step % 2].data();
-      bp::Tensor past = bp::Tensor::view(bp::DType::kFloat32, {1, heads, total, head_dim}, buffer);
-      if (auto st = s.bind_input(cache[k], past); !st.ok()) return fail(st.message());
-    }
-    length = total;
     ids = bp::Tensor(bp::DType::kInt64, {1, 1});
     ids.data_as<int64_t>()[0] = token;
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)

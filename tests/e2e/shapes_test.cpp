@@ -87,11 +87,16 @@ TEST_P(DynamicShapes, EncoderAtTenShapesInOneSessionMatchesPyTorch) {
   }
 }
 
+// How the cache goes from one run to the next.
+enum class Cache { kCopied, kBound, kFed };
+
 // Runs the decoder: the prompt with an empty cache, then one token per run,
-// present_* fed back as past_*. `zero_copy`: outputs written into two sets
-// of caller buffers used in turn, bound as the next run's inputs.
-std::vector<int64_t> generate(Model& model, const Tensor& prompt, int tokens, bool zero_copy,
+// present_* fed back as past_*: copied by set_input; or written into two
+// sets of caller buffers used in turn, bound as the next run's inputs; or
+// through Session::feed.
+std::vector<int64_t> generate(Model& model, const Tensor& prompt, int tokens, Cache how,
                               Tensor* first_logits) {
+  const bool zero_copy = how == Cache::kBound;
   auto session = model.create_session();
   EXPECT_TRUE(session.ok()) << session.status().to_string();
   if (!session.ok()) return {};
@@ -109,7 +114,12 @@ std::vector<int64_t> generate(Model& model, const Tensor& prompt, int tokens, bo
     pong[k].resize(ping[k].size());
   }
   std::vector<Tensor> past(cache.size(), Tensor(DType::kFloat32, empty_cache));
-  for (size_t k = 0; k < cache.size(); ++k) EXPECT_TRUE(s.set_input(cache[k], past[k]).ok());
+  for (size_t k = 0; k < cache.size(); ++k) {
+    EXPECT_TRUE(s.set_input(cache[k], past[k]).ok());
+    if (how == Cache::kFed) {
+      EXPECT_TRUE(s.feed("present_" + cache[k].substr(5), cache[k]).ok());
+    }
+  }
   Tensor ids = prompt;
   int64_t length = 0;
   std::vector<int64_t> out;
@@ -133,7 +143,7 @@ std::vector<int64_t> generate(Model& model, const Tensor& prompt, int tokens, bo
     const int64_t token = std::max_element(last, last + vocab) - last;
     out.push_back(token);
     // The cache for the next run.
-    for (size_t k = 0; k < cache.size(); ++k) {
+    for (size_t k = 0; k < cache.size() && how != Cache::kFed; ++k) {
       auto present = s.get_output("present_" + cache[k].substr(5));
       EXPECT_TRUE(present.ok());
       if (zero_copy) EXPECT_TRUE(s.bind_input(cache[k], *present).ok());
@@ -159,16 +169,18 @@ TEST_P(DynamicShapes, DecoderGreedy64TokensEqualPyTorchs) {
   ASSERT_FALSE(prompt.empty());
   ASSERT_EQ(want.numel(), 64);
   std::vector<int64_t> expected(want.data_as<int64_t>(), want.data_as<int64_t>() + 64);
-  for (bool zero_copy : {false, true}) {
-    SCOPED_TRACE(zero_copy ? "bound buffers" : "copied cache");
+  for (Cache how : {Cache::kCopied, Cache::kBound, Cache::kFed}) {
+    SCOPED_TRACE(how == Cache::kCopied ? "copied cache"
+                 : how == Cache::kBound ? "bound buffers"
+                                        : "fed back");
     Tensor first;
-    std::vector<int64_t> got = generate(**model, prompt, 64, zero_copy, &first);
+    std::vector<int64_t> got = generate(**model, prompt, 64, how, &first);
     EXPECT_EQ(got, expected);
     ASSERT_EQ(first.shape(), want_logits.shape());
     EXPECT_LE(max_rel_diff(first, want_logits), 1e-4);
   }
   // The prompt, then 63 cache lengths: one specialisation each, built once
-  // for both generations.
+  // for all three generations.
   EXPECT_EQ((*model)->specialization_stats().builds, 64u);
 }
 

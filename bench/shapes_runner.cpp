@@ -10,8 +10,8 @@
 // Backplane as an application uses it: the public API, the default backend
 // preference (CpuOneDnn from its plugin), RuntimeOptions::num_threads =
 // THREADS. The decoder's cache goes between runs as examples/generate does
-// it: written into caller buffers (bind_output) and read in place
-// (bind_input). Each model is loaded once; every shape runs in one session.
+// it: fed back where it was written (Session::feed). Each model is loaded
+// once; every shape runs in one session.
 #include "npy.hpp"
 
 #include <backplane/runtime.hpp>
@@ -167,7 +167,6 @@ json bench_decoder(bp::Runtime& rt, const Options& o) {
       fill(cache.back().data_as<float>(), static_cast<size_t>(cache.back().numel()),
            static_cast<uint32_t>(1 + i + 16 * len));
       check(s.bind_input(past[i], cache.back()), "bind " + past[i]);
-      check(s.bind_output("present_" + past[i].substr(5), bp::Tensor()), "unbind");
     }
     check(s.set_input("input_ids", ids(1)), "input_ids");
     double f0 = now_ms();
@@ -187,30 +186,20 @@ json bench_decoder(bp::Runtime& rt, const Options& o) {
                          {"runs", times.size()}});
   }
 
-  // Greedy generation from one token, the cache in two caller buffers per
-  // tensor taking turns (examples/generate).
-  const size_t capacity = static_cast<size_t>(heads * (o.gen_tokens + 1) * head_dim);
-  std::vector<std::vector<float>> buffers(2 * past.size(), std::vector<float>(capacity));
+  // Greedy generation from one token, the cache fed back from run to run
+  // where it was written (Session::feed, as examples/generate does).
   auto generate = [&](std::vector<int64_t>* tokens) {
     bp::Tensor empty(bp::DType::kFloat32, {1, heads, 0, head_dim});
-    for (const auto& name : past) check(s.set_input(name, empty), name);
+    for (const auto& name : past) {
+      check(s.set_input(name, empty), name);
+      check(s.feed("present_" + name.substr(5), name), "feed " + name);
+    }
     check(s.set_input("input_ids", ids(o.prompt_token)), "input_ids");
     const double g0 = now_ms();
     for (int step = 0; step < o.gen_tokens; ++step) {
-      const int64_t total = step + 1;
-      for (size_t k = 0; k < past.size(); ++k)
-        check(s.bind_output("present_" + past[k].substr(5),
-                            bp::Tensor::view(bp::DType::kFloat32, {1, heads, total, head_dim},
-                                             buffers[2 * k + step % 2].data())),
-              "bind_output");
       check(s.run(), "run");
       const int64_t token = argmax_last(s.output(0));
       tokens->push_back(token);
-      for (size_t k = 0; k < past.size(); ++k)
-        check(s.bind_input(past[k], bp::Tensor::view(bp::DType::kFloat32,
-                                                     {1, heads, total, head_dim},
-                                                     buffers[2 * k + step % 2].data())),
-              "bind_input");
       check(s.set_input("input_ids", ids(token)), "input_ids");
     }
     return now_ms() - g0;

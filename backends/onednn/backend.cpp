@@ -14,7 +14,9 @@
 
 #include <backplane/backend_sdk.hpp>
 
+#include <charconv>
 #include <string>
+#include <string_view>
 
 namespace backplane::onednn {
 namespace {
@@ -37,6 +39,19 @@ class OneDnnBackend : public sdk::Backend {
     return i;
   }
 
+  // "shape_instances": how many sets of shapes a shape-polymorphic partition
+  // keeps lowered (polymorphic.hpp); the rest goes to the SDK's default
+  // ("num_threads", unknown keys refused).
+  void configure(std::string_view key, std::string_view value) override {
+    if (key != "shape_instances") return sdk::Backend::configure(key, value);
+    size_t n = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100000)
+      throw sdk::invalid("shape_instances: '" + std::string(value) +
+                         "' is not an integer from 1 to 100000");
+    shape_instances_ = n;
+  }
+
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
     std::vector<std::string> reasons = unsupported_reasons(host(), view);
     for (size_t n = 0; n < view.num_nodes; ++n) {
@@ -50,7 +65,8 @@ class OneDnnBackend : public sdk::Backend {
                                                   sdk::NodeReport& report) override {
     const int threads = static_cast<int>(num_threads(options));
     // Once for every shape (polymorphic.hpp), or for the view's shapes.
-    if (sdk::shape_polymorphic(options)) return compile_polymorphic(host(), view, threads);
+    if (sdk::shape_polymorphic(options))
+      return compile_polymorphic(host(), view, threads, shape_instances_);
     return compile_partition(host(), view, threads, report);
   }
 
@@ -63,6 +79,7 @@ class OneDnnBackend : public sdk::Backend {
 
  private:
   std::string description_;
+  size_t shape_instances_ = kDefaultMaxInstances;
 };
 
 }  // namespace

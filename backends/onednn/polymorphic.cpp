@@ -105,7 +105,7 @@ class PolyContext : public sdk::ExecContext {
       if (memory_ == nullptr) throw std::bad_alloc();
       capacity_ = bytes;
     }
-    if (bound_.size() >= kMaxInstances)
+    if (bound_.size() >= p_.max_instances())
       bound_.erase(
           std::min_element(bound_.begin(), bound_.end(),
                            [](const Bound& a, const Bound& b) { return a.used < b.used; }));
@@ -124,10 +124,12 @@ class PolyContext : public sdk::ExecContext {
 
 }  // namespace
 
-PolyCompiled::PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads)
+PolyCompiled::PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
+                           size_t max_instances)
     : host_(host),
       view_(view),
       threads_(threads),
+      max_instances_(std::max<size_t>(max_instances, 1)),
       where_(std::string("CpuOneDnn partition '") + view_.view().name + "'") {
   size_t at = 0;
   for (size_t v = 0; v < view_.view().num_values; ++v) {
@@ -196,7 +198,7 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   std::snprintf(took, sizeof took, "%.2f", ms);
   host_.log(BP_LOG_DEBUG, "CpuOneDnn",
             where_ + ": instance for new shapes (" + describe_inputs(key) + ") lowered in " + took +
-                " ms; " + std::to_string(kept) + " kept (at most " + std::to_string(kMaxInstances) +
+                " ms; " + std::to_string(kept) + " kept (at most " + std::to_string(max_instances_) +
                 "), " + std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused; " +
                 "shared: " + std::to_string(shared_.weights()) + " weights, " +
                 std::to_string(shared_.primitives()) + " primitives (" +
@@ -262,7 +264,7 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
     std::lock_guard<std::mutex> lock(mutex_);
     ++misses_;
     entries_.push_back({key, std::move(plan), ++clock_});
-    if (entries_.size() > kMaxInstances) {
+    if (entries_.size() > max_instances_) {
       entries_.erase(
           std::min_element(entries_.begin(), entries_.end(),
                            [](const Entry& a, const Entry& b) { return a.used < b.used; }));
@@ -288,7 +290,8 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
 
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
                                                             const bp_graph_view_t& view,
-                                                            int num_threads) {
+                                                            int num_threads,
+                                                            size_t max_instances) {
   const int threads = threads_to_use(num_threads);  // before any thread count is changed
   const std::vector<std::string> reasons = unsupported_reasons(host, view);
   for (size_t n = 0; n < view.num_nodes; ++n)
@@ -296,7 +299,7 @@ std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& hos
       throw sdk::unsupported(std::string("CpuOneDnn cannot compile partition '") + view.name +
                              "' for every shape: node '" + view.nodes[n].name + "' (" +
                              view.nodes[n].op_type + "): " + reasons[n]);
-  return std::make_unique<PolyCompiled>(host, view, threads);
+  return std::make_unique<PolyCompiled>(host, view, threads, max_instances);
 }
 
 }  // namespace backplane::onednn

@@ -22,8 +22,9 @@
 // generation. What a new shape still makes anew: Softmax, Concat and
 // element-wise primitives over the shapes that changed.
 //
-// Instances are kept least recently used first out, kMaxInstances per
-// partition; an evicted one lives on while a context still runs it. Each
+// Instances are kept least recently used first out, at most the backend's
+// "shape_instances" setting per partition (kDefaultMaxInstances unless
+// configured: enough for the lengths a decoder loop goes through often); an evicted one lives on while a context still runs it. Each
 // context (one per caller thread) has one block of memory for the arena and
 // scratchpad of whichever instance it runs, grown to the largest so far, and
 // keeps the memory bindings of the instances it ran recently.
@@ -56,12 +57,15 @@
 
 namespace backplane::onednn {
 
-// How many lowered instances one partition keeps.
-inline constexpr size_t kMaxInstances = 8;
+// How many lowered instances one partition keeps unless configured
+// ("shape_instances").
+inline constexpr size_t kDefaultMaxInstances = 64;
 
 class PolyCompiled : public sdk::CompiledPartition {
  public:
-  PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads);
+  PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
+               size_t max_instances);
+  size_t max_instances() const { return max_instances_; }
 
   std::unique_ptr<sdk::ExecContext> create_context() override;
   // payload.cpp: a payload saying "shape-polymorphic", nothing else.
@@ -95,7 +99,7 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
   // Lowers the view at the shapes of `key` (lower_mutex_ held).
   std::shared_ptr<const Compiled> lower(const std::vector<int64_t>& key);
-  // Keeps `plan`, evicting the least recently used beyond kMaxInstances, and
+  // Keeps `plan`, evicting the least recently used beyond max_instances(), and
   // (now and then) drops the shared weights and primitives no kept instance
   // uses (lower_mutex_ held).
   void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
@@ -104,6 +108,7 @@ class PolyCompiled : public sdk::CompiledPartition {
   sdk::Host host_;
   OwnedView view_;
   int threads_;
+  size_t max_instances_;
   std::string where_;
   std::vector<size_t> offsets_;  // per value, where its dims start in a key
   std::mutex mutex_;             // guards entries_, clock_, hits_, misses_
@@ -117,8 +122,8 @@ class PolyCompiled : public sdk::CompiledPartition {
 // Checks that every node of `view` (dims open) can run here at some shapes
 // and keeps the view: BP_STATUS_UNSUPPORTED, naming the node, if one cannot.
 // num_threads: 0 = the OpenMP default.
-std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
-                                                            const bp_graph_view_t& view,
-                                                            int num_threads);
+std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(
+    const sdk::Host& host, const bp_graph_view_t& view, int num_threads,
+    size_t max_instances = kDefaultMaxInstances);
 
 }  // namespace backplane::onednn

@@ -122,7 +122,14 @@ const Backend& onednn() {
     if (so == nullptr) return Backend{nullptr, nullptr, "dlopen " + path + ": " + dlerror()};
     auto factory = reinterpret_cast<bp_backend_factory_fn>(dlsym(so, BP_ENTRY_BACKEND_FACTORY));
     if (factory == nullptr) return Backend{nullptr, nullptr, path + " has no BackendFactory"};
-    return create(static_cast<const bp_backend_api_t*>(factory()));
+    Backend made = create(static_cast<const bp_backend_api_t*>(factory()));
+    // The instance-cache tests below are written for 8 kept instances.
+    const char* key = "shape_instances";
+    const char* value = "8";
+    if (made.error.empty())
+      if (Outcome o = take(made.api->configure(made.handle, 1, &key, &value)); !o.ok())
+        made.error = "configure shape_instances: " + o.message;
+    return made;
   }();
   return b;
 }

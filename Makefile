@@ -22,7 +22,9 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # CpuOneDnn against ONNX Runtime (npm onnxruntime-node) on real models; prints
-# one table and writes $(BUILD_DIR)/bench/results.md. Not part of `make test`.
+# the tables and writes $(BUILD_DIR)/bench/results.md, then the dynamic-shape
+# tables (a decoder token by token, an encoder at mixed lengths) to
+# $(BUILD_DIR)/bench/shapes_results.md. Not part of `make test`.
 # Sets itself up: Node.js/npm from Debian if missing, onnxruntime-node from npm
 # into $(BUILD_DIR)/bench/ort, the models generated locally.
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
@@ -30,6 +32,7 @@ bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
+	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Dynamic-shape benchmark (issue 13): ONNX Runtime side, tables ready for more runtimes.
+"""Dynamic-shape benchmark (issue 13): Backplane against ONNX Runtime, same run.
 
 On the models of scripts/gen_models.py (decoder_kv and encoder_dyn, generated
 into BUILD/bench/models, cached), for each thread count, bench/ort_shapes.js
@@ -15,6 +15,12 @@ ONNX Runtime's results are checked against PyTorch (the modules of
 gen_models.py) before they are reported: its greedy tokens must equal
 PyTorch's greedy generation with the cache, and each encoder output must be
 within 1e-4 relative of PyTorch's for the same ids (ort_shapes.js's id formula).
+
+Backplane's side is bench/shapes_runner.cpp (backplane_shapes_bench: the
+public API, default backends, CpuOneDnn from its plugin, the cache bound
+zero-copy between runs as examples/generate does), the same measurements and
+JSON layout, plus each model's specialisation counts; its results are
+checked against PyTorch the same way. The two take turns per thread count.
 
 For other runtimes: run_ort_shapes() returns ort_shapes.js's JSON object; a
 runtime whose bench prints the same object (keys "decoder" {"per_token":
@@ -102,9 +108,32 @@ def encoder_ids(b, s, vocab):
     return ((i * 7919 + 13 * s + b) % vocab).reshape(b, s)
 
 
-def check_against_pytorch(result, save_dir):
-    """Raises if ONNX Runtime's generation or encoder outputs differ from
-    PyTorch's; returns the encoder's largest relative difference."""
+def run_backplane_shapes(build_dir, threads, decoder=None, encoder=None, cache_lengths=(1, 16, 64, 256),
+                         step_runs=50, gen_tokens=256, gen_runs=5, encoder_rounds=20, encoder_vocab=None,
+                         warmup=5, save_dir=None):
+    """Runs backplane_shapes_bench once (a fresh process) and returns its JSON object."""
+    argv = [os.path.join(build_dir, "bench", "backplane_shapes_bench"), str(threads),
+            "--cache-lengths", ",".join(str(c) for c in cache_lengths), "--step-runs", str(step_runs),
+            "--gen-tokens", str(gen_tokens), "--gen-runs", str(gen_runs),
+            "--encoder-rounds", str(encoder_rounds), "--warmup", str(warmup)]
+    if decoder:
+        argv += ["--decoder", decoder]
+    if encoder:
+        argv += ["--encoder", encoder]
+    if encoder_vocab:
+        argv += ["--encoder-vocab", str(encoder_vocab)]
+    if save_dir:
+        argv += ["--save-dir", save_dir]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"backplane_shapes_bench failed (status {proc.returncode}): {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+def check_against_pytorch(result, save_dir, tag="ort", who="ONNX Runtime"):
+    """Raises if a runtime's generation or encoder outputs differ from
+    PyTorch's; returns the encoder's largest relative difference. `tag`: the
+    runtime's encoder output files, encoder_dyn.BxS.TAG.npy in save_dir."""
     import torch
     gm = gen_models_module()
     tr = _load("torch_reference", os.path.join(ROOT, "scripts", "torch_reference.py"))
@@ -115,7 +144,7 @@ def check_against_pytorch(result, save_dir):
         ids, _, _ = tr.greedy_with_cache(gm.build_decoder_kv(), torch.tensor([[g["prompt_token"]]]), g["tokens"])
         if ids != g["generated_ids"]:
             i = next(i for i, (a, b) in enumerate(zip(ids, g["generated_ids"])) if a != b)
-            raise RuntimeError(f"decoder: ONNX Runtime's greedy token {i} is {g['generated_ids'][i]}, "
+            raise RuntimeError(f"decoder: {who}'s greedy token {i} is {g['generated_ids'][i]}, "
                                f"PyTorch's {ids[i]}")
     if "encoder" in result:
         model = gm.build_encoder_dyn()
@@ -124,10 +153,10 @@ def check_against_pytorch(result, save_dir):
             b, s = sh["batch"], sh["seq"]
             with torch.no_grad():
                 ref = model(torch.from_numpy(encoder_ids(b, s, result["encoder"]["vocab"]))).numpy()
-            got = np.load(os.path.join(save_dir, f"encoder_dyn.{b}x{s}.ort.npy"))
+            got = np.load(os.path.join(save_dir, f"encoder_dyn.{b}x{s}.{tag}.npy"))
             rel = float(np.abs(got - ref).max() / np.abs(ref).max())
             if got.shape != ref.shape or not rel <= 1e-4:
-                raise RuntimeError(f"encoder {b}x{s}: ONNX Runtime differs from PyTorch "
+                raise RuntimeError(f"encoder {b}x{s}: {who} differs from PyTorch "
                                    f"(shape {list(got.shape)} vs {list(ref.shape)}, rel {rel:.2e})")
             worst = max(worst, rel)
     return worst
@@ -197,40 +226,58 @@ def main():
     vocab = gen_models_module().ENCODER_DYN["vocab"]
 
     threads_list = [int(t) for t in args.threads.split(",") if t]
-    ort = {}
+    ort, bp = {}, {}
     checks = {}
+    common = dict(decoder=models["decoder_kv"], encoder=models["encoder_dyn"], step_runs=args.step_runs,
+                  gen_runs=args.gen_runs, encoder_rounds=args.encoder_rounds, encoder_vocab=vocab,
+                  save_dir=out_dir)
     for t in threads_list:
         log(f"ONNX Runtime at {t} thread(s)")
-        ort[t] = run_ort_shapes(module, t, decoder=models["decoder_kv"], encoder=models["encoder_dyn"],
-                                step_runs=args.step_runs, gen_runs=args.gen_runs,
-                                encoder_rounds=args.encoder_rounds, encoder_vocab=vocab, save_dir=out_dir)
+        ort[t] = run_ort_shapes(module, t, **common)
+        log(f"Backplane at {t} thread(s)")
+        bp[t] = run_backplane_shapes(os.path.abspath(args.build_dir), t, **common)
         if not args.no_check:
-            checks[t] = check_against_pytorch(ort[t], out_dir)
-            log(f"ONNX Runtime at {t} thread(s): greedy tokens equal PyTorch's; encoder max rel diff "
+            checks[t] = max(check_against_pytorch(ort[t], out_dir),
+                            check_against_pytorch(bp[t], out_dir, "backplane", "Backplane"))
+            log(f"{t} thread(s): both runtimes' greedy tokens equal PyTorch's; encoder max rel diff "
                 f"{checks[t]:.1e}")
 
     first = ort[threads_list[0]]
+    results = {"ORT": ort, "Backplane": bp}
+    cold = []
+    for t in threads_list:
+        d = bp[t]["decoder"]
+        cold.append(f"{t} thread(s): Backplane's first generation (each cache length specialised as it "
+                    f"comes) took {d['generation']['first_total_ms']:.1f} ms, ONNX Runtime's "
+                    f"{ort[t]['decoder']['generation']['first_total_ms']:.1f} ms; specialisations: "
+                    f"decoder {d['specializations']}, encoder {bp[t]['encoder']['specializations']}")
     text = "\n".join([
-        f"ONNX Runtime {version} (npm onnxruntime-node), {os.cpu_count()} logical CPUs. Decoder "
+        f"ONNX Runtime {version} (npm onnxruntime-node) and Backplane ({', '.join(bp[threads_list[0]]['backends'])}), "
+        f"{os.cpu_count()} logical CPUs, taking turns. Decoder "
         f"(decoder_kv: {first['decoder']['layers']} layers, {first['decoder']['heads']} heads x "
         f"{first['decoder']['head_dim']}): one-token step at each cache length, median of {args.step_runs}; "
         f"{first['decoder']['generation']['tokens']} greedy tokens from a 1-token prompt, cache fed back, "
-        f"median of {args.gen_runs}." + ("" if args.no_check else " Tokens checked equal to PyTorch's."),
+        f"median of {args.gen_runs} after one untimed generation." +
+        ("" if args.no_check else " Tokens checked equal to PyTorch's for both."),
         "",
-        decoder_table({"ORT": ort}, threads_list),
+        decoder_table(results, threads_list),
+        "",
+        *cold,
         "",
         f"Encoder (encoder_dyn): 10 (batch, seq) shapes in one session, in turns, median of "
-        f"{args.encoder_rounds} runs each; first run = the shape's first run in the session."
+        f"{args.encoder_rounds} runs each; first run = the shape's first run in the session "
+        f"(for Backplane: specialising the model for it)."
         + ("" if args.no_check else
            f" Outputs within {max(checks.values()):.1e} relative of PyTorch's."),
         "",
-        encoder_table({"ORT": ort}, threads_list),
+        encoder_table(results, threads_list),
     ])
     print(text)
     with open(os.path.join(bench_dir, "shapes_results.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(bench_dir, "shapes_results.json"), "w") as f:
-        json.dump({"onnxruntime": {str(t): r for t, r in ort.items()}, "pytorch_check": checks}, f, indent=1)
+        json.dump({"onnxruntime": {str(t): r for t, r in ort.items()},
+                   "backplane": {str(t): r for t, r in bp.items()}, "pytorch_check": checks}, f, indent=1)
     return 0
 
 

@@ -5,13 +5,18 @@
 // plugin_shim.cpp loads this code from libBackplane_CpuOneDnn_impl.so) and
 // the static library bench/ links to measure what dynamic loading costs.
 // Nodes it cannot run are rejected in query_support with the reason, and the
-// partitioner gives them to the next backend (CpuRef).
+// partitioner gives them to the next backend (CpuRef). It declares
+// BP_BACKEND_FLAG_SHAPE_POLYMORPHIC: a view with open dims is compiled once
+// and lowered per new shape at run time (polymorphic.hpp).
 #include "onednn/compiler.hpp"
 #include "onednn/identity.hpp"
+#include "onednn/polymorphic.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
+#include <charconv>
 #include <string>
+#include <string_view>
 
 namespace backplane::onednn {
 namespace {
@@ -29,8 +34,22 @@ class OneDnnBackend : public sdk::Backend {
     bp_backend_info_t i{};
     i.description = description_.c_str();
     i.device_count = 0;
-    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE;
+    i.flags =
+        BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE | BP_BACKEND_FLAG_SHAPE_POLYMORPHIC;
     return i;
+  }
+
+  // "shape_instances": how many sets of shapes a shape-polymorphic partition
+  // keeps lowered (polymorphic.hpp); the rest goes to the SDK's default
+  // ("num_threads", unknown keys refused).
+  void configure(std::string_view key, std::string_view value) override {
+    if (key != "shape_instances") return sdk::Backend::configure(key, value);
+    size_t n = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100000)
+      throw sdk::invalid("shape_instances: '" + std::string(value) +
+                         "' is not an integer from 1 to 100000");
+    shape_instances_ = n;
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
@@ -45,6 +64,9 @@ class OneDnnBackend : public sdk::Backend {
                                                   const bp_compile_options_t& options,
                                                   sdk::NodeReport& report) override {
     const int threads = static_cast<int>(num_threads(options));
+    // Once for every shape (polymorphic.hpp), or for the view's shapes.
+    if (sdk::shape_polymorphic(options))
+      return compile_polymorphic(host(), view, threads, shape_instances_);
     return compile_partition(host(), view, threads, report);
   }
 
@@ -57,6 +79,7 @@ class OneDnnBackend : public sdk::Backend {
 
  private:
   std::string description_;
+  size_t shape_instances_ = kDefaultMaxInstances;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace backplane::onednn {
@@ -13,40 +14,172 @@ const dnnl::engine& engine() {
   return e;
 }
 
+size_t context_bytes(const Compiled& c) {
+  return align_up(c.arena_bytes) + align_up(c.scratch_bytes);
+}
+
+Binder::Binder(const Compiled& c, char* memory) : c_(c) {
+  char* scratch = memory + align_up(c.arena_bytes);
+  mems_.resize(c.refs.size());
+  for (size_t r = 0; r < c.refs.size(); ++r) {
+    const MemRef& ref = c.refs[r];
+    if (ref.constant) {
+      mems_[r] = ref.constant;
+    } else if (ref.scratch) {
+      mems_[r] = dnnl::memory(ref.md, engine(), scratch);
+    } else {
+      const Buffer& b = c.buffers[ref.buffer];
+      if (b.kind == Buffer::kArena) {
+        mems_[r] = dnnl::memory(ref.md, engine(), memory + b.offset);
+      } else {
+        mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
+        bindings_.push_back({r, b.kind == Buffer::kInput, b.index});
+      }
+    }
+  }
+  args_.resize(c.steps.size());
+  copies_.resize(c.steps.size());
+  for (size_t s = 0; s < c.steps.size(); ++s) {
+    for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
+    if (c.steps[s].copy_concat) plan_copy(s);
+  }
+}
+
+namespace {
+// Dims and strides without size-1 dims, neighbours merged where both
+// layouts are contiguous across them: the fewest, longest runs to copy.
+void coalesce(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<int64_t>& b) {
+  std::vector<int64_t> d, sa, sb;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 1) continue;
+    if (!d.empty() && sa.back() == a[i] * dims[i] && sb.back() == b[i] * dims[i]) {
+      d.back() *= dims[i];
+      sa.back() = a[i];
+      sb.back() = b[i];
+      continue;
+    }
+    d.push_back(dims[i]);
+    sa.push_back(a[i]);
+    sb.push_back(b[i]);
+  }
+  if (d.empty()) d = {1}, sa = {1}, sb = {1};
+  dims = d, a = sa, b = sb;
+}
+
+std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
+  const auto& st = md.data.format_desc.blocking.strides;
+  return std::vector<int64_t>(st, st + md.data.ndims);
+}
+}  // namespace
+
+void Binder::plan_copy(size_t s) {
+  const Step& step = c_.steps[s];
+  const int axis = step.concat_axis;
+  size_t dst_arg = 0;
+  for (size_t a = 0; a < step.args.size(); ++a)
+    if (step.args[a].first == DNNL_ARG_DST) dst_arg = a;
+  const dnnl::memory::desc& dst = c_.refs[step.args[dst_arg].second].md;
+  int64_t along = 0;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    if (a == dst_arg) continue;
+    const dnnl::memory::desc& src = c_.refs[step.args[a].second].md;
+    CopyPart part{a, 0, src.dims(), strides_of(src), strides_of(dst)};
+    part.offset = along * part.dst_strides[axis];
+    along += part.dims[axis];
+    if (sdk::element_count(part.dims) == 0) continue;  // an empty cache: nothing to copy
+    coalesce(part.dims, part.src_strides, part.dst_strides);
+    copies_[s].push_back(std::move(part));
+  }
+}
+
+void Binder::run_copy(size_t s) {
+  float* dst = nullptr;
+  for (const dnnl_exec_arg_t& a : args_[s])
+    if (a.arg == DNNL_ARG_DST)
+      dnnl_memory_get_data_handle(a.memory, reinterpret_cast<void**>(&dst));
+  for (const CopyPart& part : copies_[s]) {
+    const float* src = nullptr;
+    dnnl_memory_get_data_handle(args_[s][part.arg].memory,
+                                const_cast<void**>(reinterpret_cast<const void**>(&src)));
+    const size_t rank = part.dims.size();
+    // Rows of the innermost dim, memcpy'd when contiguous on both sides.
+    const int64_t inner = part.dims[rank - 1];
+    const bool contiguous = part.src_strides[rank - 1] == 1 && part.dst_strides[rank - 1] == 1;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < rank; ++i) rows *= part.dims[i];
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
+#pragma omp parallel for if (rows * inner > (int64_t{1} << 16))
+#endif
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t from = 0, to = part.offset, rest = row;
+      for (size_t i = rank - 1; i-- > 0;) {
+        const int64_t k = rest % part.dims[i];
+        rest /= part.dims[i];
+        from += k * part.src_strides[i];
+        to += k * part.dst_strides[i];
+      }
+      if (contiguous) {
+        std::memcpy(dst + to, src + from, static_cast<size_t>(inner) * sizeof(float));
+        continue;
+      }
+      for (int64_t j = 0; j < inner; ++j)
+        dst[to + j * part.dst_strides[rank - 1]] = src[from + j * part.src_strides[rank - 1]];
+    }
+  }
+}
+
+void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
+                 size_t num_outputs, const bp_tensor_t* outputs) {
+  if (c_.empty)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: this partition was rejected at compile time");
+  if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
+    throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) +
+                       " inputs and " + std::to_string(c_.output_bytes.size()) + " outputs");
+  for (size_t k = 0; k < num_inputs; ++k)
+    if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] ||
+        (inputs[k].data == nullptr && c_.input_bytes[k] > 0))
+      throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) +
+                         " is not a host buffer of " + std::to_string(c_.input_bytes[k]) +
+                         " bytes");
+  for (size_t k = 0; k < num_outputs; ++k)
+    if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] ||
+        outputs[k].data == nullptr)
+      throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) +
+                         " is not a host buffer of " + std::to_string(c_.output_bytes[k]) +
+                         " bytes");
+  for (const Binding& b : bindings_)
+    mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
+  // The OpenMP thread count is per calling thread (the application's).
+  if (omp_get_max_threads() != c_.threads) omp_set_num_threads(c_.threads);
+  for (size_t s = 0; s < args_.size(); ++s) {
+    if (c_.steps[s].copy_concat) {
+      run_copy(s);
+      continue;
+    }
+    dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
+                                              static_cast<int>(args_[s].size()), args_[s].data());
+    if (st != dnnl_success)
+      throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
+                                                    " failed (oneDNN status " +
+                                                    std::to_string(static_cast<int>(st)) + ")");
+  }
+  stream.wait();
+}
+
 namespace {
 
-// Per caller: the arena, the scratchpad, a dnnl::memory per MemRef and the
-// argument arrays, all made here so execute() allocates nothing itself.
+// Per caller: the arena and the scratchpad, and the plan bound to them, all
+// made here so execute() allocates nothing itself.
 class Context : public sdk::ExecContext {
  public:
   explicit Context(const Compiled& c) : c_(c), stream_(engine()) {
     if (c.empty) return;
-    const size_t bytes = align_up(c.arena_bytes) + align_up(c.scratch_bytes);
+    const size_t bytes = context_bytes(c);
     if (bytes > 0) {
       memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
       if (memory_ == nullptr) throw std::bad_alloc();
     }
-    char* scratch = memory_ + align_up(c.arena_bytes);
-    mems_.resize(c.refs.size());
-    for (size_t r = 0; r < c.refs.size(); ++r) {
-      const MemRef& ref = c.refs[r];
-      if (ref.constant) {
-        mems_[r] = ref.constant;
-      } else if (ref.scratch) {
-        mems_[r] = dnnl::memory(ref.md, engine(), scratch);
-      } else {
-        const Buffer& b = c.buffers[ref.buffer];
-        if (b.kind == Buffer::kArena) {
-          mems_[r] = dnnl::memory(ref.md, engine(), memory_ + b.offset);
-        } else {
-          mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
-          bindings_.push_back({r, b.kind == Buffer::kInput, b.index});
-        }
-      }
-    }
-    args_.resize(c.steps.size());
-    for (size_t s = 0; s < c.steps.size(); ++s)
-      for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
+    binder_ = std::make_unique<Binder>(c, memory_);
   }
   ~Context() override { std::free(memory_); }
 
@@ -55,48 +188,14 @@ class Context : public sdk::ExecContext {
     if (c_.empty)
       throw sdk::Error(BP_STATUS_INTERNAL,
                        "CpuOneDnn: this partition was rejected at compile time");
-    if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
-      throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) +
-                         " inputs and " + std::to_string(c_.output_bytes.size()) + " outputs");
-    for (size_t k = 0; k < num_inputs; ++k)
-      if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] ||
-          inputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) +
-                           " is not a host buffer of " + std::to_string(c_.input_bytes[k]) +
-                           " bytes");
-    for (size_t k = 0; k < num_outputs; ++k)
-      if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] ||
-          outputs[k].data == nullptr)
-        throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) +
-                           " is not a host buffer of " + std::to_string(c_.output_bytes[k]) +
-                           " bytes");
-    for (const Binding& b : bindings_)
-      mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
-    // The OpenMP thread count is per calling thread (the application's).
-    if (omp_get_max_threads() != c_.threads) omp_set_num_threads(c_.threads);
-    for (size_t s = 0; s < args_.size(); ++s) {
-      dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream_.get(),
-                                                static_cast<int>(args_[s].size()), args_[s].data());
-      if (st != dnnl_success)
-        throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
-                                                      " failed (oneDNN status " +
-                                                      std::to_string(static_cast<int>(st)) + ")");
-    }
-    stream_.wait();
+    binder_->run(stream_, num_inputs, inputs, num_outputs, outputs);
   }
 
  private:
-  struct Binding {
-    size_t ref;
-    bool input;
-    size_t index;
-  };
   const Compiled& c_;
   dnnl::stream stream_;
   char* memory_ = nullptr;
-  std::vector<dnnl::memory> mems_;
-  std::vector<Binding> bindings_;
-  std::vector<std::vector<dnnl_exec_arg_t>> args_;
+  std::unique_ptr<Binder> binder_;
 };
 
 }  // namespace

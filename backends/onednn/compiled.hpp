@@ -40,13 +40,60 @@ struct MemRef {
   dnnl::memory::desc md;
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
   bool scratch = false;
+  std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only
 };
 
 struct Step {
-  dnnl::primitive prim;
+  dnnl::primitive prim;                   // empty for a copy_concat step
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
   int concat_axis = -1;                   // concat steps: the axis (oneDNN cannot be asked for it)
+  // A Concat of plain (strided) tensors done here, not by oneDNN: its
+  // DNNL_ARG_MULTIPLE_SRC + i copied side by side along concat_axis into its
+  // DNNL_ARG_DST. Only in instances of shape-polymorphic partitions, which
+  // would otherwise make a oneDNN concat for every cache length (never
+  // serialized).
+  bool copy_concat = false;
+};
+
+class Compiled;
+
+// The bytes a context gives one plan: the arena, then the scratchpad.
+size_t context_bytes(const Compiled& c);
+
+// One plan made runnable over one block of context memory (context_bytes of
+// it): a dnnl::memory per MemRef and each step's argument array, made once
+// so that run() allocates nothing. The Compiled must outlive it.
+class Binder {
+ public:
+  Binder(const Compiled& c, char* memory);
+  // Checks the tensors against the plan's sizes, sets their handles and runs
+  // every step on `stream`, in the plan's OpenMP thread count.
+  void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+           const bp_tensor_t* outputs);
+
+ private:
+  struct Binding {
+    size_t ref;
+    bool input;
+    size_t index;
+  };
+  // One source of a copy_concat step: copied from `arg` (its memory in
+  // args_) to the destination, `offset` elements in; dims and strides in
+  // elements, coalesced.
+  struct CopyPart {
+    size_t arg;
+    int64_t offset;
+    std::vector<int64_t> dims, src_strides, dst_strides;
+  };
+  void plan_copy(size_t step);
+  void run_copy(size_t step);
+
+  const Compiled& c_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<Binding> bindings_;
+  std::vector<std::vector<dnnl_exec_arg_t>> args_;
+  std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
 };
 
 class Compiled : public sdk::CompiledPartition {

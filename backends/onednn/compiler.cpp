@@ -9,6 +9,7 @@
 //   bn_folding      and BatchNormalization folded into Conv
 //   lowering      internal nodes to oneDNN primitives, one function per kind
 //   plan_builder  buffers, memory references, steps, layouts, the arena
+//   polymorphic   compiled once for every shape: a lowering per new shape
 #include "onednn/compiler.hpp"
 
 #include "onednn/compiled.hpp"
@@ -21,6 +22,7 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <optional>
 
 namespace backplane::onednn {
 namespace {
@@ -88,7 +90,8 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->empty = true;
     return compiled;
   }
-  if (!lowering.lower(report)) {
+  if (std::optional<LowerFailure> failure = lowering.lower()) {
+    for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
     compiled->empty = true;
     compiled->steps.clear();
   }

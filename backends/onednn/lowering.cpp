@@ -12,7 +12,28 @@ namespace backplane::onednn {
 using dnnl::algorithm;
 using dnnl::memory;
 
-bool Lowering::lower(sdk::NodeReport& report) {
+namespace {
+// The SharedCache tag of view value v as it is.
+std::string value_tag(int v) {
+  std::string tag = std::to_string(v);  // not "v" + ...: GCC 12's false -Wrestrict (bug 105329)
+  return tag.insert(0, 1, 'v');
+}
+// The tag of constant `what` that node n computes from its weights.
+std::string node_tag(const char* what, int n) { return what + std::to_string(n); }
+// What attr_with(post) holds, as a SharedCache key ("" for none).
+std::string post_key(const std::vector<PostOp>& post) {
+  std::string k;
+  for (const PostOp& p : post) {
+    const int32_t kind = p.kind, alg = static_cast<int32_t>(p.alg);
+    for (const void* f : {static_cast<const void*>(&kind), static_cast<const void*>(&alg),
+                          static_cast<const void*>(&p.alpha), static_cast<const void*>(&p.beta)})
+      k.append(static_cast<const char*>(f), 4);
+  }
+  return k;
+}
+}  // namespace
+
+std::optional<LowerFailure> Lowering::lower() {
   for (size_t k = 0; k < g_.view().num_inputs; ++k) {
     const int v = g_.view().inputs[k];
     const int b = b_.new_buffer(Buffer::kInput, k, bytes(v));
@@ -28,18 +49,17 @@ bool Lowering::lower(sdk::NodeReport& report) {
       try {
         lower_node(n);
       } catch (const std::exception& e) {
-        std::string why = e.what();
-        for (int k : f_.nodes[n].covers) report.rejected(static_cast<size_t>(k), why);
+        LowerFailure failure{f_.nodes[n].covers, e.what()};
         for (size_t k = 0; k < f_.nodes.size(); ++k)
           if (f_.nodes[k].group == n)
-            for (int j : f_.nodes[k].covers) report.rejected(static_cast<size_t>(j), why);
-        return false;
+            for (int j : f_.nodes[k].covers) failure.nodes.push_back(j);
+        return failure;
       }
     }
   }
   bind_outputs();
   b_.plan_arena();
-  return true;
+  return std::nullopt;
 }
 
 // ---- values, destinations and post-ops ---------------------------------------
@@ -48,7 +68,7 @@ int Lowering::ref_of(int v) {
   auto it = tensors_.find(v);
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
-    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v));
+    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v), value_tag(v));
     tensors_[v] = r;
     return r;
   }
@@ -153,8 +173,9 @@ void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
   const int src = b_.dense(ref_of(x));
   dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha,
                                 p.beta);
-  dnnl::eltwise_forward::primitive_desc pd(d, b_.attr(), engine());
-  add_step_to_new(y, dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}}, pd, "eltwise");
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::eltwise_forward>(d, b_.attr(), "", &prim);
+  add_step_to_new(y, prim, {{DNNL_ARG_SRC, src}}, pd, "eltwise");
 }
 
 void Lowering::lower_conv(const INode& n) {
@@ -176,11 +197,12 @@ void Lowering::lower_conv(const INode& n) {
   const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);
+  dnnl::primitive prim;
   auto make = [&](const memory::desc& dst) {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       algorithm::convolution_direct, any_md(xs), any_md(wdims),
                                       bias_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
-    return dnnl::convolution_forward::primitive_desc(d, attr, engine());
+    return b_.make<dnnl::convolution_forward>(d, attr, post_key(n.post), &prim);
   };
   dnnl::convolution_forward::primitive_desc pd;
   try {
@@ -189,14 +211,16 @@ void Lowering::lower_conv(const INode& n) {
     pd = make(any_md(ys));
   }
   const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
-  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc());
+  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),
+                                      n.weights ? node_tag("bnw", n.node) : value_tag(n.in[1]));
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
     const float* b = n.bias ? n.bias->data() : g_.f32(n.in[2]);
-    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc())});
+    const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(n.in[2]);
+    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc(), tag)});
   }
-  add_main_step(n, dnnl::convolution_forward(pd), std::move(args), pd);
+  add_main_step(n, prim, std::move(args), pd);
 }
 
 void Lowering::lower_gemm(const INode& n) {
@@ -207,28 +231,34 @@ void Lowering::lower_gemm(const INode& n) {
   const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
   const bool trans_b = node.attr_int("transB", 0) != 0;
   const int64_t m = ys[0], nout = ys[1], k = as[1];
-  const float* b = g_.f32(n.in[1]);
-  std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
-  for (int64_t i = 0; i < nout; ++i)
-    for (int64_t j = 0; j < k; ++j)
-      w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
   const bool has_bias = n.in.size() > 2 && n.in[2] >= 0;
-  std::vector<float> bias;
-  if (has_bias) {
-    const float* c = g_.f32(n.in[2]);
-    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
-  }
   dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, any_md({m, k}),
                                       any_md({nout, k}), has_bias ? any_md({nout}) : memory::desc(),
                                       dst_hint(n, ys));
-  dnnl::inner_product_forward::primitive_desc pd(d, attr_with(n.post), engine());
-  const int wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc());
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::inner_product_forward>(d, attr_with(n.post), post_key(n.post), &prim);
+  // B transposed and scaled by alpha: computed only if no other instance of
+  // the partition has it in this layout already.
+  const std::string wtag = node_tag("gemmw", n.node), btag = node_tag("gemmb", n.node);
+  int wref = b_.cached_const(wtag, plain_md({nout, k}), pd.weights_desc());
+  if (wref < 0) {
+    const float* b = g_.f32(n.in[1]);
+    std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
+    for (int64_t i = 0; i < nout; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        w[i * k + j] = alpha * (trans_b ? b[i * k + j] : b[j * bs[1] + i]);
+    wref = b_.const_reordered(plain_md({nout, k}), w.data(), pd.weights_desc(), wtag);
+  }
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (has_bias)
+  if (has_bias) {
+    const float* c = g_.f32(n.in[2]);
+    std::vector<float> bias;
+    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
     args.push_back(
-        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc())});
-  add_main_step(n, dnnl::inner_product_forward(pd), std::move(args), pd);
+        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc(), btag)});
+  }
+  add_main_step(n, prim, std::move(args), pd);
 }
 
 void Lowering::lower_matmul(const INode& n) {
@@ -248,13 +278,70 @@ void Lowering::lower_matmul(const INode& n) {
   if (n.bias_value >= 0) bias_md = plain_md(left_pad({ys.back()}, rank));
   memory::desc dst_md = dst_hint(n, ys);
   if (dst_md.data.format_kind == dnnl_format_kind_any) dst_md = plain_md(ys);
+  if (!const_b && b_.shared() && lower_matmul_any_shape(n, src, wref, dst_md)) return;
   dnnl::matmul::desc d(b_.md(src), wmd, bias_md, dst_md);
-  dnnl::matmul::primitive_desc pd(d, attr_with(n.post), engine());
-  if (const_b) wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc());
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
+  if (const_b)
+    wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (n.bias_value >= 0)
-    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value))});
-  add_main_step(n, dnnl::matmul(pd), std::move(args), pd);
+    args.push_back(
+        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
+  add_main_step(n, prim, std::move(args), pd);
+}
+
+namespace {
+// The plain format tag `md` (dense, its dims in some order) has among those a
+// matmul takes, if any.
+std::optional<memory::format_tag> matmul_tag(const memory::desc& md) {
+  using tag = memory::format_tag;
+  static const std::vector<std::vector<tag>> by_rank = {
+      {},
+      {},
+      {tag::ab, tag::ba},
+      {tag::abc, tag::acb, tag::bac},
+      {tag::abcd, tag::abdc, tag::acbd, tag::adbc},
+      {tag::abcde, tag::abced, tag::acbde},
+      {tag::abcdef, tag::abcdfe, tag::acbdef}};
+  const int rank = md.data.ndims;
+  if (rank < 2 || rank > 6 || is_blocked(md)) return std::nullopt;
+  for (tag t : by_rank[rank])
+    if (memory::desc(md.dims(), memory::data_type::f32, t) == md) return t;
+  return std::nullopt;
+}
+}  // namespace
+
+// A MatMul of two activations (attention's q*k^T and probs*v, whose shapes
+// change at every decoder step) in an instance of a shape-polymorphic
+// partition: one primitive with runtime dims (oneDNN's gemm-based matmul)
+// serves every shape, where a primitive for the shapes would need new code
+// (brgemm's) for each. Not when the batch dims broadcast or a layout is not
+// a plain one it takes; false then, and nothing was added.
+bool Lowering::lower_matmul_any_shape(const INode& n, int src, int wref,
+                                      const memory::desc& dst_md) {
+  const std::optional<memory::format_tag> st = matmul_tag(b_.md(src)), wt = matmul_tag(b_.md(wref)),
+                                          dt = matmul_tag(dst_md);
+  if (n.bias_value >= 0 || !st || !wt || !dt) return false;
+  const memory::dims sd = b_.md(src).dims(), wd = b_.md(wref).dims();
+  for (size_t i = 0; i + 2 < sd.size(); ++i)
+    if (sd[i] != wd[i]) return false;
+  const memory::dims any(sd.size(), DNNL_RUNTIME_DIM_VAL);
+  const auto f32 = memory::data_type::f32;
+  dnnl::matmul::desc d(memory::desc(any, f32, *st), memory::desc(any, f32, *wt),
+                       memory::desc(any, f32, *dt));
+  dnnl::primitive prim;
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  const int dst = main_dst(n, dst_md);
+  b_.add_step(prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}, {DNNL_ARG_DST, dst}}, pd,
+              g_.describe(n.node));
+  tensors_[n.out] = dst;
+  return true;
 }
 
 void Lowering::lower_pool(const INode& n) {
@@ -279,10 +366,11 @@ void Lowering::lower_pool(const INode& n) {
                         : node.attr_int("count_include_pad", 0) != 0
                             ? algorithm::pooling_avg_include_padding
                             : algorithm::pooling_avg_exclude_padding;
+  dnnl::primitive prim;
   auto make = [&](int src) {
     dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src),
                                      any_md(ys), w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
-    return dnnl::pooling_v2_forward::primitive_desc(d, b_.attr(), engine());
+    return b_.make<dnnl::pooling_v2_forward>(d, b_.attr(), "", &prim);
   };
   int src = ref_of(n.in[0]);
   dnnl::pooling_v2_forward::primitive_desc pd;
@@ -292,8 +380,7 @@ void Lowering::lower_pool(const INode& n) {
     src = b_.as_plain(src, xs);
     pd = make(src);
   }
-  add_step_to_new(n.out, dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}}, pd,
-                  g_.describe(n.node));
+  add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
 }
 
 void Lowering::lower_batch_norm(const INode& n) {
@@ -304,14 +391,15 @@ void Lowering::lower_batch_norm(const INode& n) {
                      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
                                             flags);
-  dnnl::batch_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::batch_normalization_forward>(d, b_.attr(), "", &prim);
   const memory::desc c = plain_md({xs[1]});
-  add_step_to_new(n.out, dnnl::batch_normalization_forward(pd),
+  add_step_to_new(n.out, prim,
                   {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]))},
-                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]))},
-                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]))},
-                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]))}},
+                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]), value_tag(n.in[1]))},
+                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]), value_tag(n.in[2]))},
+                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(n.in[3]))},
+                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(n.in[4]))}},
                   pd, g_.describe(n.node));
 }
 
@@ -328,12 +416,14 @@ void Lowering::lower_layer_norm(const INode& n) {
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
                                             flags);
-  dnnl::layer_normalization_forward::primitive_desc pd(d, b_.attr(), engine());
-  add_step_to_new(n.out, dnnl::layer_normalization_forward(pd),
-                  {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data())},
-                   {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data())}},
-                  pd, g_.describe(n.node));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::layer_normalization_forward>(d, b_.attr(), "", &prim);
+  add_step_to_new(
+      n.out, prim,
+      {{DNNL_ARG_SRC, src},
+       {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data(), node_tag("lns", n.node))},
+       {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data(), node_tag("lnb", n.node))}},
+      pd, g_.describe(n.node));
 }
 
 void Lowering::lower_softmax(const INode& n) {
@@ -345,8 +435,9 @@ void Lowering::lower_softmax(const INode& n) {
   const int src = b_.as_plain(ref_of(n.in[0]), xs);
   dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src),
                                 static_cast<int>(axis));
-  dnnl::softmax_forward::primitive_desc pd(d, b_.attr(), engine());
-  add_step_to_new(n.out, dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::softmax_forward>(d, b_.attr(), "", &prim);
+  add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
 }
 
 void Lowering::lower_concat(const INode& n) {
@@ -370,13 +461,33 @@ void Lowering::lower_concat(const INode& n) {
       }
       break;
     }
-  dnnl::concat::primitive_desc pd(static_cast<int>(axis), mds, engine(), b_.attr());
+  // In an instance of a shape-polymorphic partition, plain tensors (a
+  // key/value cache and its new entries) are copied here: a oneDNN concat
+  // would be made for every cache length.
+  bool plain = b_.shared();
+  for (const memory::desc& m : mds) plain = plain && !is_blocked(m);
+  if (!plain)
+    for (int v : n.in)
+      if (sdk::element_count(g_.shape(v)) == 0)
+        throw fail("input '" + g_.value_name(v) + "' is empty");
+  if (plain) {
+    const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
+    std::vector<std::pair<int, int>> args;
+    for (size_t i = 0; i < srcs.size(); ++i)
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
+    args.push_back({DNNL_ARG_DST, dst});
+    b_.add_copy_concat(std::move(args), static_cast<int>(axis), g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return;
+  }
+  dnnl::primitive prim;
+  dnnl::concat::primitive_desc pd = b_.make_concat(static_cast<int>(axis), mds, &prim);
   const int dst = b_.new_arena(pd.dst_desc());
   std::vector<std::pair<int, int>> args;
   for (size_t i = 0; i < srcs.size(); ++i)
     args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
   args.push_back({DNNL_ARG_DST, dst});
-  b_.add_step(dnnl::concat(pd), std::move(args), pd, g_.describe(n.node));
+  b_.add_step(prim, std::move(args), pd, g_.describe(n.node));
   c_.steps.back().concat_axis = static_cast<int>(axis);
   tensors_[n.out] = dst;
 }
@@ -397,9 +508,9 @@ void Lowering::lower_reduce(const INode& n) {
                                               : algorithm::reduction_max;
   const int src = b_.unblocked(ref_of(n.in[0]));
   dnnl::reduction::desc d(alg, b_.md(src), plain_md(kept), 0.f, 0.f);
-  dnnl::reduction::primitive_desc pd(d, b_.attr(), engine());
-  const int dst =
-      add_step_to_new(n.out, dnnl::reduction(pd), {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::reduction>(d, b_.attr(), "", &prim);
+  const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
   tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
 }
 
@@ -423,9 +534,10 @@ void Lowering::lower_binary(const INode& n) {
   int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
   int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
   if (bs == as && b_.md(s1) != b_.md(s0)) s1 = b_.as_md(s1, b_.md(s0));
+  dnnl::primitive prim;
   auto make = [&]() {
     dnnl::binary::desc d(alg, b_.md(s0), b_.md(s1), b_.md(s0));
-    return dnnl::binary::primitive_desc(d, b_.attr(), engine());
+    return b_.make<dnnl::binary>(d, b_.attr(), "", &prim);
   };
   dnnl::binary::primitive_desc pd;
   try {
@@ -435,7 +547,7 @@ void Lowering::lower_binary(const INode& n) {
     s1 = b_.as_plain(s1, bs);
     pd = make();
   }
-  add_step_to_new(n.out, dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd,
+  add_step_to_new(n.out, prim, {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd,
                   g_.describe(n.node));
 }
 

@@ -9,26 +9,39 @@
 #include "onednn/view_info.hpp"
 
 #include <map>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace backplane::onednn {
 
-// Lowers one view into one Compiled; both must outlive it.
+// Why lowering failed: the view nodes it gives up (a node and every node
+// fused with it) and the reason.
+struct LowerFailure {
+  std::vector<int> nodes;
+  std::string why;
+};
+
+// Lowers one view into one Compiled; both (and `weights`) must outlive it.
 class Lowering {
  public:
-  Lowering(ViewInfo& g, Compiled& c) : g_(g), c_(c), b_(c) {}
+  // shared: what the instances of a shape-polymorphic partition share
+  // (weights, primitives); NULL: none.
+  Lowering(ViewInfo& g, Compiled& c, SharedCache* shared = nullptr) : g_(g), c_(c), b_(c, shared) {}
 
   // Builds the internal nodes: patterns, BatchNorm folding, fusion groups.
   void prepare() { f_ = fuse(g_); }
 
-  // Emits the steps, binds the outputs and plans the arena; on failure
-  // reports the node (and every node fused with it) and returns false.
-  bool lower(sdk::NodeReport& report);
+  // Emits the steps, binds the outputs and plans the arena. On failure
+  // returns which nodes failed and why (the plan is then unusable).
+  std::optional<LowerFailure> lower();
 
  private:
+  // The bytes of value v as the ABI passes it (dense, its own dtype).
   size_t bytes(int v) const {
-    return static_cast<size_t>(sdk::element_count(g_.shape(v))) * sizeof(float);
+    return static_cast<size_t>(sdk::element_count(g_.shape(v))) *
+           sdk::dtype_size(g_.values[v].dtype);
   }
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);
@@ -55,6 +68,7 @@ class Lowering {
   void lower_conv(const INode& n);
   void lower_gemm(const INode& n);
   void lower_matmul(const INode& n);
+  bool lower_matmul_any_shape(const INode& n, int src, int wref, const dnnl::memory::desc& dst_md);
   void lower_pool(const INode& n);
   void lower_batch_norm(const INode& n);
   void lower_layer_norm(const INode& n);

@@ -15,8 +15,14 @@
 // from a payload is also checked to want exactly the memory layouts the plan
 // recorded, so a layout oneDNN would now choose differently is caught the
 // same way instead of running on the wrong bytes.
+//
+// A shape-polymorphic partition (polymorphic.hpp) has no plan to store: its
+// primitives are made per shape at run time. Its payload only says what it
+// is, and loading it compiles the view (the same one, weights and all) again
+// for every shape, which costs no lowering.
 #include "onednn/compiled.hpp"
 #include "onednn/compiler.hpp"
+#include "onednn/polymorphic.hpp"
 
 #include <omp.h>
 
@@ -34,6 +40,9 @@ namespace backplane::onednn {
 namespace {
 
 constexpr char kMagic[] = "CpuOneDnn payload";
+// A shape-polymorphic partition's payload: this, the format version and the
+// byte order, nothing else (polymorphic.hpp).
+constexpr char kPolyMagic[] = "CpuOneDnn shape-polymorphic payload";
 constexpr uint32_t kFormatVersion = 1;
 constexpr uint32_t kEndianMark = 0x01020304;
 
@@ -268,6 +277,8 @@ struct PostOpRecord {
 };
 
 void write_step(Writer& w, const Step& step) {
+  if (step.copy_concat || !step.prim)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + " is not a oneDNN primitive");
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   dnnl_primitive_kind_t kind{};
   check(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
@@ -725,6 +736,14 @@ void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
   host_.append(writer, w.bytes().data(), w.bytes().size());
 }
 
+void PolyCompiled::serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) {
+  Writer w;
+  w.raw(kPolyMagic, sizeof kPolyMagic);
+  w.pod(kFormatVersion);
+  w.pod(kEndianMark);
+  host().append(writer, w.bytes().data(), w.bytes().size());
+}
+
 // ---------------------------------------------------------------------------
 // Payload -> compiled partition
 // ---------------------------------------------------------------------------
@@ -768,8 +787,9 @@ void read_sizes(Reader& r, const bp_graph_view_t& view, Compiled& c) {
       r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " +
              std::to_string(n));
     for (size_t k = 0; k < n; ++k) {
+      // Inputs may be integers nothing reads as data (a Reshape's target).
       const bp_value_t& v = view.values[ids[k]];
-      if (v.dtype != BP_DTYPE_FLOAT32 || got[k] != sdk::byte_size(v))
+      if ((ids == view.outputs && v.dtype != BP_DTYPE_FLOAT32) || got[k] != sdk::byte_size(v))
         r.fail(std::string("does not match ") + what + " '" + v.name + "' of the view");
     }
   };
@@ -935,6 +955,20 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
                                                               int num_threads) {
   const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
   Reader r(payload, size, where);
+  if (size >= sizeof kPolyMagic && std::memcmp(payload, kPolyMagic, sizeof kPolyMagic) == 0) {
+    r.take(sizeof kPolyMagic, "the header");
+    const uint32_t version = r.pod<uint32_t>("format version");
+    if (version != kFormatVersion)
+      throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                       where + ": payload format " + std::to_string(version) +
+                           ", this build reads format " + std::to_string(kFormatVersion));
+    if (r.pod<uint32_t>("byte order") != kEndianMark)
+      throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
+                       where + ": payload written on a machine of the other byte order");
+    if (!r.done()) r.fail("has bytes after its end");
+    // Nothing in it depends on the oneDNN build: the view is compiled again.
+    return compile_polymorphic(host, view, num_threads);
+  }
   read_header(r, where);
   auto c = std::make_unique<Compiled>(host);
   c->name = view.name;

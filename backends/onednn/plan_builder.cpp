@@ -41,7 +41,37 @@ bool is_dense(const memory::desc& md) {
   return md.get_size() == static_cast<size_t>(n) * sizeof(float);
 }
 
-PlanBuilder::PlanBuilder(Compiled& c) : c_(c), stream_(engine()) {
+std::string SharedCache::weight_key(const std::string& tag, const memory::desc& from,
+                                    const memory::desc& to) {
+  // The descriptors' bytes: equal bytes are equal descriptors (a difference
+  // in padding bytes alone would only cost a miss).
+  std::string k = tag;
+  k.push_back('\0');
+  k.append(reinterpret_cast<const char*>(&from.data), sizeof from.data);
+  k.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
+  return k;
+}
+
+dnnl::memory SharedCache::find_weight(const std::string& key) const {
+  auto it = weights_.find(key);
+  return it == weights_.end() ? dnnl::memory() : it->second;
+}
+
+const SharedCache::Made* SharedCache::find_primitive(const std::string& key) const {
+  auto it = prims_.find(key);
+  return it == prims_.end() ? nullptr : &it->second;
+}
+
+void SharedCache::keep_only(const std::set<const void*>& live_weights,
+                            const std::set<const void*>& live_prims) {
+  for (auto it = weights_.begin(); it != weights_.end();)
+    it = live_weights.count(it->second.get_data_handle()) ? std::next(it) : weights_.erase(it);
+  for (auto it = prims_.begin(); it != prims_.end();)
+    it = live_prims.count(it->second.prim.get()) ? std::next(it) : prims_.erase(it);
+}
+
+PlanBuilder::PlanBuilder(Compiled& c, SharedCache* shared)
+    : c_(c), shared_(shared), stream_(engine()) {
   attr_.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 }
 
@@ -65,26 +95,44 @@ int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
 int PlanBuilder::new_arena(const memory::desc& md) {
   return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md);
 }
-int PlanBuilder::const_ref(const memory::desc& md, const void* data) {
+int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const std::string& tag) {
   MemRef r;
   r.md = md;
-  r.constant = dnnl::memory(md, engine());
-  std::memcpy(r.constant.get_data_handle(), data, md.get_size());
+  r.constant = m;
+  r.tag = tag;
   c_.refs.push_back(r);
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
+int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
+                              const memory::desc& want) {
+  if (shared_ == nullptr || tag.empty()) return -1;
+  dnnl::memory m = shared_->find_weight(SharedCache::weight_key(tag, user, want));
+  if (!m) return -1;
+  ++shared_->reused;
+  return add_const(want, m, tag);
+}
+
+int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::string& tag) {
+  if (int r = cached_const(tag, md, md); r >= 0) return r;
+  dnnl::memory m(md, engine());
+  std::memcpy(m.get_data_handle(), data, md.get_size());
+  if (shared_ != nullptr && !tag.empty())
+    shared_->add_weight(SharedCache::weight_key(tag, md, md), m);
+  return add_const(md, m, tag);
+}
+
 int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
-                                 const memory::desc& want) {
-  if (user == want) return const_ref(user, data);
+                                 const memory::desc& want, const std::string& tag) {
+  if (user == want) return const_ref(user, data, tag);
+  if (int r = cached_const(tag, user, want); r >= 0) return r;
   dnnl::memory src(user, engine(), const_cast<void*>(data));
-  MemRef r;
-  r.md = want;
-  r.constant = dnnl::memory(want, engine());
-  dnnl::reorder(src, r.constant).execute(stream_, src, r.constant);
+  dnnl::memory m(want, engine());
+  dnnl::reorder(src, m).execute(stream_, src, m);
   stream_.wait();
-  c_.refs.push_back(r);
-  return static_cast<int>(c_.refs.size()) - 1;
+  if (shared_ != nullptr && !tag.empty())
+    shared_->add_weight(SharedCache::weight_key(tag, user, want), m);
+  return add_const(want, m, tag);
 }
 
 const memory::desc& PlanBuilder::md(int ref) const { return c_.refs[ref].md; }
@@ -104,6 +152,18 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
     args.push_back({DNNL_ARG_SCRATCHPAD, static_cast<int>(c_.refs.size()) - 1});
     c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
   }
+  push_step(std::move(prim), std::move(args), what);
+}
+
+void PlanBuilder::add_copy_concat(std::vector<std::pair<int, int>> args, int axis,
+                                  const std::string& what) {
+  push_step(dnnl::primitive(), std::move(args), what);
+  c_.steps.back().copy_concat = true;
+  c_.steps.back().concat_axis = axis;
+}
+
+void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                            const std::string& what) {
   const int s = static_cast<int>(c_.steps.size());
   for (auto [arg, r] : args) {
     const int b = c_.refs[r].buffer;
@@ -123,7 +183,8 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   for (const auto& [src, dst] : reorders_)
     if (src == ref && md(dst) == want) return dst;
   if (c_.refs[ref].constant)
-    return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want);
+    return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want,
+                           c_.refs[ref].tag);
   const int dst = new_arena(want);
   copy(ref, dst);
   reorders_.push_back({ref, dst});
@@ -131,8 +192,27 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
 }
 
 void PlanBuilder::copy(int src, int dst) {
-  dnnl::reorder::primitive_desc pd(engine(), md(src), engine(), md(dst), attr_);
-  add_step(dnnl::reorder(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+  const memory::desc &from = md(src), &to = md(dst);
+  auto create = [&] {
+    return std::make_shared<dnnl::reorder::primitive_desc>(engine(), from, engine(), to, attr_);
+  };
+  std::string op(reinterpret_cast<const char*>(&from.data), sizeof from.data);
+  op.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
+  dnnl::primitive prim;
+  dnnl::reorder::primitive_desc pd = made<dnnl::reorder>(op, "", create, &prim);
+  add_step(prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+}
+
+dnnl::concat::primitive_desc PlanBuilder::make_concat(int axis,
+                                                      const std::vector<memory::desc>& srcs,
+                                                      dnnl::primitive* prim) {
+  auto create = [&] {
+    return std::make_shared<dnnl::concat::primitive_desc>(axis, srcs, engine(), attr_);
+  };
+  std::string op(reinterpret_cast<const char*>(&axis), sizeof axis);
+  for (const memory::desc& m : srcs)
+    op.append(reinterpret_cast<const char*>(&m.data), sizeof m.data);
+  return made<dnnl::concat>(op, "", create, prim);
 }
 
 int PlanBuilder::as_plain(int ref, const Dims& shape) { return as_md(ref, plain_md(shape)); }

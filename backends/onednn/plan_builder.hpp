@@ -8,11 +8,60 @@
 
 #include <dnnl.hpp>
 
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
 namespace backplane::onednn {
+
+// What the instances of one shape-polymorphic partition (polymorphic.hpp)
+// share, so that lowering the view for new shapes redoes only what the new
+// shapes change. Not thread-safe: one instance is lowered at a time.
+//
+// Weights: constants in the layouts their primitives want. An instance whose
+// primitive wants a weight in a layout an earlier instance already made takes
+// that memory instead of copying or reordering the weight again. Found by the
+// constant's tag (which weight, transformed how: "v12" is view value 12 as it
+// is, "gemmw3" node 3's Gemm weights), its source layout and the layout
+// wanted.
+//
+// Primitives: each primitive descriptor with its primitive, by what it was
+// made from (the operation descriptor's bytes and the attributes). oneDNN's
+// own primitive cache spares an instance the code generation of a primitive
+// seen before, but not the descriptor's creation (choosing an implementation
+// and its blocking), which is most of what lowering an unchanged operation
+// costs: a decoder step whose projections keep their shapes takes them here.
+class SharedCache {
+ public:
+  static std::string weight_key(const std::string& tag, const dnnl::memory::desc& from,
+                                const dnnl::memory::desc& to);
+  // The memory for `key`, or an empty one.
+  dnnl::memory find_weight(const std::string& key) const;
+  void add_weight(const std::string& key, const dnnl::memory& m) { weights_[key] = m; }
+
+  struct Made {
+    std::shared_ptr<void> pd;  // the typed primitive descriptor (the key names its type)
+    dnnl::primitive prim;
+  };
+  const Made* find_primitive(const std::string& key) const;
+  void add_primitive(const std::string& key, Made made) { prims_[key] = std::move(made); }
+
+  // Drops every weight whose bytes are not in `live_weights` and every
+  // primitive not in `live_prims` (what the instances still kept use).
+  void keep_only(const std::set<const void*>& live_weights,
+                 const std::set<const void*>& live_prims);
+  size_t weights() const { return weights_.size(); }
+  size_t primitives() const { return prims_.size(); }
+  size_t reused = 0;  // weights and primitives taken from here
+
+ private:
+  std::map<std::string, dnnl::memory> weights_;
+  std::map<std::string, Made> prims_;
+};
 
 dnnl::memory::dims to_dims(const Dims& d);
 // Dense row-major float32 (the ABI's layout); `any` lets the primitive choose.
@@ -25,9 +74,13 @@ bool is_dense(const dnnl::memory::desc& md);
 // indices into the Compiled's vectors.
 class PlanBuilder {
  public:
-  explicit PlanBuilder(Compiled& c);
+  // `shared`: what other instances of the partition made, to take from and
+  // add to (NULL: everything is this plan's own).
+  explicit PlanBuilder(Compiled& c, SharedCache* shared = nullptr);
 
   Compiled& compiled() { return c_; }
+  // True while lowering an instance of a shape-polymorphic partition.
+  bool shared() const { return shared_ != nullptr; }
   // Scratchpad in user mode, no post-ops: the attributes of most steps.
   const dnnl::primitive_attr& attr() const { return attr_; }
 
@@ -35,18 +88,40 @@ class PlanBuilder {
   int add_ref(int buffer, const dnnl::memory::desc& md);
   // A ref over a new arena buffer of md's size.
   int new_arena(const dnnl::memory::desc& md);
-  // A constant holding a copy of `data` (md's bytes).
-  int const_ref(const dnnl::memory::desc& md, const void* data);
+  // A constant holding a copy of `data` (md's bytes). `tag` names the
+  // constant in the SharedCache ("": never shared).
+  int const_ref(const dnnl::memory::desc& md, const void* data, const std::string& tag = "");
   // A constant reordered once into `want` (e.g. a blocked weights layout).
   int const_reordered(const dnnl::memory::desc& user, const void* data,
-                      const dnnl::memory::desc& want);
+                      const dnnl::memory::desc& want, const std::string& tag = "");
+  // The constant `tag` in layout `want`, if the SharedCache has it (so the
+  // caller need not compute its source bytes); -1 otherwise.
+  int cached_const(const std::string& tag, const dnnl::memory::desc& user,
+                   const dnnl::memory::desc& want);
 
   const dnnl::memory::desc& md(int ref) const;
   Dims dims_of(int ref) const;
 
+  // The primitive descriptor of primitive kind P for operation descriptor
+  // `d` with attributes `attr` (which `attr_key` names: "" for attr()), and
+  // its primitive in *prim: from the SharedCache, or made now.
+  template <class P>
+  typename P::primitive_desc make(const typename P::desc& d, const dnnl::primitive_attr& attr,
+                                  const std::string& attr_key, dnnl::primitive* prim) {
+    using PD = typename P::primitive_desc;
+    auto create = [&] { return std::make_shared<PD>(d, attr, engine()); };
+    return made<P>(std::string(reinterpret_cast<const char*>(&d.data), sizeof d.data), attr_key,
+                   create, prim);
+  }
+  // The same for a concat of `srcs` along `axis` (attr()).
+  dnnl::concat::primitive_desc make_concat(int axis, const std::vector<dnnl::memory::desc>& srcs,
+                                           dnnl::primitive* prim);
+
   // Appends a step (and its scratchpad); records which steps use each buffer.
   void add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
                 const dnnl::primitive_desc_base& pd, const std::string& what);
+  // Appends a copy_concat step (compiled.hpp) of `args` along `axis`.
+  void add_copy_concat(std::vector<std::pair<int, int>> args, int axis, const std::string& what);
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
   int as_md(int ref, const dnnl::memory::desc& want);
@@ -68,7 +143,38 @@ class PlanBuilder {
   void plan_arena();
 
  private:
+  int add_const(const dnnl::memory::desc& md, const dnnl::memory& m, const std::string& tag);
+  void push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
+                 const std::string& what);
+  // make()'s body: `op` is what the primitive is made from, `create` makes
+  // its descriptor.
+  template <class P, class Create>
+  typename P::primitive_desc made(const std::string& op, const std::string& attr_key,
+                                  Create&& create, dnnl::primitive* prim) {
+    using PD = typename P::primitive_desc;
+    if (shared_ == nullptr) {
+      PD pd = *create();
+      *prim = P(pd);
+      return pd;
+    }
+    std::string key = typeid(P).name();
+    key.push_back('\0');
+    key += op;
+    key.push_back('\0');
+    key += attr_key;
+    if (const SharedCache::Made* m = shared_->find_primitive(key)) {
+      ++shared_->reused;
+      *prim = m->prim;
+      return *std::static_pointer_cast<PD>(m->pd);
+    }
+    std::shared_ptr<PD> pd = create();
+    *prim = P(*pd);
+    shared_->add_primitive(key, {pd, *prim});
+    return *pd;
+  }
+
   Compiled& c_;
+  SharedCache* shared_;
   dnnl::stream stream_;
   dnnl::primitive_attr attr_;
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)

@@ -20,6 +20,7 @@ ViewInfo::ViewInfo(const sdk::Host& host, const bp_graph_view_t& view) : view_(v
     values[v].dtype = bv.dtype;
     values[v].constant = (bv.flags & BP_VALUE_CONSTANT) != 0 && bv.data_key != nullptr;
     values[v].input = (bv.flags & BP_VALUE_VIEW_INPUT) != 0;
+    for (int64_t d : values[v].shape) shapes_known_ = shapes_known_ && d >= 0;
   }
   for (size_t k = 0; k < view.num_outputs; ++k) values[view.outputs[k]].output = true;
   for (size_t k = 0; k < view.num_inputs; ++k) values[view.inputs[k]].input = true;

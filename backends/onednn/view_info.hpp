@@ -49,6 +49,13 @@ class ViewInfo {
   size_t num_in(int n) const { return view_.nodes[n].num_inputs; }
   size_t num_out(int n) const { return view_.nodes[n].num_outputs; }
   const Dims& shape(int v) const { return values[v].shape; }
+  // False for a view compiled shape-polymorphic, whose non-constant dims are
+  // -1: checks that need them wait for the concrete shapes of a run.
+  bool shapes_known() const { return shapes_known_; }
+  // True while an instance of a shape-polymorphic partition is lowered
+  // (polymorphic.hpp), which may do what a compiled plan does not (take an
+  // empty cache into a Concat).
+  bool instance = false;
   bool is_const(int v) const { return v >= 0 && values[v].constant; }
   // An output value that something reads (inside or outside the view).
   bool used(int v) const { return v >= 0 && (values[v].output || !values[v].consumers.empty()); }
@@ -86,6 +93,7 @@ class ViewInfo {
   const bp_graph_view_t& view_;
   const sdk::Host& host_;
   std::map<int, sdk::Weight> held_;
+  bool shapes_known_ = true;
 };
 
 }  // namespace backplane::onednn

@@ -3,7 +3,14 @@
 //
 // It reaches the runtime only through the ABI (via backend_sdk.hpp): the same
 // table serves the static registration and Backplane_CpuRef_backend.so.
+//
+// A partition is compiled either for the view's shapes (kernels prepared at
+// compile, RefContext) or, when the host asks (API 1.2, shape_polymorphic),
+// once for every shape: kernels are then prepared by each context for the
+// shapes execute_shaped gives, and again when they change (PolyContext).
 #include "reference/kernel.hpp"
+#include "reference/kernel_util.hpp"
+#include "reference/view_copy.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
@@ -78,55 +85,103 @@ NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t in
   return info;
 }
 
-std::unique_ptr<Kernel> make_kernel(const NodeInfo& info) {
-  if (!domain_ok(info.node))
-    throw sdk::unsupported("domain '" + std::string(info.node.domain()) + "' is not supported");
-  const KernelFactory* factory = kernels().find(std::string(info.node.op_type()));
+// Whether this backend has a kernel for the node's op (whatever its shapes).
+const KernelFactory& check_op(const sdk::NodeRef& node) {
+  if (!domain_ok(node))
+    throw sdk::unsupported("domain '" + std::string(node.domain()) + "' is not supported");
+  const KernelFactory* factory = kernels().find(std::string(node.op_type()));
   if (factory == nullptr)
-    throw sdk::unsupported("operator '" + std::string(info.node.op_type()) +
-                           "' is not implemented");
-  return (*factory)(info);
+    throw sdk::unsupported("operator '" + std::string(node.op_type()) + "' is not implemented");
+  return *factory;
+}
+
+std::unique_ptr<Kernel> make_kernel(const NodeInfo& info) { return check_op(info.node)(info); }
+
+// True if an input or output of node n has a dim the view does not know (-1).
+bool has_unknown_dims(const bp_graph_view_t& view, size_t n) {
+  const bp_node_t& node = view.nodes[n];
+  for (const auto& [ids, count] :
+       {std::pair{node.inputs, node.num_inputs}, std::pair{node.outputs, node.num_outputs}})
+    for (size_t i = 0; i < count; ++i) {
+      if (ids[i] < 0) continue;
+      const bp_value_t& v = view.values[ids[i]];
+      for (size_t d = 0; d < v.rank; ++d)
+        if (v.shape[d] < 0) return true;
+    }
+  return false;
 }
 
 // Where a value of the partition lives during a run.
 struct Location {
   enum Kind { kNone, kInput, kOutput, kConstant, kArena } kind = kNone;
-  size_t index = 0;  // kInput/kOutput: position; kArena: byte offset
+  size_t index = 0;  // kInput/kOutput: position; kArena: byte offset (concrete partitions)
   const void* constant = nullptr;
 };
 
 struct Step {
-  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<Kernel> kernel;        // concrete partitions; null when shape-polymorphic
   std::vector<int32_t> inputs, outputs;  // view value ids, -1 = omitted
+  // Shape-polymorphic partitions: the positions of the inputs whose bytes the
+  // kernel is planned from (KernelRegistry::data_inputs) and that are not
+  // constants, so each run reads them.
+  std::vector<size_t> run_data;
 };
 
-class RefContext;
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<void, FreeDeleter>;
+
+Buffer aligned_buffer(size_t bytes) {
+  Buffer b(std::aligned_alloc(kAlign, std::max<size_t>(align_up(bytes), kAlign)));
+  if (!b) throw std::bad_alloc();
+  return b;
+}
+
+std::string partition_name(const bp_graph_view_t& view) {
+  return "CpuRef partition '" + std::string(view.name != nullptr ? view.name : "") + "'";
+}
+
+std::string shape_str(const int64_t* dims, size_t rank) {
+  return dims_str(rank == 0 ? Dims{} : Dims(dims, dims + rank));
+}
+
+bool same_dims(const int64_t* a, size_t rank_a, const int64_t* b, size_t rank_b) {
+  if (rank_a != rank_b) return false;
+  for (size_t d = 0; d < rank_a; ++d)
+    if (a[d] != b[d]) return false;
+  return true;
+}
 
 class RefCompiled : public sdk::CompiledPartition {
  public:
-  RefCompiled(const sdk::Host& host, const bp_graph_view_t& view) : host_(host) {
+  RefCompiled(const sdk::Host& host, const bp_graph_view_t& view, bool polymorphic)
+      : host_(host), polymorphic_(polymorphic), view_(view) {
     const size_t nv = view.num_values;
     locations_.resize(nv);
+    producers_.assign(nv, -1);
     for (size_t k = 0; k < view.num_inputs; ++k)
       locations_[view.inputs[k]] = {Location::kInput, k, nullptr};
     for (size_t k = 0; k < view.num_outputs; ++k)
       locations_[view.outputs[k]] = {Location::kOutput, k, nullptr};
-
-    for (size_t n = 0; n < view.num_nodes; ++n) {
-      NodeInfo info = make_info(host, view, n, weights_);
-      for (size_t i = 0; i < info.in_constants.size(); ++i)
-        if (info.in_constants[i] != nullptr)
-          locations_[view.nodes[n].inputs[i]] = {Location::kConstant, 0, info.in_constants[i]};
-      Step step;
-      step.kernel = make_kernel(info);
-      step.inputs.assign(view.nodes[n].inputs, view.nodes[n].inputs + view.nodes[n].num_inputs);
-      step.outputs.assign(view.nodes[n].outputs, view.nodes[n].outputs + view.nodes[n].num_outputs);
-      scratch_bytes_ = std::max(scratch_bytes_, align_up(step.kernel->scratch_bytes()));
-      steps_.push_back(std::move(step));
-      op_types_.push_back(view.nodes[n].op_type);
+    for (size_t v = 0; v < nv; ++v) {
+      dim_offsets_.push_back(total_dims_);
+      total_dims_ += view.values[v].rank;
     }
-    plan_arena(view);
-    num_values_ = nv;
+    if (polymorphic) check_polymorphic(view);
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      const bp_node_t& node = view.nodes[n];
+      Step step;
+      step.inputs.assign(node.inputs, node.inputs + node.num_inputs);
+      step.outputs.assign(node.outputs, node.outputs + node.num_outputs);
+      for (int32_t v : step.outputs)
+        if (v >= 0) producers_[v] = static_cast<int32_t>(n);
+      if (polymorphic) prepare_later(view, n, step);
+      else prepare_now(view, n, step);
+      steps_.push_back(std::move(step));
+      op_types_.push_back(node.op_type);
+    }
+    plan_lifetimes(view);
     num_inputs_ = view.num_inputs;
     num_outputs_ = view.num_outputs;
   }
@@ -134,31 +189,101 @@ class RefCompiled : public sdk::CompiledPartition {
   std::unique_ptr<sdk::ExecContext> create_context() override;
 
   // CpuRef rebuilds its kernels from the view and the NamedDataMap, so the
-  // payload only identifies what it was made from: a format tag and the op
-  // type of every node, checked again at deserialize.
+  // payload only identifies what it was made from: a format tag, whether it
+  // is shape-polymorphic, and the op type of every node, checked again at
+  // deserialize.
   void serialize(bp_blob_store_t*, bp_byte_writer_t* writer) override {
-    std::string payload = payload_for(op_types_);
+    std::string payload = payload_for(op_types_, polymorphic_);
     host_.append(writer, payload.data(), payload.size());
   }
-  static std::string payload_for(const std::vector<std::string>& op_types) {
+  static std::string payload_for(const std::vector<std::string>& op_types, bool polymorphic) {
     std::string p = kPayloadTag;
+    // A concrete payload is unchanged from before API 1.2, so older
+    // artifacts still load.
+    if (polymorphic) p += "shape-polymorphic\n";
     for (const std::string& op : op_types) p += op + '\n';
     return p;
   }
   static constexpr const char* kPayloadTag = "CpuRef payload 1\n";
 
+  bool polymorphic() const { return polymorphic_; }
+  // The partition's view as compiled (a copy: the host's lives only for the
+  // compile call); its non-constant shapes are -1 when polymorphic.
+  const bp_graph_view_t& view() const { return view_.view(); }
   const std::vector<Step>& steps() const { return steps_; }
   const std::vector<Location>& locations() const { return locations_; }
+  int32_t producer(size_t v) const { return producers_[v]; }
+  // Values get dims_[dim_offset(v) ...] in a flat array of every value's dims.
+  size_t dim_offset(size_t v) const { return dim_offsets_[v]; }
+  size_t total_dims() const { return total_dims_; }
+  // The intermediates placed in the arena and the steps each lives through.
+  const std::vector<sdk::ArenaTensor>& arena_tensors() const { return arena_tensors_; }
+  const std::vector<int32_t>& arena_values() const { return arena_values_; }
   size_t arena_bytes() const { return arena_bytes_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
-  size_t num_values() const { return num_values_; }
+  size_t num_values() const { return locations_.size(); }
   size_t num_inputs() const { return num_inputs_; }
   size_t num_outputs() const { return num_outputs_; }
 
  private:
-  // Intermediate values get arena offsets (sdk::plan_arena): each lives from
-  // the step producing it to its last reader.
-  void plan_arena(const bp_graph_view_t& view) {
+  // A polymorphic compile checks what it can without shapes: every op has a
+  // kernel (else BP_STATUS_UNSUPPORTED, and the host compiles concrete views
+  // instead, which reject the node with the same reason) and constants have
+  // static shapes. Kernels are prepared by each context at run time.
+  void check_polymorphic(const bp_graph_view_t& view) const {
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      try {
+        check_op(sdk::NodeRef(&view, n));
+      } catch (const sdk::Error& e) {
+        throw sdk::Error(e.code(), partition_name(view) + ": node '" + view.nodes[n].name + "' (" +
+                                       view.nodes[n].op_type + "): " + e.what());
+      }
+    }
+    for (size_t v = 0; v < view.num_values; ++v) {
+      const bp_value_t& value = view.values[v];
+      if ((value.flags & BP_VALUE_CONSTANT) == 0) continue;
+      for (size_t d = 0; d < value.rank; ++d)
+        if (value.shape[d] < 0)
+          throw sdk::invalid(partition_name(view) + ": constant '" + value.name + "' has shape " +
+                             shape_str(value.shape, value.rank) + "; constants need static shapes");
+    }
+  }
+
+  // Concrete: the kernel is built now, from the view's shapes (as before API 1.2).
+  void prepare_now(const bp_graph_view_t& view, size_t n, Step& step) {
+    NodeInfo info = make_info(host_, view, n, weights_);
+    for (size_t i = 0; i < info.in_constants.size(); ++i)
+      if (info.in_constants[i] != nullptr)
+        locations_[view.nodes[n].inputs[i]] = {Location::kConstant, 0, info.in_constants[i]};
+    step.kernel = make_kernel(info);
+    scratch_bytes_ = std::max(scratch_bytes_, align_up(step.kernel->scratch_bytes()));
+  }
+
+  // Polymorphic: constants are read once now; the kernel waits for shapes.
+  void prepare_later(const bp_graph_view_t& view, size_t n, Step& step) {
+    for (int32_t v : step.inputs) {
+      if (v < 0 || locations_[v].kind == Location::kConstant) continue;
+      const bp_value_t& value = view.values[v];
+      if ((value.flags & BP_VALUE_CONSTANT) == 0 || value.data_key == nullptr) continue;
+      weights_.push_back(host_.weight(view.weights, value.data_key));
+      if (weights_.back().size() != sdk::byte_size(value))
+        throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                         partition_name(view) + ": constant '" + value.name + "' has " +
+                             std::to_string(weights_.back().size()) + " bytes, expected " +
+                             std::to_string(sdk::byte_size(value)));
+      locations_[v] = {Location::kConstant, 0, weights_.back().data()};
+    }
+    for (size_t i : kernels().data_inputs(view.nodes[n].op_type))
+      if (i < step.inputs.size() && step.inputs[i] >= 0 &&
+          locations_[step.inputs[i]].kind != Location::kConstant)
+        step.run_data.push_back(i);
+  }
+
+  // Intermediate values live in an arena (sdk::plan_arena), each from the
+  // step producing it to its last reader. A concrete partition places them
+  // now; a polymorphic one keeps the lifetimes and each context places them
+  // for the sizes of its run.
+  void plan_lifetimes(const bp_graph_view_t& view) {
     std::vector<size_t> last_use(view.num_values, 0);
     for (size_t s = 0; s < steps_.size(); ++s) {
       for (int32_t v : steps_[s].inputs)
@@ -166,41 +291,81 @@ class RefCompiled : public sdk::CompiledPartition {
       for (int32_t v : steps_[s].outputs)
         if (v >= 0) last_use[v] = std::max(last_use[v], s);
     }
-    std::vector<sdk::ArenaTensor> tensors;
-    std::vector<int32_t> placed;  // the value of each tensor
     for (size_t s = 0; s < steps_.size(); ++s)
       for (int32_t v : steps_[s].outputs) {
         if (v < 0 || locations_[v].kind != Location::kNone) continue;
         locations_[v].kind = Location::kArena;
-        tensors.push_back({s, last_use[v], sdk::byte_size(view.values[v])});
-        placed.push_back(v);
+        arena_tensors_.push_back(
+            {s, last_use[v], polymorphic_ ? 0 : sdk::byte_size(view.values[v])});
+        arena_values_.push_back(v);
       }
-    sdk::ArenaPlan plan = sdk::plan_arena(tensors, kAlign);
-    for (size_t t = 0; t < placed.size(); ++t) locations_[placed[t]].index = plan.offsets[t];
+    if (polymorphic_) return;
+    sdk::ArenaPlan plan = sdk::plan_arena(arena_tensors_, kAlign);
+    for (size_t t = 0; t < arena_values_.size(); ++t)
+      locations_[arena_values_[t]].index = plan.offsets[t];
     arena_bytes_ = plan.bytes;
   }
 
   sdk::Host host_;
+  bool polymorphic_;
+  ViewCopy view_;
   std::vector<std::string> op_types_;
   std::vector<sdk::Weight> weights_;  // keeps constant inputs readable
   std::vector<Step> steps_;
   std::vector<Location> locations_;
+  std::vector<int32_t> producers_;  // per value: the node producing it, -1 if none
+  std::vector<size_t> dim_offsets_;
+  size_t total_dims_ = 0;
+  std::vector<sdk::ArenaTensor> arena_tensors_;
+  std::vector<int32_t> arena_values_;
   size_t arena_bytes_ = 0, scratch_bytes_ = 0;
-  size_t num_values_ = 0, num_inputs_ = 0, num_outputs_ = 0;
+  size_t num_inputs_ = 0, num_outputs_ = 0;
 };
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
+// ---------------------------------------------------------------------------
+// Checks of execute_shaped's arguments, shared by both kinds of context. They
+// build no message (and allocate nothing) unless something is wrong.
+// ---------------------------------------------------------------------------
 
-// Per-caller state: the arena, the scratch buffer, and pointer tables, all
-// allocated here so execute() allocates nothing.
+void check_counts(const RefCompiled& compiled, const bp_execute_args_t& args) {
+  if (args.num_inputs != compiled.num_inputs() || args.num_outputs != compiled.num_outputs())
+    throw sdk::invalid(partition_name(compiled.view()) + ": execute_shaped got " +
+                       std::to_string(args.num_inputs) + " inputs and " +
+                       std::to_string(args.num_outputs) + " outputs, expected " +
+                       std::to_string(compiled.num_inputs()) + " and " +
+                       std::to_string(compiled.num_outputs()));
+}
+
+// Tensor `k` of `kind` ("input"/"output"), view value `v`, against the shape
+// this run gives that value.
+void check_tensor(const RefCompiled& compiled, const char* kind, size_t k, int32_t v,
+                  const bp_tensor_t& t, const int64_t* dims, size_t rank) {
+  const bp_value_t& value = compiled.view().values[v];
+  auto fail = [&](const std::string& why) {
+    throw sdk::invalid(partition_name(compiled.view()) + ": " + kind + " " + std::to_string(k) +
+                       " ('" + value.name + "') " + why);
+  };
+  if (t.dtype != value.dtype)
+    fail(std::string("has dtype ") + sdk::dtype_name(t.dtype) + ", expected " +
+         sdk::dtype_name(value.dtype));
+  if (t.device != 0) fail("is in device memory; CpuRef reads host memory only");
+  if (!same_dims(t.shape, t.rank, dims, rank))
+    fail("has shape " + shape_str(t.shape, t.rank) + " but this run's shape of the value is " +
+         shape_str(dims, rank));
+  const size_t bytes =
+      static_cast<size_t>(sdk::element_count(dims, rank)) * sdk::dtype_size(value.dtype);
+  if (t.size_bytes < bytes)
+    fail("has " + std::to_string(t.size_bytes) + " bytes, its shape needs " +
+         std::to_string(bytes));
+  if (bytes > 0 && t.data == nullptr) fail("has no data");
+}
+
+// Per-caller state of a concrete partition: the arena, the scratch buffer,
+// and pointer tables, all allocated here so execute() allocates nothing.
 class RefContext : public sdk::ExecContext {
  public:
   explicit RefContext(const RefCompiled& compiled) : compiled_(compiled) {
-    size_t bytes = compiled.arena_bytes() + compiled.scratch_bytes();
-    memory_.reset(std::aligned_alloc(kAlign, std::max<size_t>(align_up(bytes), kAlign)));
-    if (!memory_) throw std::bad_alloc();
+    memory_ = aligned_buffer(compiled.arena_bytes() + compiled.scratch_bytes());
     scratch_ = static_cast<char*>(memory_.get()) + compiled.arena_bytes();
     values_.assign(compiled.num_values(), nullptr);
     for (size_t v = 0; v < compiled.num_values(); ++v) {
@@ -238,16 +403,277 @@ class RefContext : public sdk::ExecContext {
     }
   }
 
+  // The shapes of a concrete partition are the view's: value_shapes (when
+  // given) and the tensors must say so; then this is execute().
+  void execute_shaped(const sdk::ExecuteArgs& args) override {
+    const bp_execute_args_t& a = args.raw();
+    check_counts(compiled_, a);
+    const bp_graph_view_t& view = compiled_.view();
+    for (size_t v = 0; v < args.num_values() && v < view.num_values; ++v) {
+      const bp_value_t& value = view.values[v];
+      const bp_shape_t& s = a.value_shapes[v];
+      if (!same_dims(s.dims, s.rank, value.shape, value.rank))
+        throw sdk::invalid(partition_name(view) + " was compiled for value '" + value.name +
+                           "' of shape " + shape_str(value.shape, value.rank) +
+                           " (not shape-polymorphic), execute_shaped gives " +
+                           shape_str(s.dims, s.rank));
+    }
+    for (size_t k = 0; k < a.num_inputs; ++k) {
+      const bp_value_t& value = view.values[view.inputs[k]];
+      check_tensor(compiled_, "input", k, view.inputs[k], a.inputs[k], value.shape, value.rank);
+    }
+    for (size_t k = 0; k < a.num_outputs; ++k) {
+      const bp_value_t& value = view.values[view.outputs[k]];
+      check_tensor(compiled_, "output", k, view.outputs[k], a.outputs[k], value.shape, value.rank);
+    }
+    execute(a.num_inputs, a.inputs, a.num_outputs, a.outputs);
+  }
+
  private:
   const RefCompiled& compiled_;
-  std::unique_ptr<void, FreeDeleter> memory_;
+  Buffer memory_;
   void* scratch_ = nullptr;
   std::vector<void*> values_;
   std::vector<std::vector<const void*>> in_ptrs_;
   std::vector<std::vector<void*>> out_ptrs_;
 };
 
+// Per-caller state of a shape-polymorphic partition. Each run brings the
+// shape of every value (execute_shaped's value_shapes). The context keeps the
+// shapes of its last run, the arena placed for them and, per node, the kernel
+// prepared for that node's shapes and data inputs: a run at the shapes of the
+// last one prepares nothing and allocates nothing; a run at new shapes places
+// the arena again (growing it if needed) and prepares the kernels of the
+// nodes whose shapes or data inputs changed, right before each runs (so the
+// data inputs computed earlier in the same run are there to read).
+class PolyContext : public sdk::ExecContext {
+ public:
+  explicit PolyContext(const RefCompiled& compiled)
+      : compiled_(compiled), prepared_(compiled.steps().size()) {
+    dims_.assign(compiled.total_dims(), -1);
+    values_.assign(compiled.num_values(), nullptr);
+    for (size_t v = 0; v < compiled.num_values(); ++v) {
+      const Location& loc = compiled.locations()[v];
+      if (loc.kind == Location::kConstant) values_[v] = const_cast<void*>(loc.constant);
+    }
+    for (const Step& step : compiled.steps()) {
+      in_ptrs_.emplace_back(step.inputs.size(), nullptr);
+      out_ptrs_.emplace_back(step.outputs.size(), nullptr);
+    }
+  }
+
+  void execute(size_t, const bp_tensor_t*, size_t, const bp_tensor_t*) override {
+    throw sdk::invalid(partition_name(compiled_.view()) +
+                       " was compiled shape-polymorphic: run it with execute_shaped (API 1.2), "
+                       "which gives the shapes of the run");
+  }
+
+  void execute_shaped(const sdk::ExecuteArgs& args) override {
+    const bp_execute_args_t& a = args.raw();
+    check_shapes(a);
+    check_tensors(a);
+    take_shapes(a);
+    for (size_t k = 0; k < a.num_inputs; ++k)
+      values_[compiled_.view().inputs[k]] = a.inputs[k].data;
+    for (size_t k = 0; k < a.num_outputs; ++k)
+      values_[compiled_.view().outputs[k]] = a.outputs[k].data;
+    const auto& steps = compiled_.steps();
+    for (size_t s = 0; s < steps.size(); ++s) {
+      // Every step is checked, not only after new shapes: a run that failed
+      // part way left the steps after the failure prepared for older shapes.
+      if (!prepared_[s].kernel || !same_step_dims(s) || !same_step_data(s)) prepare(s);
+      std::vector<const void*>& in = in_ptrs_[s];
+      std::vector<void*>& out = out_ptrs_[s];
+      for (size_t i = 0; i < in.size(); ++i)
+        in[i] = steps[s].inputs[i] >= 0 ? values_[steps[s].inputs[i]] : nullptr;
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
+      prepared_[s].kernel->run(in.data(), out.data(), scratch_.get());
+    }
+  }
+
+ private:
+  // What a node's kernel was prepared for: the dims of its inputs and
+  // outputs, in order, and the bytes of its run-time data inputs (the
+  // factory may keep pointers into them: they change only with the kernel).
+  struct Prepared {
+    std::unique_ptr<Kernel> kernel;
+    std::vector<int64_t> dims;
+    std::vector<std::vector<uint8_t>> data;
+  };
+
+  const int64_t* dims_of(int32_t v) const { return dims_.data() + compiled_.dim_offset(v); }
+  size_t bytes_of(int32_t v) const {
+    const bp_value_t& value = compiled_.view().values[v];
+    return static_cast<size_t>(sdk::element_count(dims_of(v), value.rank)) *
+           sdk::dtype_size(value.dtype);
+  }
+
+  // value_shapes: one entry per value of the view, of the value's rank, with
+  // static dims; constants at their own shape. Nothing here changes state,
+  // so a rejected run leaves the context as it was.
+  void check_shapes(const bp_execute_args_t& a) const {
+    const bp_graph_view_t& view = compiled_.view();
+    check_counts(compiled_, a);
+    if (a.value_shapes == nullptr || a.num_values != view.num_values)
+      throw sdk::invalid(partition_name(view) + ": execute_shaped gave " +
+                         std::to_string(a.value_shapes == nullptr ? 0 : a.num_values) +
+                         " value shapes, expected one per value of the view (" +
+                         std::to_string(view.num_values) + ")");
+    for (size_t v = 0; v < view.num_values; ++v) {
+      const bp_value_t& value = view.values[v];
+      const bp_shape_t& s = a.value_shapes[v];
+      if (s.rank != value.rank || (s.rank > 0 && s.dims == nullptr))
+        throw sdk::invalid(partition_name(view) + ": value '" + value.name + "' has rank " +
+                           std::to_string(value.rank) + ", value_shapes gives " +
+                           shape_str(s.dims, s.dims == nullptr ? 0 : s.rank));
+      for (size_t d = 0; d < s.rank; ++d)
+        if (s.dims[d] < 0) unknown_dim(v, s);
+      if ((value.flags & BP_VALUE_CONSTANT) != 0 &&
+          !same_dims(s.dims, s.rank, value.shape, value.rank))
+        throw sdk::invalid(partition_name(view) + ": constant '" + value.name + "' has shape " +
+                           shape_str(value.shape, value.rank) + ", value_shapes gives " +
+                           shape_str(s.dims, s.rank));
+    }
+  }
+
+  // A -1 dim: the value's shape depends on data. Where kernels would compute
+  // it is described in kernel.hpp (Kernel::run_dynamic); none does yet.
+  [[noreturn]] void unknown_dim(size_t v, const bp_shape_t& s) const {
+    const bp_graph_view_t& view = compiled_.view();
+    const int32_t n = compiled_.producer(v);
+    const std::string node =
+        n < 0 ? std::string("a partition input")
+              : "node '" + std::string(view.nodes[n].name) + "' (" + view.nodes[n].op_type + ")";
+    throw sdk::Error(BP_STATUS_UNIMPLEMENTED,
+                     partition_name(view) + ": value '" + view.values[v].name + "' of " + node +
+                         " has shape " + shape_str(s.dims, s.rank) +
+                         ", which depends on data; CpuRef does not compute shapes at run time yet");
+  }
+
+  void check_tensors(const bp_execute_args_t& a) const {
+    const bp_graph_view_t& view = compiled_.view();
+    for (size_t k = 0; k < a.num_inputs; ++k) {
+      const bp_shape_t& s = a.value_shapes[view.inputs[k]];
+      check_tensor(compiled_, "input", k, view.inputs[k], a.inputs[k], s.dims, s.rank);
+    }
+    for (size_t k = 0; k < a.num_outputs; ++k) {
+      const bp_shape_t& s = a.value_shapes[view.outputs[k]];
+      check_tensor(compiled_, "output", k, view.outputs[k], a.outputs[k], s.dims, s.rank);
+    }
+  }
+
+  // Takes this run's shapes; if they differ from the last run's, places the
+  // arena for them.
+  void take_shapes(const bp_execute_args_t& a) {
+    const bp_graph_view_t& view = compiled_.view();
+    bool same = placed_;
+    for (size_t v = 0; v < view.num_values && same; ++v)
+      same = same_dims(a.value_shapes[v].dims, a.value_shapes[v].rank, dims_of(v),
+                       view.values[v].rank);
+    if (same) return;
+    placed_ = false;  // until the arena is placed for the new shapes
+    for (size_t v = 0; v < view.num_values; ++v)
+      std::copy_n(a.value_shapes[v].dims, view.values[v].rank,
+                  dims_.data() + compiled_.dim_offset(v));
+    std::vector<sdk::ArenaTensor> tensors = compiled_.arena_tensors();
+    const std::vector<int32_t>& placed = compiled_.arena_values();
+    for (size_t t = 0; t < tensors.size(); ++t) tensors[t].size = bytes_of(placed[t]);
+    const sdk::ArenaPlan plan = sdk::plan_arena(tensors, kAlign);
+    if (plan.bytes > arena_capacity_ || !arena_) {
+      arena_ = aligned_buffer(plan.bytes);
+      arena_capacity_ = plan.bytes;
+    }
+    for (size_t t = 0; t < placed.size(); ++t)
+      values_[placed[t]] = static_cast<char*>(arena_.get()) + plan.offsets[t];
+    placed_ = true;
+  }
+
+  bool same_step_dims(size_t s) const {
+    const Step& step = compiled_.steps()[s];
+    const std::vector<int64_t>& key = prepared_[s].dims;
+    size_t at = 0;
+    for (const std::vector<int32_t>* list : {&step.inputs, &step.outputs})
+      for (int32_t v : *list) {
+        if (v < 0) continue;
+        const size_t rank = compiled_.view().values[v].rank;
+        if (at + rank > key.size() ||
+            !std::equal(key.begin() + at, key.begin() + at + rank, dims_of(v)))
+          return false;
+        at += rank;
+      }
+    return at == key.size();
+  }
+
+  bool same_step_data(size_t s) const {
+    const Step& step = compiled_.steps()[s];
+    const Prepared& p = prepared_[s];
+    for (size_t k = 0; k < step.run_data.size(); ++k) {
+      const int32_t v = step.inputs[step.run_data[k]];
+      const size_t bytes = bytes_of(v);
+      if (p.data[k].size() != bytes ||
+          (bytes > 0 && std::memcmp(p.data[k].data(), values_[v], bytes) != 0))
+        return false;
+    }
+    return true;
+  }
+
+  // Prepares step s's kernel for this run's shapes and data inputs, with the
+  // factories a concrete compile uses. A failure leaves the step unprepared,
+  // so the next run prepares it again.
+  void prepare(size_t s) {
+    static const uint64_t kEmpty = 0;  // an address for an empty data input
+    const Step& step = compiled_.steps()[s];
+    const bp_graph_view_t& view = compiled_.view();
+    Prepared& p = prepared_[s];
+    p.kernel.reset();
+    p.dims.clear();
+    p.data.assign(step.run_data.size(), {});
+    NodeInfo info{sdk::NodeRef(&view, s), {}, {}, {}, {}, {}};
+    for (int32_t v : step.inputs) {
+      const bool present = v >= 0;
+      info.in_dtypes.push_back(present ? view.values[v].dtype : BP_DTYPE_UNDEFINED);
+      info.in_shapes.push_back(present ? Dims(dims_of(v), dims_of(v) + view.values[v].rank)
+                                       : Dims{});
+      info.in_constants.push_back(present ? compiled_.locations()[v].constant : nullptr);
+      if (present) p.dims.insert(p.dims.end(), dims_of(v), dims_of(v) + view.values[v].rank);
+    }
+    for (int32_t v : step.outputs) {
+      const bool present = v >= 0;
+      info.out_dtypes.push_back(present ? view.values[v].dtype : BP_DTYPE_UNDEFINED);
+      info.out_shapes.push_back(present ? Dims(dims_of(v), dims_of(v) + view.values[v].rank)
+                                        : Dims{});
+      if (present) p.dims.insert(p.dims.end(), dims_of(v), dims_of(v) + view.values[v].rank);
+    }
+    for (size_t k = 0; k < step.run_data.size(); ++k) {
+      const size_t i = step.run_data[k];
+      const uint8_t* bytes = static_cast<const uint8_t*>(values_[step.inputs[i]]);
+      p.data[k].assign(bytes, bytes + bytes_of(step.inputs[i]));
+      info.in_constants[i] =
+          p.data[k].empty() ? static_cast<const void*>(&kEmpty) : p.data[k].data();
+    }
+    std::unique_ptr<Kernel> kernel = make_kernel(info);
+    const size_t scratch = align_up(kernel->scratch_bytes());
+    if (scratch > scratch_capacity_ || !scratch_) {
+      scratch_ = aligned_buffer(scratch);
+      scratch_capacity_ = scratch;
+    }
+    p.kernel = std::move(kernel);
+  }
+
+  const RefCompiled& compiled_;
+  std::vector<int64_t> dims_;  // this run's dims of every value (RefCompiled::dim_offset)
+  bool placed_ = false;        // the arena is placed for dims_
+  Buffer arena_, scratch_;
+  size_t arena_capacity_ = 0, scratch_capacity_ = 0;
+  std::vector<Prepared> prepared_;  // per step
+  std::vector<void*> values_;
+  std::vector<std::vector<const void*>> in_ptrs_;
+  std::vector<std::vector<void*>> out_ptrs_;
+};
+
 std::unique_ptr<sdk::ExecContext> RefCompiled::create_context() {
+  if (polymorphic_) return std::make_unique<PolyContext>(*this);
   return std::make_unique<RefContext>(*this);
 }
 
@@ -264,14 +690,22 @@ class RefBackend : public sdk::Backend {
     bp_backend_info_t i{};
     i.description = "portable reference CPU kernels (correctness oracle)";
     i.device_count = 0;
-    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SINGLE_OP | BP_BACKEND_FLAG_SERIALIZE;
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SINGLE_OP | BP_BACKEND_FLAG_SERIALIZE |
+              BP_BACKEND_FLAG_SHAPE_POLYMORPHIC;
     return i;
   }
 
+  // A node whose shapes are not all known (a -1 dim) is judged by its op
+  // alone: its kernel is prepared when the shapes are (a polymorphic compile).
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
     for (size_t n = 0; n < view.num_nodes; ++n) {
       std::vector<sdk::Weight> held;
       try {
+        if (has_unknown_dims(view, n)) {
+          check_op(sdk::NodeRef(&view, n));
+          report.supported(n);
+          continue;
+        }
         NodeInfo info = make_info(host(), view, n, held);
         (void)make_kernel(info);
         report.supported(n);
@@ -282,21 +716,23 @@ class RefBackend : public sdk::Backend {
   }
 
   std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
-                                                  const bp_compile_options_t&,
+                                                  const bp_compile_options_t& options,
                                                   sdk::NodeReport&) override {
-    return std::make_unique<RefCompiled>(host(), view);
+    return std::make_unique<RefCompiled>(host(), view, sdk::shape_polymorphic(options));
   }
 
-  std::unique_ptr<sdk::CompiledPartition> deserialize(const bp_graph_view_t& view,
-                                                      const void* payload, size_t size,
-                                                      const bp_compile_options_t&) override {
+  std::unique_ptr<sdk::CompiledPartition> deserialize(
+      const bp_graph_view_t& view, const void* payload, size_t size,
+      const bp_compile_options_t& options) override {
+    const bool polymorphic = sdk::shape_polymorphic(options);
     std::vector<std::string> ops;
     for (size_t n = 0; n < view.num_nodes; ++n) ops.push_back(view.nodes[n].op_type);
-    std::string expected = RefCompiled::payload_for(ops);
+    std::string expected = RefCompiled::payload_for(ops, polymorphic);
     if (size != expected.size() || std::memcmp(payload, expected.data(), size) != 0)
       throw sdk::Error(BP_STATUS_CORRUPT_DATA,
-                       "CpuRef payload does not match partition '" + std::string(view.name) + "'");
-    return std::make_unique<RefCompiled>(host(), view);
+                       "CpuRef payload does not match partition '" + std::string(view.name) + "'" +
+                           (polymorphic ? " compiled shape-polymorphic" : ""));
+    return std::make_unique<RefCompiled>(host(), view, polymorphic);
   }
 
   void execute_node(const bp_graph_view_t& view, size_t node, size_t num_inputs,

@@ -1,10 +1,18 @@
 // kernel.hpp — how CpuRef's operator kernels plug into the reference backend.
 //
-// A kernel is prepared once per node at compile time, when every shape and
-// dtype is static and constant inputs can be read; at run time it only sees
-// data pointers. Everything a kernel needs per run (index tables, strides,
-// temporaries) is computed in its factory or lives in the scratch buffer it
-// asks for, so a steady-state run allocates nothing.
+// A kernel is prepared for one node at fixed shapes, when every shape and
+// dtype is known and the inputs it plans from (constants, and the "data
+// inputs" below) can be read; at run time it only sees data pointers.
+// Everything a kernel needs per run (index tables, strides, temporaries) is
+// computed in its factory or lives in the scratch buffer it asks for, so a
+// steady-state run allocates nothing.
+//
+// When a kernel is prepared depends on how its partition was compiled:
+// - concrete (the default): once, at compile time, from the view's shapes;
+// - shape-polymorphic (API 1.2): by each execution context, right before the
+//   node runs, from the shapes execute_shaped gives, and again only when
+//   those shapes (or the bytes of its data inputs) differ from the last run.
+// The factories are the same in both cases, so both give identical results.
 #pragma once
 
 #include <backplane/backend_abi.h>
@@ -44,6 +52,16 @@ struct NodeInfo {
   }
 };
 
+// Where a kernel whose output shape depends on data gets its output memory
+// (see Kernel::run_dynamic).
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  // Memory for output `i` of the node, now known to have shape `dims` (every
+  // dim >= 0); owned by the caller, valid until the run ends.
+  virtual void* allocate(size_t i, const Dims& dims) = 0;
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -53,6 +71,26 @@ class Kernel {
   // mutable state): several execution contexts run one kernel at once.
   // inputs[i] is nullptr for an omitted optional input.
   virtual void run(const void* const* inputs, void* const* outputs, void* scratch) const = 0;
+
+  // Outputs whose shape depends on data (NonZero, Unique, NonMaxSuppression).
+  // Not used by any kernel yet; this is where they plug in. Such a node's
+  // output shape reaches the factory with -1 in the dims the host could not
+  // infer (NodeInfo.out_shapes, from execute_shaped's value_shapes), and its
+  // kernel overrides both members: run_dynamic computes the shape, asks
+  // `allocator` for the memory (outputs[i] is nullptr for such an output)
+  // and writes it. The execution context's allocator hands a partition
+  // output to the host (sdk::ExecuteArgs::allocate_output) and places an
+  // intermediate in memory of its own; the nodes after it are prepared with
+  // the shape it reported, since a polymorphic context prepares each node
+  // only when it is about to run. Until a kernel does this, the context
+  // rejects a -1 dim with BP_STATUS_UNIMPLEMENTED naming the node and value
+  // (backend.cpp, PolyContext::check_shapes).
+  virtual bool has_dynamic_outputs() const { return false; }
+  virtual void run_dynamic(const void* const* inputs, void* const* outputs,
+                           OutputAllocator& allocator, void* scratch) const {
+    (void)allocator;
+    run(inputs, outputs, scratch);
+  }
 };
 
 // Builds the kernel for a node, or throws sdk::Error (BP_STATUS_UNSUPPORTED
@@ -64,9 +102,29 @@ class KernelRegistry {
   void add(const std::string& op_type, KernelFactory factory) {
     factories_[op_type] = std::move(factory);
   }
+  // `data_inputs`: the inputs whose *bytes* the factory reads to plan the
+  // kernel (NodeInfo::constant), e.g. Slice's starts and ends, Pad's pads,
+  // Reshape's target (checked against the output shape). In a concrete view
+  // they are usually constants. In a shape-polymorphic partition they are
+  // often computed at run time (the host makes a value that was constant for
+  // one set of input shapes only a view input); the context then hands the
+  // factory a copy of their bytes from the run, and prepares the kernel
+  // again whenever those bytes change. Inputs a kernel reads in run() (Range's
+  // start, Trilu's k, Clip's bounds when not constant) are not listed.
+  void add(const std::string& op_type, KernelFactory factory, std::vector<size_t> data_inputs) {
+    data_inputs_[op_type] = std::move(data_inputs);
+    add(op_type, std::move(factory));
+  }
   const KernelFactory* find(const std::string& op_type) const {
     auto it = factories_.find(op_type);
     return it == factories_.end() ? nullptr : &it->second;
+  }
+  // The data inputs declared for `op_type` (empty if none); the reference
+  // lives as long as the registry.
+  const std::vector<size_t>& data_inputs(const std::string& op_type) const {
+    static const std::vector<size_t> none;
+    auto it = data_inputs_.find(op_type);
+    return it == data_inputs_.end() ? none : it->second;
   }
   std::vector<std::string> ops() const {
     std::vector<std::string> out;
@@ -76,6 +134,7 @@ class KernelRegistry {
 
  private:
   std::map<std::string, KernelFactory> factories_;
+  std::map<std::string, std::vector<size_t>> data_inputs_;
 };
 
 // Each kernel file registers its ops here (called once by the backend).

@@ -840,7 +840,7 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   // Selection, copies and conversions.
   registry.add("Where", make_where);
   registry.add("Identity", make_copy);
-  registry.add("Dropout", make_dropout);
+  registry.add("Dropout", make_dropout, {2});  // training_mode: a data input (kernel.hpp)
   registry.add("Cast", make_cast);
   registry.add("CastLike", make_cast);
 }

@@ -370,7 +370,10 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
 
 }  // namespace
 
-void register_resize(KernelRegistry& registry) { registry.add("Resize", make_resize); }
+// roi and scales plan the interpolation: data inputs (kernel.hpp). Resize-10
+// has scales at 1, Resize-11+ roi at 1 and scales at 2 ('sizes' only gives the
+// output shape, which the factory already has).
+void register_resize(KernelRegistry& registry) { registry.add("Resize", make_resize, {1, 2}); }
 
 }  // namespace nn
 }  // namespace backplane::cpuref

@@ -7,6 +7,12 @@
 // scales and offsets them, an expand or tile puts zeros in them). The factory
 // drops size-1 dims and merges dims that stay contiguous so the run-time loop
 // is a short odometer over rows plus a memcpy or a tight gather per row.
+//
+// Inputs that hold a shape, indices or axes (Reshape's target, Slice's starts)
+// are read through NodeInfo::constant and registered as data inputs
+// (kernel.hpp): in a shape-polymorphic partition their bytes come from the run.
+// Where the output shape alone determines the result (Reshape, Expand,
+// ConstantOfShape, Tile), the data only checks that shape.
 #include "kernel.hpp"
 #include "kernel_util.hpp"
 
@@ -38,12 +44,14 @@ Dims contiguous_strides(const Dims& dims) {
   return strides;
 }
 
-// Reads an integer list (int32 or int64) from constant input i.
+// Reads an integer list (int32 or int64) from input i: a constant, or in a
+// shape-polymorphic partition the bytes of this run (a data input, kernel.hpp).
 Dims read_int_constant(const NodeInfo& info, size_t i, const char* what) {
   const void* data = info.constant(i);
   if (data == nullptr)
     throw sdk::unsupported(info.describe() + ": input '" + what +
-                           "' must be a constant (computed at run time is not supported)");
+                           "' must be a constant in a partition compiled for fixed shapes "
+                           "(computed at run time it needs a shape-polymorphic compile)");
   const int64_t n = sdk::element_count(info.in_shapes[i]);
   Dims out(static_cast<size_t>(n));
   if (info.in_dtypes[i] == BP_DTYPE_INT64) {
@@ -106,6 +114,39 @@ std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
                        std::to_string(sdk::element_count(info.in_shapes[0])));
   return std::make_unique<CopyKernel>(static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
                                       elem_size(info, info.in_dtypes[0]));
+}
+
+// Reshape-5+: the target (0 copies the input dim unless allowzero, one -1
+// takes the rest) must give the output shape the copy was planned for.
+std::unique_ptr<Kernel> make_reshape(const NodeInfo& info) {
+  if (info.has_input(1) && info.constant(1) != nullptr) {
+    const Dims target = read_int_constant(info, 1, "shape");
+    const Dims& in = info.in_shapes[0];
+    const bool allowzero = info.node.attr_int("allowzero", 0) != 0;
+    Dims dims = target;
+    int64_t known = 1, infer = -1;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] == 0 && !allowzero) {
+        if (d >= in.size())
+          throw sdk::invalid(info.describe() + ": target " + dims_str(target) + " copies dim " +
+                             std::to_string(d) + " of an input of rank " +
+                             std::to_string(in.size()));
+        dims[d] = in[d];
+      }
+      if (dims[d] == -1 && infer < 0) {
+        infer = static_cast<int64_t>(d);
+        continue;
+      }
+      if (dims[d] < 0)
+        throw sdk::invalid(info.describe() + ": target " + dims_str(target) + " is not valid");
+      known *= dims[d];
+    }
+    // A -1 beside a 0-sized dim is ambiguous; the inferred shape decides then.
+    if (infer >= 0)
+      dims[infer] = known == 0 ? info.out_shapes[0][infer] : sdk::element_count(in) / known;
+    check_output_shape(info, dims);
+  }
+  return make_copy(info);
 }
 
 // ---------------------------------------------------------------------------
@@ -287,6 +328,20 @@ std::unique_ptr<Kernel> make_expand(const NodeInfo& info) {
       throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) +
                          " does not broadcast to " + dims_str(out));
     strides[lead + d] = in[d] == 1 ? 0 : in_strides[d];
+  }
+  if (info.has_input(1) && info.constant(1) != nullptr) {
+    // The output is the input and the target shape broadcast together.
+    const Dims target = read_int_constant(info, 1, "shape");
+    Dims expect(std::max(in.size(), target.size()), 1);
+    for (size_t k = 0; k < expect.size(); ++k) {
+      const int64_t a = k < in.size() ? in[in.size() - 1 - k] : 1;
+      const int64_t b = k < target.size() ? target[target.size() - 1 - k] : 1;
+      if (a != b && a != 1 && b != 1)
+        throw sdk::invalid(info.describe() + ": input shape " + dims_str(in) +
+                           " does not broadcast with target " + dims_str(target));
+      expect[expect.size() - 1 - k] = a == 1 ? b : a;
+    }
+    check_output_shape(info, expect);
   }
   return by_elem_size<StridedKernel>(elem_size(info, info.in_dtypes[0]), info,
                                      make_strided(out, strides, 0, info));
@@ -638,6 +693,8 @@ std::unique_ptr<Kernel> make_fill(const NodeInfo& info, int64_t n, const void* v
 
 std::unique_ptr<Kernel> make_constant_of_shape(const NodeInfo& info) {
   if (info.out_shapes.empty()) throw sdk::invalid(info.describe() + ": the node has no output");
+  if (info.has_input(0) && info.constant(0) != nullptr)
+    check_output_shape(info, read_int_constant(info, 0, "input"));
   const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bp_attribute_t* a = info.node.find_attr("value");
   if (a == nullptr) {
@@ -1239,33 +1296,34 @@ std::unique_ptr<Kernel> make_arg(const NodeInfo& info) {
 }  // namespace
 
 void register_tensor_kernels(KernelRegistry& registry) {
-  registry.add("Reshape", make_copy);
+  // Data inputs (kernel.hpp): the inputs whose bytes the factory reads.
+  registry.add("Reshape", make_reshape, {1});
   registry.add("Flatten", make_copy);
   registry.add("Squeeze", make_copy);
   registry.add("Unsqueeze", make_copy);
   registry.add("Transpose", make_transpose);
-  registry.add("Slice", make_slice);
-  registry.add("Expand", make_expand);
-  registry.add("Tile", make_tile);
+  registry.add("Slice", make_slice, {1, 2, 3, 4});
+  registry.add("Expand", make_expand, {1});
+  registry.add("Tile", make_tile, {1});
   registry.add("Concat", make_concat);
-  registry.add("Split", make_split);
+  registry.add("Split", make_split, {1});
   registry.add("Gather", make_gather);
   registry.add("Shape", make_shape);
   registry.add("Size", make_size);
   registry.add("Constant", make_constant);
-  registry.add("ConstantOfShape", make_constant_of_shape);
-  registry.add("Pad", make_pad);
+  registry.add("ConstantOfShape", make_constant_of_shape, {0});
+  registry.add("Pad", make_pad, {1, 3});
   registry.add("Range", make_range);
   registry.add("Trilu", make_trilu);
-  registry.add("ReduceSum", make_reduce<Reduce::kSum>);
-  registry.add("ReduceMean", make_reduce<Reduce::kMean>);
-  registry.add("ReduceMax", make_reduce<Reduce::kMax>);
-  registry.add("ReduceMin", make_reduce<Reduce::kMin>);
-  registry.add("ReduceProd", make_reduce<Reduce::kProd>);
-  registry.add("ReduceSumSquare", make_reduce<Reduce::kSumSquare>);
-  registry.add("ReduceL1", make_reduce<Reduce::kL1>);
-  registry.add("ReduceL2", make_reduce<Reduce::kL2>);
-  registry.add("ReduceLogSum", make_reduce<Reduce::kLogSum>);
+  registry.add("ReduceSum", make_reduce<Reduce::kSum>, {1});
+  registry.add("ReduceMean", make_reduce<Reduce::kMean>, {1});
+  registry.add("ReduceMax", make_reduce<Reduce::kMax>, {1});
+  registry.add("ReduceMin", make_reduce<Reduce::kMin>, {1});
+  registry.add("ReduceProd", make_reduce<Reduce::kProd>, {1});
+  registry.add("ReduceSumSquare", make_reduce<Reduce::kSumSquare>, {1});
+  registry.add("ReduceL1", make_reduce<Reduce::kL1>, {1});
+  registry.add("ReduceL2", make_reduce<Reduce::kL2>, {1});
+  registry.add("ReduceLogSum", make_reduce<Reduce::kLogSum>, {1});
   registry.add("ArgMax", make_arg<true>);
   registry.add("ArgMin", make_arg<false>);
 }

@@ -240,6 +240,14 @@ class Session {
   // run() fails before running anything). Bound until bound again; an empty
   // Tensor unbinds it. output()/get_output() then view that memory.
   virtual Status bind_output(const std::string& name, const Tensor& tensor) = 0;
+  // From the next run on, input `input` is the previous run's output
+  // `output`, read where that run left it: in a backend's device memory when
+  // a device partition wrote it and device partitions read it, so a
+  // decoder's key/value cache never goes through the host. The first run
+  // reads the input as set. Until the input is set or bound again (or the
+  // output bound). output()/get_output() of a fed output still work: the
+  // copy to the host is made when asked for.
+  virtual Status feed(const std::string& output, const std::string& input) = 0;
   // Runs the model at the shapes of the inputs set. Errors say which input,
   // dim and symbol do not fit; the session stays usable.
   virtual Status run() = 0;

@@ -234,16 +234,16 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
 
 // Checks an inferred type against what the model declared (value_info / outputs).
 Status check_declared(const Node& node, const Value& declared, const OutInfo& got) {
-  const std::string what = node.describe() + ": output '" + declared.name + "'";
+  auto what = [&] { return node.describe() + ": output '" + declared.name + "'"; };
   if (declared.dtype != DType::kUndefined && declared.dtype != got.dtype)
-    return invalid_argument(what + " is declared " + dtype_name(declared.dtype) +
+    return invalid_argument(what() + " is declared " + dtype_name(declared.dtype) +
                             " in the model but inferred " + dtype_name(got.dtype));
   if (!declared.has_shape) return ok_status();
   bool ok = declared.shape.size() == got.shape.size();
   for (size_t d = 0; ok && d < got.shape.size(); ++d)
     ok = declared.shape[d] < 0 || declared.shape[d] == got.shape[d];
   if (!ok)
-    return invalid_argument(what + " is declared with shape " + shape_to_string(declared.shape) +
+    return invalid_argument(what() + " is declared with shape " + shape_to_string(declared.shape) +
                             " in the model but inferred " + shape_to_string(got.shape));
   return ok_status();
 }

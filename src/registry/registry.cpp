@@ -38,7 +38,9 @@ Status validate_backend_table(const bp_backend_api_t* api) {
                       std::to_string(BP_API_VERSION_MAJOR) + "." +
                       std::to_string(BP_API_VERSION_MINOR));
   // A table must be as large as the minor it claims.
-  const size_t minimum = api->api_minor >= 1 ? BP_BACKEND_API_SIZE_1_1 : BP_BACKEND_API_SIZE_1_0;
+  const size_t minimum = api->api_minor >= 2   ? BP_BACKEND_API_SIZE_1_2
+                         : api->api_minor == 1 ? BP_BACKEND_API_SIZE_1_1
+                                               : BP_BACKEND_API_SIZE_1_0;
   if (api->struct_size < minimum)
     return invalid_argument("function table of API " + std::to_string(api->api_major) + "." +
                             std::to_string(api->api_minor) + " has struct_size " +

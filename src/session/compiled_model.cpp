@@ -25,6 +25,21 @@ std::string declared_shape(const TensorInfo& info) {
 
 bool has_shape(const ir::Value& v) { return v.has_shape; }
 
+// What partitioning depends on besides sizes: which nodes are left once a
+// signature's constants are folded (node names, in order), and which values
+// are empty (backends commonly refuse empty tensors, e.g. a decoder's first
+// step with no cache yet, which must not decide the plan of every later step).
+std::string structure_of(const ir::Graph& g) {
+  std::string key;
+  for (const ir::Node& n : g.nodes) key.append(n.name).push_back('\0');
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].has_shape && !g.values[v].is_constant() && shape_numel(g.values[v].shape) == 0)
+      key.append(std::to_string(v)).push_back(',');
+  return key;
+}
+
+constexpr size_t kPlansKept = 8;
+
 }  // namespace
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
@@ -352,17 +367,39 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
   const NamedDataMap* w = weights->get();
   const ir::Graph* gp = graph.get();
   const bool verify = from_artifact();
-  return
-      [this, gp, w, verify](const Exclusions& excluded, std::vector<std::string>*) -> Result<Plan> {
-        BP_ASSIGN_OR_RETURN(Plan plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
-        // What the executor reads from an artifact's mapping without the map.
-        if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
-        return plan;
-      };
+  // Signatures that fold the same nodes away share one partitioning: the
+  // plan of the first is reused (no support queries) unless a backend
+  // fails to compile a node at these shapes.
+  return [this, gp, w, verify, structure = structure_](
+             const Exclusions& excluded, std::vector<std::string>*) -> Result<Plan> {
+    Plan plan;
+    bool reused = false;
+    if (excluded.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [key, kept] : plans_)
+        if (key == structure) {
+          plan = kept;
+          reused = true;
+          break;
+        }
+    }
+    if (!reused) {
+      BP_ASSIGN_OR_RETURN(plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
+      if (excluded.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        plans_.emplace_front(structure, plan);
+        if (plans_.size() > kPlansKept) plans_.pop_back();
+      }
+    }
+    // What the executor reads from an artifact's mapping without the map.
+    if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
+    return plan;
+  };
 }
 
 Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, specialize(signature));
+  structure_ = structure_of(*graph);  // for polymorphic() (builds are one at a time)
   std::string note;
   BP_ASSIGN_OR_RETURN(Planner planner, stored_planner(signature, *graph, &note));
   std::shared_ptr<const NamedDataMap> weights = weights_;
@@ -395,6 +432,19 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
   if (backend.api()->api_minor < 2 || !BP_TABLE_HAS(backend.api(), execute_shaped) ||
       !backend.has_flag(BP_BACKEND_FLAG_SHAPE_POLYMORPHIC))
     return std::shared_ptr<ExecutablePartition>();
+  // Fast path: the same partition of the same structure as before (the plan
+  // reused) is the same view, without building it again.
+  std::string place = structure_ + '\1' + backend.id();
+  for (int n : p.nodes) place += '\1' + std::to_string(n);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = polymorphic_by_place_.begin(); it != polymorphic_by_place_.end(); ++it)
+      if (it->first == place) {
+        auto found = it->second;
+        polymorphic_by_place_.splice(polymorphic_by_place_.begin(), polymorphic_by_place_, it);
+        return found;
+      }
+  }
   // Constants of every run stay constants; those of these shapes only become inputs.
   std::function<bool(int)> portable_constant = [this, &graph](int v) {
     return portable_->constants.count(graph.values[v].constant_key) > 0;
@@ -409,6 +459,7 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
     for (auto it = polymorphic_.begin(); it != polymorphic_.end(); ++it)
       if (it->first == key) {
         polymorphic_.splice(polymorphic_.begin(), polymorphic_, it);
+        remember_place(place, it->second);
         return it->second;
       }
   }
@@ -429,6 +480,11 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
     log::debug(name + ": backend '" + backend.id() +
                "' does not compile it shape-polymorphic; compiling it for these shapes" +
                (s.ok() ? std::string() : ": " + s.message()));
+    // Remembered, so later signatures do not ask again.
+    std::lock_guard<std::mutex> lock(mu_);
+    polymorphic_.emplace_front(key, nullptr);
+    while (polymorphic_.size() > polymorphic_bound()) polymorphic_.pop_back();
+    remember_place(place, nullptr);
     return std::shared_ptr<ExecutablePartition>();
   }
   BP_RETURN_IF_ERROR(s);
@@ -436,9 +492,20 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
   ep->outputs = ep->view->output_values();
   std::lock_guard<std::mutex> lock(mu_);
   polymorphic_.emplace_front(key, ep);
-  const size_t bound = std::max<size_t>(16, 4 * options_.max_specializations);
-  while (polymorphic_.size() > bound) polymorphic_.pop_back();  // held on by specialisations using it
+  while (polymorphic_.size() > polymorphic_bound())
+    polymorphic_.pop_back();  // held on by specialisations using it
+  remember_place(place, ep);
   return ep;
+}
+
+size_t CompiledModel::polymorphic_bound() const {
+  return std::max<size_t>(16, 4 * options_.max_specializations);
+}
+
+void CompiledModel::remember_place(const std::string& place,
+                                   const std::shared_ptr<ExecutablePartition>& ep) {
+  polymorphic_by_place_.emplace_front(place, ep);
+  while (polymorphic_by_place_.size() > polymorphic_bound()) polymorphic_by_place_.pop_back();
 }
 
 // Arm NN's BeforeLoadNetwork: each backend of a plan hears of the network
@@ -550,7 +617,8 @@ SpecializationStats CompiledModel::specialization_stats() const {
   SpecializationStats s = stats_;
   s.cached = lru_.size();
   std::set<const ExecutablePartition*> held;
-  for (const auto& [key, ep] : polymorphic_) held.insert(ep.get());
+  for (const auto& [key, ep] : polymorphic_)
+    if (ep != nullptr) held.insert(ep.get());
   s.polymorphic_partitions = held.size();
   return s;
 }
@@ -566,6 +634,7 @@ CompiledModel::~CompiledModel() {
   lru_.clear();
   primary_.reset();
   polymorphic_.clear();
+  polymorphic_by_place_.clear();
   for (const auto& b : hooked_)
     if (BP_TABLE_HAS(b->api(), after_unload_network))
       (void)b->check(b->call([&] {

@@ -110,6 +110,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   Result<std::shared_ptr<ExecutablePartition>> polymorphic(const ir::Graph& graph,
                                                            const Partition& partition,
                                                            const std::string& name);
+  size_t polymorphic_bound() const;
+  // Under mu_.
+  void remember_place(const std::string& place, const std::shared_ptr<ExecutablePartition>& ep);
   Status notify_before_load(const Plan& plan);
   Status notify_after_load();
   void set_primary(const std::shared_ptr<const Specialization>& spec);
@@ -141,8 +144,14 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // new vector and keeps the old ones, so what notes() returned stays valid
   // while other threads add notes.
   std::deque<std::vector<std::string>> notes_{1};
-  // Shape-polymorphic partitions by view fingerprint, most recent first.
+  // Plans by structure (the nodes left after folding), most recent first.
+  std::list<std::pair<std::string, Plan>> plans_;
+  // Shape-polymorphic partitions by view fingerprint, most recent first
+  // (null: the backend declined that view).
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_;
+  // The same by place: structure, backend and node ids of the partition.
+  std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_by_place_;
+  std::string structure_;  // of the specialisation being built (under build_mu_)
   std::vector<std::shared_ptr<LoadedBackend>> hooked_;        // got before_load_network
   std::vector<std::shared_ptr<LoadedBackend>> after_loaded_;  // got after_load_network
 

@@ -32,6 +32,7 @@ class SessionImpl : public Session {
     owned_inputs_.resize(n);
     inputs_.resize(n);
     input_set_.assign(n, false);
+    fed_.resize(n);
     bound_outputs_.resize(model_->outputs().size());
     outputs_.resize(model_->outputs().size());
   }
@@ -61,6 +62,7 @@ class SessionImpl : public Session {
     if (tensor.size_bytes() > 0) std::memcpy(owned.data(), tensor.data(), tensor.size_bytes());
     inputs_[index] = Tensor::view(owned.dtype(), owned.shape(), owned.data());
     input_set_[index] = true;
+    fed_[index] = Fed{};
     return ok_status();
   }
 
@@ -71,6 +73,7 @@ class SessionImpl : public Session {
       return invalid_argument("input '" + name + "': bound tensor has no data");
     inputs_[index] = Tensor::view(tensor.dtype(), tensor.shape(), const_cast<void*>(tensor.data()));
     input_set_[index] = true;
+    fed_[index] = Fed{};
     return ok_status();
   }
 
@@ -78,6 +81,8 @@ class SessionImpl : public Session {
     const auto& infos = model_->outputs();
     for (size_t i = 0; i < infos.size(); ++i) {
       if (infos[i].name != name) continue;
+      for (Fed& f : fed_)
+        if (f.output == static_cast<int>(i)) f = Fed{};  // bound, so no longer fed back
       if (tensor.empty()) {
         bound_outputs_[i] = Tensor();
         return ok_status();
@@ -95,7 +100,34 @@ class SessionImpl : public Session {
                      names(model_->outputs()) + ")");
   }
 
+  Status feed(const std::string& output, const std::string& input) override {
+    BP_ASSIGN_OR_RETURN(size_t in, input_index(input));
+    const auto& outs = model_->outputs();
+    size_t out = outs.size();
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].name == output) out = i;
+    if (out == outs.size())
+      return not_found("model has no output named '" + output + "' (outputs: " + names(outs) +
+                       ")");
+    const TensorInfo& info = model_->inputs()[in];
+    if (outs[out].dtype != DType::kUndefined && outs[out].dtype != info.dtype)
+      return invalid_argument("output '" + output + "' is " + dtype_name(outs[out].dtype) +
+                              ", input '" + input + "' " + dtype_name(info.dtype) +
+                              ": one cannot feed the other");
+    bound_outputs_[out] = Tensor();
+    fed_[in] = Fed{};
+    fed_[in].output = static_cast<int>(out);
+    return ok_status();
+  }
+
   Status run() override {
+    // Fed inputs take the shape (and, on the host, the bytes) the last run left.
+    for (size_t i = 0; i < fed_.size(); ++i) {
+      const Fed& f = fed_[i];
+      if (f.output < 0 || !f.ready) continue;
+      inputs_[i] = Tensor::view(model_->inputs()[i].dtype, f.shape, f.space == 0 ? f.data : nullptr);
+      input_set_[i] = true;
+    }
     bool same = spec_ != nullptr;  // the previous run's shapes (no allocation when so)
     for (size_t i = 0; i < input_set_.size(); ++i) {
       if (!input_set_[i])
@@ -122,6 +154,8 @@ class SessionImpl : public Session {
                                 dtype_name(bound.dtype()) + " " + shape_to_string(bound.shape()));
     }
 
+    pending_host_copy_.clear();
+    BP_RETURN_IF_ERROR(prepare_feeds());
     for (size_t i = 0; i < spec.executable().size(); ++i) {
       const ExecutablePartition& ep = *spec.executable()[i];
       fill(ep.inputs, spec.space_of(i), &in_tensors_[i]);
@@ -129,11 +163,13 @@ class SessionImpl : public Session {
     }
     for (const ExecStep& step : spec.steps()) {
       if (step.kind == ExecStep::kCopy) {
+        if (skip_copy(step)) continue;
         BP_RETURN_IF_ERROR(copy(step));
         continue;
       }
       BP_RETURN_IF_ERROR(execute(static_cast<size_t>(step.partition)));
     }
+    finish_feeds();
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const int v = g.outputs[i];
       const ir::Value& value = g.values[v];
@@ -152,11 +188,17 @@ class SessionImpl : public Session {
   Result<Tensor> get_output(const std::string& name) const override {
     const auto& infos = model_->outputs();
     for (size_t i = 0; i < infos.size(); ++i)
-      if (infos[i].name == name) return outputs_[i];
+      if (infos[i].name == name) {
+        BP_RETURN_IF_ERROR(fetch_output(i));
+        return outputs_[i];
+      }
     return not_found("model has no output named '" + name + "' (outputs: " + names(infos) + ")");
   }
 
-  const Tensor& output(size_t index) const override { return outputs_.at(index); }
+  const Tensor& output(size_t index) const override {
+    (void)fetch_output(index);  // a failed copy leaves the last bytes; get_output reports it
+    return outputs_.at(index);
+  }
   size_t num_outputs() const override { return outputs_.size(); }
 
  private:
@@ -215,8 +257,12 @@ class SessionImpl : public Session {
   Status switch_to(std::shared_ptr<const Specialization> spec) {
     spec_.reset();  // until everything below worked
     const MemoryPlan& mem = spec->memory();
-    const size_t arena = align_to_memory_plan(mem.arena_size);
+    size_t arena = align_to_memory_plan(mem.arena_size);
     if (arena > arena_bytes_) {
+      // Grown by half again at least: a decoder's arena grows a little per
+      // token, and reallocating (and touching) it every token costs more
+      // than the token.
+      arena = std::max(arena, align_to_memory_plan(arena_bytes_ + arena_bytes_ / 2));
       arena_.reset(std::aligned_alloc(MemoryPlan::kAlignment, arena));
       arena_bytes_ = arena_ ? arena : 0;
       if (!arena_)
@@ -280,10 +326,161 @@ class SessionImpl : public Session {
     return ok_status();
   }
 
+  // Fed inputs and outputs that feed, for this run: where each fed input
+  // is read (on the host only if something there reads it: then copied
+  // once), and a fresh buffer, in the memory of the partition that writes
+  // it, for each output that feeds (two per output, taking turns: this
+  // run writes one while reading the other).
+  Status prepare_feeds() {
+    feed_writes_.clear();
+    if (std::none_of(fed_.begin(), fed_.end(), [](const Fed& f) { return f.output >= 0; }))
+      return ok_status();
+    const Specialization& spec = *spec_;
+    const ir::Graph& g = spec.graph();
+    auto read_on_host = [&](int v, int except_space) {
+      for (const ExecStep& st : spec.steps()) {
+        if (st.kind == ExecStep::kRun) {
+          const ExecutablePartition& ep = *spec.executable()[st.partition];
+          if (spec.space_of(st.partition) == 0 &&
+              std::find(ep.inputs.begin(), ep.inputs.end(), v) != ep.inputs.end())
+            return true;
+        } else if (st.value == v && st.from == 0 && st.to != except_space) {
+          return true;
+        }
+      }
+      return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+    };
+    for (size_t i = 0; i < fed_.size(); ++i) {
+      Fed& f = fed_[i];
+      if (f.output < 0 || !f.ready || f.space == 0) continue;
+      if (!read_on_host(g.inputs[i], f.space)) continue;
+      Tensor& owned = owned_inputs_[i];
+      if (owned.dtype() != model_->inputs()[i].dtype || owned.shape() != f.shape)
+        owned = Tensor(model_->inputs()[i].dtype, f.shape);
+      BP_RETURN_IF_ERROR(device_to_host(f.space, owned.data(), f.data, f.bytes,
+                                        model_->inputs()[i].name));
+      inputs_[i] = Tensor::view(owned.dtype(), owned.shape(), owned.data());
+    }
+    feed_buffers_.resize(outputs_.size());
+    for (const Fed& f : fed_) {
+      if (f.output < 0) continue;
+      const int v = g.outputs[f.output];
+      if (g.values[v].is_constant() ||
+          std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end())
+        continue;  // nothing writes it: copied like any output
+      int space = 0;
+      for (size_t p = 0; p < spec.executable().size(); ++p) {
+        const auto& outs = spec.executable()[p]->outputs;
+        if (std::find(outs.begin(), outs.end(), v) != outs.end()) space = spec.space_of(p);
+      }
+      FeedBuffers& fb = feed_buffers_[f.output];
+      const size_t bytes = std::max<size_t>(spec.value_bytes(v), 1);
+      FeedBuffers::Slot& slot = fb.slot[fb.next];
+      if (slot.space != space || slot.bytes < bytes) {
+        slot = FeedBuffers::Slot{};
+        const size_t size = align_to_memory_plan(bytes + bytes / 2);
+        if (space == 0) {
+          slot.host.reset(std::aligned_alloc(MemoryPlan::kAlignment, size));
+          if (!slot.host) return Status(StatusCode::kOutOfMemory, "cannot allocate a fed output");
+          slot.data = slot.host.get();
+        } else {
+          const MemorySpace& sp = spec.spaces()[space];
+          const LoadedBackend& b = *sp.backend;
+          void* ptr = nullptr;
+          Status allocated = b.check(b.call([&] {
+            return b.api()->memory_alloc(b.instance(), sp.device, size, MemoryPlan::kAlignment,
+                                         &ptr);
+          }),
+                                     "memory_alloc");
+          slot.device = DeviceBuffer(sp.backend, DevicePointer{sp.device, ptr});
+          BP_RETURN_IF_ERROR(allocated);
+          slot.data = ptr;
+        }
+        slot.space = space;
+        slot.bytes = size;
+      }
+      feed_writes_.push_back(FeedWrite{v, space, slot.data, f.output});
+    }
+    return ok_status();
+  }
+
+  // A fed output's copy to the host is left for when someone asks, unless
+  // a host partition of this run reads it.
+  bool skip_copy(const ExecStep& s) {
+    const Specialization& spec = *spec_;
+    if (s.from == 0) {
+      for (size_t i = 0; i < fed_.size(); ++i)
+        if (fed_[i].ready && fed_[i].output >= 0 && fed_[i].space == s.to && s.to != 0 &&
+            spec.graph().inputs[i] == s.value)
+          return true;  // already there
+      return false;
+    }
+    if (s.to != 0) return false;
+    for (const FeedWrite& w : feed_writes_) {
+      if (w.value != s.value || w.space != s.from) continue;
+      for (const ExecStep& st : spec.steps())
+        if (st.kind == ExecStep::kRun && spec.space_of(st.partition) == 0) {
+          const auto& ins = spec.executable()[st.partition]->inputs;
+          if (std::find(ins.begin(), ins.end(), s.value) != ins.end()) return false;
+        }
+      pending_host_copy_.push_back(s);
+      return true;
+    }
+    return false;
+  }
+
+  void finish_feeds() {
+    const ir::Graph& g = spec_->graph();
+    for (Fed& f : fed_) {
+      if (f.output < 0) continue;
+      const int v = g.outputs[f.output];
+      auto w = std::find_if(feed_writes_.begin(), feed_writes_.end(),
+                            [&](const FeedWrite& x) { return x.output == f.output; });
+      f.ready = true;
+      f.shape = g.values[v].shape;
+      f.bytes = spec_->value_bytes(v);
+      if (w != feed_writes_.end()) {
+        f.space = w->space;
+        f.data = w->data;
+        FeedBuffers& fb = feed_buffers_[f.output];
+        fb.next ^= 1;
+      } else {  // a constant or an input: its host bytes
+        f.space = 0;
+        f.data = address_of(v, 0);
+      }
+    }
+  }
+
+  // Makes output `index` readable on the host if its copy was left out.
+  Status fetch_output(size_t index) const {
+    if (pending_host_copy_.empty() || spec_ == nullptr) return ok_status();
+    const int v = spec_->graph().outputs[index];
+    for (auto it = pending_host_copy_.begin(); it != pending_host_copy_.end(); ++it)
+      if (it->value == v) {
+        ExecStep s = *it;
+        pending_host_copy_.erase(it);
+        return const_cast<SessionImpl*>(this)->copy(s);
+      }
+    return ok_status();
+  }
+
+  Status device_to_host(int space, void* dst, const void* src, size_t bytes,
+                        const std::string& name) {
+    if (bytes == 0) return ok_status();
+    const MemorySpace& from = spec_->spaces()[space];
+    const LoadedBackend& b = *from.backend;
+    return b.check(b.call([&] {
+      return b.api()->copy_from_device(b.instance(), from.device, dst, src, bytes);
+    }),
+                   "copy_from_device '" + name + "'");
+  }
+
   void release() {
     // Contexts, then device memory, then the backends' memory_release.
     contexts_.clear();
     context_cache_.clear();
+    feed_buffers_.clear();
+    for (Fed& f : fed_) f = Fed{};
     device_buffers_.clear();
     for (const auto& b : acquired_)
       if (BP_TABLE_HAS(b->api(), memory_release))
@@ -323,6 +520,12 @@ class SessionImpl : public Session {
 
   void* address_of(int v, int space) const {
     const ir::Graph& g = spec_->graph();
+    for (const FeedWrite& w : feed_writes_)
+      if (w.value == v && w.space == space) return w.data;
+    for (size_t i = 0; i < fed_.size(); ++i)
+      if (fed_[i].ready && fed_[i].output >= 0 && fed_[i].space == space && space != 0 &&
+          g.inputs[i] == v)
+        return fed_[i].data;
     if (space == 0) {
       if (g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
       for (size_t i = 0; i < g.inputs.size(); ++i)
@@ -402,6 +605,37 @@ class SessionImpl : public Session {
   std::vector<Tensor> inputs_;        // views: of owned_inputs_, or bound memory
   std::vector<bool> input_set_;
   std::vector<Tensor> bound_outputs_;  // empty = not bound
+  // Feeding outputs back (feed()): per input, the output feeding it and
+  // where the last run left that output.
+  struct Fed {
+    int output = -1;  // -1: not fed
+    bool ready = false;
+    int space = 0;
+    Shape shape;
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Fed> fed_;
+  // Per output that feeds: two buffers taking turns.
+  struct FeedBuffers {
+    struct Slot {
+      int space = -1;
+      size_t bytes = 0;
+      void* data = nullptr;
+      std::unique_ptr<void, ArenaDeleter> host;
+      DeviceBuffer device;
+    };
+    Slot slot[2];
+    int next = 0;
+  };
+  std::vector<FeedBuffers> feed_buffers_;
+  struct FeedWrite {
+    int value, space;
+    void* data;
+    int output;
+  };
+  std::vector<FeedWrite> feed_writes_;                 // this run's
+  mutable std::vector<ExecStep> pending_host_copy_;   // copies to the host left for later
   std::vector<Tensor> outputs_;
   bp_output_sink sink_{[](size_t output, const Shape&) -> Result<void*> {
     return unsupported("output " + std::to_string(output) +

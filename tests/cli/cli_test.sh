@@ -102,4 +102,56 @@ else
   fail "unknown input name: exit $rc, stderr: $(cat "$tmp/stderr")"
 fi
 
+# 5. A model with symbolic dims (encoder_dyn: input_ids [batch, seq]).
+# Without --input or --shape there is no size for pseudo-random inputs.
+"$cli" run "$models/encoder_dyn.onnx" --backends CpuRef >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: .*'input_ids' \[batch,seq\] has open dims.*--shape" "$tmp/stderr"; then
+  pass "open dims without a shape: exit 1, names the input, its dims and --shape"
+else
+  fail "open dims without a shape: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+# --shape gives it; the JSON's output shape is the run's.
+"$cli" run "$models/encoder_dyn.onnx" --backends CpuRef --shape input_ids=2x7 --json \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 0 ] && "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j['outputs'][0]['shape']==[2,7,64] else 1)" "$tmp/stdout"; then
+  pass "run --shape input_ids=2x7: output [2,7,64]"
+else
+  fail "run --shape: exit $rc, stdout: $(cat "$tmp/stdout"), stderr: $(cat "$tmp/stderr")"
+fi
+# A malformed --shape is a usage error of the command (exit 1 with error:).
+"$cli" run "$models/encoder_dyn.onnx" --backends CpuRef --shape input_ids=2xq >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^error: .*'q' is not a non-negative dim" "$tmp/stderr"; then
+  pass "bad --shape: error names the dim"
+else
+  fail "bad --shape: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+# A fixed dim that differs, through --input: the error names input and dim.
+"$py" -c "import numpy as np; np.save('$tmp/ids3.npy', np.zeros((1,2,3), dtype=np.int64))"
+"$cli" run "$models/encoder_dyn.onnx" --backends CpuRef --input "input_ids=$tmp/ids3.npy" \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: .*input 'input_ids'.*rank" "$tmp/stderr"; then
+  pass "wrong rank: exit 1, names the input"
+else
+  fail "wrong rank: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+# partition needs the shapes to plan.
+"$cli" partition "$models/encoder_dyn.onnx" --backends CpuRef >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: .*are open; give them with --shape" "$tmp/stderr"; then
+  pass "partition of open shapes: exit 1, asks for --shape"
+else
+  fail "partition of open shapes: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+"$cli" partition "$models/encoder_dyn.onnx" --backends CpuRef --shape input_ids=1x9 >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "partition 0" "$tmp/stdout"; then
+  pass "partition --shape: a plan"
+else
+  fail "partition --shape: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+
 finish

@@ -1,0 +1,305 @@
+// polymorphic.cpp — compile once, lower per new shape, keep the instances.
+#include "onednn/polymorphic.hpp"
+
+#include "onednn/compiler.hpp"
+#include "onednn/lowering.hpp"
+#include "onednn/shape_checks.hpp"
+#include "onednn/view_info.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <set>
+
+namespace backplane::onednn {
+namespace {
+
+std::string value_name(const bp_graph_view_t& view, size_t v) { return view.values[v].name; }
+
+Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }
+
+// A context of a shape-polymorphic partition: one block of memory for the
+// arena and scratchpad of whichever instance runs (grown, never shrunk), and
+// the bindings of the instances it ran recently (made again only when the
+// memory grows or an instance is new to it).
+class PolyContext : public sdk::ExecContext {
+ public:
+  explicit PolyContext(PolyCompiled& p) : p_(p), stream_(engine()) {}
+  ~PolyContext() override {
+    bound_.clear();
+    std::free(memory_);
+  }
+
+  void execute(size_t, const bp_tensor_t*, size_t, const bp_tensor_t*) override {
+    throw sdk::invalid(p_.where() +
+                       " was compiled shape-polymorphic: it runs only through execute_shaped");
+  }
+
+  void execute_shaped(const sdk::ExecuteArgs& args) override {
+    const bp_graph_view_t& view = p_.view();
+    if (args.num_inputs() != view.num_inputs || args.num_outputs() != view.num_outputs)
+      throw sdk::invalid(p_.where() + ": expected " + std::to_string(view.num_inputs) +
+                         " inputs and " + std::to_string(view.num_outputs) + " outputs, got " +
+                         std::to_string(args.num_inputs()) + " and " +
+                         std::to_string(args.num_outputs()));
+    p_.make_key(args, key_);
+    for (size_t k = 0; k < view.num_inputs; ++k)
+      check_tensor(args.input(k), static_cast<size_t>(view.inputs[k]), "input");
+    for (size_t k = 0; k < view.num_outputs; ++k)
+      check_tensor(args.output(k), static_cast<size_t>(view.outputs[k]), "output");
+    // Held for the whole run: another thread may evict it meanwhile.
+    const std::shared_ptr<const Compiled> plan = p_.instance(key_);
+    bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs());
+  }
+
+ private:
+  struct Bound {
+    std::weak_ptr<const Compiled> plan;
+    std::unique_ptr<Binder> binder;
+    uint64_t used = 0;
+  };
+
+  // Tensor `t` must be value v at the run's shapes, dense, in host memory.
+  // (Messages are made only on failure: a run allocates nothing here.)
+  void check_tensor(const bp_tensor_t& t, size_t v, const char* what) const {
+    const bp_value_t& value = p_.view().values[v];
+    const int64_t* want = p_.dims_in(key_, v);
+    auto name = [&] { return p_.where() + ": " + what + " '" + value.name + "'"; };
+    if (t.dtype != value.dtype)
+      throw sdk::invalid(name() + " is " + sdk::dtype_name(t.dtype) + ", expected " +
+                         sdk::dtype_name(value.dtype));
+    const bool same = t.rank == value.rank && (t.rank == 0 || t.shape != nullptr) &&
+                      std::equal(want, want + value.rank, t.shape);
+    if (!same)
+      throw sdk::invalid(
+          name() + " has shape " + shape_str(t.shape ? dims_of(t) : Dims(t.rank, -1)) +
+          ", but the run's value shapes give it " + shape_str(Dims(want, want + value.rank)));
+    const size_t bytes =
+        static_cast<size_t>(sdk::element_count(want, value.rank)) * sdk::dtype_size(t.dtype);
+    if (t.device != 0 || t.size_bytes != bytes || (t.data == nullptr && bytes > 0))
+      throw sdk::invalid(name() + " is not a host buffer of " + std::to_string(bytes) + " bytes");
+  }
+
+  // The bindings of `plan` over this context's memory.
+  Binder& bound(const std::shared_ptr<const Compiled>& plan) {
+    for (Bound& b : bound_)
+      if (!b.plan.owner_before(plan) && !plan.owner_before(b.plan)) {
+        b.used = ++clock_;
+        return *b.binder;
+      }
+    const size_t need = context_bytes(*plan);
+    if (need > capacity_) {
+      bound_.clear();  // every binding points into the old block
+      std::free(memory_);
+      memory_ = nullptr;
+      // Half as much again: a growing cache grows the arena a little per
+      // token, and fresh pages cost a fault each on first use.
+      const size_t bytes = align_up(std::max(need, capacity_ + capacity_ / 2));
+      capacity_ = 0;
+      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
+      if (memory_ == nullptr) throw std::bad_alloc();
+      capacity_ = bytes;
+    }
+    if (bound_.size() >= p_.max_instances())
+      bound_.erase(
+          std::min_element(bound_.begin(), bound_.end(),
+                           [](const Bound& a, const Bound& b) { return a.used < b.used; }));
+    bound_.push_back({plan, std::make_unique<Binder>(*plan, memory_), ++clock_});
+    return *bound_.back().binder;
+  }
+
+  PolyCompiled& p_;
+  dnnl::stream stream_;
+  std::vector<int64_t> key_;  // reused: a steady run allocates nothing for it
+  char* memory_ = nullptr;
+  size_t capacity_ = 0;
+  std::vector<Bound> bound_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace
+
+PolyCompiled::PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
+                           size_t max_instances)
+    : host_(host),
+      view_(view),
+      threads_(threads),
+      max_instances_(std::max<size_t>(max_instances, 1)),
+      where_(std::string("CpuOneDnn partition '") + view_.view().name + "'") {
+  size_t at = 0;
+  for (size_t v = 0; v < view_.view().num_values; ++v) {
+    offsets_.push_back(at);
+    at += view_.view().values[v].rank;
+  }
+}
+
+std::unique_ptr<sdk::ExecContext> PolyCompiled::create_context() {
+  return std::make_unique<PolyContext>(*this);
+}
+
+void PolyCompiled::make_key(const sdk::ExecuteArgs& args, std::vector<int64_t>& key) const {
+  const bp_graph_view_t& view = view_.view();
+  if (args.num_values() != view.num_values)
+    throw sdk::invalid(where_ + ": execute_shaped gave " + std::to_string(args.num_values()) +
+                       " value shapes, the view has " + std::to_string(view.num_values) +
+                       " values");
+  key.clear();
+  const bp_shape_t* shapes = args.raw().value_shapes;
+  for (size_t v = 0; v < view.num_values; ++v) {
+    const bp_value_t& value = view.values[v];
+    const bp_shape_t& s = shapes[v];
+    if (s.rank != value.rank || (s.rank > 0 && s.dims == nullptr))
+      throw sdk::invalid(where_ + ": value '" + value.name + "' has " + std::to_string(s.rank) +
+                         " dims in this run, the view " + std::to_string(value.rank));
+    for (size_t i = 0; i < s.rank; ++i) {
+      const int64_t d = s.dims[i];
+      if (d < 0 || (value.shape[i] >= 0 && d != value.shape[i]))
+        throw sdk::invalid(where_ + ": value '" + value.name + "' has shape " +
+                           shape_str(Dims(s.dims, s.dims + s.rank)) + " in this run, the view " +
+                           shape_str(Dims(value.shape, value.shape + value.rank)) +
+                           (d < 0 ? " (a dim that is not known)" : ""));
+      key.push_back(d);
+    }
+  }
+}
+
+std::shared_ptr<const Compiled> PolyCompiled::find(const std::vector<int64_t>& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Entry& e : entries_)
+    if (e.key == key) {
+      e.used = ++clock_;
+      ++hits_;
+      return e.plan;
+    }
+  return nullptr;
+}
+
+std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t>& key) {
+  if (std::shared_ptr<const Compiled> plan = find(key)) return plan;
+  std::lock_guard<std::mutex> lowering(lower_mutex_);
+  // Another thread may have lowered these shapes while this one waited.
+  if (std::shared_ptr<const Compiled> plan = find(key)) return plan;
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<const Compiled> plan = lower(key);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  keep(key, plan);
+  size_t kept, hits, misses;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept = entries_.size(), hits = hits_, misses = misses_;
+  }
+  char took[32];
+  std::snprintf(took, sizeof took, "%.2f", ms);
+  host_.log(BP_LOG_DEBUG, "CpuOneDnn",
+            where_ + ": instance for new shapes (" + describe_inputs(key) + ") lowered in " + took +
+                " ms; " + std::to_string(kept) + " kept (at most " + std::to_string(max_instances_) +
+                "), " + std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused; " +
+                "shared: " + std::to_string(shared_.weights()) + " weights, " +
+                std::to_string(shared_.primitives()) + " primitives (" +
+                std::to_string(shared_.reused) + " times taken)");
+  return plan;
+}
+
+std::string PolyCompiled::describe_inputs(const std::vector<int64_t>& key) const {
+  const bp_graph_view_t& view = view_.view();
+  std::string s;
+  for (size_t k = 0; k < view.num_inputs; ++k) {
+    const size_t v = static_cast<size_t>(view.inputs[k]);
+    const int64_t* d = dims_in(key, v);
+    s += (k ? ", " : "") + value_name(view, v) + " " + shape_str(Dims(d, d + view.values[v].rank));
+  }
+  return s;
+}
+
+std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& key) {
+  const bp_graph_view_t& open = view_.view();
+  std::vector<std::vector<int64_t>> shapes(open.num_values);
+  for (size_t v = 0; v < open.num_values; ++v)
+    shapes[v].assign(dims_in(key, v), dims_in(key, v) + open.values[v].rank);
+  ShapedView shaped(open, shapes);
+  ViewInfo g(host_, shaped.view());
+  g.instance = true;
+  for (size_t n = 0; n < g.num_nodes(); ++n) {
+    try {
+      check_shapes(g, static_cast<int>(n));
+    } catch (const sdk::Error& e) {
+      throw sdk::Error(e.code(), where_ + ": " + e.what());
+    }
+  }
+  auto plan = std::make_shared<Compiled>(host_);
+  plan->name = open.name;
+  plan->threads = threads_;
+  // Primitive creation picks its blocking for the calling thread's count.
+  omp_set_num_threads(threads_);
+  const std::string cannot =
+      where_ + " cannot run at these shapes (" + describe_inputs(key) + "): ";
+  try {
+    Lowering lowering(g, *plan, &shared_);
+    lowering.prepare();
+    if (std::optional<LowerFailure> failure = lowering.lower()) {
+      const int n = failure->nodes.empty() ? -1 : failure->nodes.front();
+      throw sdk::unsupported(cannot + (n >= 0 ? g.describe(n) + ": " : "") + failure->why);
+    }
+  } catch (const sdk::Error& e) {
+    if (std::string_view(e.what()).rfind(cannot, 0) == 0) throw;
+    throw sdk::Error(e.code() == BP_STATUS_INVALID_ARGUMENT ? e.code() : BP_STATUS_UNSUPPORTED,
+                     cannot + e.what());
+  } catch (const dnnl::error& e) {
+    throw sdk::unsupported(cannot + e.what());
+  }
+  g.release_constants();
+  return plan;
+}
+
+void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan) {
+  std::set<const void*> weights, prims;
+  bool prune = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++misses_;
+    entries_.push_back({key, std::move(plan), ++clock_});
+    if (entries_.size() > max_instances_) {
+      entries_.erase(
+          std::min_element(entries_.begin(), entries_.end(),
+                           [](const Entry& a, const Entry& b) { return a.used < b.used; }));
+      // Pruning walks every kept instance: done once the shared entries
+      // doubled since the last time, so a decoder loop (an eviction per
+      // token) pays for it now and then only.
+      prune = shared_.weights() + shared_.primitives() > prune_at_;
+    }
+    if (prune)
+      for (const Entry& e : entries_) {
+        for (const MemRef& r : e.plan->refs)
+          if (r.constant) weights.insert(r.constant.get_data_handle());
+        for (const Step& s : e.plan->steps)
+          if (s.prim) prims.insert(s.prim.get());
+      }
+  }
+  // What only evicted instances used goes (a context still running one
+  // holds its own references).
+  if (!prune) return;
+  shared_.keep_only(weights, prims);
+  prune_at_ = 2 * (shared_.weights() + shared_.primitives()) + 64;
+}
+
+std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
+                                                            const bp_graph_view_t& view,
+                                                            int num_threads,
+                                                            size_t max_instances) {
+  const int threads = threads_to_use(num_threads);  // before any thread count is changed
+  const std::vector<std::string> reasons = unsupported_reasons(host, view);
+  for (size_t n = 0; n < view.num_nodes; ++n)
+    if (!reasons[n].empty())
+      throw sdk::unsupported(std::string("CpuOneDnn cannot compile partition '") + view.name +
+                             "' for every shape: node '" + view.nodes[n].name + "' (" +
+                             view.nodes[n].op_type + "): " + reasons[n]);
+  return std::make_unique<PolyCompiled>(host, view, threads, max_instances);
+}
+
+}  // namespace backplane::onednn

@@ -1,0 +1,129 @@
+// polymorphic.hpp — a CpuOneDnn partition compiled once for every shape
+// (API 1.2, BP_BACKEND_FLAG_SHAPE_POLYMORPHIC).
+//
+// compile() with shape_polymorphic gets a view whose non-constant dims are
+// -1. oneDNN primitives are made for concrete shapes, so what compile can do
+// once is what does not depend on them: every node is checked (operator,
+// dtypes, ranks, attributes, which inputs must be constants: a Reduce whose
+// axes became a runtime input, for instance, makes the compile
+// BP_STATUS_UNSUPPORTED, and the host compiles a concrete view instead), and
+// the view is kept (OwnedView). Each execute_shaped then looks the run's
+// shapes up among the instances lowered before; shapes not seen yet are
+// lowered exactly as compile lowers a concrete view (patterns, fusion,
+// primitives, arena) into a new instance, after checking that they fit
+// together (shape_checks.hpp). An instance costs little more than what its
+// new shapes change: the primitives of operations whose shapes an earlier
+// instance had (a decoder step's projections, while its attention grows) are
+// taken from that instance with their descriptors, and weights already
+// reordered into the layout a primitive wants are shared, never copied again
+// (SharedCache); a MatMul of two activations (the attention's) is one
+// primitive with runtime dims for every shape; primitives of shapes seen
+// before and since evicted come from oneDNN's primitive cache without code
+// generation. What a new shape still makes anew: Softmax, Concat and
+// element-wise primitives over the shapes that changed.
+//
+// Instances are kept least recently used first out, at most the backend's
+// "shape_instances" setting per partition (kDefaultMaxInstances unless
+// configured: enough for the lengths a decoder loop goes through often); an evicted one lives on while a context still runs it. Each
+// context (one per caller thread) has one block of memory for the arena and
+// scratchpad of whichever instance it runs, grown to the largest so far, and
+// keeps the memory bindings of the instances it ran recently.
+//
+// A shape the lowering cannot run (say a Sub whose first operand
+// broadcasts, which oneDNN's binary cannot) fails that execute with
+// BP_STATUS_UNSUPPORTED naming the node and the shapes; checks made on the
+// open view accept what some shapes could run.
+//
+// Serialized, such a partition is a short payload that says so (payload.cpp):
+// the view and its weights are everything it needs, and no primitive could
+// be stored for shapes not known yet.
+//
+// Thread-safety: execute_shaped may run concurrently on different contexts;
+// the instance list is behind a mutex, and lowerings run one at a time (so
+// several threads meeting the same new shapes lower it once).
+#pragma once
+
+#include "onednn/compiled.hpp"
+#include "onednn/owned_view.hpp"
+#include "onednn/plan_builder.hpp"
+
+#include <backplane/backend_sdk.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace backplane::onednn {
+
+// How many lowered instances one partition keeps unless configured
+// ("shape_instances").
+inline constexpr size_t kDefaultMaxInstances = 64;
+
+class PolyCompiled : public sdk::CompiledPartition {
+ public:
+  PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
+               size_t max_instances);
+  size_t max_instances() const { return max_instances_; }
+
+  std::unique_ptr<sdk::ExecContext> create_context() override;
+  // payload.cpp: a payload saying "shape-polymorphic", nothing else.
+  void serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) override;
+
+  const sdk::Host& host() const { return host_; }
+  const bp_graph_view_t& view() const { return view_.view(); }
+  // "CpuOneDnn partition 'name'", the start of every message.
+  const std::string& where() const { return where_; }
+
+  // The shapes of a run as one key: every value's dims, value after value
+  // (ranks are the view's). Throws BP_STATUS_INVALID_ARGUMENT if they are
+  // not shapes of this view: another count or rank, a dim the view fixes
+  // (a constant's) with another size, a dim that is not known.
+  void make_key(const sdk::ExecuteArgs& args, std::vector<int64_t>& key) const;
+  // The dims of value v in `key` (its rank: the view's).
+  const int64_t* dims_in(const std::vector<int64_t>& key, size_t v) const {
+    return key.data() + offsets_[v];
+  }
+
+  // The instance for `key`: a kept one, or one lowered now (see above).
+  std::shared_ptr<const Compiled> instance(const std::vector<int64_t>& key);
+
+ private:
+  struct Entry {
+    std::vector<int64_t> key;
+    std::shared_ptr<const Compiled> plan;
+    uint64_t used = 0;
+  };
+  // A kept instance, counted as a hit; null if none. Takes mutex_.
+  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
+  // Lowers the view at the shapes of `key` (lower_mutex_ held).
+  std::shared_ptr<const Compiled> lower(const std::vector<int64_t>& key);
+  // Keeps `plan`, evicting the least recently used beyond max_instances(), and
+  // (now and then) drops the shared weights and primitives no kept instance
+  // uses (lower_mutex_ held).
+  void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
+  std::string describe_inputs(const std::vector<int64_t>& key) const;
+
+  sdk::Host host_;
+  OwnedView view_;
+  int threads_;
+  size_t max_instances_;
+  std::string where_;
+  std::vector<size_t> offsets_;  // per value, where its dims start in a key
+  std::mutex mutex_;             // guards entries_, clock_, hits_, misses_
+  std::vector<Entry> entries_;
+  uint64_t clock_ = 0, hits_ = 0, misses_ = 0;
+  std::mutex lower_mutex_;  // one lowering at a time; guards shared_
+  SharedCache shared_;
+  size_t prune_at_ = 0;  // shared_'s size that makes keep() prune it
+};
+
+// Checks that every node of `view` (dims open) can run here at some shapes
+// and keeps the view: BP_STATUS_UNSUPPORTED, naming the node, if one cannot.
+// num_threads: 0 = the OpenMP default.
+std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(
+    const sdk::Host& host, const bp_graph_view_t& view, int num_threads,
+    size_t max_instances = kDefaultMaxInstances);
+
+}  // namespace backplane::onednn

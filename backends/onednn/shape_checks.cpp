@@ -1,0 +1,203 @@
+// shape_checks.cpp — each node's output shape against what its inputs give.
+#include "onednn/shape_checks.hpp"
+
+#include "onednn/support.hpp"
+
+#include <algorithm>
+
+namespace backplane::onednn {
+namespace {
+
+int64_t count(const Dims& d) { return sdk::element_count(d); }
+
+// Numpy broadcasting of a and b; false if they do not broadcast.
+bool broadcast(const Dims& a, const Dims& b, Dims& out) {
+  const size_t rank = std::max(a.size(), b.size());
+  const Dims pa = left_pad(a, rank), pb = left_pad(b, rank);
+  out.assign(rank, 0);
+  for (size_t i = 0; i < rank; ++i) {
+    if (pa[i] != pb[i] && pa[i] != 1 && pb[i] != 1) return false;
+    out[i] = pa[i] == 1 ? pb[i] : pa[i];
+  }
+  return true;
+}
+
+class Checker {
+ public:
+  Checker(ViewInfo& g, int n) : g_(g), n_(n), y_(g.shape(g.out(n))) {}
+
+  const Dims& x(size_t i = 0) const { return g_.shape(g_.in(n_, i)); }
+  bool has(size_t i) const { return g_.in(n_, i) >= 0 && i < g_.num_in(n_); }
+  const Dims& y() const { return y_; }
+
+  void expect(bool ok, const std::string& what) const {
+    if (ok) return;
+    std::string inputs;
+    for (size_t i = 0; i < g_.num_in(n_); ++i) {
+      if (g_.in(n_, i) < 0) continue;
+      if (!inputs.empty()) inputs += ", ";
+      inputs += '\'';
+      inputs += g_.value_name(g_.in(n_, i));
+      inputs += "' ";
+      inputs += shape_str(x(i));
+    }
+    throw sdk::invalid(g_.describe(n_) + ": " + what + " (inputs " + inputs + ", output '" +
+                       g_.value_name(g_.out(n_)) + "' " + shape_str(y_) + ")");
+  }
+  void expect_y(const Dims& want) const {
+    expect(y_ == want, "the output shape should be " + shape_str(want));
+  }
+
+  void same() const { expect_y(x()); }
+  void params_of(size_t first, size_t last, int64_t want, const char* what) const {
+    for (size_t i = first; i <= last; ++i)
+      if (has(i))
+        expect(count(x(i)) == want, std::string(what) + " has " + std::to_string(count(x(i))) +
+                                        " values, not " + std::to_string(want));
+  }
+
+  void binary() const {
+    Dims out;
+    expect(broadcast(x(0), x(1), out), "the operands do not broadcast");
+    expect_y(out);
+  }
+
+  void matmul() const {
+    const Dims &a = x(0), &b = x(1);
+    expect(a.size() >= 2 && b.size() >= 2, "MatMul operands need 2 dims or more");
+    expect(a.back() == b[b.size() - 2], "the inner dims of the operands differ");
+    Dims batch;
+    expect(broadcast(Dims(a.begin(), a.end() - 2), Dims(b.begin(), b.end() - 2), batch),
+           "the batch dims do not broadcast");
+    batch.push_back(a[a.size() - 2]);
+    batch.push_back(b.back());
+    expect_y(batch);
+  }
+
+  void gemm() const {
+    const Dims &a = x(0), &b = x(1);
+    expect(a.size() == 2 && b.size() == 2, "Gemm operands need 2 dims");
+    const bool tb = g_.node(n_).attr_int("transB", 0) != 0;
+    expect(a[1] == (tb ? b[1] : b[0]), "the inner dims of A and B differ");
+    expect_y({a[0], tb ? b[0] : b[1]});
+  }
+
+  void conv() const {
+    const Dims &xs = x(0), &ws = x(1);
+    const int64_t group = g_.node(n_).attr_int("group", 1);
+    expect(xs.size() == ws.size() && y_.size() == xs.size(), "input, weights, output ranks differ");
+    expect(xs[1] == ws[1] * group, "the input has " + std::to_string(xs[1]) + " channels, the " +
+                                       "weights expect " + std::to_string(ws[1] * group));
+    expect(y_[0] == xs[0] && y_[1] == ws[0], "batch or output channels differ");
+    params_of(2, 2, ws[0], "the bias");
+  }
+
+  void pool(bool global) const {
+    expect(y_.size() == x().size() && y_[0] == x()[0] && y_[1] == x()[1],
+           "batch or channels differ");
+    if (global)
+      for (size_t i = 2; i < y_.size(); ++i)
+        expect(y_[i] == 1, "a global pool's spatial dims are 1");
+  }
+
+  void concat() const {
+    const size_t rank = y_.size();
+    int64_t axis = g_.node(n_).attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(rank);
+    expect(axis >= 0 && axis < static_cast<int64_t>(rank), "axis out of range");
+    Dims want = x(0);
+    expect(want.size() == rank, "inputs of another rank than the output");
+    want[axis] = 0;
+    for (size_t i = 0; i < g_.num_in(n_); ++i) {
+      Dims xi = x(i);
+      expect(xi.size() == rank, "inputs of another rank than the output");
+      want[axis] += xi[axis];
+      xi[axis] = want[axis];
+      expect(xi == want, "inputs differ outside axis " + std::to_string(axis));
+    }
+    expect_y(want);
+  }
+
+  void reduce() const {
+    const int64_t rank = static_cast<int64_t>(x().size());
+    std::vector<int64_t> axes;
+    if (has(1)) axes = g_.ints(g_.in(n_, 1)).value_or(std::vector<int64_t>{});
+    else axes = g_.node(n_).attr_ints("axes", {});
+    if (axes.empty())
+      for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+    std::vector<bool> reduced(static_cast<size_t>(rank), false);
+    for (int64_t a : axes) {
+      const int64_t k = a < 0 ? a + rank : a;
+      expect(k >= 0 && k < rank, "axis " + std::to_string(a) + " out of range");
+      reduced[static_cast<size_t>(k)] = true;
+    }
+    const bool keep = g_.node(n_).attr_int("keepdims", 1) != 0;
+    Dims want;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (!reduced[i]) want.push_back(x()[i]);
+      else if (keep) want.push_back(1);
+    }
+    expect_y(want);
+  }
+
+  void transpose() const {
+    const int64_t rank = static_cast<int64_t>(x().size());
+    std::vector<int64_t> perm = g_.node(n_).attr_ints("perm", {});
+    if (perm.empty())
+      for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+    expect(static_cast<int64_t>(perm.size()) == rank, "perm does not match the input rank");
+    Dims want;
+    for (int64_t p : perm) {
+      const int64_t k = p < 0 ? p + rank : p;
+      expect(k >= 0 && k < rank, "perm out of range");
+      want.push_back(x()[static_cast<size_t>(k)]);
+    }
+    expect_y(want);
+  }
+
+ private:
+  ViewInfo& g_;
+  int n_;
+  const Dims& y_;
+};
+
+}  // namespace
+
+std::string shape_str(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+void check_shapes(ViewInfo& g, int n) {
+  Checker c(g, n);
+  const std::string_view op = g.op(n);
+  if (op == "MatMul") return c.matmul();
+  if (op == "Gemm") return c.gemm();
+  if (op == "Conv") return c.conv();
+  if (op == "MaxPool" || op == "AveragePool") return c.pool(false);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return c.pool(true);
+  if (op == "Concat") return c.concat();
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return c.reduce();
+  if (op == "Transpose") return c.transpose();
+  if (binary_ops().count(op)) return c.binary();
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+    c.expect(count(c.y()) == count(c.x()), "the output has another number of elements");
+    return;
+  }
+  // What remains keeps its input's shape: activations, Softmax, Identity,
+  // Dropout, and the normalizations (whose parameters must fit the input).
+  c.same();
+  if (op == "LayerNormalization" && !c.x().empty())
+    c.params_of(1, 2, c.x().back(), "scale or bias");
+  if (op == "BatchNormalization" && c.x().size() >= 2)
+    c.params_of(1, 4, c.x()[1], "a statistic or parameter");
+  if (op == "Pow" || op == "Clip")
+    for (size_t i = 1; i < g.num_in(n); ++i)
+      c.expect(!c.has(i) || count(c.x(i)) == 1, "an operand that should be a scalar is not");
+}
+
+}  // namespace backplane::onednn

@@ -1,0 +1,948 @@
+// CpuOneDnn compiled shape-polymorphic (API 1.2): one compile, every shape.
+//
+// The backend is driven through its ABI table as the host drives it: the
+// plugin users get (Backplane_CpuOneDnn_backend.so) is loaded with dlopen and
+// given the runtime's host table, with `log` replaced so the test sees the
+// backend's debug messages (it logs each instance it lowers for new shapes,
+// which is how the test counts instance-cache misses). The test builds its
+// own views: a transformer decoder layer (LayerNormalization, MatMul + bias,
+// Reshape to a target that is a runtime input, Transpose, a key/value cache
+// Concat, q*k^T, Softmax, residual Adds, Gelu) as the host will hand it over
+// polymorphically (every non-constant dim -1, the Reshape targets view
+// inputs), and the same layer at concrete shapes (targets constant), which
+// is what every result is compared with: the partition compiled concretely
+// for those shapes by CpuOneDnn (1e-5 relative) and by CpuRef (1e-4).
+#include "core/named_blob_store.hpp"
+#include "core/tensor_data_map.hpp"
+#include "registry/byte_writer.hpp"
+#include "registry/host_api.hpp"
+#include "registry/node_report.hpp"
+
+#include <backplane/backend_abi.h>
+#include <backplane/tensor.hpp>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace backplane::cpuref {
+const bp_backend_api_t* static_table();  // backends/reference (linked into the runtime)
+}
+
+namespace backplane {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+// ---- host: the runtime's table, with the log captured ------------------------
+
+std::mutex log_mutex;
+std::vector<std::string> log_lines;
+
+void capture_log(bp_log_level_t, const char* id, const char* message) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  log_lines.push_back(std::string(id ? id : "?") + ": " + (message ? message : ""));
+}
+
+const bp_host_api_t* test_host() {
+  static const bp_host_api_t host = [] {
+    bp_host_api_t h = *host_api();
+    h.log = &capture_log;
+    return h;
+  }();
+  return &host;
+}
+
+void clear_log() {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  log_lines.clear();
+}
+
+// How many instances CpuOneDnn lowered for partition `name` since clear_log.
+size_t lowered(const std::string& name) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  const std::string what = "partition '" + name + "': instance for new shapes";
+  return std::count_if(log_lines.begin(), log_lines.end(),
+                       [&](const std::string& l) { return l.find(what) != std::string::npos; });
+}
+
+struct Outcome {
+  bp_status_code_t code = BP_STATUS_OK;
+  std::string message;
+  bool ok() const { return code == BP_STATUS_OK; }
+};
+
+Outcome take(bp_status_t* s) {
+  if (s == nullptr) return {};
+  Outcome o{test_host()->status_code(s), test_host()->status_message(s)};
+  test_host()->status_release(s);
+  return o;
+}
+
+// ---- backends -------------------------------------------------------------------
+
+struct Backend {
+  const bp_backend_api_t* api = nullptr;
+  bp_backend_t* handle = nullptr;
+  std::string error;
+};
+
+Backend create(const bp_backend_api_t* api) {
+  Backend b;
+  b.api = api;
+  if (api == nullptr) {
+    b.error = "no function table";
+    return b;
+  }
+  Outcome o = take(api->create(test_host(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &b.handle));
+  if (!o.ok()) b.error = o.message;
+  return b;
+}
+
+// CpuOneDnn as users get it: this build's plugin.
+const Backend& onednn() {
+  static const Backend b = [] {
+    const std::string path =
+        std::string(BACKPLANE_ONEDNN_BACKEND_DIR) + "/Backplane_CpuOneDnn_backend.so";
+    void* so = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process
+    if (so == nullptr) return Backend{nullptr, nullptr, "dlopen " + path + ": " + dlerror()};
+    auto factory = reinterpret_cast<bp_backend_factory_fn>(dlsym(so, BP_ENTRY_BACKEND_FACTORY));
+    if (factory == nullptr) return Backend{nullptr, nullptr, path + " has no BackendFactory"};
+    Backend made = create(static_cast<const bp_backend_api_t*>(factory()));
+    // The instance-cache tests below are written for 8 kept instances.
+    const char* key = "shape_instances";
+    const char* value = "8";
+    if (made.error.empty())
+      if (Outcome o = take(made.api->configure(made.handle, 1, &key, &value)); !o.ok())
+        made.error = "configure shape_instances: " + o.message;
+    return made;
+  }();
+  return b;
+}
+
+const Backend& cpuref() {
+  static const Backend b = create(cpuref::static_table());
+  return b;
+}
+
+// ---- partitions described once, viewed polymorphically or at one shape ----------
+
+// The sizes a run picks: batch, new tokens, cached tokens before this run.
+struct Env {
+  int64_t B = 1, T = 1, P = 1;
+  bool operator<(const Env& o) const { return std::tie(B, T, P) < std::tie(o.B, o.T, o.P); }
+};
+std::string str(const Env& e) {
+  return "B=" + std::to_string(e.B) + " T=" + std::to_string(e.T) + " P=" + std::to_string(e.P);
+}
+
+struct Attr {
+  Attr(std::string n, bp_attr_type_t t) : name(std::move(n)), type(t) {}
+  std::string name;
+  bp_attr_type_t type;
+  int64_t i = 0;
+  float f = 0;
+  std::vector<int64_t> ints;
+};
+Attr int_attr(const std::string& n, int64_t v) {
+  Attr a{n, BP_ATTR_INT};
+  a.i = v;
+  return a;
+}
+Attr float_attr(const std::string& n, float v) {
+  Attr a{n, BP_ATTR_FLOAT};
+  a.f = v;
+  return a;
+}
+Attr ints_attr(const std::string& n, std::vector<int64_t> v) {
+  Attr a{n, BP_ATTR_INTS};
+  a.ints = std::move(v);
+  return a;
+}
+
+class Spec {
+ public:
+  enum Kind { kConstant, kInput, kShapeInput, kInner };
+  struct Value {
+    std::string name;
+    Kind kind = kInner;
+    bp_dtype_t dtype = BP_DTYPE_FLOAT32;
+    std::function<Dims(const Env&)> shape;
+    Tensor data;                                           // kConstant
+    std::function<std::vector<int64_t>(const Env&)> ints;  // kShapeInput: its values
+  };
+  struct Node {
+    std::string name, op;
+    std::vector<int32_t> in, out;
+    std::vector<Attr> attrs;
+    int64_t opset = 17;
+  };
+
+  int constant(const std::string& name, const Dims& shape, float lo, float hi) {
+    Tensor t(DType::kFloat32, shape);
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = d(rng_);
+    const int v = add(name, kConstant, BP_DTYPE_FLOAT32, [shape](const Env&) { return shape; });
+    values[v].data = t;
+    return v;
+  }
+  int input(const std::string& name, std::function<Dims(const Env&)> shape) {
+    return add(name, kInput, BP_DTYPE_FLOAT32, std::move(shape));
+  }
+  // An int64 vector computed from the shapes (a Reshape target): a view
+  // input of the polymorphic view, a constant of each concrete one.
+  int shape_input(const std::string& name, std::function<std::vector<int64_t>(const Env&)> v) {
+    auto shape = [v](const Env& e) { return Dims{static_cast<int64_t>(v(e).size())}; };
+    const int value = add(name, kShapeInput, BP_DTYPE_INT64, shape);
+    values[value].ints = std::move(v);
+    return value;
+  }
+  int value(const std::string& name, std::function<Dims(const Env&)> shape) {
+    return add(name, kInner, BP_DTYPE_FLOAT32, std::move(shape));
+  }
+  void node(const std::string& op, const std::string& name, std::vector<int32_t> in,
+            std::vector<int32_t> out, std::vector<Attr> attrs = {}) {
+    Node n;
+    n.name = name;
+    n.op = op;
+    n.in = std::move(in);
+    n.out = std::move(out);
+    n.attrs = std::move(attrs);
+    nodes.push_back(std::move(n));
+  }
+  void output(int v) { outputs.push_back(v); }
+
+  std::vector<Dims> shapes(const Env& e) const {
+    std::vector<Dims> s;
+    for (const Value& v : values) s.push_back(v.shape(e));
+    return s;
+  }
+
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<int32_t> outputs;
+
+ private:
+  int add(const std::string& name, Kind kind, bp_dtype_t dtype,
+          std::function<Dims(const Env&)> shape) {
+    Value v;
+    v.name = name;
+    v.kind = kind;
+    v.dtype = dtype;
+    v.shape = std::move(shape);
+    values.push_back(std::move(v));
+    return static_cast<int>(values.size()) - 1;
+  }
+  std::mt19937 rng_{7};
+};
+
+// A bp_graph_view_t of a Spec: polymorphic (no Env) or at one Env's shapes.
+// Owns every array the view points to, and its weights map.
+class View {
+ public:
+  View(const Spec& spec, const std::string& name, const Env* env) : name_(name) {
+    const size_t nv = spec.values.size();
+    shapes_.resize(nv);
+    std::vector<bool> is_output(nv, false);
+    for (int32_t v : spec.outputs) is_output[v] = true;
+    for (size_t v = 0; v < nv; ++v) {
+      const Spec::Value& sv = spec.values[v];
+      const bool constant = sv.kind == Spec::kConstant || (env && sv.kind == Spec::kShapeInput);
+      shapes_[v] = sv.shape(env ? *env : Env{});
+      if (!env && !constant) std::fill(shapes_[v].begin(), shapes_[v].end(), -1);
+      if (sv.kind == Spec::kConstant) tensors_[sv.name] = sv.data;
+      if (env && sv.kind == Spec::kShapeInput) {
+        const std::vector<int64_t> ints = sv.ints(*env);
+        tensors_[sv.name] =
+            Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(ints.size())}, ints.data());
+      }
+      bp_value_t bv{};
+      bv.struct_size = sizeof bv;
+      bv.name = sv.name.c_str();
+      bv.dtype = sv.dtype;
+      bv.rank = shapes_[v].size();
+      bv.shape = shapes_[v].data();
+      if (constant) bv.flags |= BP_VALUE_CONSTANT, bv.data_key = sv.name.c_str();
+      if (!constant && sv.kind != Spec::kInner) {
+        bv.flags |= BP_VALUE_VIEW_INPUT;
+        inputs_.push_back(static_cast<int32_t>(v));
+      }
+      if (is_output[v]) bv.flags |= BP_VALUE_VIEW_OUTPUT;
+      values_.push_back(bv);
+    }
+    attrs_.resize(spec.nodes.size());
+    for (size_t n = 0; n < spec.nodes.size(); ++n) {
+      const Spec::Node& sn = spec.nodes[n];
+      for (const Attr& a : sn.attrs) {
+        bp_attribute_t at{};
+        at.struct_size = sizeof at;
+        at.name = a.name.c_str();
+        at.type = a.type;
+        at.i = a.i;
+        at.f = a.f;
+        at.count = a.ints.size();
+        at.ints = a.ints.data();
+        attrs_[n].push_back(at);
+      }
+      bp_node_t bn{};
+      bn.struct_size = sizeof bn;
+      bn.name = sn.name.c_str();
+      bn.op_type = sn.op.c_str();
+      bn.domain = "";
+      bn.opset = sn.opset;
+      bn.num_inputs = sn.in.size();
+      bn.inputs = sn.in.data();
+      bn.num_outputs = sn.out.size();
+      bn.outputs = sn.out.data();
+      bn.num_attributes = attrs_[n].size();
+      bn.attributes = attrs_[n].data();
+      nodes_.push_back(bn);
+    }
+    outputs_ = spec.outputs;
+    map_ = std::make_unique<TensorDataMap>(&tensors_);
+    view_.struct_size = sizeof view_;
+    view_.name = name_.c_str();
+    view_.num_values = values_.size();
+    view_.values = values_.data();
+    view_.num_nodes = nodes_.size();
+    view_.nodes = nodes_.data();
+    view_.num_inputs = inputs_.size();
+    view_.inputs = inputs_.data();
+    view_.num_outputs = outputs_.size();
+    view_.outputs = outputs_.data();
+    view_.weights = map_->as_abi();
+  }
+  View(const View&) = delete;
+
+  const bp_graph_view_t* get() const { return &view_; }
+  const std::string& name() const { return name_; }
+  const std::vector<int32_t>& inputs() const { return inputs_; }
+
+ private:
+  std::string name_;
+  std::vector<Dims> shapes_;
+  std::unordered_map<std::string, Tensor> tensors_;
+  std::unique_ptr<TensorDataMap> map_;
+  std::vector<bp_value_t> values_;
+  std::vector<std::vector<bp_attribute_t>> attrs_;
+  std::vector<bp_node_t> nodes_;
+  std::vector<int32_t> inputs_, outputs_;
+  bp_graph_view_t view_{};
+};
+
+// ---- compiled partitions and runs -------------------------------------------------
+
+class Part {
+ public:
+  Part(const Backend& b, const View& view, bool polymorphic) : b_(b) {
+    bp_compile_options_t o{};
+    o.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+    o.shape_polymorphic = polymorphic;
+    bp_node_report report(view.get()->num_nodes);
+    status = take(b.api->compile(b.handle, view.get(), &o, &report, &compiled_));
+    for (size_t n = 0; n < report.reported.size(); ++n)
+      if (report.reported[n] && report.outcome[n] != BP_NODE_SUPPORTED)
+        rejected += std::string(view.get()->nodes[n].name) + ": " + report.reason[n] + "; ";
+  }
+  // Adopts a compiled partition (from deserialize).
+  Part(const Backend& b, bp_compiled_t* c) : b_(b), compiled_(c) {}
+  ~Part() { b_.api->compiled_destroy(compiled_); }
+  Part(const Part&) = delete;
+
+  bool ok() const { return status.ok() && compiled_ != nullptr && rejected.empty(); }
+  bp_compiled_t* get() const { return compiled_; }
+
+  Outcome status;
+  std::string rejected;  // nodes the compile gave back, with reasons
+
+ private:
+  const Backend& b_;
+  bp_compiled_t* compiled_ = nullptr;
+};
+
+class Context {
+ public:
+  Context(const Backend& b, const Part& p) : b_(b) {
+    status = take(b.api->context_create(p.get(), &ctx_));
+  }
+  ~Context() { b_.api->context_destroy(ctx_); }
+  Context(const Context&) = delete;
+  bp_exec_context_t* get() const { return ctx_; }
+  Outcome status;
+
+ private:
+  const Backend& b_;
+  bp_exec_context_t* ctx_ = nullptr;
+};
+
+// One execute_shaped: the shape of every value, the input tensors (in view
+// input order) and the outputs it fills.
+struct Call {
+  std::vector<Dims> value_dims;
+  std::vector<Tensor> inputs, outputs;
+};
+
+// The inputs of a run at `env`: seeded by the shapes, so every partition
+// sees the same data at the same shapes.
+Call make_call(const Spec& spec, const View& view, const Env& env) {
+  Call call;
+  call.value_dims = spec.shapes(env);
+  std::mt19937 rng(static_cast<uint32_t>(env.B * 10007 + env.T * 101 + env.P));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int32_t v : view.inputs()) {
+    const Spec::Value& sv = spec.values[v];
+    if (sv.kind == Spec::kShapeInput) {
+      const std::vector<int64_t> ints = sv.ints(env);
+      call.inputs.push_back(
+          Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(ints.size())}, ints.data()));
+      continue;
+    }
+    Tensor t(DType::kFloat32, call.value_dims[v]);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = normal(rng);
+    call.inputs.push_back(t);
+  }
+  for (int32_t v : spec.outputs) call.outputs.emplace_back(DType::kFloat32, call.value_dims[v]);
+  return call;
+}
+
+bp_tensor_t as_abi(Tensor& t) {
+  bp_tensor_t a{};
+  a.struct_size = sizeof a;
+  a.dtype = static_cast<bp_dtype_t>(t.dtype());
+  a.rank = t.rank();
+  a.shape = t.shape().data();
+  a.data = t.data();
+  a.size_bytes = t.size_bytes();
+  return a;
+}
+
+Outcome execute(const Backend& b, const Context& ctx, Call& call) {
+  std::vector<bp_tensor_t> in, out;
+  for (Tensor& t : call.inputs) in.push_back(as_abi(t));
+  for (Tensor& t : call.outputs) out.push_back(as_abi(t));
+  std::vector<bp_shape_t> shapes;
+  for (const Dims& d : call.value_dims) shapes.push_back({d.size(), d.data()});
+  bp_execute_args_t args{};
+  args.struct_size = sizeof args;
+  args.num_inputs = in.size();
+  args.inputs = in.data();
+  args.num_outputs = out.size();
+  args.outputs = out.data();
+  args.num_values = shapes.size();
+  args.value_shapes = shapes.data();
+  return take(b.api->execute_shaped(ctx.get(), &args));
+}
+
+// max|got - want| / max|want|; +inf on a NaN or another shape.
+double rel_diff(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.data_as<float>()[i], w = want.data_as<float>()[i];
+    if (std::isnan(g) || std::isnan(w)) return INFINITY;
+    diff = std::max(diff, std::fabs(g - w));
+    scale = std::max(scale, std::fabs(w));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// ---- the decoder layer -------------------------------------------------------------
+
+constexpr int64_t kD = 32, kH = 4, kDh = 8, kF = 64;
+
+// One pre-norm decoder layer step: x [B,T,D] (T new tokens) attends over the
+// cache [B,H,P,Dh] grown by its own keys and values (outputs present_k/v,
+// [B,H,P+T,Dh]); y [B,T,D].
+Spec decoder_layer() {
+  Spec s;
+  auto btd = [](const Env& e) { return Dims{e.B, e.T, kD}; };
+  auto btf = [](const Env& e) { return Dims{e.B, e.T, kF}; };
+  auto bthd = [](const Env& e) { return Dims{e.B, e.T, kH, kDh}; };
+  auto bhtd = [](const Env& e) { return Dims{e.B, kH, e.T, kDh}; };
+  auto past = [](const Env& e) { return Dims{e.B, kH, e.P, kDh}; };
+  auto present = [](const Env& e) { return Dims{e.B, kH, e.P + e.T, kDh}; };
+  auto scores = [](const Env& e) { return Dims{e.B, kH, e.T, e.P + e.T}; };
+  const float w = 0.35f;
+  const int x = s.input("x", btd);
+  const int past_k = s.input("past_k", past);
+  const int past_v = s.input("past_v", past);
+  const int heads = s.shape_input("heads_shape", [](const Env& e) {
+    return std::vector<int64_t>{e.B, e.T, kH, kDh};
+  });
+  const int merged = s.shape_input("merged_shape", [](const Env& e) {
+    return std::vector<int64_t>{e.B, e.T, kD};
+  });
+  const int ln1_g = s.constant("ln1_g", {kD}, 0.5f, 1.5f),
+            ln1_b = s.constant("ln1_b", {kD}, -.2f, .2f);
+  const int ln2_g = s.constant("ln2_g", {kD}, 0.5f, 1.5f),
+            ln2_b = s.constant("ln2_b", {kD}, -.2f, .2f);
+  const std::vector<Attr> ln = {int_attr("axis", -1), float_attr("epsilon", 1e-5f)};
+  const int h1 = s.value("h1", btd);
+  s.node("LayerNormalization", "ln1", {x, ln1_g, ln1_b}, {h1}, ln);
+  // q, k, v: MatMul + bias, to heads [B,T,H,Dh] (runtime target), to [B,H,T,Dh].
+  std::vector<int> heads_of;
+  for (const char* p : {"q", "k", "v"}) {
+    const std::string n = p;
+    const int wt = s.constant("w" + n, {kD, kD}, -w, w), b = s.constant("b" + n, {kD}, -w, w);
+    const int mm = s.value(n + "_mm", btd), biased = s.value(n, btd);
+    const int r = s.value(n + "_4d", bthd), t = s.value(n + "_heads", bhtd);
+    s.node("MatMul", n + "_proj", {h1, wt}, {mm});
+    s.node("Add", n + "_bias", {mm, b}, {biased});
+    s.node("Reshape", n + "_split", {biased, heads}, {r});
+    s.node("Transpose", n + "_perm", {r}, {t}, {ints_attr("perm", {0, 2, 1, 3})});
+    heads_of.push_back(t);
+  }
+  const int pk = s.value("present_k", present), pv = s.value("present_v", present);
+  s.node("Concat", "cache_k", {past_k, heads_of[1]}, {pk}, {int_attr("axis", 2)});
+  s.node("Concat", "cache_v", {past_v, heads_of[2]}, {pv}, {int_attr("axis", 2)});
+  const int kt = s.value("k_t", [](const Env& e) { return Dims{e.B, kH, kDh, e.P + e.T}; });
+  s.node("Transpose", "k_transpose", {pk}, {kt}, {ints_attr("perm", {0, 1, 3, 2})});
+  const int qk = s.value("qk", scores), scaled = s.value("scaled", scores);
+  const int probs = s.value("probs", scores);
+  const int scale = s.constant("scale", {}, 0.f, 0.f);
+  s.values[scale].data.data_as<float>()[0] = 1.f / std::sqrt(static_cast<float>(kDh));
+  s.node("MatMul", "q_kT", {heads_of[0], kt}, {qk});
+  s.node("Mul", "scale_scores", {qk, scale}, {scaled});
+  s.node("Softmax", "softmax", {scaled}, {probs}, {int_attr("axis", -1)});
+  const int ctx = s.value("context", bhtd), ctx_t = s.value("context_t", bthd);
+  const int ctx_m = s.value("context_merged", btd);
+  s.node("MatMul", "probs_v", {probs, pv}, {ctx});
+  s.node("Transpose", "context_perm", {ctx}, {ctx_t}, {ints_attr("perm", {0, 2, 1, 3})});
+  s.node("Reshape", "context_merge", {ctx_t, merged}, {ctx_m});
+  const int wo = s.constant("wo", {kD, kD}, -w, w), bo = s.constant("bo", {kD}, -w, w);
+  const int o_mm = s.value("o_mm", btd), o = s.value("o", btd), r1 = s.value("r1", btd);
+  s.node("MatMul", "o_proj", {ctx_m, wo}, {o_mm});
+  s.node("Add", "o_bias", {o_mm, bo}, {o});
+  s.node("Add", "residual1", {o, x}, {r1});
+  const int h2 = s.value("h2", btd);
+  s.node("LayerNormalization", "ln2", {r1, ln2_g, ln2_b}, {h2}, ln);
+  const int w1 = s.constant("w1", {kD, kF}, -w, w), b1 = s.constant("b1", {kF}, -w, w);
+  const int w2 = s.constant("w2", {kF, kD}, -w, w), b2 = s.constant("b2", {kD}, -w, w);
+  const int f0 = s.value("f0", btf), f1 = s.value("f1", btf), f2 = s.value("f2", btf);
+  const int f3 = s.value("f3", btd), f4 = s.value("f4", btd), y = s.value("y", btd);
+  s.node("MatMul", "ffn_up", {h2, w1}, {f0});
+  s.node("Add", "ffn_up_bias", {f0, b1}, {f1});
+  s.node("Gelu", "gelu", {f1}, {f2});
+  s.node("MatMul", "ffn_down", {f2, w2}, {f3});
+  s.node("Add", "ffn_down_bias", {f3, b2}, {f4});
+  s.node("Add", "residual2", {f4, r1}, {y});
+  s.output(y);
+  s.output(pk);
+  s.output(pv);
+  return s;
+}
+
+// What a run at `env` must give: the same partition compiled concretely for
+// those shapes, by CpuOneDnn and by CpuRef. (A compiled plan of CpuOneDnn
+// takes no empty tensor: with an empty cache, P = 0, only CpuRef's.)
+struct Reference {
+  std::vector<Tensor> onednn, cpuref;
+};
+
+Reference reference(const Spec& spec, const Env& env) {
+  Reference r;
+  View view(spec, "decoder@" + str(env), &env);
+  for (const Backend* b : {&onednn(), &cpuref()}) {
+    Part part(*b, view, /*polymorphic=*/false);
+    if (b == &onednn() && env.P == 0) {
+      EXPECT_NE(part.rejected.find("is empty"), std::string::npos) << part.rejected;
+      continue;
+    }
+    EXPECT_TRUE(part.ok()) << str(env) << ": " << part.status.message << part.rejected;
+    if (!part.ok()) return r;
+    Context ctx(*b, part);
+    Call call = make_call(spec, view, env);
+    Outcome o = execute(*b, ctx, call);
+    EXPECT_TRUE(o.ok()) << str(env) << ": " << o.message;
+    (b == &onednn() ? r.onednn : r.cpuref) = call.outputs;
+  }
+  return r;
+}
+
+void expect_matches(const std::vector<Tensor>& got, const Reference& want, const Env& env) {
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(want.onednn.size(), env.P == 0 ? 0u : 3u);
+  ASSERT_EQ(want.cpuref.size(), 3u);
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (!want.onednn.empty()) {
+      EXPECT_LE(rel_diff(got[k], want.onednn[k]), 1e-5) << str(env) << " output " << k;
+    }
+    EXPECT_LE(rel_diff(got[k], want.cpuref[k]), 1e-4) << str(env) << " output " << k;
+  }
+}
+
+class OneDnnPolymorphic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(onednn().handle != nullptr) << onednn().error;
+    ASSERT_TRUE(cpuref().handle != nullptr) << cpuref().error;
+    clear_log();
+  }
+  // Each Env's reference, computed once per test binary.
+  const Reference& ref(const Env& env) {
+    static std::map<Env, Reference> refs;
+    auto it = refs.find(env);
+    if (it == refs.end()) it = refs.emplace(env, reference(spec_, env)).first;
+    return it->second;
+  }
+  static const Spec spec_;
+};
+const Spec OneDnnPolymorphic::spec_ = decoder_layer();
+
+TEST_F(OneDnnPolymorphic, DeclaresTheFlag) {
+  bp_backend_info_t info{};
+  ASSERT_TRUE(take(onednn().api->get_info(onednn().handle, &info)).ok());
+  EXPECT_TRUE(info.flags & BP_BACKEND_FLAG_SHAPE_POLYMORPHIC);
+  EXPECT_TRUE(BP_TABLE_HAS(onednn().api, execute_shaped));
+}
+
+// Compiled once, run as a decoder loop runs it (an empty cache, then one
+// token at a time: P = 0..20) and at other batch sizes and token counts:
+// every run equals the partition compiled for its shapes; each new set of
+// shapes is lowered once, by that run.
+TEST_F(OneDnnPolymorphic, CompiledOnceRunsEveryShape) {
+  View view(spec_, "decoder", nullptr);
+  Part part(onednn(), view, /*polymorphic=*/true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  ASSERT_TRUE(ctx.status.ok()) << ctx.status.message;
+  std::vector<Env> envs;
+  for (int64_t p = 0; p <= 20; ++p) envs.push_back({1, 1, p});
+  envs.insert(envs.end(), {{2, 5, 3}, {3, 2, 7}, {1, 9, 0}, {2, 1, 16}, {4, 3, 2}});
+  for (size_t i = 0; i < envs.size(); ++i) {
+    Call call = make_call(spec_, view, envs[i]);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << str(envs[i]) << ": " << o.message;
+    expect_matches(call.outputs, ref(envs[i]), envs[i]);
+    EXPECT_EQ(lowered("decoder"), i + 1) << "after " << str(envs[i]);
+  }
+}
+
+// Shapes seen before reuse their instance (no lowering, same results); the
+// partition keeps at most 8, least recently used first out.
+TEST_F(OneDnnPolymorphic, RepeatedShapesHitTheInstanceCache) {
+  View view(spec_, "decoder_lru", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  const std::vector<Env> abc = {{1, 1, 4}, {2, 3, 5}, {1, 6, 2}};
+  std::vector<std::vector<Tensor>> first;
+  for (int round = 0; round < 3; ++round)
+    for (size_t i = 0; i < abc.size(); ++i) {
+      Call call = make_call(spec_, view, abc[i]);
+      ASSERT_TRUE(execute(onednn(), ctx, call).ok());
+      if (round == 0) {
+        first.push_back(call.outputs);
+        continue;
+      }
+      for (size_t k = 0; k < call.outputs.size(); ++k)
+        EXPECT_EQ(rel_diff(call.outputs[k], first[i][k]), 0.0) << str(abc[i]) << " round " << round;
+    }
+  EXPECT_EQ(lowered("decoder_lru"), 3u);
+  // Six new shapes make nine: {1,1,4} (the least recently used) goes.
+  for (int64_t p = 30; p < 36; ++p) {
+    Call call = make_call(spec_, view, {1, 1, p});
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok());
+  }
+  EXPECT_EQ(lowered("decoder_lru"), 9u);
+  {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    EXPECT_NE(log_lines.back().find("8 kept (at most 8)"), std::string::npos) << log_lines.back();
+  }
+  Call again = make_call(spec_, view, {1, 6, 2});  // used last of the three: still kept
+  ASSERT_TRUE(execute(onednn(), ctx, again).ok());
+  EXPECT_EQ(lowered("decoder_lru"), 9u);
+  Call evicted = make_call(spec_, view, {1, 1, 4});
+  ASSERT_TRUE(execute(onednn(), ctx, evicted).ok());
+  EXPECT_EQ(lowered("decoder_lru"), 10u);
+  expect_matches(evicted.outputs, ref({1, 1, 4}), {1, 1, 4});
+}
+
+// Four threads, each on its own context, run different shapes (and some they
+// share) at once, over and over: every result is right, and each set of
+// shapes was lowered once however many threads met it first together.
+TEST_F(OneDnnPolymorphic, FourThreadsDifferentShapesConcurrently) {
+  View view(spec_, "decoder_mt", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  const Env shared{2, 2, 6};
+  std::vector<std::vector<Env>> plans;
+  for (int64_t t = 0; t < 4; ++t) plans.push_back({{1, 1, 3 + 4 * t}, shared, {1 + t % 2, 4, 2}});
+  for (const auto& plan : plans)
+    for (const Env& e : plan) (void)ref(e);  // computed before the threads start
+  std::vector<std::string> failures(plans.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < plans.size(); ++t)
+    threads.emplace_back([&, t] {
+      Context ctx(onednn(), part);
+      for (int round = 0; round < 5; ++round)
+        for (const Env& e : plans[t]) {
+          Call call = make_call(spec_, view, e);
+          Outcome o = execute(onednn(), ctx, call);
+          if (!o.ok()) failures[t] += str(e) + ": " + o.message + "; ";
+          for (size_t k = 0; o.ok() && k < call.outputs.size(); ++k)
+            if (rel_diff(call.outputs[k], ref(e).onednn[k]) > 1e-5)
+              failures[t] += str(e) + ": output " + std::to_string(k) + " differs; ";
+        }
+    });
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  // 4 shapes of one thread each, 2 of two threads each, 1 of all: 7 (at
+  // most 8 are kept, so none was evicted and lowered again).
+  std::set<Env> distinct;
+  for (const auto& plan : plans) distinct.insert(plan.begin(), plan.end());
+  EXPECT_EQ(lowered("decoder_mt"), distinct.size());
+}
+
+// Shapes that do not fit the view or each other are clear errors naming what
+// is wrong, and the context runs the next good shapes as if nothing happened.
+TEST_F(OneDnnPolymorphic, WrongShapesAreClearErrorsAndTheContextStillWorks) {
+  View view(spec_, "decoder_bad", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  const Env good{1, 2, 3};
+  auto x_of = [&](Call& c) -> Tensor& { return c.inputs[0]; };
+  auto value = [&](const std::string& name) {
+    for (size_t v = 0; v < spec_.values.size(); ++v)
+      if (spec_.values[v].name == name) return v;
+    return size_t{0};
+  };
+  auto expect_good_run = [&] {
+    Call call = make_call(spec_, view, good);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << o.message;
+    expect_matches(call.outputs, ref(good), good);
+  };
+  expect_good_run();
+
+  // The tensor of input x disagrees with the shapes the run gives.
+  Call call = make_call(spec_, view, good);
+  x_of(call) = Tensor(DType::kFloat32, {1, 3, kD});
+  Outcome o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("input 'x' has shape [1,3,32]"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("[1,2,32]"), std::string::npos) << o.message;
+  expect_good_run();
+
+  // x (and its tensor) with a hidden size the weights do not have.
+  call = make_call(spec_, view, good);
+  call.value_dims[value("x")] = {1, 2, kD + 1};
+  x_of(call) = Tensor(DType::kFloat32, {1, 2, kD + 1});
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("node 'ln1' (LayerNormalization)"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("'x' [1,2,33]"), std::string::npos) << o.message;
+  expect_good_run();
+
+  // A cache whose batch differs from x's: the Concat cannot join them.
+  call = make_call(spec_, view, good);
+  call.value_dims[value("past_k")] = {2, kH, 3, kDh};
+  call.inputs[1] = Tensor(DType::kFloat32, {2, kH, 3, kDh});
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("node 'cache_k' (Concat)"), std::string::npos) << o.message;
+  expect_good_run();
+
+  // A weight's shape is the view's: it cannot change between runs.
+  call = make_call(spec_, view, good);
+  call.value_dims[value("wq")] = {kD, kD + 1};
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("value 'wq' has shape [32,33] in this run, the view [32,32]"),
+            std::string::npos)
+      << o.message;
+
+  // Another rank, another number of values, a dim not known.
+  call = make_call(spec_, view, good);
+  call.value_dims[value("h1")] = {2, kD};
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("value 'h1' has 2 dims in this run, the view 3"), std::string::npos)
+      << o.message;
+  call = make_call(spec_, view, good);
+  call.value_dims.pop_back();
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("value shapes"), std::string::npos) << o.message;
+  call = make_call(spec_, view, good);
+  call.value_dims[value("probs")][3] = -1;
+  o = execute(onednn(), ctx, call);
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("not known"), std::string::npos) << o.message;
+  expect_good_run();
+  // Only the good shapes were ever lowered.
+  EXPECT_EQ(lowered("decoder_bad"), 1u);
+}
+
+// A partition compiled shape-polymorphic runs only through execute_shaped.
+TEST_F(OneDnnPolymorphic, PlainExecuteIsRefused) {
+  View view(spec_, "decoder_plain", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok());
+  Context ctx(onednn(), part);
+  Call call = make_call(spec_, view, {1, 1, 1});
+  std::vector<bp_tensor_t> in, out;
+  for (Tensor& t : call.inputs) in.push_back(as_abi(t));
+  for (Tensor& t : call.outputs) out.push_back(as_abi(t));
+  Outcome o = take(onednn().api->execute(ctx.get(), in.size(), in.data(), out.size(), out.data()));
+  EXPECT_EQ(o.code, BP_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("execute_shaped"), std::string::npos) << o.message;
+}
+
+// Serialized, a polymorphic partition is a marker: loading compiles the view
+// again, and it runs every shape as the original does.
+TEST_F(OneDnnPolymorphic, SerializeAndDeserialize) {
+  View view(spec_, "decoder_aot", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok());
+  NamedBlobStore store;
+  bp_byte_writer writer;
+  ASSERT_TRUE(take(onednn().api->serialize(part.get(), store.as_abi(), &writer)).ok());
+  EXPECT_LT(writer.bytes.size(), 64u);
+  EXPECT_TRUE(store.keys().empty());
+  bp_compile_options_t o{};
+  o.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+  o.shape_polymorphic = true;
+  bp_compiled_t* loaded = nullptr;
+  ASSERT_TRUE(take(onednn().api->deserialize(onednn().handle, view.get(), writer.bytes.data(),
+                                             writer.bytes.size(), &o, &loaded))
+                  .ok());
+  Part again(onednn(), loaded);
+  Context ctx(onednn(), again);
+  for (const Env& e : {Env{1, 1, 5}, Env{2, 3, 1}}) {
+    Call call = make_call(spec_, view, e);
+    Outcome r = execute(onednn(), ctx, call);
+    ASSERT_TRUE(r.ok()) << r.message;
+    expect_matches(call.outputs, ref(e), e);
+  }
+  // A payload cut short is corrupt, one with bytes after its end too.
+  std::vector<uint8_t> bad(writer.bytes.begin(), writer.bytes.end() - 1);
+  bp_compiled_t* none = nullptr;
+  EXPECT_EQ(take(onednn().api->deserialize(onednn().handle, view.get(), bad.data(), bad.size(), &o,
+                                           &none))
+                .code,
+            BP_STATUS_CORRUPT_DATA);
+  bad = writer.bytes;
+  bad.push_back(0);
+  EXPECT_EQ(take(onednn().api->deserialize(onednn().handle, view.get(), bad.data(), bad.size(), &o,
+                                           &none))
+                .code,
+            BP_STATUS_CORRUPT_DATA);
+}
+
+// In an instance, a Concat of plain tensors is copied by the backend itself
+// (a oneDNN concat would be made for every cache length): rows memcpy'd
+// where the inner dim is contiguous, element by element where it is not (a
+// transposed view), over several threads when large. Exact either way.
+TEST_F(OneDnnPolymorphic, ConcatOfPlainAndTransposedTensorsIsExact) {
+  Spec s;
+  constexpr int64_t kC = 96;
+  const int a = s.input("a", [](const Env& e) { return Dims{e.B, e.P, kC}; });
+  const int b = s.input("b", [](const Env& e) { return Dims{e.B, kC, e.T}; });
+  const int bt = s.value("b_t", [](const Env& e) { return Dims{e.B, e.T, kC}; });
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, e.P + e.T, kC}; });
+  s.node("Transpose", "b_transpose", {b}, {bt}, {ints_attr("perm", {0, 2, 1})});
+  s.node("Concat", "join", {a, bt}, {y}, {int_attr("axis", 1)});
+  s.output(y);
+  View poly(s, "concat", nullptr);
+  Part p(onednn(), poly, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  Context ctx(onednn(), p);
+  for (const Env& e : {Env{1, 3, 5}, Env{2, 700, 300}, Env{3, 1, 1}}) {
+    Call call = make_call(s, poly, e);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << o.message;
+    const float* pa = call.inputs[0].data_as<float>();
+    const float* pb = call.inputs[1].data_as<float>();
+    const float* py = call.outputs[0].data_as<float>();
+    int64_t wrong = 0;
+    for (int64_t n = 0; n < e.B; ++n)
+      for (int64_t r = 0; r < e.P + e.T; ++r)
+        for (int64_t c = 0; c < kC; ++c) {
+          const float want =
+              r < e.P ? pa[(n * e.P + r) * kC + c] : pb[(n * kC + c) * e.T + (r - e.P)];
+          wrong += py[(n * (e.P + e.T) + r) * kC + c] != want;
+        }
+    EXPECT_EQ(wrong, 0) << str(e);
+  }
+}
+
+// ---- what cannot be polymorphic ------------------------------------------------------
+
+// A ReduceMean whose axes were constant for one set of shapes only is a
+// runtime input in the polymorphic view: the lowering needs the axes, so the
+// compile is BP_STATUS_UNSUPPORTED (the host then compiles concrete views),
+// and the concrete view compiles.
+TEST_F(OneDnnPolymorphic, ConstantTheLoweringNeedsMadeARuntimeInputIsUnsupported) {
+  Spec s;
+  const int x = s.input("x", [](const Env& e) { return Dims{e.B, e.T}; });
+  const int axes = s.shape_input("axes", [](const Env&) { return std::vector<int64_t>{1}; });
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, 1}; });
+  s.node("ReduceMean", "mean", {x, axes}, {y});
+  s.nodes.back().opset = 18;
+  s.output(y);
+  View poly(s, "reduce", nullptr);
+  Part p(onednn(), poly, true);
+  EXPECT_EQ(p.status.code, BP_STATUS_UNSUPPORTED);
+  EXPECT_NE(p.status.message.find("node 'mean' (ReduceMean): the axes must be a constant"),
+            std::string::npos)
+      << p.status.message;
+  const Env env{3, 5, 0};
+  View concrete(s, "reduce_concrete", &env);
+  Part c(onednn(), concrete, false);
+  EXPECT_TRUE(c.ok()) << c.status.message << c.rejected;
+}
+
+// oneDNN's binary broadcasts only its second operand: Sub(a[C], b[R,C])
+// runs at R = 1 and not at R = 3, which a compile without shapes cannot
+// know. The run at R = 3 fails with BP_STATUS_UNSUPPORTED naming the node;
+// the partition keeps running R = 1.
+TEST_F(OneDnnPolymorphic, ShapesTheLoweringCannotRunFailThatRunOnly) {
+  Spec s;
+  const int a = s.input("a", [](const Env& e) { return Dims{e.T}; });
+  const int b = s.input("b", [](const Env& e) { return Dims{e.B, e.T}; });
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, e.T}; });
+  s.node("Sub", "a_minus_b", {a, b}, {y});
+  s.output(y);
+  View poly(s, "sub", nullptr);
+  Part p(onednn(), poly, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  Context ctx(onednn(), p);
+  auto run = [&](const Env& e) {
+    Call call = make_call(s, poly, e);
+    Outcome o = execute(onednn(), ctx, call);
+    if (o.ok()) {
+      const float* pa = call.inputs[0].data_as<float>();
+      const float* pb = call.inputs[1].data_as<float>();
+      const float* py = call.outputs[0].data_as<float>();
+      for (int64_t i = 0; i < e.B * e.T; ++i) EXPECT_EQ(py[i], pa[i % e.T] - pb[i]);
+    }
+    return o;
+  };
+  EXPECT_TRUE(run({1, 7, 0}).ok());
+  Outcome o = run({3, 7, 0});
+  EXPECT_EQ(o.code, BP_STATUS_UNSUPPORTED);
+  EXPECT_NE(o.message.find("cannot run at these shapes (a [7], b [3,7])"), std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("node 'a_minus_b' (Sub)"), std::string::npos) << o.message;
+  EXPECT_TRUE(run({1, 7, 0}).ok());
+  EXPECT_TRUE(run({1, 2, 0}).ok());
+}
+
+}  // namespace
+}  // namespace backplane

@@ -116,6 +116,16 @@ struct CompileOptions : PlacementOptions {
   // graph the artifact keeps. The weights are stored once however many
   // signatures there are.
   std::vector<std::map<std::string, Shape>> shapes;
+  // For methods whose inputs have open dims: a partition whose backend
+  // compiles it shape-polymorphic (API 1.2) is stored as such and compiled
+  // so at load, once for every signature, exactly as loading the ONNX model
+  // compiles it (so the artifact computes the same bits at every shape);
+  // its backend's per-shape work happens at run time, as for the ONNX
+  // model. false: every partition is compiled for each signature and its
+  // payload stored, which loads those signatures fastest but may round
+  // differently from the backend's polymorphic compile. Methods whose
+  // inputs are all fixed are always compiled for their shapes.
+  bool shape_polymorphic = true;
 };
 
 struct CompileReport {

@@ -41,6 +41,7 @@ struct ArtifactPartition {
   uint32_t api_major = 0, api_minor = 0;
   std::vector<int> nodes;
   bool imperative = false;
+  bool polymorphic = false;  // compiled shape-polymorphic at load (no payload)
   bool has_payload = false;
   std::vector<uint8_t> payload;
 };
@@ -103,6 +104,8 @@ struct StoredPartition {
   std::vector<int> nodes;                 // node ids of the method's graph
   bool imperative = false;
   int32_t payload_segment = -1;  // -1 = no payload
+  // Compiled shape-polymorphic at load, as for the ONNX model (format 1.1).
+  bool polymorphic = false;
 };
 
 // One signature a method was compiled for.

@@ -108,6 +108,8 @@ Status check_partitions(const flatbuffers::Vector<flatbuffers::Offset<fb::Partit
       return corrupt_data(where + " has an invalid partition");
     if (p->payload() >= static_cast<int32_t>(num_segments) || p->payload() < -1)
       return corrupt_data(where + ": partition payload segment out of range");
+    if (p->imperative() && p->polymorphic())
+      return corrupt_data(where + ": a partition is both imperative and shape-polymorphic");
     for (int32_t n : *p->nodes()) {
       if (n < 0 || static_cast<size_t>(n) >= num_nodes || covered[n])
         return corrupt_data(where + ": partition node index invalid or repeated");
@@ -242,7 +244,7 @@ void ArtifactFile::read_tables() {
       for (const fb::Partition* p : partitions)
         spec->partitions.push_back({p->backend()->str(), p->api_major(), p->api_minor(),
                                     std::vector<int>(p->nodes()->begin(), p->nodes()->end()),
-                                    p->imperative(), p->payload()});
+                                    p->imperative(), p->payload(), p->polymorphic()});
     };
     method.has_portable = m->portable() != nullptr;
     if (method.has_portable) {

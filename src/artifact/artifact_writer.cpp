@@ -121,7 +121,8 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Partition>>> wri
   for (size_t i = 0; i < partitions.size(); ++i) {
     const ArtifactPartition& p = partitions[i];
     parts.push_back(fb::CreatePartition(b, b.CreateString(p.backend), p.api_major, p.api_minor,
-                                        b.CreateVector(p.nodes), p.imperative, payload_segment[i]));
+                                        b.CreateVector(p.nodes), p.imperative, payload_segment[i],
+                                        p.polymorphic));
   }
   return b.CreateVector(parts);
 }

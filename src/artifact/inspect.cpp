@@ -24,6 +24,7 @@ nlohmann::json describe_partitions(const ArtifactFile& file,
                    {"api_version", std::to_string(p.api_major) + "." + std::to_string(p.api_minor)},
                    {"nodes", p.nodes.size()},
                    {"imperative", p.imperative},
+                   {"polymorphic", p.polymorphic},
                    {"payload_bytes", payload}});
   }
   return out;
@@ -111,9 +112,10 @@ std::string as_text(const nlohmann::json& j) {
        << (m["specializations"].size() == 1 ? "" : "s") << "\n";
     for (const auto& s : m["specializations"]) {
       std::string signature;
-      for (const auto& in : s["signature"])
-        signature += (signature.empty() ? "" : " ") + in["name"].get<std::string>() + "=" +
-                     shape_to_string(in["shape"].get<Shape>());
+      for (const auto& in : s["signature"]) {
+        if (!signature.empty()) signature += ' ';
+        signature += in["name"].get<std::string>() + "=" + shape_to_string(in["shape"].get<Shape>());
+      }
       os << "  specialisation " << signature << ": " << s["nodes"] << " nodes, "
          << s["partitions"].size() << " partitions, payload " << s["payload_bytes"] << " bytes\n";
       size_t i = 0;
@@ -121,6 +123,7 @@ std::string as_text(const nlohmann::json& j) {
         os << "    [" << i++ << "] " << p["backend"].get<std::string>() << " (api "
            << p["api_version"].get<std::string>() << "): " << p["nodes"] << " nodes, payload "
            << p["payload_bytes"] << " bytes" << (p["imperative"].get<bool>() ? ", imperative" : "")
+           << (p["polymorphic"].get<bool>() ? ", shape-polymorphic (compiled at load)" : "")
            << "\n";
     }
   }

@@ -29,6 +29,10 @@ struct MethodWork {
 // plan and compiled partitions.
 struct SpecWork {
   size_t method = 0;
+  const ir::Graph* portable = nullptr;  // the method's
+  // The method's inputs have open dims: partitions are compiled
+  // shape-polymorphic where their backend can, as loading the ONNX does.
+  bool polymorphic_first = false;
   std::vector<Shape> signature;  // per input of the portable graph
   std::string name;              // "<method>", or "<method>/<dims>" when the method has several
   std::unique_ptr<ir::Graph> graph;
@@ -38,6 +42,7 @@ struct SpecWork {
   Plan plan;
   std::vector<std::unique_ptr<GraphView>> views;  // per partition
   std::vector<CompiledHandle> compiled;           // per partition (empty if imperative)
+  std::vector<bool> polymorphic;                  // per partition: compiled so at load
 };
 
 // A partition of one specialisation given to a backend: (spec, partition) indices.
@@ -148,6 +153,11 @@ Result<std::vector<SpecWork>> specialize_methods(const std::vector<MethodWork>& 
         if (has_input(*method.portable, input)) mine[input] = shape;
       SpecWork w;
       w.method = m;
+      w.portable = method.portable.get();
+      w.polymorphic_first =
+          options.shape_polymorphic &&
+          std::any_of(method.portable->inputs.begin(), method.portable->inputs.end(),
+                      [&](int v) { return !method.portable->values[v].shape_is_static(); });
       BP_ASSIGN_OR_RETURN(w.graph, specialize_graph(*method.portable, mine, method.name + "/"),
                           "method '" + method.name + "'");
       for (int v : w.graph->inputs) w.signature.push_back(w.graph->values[v].shape);
@@ -182,7 +192,61 @@ Status plan_spec(SpecWork& w, const BackendRegistry& registry) {
     w.views.push_back(GraphView::build(*w.graph, w.plan.partitions[i].nodes, w.weights.get(),
                                        w.name + "/partition_" + std::to_string(i)));
   w.compiled.resize(w.plan.partitions.size());
+  w.polymorphic.assign(w.plan.partitions.size(), false);
   return ok_status();
+}
+
+bool polymorphic_capable(const LoadedBackend& backend) {
+  return backend.api()->api_minor >= 2 && BP_TABLE_HAS(backend.api(), execute_shaped) &&
+         backend.has_flag(BP_BACKEND_FLAG_SHAPE_POLYMORPHIC);
+}
+
+// Asks `backend` to compile each partition of `mine` shape-polymorphic, as
+// loading the ONNX model does (CompiledModel::polymorphic: the view keeps
+// only the portable graph's constants, every dim open), each distinct view
+// once. Those it takes are marked, to be compiled so at load, where one
+// compile serves every signature and runs what the ONNX model runs; the
+// others are returned, to be compiled for their shapes. What a polymorphic
+// compile produces is not stored: backends lower it per shape at run time
+// (CpuOneDnn's payload for one is only a marker that compiles the view).
+Result<std::vector<PartitionRef>> take_polymorphic(const std::shared_ptr<LoadedBackend>& backend,
+                                                   const std::vector<PartitionRef>& mine,
+                                                   std::vector<SpecWork>& work, int num_threads) {
+  std::map<std::string, bool> taken;  // by view fingerprint
+  std::vector<PartitionRef> rest;
+  for (auto [s, i] : mine) {
+    SpecWork& w = work[s];
+    const Partition& p = w.plan.partitions[i];
+    std::function<bool(int)> portable_constant = [&w](int v) {
+      return w.portable->constants.count(w.graph->values[v].constant_key) > 0;
+    };
+    std::unique_ptr<GraphView> view =
+        GraphView::build(*w.graph, p.nodes, w.weights.get(), w.views[i]->get()->name,
+                         &portable_constant);
+    auto [it, fresh] = taken.emplace(view->fingerprint(), false);
+    if (fresh) {
+      bp_compile_options_t opts = compile_options(num_threads, nullptr);
+      opts.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+      opts.shape_polymorphic = true;
+      bp_node_report report(p.nodes.size());
+      bp_compiled_t* compiled = nullptr;
+      Status st = backend->check(backend->call([&] {
+        return backend->api()->compile(backend->instance(), view->get(), &opts, &report,
+                                       &compiled);
+      }),
+                                 std::string("compile ") + view->get()->name +
+                                     " (shape-polymorphic)");
+      CompiledHandle held(backend, compiled);  // released here: only the answer counts
+      bool declined = st.code() == StatusCode::kUnsupported || (st.ok() && !held);
+      for (size_t k = 0; k < p.nodes.size() && st.ok(); ++k)
+        if (report.reported[k] && report.outcome[k] != BP_NODE_SUPPORTED) declined = true;
+      if (!declined) BP_RETURN_IF_ERROR(st);
+      it->second = !declined;
+    }
+    if (it->second) w.polymorphic[i] = true;
+    else rest.emplace_back(s, i);
+  }
+  return rest;
 }
 
 // Compiles `mine` (every symbolic partition `backend` got, of every method
@@ -246,6 +310,13 @@ Result<bool> plan_and_compile_all(std::vector<SpecWork>& work, const BackendRegi
         if (work[m].plan.partitions[i].backend == backend && !work[m].plan.partitions[i].imperative)
           mine.emplace_back(m, i);
     if (mine.empty()) continue;
+    if (polymorphic_capable(*backend)) {
+      std::vector<PartitionRef> open, fixed;
+      for (PartitionRef ref : mine) (work[ref.first].polymorphic_first ? open : fixed).push_back(ref);
+      BP_ASSIGN_OR_RETURN(mine, take_polymorphic(backend, open, work, num_threads));
+      mine.insert(mine.end(), fixed.begin(), fixed.end());
+      if (mine.empty()) continue;
+    }
     BP_ASSIGN_OR_RETURN(bool compiled, compile_on_backend(backend, mine, work, store, num_threads));
     if (!compiled) complete = false;
   }
@@ -270,8 +341,11 @@ Result<ArtifactSpecialization> serialize_spec(const SpecWork& w, const ir::Graph
     stored.api_minor = backend.api()->api_minor;
     stored.nodes = p.nodes;
     stored.imperative = p.imperative;
+    stored.polymorphic = w.polymorphic[i];
     const std::string name = w.views[i]->get()->name;
-    if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) &&
+    if (stored.polymorphic) {
+      // Compiled at load, once for every signature (take_polymorphic).
+    } else if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) &&
         BP_TABLE_HAS(backend.api(), serialize)) {
       bp_byte_writer writer;
       BP_RETURN_IF_ERROR(backend.check(backend.call([&] {

@@ -84,7 +84,10 @@ class StoredPlanner {
     const bool was_excluded = std::any_of(slot.nodes.begin(), slot.nodes.end(), [&](int n) {
       return excluded.count({n, id}) > 0;
     });
-    const bool has_payload = stored.payload_segment >= 0;
+    // A partition stored shape-polymorphic has no payload to read: it is
+    // compiled so at load (compile_plan asks the model's polymorphic cache
+    // first), as for the ONNX model.
+    const bool has_payload = stored.payload_segment >= 0 && !stored.polymorphic;
     if (backend == nullptr) {
       why = "backend '" + id + "' is not available";
     } else if (was_excluded && has_payload && !stored.imperative &&

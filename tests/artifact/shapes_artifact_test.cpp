@@ -27,9 +27,12 @@ Tensor input_of(const Shape& shape) {
   return t;
 }
 
-CompileOptions at(const std::vector<Shape>& signatures) {
+// CpuRef at `signatures`; `polymorphic`: CompileOptions::shape_polymorphic
+// (CpuRef compiles shape-polymorphic).
+CompileOptions at(const std::vector<Shape>& signatures, bool polymorphic = true) {
   CompileOptions co = cpuref_compile();
   for (const Shape& s : signatures) co.shapes.push_back({{"x", s}});
+  co.shape_polymorphic = polymorphic;
   return co;
 }
 
@@ -76,8 +79,9 @@ class ShapesArtifact : public TempDirTest {
   }
 
   // seq.onnx compiled at kStored into seq.bpk.
-  CompileReport compile_three() {
-    auto report = rt_->compile({{"seq", path("seq.onnx")}}, path("seq.bpk"), at(kStored));
+  CompileReport compile_three(bool polymorphic = true) {
+    auto report =
+        rt_->compile({{"seq", path("seq.onnx")}}, path("seq.bpk"), at(kStored, polymorphic));
     EXPECT_TRUE(report.ok()) << report.status().to_string();
     return report.ok() ? *report : CompileReport{};
   }
@@ -95,16 +99,25 @@ class ShapesArtifact : public TempDirTest {
   std::shared_ptr<Runtime> rt_;
 };
 
-TEST_F(ShapesArtifact, EveryStoredSignatureIsBitIdenticalToTheJitModel) {
-  const CompileReport report = compile_three();
+// Both ways of storing a signature: shape-polymorphic partitions (compiled
+// at load once for all, as for the ONNX model) and concrete ones (each
+// signature's payload deserialized).
+class StoredSignatures : public ShapesArtifact, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(StoredSignatures, EveryOneIsBitIdenticalToTheJitModel) {
+  const bool polymorphic = GetParam();
+  const CompileReport report = compile_three(polymorphic);
   EXPECT_EQ(report.specializations, 3u);
   EXPECT_EQ(report.partitions, 3u);  // CpuRef takes the whole graph at every signature
+  EXPECT_EQ(report.payload_bytes > 0, !polymorphic);
 
   auto model = rt_->load_model(path("seq.bpk"));
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   // Ready at once for the first signature it stores, without a note.
   EXPECT_EQ((*model)->specialization_stats().builds, 1u);
-  EXPECT_FALSE((*model)->partitions().empty());
+  ASSERT_EQ((*model)->partitions().size(), 1u);
+  EXPECT_EQ((*model)->partitions()[0].polymorphic, polymorphic)
+      << "compiled shape-polymorphic, or its stored payload loaded";
   EXPECT_TRUE((*model)->notes().empty()) << (*model)->notes().front();
   EXPECT_EQ((*model)->inputs()[0].shape, (Shape{-1, -1, 16})) << "the portable graph's input";
   auto session = (*model)->create_session();
@@ -117,9 +130,10 @@ TEST_F(ShapesArtifact, EveryStoredSignatureIsBitIdenticalToTheJitModel) {
     EXPECT_EQ(loaded[0].shape(), (Shape{shape[0], shape[1] * 16}));
     EXPECT_TRUE(bitwise_equal(loaded, jit)) << "the artifact differs from the JIT model";
   }
-  // The stored ones load their payloads: no note, one build each.
+  // The stored ones: no note, one build each, one polymorphic compile for all.
   EXPECT_TRUE((*model)->notes().empty()) << (*model)->notes().front();
   EXPECT_EQ((*model)->specialization_stats().builds, 3u);
+  EXPECT_EQ((*model)->specialization_stats().polymorphic_partitions, polymorphic ? 1u : 0u);
 
   // A fourth signature is compiled from the portable graph, says so, and
   // computes what the JIT model does.
@@ -135,6 +149,10 @@ TEST_F(ShapesArtifact, EveryStoredSignatureIsBitIdenticalToTheJitModel) {
   EXPECT_EQ((*model)->specialization_stats().builds, 4u);
   EXPECT_EQ((*model)->notes().size(), 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stored, StoredSignatures, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "ShapePolymorphic" : "Concrete");
+});
 
 TEST_F(ShapesArtifact, InputShapesPickTheSignatureBuiltAtLoad) {
   compile_three();
@@ -167,9 +185,9 @@ TEST_F(ShapesArtifact, InputShapesPickTheSignatureBuiltAtLoad) {
 }
 
 TEST_F(ShapesArtifact, WeightsAreStoredOnce) {
-  auto one = rt_->compile({{"seq", path("seq.onnx")}}, path("one.bpk"), at({kStored[0]}));
+  auto one = rt_->compile({{"seq", path("seq.onnx")}}, path("one.bpk"), at({kStored[0]}, false));
   ASSERT_TRUE(one.ok()) << one.status().to_string();
-  const CompileReport three = compile_three();
+  const CompileReport three = compile_three(false);
   // The weights (~4.3 KB) once; each further signature adds only the two
   // Reshape targets it folded (16 bytes each).
   EXPECT_GT(one->stored_bytes, 4000u);
@@ -201,6 +219,7 @@ TEST_F(ShapesArtifact, WeightsAreStoredOnce) {
     EXPECT_EQ(s["signature"][0]["shape"], kStored[k]);
     ASSERT_EQ(s["partitions"].size(), 1u);
     EXPECT_EQ(s["partitions"][0]["backend"], "CpuRef");
+    EXPECT_EQ(s["partitions"][0]["polymorphic"], false);
     EXPECT_GT(s["payload_bytes"].get<size_t>(), 0u);
     EXPECT_EQ(s["payload_bytes"], s["partitions"][0]["payload_bytes"]);
     EXPECT_LT(s["nodes"].get<size_t>(), m["portable_nodes"].get<size_t>())
@@ -213,6 +232,19 @@ TEST_F(ShapesArtifact, WeightsAreStoredOnce) {
        {"inputs x[batch,seq,16], 3 specialisations", "specialisation x=[1,4,16]: ",
         "specialisation x=[1,9,16]: ", "specialisation x=[2,5,16]: "})
     EXPECT_TRUE(contains(*text, want)) << want << " not in\n" << *text;
+
+  // Stored shape-polymorphic: the same signatures and keys, no payloads.
+  const CompileReport poly = compile_three(true);
+  EXPECT_EQ(poly.stored_bytes, three.stored_bytes);
+  EXPECT_EQ(poly.payload_bytes, 0u);
+  nlohmann::json jp = inspect_json(path("seq.bpk"));
+  for (const auto& s : jp["methods"][0]["specializations"]) {
+    EXPECT_EQ(s["partitions"][0]["polymorphic"], true) << s.dump();
+    EXPECT_EQ(s["payload_bytes"], 0);
+  }
+  text = inspect_artifact(path("seq.bpk"), false);
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(contains(*text, "payload 0 bytes, shape-polymorphic (compiled at load)")) << *text;
 }
 
 TEST_F(ShapesArtifact, SameSignatureTwiceIsCompiledOnce) {

@@ -389,6 +389,7 @@ struct CompileArgs {
   std::vector<std::string> shapes;
   std::string external_data;
   bool allow_fallback = false;
+  bool no_shape_polymorphic = false;
   bool json = false;
 };
 
@@ -408,6 +409,7 @@ int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
   co.backends = split(a.backends, ',');
   co.allow_fallback = a.allow_fallback;
   co.external_data = a.external_data;
+  co.shape_polymorphic = !a.no_shape_polymorphic;
   if (std::string e = parse_overrides(a.overrides, &co); !e.empty()) return fail(e);
   if (std::string e = parse_compile_shapes(a.shapes, &co); !e.empty()) return fail(e);
   auto rt = backplane::Runtime::create(*opts);
@@ -669,6 +671,9 @@ int main(int argc, char** argv) {
                       "specialisation, one given once counts for all (repeatable)");
   compile->add_option("--external-data", ca.external_data,
                       "Put the weights in this data file (.bpd), next to the .bpk");
+  compile->add_flag("--no-shape-polymorphic", ca.no_shape_polymorphic,
+                    "Store every signature's own compiled partitions, also where a backend "
+                    "compiles them shape-polymorphic");
   compile->add_flag("--json", ca.json, "Print one JSON object");
 
   std::string inspect_file;

@@ -199,6 +199,15 @@ keys = [d["key"] for d in j["named_data"]]
 assert keys.count("seq/w") == 1, keys
 assert sorted(k for k in keys if "@" in k) == ["seq/t@1x4", "seq/t@1x9"], keys
 EOF
+"$cli" compile "$tmp/seq.onnx" --shape x=1x4 --shape x=1x9 --no-shape-polymorphic -o "$tmp/concrete.bpk" --backends CpuRef >/dev/null 2>"$tmp/err" &&
+  "$cli" inspect "$tmp/concrete.bpk" --json >"$tmp/concrete.json" 2>>"$tmp/err" || fail "compile --no-shape-polymorphic: $(cat "$tmp/err")"
+"$py" - "$tmp/concrete.json" <<'EOF' && pass "compile --no-shape-polymorphic: each signature's own payloads" || fail "concrete: $(cat "$tmp/concrete.json")"
+import json, sys
+m = json.load(open(sys.argv[1]))["methods"][0]
+assert len(m["specializations"]) == 2, m["specializations"]
+for s in m["specializations"]:
+    assert all(not p["polymorphic"] and p["payload_bytes"] > 0 for p in s["partitions"]), s
+EOF
 "$cli" compile "$tmp/seq.onnx" --shape x=1x4..9 -o "$tmp/range.bpk" --backends CpuRef >/dev/null 2>"$tmp/err" &&
   "$cli" inspect "$tmp/range.bpk" --json >"$tmp/range.json" 2>>"$tmp/err" || fail "compile --shape x=1x4..9: $(cat "$tmp/err")"
 "$py" - "$tmp/range.json" <<'EOF' && pass "compile --shape x=1x4..9: both ends compiled" || fail "range: $(cat "$tmp/range.json")"
@@ -211,15 +220,17 @@ EOF
 ok=1
 for n in 4 9 5; do
   "$cli" run "$tmp/seq.onnx" --backends CpuRef --input "x=$tmp/x$n.npy" --output-dir "$tmp/onnx$n" >/dev/null 2>"$tmp/err" || { ok=0; fail "run seq.onnx at 1x$n: $(cat "$tmp/err")"; }
-  "$cli" run "$tmp/two.bpk" --input "x=$tmp/x$n.npy" --output-dir "$tmp/bpk$n" >/dev/null 2>"$tmp/err$n" || { ok=0; fail "run two.bpk at 1x$n: $(cat "$tmp/err$n")"; }
-  cmp -s "$tmp/onnx$n/y.npy" "$tmp/bpk$n/y.npy" || { ok=0; fail "two.bpk at 1x$n differs from seq.onnx"; }
+  for a in two concrete; do
+    "$cli" run "$tmp/$a.bpk" --input "x=$tmp/x$n.npy" --output-dir "$tmp/$a$n" >/dev/null 2>"$tmp/err$a$n" || { ok=0; fail "run $a.bpk at 1x$n: $(cat "$tmp/err$a$n")"; }
+    cmp -s "$tmp/onnx$n/y.npy" "$tmp/$a$n/y.npy" || { ok=0; fail "$a.bpk at 1x$n differs from seq.onnx"; }
+  done
 done
-[ $ok -eq 1 ] && pass "two.bpk at 1x4, 1x9 and 1x5: outputs equal seq.onnx's bit for bit"
-if ! grep -q "note: .*specialisation" "$tmp/err4" "$tmp/err9" &&
-   grep -q "note: seq: no specialisation stored for x=\[1,5\]; compiled from the portable graph" "$tmp/err5"; then
+[ $ok -eq 1 ] && pass "two.bpk and concrete.bpk at 1x4, 1x9 and 1x5: outputs equal seq.onnx's bit for bit"
+if ! grep -q "note: .*specialisation" "$tmp/errtwo4" "$tmp/errtwo9" "$tmp/errconcrete4" "$tmp/errconcrete9" &&
+   grep -q "note: seq: no specialisation stored for x=\[1,5\]; compiled from the portable graph" "$tmp/errtwo5"; then
   pass "a stored length runs without a note; 1x5 says it was compiled from the portable graph"
 else
-  fail "notes: $(cat "$tmp/err4" "$tmp/err9" "$tmp/err5")"
+  fail "notes: $(cat "$tmp"/errtwo* "$tmp"/errconcrete*)"
 fi
 # Mistakes in --shape: exit 1, saying what is wrong.
 "$cli" compile "$tmp/seq.onnx" --shape x=1x9..4 -o "$tmp/bad.bpk" >/dev/null 2>"$tmp/err"

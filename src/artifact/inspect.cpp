@@ -114,7 +114,8 @@ std::string as_text(const nlohmann::json& j) {
       std::string signature;
       for (const auto& in : s["signature"]) {
         if (!signature.empty()) signature += ' ';
-        signature += in["name"].get<std::string>() + "=" + shape_to_string(in["shape"].get<Shape>());
+        signature +=
+            in["name"].get<std::string>() + "=" + shape_to_string(in["shape"].get<Shape>());
       }
       os << "  specialisation " << signature << ": " << s["nodes"] << " nodes, "
          << s["partitions"].size() << " partitions, payload " << s["payload_bytes"] << " bytes\n";

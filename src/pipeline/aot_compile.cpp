@@ -220,9 +220,8 @@ Result<std::vector<PartitionRef>> take_polymorphic(const std::shared_ptr<LoadedB
     std::function<bool(int)> portable_constant = [&w](int v) {
       return w.portable->constants.count(w.graph->values[v].constant_key) > 0;
     };
-    std::unique_ptr<GraphView> view =
-        GraphView::build(*w.graph, p.nodes, w.weights.get(), w.views[i]->get()->name,
-                         &portable_constant);
+    std::unique_ptr<GraphView> view = GraphView::build(*w.graph, p.nodes, w.weights.get(),
+                                                       w.views[i]->get()->name, &portable_constant);
     auto [it, fresh] = taken.emplace(view->fingerprint(), false);
     if (fresh) {
       bp_compile_options_t opts = compile_options(num_threads, nullptr);
@@ -231,8 +230,7 @@ Result<std::vector<PartitionRef>> take_polymorphic(const std::shared_ptr<LoadedB
       bp_node_report report(p.nodes.size());
       bp_compiled_t* compiled = nullptr;
       Status st = backend->check(backend->call([&] {
-        return backend->api()->compile(backend->instance(), view->get(), &opts, &report,
-                                       &compiled);
+        return backend->api()->compile(backend->instance(), view->get(), &opts, &report, &compiled);
       }),
                                  std::string("compile ") + view->get()->name +
                                      " (shape-polymorphic)");
@@ -312,7 +310,8 @@ Result<bool> plan_and_compile_all(std::vector<SpecWork>& work, const BackendRegi
     if (mine.empty()) continue;
     if (polymorphic_capable(*backend)) {
       std::vector<PartitionRef> open, fixed;
-      for (PartitionRef ref : mine) (work[ref.first].polymorphic_first ? open : fixed).push_back(ref);
+      for (PartitionRef ref : mine)
+        (work[ref.first].polymorphic_first ? open : fixed).push_back(ref);
       BP_ASSIGN_OR_RETURN(mine, take_polymorphic(backend, open, work, num_threads));
       mine.insert(mine.end(), fixed.begin(), fixed.end());
       if (mine.empty()) continue;
@@ -346,7 +345,7 @@ Result<ArtifactSpecialization> serialize_spec(const SpecWork& w, const ir::Graph
     if (stored.polymorphic) {
       // Compiled at load, once for every signature (take_polymorphic).
     } else if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) &&
-        BP_TABLE_HAS(backend.api(), serialize)) {
+               BP_TABLE_HAS(backend.api(), serialize)) {
       bp_byte_writer writer;
       BP_RETURN_IF_ERROR(backend.check(backend.call([&] {
         return backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer);

@@ -22,11 +22,11 @@ Status verify_constants_of(const ir::Graph& graph, const NamedDataMap& weights,
   return ok_status();
 }
 
-// Plans one stored specialisation of a method. Constants read from the mapping without a
-// backend asking the NamedDataMap, or before nodes are compiled again
-// elsewhere, are verified here when checksums are lazy, so corruption is
-// reported as such (and not as whatever the next backend makes of a failed
-// weight read).
+// Plans one stored specialisation of a method. Constants read from the
+// mapping without a backend asking the NamedDataMap, or before nodes are
+// compiled again elsewhere, are verified here when checksums are lazy, so
+// corruption is reported as such (and not as whatever the next backend makes
+// of a failed weight read).
 class StoredPlanner {
  public:
   StoredPlanner(BackendRegistry registry, std::shared_ptr<const ArtifactFile> file,

@@ -59,9 +59,12 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
   // side by side in one blob store (an artifact with several shapes).
   std::string tag;
   for (int v : graph->inputs) {
-    std::string dims;
-    for (int64_t d : graph->values[v].shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
-    tag += (tag.empty() ? "@" : ",") + dims;
+    tag += tag.empty() ? '@' : ',';
+    const Shape& shape = graph->values[v].shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d > 0) tag += 'x';
+      tag += std::to_string(shape[d]);
+    }
   }
   for (ir::Value& value : graph->values) {
     if (!value.is_constant() || portable.constants.count(value.constant_key) > 0) continue;

@@ -370,8 +370,8 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
   // Signatures that fold the same nodes away share one partitioning: the
   // plan of the first is reused (no support queries) unless a backend
   // fails to compile a node at these shapes.
-  return [this, gp, w, verify, structure = structure_](
-             const Exclusions& excluded, std::vector<std::string>*) -> Result<Plan> {
+  return [this, gp, w, verify, structure = structure_](const Exclusions& excluded,
+                                                       std::vector<std::string>*) -> Result<Plan> {
     Plan plan;
     bool reused = false;
     if (excluded.empty()) {

@@ -260,7 +260,9 @@ class OneDnnShapes : public TempDirTest {
     co.shape_polymorphic = polymorphic;
     auto report = rt_->compile({{"enc", model_path("encoder_dyn")}}, path("enc.bpk"), co);
     EXPECT_TRUE(report.ok()) << report.status().to_string();
-    if (report.ok()) EXPECT_EQ(report->specializations, 3u);
+    if (report.ok()) {
+      EXPECT_EQ(report->specializations, 3u);
+    }
     return inspect_json(path("enc.bpk"));
   }
 

@@ -17,9 +17,9 @@ if [[ "${1:-}" == "-j" ]]; then
   shift 2
 fi
 
-# Sources written here; not the frozen copy of the 1.0 ABI header.
+# Sources written here; not the frozen copies of released ABI headers.
 tree_sources() {
-  git ls-files '*.c' '*.cpp' '*.h' '*.hpp' | grep -v '^tests/abi/v1_0/'
+  git ls-files '*.c' '*.cpp' '*.h' '*.hpp' | grep -v '^tests/abi/v1_[0-9]*/'
 }
 
 if [[ "${1:-}" == "--format" ]]; then

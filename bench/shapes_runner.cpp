@@ -131,8 +131,12 @@ int64_t argmax_last(const bp::Tensor& logits) {
 
 json stats_json(const bp::Model& model) {
   bp::SpecializationStats s = model.specialization_stats();
-  return {{"builds", s.builds},   {"hits", s.hits},     {"misses", s.misses},
-          {"evictions", s.evictions}, {"cached", s.cached}, {"capacity", s.capacity},
+  return {{"builds", s.builds},
+          {"hits", s.hits},
+          {"misses", s.misses},
+          {"evictions", s.evictions},
+          {"cached", s.cached},
+          {"capacity", s.capacity},
           {"polymorphic_partitions", s.polymorphic_partitions}};
 }
 
@@ -282,12 +286,9 @@ json bench_encoder(bp::Runtime& rt, const Options& o) {
                       {"runs", times[k].size()}});
     all.insert(all.end(), times[k].begin(), times[k].end());
   }
-  return {{"model", o.encoder},
-          {"load_ms", load_ms},
-          {"shapes", shapes},
-          {"overall_median_ms", median(all)},
-          {"vocab", o.encoder_vocab},
-          {"specializations", stats_json(*model)}};
+  return {{"model", o.encoder},       {"load_ms", load_ms},
+          {"shapes", shapes},         {"overall_median_ms", median(all)},
+          {"vocab", o.encoder_vocab}, {"specializations", stats_json(*model)}};
 }
 
 }  // namespace

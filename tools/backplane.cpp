@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,7 +20,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <charconv>
 #include <random>
 #include <sstream>
 #include <string>
@@ -347,8 +347,8 @@ std::string open_inputs(const backplane::Model& model) {
     for (size_t d = 0; d < info.shape.size(); ++d)
       dims += (d ? "," : "") + (d < info.dim_names.size() && !info.dim_names[d].empty()
                                     ? info.dim_names[d]
-                                    : info.shape[d] < 0 ? std::string("?")
-                                                        : std::to_string(info.shape[d]));
+                                : info.shape[d] < 0 ? std::string("?")
+                                                    : std::to_string(info.shape[d]));
     out += (out.empty() ? "" : ", ") + ("'" + info.name + "' [" + dims + "]");
   }
   return out;
@@ -632,8 +632,9 @@ int main(int argc, char** argv) {
   run->add_option("--backends", r.backends, "Backend preference, comma-separated (e.g. CpuRef)");
   run->add_option("--override", r.overrides, "Pin a node to a backend: NODE=BACKEND (repeatable)");
   run->add_option("--input", r.inputs, "Input from a .npy file: NAME=FILE.npy (repeatable)");
-  run->add_option("--shape", r.shapes,
-                  "Shape of an input given no --input (its open dims), e.g. ids=1x128 (repeatable)");
+  run->add_option(
+      "--shape", r.shapes,
+      "Shape of an input given no --input (its open dims), e.g. ids=1x128 (repeatable)");
   run->add_option("--output-dir", r.output_dir, "Write each output as NAME.npy here");
   run->add_option("--runs", r.runs, "Timed runs")
       ->check(in_range(1, 1 << 30))

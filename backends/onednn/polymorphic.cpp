@@ -198,8 +198,9 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   std::snprintf(took, sizeof took, "%.2f", ms);
   host_.log(BP_LOG_DEBUG, "CpuOneDnn",
             where_ + ": instance for new shapes (" + describe_inputs(key) + ") lowered in " + took +
-                " ms; " + std::to_string(kept) + " kept (at most " + std::to_string(max_instances_) +
-                "), " + std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused; " +
+                " ms; " + std::to_string(kept) + " kept (at most " +
+                std::to_string(max_instances_) + "), " + std::to_string(misses) + " lowered, " +
+                std::to_string(hits) + " reused; " +
                 "shared: " + std::to_string(shared_.weights()) + " weights, " +
                 std::to_string(shared_.primitives()) + " primitives (" +
                 std::to_string(shared_.reused) + " times taken)");
@@ -290,8 +291,7 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
 
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
                                                             const bp_graph_view_t& view,
-                                                            int num_threads,
-                                                            size_t max_instances) {
+                                                            int num_threads, size_t max_instances) {
   const int threads = threads_to_use(num_threads);  // before any thread count is changed
   const std::vector<std::string> reasons = unsupported_reasons(host, view);
   for (size_t n = 0; n < view.num_nodes; ++n)

@@ -24,10 +24,10 @@
 //
 // Instances are kept least recently used first out, at most the backend's
 // "shape_instances" setting per partition (kDefaultMaxInstances unless
-// configured: enough for the lengths a decoder loop goes through often); an evicted one lives on while a context still runs it. Each
-// context (one per caller thread) has one block of memory for the arena and
-// scratchpad of whichever instance it runs, grown to the largest so far, and
-// keeps the memory bindings of the instances it ran recently.
+// configured: enough for the lengths a decoder loop goes through often); an evicted one lives on
+// while a context still runs it. Each context (one per caller thread) has one block of memory for
+// the arena and scratchpad of whichever instance it runs, grown to the largest so far, and keeps
+// the memory bindings of the instances it ran recently.
 //
 // A shape the lowering cannot run (say a Sub whose first operand
 // broadcasts, which oneDNN's binary cannot) fails that execute with

@@ -37,8 +37,8 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                      : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) ids.push_back(std::stoll(item));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -60,12 +60,15 @@ int main(int argc, char** argv) {
     else if (arg == "--threads") threads = std::atoi(value().c_str());
     else if (arg == "--backends") backends = value();
     else if (!arg.empty() && arg[0] != '-' && model_path.empty()) model_path = arg;
-    else return fail("usage: generate MODEL.onnx [--prompt IDS] [--tokens N] [--threads N] "
-                     "[--backends A,B]");
+    else
+      return fail(
+          "usage: generate MODEL.onnx [--prompt IDS] [--tokens N] [--threads N] "
+          "[--backends A,B]");
   }
   if (model_path.empty() || prompt.empty() || tokens < 1)
-    return fail("usage: generate MODEL.onnx [--prompt IDS] [--tokens N] [--threads N] "
-                "[--backends A,B]");
+    return fail(
+        "usage: generate MODEL.onnx [--prompt IDS] [--tokens N] [--threads N] "
+        "[--backends A,B]");
 
   bp::RuntimeOptions ro;
   ro.num_threads = threads;
@@ -121,8 +124,8 @@ int main(int argc, char** argv) {
     generated.push_back(token);
     ids = bp::Tensor(bp::DType::kInt64, {1, 1});
     ids.data_as<int64_t>()[0] = token;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
 
   std::printf("prompt   ");

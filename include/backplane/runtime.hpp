@@ -132,7 +132,7 @@ struct CompileReport {
   std::vector<std::string> methods;
   size_t specializations = 0;  // over all methods
   size_t partitions = 0;       // over all specialisations
-  size_t payload_bytes = 0;  // backend payloads
+  size_t payload_bytes = 0;    // backend payloads
   size_t named_data_keys = 0;
   size_t requested_bytes = 0;  // named data before de-duplication
   size_t stored_bytes = 0;     // after

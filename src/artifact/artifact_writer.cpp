@@ -179,10 +179,10 @@ Result<AtomicFile> write_file(const std::string& path, const flatbuffers::FlatBu
 struct Layout {
   std::vector<std::string> files;
   std::vector<PlannedSegment> segments;
-  std::vector<uint64_t> file_top;                     // per file: end of the last segment
+  std::vector<uint64_t> file_top;  // per file: end of the last segment
   // per method, specialisation and partition (-1 = none)
   std::vector<std::vector<std::vector<int32_t>>> payload_segment;
-  std::vector<uint32_t> blob_segment;                 // per blob of the store
+  std::vector<uint32_t> blob_segment;  // per blob of the store
   size_t payload_bytes = 0;
 
   int32_t add(uint32_t file, const uint8_t* data, size_t size, uint32_t alignment) {

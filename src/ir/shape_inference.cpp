@@ -360,8 +360,8 @@ Status fold_impl(Graph& g) {
   std::vector<bool> folded(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
-    bool all_const = is_known_op(node.domain, node.op_type) &&
-                     detail::const_eval_supported(node.op_type);
+    bool all_const =
+        is_known_op(node.domain, node.op_type) && detail::const_eval_supported(node.op_type);
     for (int v : node.inputs)
       if (v >= 0 && !g.values[v].is_constant()) all_const = false;
     if (!all_const) continue;

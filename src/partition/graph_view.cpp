@@ -60,8 +60,7 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
     const ir::Node& node = graph.nodes[node_ids[k]];
     for (int in : node.inputs) {
       v->node_inputs_[k].push_back(local_of(in));
-      if (in >= 0 && !is_const(in) && !produced_inside.count(in) &&
-          seen_input.insert(in).second)
+      if (in >= 0 && !is_const(in) && !produced_inside.count(in) && seen_input.insert(in).second)
         v->input_values_.push_back(in);
     }
     for (int out : node.outputs) v->node_outputs_[k].push_back(local_of(out));

@@ -35,8 +35,7 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
   for (const ir::Node& node : graph->nodes)
     if (!ir::is_known_op(node.domain, node.op_type))
       return Status(StatusCode::kUnsupported, node.describe() + ": unsupported operator '" +
-                                                  node.op_type + "' (domain '" + node.domain +
-                                                  "')")
+                                                  node.op_type + "' (domain '" + node.domain + "')")
           .with_context(path);
   for (int v : graph->inputs) {
     const ir::Value& value = graph->values[v];

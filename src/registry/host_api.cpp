@@ -153,8 +153,9 @@ bp_status_t* output_allocate(bp_output_sink_t* sink, size_t output_index, size_t
     Shape shape(dims, dims + rank);
     for (int64_t d : shape)
       if (d < 0)
-        return status_create(BP_STATUS_INVALID_ARGUMENT,
-                             ("output_allocate: negative dim in " + shape_to_string(shape)).c_str());
+        return status_create(
+            BP_STATUS_INVALID_ARGUMENT,
+            ("output_allocate: negative dim in " + shape_to_string(shape)).c_str());
     Result<void*> r = sink->allocate(output_index, shape);
     if (!r.ok())
       return status_create(static_cast<bp_status_code_t>(r.status().code()),

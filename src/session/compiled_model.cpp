@@ -164,8 +164,7 @@ Status CompiledModel::check_signature(const Signature& signature) const {
     const Shape& got = signature[i];
     const std::string what = "input '" + info.name + "'";
     for (int64_t d : got)
-      if (d < 0)
-        return invalid_argument(what + " has a negative dim in " + shape_to_string(got));
+      if (d < 0) return invalid_argument(what + " has a negative dim in " + shape_to_string(got));
     if (!portable_->values[portable_->inputs[i]].has_shape) continue;  // any rank
     if (got.size() != info.shape.size())
       return invalid_argument(what + " has rank " + std::to_string(got.size()) + " " +
@@ -180,12 +179,11 @@ Status CompiledModel::check_signature(const Signature& signature) const {
       if (symbol.empty() || info.shape[d] >= 0) continue;
       auto [it, fresh] = symbols.emplace(symbol, Seen{got[d], i, d});
       if (fresh || it->second.size == got[d]) continue;
-      return invalid_argument(what + " dim " + std::to_string(d) + " ('" + symbol + "') is " +
-                              std::to_string(got[d]) + ", but input '" +
-                              inputs_[it->second.input].name + "' dim " +
-                              std::to_string(it->second.dim) + " ('" + symbol + "') is " +
-                              std::to_string(it->second.size) +
-                              ": one symbol takes one size in a run");
+      return invalid_argument(
+          what + " dim " + std::to_string(d) + " ('" + symbol + "') is " + std::to_string(got[d]) +
+          ", but input '" + inputs_[it->second.input].name + "' dim " +
+          std::to_string(it->second.dim) + " ('" + symbol + "') is " +
+          std::to_string(it->second.size) + ": one symbol takes one size in a run");
     }
   }
   return ok_status();
@@ -542,10 +540,9 @@ Status CompiledModel::notify_after_load() {
   }
   for (const auto& b : fresh)
     if (BP_TABLE_HAS(b->api(), after_load_network))
-      BP_RETURN_IF_ERROR(b->check(b->call([&] {
-        return b->api()->after_load_network(b->instance(), options_.network_id);
-      }),
-                                  "after_load_network"));
+      BP_RETURN_IF_ERROR(b->check(
+          b->call([&] { return b->api()->after_load_network(b->instance(), options_.network_id); }),
+          "after_load_network"));
   return ok_status();
 }
 
@@ -597,8 +594,8 @@ std::string CompiledModel::describe_plan(PlanFormat format) const {
       "first run (or give input shapes when loading)";
   switch (format) {
     case PlanFormat::kJson:
-      return "{\"model\": \"" + portable_->source + "\", \"planned\": false, \"reason\": \"" +
-             why + "\"}";
+      return "{\"model\": \"" + portable_->source + "\", \"planned\": false, \"reason\": \"" + why +
+             "\"}";
     case PlanFormat::kDot:
       return "digraph plan {\n  label=\"" + why + "\";\n}\n";
     case PlanFormat::kText:

@@ -127,7 +127,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
 
   std::shared_ptr<const void> keep_alive_;  // destroyed last
   std::shared_ptr<const ir::Graph> portable_;
-  std::shared_ptr<const NamedDataMap> weights_;  // the portable graph's constants (or the artifact's)
+  std::shared_ptr<const NamedDataMap>
+      weights_;  // the portable graph's constants (or the artifact's)
   BackendRegistry registry_;
   Options options_;
   // Compiled artifacts: the stored specialisations (no planner for ONNX).

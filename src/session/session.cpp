@@ -96,8 +96,8 @@ class SessionImpl : public Session {
           Tensor::view(tensor.dtype(), tensor.shape(), const_cast<void*>(tensor.data()));
       return ok_status();
     }
-    return not_found("model has no output named '" + name + "' (outputs: " +
-                     names(model_->outputs()) + ")");
+    return not_found("model has no output named '" + name +
+                     "' (outputs: " + names(model_->outputs()) + ")");
   }
 
   Status feed(const std::string& output, const std::string& input) override {
@@ -107,8 +107,7 @@ class SessionImpl : public Session {
     for (size_t i = 0; i < outs.size(); ++i)
       if (outs[i].name == output) out = i;
     if (out == outs.size())
-      return not_found("model has no output named '" + output + "' (outputs: " + names(outs) +
-                       ")");
+      return not_found("model has no output named '" + output + "' (outputs: " + names(outs) + ")");
     const TensorInfo& info = model_->inputs()[in];
     if (outs[out].dtype != DType::kUndefined && outs[out].dtype != info.dtype)
       return invalid_argument("output '" + output + "' is " + dtype_name(outs[out].dtype) +
@@ -125,7 +124,8 @@ class SessionImpl : public Session {
     for (size_t i = 0; i < fed_.size(); ++i) {
       const Fed& f = fed_[i];
       if (f.output < 0 || !f.ready) continue;
-      inputs_[i] = Tensor::view(model_->inputs()[i].dtype, f.shape, f.space == 0 ? f.data : nullptr);
+      inputs_[i] =
+          Tensor::view(model_->inputs()[i].dtype, f.shape, f.space == 0 ? f.data : nullptr);
       input_set_[i] = true;
     }
     bool same = spec_ != nullptr;  // the previous run's shapes (no allocation when so)
@@ -176,7 +176,8 @@ class SessionImpl : public Session {
       const Tensor& bound = bound_outputs_[i];
       void* at = address_of(v, 0);
       if (!bound.empty() && at != bound.data() && bound.size_bytes() > 0)
-        std::memcpy(const_cast<void*>(bound.data()), at, bound.size_bytes());  // a constant or an input
+        std::memcpy(const_cast<void*>(bound.data()), at,
+                    bound.size_bytes());  // a constant or an input
       void* data = bound.empty() ? at : const_cast<void*>(bound.data());
       if (outputs_[i].data() != data || outputs_[i].dtype() != value.dtype ||
           outputs_[i].shape() != value.shape)
@@ -357,8 +358,8 @@ class SessionImpl : public Session {
       Tensor& owned = owned_inputs_[i];
       if (owned.dtype() != model_->inputs()[i].dtype || owned.shape() != f.shape)
         owned = Tensor(model_->inputs()[i].dtype, f.shape);
-      BP_RETURN_IF_ERROR(device_to_host(f.space, owned.data(), f.data, f.bytes,
-                                        model_->inputs()[i].name));
+      BP_RETURN_IF_ERROR(
+          device_to_host(f.space, owned.data(), f.data, f.bytes, model_->inputs()[i].name));
       inputs_[i] = Tensor::view(owned.dtype(), owned.shape(), owned.data());
     }
     feed_buffers_.resize(outputs_.size());
@@ -598,8 +599,8 @@ class SessionImpl : public Session {
   std::vector<std::shared_ptr<LoadedBackend>> acquired_;  // memory_acquire'd
   std::vector<DeviceBuffer> device_buffers_;              // per MemoryPlan device slot
   std::map<const ExecutablePartition*, CachedContext> context_cache_;
-  uint64_t generation_ = 0;                                // specialisation switches
-  std::vector<bp_exec_context_t*> contexts_;               // per partition of spec_
+  uint64_t generation_ = 0;                   // specialisation switches
+  std::vector<bp_exec_context_t*> contexts_;  // per partition of spec_
   std::vector<std::vector<bp_tensor_t>> in_tensors_, out_tensors_;
   std::vector<Tensor> owned_inputs_;  // set_input's copies
   std::vector<Tensor> inputs_;        // views: of owned_inputs_, or bound memory
@@ -634,8 +635,8 @@ class SessionImpl : public Session {
     void* data;
     int output;
   };
-  std::vector<FeedWrite> feed_writes_;                 // this run's
-  mutable std::vector<ExecStep> pending_host_copy_;   // copies to the host left for later
+  std::vector<FeedWrite> feed_writes_;               // this run's
+  mutable std::vector<ExecStep> pending_host_copy_;  // copies to the host left for later
   std::vector<Tensor> outputs_;
   bp_output_sink sink_{[](size_t output, const Shape&) -> Result<void*> {
     return unsupported("output " + std::to_string(output) +

@@ -51,10 +51,11 @@ class Specialization {
   // Plans, compiles and plans memory for `graph` (shapes inferred).
   // `weights` reads every constant of `graph` and lives as long as the
   // returned object (it is held through `data`).
-  static Result<std::shared_ptr<Specialization>> build(
-      Signature signature, std::shared_ptr<const ir::Graph> graph,
-      std::shared_ptr<const NamedDataMap> weights, const Planner& planner,
-      const BuildOptions& options);
+  static Result<std::shared_ptr<Specialization>> build(Signature signature,
+                                                       std::shared_ptr<const ir::Graph> graph,
+                                                       std::shared_ptr<const NamedDataMap> weights,
+                                                       const Planner& planner,
+                                                       const BuildOptions& options);
 
   const Signature& signature() const { return signature_; }
   const ir::Graph& graph() const { return *graph_; }

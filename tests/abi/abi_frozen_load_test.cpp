@@ -33,9 +33,9 @@ TEST_P(AbiFrozen, FrozenHeaderIsStillItsVersion) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_NE(text.str().find("#define BP_API_VERSION_MAJOR 1u"), std::string::npos);
-  EXPECT_NE(text.str().find("#define BP_API_VERSION_MINOR " + std::to_string(GetParam().minor) +
-                            "u"),
-            std::string::npos);
+  EXPECT_NE(
+      text.str().find("#define BP_API_VERSION_MINOR " + std::to_string(GetParam().minor) + "u"),
+      std::string::npos);
   // The live header may only have moved forward within major 1.
   EXPECT_EQ(BP_API_VERSION_MAJOR, 1u);
   EXPECT_GT(BP_API_VERSION_MINOR, GetParam().minor);

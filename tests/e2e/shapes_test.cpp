@@ -44,8 +44,8 @@ nlohmann::json manifest(const std::string& model) {
 double max_rel_diff(const Tensor& got, const Tensor& want) {
   double m = 0;
   for (int64_t i = 0; i < want.numel(); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(got.data_as<float>()[i] -
-                                                  want.data_as<float>()[i])));
+    m = std::max(
+        m, static_cast<double>(std::fabs(got.data_as<float>()[i] - want.data_as<float>()[i])));
   return m / std::max(1e-30, max_abs(want));
 }
 
@@ -129,8 +129,7 @@ std::vector<int64_t> generate(Model& model, const Tensor& prompt, int tokens, Ca
     if (zero_copy)
       for (size_t k = 0; k < cache.size(); ++k) {
         auto& buffer = step % 2 == 0 ? ping[k] : pong[k];
-        Tensor present =
-            Tensor::view(DType::kFloat32, {1, heads, total, head_dim}, buffer.data());
+        Tensor present = Tensor::view(DType::kFloat32, {1, heads, total, head_dim}, buffer.data());
         EXPECT_TRUE(s.bind_output("present_" + cache[k].substr(5), present).ok());
       }
     Status st = s.run();
@@ -170,7 +169,7 @@ TEST_P(DynamicShapes, DecoderGreedy64TokensEqualPyTorchs) {
   ASSERT_EQ(want.numel(), 64);
   std::vector<int64_t> expected(want.data_as<int64_t>(), want.data_as<int64_t>() + 64);
   for (Cache how : {Cache::kCopied, Cache::kBound, Cache::kFed}) {
-    SCOPED_TRACE(how == Cache::kCopied ? "copied cache"
+    SCOPED_TRACE(how == Cache::kCopied  ? "copied cache"
                  : how == Cache::kBound ? "bound buffers"
                                         : "fed back");
     Tensor first;

@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,9 +104,8 @@ void expect_close(const Tensor& got, const std::vector<float>& want, const std::
         << what << " element " << i;
 }
 
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 1}, {1, 7},  {2, 5}, {3, 16},
-                                                          {1, 64}, {4, 3}, {2, 33}, {1, 2},
-                                                          {5, 9}, {2, 128}};
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {
+    {1, 1}, {1, 7}, {2, 5}, {3, 16}, {1, 64}, {4, 3}, {2, 33}, {1, 2}, {5, 9}, {2, 128}};
 
 class Shapes : public ::testing::TestWithParam<std::vector<std::string>> {};
 

@@ -10,7 +10,6 @@
 // shapes execute_shaped gives, and again when they change (PolyContext).
 #include "reference/kernel.hpp"
 #include "reference/kernel_util.hpp"
-#include "reference/view_copy.hpp"
 
 #include <backplane/backend_sdk.hpp>
 
@@ -308,7 +307,7 @@ class RefCompiled : public sdk::CompiledPartition {
 
   sdk::Host host_;
   bool polymorphic_;
-  ViewCopy view_;
+  sdk::OwnedView view_;
   std::vector<std::string> op_types_;
   std::vector<sdk::Weight> weights_;  // keeps constant inputs readable
   std::vector<Step> steps_;

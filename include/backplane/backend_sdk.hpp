@@ -30,8 +30,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <new>
@@ -393,6 +395,112 @@ class NodeReport {
  private:
   const bp_host_api_t* host_;
   bp_node_report_t* report_;
+};
+
+// ---------------------------------------------------------------------------
+// OwnedView: a view kept after the call it came with
+// ---------------------------------------------------------------------------
+
+// A deep copy of a bp_graph_view_t. The host's view lives only for the call
+// it is passed to (backend_abi.h); a partition compiled shape-polymorphic
+// (API 1.2) prepares its work again for each new set of shapes, long after,
+// so it keeps this: names, values, nodes, attributes (their tensors and
+// string lists too), inputs and outputs. Weights are not copied: `weights`
+// still points to the host's NamedDataMap, which outlives the compiled
+// partition. Immutable after construction.
+class OwnedView {
+ public:
+  explicit OwnedView(const bp_graph_view_t& view) {
+    values_.reserve(view.num_values);
+    for (size_t v = 0; v < view.num_values; ++v) {
+      bp_value_t c = view.values[v];
+      c.struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
+      c.name = keep(c.name != nullptr ? c.name : "");
+      c.shape = keep(c.shape, c.rank);
+      c.data_key = keep(c.data_key);
+      values_.push_back(c);
+    }
+    nodes_.reserve(view.num_nodes);
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      bp_node_t c = view.nodes[n];
+      c.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
+      c.name = keep(c.name != nullptr ? c.name : "");
+      c.op_type = keep(c.op_type != nullptr ? c.op_type : "");
+      c.domain = keep(c.domain != nullptr ? c.domain : "");
+      c.inputs = keep(c.inputs, c.num_inputs);
+      c.outputs = keep(c.outputs, c.num_outputs);
+      std::vector<bp_attribute_t>& attrs = attributes_.emplace_back();
+      for (size_t a = 0; a < c.num_attributes; ++a)
+        attrs.push_back(copy(view.nodes[n].attributes[a]));
+      c.attributes = attrs.empty() ? nullptr : attrs.data();
+      nodes_.push_back(c);
+    }
+    view_.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
+    view_.name = keep(view.name != nullptr ? view.name : "");
+    view_.num_values = values_.size();
+    view_.values = values_.data();
+    view_.num_nodes = nodes_.size();
+    view_.nodes = nodes_.data();
+    view_.num_inputs = view.num_inputs;
+    view_.inputs = keep(view.inputs, view.num_inputs);
+    view_.num_outputs = view.num_outputs;
+    view_.outputs = keep(view.outputs, view.num_outputs);
+    view_.weights = view.weights;
+  }
+  OwnedView(const OwnedView&) = delete;
+  OwnedView& operator=(const OwnedView&) = delete;
+
+  // The copy, with the shapes it was given (-1 dims where the host left them
+  // open). Points into this object; valid as long as it lives.
+  const bp_graph_view_t& view() const { return view_; }
+
+ private:
+  const char* keep(const char* s) {  // NULL stays NULL
+    return s == nullptr ? nullptr : strings_.emplace_back(s).c_str();
+  }
+  template <class T>
+  const T* keep(const T* data, size_t count) {
+    if (data == nullptr || count == 0) return nullptr;
+    // operator new aligns a vector's bytes for any T used here.
+    std::vector<uint8_t>& bytes = bytes_.emplace_back(count * sizeof(T));
+    std::memcpy(bytes.data(), data, count * sizeof(T));
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+  bp_attribute_t copy(bp_attribute_t at) {
+    at.struct_size = BP_STRUCT_SIZE(bp_attribute_t, t);
+    at.name = keep(at.name != nullptr ? at.name : "");
+    at.s = keep(at.s);
+    at.ints = at.type == BP_ATTR_INTS ? keep(at.ints, at.count) : nullptr;
+    at.floats = at.type == BP_ATTR_FLOATS ? keep(at.floats, at.count) : nullptr;
+    if (at.type == BP_ATTR_STRINGS && at.strings != nullptr) {
+      std::vector<const char*>& list = string_lists_.emplace_back();
+      for (size_t i = 0; i < at.count; ++i) list.push_back(keep(at.strings[i]));
+      at.strings = list.data();
+    } else {
+      at.strings = nullptr;
+    }
+    if (at.type == BP_ATTR_TENSOR && at.t != nullptr) {
+      bp_attr_tensor_t t = *at.t;
+      t.struct_size = BP_STRUCT_SIZE(bp_attr_tensor_t, size_bytes);
+      t.shape = keep(t.shape, t.rank);
+      t.data = keep(static_cast<const uint8_t*>(t.data), t.size_bytes);
+      at.t = &attr_tensors_.emplace_back(t);
+    } else {
+      at.t = nullptr;
+    }
+    return at;
+  }
+
+  bp_graph_view_t view_{};
+  // Deques: elements never move as more are added, so the view's pointers
+  // into them stay valid.
+  std::deque<std::string> strings_;
+  std::deque<std::vector<uint8_t>> bytes_;
+  std::deque<std::vector<const char*>> string_lists_;
+  std::deque<bp_attr_tensor_t> attr_tensors_;
+  std::deque<std::vector<bp_attribute_t>> attributes_;
+  std::vector<bp_value_t> values_;
+  std::vector<bp_node_t> nodes_;
 };
 
 // ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 // "quit".
 #include "ir/graph.hpp"
 #include "onnx/importer.hpp"
+#include "pipeline/constant_folding.hpp"
 #include "registry/registry.hpp"
 #include "session/compiled_model.hpp"
 
@@ -100,7 +101,7 @@ std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticH
   if (!imported.ok()) die(imported.status().to_string());
   auto graph = std::make_unique<ir::Graph>(std::move(*imported));
   if (graph->source.empty()) graph->source = path;
-  Status st = ir::infer_shapes(*graph);
+  Status st = ir::infer_shapes(*graph, {}, infer_options());  // folds on CpuRef
   if (!st.ok()) die(st.to_string());
   graph->remove_dead();
   auto model = CompiledModel::create(std::move(graph), h.registry, ModelOptions{}, 1, threads);

@@ -137,7 +137,8 @@ json stats_json(const bp::Model& model) {
           {"evictions", s.evictions},
           {"cached", s.cached},
           {"capacity", s.capacity},
-          {"polymorphic_partitions", s.polymorphic_partitions}};
+          {"polymorphic_partitions", s.polymorphic_partitions},
+          {"build_ms", s.build_ms}};
 }
 
 json bench_decoder(bp::Runtime& rt, const Options& o) {

@@ -100,6 +100,67 @@ def main():
     ], [f32("x", [5])], [f32("y", [5])],
         [i64("start", 0), i64("limit", 10), i64("delta", 2), i64("cshape", [5])])
 
+    control_flow_seeds(out)
+
+
+def control_flow_seeds(out):
+    """If, Loop and Scan with bodies reading the enclosing scope, sequences and
+    optionals: the importer's subgraph, scope and type paths."""
+    b = lambda name: helper.make_tensor_value_info(name, TensorProto.BOOL, [])
+    i64s = lambda name: helper.make_tensor_value_info(name, TensorProto.INT64, [])
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["t"], name="add_one")],
+                               "then", [], [f32("t", None)])
+    else_g = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["e"], name="twice", axis=0)],
+                               "else", [], [f32("e", None)])
+    save(out, "seed_if", [
+        helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
+    ], [b("c"), f32("x", [3])], [f32("y", None)], [one])
+
+    body = helper.make_graph([
+        helper.make_node("Cast", ["i"], ["fi"], name="i_float", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "fi"], ["xi"], name="x_times_i"),
+        helper.make_node("Add", ["acc_in", "xi"], ["acc_out"], name="accumulate"),
+        helper.make_node("Identity", ["c_in"], ["c_out"], name="cond"),
+        helper.make_node("Identity", ["acc_out"], ["scan"], name="scan"),
+    ], "body", [i64s("i"), b("c_in"), f32("acc_in", [1])],
+        [b("c_out"), f32("acc_out", [1]), f32("scan", [1])])
+    save(out, "seed_loop", [
+        helper.make_node("Loop", ["M", "", "acc0"], ["acc", "accs"], name="loop", body=body),
+    ], [i64s("M"), f32("x", [1])], [f32("acc", [1]), f32("accs", None)],
+        [numpy_helper.from_array(np.zeros([1], np.float32), "acc0")])
+
+    scan_body = helper.make_graph([
+        helper.make_node("Add", ["s_in", "row"], ["s_out"], name="add"),
+        helper.make_node("Identity", ["s_out"], ["p"], name="partial"),
+    ], "scan_body", [f32("s_in", [2]), f32("row", [2])], [f32("s_out", [2]), f32("p", [2])])
+    save(out, "seed_scan", [
+        helper.make_node("Scan", ["s0", "x"], ["s", "partial"], name="scan", body=scan_body,
+                         num_scan_inputs=1),
+    ], [f32("x", [3, 2])], [f32("s", [2]), f32("partial", [3, 2])],
+        [numpy_helper.from_array(np.zeros([2], np.float32), "s0")], opset=11)
+
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
+    save(out, "seed_sequence", [
+        helper.make_node("SequenceInsert", ["seq", "x"], ["y"], name="insert"),
+        helper.make_node("SequenceLength", ["y"], ["n"], name="length"),
+        helper.make_node("ConcatFromSequence", ["y"], ["z"], name="concat", axis=0),
+        helper.make_node("SplitToSequence", ["z"], ["parts"], name="split", axis=0),
+        helper.make_node("SequenceAt", ["parts", "n"], ["last"], name="at"),
+    ], [seq, f32("x", [2])], [i64s("n"), f32("z", None), f32("last", None)])
+
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
+    save(out, "seed_optional", [
+        helper.make_node("OptionalHasElement", ["o"], ["has"], name="has"),
+        helper.make_node("Optional", [], ["empty"], name="empty",
+                         type=helper.make_tensor_type_proto(TensorProto.FLOAT, [])),
+        helper.make_node("OptionalGetElement", ["o"], ["v"], name="get"),
+        helper.make_node("NonZero", ["v"], ["nz"], name="nonzero"),
+    ], [opt], [b("has"), helper.make_tensor_value_info("nz", TensorProto.INT64, [1, None])],
+        opset=15)
+
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,11 @@ references at other shapes, from the same modules):
                [1, 4, total, 16] (total = past + new). Example: 3 new tokens
                after a 5-token cache the model computed itself.
 
+Recurrent models (issue 12; generate_recurrent, opset 17, seeded
+torch.nn.LSTM/GRU/RNN modules): lstm_bidir2, gru_bidir2 (batch_first),
+rnn_bidir2 (bidirectional, 2 layers), rnn_relu, lstm_classifier (an LSTM
+with a linear head on the last step).
+
 Run with Debian's interpreter (/usr/bin/python3): it has numpy, torch,
 torchvision and onnx; other interpreters on PATH may not.
 """
@@ -466,21 +471,210 @@ def generate(name, out_dir, stamp):
           f"max|y| {float(np.abs(ys[0]).max()):.4g})")
 
 
+# --------------------------------------------------------------------------
+# Recurrent models (issue 12: any nn.LSTM / nn.GRU / nn.RNN model), exported
+# at opset 17: the exporter's ONNX LSTM/GRU/RNN nodes per layer and
+# direction, with the Slice/Concat/Squeeze glue between them.
+# --------------------------------------------------------------------------
+
+RECURRENT_OPSET = 17
+# name: (module kind, constructor kwargs, input shapes by name, output names);
+# inputs are x and, when listed, the initial states h0 (and c0).
+RECURRENT = {
+    "lstm_bidir2": ("LSTM", dict(input_size=8, hidden_size=16, num_layers=2, bidirectional=True),
+                    {"x": (7, 3, 8), "h0": (4, 3, 16), "c0": (4, 3, 16)}, ["y", "h_n", "c_n"]),
+    "gru_bidir2": ("GRU", dict(input_size=8, hidden_size=12, num_layers=2, bidirectional=True,
+                               batch_first=True),
+                   {"x": (3, 7, 8), "h0": (4, 3, 12)}, ["y", "h_n"]),
+    "rnn_bidir2": ("RNN", dict(input_size=8, hidden_size=10, num_layers=2, bidirectional=True),
+                   {"x": (6, 2, 8)}, ["y", "h_n"]),
+    "rnn_relu": ("RNN", dict(input_size=5, hidden_size=6, num_layers=1, nonlinearity="relu"),
+                 {"x": (5, 2, 5)}, ["y", "h_n"]),
+    "lstm_classifier": ("LSTMHead", dict(input_size=16, hidden_size=32, num_layers=1,
+                                         batch_first=True),
+                        {"x": (2, 9, 16)}, ["logits"]),
+}
+RECURRENT_MODELS = list(RECURRENT)
+
+
+class RecurrentNet(nn.Module):
+    """One torch.nn recurrent module; returns its outputs as a tuple (output,
+    h_n[, c_n]) or, for LSTMHead, a linear head on the last step's output."""
+
+    def __init__(self, kind, kwargs):
+        super().__init__()
+        self.kind = kind
+        self.rnn = getattr(nn, "LSTM" if kind == "LSTMHead" else kind)(**kwargs)
+        self.head = nn.Linear(kwargs["hidden_size"], 5) if kind == "LSTMHead" else None
+
+    def forward(self, x, *state):
+        if self.kind == "LSTM":
+            y, (h, c) = self.rnn(x, tuple(state) if state else None)
+            return y, h, c
+        if self.kind == "LSTMHead":
+            y, _ = self.rnn(x)
+            return self.head(y[:, -1])
+        y, h = self.rnn(x, state[0] if state else None)
+        return y, h
+
+
+def generate_recurrent(name, out_dir, stamp):
+    """Writes NAME.onnx, NAME.input.INPUT.npy, NAME.expected.OUTPUT.npy (or
+    NAME.input.npy / NAME.expected.npy for one of each) and NAME.stamp."""
+    kind, kwargs, in_shapes, out_names = RECURRENT[name]
+    in_names = list(in_shapes)
+    onnx_path = os.path.join(out_dir, name + ".onnx")
+    input_paths, expected_paths = data_paths(name, out_dir, in_names, out_names)
+    stamp_path = os.path.join(out_dir, name + ".stamp")
+    if all(os.path.exists(p) for p in [onnx_path, *input_paths, *expected_paths, stamp_path]):
+        with open(stamp_path) as f:
+            if f.read().strip() == stamp:
+                print(f"gen_models: {name}: up to date")
+                return
+    torch.manual_seed(sum(map(ord, name)))
+    model = RecurrentNet(kind, kwargs).eval()
+    rng = np.random.default_rng(2024)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in in_shapes.values()]
+    with torch.no_grad():
+        ys = model(*(torch.from_numpy(x) for x in xs))
+    ys = [y.numpy() for y in (ys if isinstance(ys, tuple) else (ys,))]
+    tmp = onnx_path + ".tmp"
+    torch.onnx.export(model, tuple(torch.from_numpy(x) for x in xs), tmp, export_params=True,
+                      opset_version=RECURRENT_OPSET, do_constant_folding=True,
+                      input_names=in_names, output_names=out_names)
+    import onnx
+    proto = onnx.load(tmp)
+    onnx.checker.check_model(proto)
+    ops = {n.op_type for n in proto.graph.node}
+    want = "LSTM" if kind == "LSTMHead" else kind
+    if want not in ops:
+        raise RuntimeError(f"{name}: the export has no {want} node (ops: {sorted(ops)})")
+    os.replace(tmp, onnx_path)
+    for p, x in zip(input_paths, xs):
+        np.save(p, x)
+    for p, y in zip(expected_paths, ys):
+        np.save(p, y.astype(np.float32))
+    with open(stamp_path, "w") as f:
+        f.write(stamp + "\n")
+    print(f"gen_models: {name}: wrote {onnx_path} ({want} at opset {RECURRENT_OPSET})")
+
+
+# --------------------------------------------------------------------------
+# Control flow (issue 12): torch.jit.script models with if / for / while,
+# exported with their If and Loop nodes (a Python list becomes sequence ops).
+# Each has several seeded cases that take different paths through it.
+#   cf_if     x [n] -> cat(x, 2x) [2n] if sum(x) > 0 else x - 1 [n]
+#   cf_loop   x [steps, 4] -> h [4], stack of every step's h [steps, 4]: an RNN
+#             cell over the rows (the trip count is the number of rows)
+#   cf_while  x [3], limit [] -> x grown until |x|_1 >= limit, and the count
+# Files: NAME.onnx, NAME.caseK.inputI.npy, NAME.caseK.expectedJ.npy (I, J:
+# input and output positions), NAME.stamp.
+# --------------------------------------------------------------------------
+
+CONTROL_FLOW_MODELS = ["cf_if", "cf_loop", "cf_while"]
+
+
+class CfIf(nn.Module):
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            y = torch.cat([x, x * 2.0], 0)
+        else:
+            y = x - 1.0
+        return y
+
+
+class CfLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4) * 0.5)
+
+    def forward(self, x):
+        h = torch.zeros(x.size(1))
+        ys = []
+        for i in range(x.size(0)):
+            h = torch.tanh(torch.matmul(h, self.w) + x[i])
+            ys.append(h)
+        return h, torch.stack(ys)
+
+
+class CfWhile(nn.Module):
+    def forward(self, x, limit):
+        n = torch.zeros([], dtype=torch.long)
+        while bool(x.abs().sum() < limit):
+            x = x * 1.5 + 0.1
+            n = n + 1
+        return x, n
+
+
+def control_flow_cases(name):
+    """The module and its seeded cases (tuples of input arrays)."""
+    rng = np.random.default_rng(2024)
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    if name == "cf_if":
+        pos, neg = np.abs(f32(3)) + 0.1, -np.abs(f32(5)) - 0.1
+        return CfIf(), [(pos,), (neg,), (np.abs(f32(2)),)]
+    if name == "cf_loop":
+        torch.manual_seed(11)
+        return CfLoop(), [(f32(5, 4),), (f32(1, 4),), (f32(9, 4),)]
+    limit = lambda v: np.array(v, np.float32)
+    return CfWhile(), [(f32(3), limit(20.0)), (f32(3), limit(0.0)), (f32(3) * 0.01, limit(5.0))]
+
+
+def generate_control_flow(name, out_dir, stamp):
+    module, cases = control_flow_cases(name)
+    module.eval()
+    onnx_path = os.path.join(out_dir, name + ".onnx")
+    stamp_path = os.path.join(out_dir, name + ".stamp")
+    if os.path.exists(onnx_path) and os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            if f.read().strip() == stamp:
+                print(f"gen_models: {name}: up to date")
+                return
+    scripted = torch.jit.script(module)
+    tmp = onnx_path + ".tmp"
+    example = tuple(torch.from_numpy(x) for x in cases[0])
+    # Every input dim symbolic: the cases differ in shape (and so in paths).
+    in_names = [f"in{i}" for i in range(len(example))]
+    axes = {n: {d: f"{n}_d{d}" for d in range(x.dim())} for n, x in zip(in_names, example)}
+    torch.onnx.export(scripted, example, tmp, export_params=True, opset_version=OPSET,
+                      input_names=in_names, dynamic_axes=axes)
+    import onnx
+    onnx.checker.check_model(onnx.load(tmp))
+    os.replace(tmp, onnx_path)
+    for k, case in enumerate(cases):
+        with torch.no_grad():
+            ys = scripted(*(torch.from_numpy(x) for x in case))
+        ys = ys if isinstance(ys, tuple) else (ys,)
+        for i, x in enumerate(case):
+            np.save(os.path.join(out_dir, f"{name}.case{k}.input{i}.npy"), x)
+        for j, y in enumerate(ys):
+            np.save(os.path.join(out_dir, f"{name}.case{k}.expected{j}.npy"), y.numpy())
+    with open(stamp_path, "w") as f:
+        f.write(stamp + "\n")
+    print(f"gen_models: {name}: wrote {onnx_path} ({len(cases)} cases)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--models", nargs="*", default=ALL_MODELS,
+    ap.add_argument("--models", nargs="*", default=ALL_MODELS + RECURRENT_MODELS + CONTROL_FLOW_MODELS,
                     help="models to generate (default: all); comma- or space-separated")
     args = ap.parse_args()
     names = [n for item in args.models for n in item.split(",") if n]
     for n in names:
-        if n not in ALL_MODELS:
-            ap.error(f"unknown model '{n}' (known: {', '.join(ALL_MODELS)})")
+        known = ALL_MODELS + RECURRENT_MODELS + CONTROL_FLOW_MODELS
+        if n not in known:
+            ap.error(f"unknown model '{n}' (known: {', '.join(known)})")
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
     stamp = _script_hash()
     for n in names:
-        generate(n, args.out, stamp)
+        if n in RECURRENT_MODELS:
+            generate_recurrent(n, args.out, stamp)
+        elif n in CONTROL_FLOW_MODELS:
+            generate_control_flow(n, args.out, stamp)
+        else:
+            generate(n, args.out, stamp)
     return 0
 
 

@@ -1,5 +1,6 @@
 // backplane — the command line (see docs and DESIGN.md, "The command line").
 // Exit status: 0 success, 1 failure ("error: ..." on stderr), 2 usage error.
+#include "cmd_ops.hpp"
 #include "npy.hpp"
 
 #include "core/atomic_file.hpp"
@@ -366,7 +367,8 @@ int cmd_partition(const GlobalOptions& g, const PartitionArgs& a) {
   if (!rt.ok()) return fail(rt.status().message());
   auto model = (*rt)->load_model(a.model, mo);
   if (!model.ok()) return fail(model.status().message());
-  if ((*model)->partitions().empty() && !open_inputs(**model).empty())
+  if (!(*model)->runs_in_stages() && (*model)->partitions().empty() &&
+      !open_inputs(**model).empty())
     return fail(a.model + ": the plan depends on the input shapes, and inputs " +
                 open_inputs(**model) + " are open; give them with --shape NAME=DIMS");
   if (!a.dot.empty()) {
@@ -699,6 +701,9 @@ int main(int argc, char** argv) {
   partition->add_flag("--json", pa.json, "Print one JSON object");
   partition->add_option("--dot", pa.dot, "Write the plan as a Graphviz DOT file");
 
+  backplane::cli::OpsCommand ops;
+  backplane::cli::add_ops_command(app, &ops);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -716,6 +721,7 @@ int main(int argc, char** argv) {
     else if (*partition) status = cmd_partition(g, pa);
     else if (*compile) status = cmd_compile(g, ca);
     else if (*inspect) status = cmd_inspect(inspect_file, inspect_external, inspect_json);
+    else if (ops.selected()) status = ops.run();
   } catch (const std::exception& e) {
     return fail(std::string("unexpected: ") + e.what());
   }

@@ -27,6 +27,17 @@ const char* descr_of(DType d) {
       return "<i8";
     case DType::kBool:
       return "|b1";
+    case DType::kUInt16:
+      return "<u2";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kFloat64:
+      return "<f8";
+    case DType::kUInt32:
+      return "<u4";
+    case DType::kUInt64:
+      return "<u8";
+    case DType::kBFloat16:  // NumPy has no bfloat16
     case DType::kUndefined:
       break;
   }
@@ -40,7 +51,8 @@ bool dtype_of(const std::string& descr, DType* out) {
   } table[] = {{"<f4", DType::kFloat32}, {"<f2", DType::kFloat16}, {"|i1", DType::kInt8},
                {"|u1", DType::kUInt8},   {"<i4", DType::kInt32},   {"<i8", DType::kInt64},
                {"|b1", DType::kBool},    {"<u1", DType::kUInt8},   {"<i1", DType::kInt8},
-               {"<b1", DType::kBool}};
+               {"<b1", DType::kBool},    {"<u2", DType::kUInt16},  {"<i2", DType::kInt16},
+               {"<f8", DType::kFloat64}, {"<u4", DType::kUInt32},  {"<u8", DType::kUInt64}};
   for (const auto& e : table)
     if (descr == e.d) {
       *out = e.t;

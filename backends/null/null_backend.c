@@ -288,6 +288,9 @@ static const bp_backend_api_t null_table = {
     NULL, /* execute_shaped: optional; only a backend that compiles
            * shape-polymorphic partitions or reports data-dependent output
            * shapes needs it */
+    /* since 1.3 */
+    NULL, /* get_op_schemas: optional; only a backend that defines operators
+           * of its own needs it */
 };
 
 /* The entry points: the only exported symbols, with C linkage and the exact

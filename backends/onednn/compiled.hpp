@@ -47,12 +47,15 @@ struct Step {
   dnnl::primitive prim;                   // empty for a copy_concat step
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
-  int concat_axis = -1;                   // concat steps: the axis (oneDNN cannot be asked for it)
+  // The primitive's kind, oneDNN implementation (impl_info_str) and layouts,
+  // for the plan report (impl_check.hpp); compile time only, not serialized.
+  std::string kind, impl, layouts;
+  int concat_axis = -1;  // concat steps: the axis (oneDNN cannot be asked for it)
   // A Concat of plain (strided) tensors done here, not by oneDNN: its
   // DNNL_ARG_MULTIPLE_SRC + i copied side by side along concat_axis into its
-  // DNNL_ARG_DST. Only in instances of shape-polymorphic partitions, which
-  // would otherwise make a oneDNN concat for every cache length (never
-  // serialized).
+  // DNNL_ARG_DST. In instances of shape-polymorphic partitions, which would
+  // otherwise make a oneDNN concat for every cache length, and where oneDNN
+  // has only its reference concat for plain inputs.
   bool copy_concat = false;
 };
 

@@ -67,8 +67,8 @@ bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_use
   }
   if (!binary_ops().count(f.op)) {
     if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf") return false;
-    std::optional<PostOp> p = eltwise_of(g, f);
-    if (p) m.post.push_back(*p);
+    std::optional<std::vector<PostOp>> p = activation_of(g, f);
+    if (p) m.post.insert(m.post.end(), p->begin(), p->end());
     return p.has_value();
   }
   if (f.op == "Max" || f.op == "Min") return false;
@@ -175,6 +175,34 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
     }
   } else return std::nullopt;
   return p;
+}
+
+// The activations one eltwise algorithm of oneDNN 2.6 lacks are chains of
+// them: HardSigmoid = clip(alpha * x + beta, 0, 1), Selu = gamma * elu(x).
+std::optional<std::vector<PostOp>> activation_of(ViewInfo& g, const INode& n) {
+  if (std::optional<PostOp> p = eltwise_of(g, n)) return std::vector<PostOp>{*p};
+  sdk::NodeRef node = g.node(n.node);
+  auto one = [](algorithm alg, float alpha = 0.f, float beta = 0.f) {
+    PostOp p;
+    p.alg = alg;
+    p.alpha = alpha;
+    p.beta = beta;
+    return p;
+  };
+  const std::string& op = n.op;
+  if (op == "HardSwish") return std::vector<PostOp>{one(algorithm::eltwise_hardswish)};
+  if (op == "Mish") return std::vector<PostOp>{one(algorithm::eltwise_mish)};
+  if (op == "Softplus") return std::vector<PostOp>{one(algorithm::eltwise_soft_relu)};
+  if (op == "Round") return std::vector<PostOp>{one(algorithm::eltwise_round)};
+  if (op == "HardSigmoid")
+    return std::vector<PostOp>{one(algorithm::eltwise_linear, node.attr_float("alpha", 0.2f),
+                                   node.attr_float("beta", 0.5f)),
+                               one(algorithm::eltwise_clip, 0.f, 1.f)};
+  if (op == "Selu")
+    return std::vector<PostOp>{
+        one(algorithm::eltwise_elu, node.attr_float("alpha", 1.67326319217681884765625f)),
+        one(algorithm::eltwise_linear, node.attr_float("gamma", 1.05070102214813232421875f))};
+  return std::nullopt;
 }
 
 // Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.

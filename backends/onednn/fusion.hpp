@@ -62,6 +62,10 @@ void fold_batch_norm(ViewInfo& g, FusedGraph& f, int conv);
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);
+// The eltwise chain of a one-input activation node (eltwise_of's, or the
+// HardSwish/HardSigmoid/Mish/Selu/Softplus/Round ones; not Log: oneDNN
+// 2.6 gives log(1) = -1.4e-6, short of the conformance tests), if it is one.
+std::optional<std::vector<PostOp>> activation_of(ViewInfo& g, const INode& n);
 // Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
 std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v);
 

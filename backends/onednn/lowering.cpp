@@ -1,6 +1,7 @@
 // lowering.cpp — internal nodes to oneDNN primitives and plan steps.
 #include "onednn/lowering.hpp"
 
+#include "onednn/impl_check.hpp"
 #include "onednn/support.hpp"
 
 #include <algorithm>
@@ -47,7 +48,7 @@ std::optional<LowerFailure> Lowering::lower() {
   for (size_t a = 0; a < f_.nodes.size(); ++a) {
     for (int n : groups_at[a]) {
       try {
-        lower_node(n);
+        lower_node_checked(n);
       } catch (const std::exception& e) {
         LowerFailure failure{f_.nodes[n].covers, e.what()};
         for (size_t k = 0; k < f_.nodes.size(); ++k)
@@ -59,7 +60,22 @@ std::optional<LowerFailure> Lowering::lower() {
   }
   bind_outputs();
   b_.plan_arena();
+  report_plan(c_);
   return std::nullopt;
+}
+
+void Lowering::lower_node_checked(int n) {
+  try {
+    lower_node(n);
+  } catch (const ReferenceImpl&) {
+    // An instance of a shape-polymorphic partition is lowered while running,
+    // with no backend to hand the node to: it runs the reference kernel
+    // (the plan report shows it); a plan compiled ahead fails to lower.
+    if (!b_.shared()) throw;
+    b_.set_allow_reference(true);
+    lower_node(n);
+    b_.set_allow_reference(false);
+  }
 }
 
 // ---- values, destinations and post-ops ---------------------------------------
@@ -165,7 +181,13 @@ void Lowering::lower_node(int n) {
     tensors_[node.out] = b_.reshaped(ref_of(node.in[0]), g_.shape(node.out));
     return;
   }
-  if (auto p = eltwise_of(g_, node)) return lower_eltwise(node.in[0], node.out, *p);
+  if (op == "PRelu") return lower_prelu(node);
+  if (op == "Slice") return lower_slice(node);
+  if (op == "Split") return lower_split(node);
+  if (op == "Gather") return lower_gather(node);
+  if (op == "Pad") return lower_pad(node);
+  if (op == "Resize") return lower_resize(node);
+  if (auto chain = activation_of(g_, node)) return lower_activation(node.in[0], node.out, *chain);
   throw fail("operator '" + op + "' has no lowering");
 }
 
@@ -470,7 +492,8 @@ void Lowering::lower_concat(const INode& n) {
     for (int v : n.in)
       if (sdk::element_count(g_.shape(v)) == 0)
         throw fail("input '" + g_.value_name(v) + "' is empty");
-  if (plain) {
+  // Plain inputs concatenated by copies, without a oneDNN primitive.
+  auto copy_concat = [&] {
     const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
     std::vector<std::pair<int, int>> args;
     for (size_t i = 0; i < srcs.size(); ++i)
@@ -478,10 +501,29 @@ void Lowering::lower_concat(const INode& n) {
     args.push_back({DNNL_ARG_DST, dst});
     b_.add_copy_concat(std::move(args), static_cast<int>(axis), g_.describe(n.node));
     tensors_[n.out] = dst;
-    return;
-  }
+  };
+  if (plain) return copy_concat();
   dnnl::primitive prim;
-  dnnl::concat::primitive_desc pd = b_.make_concat(static_cast<int>(axis), mds, &prim);
+  dnnl::concat::primitive_desc pd;
+  try {
+    pd = b_.make_concat(static_cast<int>(axis), mds, &prim);
+  } catch (const dnnl::error&) {
+    // Strided inputs (a transposed key) get oneDNN's "ref:any" concat, even
+    // when the strides differ only at dims of size 1 (which oneDNN counts as
+    // equal to plain, so as_plain keeps them): plain, described as plain.
+    for (size_t j = 0; j < srcs.size(); ++j) {
+      const Dims& shape = g_.shape(n.in[j]);
+      srcs[j] = b_.alias(b_.as_plain(srcs[j], shape), plain_md(shape));
+      mds[j] = b_.md(srcs[j]);
+    }
+    try {
+      pd = b_.make_concat(static_cast<int>(axis), mds, &prim);
+    } catch (const ReferenceImpl&) {
+      // oneDNN has only "ref:any" even for these plain inputs (ViT's class
+      // token before its patches: 1x1xC and 1xNxC along axis 1): copies.
+      return copy_concat();
+    }
+  }
   const int dst = b_.new_arena(pd.dst_desc());
   std::vector<std::pair<int, int>> args;
   for (size_t i = 0; i < srcs.size(); ++i)
@@ -506,14 +548,32 @@ void Lowering::lower_reduce(const INode& n) {
   const algorithm alg = n.op == "ReduceMean"  ? algorithm::reduction_mean
                         : n.op == "ReduceSum" ? algorithm::reduction_sum
                                               : algorithm::reduction_max;
-  const int src = b_.unblocked(ref_of(n.in[0]));
-  dnnl::reduction::desc d(alg, b_.md(src), plain_md(kept), 0.f, 0.f);
+  int src = b_.unblocked(ref_of(n.in[0]));
   dnnl::primitive prim;
-  auto pd = b_.make<dnnl::reduction>(d, b_.attr(), "", &prim);
+  auto make = [&] {
+    dnnl::reduction::desc d(alg, b_.md(src), plain_md(kept), 0.f, 0.f);
+    return b_.make<dnnl::reduction>(d, b_.attr(), "", &prim);
+  };
+  dnnl::reduction::primitive_desc pd;
+  try {
+    pd = make();
+  } catch (const dnnl::error&) {  // e.g. channels-last into plain: only a reference kernel
+    src = b_.as_plain(src, xs);
+    pd = make();
+  }
   const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
   tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
 }
 
+// Binary ops try layouts in turn and take the first oneDNN has an optimised
+// kernel for (impl_check.hpp): its jit kernels want both sources alike, a
+// blocked one only in the ISA's own block size, and a broadcast operand
+// only in some positions. So: the full operand as it is, the broadcast one
+// given its layout (a RegNet squeeze-excite Mul: a 1xCx1x1 scale of a
+// blocked 1xCxHxW tensor, which ran "ref:any" when the scale stayed plain);
+// both channels-last; both plain; both plain, reshaped so that runs of dims
+// that do and do not broadcast are merged (binary_shapes). Candidates are
+// tried on descriptors alone; only the one taken adds reorders.
 void Lowering::lower_binary(const INode& n) {
   const Dims& ys = g_.shape(n.out);
   const size_t rank = ys.size();
@@ -524,31 +584,43 @@ void Lowering::lower_binary(const INode& n) {
       return lower_eltwise(v, n.out, *p);
   if (left_pad(g_.shape(a), rank) != ys) std::swap(a, b);  // commutative (checked)
   const Dims as = left_pad(g_.shape(a), rank), bs = left_pad(g_.shape(b), rank);
-  const algorithm alg = n.op == "Add"   ? algorithm::binary_add
-                        : n.op == "Sub" ? algorithm::binary_sub
-                        : n.op == "Mul" ? algorithm::binary_mul
-                        : n.op == "Div" ? algorithm::binary_div
-                        : n.op == "Max" ? algorithm::binary_max
-                                        : algorithm::binary_min;
+  const algorithm alg = binary_algorithm(n.op);
   if (n.in[0] == n.in[1]) b = a;
-  int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
-  int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
-  if (bs == as && b_.md(s1) != b_.md(s0)) s1 = b_.as_md(s1, b_.md(s0));
-  dnnl::primitive prim;
-  auto make = [&]() {
-    dnnl::binary::desc d(alg, b_.md(s0), b_.md(s1), b_.md(s0));
-    return b_.make<dnnl::binary>(d, b_.attr(), "", &prim);
-  };
-  dnnl::binary::primitive_desc pd;
-  try {
-    pd = make();
-  } catch (const dnnl::error&) {
-    s0 = b_.as_plain(s0, as);
-    s1 = b_.as_plain(s1, bs);
-    pd = make();
+  const int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
+  const int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
+  std::vector<std::pair<memory::desc, memory::desc>> candidates;
+  candidates.push_back({b_.md(s0), layout_like(b_.md(s0), bs)});
+  if (rank >= 3 && rank <= 5) {
+    const memory::desc cl = channels_last_md(as);
+    candidates.push_back({cl, layout_like(cl, bs)});
   }
-  add_step_to_new(n.out, prim, {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}}, pd,
-                  g_.describe(n.node));
+  candidates.push_back({plain_md(as), plain_md(bs)});
+  for (const auto& [ca, cb] : binary_shapes(as, bs))
+    candidates.push_back({plain_md(ca), plain_md(cb)});
+  dnnl::primitive prim;
+  dnnl::binary::primitive_desc pd;
+  std::string why;  // the last candidate's failure
+  bool reference = false;
+  for (const auto& [m0, m1] : candidates) {
+    try {
+      dnnl::binary::desc d(alg, m0, m1, m0);
+      pd = b_.make<dnnl::binary>(d, b_.attr(), "", &prim);
+    } catch (const dnnl::error& e) {
+      why = e.what();
+      reference = dynamic_cast<const ReferenceImpl*>(&e) != nullptr;
+      continue;
+    }
+    const int x0 =
+        m0.dims() == b_.md(s0).dims() ? b_.as_md(s0, m0) : b_.alias(b_.as_plain(s0, as), m0);
+    const int x1 =
+        m1.dims() == b_.md(s1).dims() ? b_.as_md(s1, m1) : b_.alias(b_.as_plain(s1, bs), m1);
+    const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC_0, x0}, {DNNL_ARG_SRC_1, x1}}, pd,
+                                    g_.describe(n.node));
+    if (m0.dims() != b_.md(s0).dims()) tensors_[n.out] = b_.alias(dst, plain_md(ys));
+    return;
+  }
+  if (reference) throw ReferenceImpl(why);
+  throw fail(why);
 }
 
 void Lowering::lower_transpose(const INode& n) {

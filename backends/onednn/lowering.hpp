@@ -64,6 +64,9 @@ class Lowering {
                       const dnnl::primitive_desc_base& pd, const std::string& what);
 
   void lower_node(int n);
+  // lower_node, where a reference implementation (impl_check.hpp) fails the
+  // node, except in an instance of a shape-polymorphic partition.
+  void lower_node_checked(int n);
   void lower_eltwise(int x, int y, const PostOp& p);
   void lower_conv(const INode& n);
   void lower_gemm(const INode& n);
@@ -77,6 +80,22 @@ class Lowering {
   void lower_reduce(const INode& n);
   void lower_binary(const INode& n);
   void lower_transpose(const INode& n);
+  // Activations, PRelu and data movement (lowering_data.cpp).
+  // An eltwise chain: its first step into a new buffer, the rest in place.
+  void lower_activation(int x, int y, const std::vector<PostOp>& chain);
+  void lower_prelu(const INode& n);
+  // The window (offsets, sizes) of `ref` copied into a new buffer, in ref's
+  // layout where oneDNN can describe the window in it, else plain. `ref`
+  // itself when the window is all of it.
+  int copy_window(int ref, const Dims& offsets, const Dims& sizes);
+  void lower_slice(const INode& n);
+  void lower_split(const INode& n);
+  void lower_gather(const INode& n);
+  void lower_pad(const INode& n);
+  void lower_resize(const INode& n);
+  // `cur` with `lo` and `hi` elements of `value` added along `axis` (one
+  // concat step of view node `node`); returns the new ref.
+  int pad_axis(int cur, int axis, int64_t lo, int64_t hi, float value, int node);
   // Every view output in its own output buffer: the arena buffer holding it
   // if its layout is plain, else a reorder into one.
   void bind_outputs();

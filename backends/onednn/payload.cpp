@@ -70,6 +70,10 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
       return sizeof(dnnl_matmul_desc_t);
     case dnnl_reduction:
       return sizeof(dnnl_reduction_desc_t);
+    case dnnl_prelu:
+      return sizeof(dnnl_prelu_desc_t);
+    case dnnl_resampling:
+      return sizeof(dnnl_resampling_desc_t);
     default:
       return 0;
   }
@@ -129,15 +133,17 @@ bool one_of(int64_t v, std::initializer_list<int64_t> allowed) {
 
 // What the lowering makes: primitive kinds, and the algorithms of each.
 bool known_kind(int64_t k) {
-  return one_of(k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2,
-                    dnnl_batch_normalization, dnnl_layer_normalization, dnnl_inner_product,
-                    dnnl_binary, dnnl_matmul, dnnl_reduction, dnnl_reorder, dnnl_concat});
+  return one_of(
+      k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2, dnnl_batch_normalization,
+          dnnl_layer_normalization, dnnl_inner_product, dnnl_binary, dnnl_matmul, dnnl_reduction,
+          dnnl_reorder, dnnl_concat, dnnl_prelu, dnnl_resampling});
 }
 bool eltwise_alg(int64_t a) {
-  return one_of(
-      a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
-          dnnl_eltwise_abs, dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp,
-          dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_erf, dnnl_eltwise_clip, dnnl_eltwise_pow});
+  return one_of(a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
+                    dnnl_eltwise_abs, dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp,
+                    dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_erf, dnnl_eltwise_clip,
+                    dnnl_eltwise_pow, dnnl_eltwise_hardswish, dnnl_eltwise_mish,
+                    dnnl_eltwise_soft_relu, dnnl_eltwise_log, dnnl_eltwise_round});
 }
 
 // ---------------------------------------------------------------------------
@@ -208,8 +214,8 @@ class Reader {
     constexpr int64_t kMaxDim = int64_t{1} << 32;
     constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
     const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
-    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 == 0 &&
-              md.extra.flags == 0 &&
+    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
+              md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
               (md.ndims == 0 ? dt == dnnl_data_type_undef
                              : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
               (md.ndims == 0 ? fk == dnnl_format_kind_undef
@@ -245,11 +251,14 @@ class Reader {
                       static_cast<unsigned __int128>(outer - 1);
         ok = ok && elements <= kMaxElements;
       }
-      if (ok && elements > 0) {
+      // A dense layout, or a window of one (Slice, Split, Pad, Gather:
+      // lowering_data.cpp), whose bytes touched_bytes() bounds.
+      const bool window = md.offset0 != 0 || farthest >= elements;
+      if (ok && elements > 0 && !window) {
         const size_t elem = dt == dnnl_u8 ? 1 : sizeof(float);
-        ok = farthest < elements &&
-             dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
+        ok = dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
       }
+      ok = ok && (!window || (dt == dnnl_f32 && farthest + md.offset0 < kMaxElements));
     }
     if (!ok) fail(std::string("has a memory descriptor oneDNN could not have made, for ") + what);
   }
@@ -276,8 +285,27 @@ struct PostOpRecord {
   float alpha = 0.f, beta = 0.f;
 };
 
+// The step kind of a copy_concat step (compiled.hpp): no oneDNN primitive,
+// so none of oneDNN's kinds (which are all >= 0).
+constexpr int32_t kCopyConcatKind = -1;
+
+void write_args(Writer& w, const Step& step) {
+  w.pod(static_cast<uint32_t>(step.args.size()));
+  for (auto [arg, ref] : step.args) {
+    w.pod(static_cast<int32_t>(arg));
+    w.pod(static_cast<int32_t>(ref));
+  }
+}
+
 void write_step(Writer& w, const Step& step) {
-  if (step.copy_concat || !step.prim)
+  if (step.copy_concat) {
+    w.pod(kCopyConcatKind);
+    w.str(step.what);
+    w.pod(static_cast<int32_t>(step.concat_axis));
+    write_args(w, step);
+    return;
+  }
+  if (!step.prim)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + " is not a oneDNN primitive");
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   dnnl_primitive_kind_t kind{};
@@ -333,11 +361,7 @@ void write_step(Writer& w, const Step& step) {
     }
     w.pod(r);
   }
-  w.pod(static_cast<uint32_t>(step.args.size()));
-  for (auto [arg, ref] : step.args) {
-    w.pod(static_cast<int32_t>(arg));
-    w.pod(static_cast<int32_t>(ref));
-  }
+  write_args(w, step);
 }
 
 // The checks on an operation descriptor read from a payload, and the
@@ -420,6 +444,25 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_eltwise_desc_t& d, dnnl_eltwise_de
   c.need(eltwise_alg(raw(d.alg_kind)));
   c.rank(d.data_desc, 1, DNNL_MAX_NDIMS);
   return dnnl_eltwise_forward_desc_init(&f, d.prop_kind, d.alg_kind, &d.data_desc, d.alpha, d.beta);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_prelu_desc_t& d, dnnl_prelu_desc_t& f) {
+  c.mds({&d.data_desc, &d.weights_desc});
+  c.inference(d);
+  c.rank(d.data_desc, 1, DNNL_MAX_NDIMS);
+  c.same_rank({&d.data_desc, &d.weights_desc});
+  c.require(DNNL_ARG_WEIGHTS);
+  return dnnl_prelu_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.weights_desc);
+}
+
+dnnl_status_t reinit(DescCheck& c, const dnnl_resampling_desc_t& d, dnnl_resampling_desc_t& f) {
+  c.mds({&d.src_desc, &d.dst_desc});
+  c.inference(d);
+  c.need(one_of(raw(d.alg_kind), {dnnl_resampling_nearest, dnnl_resampling_linear}));
+  c.rank(d.src_desc, 3, 5);
+  c.same_rank({&d.src_desc, &d.dst_desc});
+  return dnnl_resampling_forward_desc_init(&f, d.prop_kind, d.alg_kind, nullptr, &d.src_desc,
+                                           &d.dst_desc);
 }
 
 dnnl_status_t reinit(DescCheck& c, const dnnl_softmax_desc_t& d, dnnl_softmax_desc_t& f) {
@@ -555,6 +598,12 @@ std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vect
     case dnnl_reduction:
       st = reinit_as<dnnl_reduction_desc_t>(c, op);
       break;
+    case dnnl_prelu:
+      st = reinit_as<dnnl_prelu_desc_t>(c, op);
+      break;
+    case dnnl_resampling:
+      st = reinit_as<dnnl_resampling_desc_t>(c, op);
+      break;
     default:
       r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
   }
@@ -576,12 +625,30 @@ struct Recipe {
   std::vector<uint8_t> op;               // everything else: the operation descriptor
   dnnl::primitive_attr attr;
   std::vector<int> required;  // the arguments the primitive reads or writes
+  bool copy = false;          // a copy_concat step: no primitive
 };
+
+void read_args(Reader& r, Step& step) {
+  const size_t nargs = r.count("arguments", 8);
+  for (size_t i = 0; i < nargs; ++i) {
+    const int32_t arg = r.pod<int32_t>("argument");
+    const int32_t ref = r.pod<int32_t>("argument reference");
+    step.args.push_back({arg, ref});
+  }
+}
 
 // Reads one step: its Step fields, and the recipe of its primitive.
 Recipe read_step(Reader& r, Step& step) {
   Recipe rc;
   const int32_t kind = r.pod<int32_t>("primitive kind");
+  if (kind == kCopyConcatKind) {
+    rc.copy = true;
+    step.copy_concat = true;
+    step.what = r.str("step name");
+    step.concat_axis = r.pod<int32_t>("concat axis");
+    read_args(r, step);
+    return rc;  // its arguments are checked by check_copy_concat
+  }
   if (!known_kind(kind)) r.fail("names an unknown primitive kind " + std::to_string(kind));
   rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
   step.what = r.str("step name");
@@ -628,18 +695,14 @@ Recipe read_step(Reader& r, Step& step) {
     }
     rc.attr.set_post_ops(po);
   }
-  const size_t nargs = r.count("arguments", 8);
-  for (size_t i = 0; i < nargs; ++i) {
-    const int32_t arg = r.pod<int32_t>("argument");
-    const int32_t ref = r.pod<int32_t>("argument reference");
-    step.args.push_back({arg, ref});
-  }
+  read_args(r, step);
   return rc;
 }
 
 // Creates the primitive of `step` for `threads` (creation picks its blocking
 // for the OpenMP thread count of the calling thread, as at compile).
 dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
+  if (rc.copy) return {};
   omp_set_num_threads(threads);
   try {
     if (rc.kind == dnnl_reorder)
@@ -824,6 +887,28 @@ struct ConstantKeys {
   std::vector<size_t> of_ref;
 };
 
+// The bytes from its memory's start that a checked descriptor can address:
+// its size, or for a window (an offset, strides wider than its dims) the
+// farthest element's end.
+size_t touched_bytes(const dnnl::memory::desc& m) {
+  const dnnl_memory_desc_t& md = m.data;
+  if (md.ndims == 0 || md.format_kind != dnnl_blocked) return m.get_size();
+  const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+  int64_t blk[DNNL_MAX_NDIMS], inner = 1;
+  for (int i = 0; i < DNNL_MAX_NDIMS; ++i) blk[i] = 1;
+  for (int i = 0; i < b.inner_nblks; ++i) {
+    blk[b.inner_idxs[i]] *= b.inner_blks[i];
+    inner *= b.inner_blks[i];
+  }
+  int64_t farthest = inner - 1;
+  for (int i = 0; i < md.ndims; ++i) {
+    if (md.padded_dims[i] == 0) return m.get_size();
+    farthest += b.strides[i] * (md.padded_dims[i] / blk[i] - 1);
+  }
+  const size_t elem = md.data_type == dnnl_u8 ? 1 : sizeof(float);
+  return std::max(m.get_size(), static_cast<size_t>(md.offset0 + farthest + 1) * elem);
+}
+
 ConstantKeys read_refs(Reader& r, Compiled& c) {
   ConstantKeys k;
   std::map<std::string, size_t> key_index;  // key -> index in k.keys
@@ -834,7 +919,7 @@ ConstantKeys read_refs(Reader& r, Compiled& c) {
     const uint8_t flags = r.pod<uint8_t>("reference flags");
     m.md = r.md("memory reference");
     m.scratch = (flags & 1) != 0;
-    const size_t bytes = m.md.get_size();
+    const size_t bytes = touched_bytes(m.md);
     k.of_ref.push_back(SIZE_MAX);
     if (flags & 2) {
       const std::string key = r.str("constant key");
@@ -867,7 +952,7 @@ void check_sizes(Reader& r, const Compiled& c) {
   size_t scratch = 0;
   for (const MemRef& m : c.refs) {
     if (m.scratch) scratch = std::max(scratch, m.md.get_size());
-    else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], m.md.get_size());
+    else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], touched_bytes(m.md));
   }
   unsigned __int128 side_by_side = 0;
   for (size_t b = 0; b < c.buffers.size(); ++b) {
@@ -911,7 +996,43 @@ void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
 // Every argument once; what a step writes is arena or output memory (never a
 // weight in the read-only mapping, never the caller's input); the scratchpad
 // is the scratchpad; every argument the primitive uses is given.
+// A copy_concat step copies each source, by its strides, into its window of
+// the destination: every layout plain (strided, no blocks), the sources
+// MULTIPLE_SRC 0..n-1 equal to the destination but along the axis, where
+// they add up to it, so no copy reaches outside a reference's bytes.
+void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
+  auto plain = [](const dnnl::memory::desc& md) {
+    return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
+  };
+  int dst = -1;
+  std::vector<int> srcs;
+  for (auto [arg, ref] : step.args) {
+    if (arg == DNNL_ARG_DST && dst < 0) dst = ref;
+    else if (arg == DNNL_ARG_MULTIPLE_SRC + static_cast<int>(srcs.size())) srcs.push_back(ref);
+    else r.fail("gives " + step.what + " an argument it cannot take");
+  }
+  if (dst < 0 || srcs.empty()) r.fail("leaves an argument of " + step.what + " out");
+  const MemRef& out = c.refs[dst];
+  if (out.constant || out.scratch || out.buffer < 0 || c.buffers[out.buffer].kind == Buffer::kInput)
+    r.fail("gives " + step.what + " a destination it cannot write");
+  const int rank = out.md.data.ndims;
+  const int axis = step.concat_axis;
+  if (!plain(out.md) || axis < 0 || axis >= rank) r.fail("has a bad concat in " + step.what);
+  int64_t along = 0;
+  for (int ref : srcs) {
+    const MemRef& in = c.refs[ref];
+    if (in.scratch || !plain(in.md) || in.md.data.ndims != rank)
+      r.fail("has a bad concat in " + step.what);
+    for (int d = 0; d < rank; ++d)
+      if (d != axis && in.md.data.dims[d] != out.md.data.dims[d])
+        r.fail("has a bad concat in " + step.what);
+    along += in.md.data.dims[axis];
+  }
+  if (along != out.md.data.dims[axis]) r.fail("has a bad concat in " + step.what);
+}
+
 void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe) {
+  if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {
     const MemRef& m = c.refs[ref];
@@ -931,6 +1052,7 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
 
 // Each argument must be in the layout the primitive, as made now, wants.
 void check_layouts(const Compiled& c, const Step& step, const std::string& where) {
+  if (step.copy_concat) return;  // check_copy_concat took its layouts
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   for (auto [arg, ref] : step.args) {
     const dnnl_memory_desc_t* want =

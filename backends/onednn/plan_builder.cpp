@@ -9,6 +9,8 @@
 // can express them, so they cost nothing.
 #include "onednn/plan_builder.hpp"
 
+#include <oneapi/dnnl/dnnl_debug.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -32,6 +34,38 @@ memory::desc plain_md(const Dims& shape) {
 }
 memory::desc any_md(const Dims& shape) {
   return memory::desc(to_dims(shape), memory::data_type::f32, memory::format_tag::any);
+}
+
+memory::desc layout_like(const memory::desc& pattern, const Dims& shape) {
+  const memory::dims dims = to_dims(shape);
+  dnnl_memory_desc_t d = pattern.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != static_cast<int>(dims.size()))
+    return plain_md(shape);
+  auto& blk = d.format_desc.blocking;
+  std::vector<int64_t> block(dims.size(), 1);
+  int64_t inner = 1;
+  for (int i = 0; i < blk.inner_nblks; ++i) {
+    block[blk.inner_idxs[i]] *= blk.inner_blks[i];
+    inner *= blk.inner_blks[i];
+  }
+  // Outer dims in the pattern's order (largest stride first), packed densely.
+  std::vector<int> order(dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return blk.strides[a] > blk.strides[b]; });
+  for (size_t i = 0; i < dims.size(); ++i) {
+    d.dims[i] = dims[i];
+    d.padded_dims[i] = (dims[i] + block[i] - 1) / block[i] * block[i];
+    d.padded_offsets[i] = 0;
+  }
+  d.offset0 = 0;
+  int64_t stride = inner;
+  for (size_t k = order.size(); k-- > 0;) {
+    const int i = order[k];
+    blk.strides[i] = stride;
+    stride *= d.padded_dims[i] / block[i];
+  }
+  return memory::desc(d);
 }
 
 bool is_blocked(const memory::desc& md) { return md.data.format_desc.blocking.inner_nblks > 0; }
@@ -153,6 +187,10 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
     c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
   }
   push_step(std::move(prim), std::move(args), what);
+  Step& step = c_.steps.back();
+  step.kind = dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(pd.get_kind()));
+  step.impl = pd.impl_info_str();
+  step.layouts = layouts_of(pd);
 }
 
 void PlanBuilder::add_copy_concat(std::vector<std::pair<int, int>> args, int axis,

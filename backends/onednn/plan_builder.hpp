@@ -4,6 +4,7 @@
 #pragma once
 
 #include "onednn/compiled.hpp"
+#include "onednn/impl_check.hpp"
 #include "onednn/view_info.hpp"
 
 #include <dnnl.hpp>
@@ -67,6 +68,10 @@ dnnl::memory::dims to_dims(const Dims& d);
 // Dense row-major float32 (the ABI's layout); `any` lets the primitive choose.
 dnnl::memory::desc plain_md(const Dims& shape);
 dnnl::memory::desc any_md(const Dims& shape);
+// A layout for a tensor of `shape` (same rank as `pattern`) laid out as
+// `pattern` is: the same dim order and inner blocks ("aBcd8b" stays
+// "aBcd8b"), so a broadcast operand and the full one it meets agree.
+dnnl::memory::desc layout_like(const dnnl::memory::desc& pattern, const Dims& shape);
 bool is_blocked(const dnnl::memory::desc& md);
 bool is_dense(const dnnl::memory::desc& md);
 
@@ -79,6 +84,8 @@ class PlanBuilder {
   explicit PlanBuilder(Compiled& c, SharedCache* shared = nullptr);
 
   Compiled& compiled() { return c_; }
+  // Whether make() may return a reference implementation (default: no).
+  void set_allow_reference(bool allow) { allow_reference_ = allow; }
   // True while lowering an instance of a shape-polymorphic partition.
   bool shared() const { return shared_ != nullptr; }
   // Scratchpad in user mode, no post-ops: the attributes of most steps.
@@ -104,7 +111,10 @@ class PlanBuilder {
 
   // The primitive descriptor of primitive kind P for operation descriptor
   // `d` with attributes `attr` (which `attr_key` names: "" for attr()), and
-  // its primitive in *prim: from the SharedCache, or made now.
+  // its primitive in *prim: from the SharedCache, or made now. Throws
+  // ReferenceImpl (a dnnl::error, so callers' layout fallbacks apply) if
+  // oneDNN offers only a reference implementation (impl_check.hpp), unless
+  // set_allow_reference.
   template <class P>
   typename P::primitive_desc make(const typename P::desc& d, const dnnl::primitive_attr& attr,
                                   const std::string& attr_key, dnnl::primitive* prim) {
@@ -154,6 +164,7 @@ class PlanBuilder {
     using PD = typename P::primitive_desc;
     if (shared_ == nullptr) {
       PD pd = *create();
+      if (!allow_reference_) reject_reference(pd);
       *prim = P(pd);
       return pd;
     }
@@ -168,6 +179,7 @@ class PlanBuilder {
       return *std::static_pointer_cast<PD>(m->pd);
     }
     std::shared_ptr<PD> pd = create();
+    if (!allow_reference_) reject_reference(*pd);
     *prim = P(*pd);
     shared_->add_primitive(key, {pd, *prim});
     return *pd;
@@ -178,6 +190,7 @@ class PlanBuilder {
   dnnl::stream stream_;
   dnnl::primitive_attr attr_;
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
+  bool allow_reference_ = false;
 };
 
 }  // namespace backplane::onednn

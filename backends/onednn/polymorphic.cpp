@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <set>
+#include <string_view>
 
 namespace backplane::onednn {
 namespace {
@@ -168,10 +170,16 @@ void PolyCompiled::make_key(const sdk::ExecuteArgs& args, std::vector<int64_t>& 
   }
 }
 
+size_t PolyCompiled::key_hash(const std::vector<int64_t>& key) {
+  return std::hash<std::string_view>()(
+      std::string_view(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t)));
+}
+
 std::shared_ptr<const Compiled> PolyCompiled::find(const std::vector<int64_t>& key) {
+  const size_t hash = key_hash(key);
   std::lock_guard<std::mutex> lock(mutex_);
   for (Entry& e : entries_)
-    if (e.key == key) {
+    if (e.hash == hash && e.key == key) {
       e.used = ++clock_;
       ++hits_;
       return e.plan;
@@ -264,7 +272,7 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++misses_;
-    entries_.push_back({key, std::move(plan), ++clock_});
+    entries_.push_back({key, key_hash(key), std::move(plan), ++clock_});
     if (entries_.size() > max_instances_) {
       entries_.erase(
           std::min_element(entries_.begin(), entries_.end(),

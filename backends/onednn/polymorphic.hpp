@@ -58,8 +58,13 @@
 namespace backplane::onednn {
 
 // How many lowered instances one partition keeps unless configured
-// ("shape_instances").
-inline constexpr size_t kDefaultMaxInstances = 64;
+// ("shape_instances"). A generation loop of N tokens goes through N cache
+// lengths in turn: with fewer instances than N, least-recently-used order
+// evicts each length just before the next pass needs it, and every token
+// lowers again. 512 covers the loops the runtime's specialisation cache is
+// usually sized for (ModelOptions::max_specializations); an instance holds
+// its steps and references, the primitives and weights are shared.
+inline constexpr size_t kDefaultMaxInstances = 512;
 
 class PolyCompiled : public sdk::CompiledPartition {
  public:
@@ -92,6 +97,7 @@ class PolyCompiled : public sdk::CompiledPartition {
  private:
   struct Entry {
     std::vector<int64_t> key;
+    size_t hash = 0;  // of key (key_hash): a lookup compares whole keys only when it matches
     std::shared_ptr<const Compiled> plan;
     uint64_t used = 0;
   };
@@ -104,6 +110,10 @@ class PolyCompiled : public sdk::CompiledPartition {
   // uses (lower_mutex_ held).
   void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
   std::string describe_inputs(const std::vector<int64_t>& key) const;
+  // Keys of a decoder's instances differ only in a few dims deep inside:
+  // comparing each kept key with a new one would read hundreds of kept keys
+  // almost to their end on every run.
+  static size_t key_hash(const std::vector<int64_t>& key);
 
   sdk::Host host_;
   OwnedView view_;

@@ -4,6 +4,8 @@
 #include "onednn/support.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 namespace backplane::onednn {
 namespace {
@@ -155,6 +157,91 @@ class Checker {
     expect_y(want);
   }
 
+  // ---- data movement (lowering_data.cpp) ----
+
+  int64_t axis_of(int64_t a, size_t rank) const {
+    const int64_t k = a < 0 ? a + static_cast<int64_t>(rank) : a;
+    expect(k >= 0 && k < static_cast<int64_t>(rank), "axis " + std::to_string(a) + " out of range");
+    return k;
+  }
+  std::vector<int64_t> ints_of(size_t i) const {
+    return has(i) ? g_.ints(g_.in(n_, i)).value_or(std::vector<int64_t>{}) : std::vector<int64_t>{};
+  }
+
+  void slice() const {
+    const std::vector<int64_t> starts = ints_of(1), ends = ints_of(2);
+    std::vector<int64_t> axes = ints_of(3), steps = ints_of(4);
+    expect(starts.size() == ends.size(), "starts and ends differ in length");
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    expect(steps.size() == starts.size(), "steps and starts differ in length");
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    expect(axes.size() == starts.size(), "axes and starts differ in length");
+    Dims want = x();
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const size_t a = static_cast<size_t>(axis_of(axes[i], want.size()));
+      const int64_t dim = x()[a];
+      auto clamp = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+      const int64_t s = clamp(starts[i]), e = clamp(ends[i]);
+      expect(steps[i] >= 1, "a step below 1");
+      want[a] = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+    }
+    expect_y(want);
+  }
+
+  void split() const {
+    const size_t a = static_cast<size_t>(axis_of(g_.node(n_).attr_int("axis", 0), x().size()));
+    int64_t total = 0;
+    for (size_t i = 0; i < g_.num_out(n_); ++i) {
+      Dims yi = g_.shape(g_.out(n_, i));
+      expect(yi.size() == x().size(), "an output of another rank than the input");
+      total += yi[a];
+      yi[a] = x()[a];
+      expect(yi == x(), "an output differs from the input outside the split axis");
+    }
+    expect(total == x()[a], "the outputs do not add up to the input along the split axis");
+  }
+
+  void pad() const {
+    const size_t rank = x().size();
+    std::vector<int64_t> pads =
+        g_.node(n_).opset() < 11 ? g_.node(n_).attr_ints("pads") : ints_of(1);
+    std::vector<int64_t> axes = g_.node(n_).opset() < 11 ? std::vector<int64_t>{} : ints_of(3);
+    if (axes.empty())
+      for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+    expect(pads.size() == 2 * axes.size(), "pads do not match the axes");
+    Dims want = x();
+    for (size_t i = 0; i < axes.size(); ++i)
+      want[static_cast<size_t>(axis_of(axes[i], rank))] += pads[i] + pads[axes.size() + i];
+    expect_y(want);
+  }
+
+  void gather() const {
+    const size_t a = static_cast<size_t>(axis_of(g_.node(n_).attr_int("axis", 0), x().size()));
+    Dims want(x().begin(), x().begin() + static_cast<std::ptrdiff_t>(a));
+    for (int64_t d : x(1)) want.push_back(d);
+    want.insert(want.end(), x().begin() + static_cast<std::ptrdiff_t>(a) + 1, x().end());
+    expect_y(want);
+  }
+
+  // The batch and channels stay (check_resize); the spatial dims follow the
+  // constant sizes, or the scales (their product with the input's dims).
+  void resize() const {
+    const Dims& xs = x();
+    expect(y_.size() == xs.size() && y_.size() >= 2 && y_[0] == xs[0] && y_[1] == xs[1],
+           "batch or channels differ");
+    if (has(3)) {
+      const std::vector<int64_t> sizes = ints_of(3);
+      expect(sizes.empty() || Dims(sizes) == y_, "the output shape is not the sizes");
+    }
+  }
+
+  void prelu() const {
+    Dims out;
+    expect(broadcast(x(0), x(1), out) && out == x(0), "the slope does not broadcast to the input");
+    same();
+  }
+
  private:
   ViewInfo& g_;
   int n_;
@@ -183,6 +270,12 @@ void check_shapes(ViewInfo& g, int n) {
   if (op == "Concat") return c.concat();
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return c.reduce();
   if (op == "Transpose") return c.transpose();
+  if (op == "Slice") return c.slice();
+  if (op == "Split") return c.split();
+  if (op == "Pad") return c.pad();
+  if (op == "Gather") return c.gather();
+  if (op == "PRelu") return c.prelu();
+  if (op == "Resize") return c.resize();
   if (binary_ops().count(op)) return c.binary();
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
     c.expect(count(c.y()) == count(c.x()), "the output has another number of elements");

@@ -2,8 +2,12 @@
 // dtypes, outputs), then one function per operator kind.
 #include "onednn/support.hpp"
 
+#include "onednn/impl_check.hpp"
+
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <vector>
 
 namespace backplane::onednn {
 
@@ -11,6 +15,15 @@ const std::set<std::string_view>& eltwise_ops() {
   static const std::set<std::string_view> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid",
                                                  "Tanh", "Gelu",      "Sqrt", "Exp",
                                                  "Abs",  "Elu",       "Pow",  "Neg"};
+  return ops;
+}
+const std::set<std::string_view>& activation_ops() {
+  static const std::set<std::string_view> ops = {"HardSwish", "HardSigmoid", "Mish",
+                                                 "Selu",      "Softplus",    "Round"};
+  return ops;
+}
+const std::set<std::string_view>& data_movement_ops() {
+  static const std::set<std::string_view> ops = {"Slice", "Split", "Pad", "Gather", "Resize"};
   return ops;
 }
 const std::set<std::string_view>& binary_ops() {
@@ -161,6 +174,12 @@ void check_binary(ViewInfo& g, int n, const Dims&, int y) {
   if (!a_full && !b_full) throw fail("broadcasting both operands is not supported");
   if (!a_full && !commutative && !a_const_scalar)
     throw fail("broadcasting the first operand of " + std::string(op) + " is not supported");
+  // A broadcast oneDNN has only a reference kernel for stays with CpuRef.
+  const int other = g.in(n, a_full ? 1 : 0);
+  const Dims bs = left_pad(g.shape(other), ys.size());
+  if (bs == ys || g.scalar(other)) return;
+  if (const std::string why = binary_kernel_problem(std::string(op), ys, bs); !why.empty())
+    throw fail(why);
 }
 
 void check_pow(ViewInfo& g, int n, const Dims&, int) {
@@ -188,6 +207,106 @@ void check_transpose(ViewInfo& g, int n, const Dims& xs, int) {
   if (!perm.empty() && perm.size() != xs.size()) throw fail("perm does not match the input rank");
 }
 
+// ---- data movement (Slice, Split, Pad, Gather) and PRelu -------------
+
+// The constant int64 input i of node n (absent: nullopt), or a failure naming it.
+std::optional<std::vector<int64_t>> const_ints(ViewInfo& g, int n, size_t i, const char* what) {
+  const int v = g.in(n, i);
+  if (v < 0) return std::nullopt;
+  if (!g.is_const(v)) throw fail(std::string(what) + " must be a constant");
+  std::optional<std::vector<int64_t>> k = g.ints(v);
+  if (!k) throw fail(std::string(what) + " must be int32/int64");
+  return k;
+}
+
+void check_slice(ViewInfo& g, int n, const Dims&, int) {
+  if (g.node(n).opset() < 10) throw fail("Slice before opset 10 is not supported");
+  const auto starts = const_ints(g, n, 1, "starts"), ends = const_ints(g, n, 2, "ends");
+  const auto axes = const_ints(g, n, 3, "axes"), steps = const_ints(g, n, 4, "steps");
+  if (!starts || !ends || starts->size() != ends->size()) throw fail("starts/ends do not match");
+  if (axes && axes->size() != starts->size()) throw fail("axes do not match starts");
+  if (steps)
+    for (int64_t s : *steps)
+      if (s < 1) throw fail("Slice with a step below 1 is not supported");
+  if (steps && steps->size() != starts->size()) throw fail("steps do not match starts");
+}
+
+void check_split(ViewInfo& g, int n, const Dims&, int) {
+  if (g.node(n).opset() >= 13) (void)const_ints(g, n, 1, "split");
+  for (size_t i = 0; i < g.num_out(n); ++i) {
+    const int y = g.out(n, i);
+    if (y < 0 || g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("an output is not float32");
+    if (g.shapes_known() && sdk::element_count(g.shape(y)) == 0) throw fail("an output is empty");
+  }
+}
+
+void check_pad(ViewInfo& g, int n, const Dims&, int) {
+  sdk::NodeRef node = g.node(n);
+  if (node.attr_string("mode", "constant") != "constant")
+    throw fail("Pad mode '" + node.attr_string("mode", "constant") + "' is not supported");
+  if (node.opset() >= 11) {
+    if (!const_ints(g, n, 1, "pads")) throw fail("pads are missing");
+    if (g.num_in(n) > 2 && g.in(n, 2) >= 0 && !g.scalar(g.in(n, 2)))
+      throw fail("the pad value must be a float32 constant scalar");
+    (void)const_ints(g, n, 3, "axes");
+  }
+}
+
+void check_gather(ViewInfo& g, int n, const Dims& xs, int) {
+  const auto idx = const_ints(g, n, 1, "indices");
+  if (!idx) throw fail("indices are missing");
+  const size_t rank = g.shape(g.in(n, 1)).size();
+  if (rank > 1) throw fail("Gather with indices of rank > 1 is not supported");
+  if (idx->size() > 64) throw fail("Gather of more than 64 indices is not supported");
+  const int64_t axis = g.node(n).attr_int("axis", 0);
+  const int64_t r = static_cast<int64_t>(xs.size());
+  if (axis < -r || axis >= r) throw fail("axis out of range");
+}
+
+// Resize as oneDNN resampling: linear with half-pixel centres (its only
+// linear), nearest where its rounding and ONNX's asymmetric floor agree
+// (whole upscaling factors); the size ratio is the scale oneDNN uses.
+void check_resize(ViewInfo& g, int n, const Dims& xs, int y) {
+  sdk::NodeRef node = g.node(n);
+  if (node.opset() < 11) throw fail("Resize before opset 11 is not supported");
+  const std::string mode = node.attr_string("mode", "nearest");
+  const std::string ctm = node.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (node.attr_int("antialias", 0) != 0 || !node.attr_ints("axes", {}).empty())
+    throw fail("Resize with antialias or axes is not supported");
+  const bool linear = mode == "linear" && (ctm == "half_pixel" || ctm == "pytorch_half_pixel");
+  const bool nearest = mode == "nearest" && ctm == "asymmetric" &&
+                       node.attr_string("nearest_mode", "round_prefer_floor") == "floor";
+  if (!linear && !nearest)
+    throw fail("Resize mode '" + mode + "' with coordinate_transformation_mode '" + ctm +
+               "' is not supported (linear with half_pixel, nearest asymmetric floor)");
+  if (xs.size() < 3 || xs.size() > 5) throw fail("only 1-D, 2-D and 3-D resizing is supported");
+  const int scales = g.in(n, 2), sizes = g.in(n, 3);
+  if (sizes >= 0 ? !g.is_const(sizes)
+                 : scales < 0 || !g.is_const(scales) || g.values[scales].dtype != BP_DTYPE_FLOAT32)
+    throw fail("the scales or sizes must be constants");
+  if (!g.shapes_known()) return;
+  const Dims& ys = g.shape(y);
+  if (ys.size() != xs.size() || ys[0] != xs[0] || ys[1] != xs[1])
+    throw fail("resizing the batch or channel dims is not supported");
+  for (size_t i = 2; i < xs.size(); ++i) {
+    if (nearest && ys[i] % xs[i] != 0)
+      throw fail("nearest Resize by a factor that is not a whole number is not supported");
+    if (ctm == "pytorch_half_pixel" && ys[i] == 1)
+      throw fail("pytorch_half_pixel Resize to a length of 1 is not supported");
+    if (sizes < 0) {
+      const float s = g.f32(scales)[i];
+      if (static_cast<double>(s) * static_cast<double>(xs[i]) != static_cast<double>(ys[i]))
+        throw fail("Resize scales that are not the ratio of the sizes are not supported");
+    }
+  }
+}
+
+void check_prelu(ViewInfo& g, int n, const Dims& xs, int) {
+  const int s = g.in(n, 1);
+  if (!g.is_const(s)) throw fail("PRelu's slope must be a constant");
+  if (g.shape(s).size() > xs.size()) throw fail("slope of higher rank than the input");
+}
+
 // The operator-specific check of each operator that has one.
 const std::map<std::string_view, OpCheck>& op_checks() {
   static const std::map<std::string_view, OpCheck> checks = [] {
@@ -209,7 +328,13 @@ const std::map<std::string_view, OpCheck>& op_checks() {
                                              {"Clip", check_clip},
                                              {"Gelu", check_gelu},
                                              {"Erf", check_erf},
-                                             {"Transpose", check_transpose}};
+                                             {"Transpose", check_transpose},
+                                             {"Slice", check_slice},
+                                             {"Split", check_split},
+                                             {"Pad", check_pad},
+                                             {"Gather", check_gather},
+                                             {"PRelu", check_prelu},
+                                             {"Resize", check_resize}};
     for (std::string_view op : binary_ops()) m.emplace(op, check_binary);
     return m;
   }();
@@ -228,7 +353,8 @@ void check_known(ViewInfo& g, int n) {
                      op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
                      op == "BatchNormalization" || op == "LayerNormalization" || op == "Softmax" ||
                      op == "Concat" || op == "ReduceMean" || op == "ReduceSum" ||
-                     op == "ReduceMax" || op == "Erf";
+                     op == "ReduceMax" || op == "Erf" || activation_ops().count(op) ||
+                     data_movement_ops().count(op) || op == "PRelu";
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
   // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).
   if (binary_ops().count(op) && g.num_in(n) != 2)
@@ -238,12 +364,22 @@ void check_known(ViewInfo& g, int n) {
 
 // Dropout is an identity only in inference: a training_mode input that is
 // not a constant false (or any ratio-dependent mask) is not for this backend.
+// Exporters keep Dropout(ratio=0, training_mode=true) (Swin's attention):
+// with nothing dropped and a scale of 1 / (1 - 0) it is the identity too.
+bool dropout_ratio_zero(ViewInfo& g, int n) {
+  if (g.num_in(n) < 2 || g.in(n, 1) < 0) return false;  // the default ratio is 0.5
+  const std::optional<float> ratio = g.scalar(g.in(n, 1));
+  return ratio && *ratio == 0.f;
+}
+
 void check_dropout(ViewInfo& g, int n) {
-  if (g.num_in(n) > 2 && g.in(n, 2) >= 0) {
+  if (g.num_in(n) > 2 && g.in(n, 2) >= 0 && !dropout_ratio_zero(g, n)) {
     const int t = g.in(n, 2);
     const void* c = g.is_const(t) && g.values[t].dtype == BP_DTYPE_BOOL ? g.data(t) : nullptr;
     if (c == nullptr || *static_cast<const uint8_t*>(c) != 0)
-      throw fail("Dropout with a training_mode that is not a constant false is not supported");
+      throw fail(
+          "Dropout with a training_mode that is not a constant false (and a ratio not 0) is not "
+          "supported");
   }
   if (g.node(n).attr_int("is_test", 1) == 0)
     throw fail("Dropout in training mode (is_test=0) is not supported");
@@ -255,8 +391,8 @@ void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
-      : op == "Clip"                                                                       ? 1
-                     : g.num_in(n);
+      : op == "Clip" || data_movement_ops().count(op)                                      ? 1
+                                                      : g.num_in(n);
   for (size_t i = 0; i < std::min(data_inputs, g.num_in(n)); ++i) {
     const int v = g.in(n, i);
     if (v < 0) continue;
@@ -269,6 +405,7 @@ void check_tensors(ViewInfo& g, int n) {
     if (sdk::element_count(g.shape(v)) == 0 && !(g.instance && op == "Concat"))
       throw fail("input '" + g.value_name(v) + "' is empty");
   }
+  if (op == "Split") return;  // every output checked by check_split
   const int y = g.out(n);
   if (y < 0 || g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("output is not float32");
   if (sdk::element_count(g.shape(y)) == 0) throw fail("output is empty");

@@ -13,6 +13,10 @@ namespace backplane::onednn {
 
 // One-input activations (one oneDNN eltwise algorithm each).
 const std::set<std::string_view>& eltwise_ops();
+// One-input activations that take an eltwise chain (fusion.hpp activation_of).
+const std::set<std::string_view>& activation_ops();
+// Slice, Split, Pad, Gather (constant indices): copies between layouts.
+const std::set<std::string_view>& data_movement_ops();
 // Two-operand arithmetic (oneDNN binary).
 const std::set<std::string_view>& binary_ops();
 // Ops that only describe their input's bytes again (reshape, permute).

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ const KernelRegistry& kernels() {
     register_nn_kernels(r);
     register_elementwise_kernels(r);
     register_tensor_kernels(r);
+    register_math_kernels(r);
+    register_indexing_kernels(r);
+    register_detection_kernels(r);
+    register_rnn_kernels(r);
+    register_quant_kernels(r);
+    register_signal_kernels(r);
+    register_opset18_kernels(r);
+    register_control_kernels(r);
     return r;
   }();
   return registry;
@@ -472,6 +481,7 @@ class PolyContext : public sdk::ExecContext {
     check_shapes(a);
     check_tensors(a);
     take_shapes(a);
+    DynamicAllocator allocator(*this, args);
     for (size_t k = 0; k < a.num_inputs; ++k)
       values_[compiled_.view().inputs[k]] = a.inputs[k].data;
     for (size_t k = 0; k < a.num_outputs; ++k)
@@ -480,14 +490,44 @@ class PolyContext : public sdk::ExecContext {
     for (size_t s = 0; s < steps.size(); ++s) {
       // Every step is checked, not only after new shapes: a run that failed
       // part way left the steps after the failure prepared for older shapes.
-      if (!prepared_[s].kernel || !same_step_dims(s) || !same_step_data(s)) prepare(s);
+      for (int32_t v : steps[s].inputs)  // reported by a node before, or not at all
+        if (v >= 0 && !known(v)) unknown_dim(static_cast<size_t>(v));
+      int32_t unknown_out = -1;  // an output whose shape only its kernel can compute
+      for (int32_t v : steps[s].outputs)
+        if (v >= 0 && !known(v)) unknown_out = v;
+      if (!prepared_[s].kernel || !same_step_dims(s) || !same_step_data(s)) {
+        if (unknown_out < 0) {
+          prepare(s);
+        } else {
+          // A factory that cannot take the -1 dims is not one of a kernel
+          // with dynamic outputs: the value's shape is then unknown here.
+          try {
+            prepare(s);
+          } catch (const sdk::Error&) {
+            unknown_dim(static_cast<size_t>(unknown_out));
+          }
+        }
+      }
       std::vector<const void*>& in = in_ptrs_[s];
       std::vector<void*>& out = out_ptrs_[s];
       for (size_t i = 0; i < in.size(); ++i)
         in[i] = steps[s].inputs[i] >= 0 ? values_[steps[s].inputs[i]] : nullptr;
       for (size_t i = 0; i < out.size(); ++i)
         out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
-      prepared_[s].kernel->run(in.data(), out.data(), scratch_.get());
+      const Kernel& kernel = *prepared_[s].kernel;
+      if (kernel.has_dynamic_outputs()) {
+        allocator.step = s;
+        kernel.run_dynamic(in.data(), out.data(), allocator, scratch_.get());
+        for (int32_t v : steps[s].outputs)
+          if (v >= 0 && !known(v))
+            throw sdk::invalid(partition_name(compiled_.view()) + ": node '" +
+                               compiled_.view().nodes[s].name + "' did not allocate its output '" +
+                               compiled_.view().values[v].name + "'");
+        continue;
+      }
+      for (int32_t v : steps[s].outputs)
+        if (v >= 0 && !known(v)) unknown_dim(static_cast<size_t>(v));
+      kernel.run(in.data(), out.data(), scratch_.get());
     }
   }
 
@@ -502,11 +542,63 @@ class PolyContext : public sdk::ExecContext {
   };
 
   const int64_t* dims_of(int32_t v) const { return dims_.data() + compiled_.dim_offset(v); }
+  // Whether this run knows value v's shape (no -1 dim: given, or reported
+  // by the node that made it).
+  bool known(int32_t v) const {
+    const int64_t* d = dims_of(v);
+    return std::all_of(d, d + compiled_.view().values[v].rank, [](int64_t x) { return x >= 0; });
+  }
+  // 0 while the shape is not known (the value is then not in the arena).
   size_t bytes_of(int32_t v) const {
+    if (!known(v)) return 0;
     const bp_value_t& value = compiled_.view().values[v];
     return static_cast<size_t>(sdk::element_count(dims_of(v), value.rank)) *
            sdk::dtype_size(value.dtype);
   }
+
+  // Where a kernel with dynamic outputs (Kernel::run_dynamic) puts them once
+  // it knows their shape: a partition output goes to the host (its output
+  // sink), an intermediate to memory of this context's own. The nodes after
+  // it are prepared with the reported shape.
+  struct DynamicAllocator : OutputAllocator {
+    DynamicAllocator(PolyContext& c, const sdk::ExecuteArgs& a) : ctx(c), args(a) {}
+    void* allocate(size_t i, const Dims& dims) override {
+      const Step& st = ctx.compiled_.steps()[step];
+      const bp_graph_view_t& view = ctx.compiled_.view();
+      const std::string node = "node '" + std::string(view.nodes[step].name) + "'";
+      if (i >= st.outputs.size() || st.outputs[i] < 0)
+        throw sdk::invalid(partition_name(view) + ": " + node + " allocated output " +
+                           std::to_string(i) + ", which it does not have");
+      const int32_t v = st.outputs[i];
+      const bp_value_t& value = view.values[v];
+      if (dims.size() != value.rank)
+        throw sdk::invalid(partition_name(view) + ": " + node + " reported rank " +
+                           std::to_string(dims.size()) + " for '" + value.name + "', of rank " +
+                           std::to_string(value.rank));
+      for (int64_t d : dims)
+        if (d < 0)
+          throw sdk::invalid(partition_name(view) + ": " + node + " reported a negative dim");
+      std::copy(dims.begin(), dims.end(), ctx.dims_.data() + ctx.compiled_.dim_offset(v));
+      const Location& loc = ctx.compiled_.locations()[v];
+      void* data = nullptr;
+      if (loc.kind == Location::kOutput) {
+        data = args.allocate_output(loc.index, dims);
+      } else {
+        const size_t bytes = ctx.bytes_of(v);
+        auto& own = ctx.dynamic_[v];
+        if (own.second < bytes || !own.first) {
+          own.first = aligned_buffer(bytes);
+          own.second = bytes;
+        }
+        data = own.first.get();
+      }
+      ctx.values_[v] = data;
+      return data;
+    }
+    PolyContext& ctx;
+    const sdk::ExecuteArgs& args;
+    size_t step = 0;
+  };
 
   // value_shapes: one entry per value of the view, of the value's rank, with
   // static dims; constants at their own shape. Nothing here changes state,
@@ -526,8 +618,10 @@ class PolyContext : public sdk::ExecContext {
         throw sdk::invalid(partition_name(view) + ": value '" + value.name + "' has rank " +
                            std::to_string(value.rank) + ", value_shapes gives " +
                            shape_str(s.dims, s.dims == nullptr ? 0 : s.rank));
+      // A node's output may have -1 dims (its shape depends on data); a
+      // partition input or constant may not.
       for (size_t d = 0; d < s.rank; ++d)
-        if (s.dims[d] < 0) unknown_dim(v, s);
+        if (s.dims[d] < 0 && (compiled_.producer(v) < 0 || s.dims[d] != -1)) unknown_dim(v, s);
       if ((value.flags & BP_VALUE_CONSTANT) != 0 &&
           !same_dims(s.dims, s.rank, value.shape, value.rank))
         throw sdk::invalid(partition_name(view) + ": constant '" + value.name + "' has shape " +
@@ -536,8 +630,12 @@ class PolyContext : public sdk::ExecContext {
     }
   }
 
-  // A -1 dim: the value's shape depends on data. Where kernels would compute
-  // it is described in kernel.hpp (Kernel::run_dynamic); none does yet.
+  [[noreturn]] void unknown_dim(size_t v) const {
+    const bp_value_t& value = compiled_.view().values[v];
+    unknown_dim(v, bp_shape_t{value.rank, dims_of(static_cast<int32_t>(v))});
+  }
+  // A -1 dim: the value's shape depends on data, and nothing here computes
+  // it (only a kernel with dynamic outputs does, Kernel::run_dynamic).
   [[noreturn]] void unknown_dim(size_t v, const bp_shape_t& s) const {
     const bp_graph_view_t& view = compiled_.view();
     const int32_t n = compiled_.producer(v);
@@ -547,7 +645,7 @@ class PolyContext : public sdk::ExecContext {
     throw sdk::Error(BP_STATUS_UNIMPLEMENTED,
                      partition_name(view) + ": value '" + view.values[v].name + "' of " + node +
                          " has shape " + shape_str(s.dims, s.rank) +
-                         ", which depends on data; CpuRef does not compute shapes at run time yet");
+                         ", which depends on data, and no kernel of this partition computes it");
   }
 
   void check_tensors(const bp_execute_args_t& a) const {
@@ -558,6 +656,8 @@ class PolyContext : public sdk::ExecContext {
     }
     for (size_t k = 0; k < a.num_outputs; ++k) {
       const bp_shape_t& s = a.value_shapes[view.outputs[k]];
+      // One whose shape depends on data comes from the output sink.
+      if (std::any_of(s.dims, s.dims + s.rank, [](int64_t d) { return d < 0; })) continue;
       check_tensor(compiled_, "output", k, view.outputs[k], a.outputs[k], s.dims, s.rank);
     }
   }
@@ -666,6 +766,8 @@ class PolyContext : public sdk::ExecContext {
   Buffer arena_, scratch_;
   size_t arena_capacity_ = 0, scratch_capacity_ = 0;
   std::vector<Prepared> prepared_;  // per step
+  // Intermediates whose shape a node reported during the run: (memory, bytes).
+  std::map<int32_t, std::pair<Buffer, size_t>> dynamic_;
   std::vector<void*> values_;
   std::vector<std::vector<const void*>> in_ptrs_;
   std::vector<std::vector<void*>> out_ptrs_;

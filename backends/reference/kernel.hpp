@@ -73,7 +73,7 @@ class Kernel {
   virtual void run(const void* const* inputs, void* const* outputs, void* scratch) const = 0;
 
   // Outputs whose shape depends on data (NonZero, Unique, NonMaxSuppression).
-  // Not used by any kernel yet; this is where they plug in. Such a node's
+  // Such a node's
   // output shape reaches the factory with -1 in the dims the host could not
   // infer (NodeInfo.out_shapes, from execute_shaped's value_shapes), and its
   // kernel overrides both members: run_dynamic computes the shape, asks
@@ -82,9 +82,10 @@ class Kernel {
   // output to the host (sdk::ExecuteArgs::allocate_output) and places an
   // intermediate in memory of its own; the nodes after it are prepared with
   // the shape it reported, since a polymorphic context prepares each node
-  // only when it is about to run. Until a kernel does this, the context
-  // rejects a -1 dim with BP_STATUS_UNIMPLEMENTED naming the node and value
-  // (backend.cpp, PolyContext::check_shapes).
+  // only when it is about to run. A -1 dim on a partition input, or on the
+  // output of a kernel without dynamic outputs, is rejected with
+  // BP_STATUS_UNIMPLEMENTED naming the node and value (backend.cpp,
+  // PolyContext).
   virtual bool has_dynamic_outputs() const { return false; }
   virtual void run_dynamic(const void* const* inputs, void* const* outputs,
                            OutputAllocator& allocator, void* scratch) const {
@@ -142,6 +143,26 @@ void register_nn_kernels(KernelRegistry& registry);  // conv, gemm, pool, norm, 
 void register_elementwise_kernels(
     KernelRegistry& registry);                           // arithmetic, activations, compare, logic
 void register_tensor_kernels(KernelRegistry& registry);  // shape/layout ops, gather, reductions
+void register_math_kernels(
+    KernelRegistry& registry);  // unary math beyond the basics, Mod, BitShift, activations,
+                                // Hardmax, LRN, MVN, EyeLike, DepthToSpace/SpaceToDepth,
+                                // ReverseSequence, Det, Upsample, MaxUnpool, Einsum, CumSum
+void register_indexing_kernels(
+    KernelRegistry& registry);  // GatherElements, GatherND, ScatterElements, ScatterND, Scatter,
+                                // OneHot, TopK, NonZero, Unique, Compress
+void register_detection_kernels(
+    KernelRegistry& registry);                        // NonMaxSuppression, RoiAlign, GridSample
+void register_rnn_kernels(KernelRegistry& registry);  // RNN, GRU, LSTM
+void register_quant_kernels(
+    KernelRegistry& registry);  // QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
+                                // MatMulInteger, ConvInteger, DynamicQuantizeLinear
+void register_signal_kernels(
+    KernelRegistry&
+        registry);  // DFT, STFT, window functions, MelWeightMatrix, losses, random generators
+void register_opset18_kernels(
+    KernelRegistry& registry);  // ops new in opset 18: Bitwise*, Mish, GroupNormalization,
+                                // CenterCropPad, Col2Im
+void register_control_kernels(KernelRegistry& registry);  // NonZero (an output shape from data)
 
 // Shared helpers.
 // The kernels use the SDK's sdk::dtype_size / dtype_name / element_count;

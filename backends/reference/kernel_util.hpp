@@ -55,6 +55,26 @@ template <>
 constexpr bp_dtype_t dtype_of<bool>() {
   return BP_DTYPE_BOOL;
 }
+template <>
+constexpr bp_dtype_t dtype_of<double>() {
+  return BP_DTYPE_FLOAT64;
+}
+template <>
+constexpr bp_dtype_t dtype_of<int16_t>() {
+  return BP_DTYPE_INT16;
+}
+template <>
+constexpr bp_dtype_t dtype_of<uint16_t>() {
+  return BP_DTYPE_UINT16;
+}
+template <>
+constexpr bp_dtype_t dtype_of<uint32_t>() {
+  return BP_DTYPE_UINT32;
+}
+template <>
+constexpr bp_dtype_t dtype_of<uint64_t>() {
+  return BP_DTYPE_UINT64;
+}
 
 // Calls f(T{}) for the T among Ts whose dtype is `dt`; rejects any other dtype
 // with "<node>: <what> dtype <dt> is not supported (supported: ...)".

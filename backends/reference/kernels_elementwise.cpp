@@ -1,4 +1,5 @@
-// kernels_elementwise.cpp — arithmetic, activations, comparisons, logic, Where, Cast.
+// kernels_elementwise.cpp — arithmetic, activations, comparisons, logic, Where, Cast,
+// and the elementwise math of ops_math.cpp (trigonometric, IsNaN/IsInf, Mod, BitShift...).
 //
 // Every binary/variadic op uses numpy multidirectional broadcasting. The
 // factory aligns every input to the output rank, drops size-1 output dims and
@@ -7,9 +8,11 @@
 // (stride 1) or repeats one element (stride 0). Equal shapes collapse to one
 // row; per-channel and scalar operands stay a tight inner loop.
 #include "kernel.hpp"
+#include "kernel_numeric.hpp"
 #include "kernel_util.hpp"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -22,36 +25,6 @@ namespace {
 static_assert(sizeof(bool) == 1, "bool tensors are one byte per element");
 
 constexpr size_t kMaxInputs = 3;
-
-// f16 (kernel_util.hpp) is stored as bits; arithmetic on it happens in float.
-template <class T>
-struct MathOf {
-  using type = T;
-};
-template <>
-struct MathOf<f16> {
-  using type = float;
-};
-template <class T>
-using math_t = typename MathOf<T>::type;
-
-template <class T>
-inline math_t<T> load(T v) {
-  return v;
-}
-inline float load(f16 v) { return half_to_float(v.bits); }
-
-template <class T, class V>
-inline T store(V v) {
-  if constexpr (std::is_same_v<T, f16>) {
-    return f16{float_to_half(static_cast<float>(v))};
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <class T>
-constexpr bool is_float_v = std::is_floating_point_v<math_t<T>>;
 
 void require_same_dtype(const NodeInfo& info, size_t first, size_t last) {
   for (size_t i = first + 1; i <= last; ++i) {
@@ -295,24 +268,87 @@ class ClipKernel final : public Kernel {
   bool lo_at_run_, hi_at_run_;
 };
 
-// Dropout in inference: identity, plus an all-true (or all-ones) mask.
-template <class M>
+// MT19937 seeded as numpy's legacy np.random.seed(int) seeds it, and its
+// doubles as numpy's random_sample makes them (53 bits from two draws): a
+// seeded training-mode Dropout then drops exactly the elements ONNX's
+// reference implementation drops. State on the stack: run() allocates nothing.
+class Mt19937 {
+ public:
+  explicit Mt19937(uint32_t seed) {
+    mt_[0] = seed;
+    for (uint32_t i = 1; i < kN; ++i) mt_[i] = 1812433253u * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + i;
+  }
+  uint32_t next() {
+    if (idx_ >= kN) twist();
+    uint32_t y = mt_[idx_++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+  }
+  double uniform() {  // [0, 1)
+    const uint32_t a = next() >> 5, b = next() >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
+  }
+
+ private:
+  static constexpr uint32_t kN = 624, kM = 397;
+  void twist() {
+    for (uint32_t k = 0; k < kN; ++k) {
+      const uint32_t y = (mt_[k] & 0x80000000u) | (mt_[(k + 1) % kN] & 0x7fffffffu);
+      mt_[k] = mt_[(k + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+    }
+    idx_ = 0;
+  }
+  uint32_t mt_[kN];
+  uint32_t idx_ = kN;
+};
+
+// Dropout. Inference (no training_mode, or false) and ratio 0: the identity
+// and an all-true (all-ones) mask. Training: element kept when a uniform draw
+// is >= ratio, scaled by 1 / (1 - ratio). ratio and training_mode are read
+// when constant, else from their inputs at run time. Without a seed each run
+// draws a fresh one.
+struct DropoutConfig {
+  int64_t n = 0;
+  bool mask = false;
+  bool training = false, training_at_run = false;
+  float ratio = 0.5f;
+  bool ratio_at_run = false;
+  bool seeded = false;
+  uint32_t seed = 0;
+};
+
+template <class T, class M>
 class DropoutKernel final : public Kernel {
  public:
-  DropoutKernel(size_t bytes, int64_t n, bool mask) : bytes_(bytes), n_(n), mask_(mask) {}
+  explicit DropoutKernel(DropoutConfig c) : c_(c) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    if (bytes_ != 0 && outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], bytes_);
-    if (mask_ && outputs[1] != nullptr) {
-      M* m = static_cast<M*>(outputs[1]);
-      const M one = store<M>(1);
-      for (int64_t i = 0; i < n_; ++i) m[i] = one;
+    const bool training = c_.training_at_run ? *static_cast<const bool*>(inputs[2]) : c_.training;
+    float ratio = c_.ratio_at_run ? load(*static_cast<const T*>(inputs[1])) : c_.ratio;
+    const T* x = static_cast<const T*>(inputs[0]);
+    T* y = static_cast<T*>(outputs[0]);
+    M* m = c_.mask ? static_cast<M*>(outputs[1]) : nullptr;
+    if (!training || !(ratio > 0.0f)) {
+      if (c_.n != 0 && static_cast<const void*>(y) != static_cast<const void*>(x))
+        std::memcpy(y, x, static_cast<size_t>(c_.n) * sizeof(T));
+      if (m != nullptr)
+        for (int64_t i = 0; i < c_.n; ++i) m[i] = store<M>(1);
+      return;
+    }
+    if (ratio > 1.0f) ratio = 1.0f;  // out of ONNX's [0, 1): everything is dropped
+    const math_t<T> scale = ratio < 1.0f ? static_cast<math_t<T>>(1.0 / (1.0 - ratio)) : 0;
+    static std::atomic<uint32_t> runs{0};
+    Mt19937 rng(c_.seeded ? c_.seed : 0x9e3779b9u * (runs.fetch_add(1) + 1));
+    for (int64_t i = 0; i < c_.n; ++i) {
+      const bool keep = rng.uniform() >= static_cast<double>(ratio);
+      y[i] = keep ? store<T>(load(x[i]) * scale) : store<T>(0);
+      if (m != nullptr) m[i] = store<M>(keep ? 1 : 0);
     }
   }
 
  private:
-  size_t bytes_;
-  int64_t n_;
-  bool mask_;
+  DropoutConfig c_;
 };
 
 // ---------------------------------------------------------------------------
@@ -365,14 +401,19 @@ template <class R, class X, class Y>
 inline R power(X x, Y y) {
   if constexpr (std::is_integral_v<X> && std::is_integral_v<Y>) {
     // Exact integer power by squaring (wrapping on overflow).
-    if (y < 0) {
-      if (x == 1) return 1;
-      if (x == -1) return (y % 2 == 0) ? 1 : -1;
-      return 0;
+    if constexpr (std::is_signed_v<Y>) {
+      if (y < 0) {
+        if (x == 1) return 1;
+        if (x == -1) return (y % 2 == 0) ? 1 : -1;
+        return 0;
+      }
     }
     using U = std::make_unsigned_t<std::conditional_t<(sizeof(X) > 4), int64_t, int32_t>>;
     U result = 1, base = static_cast<U>(x);
-    for (auto e = static_cast<uint64_t>(y); e != 0; e >>= 1) {
+    uint64_t exp_bits;  // y >= 0 here; widened through int64 so int8 is not misread
+    if constexpr (std::is_signed_v<Y>) exp_bits = static_cast<uint64_t>(static_cast<int64_t>(y));
+    else exp_bits = static_cast<uint64_t>(y);
+    for (uint64_t e = exp_bits; e != 0; e >>= 1) {
       if (e & 1u) result *= base;
       base *= base;
     }
@@ -402,8 +443,8 @@ inline O convert(I v) {
     using X = decltype(x);
     if constexpr (std::is_same_v<O, bool>) {
       return x != 0;
-    } else if constexpr (std::is_same_v<O, f16>) {
-      return f16{float_to_half(static_cast<float>(x))};
+    } else if constexpr (std::is_same_v<O, f16> || std::is_same_v<O, bf16>) {
+      return store<O>(x);
     } else if constexpr (std::is_floating_point_v<O>) {
       return static_cast<O>(x);
     } else if constexpr (std::is_floating_point_v<X>) {
@@ -432,6 +473,33 @@ template <class T>
 inline T sign_of(T x) {
   if constexpr (std::is_unsigned_v<T>) return x > 0 ? T(1) : T(0);
   else return x > 0 ? T(1) : (x < 0 ? T(-1) : x);
+}
+
+template <class T>
+inline bool is_negative(T x) {
+  if constexpr (std::is_unsigned_v<T>) return false;
+  else return x < T(0);
+}
+
+// Mod. fmod=1: C's fmod / truncated remainder (sign of the dividend);
+// fmod=0 (integers only): Python's %, the sign of the divisor. x mod 0 gives
+// 0 (numpy warns and gives 0) instead of trapping, and INT_MIN mod -1 is 0.
+template <class T>
+inline T mod_of(T a, T b, bool fmod) {
+  if constexpr (std::is_floating_point_v<T>) {
+    (void)fmod;
+    return std::fmod(a, b);
+  } else {
+    if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return 0;
+      const T r = static_cast<T>(a % b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) return static_cast<T>(r + b);
+      return r;
+    } else {
+      return static_cast<T>(a % b);
+    }
+  }
 }
 
 // Min/Max propagate NaN like numpy.
@@ -487,14 +555,37 @@ std::unique_ptr<Kernel> binary(const NodeInfo& info, Types<Ts...>, Fn fn) {
                          });
 }
 
-using FloatTypes = Types<float, f16>;
-using SignedTypes = Types<float, f16, int8_t, int32_t, int64_t>;
-using NumericTypes = Types<float, f16, int8_t, uint8_t, int32_t, int64_t>;
-using AllTypes = Types<float, f16, int8_t, uint8_t, int32_t, int64_t, bool>;
+// The element types ONNX's elementwise ops take (their schemas' lists).
+using FloatTypes = Types<float, f16, double, bf16>;
+using SignedTypes = Types<float, f16, double, bf16, int8_t, int16_t, int32_t, int64_t>;
+using NumericTypes = Types<float, f16, double, bf16, int8_t, int16_t, int32_t, int64_t, uint8_t,
+                           uint16_t, uint32_t, uint64_t>;
+using AllTypes = Types<float, f16, double, bf16, int8_t, int16_t, int32_t, int64_t, uint8_t,
+                       uint16_t, uint32_t, uint64_t, bool>;
+
+template <class... Ts, class F>
+std::unique_ptr<Kernel> dispatch_of(Types<Ts...>, bp_dtype_t dt, const NodeInfo& info,
+                                    const char* what, F&& f) {
+  return dispatch<Ts...>(dt, info, what, std::forward<F>(f));
+}
 
 template <class... Ts, class Fn>
 std::unique_ptr<Kernel> unary_of(const NodeInfo& info, Types<Ts...>, Fn fn) {
   return unary<Ts...>(info, std::move(fn));
+}
+
+// x -> bool over the types Ts (IsNaN, IsInf).
+template <class... Ts, class Fn>
+std::unique_ptr<Kernel> predicate(const NodeInfo& info, Types<Ts...>, Fn fn) {
+  require_inputs(info, 1);
+  const int64_t n = sdk::element_count(info.out_shapes[0]);
+  if (sdk::element_count(info.in_shapes[0]) != n || info.out_dtypes[0] != BP_DTYPE_BOOL)
+    throw sdk::invalid(info.describe() + ": output must be bool of the input's shape");
+  return dispatch<Ts...>(info.in_dtypes[0], info, "input",
+                         [&](auto tag) -> std::unique_ptr<Kernel> {
+                           using T = decltype(tag);
+                           return std::make_unique<MapKernel<T, bool, Fn>>(n, fn);
+                         });
 }
 
 template <class... Ts, class Fn>
@@ -525,8 +616,8 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
   require_inputs(info, 1);
   const int64_t n = sdk::element_count(info.out_shapes[0]);
   const bool attrs = info.node.opset() < 11;
-  return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t>(
-      info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
+  return dispatch_of(
+      NumericTypes{}, info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
         using T = decltype(tag);
         using M = math_t<T>;
         M lo = std::numeric_limits<M>::lowest();
@@ -537,8 +628,9 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
             throw sdk::unsupported(info.describe() +
                                    ": Clip before opset 11 takes float inputs only");
           } else {
-            lo = info.node.attr_float("min", lo);
-            hi = info.node.attr_float("max", hi);
+            // Absent bounds stay the type's limits (not a float's: M may be double).
+            if (info.node.has_attr("min")) lo = info.node.attr_float("min", 0.0f);
+            if (info.node.has_attr("max")) hi = info.node.attr_float("max", 0.0f);
           }
         } else {
           for (size_t i = 1; i <= 2; ++i) {
@@ -563,16 +655,19 @@ std::unique_ptr<Kernel> make_clip(const NodeInfo& info) {
 std::unique_ptr<Kernel> make_pow(const NodeInfo& info) {
   require_inputs(info, 2);
   Broadcast plan = make_broadcast({info.in_shapes[0], info.in_shapes[1]}, info.out_shapes[0], info);
-  return dispatch<float, f16, int32_t, int64_t>(
-      info.in_dtypes[0], info, "base", [&](auto base_tag) -> std::unique_ptr<Kernel> {
-        using A = decltype(base_tag);
-        return dispatch<float, f16, int32_t, int64_t>(
-            info.in_dtypes[1], info, "exponent", [&](auto exp_tag) -> std::unique_ptr<Kernel> {
-              using B = decltype(exp_tag);
-              auto fn = [](math_t<A> x, math_t<B> y) { return power<math_t<A>>(x, y); };
-              return std::make_unique<BinaryKernel<A, B, A, decltype(fn)>>(plan, fn);
-            });
-      });
+  return dispatch_of(Types<float, f16, double, bf16, int32_t, int64_t>{}, info.in_dtypes[0], info,
+                     "base", [&](auto base_tag) -> std::unique_ptr<Kernel> {
+                       using A = decltype(base_tag);
+                       return dispatch_of(
+                           NumericTypes{}, info.in_dtypes[1], info, "exponent",
+                           [&](auto exp_tag) -> std::unique_ptr<Kernel> {
+                             using B = decltype(exp_tag);
+                             auto fn = [](math_t<A> x, math_t<B> y) {
+                               return power<math_t<A>>(x, y);
+                             };
+                             return std::make_unique<BinaryKernel<A, B, A, decltype(fn)>>(plan, fn);
+                           });
+                     });
 }
 
 std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
@@ -584,20 +679,22 @@ std::unique_ptr<Kernel> make_cast(const NodeInfo& info) {
     throw sdk::invalid(info.describe() + ": attribute 'to' (" +
                        std::to_string(info.node.attr_int("to", 0)) +
                        ") disagrees with the output dtype " + sdk::dtype_name(to));
-  return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t, bool>(
-      info.in_dtypes[0], info, "input", [&](auto in_tag) -> std::unique_ptr<Kernel> {
+  return dispatch_of(
+      AllTypes{}, info.in_dtypes[0], info, "input", [&](auto in_tag) -> std::unique_ptr<Kernel> {
         using I = decltype(in_tag);
-        return dispatch<float, f16, int8_t, uint8_t, int32_t, int64_t, bool>(
-            to, info, "output", [&](auto out_tag) -> std::unique_ptr<Kernel> {
-              using O = decltype(out_tag);
-              // MapKernel loads (f16 -> float) before calling fn and stores the
-              // result as O; a float16 output is stored from the float value.
-              auto fn = [](math_t<I> v) {
-                if constexpr (std::is_same_v<O, f16>) return static_cast<float>(v);
-                else return convert<O>(v);
-              };
-              return std::make_unique<MapKernel<I, O, decltype(fn)>>(n, fn);
-            });
+        return dispatch_of(AllTypes{}, to, info, "output",
+                           [&](auto out_tag) -> std::unique_ptr<Kernel> {
+                             using O = decltype(out_tag);
+                             // MapKernel loads (16-bit floats -> float) before calling fn and
+                             // stores the result as O; a float16/bfloat16 output is stored
+                             // (rounded to nearest even) from the wide value.
+                             auto fn = [](math_t<I> v) {
+                               if constexpr (std::is_same_v<O, f16> || std::is_same_v<O, bf16>)
+                                 return v;
+                               else return convert<O>(v);
+                             };
+                             return std::make_unique<MapKernel<I, O, decltype(fn)>>(n, fn);
+                           });
       });
 }
 
@@ -632,36 +729,67 @@ std::unique_ptr<Kernel> make_copy(const NodeInfo& info) {
 
 std::unique_ptr<Kernel> make_dropout(const NodeInfo& info) {
   require_inputs(info, 1);
-  if (info.has_input(2)) {
-    const void* training = info.constant(2);
-    if (training == nullptr)
-      throw sdk::unsupported(info.describe() + ": training_mode must be a constant for inference");
-    if (*static_cast<const bool*>(training))
-      throw sdk::unsupported(info.describe() +
-                             ": training-mode Dropout is not supported (inference only)");
-  }
-  const size_t bytes = static_cast<size_t>(sdk::element_count(info.in_shapes[0])) *
-                       sdk::dtype_size(info.in_dtypes[0]);
-  const int64_t n = sdk::element_count(info.out_shapes[0]);
-  const bool mask = info.out_dtypes.size() > 1 && info.out_dtypes[1] != BP_DTYPE_UNDEFINED;
-  if (!mask) return std::make_unique<DropoutKernel<bool>>(bytes, n, false);
-  return dispatch<bool, float, f16>(
-      info.out_dtypes[1], info, "mask", [&](auto tag) -> std::unique_ptr<Kernel> {
-        return std::make_unique<DropoutKernel<decltype(tag)>>(bytes, n, true);
-      });
+  if (info.out_shapes[0] != info.in_shapes[0])
+    throw sdk::invalid(info.describe() + ": output shape " + dims_str(info.out_shapes[0]) +
+                       " differs from input shape " + dims_str(info.in_shapes[0]));
+  const bp_dtype_t dt = info.in_dtypes[0];
+  return dispatch_of(FloatTypes{}, dt, info, "data", [&](auto tag) -> std::unique_ptr<Kernel> {
+    using T = decltype(tag);
+    DropoutConfig cfg;
+    cfg.n = sdk::element_count(info.out_shapes[0]);
+    if (info.node.opset() >= 12) {
+      if (info.has_input(1)) {
+        if (info.in_dtypes[1] != dt &&
+            !(info.in_dtypes[1] == BP_DTYPE_FLOAT32 || info.in_dtypes[1] == BP_DTYPE_FLOAT16 ||
+              info.in_dtypes[1] == BP_DTYPE_FLOAT64 || info.in_dtypes[1] == BP_DTYPE_BFLOAT16))
+          throw sdk::invalid(info.describe() + ": ratio must be a float scalar");
+        if (info.in_dtypes[1] != dt)
+          throw sdk::unsupported(info.describe() + ": ratio of dtype " +
+                                 sdk::dtype_name(info.in_dtypes[1]) + " with data of dtype " +
+                                 sdk::dtype_name(dt));
+        if (sdk::element_count(info.in_shapes[1]) != 1)
+          throw sdk::invalid(info.describe() + ": ratio must be a scalar");
+        if (const void* r = info.constant(1)) cfg.ratio = load(*static_cast<const T*>(r));
+        else cfg.ratio_at_run = true;
+        if (!cfg.ratio_at_run && !(cfg.ratio >= 0.0f && cfg.ratio < 1.0f))
+          throw sdk::invalid(info.describe() + ": ratio " + std::to_string(cfg.ratio) +
+                             " is outside [0, 1)");
+      }
+      if (info.has_input(2)) {
+        if (info.in_dtypes[2] != BP_DTYPE_BOOL || sdk::element_count(info.in_shapes[2]) != 1)
+          throw sdk::invalid(info.describe() + ": training_mode must be a bool scalar");
+        if (const void* t = info.constant(2)) cfg.training = *static_cast<const bool*>(t);
+        else cfg.training_at_run = true;
+      }
+      cfg.seeded = info.node.has_attr("seed");
+      cfg.seed = static_cast<uint32_t>(info.node.attr_int("seed", 0));
+    }
+    // Before opset 12 Dropout has no training mode here: inference, identity.
+    cfg.mask = info.out_dtypes.size() > 1 && info.out_dtypes[1] != BP_DTYPE_UNDEFINED;
+    if (cfg.mask && info.out_shapes[1] != info.in_shapes[0])
+      throw sdk::invalid(info.describe() + ": mask shape " + dims_str(info.out_shapes[1]) +
+                         " differs from input shape " + dims_str(info.in_shapes[0]));
+    if (!cfg.mask) return std::make_unique<DropoutKernel<T, bool>>(cfg);
+    return dispatch_of(Types<bool, float, f16, double, bf16>{}, info.out_dtypes[1], info, "mask",
+                       [&](auto mtag) -> std::unique_ptr<Kernel> {
+                         return std::make_unique<DropoutKernel<T, decltype(mtag)>>(cfg);
+                       });
+  });
 }
 
 std::unique_ptr<Kernel> make_gelu(const NodeInfo& info) {
   const std::string approximate = info.node.attr_string("approximate", "none");
   if (approximate == "none") {
-    return unary_of(info, FloatTypes{}, [](float x) {
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f));
+    return unary_of(info, FloatTypes{}, [](auto x) {
+      using M = decltype(x);
+      return M(0.5) * x * (M(1) + std::erf(x * M(0.70710678118654752440)));
     });
   }
   if (approximate == "tanh") {
-    return unary_of(info, FloatTypes{}, [](float x) {
-      const float k = 0.79788456080286535588f;  // sqrt(2/pi)
-      return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+    return unary_of(info, FloatTypes{}, [](auto x) {
+      using M = decltype(x);
+      const M k = M(0.79788456080286535588);  // sqrt(2/pi)
+      return M(0.5) * x * (M(1) + std::tanh(k * (x + M(0.044715) * x * x * x)));
     });
   }
   throw sdk::unsupported(info.describe() + ": Gelu approximate='" + approximate +
@@ -685,8 +813,9 @@ void register_arithmetic(KernelRegistry& registry) {
   });
   registry.add("Pow", make_pow);
   registry.add("PRelu", [](const NodeInfo& info) {
-    return binary<false>(info, Types<float, f16, int32_t, int64_t>{},
-                         [](auto x, auto slope) { return x < 0 ? slope * x : x; });
+    return binary<false>(info,
+                         Types<float, f16, double, bf16, int32_t, int64_t, uint32_t, uint64_t>{},
+                         [](auto x, auto slope) { return is_negative(x) ? slope * x : x; });
   });
 
   // Variadic.
@@ -719,37 +848,37 @@ void register_unary_math(KernelRegistry& registry) {
     return unary_of(info, NumericTypes{}, [](auto x) { return sign_of(x); });
   });
   registry.add("Sqrt", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::sqrt(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::sqrt(x); });
   });
   registry.add("Exp", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::exp(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::exp(x); });
   });
   registry.add("Log", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::log(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::log(x); });
   });
   registry.add("Reciprocal", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return 1.0f / x; });
+    return unary_of(info, FloatTypes{}, [](auto x) { return decltype(x)(1) / x; });
   });
   registry.add("Floor", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::floor(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::floor(x); });
   });
   registry.add("Ceil", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::ceil(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::ceil(x); });
   });
   registry.add("Round", [](const NodeInfo& info) {  // halves to even
-    return unary_of(info, FloatTypes{}, [](float x) { return std::nearbyint(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::nearbyint(x); });
   });
   registry.add("Sin", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::sin(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::sin(x); });
   });
   registry.add("Cos", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::cos(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::cos(x); });
   });
   registry.add("Tanh", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::tanh(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::tanh(x); });
   });
   registry.add("Erf", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return std::erf(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::erf(x); });
   });
 }
 
@@ -759,44 +888,142 @@ void register_activations(KernelRegistry& registry) {
   });
   registry.add("LeakyRelu", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 0.01f);
-    return unary_of(info, FloatTypes{}, [alpha](float x) { return x >= 0 ? x : alpha * x; });
+    return unary_of(info, FloatTypes{},
+                    [alpha](auto x) { return x >= 0 ? x : static_cast<decltype(x)>(alpha) * x; });
   });
   registry.add("Elu", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 1.0f);
-    return unary_of(info, FloatTypes{},
-                    [alpha](float x) { return x >= 0 ? x : alpha * std::expm1(x); });
+    return unary_of(info, FloatTypes{}, [alpha](auto x) {
+      return x >= 0 ? x : static_cast<decltype(x)>(alpha) * std::expm1(x);
+    });
   });
   registry.add("Selu", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 1.67326319217681884765625f);
     const float gamma = info.node.attr_float("gamma", 1.05070102214813232421875f);
-    return unary_of(info, FloatTypes{}, [alpha, gamma](float x) {
-      return x > 0 ? gamma * x : gamma * alpha * std::expm1(x);
+    return unary_of(info, FloatTypes{}, [alpha, gamma](auto x) {
+      using M = decltype(x);
+      return x > 0 ? M(gamma) * x : M(gamma) * M(alpha) * std::expm1(x);
     });
   });
   registry.add("Sigmoid", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return sigmoid(x); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return sigmoid(x); });
   });
   registry.add("HardSigmoid", [](const NodeInfo& info) {
     const float alpha = info.node.attr_float("alpha", 0.2f);
     const float beta = info.node.attr_float("beta", 0.5f);
-    return unary_of(info, FloatTypes{}, [alpha, beta](float x) {
-      return std::fmax(0.0f, std::fmin(1.0f, alpha * x + beta));
+    return unary_of(info, FloatTypes{}, [alpha, beta](auto x) {
+      using M = decltype(x);
+      return std::fmax(M(0), std::fmin(M(1), M(alpha) * x + M(beta)));
     });
   });
   registry.add("HardSwish", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{},
-                    [](float x) { return x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f)); });
+    return unary_of(info, FloatTypes{}, [](auto x) {
+      using M = decltype(x);
+      return x * std::fmax(M(0), std::fmin(M(1), x / M(6) + M(0.5)));
+    });
   });
   registry.add("Softplus", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) {
+    return unary_of(info, FloatTypes{}, [](auto x) {
       return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
     });
   });
   registry.add("Softsign", [](const NodeInfo& info) {
-    return unary_of(info, FloatTypes{}, [](float x) { return x / (1.0f + std::fabs(x)); });
+    return unary_of(info, FloatTypes{}, [](auto x) { return x / (decltype(x)(1) + std::fabs(x)); });
   });
   registry.add("Gelu", make_gelu);
   registry.add("Clip", make_clip);
+}
+
+// Unary math and activations beyond the basics (ops_math.cpp's schemas).
+void register_more_math(KernelRegistry& registry) {
+  registry.add("Acos", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::acos(x); });
+  });
+  registry.add("Asin", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::asin(x); });
+  });
+  registry.add("Atan", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::atan(x); });
+  });
+  registry.add("Tan", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::tan(x); });
+  });
+  registry.add("Acosh", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::acosh(x); });
+  });
+  registry.add("Asinh", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::asinh(x); });
+  });
+  registry.add("Atanh", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::atanh(x); });
+  });
+  registry.add("Sinh", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::sinh(x); });
+  });
+  registry.add("Cosh", [](const NodeInfo& info) {
+    return unary_of(info, FloatTypes{}, [](auto x) { return std::cosh(x); });
+  });
+  registry.add("IsNaN", [](const NodeInfo& info) {
+    return predicate(info, FloatTypes{}, [](auto x) { return x != x; });
+  });
+  registry.add("IsInf", [](const NodeInfo& info) {
+    const bool neg = info.node.attr_int("detect_negative", 1) != 0;
+    const bool pos = info.node.attr_int("detect_positive", 1) != 0;
+    return predicate(info, FloatTypes{},
+                     [neg, pos](auto x) { return std::isinf(x) && (x > 0 ? pos : neg); });
+  });
+  registry.add("Celu", [](const NodeInfo& info) {
+    const float alpha = info.node.attr_float("alpha", 1.0f);
+    if (!(alpha != 0.0f)) throw sdk::invalid(info.describe() + ": attribute 'alpha' must not be 0");
+    return unary_of(info, FloatTypes{}, [alpha](auto x) {
+      using M = decltype(x);
+      const M a = static_cast<M>(alpha);
+      return std::fmax(M(0), x) + std::fmin(M(0), a * std::expm1(x / a));
+    });
+  });
+  registry.add("ThresholdedRelu", [](const NodeInfo& info) {
+    const float alpha = info.node.attr_float("alpha", 1.0f);
+    return unary_of(info, FloatTypes{},
+                    [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : 0; });
+  });
+  registry.add("Shrink", [](const NodeInfo& info) {
+    const double lambd = info.node.attr_float("lambd", 0.5f);
+    const double bias = info.node.attr_float("bias", 0.0f);
+    // Computed in double and converted back, as ONNX's reference does for
+    // integer inputs (x + bias is a float there).
+    return unary_of(info, NumericTypes{}, [lambd, bias](auto x) {
+      using M = decltype(x);
+      const double v = static_cast<double>(x);
+      const double r = v < -lambd ? v + bias : (v > lambd ? v - bias : 0.0);
+      if constexpr (std::is_integral_v<M>) return convert<M>(r);
+      else return static_cast<M>(r);
+    });
+  });
+  registry.add("Mod", [](const NodeInfo& info) {
+    const bool fmod = info.node.attr_int("fmod", 0) != 0;
+    if (!fmod && (info.in_dtypes[0] == BP_DTYPE_FLOAT32 || info.in_dtypes[0] == BP_DTYPE_FLOAT16 ||
+                  info.in_dtypes[0] == BP_DTYPE_FLOAT64 || info.in_dtypes[0] == BP_DTYPE_BFLOAT16))
+      throw sdk::invalid(info.describe() +
+                         ": fmod=0 on floating-point inputs (ONNX requires "
+                         "fmod=1 for them)");
+    return binary<false>(info, NumericTypes{},
+                         [fmod](auto a, auto b) { return mod_of(a, b, fmod); });
+  });
+  registry.add("BitShift", [](const NodeInfo& info) {
+    const std::string dir = info.node.attr_string("direction", "");
+    if (dir != "LEFT" && dir != "RIGHT")
+      throw sdk::invalid(info.describe() + ": attribute 'direction' is '" + dir +
+                         "', expected 'LEFT' or 'RIGHT'");
+    const bool left = dir == "LEFT";
+    // Shifts by the type's width or more give 0 (no undefined behaviour).
+    return binary<false>(info, Types<uint8_t, uint16_t, uint32_t, uint64_t>{},
+                         [left](auto x, auto y) {
+                           using T = decltype(x);
+                           if (static_cast<uint64_t>(y) >= sizeof(T) * 8) return T(0);
+                           const uint64_t v = static_cast<uint64_t>(x);
+                           return static_cast<T>(left ? v << y : v >> y);
+                         });
+  });
 }
 
 // Comparison and logic (bool outputs).
@@ -837,10 +1064,11 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   register_unary_math(registry);
   register_activations(registry);
   register_logic(registry);
+  register_more_math(registry);
   // Selection, copies and conversions.
   registry.add("Where", make_where);
   registry.add("Identity", make_copy);
-  registry.add("Dropout", make_dropout, {2});  // training_mode: a data input (kernel.hpp)
+  registry.add("Dropout", make_dropout, {1, 2});  // ratio, training_mode: data inputs (kernel.hpp)
   registry.add("Cast", make_cast);
   registry.add("CastLike", make_cast);
 }

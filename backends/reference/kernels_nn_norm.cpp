@@ -1,8 +1,9 @@
-// kernels_nn_norm.cpp — BatchNormalization (inference), LayerNormalization,
-// InstanceNormalization, Softmax, LogSoftmax (float32).
+// kernels_nn_norm.cpp — BatchNormalization (inference, and training_mode=1), LayerNormalization,
+// InstanceNormalization (float32), Softmax, LogSoftmax (every float type).
 //
 // Means and variances are accumulated in double and computed in two passes
 // (mean, then squared deviations): this backend is the correctness oracle.
+#include "reference/kernel_numeric.hpp"
 #include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
@@ -67,16 +68,93 @@ class BatchNormKernel final : public Kernel {
   float eps_;
 };
 
+// BatchNormalization, training mode (opset 14+, training_mode=1): the batch's
+// own mean and (population) variance per channel normalise X, and the
+// optional outputs are the running statistics
+//   running_mean = input_mean * momentum + mean * (1 - momentum)
+//   running_var  = input_var * momentum + var * (1 - momentum).
+class BatchNormTrainKernel final : public Kernel {
+ public:
+  BatchNormTrainKernel(int64_t batch, int64_t channels, int64_t spatial, float epsilon,
+                       float momentum, bool want_mean, bool want_var)
+      : n_(batch),
+        c_(channels),
+        s_(spatial),
+        eps_(epsilon),
+        momentum_(momentum),
+        want_mean_(want_mean),
+        want_var_(want_var) {}
+
+  void run(const void* const* inputs, void* const* outputs, void*) const override {
+    const float* x = static_cast<const float*>(inputs[0]);
+    const float* scale = static_cast<const float*>(inputs[1]);
+    const float* bias = static_cast<const float*>(inputs[2]);
+    const float* in_mean = static_cast<const float*>(inputs[3]);
+    const float* in_var = static_cast<const float*>(inputs[4]);
+    float* y = static_cast<float*>(outputs[0]);
+    float* run_mean = want_mean_ ? static_cast<float*>(outputs[1]) : nullptr;
+    float* run_var = want_var_ ? static_cast<float*>(outputs[2]) : nullptr;
+    const double count = static_cast<double>(n_ * s_);
+    for (int64_t c = 0; c < c_; ++c) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < n_; ++n)
+        for (int64_t i = 0; i < s_; ++i) sum += x[(n * c_ + c) * s_ + i];
+      const double mean = count > 0 ? sum / count : 0.0;
+      double sq = 0.0;
+      for (int64_t n = 0; n < n_; ++n)
+        for (int64_t i = 0; i < s_; ++i) {
+          const double d = x[(n * c_ + c) * s_ + i] - mean;
+          sq += d * d;
+        }
+      const double var = count > 0 ? sq / count : 0.0;
+      const double a = scale[c] / std::sqrt(var + static_cast<double>(eps_));
+      const double b = bias[c] - mean * a;
+      for (int64_t n = 0; n < n_; ++n)
+        for (int64_t i = 0; i < s_; ++i) {
+          const int64_t at = (n * c_ + c) * s_ + i;
+          y[at] = static_cast<float>(x[at] * a + b);
+        }
+      const double m = momentum_;
+      if (run_mean != nullptr) run_mean[c] = static_cast<float>(in_mean[c] * m + mean * (1 - m));
+      if (run_var != nullptr) run_var[c] = static_cast<float>(in_var[c] * m + var * (1 - m));
+    }
+  }
+
+ private:
+  int64_t n_, c_, s_;
+  float eps_, momentum_;
+  bool want_mean_, want_var_;
+};
+
 std::unique_ptr<Kernel> make_batch_norm(const NodeInfo& info) {
   for (size_t i = 0; i < 5; ++i)
     if (!info.has_input(i)) fail_invalid(info, "needs inputs X, scale, B, input_mean, input_var");
   require_float32(info, {0, 1, 2, 3, 4}, {0});
-  if (info.node.attr_int("training_mode", 0) != 0)
-    fail_unsupported(info, "training_mode=1 is not supported (inference only)");
+  if (info.node.attr_int("training_mode", 0) != 0) {
+    if (info.node.opset() < 14)
+      fail_invalid(info, "attribute 'training_mode' exists from opset 14");
+    require_float32(info, {}, {1, 2});
+    if (info.out_dtypes.size() > 3) fail_invalid(info, "training mode has at most 3 outputs");
+    const Dims& x = info.in_shapes[0];
+    if (x.size() < 2) fail_invalid(info, "input " + dims_str(x) + " must have rank >= 2");
+    const int64_t c = x[1], s = sdk::element_count(x) / std::max<int64_t>(1, x[0] * c);
+    for (size_t i = 1; i < 5; ++i)
+      if (info.in_shapes[i] != Dims{c})
+        fail_invalid(info, "scale, B, mean and var must have shape [" + std::to_string(c) + "]");
+    for (size_t i = 1; i < info.out_shapes.size(); ++i)
+      if (has_output(info, i) && info.out_shapes[i] != Dims{c})
+        fail_invalid(
+            info, "running mean and variance outputs must have shape [" + std::to_string(c) + "]");
+    const float momentum = info.node.attr_float("momentum", 0.9f);
+    return std::make_unique<BatchNormTrainKernel>(x[0], c, s,
+                                                  info.node.attr_float("epsilon", 1e-5f), momentum,
+                                                  has_output(info, 1), has_output(info, 2));
+  }
   for (size_t i = 1; i < info.out_dtypes.size(); ++i)
     if (has_output(info, i))
       fail_unsupported(info,
-                       "training outputs (running/saved mean and variance) are not supported");
+                       "running/saved mean and variance outputs without training_mode=1 (opset "
+                       "9-13 training) are not supported");
   if (info.node.opset() < 7 && info.node.attr_int("is_test", 0) == 0)
     fail_unsupported(info, "is_test=0 (training) is not supported");
   const Dims& x = info.in_shapes[0];
@@ -245,32 +323,33 @@ std::unique_ptr<Kernel> make_instance_norm(const NodeInfo& info) {
 // the same loop with len = prod(dims[axis:]) and inner = 1.
 // ---------------------------------------------------------------------------
 
+template <class T>
 class SoftmaxKernel final : public Kernel {
+  using M = math_t<T>;  // float for float16/bfloat16/float32, double for float64
+
  public:
   SoftmaxKernel(int64_t outer, int64_t len, int64_t inner, bool log)
       : outer_(outer), len_(len), inner_(inner), log_(log) {}
 
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    const float* x = static_cast<const float*>(inputs[0]);
-    float* y = static_cast<float*>(outputs[0]);
+    const T* x = static_cast<const T*>(inputs[0]);
+    T* y = static_cast<T*>(outputs[0]);
     for (int64_t o = 0; o < outer_; ++o)
       for (int64_t i = 0; i < inner_; ++i) {
-        const float* xr = x + o * len_ * inner_ + i;
-        float* yr = y + o * len_ * inner_ + i;
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t k = 0; k < len_; ++k) max = std::max(max, xr[k * inner_]);
+        const T* xr = x + o * len_ * inner_ + i;
+        T* yr = y + o * len_ * inner_ + i;
+        M max = -std::numeric_limits<M>::infinity();
+        for (int64_t k = 0; k < len_; ++k) max = std::max<M>(max, load(xr[k * inner_]));
         double sum = 0.0;
-        for (int64_t k = 0; k < len_; ++k) {
-          const float e = std::exp(xr[k * inner_] - max);
-          if (!log_) yr[k * inner_] = e;
-          sum += e;
-        }
+        for (int64_t k = 0; k < len_; ++k) sum += std::exp(load(xr[k * inner_]) - max);
         if (log_) {
-          const float log_sum = static_cast<float>(std::log(sum));
-          for (int64_t k = 0; k < len_; ++k) yr[k * inner_] = xr[k * inner_] - max - log_sum;
+          const M log_sum = static_cast<M>(std::log(sum));
+          for (int64_t k = 0; k < len_; ++k)
+            yr[k * inner_] = store<T>(load(xr[k * inner_]) - max - log_sum);
         } else {
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int64_t k = 0; k < len_; ++k) yr[k * inner_] *= inv;
+          const M inv = static_cast<M>(1.0 / sum);
+          for (int64_t k = 0; k < len_; ++k)
+            yr[k * inner_] = store<T>(std::exp(load(xr[k * inner_]) - max) * inv);
         }
       }
   }
@@ -282,10 +361,11 @@ class SoftmaxKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_softmax(const NodeInfo& info, bool log) {
   if (!info.has_input(0)) fail_invalid(info, "needs input");
-  require_float32(info, {0}, {0});
   const Dims& x = info.in_shapes[0];
   const int64_t rank = static_cast<int64_t>(x.size());
   if (rank == 0) fail_invalid(info, "input must have rank >= 1");
+  if (info.out_dtypes.empty() || info.out_dtypes[0] != info.in_dtypes[0])
+    fail_invalid(info, "output dtype differs from the input's");
   const bool per_axis = info.node.opset() >= 13;
   const int64_t axis = normalize_axis(info.node.attr_int("axis", per_axis ? -1 : 1), rank, info);
   int64_t outer = 1, len = 1, inner = 1;
@@ -294,7 +374,10 @@ std::unique_ptr<Kernel> make_softmax(const NodeInfo& info, bool log) {
     else if (d == axis || !per_axis) len *= x[d];
     else inner *= x[d];
   }
-  return std::make_unique<SoftmaxKernel>(outer, len, inner, log);
+  return dispatch<float, f16, double, bf16>(
+      info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
+        return std::make_unique<SoftmaxKernel<decltype(tag)>>(outer, len, inner, log);
+      });
 }
 
 }  // namespace

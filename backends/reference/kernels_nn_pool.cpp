@@ -1,5 +1,6 @@
 // kernels_nn_pool.cpp — MaxPool (with Indices), AveragePool, GlobalAveragePool,
-// GlobalMaxPool (float32; 1-D, 2-D and 3-D spatial).
+// GlobalMaxPool (float32; MaxPool and AveragePool also float64, MaxPool also
+// int8 and uint8; 1-D, 2-D and 3-D spatial).
 //
 // Windows are described per spatial axis and per output position by the range
 // of kernel taps that land inside the input and the number that land inside
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace backplane::cpuref {
@@ -57,9 +59,14 @@ struct PoolGeometry {
   int64_t out_size() const { return axis[0].out * axis[1].out * axis[2].out; }
 };
 
+enum class PoolMode { kMax, kAverage };
+
+// T: float32 or float64 (both modes), int8 or uint8 (MaxPool only, ONNX
+// allows no integer AveragePool).
+template <class T>
 class PoolKernel final : public Kernel {
  public:
-  enum class Mode { kMax, kAverage };
+  using Mode = PoolMode;
   PoolKernel(PoolGeometry g, Mode mode, bool count_include_pad, bool with_indices,
              bool column_major)
       : g_(std::move(g)),
@@ -69,18 +76,18 @@ class PoolKernel final : public Kernel {
         column_major_(column_major) {}
 
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    const float* x = static_cast<const float*>(inputs[0]);
-    float* y = static_cast<float*>(outputs[0]);
+    const T* x = static_cast<const T*>(inputs[0]);
+    T* y = static_cast<T*>(outputs[0]);
     int64_t* indices = with_indices_ ? static_cast<int64_t*>(outputs[1]) : nullptr;
     const Axis &ad = g_.axis[0], &ah = g_.axis[1], &aw = g_.axis[2];
     const int64_t is = g_.in_size();
     for (int64_t p = 0; p < g_.planes; ++p) {
-      const float* xp = x + p * is;
+      const T* xp = x + p * is;
       for (int64_t od = 0; od < ad.out; ++od)
         for (int64_t oh = 0; oh < ah.out; ++oh)
           for (int64_t ow = 0; ow < aw.out; ++ow) {
             if (mode_ == Mode::kMax) {
-              float best = -std::numeric_limits<float>::infinity();
+              T best = std::numeric_limits<T>::lowest();
               int64_t best_at = -1;
               for (int64_t kd = ad.k_lo[od]; kd < ad.k_hi[od]; ++kd) {
                 const int64_t id = ad.start[od] + kd * ad.dil;
@@ -88,7 +95,7 @@ class PoolKernel final : public Kernel {
                   const int64_t ih = ah.start[oh] + kh * ah.dil;
                   for (int64_t kw = aw.k_lo[ow]; kw < aw.k_hi[ow]; ++kw) {
                     const int64_t iw = aw.start[ow] + kw * aw.dil;
-                    const float v = xp[(id * ah.in + ih) * aw.in + iw];
+                    const T v = xp[(id * ah.in + ih) * aw.in + iw];
                     if (v > best || best_at < 0) {
                       best = v;
                       best_at = column_major_ ? id + ih * ad.in + iw * ad.in * ah.in
@@ -99,13 +106,13 @@ class PoolKernel final : public Kernel {
               }
               *y++ = best;
               if (indices != nullptr) *indices++ = best_at < 0 ? -1 : p * is + best_at;
-            } else {
-              float sum = 0.0f;
+            } else if constexpr (std::is_floating_point_v<T>) {
+              T sum = 0;
               for (int64_t kd = ad.k_lo[od]; kd < ad.k_hi[od]; ++kd) {
                 const int64_t id = ad.start[od] + kd * ad.dil;
                 for (int64_t kh = ah.k_lo[oh]; kh < ah.k_hi[oh]; ++kh) {
                   const int64_t ih = ah.start[oh] + kh * ah.dil;
-                  const float* row = xp + (id * ah.in + ih) * aw.in;
+                  const T* row = xp + (id * ah.in + ih) * aw.in;
                   for (int64_t kw = aw.k_lo[ow]; kw < aw.k_hi[ow]; ++kw)
                     sum += row[aw.start[ow] + kw * aw.dil];
                 }
@@ -114,7 +121,7 @@ class PoolKernel final : public Kernel {
                   count_include_pad_ ? ad.padded[od] * ah.padded[oh] * aw.padded[ow]
                                      : (ad.k_hi[od] - ad.k_lo[od]) * (ah.k_hi[oh] - ah.k_lo[oh]) *
                                            (aw.k_hi[ow] - aw.k_lo[ow]);
-              *y++ = sum / static_cast<float>(count);
+              *y++ = sum / static_cast<T>(count);
             }
           }
     }
@@ -126,9 +133,16 @@ class PoolKernel final : public Kernel {
   bool count_include_pad_, with_indices_, column_major_;
 };
 
-std::unique_ptr<Kernel> make_pool(const NodeInfo& info, PoolKernel::Mode mode) {
+std::unique_ptr<Kernel> make_pool(const NodeInfo& info, PoolMode mode) {
   if (!info.has_input(0)) fail_invalid(info, "needs input X");
-  require_float32(info, {0}, {0});
+  const bp_dtype_t dt = info.in_dtypes[0];
+  if (info.out_dtypes.empty() || info.out_dtypes[0] != dt)
+    fail_invalid(info, "output dtype differs from the input's");
+  const bool integer = dt == BP_DTYPE_INT8 || dt == BP_DTYPE_UINT8;
+  if (!(dt == BP_DTYPE_FLOAT32 || dt == BP_DTYPE_FLOAT64 || (integer && mode == PoolMode::kMax)))
+    fail_unsupported(info, std::string("input dtype ") + sdk::dtype_name(dt) +
+                               " is not supported (float32, float64" +
+                               (mode == PoolMode::kMax ? ", int8, uint8)" : ")"));
   const Dims& x = info.in_shapes[0];
   const Dims& y = info.out_shapes[0];
   if (x.size() < 3 || x.size() > 5)
@@ -148,9 +162,9 @@ std::unique_ptr<Kernel> make_pool(const NodeInfo& info, PoolKernel::Mode mode) {
       fail_invalid(info, "kernel_shape, strides and dilations must be >= 1");
   const bool ceil_mode = info.node.attr_int("ceil_mode", 0) != 0;
 
-  const bool with_indices = mode == PoolKernel::Mode::kMax && has_output(info, 1);
+  const bool with_indices = mode == PoolMode::kMax && has_output(info, 1);
   int64_t storage_order = 0;
-  if (mode == PoolKernel::Mode::kMax) {
+  if (mode == PoolMode::kMax) {
     storage_order = info.node.attr_int("storage_order", 0);
     if (storage_order != 0 && storage_order != 1)
       fail_invalid(info, "storage_order must be 0 or 1");
@@ -179,8 +193,19 @@ std::unique_ptr<Kernel> make_pool(const NodeInfo& info, PoolKernel::Mode mode) {
         Axis(in[d], out[d], kernel[d], strides[d], dilations[d], pads[d], pads[d + r]);
   }
   const bool count_include_pad = info.node.attr_int("count_include_pad", 0) != 0;
-  return std::make_unique<PoolKernel>(std::move(g), mode, count_include_pad, with_indices,
-                                      storage_order == 1);
+  const bool cm = storage_order == 1;
+  switch (dt) {
+    case BP_DTYPE_FLOAT64:
+      return std::make_unique<PoolKernel<double>>(std::move(g), mode, count_include_pad,
+                                                  with_indices, cm);
+    case BP_DTYPE_INT8:
+      return std::make_unique<PoolKernel<int8_t>>(std::move(g), mode, false, with_indices, cm);
+    case BP_DTYPE_UINT8:
+      return std::make_unique<PoolKernel<uint8_t>>(std::move(g), mode, false, with_indices, cm);
+    default:
+      return std::make_unique<PoolKernel<float>>(std::move(g), mode, count_include_pad,
+                                                 with_indices, cm);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -229,10 +254,9 @@ std::unique_ptr<Kernel> make_global_pool(const NodeInfo& info, bool max) {
 }  // namespace
 
 void register_pool(KernelRegistry& registry) {
-  registry.add("MaxPool",
-               [](const NodeInfo& info) { return make_pool(info, PoolKernel::Mode::kMax); });
+  registry.add("MaxPool", [](const NodeInfo& info) { return make_pool(info, PoolMode::kMax); });
   registry.add("AveragePool",
-               [](const NodeInfo& info) { return make_pool(info, PoolKernel::Mode::kAverage); });
+               [](const NodeInfo& info) { return make_pool(info, PoolMode::kAverage); });
   registry.add("GlobalAveragePool",
                [](const NodeInfo& info) { return make_global_pool(info, false); });
   registry.add("GlobalMaxPool", [](const NodeInfo& info) { return make_global_pool(info, true); });

@@ -1,5 +1,7 @@
-// kernels_nn_resize.cpp — Resize, opsets 10 to 17 (float32): modes nearest,
-// linear and cubic; every coordinate_transformation_mode of those opsets.
+// kernels_nn_resize.cpp — Resize, opsets 10 to 18 (float32): modes nearest,
+// linear and cubic; every coordinate_transformation_mode of those opsets; from
+// opset 18 the axes attribute, keep_aspect_ratio_policy and antialias (linear
+// and cubic filters stretched by 1/scale when downsampling).
 //
 // The factory turns each axis into a table: for every output position, the
 // input offsets it reads and their weights (1 tap for nearest, 2 for linear, 4
@@ -108,32 +110,34 @@ enum class Coord {
 };
 enum class Nearest { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kSimple };
 
-// Input coordinate of output position x along one axis.
-float original_coordinate(Coord mode, float x, float scale, float len_out, float len_in,
-                          float roi_start, float roi_end) {
+// Input coordinate of output position x along one axis, in R: float, or
+// double where the coordinate's fraction becomes a linear weight.
+template <class R>
+R original_coordinate(Coord mode, R x, R scale, R len_out, R len_in, R roi_start, R roi_end) {
+  const R half = R(0.5);
   switch (mode) {
     case Coord::kHalfPixel:
-      return (x + 0.5f) / scale - 0.5f;
+      return (x + half) / scale - half;
     case Coord::kHalfPixelSymmetric: {
-      const float adjustment = len_out / (scale * len_in);
-      const float offset = len_in / 2 * (1 - adjustment);
-      return offset + (x + 0.5f) / scale - 0.5f;
+      const R adjustment = len_out / (scale * len_in);
+      const R offset = len_in / 2 * (1 - adjustment);
+      return offset + (x + half) / scale - half;
     }
     case Coord::kPytorchHalfPixel:
-      return len_out > 1 ? (x + 0.5f) / scale - 0.5f : 0.0f;
+      return len_out > 1 ? (x + half) / scale - half : R(0);
     case Coord::kAlignCorners:
-      return len_out == 1 ? 0.0f : x * (len_in - 1) / (len_out - 1);
+      return len_out == 1 ? R(0) : x * (len_in - 1) / (len_out - 1);
     case Coord::kAsymmetric:
       return x / scale;
     case Coord::kTfHalfPixelForNn:
-      return (x + 0.5f) / scale;
+      return (x + half) / scale;
     case Coord::kTfCropAndResize:
-      return static_cast<float>(len_out > 1 ? roi_start * (len_in - 1) +
-                                                  static_cast<double>(x) * (roi_end - roi_start) *
-                                                      (len_in - 1) / (len_out - 1)
-                                            : 0.5 * (roi_start + roi_end) * (len_in - 1));
+      return static_cast<R>(len_out > 1 ? roi_start * (len_in - 1) +
+                                              static_cast<double>(x) * (roi_end - roi_start) *
+                                                  (len_in - 1) / (len_out - 1)
+                                        : 0.5 * (roi_start + roi_end) * (len_in - 1));
   }
-  return 0.0f;
+  return R(0);
 }
 
 int64_t nearest_pixel(Nearest mode, float v, bool downsampling) {
@@ -173,18 +177,69 @@ struct ResizeParams {
   // align_corners maps through the *unrounded* output length when scales
   // were given (length_in * scale), as the ONNX reference does.
   bool scales_given = false;
+  bool antialias = false;
 };
+
+// Antialiased linear or cubic taps for a downsampling axis (scale < 1): the
+// filter is stretched by 1/scale, so each output reads `taps` inputs around
+// its source coordinate x, at base + start + j (base = floor(x), or x - 1
+// when x is integral, as the ONNX reference picks its neighbours), weighted
+// by filter((position - x) * scale) and normalised; positions beyond the
+// edges read the edge pixel unless exclude_outside drops them.
+AxisTaps build_axis_antialias(const ResizeParams& p, int64_t len_in, int64_t len_out, float scale,
+                              float roi_start, float roi_end, int64_t stride) {
+  const bool cubic = p.mode == "cubic";
+  const double s = scale;
+  const int64_t start = static_cast<int64_t>(std::floor((cubic ? -2.0 : -1.0) / s)) + 1;
+  AxisTaps a;
+  a.taps = 2 - 2 * start;
+  const float fin = static_cast<float>(len_in), fout = static_cast<float>(len_out);
+  const float fout_coords = p.coord == Coord::kAlignCorners && p.scales_given ? fin * scale : fout;
+  auto filter = [&](double t) {
+    t = std::fabs(t);
+    if (!cubic) return std::max(0.0, 1.0 - t);
+    const double A = p.cubic_a;
+    if (t <= 1) return ((A + 2) * t - (A + 3)) * t * t + 1;
+    if (t < 2) return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+    return 0.0;
+  };
+  std::vector<double> w(static_cast<size_t>(a.taps));
+  for (int64_t o = 0; o < len_out; ++o) {
+    const float v = original_coordinate<float>(p.coord, static_cast<float>(o), scale, fout_coords,
+                                               fin, roi_start, roi_end);
+    const bool outside = p.coord == Coord::kTfCropAndResize && (v < 0 || v > fin - 1);
+    a.outside.push_back(outside ? 1 : 0);
+    const double x = v;
+    const double base = std::floor(x) == x ? x - 1 : std::floor(x);
+    double sum = 0.0;
+    for (int64_t j = 0; j < a.taps; ++j) {
+      const double pos = base + static_cast<double>(start + j);
+      w[j] = filter((pos - x) * s);
+      if (p.exclude_outside && (pos < 0 || pos > fin - 1)) w[j] = 0.0;
+      sum += w[j];
+    }
+    for (int64_t j = 0; j < a.taps; ++j) {
+      const int64_t pos = static_cast<int64_t>(base) + start + j;
+      const int64_t idx = len_in > 0 ? std::clamp<int64_t>(pos, 0, len_in - 1) : 0;
+      a.offset.push_back(idx * stride);
+      a.weight.push_back(static_cast<float>(sum != 0.0 && !outside ? w[j] / sum : 0.0));
+    }
+  }
+  return a;
+}
 
 AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, float scale,
                     float roi_start, float roi_end, int64_t stride) {
+  if (p.antialias && p.mode != "nearest" && scale < 1.0f && len_in > 0)
+    return build_axis_antialias(p, len_in, len_out, scale, roi_start, roi_end, stride);
   AxisTaps a;
   a.taps = p.mode == "nearest" ? 1 : p.mode == "linear" ? 2 : 4;
   const float fin = static_cast<float>(len_in), fout = static_cast<float>(len_out);
   const float fout_coords = p.coord == Coord::kAlignCorners && p.scales_given ? fin * scale : fout;
   const int64_t last = len_in - 1;
   for (int64_t o = 0; o < len_out; ++o) {
-    const float v = original_coordinate(p.coord, static_cast<float>(o), scale, fout_coords, fin,
-                                        roi_start, roi_end);
+    const float v = original_coordinate<float>(p.coord, static_cast<float>(o), scale, fout_coords,
+                                               fin, roi_start, roi_end);
     const bool outside = p.coord == Coord::kTfCropAndResize && (v < 0 || v > fin - 1);
     a.outside.push_back(outside ? 1 : 0);
     int64_t idx[4] = {0, 0, 0, 0};
@@ -193,11 +248,18 @@ AxisTaps build_axis(const ResizeParams& p, int64_t len_in, int64_t len_out, floa
       if (a.taps == 1) {
         idx[0] = std::clamp<int64_t>(nearest_pixel(p.nearest, v, scale < 1), 0, last);
       } else if (a.taps == 2) {
-        const float c = std::clamp(v, 0.0f, fin - 1);
+        // The coordinate in double: in float, (x + 0.5) / scale errs by up
+        // to half an ulp of x (4e-6 of a pixel at x = 128), which the
+        // weights pass on times the step between neighbouring inputs.
+        const double c =
+            std::clamp(original_coordinate<double>(p.coord, static_cast<double>(o), scale,
+                                                   fout_coords, fin, roi_start, roi_end),
+                       0.0, static_cast<double>(fin) - 1);
         idx[0] = static_cast<int64_t>(c);
         idx[1] = std::min(idx[0] + 1, last);
-        w[1] = c - static_cast<float>(idx[0]);
-        w[0] = 1 - w[1];
+        const double frac = c - static_cast<double>(idx[0]);
+        w[1] = static_cast<float>(frac);
+        w[0] = static_cast<float>(1 - frac);
       } else {
         const float f = std::floor(v);
         cubic_weights(p.cubic_a, v - f, w);
@@ -259,13 +321,8 @@ void check_resize_shapes(const NodeInfo& info) {
 // The attributes: mode, coordinate transformation, nearest rounding, cubic.
 ResizeParams resize_params(const NodeInfo& info) {
   const int64_t opset = info.node.opset();
-  if (info.node.has_attr("axes")) fail_unsupported(info, "the 'axes' attribute is not supported");
-  if (info.node.attr_int("antialias", 0) != 0)
-    fail_unsupported(info, "antialias=1 is not supported");
-  if (info.node.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-    fail_unsupported(info, "keep_aspect_ratio_policy other than 'stretch' is not supported");
-
   ResizeParams p;
+  p.antialias = opset >= 18 && info.node.attr_int("antialias", 0) != 0;
   p.mode = info.node.attr_string("mode", "nearest");
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
     fail_unsupported(info, "mode '" + p.mode + "' is not supported");
@@ -293,28 +350,72 @@ ResizeParams resize_params(const NodeInfo& info) {
   return p;
 }
 
-// Per axis: the constant scales input, or the output/input size ratio.
-std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p) {
+// The axes scales, sizes and roi refer to: the 'axes' attribute (opset 18),
+// else every axis.
+std::vector<size_t> resize_axes(const NodeInfo& info, size_t rank) {
+  std::vector<size_t> axes;
+  if (info.node.opset() >= 18 && info.node.has_attr("axes")) {
+    std::vector<bool> seen(rank, false);
+    for (int64_t a : info.node.attr_ints("axes")) {
+      const size_t d = static_cast<size_t>(normalize_axis(a, static_cast<int64_t>(rank), info));
+      if (seen[d]) fail_invalid(info, "axes repeat axis " + std::to_string(a));
+      seen[d] = true;
+      axes.push_back(d);
+    }
+  } else {
+    for (size_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  return axes;
+}
+
+// Per axis: the constant scales input, or the output/input size ratio, or
+// (keep_aspect_ratio_policy, opset 18) one ratio for every listed axis.
+std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p,
+                                 const std::vector<size_t>& axes) {
   const int64_t opset = info.node.opset();
   const Dims& x = info.in_shapes[0];
   const Dims& y = info.out_shapes[0];
-  const size_t rank = x.size();
+  const size_t rank = x.size(), n = axes.size();
   // Resize-10: (X, scales). Resize-11+: (X, roi, scales, sizes).
   const size_t scales_at = opset >= 11 ? 2 : 1;
   const bool has_scales =
       info.has_input(scales_at) && sdk::element_count(info.in_shapes[scales_at]) > 0;
-  std::vector<float> scales(rank);
+  std::vector<float> scales(rank, 1.0f);
+  const std::string policy =
+      opset >= 18 ? info.node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
   if (has_scales) {
     if (info.in_dtypes[scales_at] != BP_DTYPE_FLOAT32) fail_invalid(info, "scales must be float32");
-    if (sdk::element_count(info.in_shapes[scales_at]) != static_cast<int64_t>(rank))
-      fail_invalid(info, "scales must have " + std::to_string(rank) + " values");
+    if (sdk::element_count(info.in_shapes[scales_at]) != static_cast<int64_t>(n))
+      fail_invalid(info, "scales must have " + std::to_string(n) + " values");
     const void* data = info.constant(scales_at);
     if (data == nullptr)
       fail_unsupported(info,
                        "scales must be a constant (the interpolation depends on their values)");
-    std::memcpy(scales.data(), data, rank * sizeof(float));
-    for (float s : scales)
-      if (!(s > 0)) fail_invalid(info, "scales must be positive");
+    std::vector<float> given(n);
+    std::memcpy(given.data(), data, n * sizeof(float));
+    for (size_t k = 0; k < n; ++k) {
+      if (!(given[k] > 0)) fail_invalid(info, "scales must be positive");
+      scales[axes[k]] = given[k];
+    }
+    p.scales_given = true;
+  } else if (policy != "stretch") {
+    if (policy != "not_larger" && policy != "not_smaller")
+      fail_unsupported(info, "keep_aspect_ratio_policy '" + policy + "' is not supported");
+    if (!info.has_input(3) || sdk::element_count(info.in_shapes[3]) != static_cast<int64_t>(n) ||
+        info.in_dtypes[3] != BP_DTYPE_INT64)
+      fail_invalid(info, "sizes must hold " + std::to_string(n) + " int64 values");
+    const int64_t* sizes = static_cast<const int64_t*>(info.constant(3));
+    if (sizes == nullptr)
+      fail_unsupported(info, "sizes must be a constant with keep_aspect_ratio_policy");
+    float common = policy == "not_larger" ? INFINITY : 0.0f;
+    for (size_t k = 0; k < n; ++k) {
+      if (x[axes[k]] == 0) fail_invalid(info, "keep_aspect_ratio_policy needs non-empty dims");
+      const float r =
+          static_cast<float>(static_cast<double>(sizes[k]) / static_cast<double>(x[axes[k]]));
+      common = policy == "not_larger" ? std::min(common, r) : std::max(common, r);
+    }
+    for (size_t k = 0; k < n; ++k) scales[axes[k]] = common;
+    // The coordinates map through length_in * scale, as with given scales.
     p.scales_given = true;
   } else {
     if (opset < 11 || !info.has_input(3)) fail_invalid(info, "needs either scales or sizes");
@@ -326,17 +427,22 @@ std::vector<float> resize_scales(const NodeInfo& info, ResizeParams& p) {
 
 // The region of interest (starts, then ends): the whole input unless
 // tf_crop_and_resize gives one.
-std::vector<float> resize_roi(const NodeInfo& info, const ResizeParams& p, size_t rank) {
+std::vector<float> resize_roi(const NodeInfo& info, const ResizeParams& p, size_t rank,
+                              const std::vector<size_t>& axes) {
   std::vector<float> roi(2 * rank, 0.0f);
   for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0f;
   if (p.coord == Coord::kTfCropAndResize) {
-    if (!info.has_input(1) ||
-        sdk::element_count(info.in_shapes[1]) != static_cast<int64_t>(2 * rank))
-      fail_invalid(info,
-                   "tf_crop_and_resize needs roi with " + std::to_string(2 * rank) + " values");
+    const size_t n = axes.size();
+    if (!info.has_input(1) || sdk::element_count(info.in_shapes[1]) != static_cast<int64_t>(2 * n))
+      fail_invalid(info, "tf_crop_and_resize needs roi with " + std::to_string(2 * n) + " values");
     if (info.in_dtypes[1] != BP_DTYPE_FLOAT32) fail_unsupported(info, "roi must be float32");
     if (info.constant(1) == nullptr) fail_unsupported(info, "roi must be a constant");
-    std::memcpy(roi.data(), info.constant(1), 2 * rank * sizeof(float));
+    std::vector<float> given(2 * n);
+    std::memcpy(given.data(), info.constant(1), 2 * n * sizeof(float));
+    for (size_t k = 0; k < n; ++k) {
+      roi[axes[k]] = given[k];
+      roi[rank + axes[k]] = given[n + k];
+    }
   }
   return roi;
 }
@@ -347,8 +453,9 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
   const Dims& y = info.out_shapes[0];
   const size_t rank = x.size();
   ResizeParams p = resize_params(info);
-  const std::vector<float> scales = resize_scales(info, p);
-  const std::vector<float> roi = resize_roi(info, p, rank);
+  const std::vector<size_t> resized = resize_axes(info, rank);
+  const std::vector<float> scales = resize_scales(info, p, resized);
+  const std::vector<float> roi = resize_roi(info, p, rank, resized);
 
   std::vector<AxisTaps> axes;
   int64_t stride = 1;
@@ -371,9 +478,10 @@ std::unique_ptr<Kernel> make_resize(const NodeInfo& info) {
 }  // namespace
 
 // roi and scales plan the interpolation: data inputs (kernel.hpp). Resize-10
-// has scales at 1, Resize-11+ roi at 1 and scales at 2 ('sizes' only gives the
-// output shape, which the factory already has).
-void register_resize(KernelRegistry& registry) { registry.add("Resize", make_resize, {1, 2}); }
+// has scales at 1, Resize-11+ roi at 1 and scales at 2; 'sizes' (3) gives the
+// output shape, which the factory already has, and with Resize-18's
+// keep_aspect_ratio_policy the one scale of every axis.
+void register_resize(KernelRegistry& registry) { registry.add("Resize", make_resize, {1, 2, 3}); }
 
 }  // namespace nn
 }  // namespace backplane::cpuref

@@ -14,6 +14,7 @@
 // Where the output shape alone determines the result (Reshape, Expand,
 // ConstantOfShape, Tile), the data only checks that shape.
 #include "kernel.hpp"
+#include "kernel_numeric.hpp"
 #include "kernel_util.hpp"
 
 #include <algorithm>
@@ -946,13 +947,17 @@ std::unique_ptr<Kernel> make_range(const NodeInfo& info) {
   switch (info.in_dtypes[0]) {
     case BP_DTYPE_FLOAT32:
       return std::make_unique<RangeKernel<float>>(n, start, delta);
+    case BP_DTYPE_FLOAT64:
+      return std::make_unique<RangeKernel<double>>(n, start, delta);
+    case BP_DTYPE_INT16:
+      return std::make_unique<RangeKernel<int16_t>>(n, start, delta);
     case BP_DTYPE_INT32:
       return std::make_unique<RangeKernel<int32_t>>(n, start, delta);
     case BP_DTYPE_INT64:
       return std::make_unique<RangeKernel<int64_t>>(n, start, delta);
     default:
       throw sdk::unsupported(info.describe() + ": dtype " + sdk::dtype_name(info.in_dtypes[0]) +
-                             " is not supported (float32, int32, int64)");
+                             " is not supported (float32, float64, int16, int32, int64)");
   }
 }
 
@@ -1017,32 +1022,27 @@ std::unique_ptr<Kernel> make_trilu(const NodeInfo& info) {
 // Reductions
 // ---------------------------------------------------------------------------
 
+// Accumulators: double for every float type, int64 for signed and uint64 for
+// unsigned integers.
 template <class T>
 struct AccOf {
-  using type = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-};
-template <>
-struct AccOf<f16> {
-  using type = double;
+  using type = std::conditional_t<
+      std::is_floating_point_v<math_t<T>>, double,
+      std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, uint64_t, int64_t>>;
 };
 template <class T>
 using acc_t = typename AccOf<T>::type;
 
 template <class T>
 inline acc_t<T> to_acc(T v) {
-  return static_cast<acc_t<T>>(v);
+  return static_cast<acc_t<T>>(load(v));
 }
-inline double to_acc(f16 v) { return half_to_float(v.bits); }
 template <class T>
 inline T from_acc(acc_t<T> v) {
-  return static_cast<T>(v);
-}
-template <>
-inline f16 from_acc<f16>(double v) {
-  return f16{float_to_half(static_cast<float>(v))};
+  return store<T>(v);
 }
 
-enum class Reduce { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum };
+enum class Reduce { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum, kLogSumExp };
 
 template <Reduce R, class A>
 constexpr A reduce_init() {
@@ -1062,8 +1062,14 @@ inline A reduce_step(A acc, A x) {
   else if constexpr (R == Reduce::kMin) return (x < acc || x != x) ? x : acc;
   else if constexpr (R == Reduce::kProd) return acc * x;
   else if constexpr (R == Reduce::kSumSquare || R == Reduce::kL2) return acc + x * x;
-  else if constexpr (R == Reduce::kL1) return acc + (x < 0 ? -x : x);
-  else return acc + x;
+  else if constexpr (R == Reduce::kL1) {
+    if constexpr (std::is_unsigned_v<A>) return acc + x;
+    else return acc + (x < 0 ? -x : x);
+  } else if constexpr (R == Reduce::kLogSumExp) {
+    return acc + static_cast<A>(std::exp(static_cast<double>(x)));
+  } else {
+    return acc + x;
+  }
 }
 
 template <Reduce R, class A>
@@ -1073,7 +1079,7 @@ inline A reduce_finish(A acc, int64_t count) {
     else return count == 0 ? 0 : acc / count;
   } else if constexpr (R == Reduce::kL2) {
     return static_cast<A>(std::sqrt(static_cast<double>(acc)));
-  } else if constexpr (R == Reduce::kLogSum) {
+  } else if constexpr (R == Reduce::kLogSum || R == Reduce::kLogSumExp) {
     return static_cast<A>(std::log(static_cast<double>(acc)));
   } else {
     return acc;
@@ -1226,11 +1232,12 @@ std::unique_ptr<Kernel> make_reduce(const NodeInfo& info) {
   }
   check_output_shape(info, expect);
   ReducePlan plan = make_reduce_plan(in, reduced, info);
-  return dispatch<float, f16, int32_t, int64_t, int8_t, uint8_t>(
-      info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
-        using T = decltype(tag);
-        return std::make_unique<ReduceKernel<T, R>>(plan);
-      });
+  return dispatch<float, f16, double, bf16, int32_t, int64_t, int8_t, int16_t, uint8_t, uint16_t,
+                  uint32_t, uint64_t>(info.in_dtypes[0], info, "input",
+                                      [&](auto tag) -> std::unique_ptr<Kernel> {
+                                        using T = decltype(tag);
+                                        return std::make_unique<ReduceKernel<T, R>>(plan);
+                                      });
 }
 
 // ArgMax / ArgMin: int64 index of the extreme along one axis.
@@ -1287,7 +1294,8 @@ std::unique_ptr<Kernel> make_arg(const NodeInfo& info) {
     else if (keepdims) expect.push_back(1);
   }
   check_output_shape(info, expect);
-  return dispatch<float, f16, int32_t, int64_t, int8_t, uint8_t>(
+  return dispatch<float, f16, double, bf16, int32_t, int64_t, int8_t, int16_t, uint8_t, uint16_t,
+                  uint32_t, uint64_t>(
       info.in_dtypes[0], info, "input", [&](auto tag) -> std::unique_ptr<Kernel> {
         return std::make_unique<ArgKernel<decltype(tag), kMax>>(outer, in[axis], inner, last);
       });
@@ -1324,6 +1332,7 @@ void register_tensor_kernels(KernelRegistry& registry) {
   registry.add("ReduceL1", make_reduce<Reduce::kL1>, {1});
   registry.add("ReduceL2", make_reduce<Reduce::kL2>, {1});
   registry.add("ReduceLogSum", make_reduce<Reduce::kLogSum>, {1});
+  registry.add("ReduceLogSumExp", make_reduce<Reduce::kLogSumExp>, {1});
   registry.add("ArgMax", make_arg<true>);
   registry.add("ArgMin", make_arg<false>);
 }

@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.2)
+ * Versioning (API version MAJOR.MINOR, currently 1.3)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -58,7 +58,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 2u
+#define BP_API_VERSION_MINOR 3u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -145,7 +145,15 @@ typedef enum bp_dtype {
   BP_DTYPE_INT32 = 6,
   BP_DTYPE_INT64 = 7,
   BP_DTYPE_BOOL = 9, /* one byte per element, 0 or 1 */
-  BP_DTYPE_FLOAT16 = 10
+  BP_DTYPE_FLOAT16 = 10,
+  /* Since API 1.3. A backend built against an earlier header never claims a
+   * node with these (its support check does not know them). */
+  BP_DTYPE_UINT16 = 4,
+  BP_DTYPE_INT16 = 5,
+  BP_DTYPE_FLOAT64 = 11,
+  BP_DTYPE_UINT32 = 12,
+  BP_DTYPE_UINT64 = 13,
+  BP_DTYPE_BFLOAT16 = 16 /* the upper 16 bits of a float32 */
 } bp_dtype_t;
 
 /* Attribute kinds. Values equal ONNX AttributeProto.AttributeType. */
@@ -349,6 +357,77 @@ typedef struct bp_execute_args {
   bp_output_sink_t* sink;
 } bp_execute_args_t;
 
+/* ----------------------------------------------------------------------- */
+/* Backend-defined operators (since 1.3)                                    */
+/* ----------------------------------------------------------------------- */
+/* A backend may define operators of a domain of its own (e.g. "com.example"
+ * Swish2), which ONNX and the runtime do not know: it describes each with a
+ * bp_op_schema_t (get_op_schemas). The runtime then infers their output types
+ * through the schema's callback, and places a node of such an operator only
+ * on a backend that defined it (and claims it in query_support). A backend
+ * cannot redefine an operator of the default ONNX domain, nor one the runtime
+ * already knows. */
+
+/* Host-owned receiver of an inference callback's results. */
+typedef struct bp_infer_result bp_infer_result_t;
+
+/* Bound for max_inputs / max_outputs: any number. */
+#define BP_OP_UNBOUNDED UINT32_MAX
+
+/* One attribute an operator accepts. A node with an attribute the schema
+ * does not list, or of another type, or without a required one, is rejected
+ * before the callback runs. */
+typedef struct bp_op_attr {
+  size_t struct_size;
+  const char* name;
+  bp_attr_type_t type;
+  bool required;
+} bp_op_attr_t;
+
+/* What an inference callback is given. Everything is owned by the host and
+ * valid for the duration of the call. */
+typedef struct bp_infer_args {
+  size_t struct_size;
+  /* The node: name, op_type, domain, opset, attributes. Its inputs[i] and
+   * outputs[i] are i, or -1 for an omitted optional one (there is no view
+   * to index: use the arrays below). */
+  const bp_node_t* node;
+  size_t num_inputs;
+  const bp_dtype_t* input_dtypes; /* BP_DTYPE_UNDEFINED for an omitted input */
+  const bp_shape_t* input_shapes; /* concrete: every dim >= 0 */
+  /* The bytes of input i when it is a constant (row-major, of its dtype and
+   * shape), else NULL: e.g. a target shape given as an input. */
+  const void* const* input_constants;
+  size_t num_outputs;
+  bp_infer_result_t* result; /* for host->infer_set_output */
+} bp_infer_args_t;
+
+/* Infers the dtype and shape of every present output of a node from its
+ * inputs' and attributes (host->infer_set_output for each). Returns NULL, or
+ * a status whose message says what is wrong with the node (the host adds the
+ * node's name). May be called from any thread, concurrently, at any time
+ * while the backend instance lives (the host does not serialise it): keep it
+ * a pure function of its arguments. */
+typedef bp_status_t* (*bp_op_infer_fn)(void* user_data, const bp_infer_args_t* args);
+
+/* One operator a backend defines. Owned by the backend; every pointer in it
+ * lives as long as the backend instance. */
+typedef struct bp_op_schema {
+  size_t struct_size;
+  const char* domain;    /* the backend's own: not "" nor "ai.onnx" */
+  const char* name;      /* op_type */
+  int32_t since_version; /* >= 1: the first opset of `domain` it exists in */
+  uint32_t min_inputs;   /* inputs [0, min_inputs) are required */
+  uint32_t max_inputs;   /* >= min_inputs, or BP_OP_UNBOUNDED */
+  uint32_t min_outputs;
+  uint32_t max_outputs; /* >= min_outputs, or BP_OP_UNBOUNDED */
+  size_t num_attributes;
+  const bp_op_attr_t* attributes;
+  bp_op_infer_fn infer; /* required */
+  void* user_data;      /* passed to infer as is */
+  const char* doc;      /* one line for `backplane ops`; may be NULL */
+} bp_op_schema_t;
+
 /* ======================================================================= */
 /* Host table: runtime -> backend                                           */
 /* ======================================================================= */
@@ -407,11 +486,21 @@ typedef struct bp_host_api {
    * Once per output per call; an output with a known shape needs no call. */
   bp_status_t* (*output_allocate)(bp_output_sink_t* sink, size_t output_index, size_t rank,
                                   const int64_t* dims, void** out_data);
+
+  /* ---- since 1.3 (check api_minor or struct_size before calling) ------- */
+
+  /* From an operator's inference callback (bp_op_schema_t.infer): output
+   * `output_index` of the node has element type `dtype` and shape `dims`
+   * (rank entries, all >= 0; copied). Once per present output; an output the
+   * callback leaves unset is an error naming it. */
+  bp_status_t* (*infer_set_output)(bp_infer_result_t* result, size_t output_index, bp_dtype_t dtype,
+                                   size_t rank, const int64_t* dims);
 } bp_host_api_t;
 
 /* The struct_size of a bp_host_api_t as of each released API. */
 #define BP_HOST_API_SIZE_1_0 BP_STRUCT_SIZE(bp_host_api_t, free)
 #define BP_HOST_API_SIZE_1_2 BP_STRUCT_SIZE(bp_host_api_t, output_allocate)
+#define BP_HOST_API_SIZE_1_3 BP_STRUCT_SIZE(bp_host_api_t, infer_set_output)
 
 /* ======================================================================= */
 /* Backend table: backend -> runtime                                        */
@@ -531,6 +620,16 @@ typedef struct bp_backend_api {
    * Threading as for execute. */
   bp_status_t* (*execute_shaped)(bp_exec_context_t* context, const bp_execute_args_t* args);
 
+  /* ---- since 1.3 ------------------------------------------------------ */
+
+  /* The operators this backend defines (bp_op_schema_t), asked once, right
+   * after create. *out_schemas (*out_count entries; NULL when 0) is owned by
+   * the backend and lives as long as the instance. A schema the runtime
+   * cannot accept (a default-domain or already known operator, a malformed
+   * entry) makes the backend fail to load, with the reason. */
+  bp_status_t* (*get_op_schemas)(bp_backend_t* backend, size_t* out_count,
+                                 const bp_op_schema_t** out_schemas);
+
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;
 
@@ -538,6 +637,7 @@ typedef struct bp_backend_api {
 #define BP_BACKEND_API_SIZE_1_0 BP_STRUCT_SIZE(bp_backend_api_t, execute_node)
 #define BP_BACKEND_API_SIZE_1_1 BP_STRUCT_SIZE(bp_backend_api_t, compile_all)
 #define BP_BACKEND_API_SIZE_1_2 BP_STRUCT_SIZE(bp_backend_api_t, execute_shaped)
+#define BP_BACKEND_API_SIZE_1_3 BP_STRUCT_SIZE(bp_backend_api_t, get_op_schemas)
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

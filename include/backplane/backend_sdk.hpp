@@ -18,6 +18,17 @@
 // (GetVersion and the table's api_major/api_minor/struct_size), the optional
 // score (GetBackendScore) and the vendor of get_info.
 //
+// A backend that defines operators of a domain of its own (API 1.3) returns
+// them from Backend::define_ops(), a few lines each:
+//
+//   std::vector<sdk::OpDef> define_ops() override {
+//     return {sdk::OpDef("com.example", "Swish2")
+//                 .attr("beta", BP_ATTR_FLOAT)
+//                 .infer(sdk::infer_same_as_input0)};
+//   }
+//
+// and claims their nodes in query_support like any other.
+//
 // Every slot of the table is a noexcept trampoline: a C++ exception thrown by
 // your code becomes a status object (sdk::Error keeps its code; anything else is
 // BP_STATUS_INTERNAL with what()), so nothing ever unwinds into the runtime.
@@ -81,7 +92,7 @@ struct BackendIdentity {
   uint32_t (*score)() = nullptr;  // GetBackendScore: 0 = cannot run on this machine;
                                   // nullptr = 1, what the runtime assumes without one
   uint32_t api_major = BP_API_VERSION_MAJOR;  // GetVersion: the API built against
-  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 2 with this header)
+  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 3 with this header)
 };
 
 // ---------------------------------------------------------------------------
@@ -104,7 +115,15 @@ constexpr size_t dtype_size(bp_dtype_t dtype) {
     case BP_DTYPE_BOOL:
       return 1;
     case BP_DTYPE_FLOAT16:
+    case BP_DTYPE_UINT16:
+    case BP_DTYPE_INT16:
+    case BP_DTYPE_BFLOAT16:
       return 2;
+    case BP_DTYPE_UINT32:
+      return 4;
+    case BP_DTYPE_FLOAT64:
+    case BP_DTYPE_UINT64:
+      return 8;
     case BP_DTYPE_UNDEFINED:
       return 0;
   }
@@ -128,6 +147,18 @@ constexpr const char* dtype_name(bp_dtype_t dtype) {
       return "bool";
     case BP_DTYPE_FLOAT16:
       return "float16";
+    case BP_DTYPE_UINT16:
+      return "uint16";
+    case BP_DTYPE_INT16:
+      return "int16";
+    case BP_DTYPE_FLOAT64:
+      return "float64";
+    case BP_DTYPE_UINT32:
+      return "uint32";
+    case BP_DTYPE_UINT64:
+      return "uint64";
+    case BP_DTYPE_BFLOAT16:
+      return "bfloat16";
     case BP_DTYPE_UNDEFINED:
       return "undefined";
   }
@@ -306,9 +337,13 @@ class Host {
 
 class NodeRef {
  public:
-  NodeRef(const bp_graph_view_t* view, size_t index) : view_(view), index_(index) {}
+  NodeRef(const bp_graph_view_t* view, size_t index)
+      : view_(view), node_(&view->nodes[index]), index_(index) {}
+  // A node outside any view (an inference callback's, API 1.3): input() and
+  // output() have nothing to index and must not be called.
+  explicit NodeRef(const bp_node_t& node) : view_(nullptr), node_(&node), index_(0) {}
 
-  const bp_node_t& raw() const { return view_->nodes[index_]; }
+  const bp_node_t& raw() const { return *node_; }
   size_t index() const { return index_; }
   std::string_view op_type() const { return raw().op_type; }
   std::string_view name() const { return raw().name; }
@@ -367,6 +402,7 @@ class NodeRef {
                     "): attribute '" + a.name + "' has the wrong type");
   }
   const bp_graph_view_t* view_;
+  const bp_node_t* node_;
   size_t index_;
 };
 
@@ -573,6 +609,136 @@ inline bool shape_polymorphic(const bp_compile_options_t& options) {
          options.shape_polymorphic;
 }
 
+// ---------------------------------------------------------------------------
+// Operators of your own (API 1.3)
+// ---------------------------------------------------------------------------
+
+// What an operator's inference sees (bp_infer_args_t): the node (its
+// attributes through node()), its inputs' dtypes, shapes and, for constants,
+// bytes. Set every present output with set_output; throw sdk::invalid(...)
+// (or any Error) to reject the node, saying why (the host adds its name).
+class InferContext {
+ public:
+  InferContext(const bp_host_api_t* host, const bp_infer_args_t& args) : host_(host), args_(args) {}
+  NodeRef node() const { return NodeRef(*args_.node); }
+  size_t num_inputs() const { return args_.num_inputs; }
+  bool has_input(size_t i) const {
+    return i < args_.num_inputs && args_.input_dtypes[i] != BP_DTYPE_UNDEFINED;
+  }
+  bp_dtype_t dtype(size_t i) const { return check_input(i), args_.input_dtypes[i]; }
+  std::vector<int64_t> shape(size_t i) const {
+    check_input(i);
+    const bp_shape_t& s = args_.input_shapes[i];
+    return s.rank == 0 ? std::vector<int64_t>{} : std::vector<int64_t>(s.dims, s.dims + s.rank);
+  }
+  // The bytes of input i when it is a constant, else nullptr.
+  const void* constant(size_t i) const {
+    return check_input(i), args_.input_constants != nullptr ? args_.input_constants[i] : nullptr;
+  }
+  size_t num_outputs() const { return args_.num_outputs; }
+  bool has_output(size_t i) const {
+    return i < args_.num_outputs && args_.node->outputs != nullptr && args_.node->outputs[i] >= 0;
+  }
+  void set_output(size_t i, bp_dtype_t dtype, const std::vector<int64_t>& shape) const {
+    Host(host_).throw_if_error(
+        host_->infer_set_output(args_.result, i, dtype, shape.size(), shape.data()));
+  }
+  const bp_infer_args_t& raw() const { return args_; }
+
+ private:
+  void check_input(size_t i) const {
+    if (!has_input(i))
+      throw invalid("input " + std::to_string(i) + " of " + std::string(node().op_type()) +
+                    " is missing");
+  }
+  const bp_host_api_t* host_;
+  const bp_infer_args_t& args_;
+};
+
+// The inference of most elementwise operators: output 0 has input 0's dtype
+// and shape.
+inline void infer_same_as_input0(InferContext& c) { c.set_output(0, c.dtype(0), c.shape(0)); }
+
+// One operator a backend defines: declare it with the setters, return it from
+// Backend::define_ops(). Defaults: since_version 1, one input, one output,
+// no attributes.
+class OpDef {
+ public:
+  using InferFn = void (*)(InferContext&);
+  OpDef(std::string domain, std::string name, int32_t since_version = 1)
+      : domain_(std::move(domain)), name_(std::move(name)), since_(since_version) {}
+  // Inputs [0, min) are required, up to max (BP_OP_UNBOUNDED: any number).
+  OpDef& inputs(uint32_t min, uint32_t max) {
+    min_in_ = min;
+    max_in_ = max;
+    return *this;
+  }
+  OpDef& outputs(uint32_t min, uint32_t max) {
+    min_out_ = min;
+    max_out_ = max;
+    return *this;
+  }
+  OpDef& attr(std::string name, bp_attr_type_t type, bool required = false) {
+    attrs_.push_back(Attr{std::move(name), type, required});
+    return *this;
+  }
+  OpDef& doc(std::string text) {
+    doc_ = std::move(text);
+    return *this;
+  }
+  // Required. A plain function (it must be thread-safe and keep no state:
+  // the host calls it from any thread, see bp_op_infer_fn).
+  OpDef& infer(InferFn fn) {
+    infer_ = fn;
+    return *this;
+  }
+
+  // The ABI form; points into this object (which must not move any more).
+  bp_op_schema_t schema(const bp_host_api_t* host) {
+    host_ = host;
+    abi_attrs_.clear();
+    for (const Attr& a : attrs_) {
+      bp_op_attr_t x{};
+      x.struct_size = BP_STRUCT_SIZE(bp_op_attr_t, required);
+      x.name = a.name.c_str();
+      x.type = a.type;
+      x.required = a.required;
+      abi_attrs_.push_back(x);
+    }
+    bp_op_schema_t s{};
+    s.struct_size = BP_STRUCT_SIZE(bp_op_schema_t, doc);
+    s.domain = domain_.c_str();
+    s.name = name_.c_str();
+    s.since_version = since_;
+    s.min_inputs = min_in_;
+    s.max_inputs = max_in_;
+    s.min_outputs = min_out_;
+    s.max_outputs = max_out_;
+    s.num_attributes = abi_attrs_.size();
+    s.attributes = abi_attrs_.empty() ? nullptr : abi_attrs_.data();
+    s.infer = infer_ != nullptr ? &OpDef::infer_trampoline : nullptr;
+    s.user_data = this;
+    s.doc = doc_.c_str();
+    return s;
+  }
+
+ private:
+  struct Attr {
+    std::string name;
+    bp_attr_type_t type;
+    bool required;
+  };
+  static bp_status_t* infer_trampoline(void* user_data, const bp_infer_args_t* args) noexcept;
+
+  std::string domain_, name_, doc_;
+  int32_t since_;
+  uint32_t min_in_ = 1, max_in_ = 1, min_out_ = 1, max_out_ = 1;
+  std::vector<Attr> attrs_;
+  std::vector<bp_op_attr_t> abi_attrs_;
+  InferFn infer_ = nullptr;
+  const bp_host_api_t* host_ = nullptr;
+};
+
 class CompiledPartition {
  public:
   virtual ~CompiledPartition() = default;
@@ -649,11 +815,46 @@ class Backend {
                             const bp_tensor_t*, size_t, const bp_tensor_t*) {
     throw unimplemented("execute_node");
   }
+  // API 1.3: the operators of your own domain this backend defines (asked
+  // once, right after create). None by default.
+  virtual std::vector<OpDef> define_ops() { return {}; }
+
+  // The schemas of define_ops(), built on first call and kept for the life
+  // of this object (the ABI's get_op_schemas).
+  const std::vector<bp_op_schema_t>& op_schemas() {
+    if (!ops_defined_) {
+      ops_ = define_ops();
+      for (OpDef& op : ops_) schemas_.push_back(op.schema(host_.api()));
+      ops_defined_ = true;
+    }
+    return schemas_;
+  }
 
  private:
   Host host_;
   uint32_t num_threads_ = 0;
+  bool ops_defined_ = false;
+  std::vector<OpDef> ops_;  // never resized once defined: schemas_ point into it
+  std::vector<bp_op_schema_t> schemas_;
 };
+
+inline bp_status_t* OpDef::infer_trampoline(void* user_data, const bp_infer_args_t* args) noexcept {
+  const OpDef* op = static_cast<const OpDef*>(user_data);
+  const bp_host_api_t* host = op->host_;
+  try {
+    InferContext c(host, *args);
+    op->infer_(c);
+    return nullptr;
+  } catch (const Error& e) {
+    return host->status_create(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return host->status_create(BP_STATUS_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return host->status_create(BP_STATUS_INTERNAL, e.what());
+  } catch (...) {
+    return host->status_create(BP_STATUS_INTERNAL, "unknown C++ exception in infer");
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Trampolines
@@ -684,7 +885,8 @@ constexpr BackendIdentity version_of() {
 constexpr size_t table_size(uint32_t minor) {
   return minor == 0   ? BP_BACKEND_API_SIZE_1_0
          : minor == 1 ? BP_BACKEND_API_SIZE_1_1
-                      : BP_BACKEND_API_SIZE_1_2;
+         : minor == 2 ? BP_BACKEND_API_SIZE_1_2
+                      : BP_BACKEND_API_SIZE_1_3;
 }
 
 constexpr bool valid_version(const BackendIdentity& id) {
@@ -905,6 +1107,17 @@ struct Table {
     Backend* b = as_backend(backend);
     return guard(b->host().api(), [&] { b->memory_release(); });
   }
+  static bp_status_t* get_op_schemas(bp_backend_t* backend, size_t* out_count,
+                                     const bp_op_schema_t** out_schemas) noexcept {
+    Backend* b = as_backend(backend);
+    *out_count = 0;
+    *out_schemas = nullptr;
+    return guard(b->host().api(), [&] {
+      const std::vector<bp_op_schema_t>& schemas = b->op_schemas();
+      *out_count = schemas.size();
+      *out_schemas = schemas.empty() ? nullptr : schemas.data();
+    });
+  }
   static bp_status_t* execute_node(bp_backend_t* backend, const bp_graph_view_t* view, size_t node,
                                    size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                                    const bp_tensor_t* outputs) noexcept {
@@ -956,6 +1169,7 @@ const bp_backend_api_t* backend_table() {
     t.execute_node = &T::execute_node;
     if (version.api_minor >= 1) t.compile_all = &T::compile_all;        // since 1.1
     if (version.api_minor >= 2) t.execute_shaped = &T::execute_shaped;  // since 1.2
+    if (version.api_minor >= 3) t.get_op_schemas = &T::get_op_schemas;  // since 1.3
     return t;
   }();
   return &table;

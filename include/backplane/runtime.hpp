@@ -86,6 +86,12 @@ struct ModelOptions : PlacementOptions {
   // How many specialisations (a plan compiled for one set of input shapes)
   // the model keeps, least recently used dropped first; at least 1.
   size_t max_specializations = 16;
+  // A Loop (control flow) that runs more iterations than this, or whose scan
+  // outputs grow past this many bytes, stops the run with an error naming
+  // it: an absurd trip count, or a condition that never turns false, must
+  // not hang a run or exhaust memory.
+  int64_t max_loop_iterations = int64_t{1} << 17;
+  int64_t max_loop_bytes = int64_t{1} << 31;
 };
 
 // How a model's specialisations were used (Model::specialization_stats).
@@ -97,6 +103,11 @@ struct SpecializationStats {
   size_t cached = 0;       // held now
   size_t capacity = 0;     // ModelOptions::max_specializations
   size_t polymorphic_partitions = 0;  // compiled once for every shape (API 1.2), held now
+  // Wall-clock milliseconds spent building specialisations on the host
+  // (shape inference, planning, compiling what is not shape-polymorphic,
+  // memory planning), failed builds included. A backend's own per-shape
+  // work at the first run of a shape-polymorphic partition is not in it.
+  double build_ms = 0;
 };
 
 // Ahead-of-time compilation (backplane compile).
@@ -149,6 +160,45 @@ struct TensorInfo {
   // empty or of the same rank as shape. Dims with one name take one size
   // in a run.
   std::vector<std::string> dim_names;
+  // What the input or output holds: a tensor, or (models with control flow)
+  // an ONNX sequence of tensors of `dtype`, or an optional of either (pass
+  // and read those with Session::set_input_value / get_output_value).
+  enum class Kind { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+  Kind kind = Kind::kTensor;
+};
+// An input or output that need not be a tensor: ONNX sequences (a list of
+// tensors of one dtype) and optionals (a tensor or a sequence, or nothing),
+// which models with control flow take and return.
+struct AnyValue {
+  enum class Kind {
+    kTensor,    // `tensor`
+    kSequence,  // `sequence`, whose tensors have dtype `dtype`
+    kNone,      // an optional with no element (of dtype `dtype`)
+  };
+  Kind kind = Kind::kTensor;
+  Tensor tensor;
+  std::vector<Tensor> sequence;
+  DType dtype = DType::kUndefined;  // the element dtype of a sequence or an empty optional
+
+  static AnyValue of(Tensor t) {
+    AnyValue v;
+    v.dtype = t.dtype();
+    v.tensor = std::move(t);
+    return v;
+  }
+  static AnyValue of_sequence(std::vector<Tensor> items, DType dtype) {
+    AnyValue v;
+    v.kind = Kind::kSequence;
+    v.sequence = std::move(items);
+    v.dtype = dtype;
+    return v;
+  }
+  static AnyValue none(DType dtype) {
+    AnyValue v;
+    v.kind = Kind::kNone;
+    v.dtype = dtype;
+    return v;
+  }
 };
 
 struct BackendDescription {
@@ -219,6 +269,12 @@ class Model {
   // a model with fixed input shapes has them all.
   virtual const std::vector<TensorInfo>& outputs() const = 0;
   virtual const std::vector<PartitionDescription>& partitions() const = 0;
+  // True for a model with control flow, sequences, optionals or ops whose
+  // output shape depends on data: it runs in stages, each planned and
+  // compiled when the values before it are known (docs/architecture.md,
+  // "Staged execution"). partitions() and copies() are then empty and
+  // describe_plan() lists the stages; it cannot be compiled ahead of time.
+  virtual bool runs_in_stages() const { return false; }
   // Distinct backends used, in order of first use.
   virtual std::vector<std::string> backends_used() const = 0;
   virtual const std::vector<CopyDescription>& copies() const = 0;
@@ -265,6 +321,20 @@ class Session {
   virtual Result<Tensor> get_output(const std::string& name) const = 0;
   virtual const Tensor& output(size_t index) const = 0;
   virtual size_t num_outputs() const = 0;
+
+  // Inputs and outputs of any kind (TensorInfo::kind): a sequence, an
+  // optional (AnyValue::kNone when empty; an optional holding a value is
+  // given and returned as the value), or a tensor. A model without sequence
+  // or optional inputs takes tensors only.
+  virtual Status set_input_value(const std::string& name, const AnyValue& value) {
+    if (value.kind != AnyValue::Kind::kTensor)
+      return unsupported("input '" + name + "': this model takes tensors only");
+    return set_input(name, value.tensor);
+  }
+  virtual Result<AnyValue> get_output_value(const std::string& name) const {
+    BP_ASSIGN_OR_RETURN(Tensor t, get_output(name));
+    return AnyValue::of(std::move(t));
+  }
 };
 
 class Runtime {

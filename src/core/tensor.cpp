@@ -23,6 +23,15 @@ size_t dtype_size(DType dtype) {
       return 1;
     case DType::kFloat16:
       return 2;
+    case DType::kUInt16:
+    case DType::kInt16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kUInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kUInt64:
+      return 8;
     case DType::kUndefined:
       return 0;
   }
@@ -45,6 +54,18 @@ const char* dtype_name(DType dtype) {
       return "bool";
     case DType::kFloat16:
       return "float16";
+    case DType::kUInt16:
+      return "uint16";
+    case DType::kInt16:
+      return "int16";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kUInt32:
+      return "uint32";
+    case DType::kUInt64:
+      return "uint64";
+    case DType::kBFloat16:
+      return "bfloat16";
     case DType::kUndefined:
       return "undefined";
   }
@@ -53,7 +74,8 @@ const char* dtype_name(DType dtype) {
 
 bool dtype_from_name(const std::string& name, DType* out) {
   for (DType d : {DType::kFloat32, DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64,
-                  DType::kBool, DType::kFloat16}) {
+                  DType::kBool, DType::kFloat16, DType::kUInt16, DType::kInt16, DType::kFloat64,
+                  DType::kUInt32, DType::kUInt64, DType::kBFloat16}) {
     if (name == dtype_name(d)) {
       *out = d;
       return true;

@@ -21,6 +21,12 @@ const char* attr_type_name(AttrType type) {
       return "INTS";
     case AttrType::kStrings:
       return "STRINGS";
+    case AttrType::kGraph:
+      return "GRAPH";
+    case AttrType::kGraphs:
+      return "GRAPHS";
+    case AttrType::kTypeProto:
+      return "TYPE_PROTO";
     case AttrType::kUndefined:
       break;
   }
@@ -54,6 +60,20 @@ Result<int64_t> Node::attr_int(const std::string& name, int64_t fallback) const 
   if (a == nullptr) return fallback;
   if (a->type != AttrType::kInt) return wrong_type(*this, *a, AttrType::kInt);
   return a->i;
+}
+
+const char* value_kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kTensor:
+      return "tensor";
+    case ValueKind::kSequence:
+      return "sequence";
+    case ValueKind::kOptionalTensor:
+      return "optional tensor";
+    case ValueKind::kOptionalSequence:
+      return "optional sequence";
+  }
+  return "?";
 }
 
 Result<float> Node::attr_float(const std::string& name, float fallback) const {

@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace backplane::ir {
+
+class OpRegistry;
+class Graph;
 
 // Values equal ONNX AttributeProto.AttributeType and bp_attr_type_t.
 enum class AttrType : int32_t {
@@ -22,9 +26,14 @@ enum class AttrType : int32_t {
   kInt = 2,
   kString = 3,
   kTensor = 4,
+  kGraph = 5,
   kFloats = 6,
   kInts = 7,
   kStrings = 8,
+  kGraphs = 10,
+  // A type (Optional's `type`): `i` holds the ValueKind, `ints[0]` the
+  // element DType.
+  kTypeProto = 13,
 };
 const char* attr_type_name(AttrType type);
 
@@ -38,11 +47,29 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<std::string> strings;
   Tensor t;
+  // kGraph / kGraphs: control-flow bodies (If's branches, Loop's and Scan's
+  // body). A body reads values of enclosing graphs by name; the node that
+  // owns it lists those values as its implicit inputs (Node::implicit_inputs).
+  std::shared_ptr<Graph> g;
+  std::vector<std::shared_ptr<Graph>> graphs;
 };
 
-// One tensor edge of the graph.
+// What a value holds. Tensors are what backends see; sequences (ONNX
+// sequence(tensor)) and optionals (ONNX optional(tensor | sequence)) are host
+// values: only host ops (OpSchema::host_op) make or read them.
+enum class ValueKind : uint8_t {
+  kTensor,
+  kSequence,          // a list of tensors of one dtype (`dtype`)
+  kOptionalTensor,    // a tensor or nothing
+  kOptionalSequence,  // a sequence or nothing
+};
+const char* value_kind_name(ValueKind kind);
+
+// One edge of the graph (a tensor unless `kind` says otherwise).
 struct Value {
   std::string name;
+  // The element type of a sequence or optional.
+  ValueKind kind = ValueKind::kTensor;
   DType dtype = DType::kUndefined;
   // Dims; -1 = unknown. `has_shape` false means even the rank is unknown.
   Shape shape;
@@ -60,8 +87,13 @@ struct Value {
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;        // "" = default ONNX domain
-  std::vector<int> inputs;   // value ids; -1 = omitted optional input
+  std::string domain;  // "" = default ONNX domain
+  // Value ids; -1 = omitted optional input. The last `implicit_inputs` of them
+  // are not formal inputs of the op: they are the enclosing-scope values its
+  // subgraphs read, listed so that ordering, liveness and partitioning see
+  // every value the node needs.
+  std::vector<int> inputs;
+  size_t implicit_inputs = 0;
   std::vector<int> outputs;  // value ids; -1 = omitted optional output
   std::vector<Attribute> attributes;
 
@@ -85,10 +117,14 @@ class Graph {
   std::string name;
   std::string source;  // the file it came from, for messages
   std::vector<Value> values;
-  std::vector<Node> nodes;                // topological order once topo_sort() succeeded
-  std::vector<int> inputs;                // value ids of graph inputs (never constants)
-  std::vector<int> outputs;               // value ids of graph outputs
-  std::map<std::string, int64_t> opsets;  // domain -> version ("" = ai.onnx)
+  std::vector<Node> nodes;   // topological order once topo_sort() succeeded
+  std::vector<int> inputs;   // value ids of graph inputs (never constants)
+  std::vector<int> outputs;  // value ids of graph outputs
+  // A control-flow body: its last `captured` inputs are not formal inputs of
+  // the body but the enclosing-scope values it reads, by name (the node that
+  // owns the body lists them as implicit inputs).
+  size_t captured = 0;
+  std::map<std::string, int64_t> opsets;              // domain -> version ("" = ai.onnx)
   std::unordered_map<std::string, Tensor> constants;  // constant key -> bytes
 
   int64_t opset(const std::string& domain = "") const;
@@ -121,14 +157,20 @@ Status verify(const Graph& graph);
 // Resolves graph input shapes (from the model, overridden by `input_shapes`),
 // folds constant subgraphs, and infers the dtype and static shape of every
 // value. A dim that stays unknown is an error naming the input and dim.
-Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes = {});
+// Ops are resolved in `registry` (nullptr: OpRegistry::builtin()); each node
+// is checked against its schema's signature before its inference runs.
+// Without a ConstantEvaluator (these overloads) only Shape, Size and Constant
+// fold: the overloads of ir/constant_folding.hpp take one (the pipeline's runs
+// CpuRef's kernels).
+Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes = {},
+                    const OpRegistry* registry = nullptr);
 
 // Folds every node whose inputs are all constants (whatever the input
 // shapes), without needing input shapes: what a model can compute once,
 // before it is specialised to the shapes of a run.
-Status fold_constants(Graph& graph);
+Status fold_constants(Graph& graph, const OpRegistry* registry = nullptr);
 
-// Ops that infer_shapes knows (and so the runtime can accept).
+// Ops the built-in registry knows at some opset (and so the runtime can accept).
 bool is_known_op(const std::string& domain, const std::string& op_type);
 
 }  // namespace backplane::ir

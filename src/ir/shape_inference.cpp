@@ -1,6 +1,9 @@
 // infer_shapes: resolve input shapes, then walk the nodes in topological
 // order inferring each output's dtype and static shape and folding nodes whose
-// inputs are all constants.
+// inputs are all constants (through the caller's ConstantEvaluator, except
+// Shape, Size and Constant, which need no kernel).
+#include "ir/constant_folding.hpp"
+#include "ir/op_registry.hpp"
 #include "ir/shape_inference_internal.hpp"
 
 #include <algorithm>
@@ -38,8 +41,10 @@ Status InferCtx::expect_dtype(size_t i, std::initializer_list<DType> allowed,
   if (std::find(allowed.begin(), allowed.end(), t) != allowed.end()) return ok_status();
   std::string names;
   for (DType d : allowed) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
-  return error("input '" + std::string(param) + "' ('" + name(i) + "') has dtype " + dtype_name(t) +
-               ", expected " + names);
+  // What ONNX allows is the schema's type list (OpSchema::check, an invalid
+  // model); a list here is what the runtime implements: unsupported.
+  return unsupported_error("input '" + std::string(param) + "' ('" + name(i) + "') has dtype " +
+                           dtype_name(t) + ", supported: " + names);
 }
 
 Status InferCtx::expect_same_dtype(size_t a, size_t b) const {
@@ -90,6 +95,9 @@ Result<std::vector<double>> InferCtx::numbers_input(size_t i, const char* param)
       break;
     case DType::kInt32:
       std::copy_n(t->data_as<int32_t>(), n, v.begin());
+      break;
+    case DType::kFloat64:
+      std::copy_n(t->data_as<double>(), n, v.begin());
       break;
     case DType::kFloat16: {
       const uint16_t* h = t->data_as<uint16_t>();
@@ -166,8 +174,6 @@ namespace {
 using detail::InferCtx;
 using detail::OutInfo;
 
-bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
 std::string dim_label(const Value& v, size_t d) {
   if (d < v.dim_params.size() && !v.dim_params[d].empty()) return " ('" + v.dim_params[d] + "')";
   return "";
@@ -232,64 +238,94 @@ Status resolve_inputs(Graph& g, const std::map<std::string, Shape>& given) {
   return ok_status();
 }
 
-// Checks an inferred type against what the model declared (value_info / outputs).
-Status check_declared(const Node& node, const Value& declared, const OutInfo& got) {
-  auto what = [&] { return node.describe() + ": output '" + declared.name + "'"; };
+// What the model declared for a value a node produces (value_info / outputs).
+struct Declared {
+  DType dtype = DType::kUndefined;
+  bool has_shape = false;
+  Shape shape;
+};
+
+// Checks an inferred type against what the model declared for `value`.
+Status check_declared(const Node& node, const Value& value, const Declared& declared,
+                      const OutInfo& got) {
+  auto what = [&] { return node.describe() + ": output '" + value.name + "'"; };
   if (declared.dtype != DType::kUndefined && declared.dtype != got.dtype)
     return invalid_argument(what() + " is declared " + dtype_name(declared.dtype) +
                             " in the model but inferred " + dtype_name(got.dtype));
   if (!declared.has_shape) return ok_status();
   bool ok = declared.shape.size() == got.shape.size();
   for (size_t d = 0; ok && d < got.shape.size(); ++d)
-    ok = declared.shape[d] < 0 || declared.shape[d] == got.shape[d];
+    ok = declared.shape[d] < 0 || got.shape[d] < 0 || declared.shape[d] == got.shape[d];
   if (!ok)
     return invalid_argument(what() + " is declared with shape " + shape_to_string(declared.shape) +
                             " in the model but inferred " + shape_to_string(got.shape));
   return ok_status();
 }
 
-Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
-                  std::vector<bool>& folded) {
-  const Node& node = g.nodes[index];
-  if (!is_known_op(node.domain, node.op_type))
-    return unsupported(node.describe() + ": unsupported operator '" + node.op_type + "' (domain '" +
-                       node.domain + "')");
-  for (int v : node.inputs)
-    if (v >= 0 && (g.values[v].dtype == DType::kUndefined || !g.values[v].has_shape))
-      return internal_error(node.describe() + ": input '" + g.values[v].name + "' has no type");
-  detail::InferFn fn = detail::find_infer_fn(node.op_type);
-  InferCtx c(g, node);
-  BP_RETURN_IF_ERROR(fn(c));
-  for (size_t i = 0; i < node.outputs.size(); ++i) {
-    const int v = node.outputs[i];
-    if (v < 0) continue;
-    const OutInfo& o = c.out[i];
-    if (o.dtype == DType::kUndefined)
-      return invalid_argument(node.describe() + ": has no output " + std::to_string(i) +
-                              " (it has " + std::to_string(node.outputs.size()) + " outputs)");
-    for (int64_t d : o.shape)
-      if (d < 0) return internal_error(node.describe() + ": inferred a negative dim");
-    if (detail::sat_numel(o.shape) > detail::kMaxElements)
-      return invalid_argument(node.describe() + ": output " + std::to_string(i) +
-                              " would have shape " + shape_to_string(o.shape) +
-                              ", too large for any tensor");
-    BP_RETURN_IF_ERROR(check_declared(node, declared[v], o));
-    Value& val = g.values[v];
-    val.dtype = o.dtype;
-    val.shape = o.shape;
-    val.has_shape = true;
-    val.dim_params.assign(o.shape.size(), "");
-  }
+// The opset a node's domain is imported at; a domain the model does not
+// import (custom ops of a backend) matches any version.
+int64_t node_opset(const Graph& g, const Node& node) {
+  const int64_t v = g.opset(node.domain);
+  return v > 0 ? v : INT32_MAX;
+}
 
+// Ops whose result differs from run to run: never folded, even when every
+// input is constant (or when they have none).
+bool nondeterministic(const Node& node) {
+  static const std::set<std::string> ops = {"RandomNormal",  "RandomNormalLike",
+                                            "RandomUniform", "RandomUniformLike",
+                                            "Multinomial",   "Bernoulli"};
+  return node.domain.empty() && ops.count(node.op_type) > 0;
+}
+
+// Whether `node` may be folded once its inputs are constant: not an op the
+// host runs (control flow), not one whose output shape depends on data
+// (inference cannot size its outputs), not a random one, and one that either
+// ir folds itself or an evaluator may compute.
+bool foldable(const OpSchema& schema, const Node& node, const InferOptions& options) {
+  if (schema.is_host_op() || schema.shape_dependence() == ShapeDependence::kData) return false;
+  if (nondeterministic(node)) return false;
+  const bool own = node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size" ||
+                                           node.op_type == "Constant");
+  return own || options.evaluator != nullptr;
+}
+
+// Folds node `c.node`, whose outputs `c.out` are inferred, when it can be:
+// every input constant (a Shape or Size only needs its input's static shape)
+// and its outputs within the size bound. Returns whether it did.
+Result<bool> fold_node(Graph& g, const OpSchema& schema, const InferCtx& c,
+                       const InferOptions& options) {
+  const Node& node = c.node;
+  if (c.out.empty() || !foldable(schema, node, options)) return false;
   bool all_const = true;
   for (int v : node.inputs)
     if (v >= 0 && !g.values[v].is_constant()) all_const = false;
-  // Every shape is static here, so Shape and Size nodes always fold.
-  const bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
-  if (!(all_const || shape_only) || !detail::const_eval_supported(node.op_type)) return ok_status();
-  std::vector<Tensor> outs;
-  BP_ASSIGN_OR_RETURN(bool done, detail::const_eval(c, &outs));
-  if (!done) return ok_status();
+  const bool shape_only =
+      node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size");
+  if (!all_const && !shape_only) return false;
+  int64_t total = 0;
+  for (const OutInfo& o : c.out)
+    total = std::min(total + detail::sat_numel(o.shape), INT64_MAX / 2);
+  if (total > options.max_fold_elements) return false;
+
+  std::vector<Tensor> outs(node.outputs.size());
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (node.outputs[i] >= 0) outs[i] = Tensor(c.out[i].dtype, c.out[i].shape);
+  if (shape_only && node.op_type == "Shape") {
+    int64_t first, last;
+    BP_RETURN_IF_ERROR(detail::shape_range(c, &first, &last));
+    for (int64_t i = first; i < last; ++i) outs[0].data_as<int64_t>()[i - first] = c.shape(0)[i];
+  } else if (shape_only) {
+    outs[0].data_as<int64_t>()[0] = detail::sat_numel(c.shape(0));
+  } else if (node.domain.empty() && node.op_type == "Constant") {
+    BP_ASSIGN_OR_RETURN(Tensor t, detail::constant_attr_value(c));
+    outs[0] = t.clone();
+  } else {
+    std::vector<const Tensor*> ins;
+    for (size_t i = 0; i < c.num_inputs(); ++i) ins.push_back(c.constant(i));
+    BP_ASSIGN_OR_RETURN(bool done, options.evaluator->evaluate(g, node, ins, outs));
+    if (!done) return false;
+  }
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const int v = node.outputs[i];
     if (v < 0) continue;
@@ -300,41 +336,98 @@ Status infer_node(Graph& g, size_t index, const std::vector<Value>& declared,
                             shape_to_string(c.out[i].shape));
     g.make_constant(v, std::move(outs[i]));
   }
-  folded[index] = true;
+  return true;
+}
+
+Status infer_node(Graph& g, const InferOptions& options, size_t index,
+                  const std::vector<Declared>& declared, std::vector<bool>& folded) {
+  const Node& node = g.nodes[index];
+  auto schema = options.registry->lookup(node.domain, node.op_type, node_opset(g, node));
+  if (!schema.ok())
+    return Status(schema.status().code(), node.describe() + ": " + schema.status().message());
+  for (int v : node.inputs)
+    if (v >= 0 && (g.values[v].dtype == DType::kUndefined || !g.values[v].has_shape))
+      return internal_error(node.describe() + ": input '" + g.values[v].name + "' has no type");
+  // A value whose shape depends on data (a -1 dim from a kData node) ends a
+  // stage (session/staged_model.hpp): what reads it is specialised once the
+  // value exists. A walk over a whole graph stops here.
+  for (int v : node.inputs)
+    if (v >= 0 && !g.values[v].shape_is_static())
+      return unsupported(node.describe() + ": input '" + g.values[v].name + "' has shape " +
+                         shape_to_string(g.values[v].shape) +
+                         ", known only at run time (it depends on data); static shape inference "
+                         "cannot go past it");
+  BP_RETURN_IF_ERROR((*schema)->check(g, node));
+  InferCtx c(g, node);
+  BP_RETURN_IF_ERROR((*schema)->infer_fn()(c));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const int v = node.outputs[i];
+    if (v < 0) continue;
+    const OutInfo& o = c.out[i];
+    if (o.dtype == DType::kUndefined)
+      return invalid_argument(node.describe() + ": has no output " + std::to_string(i) +
+                              " (it has " + std::to_string(node.outputs.size()) + " outputs)");
+    const bool data_dependent = (*schema)->shape_dependence() == ShapeDependence::kData;
+    for (int64_t d : o.shape)
+      if (d < 0 && !(d == -1 && data_dependent))
+        return internal_error(node.describe() + ": inferred a negative dim");
+    if (detail::sat_numel(o.shape) > detail::kMaxElements)
+      return invalid_argument(node.describe() + ": output " + std::to_string(i) +
+                              " would have shape " + shape_to_string(o.shape) +
+                              ", too large for any tensor");
+    BP_RETURN_IF_ERROR(check_declared(node, g.values[v], declared[v], o));
+    Value& val = g.values[v];
+    val.dtype = o.dtype;
+    val.shape = o.shape;
+    val.has_shape = true;
+    val.dim_params.assign(o.shape.size(), "");
+  }
+
+  for (int v : node.outputs)  // data-dependent dims: nothing to fold yet
+    if (v >= 0 && !g.values[v].shape_is_static()) return ok_status();
+  BP_ASSIGN_OR_RETURN(bool done, fold_node(g, **schema, c, options));
+  folded[index] = done;
   return ok_status();
 }
 
 void drop_folded(Graph& g, const std::vector<bool>& folded);
 
-Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes) {
+Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
+                  const InferOptions& options) {
+  // Each op's schema says from which opset it is known; above kMaxOpset a
+  // newer ONNX may have changed an op whose schema we would wrongly reuse.
+  // Every op opset 18 changed has its 18 schema (ops_opset18.cpp).
+  constexpr int64_t kMaxOpset = 18;
   auto it = g.opsets.find("");
   if (it == g.opsets.end()) it = g.opsets.find("ai.onnx");
-  if (it != g.opsets.end() && (it->second < 7 || it->second > 17))
+  if (it != g.opsets.end() && (it->second < 1 || it->second > kMaxOpset))
     return Status(StatusCode::kVersionMismatch,
                   "opset " + std::to_string(it->second) +
-                      " of the default ONNX domain is not supported (supported: 7 to 17)");
+                      " of the default ONNX domain is not supported (supported: 1 to " +
+                      std::to_string(kMaxOpset) + ")");
   BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
   BP_RETURN_IF_ERROR(g.topo_sort());
 
   // What the model declared for produced values; inference overwrites it.
-  std::vector<Value> declared(g.values.size());
+  std::vector<Declared> declared(g.values.size());
   for (const Node& node : g.nodes)
     for (int v : node.outputs)
       if (v >= 0 && !g.values[v].is_constant()) {
-        declared[v] = g.values[v];
-        g.values[v].dtype = DType::kUndefined;
-        g.values[v].has_shape = false;
-        g.values[v].shape.clear();
+        Value& value = g.values[v];
+        declared[v] = {value.dtype, value.has_shape, std::move(value.shape)};
+        value.dtype = DType::kUndefined;
+        value.has_shape = false;
+        value.shape.clear();
       }
 
   std::vector<bool> folded(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
+    BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
 
   // Folded nodes are gone: their outputs are constants now.
   drop_folded(g, folded);
   for (int v : g.outputs)
-    if (!g.values[v].shape_is_static())
+    if (!g.values[v].has_shape)
       return internal_error("graph output '" + g.values[v].name + "' has no static shape");
   return ok_status();
 }
@@ -354,14 +447,16 @@ void drop_folded(Graph& g, const std::vector<bool>& folded) {
   g.remove_dead();
 }
 
-Status fold_impl(Graph& g) {
+Status fold_impl(Graph& g, const InferOptions& options) {
   BP_RETURN_IF_ERROR(g.topo_sort());
-  std::vector<Value> declared(g.values.begin(), g.values.end());
+  const std::vector<Value> original(g.values.begin(), g.values.end());
+  std::vector<Declared> declared;
+  for (const Value& v : original) declared.push_back({v.dtype, v.has_shape, v.shape});
   std::vector<bool> folded(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
-    bool all_const =
-        is_known_op(node.domain, node.op_type) && detail::const_eval_supported(node.op_type);
+    const OpSchema* schema = options.registry->find(node.domain, node.op_type, node_opset(g, node));
+    bool all_const = schema != nullptr && foldable(*schema, node, options);
     for (int v : node.inputs)
       if (v >= 0 && !g.values[v].is_constant()) all_const = false;
     if (!all_const) continue;
@@ -372,33 +467,51 @@ Status fold_impl(Graph& g) {
         g.values[v].has_shape = false;
         g.values[v].shape.clear();
       }
-    BP_RETURN_IF_ERROR(infer_node(g, i, declared, folded));
+    BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
     if (!folded[i])  // inference alone: keep what the model declared
       for (int v : node.outputs)
-        if (v >= 0) g.values[v] = declared[v];
+        if (v >= 0) g.values[v] = original[v];
   }
   drop_folded(g, folded);
   return ok_status();
 }
 
+// The options with their defaults filled in.
+InferOptions resolved(InferOptions options) {
+  if (options.registry == nullptr) options.registry = &OpRegistry::builtin();
+  return options;
+}
+
 }  // namespace
 
-Status fold_constants(Graph& graph) {
-  Status s = fold_impl(graph);
+Status fold_constants(Graph& graph, const InferOptions& options) {
+  Status s = fold_impl(graph, resolved(options));
   if (!s.ok() && !graph.source.empty()) s.with_context(graph.source);
   return s;
 }
 
-Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes) {
-  Status s = infer_impl(graph, input_shapes);
+Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                    const InferOptions& options) {
+  Status s = infer_impl(graph, input_shapes, resolved(options));
   if (!s.ok() && !graph.source.empty()) s.with_context(graph.source);
   return s;
+}
+
+Status fold_constants(Graph& graph, const OpRegistry* registry) {
+  InferOptions options;
+  options.registry = registry;
+  return fold_constants(graph, options);
+}
+
+Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                    const OpRegistry* registry) {
+  InferOptions options;
+  options.registry = registry;
+  return infer_shapes(graph, input_shapes, options);
 }
 
 bool is_known_op(const std::string& domain, const std::string& op_type) {
-  // Gelu is standard only from opset 20 and exporters put it in other domains.
-  if (op_type == "Gelu") return true;
-  return is_default_domain(domain) && detail::find_infer_fn(op_type) != nullptr;
+  return OpRegistry::builtin().knows(domain, op_type);
 }
 
 }  // namespace backplane::ir

@@ -1,8 +1,10 @@
-// shape_inference_internal.hpp — pieces shared by shape_inference*.cpp and
-// const_eval.cpp. Not part of any public contract.
+// shape_inference_internal.hpp — pieces shared by shape_inference*.cpp, the
+// ops_*.cpp schema files and the inference callbacks of backend-defined
+// operators. Not part of any public contract.
 #pragma once
 
 #include "ir/graph.hpp"
+#include "ir/op_registry.hpp"
 
 #include <cstdint>
 #include <initializer_list>
@@ -42,14 +44,15 @@ struct OutInfo {
 class InferCtx {
  public:
   InferCtx(Graph& graph, const Node& node)
-      : graph(graph), node(node), opset(graph.opset("")), out(node.outputs.size()) {}
+      : graph(graph), node(node), opset(graph.opset(node.domain)), out(node.outputs.size()) {}
 
   Graph& graph;
   const Node& node;
   int64_t opset;
   std::vector<OutInfo> out;
 
-  size_t num_inputs() const { return node.inputs.size(); }
+  // Formal inputs only (not the implicit ones a control-flow node carries).
+  size_t num_inputs() const { return node.inputs.size() - node.implicit_inputs; }
   bool has(size_t i) const { return node.has_input(i); }
   const Value& in(size_t i) const { return graph.values[node.inputs[i]]; }
   const std::string& name(size_t i) const { return in(i).name; }
@@ -86,8 +89,22 @@ class InferCtx {
 
 using InferFn = Status (*)(InferCtx&);
 
-// The inference function of an op of the default domain, nullptr if unknown.
-InferFn find_infer_fn(const std::string& op_type);
+// Short names for schema type lists: .type("T", {F16, BF16, F32, F64}).
+namespace dt {
+constexpr DType F16 = DType::kFloat16, BF16 = DType::kBFloat16, F32 = DType::kFloat32,
+                F64 = DType::kFloat64, I8 = DType::kInt8, I16 = DType::kInt16, I32 = DType::kInt32,
+                I64 = DType::kInt64, U8 = DType::kUInt8, U16 = DType::kUInt16, U32 = DType::kUInt32,
+                U64 = DType::kUInt64, BOOL = DType::kBool;
+}  // namespace dt
+
+// Adds a built-in schema; a failure (a duplicate version) is a bug in the
+// table, reported on stderr before aborting, so every test finds it.
+void add_schema(OpRegistry& registry, OpSchema schema);
+
+// Output 0 has input 0's dtype and shape (unary elementwise ops, activations).
+Status infer_same_as_input0(InferCtx& c);
+// Output 0 is the multidirectional broadcast of every input, of `out_dtype`.
+Status infer_broadcast(InferCtx& c, DType out_dtype);
 
 // Multidirectional (numpy) broadcast of `shapes`; `names` name them in errors.
 Result<Shape> broadcast_shapes(const InferCtx& c, const std::vector<size_t>& inputs);
@@ -111,13 +128,5 @@ Status shape_range(const InferCtx& c, int64_t* first, int64_t* last);
 
 // The tensor a Constant node's attribute holds.
 Result<Tensor> constant_attr_value(const InferCtx& c);
-
-// Evaluates `c.node` on its constant inputs, with the outputs' types already
-// inferred in `c.out`. Returns false (no error) when the op or dtype is not
-// one the evaluator handles or the result would be too large to keep.
-Result<bool> const_eval(const InferCtx& c, std::vector<Tensor>* outputs);
-
-// Evaluators of ops the folder handles.
-bool const_eval_supported(const std::string& op_type);
 
 }  // namespace backplane::ir::detail

@@ -1,6 +1,7 @@
 #include "onnx/importer.hpp"
 
 #include "core/mapped_file.hpp"
+#include "onnx/functions.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -25,11 +26,12 @@ using ir::AttrType;
 using ir::Graph;
 using ir::Node;
 using ir::Value;
+using ir::ValueKind;
 
 namespace {
 
-constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMinOpset = 1;
+constexpr int64_t kMaxOpset = 18;  // as shape inference (ir/shape_inference.cpp)
 
 // Protobuf's own streams take an `int` size; this one hands out a buffer of
 // any size in chunks, so the only limit left is CodedInputStream's total
@@ -132,6 +134,24 @@ bool to_dtype(int32_t t, DType* out) {
     case onnx::TensorProto::FLOAT16:
       *out = DType::kFloat16;
       return true;
+    case onnx::TensorProto::UINT16:
+      *out = DType::kUInt16;
+      return true;
+    case onnx::TensorProto::INT16:
+      *out = DType::kInt16;
+      return true;
+    case onnx::TensorProto::DOUBLE:
+      *out = DType::kFloat64;
+      return true;
+    case onnx::TensorProto::UINT32:
+      *out = DType::kUInt32;
+      return true;
+    case onnx::TensorProto::UINT64:
+      *out = DType::kUInt64;
+      return true;
+    case onnx::TensorProto::BFLOAT16:
+      *out = DType::kBFloat16;
+      return true;
     default:
       return false;
   }
@@ -139,17 +159,48 @@ bool to_dtype(int32_t t, DType* out) {
 
 Status unsupported_dtype(const std::string& what, int32_t t) {
   return unsupported(what + " has element type " + onnx_type_name(t) +
-                     ", which Backplane does not support (supported: float32, float16, int8, "
-                     "uint8, int32, int64, bool)");
+                     ", which Backplane does not support (supported: float32, float16, "
+                     "bfloat16, float64, int8, uint8, int16, uint16, int32, uint32, int64, "
+                     "uint64, bool)");
 }
 
 // Per-import state: where external data lives and the files mapped so far
 // (one mapping per file, shared by every tensor that points into it).
+struct Scope;
 struct Context {
   std::string source;
   std::string base_dir;
   std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+  Scope* scope = nullptr;  // of the graph being read (a body's: see convert_subgraph)
 };
+
+// The graph being read and those enclosing it: a control-flow body reads the
+// values of enclosing graphs by name (ONNX's outer-scope references).
+struct Scope {
+  Scope* parent = nullptr;
+  Graph* graph = nullptr;
+  std::vector<int> captured;  // values of `graph` read from an enclosing scope, in order
+};
+
+// The value `name` means in `scope`: its own, or one an enclosing graph
+// defines, which the graph then captures (a captured input, see
+// Graph::captured; each enclosing graph between captures it too). -1 if none.
+int resolve_name(Scope& scope, const std::string& name) {
+  int id = scope.graph->find_value(name);
+  if (id >= 0 || scope.parent == nullptr) return id;
+  if (resolve_name(*scope.parent, name) < 0) return -1;
+  Value v;
+  v.name = name;
+  id = scope.graph->add_value(std::move(v));
+  scope.captured.push_back(id);
+  return id;
+}
+int find_in_scope(Context& ctx, const Graph& g, const std::string& name) {
+  return ctx.scope != nullptr ? resolve_name(*ctx.scope, name) : g.find_value(name);
+}
+
+Result<std::shared_ptr<Graph>> convert_subgraph(Context& ctx, const onnx::GraphProto& gp,
+                                                const std::string& what);
 
 Result<std::shared_ptr<MappedFile>> map_external(Context& ctx, const std::string& location,
                                                  const std::string& what) {
@@ -255,12 +306,16 @@ Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const Te
   return Tensor::view(l.dtype, l.shape, const_cast<unsigned char*>(p), file);
 }
 
-// The typed fields (float_data, int64_data, int32_data for the rest).
+// The typed fields (float_data, int64_data, double_data, uint64_data for
+// uint32/uint64, int32_data for the rest).
 Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout& l) {
   const char* field = "int32_data";
   int count = tp.int32_data_size();
   if (l.dtype == DType::kFloat32) field = "float_data", count = tp.float_data_size();
   if (l.dtype == DType::kInt64) field = "int64_data", count = tp.int64_data_size();
+  if (l.dtype == DType::kFloat64) field = "double_data", count = tp.double_data_size();
+  if (l.dtype == DType::kUInt32 || l.dtype == DType::kUInt64)
+    field = "uint64_data", count = tp.uint64_data_size();
   if (l.dtype == DType::kUndefined) return internal_error(l.what + ": undefined dtype");
   // The element count is checked before allocating what the dims claim.
   if (count != l.numel) return l.mismatch(field, static_cast<size_t>(count), false);
@@ -288,8 +343,24 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
       break;
     }
     case DType::kFloat16:
+    case DType::kBFloat16:
       // ONNX stores each half's bit pattern in the low 16 bits of an int32.
       convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), n);
+      break;
+    case DType::kInt16:
+      convert_into(tp.int32_data().data(), t.data_as<int16_t>(), n);
+      break;
+    case DType::kUInt16:
+      convert_into(tp.int32_data().data(), t.data_as<uint16_t>(), n);
+      break;
+    case DType::kFloat64:
+      if (n) std::memcpy(t.data(), tp.double_data().data(), l.bytes);
+      break;
+    case DType::kUInt32:
+      convert_into(tp.uint64_data().data(), t.data_as<uint32_t>(), n);
+      break;
+    case DType::kUInt64:
+      if (n) std::memcpy(t.data(), tp.uint64_data().data(), l.bytes);
       break;
     case DType::kUndefined:
       return internal_error(l.what + ": undefined dtype");
@@ -309,12 +380,47 @@ Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const s
   return read_typed_fields(tp, layout);
 }
 
+// The tensor type inside a sequence or optional type, setting `v.kind`.
+Result<const onnx::TypeProto::Tensor*> host_value_type(const onnx::TypeProto& type, Value& v,
+                                                       const std::string& what) {
+  auto tensor_of_sequence = [&](const onnx::TypeProto& seq) -> const onnx::TypeProto::Tensor* {
+    if (seq.value_case() != onnx::TypeProto::kSequenceType) return nullptr;
+    const onnx::TypeProto& elem = seq.sequence_type().elem_type();
+    return elem.value_case() == onnx::TypeProto::kTensorType ? &elem.tensor_type() : nullptr;
+  };
+  if (const onnx::TypeProto::Tensor* t = tensor_of_sequence(type)) {
+    v.kind = ValueKind::kSequence;
+    return t;
+  }
+  if (type.value_case() == onnx::TypeProto::kOptionalType) {
+    const onnx::TypeProto& elem = type.optional_type().elem_type();
+    if (elem.value_case() == onnx::TypeProto::kTensorType) {
+      v.kind = ValueKind::kOptionalTensor;
+      return &elem.tensor_type();
+    }
+    if (const onnx::TypeProto::Tensor* t = tensor_of_sequence(elem)) {
+      v.kind = ValueKind::kOptionalSequence;
+      return t;
+    }
+  }
+  return unsupported(what +
+                     " is neither a tensor, a sequence of tensors nor an optional of one "
+                     "(maps and sparse tensors are not supported)");
+}
+
 Status convert_value_type(const onnx::ValueInfoProto& vi, Value& v, const std::string& what) {
   if (!vi.has_type()) return ok_status();
   const onnx::TypeProto& type = vi.type();
-  if (type.value_case() != onnx::TypeProto::kTensorType)
-    return unsupported(what + " is not a tensor (sequences, maps and optionals are not supported)");
-  const onnx::TypeProto::Tensor& tt = type.tensor_type();
+  const onnx::TypeProto::Tensor* tensor_type = &type.tensor_type();
+  if (type.value_case() != onnx::TypeProto::kTensorType) {
+    BP_ASSIGN_OR_RETURN(tensor_type, host_value_type(type, v, what));
+    // An element's shape is not the value's: only the dtype is kept.
+    if (tensor_type->elem_type() != onnx::TensorProto::UNDEFINED &&
+        !to_dtype(tensor_type->elem_type(), &v.dtype))
+      return unsupported_dtype(what, tensor_type->elem_type());
+    return ok_status();
+  }
+  const onnx::TypeProto::Tensor& tt = *tensor_type;
   if (tt.elem_type() != onnx::TensorProto::UNDEFINED) {
     if (!to_dtype(tt.elem_type(), &v.dtype)) return unsupported_dtype(what, tt.elem_type());
   }
@@ -376,11 +482,40 @@ Result<Attribute> convert_attribute(Context& ctx, const onnx::AttributeProto& ap
       BP_ASSIGN_OR_RETURN(a.t, convert_tensor(ctx, ap.t(), what));
       break;
     }
+    case onnx::AttributeProto::GRAPH: {
+      a.type = AttrType::kGraph;
+      BP_ASSIGN_OR_RETURN(a.g, convert_subgraph(ctx, ap.g(), what));
+      break;
+    }
+    case onnx::AttributeProto::GRAPHS: {
+      a.type = AttrType::kGraphs;
+      for (int k = 0; k < ap.graphs_size(); ++k) {
+        BP_ASSIGN_OR_RETURN(
+            std::shared_ptr<Graph> body,
+            convert_subgraph(ctx, ap.graphs(k), what + " graph " + std::to_string(k)));
+        a.graphs.push_back(std::move(body));
+      }
+      break;
+    }
+    case onnx::AttributeProto::TYPE_PROTO: {
+      a.type = AttrType::kTypeProto;
+      Value v;
+      if (ap.tp().value_case() == onnx::TypeProto::kTensorType) {
+        if (!to_dtype(ap.tp().tensor_type().elem_type(), &v.dtype))
+          return unsupported_dtype(what, ap.tp().tensor_type().elem_type());
+      } else {
+        BP_ASSIGN_OR_RETURN(const onnx::TypeProto::Tensor* t, host_value_type(ap.tp(), v, what));
+        if (!to_dtype(t->elem_type(), &v.dtype)) return unsupported_dtype(what, t->elem_type());
+      }
+      a.i = static_cast<int64_t>(v.kind);
+      a.ints = {static_cast<int64_t>(v.dtype)};
+      break;
+    }
     case onnx::AttributeProto::UNDEFINED:
       return corrupt_data(what + " has no type");
     default:
       return unsupported(what + " has type " + onnx::AttributeProto::AttributeType_Name(ap.type()) +
-                         ", which is not supported (graphs, sparse tensors and type protos)");
+                         ", which is not supported (sparse tensors and type protos)");
   }
   return a;
 }
@@ -530,6 +665,25 @@ Result<NodeNames> declare_node_outputs(Context& ctx, const onnx::GraphProto& gp,
   return nn;
 }
 
+// A node with bodies reads what they capture: those values become its
+// implicit inputs (Node::implicit_inputs), each once, after the formal ones.
+void add_implicit_inputs(Context& ctx, Graph& g, Node& node) {
+  std::vector<int> implicit;
+  for (const Attribute& a : node.attributes) {
+    std::vector<const Graph*> bodies;
+    if (a.g) bodies.push_back(a.g.get());
+    for (const auto& b : a.graphs) bodies.push_back(b.get());
+    for (const Graph* body : bodies)
+      for (size_t k = body->inputs.size() - body->captured; k < body->inputs.size(); ++k) {
+        const int id = find_in_scope(ctx, g, body->values[body->inputs[k]].name);
+        if (id >= 0 && std::find(implicit.begin(), implicit.end(), id) == implicit.end())
+          implicit.push_back(id);
+      }
+  }
+  node.inputs.insert(node.inputs.end(), implicit.begin(), implicit.end());
+  node.implicit_inputs = implicit.size();
+}
+
 Status read_nodes(Context& ctx, const onnx::GraphProto& gp, const NodeNames& nn, Graph& g) {
   const std::vector<std::string>& node_names = nn.names;
   const std::vector<bool>& is_constant_node = nn.is_constant_node;
@@ -546,7 +700,7 @@ Status read_nodes(Context& ctx, const onnx::GraphProto& gp, const NodeNames& nn,
         node.inputs.push_back(-1);
         continue;
       }
-      int id = g.find_value(in);
+      int id = find_in_scope(ctx, g, in);
       if (id < 0)
         return invalid_argument(where + ": missing input '" + in +
                                 "': no node, initializer or graph input defines it");
@@ -561,13 +715,14 @@ Status read_nodes(Context& ctx, const onnx::GraphProto& gp, const NodeNames& nn,
       BP_ASSIGN_OR_RETURN(Attribute a, convert_attribute(ctx, ap, where));
       node.attributes.push_back(std::move(a));
     }
+    add_implicit_inputs(ctx, g, node);
     g.nodes.push_back(std::move(node));
   }
 
   return ok_status();
 }
 
-Status read_outputs(const onnx::GraphProto& gp, Graph& g) {
+Status read_outputs(Context& ctx, const onnx::GraphProto& gp, Graph& g) {
   // value_info: dtype/shape hints for intermediate values, checked by infer_shapes.
   for (const auto& vi : gp.value_info()) {
     int id = g.find_value(vi.name());
@@ -578,7 +733,7 @@ Status read_outputs(const onnx::GraphProto& gp, Graph& g) {
   }
   std::set<std::string> output_names;
   for (const auto& vi : gp.output()) {
-    int id = g.find_value(vi.name());
+    int id = find_in_scope(ctx, g, vi.name());
     if (id < 0)
       return invalid_argument("graph output '" + vi.name() +
                               "' is not produced by any node, initializer or graph input");
@@ -608,7 +763,6 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
   if (!model.has_graph()) return corrupt_data("not an ONNX model: it has no graph");
   if (model.opset_import_size() == 0)
     return corrupt_data("not an ONNX model: it has no opset_import");
-  if (model.functions_size() > 0) return unsupported("model-local functions are not supported");
 
   Graph g;
   g.source = ctx.source;
@@ -618,14 +772,56 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
   if (gp.sparse_initializer_size() > 0) return unsupported("sparse initializers are not supported");
   BP_RETURN_IF_ERROR(read_initializers_and_inputs(ctx, gp, g));
   BP_ASSIGN_OR_RETURN(NodeNames names, declare_node_outputs(ctx, gp, g));
+  Scope scope;
+  scope.graph = &g;
+  ctx.scope = &scope;
   BP_RETURN_IF_ERROR(read_nodes(ctx, gp, names, g));
-  BP_RETURN_IF_ERROR(read_outputs(gp, g));
+  BP_RETURN_IF_ERROR(read_outputs(ctx, gp, g));
+  ctx.scope = nullptr;
   BP_RETURN_IF_ERROR(g.topo_sort());
   return g;
 }
 
+// A control-flow body (If's branches, Loop's and Scan's body) as a graph of
+// its own: its formal inputs, then the enclosing-scope values it reads as
+// captured inputs (Graph::captured). Errors name the attribute and node.
+Result<std::shared_ptr<Graph>> convert_subgraph(Context& ctx, const onnx::GraphProto& gp,
+                                                const std::string& what) {
+  // Bodies nest; a model could nest them without end.
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  for (Scope* s = ctx.scope; s != nullptr; s = s->parent) ++depth;
+  if (ctx.scope == nullptr) return internal_error(what + ": a body outside any graph");
+  if (depth > kMaxDepth)
+    return invalid_argument(what + ": bodies nest more than " + std::to_string(kMaxDepth) +
+                            " deep");
+  auto sub = std::make_shared<Graph>();
+  sub->source = ctx.source;
+  sub->name = gp.name();
+  sub->opsets = ctx.scope->graph->opsets;
+  Scope scope;
+  scope.parent = ctx.scope;
+  scope.graph = sub.get();
+  Scope* saved = ctx.scope;
+  Status s = [&]() -> Status {
+    if (gp.sparse_initializer_size() > 0)
+      return unsupported("sparse initializers are not supported");
+    BP_RETURN_IF_ERROR(read_initializers_and_inputs(ctx, gp, *sub));
+    BP_ASSIGN_OR_RETURN(NodeNames names, declare_node_outputs(ctx, gp, *sub));
+    ctx.scope = &scope;
+    BP_RETURN_IF_ERROR(read_nodes(ctx, gp, names, *sub));
+    return read_outputs(ctx, gp, *sub);
+  }();
+  ctx.scope = saved;
+  BP_RETURN_IF_ERROR(s, what + " (body '" + gp.name() + "')");
+  sub->inputs.insert(sub->inputs.end(), scope.captured.begin(), scope.captured.end());
+  sub->captured = scope.captured.size();
+  BP_RETURN_IF_ERROR(sub->topo_sort(), what + " (body '" + gp.name() + "')");
+  return sub;
+}
+
 Result<Graph> import_impl(const void* data, size_t size, const std::string& source,
-                          const std::string& base_dir) {
+                          const std::string& base_dir, const ir::OpRegistry& registry) {
   if (size == 0) return corrupt_data("not an ONNX model: the file is empty");
   if (size > static_cast<size_t>(INT_MAX))
     return unsupported("the model file is " + std::to_string(size) +
@@ -641,6 +837,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
       return corrupt_data(
           "not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
   }
+  BP_RETURN_IF_ERROR(inline_functions(model, registry));
   Context ctx;
   ctx.source = source;
   ctx.base_dir = base_dir;
@@ -650,17 +847,17 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
 }  // namespace
 
 Result<ir::Graph> import_bytes(const void* data, size_t size, const std::string& source,
-                               const std::string& base_dir) {
-  return import_impl(data, size, source, base_dir).with_context(source);
+                               const std::string& base_dir, const ir::OpRegistry& registry) {
+  return import_impl(data, size, source, base_dir, registry).with_context(source);
 }
 
-Result<ir::Graph> import_file(const std::string& path) {
+Result<ir::Graph> import_file(const std::string& path, const ir::OpRegistry& registry) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return io_error(path + ": is a directory, not an ONNX model");
   Result<std::shared_ptr<MappedFile>> file = MappedFile::open(path);
   if (!file.ok()) return std::move(file).take_status();  // already names the path
   std::string dir = fs::path(path).parent_path().string();
-  return import_bytes((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir);
+  return import_bytes((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir, registry);
 }
 
 }  // namespace backplane::onnx_import

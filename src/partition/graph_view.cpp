@@ -55,7 +55,6 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
   std::unordered_set<int> seen_input;
   v->node_inputs_.resize(node_ids.size());
   v->node_outputs_.resize(node_ids.size());
-  v->attributes_.resize(node_ids.size());
   for (size_t k = 0; k < node_ids.size(); ++k) {
     const ir::Node& node = graph.nodes[node_ids[k]];
     for (int in : node.inputs) {
@@ -64,48 +63,7 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
         v->input_values_.push_back(in);
     }
     for (int out : node.outputs) v->node_outputs_[k].push_back(local_of(out));
-    for (const ir::Attribute& a : node.attributes) {
-      bp_attribute_t ba{};
-      ba.struct_size = BP_STRUCT_SIZE(bp_attribute_t, t);
-      ba.name = a.name.c_str();
-      ba.type = static_cast<bp_attr_type_t>(a.type);
-      ba.i = a.i;
-      ba.f = a.f;
-      ba.s = a.s.c_str();
-      switch (a.type) {
-        case ir::AttrType::kInts:
-          ba.count = a.ints.size();
-          ba.ints = a.ints.data();
-          break;
-        case ir::AttrType::kFloats:
-          ba.count = a.floats.size();
-          ba.floats = a.floats.data();
-          break;
-        case ir::AttrType::kStrings: {
-          std::vector<const char*> strs;
-          for (const std::string& s : a.strings) strs.push_back(s.c_str());
-          v->attr_strings_.push_back(std::move(strs));
-          ba.count = a.strings.size();
-          ba.strings = v->attr_strings_.back().data();
-          break;
-        }
-        case ir::AttrType::kTensor: {
-          auto t = std::make_unique<bp_attr_tensor_t>();
-          t->struct_size = BP_STRUCT_SIZE(bp_attr_tensor_t, size_bytes);
-          t->dtype = static_cast<bp_dtype_t>(a.t.dtype());
-          t->rank = a.t.rank();
-          t->shape = a.t.shape().data();
-          t->data = a.t.data();
-          t->size_bytes = a.t.size_bytes();
-          ba.t = t.get();
-          v->attr_tensors_.push_back(std::move(t));
-          break;
-        }
-        default:
-          break;
-      }
-      v->attributes_[k].push_back(ba);
-    }
+    v->add_attributes(node);
   }
   // Outputs: produced inside and needed outside (another node or the graph).
   std::unordered_set<int> graph_outputs(graph.outputs.begin(), graph.outputs.end());
@@ -146,18 +104,86 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
     v->nodes_.push_back(bn);
   }
 
-  bp_graph_view_t& view = v->view_;
+  v->finish(weights);
+  return v;
+}
+
+void GraphView::add_attributes(const ir::Node& node) { attributes_.emplace_back(node); }
+
+void GraphView::finish(const NamedDataMap* weights) {
+  bp_graph_view_t& view = view_;
   view.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
-  view.name = v->name_.c_str();
-  view.num_values = v->values_.size();
-  view.values = v->values_.data();
-  view.num_nodes = v->nodes_.size();
-  view.nodes = v->nodes_.data();
-  view.num_inputs = v->inputs_.size();
-  view.inputs = v->inputs_.data();
-  view.num_outputs = v->outputs_.size();
-  view.outputs = v->outputs_.data();
+  view.name = name_.c_str();
+  view.num_values = values_.size();
+  view.values = values_.data();
+  view.num_nodes = nodes_.size();
+  view.nodes = nodes_.data();
+  view.num_inputs = inputs_.size();
+  view.inputs = inputs_.data();
+  view.num_outputs = outputs_.size();
+  view.outputs = outputs_.data();
   view.weights = weights != nullptr ? weights->as_abi() : nullptr;
+}
+
+std::unique_ptr<GraphView> GraphView::for_node(const ir::Graph& graph, const ir::Node& node,
+                                               const NamedDataMap* weights,
+                                               const std::string& name) {
+  std::unique_ptr<GraphView> v(new GraphView());
+  v->name_ = name;
+  // One entry per input and output, even when a value appears twice (Add(x,
+  // x)): a backend only indexes values through the node.
+  auto add = [&](int gv, uint32_t flags) -> int32_t {
+    if (gv < 0) return -1;
+    const ir::Value& value = graph.values[gv];
+    bp_value_t bv{};
+    bv.struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
+    bv.name = value.name.c_str();
+    bv.dtype = static_cast<bp_dtype_t>(value.dtype);
+    bv.rank = value.shape.size();
+    bv.shape = value.shape.data();
+    bv.flags = flags;
+    if (value.is_constant()) {
+      bv.flags |= BP_VALUE_CONSTANT;
+      bv.data_key = value.constant_key.c_str();
+    }
+    v->values_.push_back(bv);
+    v->value_ids_.push_back(gv);
+    return static_cast<int32_t>(v->values_.size() - 1);
+  };
+  v->node_inputs_.resize(1);
+  v->node_outputs_.resize(1);
+  for (int in : node.inputs) {
+    const bool view_input = in >= 0 && !graph.values[in].is_constant();
+    const int32_t id = add(in, view_input ? BP_VALUE_VIEW_INPUT : 0u);
+    v->node_inputs_[0].push_back(id);
+    if (view_input) {
+      v->inputs_.push_back(id);
+      v->input_values_.push_back(in);
+    }
+  }
+  for (int out : node.outputs) {
+    const int32_t id = add(out, BP_VALUE_VIEW_OUTPUT);
+    v->node_outputs_[0].push_back(id);
+    if (id >= 0) {
+      v->outputs_.push_back(id);
+      v->output_values_.push_back(out);
+    }
+  }
+  v->add_attributes(node);
+  bp_node_t bn{};
+  bn.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
+  bn.name = node.name.c_str();
+  bn.op_type = node.op_type.c_str();
+  bn.domain = node.domain.c_str();
+  bn.opset = graph.opset(node.domain);
+  bn.num_inputs = v->node_inputs_[0].size();
+  bn.inputs = v->node_inputs_[0].data();
+  bn.num_outputs = v->node_outputs_[0].size();
+  bn.outputs = v->node_outputs_[0].data();
+  bn.num_attributes = v->attributes_[0].size();
+  bn.attributes = v->attributes_[0].data();
+  v->nodes_.push_back(bn);
+  v->finish(weights);
   return v;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/named_data_map.hpp"
 #include "ir/graph.hpp"
+#include "registry/abi_attributes.hpp"
 
 #include <backplane/backend_abi.h>
 
@@ -31,6 +32,13 @@ class GraphView {
                                           const NamedDataMap* weights, const std::string& name,
                                           const std::function<bool(int)>* polymorphic = nullptr);
 
+  // A view of `node` alone (one of graph.nodes), for running it by itself
+  // (execute_node), e.g. to fold it: every input and output of the node in
+  // node order, constants as constants; its outputs are the view's outputs.
+  // Cheaper than build(): it never looks at the rest of the graph.
+  static std::unique_ptr<GraphView> for_node(const ir::Graph& graph, const ir::Node& node,
+                                             const NamedDataMap* weights, const std::string& name);
+
   const bp_graph_view_t* get() const { return &view_; }
   // Graph value ids of the view's inputs / outputs, in view order.
   const std::vector<int>& input_values() const { return input_values_; }
@@ -45,15 +53,17 @@ class GraphView {
 
  private:
   GraphView() = default;
+  // Appends node `node`'s attributes (kept in this view) to attributes_.
+  void add_attributes(const ir::Node& node);
+  // Points view_ at the arrays.
+  void finish(const NamedDataMap* weights);
   bp_graph_view_t view_{};
   std::string name_;
   std::vector<int> node_ids_;
   std::vector<bp_value_t> values_;
   std::vector<bp_node_t> nodes_;
   std::vector<std::vector<int32_t>> node_inputs_, node_outputs_;
-  std::vector<std::vector<bp_attribute_t>> attributes_;
-  std::vector<std::unique_ptr<bp_attr_tensor_t>> attr_tensors_;
-  std::vector<std::vector<const char*>> attr_strings_;
+  std::vector<AbiAttributes> attributes_;  // per node
   std::vector<int32_t> inputs_, outputs_;
   std::vector<int> input_values_, output_values_;
   std::vector<int> value_ids_;

@@ -1,5 +1,6 @@
 #include "partition/partitioner.hpp"
 
+#include "ir/op_registry.hpp"
 #include "partition/graph_view.hpp"
 #include "registry/node_report.hpp"
 
@@ -144,28 +145,47 @@ Result<Answers> query_backends(const ir::Graph& graph, const BackendRegistry& re
   return answers;
 }
 
+// "operator 'X' of domain 'd'", for a node of an operator a backend defines
+// (API 1.3); "" for any other.
+std::string backend_op_name(const ir::Graph& graph, const BackendRegistry& registry,
+                            const ir::Node& node) {
+  const int64_t opset = graph.opset(node.domain);
+  const ir::OpSchema* schema =
+      registry.ops().find(node.domain, node.op_type, opset > 0 ? opset : INT32_MAX);
+  if (schema == nullptr || schema->provider().empty()) return "";
+  return "operator '" + node.op_type + "' of domain '" + node.domain + "'";
+}
+
 // Node n's backend: its override if that backend takes it, else the first
-// preferred backend that supports it and did not fail to compile it.
-Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& options,
-                  const std::vector<std::string>& preference, const Answers& answers,
-                  const Exclusions& excluded, NodePlacement* out) {
+// preferred backend that supports it and did not fail to compile it. A node
+// of an operator a backend defines goes only to a backend that defines it,
+// whatever the others answered.
+Status place_node(const ir::Graph& graph, size_t n, const BackendRegistry& registry,
+                  const PlacementOptions& options, const std::vector<std::string>& preference,
+                  const Answers& answers, const Exclusions& excluded, NodePlacement* out) {
   const ir::Node& node = graph.nodes[n];
   NodePlacement& p = *out;
-  auto ov = options.overrides.find(node.name);
-  auto is_excluded = [&](const std::string& id) {
-    return excluded.count({static_cast<int>(n), id}) > 0;
+  const std::string backend_op = backend_op_name(graph, registry, node);
+  // Why backend `id` may not run the node whatever it answered, or "".
+  auto cannot = [&](const std::string& id) -> std::string {
+    if (excluded.count({static_cast<int>(n), id}) > 0) return "failed to compile it";
+    std::shared_ptr<LoadedBackend> b = registry.find(id);
+    if (!backend_op.empty() && b != nullptr && !b->defines_op(node.domain, node.op_type))
+      return "does not define " + backend_op;
+    return "";
   };
+  auto ov = options.overrides.find(node.name);
   if (ov != options.overrides.end()) {
     auto ans = answers.find(ov->second);
-    if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED &&
-        !is_excluded(ov->second)) {
+    const std::string not_this = cannot(ov->second);
+    if (ans != answers.end() && ans->second.outcome[n] == BP_NODE_SUPPORTED && not_this.empty()) {
       p.backend = ov->second;
       p.why = "override";
       return ok_status();
     }
     std::string reason = ans == answers.end() ? "backend '" + ov->second + "' is not registered"
-                         : is_excluded(ov->second)
-                             ? "backend '" + ov->second + "' failed to compile it"
+                         : !not_this.empty()
+                             ? "backend '" + ov->second + "' " + not_this
                              : "backend '" + ov->second + "' rejects it: " + ans->second.reason[n];
     if (!options.allow_fallback)
       return unsupported(node.describe() + " is pinned to '" + ov->second + "' but " + reason);
@@ -173,8 +193,8 @@ Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& opti
   }
   for (const std::string& id : preference) {
     const bp_node_report& r = answers.at(id);
-    if (is_excluded(id)) {
-      p.rejections.push_back(id + ": failed to compile it");
+    if (std::string why = cannot(id); !why.empty()) {
+      p.rejections.push_back(id + ": " + why);
       continue;
     }
     if (r.outcome[n] == BP_NODE_SUPPORTED) {
@@ -185,7 +205,8 @@ Status place_node(const ir::Graph& graph, size_t n, const PlacementOptions& opti
     p.rejections.push_back(id + ": " + r.reason[n]);
   }
   if (p.backend.empty())
-    return unsupported(node.describe() + ": no backend supports it (" + join(p.rejections, "; ") +
+    return unsupported(node.describe() + ": no backend supports " +
+                       (backend_op.empty() ? "it" : backend_op) + " (" + join(p.rejections, "; ") +
                        ")");
   return ok_status();
 }
@@ -203,12 +224,23 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry,
                        "' (registered: " + join(registered_ids(registry), ", ") + ")");
   if (plan.preference.empty()) return not_found("no backend to run the model on");
   BP_RETURN_IF_ERROR(check_overrides(graph, registry, options));
+  // Host ops (control flow, sequences) are never offered to a backend: the
+  // host runs them between the stages of a staged model.
+  for (const ir::Node& node : graph.nodes) {
+    const int64_t opset = graph.opset(node.domain);
+    const ir::OpSchema* schema =
+        ir::OpRegistry::builtin().find(node.domain, node.op_type, opset > 0 ? opset : INT32_MAX);
+    if (schema != nullptr && schema->is_host_op())
+      return unsupported(node.describe() +
+                         ": runs on the host (control flow, sequences, optionals), never on a "
+                         "backend; a model with it runs in stages (Runtime::load_model)");
+  }
   BP_ASSIGN_OR_RETURN(Answers answers,
                       query_backends(graph, registry, options, weights, plan.preference));
   plan.placement.resize(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n)
-    BP_RETURN_IF_ERROR(
-        place_node(graph, n, options, plan.preference, answers, excluded, &plan.placement[n]));
+    BP_RETURN_IF_ERROR(place_node(graph, n, registry, options, plan.preference, answers, excluded,
+                                  &plan.placement[n]));
 
   std::vector<std::string> backend_of(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) backend_of[n] = plan.placement[n].backend;

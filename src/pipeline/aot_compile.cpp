@@ -81,8 +81,8 @@ bool has_input(const ir::Graph& g, const std::string& name) {
 // Imports every method's portable graph; each gets the overrides that name
 // one of its nodes. Shapes must name an input of some method.
 Result<std::vector<MethodWork>> import_methods(
-    const std::vector<std::pair<std::string, std::string>>& methods,
-    const CompileOptions& options) {
+    const std::vector<std::pair<std::string, std::string>>& methods, const CompileOptions& options,
+    const BackendRegistry& registry) {
   std::vector<MethodWork> work;
   std::set<std::string> overridden_seen;
   for (const auto& [name, path] : methods) {
@@ -92,7 +92,7 @@ Result<std::vector<MethodWork>> import_methods(
       if (w.name == name) return invalid_argument("method '" + name + "' is given twice");
     MethodWork w;
     w.name = name;
-    BP_ASSIGN_OR_RETURN(w.portable, import_portable_model(path));
+    BP_ASSIGN_OR_RETURN(w.portable, import_portable_model(path, &registry));
     prefix_constant_keys(*w.portable, name);
     w.placement = options;
     w.placement.input_shapes.clear();
@@ -135,7 +135,8 @@ std::string dims_tag(const std::vector<Shape>& signature) {
 // over input_shapes; or input_shapes alone), in the order given; a set that
 // gives a method the same signature as an earlier one adds nothing to it.
 Result<std::vector<SpecWork>> specialize_methods(const std::vector<MethodWork>& methods,
-                                                 const CompileOptions& options) {
+                                                 const CompileOptions& options,
+                                                 const BackendRegistry& registry) {
   std::vector<std::map<std::string, Shape>> sets;
   for (const auto& entry : options.shapes) {
     std::map<std::string, Shape> set = options.input_shapes;
@@ -158,7 +159,8 @@ Result<std::vector<SpecWork>> specialize_methods(const std::vector<MethodWork>& 
           options.shape_polymorphic &&
           std::any_of(method.portable->inputs.begin(), method.portable->inputs.end(),
                       [&](int v) { return !method.portable->values[v].shape_is_static(); });
-      BP_ASSIGN_OR_RETURN(w.graph, specialize_graph(*method.portable, mine, method.name + "/"),
+      BP_ASSIGN_OR_RETURN(w.graph,
+                          specialize_graph(*method.portable, mine, method.name + "/", &registry),
                           "method '" + method.name + "'");
       for (int v : w.graph->inputs) w.signature.push_back(w.graph->values[v].shape);
       if (std::any_of(specs.begin() + static_cast<std::ptrdiff_t>(first), specs.end(),
@@ -374,8 +376,8 @@ Result<CompileReport> compile_artifact(
     const CompileOptions& options, int num_threads) {
   if (methods.empty()) return invalid_argument("nothing to compile");
   BP_ASSIGN_OR_RETURN(std::string external_name, external_data_name(options, output));
-  BP_ASSIGN_OR_RETURN(std::vector<MethodWork> work, import_methods(methods, options));
-  BP_ASSIGN_OR_RETURN(std::vector<SpecWork> specs, specialize_methods(work, options));
+  BP_ASSIGN_OR_RETURN(std::vector<MethodWork> work, import_methods(methods, options, registry));
+  BP_ASSIGN_OR_RETURN(std::vector<SpecWork> specs, specialize_methods(work, options, registry));
 
   NamedBlobStore store;
   auto num_excluded = [&] {

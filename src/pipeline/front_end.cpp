@@ -2,14 +2,42 @@
 
 #include "core/checksum.hpp"
 #include "onnx/importer.hpp"
+#include "pipeline/constant_folding.hpp"
 
 #include <cstring>
 
 namespace backplane {
+namespace {
+
+const ir::OpRegistry* ops_of(const BackendRegistry* backends) {
+  return backends != nullptr ? &backends->ops() : nullptr;
+}
+
+// "node 'n' (Op): unsupported operator 'Op' (domain 'd')", and for a domain
+// other than ONNX's (whose operators only a backend can define) what each
+// backend defines instead.
+Status unknown_operator(const ir::Node& node, const BackendRegistry* backends) {
+  std::string m = node.describe() + ": unsupported operator '" + node.op_type + "' (domain '" +
+                  node.domain + "')";
+  if (!ir::OpRegistry::normalize_domain(node.domain).empty() && backends != nullptr) {
+    std::string why;
+    for (const auto& b : backends->all()) {
+      std::string defined;
+      for (const BackendOp& op : b->ops())
+        defined += (defined.empty() ? "" : ", ") + op.domain + "." + op.name;
+      why += (why.empty() ? "" : "; ") + b->id() + ": " +
+             (defined.empty() ? "defines no operators of its own" : "defines only " + defined);
+    }
+    m += ": no backend defines it (" + (why.empty() ? "no backends" : why) + ")";
+  }
+  return Status(StatusCode::kUnsupported, m);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ir::Graph>> import_onnx_model(
     const std::string& path, const std::map<std::string, Shape>& input_shapes,
-    UnknownInputShapes unknown) {
+    UnknownInputShapes unknown, const BackendRegistry* backends) {
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;
@@ -22,37 +50,42 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
       if (it != input_shapes.end()) shapes[it->first] = it->second;
     }
   }
-  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes));  // names the file itself
+  const ir::OpRegistry& ops = backends != nullptr ? backends->ops() : ir::OpRegistry::builtin();
+  for (const ir::Node& node : graph->nodes)
+    if (!ops.knows(node.domain, node.op_type))
+      return unknown_operator(node, backends).with_context(path);
+  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, infer_options(&ops)));  // names the file
   graph->remove_dead();
   BP_RETURN_IF_ERROR(ir::verify(*graph), path);
   return graph;
 }
 
-Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path) {
+Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path,
+                                                         const BackendRegistry* backends) {
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;
+  const ir::OpRegistry& ops = backends != nullptr ? backends->ops() : ir::OpRegistry::builtin();
   for (const ir::Node& node : graph->nodes)
-    if (!ir::is_known_op(node.domain, node.op_type))
-      return Status(StatusCode::kUnsupported, node.describe() + ": unsupported operator '" +
-                                                  node.op_type + "' (domain '" + node.domain + "')")
-          .with_context(path);
+    if (!ops.knows(node.domain, node.op_type))
+      return unknown_operator(node, backends).with_context(path);
   for (int v : graph->inputs) {
     const ir::Value& value = graph->values[v];
     if (value.dtype == DType::kUndefined)
       return invalid_argument("input '" + value.name + "' has no element type in the model")
           .with_context(path);
   }
-  BP_RETURN_IF_ERROR(ir::fold_constants(*graph));  // names the file itself
+  BP_RETURN_IF_ERROR(ir::fold_constants(*graph, infer_options(&ops)));  // names the file itself
   BP_RETURN_IF_ERROR(ir::verify(*graph), path);
   return graph;
 }
 
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
-                                                    const std::string& key_prefix) {
+                                                    const std::string& key_prefix,
+                                                    const BackendRegistry* backends) {
   auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
-  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes));
+  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, infer_options(ops_of(backends))));
   // Constants made for these shapes only (folded shape arithmetic) get keys
   // of their own, so that the constants of several specialisations can sit
   // side by side in one blob store (an artifact with several shapes).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ir/graph.hpp"
+#include "registry/registry.hpp"
 
 #include <backplane/status.hpp>
 #include <backplane/tensor.hpp>
@@ -21,17 +22,24 @@ enum class UnknownInputShapes {
   kIgnore,  // it is for another model (one set of shapes for several methods)
 };
 
+// Every function here resolves operators in `backends->ops()` (the
+// operators of ONNX and those the backends define; nullptr: ONNX's only) and
+// folds constants on CpuRef's kernels (pipeline/constant_folding.hpp).
+
 // Reads `path` and returns its graph, shapes inferred (with `input_shapes`
 // for inputs whose dims are symbolic or unknown) and verified. Errors name
 // the file.
 Result<std::unique_ptr<ir::Graph>> import_onnx_model(
     const std::string& path, const std::map<std::string, Shape>& input_shapes,
-    UnknownInputShapes unknown);
+    UnknownInputShapes unknown, const BackendRegistry* backends = nullptr);
 
 // Reads `path` and returns its portable graph: every input shape left as the
 // model declares it (symbolic dims open), constants folded, dead nodes
-// dropped, verified. Shapes are inferred per run (specialize_graph).
-Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path);
+// dropped, verified. Shapes are inferred per run (specialize_graph). An
+// operator nobody knows is an error naming it, its domain and, for a domain
+// of its own, why no backend defines it.
+Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path,
+                                                         const BackendRegistry* backends = nullptr);
 
 // A copy of the portable graph `portable` with the given concrete shape for
 // every input, every value's shape inferred and what those shapes make
@@ -43,7 +51,8 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 // so the keys a payload was compiled with are the keys it finds at load.
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
-                                                    const std::string& key_prefix = "");
+                                                    const std::string& key_prefix = "",
+                                                    const BackendRegistry* backends = nullptr);
 
 // A digest of what the partitions of a specialised graph depend on: every
 // node (name, op type, domain, inputs, outputs, attributes) in order and

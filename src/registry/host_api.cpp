@@ -4,6 +4,7 @@
 #include "core/named_blob_store.hpp"
 #include "core/named_data_map.hpp"
 #include "registry/abi_status.hpp"
+#include "registry/backend_ops.hpp"
 #include "registry/byte_writer.hpp"
 #include "registry/node_report.hpp"
 #include "registry/output_sink.hpp"
@@ -169,12 +170,45 @@ bp_status_t* output_allocate(bp_output_sink_t* sink, size_t output_index, size_t
   }
 }
 
+bp_status_t* infer_set_output(bp_infer_result_t* result, size_t output_index, bp_dtype_t dtype,
+                              size_t rank, const int64_t* dims) {
+  if (result == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "infer_set_output: result is NULL");
+  if (output_index >= result->dtypes.size())
+    return status_create(BP_STATUS_INVALID_ARGUMENT,
+                         ("infer_set_output: output " + std::to_string(output_index) +
+                          " of a node with " + std::to_string(result->dtypes.size()) + " outputs")
+                             .c_str());
+  if (rank > 0 && dims == nullptr)
+    return status_create(BP_STATUS_INVALID_ARGUMENT, "infer_set_output: dims is NULL");
+  const DType d = static_cast<DType>(dtype);
+  if (dtype == BP_DTYPE_UNDEFINED || dtype_size(d) == 0)
+    return status_create(BP_STATUS_INVALID_ARGUMENT,
+                         ("infer_set_output: output " + std::to_string(output_index) + ": dtype " +
+                          std::to_string(dtype) + " is not an element type")
+                             .c_str());
+  try {
+    Shape shape(dims, dims + rank);
+    for (int64_t v : shape)
+      if (v < 0)
+        return status_create(BP_STATUS_INVALID_ARGUMENT,
+                             ("infer_set_output: output " + std::to_string(output_index) +
+                              " has a negative dim in " + shape_to_string(shape))
+                                 .c_str());
+    result->dtypes[output_index] = d;
+    result->shapes[output_index] = std::move(shape);
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    return status_create(BP_STATUS_OUT_OF_MEMORY, "infer_set_output: out of memory");
+  }
+}
+
 }  // namespace
 
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
-    t.struct_size = BP_HOST_API_SIZE_1_2;
+    t.struct_size = BP_HOST_API_SIZE_1_3;
     t.api_major = BP_API_VERSION_MAJOR;
     t.api_minor = BP_API_VERSION_MINOR;
     t.status_create = &status_create;
@@ -191,7 +225,8 @@ const bp_host_api_t* host_api() {
     t.report_node = &report_node;
     t.alloc = &host_alloc;
     t.free = &host_free;
-    t.output_allocate = &output_allocate;  // since 1.2
+    t.output_allocate = &output_allocate;    // since 1.2
+    t.infer_set_output = &infer_set_output;  // since 1.3
     return t;
   }();
   return &table;

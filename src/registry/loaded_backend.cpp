@@ -50,7 +50,32 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id,
   if (info.vendor == nullptr) info.vendor = "";
   if (info.description == nullptr) info.description = "";
   b->info_ = info;
+  BP_RETURN_IF_ERROR(b->read_ops());
   return b;
+}
+
+Status LoadedBackend::read_ops() {
+  if (api_->api_minor < 3 || !BP_TABLE_HAS(api_, get_op_schemas)) return ok_status();
+  size_t count = 0;
+  const bp_op_schema_t* schemas = nullptr;
+  bp_status_t* got = nullptr;
+  try {
+    got = api_->get_op_schemas(instance_, &count, &schemas);
+  } catch (...) {
+    return Status(StatusCode::kBackendError,
+                  "backend '" + id_ + "': get_op_schemas threw a C++ exception");
+  }
+  BP_RETURN_IF_ERROR(check(got, "get_op_schemas"));
+  BP_ASSIGN_OR_RETURN(ops_, check_backend_ops(schemas, count, ir::OpRegistry::builtin()),
+                      "backend '" + id_ + "'");
+  return ok_status();
+}
+
+bool LoadedBackend::defines_op(const std::string& domain, const std::string& name) const {
+  const std::string d = ir::OpRegistry::normalize_domain(domain);
+  for (const BackendOp& op : ops_)
+    if (op.name == name && ir::OpRegistry::normalize_domain(op.domain) == d) return true;
+  return false;
 }
 
 LoadedBackend::~LoadedBackend() {

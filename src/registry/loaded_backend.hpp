@@ -14,6 +14,8 @@
 // instance's lock for the duration of the call.
 #pragma once
 
+#include "registry/backend_ops.hpp"
+
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
 #include <backplane/status.hpp>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace backplane {
 
@@ -48,6 +51,10 @@ class LoadedBackend {
   bp_backend_t* instance() const { return instance_; }
   const bp_backend_info_t& info() const { return info_; }
   bool has_flag(uint32_t flag) const { return (info_.flags & flag) != 0; }
+  // The operators this backend defines (API 1.3 get_op_schemas, read and
+  // checked once at create); empty for an older backend.
+  const std::vector<BackendOp>& ops() const { return ops_; }
+  bool defines_op(const std::string& domain, const std::string& name) const;
   BackendDescription describe() const;
 
   // "backend 'CpuRef': <what>", for wrapping statuses from this backend.
@@ -64,12 +71,14 @@ class LoadedBackend {
 
  private:
   LoadedBackend() = default;
+  Status read_ops();
   std::string id_;
   std::string source_;
   uint32_t score_ = 1;
   const bp_backend_api_t* api_ = nullptr;
   bp_backend_t* instance_ = nullptr;
   bp_backend_info_t info_{};
+  std::vector<BackendOp> ops_;
   std::shared_ptr<void> library_;
   mutable std::mutex mutex_;  // serialises calls on instance_
 };

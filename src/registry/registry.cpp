@@ -1,5 +1,6 @@
 #include "registry/registry.hpp"
 
+#include "core/log.hpp"
 #include "registry/abi_status.hpp"
 #include "registry/host_api.hpp"
 
@@ -38,7 +39,8 @@ Status validate_backend_table(const bp_backend_api_t* api) {
                       std::to_string(BP_API_VERSION_MAJOR) + "." +
                       std::to_string(BP_API_VERSION_MINOR));
   // A table must be as large as the minor it claims.
-  const size_t minimum = api->api_minor >= 2   ? BP_BACKEND_API_SIZE_1_2
+  const size_t minimum = api->api_minor >= 3   ? BP_BACKEND_API_SIZE_1_3
+                         : api->api_minor == 2 ? BP_BACKEND_API_SIZE_1_2
                          : api->api_minor == 1 ? BP_BACKEND_API_SIZE_1_1
                                                : BP_BACKEND_API_SIZE_1_0;
   if (api->struct_size < minimum)
@@ -76,6 +78,15 @@ std::vector<std::string> static_backend_ids() {
   return ids;
 }
 
+std::shared_ptr<LoadedBackend> reference_backend() {
+  static const std::shared_ptr<LoadedBackend> backend = [] {
+    auto created =
+        LoadedBackend::create(cpuref::static_id(), cpuref::static_table(), "static", nullptr);
+    return created.ok() ? *created : std::shared_ptr<LoadedBackend>();
+  }();
+  return backend;
+}
+
 Status BackendRegistry::register_static(const RuntimeOptions& options) {
   for (const StaticBackend& s : kStaticBackends) {
     std::string id = s.id();
@@ -91,7 +102,20 @@ Status BackendRegistry::register_static(const RuntimeOptions& options) {
 Status BackendRegistry::add(std::shared_ptr<LoadedBackend> backend) {
   if (find(backend->id()) != nullptr)
     return invalid_argument("a backend with id '" + backend->id() + "' is already registered");
+  const bool defines_ops = !backend->ops().empty();
   backends_.push_back(std::move(backend));
+  if (!defines_ops) return ok_status();
+  auto ops = std::make_shared<ir::OpRegistry>(&ir::OpRegistry::builtin());
+  for (const auto& b : backends_)
+    for (const BackendOp& op : b->ops()) {
+      if (ops->knows(op.domain, op.name)) {
+        log::info("backend '" + b->id() + "' also defines operator '" + op.name + "' (domain '" +
+                  op.domain + "'); its inference is the first definer's");
+        continue;
+      }
+      BP_RETURN_IF_ERROR(ops->add(to_ir_schema(op, b), b->id()), "backend '" + b->id() + "'");
+    }
+  ops_ = std::move(ops);
   return ok_status();
 }
 

@@ -5,6 +5,7 @@
 #include "pipeline/front_end.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <unordered_map>
 
@@ -211,9 +212,13 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   entry.ready = promise.get_future().share();
   lock.unlock();
 
+  double build_ms = 0;
   Built built = [&]() -> Built {
     std::lock_guard<std::mutex> one_at_a_time(build_mu_);
+    const auto start = std::chrono::steady_clock::now();
     Result<std::shared_ptr<Specialization>> s = build(signature);
+    build_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s.status();
     BP_RETURN_IF_ERROR(notify_after_load());
     return std::shared_ptr<const Specialization>(std::move(s).value());
@@ -225,6 +230,7 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   std::vector<std::shared_ptr<const Specialization>> evicted;  // destroyed unlocked
   lock.lock();
   ++stats_.builds;
+  stats_.build_ms += build_ms;
   auto mine = cache_.find(signature);
   if (!built.ok()) {
     cache_.erase(mine);  // not kept: the next run at these shapes tries again
@@ -317,7 +323,7 @@ Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signatu
   for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
   if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
   Result<std::unique_ptr<ir::Graph>> specialized =
-      specialize_graph(*portable_, shapes, stored_.key_prefix);
+      specialize_graph(*portable_, shapes, stored_.key_prefix, &registry_);
   if (!specialized.ok()) {
     if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
     return std::move(specialized).take_status();

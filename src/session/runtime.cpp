@@ -7,6 +7,7 @@
 #include "registry/dynamic_loader.hpp"
 #include "registry/registry.hpp"
 #include "session/compiled_model.hpp"
+#include "session/staged_model.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -93,7 +94,17 @@ class RuntimeImpl : public Runtime {
           loaded, CompiledModel::create_with(std::move(load.portable), std::move(load.weights),
                                              std::move(load.stored), registry_, model, load.file));
     } else {
-      BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, import_portable_model(path));
+      BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                          import_portable_model(path, &registry_));
+      // Control flow, sequences, data-dependent shapes: run in stages.
+      if (Program::needs_staging(*graph)) {
+        LoopBounds bounds;
+        bounds.max_iterations = options.max_loop_iterations;
+        bounds.max_bytes = options.max_loop_bytes;
+        BP_ASSIGN_OR_RETURN(std::shared_ptr<StagedModel> staged,
+                            StagedModel::create(std::move(graph), registry_, model, bounds), path);
+        return std::shared_ptr<Model>(std::move(staged));
+      }
       BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create(std::move(graph), registry_, model));
     }
     return std::shared_ptr<Model>(std::move(loaded));

@@ -35,6 +35,9 @@ class SessionImpl : public Session {
     fed_.resize(n);
     bound_outputs_.resize(model_->outputs().size());
     outputs_.resize(model_->outputs().size());
+    sink_.allocate = [this](size_t output, const Shape& shape) {
+      return allocate_dynamic(output, shape);
+    };
   }
 
   ~SessionImpl() override { release(); }
@@ -148,6 +151,7 @@ class SessionImpl : public Session {
       const Tensor& bound = bound_outputs_[i];
       if (bound.empty()) continue;
       const ir::Value& v = g.values[g.outputs[i]];
+      if (spec.is_dynamic(g.outputs[i])) continue;  // checked once its shape is known
       if (bound.dtype() != v.dtype || bound.shape() != v.shape)
         return invalid_argument("output '" + v.name + "' is " + dtype_name(v.dtype) + " " +
                                 shape_to_string(v.shape) + " in this run, the bound tensor " +
@@ -155,6 +159,7 @@ class SessionImpl : public Session {
     }
 
     pending_host_copy_.clear();
+    for (auto& [v, d] : dynamic_) d.reported = false;
     BP_RETURN_IF_ERROR(prepare_feeds());
     for (size_t i = 0; i < spec.executable().size(); ++i) {
       const ExecutablePartition& ep = *spec.executable()[i];
@@ -174,6 +179,10 @@ class SessionImpl : public Session {
       const int v = g.outputs[i];
       const ir::Value& value = g.values[v];
       const Tensor& bound = bound_outputs_[i];
+      if (spec.is_dynamic(v)) {
+        BP_RETURN_IF_ERROR(take_dynamic(i, v));
+        continue;
+      }
       void* at = address_of(v, 0);
       if (!bound.empty() && at != bound.data() && bound.size_bytes() > 0)
         std::memcpy(const_cast<void*>(bound.data()), at,
@@ -490,7 +499,71 @@ class SessionImpl : public Session {
     acquired_.clear();
   }
 
+  // The output sink of execute_shaped: memory for output `output` of the
+  // running partition, whose shape its backend now reports. Host memory of
+  // this session's, grown as needed and kept for the next runs.
+  Result<void*> allocate_dynamic(size_t output, const Shape& shape) {
+    if (spec_ == nullptr || running_ >= spec_->executable().size())
+      return internal_error("an output was allocated outside of a run");
+    const ExecutablePartition& ep = *spec_->executable()[running_];
+    const ir::Graph& g = spec_->graph();
+    if (output >= ep.outputs.size() || ep.outputs[output] < 0)
+      return invalid_argument("output_allocate: partition '" + std::string(ep.view->get()->name) +
+                              "' has no output " + std::to_string(output));
+    const int v = ep.outputs[output];
+    const ir::Value& value = g.values[v];
+    if (!spec_->is_dynamic(v))
+      return invalid_argument("output_allocate: output '" + value.name + "' has the known shape " +
+                              shape_to_string(value.shape) + "; it needs no allocation");
+    if (shape.size() != value.shape.size())
+      return invalid_argument("output_allocate: output '" + value.name + "' has rank " +
+                              std::to_string(value.shape.size()) + ", the backend reported " +
+                              shape_to_string(shape));
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (value.shape[d] >= 0 && value.shape[d] != shape[d])
+        return invalid_argument("output_allocate: output '" + value.name + "' is " +
+                                shape_to_string(value.shape) + ", the backend reported " +
+                                shape_to_string(shape));
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(value.dtype);
+    Dynamic& d = dynamic_[v];
+    if (!d.data || d.capacity < bytes) {
+      const size_t size = align_to_memory_plan(std::max<size_t>(bytes + bytes / 2, 1));
+      d.data.reset(std::aligned_alloc(MemoryPlan::kAlignment, size));
+      d.capacity = d.data ? size : 0;
+      if (!d.data)
+        return Status(StatusCode::kOutOfMemory, "cannot allocate " + std::to_string(size) +
+                                                    " bytes for output '" + value.name + "'");
+    }
+    d.shape = shape;
+    d.reported = true;
+    return d.data.get();
+  }
+
+  // Output `i`, value `v`, whose shape its backend reported this run.
+  Status take_dynamic(size_t i, int v) {
+    const ir::Value& value = spec_->graph().values[v];
+    auto it = dynamic_.find(v);
+    if (it == dynamic_.end() || !it->second.reported)
+      return internal_error("output '" + value.name + "' (shape " + shape_to_string(value.shape) +
+                            ") was not allocated by the backend that made it");
+    const Dynamic& d = it->second;
+    const Tensor& bound = bound_outputs_[i];
+    if (!bound.empty()) {
+      if (bound.dtype() != value.dtype || bound.shape() != d.shape)
+        return invalid_argument("output '" + value.name + "' is " + dtype_name(value.dtype) + " " +
+                                shape_to_string(d.shape) + " in this run, the bound tensor " +
+                                dtype_name(bound.dtype()) + " " + shape_to_string(bound.shape()));
+      const size_t bytes = static_cast<size_t>(shape_numel(d.shape)) * dtype_size(value.dtype);
+      if (bytes > 0) std::memcpy(const_cast<void*>(bound.data()), d.data.get(), bytes);
+      outputs_[i] = bound;
+      return ok_status();
+    }
+    outputs_[i] = Tensor::view(value.dtype, d.shape, d.data.get());
+    return ok_status();
+  }
+
   Status execute(size_t i) {
+    running_ = i;
     const Specialization& spec = *spec_;
     const ExecutablePartition& ep = *spec.executable()[i];
     const bp_backend_api_t* api = ep.backend->api();
@@ -580,6 +653,7 @@ class SessionImpl : public Session {
       t.dtype = static_cast<bp_dtype_t>(value.dtype);
       t.rank = value.shape.size();
       t.shape = value.shape.data();
+      if (spec_->is_dynamic(v)) continue;  // allocated through the output sink
       t.data = address_of(v, space);
       t.size_bytes = spec_->value_bytes(v);
       t.device = space == 0 ? 0 : spec_->spaces()[space].device + 1;
@@ -638,11 +712,16 @@ class SessionImpl : public Session {
   std::vector<FeedWrite> feed_writes_;               // this run's
   mutable std::vector<ExecStep> pending_host_copy_;  // copies to the host left for later
   std::vector<Tensor> outputs_;
-  bp_output_sink sink_{[](size_t output, const Shape&) -> Result<void*> {
-    return unsupported("output " + std::to_string(output) +
-                       ": this runtime does not yet take an output shape reported during "
-                       "execution");
-  }};
+  // Outputs whose shape a backend reports during the run (the output sink).
+  struct Dynamic {
+    Shape shape;
+    std::unique_ptr<void, ArenaDeleter> data;
+    size_t capacity = 0;
+    bool reported = false;  // this run
+  };
+  std::map<int, Dynamic> dynamic_;
+  size_t running_ = 0;  // the partition executing now
+  bp_output_sink sink_;
 };
 
 }  // namespace

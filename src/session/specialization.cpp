@@ -14,6 +14,7 @@ std::string signature_to_string(const ir::Graph& graph, const Signature& signatu
 
 size_t Specialization::value_bytes(int value) const {
   const ir::Value& v = graph_->values[value];
+  if (!v.shape_is_static()) return 0;  // known when its node runs: from the output sink
   return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
 }
 
@@ -62,10 +63,39 @@ Status Specialization::compile(const Planner& planner, const BuildOptions& optio
     shapes_.push_back(std::move(ps));
   }
   BP_ASSIGN_OR_RETURN(space_of_, assign_spaces(executable_, &spaces_));
+  BP_RETURN_IF_ERROR(check_dynamic_values());
   steps_ = plan_steps(*graph_, executable_, space_of_);
   memory_ = plan_memory(*graph_, executable_, space_of_, steps_,
                         [this](int v) { return value_bytes(v); });
   describe();
+  return ok_status();
+}
+
+// A value whose shape depends on data (a -1 dim, from a node with
+// ShapeDependence::kData) comes back through the output sink when its node
+// runs: it must be a graph output made on the host (staging puts such nodes
+// last in a stage, session/staged_model.hpp) that no partition reads.
+Status Specialization::check_dynamic_values() const {
+  const ir::Graph& g = *graph_;
+  for (int v : g.outputs) {
+    if (g.values[v].shape_is_static()) continue;
+    for (size_t p = 0; p < executable_.size(); ++p) {
+      const auto& ep = *executable_[p];
+      const std::string what = "value '" + g.values[v].name + "' (shape " +
+                               shape_to_string(g.values[v].shape) + ", known when it is made)";
+      if (std::find(ep.inputs.begin(), ep.inputs.end(), v) != ep.inputs.end())
+        return unsupported(what + " is read by a partition of the same stage");
+      if (std::find(ep.outputs.begin(), ep.outputs.end(), v) != ep.outputs.end() &&
+          space_of_[p] != 0)
+        return unsupported(what + " is made in device memory by backend '" + ep.backend->id() +
+                           "'; data-dependent shapes are taken in host memory only");
+    }
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].has_shape && !g.values[v].shape_is_static() &&
+        std::find(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)) == g.outputs.end())
+      return unsupported("value '" + g.values[v].name +
+                         "' has a shape known only at run time but is not an output of its stage");
   return ok_status();
 }
 

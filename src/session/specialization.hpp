@@ -69,7 +69,11 @@ class Specialization {
   const std::vector<ExecStep>& steps() const { return steps_.steps; }
   const std::vector<ExecStep>& init_copies() const { return steps_.init_copies; }
   const MemoryPlan& memory() const { return memory_; }
+  // 0 for a value whose shape depends on data (see is_dynamic).
   size_t value_bytes(int value) const;
+  // A graph output whose shape the backend reports when it makes it
+  // (through the output sink): a -1 dim here.
+  bool is_dynamic(int value) const { return !graph_->values[value].shape_is_static(); }
 
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
   const std::vector<PartitionDescription>& partitions() const { return partition_desc_; }
@@ -84,6 +88,7 @@ class Specialization {
  private:
   Specialization() = default;
   Status compile(const Planner& planner, const BuildOptions& options);
+  Status check_dynamic_values() const;
   void describe();
 
   Signature signature_;

@@ -1,5 +1,5 @@
-// Backends compiled against the frozen API headers (tests/abi/v1_0/ and
-// tests/abi/v1_1/backend_abi.h, never edited once released) load into and run
+// Backends compiled against the frozen API headers (tests/abi/v1_0/, v1_1/ and
+// v1_2/backend_abi.h, never edited once released) load into and run
 // under the current runtime. When the live header gains slots, this test is
 // what proves the runtime still accepts the older, shorter tables.
 #include "support/mock_testing.hpp"
@@ -71,7 +71,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Frozen{0, ABI_V1_0_BACKEND_DIR, ABI_V1_0_BACKEND_DIR "/Abi_V10_backend.so",
                              ABI_V1_0_HEADER, "AbiV10"},
                       Frozen{1, ABI_V1_1_BACKEND_DIR, ABI_V1_1_BACKEND_DIR "/Abi_V11_backend.so",
-                             ABI_V1_1_HEADER, "AbiV11"}),
+                             ABI_V1_1_HEADER, "AbiV11"},
+                      Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_V12_backend.so",
+                             ABI_V1_2_HEADER, "AbiV12"}),
     [](const ::testing::TestParamInfo<Frozen>& info) {
       return "V1_" + std::to_string(info.param.minor);
     });

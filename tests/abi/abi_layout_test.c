@@ -1,4 +1,4 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0, 1.1 and 1.2)
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 to 1.3)
  * and the numbers of its status codes.
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
@@ -163,6 +163,40 @@ BP_FREEZE(bp_execute_args_t, num_values, 40);
 BP_FREEZE(bp_execute_args_t, value_shapes, 48);
 BP_FREEZE(bp_execute_args_t, sink, 56);
 _Static_assert(BP_BACKEND_FLAG_SHAPE_POLYMORPHIC == 16u, "flag renumbered");
+/* 1.3: backend-defined operators, and the dtypes added to bp_dtype_t */
+BP_FREEZE(bp_backend_api_t, get_op_schemas, 216);
+_Static_assert(BP_BACKEND_API_SIZE_1_3 == 224, "API 1.3 table size changed");
+BP_FREEZE(bp_host_api_t, infer_set_output, 136);
+_Static_assert(BP_HOST_API_SIZE_1_3 == 144, "API 1.3 host table size changed");
+BP_FREEZE(bp_op_attr_t, struct_size, 0);
+BP_FREEZE(bp_op_attr_t, name, 8);
+BP_FREEZE(bp_op_attr_t, type, 16);
+BP_FREEZE(bp_op_attr_t, required, 20);
+BP_FREEZE(bp_infer_args_t, struct_size, 0);
+BP_FREEZE(bp_infer_args_t, node, 8);
+BP_FREEZE(bp_infer_args_t, num_inputs, 16);
+BP_FREEZE(bp_infer_args_t, input_dtypes, 24);
+BP_FREEZE(bp_infer_args_t, input_shapes, 32);
+BP_FREEZE(bp_infer_args_t, input_constants, 40);
+BP_FREEZE(bp_infer_args_t, num_outputs, 48);
+BP_FREEZE(bp_infer_args_t, result, 56);
+BP_FREEZE(bp_op_schema_t, struct_size, 0);
+BP_FREEZE(bp_op_schema_t, domain, 8);
+BP_FREEZE(bp_op_schema_t, name, 16);
+BP_FREEZE(bp_op_schema_t, since_version, 24);
+BP_FREEZE(bp_op_schema_t, min_inputs, 28);
+BP_FREEZE(bp_op_schema_t, max_inputs, 32);
+BP_FREEZE(bp_op_schema_t, min_outputs, 36);
+BP_FREEZE(bp_op_schema_t, max_outputs, 40);
+BP_FREEZE(bp_op_schema_t, num_attributes, 48);
+BP_FREEZE(bp_op_schema_t, attributes, 56);
+BP_FREEZE(bp_op_schema_t, infer, 64);
+BP_FREEZE(bp_op_schema_t, user_data, 72);
+BP_FREEZE(bp_op_schema_t, doc, 80);
+_Static_assert(BP_OP_UNBOUNDED == 0xFFFFFFFFu, "BP_OP_UNBOUNDED changed");
+_Static_assert(BP_DTYPE_UINT16 == 4 && BP_DTYPE_INT16 == 5 && BP_DTYPE_FLOAT64 == 11 &&
+                   BP_DTYPE_UINT32 == 12 && BP_DTYPE_UINT64 == 13 && BP_DTYPE_BFLOAT16 == 16,
+               "dtype renumbered");
 
 int main(void) {
   /* The helpers agree with the frozen sizes at run time too. */
@@ -182,6 +216,11 @@ int main(void) {
   if (BP_TABLE_HAS(&t, execute_shaped)) return 1;
   t.struct_size = BP_BACKEND_API_SIZE_1_2;
   if (!BP_TABLE_HAS(&t, execute_shaped)) return 1;
+  /* A 1.2 table has no get_op_schemas. */
+  t.get_op_schemas = (bp_status_t * (*)(bp_backend_t*, size_t*, const bp_op_schema_t**))1;
+  if (BP_TABLE_HAS(&t, get_op_schemas)) return 1;
+  t.struct_size = BP_BACKEND_API_SIZE_1_3;
+  if (!BP_TABLE_HAS(&t, get_op_schemas)) return 1;
   puts("abi layout: 1 passed, 0 failed");
   return 0;
 }

@@ -6,6 +6,7 @@
 // from another oneDNN build; a model with symbolic dims at several
 // signatures.
 #include "artifact_util.hpp"
+#include "support/model_builder.hpp"
 
 #include <gtest/gtest.h>
 
@@ -99,6 +100,71 @@ class OneDnnPayload : public TempDirTest {
   RunResult onnx_;
   std::vector<uint8_t> bytes_;
 };
+
+// Runs the model at `onnx_path` (input x of `shape`) on CpuOneDnn alone,
+// compiles it with `co` into `bpk` and checks the .bpk loads from its
+// payloads (no recompile, so no note) and computes the same bits.
+void expect_payload_round_trip(const std::string& onnx_path, const std::string& bpk,
+                               const std::vector<int64_t>& shape, const CompileOptions& co) {
+  const std::string name = fs::path(onnx_path).stem().string();
+  auto rt = onednn_runtime(1);
+  ASSERT_NE(rt, nullptr);
+  Tensor input(DType::kFloat32, shape);
+  for (int64_t i = 0; i < input.numel(); ++i)
+    input.data_as<float>()[i] = std::sin(0.37f * static_cast<float>(i));
+  RunResult onnx = run_model(*rt, onnx_path, {}, input);
+  ASSERT_TRUE(onnx.status.ok()) << onnx.status.to_string();
+  ASSERT_EQ(onnx.backends_used, std::vector<std::string>{"CpuOneDnn"});
+  auto report = rt->compile({{name, onnx_path}}, bpk, co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  RunResult loaded = run_model(*rt, bpk, {}, input);
+  ASSERT_TRUE(loaded.status.ok()) << loaded.status.to_string();
+  EXPECT_TRUE(loaded.notes.empty()) << loaded.notes.front();  // no recompile
+  EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs));
+}
+
+// The steps that keep data movement inside CpuOneDnn (issue 14) in a
+// payload: windows (reorders from descriptors with an offset and wide
+// strides), prelu and resampling primitives, the new eltwise algorithms.
+// The payload loader checks every descriptor; these must pass its checks
+// and compute the same bits.
+TEST_F(OneDnnPayload, WindowsAndNewPrimitivesLoadFromThePayload) {
+  test::ModelBuilder b(18);
+  b.input("x", {1, 8, 6, 6}).random_weight("w", {32, 8, 3, 3}).random_weight("s", {24, 1, 1});
+  b.init_i64("st", {1}, {5}).init_i64("en", {1}, {29}).init_i64("ax", {1}, {1});
+  b.init_i64("st2", {2}, {0, 1}).init_i64("en2", {2}, {6, 6}).init_i64("ax2", {2}, {2, 3});
+  b.init_i64("step2", {2}, {2, 2}).init_i64("pads", {8}, {0, 0, 1, 0, 0, 0, 0, 2});
+  b.init_i64("size", {4}, {1, 24, 8, 10});
+  test::set_ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("HardSwish", {"c"}, {"h"});
+  b.node("Slice", {"h", "st", "en", "ax"}, {"sl"});  // cuts a channel block
+  b.node("PRelu", {"sl", "s"}, {"pr"});
+  b.node("Slice", {"pr", "st2", "en2", "ax2", "step2"}, {"sub"});  // [1, 24, 3, 3]
+  b.node("Pad", {"sub", "pads"}, {"pd"});                          // [1, 24, 4, 5]
+  test::set_string(b.node("Resize", {"pd", "", "", "size"}, {"rs"}), "mode", "linear");
+  b.node("Mish", {"rs"}, {"y"});
+  b.output("y");
+  expect_payload_round_trip(b.save_as(path("windows.onnx")), path("windows.bpk"), {1, 8, 6, 6}, {});
+}
+
+// ViT's class token before its patches: oneDNN 2.x has only its reference
+// concat for a 1x1xC and a 1xNxC tensor along axis 1, so CpuOneDnn copies
+// them itself (a copy_concat step); the payload stores that step and the
+// loader checks its windows.
+TEST_F(OneDnnPayload, CopyConcatStepLoadsFromThePayload) {
+  test::ModelBuilder b(17);
+  b.input("x", {1, 16, 2, 2}).random_weight("w", {16, 16, 1, 1}).random_weight("cls", {1, 1, 16});
+  b.init_i64("shape", {3}, {1, 16, 4});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Reshape", {"c", "shape"}, {"r"});
+  test::set_ints(b.node("Transpose", {"r"}, {"t"}), "perm", {0, 2, 1});  // [1, 4, 16]
+  test::set_int(b.node("Concat", {"cls", "t"}, {"cat"}), "axis", 1);     // [1, 5, 16]
+  b.node("Relu", {"cat"}, {"y"});
+  b.output("y");
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  expect_payload_round_trip(b.save_as(path("cls.onnx")), path("cls.bpk"), {1, 16, 2, 2}, co);
+}
 
 TEST_F(OneDnnPayload, PortableWeightsAreNotReadWhenThePayloadLoads) {
   compile();

@@ -127,6 +127,8 @@ inline const KernelRegistry& registry() {
     register_elementwise_kernels(reg);
     register_tensor_kernels(reg);
     register_nn_kernels(reg);
+    register_opset18_kernels(reg);
+    register_control_kernels(reg);
     return reg;
   }();
   return r;

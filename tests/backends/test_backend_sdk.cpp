@@ -255,11 +255,12 @@ TEST(BackendSdk, OwnKeysPassTheRestToTheDefault) {
 
 TEST(BackendSdk, TableWithoutIdentityIsOfThisHeader) {
   const bp_backend_api_t* t = sdk::backend_table<Plain>();
-  EXPECT_EQ(t->struct_size, BP_BACKEND_API_SIZE_1_2);
+  EXPECT_EQ(t->struct_size, BP_BACKEND_API_SIZE_1_3);
   EXPECT_EQ(t->api_major, BP_API_VERSION_MAJOR);
   EXPECT_EQ(t->api_minor, BP_API_VERSION_MINOR);
   EXPECT_TRUE(BP_TABLE_HAS(t, compile_all));
   EXPECT_TRUE(BP_TABLE_HAS(t, execute_shaped));
+  EXPECT_TRUE(BP_TABLE_HAS(t, get_op_schemas));
   Instance b(t);
   bp_backend_info_t info{};
   EXPECT_EQ(code_of(t->get_info(b.backend, &info)), BP_STATUS_OK);

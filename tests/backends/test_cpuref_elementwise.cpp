@@ -34,6 +34,10 @@ Dims broadcast_shape(const Dims& a, const Dims& b) {
   return out;
 }
 
+TensorSpec f64(Dims s, const std::vector<double>& v, bool c = false) {
+  return tensor(BP_DTYPE_FLOAT64, s, v, c);
+}
+
 // ---------------------------------------------------------------------------
 // Helpers from common.cpp
 // ---------------------------------------------------------------------------
@@ -433,9 +437,36 @@ TEST(CpuRefElementwise, IdentityAndDropout) {
   std::memcpy(y.data(), outs[0].data(), 12);
   expect_floats(y, {1, 2, 3});
   EXPECT_EQ(outs[1], (std::vector<uint8_t>{1, 1, 1}));
-  OpTest tr("Dropout", 13, {f32({1}, {1}), f32({}, {0.5f}, true), b8({}, {1}, true)},
-            {{BP_DTYPE_FLOAT32, {1}}});
-  expect_error(tr, BP_STATUS_UNSUPPORTED, "training");
+  OpTest bad_ratio("Dropout", 13, {f32({1}, {1}), f32({}, {1.5f}, true), b8({}, {1}, true)},
+                   {{BP_DTYPE_FLOAT32, {1}}});
+  expect_error(bad_ratio, BP_STATUS_INVALID_ARGUMENT, "ratio");
+}
+
+// Training mode with seed 0 drops what ONNX's reference (numpy's legacy
+// MT19937 seeded with 0) drops: its first uniforms are 0.5488, 0.7152,
+// 0.6028, 0.5449, 0.4237, 0.6459, 0.4376, 0.8918.
+TEST(CpuRefElementwise, DropoutTrainingFollowsNumpySeededDraws) {
+  const std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8};
+  OpTest t("Dropout", 13, {f32({8}, x), f32({}, {0.5f}, true), b8({}, {1}, true)},
+           {{BP_DTYPE_FLOAT32, {8}}, {BP_DTYPE_BOOL, {8}}}, {attr_i("seed", 0)});
+  const auto outs = t.run();
+  std::vector<float> y(8);
+  std::memcpy(y.data(), outs[0].data(), 32);
+  EXPECT_EQ(y, (std::vector<float>{2, 4, 6, 8, 0, 12, 0, 16}));
+  EXPECT_EQ(outs[1], (std::vector<uint8_t>{1, 1, 1, 1, 0, 1, 0, 1}));
+  // ratio 0 in training, and training_mode false: the identity.
+  OpTest zero("Dropout", 13, {f32({3}, {1, 2, 3}), f32({}, {0.0f}, true), b8({}, {1}, true)},
+              {{BP_DTYPE_FLOAT32, {3}}, {BP_DTYPE_BOOL, {3}}}, {attr_i("seed", 0)});
+  const auto z = zero.run();
+  EXPECT_EQ(z[1], (std::vector<uint8_t>{1, 1, 1}));
+  // training_mode read at run time (not a constant): false -> identity.
+  OpTest off("Dropout", 13, {f32({2}, {1, 2}), f32({}, {0.9f}, true), b8({}, {0})},
+             {{BP_DTYPE_FLOAT32, {2}}});
+  expect_floats(off.run_as<float>(), {1, 2});
+  // ratio 0.75: scale 4.
+  OpTest q("Dropout", 13, {f64({4}, {1, 1, 1, 1}), f64({}, {0.75}, true), b8({}, {1}, true)},
+           {{BP_DTYPE_FLOAT64, {4}}}, {attr_i("seed", 0)});
+  EXPECT_EQ(q.run_as<double>(), (std::vector<double>{0, 0, 0, 0}));  // all draws < 0.75
 }
 
 TEST(CpuRefElementwise, CastFloatToIntegersTruncates) {
@@ -479,6 +510,197 @@ TEST(CpuRefElementwise, CastBetweenIntegersBoolAndHalf) {
   OpTest mismatch("Cast", 13, {f32({1}, {1})}, {{BP_DTYPE_INT32, {1}}},
                   {attr_i("to", BP_DTYPE_INT64)});
   expect_error(mismatch, BP_STATUS_INVALID_ARGUMENT, "'to'");
+}
+
+// ---------------------------------------------------------------------------
+// New dtypes: float64, bfloat16, int16 and unsigned integers
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, Float64ArithmeticAndActivations) {
+  OpTest add("Add", 14, {f64({2}, {0.1, 1e300}), f64({2}, {0.2, 1e300})},
+             {{BP_DTYPE_FLOAT64, {2}}});
+  const std::vector<double> s = add.run_as<double>();
+  EXPECT_EQ(s[0], 0.1 + 0.2);  // double precision, not float's
+  EXPECT_EQ(s[1], 2e300);
+  OpTest ex("Exp", 13, {f64({1}, {1.0})}, {{BP_DTYPE_FLOAT64, {1}}});
+  EXPECT_EQ(ex.run_as<double>()[0], std::exp(1.0));
+  OpTest relu("Relu", 14, {f64({2}, {-1.5, 2.25})}, {{BP_DTYPE_FLOAT64, {2}}});
+  EXPECT_EQ(relu.run_as<double>(), (std::vector<double>{0, 2.25}));
+  OpTest lk("LeakyRelu", 16, {f64({2}, {-2.0, 3.0})}, {{BP_DTYPE_FLOAT64, {2}}},
+            {attr_f("alpha", 0.5f)});
+  EXPECT_EQ(lk.run_as<double>(), (std::vector<double>{-1.0, 3.0}));
+}
+
+TEST(CpuRefElementwise, UnsignedAndInt16MinMaxAndCompare) {
+  const uint64_t big = 0xFFFFFFFFFFFFFFF0ull;
+  OpTest mx("Max", 13,
+            {tensor(BP_DTYPE_UINT64, {2}, std::vector<uint64_t>{big, 1}),
+             tensor(BP_DTYPE_UINT64, {2}, std::vector<uint64_t>{5, 2})},
+            {{BP_DTYPE_UINT64, {2}}});
+  EXPECT_EQ(mx.run_as<uint64_t>(), (std::vector<uint64_t>{big, 2}));  // not a signed compare
+  OpTest mn("Min", 13,
+            {tensor(BP_DTYPE_INT16, {2}, std::vector<int16_t>{-300, 7}),
+             tensor(BP_DTYPE_INT16, {2}, std::vector<int16_t>{5, -32768})},
+            {{BP_DTYPE_INT16, {2}}});
+  EXPECT_EQ(mn.run_as<int16_t>(), (std::vector<int16_t>{-300, -32768}));
+  OpTest gt("Greater", 13,
+            {tensor(BP_DTYPE_UINT32, {2}, std::vector<uint32_t>{0x80000000u, 1}),
+             tensor(BP_DTYPE_UINT32, {2}, std::vector<uint32_t>{1, 2})},
+            {{BP_DTYPE_BOOL, {2}}});
+  EXPECT_EQ(gt.run_as<uint8_t>(), (std::vector<uint8_t>{1, 0}));
+}
+
+TEST(CpuRefElementwise, PowWithUnsignedExponents) {
+  OpTest p("Pow", 15,
+           {f32({3}, {2, 3, -2}), tensor(BP_DTYPE_UINT64, {3}, std::vector<uint64_t>{10, 0, 3})},
+           {{BP_DTYPE_FLOAT32, {3}}});
+  EXPECT_EQ(p.run_as<float>(), (std::vector<float>{1024, 1, -8}));
+  OpTest ip("Pow", 15,
+            {i64({2}, {3, -2}), tensor(BP_DTYPE_UINT32, {2}, std::vector<uint32_t>{4, 3})},
+            {{BP_DTYPE_INT64, {2}}});
+  EXPECT_EQ(ip.run_as<int64_t>(), (std::vector<int64_t>{81, -8}));
+}
+
+std::vector<uint16_t> bf16_bits(const std::vector<std::vector<uint8_t>>& outs) {
+  std::vector<uint16_t> v(outs[0].size() / 2);
+  std::memcpy(v.data(), outs[0].data(), outs[0].size());
+  return v;
+}
+
+TEST(CpuRefElementwise, CastToBfloat16RoundsToNearestEven) {
+  // 1 + 2^-8 is halfway between bfloat16 1.0 and 1.0078125: ties to even
+  // (down); 1 + 3 * 2^-8 ties up; just above a tie rounds up.
+  const std::vector<float> x{1.0f,
+                             1.0f + std::ldexp(1.0f, -8),
+                             1.0f + 3 * std::ldexp(1.0f, -8),
+                             1.0f + std::ldexp(1.2f, -8),
+                             -2.5f,
+                             std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::max()};
+  OpTest t("Cast", 13, {f32({7}, x)}, {{BP_DTYPE_BFLOAT16, {7}}},
+           {attr_i("to", BP_DTYPE_BFLOAT16)});
+  const std::vector<uint16_t> b = bf16_bits(t.run());
+  EXPECT_EQ(b[0], 0x3F80);
+  EXPECT_EQ(b[1], 0x3F80);
+  EXPECT_EQ(b[2], 0x3F82);
+  EXPECT_EQ(b[3], 0x3F81);
+  EXPECT_EQ(b[4], 0xC020);
+  EXPECT_EQ(b[5] & 0x7F80, 0x7F80);  // still a NaN
+  EXPECT_NE(b[5] & 0x007F, 0);
+  EXPECT_EQ(b[6], 0x7F80);  // FLT_MAX rounds up to inf
+  // And back: bfloat16 -> float is exact.
+  OpTest back("Cast", 13, {tensor(BP_DTYPE_BFLOAT16, {2}, std::vector<uint16_t>{0x3F82, 0xC020})},
+              {{BP_DTYPE_FLOAT32, {2}}}, {attr_i("to", BP_DTYPE_FLOAT32)});
+  EXPECT_EQ(back.run_as<float>(), (std::vector<float>{1.015625f, -2.5f}));
+}
+
+TEST(CpuRefElementwise, CastFromDoubleRoundsOnce) {
+  // 1 + 2^-11 + 2^-40 is just above the float16 tie between 1 and 1 + 2^-10:
+  // rounding to float first would land on the tie and then round to even (1).
+  const double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  OpTest t("Cast", 13, {f64({2}, {x, -1e6})}, {{BP_DTYPE_FLOAT16, {2}}},
+           {attr_i("to", BP_DTYPE_FLOAT16)});
+  const std::vector<uint16_t> h = t.run_as<uint16_t>();
+  EXPECT_EQ(h[0], 0x3C01);
+  EXPECT_EQ(h[1], 0xFC00);  // -inf
+  OpTest d("Cast", 13, {f64({3}, {3.9, -1e20, 1e300})}, {{BP_DTYPE_INT32, {3}}},
+           {attr_i("to", BP_DTYPE_INT32)});
+  EXPECT_EQ(d.run_as<int32_t>(), (std::vector<int32_t>{3, std::numeric_limits<int32_t>::min(),
+                                                       std::numeric_limits<int32_t>::max()}));
+  OpTest u("Cast", 13, {tensor(BP_DTYPE_UINT64, {1}, std::vector<uint64_t>{~0ull})},
+           {{BP_DTYPE_FLOAT64, {1}}}, {attr_i("to", BP_DTYPE_FLOAT64)});
+  EXPECT_EQ(u.run_as<double>()[0], 18446744073709551615.0);
+  OpTest s("Cast", 13, {tensor(BP_DTYPE_INT16, {2}, std::vector<int16_t>{-1, 300})},
+           {{BP_DTYPE_UINT8, {2}}}, {attr_i("to", BP_DTYPE_UINT8)});
+  EXPECT_EQ(s.run_as<uint8_t>(), (std::vector<uint8_t>{255, 44}));
+}
+
+// ---------------------------------------------------------------------------
+// The elementwise ops of ops_math.cpp
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefElementwise, TrigonometricAndHyperbolic) {
+  const std::vector<double> x{-0.5, 0.25};
+  struct Case {
+    const char* op;
+    double (*fn)(double);
+  };
+  for (const Case& c : {Case{"Acos", std::acos}, Case{"Asin", std::asin}, Case{"Atan", std::atan},
+                        Case{"Tan", std::tan}, Case{"Asinh", std::asinh}, Case{"Atanh", std::atanh},
+                        Case{"Sinh", std::sinh}, Case{"Cosh", std::cosh}}) {
+    OpTest t(c.op, 9, {f64({2}, x)}, {{BP_DTYPE_FLOAT64, {2}}});
+    EXPECT_EQ(t.run_as<double>(), (std::vector<double>{c.fn(x[0]), c.fn(x[1])})) << c.op;
+    OpTest f(c.op, 9, {f32({2}, {-0.5f, 0.25f})}, {{BP_DTYPE_FLOAT32, {2}}});
+    expect_floats(f.run_as<float>(), {float(c.fn(x[0])), float(c.fn(x[1]))}, 1e-6f);
+  }
+  OpTest ach("Acosh", 9, {f32({2}, {1, 2})}, {{BP_DTYPE_FLOAT32, {2}}});
+  expect_floats(ach.run_as<float>(), {0, float(std::acosh(2.0))});
+}
+
+TEST(CpuRefElementwise, IsNaNAndIsInf) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  OpTest n("IsNaN", 13, {f32({4}, {1, nan, inf, -inf})}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(n.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 0, 0}));
+  OpTest i("IsInf", 10, {f32({4}, {1, nan, inf, -inf})}, {{BP_DTYPE_BOOL, {4}}});
+  EXPECT_EQ(i.run_as<uint8_t>(), (std::vector<uint8_t>{0, 0, 1, 1}));
+  OpTest pos("IsInf", 10, {f64({3}, {1, inf, -inf})}, {{BP_DTYPE_BOOL, {3}}},
+             {attr_i("detect_negative", 0)});
+  EXPECT_EQ(pos.run_as<uint8_t>(), (std::vector<uint8_t>{0, 1, 0}));
+  OpTest neg("IsInf", 10, {f32({3}, {1, inf, -inf})}, {{BP_DTYPE_BOOL, {3}}},
+             {attr_i("detect_positive", 0)});
+  EXPECT_EQ(neg.run_as<uint8_t>(), (std::vector<uint8_t>{0, 0, 1}));
+}
+
+TEST(CpuRefElementwise, CeluShrinkThresholdedRelu) {
+  OpTest celu("Celu", 12, {f32({3}, {-1, 0, 2})}, {{BP_DTYPE_FLOAT32, {3}}}, {attr_f("alpha", 2)});
+  expect_floats(celu.run_as<float>(), {float(2 * std::expm1(-0.5)), 0, 2});
+  OpTest zero_alpha("Celu", 12, {f32({1}, {1})}, {{BP_DTYPE_FLOAT32, {1}}}, {attr_f("alpha", 0)});
+  expect_error(zero_alpha, BP_STATUS_INVALID_ARGUMENT, "alpha");
+  OpTest sh("Shrink", 9, {f32({5}, {-2, -0.5f, 0, 0.6f, 3})}, {{BP_DTYPE_FLOAT32, {5}}},
+            {attr_f("lambd", 0.5f), attr_f("bias", 1.5f)});
+  expect_floats(sh.run_as<float>(), {-0.5f, 0, 0, -0.9f, 1.5f});
+  OpTest shi("Shrink", 9, {tensor(BP_DTYPE_INT8, {4}, std::vector<int8_t>{-5, -1, 1, 5})},
+             {{BP_DTYPE_INT8, {4}}}, {attr_f("lambd", 1.5f), attr_f("bias", 1.5f)});
+  EXPECT_EQ(shi.run_as<int8_t>(), (std::vector<int8_t>{-3, 0, 0, 3}));  // -3.5, 3.5 truncated
+  OpTest tr("ThresholdedRelu", 10, {f32({3}, {0.5f, 1, 2})}, {{BP_DTYPE_FLOAT32, {3}}});
+  expect_floats(tr.run_as<float>(), {0, 0, 2});
+}
+
+TEST(CpuRefElementwise, ModIntegerAndFmodSemantics) {
+  const std::vector<int32_t> a{-4, 7, 5, -7, 3}, b{3, -3, 0, -3, 3};
+  OpTest py("Mod", 13, {i32({5}, a), i32({5}, b)}, {{BP_DTYPE_INT32, {5}}});
+  EXPECT_EQ(py.run_as<int32_t>(), (std::vector<int32_t>{2, -2, 0, -1, 0}));  // sign of divisor
+  OpTest c("Mod", 13, {i32({5}, a), i32({5}, b)}, {{BP_DTYPE_INT32, {5}}}, {attr_i("fmod", 1)});
+  EXPECT_EQ(c.run_as<int32_t>(), (std::vector<int32_t>{-1, 1, 0, -1, 0}));  // sign of dividend
+  OpTest mn("Mod", 13, {i64({1}, {std::numeric_limits<int64_t>::min()}), i64({1}, {-1})},
+            {{BP_DTYPE_INT64, {1}}});
+  EXPECT_EQ(mn.run_as<int64_t>(), (std::vector<int64_t>{0}));
+  OpTest f("Mod", 13, {f32({2}, {-4.5f, 7.5f}), f32({2}, {2, -2})}, {{BP_DTYPE_FLOAT32, {2}}},
+           {attr_i("fmod", 1)});
+  expect_floats(f.run_as<float>(), {-0.5f, 1.5f});
+  OpTest u("Mod", 13,
+           {tensor(BP_DTYPE_UINT16, {2}, std::vector<uint16_t>{65535, 7}),
+            tensor(BP_DTYPE_UINT16, {1}, std::vector<uint16_t>{10})},
+           {{BP_DTYPE_UINT16, {2}}});
+  EXPECT_EQ(u.run_as<uint16_t>(), (std::vector<uint16_t>{5, 7}));
+  OpTest bad("Mod", 13, {f32({1}, {1}), f32({1}, {1})}, {{BP_DTYPE_FLOAT32, {1}}});
+  expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "fmod=0");
+}
+
+TEST(CpuRefElementwise, BitShiftBothDirectionsAndWideShifts) {
+  OpTest l("BitShift", 11,
+           {tensor(BP_DTYPE_UINT16, {3}, std::vector<uint16_t>{1, 0xFFFF, 3}),
+            tensor(BP_DTYPE_UINT16, {3}, std::vector<uint16_t>{3, 4, 16})},
+           {{BP_DTYPE_UINT16, {3}}}, {attr_s("direction", "LEFT")});
+  EXPECT_EQ(l.run_as<uint16_t>(), (std::vector<uint16_t>{8, 0xFFF0, 0}));
+  OpTest r("BitShift", 11,
+           {tensor(BP_DTYPE_UINT64, {2}, std::vector<uint64_t>{~0ull, 16}),
+            tensor(BP_DTYPE_UINT64, {1}, std::vector<uint64_t>{60})},
+           {{BP_DTYPE_UINT64, {2}}}, {attr_s("direction", "RIGHT")});
+  EXPECT_EQ(r.run_as<uint64_t>(), (std::vector<uint64_t>{15, 0}));
+  OpTest bad("BitShift", 11, {u8({1}, {1}), u8({1}, {1})}, {{BP_DTYPE_UINT8, {1}}},
+             {attr_s("direction", "UP")});
+  expect_error(bad, BP_STATUS_INVALID_ARGUMENT, "direction");
 }
 
 }  // namespace

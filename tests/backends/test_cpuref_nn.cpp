@@ -576,6 +576,23 @@ TEST(CpuRefNn, MatMulLargeBlockedPath) {
   expect_close(run1(node, {a.data(), b.data()}), matmul_ref(a, b, M, K, N), 1e-4);
 }
 
+TEST(CpuRefNn, MatMulSumsLongDepthsInBlocks) {
+  // Positive terms over a long depth: one running sum per element erred by
+  // 6.4e-6 relative here (measured); a sum per depth block of 128, then
+  // over the blocks, by 5.5e-7. Deep nets amplify the difference.
+  const int64_t M = 8, K = 16384, N = 64;
+  const std::vector<float> a = random_vec(M * K, 31, 0.0f, 1.0f);
+  const std::vector<float> b = random_vec(K * N, 32, 0.0f, 1.0f);
+  Node node("MatMul", 13);
+  node.in({M, K}).in({K, N}).out({M, N});
+  const std::vector<float> got = run1(node, {a.data(), b.data()});
+  const std::vector<double> want = matmul_ref(a, b, M, K, N);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / want[i]);
+  EXPECT_LT(worst, 1.5e-6);
+}
+
 TEST(CpuRefNn, MatMulRejectsMismatchedInnerDims) {
   Node node("MatMul", 13);
   node.in({2, 3}).in({4, 5}).out({2, 5});
@@ -779,13 +796,82 @@ TEST(CpuRefNn, BatchNormalizationInference) {
                1e-5);
 }
 
-TEST(CpuRefNn, BatchNormalizationRejectsTrainingMode) {
-  Node training("BatchNormalization", 15);
-  training.in({1, 2, 2}).in({2}).in({2}).in({2}).in({2}).out({1, 2, 2}).i("training_mode", 1);
-  expect_rejected(training, BP_STATUS_UNSUPPORTED, "training_mode");
+// training_mode=1 (opset 14+): the batch's own statistics, and the running
+// ones as outputs (ONNX's _batchnorm_training_mode).
+TEST(CpuRefNn, BatchNormalizationTrainingMode) {
+  const Dims xs{2, 3, 2, 2};
+  const std::vector<float> x = random_vec(numel(xs), 21);
+  const std::vector<float> scale{0.5f, 1.5f, -1.0f}, bias{0.1f, 0.0f, 2.0f},
+      mean{0.2f, -0.3f, 0.0f}, var{1.0f, 0.25f, 4.0f};
+  Node node("BatchNormalization", 15);
+  node.in(xs).in({3}).in({3}).in({3}).in({3}).out(xs).out({3}).out({3});
+  node.i("training_mode", 1).f("epsilon", 1e-2f).f("momentum", 0.8f);
+  std::vector<double> want_y(x.size()), want_mean, want_var;
+  for (int64_t c = 0; c < 3; ++c) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) m += x[(n * 3 + c) * 4 + i] / 8.0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) v += std::pow(x[(n * 3 + c) * 4 + i] - m, 2) / 8.0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t at = (n * 3 + c) * 4 + i;
+        want_y[at] = (x[at] - m) / std::sqrt(v + 1e-2) * scale[c] + bias[c];
+      }
+    want_mean.push_back(mean[c] * 0.8 + m * 0.2);
+    want_var.push_back(var[c] * 0.8 + v * 0.2);
+  }
+  auto k = node.kernel();
+  std::vector<float> y = nan_buffer(numel(xs)), rm = nan_buffer(3), rv = nan_buffer(3);
+  run(*k, {x.data(), scale.data(), bias.data(), mean.data(), var.data()},
+      {y.data(), rm.data(), rv.data()});
+  expect_close(y, want_y, 1e-5, "Y");
+  expect_close(rm, want_mean, 1e-5, "running_mean");
+  expect_close(rv, want_var, 1e-5, "running_var");
+  // Y alone (the running statistics not asked for) is the same Y.
+  Node y_only("BatchNormalization", 15);
+  y_only.in(xs).in({3}).in({3}).in({3}).in({3}).out(xs).i("training_mode", 1).f("epsilon", 1e-2f);
+  expect_close(run1(y_only, {x.data(), scale.data(), bias.data(), mean.data(), var.data()}), want_y,
+               1e-5, "Y only");
+}
+
+TEST(CpuRefNn, BatchNormalizationRejectsOldTrainingOutputs) {
   Node outputs("BatchNormalization", 9);
   outputs.in({1, 2, 2}).in({2}).in({2}).in({2}).in({2}).out({1, 2, 2}).out({2}).out({2});
-  expect_rejected(outputs, BP_STATUS_UNSUPPORTED, "training outputs");
+  expect_rejected(outputs, BP_STATUS_UNSUPPORTED, "training_mode=1");
+  Node early("BatchNormalization", 9);
+  early.in({1, 2, 2}).in({2}).in({2}).in({2}).in({2}).out({1, 2, 2}).i("training_mode", 1);
+  expect_rejected(early, BP_STATUS_INVALID_ARGUMENT, "opset 14");
+}
+
+// MaxPool on uint8 and int8 (ONNX 12+): the largest value, and its index.
+TEST(CpuRefNn, MaxPoolOnEightBitIntegers) {
+  const std::vector<uint8_t> x{1, 200, 3, 4, 5, 6, 255, 8, 9};  // [1, 1, 3, 3]
+  Node node("MaxPool", 12);
+  node.in({1, 1, 3, 3}, BP_DTYPE_UINT8)
+      .out({1, 1, 2, 2}, BP_DTYPE_UINT8)
+      .out({1, 1, 2, 2}, BP_DTYPE_INT64)
+      .ints("kernel_shape", {2, 2});
+  auto k = node.kernel();
+  std::vector<uint8_t> y(4, 0xAA);
+  std::vector<int64_t> idx(4, -7);
+  run(*k, {x.data()}, {y.data(), idx.data()});
+  EXPECT_EQ(y, (std::vector<uint8_t>{200, 200, 255, 9}));
+  EXPECT_EQ(idx, (std::vector<int64_t>{1, 1, 6, 8}));
+  const std::vector<int8_t> s{-128, -100, -5, -120};  // [1, 1, 2, 2]
+  Node signed8("MaxPool", 12);
+  signed8.in({1, 1, 2, 2}, BP_DTYPE_INT8)
+      .out({1, 1, 1, 1}, BP_DTYPE_INT8)
+      .ints("kernel_shape", {2, 2});
+  auto ks = signed8.kernel();
+  int8_t out = 0;
+  run(*ks, {s.data()}, {&out});
+  EXPECT_EQ(out, -5);
+  Node avg("AveragePool", 11);
+  avg.in({1, 1, 2, 2}, BP_DTYPE_UINT8)
+      .out({1, 1, 1, 1}, BP_DTYPE_UINT8)
+      .ints("kernel_shape", {2, 2});
+  expect_rejected(avg, BP_STATUS_UNSUPPORTED, "uint8");
 }
 
 TEST(CpuRefNn, LayerNormalizationWithStatsOutputs) {
@@ -898,6 +984,24 @@ TEST(CpuRefNn, SoftmaxOpset13IsPerAxisOpset11Flattens) {
                1e-5);
 }
 
+TEST(CpuRefNn, SoftmaxInFloat64AndFloat16) {
+  const std::vector<double> x{1.0, 2.0, 3.0};
+  Node d("Softmax", 13);
+  d.in({1, 3}, BP_DTYPE_FLOAT64).out({1, 3}, BP_DTYPE_FLOAT64);
+  auto kd = d.kernel();
+  std::vector<double> yd(3, 0.0);
+  run(*kd, {x.data()}, {yd.data()});
+  const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(yd[i], std::exp(x[i]) / s, 1e-15) << i;
+  Node lh("LogSoftmax", 13);
+  lh.in({3}, BP_DTYPE_FLOAT16).out({3}, BP_DTYPE_FLOAT16);
+  const std::vector<uint16_t> xh{float_to_half(1.0f), float_to_half(2.0f), float_to_half(3.0f)};
+  auto kh = lh.kernel();
+  std::vector<uint16_t> yh(3, 0);
+  run(*kh, {xh.data()}, {yh.data()});
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(half_to_float(yh[i]), x[i] - std::log(s), 2e-3) << i;
+}
+
 // ===========================================================================
 // Resize
 // ===========================================================================
@@ -991,6 +1095,29 @@ TEST(CpuRefNn, ResizeSizesInputAndPytorchHalfPixel) {
   // ONNX example "resize_downsample_sizes_linear_pytorch_half_pixel".
   expect_close(run1(node, {x.data(), nullptr, nullptr, sizes.data()}),
                std::vector<double>{1.6666666, 7.0, 12.333333}, 1e-6);
+}
+
+TEST(CpuRefNn, ResizeLinearCoordinatesExactOnLongAxes) {
+  // An image upscaled by 1.25 (a detector's transform): the source
+  // coordinate (x + 0.5) / 1.25 - 0.5 computed in float errs by up to half
+  // an ulp of x, 3e-5 of a pixel at x = 1000, times the step between
+  // neighbours (2 here): 6e-5 off. In double the weights are exact to
+  // float rounding.
+  const int64_t in = 1000, out = 1250;
+  std::vector<float> x(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) x[static_cast<size_t>(i)] = i % 2 ? 1.0f : -1.0f;
+  const std::vector<int64_t> sizes{1, 1, 1, out};
+  Node node("Resize", 13);
+  node.in({1, 1, 1, in}).none().none().in({4}, BP_DTYPE_INT64, sizes.data()).out({1, 1, 1, out});
+  node.s("mode", "linear");
+  std::vector<double> want(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    const double v = std::clamp((o + 0.5) / 1.25 - 0.5, 0.0, double(in - 1));
+    const int64_t i0 = static_cast<int64_t>(v), i1 = std::min(i0 + 1, in - 1);
+    want[static_cast<size_t>(o)] = (1 - (v - double(i0))) * x[static_cast<size_t>(i0)] +
+                                   (v - double(i0)) * x[static_cast<size_t>(i1)];
+  }
+  expect_close(run1(node, {x.data(), nullptr, nullptr, sizes.data()}), want, 1e-6);
 }
 
 // Independent cubic reference: Keys kernel evaluated per tap in double.

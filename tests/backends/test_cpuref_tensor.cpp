@@ -606,4 +606,46 @@ TEST(CpuRefTensor, ArgMaxArgMin) {
   EXPECT_EQ(i.run_as<int64_t>(), (std::vector<int64_t>{0, 1}));
 }
 
+// ---------------------------------------------------------------------------
+// New dtypes in reductions, ArgMax and Range; ReduceLogSumExp
+// ---------------------------------------------------------------------------
+
+TEST(CpuRefTensor, ReduceLogSumExpInDoubleAndFloat) {
+  const std::vector<double> x{0, 1, 2, 3, 4, 5};
+  OpTest d("ReduceLogSumExp", 13, {tensor(BP_DTYPE_FLOAT64, {2, 3}, x)},
+           {{BP_DTYPE_FLOAT64, {2, 1}}}, {attr_ints("axes", {1})});
+  const std::vector<double> got = d.run_as<double>();
+  EXPECT_NEAR(got[0], std::log(std::exp(0.0) + std::exp(1.0) + std::exp(2.0)), 1e-12);
+  EXPECT_NEAR(got[1], std::log(std::exp(3.0) + std::exp(4.0) + std::exp(5.0)), 1e-12);
+  OpTest f("ReduceLogSumExp", 13, {f32({2, 2}, {0, 0, 1, 1})}, {{BP_DTYPE_FLOAT32, {}}},
+           {attr_i("keepdims", 0)});
+  expect_floats(f.run_as<float>(), {float(std::log(2 + 2 * std::exp(1.0)))}, 1e-6f);
+}
+
+TEST(CpuRefTensor, ReductionsOnNewDtypes) {
+  const uint64_t big = 0x8000000000000001ull;
+  OpTest u("ReduceMax", 13, {tensor(BP_DTYPE_UINT64, {2}, std::vector<uint64_t>{big, 7})},
+           {{BP_DTYPE_UINT64, {1}}});
+  EXPECT_EQ(u.run_as<uint64_t>(), (std::vector<uint64_t>{big}));  // compared as unsigned
+  OpTest s("ReduceSum", 13,
+           {tensor(BP_DTYPE_UINT32, {3}, std::vector<uint32_t>{4000000000u, 1, 2})},
+           {{BP_DTYPE_UINT32, {1}}});
+  EXPECT_EQ(s.run_as<uint32_t>(), (std::vector<uint32_t>{4000000003u}));
+  OpTest m("ReduceMean", 13, {tensor(BP_DTYPE_FLOAT64, {3}, std::vector<double>{0.1, 0.2, 0.4})},
+           {{BP_DTYPE_FLOAT64, {1}}});
+  EXPECT_DOUBLE_EQ(m.run_as<double>()[0], (0.1 + 0.2 + 0.4) / 3);
+  OpTest b("ReduceSum", 13, {tensor(BP_DTYPE_BFLOAT16, {2}, std::vector<uint16_t>{0x3F80, 0x4000})},
+           {{BP_DTYPE_BFLOAT16, {1}}});
+  EXPECT_EQ(b.run_as<uint16_t>(), (std::vector<uint16_t>{0x4040}));  // 1 + 2 = 3
+  OpTest a("ArgMin", 13, {tensor(BP_DTYPE_INT16, {3}, std::vector<int16_t>{5, -300, 2})},
+           {{BP_DTYPE_INT64, {1}}});
+  EXPECT_EQ(a.run_as<int64_t>(), (std::vector<int64_t>{1}));
+  OpTest r("Range", 11,
+           {tensor(BP_DTYPE_FLOAT64, {}, std::vector<double>{1.0}, true),
+            tensor(BP_DTYPE_FLOAT64, {}, std::vector<double>{2.0}, true),
+            tensor(BP_DTYPE_FLOAT64, {}, std::vector<double>{0.25}, true)},
+           {{BP_DTYPE_FLOAT64, {4}}});
+  EXPECT_EQ(r.run_as<double>(), (std::vector<double>{1.0, 1.25, 1.5, 1.75}));
+}
+
 }  // namespace

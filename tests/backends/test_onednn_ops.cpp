@@ -30,6 +30,7 @@ using test::ModelBuilder;
 using test::set_float;
 using test::set_int;
 using test::set_ints;
+using test::set_string;
 
 // This build's CpuOneDnn plugin folder (the binary is built only with it).
 const std::string kModuleDir = BACKPLANE_ONEDNN_BACKEND_DIR;
@@ -423,6 +424,184 @@ TEST(OneDnnOps, UnsupportedNodesFallBackWithAReason) {
   const float* a = got[0].data_as<float>();
   const float* r = want[0].data_as<float>();
   for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(a[i], r[i], 1e-5f);
+}
+
+// ---- activations as eltwise chains and post-ops (no fragmentation) -------------------
+
+TEST(OneDnnOps, ActivationsStandalone) {
+  ModelBuilder b(18);  // Mish is from opset 18
+  b.input("x", {2, 3, 5, 7});
+  b.node("HardSwish", {"x"}, {"y0"});
+  auto& hs = b.node("HardSigmoid", {"x"}, {"y1"});
+  set_float(hs, "alpha", 0.3f);
+  set_float(hs, "beta", 0.4f);
+  b.node("Mish", {"x"}, {"y2"});
+  b.node("Selu", {"x"}, {"y3"});
+  b.node("Softplus", {"x"}, {"y4"});
+  b.node("Abs", {"x"}, {"y5"});
+  b.node("Round", {"x"}, {"y6"});
+  for (const char* y : {"y0", "y1", "y2", "y3", "y4", "y5", "y6"}) b.output(y);
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, ActivationsAsPostOpsOfConvGemmMatMul) {
+  ModelBuilder b(18);  // Mish is from opset 18
+  b.input("x", {1, 8, 9, 9}).input("m", {3, 12});
+  b.random_weight("w", {16, 8, 3, 3}).random_weight("g", {12, 6}).random_weight("mw", {12, 5});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("HardSwish", {"c"}, {"y0"});
+  b.node("Conv", {"x", "w"}, {"c1"});
+  b.node("HardSigmoid", {"c1"}, {"y1"});
+  b.node("Conv", {"x", "w"}, {"c2"});
+  b.node("Mish", {"c2"}, {"y2"});
+  b.node("Gemm", {"m", "g"}, {"gm"});
+  b.node("Selu", {"gm"}, {"y3"});
+  b.node("MatMul", {"m", "mw"}, {"mm"});
+  b.node("Softplus", {"mm"}, {"y4"});
+  for (const char* y : {"y0", "y1", "y2", "y3", "y4"}) b.output(y);
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, PReluWithPerChannelSlope) {
+  ModelBuilder b;
+  b.input("x", {1, 16, 6, 6}).random_weight("w", {16, 16, 1, 1}).random_weight("s", {16, 1, 1});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("PRelu", {"c", "s"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+}
+
+// ---- data movement inside CpuOneDnn -----------------------------------------------------
+
+TEST(OneDnnOps, SliceOfBlockedConvOutput) {
+  // Channel windows on and off the 8/16-channel blocks, a spatial window with
+  // a negative start, and a ViT-style first-token slice of a sequence.
+  ModelBuilder b;
+  b.input("x", {1, 8, 10, 10}).input("t", {1, 5, 12}).random_weight("w", {48, 8, 1, 1});
+  b.node("Conv", {"x", "w"}, {"c"});
+  auto slice = [&](const std::string& in, const std::string& out, const std::vector<int64_t>& st,
+                   const std::vector<int64_t>& en, const std::vector<int64_t>& ax) {
+    const Dims d = {static_cast<int64_t>(st.size())};
+    b.init_i64(out + "_s", d, st).init_i64(out + "_e", d, en).init_i64(out + "_a", d, ax);
+    b.node("Slice", {in, out + "_s", out + "_e", out + "_a"}, {out});
+    b.output(out);
+  };
+  slice("c", "aligned", {16}, {32}, {1});
+  slice("c", "unaligned", {5}, {29}, {1});
+  slice("c", "spatial", {-7, 2}, {100, 9}, {2, 3});
+  slice("t", "token", {0}, {1}, {1});
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, SliceWithStepsAndDropoutOfRatioZero) {
+  // Swin: patch merging takes every second row and column (steps 2), and its
+  // attention keeps Dropout(ratio 0, training_mode true), an identity.
+  ModelBuilder b;
+  b.input("x", {1, 7, 8, 6});
+  b.init_i64("s", {2}, {1, 0}).init_i64("e", {2}, {7, 8}).init_i64("a", {2}, {1, 2});
+  b.init_i64("st", {2}, {2, 3}).init_f32("ratio", {}, {0.f});
+  onnx::TensorProto* train = b.model.mutable_graph()->add_initializer();
+  train->set_name("train");
+  train->set_data_type(onnx::TensorProto::BOOL);
+  train->add_int32_data(1);
+  b.node("Slice", {"x", "s", "e", "a", "st"}, {"y0"});
+  b.node("Dropout", {"x", "ratio", "train"}, {"y1"});
+  b.output("y0").output("y1");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, ResizeLinearAndNearest) {
+  // Segmentation heads: bilinear (half_pixel) upsampling to given sizes, from
+  // a blocked conv output and from a 1x1 pooled map; nearest x2 by scales.
+  ModelBuilder b;
+  b.input("x", {1, 8, 5, 7}).random_weight("w", {16, 8, 1, 1});
+  b.init_i64("big", {4}, {1, 16, 13, 17}).init_f32("two", {4}, {1.f, 1.f, 2.f, 2.f});
+  b.node("Conv", {"x", "w"}, {"c"});
+  auto& lin = b.node("Resize", {"c", "", "", "big"}, {"y0"});
+  set_string(lin, "mode", "linear");
+  set_string(lin, "coordinate_transformation_mode", "half_pixel");
+  b.node("GlobalAveragePool", {"c"}, {"p"});
+  auto& one = b.node("Resize", {"p", "", "", "big"}, {"y1"});
+  set_string(one, "mode", "linear");
+  auto& near = b.node("Resize", {"c", "", "two"}, {"y2"});
+  set_string(near, "mode", "nearest");
+  set_string(near, "coordinate_transformation_mode", "asymmetric");
+  set_string(near, "nearest_mode", "floor");
+  b.output("y0").output("y1").output("y2");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, SplitUnequalThenConv) {
+  ModelBuilder b;
+  b.input("x", {1, 8, 6, 6}).random_weight("w", {24, 8, 1, 1}).random_weight("w2", {4, 16, 3, 3});
+  b.init_i64("parts", {2}, {16, 8});
+  b.node("Conv", {"x", "w"}, {"c"});
+  set_int(b.node("Split", {"c", "parts"}, {"a", "bb"}), "axis", 1);
+  b.node("Conv", {"a", "w2"}, {"y"});
+  b.node("Relu", {"bb"}, {"z"});
+  b.output("y").output("z");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, PadConstantThenPoolAndCrop) {
+  // DenseNet's Pad before a pooling, a crop (negative pads), and channel
+  // pads with a non-zero value.
+  ModelBuilder b(13);
+  b.input("x", {1, 16, 7, 7}).random_weight("w", {16, 16, 3, 3});
+  b.init_i64("p0", {8}, {0, 0, 0, 0, 0, 0, 1, 1});
+  b.init_i64("p1", {8}, {0, 3, -1, 2, 0, 1, 1, -2}).init_f32("v", {}, {1.5f});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Pad", {"c", "p0"}, {"pc"});
+  auto& pool = b.node("AveragePool", {"pc"}, {"y0"});
+  set_ints(pool, "kernel_shape", {2, 2});
+  set_ints(pool, "strides", {2, 2});
+  b.node("Pad", {"c", "p1", "v"}, {"y1"});
+  b.output("y0").output("y1");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, GatherConstantIndices) {
+  ModelBuilder b;
+  b.input("x", {2, 5, 12}).input("img", {1, 8, 4, 4}).random_weight("w", {32, 8, 1, 1});
+  b.init_i64("first", {}, {0}).init_i64("perm", {4}, {3, -1, 0, 1}).init_i64("run", {2}, {17, 18});
+  set_int(b.node("Gather", {"x", "first"}, {"y0"}), "axis", 1);
+  set_int(b.node("Gather", {"x", "perm"}, {"y1"}), "axis", 1);
+  b.node("Conv", {"img", "w"}, {"c"});
+  set_int(b.node("Gather", {"c", "run"}, {"y2"}), "axis", 1);
+  b.output("y0").output("y1").output("y2");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, MobileNetV3BlockIsOnePartition) {
+  // conv -> HardSwish -> SE (pool, conv, relu, conv, HardSigmoid, Mul) ->
+  // channel Slice -> Pad -> conv: with CpuRef also allowed, everything stays
+  // in one CpuOneDnn partition.
+  ModelBuilder b(14);  // HardSwish is from opset 14
+  b.input("x", {1, 8, 8, 8}).random_weight("w", {32, 8, 3, 3});
+  b.random_weight("se1", {8, 32, 1, 1}).random_weight("se2", {32, 8, 1, 1});
+  b.random_weight("w2", {8, 16, 3, 3});
+  b.init_i64("s", {1}, {16}).init_i64("e", {1}, {32}).init_i64("a", {1}, {1});
+  b.init_i64("p", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  set_ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("HardSwish", {"c"}, {"h"});
+  b.node("GlobalAveragePool", {"h"}, {"gp"});
+  b.node("Conv", {"gp", "se1"}, {"s1"});
+  b.node("Relu", {"s1"}, {"r1"});
+  b.node("Conv", {"r1", "se2"}, {"s2"});
+  b.node("HardSigmoid", {"s2"}, {"hs"});
+  b.node("Mul", {"h", "hs"}, {"m"});
+  b.node("Slice", {"m", "s", "e", "a"}, {"sl"});
+  b.node("Pad", {"sl", "p"}, {"pd"});
+  b.node("Conv", {"pd", "w2"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+  test::TempDir dir;
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn", "CpuRef"};
+  auto model = runtime()->load_model(b.save(dir), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_EQ((*model)->partitions().size(), 1u) << (*model)->describe_plan(PlanFormat::kText);
+  EXPECT_EQ((*model)->partitions()[0].backend, "CpuOneDnn");
 }
 
 }  // namespace

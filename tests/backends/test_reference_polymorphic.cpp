@@ -17,6 +17,7 @@
 #include "core/tensor_data_map.hpp"
 #include "ir/graph.hpp"
 #include "partition/graph_view.hpp"
+#include "pipeline/constant_folding.hpp"
 #include "registry/byte_writer.hpp"
 #include "registry/host_api.hpp"
 #include "registry/node_report.hpp"
@@ -270,7 +271,7 @@ std::unique_ptr<Concrete> concrete(const Builder& build, std::vector<std::string
   GraphMaker inferred(17), kept(17);
   build(inferred);
   build(kept);
-  Status s = ir::infer_shapes(inferred.g);
+  Status s = ir::infer_shapes(inferred.g, {}, infer_options());  // folds on CpuRef
   EXPECT_TRUE(s.ok()) << s.message();
   auto c = std::make_unique<Concrete>();
   c->graph = std::move(kept.g);

@@ -40,6 +40,18 @@ a = np.load(sys.argv[1] + '/split/output.npy'); b = np.load(sys.argv[1] + '/ref/
 assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
 PY"
 
+# A model with control flow runs in stages: `partition` lists them (each
+# planned per run), also while its inputs' dims are open.
+"$cli" partition "$models/cf_loop.onnx" > "$tmp/staged.txt"
+check "staged model: partition lists the stages and host steps" \
+  "grep -q '^staged execution:' '$tmp/staged.txt' && grep -q \"host  2: node '/Loop' (Loop)\" '$tmp/staged.txt' && grep -q \"body '\" '$tmp/staged.txt'"
+"$cli" partition "$models/cf_loop.onnx" --json > "$tmp/staged.json"
+check "staged model: JSON plan says staged" "'$python' - '$tmp/staged.json' <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p['staged'] is True and 'Loop' in p['steps'], p
+PY"
+
 set +e
 "$cli" --backend-path "$accel" partition "$models/resnet18.onnx" --backends Nope 2> "$tmp/err.txt"
 rc=$?

@@ -1,7 +1,7 @@
 // conformance_runner.cpp — runs the ONNX backend node tests against Backplane.
 //
 //   backplane_conformance DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR]
-//                         [--verbose] [--no-fork]
+//                         [--verbose] [--no-fork] [--json FILE]
 //
 // Dynamic backends are off unless --backend-path names the directory to load
 // them from (a plugin backend such as CpuOneDnn).
@@ -24,22 +24,43 @@
 //
 // Outcomes:
 //   pass
-//   unsupported  the model uses an op the runtime rejects (load fails with
-//                kUnsupported and the message names one of the model's ops);
-//                or an input/output dtype Backplane has no DType for (double,
-//                string, sequences...); or the model's default-domain opset is
-//                outside the importer's documented range [7, 17] and the load
-//                fails with kVersionMismatch/kUnsupported.
+//   unsupported  with a reason, one of:
+//                - unknown op: the operator registry has no schema for an op
+//                  of the model, or none at the opset the model imports
+//                  (asked before anything loads);
+//                - no backend: the registry knows the op but no backend of
+//                  --backends runs the node (the partitioner's answer, with
+//                  each backend's reason);
+//                - the runtime rejects the node as unsupported (kUnsupported
+//                  naming one of the model's ops: a dtype or attribute value it
+//                  does not implement);
+//                - an input/output type Backplane has no DType for (string,
+//                  complex, sequences...);
+//                - the model's default-domain opset is outside the importer's
+//                  range and the load fails with kVersionMismatch/kUnsupported;
+//                - test data that contradicts its own model (an input whose
+//                  shape differs from the static shape the model declares, as
+//                  ONNX 1.12's castlike bfloat16 cases do).
 //   FAILURE      anything else: wrong numbers, wrong dtype/shape, any other
 //                load error, run error, crash, timeout.
 //
+// --json FILE writes every case's outcome and reason, and per op (the ops a
+// case's model uses) how many cases passed, failed and were unsupported;
+// `backplane ops --markdown --conformance FILE` turns it into
+// docs/operators.md.
+//
 // Every case runs in a forked child so that a crash or hang is recorded as the
 // failure of that case and the run continues. Exit status: 0 iff no failure.
+#include "ir/op_registry.hpp"
+
 #include <backplane/runtime.hpp>
 #include <backplane/status.hpp>
 #include <backplane/tensor.hpp>
 
 #include <onnx/onnx_pb.h>
+#include <nlohmann/json.hpp>
+// After onnx_pb.h, which defines ONNX_API.
+#include <onnx/onnx-data.pb.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +75,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -80,7 +102,8 @@ struct Options {
   std::string filter;
   bool verbose = false;
   bool fork_cases = true;
-  fs::path scratch;  // models written for a case; removed by main at exit
+  std::string json_path;  // --json FILE; empty: none
+  fs::path scratch;       // models written for a case; removed by main at exit
 };
 
 // A private directory for the models the runner writes, removed with its
@@ -99,7 +122,8 @@ struct ScratchDir {
 };
 
 // Outcome of one case. `kind` is "pass", "unsupported-op", "unsupported-dtype",
-// "unsupported-opset" or "fail"; `detail` is the op/dtype/opset or the reason.
+// "unsupported-opset", "unsupported-data" or "fail"; `detail` is the
+// op/dtype/opset or the reason.
 struct Outcome {
   Outcome() = default;
   Outcome(std::string k, std::string d, std::string m = "")
@@ -137,6 +161,18 @@ std::optional<DType> dtype_from_onnx(int32_t t) {
       return DType::kInt64;
     case onnx::TensorProto::BOOL:
       return DType::kBool;
+    case onnx::TensorProto::DOUBLE:
+      return DType::kFloat64;
+    case onnx::TensorProto::INT16:
+      return DType::kInt16;
+    case onnx::TensorProto::UINT16:
+      return DType::kUInt16;
+    case onnx::TensorProto::UINT32:
+      return DType::kUInt32;
+    case onnx::TensorProto::UINT64:
+      return DType::kUInt64;
+    case onnx::TensorProto::BFLOAT16:
+      return DType::kBFloat16;
     default:
       return std::nullopt;
   }
@@ -201,9 +237,29 @@ bool tensor_from_proto(const onnx::TensorProto& p, Tensor* out, std::string* err
         t.data_as<uint8_t>()[i] = static_cast<uint8_t>(p.int32_data(i));
       break;
     case DType::kFloat16:  // bit patterns in int32_data
+    case DType::kBFloat16:
+    case DType::kUInt16:
       if (static_cast<size_t>(p.int32_data_size()) != n) return fail_count(p.int32_data_size());
       for (size_t i = 0; i < n; ++i)
         t.data_as<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
+      break;
+    case DType::kInt16:
+      if (static_cast<size_t>(p.int32_data_size()) != n) return fail_count(p.int32_data_size());
+      for (size_t i = 0; i < n; ++i)
+        t.data_as<int16_t>()[i] = static_cast<int16_t>(p.int32_data(i));
+      break;
+    case DType::kFloat64:
+      if (static_cast<size_t>(p.double_data_size()) != n) return fail_count(p.double_data_size());
+      for (size_t i = 0; i < n; ++i) t.data_as<double>()[i] = p.double_data(i);
+      break;
+    case DType::kUInt32:
+      if (static_cast<size_t>(p.uint64_data_size()) != n) return fail_count(p.uint64_data_size());
+      for (size_t i = 0; i < n; ++i)
+        t.data_as<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(i));
+      break;
+    case DType::kUInt64:
+      if (static_cast<size_t>(p.uint64_data_size()) != n) return fail_count(p.uint64_data_size());
+      for (size_t i = 0; i < n; ++i) t.data_as<uint64_t>()[i] = p.uint64_data(i);
       break;
     default:
       *err = "dtype " + std::string(backplane::dtype_name(*dt));
@@ -245,6 +301,14 @@ double element_as_double(const Tensor& t, size_t i) {
       return t.data_as<float>()[i];
     case DType::kFloat16:
       return half_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kFloat64:
+      return t.data_as<double>()[i];
+    case DType::kBFloat16: {
+      const uint32_t bits = uint32_t{t.data_as<uint16_t>()[i]} << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
     default:
       return 0;
   }
@@ -262,7 +326,8 @@ std::string compare(const Tensor& got, const Tensor& want) {
   const size_t n = static_cast<size_t>(want.numel());
   size_t bad = 0, first = 0;
   double worst_abs = 0;
-  if (want.dtype() == DType::kFloat32 || want.dtype() == DType::kFloat16) {
+  if (want.dtype() == DType::kFloat32 || want.dtype() == DType::kFloat16 ||
+      want.dtype() == DType::kFloat64 || want.dtype() == DType::kBFloat16) {
     for (size_t i = 0; i < n; ++i) {
       const double a = element_as_double(got, i), b = element_as_double(want, i);
       bool ok;
@@ -381,6 +446,71 @@ std::optional<std::string> unsupported_io(const onnx::GraphProto& g) {
   return std::nullopt;
 }
 
+// Every (domain, op) the graph uses, its subgraphs' too.
+void collect_domain_ops(const onnx::GraphProto& g,
+                        std::set<std::pair<std::string, std::string>>* ops) {
+  for (const auto& n : g.node()) {
+    ops->emplace(backplane::ir::OpRegistry::normalize_domain(n.domain()), n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect_domain_ops(a.g(), ops);
+      for (const auto& sg : a.graphs()) collect_domain_ops(sg, ops);
+    }
+  }
+}
+
+// "unknown op" when the operator registry has no schema for an op of the
+// model at the opset the model imports: no backend is asked.
+std::optional<Outcome> registry_verdict(const onnx::ModelProto& mp) {
+  std::map<std::string, int64_t> opsets;
+  for (const auto& o : mp.opset_import())
+    opsets[backplane::ir::OpRegistry::normalize_domain(o.domain())] = o.version();
+  std::set<std::pair<std::string, std::string>> ops;
+  collect_domain_ops(mp.graph(), &ops);
+  const auto& registry = backplane::ir::OpRegistry::builtin();
+  for (const auto& [domain, op] : ops) {
+    auto it = opsets.find(domain);
+    if (it == opsets.end()) continue;  // the importer says what is wrong
+    if (!registry.knows(domain, op))
+      return Outcome{
+          "unsupported-op", op,
+          "unknown op: the registry has no schema for '" + op + "' (domain '" + domain + "')"};
+    auto schema = registry.lookup(domain, op, it->second);
+    if (!schema.ok())
+      return Outcome{"unsupported-op", op, "unknown op: " + schema.status().message()};
+  }
+  return std::nullopt;
+}
+
+// Where a data set's input contradicts the static shape its model declares
+// (ONNX 1.12's castlike bfloat16 cases feed 'like' as [1] to a model that
+// declares [3,4]): such a case cannot run as written.
+std::optional<std::string> data_contradicts_model(const onnx::GraphProto& g,
+                                                  const std::vector<Tensor>& inputs) {
+  for (size_t j = 0; j < inputs.size() && j < static_cast<size_t>(g.input_size()); ++j) {
+    const auto& tt = g.input(static_cast<int>(j)).type().tensor_type();
+    // ONNX 1.12's cast cases to and from bfloat16 store bfloat16 data as uint16.
+    if (auto want = dtype_from_onnx(tt.elem_type()); want && *want != inputs[j].dtype())
+      return "input '" + g.input(static_cast<int>(j)).name() + "' holds " +
+             backplane::dtype_name(inputs[j].dtype()) + " data but the model declares " +
+             backplane::dtype_name(*want);
+    if (!tt.has_shape()) continue;
+    const Shape& got = inputs[j].shape();
+    bool contradicts = tt.shape().dim_size() != static_cast<int>(got.size());
+    Shape declared;
+    for (int d = 0; d < tt.shape().dim_size(); ++d) {
+      const auto& dim = tt.shape().dim(d);
+      declared.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+      if (!contradicts && dim.has_dim_value() && dim.dim_value() != got[static_cast<size_t>(d)])
+        contradicts = true;
+    }
+    if (contradicts)
+      return "input '" + g.input(static_cast<int>(j)).name() + "' has shape " +
+             backplane::shape_to_string(got) + " but the model declares " +
+             backplane::shape_to_string(declared);
+  }
+  return std::nullopt;
+}
+
 bool load_proto(const fs::path& path, google::protobuf::MessageLite* msg, std::string* err) {
   bool ok;
   std::string bytes = read_file(path, &ok);
@@ -456,12 +586,200 @@ backplane::Result<std::shared_ptr<backplane::Model>> load_with_bound_inputs(
   return model;
 }
 
+// The reason of a load the runtime refused as unsupported: "no backend" when
+// the partitioner found none for a node the registry knows.
+std::string unsupported_reason(const std::string& message) {
+  if (message.find("no backend supports it") != std::string::npos) return "no backend: " + message;
+  return message;
+}
+
+// The op a run-time kUnsupported "no backend supports it" names, if any.
+std::optional<std::string> unsupported_at_run(const onnx::GraphProto& g,
+                                              const backplane::Status& st) {
+  if (st.code() != StatusCode::kUnsupported ||
+      st.message().find("no backend supports it") == std::string::npos)
+    return std::nullopt;
+  std::set<std::string> ops;
+  collect_ops(g, &ops);
+  std::string op = op_named_in(st.message(), ops);
+  if (op.empty()) return std::nullopt;
+  return op;
+}
+
+// ---- Sequences and optionals (models with control flow) ----------------
+// Cases whose graph takes or returns a sequence or an optional keep their
+// data as SequenceProto / OptionalProto files; they go through
+// Session::set_input_value / get_output_value.
+
+bool is_host_value_type(const onnx::TypeProto& t) {
+  return t.has_sequence_type() || t.has_optional_type();
+}
+
+bool has_host_values(const onnx::GraphProto& g) {
+  for (const auto& v : g.input())
+    if (is_host_value_type(v.type())) return true;
+  for (const auto& v : g.output())
+    if (is_host_value_type(v.type())) return true;
+  return false;
+}
+
+// The value in file `f`, of the graph's type `type`.
+bool read_value(const fs::path& f, const onnx::TypeProto& type, backplane::AnyValue* out,
+                std::string* err) {
+  using backplane::AnyValue;
+  auto from_sequence = [&](const onnx::SequenceProto& sp) {
+    std::vector<Tensor> items;
+    for (const auto& tp : sp.tensor_values()) {
+      Tensor t;
+      if (!tensor_from_proto(tp, &t, err)) return false;
+      items.push_back(t);
+    }
+    int32_t elem = 0;
+    const onnx::TypeProto* et = nullptr;
+    if (type.has_sequence_type()) et = &type.sequence_type().elem_type();
+    if (type.has_optional_type() && type.optional_type().elem_type().has_sequence_type())
+      et = &type.optional_type().elem_type().sequence_type().elem_type();
+    if (et != nullptr && et->has_tensor_type()) elem = et->tensor_type().elem_type();
+    auto dt = dtype_from_onnx(elem);
+    *out = AnyValue::of_sequence(std::move(items), dt ? *dt : DType::kUndefined);
+    return true;
+  };
+  if (type.has_sequence_type()) {
+    onnx::SequenceProto sp;
+    if (!load_proto(f, &sp, err)) return false;
+    return from_sequence(sp);
+  }
+  if (type.has_optional_type()) {
+    onnx::OptionalProto op;
+    if (!load_proto(f, &op, err)) return false;
+    if (op.has_tensor_value()) {
+      Tensor t;
+      if (!tensor_from_proto(op.tensor_value(), &t, err)) return false;
+      *out = AnyValue::of(t);
+      return true;
+    }
+    if (op.has_sequence_value()) return from_sequence(op.sequence_value());
+    const onnx::TypeProto& et = type.optional_type().elem_type();
+    int32_t elem = et.has_tensor_type() ? et.tensor_type().elem_type()
+                   : et.has_sequence_type() && et.sequence_type().elem_type().has_tensor_type()
+                       ? et.sequence_type().elem_type().tensor_type().elem_type()
+                       : 0;
+    auto dt = dtype_from_onnx(elem);
+    *out = AnyValue::none(dt ? *dt : DType::kUndefined);
+    return true;
+  }
+  onnx::TensorProto tp;
+  if (!load_proto(f, &tp, err)) return false;
+  Tensor t;
+  if (!tensor_from_proto(tp, &t, err)) return false;
+  *out = AnyValue::of(t);
+  return true;
+}
+
+std::string compare_values(const backplane::AnyValue& got, const backplane::AnyValue& want) {
+  using K = backplane::AnyValue::Kind;
+  auto kind = [](K k) {
+    return k == K::kTensor ? "a tensor" : k == K::kSequence ? "a sequence" : "an empty optional";
+  };
+  if (got.kind != want.kind)
+    return std::string("got ") + kind(got.kind) + ", expected " + kind(want.kind);
+  if (got.kind == K::kTensor) return compare(got.tensor, want.tensor);
+  if (got.kind == K::kNone) return "";
+  if (got.sequence.size() != want.sequence.size())
+    return "sequence of " + std::to_string(got.sequence.size()) + " tensors, expected " +
+           std::to_string(want.sequence.size());
+  for (size_t k = 0; k < got.sequence.size(); ++k) {
+    std::string d = compare(got.sequence[k], want.sequence[k]);
+    if (!d.empty()) return "element " + std::to_string(k) + ": " + d;
+  }
+  return "";
+}
+
+Outcome run_value_case(const fs::path& case_dir, const onnx::ModelProto& mp, const Options& opt) {
+  const auto& g = mp.graph();
+  backplane::RuntimeOptions ro;
+  ro.dynamic_backends = !opt.backend_path.empty();
+  if (!opt.backend_path.empty()) ro.backend_path = opt.backend_path;
+  ro.log_level = backplane::LogLevel::kOff;
+  auto rt = backplane::Runtime::create(ro);
+  if (!rt.ok()) return {"fail", "Runtime::create: " + rt.status().to_string()};
+  backplane::ModelOptions mo;
+  mo.backends = opt.backends;
+  auto model = (*rt)->load_model((case_dir / "model.onnx").string(), mo);
+  if (!model.ok()) {
+    if (model.status().code() == StatusCode::kUnsupported) {
+      std::set<std::string> ops;
+      collect_ops(g, &ops);
+      std::string op = op_named_in(model.status().message(), ops);
+      if (!op.empty()) return {"unsupported-op", op, model.status().message()};
+    }
+    return {"fail", "load: " + model.status().to_string()};
+  }
+  auto session = (*model)->create_session();
+  if (!session.ok()) return {"fail", "create_session: " + session.status().to_string()};
+  std::string err;
+  const auto sets = sorted_matching(case_dir, "test_data_set_");
+  if (sets.empty()) return {"fail", "no test_data_set_N directories"};
+  for (const auto& d : sets) {
+    const std::string where = d.filename().string() + ": ";
+    const auto ins = sorted_matching(d, "input_");
+    const auto outs = sorted_matching(d, "output_");
+    if (ins.size() > static_cast<size_t>(g.input_size()) ||
+        outs.size() > static_cast<size_t>(g.output_size()) || outs.empty())
+      return {"fail", where + "input/output files do not match the graph"};
+    for (size_t j = 0; j < ins.size(); ++j) {
+      backplane::AnyValue v;
+      if (!read_value(ins[j], g.input(static_cast<int>(j)).type(), &v, &err))
+        return {"fail", where + err};
+      auto st = (*session)->set_input_value(g.input(static_cast<int>(j)).name(), v);
+      if (!st.ok()) return {"fail", where + "set_input_value: " + st.to_string()};
+    }
+    auto st = (*session)->run();
+    if (!st.ok()) {
+      // A model that runs in stages (control flow, data-dependent shapes)
+      // specialises its later stages during the run: "no backend supports
+      // it" then comes from run() rather than from the load.
+      if (auto op = unsupported_at_run(g, st)) return {"unsupported-op", *op, st.message()};
+      return {"fail", where + "run: " + st.to_string()};
+    }
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const std::string& name = g.output(static_cast<int>(j)).name();
+      backplane::AnyValue want;
+      if (!read_value(outs[j], g.output(static_cast<int>(j)).type(), &want, &err))
+        return {"fail", where + err};
+      auto got = (*session)->get_output_value(name);
+      if (!got.ok())
+        return {"fail", where + "get_output_value '" + name + "': " + got.status().to_string()};
+      std::string diff = compare_values(*got, want);
+      if (!diff.empty()) return {"fail", where + "output '" + name + "': " + diff};
+    }
+  }
+  return {"pass", ""};
+}
+
 Outcome run_case(const fs::path& case_dir, const Options& opt) {
   const fs::path model_path = case_dir / "model.onnx";
   onnx::ModelProto mp;
   std::string err;
   if (!load_proto(model_path, &mp, &err)) return {"fail", err};
+  if (has_host_values(mp.graph())) return run_value_case(case_dir, mp, opt);
   if (auto bad = unsupported_io(mp.graph())) return {"unsupported-dtype", *bad};
+  // Random generators: the expected outputs come from NumPy's generator,
+  // which no other generator reproduces bit for bit. CpuRef's generators are
+  // tested for shape, dtype, distribution and seeding in
+  // tests/backends/test_cpuref_signal.cpp instead.
+  {
+    static const std::set<std::string> kRandom = {"Bernoulli",     "Multinomial",
+                                                  "RandomNormal",  "RandomNormalLike",
+                                                  "RandomUniform", "RandomUniformLike"};
+    std::set<std::string> ops;
+    collect_ops(mp.graph(), &ops);
+    for (const auto& op : ops)
+      if (kRandom.count(op) > 0)
+        return {"unsupported-op", op,
+                op + " draws random values: NumPy's random stream cannot be matched bit for bit"};
+  }
+  if (auto verdict = registry_verdict(mp)) return *verdict;
 
   int64_t opset = -1;
   for (const auto& o : mp.opset_import())
@@ -490,6 +808,19 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
         }
         vec->push_back(t);
       }
+    }
+    if (auto bad = data_contradicts_model(mp.graph(), ds.inputs))
+      return {"unsupported-data", "data",
+              "test data contradicts its model: " + d.filename().string() + ": " + *bad};
+    for (size_t j = 0; j < ds.outputs.size() && j < static_cast<size_t>(mp.graph().output_size());
+         ++j) {
+      const auto& out = mp.graph().output(static_cast<int>(j));
+      auto want = dtype_from_onnx(out.type().tensor_type().elem_type());
+      if (want && *want != ds.outputs[j].dtype())
+        return {"unsupported-data", "data",
+                "test data contradicts its model: " + d.filename().string() + ": output '" +
+                    out.name() + "' holds " + backplane::dtype_name(ds.outputs[j].dtype()) +
+                    " data but the model declares " + backplane::dtype_name(*want)};
     }
     sets.push_back(std::move(ds));
   }
@@ -533,7 +864,7 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
         std::set<std::string> ops;
         collect_ops(g, &ops);
         std::string op = op_named_in(st.message(), ops);
-        if (!op.empty()) return {"unsupported-op", op, st.message()};
+        if (!op.empty()) return {"unsupported-op", op, unsupported_reason(st.message())};
       }
       if ((st.code() == StatusCode::kVersionMismatch || st.code() == StatusCode::kUnsupported) &&
           (opset < kMinOpset || opset > kMaxOpset))
@@ -552,7 +883,8 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
         std::set<std::string> ops;
         collect_ops(g, &ops);
         std::string op = op_named_in(retried.status().message(), ops);
-        if (!op.empty()) return {"unsupported-op", op, retried.status().message()};
+        if (!op.empty())
+          return {"unsupported-op", op, unsupported_reason(retried.status().message())};
       }
       if (!retried.ok()) {
         std::string detail = where + "load: " + st.to_string();
@@ -575,7 +907,13 @@ Outcome run_case(const fs::path& case_dir, const Options& opt) {
       if (!st.ok()) return {"fail", where + "set_input '" + name + "': " + st.to_string()};
     }
     auto st = (*session)->run();
-    if (!st.ok()) return {"fail", where + "run: " + st.to_string()};
+    if (!st.ok()) {
+      // A model that runs in stages (control flow, data-dependent shapes)
+      // specialises its later stages during the run: "no backend supports
+      // it" then comes from run() rather than from the load.
+      if (auto op = unsupported_at_run(g, st)) return {"unsupported-op", *op, st.message()};
+      return {"fail", where + "run: " + st.to_string()};
+    }
     for (size_t j = 0; j < ds.outputs.size(); ++j) {
       const std::string& name = g.output(static_cast<int>(j)).name();
       auto got = (*session)->get_output(name);
@@ -645,10 +983,56 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return s;
 }
 
+// A reason without what differs between runs and machines: the case's own
+// path and the scratch copies the retry writes.
+std::string portable_reason(std::string reason, const fs::path& case_dir) {
+  const std::string model = (case_dir / "model.onnx").string() + ": ";
+  for (size_t pos; (pos = reason.find(model)) != std::string::npos;)
+    reason.erase(pos, model.size());
+  static const std::regex scratch(R"([^ \[]*backplane_conformance\.[^/ ]+/bound_[0-9]+\.onnx: )");
+  return std::regex_replace(reason, scratch, "");
+}
+
+// One case in the --json record: its outcome and reason, and its model's ops
+// counted per outcome.
+void record_case(const fs::path& case_dir, const std::string& name, const Outcome& o,
+                 nlohmann::json* cases, std::map<std::string, std::map<std::string, int>>* ops) {
+  std::string outcome, reason;
+  if (o.kind == "pass" || o.kind == "pass-bound") {
+    outcome = "passed";
+  } else if (o.kind == "fail") {
+    outcome = "failed";
+    reason = o.detail;
+  } else {
+    outcome = "unsupported";
+    if (o.kind == "unsupported-dtype") reason = "type " + o.detail + " (no Backplane dtype)";
+    else if (o.kind == "unsupported-opset") reason = o.detail + ": " + o.message;
+    else reason = o.message;
+  }
+  onnx::ModelProto mp;
+  std::string err;
+  std::set<std::pair<std::string, std::string>> used;
+  if (load_proto(case_dir / "model.onnx", &mp, &err)) collect_domain_ops(mp.graph(), &used);
+  nlohmann::json op_names = nlohmann::json::array();
+  for (const auto& [domain, op] : used) {
+    const std::string key = domain.empty() ? op : domain + "::" + op;
+    op_names.push_back(key);
+    ++(*ops)[key][outcome];
+  }
+  cases->push_back({{"name", name},
+                    {"outcome", outcome == "passed"   ? "pass"
+                                : outcome == "failed" ? "fail"
+                                                      : "unsupported"},
+                    {"kind", o.kind},
+                    {"reason", portable_reason(reason, case_dir)},
+                    {"ops", op_names}});
+}
+
 int usage(const char* argv0) {
   std::cerr
       << "usage: " << argv0
-      << " DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR] [--verbose] [--no-fork]\n";
+      << " DIR [--backends A,B] [--backend-path DIR] [--filter SUBSTR] [--verbose] [--no-fork]"
+         " [--json FILE]\n";
   return 2;
 }
 
@@ -664,13 +1048,17 @@ int main(int argc, char** argv) {
       for (std::string b; std::getline(ss, b, ',');)
         if (!b.empty()) opt.backends.push_back(b);
     } else if (a == "--backend-path" && i + 1 < argc) {
-      opt.backend_path = argv[++i];
+      // The runtime takes absolute directories only; here, as on the
+      // backplane command line, a relative one is relative to the caller.
+      opt.backend_path = fs::absolute(argv[++i]).lexically_normal().string();
     } else if (a == "--filter" && i + 1 < argc) {
       opt.filter = argv[++i];
     } else if (a == "--verbose") {
       opt.verbose = true;
     } else if (a == "--no-fork") {
       opt.fork_cases = false;
+    } else if (a == "--json" && i + 1 < argc) {
+      opt.json_path = argv[++i];
     } else if (!a.empty() && a[0] == '-') {
       return usage(argv[0]);
     } else if (opt.dir.empty()) {
@@ -708,16 +1096,20 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   size_t passed = 0, passed_bound = 0, failed = 0, unsupported = 0;
   std::map<std::string, int> unsupported_ops, unsupported_dtypes;
+  nlohmann::json json_cases = nlohmann::json::array();
+  std::map<std::string, std::map<std::string, int>> op_counts;  // op -> outcome -> cases
   for (const auto& c : cases) {
     const std::string name = c.parent_path().filename().string() + "/" + c.filename().string();
     Outcome o = opt.fork_cases ? run_case_isolated(c, opt) : run_case(c, opt);
+    if (!opt.json_path.empty()) record_case(c, name, o, &json_cases, &op_counts);
     if (o.kind == "pass" || o.kind == "pass-bound") {
       ++passed;
       if (o.kind == "pass-bound") ++passed_bound;
       if (opt.verbose)
         std::cout << "pass        " << name
                   << (o.kind == "pass-bound" ? " (small inputs bound as constants)" : "") << "\n";
-    } else if (o.kind == "unsupported-op" || o.kind == "unsupported-opset") {
+    } else if (o.kind == "unsupported-op" || o.kind == "unsupported-opset" ||
+               o.kind == "unsupported-data") {
       ++unsupported;
       ++unsupported_ops[o.detail];
       if (opt.verbose)
@@ -748,5 +1140,31 @@ int main(int argc, char** argv) {
   std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << unsupported
             << " unsupported (ops: " << join(ops, ", ") << ")\n";
   std::cout << passed << " passed, " << failed << " failed\n";
+  if (!opt.json_path.empty()) {
+    nlohmann::json ops_json = nlohmann::json::object();
+    for (const auto& [op, counts] : op_counts) {
+      nlohmann::json& j = ops_json[op];
+      j["cases"] = 0;
+      for (const char* k : {"passed", "failed", "unsupported"}) {
+        auto it = counts.find(k);
+        j[k] = it == counts.end() ? 0 : it->second;
+        j["cases"] = j["cases"].get<int>() + j[k].get<int>();
+      }
+    }
+    const nlohmann::json out = {{"backends", opt.backends},
+                                {"summary",
+                                 {{"cases", cases.size()},
+                                  {"passed", passed},
+                                  {"failed", failed},
+                                  {"unsupported", unsupported}}},
+                                {"cases", json_cases},
+                                {"ops", ops_json}};
+    std::ofstream f(opt.json_path);
+    f << out.dump(1) << "\n";
+    if (!f) {
+      std::cerr << "error: cannot write " << opt.json_path << "\n";
+      return 1;
+    }
+  }
   return failed == 0 ? 0 : 1;
 }

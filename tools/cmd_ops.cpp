@@ -1,0 +1,255 @@
+// cmd_ops.cpp — `backplane ops` (see cmd_ops.hpp).
+#include "cmd_ops.hpp"
+
+#include "ir/op_registry.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace backplane::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using ir::OpSchema;
+
+// Every version of one op.
+struct OpRow {
+  std::string domain, name;
+  std::vector<const OpSchema*> versions;  // by since_version
+
+  // The key conformance results use: the op, prefixed by its domain unless
+  // that is ONNX's default one.
+  std::string key() const { return domain.empty() ? name : domain + "::" + name; }
+  bool data_dependent() const {
+    return std::any_of(versions.begin(), versions.end(), [](const OpSchema* s) {
+      return s->shape_dependence() == ir::ShapeDependence::kData;
+    });
+  }
+  // The inputs whose values decide output shapes (OpSchema::shape_inputs),
+  // over every version, in the order they first appear.
+  std::vector<std::string> shape_inputs() const {
+    std::vector<std::string> names;
+    for (const OpSchema* v : versions)
+      for (const ir::ParamSpec& p : v->inputs())
+        if (p.decides_shape && std::find(names.begin(), names.end(), p.name) == names.end())
+          names.push_back(p.name);
+    return names;
+  }
+  // The Shapes cell: "data", or "values of a, b", or nothing.
+  std::string shapes_label() const {
+    if (data_dependent()) return "data";
+    std::string s;
+    for (const std::string& n : shape_inputs()) s += (s.empty() ? "values of " : ", ") + n;
+    return s;
+  }
+  bool host() const {
+    return std::any_of(versions.begin(), versions.end(),
+                       [](const OpSchema* s) { return s->is_host_op(); });
+  }
+  std::string provider() const {
+    return versions.back()->provider().empty() ? "builtin" : versions.back()->provider();
+  }
+  // "6-11, 12, 13-": the opsets each version covers.
+  std::string opsets() const {
+    std::string s;
+    for (const OpSchema* v : versions) {
+      s += (s.empty() ? "" : ", ") + std::to_string(v->since_version());
+      if (v->last_version() == INT32_MAX) s += "-";
+      else if (v->last_version() != v->since_version())
+        s += "-" + std::to_string(v->last_version());
+    }
+    return s;
+  }
+};
+
+std::vector<OpRow> op_rows() {
+  std::vector<OpRow> rows;
+  for (const OpSchema* s : ir::OpRegistry::builtin().schemas()) {
+    if (rows.empty() || rows.back().domain != s->domain() || rows.back().name != s->name())
+      rows.push_back(OpRow{s->domain(), s->name(), {}});
+    rows.back().versions.push_back(s);
+  }
+  return rows;
+}
+
+std::string domain_label(const std::string& d) { return d.empty() ? "ai.onnx" : d; }
+
+// One backend's conformance results (backplane_conformance --json).
+struct Conformance {
+  std::string label;  // the backends, comma-separated
+  json summary;
+  std::map<std::string, std::pair<int, int>> ops;                // key -> (passed, cases)
+  std::vector<std::pair<std::string, std::string>> unsupported;  // (case, reason)
+};
+
+bool load_conformance(const std::string& path, Conformance* out, std::string* err) {
+  std::ifstream in(path);
+  if (!in) {
+    *err = path + ": cannot read";
+    return false;
+  }
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("backends") || !j.contains("cases") ||
+      !j.contains("ops")) {
+    *err = path + ": not the JSON of backplane_conformance --json";
+    return false;
+  }
+  for (const auto& b : j["backends"])
+    out->label += (out->label.empty() ? "" : ",") + b.get<std::string>();
+  out->summary = j.value("summary", json::object());
+  for (const auto& [op, counts] : j["ops"].items())
+    out->ops[op] = {counts.value("passed", 0), counts.value("cases", 0)};
+  for (const auto& c : j["cases"])
+    if (c.value("outcome", "") == "unsupported")
+      out->unsupported.emplace_back(c.value("name", ""), c.value("reason", ""));
+  return true;
+}
+
+// "yes 3/3", "partly 1/4", "no 0/2", or "—" when no case uses the op.
+std::string backend_cell(const Conformance& c, const std::string& key) {
+  auto it = c.ops.find(key);
+  if (it == c.ops.end() || it->second.second == 0) return "—";
+  const auto [passed, cases] = it->second;
+  const std::string n = std::to_string(passed) + "/" + std::to_string(cases);
+  if (passed == cases) return "yes " + n;
+  return (passed == 0 ? "no " : "partly ") + n;
+}
+
+// A table cell: one line, no column separators.
+std::string cell(std::string s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\n' || ch == '\r') out += ' ';
+    else if (ch == '|') out += "\\|";
+    else out += ch;
+  }
+  return out;
+}
+
+void print_markdown(const std::vector<OpRow>& rows, const std::vector<Conformance>& conf) {
+  std::cout
+      << "# Operators\n\n"
+         "<!-- Generated by scripts/gen_operators_md.sh (`backplane ops --markdown` over the\n"
+         "     ONNX node conformance results); do not edit by hand. -->\n\n"
+         "Every operator Backplane's registry knows (src/ir/ops_*.cpp), one row per "
+         "operator.\n"
+         "**Opsets**: the opsets each version of its schema covers (`13-`: from 13 on; "
+         "Backplane\n"
+         "imports the default domain at opsets 1 to 18). **Shapes**: `data` when an output's "
+         "shape\n"
+         "depends on the data the op reads; `values of X` when it depends on input X's values "
+         "(a\n"
+         "node where X holds data runs as a stage of its own). **Host**: the host runs it (control "
+         "flow, sequences). A "
+         "backend\n"
+         "column says how many of the ONNX node conformance cases that use the operator pass "
+         "on that\n"
+         "backend alone (— when no case uses it).\n\n";
+  for (const Conformance& c : conf) {
+    const json& s = c.summary;
+    std::cout << "- Conformance on " << c.label << ": " << s.value("passed", 0) << " passed, "
+              << s.value("failed", 0) << " failed, " << s.value("unsupported", 0)
+              << " unsupported of " << s.value("cases", 0) << " cases.\n";
+  }
+  if (!conf.empty()) std::cout << "\n";
+  std::cout << "| Op | Domain | Opsets | Shapes | Host |";
+  for (const Conformance& c : conf) std::cout << " " << c.label << " |";
+  std::cout << "\n|---|---|---|---|---|";
+  for (size_t i = 0; i < conf.size(); ++i) std::cout << "---|";
+  std::cout << "\n";
+  for (const OpRow& r : rows) {
+    std::cout << "| " << r.name << " | " << domain_label(r.domain) << " | " << r.opsets() << " | "
+              << r.shapes_label() << " | " << (r.host() ? "host" : "") << " |";
+    for (const Conformance& c : conf) std::cout << " " << backend_cell(c, r.key()) << " |";
+    std::cout << "\n";
+  }
+  if (conf.empty()) return;
+  const Conformance& first = conf.front();
+  std::cout << "\n## Conformance cases unsupported on " << first.label << " ("
+            << first.unsupported.size() << ")\n\n"
+            << "Each ONNX node test that does not run on " << first.label
+            << ", with the reason the runner reported.\n\n"
+            << "| Case | Reason |\n|---|---|\n";
+  for (const auto& [name, reason] : first.unsupported)
+    std::cout << "| `" << name << "` | " << cell(reason) << " |\n";
+}
+
+void print_text(const std::vector<OpRow>& rows, const std::vector<Conformance>& conf) {
+  std::printf("%-22s %-34s %-22s %-6s %-5s %-9s", "DOMAIN", "OP", "OPSETS", "SHAPES", "HOST",
+              "PROVIDER");
+  for (const Conformance& c : conf) std::printf(" %-14s", c.label.c_str());
+  std::printf("\n");
+  for (const OpRow& r : rows) {
+    std::printf("%-22s %-34s %-22s %-6s %-5s %-9s", domain_label(r.domain).c_str(), r.name.c_str(),
+                r.opsets().c_str(), r.data_dependent() ? "data" : "static", r.host() ? "yes" : "no",
+                r.provider().c_str());
+    for (const Conformance& c : conf) std::printf(" %-14s", backend_cell(c, r.key()).c_str());
+    std::printf("\n");
+  }
+}
+
+void print_json(const std::vector<OpRow>& rows, const std::vector<Conformance>& conf) {
+  json ops = json::array();
+  for (const OpRow& r : rows) {
+    json versions = json::array();
+    for (const OpSchema* v : r.versions) {
+      json jv = {{"since", v->since_version()}};
+      if (v->last_version() != INT32_MAX) jv["last"] = v->last_version();
+      versions.push_back(jv);
+    }
+    json row = {
+        {"domain", domain_label(r.domain)},     {"op", r.name},     {"versions", versions},
+        {"data_dependent", r.data_dependent()}, {"host", r.host()}, {"provider", r.provider()}};
+    row["shape_inputs"] = r.shape_inputs();
+    for (const Conformance& c : conf) {
+      auto it = c.ops.find(r.key());
+      if (it != c.ops.end())
+        row["conformance"][c.label] = {{"passed", it->second.first}, {"cases", it->second.second}};
+    }
+    ops.push_back(row);
+  }
+  std::cout << json{{"ops", ops}}.dump(2) << "\n";
+}
+
+}  // namespace
+
+void add_ops_command(CLI::App& parent, OpsCommand* cmd) {
+  cmd->app = parent.add_subcommand("ops", "List the operators the registry knows");
+  cmd->app->add_flag("--markdown", cmd->markdown, "Print docs/operators.md");
+  cmd->app->add_flag("--json", cmd->json, "Print one JSON object");
+  cmd->app->add_option("--conformance", cmd->conformance,
+                       "Results of backplane_conformance --json, one per backend (repeatable)");
+}
+
+int OpsCommand::run() const {
+  if (markdown && json) {
+    std::cerr << "error: --markdown and --json exclude each other\n";
+    return 2;
+  }
+  std::vector<Conformance> conf;
+  for (const std::string& path : conformance) {
+    Conformance c;
+    std::string err;
+    if (!load_conformance(path, &c, &err)) {
+      std::cerr << "error: " << err << "\n";
+      return 1;
+    }
+    conf.push_back(std::move(c));
+  }
+  const std::vector<OpRow> rows = op_rows();
+  if (markdown) print_markdown(rows, conf);
+  else if (json) print_json(rows, conf);
+  else print_text(rows, conf);
+  return 0;
+}
+
+}  // namespace backplane::cli

@@ -27,11 +27,13 @@ test: build
 # $(BUILD_DIR)/bench/shapes_results.md. Not part of `make test`.
 # Sets itself up: Node.js/npm from Debian if missing, onnxruntime-node from npm
 # into $(BUILD_DIR)/bench/ort, the models generated locally.
+# BENCH_MODELS: comma-separated names of bench/bench_models.py's catalog or
+# paths of .onnx files (default: the whole catalog, 21 models).
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
 bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools
-	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
+	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(BENCH_ARGS)
 	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
 
 clean:

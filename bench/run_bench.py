@@ -20,12 +20,17 @@ compile --external-data` and loaded from the .bpk (checksums at load, and
 lazy), against importing the .onnx and against ONNX Runtime's session
 creation, in fresh processes.
 
-Models: resnet18, mobilenet_v2, squeezenet1_1, transformer (scripts/gen_models.py)
-and resnet50 (torchvision, weights=None, seeded, exported the same way).
+Models (`--models`, or BENCH_MODELS=a,b,c for `make bench`): names of
+bench/bench_models.py's catalog (21 torchvision 0.14 models across families
+plus the BERT-style encoder, seeded random weights, generated here; the
+default is all of them) or paths of .onnx files a user brings (one input;
+a seeded random input is made for it). Per model also: its partitions and
+backends in Backplane, and its achieved GFLOP/s (Conv/MatMul/Gemm work over
+the median latency) as a share of oneDNN's sgemm rate measured in the same
+run at the same thread count (bench/sgemm_peak.cpp).
 Needs Debian's /usr/bin/python3 (numpy, torch, torchvision, onnx), node and npm.
 """
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -39,24 +44,32 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODELS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "transformer"]
+sys.path.insert(0, HERE)
+import bench_models  # noqa: E402
 
 
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def gen_models(out_dir, names):
-    """Generates the models with scripts/gen_models.py's own code (resnet50 too)."""
-    spec = importlib.util.spec_from_file_location("gen_models", os.path.join(ROOT, "scripts", "gen_models.py"))
-    gm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gm)
-    os.makedirs(out_dir, exist_ok=True)
-    import torch
-    torch.set_num_threads(1)
-    stamp = gm._script_hash()
-    for n in names:
-        gm.generate(n, out_dir, stamp)  # resnet50 goes through build_torchvision like resnet18
+def model_files(spec, out_dir):
+    """(label, .onnx path, input .npy path) of a catalog name or a user's .onnx path."""
+    if spec.endswith(".onnx") or os.sep in spec:
+        if not os.path.isfile(spec):
+            sys.exit(f"bench: {spec}: no such file")
+        onnx_path, input_path = bench_models.user_model(spec, out_dir)
+        return os.path.splitext(os.path.basename(spec))[0], onnx_path, input_path
+    if spec not in bench_models.CATALOG:
+        sys.exit(f"bench: unknown model '{spec}': give a name of bench/bench_models.py's catalog "
+                 f"({', '.join(bench_models.CATALOG)}) or the path of an .onnx file")
+    onnx_path, input_path = bench_models.generate(spec, out_dir)
+    return spec, onnx_path, input_path
+
+
+def sgemm_peak(paths, threads):
+    """oneDNN's sgemm GFLOP/s at `threads` (bench/sgemm_peak.cpp)."""
+    out = subprocess.run([paths["sgemm_bin"], str(threads)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["gflops"]
 
 
 def ensure_ort(bench_dir):
@@ -129,10 +142,33 @@ class Runner:
         self.proc.wait(timeout=30)
 
 
-def bench_one(args, model, threads, paths):
-    onnx_path = os.path.join(paths["models"], model + ".onnx")
-    input_path = os.path.join(paths["models"], model + ".input.npy")
+def compiled(paths, model, onnx_path):
+    """MODEL.first.bpk compiled by `backplane compile` (weights inside), cached by mtime."""
+    bpk = os.path.join(paths["models"], model + ".first.bpk")
+    if not os.path.exists(bpk) or os.path.getmtime(bpk) < os.path.getmtime(onnx_path):
+        subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk],
+                       check=True, capture_output=True, text=True)
+    return bpk
+
+
+def first_result(paths, model, onnx_path, input_path, threads):
+    """Ready and first-result times of a fresh process loading the compiled .bpk."""
+    bpk = compiled(paths, model, onnx_path)
+    r = Runner("backplane(.bpk)", [paths["bench_bin"], "dynamic", bpk, input_path, str(threads), paths["backend_dir"]])
+    info = r.info
+    r.close()
+    if info.get("notes"):
+        raise RuntimeError(f"{model}: the .bpk was not used as compiled: {info['notes']}")
+    return info["ready_ms"], info["load_ms"]
+
+
+def bench_one(args, files, threads, paths, first=True):
+    model, onnx_path, input_path = files
     t = str(threads)
+    bpk_ready, bpk_first = None, None
+    if first:
+        bpk_ready, bpk_first = first_result(paths, model, onnx_path, input_path, threads)
+        time.sleep(args.gap)
     runners = {}
     try:
         runners["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
@@ -170,6 +206,8 @@ def bench_one(args, model, threads, paths):
             "ratio": med["bp"] / med["ort"], "dyn_static": med["bp"] / med["static"],
             "rel_diff": rel,
             "bp_load_ms": runners["bp"].load_ms, "ort_load_ms": runners["ort"].load_ms,
+            "bp_ready_ms": runners["bp"].info["ready_ms"], "ort_ready_ms": runners["ort"].info["ready_ms"],
+            "bpk_ready_ms": bpk_ready, "bpk_first_ms": bpk_first,
             "bp_rss_mb": runners["bp"].peak_rss_mb(), "ort_rss_mb": runners["ort"].peak_rss_mb(),
             "backends": runners["bp"].info.get("backends", ""), "partitions": runners["bp"].info.get("partitions"),
             "runs": args.runs,
@@ -179,12 +217,11 @@ def bench_one(args, model, threads, paths):
             r.close()
 
 
-def bench_load(args, model, paths):
-    """Load to first result of `model` compiled (.bpk + .bpd, eager and lazy
+def bench_load(args, files, paths):
+    """Load to first result of a model compiled (.bpk + .bpd, eager and lazy
     checksums) vs its .onnx file vs ONNX Runtime's session creation, one
     thread, each in `args.load_runs` fresh processes; medians."""
-    onnx_path = os.path.join(paths["models"], model + ".onnx")
-    input_path = os.path.join(paths["models"], model + ".input.npy")
+    model, onnx_path, input_path = files
     bpk = os.path.join(paths["models"], model + ".bpk")
     compile_cmd = [paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
                    "--external-data", os.path.join(paths["models"], model + ".bpd"), "--json"]
@@ -251,22 +288,132 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def table(results, ort_version, args):
+def geomean(xs):
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def table(results, ort_version, args, peaks):
+    peak_text = ", ".join(f"{t} thread(s) {g:.0f}" for t, g in sorted(peaks.items()))
     lines = [
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
         f"{results[0]['runs'] if results else 0} timed runs each after {args.warmup} warm-up, in alternating turns of "
-        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns); median latency.",
+        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns); median latency. "
+        f"oneDNN sgemm rate in this run (GFLOP/s): {peak_text}. GFLOP/s = 2 x the multiply-adds of the model's "
+        "Conv/MatMul/Gemm nodes / Backplane's median latency; share = that / the sgemm rate at the same thread count.",
         "",
-        "| model | threads | Backplane ms | ORT ms | Backplane/ORT | max rel diff | load-to-first Backplane ms | "
-        "load-to-first ORT ms | peak RSS Backplane MB | peak RSS ORT MB | static ms | dynamic/static |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | family | threads | Backplane ms | ORT ms | Backplane/ORT | max rel diff | partitions | backends | "
+        "GFLOP | Backplane GFLOP/s | share of sgemm peak | static ms | dynamic/static |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        gf = r.get("gflop")
+        rate = gf / (r["bp_ms"] / 1e3) if gf else None
+        share = f"{rate / peaks[r['threads']]:.0%}" if rate and peaks.get(r["threads"]) else "-"
         lines.append(
-            f"| {r['model']} | {r['threads']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | {r['ratio']:.2f} | "
-            f"{r['rel_diff']:.1e} | {r['bp_load_ms']:.0f} | {r['ort_load_ms']:.0f} | {r['bp_rss_mb']:.0f} | "
-            f"{r['ort_rss_mb']:.0f} | {r['static_ms']:.2f} | {r['dyn_static']:.3f} |")
+            f"| {r['model']} | {r['family']} | {r['threads']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | "
+            f"{r['ratio']:.2f} | {r['rel_diff']:.1e} | {r['partitions']} | {r['backends']} | "
+            f"{f'{gf:.2f}' if gf else '-'} | {f'{rate:.1f}' if rate else '-'} | {share} | "
+            f"{r['static_ms']:.2f} | {r['dyn_static']:.3f} |")
+    for t in sorted({r["threads"] for r in results}):
+        rows = [r for r in results if r["threads"] == t]
+        worst = max(rows, key=lambda r: r["ratio"])
+        lines.append(f"| **geometric mean, {len(rows)} models** | | {t} | | | **{geomean([r['ratio'] for r in rows]):.2f}** "
+                     f"| | | | | | | | {geomean([r['dyn_static'] for r in rows]):.3f} |")
+        lines.append(f"| worst: {worst['model']} | | {t} | | | {worst['ratio']:.2f} | | | | | | | | |")
+    lines += [
+        "",
+        "Loading and memory, same processes:",
+        "",
+        "| model | threads | load-to-first Backplane ms | load-to-first ORT ms | peak RSS Backplane MB | peak RSS ORT MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r['model']} | {r['threads']} | {r['bp_load_ms']:.0f} | {r['ort_load_ms']:.0f} | "
+                     f"{r['bp_rss_mb']:.0f} | {r['ort_rss_mb']:.0f} |")
+    lines += [
+        "",
+        "Time to first result, fresh processes (ms from before the runtime is created / ONNX Runtime's library is "
+        "loaded): ready = model loaded and session made; first = ready + the first inference. First run / steady = "
+        "the .bpk process's first inference over the steady median above.",
+        "",
+        "| model | threads | .onnx ready | .onnx first | .bpk ready | .bpk first | ORT ready | ORT first | "
+        ".onnx first / ORT first | .bpk first / ORT first | first run / steady (.bpk) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r["bpk_first_ms"] is None:
+            continue
+        lines.append(
+            f"| {r['model']} | {r['threads']} | {r['bp_ready_ms']:.0f} | {r['bp_load_ms']:.0f} | "
+            f"{r['bpk_ready_ms']:.0f} | {r['bpk_first_ms']:.0f} | {r['ort_ready_ms']:.0f} | {r['ort_load_ms']:.0f} | "
+            f"{r['bp_load_ms'] / r['ort_load_ms']:.2f} | {r['bpk_first_ms'] / r['ort_load_ms']:.2f} | "
+            f"{(r['bpk_first_ms'] - r['bpk_ready_ms']) / r['bp_ms']:.2f} |")
     return "\n".join(lines)
+
+
+class Busy:
+    """N processes that keep a CPU busy each (a shell loop), for the
+    contended mode: the same for both runtimes, which take turns as always."""
+
+    def __init__(self, n):
+        self.procs = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(n)]
+
+    def __enter__(self):
+        time.sleep(0.5)  # let the scheduler see them
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def contended_table(rows):
+    lines = [
+        "Contended: the same alternating protocol with busy processes beside both runtimes (each a shell loop "
+        "holding one CPU); median latency.",
+        "",
+        "| model | threads | busy processes | Backplane ms | ORT ms | Backplane/ORT | max rel diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['threads']} | {r['busy']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | "
+                     f"{r['ratio']:.2f} | {r['rel_diff']:.1e} |")
+    for b in sorted({r["busy"] for r in rows}):
+        sel = [r for r in rows if r["busy"] == b]
+        worst = max(sel, key=lambda r: r["ratio"])
+        lines.append(f"| **geometric mean, {len(sel)} models** | | {b} | | | **{geomean([r['ratio'] for r in sel]):.2f}** "
+                     f"| worst: {worst['model']} {worst['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+def chart(results, path):
+    """Backplane / ONNX Runtime per model: steady latency, and first result
+    from .onnx and from .bpk; one panel per thread count (matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    threads = sorted({r["threads"] for r in results})
+    fig, axes = plt.subplots(1, len(threads), figsize=(6 * len(threads), 0.32 * len(results) / len(threads) + 1.6),
+                             sharey=True, squeeze=False)
+    series = [("steady latency", lambda r: r["ratio"]),
+              ("first result, .onnx", lambda r: r["bp_load_ms"] / r["ort_load_ms"]),
+              ("first result, .bpk", lambda r: r["bpk_first_ms"] / r["ort_load_ms"])]
+    for ax, t in zip(axes[0], threads):
+        rows = [r for r in results if r["threads"] == t]
+        ys = np.arange(len(rows))
+        for k, (label, f) in enumerate(series):
+            ax.barh(ys + (k - 1) * 0.27, [f(r) for r in rows], height=0.27, label=label)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yticks(ys, [r["model"] for r in rows])
+        ax.invert_yaxis()
+        ax.set_title(f"{t} thread(s): Backplane / ONNX Runtime (lower is better)")
+        ax.grid(axis="x", which="both", alpha=0.3)
+    axes[0][0].legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
 
 
 def write_doc(path, text):
@@ -284,7 +431,9 @@ def write_doc(path, text):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=os.environ.get("BENCH_MODELS") or ",".join(bench_models.DEFAULT),
+                    help="comma-separated catalog names (bench/bench_models.py) or .onnx paths "
+                         "(default: BENCH_MODELS, else the whole catalog)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -294,6 +443,13 @@ def main():
     ap.add_argument("--gap", type=float, default=0.3,
                     help="seconds between alternating runs (ORT's threads spin-wait after a run; "
                          "shorter gaps let that spinning slow the next runtime)")
+    ap.add_argument("--busy", default="1,2",
+                    help="contended mode: busy-process counts to run beside both runtimes (empty: none)")
+    ap.add_argument("--contended-models",
+                    default="densenet121,regnet_y_800mf,googlenet,efficientnet_b0,resnet50,mobilenet_v3_large,"
+                            "vit_b_16,transformer",
+                    help="models of the contended mode")
+    ap.add_argument("--contended-threads", type=int, default=2)
     ap.add_argument("--load-model", default="resnet50",
                     help="model of the load table (.bpk vs .onnx vs ONNX Runtime); empty: no load table")
     ap.add_argument("--load-runs", type=int, default=5)
@@ -310,35 +466,66 @@ def main():
         "bench_bin": os.path.join(bench_dir, "backplane_bench"),
         "backend_dir": os.path.join(build, "lib", "backplane", "backends"),
         "cli": os.path.join(build, "bin", "backplane"),
+        "sgemm_bin": os.path.join(bench_dir, "backplane_sgemm_peak"),
     }
-    for p in (paths["bench_bin"], paths["bench_bin"] + "_static", paths["cli"], os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
+    for p in (paths["bench_bin"], paths["bench_bin"] + "_static", paths["cli"], paths["sgemm_bin"],
+              os.path.join(paths["backend_dir"], "Backplane_CpuOneDnn_backend.so")):
         if not os.path.exists(p):
             sys.exit(f"bench: {p} is missing (run `make bench`, which builds it)")
     os.makedirs(paths["out"], exist_ok=True)
-    models = [m for m in args.models.split(",") if m]
+    specs = [m for m in args.models.split(",") if m]
     log(f"generating models into {paths['models']} (cached)")
-    gen_models(paths["models"], sorted(set(models + ([args.load_model] if args.load_model else []))))
+    models = [model_files(m, paths["models"]) for m in specs]
     paths["ort_module"], ort_version, ort_lib = ensure_ort(bench_dir)
     log(f"ONNX Runtime {ort_version}: {ort_lib}")
+    thread_counts = [int(t) for t in args.threads.split(",") if t]
+    peaks = {}
+    for threads in thread_counts:
+        peaks[threads] = sgemm_peak(paths, threads)
+        log(f"oneDNN sgemm at {threads} thread(s): {peaks[threads]:.1f} GFLOP/s")
 
     results = []
-    for model in models:
-        for threads in [int(t) for t in args.threads.split(",") if t]:
-            log(f"{model} at {threads} thread(s)")
-            results.append(bench_one(args, model, threads, paths))
-    text = table(results, ort_version, args)
+    for files in models:
+        gflop = bench_models.flops(files[1])
+        for threads in thread_counts:
+            log(f"{files[0]} at {threads} thread(s)")
+            r = bench_one(args, files, threads, paths)
+            r["family"] = bench_models.family(files[0])
+            r["gflop"] = gflop / 1e9 if gflop else None
+            results.append(r)
+            log(f"  Backplane {r['bp_ms']:.2f} ms, ORT {r['ort_ms']:.2f} ms: {r['ratio']:.2f}")
+    text = table(results, ort_version, args, peaks)
+    contended = []
+    busy_counts = [int(b) for b in args.busy.split(",") if b]
+    if busy_counts:
+        cmodels = [model_files(m, paths["models"]) for m in args.contended_models.split(",") if m]
+        for b in busy_counts:
+            with Busy(b):
+                for files in cmodels:
+                    log(f"{files[0]} at {args.contended_threads} thread(s) beside {b} busy process(es)")
+                    r = bench_one(args, files, args.contended_threads, paths, first=False)
+                    r["busy"] = b
+                    contended.append(r)
+                    log(f"  Backplane {r['bp_ms']:.2f} ms, ORT {r['ort_ms']:.2f} ms: {r['ratio']:.2f}")
+        text += "\n\n" + contended_table(contended)
     load = None
     if args.load_model:
         log(f"load of {args.load_model}: .bpk vs .onnx vs ONNX Runtime")
-        load = bench_load(args, args.load_model, paths)
+        load = bench_load(args, model_files(args.load_model, paths["models"]), paths)
         text += "\n\n" + load_table(load)
     print(text)
     with open(os.path.join(bench_dir, "results.md"), "w") as f:
         f.write(text + "\n")
+    chart_path = os.path.join(bench_dir, "ratios.png")
+    chart(results, chart_path)
+    log(f"chart: {chart_path}")
     with open(os.path.join(bench_dir, "results.json"), "w") as f:
-        json.dump({"latency": results, "load": load}, f, indent=1)
+        json.dump({"latency": results, "contended": contended, "load": load, "sgemm_gflops": peaks}, f, indent=1)
     if args.write_doc:
-        write_doc(args.write_doc, text)
+        image = os.path.join(os.path.dirname(os.path.abspath(args.write_doc)), "images", "bench-ratios.png")
+        os.makedirs(os.path.dirname(image), exist_ok=True)
+        shutil.copyfile(chart_path, image)
+        write_doc(args.write_doc, text + "\n\n![Backplane / ONNX Runtime per model](images/bench-ratios.png)")
     return 0
 
 

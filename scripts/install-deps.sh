@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Backplane needs to build, test and demo, and
-# (with --bench) what `make bench` needs besides: Node.js/npm for ONNX Runtime.
+# (with --bench) what `make bench` needs besides: Node.js/npm for ONNX Runtime,
+# matplotlib for its chart.
 # Idempotent: installs only what is missing. Needs root or sudo.
 #
 # The list covers what a dependency's own CMake config pulls in, not only what
@@ -29,7 +30,7 @@ packages=(
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(nodejs npm)
+  packages+=(nodejs npm python3-matplotlib)
 fi
 
 missing=()

@@ -1,6 +1,8 @@
 // compiled.cpp — running a compiled CpuOneDnn partition.
 #include "onednn/compiled.hpp"
 
+#include "onednn/cores.hpp"
+
 #include <omp.h>
 
 #include <cstdlib>
@@ -149,8 +151,10 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                          " bytes");
   for (const Binding& b : bindings_)
     mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
-  // The OpenMP thread count is per calling thread (the application's).
-  if (omp_get_max_threads() != c_.threads) omp_set_num_threads(c_.threads);
+  // The OpenMP thread count is per calling thread (the application's); on a
+  // busy machine capped at the CPUs other processes leave free (cores.hpp).
+  const int threads = threads_now(c_.threads);
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   for (size_t s = 0; s < args_.size(); ++s) {
     if (c_.steps[s].copy_concat) {
       run_copy(s);

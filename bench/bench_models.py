@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""The models of `make bench`, generated at bench time, and their FLOP counts.
+
+A benchmark model is either a name of CATALOG (a torchvision 0.14 model with
+seeded random weights, exported to ONNX here, or one of the models of
+scripts/gen_models.py) or the path of any .onnx file a user brings, for which
+a seeded random input is made from the model's first input (symbolic dims
+become 1). Each gives MODELS_DIR/NAME.onnx and MODELS_DIR/NAME.input.npy, the
+files bench/backplane_bench.cpp and bench/ort_runner.js read.
+
+flops(path) counts the multiply-adds of the model's Conv, ConvTranspose,
+MatMul and Gemm nodes (x2) from ONNX shape inference: the work a matrix unit
+does, which the benchmark divides by the latency and compares with the
+machine's sgemm rate. Element-wise work, pooling and normalisation are not
+counted (they are memory-bound and small in FLOPs); a model whose shapes
+cannot be inferred gets None.
+"""
+import hashlib
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OPSET = 17  # LayerNormalization (ConvNeXt, ViT, Swin) is an ONNX op from 17
+
+
+def _gen_models():
+    spec = importlib.util.spec_from_file_location("gen_models", os.path.join(ROOT, "scripts", "gen_models.py"))
+    gm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gm)
+    return gm
+
+
+class Entry:
+    """One catalog model: family (for the table), torchvision constructor
+    (None: scripts/gen_models.py builds it), input shape, constructor
+    arguments, and whether the output is a segmentation dict's "out"."""
+
+    def __init__(self, family, ctor, shape=(1, 3, 224, 224), kwargs=None, seg=False):
+        self.family, self.ctor, self.shape, self.kwargs, self.seg = family, ctor, shape, kwargs or {}, seg
+
+
+# The default set covers the families users bring: residual, SE (RegNet-Y,
+# EfficientNet, MobileNetV3), depthwise, dense, channel shuffle, inception,
+# plain VGG, ConvNeXt, attention (ViT, Swin, the BERT-style encoder),
+# segmentation at 320x320, video and a batch of 4.
+CATALOG = {
+    "resnet18": Entry("ResNet", None),
+    "resnet50": Entry("ResNet", None),
+    "resnet50_b4": Entry("ResNet, batch 4", "resnet50", (4, 3, 224, 224)),
+    "resnext50_32x4d": Entry("ResNeXt", "resnext50_32x4d"),
+    "mobilenet_v2": Entry("MobileNetV2", None),
+    "mobilenet_v3_large": Entry("MobileNetV3 (SE, HardSwish)", "mobilenet_v3_large"),
+    "squeezenet1_1": Entry("SqueezeNet", None),
+    "regnet_y_800mf": Entry("RegNetY (SE)", "regnet_y_800mf"),
+    "efficientnet_b0": Entry("EfficientNet (SE, SiLU)", "efficientnet_b0"),
+    "efficientnet_v2_s": Entry("EfficientNetV2", "efficientnet_v2_s"),
+    "densenet121": Entry("DenseNet", "densenet121"),
+    "shufflenet_v2_x1_0": Entry("ShuffleNetV2", "shufflenet_v2_x1_0"),
+    "inception_v3": Entry("Inception", "inception_v3", (1, 3, 299, 299), {"aux_logits": False, "init_weights": True}),
+    "googlenet": Entry("Inception (GoogLeNet)", "googlenet", kwargs={"aux_logits": False, "init_weights": True}),
+    "vgg16": Entry("VGG", "vgg16"),
+    "convnext_tiny": Entry("ConvNeXt", "convnext_tiny"),
+    "vit_b_16": Entry("ViT", "vit_b_16"),
+    "swin_t": Entry("Swin", "swin_t"),
+    "deeplabv3_mobilenet_v3_large": Entry("segmentation 320x320", "deeplabv3_mobilenet_v3_large", (1, 3, 320, 320),
+                                          {"aux_loss": False, "weights_backbone": None}, seg=True),
+    "r3d_18": Entry("video (3D conv), 8x112x112", "r3d_18", (1, 3, 8, 112, 112)),
+    "transformer": Entry("BERT-style encoder", None),
+}
+DEFAULT = list(CATALOG)
+
+
+def family(name):
+    return CATALOG[name].family if name in CATALOG else "user model"
+
+
+# Bump when the generation below changes what a catalog model's files hold.
+GENERATION = 1
+
+
+def _stamp(name):
+    """What a generated model depends on: its entry, the opset, this file's
+    generation, and the library versions that build and export it."""
+    import torch
+    import torchvision
+    e = CATALOG[name]
+    key = f"{name}|{e.ctor}|{e.shape}|{sorted(e.kwargs.items())}|{e.seg}|{OPSET}|{GENERATION}|" \
+          f"{torch.__version__}|{torchvision.__version__}"
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _up_to_date(paths, stamp_path, stamp):
+    if not all(os.path.exists(p) for p in paths + [stamp_path]):
+        return False
+    with open(stamp_path) as f:
+        return f.read().strip() == stamp
+
+
+def _build_torchvision(entry):
+    import torch
+    import torchvision
+    gm = _gen_models()
+    torch.manual_seed(0)
+    builder = torchvision.models.video if entry.ctor.startswith("r3d") else (
+        torchvision.models.segmentation if entry.seg else torchvision.models)
+    model = getattr(builder, entry.ctor)(weights=None, **entry.kwargs)
+    calib = (2,) + tuple(entry.shape[1:])
+    gm.randomize_batchnorm(model, calib, seed=1)
+    gm.randomize_layernorm(model, seed=2)
+    model.eval()
+    if entry.seg:
+        class Out(torch.nn.Module):  # the dict's "out" (ONNX has one output)
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+        model = Out(model).eval()
+    return model
+
+
+def generate(name, out_dir):
+    """Writes out_dir/NAME.onnx and NAME.input.npy for a catalog model
+    (cached by a stamp of this file and gen_models.py)."""
+    entry = CATALOG[name]
+    os.makedirs(out_dir, exist_ok=True)
+    onnx_path = os.path.join(out_dir, name + ".onnx")
+    input_path = os.path.join(out_dir, name + ".input.npy")
+    if entry.ctor is None:  # one of gen_models.py's models, exported as the tests export it
+        gm = _gen_models()
+        gm.generate(name, out_dir, gm._script_hash())
+        return onnx_path, input_path
+    stamp_path = os.path.join(out_dir, name + ".bench.stamp")
+    stamp = _stamp(name)
+    if _up_to_date([onnx_path, input_path], stamp_path, stamp):
+        return onnx_path, input_path
+    import torch
+    torch.set_num_threads(1)
+    model = _build_torchvision(entry)
+    x = np.random.default_rng(12345).standard_normal(entry.shape).astype(np.float32)
+    with torch.no_grad():
+        y = model(torch.from_numpy(x))
+    if not torch.isfinite(y).all():
+        raise RuntimeError(f"bench_models: {name}: non-finite output from the seeded model")
+    tmp = onnx_path + ".tmp"
+    torch.onnx.export(model, (torch.from_numpy(x),), tmp, export_params=True, opset_version=OPSET,
+                      do_constant_folding=True, input_names=["input"], output_names=["output"])
+    os.replace(tmp, onnx_path)
+    np.save(input_path, x)
+    with open(stamp_path, "w") as f:
+        f.write(stamp + "\n")
+    print(f"bench_models: {name}: wrote {onnx_path}", file=sys.stderr)
+    return onnx_path, input_path
+
+
+def user_model(path, out_dir):
+    """A user's .onnx file: (its path, a seeded input for its first graph
+    input written to out_dir). Symbolic dims become 1; integer inputs get
+    small values (token ids, indices)."""
+    import onnx
+    from onnx import TensorProto
+    model = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if not inputs:
+        raise SystemExit(f"bench: {path}: the model has no input")
+    if len(inputs) > 1:
+        raise SystemExit(f"bench: {path}: the benchmark feeds one input; this model has {len(inputs)} "
+                         f"({', '.join(i.name for i in inputs)})")
+    t = inputs[0].type.tensor_type
+    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in t.shape.dim)
+    rng = np.random.default_rng(12345)
+    if t.elem_type == TensorProto.FLOAT:
+        x = rng.standard_normal(shape).astype(np.float32)
+    elif t.elem_type == TensorProto.INT64:
+        x = rng.integers(0, 100, size=shape, dtype=np.int64)
+    else:
+        raise SystemExit(f"bench: {path}: input '{inputs[0].name}' has element type "
+                         f"{TensorProto.DataType.Name(t.elem_type)}; the benchmark feeds float32 or int64")
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    input_path = os.path.join(out_dir, stem + ".user.input.npy")
+    np.save(input_path, x)
+    return os.path.abspath(path), input_path
+
+
+def flops(path):
+    """2 x multiply-adds of Conv/ConvTranspose/MatMul/Gemm, or None when a
+    shape is unknown."""
+    import onnx
+    model = onnx.shape_inference.infer_shapes(onnx.load(path))
+    shapes = {}
+    for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if not v.type.tensor_type.HasField("shape"):
+            continue  # rank unknown
+        dims = v.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            shapes[v.name] = [d.dim_value for d in dims]
+    for i in model.graph.initializer:
+        shapes[i.name] = list(i.dims)
+
+    def shape(name):
+        if name not in shapes:
+            raise KeyError(name)
+        return shapes[name]
+
+    total = 0
+    try:
+        for n in model.graph.node:
+            if n.op_type == "Conv":
+                w, y = shape(n.input[1]), shape(n.output[0])
+                total += int(np.prod(y)) * int(np.prod(w[1:]))
+            elif n.op_type == "ConvTranspose":
+                x, w = shape(n.input[0]), shape(n.input[1])
+                total += int(np.prod(x)) * int(np.prod(w[1:]))
+            elif n.op_type == "MatMul":
+                a, y = shape(n.input[0]), shape(n.output[0])
+                if not a:
+                    raise KeyError(n.input[0])
+                total += int(np.prod(y)) * a[-1]
+            elif n.op_type == "Gemm":
+                a, y = shape(n.input[0]), shape(n.output[0])
+                trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+                total += int(np.prod(y)) * (a[0] if trans_a else a[1])
+    except KeyError:
+        return None
+    return 2 * total
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "bench", "models")
+    for n in (sys.argv[2].split(",") if len(sys.argv) > 2 else DEFAULT):
+        p, _ = generate(n, out)
+        f = flops(p)
+        print(f"{n}: {f / 1e9:.2f} GFLOP" if f else f"{n}: FLOPs unknown")

@@ -142,18 +142,20 @@ class Runner:
         self.proc.wait(timeout=30)
 
 
-def compiled(paths, model, onnx_path):
-    """MODEL.first.bpk compiled by `backplane compile` (weights inside), cached by mtime."""
-    bpk = os.path.join(paths["models"], model + ".first.bpk")
+def compiled(paths, model, onnx_path, threads):
+    """MODEL.tN.bpk compiled by `backplane compile --threads N` (weights
+    inside; oneDNN may choose other layouts at another thread count, and a
+    payload loaded at another count is recompiled), cached by mtime."""
+    bpk = os.path.join(paths["models"], f"{model}.t{threads}.bpk")
     if not os.path.exists(bpk) or os.path.getmtime(bpk) < os.path.getmtime(onnx_path):
-        subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk],
-                       check=True, capture_output=True, text=True)
+        subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
+                        "--threads", str(threads)], check=True, capture_output=True, text=True)
     return bpk
 
 
 def first_result(paths, model, onnx_path, input_path, threads):
     """Ready and first-result times of a fresh process loading the compiled .bpk."""
-    bpk = compiled(paths, model, onnx_path)
+    bpk = compiled(paths, model, onnx_path, threads)
     r = Runner("backplane(.bpk)", [paths["bench_bin"], "dynamic", bpk, input_path, str(threads), paths["backend_dir"]])
     info = r.info
     r.close()

@@ -393,10 +393,11 @@ struct CompileArgs {
   bool allow_fallback = false;
   bool no_shape_polymorphic = false;
   bool json = false;
+  int threads = 0;
 };
 
 int cmd_compile(const GlobalOptions& g, const CompileArgs& a) {
-  auto opts = runtime_options(g, 0);
+  auto opts = runtime_options(g, a.threads);
   if (!opts.ok()) return fail(opts.status().message());
   std::vector<std::pair<std::string, std::string>> methods;
   for (const std::string& m : a.models) methods.emplace_back(fs::path(m).stem().string(), m);
@@ -678,6 +679,12 @@ int main(int argc, char** argv) {
                     "Store every signature's own compiled partitions, also where a backend "
                     "compiles them shape-polymorphic");
   compile->add_flag("--json", ca.json, "Print one JSON object");
+  compile
+      ->add_option("--threads", ca.threads,
+                   "Threads the artifact is compiled for (0 = default): a backend may choose "
+                   "memory layouts per thread count, and a payload loaded at another count is "
+                   "recompiled, with a note")
+      ->check(in_range(0, backplane::max_threads()));
 
   std::string inspect_file;
   std::vector<std::string> inspect_external;

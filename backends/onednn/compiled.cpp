@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -68,6 +69,21 @@ void coalesce(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<i
   dims = d, a = sa, b = sb;
 }
 
+// Dims and strides reordered by the destination's strides, outermost first:
+// a channels-last concat then copies whole channel runs, not single floats.
+void in_memory_order(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<int64_t>& b) {
+  std::vector<size_t> order(dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return b[x] > b[y]; });
+  std::vector<int64_t> d, sa, sb;
+  for (size_t i : order) {
+    d.push_back(dims[i]);
+    sa.push_back(a[i]);
+    sb.push_back(b[i]);
+  }
+  dims = d, a = sa, b = sb;
+}
+
 std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
   const auto& st = md.data.format_desc.blocking.strides;
   return std::vector<int64_t>(st, st + md.data.ndims);
@@ -89,6 +105,7 @@ void Binder::plan_copy(size_t s) {
     part.offset = along * part.dst_strides[axis];
     along += part.dims[axis];
     if (sdk::element_count(part.dims) == 0) continue;  // an empty cache: nothing to copy
+    in_memory_order(part.dims, part.src_strides, part.dst_strides);
     coalesce(part.dims, part.src_strides, part.dst_strides);
     copies_[s].push_back(std::move(part));
   }

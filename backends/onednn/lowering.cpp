@@ -462,6 +462,18 @@ void Lowering::lower_softmax(const INode& n) {
   add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
 }
 
+namespace {
+// The layout a copied concat writes: the inputs' common dense dim order
+// (each input laid out as the first), else row-major.
+memory::desc common_order_md(const std::vector<memory::desc>& mds, const std::vector<Dims>& shapes,
+                             const Dims& out) {
+  if (mds.empty() || is_blocked(mds[0])) return plain_md(out);
+  for (size_t i = 0; i < mds.size(); ++i)
+    if (layout_like(mds[0], shapes[i]) != mds[i]) return plain_md(out);
+  return layout_like(mds[0], out);
+}
+}  // namespace
+
 void Lowering::lower_concat(const INode& n) {
   const int64_t rank = static_cast<int64_t>(g_.shape(n.out).size());
   int64_t axis = g_.node(n.node).attr_int("axis", 0);
@@ -492,9 +504,13 @@ void Lowering::lower_concat(const INode& n) {
     for (int v : n.in)
       if (sdk::element_count(g_.shape(v)) == 0)
         throw fail("input '" + g_.value_name(v) + "' is empty");
-  // Plain inputs concatenated by copies, without a oneDNN primitive.
+  // Plain inputs concatenated by copies, without a oneDNN primitive, into
+  // the inputs' common dim order (channels-last stays channels-last: the
+  // next convolution needs no reorder), else row-major.
   auto copy_concat = [&] {
-    const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
+    std::vector<Dims> shapes;
+    for (int v : n.in) shapes.push_back(g_.shape(v));
+    const int dst = b_.new_arena(common_order_md(mds, shapes, g_.shape(n.out)));
     std::vector<std::pair<int, int>> args;
     for (size_t i = 0; i < srcs.size(); ++i)
       args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});

@@ -294,6 +294,13 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
+def by(rows, key):
+    """(value of `key`, its rows, their geometric-mean ratio, the worst row), per value."""
+    for k in sorted({r[key] for r in rows}):
+        sel = [r for r in rows if r[key] == k]
+        yield k, sel, geomean([r["ratio"] for r in sel]), max(sel, key=lambda r: r["ratio"])
+
+
 def table(results, ort_version, args, peaks):
     peak_text = ", ".join(f"{t} thread(s) {g:.0f}" for t, g in sorted(peaks.items()))
     lines = [
@@ -316,10 +323,8 @@ def table(results, ort_version, args, peaks):
             f"{r['ratio']:.2f} | {r['rel_diff']:.1e} | {r['partitions']} | {r['backends']} | "
             f"{f'{gf:.2f}' if gf else '-'} | {f'{rate:.1f}' if rate else '-'} | {share} | "
             f"{r['static_ms']:.2f} | {r['dyn_static']:.3f} |")
-    for t in sorted({r["threads"] for r in results}):
-        rows = [r for r in results if r["threads"] == t]
-        worst = max(rows, key=lambda r: r["ratio"])
-        lines.append(f"| **geometric mean, {len(rows)} models** | | {t} | | | **{geomean([r['ratio'] for r in rows]):.2f}** "
+    for t, rows, mean, worst in by(results, "threads"):
+        lines.append(f"| **geometric mean, {len(rows)} models** | | {t} | | | **{mean:.2f}** "
                      f"| | | | | | | | {geomean([r['dyn_static'] for r in rows]):.3f} |")
         lines.append(f"| worst: {worst['model']} | | {t} | | | {worst['ratio']:.2f} | | | | | | | | |")
     lines += [
@@ -381,10 +386,8 @@ def contended_table(rows):
     for r in rows:
         lines.append(f"| {r['model']} | {r['threads']} | {r['busy']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | "
                      f"{r['ratio']:.2f} | {r['rel_diff']:.1e} |")
-    for b in sorted({r["busy"] for r in rows}):
-        sel = [r for r in rows if r["busy"] == b]
-        worst = max(sel, key=lambda r: r["ratio"])
-        lines.append(f"| **geometric mean, {len(sel)} models** | | {b} | | | **{geomean([r['ratio'] for r in sel]):.2f}** "
+    for b, sel, mean, worst in by(rows, "busy"):
+        lines.append(f"| **geometric mean, {len(sel)} models** | | {b} | | | **{mean:.2f}** "
                      f"| worst: {worst['model']} {worst['ratio']:.2f} |")
     return "\n".join(lines)
 

@@ -54,9 +54,11 @@ bool read_proc_stat(const std::vector<int>& cpus, CpuTimes& out) {
   return out.total > 0;
 }
 
+// Off unless BACKPLANE_ONEDNN_ADAPT_THREADS=1: measured, the cap made the
+// contended benchmark slower, not faster (docs/performance.md).
 bool adapt_enabled() {
   const char* v = std::getenv("BACKPLANE_ONEDNN_ADAPT_THREADS");
-  return v == nullptr || std::string_view(v) != "0";
+  return v != nullptr && std::string_view(v) == "1";
 }
 
 // The measurement shared by every thread of the process.

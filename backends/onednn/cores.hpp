@@ -11,7 +11,8 @@
 // /proc/stat over the last window (~100 ms): the busy time of the CPUs this
 // thread may run on, minus this process's own CPU time. Primitives created
 // for N threads run correctly on fewer (their scratchpads are sized for N).
-// BACKPLANE_ONEDNN_ADAPT_THREADS=0 turns the cap off.
+// Experimental, off unless BACKPLANE_ONEDNN_ADAPT_THREADS=1: in make bench's
+// contended mode the cap made CpuOneDnn slower (docs/performance.md).
 #pragma once
 
 #include <cstdint>

@@ -77,7 +77,7 @@ int allowed_cpus() {
 TEST(OneDnnCores, BusyProcessesCapTheThreadCount) {
   const int cpus = allowed_cpus();
   if (cpus < 2) GTEST_SKIP() << "needs 2 CPUs; this process may use " << cpus;
-  setenv("BACKPLANE_ONEDNN_ADAPT_THREADS", "1", 1);  // the test environment turns it off
+  setenv("BACKPLANE_ONEDNN_ADAPT_THREADS", "1", 1);  // off by default
   EXPECT_EQ(threads_now(1), 1);
   std::vector<pid_t> busy;
   for (int i = 0; i < 2 * cpus; ++i) {

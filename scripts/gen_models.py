@@ -58,7 +58,7 @@ def _script_hash():
 # BatchNorm: non-trivial, seeded statistics that keep activations O(1)
 # --------------------------------------------------------------------------
 
-def randomize_batchnorm(model, input_shape, seed):
+def randomize_batchnorm(model, input_shape, seed, calibrated=False):
     """Gives every BatchNorm random affine parameters and running statistics.
 
     Purely random running stats make deep nets explode or vanish, so the
@@ -66,6 +66,14 @@ def randomize_batchnorm(model, input_shape, seed):
     and then perturbed by seeded random factors: BN still changes the result
     substantially (a wrong BN implementation fails the comparison), but the
     activations stay in a range where float32 comparisons are meaningful.
+
+    calibrated: measure with every other module in eval mode (in train mode
+    stochastic depth, in EfficientNet, ConvNeXt and Swin, drops whole residual
+    branches, so statistics measured that way are not what the eval-mode model
+    sees), and shift each mean by a fraction of that channel's measured
+    spread, not by an absolute 0.1: a channel of small spread shifted by 0.1
+    leaves the range, and through EfficientNetV2's 40 residual blocks the
+    output grows to 1e5, where float32 rounding alone moves it by 30%.
     """
     g = torch.Generator().manual_seed(seed)
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
@@ -77,11 +85,16 @@ def randomize_batchnorm(model, input_shape, seed):
             bn.reset_running_stats()
             bn.momentum = None  # cumulative moving average
         model.train()
+        if calibrated:
+            for m in model.modules():
+                if not isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.training = False
         for _ in range(4):
             model(torch.randn(*input_shape, generator=g))
         for bn in bns:
             c = bn.num_features
-            bn.running_mean.add_(0.1 * torch.randn(c, generator=g))
+            spread = bn.running_var.sqrt() if calibrated else 1.0
+            bn.running_mean.add_(0.1 * spread * torch.randn(c, generator=g))
             bn.running_var.mul_(0.75 + 0.5 * torch.rand(c, generator=g))  # [0.75, 1.25)
             bn.momentum = 0.1
     model.eval()

@@ -288,7 +288,7 @@ void Lowering::lower_matmul(const INode& n) {
   const size_t rank = ys.size();
   const Dims as = left_pad(g_.shape(n.in[0]), rank);
   const Dims bs = left_pad(g_.shape(n.in[1]), rank);
-  const int src = b_.reshaped(b_.unblocked(ref_of(n.in[0])), as);
+  int src = b_.reshaped(b_.unblocked(ref_of(n.in[0])), as);
   const bool const_b = g_.is_const(n.in[1]);
   int wref = -1;
   memory::desc wmd = const_b ? any_md(bs) : memory::desc();
@@ -301,6 +301,8 @@ void Lowering::lower_matmul(const INode& n) {
   memory::desc dst_md = dst_hint(n, ys);
   if (dst_md.data.format_kind == dnnl_format_kind_any) dst_md = plain_md(ys);
   if (!const_b && b_.shared() && lower_matmul_any_shape(n, src, wref, dst_md)) return;
+  if (const_b && lower_matmul_collapsed(n, src)) return;
+  if (const_b) src = row_major_src(n, src, as, wmd, bias_md, dst_md);
   dnnl::matmul::desc d(b_.md(src), wmd, bias_md, dst_md);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
@@ -311,6 +313,85 @@ void Lowering::lower_matmul(const INode& n) {
     args.push_back(
         {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
   add_main_step(n, prim, std::move(args), pd);
+}
+
+// The src of a MatMul by constant weights, as the fast implementation takes
+// it. A Transpose folded into the src (ViT's attention input, [1, seq, dim]
+// read as [seq, 1, dim]) leaves a permuted layout, for which oneDNN picks its
+// gemm-based matmul over brgemm: 3-4 times slower on ViT-B/16's projections.
+// When the permutation only moves size-1 dims the bytes are row-major already
+// and only the description changes; otherwise, when brgemm would take the
+// row-major layout, a reorder into it (a copy of the activations, small
+// beside the weights) comes first.
+// A MatMul of a [..., M, K] activation by constant [K, N] weights as one
+// [prod(...) * M, K] x [K, N] matmul: oneDNN would otherwise run one product
+// per batch entry, and with M = 1 (ViT's attention input is [seq, 1, dim])
+// that is `seq` products of one row each, 5 times slower than the single
+// product; and with the batch dims 1, the 2-D form gets blocked weights
+// (BA16a64b), 20% faster than the plain ones the batched form takes. The src must be
+// row-major for the collapse (a copy into that layout first when it is not:
+// activations, small beside the weights); the dst is row-major (a residual
+// summed into it in another layout leaves the batched form). False when it
+// does not apply, and nothing was added.
+bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
+  const Dims& ys = g_.shape(n.out);
+  const Dims& ws = g_.shape(n.in[1]);
+  const size_t rank = ys.size();
+  if (rank < 3 || ws.size() != 2) return false;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < rank; ++i) rows *= ys[i];
+  const memory::desc dst_nd = plain_md(ys);
+  const memory::desc hint = dst_hint(n, ys);
+  if (hint.data.format_kind != dnnl_format_kind_any && !(hint == dst_nd)) return false;
+  const int64_t k = ws[0], cols = ws[1];
+  const Dims as = left_pad(g_.shape(n.in[0]), rank);
+  if (is_blocked(b_.md(src)) || !(b_.md(src) == plain_md(as))) src = b_.as_md(src, plain_md(as));
+  const int src2 = b_.alias(src, plain_md({rows, k}));
+  const memory::desc bias_md = n.bias_value >= 0 ? plain_md({1, cols}) : memory::desc();
+  dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
+  const int wref =
+      b_.const_reordered(plain_md(ws), g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wref}};
+  if (n.bias_value >= 0)
+    args.push_back(
+        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
+  const int dst = main_dst(n, dst_nd);
+  args.push_back({DNNL_ARG_DST, b_.alias(dst, plain_md({rows, cols}))});
+  b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
+  tensors_[n.out] = dst;
+  return true;
+}
+
+namespace {
+bool same_strides(const memory::desc& a, const memory::desc& b) {
+  const auto& sa = a.data.format_desc.blocking.strides;
+  const auto& sb = b.data.format_desc.blocking.strides;
+  return std::equal(sa, sa + a.data.ndims, sb);
+}
+}  // namespace
+
+int Lowering::row_major_src(const INode& n, int src, const Dims& shape, const memory::desc& wmd,
+                            const memory::desc& bias_md, const memory::desc& dst_md) {
+  const memory::desc md = b_.md(src);
+  const memory::desc row_major = plain_md(shape);
+  if (is_blocked(md)) return src;
+  // Equal to oneDNN but for the strides of size-1 dims, which its brgemm
+  // matmul still rejects: the same bytes, described row-major.
+  if (md == row_major) return same_strides(md, row_major) ? src : b_.alias(src, row_major);
+  auto impl = [&](const memory::desc& s) -> std::string {
+    try {
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(s, wmd, bias_md, dst_md),
+                                          attr_with(n.post), engine())
+          .impl_info_str();
+    } catch (const dnnl::error&) {
+      return "";
+    }
+  };
+  auto brgemm = [](const std::string& name) { return name.rfind("brg", 0) == 0; };
+  if (brgemm(impl(md)) || !brgemm(impl(row_major))) return src;
+  return b_.as_md(src, row_major);
 }
 
 namespace {

@@ -238,6 +238,33 @@ TEST(OneDnnOps, MatMulBroadcastBatch) {
   expect_matches_cpuref(b);
 }
 
+TEST(OneDnnOps, MatMulOfTransposedActivationByConstWeights) {
+  // ViT's attention input: [1, seq, dim] transposed to [seq, 1, dim] (only
+  // a size-1 dim moves) times [dim, 3 dim] weights, plus bias; and a truly
+  // permuted src ([2, 5, 8] read as [5, 2, 8]). Both run as one 2-D product.
+  ModelBuilder b;
+  b.input("x", {1, 7, 16}).input("z", {2, 5, 8});
+  b.random_weight("w", {16, 48}).random_weight("bias", {48}).random_weight("v", {8, 12});
+  set_ints(b.node("Transpose", {"x"}, {"xt"}), "perm", {1, 0, 2});
+  b.node("MatMul", {"xt", "w"}, {"m"});
+  b.node("Add", {"bias", "m"}, {"y"});
+  set_ints(b.node("Transpose", {"z"}, {"zt"}), "perm", {1, 0, 2});
+  b.node("MatMul", {"zt", "v"}, {"u"});
+  b.output("y").output("u");
+  expect_matches_cpuref(b);
+}
+
+TEST(OneDnnOps, MatMulByConstWeightsWithResidualSum) {
+  // A rank-4 activation (ConvNeXt's channels-last MLP) times weights, the
+  // residual added as a sum post-op into the collapsed product's dst.
+  ModelBuilder b;
+  b.input("x", {2, 3, 4, 8}).input("r", {2, 3, 4, 6}).random_weight("w", {8, 6});
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Add", {"m", "r"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+}
+
 TEST(OneDnnOps, AttentionTransposesAreViews) {
   // scores = softmax((q k^T) / 2) v over a [1, 2, 4, 8] split, as in BERT.
   ModelBuilder b;

@@ -131,6 +131,8 @@ FusedGraph fuse(ViewInfo& g) {
   f.consumers = live_consumers(g, f.nodes);
   const size_t nn = f.nodes.size();
   for (size_t n = 0; n < nn; ++n)
+    if (!f.nodes[n].dead && f.nodes[n].op == "Pad") fold_pad(g, f, static_cast<int>(n));
+  for (size_t n = 0; n < nn; ++n)
     if (!f.nodes[n].dead && f.nodes[n].op == "Conv") fold_batch_norm(g, f, static_cast<int>(n));
   for (size_t n = 0; n < nn; ++n) {
     INode& in = f.nodes[n];
@@ -140,6 +142,63 @@ FusedGraph fuse(ViewInfo& g) {
       build_group(g, f, static_cast<int>(n));
   }
   return f;
+}
+
+// An explicit Pad of zeros before a Conv, or before an AveragePool that
+// counts padded cells (PyTorch's avg_pool2d(padding=1) exports as Pad +
+// AveragePool: Inception's pooling branches), is the consumer's own
+// padding: no padded copy of the tensor (a concat per padded axis) and no
+// reorders around it. Only where oneDNN takes the padding: at most the
+// kernel's extent - 1 per side.
+void fold_pad(ViewInfo& g, FusedGraph& f, int pad) {
+  INode& p = f.nodes[pad];
+  const int k = f.only_consumer(g, p.out);
+  if (k < 0 || p.in.empty() || p.in[0] < 0) return;
+  INode& c = f.nodes[k];
+  if (c.dead || (c.op != "Conv" && c.op != "AveragePool") || c.in.empty() || c.in[0] != p.out ||
+      !c.pad_before.empty())
+    return;
+  PadSpec spec;
+  try {
+    check_node(g, p.node);
+    check_node(g, c.node);
+    spec = pad_spec(g, p.node, g.shape(p.in[0]).size());
+  } catch (const sdk::Error&) {
+    return;
+  }
+  const size_t rank = spec.before.size();
+  if (spec.value != 0.f || rank < 3) return;
+  for (size_t a = 0; a < rank; ++a)
+    if (spec.before[a] < 0 || spec.after[a] < 0 || (a < 2 && (spec.before[a] || spec.after[a])))
+      return;
+  sdk::NodeRef node = g.node(c.node);
+  if (node.attr_string("auto_pad", "NOTSET") != "NOTSET") return;
+  const size_t sp = rank - 2;
+  const std::vector<int64_t> own = node.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  Dims kernel;
+  if (c.op == "Conv") {
+    const Dims& ws = g.shape(c.in[1]);
+    kernel.assign(ws.begin() + 2, ws.end());
+  } else {
+    kernel = node.attr_ints("kernel_shape", {});
+    const bool own_pads = std::any_of(own.begin(), own.end(), [](int64_t x) { return x != 0; });
+    if (node.attr_int("count_include_pad", 0) == 0 && own_pads) return;
+    if (node.attr_int("ceil_mode", 0) != 0) return;  // cells past the end are not padding
+  }
+  const std::vector<int64_t> dil = node.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  if (kernel.size() != sp || own.size() != 2 * sp || dil.size() != sp) return;
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t ext = (kernel[i] - 1) * dil[i] + 1;
+    if (own[i] + spec.before[i + 2] > ext - 1 || own[sp + i] + spec.after[i + 2] > ext - 1) return;
+  }
+  c.pad_before.assign(spec.before.begin() + 2, spec.before.end());
+  c.in[0] = p.in[0];
+  c.covers.insert(c.covers.end(), p.covers.begin(), p.covers.end());
+  p.dead = true;
+  // The Pad's input is read where the consumer runs now.
+  std::vector<int>& readers = f.consumers[p.in[0]];
+  readers.erase(std::remove(readers.begin(), readers.end(), pad), readers.end());
+  if (std::find(readers.begin(), readers.end(), k) == readers.end()) readers.push_back(k);
 }
 
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {

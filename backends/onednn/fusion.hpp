@@ -36,8 +36,12 @@ struct INode {
   // Main ops (Conv/Gemm/MatMul): fused followers.
   std::vector<PostOp> post;
   int bias_value = -1;  // MatMul: a fused Add of a per-column constant
-  int anchor = -1;      // index of the INode where this group executes
-  int group = -1;       // absorbed node: the INode it was fused into
+  // Conv/AveragePool with a folded Pad (in[0] is then the Pad's input): the
+  // padding it adds at the start of each spatial axis; the pool counts the
+  // padded cells.
+  Dims pad_before;
+  int anchor = -1;  // index of the INode where this group executes
+  int group = -1;   // absorbed node: the INode it was fused into
 };
 
 // The internal nodes of a view, one per view node (dead where a pattern, a
@@ -59,6 +63,10 @@ FusedGraph fuse(ViewInfo& g);
 // Folds the BatchNormalization that alone reads Conv node `conv`'s output
 // into the Conv's weights and bias, when both nodes are supported.
 void fold_batch_norm(ViewInfo& g, FusedGraph& f, int conv);
+
+// Folds the Pad INode `pad` into the Conv or AveragePool that alone reads
+// it, when the Pad adds zeros to spatial axes only (pad_before).
+void fold_pad(ViewInfo& g, FusedGraph& f, int pad);
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);

@@ -208,7 +208,7 @@ void Lowering::lower_conv(const INode& n) {
   const std::vector<int64_t> ks =
       g_.node(n.node).attr_ints("kernel_shape", Dims(ws.begin() + 2, ws.end()));
   if (ks != Dims(ws.begin() + 2, ws.end())) throw fail("kernel_shape does not match the weights");
-  Window w = window(g_, n.node, xs, ys, ks);
+  Window w = window(g_, n.node, xs, ys, ks, n.pad_before);
   if (ws[0] % group != 0 || xs[1] != ws[1] * group)
     throw fail("group does not divide the channels");
   Dims wdims = ws;
@@ -462,11 +462,11 @@ void Lowering::lower_pool(const INode& n) {
       w.pad_r.push_back(0);
     }
   } else {
-    w = window(g_, n.node, xs, ys, node.attr_ints("kernel_shape"));
+    w = window(g_, n.node, xs, ys, node.attr_ints("kernel_shape"), n.pad_before);
   }
   const bool is_max = n.op == "MaxPool" || n.op == "GlobalMaxPool";
   const algorithm alg = is_max ? algorithm::pooling_max
-                        : node.attr_int("count_include_pad", 0) != 0
+                        : node.attr_int("count_include_pad", 0) != 0 || !n.pad_before.empty()
                             ? algorithm::pooling_avg_include_padding
                             : algorithm::pooling_avg_exclude_padding;
   dnnl::primitive prim;

@@ -197,32 +197,11 @@ void Lowering::lower_gather(const INode& n) {
 // axis, a concat of a constant slab of the pad value, the tensor, and
 // another slab, in the tensor's layout where it can be described.
 void Lowering::lower_pad(const INode& n) {
-  sdk::NodeRef node = g_.node(n.node);
   const Dims& xs = g_.shape(n.in[0]);
   const size_t rank = xs.size();
-  std::vector<int64_t> pads;
-  float value = 0.f;
-  std::vector<int64_t> axes;
-  if (node.opset() < 11) {
-    pads = node.attr_ints("pads");
-    value = node.attr_float("value", 0.f);
-  } else {
-    pads = *g_.ints(n.in[1]);
-    if (n.in.size() > 2 && n.in[2] >= 0) value = *g_.scalar(n.in[2]);
-    if (n.in.size() > 3 && n.in[3] >= 0) axes = *g_.ints(n.in[3]);
-  }
-  if (axes.empty())
-    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
-  if (pads.size() != 2 * axes.size())
-    throw fail(g_.describe(n.node) + ": pads do not match the axes");
-  Dims before(rank, 0), after(rank, 0);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = axes[i] < 0 ? axes[i] + static_cast<int64_t>(rank) : axes[i];
-    if (a < 0 || a >= static_cast<int64_t>(rank))
-      throw fail(g_.describe(n.node) + ": axis out of range");
-    before[static_cast<size_t>(a)] = pads[i];
-    after[static_cast<size_t>(a)] = pads[axes.size() + i];
-  }
+  const PadSpec spec = pad_spec(g_, n.node, rank);
+  const Dims &before = spec.before, &after = spec.after;
+  const float value = spec.value;
   // Crop (negative pads).
   Dims offsets(rank, 0), sizes = xs;
   for (size_t a = 0; a < rank; ++a) {

@@ -36,7 +36,8 @@ const std::set<std::string_view>& view_ops() {
   return ops;
 }
 
-Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel) {
+Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel,
+              const Dims& before) {
   sdk::NodeRef node = g.node(n);
   const size_t sp = x.size() - 2;
   Window w;
@@ -57,6 +58,7 @@ Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kern
     else if (auto_pad == "VALID") pl = 0;
     else if (auto_pad != "NOTSET")
       throw fail(g.describe(n) + ": auto_pad '" + auto_pad + "' is not supported");
+    if (i < before.size()) pl += before[i];
     w.kernel.push_back(kernel[i]);
     w.strides.push_back(strides[i]);
     w.dilation.push_back(dil[i] - 1);
@@ -64,6 +66,34 @@ Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kern
     w.pad_r.push_back(std::max<int64_t>(total - pl, 0));
   }
   return w;
+}
+
+PadSpec pad_spec(ViewInfo& g, int n, size_t rank) {
+  sdk::NodeRef node = g.node(n);
+  std::vector<int64_t> pads, axes;
+  PadSpec s;
+  if (node.opset() < 11) {
+    pads = node.attr_ints("pads");
+    s.value = node.attr_float("value", 0.f);
+  } else {
+    const auto p = g.ints(g.in(n, 1));
+    if (!p) throw fail(g.describe(n) + ": pads are missing");
+    pads = *p;
+    if (g.num_in(n) > 2 && g.in(n, 2) >= 0) s.value = *g.scalar(g.in(n, 2));
+    if (g.num_in(n) > 3 && g.in(n, 3) >= 0) axes = *g.ints(g.in(n, 3));
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+  if (pads.size() != 2 * axes.size()) throw fail(g.describe(n) + ": pads do not match the axes");
+  s.before.assign(rank, 0);
+  s.after.assign(rank, 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = axes[i] < 0 ? axes[i] + static_cast<int64_t>(rank) : axes[i];
+    if (a < 0 || a >= static_cast<int64_t>(rank)) throw fail(g.describe(n) + ": axis out of range");
+    s.before[static_cast<size_t>(a)] = pads[i];
+    s.after[static_cast<size_t>(a)] = pads[axes.size() + i];
+  }
+  return s;
 }
 
 // Throws sdk::Error(UNSUPPORTED) with the reason if node n cannot run here.

@@ -29,8 +29,19 @@ struct Window {
 };
 
 // The window of node n (input shape x, output shape y, kernel extent per
-// spatial axis); throws (UNSUPPORTED) what oneDNN cannot express.
-Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel);
+// spatial axis); throws (UNSUPPORTED) what oneDNN cannot express. `before`:
+// padding a folded Pad adds at the start of each spatial axis (x is then the
+// Pad's input; its padding at the end follows from the shapes).
+Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel,
+              const Dims& before = {});
+
+// A constant-mode Pad (node n, input of rank `rank`): its pads per axis
+// (negative ones crop) and its value. Throws what it cannot read.
+struct PadSpec {
+  Dims before, after;
+  float value = 0.f;
+};
+PadSpec pad_spec(ViewInfo& g, int n, size_t rank);
 
 // Throws sdk::Error(UNSUPPORTED) with the reason if node n cannot run here.
 void check_node(ViewInfo& g, int n);

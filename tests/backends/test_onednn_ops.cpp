@@ -587,6 +587,34 @@ TEST(OneDnnOps, PadConstantThenPoolAndCrop) {
   expect_matches_cpuref(b);
 }
 
+TEST(OneDnnOps, PadFoldedIntoPoolAndConv) {
+  // Inception's pooling branch (Pad of zeros, then a 3x3 AveragePool that
+  // counts no padding of its own), a Pad of zeros into a Conv with pads of
+  // its own, and the cases that must not fold: a pad value other than 0, a
+  // ceil-mode pool, a Pad also read by another node.
+  ModelBuilder b(17);
+  b.input("x", {1, 8, 9, 9}).random_weight("w", {12, 8, 3, 3}).random_weight("w2", {4, 8, 3, 3});
+  b.init_i64("p", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  b.init_i64("q", {8}, {0, 0, 0, 1, 0, 0, 1, 0}).init_f32("v", {}, {0.75f});
+  b.node("Pad", {"x", "p"}, {"px"});
+  auto& pool = b.node("AveragePool", {"px"}, {"y0"});
+  set_ints(pool, "kernel_shape", {3, 3});
+  b.node("Pad", {"x", "q"}, {"qx"});
+  set_ints(b.node("Conv", {"qx", "w"}, {"y1"}), "pads", {1, 0, 0, 1});
+  b.node("Pad", {"x", "p", "v"}, {"vx"});
+  b.node("Conv", {"vx", "w2"}, {"y2"});
+  b.node("Pad", {"x", "q"}, {"cx"});
+  auto& ceil = b.node("AveragePool", {"cx"}, {"y3"});
+  set_ints(ceil, "kernel_shape", {2, 2});
+  set_ints(ceil, "strides", {2, 2});
+  set_int(ceil, "ceil_mode", 1);
+  b.node("Pad", {"x", "p"}, {"shared"});
+  set_ints(b.node("MaxPool", {"shared"}, {"y4"}), "kernel_shape", {3, 3});
+  b.node("Relu", {"shared"}, {"y5"});
+  b.output("y0").output("y1").output("y2").output("y3").output("y4").output("y5");
+  expect_matches_cpuref(b);
+}
+
 TEST(OneDnnOps, GatherConstantIndices) {
   ModelBuilder b;
   b.input("x", {2, 5, 12}).input("img", {1, 8, 4, 4}).random_weight("w", {32, 8, 1, 1});

@@ -220,17 +220,40 @@ void Lowering::lower_conv(const INode& n) {
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);
   dnnl::primitive prim;
-  auto make = [&](const memory::desc& dst) {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                      algorithm::convolution_direct, any_md(xs), any_md(wdims),
-                                      bias_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
-    return b_.make<dnnl::convolution_forward>(d, attr, post_key(n.post), &prim);
+  auto desc = [&](const memory::desc& src, const memory::desc& dst) {
+    return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                           algorithm::convolution_direct, src, any_md(wdims),
+                                           bias_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
+  };
+  auto make = [&](const memory::desc& src, const memory::desc& dst) {
+    return b_.make<dnnl::convolution_forward>(desc(src, dst), attr, post_key(n.post), &prim);
   };
   dnnl::convolution_forward::primitive_desc pd;
-  try {
-    pd = make(dst_hint(n, ys));
-  } catch (const dnnl::error&) {
-    pd = make(any_md(ys));
+  const memory::desc hint = dst_hint(n, ys);
+  bool made = false;
+  if (group > 1 && hint.data.format_kind == dnnl_format_kind_any &&
+      b_.md(ref_of(n.in[0])) == channels_last_md(xs)) {
+    // A grouped convolution between channels-last tensors (RegNet's,
+    // ResNeXt's): oneDNN picks a blocked layout when free to, and each one
+    // then costs a reorder on either side (and drags the SE block's pooling
+    // and product into the blocked layout). Channels-last, where oneDNN has
+    // a kernel for it.
+    const memory::desc cl = channels_last_md(xs), cl_out = channels_last_md(ys);
+    try {
+      dnnl::convolution_forward::primitive_desc probe(desc(cl, cl_out), attr, engine());
+      if (std::string(probe.impl_info_str()).rfind("ref", 0) != 0) {
+        pd = make(cl, cl_out);
+        made = true;
+      }
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!made) {
+    try {
+      pd = make(any_md(xs), hint);
+    } catch (const dnnl::error&) {
+      pd = make(any_md(xs), any_md(ys));
+    }
   }
   const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
   const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),

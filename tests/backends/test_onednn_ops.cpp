@@ -116,6 +116,31 @@ TEST(OneDnnOps, ConvDepthwise) {
 TEST(OneDnnOps, ConvGrouped) {
   expect_matches_cpuref(conv_model({1, 16, 10, 10}, 24, 3, 4, 1, {1, 1, 1, 1}, 1, false));
 }
+TEST(OneDnnOps, ConvGroupedBetweenChannelsLastConvs) {
+  // RegNet-Y's block: 1x1 conv (channels-last), grouped 3x3 conv (kept
+  // channels-last), squeeze-and-excitation (global pool, 1x1 convs, sigmoid,
+  // product), 1x1 conv.
+  ModelBuilder b;
+  b.input("x", {1, 32, 14, 14}).random_weight("w1", {64, 32, 1, 1});
+  b.random_weight("wg", {64, 16, 3, 3}).random_weight("bg", {64});
+  b.random_weight("ws1", {16, 64, 1, 1}).random_weight("ws2", {64, 16, 1, 1});
+  b.random_weight("w3", {32, 64, 1, 1});
+  b.node("Conv", {"x", "w1"}, {"a"});
+  b.node("Relu", {"a"}, {"ar"});
+  auto& g = b.node("Conv", {"ar", "wg", "bg"}, {"c"});
+  set_int(g, "group", 4);
+  set_ints(g, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c"}, {"cr"});
+  b.node("GlobalAveragePool", {"cr"}, {"s"});
+  b.node("Conv", {"s", "ws1"}, {"s1"});
+  b.node("Relu", {"s1"}, {"s1r"});
+  b.node("Conv", {"s1r", "ws2"}, {"s2"});
+  b.node("Sigmoid", {"s2"}, {"gate"});
+  b.node("Mul", {"cr", "gate"}, {"se"});
+  b.node("Conv", {"se", "w3"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+}
 TEST(OneDnnOps, ConvDilated) {
   expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true));
 }

@@ -66,7 +66,8 @@ bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_use
     if (!binary_ops().count(f.op)) return false;
   }
   if (!binary_ops().count(f.op)) {
-    if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf") return false;
+    if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf" && f.op != "Swish")
+      return false;
     std::optional<std::vector<PostOp>> p = activation_of(g, f);
     if (p) m.post.insert(m.post.end(), p->begin(), p->end());
     return p.has_value();
@@ -107,7 +108,7 @@ void build_group(ViewInfo& g, FusedGraph& f, int n) {
     const int k = f.only_consumer(g, cur);
     if (k < 0 || f.nodes[k].dead || f.nodes[k].group >= 0) break;
     INode& follower = f.nodes[k];
-    if (follower.op != "GeluErf") {
+    if (follower.op != "GeluErf" && follower.op != "Swish") {
       try {
         check_node(g, follower.node);
       } catch (const sdk::Error&) {
@@ -205,6 +206,7 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
   PostOp p;
   const std::string& op = n.op;
   if (op == "GeluErf") p.alg = algorithm::eltwise_gelu_erf;
+  else if (op == "Swish") p.alg = algorithm::eltwise_swish, p.alpha = 1.f;
   else if (op == "Relu") p.alg = algorithm::eltwise_relu;
   else if (op == "LeakyRelu")
     p.alg = algorithm::eltwise_relu, p.alpha = g.node(n.node).attr_float("alpha", 0.01f);

@@ -164,7 +164,7 @@ int Lowering::add_step_to_new(int y, dnnl::primitive prim, std::vector<std::pair
 void Lowering::lower_node(int n) {
   const INode& node = f_.nodes[n];
   const std::string& op = node.op;
-  if (op != "GeluErf" && op != "LayerNorm") check_node(g_, node.node);
+  if (op != "GeluErf" && op != "LayerNorm" && op != "Swish") check_node(g_, node.node);
   if (op == "Conv") return lower_conv(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);

@@ -1,4 +1,4 @@
-// patterns.cpp — matching decomposed LayerNorm and erf-GELU in a view.
+// patterns.cpp — matching decomposed LayerNorm, erf-GELU and SiLU in a view.
 #include "onednn/patterns.hpp"
 
 #include <cmath>
@@ -106,6 +106,20 @@ std::optional<Pattern> match_gelu(ViewInfo& g, int e) {
   return p;
 }
 
+// y = x * sigmoid(x): SiLU (EfficientNet, YOLO), which PyTorch exports as
+// Sigmoid and Mul, so the Conv before it has two readers and fuses neither.
+// As one node, it is oneDNN's swish: a post-op of that Conv.
+std::optional<Pattern> match_swish(ViewInfo& g, int s) {
+  if (g.op(s) != "Sigmoid") return std::nullopt;
+  const int x = g.in(s, 0);
+  const int m = g.only_consumer(g.out(s));
+  if (x < 0 || m < 0 || g.op(m) != "Mul" || g.other_input(m, g.out(s)) != x) return std::nullopt;
+  Pattern p{"Swish", {s, m}, x};
+  p.out = g.out(m);
+  if (g.shape(p.out) != g.shape(x)) return std::nullopt;
+  return p;
+}
+
 }  // namespace
 
 std::vector<Pattern> find_patterns(ViewInfo& g) {
@@ -115,6 +129,7 @@ std::vector<Pattern> find_patterns(ViewInfo& g) {
     std::optional<Pattern> p;
     if (g.op(n) == "ReduceMean") p = match_layer_norm(g, static_cast<int>(n));
     if (g.op(n) == "Erf") p = match_gelu(g, static_cast<int>(n));
+    if (g.op(n) == "Sigmoid") p = match_swish(g, static_cast<int>(n));
     if (!p) continue;
     bool free = true;
     for (int k : p->nodes) free = free && !taken[k];

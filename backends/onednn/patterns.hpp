@@ -1,5 +1,5 @@
 // patterns.hpp — node patterns CpuOneDnn runs as one primitive: decomposed
-// LayerNorm and erf-GELU, as PyTorch exports them.
+// LayerNorm, erf-GELU and SiLU (x * sigmoid(x)), as PyTorch exports them.
 #pragma once
 
 #include "onednn/view_info.hpp"
@@ -10,7 +10,7 @@
 namespace backplane::onednn {
 
 struct Pattern {
-  std::string op;          // "LayerNorm" or "GeluErf"
+  std::string op;          // "LayerNorm", "GeluErf" or "Swish"
   std::vector<int> nodes;  // view nodes it replaces
   int x = -1, gamma = -1, beta = -1, out = -1;
   float eps = 0;

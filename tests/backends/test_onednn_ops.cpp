@@ -141,6 +141,22 @@ TEST(OneDnnOps, ConvGroupedBetweenChannelsLastConvs) {
   b.output("y");
   expect_matches_cpuref(b);
 }
+TEST(OneDnnOps, SiLUAsSwishPostOpAndStandalone) {
+  // EfficientNet's SiLU as PyTorch exports it (Sigmoid, then Mul of the
+  // input and the sigmoid, either order): fused into the Conv before it;
+  // standalone on an input; and a Sigmoid also read elsewhere (no pattern).
+  ModelBuilder b;
+  b.input("x", {1, 8, 6, 6}).input("t", {2, 5, 16}).random_weight("w", {16, 8, 3, 3});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Sigmoid", {"c"}, {"cs"});
+  b.node("Mul", {"c", "cs"}, {"y0"});
+  b.node("Sigmoid", {"t"}, {"ts"});
+  b.node("Mul", {"ts", "t"}, {"y1"});
+  b.node("Sigmoid", {"x"}, {"xs"});
+  b.node("Mul", {"x", "xs"}, {"y2"});
+  b.output("y0").output("y1").output("y2").output("xs");
+  expect_matches_cpuref(b);
+}
 TEST(OneDnnOps, ConvDilated) {
   expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true));
 }

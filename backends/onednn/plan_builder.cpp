@@ -263,8 +263,43 @@ int PlanBuilder::reshaped(int ref, const Dims& shape) {
     } catch (const dnnl::error&) {
     }
   }
+  if (std::optional<memory::desc> cl = channels_last_source(md(ref), shape)) {
+    return alias(as_md(ref, *cl), channels_last_md(shape));
+  }
   const int plain = as_plain(ref, dims_of(ref));
   return alias(plain, plain_md(shape));
+}
+
+// A strided view that must be copied before it can be reshaped to `shape`
+// (ShuffleNet's channel shuffle: a channels-last tensor split into groups,
+// transposed, merged back), whose unit-stride dim lands in the channel dim
+// of `shape`: copied into the layout that is channels-last once reshaped, so
+// that the convolutions and concats after it stay channels-last. nullopt for
+// anything else (row-major then: attention's [batch, heads, seq, dim]
+// tensors have their unit stride in the last dim).
+std::optional<memory::desc> PlanBuilder::channels_last_source(const memory::desc& from,
+                                                              const Dims& shape) {
+  if (shape.size() < 3 || shape.size() > 5 || is_blocked(from) || shape[1] <= 1)
+    return std::nullopt;
+  const int rank = from.data.ndims;
+  const auto& strides = from.data.format_desc.blocking.strides;
+  int unit = -1;
+  for (int i = 0; i < rank; ++i)
+    if (strides[i] == 1 && from.data.dims[i] > 1) unit = i;
+  if (unit < 0) return std::nullopt;
+  // The element offset (row-major over `from`'s dims) where dim `unit`
+  // starts counting, against where the channel dim of `shape` covers.
+  int64_t inner = 1;
+  for (int i = unit + 1; i < rank; ++i) inner *= from.data.dims[i];
+  int64_t shape_inner = 1;
+  for (size_t i = 2; i < shape.size(); ++i) shape_inner *= shape[i];
+  const int64_t unit_extent = inner * from.data.dims[unit];
+  if (inner < shape_inner || unit_extent > shape_inner * shape[1]) return std::nullopt;
+  try {
+    return channels_last_md(shape).reshape(from.dims());
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
 }
 
 int PlanBuilder::alias(int ref, const memory::desc& new_md) {

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <typeinfo>
@@ -141,6 +142,8 @@ class PlanBuilder {
   // A view of `ref` with another shape (same bytes), reordering to plain first
   // if the layout cannot be reshaped.
   int reshaped(int ref, const Dims& shape);
+  static std::optional<dnnl::memory::desc> channels_last_source(const dnnl::memory::desc& from,
+                                                                const Dims& shape);
   // Another description of the same bytes (buffer or constant).
   int alias(int ref, const dnnl::memory::desc& new_md);
   // `ref` as a plain (possibly strided) layout that matmul/softmax/etc. take.

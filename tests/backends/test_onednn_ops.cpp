@@ -157,6 +157,24 @@ TEST(OneDnnOps, SiLUAsSwishPostOpAndStandalone) {
   b.output("y0").output("y1").output("y2").output("xs");
   expect_matches_cpuref(b);
 }
+TEST(OneDnnOps, ChannelShuffleBetweenConvs) {
+  // ShuffleNet's channel shuffle of a channels-last Conv output (reshape to
+  // groups, transpose, reshape back), then a Conv and a Concat with the
+  // other half, as its blocks do.
+  ModelBuilder b;
+  b.input("x", {1, 8, 6, 6}).random_weight("w", {12, 8, 1, 1}).random_weight("w2", {6, 6, 1, 1});
+  b.init_i64("g", {5}, {1, 2, 6, 6, 6}).init_i64("back", {4}, {1, 12, 6, 6});
+  b.init_i64("halves", {2}, {6, 6});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Reshape", {"c", "g"}, {"r"});
+  set_ints(b.node("Transpose", {"r"}, {"t"}), "perm", {0, 2, 1, 3, 4});
+  b.node("Reshape", {"t", "back"}, {"s"});
+  set_int(b.node("Split", {"s", "halves"}, {"s0", "s1"}), "axis", 1);
+  b.node("Conv", {"s1", "w2"}, {"s1c"});
+  set_int(b.node("Concat", {"s0", "s1c"}, {"y"}), "axis", 1);
+  b.output("y").output("s");
+  expect_matches_cpuref(b);
+}
 TEST(OneDnnOps, ConvDilated) {
   expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true));
 }

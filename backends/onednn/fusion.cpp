@@ -123,6 +123,29 @@ void build_group(ViewInfo& g, FusedGraph& f, int n) {
   }
 }
 
+// The Relu alone reading BatchNormalization node n's output (DenseNet's
+// pre-activation BN-ReLU before each convolution, on the concatenated
+// features): oneDNN's batch normalization applies it in the same pass
+// (fuse_norm_relu), not in a pass of its own over the tensor.
+void absorb_relu(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  const int k = f.only_consumer(g, m.out);
+  if (k < 0 || f.nodes[k].dead || f.nodes[k].group >= 0 || f.nodes[k].op != "Relu" ||
+      f.nodes[k].in.empty() || f.nodes[k].in[0] != m.out)
+    return;
+  try {
+    check_node(g, f.nodes[k].node);
+  } catch (const sdk::Error&) {
+    return;
+  }
+  PostOp relu;
+  relu.alg = algorithm::eltwise_relu;
+  m.post.push_back(relu);
+  f.nodes[k].group = n;
+  m.out = f.nodes[k].out;
+  m.anchor = k;
+}
+
 }  // namespace
 
 FusedGraph fuse(ViewInfo& g) {
@@ -141,6 +164,7 @@ FusedGraph fuse(ViewInfo& g) {
     in.anchor = static_cast<int>(n);
     if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
       build_group(g, f, static_cast<int>(n));
+    else if (in.op == "BatchNormalization") absorb_relu(g, f, static_cast<int>(n));
   }
   return f;
 }

@@ -513,8 +513,9 @@ void Lowering::lower_batch_norm(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const float eps = g_.node(n.node).attr_float("epsilon", 1e-5f);
   const int src = b_.dense(ref_of(n.in[0]));
-  const auto flags = dnnl::normalization_flags::use_global_stats |
-                     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+               dnnl::normalization_flags::use_shift;
+  if (!n.post.empty()) flags |= dnnl::normalization_flags::fuse_norm_relu;  // absorb_relu's
   dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
                                             flags);
   dnnl::primitive prim;

@@ -404,6 +404,27 @@ TEST(OneDnnOps, BatchNormalizationStandalone) {
   expect_matches_cpuref(b);
 }
 
+TEST(OneDnnOps, BatchNormalizationReluOfConcatenatedFeatures) {
+  // DenseNet's pre-activation: BN then ReLU (one oneDNN pass) on features
+  // concatenated from two convolutions, then a convolution; and a BN whose
+  // output is also read elsewhere (its ReLU stays separate).
+  ModelBuilder b;
+  b.input("x", {1, 8, 6, 6}).random_weight("w0", {8, 8, 3, 3}).random_weight("w1", {4, 16, 1, 1});
+  b.random_weight("scale", {16}, 0.5f, 1.5f)
+      .random_weight("shift", {16})
+      .random_weight("mean", {16})
+      .random_weight("var", {16}, 0.5f, 1.5f);
+  set_ints(b.node("Conv", {"x", "w0"}, {"c"}), "pads", {1, 1, 1, 1});
+  set_int(b.node("Concat", {"x", "c"}, {"cat"}), "axis", 1);
+  b.node("BatchNormalization", {"cat", "scale", "shift", "mean", "var"}, {"bn"});
+  b.node("Relu", {"bn"}, {"r"});
+  b.node("Conv", {"r", "w1"}, {"y0"});
+  b.node("BatchNormalization", {"cat", "scale", "shift", "mean", "var"}, {"bn2"});
+  b.node("Relu", {"bn2"}, {"y1"});
+  b.output("y0").output("y1").output("bn2");
+  expect_matches_cpuref(b);
+}
+
 TEST(OneDnnOps, LayerNormalizationOp) {
   ModelBuilder b(17);
   b.input("x", {2, 5, 24}).random_weight("g", {24}, 0.5f, 1.5f).random_weight("bb", {24});

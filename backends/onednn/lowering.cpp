@@ -123,8 +123,18 @@ int Lowering::main_dst(const INode& n, const memory::desc& dst_md) {
   for (const PostOp& p : n.post) {
     if (p.kind != PostOp::kSum) continue;
     const int r = ref_of(p.residual);
-    if (b_.md(r) == dst_md && buffer_free_after(c_.refs[r].buffer, n.anchor))
-      return b_.add_ref(c_.refs[r].buffer, dst_md);
+    // The residual's buffer becomes the dst only if nothing reads it later
+    // and the primitive itself does not read it: EfficientNetV2's FusedMBConv
+    // adds its convolution's own input back (x + silu(conv(x))), and a 3x3
+    // convolution writing over its input reads neighbours already written.
+    const int buffer = c_.refs[r].buffer;
+    bool read_here = false;
+    for (int v : n.in) {
+      auto it = v >= 0 ? tensors_.find(v) : tensors_.end();
+      read_here = read_here || (it != tensors_.end() && c_.refs[it->second].buffer == buffer);
+    }
+    if (b_.md(r) == dst_md && !read_here && buffer_free_after(buffer, n.anchor))
+      return b_.add_ref(buffer, dst_md);
     const int dst = b_.new_arena(dst_md);
     b_.copy(r, dst);
     return dst;

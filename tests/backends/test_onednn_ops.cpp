@@ -175,6 +175,24 @@ TEST(OneDnnOps, ChannelShuffleBetweenConvs) {
   b.output("y").output("s");
   expect_matches_cpuref(b);
 }
+TEST(OneDnnOps, ConvResidualOfItsOwnInput) {
+  // EfficientNetV2's FusedMBConv at expand ratio 1: x + silu(conv3x3(x)),
+  // the residual the convolution's own input (it must not become its dst);
+  // and the same with a ReLU.
+  ModelBuilder b;
+  b.input("in", {1, 8, 7, 7}).random_weight("w0", {16, 8, 1, 1});
+  b.random_weight("w1", {16, 16, 3, 3}).random_weight("w2", {16, 16, 3, 3});
+  b.node("Conv", {"in", "w0"}, {"x"});
+  set_ints(b.node("Conv", {"x", "w1"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Sigmoid", {"c"}, {"cs"});
+  b.node("Mul", {"c", "cs"}, {"silu"});
+  b.node("Add", {"silu", "x"}, {"y"});
+  set_ints(b.node("Conv", {"y", "w2"}, {"d"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"d"}, {"dr"});
+  b.node("Add", {"y", "dr"}, {"z"});
+  b.output("z");
+  expect_matches_cpuref(b);
+}
 TEST(OneDnnOps, ConvDilated) {
   expect_matches_cpuref(conv_model({1, 8, 16, 16}, 8, 3, 1, 1, {2, 2, 2, 2}, 2, true));
 }

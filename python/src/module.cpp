@@ -608,6 +608,10 @@ class InferenceSession {
                       py::str(a.dtype()).cast<std::string>() + " is not supported");
       constexpr int kReady = static_cast<int>(py::array::c_style) |
                              static_cast<int>(py::detail::npy_api::NPY_ARRAY_ALIGNED_);
+      if (!a.dtype().attr("isnative").cast<bool>()) {  // bytes in the other order: swap once
+        py::object native = a.dtype().attr("newbyteorder")("=");
+        return py::module_::import("numpy").attr("ascontiguousarray")(a, native);
+      }
       if ((a.flags() & kReady) == kReady) return a;
       return py::array::ensure(a, py::array::c_style | py::array::forcecast);
     }

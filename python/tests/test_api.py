@@ -146,6 +146,8 @@ def test_run_output_selection_and_input_forms(models_dir):
     strided = np.repeat(feed["x"], 2, axis=2)[:, :, ::2]
     (y5,) = sess.run(["y"], dict(feed, x=strided))
     np.testing.assert_array_equal(y, y5)
+    (y6,) = sess.run(["y"], dict(feed, x=feed["x"].astype(">f4")))  # big-endian bytes
+    np.testing.assert_array_equal(y, y6)
     # ONNX Runtime's run_options: only None.
     with pytest.raises(backplane.UnsupportedError):
         sess.run(None, feed, object())

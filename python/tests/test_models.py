@@ -73,3 +73,20 @@ def test_symbolic_dims(models_dir, cli, tmp_path):
     # One symbol, one size per run: batch must agree; a fixed dim stays fixed.
     with pytest.raises(backplane.InvalidArgumentError):
         sess.run(None, {"input_ids": np.zeros((2, 3, 1), np.int64)})
+
+
+@pytest.mark.parametrize("name", ["cf_if", "cf_loop", "cf_while"])
+def test_control_flow_models_run_in_stages(models_dir, name):
+    """Models with If/Loop run in stages; each case's inputs give PyTorch's outputs."""
+    sess = backplane.InferenceSession(os.path.join(models_dir, name + ".onnx"))
+    assert sess.runs_in_stages and sess.partitions == []
+    assert "stage" in sess.describe_plan().lower()
+    inputs, outputs = sess.get_inputs(), sess.get_outputs()
+    for case in range(3):
+        feed = {i.name: np.load(os.path.join(models_dir, f"{name}.case{case}.input{k}.npy"))
+                for k, i in enumerate(inputs)}
+        got = sess.run(None, feed)
+        for k, (o, y) in enumerate(zip(outputs, got)):
+            expected = np.load(os.path.join(models_dir, f"{name}.case{case}.expected{k}.npy"))
+            assert y.dtype == expected.dtype, (name, case, o.name)
+            assert_close_to(y, expected, f"{name} case {case} {o.name}")

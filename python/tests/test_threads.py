@@ -3,6 +3,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 
 import backplane
 
@@ -10,8 +11,9 @@ THREADS = 8
 RUNS = 6
 
 
-def test_eight_threads_share_one_session(models_dir):
-    sess = backplane.InferenceSession(os.path.join(models_dir, "squeezenet1_1.onnx"), backends=["CpuRef"])
+@pytest.mark.parametrize("backends", [["CpuRef"], None], ids=["CpuRef", "default"])
+def test_eight_threads_share_one_session(models_dir, backends):
+    sess = backplane.InferenceSession(os.path.join(models_dir, "squeezenet1_1.onnx"), backends=backends)
     rng = np.random.default_rng(3)
     inputs = [rng.random((1, 3, 224, 224), dtype=np.float32) for _ in range(THREADS)]
     # Each thread's answer, computed alone first.

@@ -42,9 +42,10 @@ def test_resnet18_split_across_backends(models_dir, has_onednn):
     """The README's program: resnet18 on CpuOneDnn with two nodes pinned to CpuRef."""
     if not has_onednn:
         pytest.skip("CpuOneDnn is not built")
-    pinned = {"/avgpool/GlobalAveragePool": "CpuRef", "/fc/Gemm": "CpuRef"}
+    pinned = {n: "CpuRef" for n in ("/avgpool/GlobalAveragePool", "/Flatten", "/fc/Gemm")}
     sess = backplane.InferenceSession(os.path.join(models_dir, "resnet18.onnx"), overrides=pinned)
     assert sess.backends_used == ["CpuOneDnn", "CpuRef"]
+    assert [(p.backend, len(p.nodes)) for p in sess.partitions] == [("CpuOneDnn", 46), ("CpuRef", 3)]
     placed = {n: p.backend for p in sess.partitions for n in p.nodes}
     assert all(placed[n] == "CpuRef" for n in pinned)
     assert placed["/conv1/Conv"] == "CpuOneDnn"

@@ -921,7 +921,14 @@ PYBIND11_MODULE(_backplane, m) {
       .def_property_readonly("specialization_stats", &InferenceSession::specialization_stats)
       .def_property_readonly("model_path", &InferenceSession::model_path)
       .def("describe_plan", &InferenceSession::describe_plan, py::arg("format") = "text")
-      .def("_pooled_sessions", &InferenceSession::pooled_sessions);
+      .def("_pooled_sessions", &InferenceSession::pooled_sessions)
+      .def("__repr__", [](InferenceSession& s) {
+        std::string backends;
+        for (const std::string& b : s.backends_used())
+          backends += (backends.empty() ? "" : ", ") + b;
+        return "InferenceSession(" + py::repr(py::str(s.model_path())).cast<std::string>() +
+               ", backends_used=[" + backends + "])";
+      });
 
   m.def("available_backends", &available_backends, py::arg("options") = py::none(),
         "The ids of the registered backends, in default preference order.");

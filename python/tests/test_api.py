@@ -245,3 +245,28 @@ def test_compile_with_shapes(models_dir, tmp_path):
     (y,) = sess.run(None, {"input_ids": ids})
     (want,) = backplane.InferenceSession(src, backends=["CpuRef"]).run(None, {"input_ids": ids})
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_contiguous_inputs_are_not_copied(models_dir):
+    """numpy reports its data allocations to tracemalloc: a C-contiguous input
+    is read in place (only the output is allocated), a Fortran-ordered one is
+    copied once."""
+    import tracemalloc
+
+    sess = backplane.InferenceSession(os.path.join(models_dir, "resnet18.onnx"), backends=["CpuRef"])
+    x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    x_f = np.asfortranarray(x)
+    sess.run(None, {"input": x})  # the pool's session exists before measuring
+
+    def peak_during_run(array):
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            sess.run(None, {"input": array})
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+
+    assert peak_during_run(x) < x.nbytes // 4
+    assert peak_during_run(x_f) >= x.nbytes

@@ -440,73 +440,23 @@ class InferenceSession {
     if (!py::isinstance<py::dict>(input_feed))
       throw py::type_error("input_feed must be a dict {input name: numpy array}");
     const std::vector<size_t> wanted = output_indices(output_names);
-    const py::dict feed = py::reinterpret_borrow<py::dict>(input_feed);
+    Inputs in = gather_inputs(py::reinterpret_borrow<py::dict>(input_feed));
     const auto& infos = model_->inputs();
-
-    // Every input, as a tensor view over an array this frame holds (or a
-    // value of another kind), before the GIL is released.
-    std::vector<py::array> arrays;
-    arrays.reserve(infos.size());
-    std::vector<bp::AnyValue> values(infos.size());
-    std::vector<bool> is_view(infos.size(), false);
-    for (auto item : feed) {
-      const std::string name = py::str(item.first).cast<std::string>();
-      if (!input_index_.count(name))
-        raise_invalid(path_ + ": model has no input named '" + name + "' (inputs: " + names(infos) +
-                      ")");
-    }
-    for (size_t i = 0; i < infos.size(); ++i) {
-      const auto& info = infos[i];
-      py::str key(info.name);
-      if (!feed.contains(key))
-        raise_invalid(path_ + ": input '" + info.name + "' is not given (inputs: " + names(infos) +
-                      ")");
-      py::object v = feed[key];
-      if (info.kind == bp::TensorInfo::Kind::kTensor) {
-        arrays.push_back(as_input_array(info, v));
-        const py::array& a = arrays.back();
-        values[i] = bp::AnyValue::of(bp::Tensor::view(backplane_dtype(a.dtype()),
-                                                      bp::Shape(a.shape(), a.shape() + a.ndim()),
-                                                      const_cast<void*>(a.data())));
-        is_view[i] = true;
-      } else {
-        values[i] = any_value(info, v, arrays);
-      }
-    }
 
     Lease lease(*this);
     bp::Status status;
     {
       py::gil_scoped_release nogil;
       for (size_t i = 0; i < infos.size() && status.ok(); ++i) {
-        if (is_view[i]) status = lease->bind_input(infos[i].name, values[i].tensor);
-        else status = lease->set_input_value(infos[i].name, values[i]);
+        if (in.is_view[i]) status = lease->bind_input(infos[i].name, in.values[i].tensor);
+        else status = lease->set_input_value(infos[i].name, in.values[i]);
         // As `backplane run` says it: an input's error names the model.
         status.with_context(path_);
       }
       if (status.ok()) status = lease->run();
     }
     check(status);
-
-    py::list out;
-    for (size_t i : wanted) {
-      const auto& info = model_->outputs()[i];
-      if (info.kind == bp::TensorInfo::Kind::kTensor) {
-        out.append(to_numpy(lease->output(i)));
-        continue;
-      }
-      bp::AnyValue value = unwrap(lease->get_output_value(info.name));
-      if (value.kind == bp::AnyValue::Kind::kNone) {
-        out.append(py::none());
-      } else if (value.kind == bp::AnyValue::Kind::kSequence) {
-        py::list seq;
-        for (const auto& t : value.sequence) seq.append(to_numpy(t));
-        out.append(seq);
-      } else {
-        out.append(to_numpy(value.tensor));
-      }
-    }
-    return out;
+    return collect_outputs(*lease, wanted);
   }
 
   std::vector<std::string> backends_used() const { return model_->backends_used(); }
@@ -568,11 +518,75 @@ class InferenceSession {
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     bp::Session* operator->() { return session_.get(); }
+    bp::Session& operator*() { return *session_; }
 
    private:
     InferenceSession& owner_;
     std::unique_ptr<bp::Session> session_;
   };
+
+  // The inputs of one run: a tensor view over an array `arrays` holds (or a
+  // value of another kind) per model input, made before the GIL is released.
+  struct Inputs {
+    std::vector<py::array> arrays;
+    std::vector<bp::AnyValue> values;
+    std::vector<bool> is_view;
+  };
+
+  Inputs gather_inputs(const py::dict& feed) const {
+    const auto& infos = model_->inputs();
+    for (auto item : feed) {
+      const std::string name = py::str(item.first).cast<std::string>();
+      if (!input_index_.count(name))
+        raise_invalid(path_ + ": model has no input named '" + name + "' (inputs: " + names(infos) +
+                      ")");
+    }
+    Inputs in;
+    in.values.resize(infos.size());
+    in.is_view.assign(infos.size(), false);
+    for (size_t i = 0; i < infos.size(); ++i) {
+      const auto& info = infos[i];
+      py::str key(info.name);
+      if (!feed.contains(key))
+        raise_invalid(path_ + ": input '" + info.name + "' is not given (inputs: " + names(infos) +
+                      ")");
+      py::object v = feed[key];
+      if (info.kind != bp::TensorInfo::Kind::kTensor) {
+        in.values[i] = any_value(info, v, in.arrays);
+        continue;
+      }
+      in.arrays.push_back(as_input_array(info, v));
+      const py::array& a = in.arrays.back();
+      in.values[i] = bp::AnyValue::of(bp::Tensor::view(backplane_dtype(a.dtype()),
+                                                       bp::Shape(a.shape(), a.shape() + a.ndim()),
+                                                       const_cast<void*>(a.data())));
+      in.is_view[i] = true;
+    }
+    return in;
+  }
+
+  // The outputs `wanted` of the session's last run, copied into new arrays.
+  py::list collect_outputs(const bp::Session& session, const std::vector<size_t>& wanted) const {
+    py::list out;
+    for (size_t i : wanted) {
+      const auto& info = model_->outputs()[i];
+      if (info.kind == bp::TensorInfo::Kind::kTensor) {
+        out.append(to_numpy(session.output(i)));
+        continue;
+      }
+      bp::AnyValue value = unwrap(session.get_output_value(info.name));
+      if (value.kind == bp::AnyValue::Kind::kNone) {
+        out.append(py::none());
+      } else if (value.kind == bp::AnyValue::Kind::kSequence) {
+        py::list seq;
+        for (const auto& t : value.sequence) seq.append(to_numpy(t));
+        out.append(seq);
+      } else {
+        out.append(to_numpy(value.tensor));
+      }
+    }
+    return out;
+  }
 
   static std::string names(const std::vector<bp::TensorInfo>& infos) {
     std::string s;

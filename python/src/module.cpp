@@ -24,7 +24,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>

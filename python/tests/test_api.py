@@ -192,7 +192,7 @@ def test_backends_and_overrides(models_dir, has_onednn):
         backplane.InferenceSession(path, no_such_option=1)
 
 
-def test_model_from_bytes(models_dir):
+def test_model_from_bytes(models_dir, tmp_path):
     path = os.path.join(models_dir, "tiny_cnn.onnx")
     data = open(path, "rb").read()
     x = model_inputs(models_dir, "tiny_cnn")
@@ -203,6 +203,12 @@ def test_model_from_bytes(models_dir):
         np.testing.assert_array_equal(sess.run(None, x)[0], want)
     with pytest.raises(backplane.CorruptDataError, match="^<bytes>: "):
         backplane.InferenceSession(data[:1000])
+    # A compiled artifact's bytes too (it stays mapped once its file is gone).
+    backplane.compile([path], tmp_path / "t.bpk", backends=["CpuRef"])
+    sess = backplane.InferenceSession((tmp_path / "t.bpk").read_bytes())
+    assert sess.backends_used == ["CpuRef"]
+    np.testing.assert_array_equal(sess.run(None, x)[0], want)
+    np.testing.assert_array_equal(sess.run(None, x)[0], want)
 
 
 def test_compile_inspect_and_load(models_dir, cli, tmp_path, has_onednn):

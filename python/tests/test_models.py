@@ -91,3 +91,18 @@ def test_control_flow_models_run_in_stages(models_dir, name):
             expected = np.load(os.path.join(models_dir, f"{name}.case{case}.expected{k}.npy"))
             assert y.dtype == expected.dtype, (name, case, o.name)
             assert_close_to(y, expected, f"{name} case {case} {o.name}")
+
+
+def test_the_split_example_runs(models_dir, has_onednn):
+    """examples/python/resnet18_split.py, as a user runs it."""
+    if not has_onednn:
+        pytest.skip("CpuOneDnn is not built")
+    import subprocess
+    import sys
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "resnet18_split.py")
+    p = subprocess.run([sys.executable, example, os.path.join(models_dir, "resnet18.onnx")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "[('CpuOneDnn', 46), ('CpuRef', 3)] ['CpuOneDnn', 'CpuRef']"
+    assert lines[1].startswith("(1, 1000) ")

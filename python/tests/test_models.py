@@ -106,3 +106,16 @@ def test_the_split_example_runs(models_dir, has_onednn):
     lines = p.stdout.splitlines()
     assert lines[0] == "[('CpuOneDnn', 46), ('CpuRef', 3)] ['CpuOneDnn', 'CpuRef']"
     assert lines[1].startswith("(1, 1000) ")
+
+
+def test_model_options_shape_the_specialisations(models_dir):
+    path = os.path.join(models_dir, "encoder_dyn.onnx")
+    assert backplane.InferenceSession(path).partitions == []  # planned at the first run
+    sess = backplane.InferenceSession(path, input_shapes={"input_ids": [1, 8]}, max_specializations=1)
+    assert sess.partitions and sess.specialization_stats["builds"] == 1  # planned at load
+    assert sess.specialization_stats["capacity"] == 1
+    for seq in (8, 9, 8):
+        (y,) = sess.run(None, {"input_ids": np.zeros((1, seq), np.int64)})
+        assert y.shape == (1, seq, 64)
+    stats = sess.specialization_stats
+    assert stats["evictions"] == 2 and stats["cached"] == 1, stats

@@ -49,11 +49,15 @@ import json, os, backplane, numpy as np
 sess = backplane.InferenceSession({os.path.join(models_dir, "tiny_cnn.onnx")!r})
 (y,) = sess.run(None, {{"input": np.ones((1, 3, 32, 32), np.float32)}})
 libs = sorted({{l.split()[-1] for l in open("/proc/self/maps") if "libbackplane.so" in l}})
+import importlib.metadata
 print(json.dumps({{"file": backplane.__file__, "backends": backplane.available_backends(),
+    "version": backplane.__version__, "dist_version": importlib.metadata.version("backplane"),
     "files": [(f.path, f.fate) for f in backplane.backend_files()], "libs": libs,
     "used": sess.backends_used, "y": y.tolist()}}))
 """))
     package = os.path.dirname(out["file"])
+    # pyproject.toml states the version the module was built with (CMake's project version).
+    assert out["dist_version"] == out["version"], out
     assert os.path.realpath(package).startswith(os.path.realpath(venv)), out["file"]
     for f in ("__init__.pyi", "py.typed"):
         assert os.path.isfile(os.path.join(package, f)), f

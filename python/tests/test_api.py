@@ -276,3 +276,49 @@ def test_contiguous_inputs_are_not_copied(models_dir):
 
     assert peak_during_run(x) < x.nbytes // 4
     assert peak_during_run(x_f) >= x.nbytes
+
+
+def test_sequence_and_optional_values(tmp_path):
+    """Sequence inputs take lists of arrays and come back as lists; an optional
+    input takes None or an array; an empty optional output is None."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    float2 = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("SequenceAt", ["seq", "i"], ["first"], name="at"),
+             helper.make_node("SequenceConstruct", ["first", "x"], ["pair"], name="mk"),
+             helper.make_node("OptionalHasElement", ["opt"], ["has"], name="has"),
+             helper.make_node("Optional", [], ["nothing"], name="none", type=float2)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_value_info("opt", helper.make_optional_type_proto(float2))],
+        [helper.make_tensor_value_info("first", TensorProto.FLOAT, None),
+         helper.make_tensor_sequence_value_info("pair", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+         helper.make_value_info("nothing", helper.make_optional_type_proto(float2))])
+    path = str(tmp_path / "seq.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+    sess = backplane.InferenceSession(path)
+    assert sess.runs_in_stages
+    assert [(i.name, i.kind, i.type) for i in sess.get_inputs()] == [
+        ("seq", "sequence", "seq(tensor(float))"), ("i", "tensor", "tensor(int64)"),
+        ("x", "tensor", "tensor(float)"), ("opt", "optional", "optional(tensor(float))")]
+    assert [o.kind for o in sess.get_outputs()] == ["tensor", "sequence", "tensor", "optional"]
+    a = np.arange(2, dtype=np.float32)
+    b = a + 10
+    first, pair, has, nothing = sess.run(None, {"seq": [a, b], "i": np.array(1), "x": a, "opt": None})
+    np.testing.assert_array_equal(first, b)
+    assert isinstance(pair, list) and len(pair) == 2
+    np.testing.assert_array_equal(pair[0], b)
+    np.testing.assert_array_equal(pair[1], a)
+    assert has.dtype == np.bool_ and not has
+    assert nothing is None
+    first, pair, has, _ = sess.run(None, {"seq": (a, b), "i": np.array(0), "x": b, "opt": a})
+    np.testing.assert_array_equal(first, a)
+    assert has
+    with pytest.raises(backplane.InvalidArgumentError, match="is a sequence"):
+        sess.run(None, {"seq": a, "i": np.array(0), "x": b, "opt": a})

@@ -201,9 +201,9 @@ const std::vector<std::string>& runtime_option_names() {
   return names;
 }
 
-// Sets the attributes of `options` named in `kwargs` that it has; removes them
-// from `kwargs` when `consume`. An unknown name is a TypeError unless others
-// (model options) may take it.
+// Sets the attributes of `options` named in `kwargs`, removing them from
+// `kwargs` when `consume`; other names stay for the caller (model options, or
+// a TypeError through reject_unknown_kwargs).
 void apply_runtime_kwargs(bp::RuntimeOptions& options, py::dict& kwargs, bool consume) {
   py::object target = py::cast(&options, py::return_value_policy::reference);
   for (const std::string& name : runtime_option_names()) {

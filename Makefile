@@ -30,11 +30,14 @@ test: build
 # BENCH_MODELS: comma-separated names of bench/bench_models.py's catalog or
 # paths of .onnx files (default: the whole catalog, 21 models).
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
+# Last, the per-run overhead of the Python module over the C++ API
+# (bench/python_overhead.py, mobilenet_v2 and the transformer encoder).
 bench: build
 	@bash scripts/install-deps.sh --bench
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools _backplane
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(BENCH_ARGS)
 	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
+	@/usr/bin/python3 bench/python_overhead.py --build-dir $(BUILD_DIR) $(PYTHON_BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

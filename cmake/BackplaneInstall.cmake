@@ -5,14 +5,19 @@
 #   include/backplane/*.h, *.hpp           ABI header, backend SDK, C++ API
 #   bin/backplane                          the command line
 #   lib/libbackplane.a                     the runtime (+ libbackplane_backend_CpuRef.a it links)
+#   lib/libbackplane.so.0.1(.0)            the runtime as a shared library (C++ API exported only)
+#   lib/python3.X/dist-packages/backplane/  the Python module (python/), when built
 #   lib/backplane/backends/                dynamic backends searched by default
 #     Backplane_CpuRef_backend.so
 #   lib/cmake/Backplane/                   find_package(Backplane)
 #     BackplaneConfig.cmake, BackplaneConfigVersion.cmake,
 #     BackplaneAbiTargets.cmake            Backplane::abi (what a backend needs)
-#     BackplaneRuntimeTargets.cmake        Backplane::backplane (what an app needs)
+#     BackplaneRuntimeTargets.cmake        Backplane::backplane (what an app needs, static)
+#     BackplaneSharedTargets.cmake         Backplane::backplane_shared (the same, shared)
 #     BackplaneBackend.cmake, backplane_backend.map   backplane_add_backend()
 #   lib/pkgconfig/backplane-backend.pc     Cflags for the ABI header + SDK
+#   lib/pkgconfig/backplane.pc             the runtime, shared (-lbackplane)
+#   lib/pkgconfig/backplane-static.pc      the runtime, static (the archives + their dependencies)
 #
 # Everything is relocatable: `cmake --install build --prefix DIR` works for any
 # DIR. (The runtime's *default* backend directory is compiled in from
@@ -58,11 +63,19 @@ set_target_properties(backplane_backend_CpuRef PROPERTIES EXPORT_NAME backend_Cp
 install(TARGETS backplane backplane_backend_CpuRef EXPORT BackplaneRuntimeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
+# The shared library links its dependencies itself: an application using it
+# needs none of their development packages (a component of its own).
+set_target_properties(backplane_shared PROPERTIES EXPORT_NAME backplane_shared)
+install(TARGETS backplane_shared EXPORT BackplaneSharedTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
 # ---- CMake package ----------------------------------------------------------
 install(EXPORT BackplaneAbiTargets NAMESPACE Backplane::
         FILE BackplaneAbiTargets.cmake DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
 install(EXPORT BackplaneRuntimeTargets NAMESPACE Backplane::
         FILE BackplaneRuntimeTargets.cmake DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
+install(EXPORT BackplaneSharedTargets NAMESPACE Backplane::
+        FILE BackplaneSharedTargets.cmake DESTINATION ${BACKPLANE_CMAKE_INSTALL_DIR})
 
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/BackplaneConfig.cmake.in
@@ -88,4 +101,16 @@ file(RELATIVE_PATH _bp_pc_to_prefix "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/backplane-backend.pc.in
                ${PROJECT_BINARY_DIR}/backplane-backend.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/backplane-backend.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# ---- pkg-config: the runtime, shared and static --------------------------------
+# backplane.pc: -lbackplane (the linker picks libbackplane.so). backplane-static.pc
+# names the archives by path (with both installed, -lbackplane would pick the
+# .so) and their dependencies: the Debian ones with a .pc of their own through
+# Requires, ONNX (no .pc) by its libraries.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/backplane.pc.in
+               ${PROJECT_BINARY_DIR}/backplane.pc @ONLY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/backplane-static.pc.in
+               ${PROJECT_BINARY_DIR}/backplane-static.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/backplane.pc ${PROJECT_BINARY_DIR}/backplane-static.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

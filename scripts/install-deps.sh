@@ -28,6 +28,9 @@ packages=(
   clang libclang-rt-14-dev
   # test-data generation (models are generated, never downloaded)
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  # the Python module (python/): pybind11 and the headers to build it, pytest
+  # to test it; setuptools, wheel and venv for `pip install .` (its test)
+  pybind11-dev python3-dev python3-pytest python3-setuptools python3-wheel python3-venv
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(nodejs npm python3-matplotlib)

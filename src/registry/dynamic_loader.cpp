@@ -61,20 +61,39 @@ std::vector<std::string> split_paths(const std::string& list) {
   return out;
 }
 
+// The file this code runs from: the executable when the runtime is linked
+// statically, libbackplane.so when it is the shared library ("" if unknown).
+fs::path runtime_object() {
+  static const char anchor = 0;
+  Dl_info info{};
+  if (dladdr(&anchor, &info) == 0 || info.dli_fname == nullptr) return {};
+  std::error_code ec;
+  return fs::canonical(info.dli_fname, ec);
+}
+
 std::vector<std::string> compiled_in_paths() {
   std::vector<std::string> paths = split_paths(BACKPLANE_DYNAMIC_BACKEND_PATHS);
-#if defined(BACKPLANE_BUILD_TREE) && defined(BACKPLANE_BUILD_TREE_BACKENDS)
-  // A program running from this build tree also finds what the tree built.
+  auto add = [&paths](const std::string& p) {
+    if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
+  };
   std::error_code ec;
-  fs::path exe = fs::canonical("/proc/self/exe", ec);
+  const fs::path object = runtime_object();
+#if defined(BACKPLANE_BUILD_TREE) && defined(BACKPLANE_BUILD_TREE_BACKENDS)
+  // A program running from this build tree, or a process that loaded this
+  // tree's libbackplane.so (a Python interpreter importing the module built
+  // here), also finds what the tree built.
   fs::path tree = fs::weakly_canonical(BACKPLANE_BUILD_TREE, ec);
-  if (!exe.empty() && !tree.empty()) {
-    auto rel = exe.lexically_relative(tree);
-    if (!rel.empty() && *rel.begin() != ".." &&
-        std::find(paths.begin(), paths.end(), BACKPLANE_BUILD_TREE_BACKENDS) == paths.end())
-      paths.push_back(BACKPLANE_BUILD_TREE_BACKENDS);
+  for (const fs::path& file : {fs::canonical("/proc/self/exe", ec), object}) {
+    if (file.empty() || tree.empty()) continue;
+    auto rel = file.lexically_relative(tree);
+    if (!rel.empty() && *rel.begin() != "..") add(BACKPLANE_BUILD_TREE_BACKENDS);
   }
 #endif
+  // The shared library finds the backends installed beside it
+  // (<libdir>/backplane/backends), wherever the install was moved to: a
+  // relocated prefix, or the copy inside a Python package.
+  if (object.filename().string().rfind("libbackplane.so", 0) == 0)
+    add((object.parent_path() / "backplane" / "backends").string());
   return paths;
 }
 

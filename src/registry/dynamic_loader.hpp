@@ -32,7 +32,10 @@ namespace dynamic_backend_utils {
 std::vector<std::string> search_paths(const RuntimeOptions& options,
                                       std::vector<BackendPathReport>* reports);
 
-// The compile-time list (BACKPLANE_DYNAMIC_BACKEND_PATHS), split.
+// The default list: the compile-time one (BACKPLANE_DYNAMIC_BACKEND_PATHS),
+// split; then this build tree's backends when the executable or
+// libbackplane.so runs from it; then, when the runtime is libbackplane.so,
+// <directory of that file>/backplane/backends.
 std::vector<std::string> compiled_in_paths();
 
 // Splits "a:b::c" into {"a","b","c"}.

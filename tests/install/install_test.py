@@ -16,6 +16,13 @@
 7. examples/app built against the installed package loads and runs the model.
 8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
    without options or environment, reports CpuOneDnn as the backend used.
+9. libbackplane.so: SONAME libbackplane.so.MAJOR.MINOR, exports the C++ API
+   only; examples/app linked against it (find_package COMPONENTS shared) runs
+   the model and needs no libbackplane.a; programs built with nothing but
+   `pkg-config backplane` and `pkg-config backplane-static` run.
+10. With the Python module built: Debian's python3 imports the installed
+   module from the prefix, which uses the installed libbackplane.so and finds
+   the prefix's backends beside it (no environment), and runs the model.
 
 Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
 numpy and onnx.
@@ -60,6 +67,112 @@ def make_model(source_dir, path):
 
 def reference(x, w):
     return 1.0 / (1.0 + np.exp(-np.maximum(x + w, 0.0)))
+
+
+# What libbackplane.so may export (demangled, version node stripped): the
+# C++ application API of include/backplane/ and nothing below it.
+PUBLIC_API_PREFIXES = (
+    "backplane::status_code_name(", "backplane::Status::to_string", "backplane::detail::result_error_access(",
+    "backplane::detail::ok_status_in_result(", "backplane::dtype_size(", "backplane::dtype_name(",
+    "backplane::dtype_from_name(", "backplane::shape_numel(", "backplane::shape_to_string",
+    "backplane::checked_size_bytes(", "backplane::Tensor::", "backplane::max_threads()",
+    "backplane::fate_name(", "backplane::Runtime::create(", "backplane::inspect_artifact(",
+    "typeinfo for backplane::", "typeinfo name for backplane::")
+
+
+def check_shared_library(args, prefix, work, env, model, w):
+    libdir = os.path.join(prefix, "lib")
+    so = os.path.join(libdir, "libbackplane.so")
+    check(os.path.islink(so) and os.path.isfile(so), "installed lib/libbackplane.so (a link to the versioned file)")
+    real = os.path.basename(os.path.realpath(so))
+    dyn = run(["readelf", "-d", so]).stdout
+    sonames = [ln.split("[")[1].rstrip("]") for ln in dyn.splitlines() if "(SONAME)" in ln]
+    check(len(sonames) == 1 and sonames[0].startswith("libbackplane.so.") and real.startswith(sonames[0])
+          and os.path.exists(os.path.join(libdir, sonames[0])),
+          f"libbackplane.so has a versioned SONAME, installed as a link (SONAME {sonames}, file {real})")
+    nm = run(["nm", "-D", "-C", "--defined-only", so]).stdout
+    exported = sorted({ln.split(" ", 2)[2].split("@")[0] for ln in nm.splitlines()
+                       if len(ln.split(" ", 2)) == 3 and ln.split()[1] not in ("A",)})
+    stray = [e for e in exported if not e.startswith(PUBLIC_API_PREFIXES)]
+    check(not stray, f"libbackplane.so exports the C++ API only (also exports: {stray[:5]})")
+    check(any(e.startswith("backplane::Runtime::create(") for e in exported), "libbackplane.so exports Runtime::create")
+
+    # examples/app against the shared component.
+    app_build = os.path.join(work, "app_shared_build")
+    run([args.cmake, "-S", os.path.join(args.source_dir, "examples", "app"), "-B", app_build, "-G", args.generator,
+         f"-DCMAKE_CXX_COMPILER={args.cxx_compiler}", f"-DCMAKE_PREFIX_PATH={prefix}",
+         "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF", "-DBACKPLANE_APP_SHARED=ON"], env=env)
+    run([args.cmake, "--build", app_build], env=env)
+    app = os.path.join(app_build, "backplane_app")
+    needed = run(["readelf", "-d", app]).stdout
+    check(sonames and f"[{sonames[0]}]" in needed, "the app built with COMPONENTS shared needs libbackplane.so")
+    p = run([app, model, "CpuRef"], env=env)
+    check("partition on CpuRef: add relu sigmoid" in p.stdout.splitlines(), "the shared-library app runs the model")
+    ramp = (-1.0 + 0.25 * np.arange(8, dtype=np.float32)).reshape(2, 4)
+    y_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("y float32 [2,4]:")]
+    if check(len(y_lines) == 1, "the shared-library app prints output y"):
+        got = np.array([float(v) for v in y_lines[0].split(":")[1].split()], dtype=np.float32)
+        check(np.allclose(got, reference(ramp, w).ravel(), atol=1e-5), "the shared-library app's output matches numpy")
+
+    # pkg-config: shared and static.
+    pc_env = dict(env, PKG_CONFIG_PATH=os.path.join(libdir, "pkgconfig"))
+    src = os.path.join(work, "pc_app.cpp")
+    with open(src, "w") as f:
+        f.write("#include <backplane/runtime.hpp>\n#include <cstdio>\n"
+                "int main() { auto rt = backplane::Runtime::create({});\n"
+                "  if (!rt.ok()) return 1;\n"
+                "  for (const auto& b : (*rt)->backends()) std::printf(\"%s\\n\", b.id.c_str());\n"
+                "  return 0; }\n")
+    for pc, shared in (("backplane", True), ("backplane-static", False)):
+        flags = run([args.pkg_config, "--cflags", "--libs", pc], env=pc_env).stdout.split()
+        exe = os.path.join(work, "pc_app_" + pc)
+        run([args.cxx_compiler, "-std=c++20", src, "-o", exe] + flags, env=env)
+        dyn = run(["readelf", "-d", exe]).stdout
+        check(("libbackplane.so" in dyn) == shared,
+              f"pkg-config {pc}: the program links libbackplane {'shared' if shared else 'statically'}")
+        p = run([exe], env=dict(env, BACKPLANE_BACKEND_PATHS=""))
+        check("CpuRef" in p.stdout.split(), f"pkg-config {pc}: the program creates a runtime with CpuRef")
+
+
+def check_python_module(args, prefix, work, env):
+    found = []
+    for root, _, files in os.walk(os.path.join(prefix, "lib")):
+        found += [os.path.join(root, f) for f in files if f.startswith("_backplane.") and f.endswith(".so")]
+    if not os.path.exists(os.path.join(args.build_dir, "python", "backplane")):
+        print("skip the Python module: not built")
+        return
+    if not check(len(found) == 1, f"cmake --install put the Python module in the prefix ({found})"):
+        return
+    package_dir = os.path.dirname(found[0])
+    site_dir = os.path.dirname(package_dir)
+    python = "/usr/bin/python3"
+    # Debian's python3 looks in these directories of a prefix (site.getsitepackages).
+    p = run([python, "-c", f"import site; print('\\n'.join(site.getsitepackages([{prefix!r}])))"])
+    check(os.path.realpath(site_dir) in [os.path.realpath(d) for d in p.stdout.split()],
+          f"the module's directory {site_dir} is one Debian's python3 reads for the prefix")
+    for f in ("__init__.py", "__init__.pyi", "py.typed"):
+        check(os.path.isfile(os.path.join(package_dir, f)), "installed backplane/" + f)
+    clean_env = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_") and k != "PYTHONPATH"}
+    clean_env["PYTHONPATH"] = site_dir
+    script = ("import backplane, json\n"
+              "print(json.dumps({'file': backplane.__file__, 'backends': backplane.available_backends(),\n"
+              "  'files': [(f.path, f.fate) for f in backplane.backend_files()]}))\n")
+    p = run([python, "-c", script], env=clean_env, cwd=work)
+    got = json.loads(p.stdout)
+    check(os.path.realpath(got["file"]).startswith(os.path.realpath(prefix)),
+          f"python3 imports the installed module ({got['file']})")
+    maps = run([python, "-c", "import backplane; print(open('/proc/self/maps').read())"], env=clean_env).stdout
+    libs = {ln.split()[-1] for ln in maps.splitlines() if "libbackplane.so" in ln}
+    check(len(libs) == 1 and os.path.realpath(next(iter(libs))).startswith(os.path.realpath(prefix)),
+          f"the installed module uses the installed libbackplane.so ({libs})")
+    # Step 6 installed MyAcc into the prefix's backend directory only; the
+    # compiled-in default path is another prefix's, so finding MyAcc without
+    # environment means the module looked beside the installed libbackplane.so.
+    loaded = [path for path, fate in got["files"] if fate == "loaded" and "MyAcc" in os.path.basename(path)
+              and os.path.realpath(path).startswith(os.path.realpath(prefix))]
+    check("MyAcc" in got["backends"] and len(loaded) == 1,
+          f"the installed module loads backends from <prefix>/lib/backplane/backends, beside the installed "
+          f"libbackplane.so (got {got['backends']}, files {got['files']})")
 
 
 def main():
@@ -198,6 +311,9 @@ def main():
             result = json.loads(p.stdout)
             check(result["backends_used"] == ["CpuOneDnn"],
                   f"installed `backplane run resnet18.onnx --json`: CpuOneDnn used (got {result['backends_used']})")
+
+    check_shared_library(args, prefix, work, env, model, w)
+    check_python_module(args, prefix, work, env)
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))

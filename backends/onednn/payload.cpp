@@ -139,11 +139,12 @@ bool known_kind(int64_t k) {
           dnnl_reorder, dnnl_concat, dnnl_prelu, dnnl_resampling});
 }
 bool eltwise_alg(int64_t a) {
-  return one_of(a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
-                    dnnl_eltwise_abs, dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp,
-                    dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_erf, dnnl_eltwise_clip,
-                    dnnl_eltwise_pow, dnnl_eltwise_hardswish, dnnl_eltwise_mish,
-                    dnnl_eltwise_soft_relu, dnnl_eltwise_log, dnnl_eltwise_round});
+  return one_of(
+      a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
+          dnnl_eltwise_abs, dnnl_eltwise_linear, dnnl_eltwise_logistic, dnnl_eltwise_exp,
+          dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_erf, dnnl_eltwise_clip, dnnl_eltwise_pow,
+          dnnl_eltwise_hardswish, dnnl_eltwise_mish, dnnl_eltwise_soft_relu, dnnl_eltwise_log,
+          dnnl_eltwise_round, dnnl_eltwise_swish});
 }
 
 // ---------------------------------------------------------------------------
@@ -404,9 +405,12 @@ class DescCheck {
     require(DNNL_ARG_WEIGHTS);
     if (bias.ndims > 0) require(DNNL_ARG_BIAS);
   }
-  void norm_flags(unsigned flags) {
-    if ((flags & ~static_cast<unsigned>(dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift)) !=
-        0)
+  // `relu`: the ReLU a batch normalization applies in its pass (fusion's
+  // absorb_relu); inference needs no workspace for it.
+  void norm_flags(unsigned flags, bool relu) {
+    unsigned known = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift;
+    if (relu) known |= dnnl_fuse_norm_relu;
+    if ((flags & ~known) != 0)
       r_.fail("has normalization flags the lowering does not use in " + what_);
     if (flags & dnnl_use_global_stats)
       required_.insert(required_.end(), {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE});
@@ -491,7 +495,7 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_batch_normalization_desc_t& d,
   c.mds({&d.data_desc});
   c.inference(d);
   c.rank(d.data_desc, 2, 5);
-  c.norm_flags(d.flags);
+  c.norm_flags(d.flags, true);
   return dnnl_batch_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc,
                                                     d.batch_norm_epsilon, d.flags);
 }
@@ -502,7 +506,7 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_layer_normalization_desc_t& d,
   c.inference(d);
   c.rank(d.data_desc, 2, 5);
   c.need(d.stat_desc.ndims == 0 || d.stat_desc.ndims == d.data_desc.ndims - 1);
-  c.norm_flags(d.flags);
+  c.norm_flags(d.flags, false);
   return dnnl_layer_normalization_forward_desc_init(&f, d.prop_kind, &d.data_desc, &d.stat_desc,
                                                     d.layer_norm_epsilon, d.flags);
 }

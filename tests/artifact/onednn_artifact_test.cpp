@@ -147,6 +147,39 @@ TEST_F(OneDnnPayload, WindowsAndNewPrimitivesLoadFromThePayload) {
   expect_payload_round_trip(b.save_as(path("windows.onnx")), path("windows.bpk"), {1, 8, 6, 6}, {});
 }
 
+// What the lowering learned from the broad benchmark, in a payload: SiLU as
+// a swish post-op, a BN with its ReLU fused (fuse_norm_relu), a Pad folded
+// into an AveragePool, a grouped convolution kept channels-last, a channel
+// shuffle copied channels-last, and a MatMul by constant weights as one 2-D
+// product. The loader must accept each descriptor and compute the same bits.
+TEST_F(OneDnnPayload, BroadBenchmarkLoweringsLoadFromThePayload) {
+  test::ModelBuilder b(17);
+  b.input("x", {1, 8, 6, 6}).random_weight("w", {16, 8, 1, 1}).random_weight("wg", {16, 4, 3, 3});
+  b.random_weight("scale", {16}, 0.5f, 1.5f)
+      .random_weight("shift", {16})
+      .random_weight("mean", {16})
+      .random_weight("var", {16}, 0.5f, 1.5f)
+      .random_weight("wm", {6, 5});
+  b.init_i64("p", {8}, {0, 0, 1, 1, 0, 0, 1, 1}).init_i64("g", {5}, {1, 2, 8, 6, 6});
+  b.init_i64("back", {4}, {1, 16, 6, 6});
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Sigmoid", {"c"}, {"cs"});
+  b.node("Mul", {"c", "cs"}, {"silu"});
+  auto& gc = b.node("Conv", {"silu", "wg"}, {"gc"});
+  test::set_int(gc, "group", 4);
+  test::set_ints(gc, "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"gc", "scale", "shift", "mean", "var"}, {"bn"});
+  b.node("Relu", {"bn"}, {"r"});
+  b.node("Pad", {"r", "p"}, {"pd"});
+  test::set_ints(b.node("AveragePool", {"pd"}, {"ap"}), "kernel_shape", {3, 3});
+  b.node("Reshape", {"ap", "g"}, {"r5"});
+  test::set_ints(b.node("Transpose", {"r5"}, {"t5"}), "perm", {0, 2, 1, 3, 4});
+  b.node("Reshape", {"t5", "back"}, {"sh"});
+  b.node("MatMul", {"sh", "wm"}, {"y"});
+  b.output("y");
+  expect_payload_round_trip(b.save_as(path("broad.onnx")), path("broad.bpk"), {1, 8, 6, 6}, {});
+}
+
 // ViT's class token before its patches: oneDNN 2.x has only its reference
 // concat for a 1x1xC and a 1xNxC tensor along axis 1, so CpuOneDnn copies
 // them itself (a copy_concat step); the payload stores that step and the

@@ -12,7 +12,9 @@
 5. A C file including backend_abi.h and a C++ file including backend_sdk.hpp
    compile with nothing but `pkg-config --cflags backplane-backend`.
 6. Install the custom backend into the prefix; the installed CLI finds it
-   through BACKPLANE_BACKEND_PATHS.
+   there without options or environment, although Backplane was configured
+   for another prefix (the default backend directory is found relative to the
+   program), and still after the whole prefix is moved elsewhere.
 7. examples/app built against the installed package loads and runs the model.
 8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
    without options or environment, reports CpuOneDnn as the backend used.
@@ -26,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -161,13 +164,25 @@ def main():
     installed_dir = os.path.join(prefix, "lib", "backplane", "backends")
     check(os.path.isfile(os.path.join(installed_dir, "Example_MyAcc_backend.so")),
           "cmake --install put Example_MyAcc_backend.so in <prefix>/lib/backplane/backends")
-    p = run([os.path.join(prefix, "bin", "backplane"), "backends", "--json"],
-            env=dict(env, BACKPLANE_BACKEND_PATHS=installed_dir))
-    listing = json.loads(p.stdout)
-    ids = {b["id"]: b for b in listing["backends"]}
-    check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", "installed CLI: CpuRef is static")
-    check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == os.path.realpath(installed_dir),
-          f"installed CLI + BACKPLANE_BACKEND_PATHS: MyAcc loaded from the prefix (got {sorted(ids)})")
+    def check_default_dir(prefix_now, what, inside_build_tree):
+        clean = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_")}
+        p = run([os.path.join(prefix_now, "bin", "backplane"), "backends", "--json"], env=clean, cwd=work)
+        listing = json.loads(p.stdout)
+        ids = {b["id"]: b for b in listing["backends"]}
+        want = os.path.realpath(os.path.join(prefix_now, "lib", "backplane", "backends"))
+        paths = [(q["path"], q["used"]) for q in listing["paths"]]
+        # A program inside the build tree (where ctest keeps WORK) also looks
+        # in the tree's backends; outside, the prefix is all there is.
+        expected = [(want, True)]
+        if inside_build_tree:
+            expected.append((os.path.realpath(os.path.join(args.build_dir, "lib", "backplane", "backends")), True))
+        check(paths == expected, f"{what}: the search paths are <prefix>/lib/backplane/backends "
+                                 f"(+ the build tree's when inside it) (got {paths})")
+        check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", f"{what}: CpuRef is static")
+        check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == want,
+              f"{what}: MyAcc loaded from the prefix without options (got {sorted(ids)})")
+
+    check_default_dir(prefix, "installed CLI", True)
 
     # 7. The application, against the installed package.
     app_build = os.path.join(work, "app_build")
@@ -198,6 +213,20 @@ def main():
             result = json.loads(p.stdout)
             check(result["backends_used"] == ["CpuOneDnn"],
                   f"installed `backplane run resnet18.onnx --json`: CpuOneDnn used (got {result['backends_used']})")
+
+    # 9. Relocatable: the whole prefix moved; the CLI follows it.
+    outside = tempfile.mkdtemp(prefix="backplane_install_")
+    moved = os.path.join(outside, "elsewhere")
+    try:
+        shutil.move(prefix, moved)
+        check_default_dir(moved, "prefix moved out of the build tree", False)
+    finally:
+        shutil.move(moved, prefix)
+        shutil.rmtree(outside, ignore_errors=True)
+    moved = prefix
+    cfg = open(os.path.join(moved, "lib", "cmake", "Backplane", "BackplaneConfig.cmake")).read()
+    check("set(Backplane_BACKEND_DIR \"${PACKAGE_PREFIX_DIR}/lib/backplane/backends\")" in cfg,
+          "BackplaneConfig.cmake computes Backplane_BACKEND_DIR from its own location")
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))

@@ -18,6 +18,9 @@
 7. examples/app built against the installed package loads and runs the model.
 8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
    without options or environment, reports CpuOneDnn as the backend used.
+9. The installed `backplane conformance` passes for CpuRef, CpuOneDnn, MockAcc
+   and MockOp, and fails for MockWrong (one wrong kernel), writing the case.
+10. The prefix moved elsewhere still finds its backends.
 
 Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
 numpy and onnx.
@@ -214,7 +217,35 @@ def main():
             check(result["backends_used"] == ["CpuOneDnn"],
                   f"installed `backplane run resnet18.onnx --json`: CpuOneDnn used (got {result['backends_used']})")
 
-    # 9. Relocatable: the whole prefix moved; the CLI follows it.
+    # 9. `backplane conformance` of the install, no build tree needed for its
+    #    cases: CpuRef, CpuOneDnn and the test accelerators (built, not
+    #    installed: --backend-path) pass; MockWrong, one wrong kernel, fails
+    #    and leaves its smallest failing case as an ONNX model.
+    installed_cli = os.path.join(prefix, "bin", "backplane")
+    clean = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_")}
+    accel = os.path.join(args.build_dir, "lib", "backplane", "testing")
+    runs = [["--backend", "CpuRef"]]
+    if os.path.exists(onednn):
+        runs.append(["--backend", "CpuOneDnn"])
+    runs += [["--backend", m, "--backend-path", accel] for m in ("MockAcc", "MockOp")]
+    for extra in runs:
+        p = subprocess.run([installed_cli, "conformance"] + extra, env=clean, cwd=work,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        summary = [ln for ln in p.stdout.splitlines() if " passed, " in ln]
+        check(p.returncode == 0 and summary and " 0 failed" in summary[-1],
+              f"installed conformance {' '.join(extra[:2])}: {summary[-1] if summary else p.stdout[-500:]}")
+    cases = os.path.join(work, "conformance_cases")
+    p = subprocess.run([installed_cli, "conformance", "--backend", "MockWrong", "--backend-path",
+                        os.path.join(args.build_dir, "lib", "backplane", "testing_wrong"), "--case-dir", cases],
+                       env=clean, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(p.returncode == 1 and os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")),
+          f"installed conformance --backend MockWrong fails and writes the case (exit {p.returncode})")
+    if os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")):
+        m = onnx.load(os.path.join(cases, "MockWrong_Add_op.onnx"))
+        onnx.checker.check_model(m)
+        check([n.op_type for n in m.graph.node] == ["Add"], "the case file is a valid one-node Add model")
+
+    # 10. Relocatable: the whole prefix moved; the CLI follows it.
     outside = tempfile.mkdtemp(prefix="backplane_install_")
     moved = os.path.join(outside, "elsewhere")
     try:

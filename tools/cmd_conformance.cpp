@@ -544,7 +544,7 @@ class Runner {
     return run_model(*m, c.inputs);
   }
   CaseResult run_op_case(Case& c, bool* taken);
-  CaseResult run_edges(const Case& c);
+  CaseResult run_edges(const Case& c, bool chain, DType in_dtype, DType out_dtype);
   CaseResult run_round_trip(const Case& c);
   CaseResult run_threads(const Case& base, const OpSpec& spec, uint32_t seed);
   void record(const Case& c, const CaseResult& r);
@@ -589,30 +589,57 @@ CaseResult Runner::run_op_case(Case& c, bool* taken) {
   return {};
 }
 
-// The op's node three times, Neg pinned to CpuRef between: two partition
-// edges each way, so tensors go to and from the backend's memory.
-CaseResult Runner::run_edges(const Case& c) {
+// Dtypes Neg takes (the op pinned to CpuRef around the tested one).
+bool negatable(DType t) { return t == DType::kFloat32 || t == DType::kInt32 || t == DType::kInt64; }
+
+// The case's node with Neg, pinned to CpuRef, around it: for an elementwise
+// op (`chain`), the node three times with a Neg between each (two edges each
+// way); for any other, a Neg before its first input and/or after its output
+// (where Neg takes the dtype). Tensors so go to and from the backend's
+// memory at every edge. `mine` is how many partitions the backend must get.
+CaseResult Runner::run_edges(const Case& c, bool chain, DType in_dtype, DType out_dtype) {
   Case e = c;
   e.kind = "edges";
-  e.name = c.name + ", 3 times with Neg on CpuRef between";
   onnx::GraphProto* g = e.model.mutable_graph();
   const onnx::NodeProto first = g->node(0);
   g->clear_node();
-  std::string x = first.input(0);
-  for (int k = 0; k < 3; ++k) {
+  auto neg = [&](const std::string& name, const std::string& from, const std::string& to) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("Neg");
+    n->set_name(name);
+    n->add_input(from);
+    n->add_output(to);
+    e.overrides[name] = "CpuRef";
+  };
+  size_t expected = 1;
+  if (chain) {
+    e.name = c.name + ", 3 times with Neg on CpuRef between";
+    std::string x = first.input(0);
+    for (int k = 0; k < 3; ++k) {
+      onnx::NodeProto* n = g->add_node();
+      *n = first;
+      n->set_name("op" + std::to_string(k));
+      n->set_input(0, x);
+      n->set_output(0, k == 2 ? "y" : "t" + std::to_string(k));
+      if (k == 2) break;
+      x = "n" + std::to_string(k);
+      neg("neg" + std::to_string(k), "t" + std::to_string(k), x);
+    }
+    expected = 3;
+  } else {
+    const bool before = negatable(in_dtype), after = negatable(out_dtype);
+    if (!before && !after) return unsupported("no edge to make: Neg takes none of its dtypes");
+    e.name = c.name + ", with Neg on CpuRef" + (before ? " before" : "") +
+             (before && after ? " and" : "") + (after ? " after" : "");
+    if (before) neg("neg_in", first.input(0), "x_neg");
     onnx::NodeProto* n = g->add_node();
     *n = first;
-    n->set_name("op" + std::to_string(k));
-    n->set_input(0, x);
-    n->set_output(0, k == 2 ? "y" : "t" + std::to_string(k));
-    if (k == 2) break;
-    onnx::NodeProto* neg = g->add_node();
-    neg->set_op_type("Neg");
-    neg->set_name("neg" + std::to_string(k));
-    neg->add_input("t" + std::to_string(k));
-    x = "n" + std::to_string(k);
-    neg->add_output(x);
-    e.overrides[neg->name()] = "CpuRef";
+    n->set_name("op");
+    if (before) n->set_input(0, "x_neg");
+    if (after) {
+      n->set_output(0, "y_op");
+      neg("neg_out", "y_op", first.output(0));
+    }
   }
   const std::string path = write_model(e);
   auto ref_model = load(path, {"CpuRef"});
@@ -622,12 +649,13 @@ CaseResult Runner::run_edges(const Case& c) {
   if (!want.ok()) return fail("CpuRef: " + want.status().message());
   auto model = load(path, {cmd_.backend, "CpuRef"}, e.overrides);
   if (!model.ok()) return fail("load: " + first_line(model.status().message()));
-  size_t mine = 0;
+  size_t mine = 0, all = (*model)->partitions().size();
   for (const PartitionDescription& p : (*model)->partitions()) mine += p.backend == cmd_.backend;
-  if (cmd_.backend != "CpuRef" && mine != 3) {
+  if (cmd_.backend != "CpuRef" && (mine != expected || all == mine)) {
     failures_.push_back(e);
-    return fail("expected 3 partitions on " + cmd_.backend + ", the plan has " +
-                std::to_string(mine));
+    return fail("expected " + std::to_string(expected) + " partition(s) on " + cmd_.backend +
+                " between CpuRef's, the plan has " + std::to_string(mine) + " of " +
+                std::to_string(all));
   }
   auto got = run_model(**model, e.inputs);
   CaseResult r;
@@ -812,16 +840,19 @@ int Runner::run() {
     if (first == nullptr) continue;
     const Case& c = cases[*first];
     const OpSpec* spec = &specs[c.spec];
-    const bool elementwise = spec != nullptr && spec->output_dtype == spec->inputs[0].dtype &&
-                             spec->inputs[0].dtype == DType::kFloat32 && !c.inputs.empty() &&
-                             c.inputs[0].first == spec->inputs[0].name;
-    if (elementwise) {
+    // Edges: the op's first input must be a graph input (not a weight).
+    if (!c.inputs.empty() && c.inputs[0].first == spec->inputs[0].name) {
       auto want = reference(c, write_model(c));
-      if (want.ok() && want->size() == 1 && (*want)[0].shape() == c.inputs[0].second.shape()) {
+      if (want.ok() && want->size() == 1) {
+        const bool chain = spec->inputs[0].dtype == DType::kFloat32 &&
+                           spec->output_dtype == DType::kFloat32 &&
+                           (*want)[0].shape() == c.inputs[0].second.shape();
+        CaseResult r = run_edges(c, chain, spec->inputs[0].dtype, spec->output_dtype);
         Case e = c;
         e.kind = "edges";
-        e.name = c.name + ", 3 times with Neg on CpuRef between";
-        record(e, run_edges(c));
+        e.name = c.name +
+                 (chain ? ", 3 times with Neg on CpuRef between" : ", with Neg on CpuRef around");
+        record(e, r);
       }
     }
     Case rt = c;

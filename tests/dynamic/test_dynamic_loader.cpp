@@ -989,7 +989,7 @@ TEST_F(DynamicBackends, Probe_HangingBackendTimesOut) {
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
   EXPECT_REPORT(rt->backend_files(), "Mock_Hang_backend.so", Fate::kRejected, "probe",
-                "timed out after 1000 ms");
+                "timed out after 1000 ms in slot 'create'");
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("hang", "Mock_Hang_backend.so"))));
 }
 

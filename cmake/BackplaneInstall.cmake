@@ -20,9 +20,10 @@
 #   lib/pkgconfig/backplane-static.pc      the runtime, static (the archives + their dependencies)
 #
 # Everything is relocatable: `cmake --install build --prefix DIR` works for any
-# DIR. (The runtime's *default* backend directory is compiled in from
-# CMAKE_INSTALL_PREFIX at configure time; configure with the prefix you will
-# install to, or pass --backend-path / BACKPLANE_BACKEND_PATHS.)
+# DIR, and the installed tree may be moved. The runtime finds its default
+# backend directory relative to the program holding it (<prefix>/bin/../lib/
+# backplane/backends, src/CMakeLists.txt), so the installed CLI searches the
+# Backplane_BACKEND_DIR of its own prefix.
 include(CMakePackageConfigHelpers)
 
 set(BACKPLANE_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Backplane)

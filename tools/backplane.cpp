@@ -1,5 +1,6 @@
 // backplane — the command line (see docs and DESIGN.md, "The command line").
 // Exit status: 0 success, 1 failure ("error: ..." on stderr), 2 usage error.
+#include "cmd_conformance.hpp"
 #include "cmd_ops.hpp"
 #include "npy.hpp"
 
@@ -711,6 +712,9 @@ int main(int argc, char** argv) {
   backplane::cli::OpsCommand ops;
   backplane::cli::add_ops_command(app, &ops);
 
+  backplane::cli::ConformanceCommand conformance;
+  backplane::cli::add_conformance_command(app, &conformance);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -729,6 +733,10 @@ int main(int argc, char** argv) {
     else if (*compile) status = cmd_compile(g, ca);
     else if (*inspect) status = cmd_inspect(inspect_file, inspect_external, inspect_json);
     else if (ops.selected()) status = ops.run();
+    else if (conformance.selected()) {
+      auto o = runtime_options(g, 0);
+      status = o.ok() ? conformance.run(*o) : fail(o.status().message());
+    }
   } catch (const std::exception& e) {
     return fail(std::string("unexpected: ") + e.what());
   }

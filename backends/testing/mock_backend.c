@@ -17,6 +17,7 @@
  *   MOCK_SMALL_TABLE        struct_size smaller than API 1.0's table
  *   MOCK_CRASH_IN_CREATE    create raises SIGSEGV
  *   MOCK_ABORT_IN_QUERY     query_support calls abort()
+ *   MOCK_CRASH_IN_EXECUTE   execute raises SIGSEGV (loads and compiles fine)
  *   MOCK_HANG_IN_CREATE     create never returns
  *   MOCK_FROZEN_ABI_HEADER  build against "backend_abi.h" found on the include
  *                           path (the frozen copy in tests/abi/v1_0)
@@ -216,6 +217,9 @@ static bp_status_t* mock_execute(bp_exec_context_t* context, size_t num_inputs,
                                  const bp_tensor_t* inputs, size_t num_outputs,
                                  const bp_tensor_t* outputs) {
   g_counters.execute++;
+#if defined(MOCK_CRASH_IN_EXECUTE)
+  raise(SIGSEGV);
+#endif
   if (num_inputs != 1 || num_outputs != 1 || inputs[0].size_bytes != outputs[0].size_bytes)
     return fail(context->owner->host, BP_STATUS_INVALID_ARGUMENT, "mock execute: bad tensors");
   relu(&inputs[0], &outputs[0]);

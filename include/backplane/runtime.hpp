@@ -28,12 +28,16 @@ enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 struct RuntimeOptions {
   // Dynamic backends. `backend_path` (one directory) overrides every other
-  // source; otherwise BACKPLANE_BACKEND_PATHS, then the compile-time list.
+  // source; otherwise BACKPLANE_BACKEND_PATHS, then the compile-time list
+  // (by default the lib/backplane/backends of the install this runtime runs
+  // from, found relative to the program or library holding it).
   std::optional<std::string> backend_path;
   // false: load no dynamic backend at all.
   bool dynamic_backends = true;
-  // Load and exercise each backend file in a child process first; one that
-  // crashes, aborts or hangs there (probe_timeout_ms) is never loaded here.
+  // Load and exercise each backend file in a child process first (up to
+  // compiling and executing a one-node graph); one that crashes, aborts or
+  // hangs there (probe_timeout_ms) is never loaded here, and its report names
+  // the ABI slot it was in.
   bool probe_backends = false;
   int probe_timeout_ms = 10000;
   // Accept backend files or directories writable by group or others.

@@ -2,10 +2,13 @@
 
 #include "core/log.hpp"
 #include "core/tensor_data_map.hpp"
+#include "registry/abi_status.hpp"
+#include "registry/host_api.hpp"
 #include "registry/node_report.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
@@ -29,6 +32,15 @@
 
 #ifndef BACKPLANE_DYNAMIC_BACKEND_PATHS
 #define BACKPLANE_DYNAMIC_BACKEND_PATHS ""
+#endif
+#ifndef BACKPLANE_CONFIGURED_BACKEND_DIR
+#define BACKPLANE_CONFIGURED_BACKEND_DIR "/usr/local/lib/backplane/backends"
+#endif
+#ifndef BACKPLANE_BIN_TO_BACKEND_DIR
+#define BACKPLANE_BIN_TO_BACKEND_DIR "../lib/backplane/backends"
+#endif
+#ifndef BACKPLANE_LIB_TO_BACKEND_DIR
+#define BACKPLANE_LIB_TO_BACKEND_DIR "backplane/backends"
 #endif
 
 namespace fs = std::filesystem;
@@ -61,39 +73,57 @@ std::vector<std::string> split_paths(const std::string& list) {
   return out;
 }
 
-// The file this code runs from: the executable when the runtime is linked
-// statically, libbackplane.so when it is the shared library ("" if unknown).
-fs::path runtime_object() {
-  static const char anchor = 0;
+namespace {
+
+// The object holding this very function, and whether it is the main program
+// (the runtime linked statically, libbackplane.a) rather than a shared
+// library. For the main program the loader reports argv[0], which may be
+// relative or a bare name: /proc/self/exe is the truth there.
+std::pair<std::string, bool> runtime_object() {
   Dl_info info{};
-  if (dladdr(&anchor, &info) == 0 || info.dli_fname == nullptr) return {};
+  link_map* map = nullptr;
+  if (::dladdr1(reinterpret_cast<void*>(&runtime_object), &info, reinterpret_cast<void**>(&map),
+                RTLD_DL_LINKMAP) == 0)
+    return {"", true};
+  const bool main_program = map == nullptr || map->l_name == nullptr || map->l_name[0] == '\0';
   std::error_code ec;
-  return fs::canonical(info.dli_fname, ec);
+  fs::path path = fs::canonical(main_program ? "/proc/self/exe" : map->l_name, ec);
+  return {ec ? "" : path.string(), main_program};
+}
+
+}  // namespace
+
+std::string runtime_binary() { return runtime_object().first; }
+
+std::string installed_backend_dir() {
+  auto [binary, main_program] = runtime_object();
+  if (!binary.empty()) {
+    // A program sits in <prefix>/bin, a shared library in <prefix>/lib.
+    fs::path dir = fs::path(binary).parent_path() /
+                   (main_program ? BACKPLANE_BIN_TO_BACKEND_DIR : BACKPLANE_LIB_TO_BACKEND_DIR);
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) return dir.lexically_normal().string();
+  }
+  return BACKPLANE_CONFIGURED_BACKEND_DIR;
 }
 
 std::vector<std::string> compiled_in_paths() {
   std::vector<std::string> paths = split_paths(BACKPLANE_DYNAMIC_BACKEND_PATHS);
-  auto add = [&paths](const std::string& p) {
-    if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
-  };
-  std::error_code ec;
-  const fs::path object = runtime_object();
+  if (std::string(BACKPLANE_DYNAMIC_BACKEND_PATHS).empty()) paths = {installed_backend_dir()};
 #if defined(BACKPLANE_BUILD_TREE) && defined(BACKPLANE_BUILD_TREE_BACKENDS)
   // A program running from this build tree, or a process that loaded this
   // tree's libbackplane.so (a Python interpreter importing the module built
   // here), also finds what the tree built.
-  fs::path tree = fs::weakly_canonical(BACKPLANE_BUILD_TREE, ec);
-  for (const fs::path& file : {fs::canonical("/proc/self/exe", ec), object}) {
+  std::error_code ec;
+  const fs::path tree = fs::weakly_canonical(BACKPLANE_BUILD_TREE, ec);
+  for (const fs::path& file : {fs::canonical("/proc/self/exe", ec), fs::path(runtime_binary())}) {
     if (file.empty() || tree.empty()) continue;
     auto rel = file.lexically_relative(tree);
-    if (!rel.empty() && *rel.begin() != "..") add(BACKPLANE_BUILD_TREE_BACKENDS);
+    if (!rel.empty() && *rel.begin() != ".." &&
+        std::find(paths.begin(), paths.end(), BACKPLANE_BUILD_TREE_BACKENDS) == paths.end())
+      paths.push_back(BACKPLANE_BUILD_TREE_BACKENDS);
   }
 #endif
-  // The shared library finds the backends installed beside it
-  // (<libdir>/backplane/backends), wherever the install was moved to: a
-  // relocated prefix, or the copy inside a Python package.
-  if (object.filename().string().rfind("libbackplane.so", 0) == 0)
-    add((object.parent_path() / "backplane" / "backends").string());
   return paths;
 }
 
@@ -179,7 +209,8 @@ Status check_permissions(const std::string& path) {
               std::snprintf(buf, sizeof buf, "%03o", st.st_mode & 0777);
               return std::string(buf);
             }() +
-            "); fix with chmod go-w, or allow with allow_insecure_backend_paths");
+            "); fix with chmod go-w, or allow with --allow-insecure-backend-paths "
+            "(RuntimeOptions::allow_insecure_backend_paths)");
   if (st.st_uid != 0 && st.st_uid != ::geteuid())
     return Status(
         StatusCode::kInvalidArgument,
@@ -240,8 +271,190 @@ int compare_versions(const std::string& a, const std::string& b) {
 
 namespace {
 
-// Everything the child does; returns "" on success or the failure.
-std::string probe_steps(const std::string& path) {
+// The probe child tells the parent where it is: "@<where>\n" before each
+// step (an entry point, an ABI slot), "!<reason>" when a step fails. After a
+// crash or a hang the last "@" names the step it happened in.
+class ProbeTrail {
+ public:
+  explicit ProbeTrail(int fd) : fd_(fd) {}
+  void at(const std::string& where) const { send("@" + where + "\n"); }
+  void slot(const char* name) const { at(std::string("slot '") + name + "'"); }
+  void send(const std::string& text) const {
+    for (size_t done = 0; done < text.size();) {
+      ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+// A one-node view, written out by hand (the loader sits below the graph IR):
+// `op` on float32[1,4] input(s), one output.
+struct ProbeGraph {
+  static constexpr int64_t kShape[2] = {1, 4};
+  bp_value_t values[3] = {};
+  int32_t inputs[2] = {0, 1};
+  int32_t outputs[1] = {2};
+  bp_node_t node{};
+  bp_graph_view_t view{};
+  bp_shape_t shapes[3] = {};
+
+  ProbeGraph(const char* op, size_t num_inputs, const bp_named_data_map_t* weights) {
+    static const char* names[3] = {"x", "y", "z"};
+    for (int k = 0; k < 3; ++k) {
+      values[k].struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
+      values[k].name = names[k];
+      values[k].dtype = BP_DTYPE_FLOAT32;
+      values[k].rank = 2;
+      values[k].shape = kShape;
+      shapes[k] = bp_shape_t{2, kShape};
+    }
+    node.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
+    node.name = "probe_node";
+    node.op_type = op;
+    node.domain = "";
+    node.opset = 13;
+    node.num_inputs = num_inputs;
+    node.inputs = inputs;
+    node.num_outputs = 1;
+    node.outputs = outputs;
+    view.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
+    view.name = "probe";
+    view.num_values = 3;
+    view.values = values;
+    view.num_nodes = 1;
+    view.nodes = &node;
+    view.num_inputs = num_inputs;
+    view.inputs = inputs;
+    view.num_outputs = 1;
+    view.outputs = outputs;
+    view.weights = weights;
+  }
+};
+
+// Status of a slot as a failure text ("" when OK); releases the status.
+std::string slot_failure(bp_status_t* status, const char* slot) {
+  if (status == nullptr) return "";
+  return from_abi_status(status, std::string(slot)).message();
+}
+
+// Runs the graph's node through `api`: compile, context, execute (or
+// execute_shaped), or execute_node for an imperative backend, with the
+// tensors in device memory when the backend has its own. "" on success.
+std::string probe_execute(const bp_backend_api_t* api, bp_backend_t* backend,
+                          const bp_backend_info_t& info, ProbeGraph& g, const ProbeTrail& trail) {
+  const size_t n_in = g.view.num_inputs;
+  std::vector<float> host[3];
+  for (size_t k = 0; k < 3; ++k) host[k] = {-1.0f, 0.5f, -2.0f, 3.0f};
+  const size_t bytes = 4 * sizeof(float);
+  void* data[3] = {host[0].data(), host[1].data(), host[2].data()};
+  uint32_t device = 0;
+  const bool device_memory = (info.flags & BP_BACKEND_FLAG_DEVICE_MEMORY) != 0 &&
+                             BP_TABLE_HAS(api, memory_alloc) && BP_TABLE_HAS(api, memory_free) &&
+                             BP_TABLE_HAS(api, copy_to_device) &&
+                             BP_TABLE_HAS(api, copy_from_device);
+  if (device_memory) {
+    device = 1;
+    for (size_t k : {size_t{0}, size_t{1}, size_t{2}}) {
+      if (k >= n_in && k < 2) continue;
+      trail.slot("memory_alloc");
+      if (auto f = slot_failure(api->memory_alloc(backend, 0, bytes, 64, &data[k]), "memory_alloc");
+          !f.empty())
+        return f;
+      if (k < n_in) {
+        trail.slot("copy_to_device");
+        if (auto f = slot_failure(api->copy_to_device(backend, 0, data[k], host[k].data(), bytes),
+                                  "copy_to_device");
+            !f.empty())
+          return f;
+      }
+    }
+  }
+  auto tensor = [&](size_t k) {
+    bp_tensor_t t{};
+    t.struct_size = BP_STRUCT_SIZE(bp_tensor_t, device);
+    t.dtype = BP_DTYPE_FLOAT32;
+    t.rank = 2;
+    t.shape = ProbeGraph::kShape;
+    t.data = data[k];
+    t.size_bytes = bytes;
+    t.device = device;
+    return t;
+  };
+  bp_tensor_t in[2] = {tensor(0), tensor(1)};
+  bp_tensor_t out[1] = {tensor(2)};
+  const bool symbolic =
+      BP_TABLE_HAS(api, compile) && BP_TABLE_HAS(api, context_create) && BP_TABLE_HAS(api, execute);
+  if (symbolic) {
+    bp_compile_options_t options{};
+    options.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+    bp_node_report report(1);
+    bp_compiled_t* compiled = nullptr;
+    trail.slot("compile");
+    if (auto f =
+            slot_failure(api->compile(backend, &g.view, &options, &report, &compiled), "compile");
+        !f.empty())
+      return f;
+    if (report.reported[0] && report.outcome[0] == BP_NODE_REJECTED) {
+      trail.slot("compiled_destroy");
+      api->compiled_destroy(compiled);
+      return "";  // rejected at compile: the host would move the node elsewhere
+    }
+    bp_exec_context_t* context = nullptr;
+    trail.slot("context_create");
+    if (auto f = slot_failure(api->context_create(compiled, &context), "context_create");
+        !f.empty())
+      return f;
+    std::string f;
+    if (api->api_minor >= 2 && BP_TABLE_HAS(api, execute_shaped)) {
+      bp_execute_args_t args{};
+      args.struct_size = BP_STRUCT_SIZE(bp_execute_args_t, sink);
+      args.num_inputs = n_in;
+      args.inputs = in;
+      args.num_outputs = 1;
+      args.outputs = out;
+      args.num_values = 3;
+      args.value_shapes = g.shapes;
+      trail.slot("execute_shaped");
+      f = slot_failure(api->execute_shaped(context, &args), "execute_shaped");
+    } else {
+      trail.slot("execute");
+      f = slot_failure(api->execute(context, n_in, in, 1, out), "execute");
+    }
+    if (!f.empty()) return f;
+    trail.slot("context_destroy");
+    api->context_destroy(context);
+    trail.slot("compiled_destroy");
+    api->compiled_destroy(compiled);
+  } else if (BP_TABLE_HAS(api, execute_node)) {
+    trail.slot("execute_node");
+    if (auto f =
+            slot_failure(api->execute_node(backend, &g.view, 0, n_in, in, 1, out), "execute_node");
+        !f.empty())
+      return f;
+  }
+  if (device_memory) {
+    trail.slot("copy_from_device");
+    if (auto f = slot_failure(api->copy_from_device(backend, 0, host[2].data(), data[2], bytes),
+                              "copy_from_device");
+        !f.empty())
+      return f;
+    for (size_t k = 0; k < 3; ++k)
+      if (data[k] != host[k].data()) {
+        trail.slot("memory_free");
+        api->memory_free(backend, 0, data[k]);
+      }
+  }
+  return "";
+}
+
+// Everything the child does; returns "" on success or the failure. Each
+// step is announced on `trail` first.
+std::string probe_steps(const std::string& path, const ProbeTrail& trail) {
+  trail.at("dlopen (the library's initialisers)");
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return std::string("dlopen: ") + ::dlerror();
   auto get_id = reinterpret_cast<bp_get_backend_id_fn>(::dlsym(handle, BP_ENTRY_GET_BACKEND_ID));
@@ -249,62 +462,81 @@ std::string probe_steps(const std::string& path) {
   auto factory = reinterpret_cast<bp_backend_factory_fn>(::dlsym(handle, BP_ENTRY_BACKEND_FACTORY));
   if (!get_id || !get_version || !factory) return "missing entry point";
   try {
+    trail.at("entry point GetBackendId");
     const char* id = get_id();
     if (id == nullptr || !valid_backend_id(id)) return "invalid backend id";
     uint32_t major = 0, minor = 0;
+    trail.at("entry point GetVersion");
     get_version(&major, &minor);
     if (!version_compatible(major, minor, BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR))
       return "incompatible version";
+    trail.at("entry point BackendFactory");
     auto* api = static_cast<const bp_backend_api_t*>(factory());
-    auto backend = LoadedBackend::create(id, api, path, nullptr);
-    if (!backend.ok()) return backend.status().message();
-    // A one-node view, written out by hand (the loader sits below the graph
-    // IR): Relu on float32[1,4].
-    static const int64_t shape[] = {1, 4};
-    bp_value_t values[2] = {};
-    const char* names[2] = {"x", "y"};
-    for (int k = 0; k < 2; ++k) {
-      values[k].struct_size = BP_STRUCT_SIZE(bp_value_t, data_key);
-      values[k].name = names[k];
-      values[k].dtype = BP_DTYPE_FLOAT32;
-      values[k].rank = 2;
-      values[k].shape = shape;
+    if (api == nullptr) return "BackendFactory returned NULL";
+    if (Status table = validate_backend_table(api); !table.ok()) return table.message();
+    bp_backend_t* backend = nullptr;
+    trail.slot("create");
+    if (auto f = slot_failure(
+            api->create(host_api(), BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR, &backend),
+            "create");
+        !f.empty())
+      return f;
+    if (backend == nullptr) return "create returned no instance";
+    bp_backend_info_t info{};
+    info.struct_size = sizeof info;
+    trail.slot("get_info");
+    if (auto f = slot_failure(api->get_info(backend, &info), "get_info"); !f.empty()) return f;
+    if (api->api_minor >= 3 && BP_TABLE_HAS(api, get_op_schemas)) {
+      size_t count = 0;
+      const bp_op_schema_t* schemas = nullptr;
+      trail.slot("get_op_schemas");
+      if (auto f = slot_failure(api->get_op_schemas(backend, &count, &schemas), "get_op_schemas");
+          !f.empty())
+        return f;
     }
-    const int32_t in[] = {0}, out[] = {1};
-    bp_node_t relu{};
-    relu.struct_size = BP_STRUCT_SIZE(bp_node_t, attributes);
-    relu.name = "probe_relu";
-    relu.op_type = "Relu";
-    relu.domain = "";
-    relu.opset = 13;
-    relu.num_inputs = 1;
-    relu.inputs = in;
-    relu.num_outputs = 1;
-    relu.outputs = out;
+    // The first of these one-node graphs the backend claims is compiled and
+    // executed; one that claims none is only asked.
     const std::unordered_map<std::string, Tensor> no_constants;
     TensorDataMap weights(&no_constants);
-    bp_graph_view_t view{};
-    view.struct_size = BP_STRUCT_SIZE(bp_graph_view_t, weights);
-    view.name = "probe";
-    view.num_values = 2;
-    view.values = values;
-    view.num_nodes = 1;
-    view.nodes = &relu;
-    view.num_inputs = 1;
-    view.inputs = in;
-    view.num_outputs = 1;
-    view.outputs = out;
-    view.weights = weights.as_abi();
-    bp_node_report report(1);
-    Status s = (*backend)->check(api->query_support((*backend)->instance(), &view, &report),
-                                 "query_support");
-    if (!s.ok()) return s.message();
+    static const std::pair<const char*, size_t> kOps[] = {
+        {"Relu", 1}, {"Add", 2}, {"Mul", 2}, {"Sigmoid", 1}, {"Identity", 1}, {"Abs", 1}};
+    for (const auto& [op, arity] : kOps) {
+      ProbeGraph g(op, arity, weights.as_abi());
+      bp_node_report report(1);
+      trail.slot("query_support");
+      if (auto f = slot_failure(api->query_support(backend, &g.view, &report), "query_support");
+          !f.empty())
+        return f;
+      if (!report.reported[0] || report.outcome[0] != BP_NODE_SUPPORTED) continue;
+      if (auto f = probe_execute(api, backend, info, g, trail); !f.empty()) return f;
+      break;
+    }
+    trail.slot("destroy");
+    api->destroy(backend);
   } catch (const std::exception& e) {
     return std::string("C++ exception: ") + e.what();
   } catch (...) {
     return "unknown C++ exception";
   }
   return "";
+}
+
+// Splits what the child sent into the last step it announced and its
+// failure text.
+std::pair<std::string, std::string> parse_trail(const std::string& text) {
+  std::string where, failure;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == '!') {
+      failure = text.substr(pos + 1);
+      break;
+    }
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    if (text[pos] == '@') where = text.substr(pos + 1, end - pos - 1);
+    pos = end + 1;
+  }
+  return {where, failure};
 }
 
 }  // namespace
@@ -329,11 +561,9 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
     // sanitizer's): it would turn the backend's crash into an exit status,
     // or into a report of the host's own crash.
     for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::signal(sig, SIG_DFL);
-    std::string failure = probe_steps(path);
-    if (!failure.empty()) {
-      ssize_t ignored = ::write(fds[1], failure.data(), failure.size());
-      (void)ignored;
-    }
+    ProbeTrail trail(fds[1]);
+    std::string failure = probe_steps(path, trail);
+    if (!failure.empty()) trail.send("!" + failure);
     ::_exit(failure.empty() ? 0 : 3);
   }
   ::close(fds[1]);
@@ -358,15 +588,17 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
     char buf[512];
     ssize_t n = ::read(fds[0], buf, sizeof buf);
     if (n <= 0) break;  // EOF: the child exited (or closed the pipe)
-    if (message.size() < 4096) message.append(buf, static_cast<size_t>(n));
+    if (message.size() < 65536) message.append(buf, static_cast<size_t>(n));
   }
+  const auto [where, failure] = parse_trail(message);
+  const std::string in = where.empty() ? "" : " in " + where;
   ::close(fds[0]);
   int status = 0;
   if (timed_out) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
     return Status(StatusCode::kBackendError,
-                  "probe timed out after " + std::to_string(timeout_ms) + " ms");
+                  "probe timed out after " + std::to_string(timeout_ms) + " ms" + in);
   }
   // EOF can come before exit; wait for the exit, still bounded by the deadline.
   for (;;) {
@@ -376,20 +608,20 @@ Status probe_in_child(const std::string& path, int timeout_ms) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       return Status(StatusCode::kBackendError,
-                    "probe timed out after " + std::to_string(timeout_ms) + " ms");
+                    "probe timed out after " + std::to_string(timeout_ms) + " ms" + in);
     }
     ::usleep(1000);
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    return Status(
-        StatusCode::kBackendError,
-        "probe crashed: killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")");
+    return Status(StatusCode::kBackendError, "probe crashed" + in + ": killed by signal " +
+                                                 std::to_string(sig) + " (" + ::strsignal(sig) +
+                                                 ")");
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     return Status(StatusCode::kBackendError, "probe failed (exit " +
-                                                 std::to_string(WEXITSTATUS(status)) + ")" +
-                                                 (message.empty() ? "" : ": " + message));
+                                                 std::to_string(WEXITSTATUS(status)) + ")" + in +
+                                                 (failure.empty() ? "" : ": " + failure));
   return ok_status();
 }
 
@@ -459,6 +691,12 @@ struct Candidate {
   bp_backend_factory_fn factory = nullptr;
 };
 
+// "x.so", "x.so.1.2": what a misnamed backend file looks like.
+bool looks_like_shared_object(const std::string& file_name) {
+  static const std::regex pattern(R"(.*\.so(\.[0-9]+)*$)");
+  return std::regex_match(file_name, pattern);
+}
+
 void reject(BackendFileReport& r, const std::string& step, const std::string& reason) {
   r.fate = BackendFileReport::Fate::kRejected;
   r.step = step;
@@ -481,7 +719,8 @@ Status check_trust(const RuntimeOptions& options, const std::string& canonical) 
   BP_ASSIGN_OR_RETURN(std::string digest, dbu::sha256_file(canonical));
   const auto& list = options.trusted_backend_digests;
   if (std::find(list.begin(), list.end(), digest) == list.end())
-    return invalid_argument("SHA-256 " + digest + " is not in trusted_backend_digests");
+    return invalid_argument("SHA-256 " + digest +
+                            " is not in RuntimeOptions::trusted_backend_digests");
   return ok_status();
 }
 
@@ -572,9 +811,23 @@ std::optional<Candidate> examine_file(const RuntimeOptions& options,
     return std::nullopt;
   }
   if (!read_identity(h, rep)) return std::nullopt;
+  // The name as found (a link's own name): what the user reads in the directory.
+  std::string vendor, named_id;
+  dbu::parse_file_name(fs::path(rep.path).filename().string(), &vendor, &named_id);
+  if (rep.id != named_id) {
+    reject(rep, "name",
+           "the file is named for id '" + named_id + "' but GetBackendId() returns '" + rep.id +
+               "'; they must match, case included: rename the file to " + vendor + "_" + rep.id +
+               "_backend.so" + (rep.file_version.empty() ? "" : "." + rep.file_version) +
+               " or return '" + named_id + "'");
+    return std::nullopt;
+  }
   if (std::find(taken_ids.begin(), taken_ids.end(), rep.id) != taken_ids.end()) {
     reject(rep, "register",
-           "id '" + rep.id + "' belongs to a statically linked backend, which is never replaced");
+           "id '" + rep.id +
+               "' belongs to a statically linked backend, which is never replaced (to use the "
+               "file instead: --disable-static-backend " +
+               rep.id + ", RuntimeOptions::disabled_static_backends)");
     return std::nullopt;
   }
   return Candidate{index, *lib, factory};
@@ -591,9 +844,17 @@ void scan_directory(const std::string& dir, const RuntimeOptions& options,
     BackendFileReport r;
     r.path = path;
     if (!dbu::parse_file_name(file_name, nullptr, nullptr, &r.file_version)) {
-      // Not named <vendor>_<name>_backend.so[.version]: not a candidate.
-      log::debug("ignoring " + path +
-                 ": name does not follow <vendor>_<name>_backend.so[.<version>]");
+      // Not named <vendor>_<name>_backend.so[.version]: not a candidate. A
+      // shared object is reported (it is most likely a backend named wrong);
+      // anything else a directory may hold is passed over in silence.
+      if (looks_like_shared_object(file_name)) {
+        reject(r, "name",
+               "file name does not follow <vendor>_<name>_backend.so[.<version>] (vendor and "
+               "name: letters and digits only), so the file is ignored");
+        result.files.push_back(r);
+      } else {
+        log::debug("ignoring " + path + ": not a shared object");
+      }
       continue;
     }
     std::error_code ec;

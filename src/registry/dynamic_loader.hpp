@@ -33,10 +33,22 @@ std::vector<std::string> search_paths(const RuntimeOptions& options,
                                       std::vector<BackendPathReport>* reports);
 
 // The default list: the compile-time one (BACKPLANE_DYNAMIC_BACKEND_PATHS),
-// split; then this build tree's backends when the executable or
-// libbackplane.so runs from it; then, when the runtime is libbackplane.so,
-// <directory of that file>/backplane/backends.
+// split; when that is empty (the default), installed_backend_dir(): the
+// install's backend directory relative to the program or libbackplane.so
+// (a relocated prefix, the copy inside a Python package). Plus this build
+// tree's backends when the program or libbackplane.so runs from it.
 std::vector<std::string> compiled_in_paths();
+
+// The canonical path of the executable or shared library holding the
+// runtime (dladdr on a runtime function); "" if unknown.
+std::string runtime_binary();
+
+// The default backend directory of a relocatable install: the
+// lib/backplane/backends of the prefix runtime_binary() sits in
+// (<prefix>/bin/../lib/backplane/backends for a program, <prefix>/lib/
+// backplane/backends for a shared library) if that directory exists, else the
+// configure-time prefix's.
+std::string installed_backend_dir();
 
 // Splits "a:b::c" into {"a","b","c"}.
 std::vector<std::string> split_paths(const std::string& list);
@@ -65,10 +77,15 @@ Result<std::string> sha256_file(const std::string& path);
 // Compares dotted numeric versions ("1.10" > "1.9"); "" is lowest.
 int compare_versions(const std::string& a, const std::string& b);
 
-// Loads and exercises the backend in a child process (entry points, version,
-// factory, table, create, info, support query on a one-node graph, destroy).
-// OK, or the reason it failed: the signal that killed it, the timeout, or the
-// step that failed.
+// Loads and exercises the backend in a child process: entry points, version,
+// factory, table, create, info, op schemas, then support queries on one-node
+// float32 graphs (Relu, Add, Mul, Sigmoid, Identity, Abs) until the backend
+// claims one, which it compiles and executes (context, execute or
+// execute_shaped, or execute_node; tensors in its device memory when it has
+// some), then destroy. OK, or the reason it failed: the signal that killed
+// it or the timeout, with the entry point or ABI slot it was in ("probe
+// crashed in slot 'execute': killed by signal 11 (...)"), or the failing
+// step's status.
 Status probe_in_child(const std::string& canonical_path, int timeout_ms);
 
 }  // namespace dynamic_backend_utils

@@ -1,6 +1,8 @@
 #include "registry/loaded_backend.hpp"
 
+#include "core/log.hpp"
 #include "registry/abi_status.hpp"
+#include "registry/abi_trace.hpp"
 #include "registry/host_api.hpp"
 #include "registry/registry.hpp"
 
@@ -18,6 +20,12 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id,
   b->api_ = api;
   b->library_ = std::move(library);
   b->score_ = score;
+  // At trace level every call through the table is logged (abi_trace.hpp);
+  // the level is read once, here, so a normal run pays nothing.
+  if (log::level() <= LogLevel::kTrace) {
+    b->api_ = acquire_traced_table(api, b->id_);
+    api = b->api_;
+  }
   bp_backend_t* instance = nullptr;
   // The ABI forbids exceptions across it, but a table written by hand (not
   // with the SDK) may still throw: contain it here rather than terminate.
@@ -80,6 +88,7 @@ bool LoadedBackend::defines_op(const std::string& domain, const std::string& nam
 
 LoadedBackend::~LoadedBackend() {
   if (instance_ != nullptr) api_->destroy(instance_);
+  release_traced_table(api_);
   // library_ is released after the instance is gone (member order).
 }
 

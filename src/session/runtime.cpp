@@ -31,7 +31,8 @@ Status validate(const RuntimeOptions& options) {
   if (options.backend_path.has_value() && !options.backend_path->empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(*options.backend_path, ec))
-      return not_found("backend path '" + *options.backend_path + "' is not a directory" +
+      return not_found("backend path '" + *options.backend_path +
+                       "' (--backend-path, RuntimeOptions::backend_path) is not a directory" +
                        (ec ? ": " + ec.message() : std::string()));
   }
   return ok_status();

@@ -68,11 +68,11 @@ TEST_P(AbiFrozen, BackendBuiltAgainstFrozenHeaderLoadsAndRuns) {
 
 INSTANTIATE_TEST_SUITE_P(
     Released, AbiFrozen,
-    ::testing::Values(Frozen{0, ABI_V1_0_BACKEND_DIR, ABI_V1_0_BACKEND_DIR "/Abi_V10_backend.so",
+    ::testing::Values(Frozen{0, ABI_V1_0_BACKEND_DIR, ABI_V1_0_BACKEND_DIR "/Abi_AbiV10_backend.so",
                              ABI_V1_0_HEADER, "AbiV10"},
-                      Frozen{1, ABI_V1_1_BACKEND_DIR, ABI_V1_1_BACKEND_DIR "/Abi_V11_backend.so",
+                      Frozen{1, ABI_V1_1_BACKEND_DIR, ABI_V1_1_BACKEND_DIR "/Abi_AbiV11_backend.so",
                              ABI_V1_1_HEADER, "AbiV11"},
-                      Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_V12_backend.so",
+                      Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_AbiV12_backend.so",
                              ABI_V1_2_HEADER, "AbiV12"}),
     [](const ::testing::TestParamInfo<Frozen>& info) {
       return "V1_" + std::to_string(info.param.minor);

@@ -1,10 +1,15 @@
 // `backplane backends --json` over a directory of good, duplicate, malformed
 // and crashing backends: the command succeeds and reports every file's fate.
+#include "support/files.hpp"
+#include "support/model_builder.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -20,10 +25,12 @@ struct Output {
   std::string out;
 };
 
-// Runs the CLI with `args`; stdout captured, stderr left to the test log.
-Output run_cli(const std::string& args) {
+// Runs the CLI with `args`; stdout captured, stderr left to the test log
+// (unless `args` redirects it). `env`: assignments put before the command
+// ("NAME=value ").
+Output run_cli(const std::string& args, const std::string& env = "") {
   Output o;
-  std::string cmd = std::string("'") + BACKPLANE_CLI + "' " + args;
+  std::string cmd = env + "'" + BACKPLANE_CLI + "' " + args;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return o;
   char buf[4096];
@@ -78,12 +85,12 @@ TEST(DynamicBackendsCli, BackendsJsonReportsEveryFileWithProbe) {
 
   ASSERT_EQ(j.at("files").size(), 5u) << j.at("files").dump(1);
   EXPECT_FILE(j, "Mock_MockA_backend.so", "loaded", "", "");
-  EXPECT_FILE(j, "Mock_Other_backend.so", "superseded", "register", "same id 'MockA'");
+  EXPECT_FILE(j, "Other_MockA_backend.so", "superseded", "register", "same id 'MockA'");
   EXPECT_FILE(j, "Mock_CrashCreate_backend.so", "rejected", "probe", "signal 11");
   EXPECT_FILE(j, "Mock_NoId_backend.so", "rejected", "probe", "missing entry point");
   EXPECT_FILE(j, "Mock_Text_backend.so", "rejected", "probe", "dlopen");
   EXPECT_EQ(file_entry(j, "Mock_MockA_backend.so")->at("id"), "MockA");
-  EXPECT_EQ(file_entry(j, "Mock_Other_backend.so")->at("id"), "MockA");
+  EXPECT_EQ(file_entry(j, "Other_MockA_backend.so")->at("id"), "MockA");
 
   ASSERT_EQ(j.at("paths").size(), 1u);
   EXPECT_EQ(j.at("paths")[0].at("path"), dir);
@@ -106,6 +113,92 @@ TEST(DynamicBackendsCli, BackendsJsonWithoutProbeGivesEachFailingStep) {
   j = json::parse(o.out);
   EXPECT_FILE(j, "Mock_NoId_backend.so", "rejected", "symbols", "GetBackendId");
   EXPECT_FILE(j, "Mock_NoFactory_backend.so", "rejected", "symbols", "BackendFactory");
+}
+
+TEST(DynamicBackendsCli, MisnamedFilesAreListedWithTheReason) {
+  // Text output, as a user reads it: the two misnamed files are rejected at
+  // "name", the right one is loaded.
+  Output o = run_cli("backends --backend-path '" + kMocks + "/misnamed' --log-level off");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("rejected   " + kMocks + "/misnamed/Acme_Npu_backend.so"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("name: the file is named for id 'Npu' but GetBackendId() returns 'AcmeNpu'"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("loaded     " + kMocks + "/misnamed/Acme_AcmeNpu_backend.so"),
+            std::string::npos)
+      << o.out;
+  // A shared object whose name does not follow the scheme is listed too.
+  o = run_cli("backends --backend-path '" + kMocks + "/invalid_files' --log-level off --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  json j = json::parse(o.out);
+  EXPECT_FILE(j, "Mock_MockA.so", "rejected", "name", "does not follow");
+}
+
+TEST(DynamicBackendsCli, TraceLogsEveryAbiCallWithBackendAndSlot) {
+  backplane::test::TempDir tmp;
+  const std::string model = tmp.file("relu.onnx");
+  backplane::test::write_relu_model(model, {2, 3});
+  const std::string err = tmp.file("stderr.txt");
+  Output o = run_cli("run '" + model + "' --backend-path '" + kMocks +
+                     "/valid' --backends MockA --log-level trace 2>'" + err + "'");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  std::string log = backplane::test::read_text(err);
+  for (const char* slot : {"create", "get_info", "query_support", "compile", "context_create",
+                           "execute", "context_destroy", "compiled_destroy", "destroy"}) {
+    EXPECT_NE(log.find(std::string("abi call MockA.") + slot + " "), std::string::npos)
+        << slot << "\n"
+        << log;
+    EXPECT_NE(log.find(std::string("abi return MockA.") + slot + ": ok"), std::string::npos)
+        << slot << "\n"
+        << log;
+  }
+  // The static CpuRef is traced the same way.
+  EXPECT_NE(log.find("abi call CpuRef.create"), std::string::npos) << log;
+  // Without trace, nothing of it.
+  o = run_cli("run '" + model + "' --backend-path '" + kMocks +
+              "/valid' --backends MockA --log-level debug 2>'" + err + "'");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_EQ(backplane::test::read_text(err).find("abi call"), std::string::npos);
+}
+
+TEST(DynamicBackendsCli, CrashInExecuteIsNamedByTheProbeAndByTrace) {
+  backplane::test::TempDir tmp;
+  const std::string dir = tmp.file("backends");
+  std::filesystem::create_directory(dir);
+  std::filesystem::permissions(
+      dir, std::filesystem::perms::group_write | std::filesystem::perms::others_write,
+      std::filesystem::perm_options::remove);
+  std::filesystem::copy_file(kMocks + "/crash/Mock_CrashExecute_backend.so",
+                             dir + "/Mock_CrashExecute_backend.so");
+  const std::string model = tmp.file("relu.onnx");
+  backplane::test::write_relu_model(model, {2, 3});
+  const std::string err = tmp.file("stderr.txt");
+  // With the probe: the backend is rejected, naming the slot, and the run
+  // goes on without it.
+  Output o =
+      run_cli("backends --backend-path '" + dir + "' --probe-backends --log-level off --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  json j = json::parse(o.out);
+  EXPECT_FILE(j, "Mock_CrashExecute_backend.so", "rejected", "probe",
+              "probe crashed in slot 'execute': killed by signal 11");
+  o = run_cli("run '" + model + "' --backend-path '" + dir + "' --probe-backends --json 2>'" + err +
+              "'");
+  EXPECT_EQ(o.exit_code, 0) << o.out << backplane::test::read_text(err);
+  EXPECT_NE(backplane::test::read_text(err).find("probe crashed in slot 'execute'"),
+            std::string::npos);
+  // Without it the process dies; at trace level the last line says where.
+  // (In a sanitizer build the CLI dies by SIGSEGV too: ASan leaves the signal
+  // alone, rather than turning it into a report and an abort.)
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  o = run_cli("run '" + model + "' --backend-path '" + dir +
+                  "' --backends CrashExecute --log-level trace 2>'" + err + "'",
+              "ASAN_OPTIONS='" + std::string(asan != nullptr ? asan : "") + ":handle_segv=0' ");
+  EXPECT_EQ(o.exit_code, 128 + SIGSEGV) << o.out;
+  std::string log = backplane::test::read_text(err);
+  ASSERT_FALSE(log.empty());
+  std::string last = log.substr(log.rfind("[backplane", log.size() - 2));
+  EXPECT_NE(last.find("abi call CrashExecute.execute "), std::string::npos) << log;
 }
 
 TEST(DynamicBackendsCli, NoBackendAtAllFailsWithExitCode1) {

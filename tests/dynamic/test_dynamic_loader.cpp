@@ -160,22 +160,42 @@ TEST_F(DynamicBackends, Seed01_LoadValidBackend) {
 
 TEST_F(DynamicBackends, Seed02_InvalidSharedObjectsAreNotLoaded) {
   // A text file, a dangling symlink and a directory named like backends are
-  // reported; good shared objects under other names are not even looked at.
+  // reported; good shared objects under other names are reported as ignored
+  // (step "name") but not even opened.
   auto rt = make_runtime(with_dir(mock_dir("invalid_files")));
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
   auto files = rt->backend_files();
-  EXPECT_EQ(files.size(), 3u);
+  EXPECT_EQ(files.size(), 5u);
   EXPECT_REPORT(files, "Mock_Text_backend.so", Fate::kRejected, "dlopen", "");
   EXPECT_REPORT(files, "Mock_Gone_backend.so", Fate::kRejected, "path", "non-existent");
   EXPECT_REPORT(files, "Mock_Dir_backend.so", Fate::kRejected, "path", "not a regular file");
-  EXPECT_EQ(report_for(files, "Mock_MockA.so"), nullptr);
-  EXPECT_EQ(report_for(files, "Mock_MockA_backend_v1.2.so"), nullptr);
+  EXPECT_REPORT(files, "Mock_MockA.so", Fate::kRejected, "name",
+                "does not follow <vendor>_<name>_backend.so");
+  EXPECT_REPORT(files, "Mock_MockA_backend_v1.2.so", Fate::kRejected, "name", "ignored");
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("invalid_files", "Mock_MockA.so"))));
   EXPECT_FALSE(
       bt::mapped_in_this_process(canon(mock_file("invalid_files", "Mock_MockA_backend_v1.2.so"))));
   // The text file's reason is the loader's ("invalid ELF header", "file too short", ...).
   EXPECT_FALSE(report_for(files, "Mock_Text_backend.so")->reason.empty());
+}
+
+TEST_F(DynamicBackends, NameRule_FileNameMustBeTheIdCaseIncluded) {
+  // Three files return "AcmeNpu": Acme_Npu_backend.so and
+  // acme_acmenpu_backend.so are rejected with the reason, the right one loads.
+  auto rt = make_runtime(dynamic_only(mock_dir("misnamed")));
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"AcmeNpu"});
+  EXPECT_EQ(backend_named(*rt, "AcmeNpu")->description, "right");
+  auto files = rt->backend_files();
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_REPORT(files, "Acme_AcmeNpu_backend.so", Fate::kLoaded, "", "");
+  EXPECT_REPORT(files, "Acme_Npu_backend.so", Fate::kRejected, "name",
+                "named for id 'Npu' but GetBackendId() returns 'AcmeNpu'");
+  EXPECT_REPORT(files, "Acme_Npu_backend.so", Fate::kRejected, "name",
+                "rename the file to Acme_AcmeNpu_backend.so");
+  EXPECT_REPORT(files, "acme_acmenpu_backend.so", Fate::kRejected, "name", "case included");
+  EXPECT_EQ(report_for(files, "acme_acmenpu_backend.so")->id, "AcmeNpu");
 }
 
 TEST_F(DynamicBackends, Seed03_InvalidBackend_MissingEntryPoints) {
@@ -201,7 +221,7 @@ TEST_F(DynamicBackends, Seed03_InvalidBackend_BadFactory) {
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 2u);
   EXPECT_REPORT(files, "Mock_NullFactory_backend.so", Fate::kRejected, "factory", "NULL");
-  EXPECT_REPORT(files, "Mock_ThrowFactory_backend.so", Fate::kRejected, "factory", "threw");
+  EXPECT_REPORT(files, "Mock_MockThrow_backend.so", Fate::kRejected, "factory", "threw");
   for (const BackendFileReport& f : files)
     EXPECT_FALSE(bt::mapped_in_this_process(f.canonical_path)) << f.path;
 }
@@ -328,7 +348,7 @@ TEST_F(DynamicBackends, Seed06_BackendWithIdAlreadyLoadedIsNotLoaded) {
     ASSERT_NE(rt, nullptr);
     EXPECT_EQ(backend_named(*rt, "MockA")->description, "first");
     EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kLoaded, "", "");
-    EXPECT_REPORT(rt->backend_files(), "Mock_Other_backend.so", Fate::kSuperseded, "register",
+    EXPECT_REPORT(rt->backend_files(), "Other_MockA_backend.so", Fate::kSuperseded, "register",
                   "same id 'MockA'");
   }
 }
@@ -358,7 +378,7 @@ TEST_F(DynamicBackends, Seed07_SameSharedObjectLoadsOncePerRuntime) {
 
   // The same file reached from two search directories (a link in another one).
   fs::create_symlink(mock_file("valid", "Mock_MockA_backend.so"),
-                     tmp_.file("Mock_Link_backend.so"));
+                     tmp_.file("Link_MockA_backend.so"));
   const std::string list = mock_dir("valid") + ":" + tmp_.path();
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
   RuntimeOptions o;
@@ -366,7 +386,7 @@ TEST_F(DynamicBackends, Seed07_SameSharedObjectLoadsOncePerRuntime) {
   auto rt2 = make_runtime(o);
   ASSERT_NE(rt2, nullptr);
   EXPECT_REPORT(rt2->backend_files(), "Mock_MockA_backend.so", Fate::kLoaded, "", "");
-  EXPECT_REPORT(rt2->backend_files(), "Mock_Link_backend.so", Fate::kSuperseded, "path",
+  EXPECT_REPORT(rt2->backend_files(), "Link_MockA_backend.so", Fate::kSuperseded, "path",
                 "same file");
   EXPECT_EQ(bt::mock_counters(canon(mock_file("valid", "Mock_MockA_backend.so"))).counters.create,
             1);
@@ -673,7 +693,7 @@ INSTANTIATE_TEST_SUITE_P(SeedRows, NamingTable, ::testing::ValuesIn(kNameRows), 
 
 // The table's symlink and pathA/pathB rows, with real files.
 TEST_F(DynamicBackends, NamingTableOnDisk_SymlinkRows) {
-  const std::string real = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.path(),
+  const std::string real = copy_as(mock_file("naming", "Arm_CpuAcc_backend.so"), tmp_.path(),
                                    "Arm_CpuAcc_backend.so", 0755);
   fs::create_symlink("Arm_CpuAcc_backend.so", tmp_.file("Arm_CpuAcc_backend.so.1"));
   fs::create_symlink("Arm_CpuAcc_backend.so.1", tmp_.file("Arm_CpuAcc_backend.so.1.2"));
@@ -700,9 +720,9 @@ TEST_F(DynamicBackends, NamingTableOnDisk_SameNameInTwoPaths) {
   fs::create_directory(tmp_.file("pathB"));
   ::chmod(tmp_.file("pathA").c_str(), 0755);
   ::chmod(tmp_.file("pathB").c_str(), 0755);
-  const std::string a = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathA"),
+  const std::string a = copy_as(mock_file("naming", "Arm_GpuAcc_backend.so"), tmp_.file("pathA"),
                                 "Arm_GpuAcc_backend.so", 0755);
-  const std::string b = copy_as(mock_file("valid", "Mock_MockA_backend.so"), tmp_.file("pathB"),
+  const std::string b = copy_as(mock_file("naming", "Arm_GpuAcc_backend.so"), tmp_.file("pathB"),
                                 "Arm_GpuAcc_backend.so", 0755);
   const std::string list = tmp_.file("pathA") + ":" + tmp_.file("pathB");
   ScopedEnv env("BACKPLANE_BACKEND_PATHS", list.c_str());
@@ -716,7 +736,7 @@ TEST_F(DynamicBackends, NamingTableOnDisk_SameNameInTwoPaths) {
   EXPECT_EQ(files[0].fate, Fate::kLoaded);
   EXPECT_EQ(files[1].path, b);
   EXPECT_EQ(files[1].fate, Fate::kSuperseded);
-  EXPECT_EQ(backend_named(*rt, "MockA")->source, canon(a));
+  EXPECT_EQ(backend_named(*rt, "GpuAcc")->source, canon(a));
   EXPECT_FALSE(bt::mapped_in_this_process(canon(b)));
 }
 
@@ -943,10 +963,18 @@ TEST_F(DynamicBackends, Probe_CrashingBackendsAreRejectedAndNeverLoadedHere) {
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
   auto files = rt->backend_files();
-  ASSERT_EQ(files.size(), 3u);
+  ASSERT_EQ(files.size(), 4u);
   EXPECT_REPORT(files, "Mock_CrashCreate_backend.so", Fate::kRejected, "probe", "signal 11");
   EXPECT_HAS(report_for(files, "Mock_CrashCreate_backend.so")->reason, strsignal(SIGSEGV));
-  EXPECT_REPORT(files, "Mock_AbortQuery_backend.so", Fate::kRejected, "probe", "signal 6");
+  // The crash names the ABI slot it happened in.
+  EXPECT_REPORT(files, "Mock_CrashCreate_backend.so", Fate::kRejected, "probe",
+                "probe crashed in slot 'create': killed by signal 11");
+  EXPECT_REPORT(files, "Mock_AbortQuery_backend.so", Fate::kRejected, "probe",
+                "probe crashed in slot 'query_support': killed by signal 6");
+  // The probe compiles and executes a one-node graph: a crash in execute
+  // is caught there, not in the application.
+  EXPECT_REPORT(files, "Mock_CrashExecute_backend.so", Fate::kRejected, "probe",
+                "probe crashed in slot 'execute': killed by signal 11");
   EXPECT_REPORT(files, "Mock_MockA_backend.so", Fate::kLoaded, "", "");
   EXPECT_FALSE(bt::mapped_in_this_process(crash));
   EXPECT_FALSE(bt::mapped_in_this_process(abort_));
@@ -961,7 +989,7 @@ TEST_F(DynamicBackends, Probe_HangingBackendTimesOut) {
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(ids_of(*rt), std::vector<std::string>{"CpuRef"});
   EXPECT_REPORT(rt->backend_files(), "Mock_Hang_backend.so", Fate::kRejected, "probe",
-                "timed out after 1000 ms");
+                "timed out after 1000 ms in slot 'create'");
   EXPECT_FALSE(bt::mapped_in_this_process(canon(mock_file("hang", "Mock_Hang_backend.so"))));
 }
 
@@ -978,9 +1006,10 @@ TEST_F(DynamicBackends, Probe_DirectCalls) {
   Status version =
       dbu::probe_in_child(canon(mock_file("bad_version", "Mock_MajorUp_backend.so")), 5000);
   EXPECT_HAS(version.message(), "incompatible version");
+  // A failing step is named with its reason.
   Status refused =
       dbu::probe_in_child(canon(mock_file("bad_table", "Mock_Refuse_backend.so")), 5000);
-  EXPECT_HAS(refused.message(), "mock refuses");
+  EXPECT_HAS(refused.message(), "in slot 'create': create: mock refuses");
   Status crashed =
       dbu::probe_in_child(canon(mock_file("crash", "Mock_CrashCreate_backend.so")), 5000);
   EXPECT_HAS(crashed.message(), "killed by signal 11");
@@ -1022,13 +1051,14 @@ TEST_F(DynamicBackends, Superseded_BestScoreThatCreatesWins_ScoreZeroRejected) {
   EXPECT_EQ(backend_named(*rt, "MockS")->description, "s5");
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 4u);
-  EXPECT_REPORT(files, "Mock_S3_backend.so", Fate::kRejected, "create", "mock refuses");
-  EXPECT_REPORT(files, "Mock_S2_backend.so", Fate::kLoaded, "", "");
-  EXPECT_REPORT(files, "Mock_S1_backend.so", Fate::kSuperseded, "register", "Mock_S2_backend.so");
-  EXPECT_REPORT(files, "Mock_Zero_backend.so", Fate::kRejected, "score", "GetBackendScore is 0");
-  EXPECT_EQ(report_for(files, "Mock_S3_backend.so")->score, 9u);
-  EXPECT_EQ(report_for(files, "Mock_S2_backend.so")->score, 5u);
-  EXPECT_EQ(report_for(files, "Mock_S1_backend.so")->score, 1u);
+  EXPECT_REPORT(files, "Three_MockS_backend.so", Fate::kRejected, "create", "mock refuses");
+  EXPECT_REPORT(files, "Two_MockS_backend.so", Fate::kLoaded, "", "");
+  EXPECT_REPORT(files, "One_MockS_backend.so", Fate::kSuperseded, "register",
+                "Two_MockS_backend.so");
+  EXPECT_REPORT(files, "Mock_MockZ_backend.so", Fate::kRejected, "score", "GetBackendScore is 0");
+  EXPECT_EQ(report_for(files, "Three_MockS_backend.so")->score, 9u);
+  EXPECT_EQ(report_for(files, "Two_MockS_backend.so")->score, 5u);
+  EXPECT_EQ(report_for(files, "One_MockS_backend.so")->score, 1u);
   EXPECT_EQ(backend_named(*rt, "MockZ"), std::nullopt);
 }
 

@@ -12,7 +12,9 @@
 5. A C file including backend_abi.h and a C++ file including backend_sdk.hpp
    compile with nothing but `pkg-config --cflags backplane-backend`.
 6. Install the custom backend into the prefix; the installed CLI finds it
-   through BACKPLANE_BACKEND_PATHS.
+   there without options or environment, although Backplane was configured
+   for another prefix (the default backend directory is found relative to the
+   program), and still after the whole prefix is moved elsewhere.
 7. examples/app built against the installed package loads and runs the model.
 8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
    without options or environment, reports CpuOneDnn as the backend used.
@@ -23,6 +25,9 @@
 10. With the Python module built: Debian's python3 imports the installed
    module from the prefix, which uses the installed libbackplane.so and finds
    the prefix's backends beside it (no environment), and runs the model.
+11. The installed `backplane conformance` passes for CpuRef, CpuOneDnn, MockAcc
+   and MockOp, and fails for MockWrong (one wrong kernel), writing the case.
+12. The prefix moved elsewhere still finds its backends.
 
 Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
 numpy and onnx.
@@ -33,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -274,13 +280,25 @@ def main():
     installed_dir = os.path.join(prefix, "lib", "backplane", "backends")
     check(os.path.isfile(os.path.join(installed_dir, "Example_MyAcc_backend.so")),
           "cmake --install put Example_MyAcc_backend.so in <prefix>/lib/backplane/backends")
-    p = run([os.path.join(prefix, "bin", "backplane"), "backends", "--json"],
-            env=dict(env, BACKPLANE_BACKEND_PATHS=installed_dir))
-    listing = json.loads(p.stdout)
-    ids = {b["id"]: b for b in listing["backends"]}
-    check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", "installed CLI: CpuRef is static")
-    check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == os.path.realpath(installed_dir),
-          f"installed CLI + BACKPLANE_BACKEND_PATHS: MyAcc loaded from the prefix (got {sorted(ids)})")
+    def check_default_dir(prefix_now, what, inside_build_tree):
+        clean = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_")}
+        p = run([os.path.join(prefix_now, "bin", "backplane"), "backends", "--json"], env=clean, cwd=work)
+        listing = json.loads(p.stdout)
+        ids = {b["id"]: b for b in listing["backends"]}
+        want = os.path.realpath(os.path.join(prefix_now, "lib", "backplane", "backends"))
+        paths = [(q["path"], q["used"]) for q in listing["paths"]]
+        # A program inside the build tree (where ctest keeps WORK) also looks
+        # in the tree's backends; outside, the prefix is all there is.
+        expected = [(want, True)]
+        if inside_build_tree:
+            expected.append((os.path.realpath(os.path.join(args.build_dir, "lib", "backplane", "backends")), True))
+        check(paths == expected, f"{what}: the search paths are <prefix>/lib/backplane/backends "
+                                 f"(+ the build tree's when inside it) (got {paths})")
+        check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", f"{what}: CpuRef is static")
+        check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == want,
+              f"{what}: MyAcc loaded from the prefix without options (got {sorted(ids)})")
+
+    check_default_dir(prefix, "installed CLI", True)
 
     # 7. The application, against the installed package.
     app_build = os.path.join(work, "app_build")
@@ -314,6 +332,48 @@ def main():
 
     check_shared_library(args, prefix, work, env, model, w)
     check_python_module(args, prefix, work, env)
+
+    # 11. `backplane conformance` of the install, no build tree needed for its
+    #    cases: CpuRef, CpuOneDnn and the test accelerators (built, not
+    #    installed: --backend-path) pass; MockWrong, one wrong kernel, fails
+    #    and leaves its smallest failing case as an ONNX model.
+    installed_cli = os.path.join(prefix, "bin", "backplane")
+    clean = {k: v for k, v in env.items() if not k.startswith("BACKPLANE_")}
+    accel = os.path.join(args.build_dir, "lib", "backplane", "testing")
+    runs = [["--backend", "CpuRef"]]
+    if os.path.exists(onednn):
+        runs.append(["--backend", "CpuOneDnn"])
+    runs += [["--backend", m, "--backend-path", accel] for m in ("MockAcc", "MockOp")]
+    for extra in runs:
+        p = subprocess.run([installed_cli, "conformance"] + extra, env=clean, cwd=work,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        summary = [ln for ln in p.stdout.splitlines() if " passed, " in ln]
+        check(p.returncode == 0 and summary and " 0 failed" in summary[-1],
+              f"installed conformance {' '.join(extra[:2])}: {summary[-1] if summary else p.stdout[-500:]}")
+    cases = os.path.join(work, "conformance_cases")
+    p = subprocess.run([installed_cli, "conformance", "--backend", "MockWrong", "--backend-path",
+                        os.path.join(args.build_dir, "lib", "backplane", "testing_wrong"), "--case-dir", cases],
+                       env=clean, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(p.returncode == 1 and os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")),
+          f"installed conformance --backend MockWrong fails and writes the case (exit {p.returncode})")
+    if os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")):
+        m = onnx.load(os.path.join(cases, "MockWrong_Add_op.onnx"))
+        onnx.checker.check_model(m)
+        check([n.op_type for n in m.graph.node] == ["Add"], "the case file is a valid one-node Add model")
+
+    # 12. Relocatable: the whole prefix moved; the CLI follows it.
+    outside = tempfile.mkdtemp(prefix="backplane_install_")
+    moved = os.path.join(outside, "elsewhere")
+    try:
+        shutil.move(prefix, moved)
+        check_default_dir(moved, "prefix moved out of the build tree", False)
+    finally:
+        shutil.move(moved, prefix)
+        shutil.rmtree(outside, ignore_errors=True)
+    moved = prefix
+    cfg = open(os.path.join(moved, "lib", "cmake", "Backplane", "BackplaneConfig.cmake")).read()
+    check("set(Backplane_BACKEND_DIR \"${PACKAGE_PREFIX_DIR}/lib/backplane/backends\")" in cfg,
+          "BackplaneConfig.cmake computes Backplane_BACKEND_DIR from its own location")
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))

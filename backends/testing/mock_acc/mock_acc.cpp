@@ -10,8 +10,10 @@
 // The arithmetic reuses CpuRef's kernels (compiled into this module), so its
 // outputs equal CpuRef's bit for bit.
 //
-// Built twice: MockAcc (symbolic: compile + execute) and, with
-// MOCKACC_IMPERATIVE, MockOp (no compile slot: execute_node one op at a time).
+// Built three times: MockAcc (symbolic: compile + execute); with
+// MOCKACC_IMPERATIVE, MockOp (no compile slot: execute_node one op at a
+// time); with MOCKACC_WRONG_BROADCAST_ADD, MockWrong, MockAcc with one wrong
+// kernel (a broadcasting Add), which `backplane conformance` must catch.
 #include "reference/kernel.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -27,8 +29,10 @@
 #include <thread>
 #include <vector>
 
-#ifdef MOCKACC_IMPERATIVE
+#if defined(MOCKACC_IMPERATIVE)
 #define MOCK_ID "MockOp"
+#elif defined(MOCKACC_WRONG_BROADCAST_ADD)
+#define MOCK_ID "MockWrong"
 #else
 #define MOCK_ID "MockAcc"
 #endif
@@ -213,6 +217,7 @@ class Compiled : public sdk::CompiledPartition {
       nodes_.push_back(prepare(host, view, n));
       scratch_ = std::max(scratch_, nodes_.back()->kernel->scratch_bytes());
       op_types_.push_back(view.nodes[n].op_type);
+      broadcast_add_.push_back(is_broadcast_add(view, view.nodes[n]));
     }
   }
   std::unique_ptr<sdk::ExecContext> create_context() override {
@@ -225,7 +230,16 @@ class Compiled : public sdk::CompiledPartition {
   std::vector<int32_t> inputs_, outputs_;
   std::vector<std::unique_ptr<PreparedNode>> nodes_;
   std::vector<std::string> op_types_;
+  std::vector<bool> broadcast_add_;  // per node: an Add whose inputs' shapes differ
   size_t scratch_ = 0;
+
+ private:
+  static bool is_broadcast_add(const bp_graph_view_t& view, const bp_node_t& node) {
+    if (std::strcmp(node.op_type, "Add") != 0 || node.num_inputs != 2) return false;
+    const bp_value_t& a = view.values[node.inputs[0]];
+    const bp_value_t& b = view.values[node.inputs[1]];
+    return a.rank != b.rank || !std::equal(a.shape, a.shape + a.rank, b.shape);
+  }
 };
 
 Context::Context(const Compiled& c) : c_(c), values_(c.flags_.size(), nullptr) {
@@ -265,6 +279,10 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
     for (size_t i = 0; i < node.outputs.size(); ++i)
       out_[i] = node.outputs[i] >= 0 ? values_[node.outputs[i]] : nullptr;
     node.kernel->run(in_.data(), out_.data(), scratch_);
+#ifdef MOCKACC_WRONG_BROADCAST_ADD
+    // The seeded bug: a broadcasting Add is off by 0.5 in its first element.
+    if (c_.broadcast_add_[n]) static_cast<float*>(out_[0])[0] += 0.5f;
+#endif
     count("node:" + c_.op_types_[n]);
     count("nodes");
   }

@@ -1,0 +1,934 @@
+#include "cmd_conformance.hpp"
+
+#include "npy.hpp"
+
+#include <backplane/runtime.hpp>
+#include <backplane/tensor.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace backplane::cli {
+namespace {
+
+constexpr int kOpset = 13;
+
+// ---------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------
+
+// How an input's values are drawn.
+enum class Values { kAny, kPositive, kNonZero, kIndex };
+
+struct Input {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Values values = Values::kAny;
+  bool constant = false;            // an initializer, not a graph input
+  std::vector<int64_t> fixed_ints;  // a constant int64 tensor's exact values
+  std::vector<float> fixed_floats;  // a constant float tensor's exact values
+};
+
+struct Attr {
+  std::string name;
+  enum Kind { kInt, kFloat, kInts } kind = kInt;
+  int64_t i = 0;
+  float f = 0;
+  std::vector<int64_t> ints;
+};
+Attr int_attr(std::string n, int64_t v) { return {std::move(n), Attr::kInt, v, 0, {}}; }
+Attr float_attr(std::string n, float v) { return {std::move(n), Attr::kFloat, 0, v, {}}; }
+Attr ints_attr(std::string n, std::vector<int64_t> v) {
+  return {std::move(n), Attr::kInts, 0, 0, std::move(v)};
+}
+
+// One operator case: a single node.
+struct OpSpec {
+  std::string op;
+  std::vector<Input> inputs;
+  std::vector<Attr> attrs;
+  DType output_dtype = DType::kFloat32;
+};
+
+// A case ready to run: the model and its inputs.
+struct Case {
+  std::string op;    // the operator it tests
+  std::string name;  // what a user reads: "Add [2,3,4] [4] float32"
+  std::string kind;  // "op", "edges", "round trip", "threads"
+  onnx::ModelProto model;
+  std::vector<std::pair<std::string, Tensor>> inputs;
+  std::map<std::string, std::string> overrides;  // node -> backend
+  size_t size = 0;                               // input elements, to find the smallest
+  size_t spec = 0;                               // index into the catalogue
+};
+
+// "Add [2,3,4] [4] float32", "Conv [1,3,8,8] [4,3,3,3] pads=[1,1,1,1] float32".
+std::string describe(const OpSpec& s) {
+  std::ostringstream os;
+  auto list = [&os](const std::vector<int64_t>& v) {
+    os << '[';
+    for (size_t k = 0; k < v.size(); ++k) os << (k ? "," : "") << v[k];
+    os << ']';
+  };
+  os << s.op;
+  for (const Input& in : s.inputs) {
+    os << ' ';
+    if (in.fixed_ints.empty()) {
+      os << (in.constant ? "const" : "") << shape_to_string(in.shape);
+    } else {
+      os << in.name << '=';
+      list(in.fixed_ints);
+    }
+  }
+  for (const Attr& a : s.attrs) {
+    os << ' ' << a.name << '=';
+    if (a.kind == Attr::kInt) os << a.i;
+    if (a.kind == Attr::kFloat) os << a.f;
+    if (a.kind == Attr::kInts) list(a.ints);
+  }
+  if (!s.inputs.empty()) os << ' ' << dtype_name(s.inputs[0].dtype);
+  return os.str();
+}
+
+Tensor make_values(const Input& in, uint32_t seed) {
+  Tensor t(in.dtype, in.shape);
+  std::mt19937 rng(seed);
+  const int64_t n = t.numel();
+  if (!in.fixed_ints.empty()) {
+    for (int64_t k = 0; k < n; ++k) t.data_as<int64_t>()[k] = in.fixed_ints[k];
+    return t;
+  }
+  if (!in.fixed_floats.empty()) {
+    for (int64_t k = 0; k < n; ++k) t.data_as<float>()[k] = in.fixed_floats[k];
+    return t;
+  }
+  auto real = [&]() -> double {
+    std::uniform_real_distribution<double> d(-2.0, 2.0);
+    double v = d(rng);
+    if (in.values == Values::kPositive) return std::fabs(v) + 0.1;
+    if (in.values == Values::kNonZero) return v < 0 ? v - 0.5 : v + 0.5;
+    return v;
+  };
+  auto integer = [&]() -> int64_t {
+    if (in.values == Values::kIndex) return static_cast<int64_t>(rng() % 3);
+    int64_t v = static_cast<int64_t>(rng() % 11) - 5;
+    if (in.values == Values::kPositive) return std::llabs(v) + 1;
+    if (in.values == Values::kNonZero) return v == 0 ? 3 : v;
+    return v;
+  };
+  for (int64_t k = 0; k < n; ++k) {
+    switch (in.dtype) {
+      case DType::kFloat32:
+        t.data_as<float>()[k] = static_cast<float>(real());
+        break;
+      case DType::kFloat64:
+        t.data_as<double>()[k] = real();
+        break;
+      case DType::kInt32:
+        t.data_as<int32_t>()[k] = static_cast<int32_t>(integer());
+        break;
+      case DType::kInt64:
+        t.data_as<int64_t>()[k] = integer();
+        break;
+      case DType::kBool:
+        t.data_as<uint8_t>()[k] = static_cast<uint8_t>(rng() % 2);
+        break;
+      default:
+        std::memset(t.data(), 0, t.size_bytes());
+    }
+  }
+  return t;
+}
+
+void set_type(onnx::ValueInfoProto* v, const std::string& name, DType dtype, const Shape* shape) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int32_t>(dtype));
+  if (shape != nullptr) {
+    auto* sp = tt->mutable_shape();
+    for (int64_t d : *shape) sp->add_dim()->set_dim_value(d);
+  }
+}
+
+void add_initializer(onnx::GraphProto* g, const std::string& name, const Tensor& t) {
+  onnx::TensorProto* init = g->add_initializer();
+  init->set_name(name);
+  init->set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) init->add_dims(d);
+  init->set_raw_data(t.data(), t.size_bytes());
+}
+
+void add_attrs(onnx::NodeProto* node, const std::vector<Attr>& attrs) {
+  for (const Attr& a : attrs) {
+    onnx::AttributeProto* p = node->add_attribute();
+    p->set_name(a.name);
+    if (a.kind == Attr::kInt) {
+      p->set_type(onnx::AttributeProto::INT);
+      p->set_i(a.i);
+    } else if (a.kind == Attr::kFloat) {
+      p->set_type(onnx::AttributeProto::FLOAT);
+      p->set_f(a.f);
+    } else {
+      p->set_type(onnx::AttributeProto::INTS);
+      for (int64_t v : a.ints) p->add_ints(v);
+    }
+  }
+}
+
+// A single-node model of `spec` with inputs drawn from `seed`.
+Case make_op_case(const OpSpec& spec, uint32_t seed) {
+  Case c;
+  c.op = spec.op;
+  c.kind = "op";
+  c.name = describe(spec);
+  c.model.set_ir_version(8);
+  c.model.set_producer_name("backplane conformance");
+  onnx::OperatorSetIdProto* opset = c.model.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOpset);
+  onnx::GraphProto* g = c.model.mutable_graph();
+  g->set_name("case");
+  onnx::NodeProto* node = g->add_node();
+  node->set_op_type(spec.op);
+  node->set_name("node");
+  for (size_t k = 0; k < spec.inputs.size(); ++k) {
+    const Input& in = spec.inputs[k];
+    node->add_input(in.name);
+    Tensor t = make_values(in, seed * 31u + static_cast<uint32_t>(k));
+    if (in.constant) {
+      add_initializer(g, in.name, t);
+    } else {
+      set_type(g->add_input(), in.name, in.dtype, &in.shape);
+      c.size += static_cast<size_t>(t.numel());
+      c.inputs.emplace_back(in.name, std::move(t));
+    }
+  }
+  node->add_output("y");
+  set_type(g->add_output(), "y", spec.output_dtype, nullptr);
+  add_attrs(node, spec.attrs);
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// The catalogue
+// ---------------------------------------------------------------------------
+
+Input in(std::string name, Shape shape, DType dtype = DType::kFloat32,
+         Values values = Values::kAny) {
+  Input i;
+  i.name = std::move(name);
+  i.shape = std::move(shape);
+  i.dtype = dtype;
+  i.values = values;
+  return i;
+}
+Input constant(Input i) {
+  i.constant = true;
+  return i;
+}
+Input ints_constant(std::string name, std::vector<int64_t> values) {
+  Input i = in(std::move(name), {static_cast<int64_t>(values.size())}, DType::kInt64);
+  i.constant = true;
+  i.fixed_ints = std::move(values);
+  return i;
+}
+Input float_constant(std::string name, std::vector<float> values) {
+  Input i = in(std::move(name), {static_cast<int64_t>(values.size())});
+  i.constant = true;
+  i.fixed_floats = std::move(values);
+  return i;
+}
+
+std::vector<OpSpec> catalogue() {
+  std::vector<OpSpec> out;
+  auto add = [&](OpSpec s) { out.push_back(std::move(s)); };
+  const std::vector<Shape> unary_shapes = {{4}, {2, 3}, {2, 3, 4, 5}, {1, 8, 3, 3}, {}};
+
+  // Unary elementwise, float32, with the values each op is defined on.
+  const std::vector<std::pair<std::string, Values>> unary = {
+      {"Relu", Values::kAny},      {"Sigmoid", Values::kAny},  {"Tanh", Values::kAny},
+      {"Exp", Values::kAny},       {"Abs", Values::kAny},      {"Neg", Values::kAny},
+      {"Sqrt", Values::kPositive}, {"Log", Values::kPositive}, {"Erf", Values::kAny},
+      {"Floor", Values::kAny},     {"Ceil", Values::kAny},     {"Reciprocal", Values::kNonZero},
+      {"Softplus", Values::kAny},  {"Identity", Values::kAny}};
+  for (const auto& [op, values] : unary)
+    for (const Shape& s : unary_shapes) add({op, {in("x", s, DType::kFloat32, values)}, {}});
+  for (const Shape& s : {Shape{2, 3}, Shape{1, 4, 2, 2}}) {
+    add({"LeakyRelu", {in("x", s)}, {float_attr("alpha", 0.1f)}});
+    add({"LeakyRelu", {in("x", s)}, {}});
+    add({"Elu", {in("x", s)}, {float_attr("alpha", 0.5f)}});
+    add({"HardSigmoid", {in("x", s)}, {float_attr("alpha", 0.25f), float_attr("beta", 0.4f)}});
+  }
+  for (DType t : {DType::kInt32, DType::kInt64}) {
+    add({"Abs", {in("x", {2, 3}, t)}, {}, t});
+    add({"Neg", {in("x", {2, 3}, t)}, {}, t});
+  }
+  add({"Identity", {in("x", {2, 3}, DType::kInt64)}, {}, DType::kInt64});
+
+  // Binary elementwise: same shapes and every kind of broadcast.
+  const std::vector<std::pair<Shape, Shape>> pairs = {{{2, 3, 4}, {2, 3, 4}},
+                                                      {{2, 3, 4}, {4}},
+                                                      {{2, 3, 4}, {3, 1}},
+                                                      {{2, 1, 4}, {1, 3, 1}},
+                                                      {{1}, {2, 3}},
+                                                      {{}, {2, 3}},
+                                                      {{4, 1}, {1, 5}},
+                                                      {{1, 8, 4, 4}, {1, 8, 1, 1}},
+                                                      {{5}, {5}}};
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+    for (const auto& [a, b] : pairs) {
+      Values bv = std::string(op) == "Div" ? Values::kNonZero : Values::kAny;
+      add({op, {in("a", a), in("b", b, DType::kFloat32, bv)}, {}});
+    }
+  for (const auto& [a, b] : pairs)
+    add({"Pow", {in("a", a, DType::kFloat32, Values::kPositive), in("b", b)}, {}});
+  for (DType t : {DType::kInt32, DType::kInt64})
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
+      Values bv = std::string(op) == "Div" ? Values::kNonZero : Values::kAny;
+      add({op, {in("a", {2, 3}, t), in("b", {3}, t, bv)}, {}, t});
+      add({op, {in("a", {2, 3}, t), in("b", {2, 3}, t, bv)}, {}, t});
+    }
+  for (const char* op : {"Greater", "Less", "Equal"}) {
+    add({op, {in("a", {2, 3}), in("b", {3})}, {}, DType::kBool});
+    add({op, {in("a", {2, 3}, DType::kInt64), in("b", {2, 3}, DType::kInt64)}, {}, DType::kBool});
+  }
+  // A constant operand (a bias, a scale): the backend reads it as a weight.
+  add({"Add", {in("a", {2, 3, 4}), constant(in("b", {4}))}, {}});
+  add({"Mul", {in("a", {1, 8, 4, 4}), constant(in("b", {1, 8, 1, 1}))}, {}});
+
+  // MatMul: 1-D operands, batches, broadcast batches, a constant weight.
+  for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{{{2, 3}, {3, 4}},
+                                                                 {{3}, {3, 4}},
+                                                                 {{2, 3}, {3}},
+                                                                 {{2, 2, 3}, {3, 4}},
+                                                                 {{2, 2, 3}, {2, 3, 4}},
+                                                                 {{1, 2, 3, 4}, {2, 4, 5}},
+                                                                 {{7, 16}, {16, 9}}})
+    add({"MatMul", {in("a", a), in("b", b)}, {}});
+  add({"MatMul", {in("a", {4, 8}), constant(in("b", {8, 3}))}, {}});
+
+  // Gemm: transposes, alpha/beta, C broadcast from a vector or a scalar.
+  add({"Gemm", {in("a", {2, 3}), in("b", {3, 4}), in("c", {4})}, {}});
+  add({"Gemm", {in("a", {3, 2}), in("b", {3, 4}), in("c", {2, 4})}, {int_attr("transA", 1)}});
+  add({"Gemm", {in("a", {2, 3}), in("b", {4, 3}), in("c", {1})}, {int_attr("transB", 1)}});
+  add({"Gemm",
+       {in("a", {2, 3}), constant(in("b", {3, 4})), constant(in("c", {4}))},
+       {float_attr("alpha", 0.5f), float_attr("beta", 2.0f)}});
+  add({"Gemm", {in("a", {2, 3}), in("b", {3, 4})}, {}});
+
+  // Conv: padding, strides, dilations, groups, 1x1, no bias, asymmetric pads.
+  auto conv = [&](Shape x, Shape w, bool bias, std::vector<Attr> attrs) {
+    OpSpec s{"Conv", {in("x", x), constant(in("w", w))}, std::move(attrs)};
+    if (bias) s.inputs.push_back(constant(in("b", {w[0]})));
+    add(std::move(s));
+  };
+  conv({1, 3, 8, 8}, {4, 3, 3, 3}, true, {ints_attr("pads", {1, 1, 1, 1})});
+  conv({1, 3, 8, 8}, {4, 3, 3, 3}, false, {});
+  conv({2, 3, 9, 9}, {4, 3, 3, 3}, true, {ints_attr("strides", {2, 2})});
+  conv({1, 2, 9, 9}, {3, 2, 3, 3}, true, {ints_attr("dilations", {2, 2})});
+  conv({1, 4, 6, 6}, {4, 1, 3, 3}, true, {int_attr("group", 4), ints_attr("pads", {1, 1, 1, 1})});
+  conv({1, 4, 6, 6}, {6, 2, 3, 3}, true, {int_attr("group", 2)});
+  conv({1, 8, 5, 5}, {4, 8, 1, 1}, true, {});
+  conv({1, 3, 7, 7}, {2, 3, 3, 3}, true, {ints_attr("pads", {0, 1, 2, 1})});
+
+  // Pools.
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    add({op,
+         {in("x", {1, 2, 6, 6})},
+         {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2})}});
+    add({op,
+         {in("x", {1, 3, 7, 7})},
+         {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1})}});
+    add({op,
+         {in("x", {2, 2, 7, 7})},
+         {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}),
+          int_attr("ceil_mode", 1)}});
+  }
+  add({"AveragePool",
+       {in("x", {1, 3, 7, 7})},
+       {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}),
+        int_attr("count_include_pad", 1)}});
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    add({op, {in("x", {1, 3, 5, 5})}, {}});
+    add({op, {in("x", {2, 8, 3, 3})}, {}});
+  }
+
+  // Normalisation and friends.
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    add({op, {in("x", {2, 5})}, {}});
+    add({op, {in("x", {2, 3, 4})}, {int_attr("axis", 1)}});
+    add({op, {in("x", {2, 3, 4})}, {int_attr("axis", 0)}});
+  }
+  {
+    OpSpec bn{
+        "BatchNormalization",
+        {in("x", {1, 3, 4, 4}), constant(in("scale", {3})), constant(in("bias", {3})),
+         constant(in("mean", {3})), constant(in("var", {3}, DType::kFloat32, Values::kPositive))},
+        {float_attr("epsilon", 1e-3f)}};
+    add(bn);
+    bn.inputs[0].shape = {2, 3, 2, 5};
+    add(bn);
+  }
+
+  // Shape movers.
+  add({"Transpose", {in("x", {2, 3, 4})}, {ints_attr("perm", {2, 0, 1})}});
+  add({"Transpose", {in("x", {2, 3, 4})}, {}});
+  add({"Transpose", {in("x", {1, 2, 3, 4})}, {ints_attr("perm", {0, 2, 3, 1})}});
+  add({"Reshape", {in("x", {2, 3, 4}), ints_constant("shape", {4, 6})}, {}});
+  add({"Reshape", {in("x", {2, 3, 4}), ints_constant("shape", {-1, 4})}, {}});
+  add({"Reshape", {in("x", {2, 3, 4}), ints_constant("shape", {2, 0, -1})}, {}});
+  for (int64_t axis : {0, 1, 2}) add({"Flatten", {in("x", {2, 3, 4})}, {int_attr("axis", axis)}});
+  add({"Concat", {in("a", {2, 3}), in("b", {2, 4})}, {int_attr("axis", 1)}});
+  add({"Concat", {in("a", {1, 3}), in("b", {2, 3}), in("c", {3, 3})}, {int_attr("axis", 0)}});
+  add({"Concat", {in("a", {1, 2, 2, 2}), in("b", {1, 3, 2, 2})}, {int_attr("axis", 1)}});
+  add({"Squeeze", {in("x", {2, 1, 3, 1}), ints_constant("axes", {1, 3})}, {}});
+  add({"Unsqueeze", {in("x", {2, 3}), ints_constant("axes", {0, 3})}, {}});
+  add({"Slice",
+       {in("x", {4, 6}), ints_constant("starts", {1, 0}), ints_constant("ends", {3, 6})},
+       {}});
+  add({"Slice",
+       {in("x", {4, 6}), ints_constant("starts", {0}), ints_constant("ends", {6}),
+        ints_constant("axes", {1}), ints_constant("steps", {2})},
+       {}});
+  {
+    Input idx = in("indices", {3}, DType::kInt64, Values::kIndex);
+    add({"Gather", {in("data", {5, 4}), idx}, {}});
+    add({"Gather", {in("data", {5, 4}), idx}, {int_attr("axis", 1)}});
+  }
+
+  // Reductions.
+  for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}) {
+    add({op, {in("x", {2, 3, 4})}, {ints_attr("axes", {1})}});
+    add({op, {in("x", {2, 3, 4})}, {ints_attr("axes", {0, 2}), int_attr("keepdims", 0)}});
+    add({op, {in("x", {2, 3, 4})}, {}});
+  }
+  add({"ReduceSum", {in("x", {2, 3, 4}), ints_constant("axes", {1})}, {}});
+  add({"ReduceSum",
+       {in("x", {2, 3, 4}), ints_constant("axes", {0, 2})},
+       {int_attr("keepdims", 0)}});
+
+  // Clip with constant bounds, Cast, Where.
+  {
+    Input lo = float_constant("min", {-0.5f});
+    Input hi = float_constant("max", {0.5f});
+    lo.shape = hi.shape = {};
+    add({"Clip", {in("x", {2, 3, 4}), lo, hi}, {}});
+  }
+  add({"Cast",
+       {in("x", {2, 3})},
+       {int_attr("to", static_cast<int64_t>(DType::kInt32))},
+       DType::kInt32});
+  add({"Cast", {in("x", {2, 3}, DType::kInt64)}, {int_attr("to", 1)}, DType::kFloat32});
+  add({"Where", {in("c", {2, 3}, DType::kBool), in("a", {2, 3}), in("b", {3})}, {}});
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Running and comparing
+// ---------------------------------------------------------------------------
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+Result<std::vector<Tensor>> run_model(Model& model,
+                                      const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  BP_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, model.create_session());
+  for (const auto& [name, t] : inputs) BP_RETURN_IF_ERROR(session->set_input(name, t));
+  BP_RETURN_IF_ERROR(session->run());
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < session->num_outputs(); ++k) out.push_back(session->output(k).clone());
+  return out;
+}
+
+// "" when `got` matches `want`: float32/64 within |got - want| <= 1e-4 +
+// 1e-3 |want| (NaN equals NaN), everything else bit for bit.
+std::string compare(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  if (got.size() != want.size())
+    return std::to_string(got.size()) + " outputs, CpuRef has " + std::to_string(want.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    const Tensor& g = got[o];
+    const Tensor& w = want[o];
+    const std::string which = "output " + std::to_string(o);
+    if (g.dtype() != w.dtype())
+      return which + " is " + dtype_name(g.dtype()) + ", CpuRef's is " + dtype_name(w.dtype());
+    if (g.shape() != w.shape())
+      return which + " has shape " + shape_to_string(g.shape()) + ", CpuRef's is " +
+             shape_to_string(w.shape());
+    auto check = [&](auto* gp, auto* wp) -> std::string {
+      double worst = 0;
+      int64_t at = -1;
+      for (int64_t k = 0; k < g.numel(); ++k) {
+        double a = static_cast<double>(gp[k]), b = static_cast<double>(wp[k]);
+        if (std::isnan(a) && std::isnan(b)) continue;
+        double err = std::fabs(a - b);
+        if (!(err <= 1e-4 + 1e-3 * std::fabs(b)) && (at < 0 || err > worst || std::isnan(err))) {
+          worst = err;
+          at = k;
+        }
+      }
+      if (at < 0) return "";
+      std::ostringstream os;
+      os << which << "[" << at << "] is " << static_cast<double>(gp[at]) << ", CpuRef's is "
+         << static_cast<double>(wp[at]) << " (largest error " << worst << ")";
+      return os.str();
+    };
+    if (g.dtype() == DType::kFloat32) {
+      if (auto e = check(g.data_as<float>(), w.data_as<float>()); !e.empty()) return e;
+    } else if (g.dtype() == DType::kFloat64) {
+      if (auto e = check(g.data_as<double>(), w.data_as<double>()); !e.empty()) return e;
+    } else if (std::memcmp(g.data(), w.data(), g.size_bytes()) != 0) {
+      const auto* gb = static_cast<const unsigned char*>(g.data());
+      const auto* wb = static_cast<const unsigned char*>(w.data());
+      size_t byte = 0;
+      while (gb[byte] == wb[byte]) ++byte;
+      return which + " differs from CpuRef's at element " +
+             std::to_string(byte / dtype_size(g.dtype()));
+    }
+  }
+  return "";
+}
+
+enum class Outcome { kPass, kFail, kUnsupported };
+
+struct CaseResult {
+  Outcome outcome = Outcome::kPass;
+  std::string reason;
+};
+
+class Runner {
+ public:
+  // `rerun_options`: the global options a rerun of a failing case needs
+  // (" --backend-path DIR"), printed with it.
+  Runner(Runtime& rt, const ConformanceCommand& cmd, std::string scratch, std::string rerun_options)
+      : rt_(rt), cmd_(cmd), scratch_(std::move(scratch)), rerun_(std::move(rerun_options)) {}
+
+  int run();
+
+ private:
+  std::string write_model(const Case& c) {
+    std::string path = scratch_ + "/case" + std::to_string(files_++) + ".onnx";
+    std::ofstream out(path, std::ios::binary);
+    c.model.SerializeToOstream(&out);
+    return path;
+  }
+  Result<std::shared_ptr<Model>> load(const std::string& path, std::vector<std::string> backends,
+                                      const std::map<std::string, std::string>& overrides = {}) {
+    ModelOptions o;
+    o.backends = std::move(backends);
+    o.overrides = overrides;
+    return rt_.load_model(path, o);
+  }
+  Result<std::vector<Tensor>> reference(const Case& c, const std::string& path) {
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<Model> m, load(path, {"CpuRef"}));
+    return run_model(*m, c.inputs);
+  }
+  CaseResult run_op_case(Case& c, bool* taken);
+  CaseResult run_edges(const Case& c, bool chain, DType in_dtype, DType out_dtype);
+  CaseResult run_round_trip(const Case& c);
+  CaseResult run_threads(const Case& base, const OpSpec& spec, uint32_t seed);
+  void record(const Case& c, const CaseResult& r);
+  void write_smallest_failure();
+
+  Runtime& rt_;
+  const ConformanceCommand& cmd_;
+  std::string scratch_;
+  std::string rerun_;
+  size_t files_ = 0;
+  size_t passed_ = 0, failed_ = 0, unsupported_ = 0;
+  std::vector<Case> failures_;
+};
+
+CaseResult fail(std::string why) { return {Outcome::kFail, std::move(why)}; }
+CaseResult unsupported(std::string why) { return {Outcome::kUnsupported, std::move(why)}; }
+
+CaseResult Runner::run_op_case(Case& c, bool* taken) {
+  *taken = false;
+  const std::string path = write_model(c);
+  auto want = reference(c, path);
+  if (!want.ok())
+    return fail("the reference CpuRef cannot run this case: " + want.status().message());
+  // The outputs' shapes, now known, complete the model (a file the ONNX
+  // checker accepts when it is written as a failing case).
+  onnx::GraphProto* g = c.model.mutable_graph();
+  for (int k = 0; k < g->output_size() && k < static_cast<int>(want->size()); ++k) {
+    auto* shape = g->mutable_output(k)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : (*want)[k].shape()) shape->add_dim()->set_dim_value(d);
+  }
+  auto model = load(path, {cmd_.backend});
+  if (!model.ok()) {
+    if (model.status().code() == StatusCode::kUnsupported)
+      return unsupported(first_line(model.status().message()));
+    return fail("load: " + first_line(model.status().message()));
+  }
+  *taken = true;
+  auto got = run_model(**model, c.inputs);
+  if (!got.ok()) return fail("run: " + first_line(got.status().message()));
+  if (std::string diff = compare(*got, *want); !diff.empty()) return fail(diff);
+  return {};
+}
+
+// Dtypes Neg takes (the op pinned to CpuRef around the tested one).
+bool negatable(DType t) { return t == DType::kFloat32 || t == DType::kInt32 || t == DType::kInt64; }
+
+// The case's node with Neg, pinned to CpuRef, around it: for an elementwise
+// op (`chain`), the node three times with a Neg between each (two edges each
+// way); for any other, a Neg before its first input and/or after its output
+// (where Neg takes the dtype). Tensors so go to and from the backend's
+// memory at every edge. `mine` is how many partitions the backend must get.
+CaseResult Runner::run_edges(const Case& c, bool chain, DType in_dtype, DType out_dtype) {
+  Case e = c;
+  e.kind = "edges";
+  onnx::GraphProto* g = e.model.mutable_graph();
+  const onnx::NodeProto first = g->node(0);
+  g->clear_node();
+  auto neg = [&](const std::string& name, const std::string& from, const std::string& to) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("Neg");
+    n->set_name(name);
+    n->add_input(from);
+    n->add_output(to);
+    e.overrides[name] = "CpuRef";
+  };
+  size_t expected = 1;
+  if (chain) {
+    e.name = c.name + ", 3 times with Neg on CpuRef between";
+    std::string x = first.input(0);
+    for (int k = 0; k < 3; ++k) {
+      onnx::NodeProto* n = g->add_node();
+      *n = first;
+      n->set_name("op" + std::to_string(k));
+      n->set_input(0, x);
+      n->set_output(0, k == 2 ? "y" : "t" + std::to_string(k));
+      if (k == 2) break;
+      x = "n" + std::to_string(k);
+      neg("neg" + std::to_string(k), "t" + std::to_string(k), x);
+    }
+    expected = 3;
+  } else {
+    const bool before = negatable(in_dtype), after = negatable(out_dtype);
+    if (!before && !after) return unsupported("no edge to make: Neg takes none of its dtypes");
+    e.name = c.name + ", with Neg on CpuRef" + (before ? " before" : "") +
+             (before && after ? " and" : "") + (after ? " after" : "");
+    if (before) neg("neg_in", first.input(0), "x_neg");
+    onnx::NodeProto* n = g->add_node();
+    *n = first;
+    n->set_name("op");
+    if (before) n->set_input(0, "x_neg");
+    if (after) {
+      n->set_output(0, "y_op");
+      neg("neg_out", "y_op", first.output(0));
+    }
+  }
+  const std::string path = write_model(e);
+  auto ref_model = load(path, {"CpuRef"});
+  if (!ref_model.ok())
+    return fail("the reference CpuRef cannot run this case: " + ref_model.status().message());
+  auto want = run_model(**ref_model, e.inputs);
+  if (!want.ok()) return fail("CpuRef: " + want.status().message());
+  auto model = load(path, {cmd_.backend, "CpuRef"}, e.overrides);
+  if (!model.ok()) return fail("load: " + first_line(model.status().message()));
+  size_t mine = 0, all = (*model)->partitions().size();
+  for (const PartitionDescription& p : (*model)->partitions()) mine += p.backend == cmd_.backend;
+  if (cmd_.backend != "CpuRef" && (mine != expected || all == mine)) {
+    failures_.push_back(e);
+    return fail("expected " + std::to_string(expected) + " partition(s) on " + cmd_.backend +
+                " between CpuRef's, the plan has " + std::to_string(mine) + " of " +
+                std::to_string(all));
+  }
+  auto got = run_model(**model, e.inputs);
+  CaseResult r;
+  if (!got.ok()) r = fail("run: " + first_line(got.status().message()));
+  else if (std::string diff = compare(*got, *want); !diff.empty()) r = fail(diff);
+  if (r.outcome == Outcome::kFail) failures_.push_back(e);
+  return r;
+}
+
+// Compiled into an artifact with the backend, loaded back (deserialize), run.
+CaseResult Runner::run_round_trip(const Case& c) {
+  const std::string path = write_model(c);
+  auto want = reference(c, path);
+  if (!want.ok()) return fail("CpuRef: " + want.status().message());
+  const std::string bpk = scratch_ + "/case" + std::to_string(files_++) + ".bpk";
+  CompileOptions co;
+  co.backends = {cmd_.backend};
+  auto report = rt_.compile({{"main", path}}, bpk, co);
+  if (!report.ok()) {
+    // A backend may reject a node when compiling ahead of time that it took
+    // when compiling for a run (its compile reports it rejected).
+    if (report.status().code() == StatusCode::kUnsupported)
+      return unsupported("compile: " + first_line(report.status().message()));
+    return fail("compile: " + first_line(report.status().message()));
+  }
+  if (report->payload_bytes == 0)
+    return unsupported("the backend stores no payload (no BP_BACKEND_FLAG_SERIALIZE)");
+  auto model = load(bpk, {cmd_.backend});
+  if (!model.ok()) return fail("load of the artifact: " + first_line(model.status().message()));
+  for (const std::string& note : (*model)->notes())
+    return fail("the payload was not deserialized: " + note);
+  auto got = run_model(**model, c.inputs);
+  if (!got.ok()) return fail("run: " + first_line(got.status().message()));
+  if (std::string diff = compare(*got, *want); !diff.empty()) return fail(diff);
+  return {};
+}
+
+// One model, 4 sessions (an execution context each) run from 4 threads at
+// once, each on its own inputs, 3 times.
+CaseResult Runner::run_threads(const Case& base, const OpSpec& spec, uint32_t seed) {
+  constexpr int kThreads = 4;
+  std::vector<Case> cases;
+  std::vector<std::vector<Tensor>> want;
+  const std::string path = write_model(base);
+  for (int t = 0; t < kThreads; ++t) {
+    // The same model (its constants are base's), other inputs.
+    cases.push_back(make_op_case(spec, seed + 1000u * static_cast<uint32_t>(t + 1)));
+    cases[t].model = base.model;
+    auto w = reference(cases[t], path);
+    if (!w.ok()) return fail("CpuRef: " + w.status().message());
+    want.push_back(std::move(*w));
+  }
+  auto model = load(path, {cmd_.backend});
+  if (!model.ok()) return fail("load: " + first_line(model.status().message()));
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      auto session = (*model)->create_session();
+      if (!session.ok()) {
+        errors[t] = session.status().message();
+        return;
+      }
+      for (int round = 0; round < 3 && errors[t].empty(); ++round) {
+        for (const auto& [name, tensor] : cases[t].inputs)
+          if (Status s = (*session)->set_input(name, tensor); !s.ok()) errors[t] = s.message();
+        if (Status s = (*session)->run(); !s.ok()) errors[t] = s.message();
+        if (!errors[t].empty()) break;
+        std::vector<Tensor> got;
+        for (size_t k = 0; k < (*session)->num_outputs(); ++k)
+          got.push_back((*session)->output(k).clone());
+        errors[t] = compare(got, want[t]);
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t)
+    if (!errors[t].empty()) {
+      Case c = cases[t];
+      c.kind = "threads";
+      c.name = cases[t].name + ", " + std::to_string(kThreads) + " sessions on " +
+               std::to_string(kThreads) + " threads";
+      failures_.push_back(c);
+      return fail("thread " + std::to_string(t) + ": " + first_line(errors[t]));
+    }
+  return {};
+}
+
+void Runner::record(const Case& c, const CaseResult& r) {
+  const char* tag = r.outcome == Outcome::kPass   ? "pass"
+                    : r.outcome == Outcome::kFail ? "FAIL"
+                                                  : "unsupported";
+  if (r.outcome == Outcome::kPass) ++passed_;
+  if (r.outcome == Outcome::kFail) ++failed_;
+  if (r.outcome == Outcome::kUnsupported) ++unsupported_;
+  if (r.outcome == Outcome::kFail || cmd_.verbose)
+    std::cout << "  " << tag << "  " << (c.kind == "op" ? "" : c.kind + ": ") << c.name
+              << (r.reason.empty() ? "" : ": " + r.reason) << "\n";
+}
+
+std::string safe(std::string s) {
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+void Runner::write_smallest_failure() {
+  if (failures_.empty()) return;
+  const Case& c = *std::min_element(failures_.begin(), failures_.end(),
+                                    [](const Case& a, const Case& b) { return a.size < b.size; });
+  std::error_code ec;
+  fs::create_directories(cmd_.case_dir, ec);
+  const std::string base =
+      (fs::absolute(cmd_.case_dir) / (cmd_.backend + "_" + safe(c.op) + "_" + safe(c.kind)))
+          .lexically_normal()
+          .string();
+  const std::string model = base + ".onnx";
+  std::ofstream out(model, std::ios::binary);
+  if (!c.model.SerializeToOstream(&out) || !out.flush()) {
+    std::cerr << "error: cannot write " << model << "\n";
+    return;
+  }
+  std::string args;
+  for (const auto& [name, t] : c.inputs) {
+    const std::string npy = base + "." + safe(name) + ".npy";
+    if (Status s = npy::write(npy, t); !s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      return;
+    }
+    args += " --input " + name + "=" + npy;
+  }
+  std::string pins;
+  for (const auto& [node, backend] : c.overrides) pins += " --override " + node + "=" + backend;
+  std::cout << "smallest failing case: " << c.name << "\n"
+            << "  written to " << model << " (inputs beside it)\n"
+            << "  rerun: backplane run " << model << " --backends " << cmd_.backend
+            << (c.overrides.empty() ? "" : ",CpuRef") << rerun_ << pins << args << " --output-dir "
+            << base << ".out\n"
+            << "  and:   backplane run " << model << " --backends CpuRef" << args
+            << " --output-dir " << base << ".ref\n";
+}
+
+int Runner::run() {
+  const std::vector<OpSpec> specs = catalogue();
+  // Per op: the cases the backend took and the ones it rejected.
+  std::map<std::string, std::vector<size_t>> taken, rejected;
+  std::map<std::string, std::string> reasons;
+  std::vector<Case> cases;
+  std::vector<CaseResult> results;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    Case c = make_op_case(specs[k], static_cast<uint32_t>(k + 1));
+    c.spec = k;
+    if (!cmd_.filter.empty() && c.name.find(cmd_.filter) == std::string::npos) continue;
+    bool took = false;
+    CaseResult r = run_op_case(c, &took);
+    (took ? taken : rejected)[c.op].push_back(cases.size());
+    if (r.outcome == Outcome::kFail) failures_.push_back(c);
+    cases.push_back(std::move(c));
+    results.push_back(r);
+  }
+  std::cout << cmd_.backend << ": operator cases\n";
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CaseResult& r = results[k];
+    const std::string& op = cases[k].op;
+    if (cmd_.strict && r.outcome == Outcome::kUnsupported && taken.count(op)) {
+      r = fail("rejected, though " + cmd_.backend + " takes " + std::to_string(taken[op].size()) +
+               " other case(s) of " + op + " (--strict): " + r.reason);
+      failures_.push_back(cases[k]);
+    }
+    record(cases[k], r);
+  }
+  // For each operator the backend takes: edges, a round trip, threads, on the
+  // first case it passed (elementwise ops only for the edges: the op's output
+  // must be able to feed its first input again).
+  std::cout << cmd_.backend << ": graphs, artifacts, threads\n";
+  for (const auto& [op, indices] : taken) {
+    const size_t* first = nullptr;
+    for (const size_t& k : indices)
+      if (results[k].outcome == Outcome::kPass) {
+        first = &k;
+        break;
+      }
+    if (first == nullptr) continue;
+    const Case& c = cases[*first];
+    const OpSpec* spec = &specs[c.spec];
+    // Edges: the op's first input must be a graph input (not a weight).
+    if (!c.inputs.empty() && c.inputs[0].first == spec->inputs[0].name) {
+      auto want = reference(c, write_model(c));
+      if (want.ok() && want->size() == 1) {
+        const bool chain = spec->inputs[0].dtype == DType::kFloat32 &&
+                           spec->output_dtype == DType::kFloat32 &&
+                           (*want)[0].shape() == c.inputs[0].second.shape();
+        CaseResult r = run_edges(c, chain, spec->inputs[0].dtype, spec->output_dtype);
+        Case e = c;
+        e.kind = "edges";
+        e.name = c.name +
+                 (chain ? ", 3 times with Neg on CpuRef between" : ", with Neg on CpuRef around");
+        record(e, r);
+      }
+    }
+    Case rt = c;
+    rt.kind = "round trip";
+    CaseResult r = run_round_trip(c);
+    if (cmd_.strict && r.outcome == Outcome::kUnsupported && r.reason.rfind("compile: ", 0) == 0)
+      r = fail("rejected when compiled ahead of time, though taken for a run (--strict): " +
+               r.reason);
+    if (r.outcome == Outcome::kFail) failures_.push_back(rt);
+    record(rt, r);
+    if (spec != nullptr) {
+      Case th = c;
+      th.kind = "threads";
+      th.name = c.name + ", 4 sessions on 4 threads";
+      record(th, run_threads(c, *spec, static_cast<uint32_t>(*first + 1)));
+    }
+  }
+  std::cout << cmd_.backend << ": " << passed_ << " passed, " << failed_ << " failed, "
+            << unsupported_ << " unsupported (" << taken.size() << " operators claimed)\n";
+  write_smallest_failure();
+  return failed_ == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int ConformanceCommand::run(const RuntimeOptions& options) const {
+  auto rt = Runtime::create(options);
+  if (!rt.ok()) {
+    std::cerr << "error: " << rt.status().message() << "\n";
+    return 1;
+  }
+  bool found = false, cpuref = false;
+  std::string ids;
+  for (const BackendDescription& d : (*rt)->backends()) {
+    found |= d.id == backend;
+    cpuref |= d.id == "CpuRef";
+    if (!ids.empty()) ids += ", ";
+    ids += d.id;
+  }
+  if (!found) {
+    std::cerr << "error: backend '" << backend << "' is not registered (registered: " << ids
+              << "); see 'backplane backends'\n";
+    return 1;
+  }
+  if (!cpuref) {
+    std::cerr << "error: the reference backend CpuRef is not registered: conformance compares "
+                 "with it\n";
+    return 1;
+  }
+  std::string scratch = (fs::temp_directory_path() / "backplane_conformance_XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) {
+    std::cerr << "error: cannot create a scratch directory: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::string rerun;
+  if (options.backend_path) rerun += " --backend-path " + *options.backend_path;
+  if (!options.dynamic_backends) rerun += " --no-dynamic-backends";
+  Runner runner(**rt, *this, scratch, rerun);
+  int status = runner.run();
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  return status;
+}
+
+void add_conformance_command(CLI::App& parent, ConformanceCommand* cmd) {
+  cmd->app = parent.add_subcommand("conformance",
+                                   "Check a backend's operators against CpuRef on generated cases");
+  cmd->app->add_option("--backend", cmd->backend, "The backend to check (its id)")->required();
+  cmd->app->add_flag("--strict", cmd->strict,
+                     "A rejected case of an operator the backend takes in other cases fails");
+  cmd->app->add_option("--filter", cmd->filter, "Only operator cases whose name contains this");
+  cmd->app
+      ->add_option("--case-dir", cmd->case_dir,
+                   "Where to write the smallest failing case (.onnx and .npy inputs)")
+      ->capture_default_str();
+  cmd->app->add_flag("--verbose", cmd->verbose, "Print every case, not only failures");
+}
+
+}  // namespace backplane::cli

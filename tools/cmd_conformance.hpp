@@ -1,0 +1,53 @@
+// cmd_conformance.hpp — `backplane conformance`: a backend's operators
+// checked against CpuRef, in the spirit of ggml's test-backend-ops.
+//
+//   backplane conformance --backend ID [--strict] [--filter SUBSTR]
+//                         [--case-dir DIR] [--verbose]
+//
+// The cases are generated here (nothing is read from a build tree): for each
+// operator of the catalogue, small models across shapes, broadcasting,
+// attributes and dtypes, each run on the backend alone and on CpuRef with the
+// same pseudo-random inputs and compared (floating point within a relative
+// and absolute tolerance, integers and bools exactly). A case the backend
+// does not take is "unsupported"; an operator whose cases it took at least
+// once is "claimed". For each claimed operator, also: a graph that crosses
+// partition edges (the operator on the backend, Neg pinned to CpuRef
+// between, so tensors move between memories), a serialize/deserialize round
+// trip through a compiled artifact, and several sessions (execution
+// contexts) of one model run from several threads at once.
+//
+// --strict counts a case of a claimed operator that the backend rejects as a
+// failure. Prints "ID: N passed, N failed, N unsupported"; on failure, writes
+// the smallest failing case as an ONNX model plus its inputs (.npy) to
+// --case-dir and prints the two `backplane run` commands that compare it.
+// Exit status 0 iff nothing failed.
+#pragma once
+
+#include <backplane/runtime.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace backplane::cli {
+
+struct ConformanceCommand {
+  CLI::App* app = nullptr;  // the subcommand, owned by the parent App
+  std::string backend;
+  bool strict = false;
+  std::string filter;
+  std::string case_dir = ".";
+  bool verbose = false;
+
+  bool selected() const { return app != nullptr && app->parsed(); }
+  // Runs the cases with a runtime made from `options`; prints on stdout.
+  // 0 when nothing failed, 1 otherwise ("error: ..." on stderr when the run
+  // itself could not be made).
+  int run(const RuntimeOptions& options) const;
+};
+
+// Adds the `conformance` subcommand to `parent`. The result must outlive
+// parsing.
+void add_conformance_command(CLI::App& parent, ConformanceCommand* cmd);
+
+}  // namespace backplane::cli

@@ -18,8 +18,10 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   # logging, command line, JSON
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
-  # tests and benchmarks; graphviz renders the plan's DOT in a test
-  libgtest-dev libgmock-dev libbenchmark-dev graphviz
+  # tests and benchmarks; graphviz renders the plan's DOT in a test; mount
+  # (not in a minimal root) gives the CLI edge test, run as root, its full
+  # tmpfs
+  libgtest-dev libgmock-dev libbenchmark-dev graphviz mount
   # trust digests, artifact format, segment checksums
   libssl-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   # CpuOneDnn, and the OpenCL loader + headers oneDNN's CMake config requires

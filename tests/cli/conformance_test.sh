@@ -5,10 +5,12 @@
 # whose two printed `backplane run` commands really disagree; --strict turns
 # MockAcc's rejected int32 Add into failures; bad input is a clear error.
 #
-#   conformance_test.sh BACKPLANE ACCEL_DIR WRONG_DIR PYTHON
+#   conformance_test.sh BACKPLANE MOCKACC_SO MOCKWRONG_SO PYTHON
+# (the backends' files, not their directories: a sanitizer run builds what a
+# test's command line names, scripts/ci_targets.py)
 cli=$1
-accel=$2
-wrong=$3
+accel=$(dirname "$2")
+wrong=$(dirname "$3")
 python=$4
 . "$(dirname "$0")/lib.sh" conformance
 

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <mutex>
 #include <set>
 
 namespace backplane::ir {
@@ -278,6 +280,122 @@ bool nondeterministic(const Node& node) {
   return node.domain.empty() && ops.count(node.op_type) > 0;
 }
 
+}  // namespace
+
+// The memo's side of infer_node (a friend of InferMemo).
+struct InferMemoAccess {
+  // Constants up to this size are named in a key by their bytes; larger
+  // ones (weights, which copies of a graph share) by their address, and
+  // pinned so that the address cannot come back with other bytes.
+  static constexpr size_t kBytesInKey = 256;
+
+  // Every input's dtype, shape and (for a constant) value, as one key.
+  static void make_key(const Graph& g, const Node& node, std::vector<int64_t>& key,
+                       std::vector<Tensor>& pinned) {
+    key.push_back(static_cast<int64_t>(node.inputs.size()));
+    for (int v : node.inputs) {
+      if (v < 0) {
+        key.push_back(-1);
+        continue;
+      }
+      const Value& value = g.values[v];
+      key.push_back(static_cast<int64_t>(value.dtype));
+      key.push_back(value.has_shape ? static_cast<int64_t>(value.shape.size()) : -1);
+      key.insert(key.end(), value.shape.begin(), value.shape.end());
+      const Tensor* t = value.is_constant() ? g.constant(v) : nullptr;
+      if (t == nullptr) {
+        key.push_back(0);
+      } else if (t->size_bytes() <= kBytesInKey) {
+        key.push_back(1);
+        key.push_back(static_cast<int64_t>(t->size_bytes()));
+        const size_t words = (t->size_bytes() + 7) / 8;
+        const size_t at = key.size();
+        key.resize(at + words, 0);
+        if (t->size_bytes() > 0) std::memcpy(&key[at], t->data(), t->size_bytes());
+      } else {
+        key.push_back(2);
+        key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(t->data())));
+        key.push_back(static_cast<int64_t>(t->size_bytes()));
+        pinned.push_back(*t);  // shares its bytes
+      }
+    }
+  }
+
+  static std::unique_lock<std::mutex> lock(InferMemo& m) {
+    return std::unique_lock<std::mutex>(m.mu_);
+  }
+
+  // Sizes the memo for `g` (a graph of another size starts it afresh).
+  static void bind(InferMemo& m, const Graph& g) {
+    if (m.nodes_.size() != g.nodes.size()) m.nodes_.assign(g.nodes.size(), {});
+  }
+
+  // Gives node `index` the outputs remembered for `key`; false if none.
+  static bool replay(InferMemo& m, Graph& g, size_t index, const std::vector<int64_t>& key,
+                     std::vector<bool>& folded) {
+    for (InferMemo::Entry& e : m.nodes_[index]) {
+      if (e.key != key) continue;
+      const Node& node = g.nodes[index];
+      for (size_t i = 0; i < node.outputs.size(); ++i) {
+        const int v = node.outputs[i];
+        if (v < 0) continue;
+        const InferMemo::Output& o = e.outputs[i];
+        if (e.folded) {
+          g.make_constant(v, o.folded);
+          continue;
+        }
+        Value& val = g.values[v];
+        val.dtype = o.dtype;
+        val.shape = o.shape;
+        val.has_shape = true;
+        val.dim_params.assign(o.shape.size(), "");
+      }
+      folded[index] = e.folded;
+      e.used = ++m.clock_;
+      ++m.stats_.hits;
+      return true;
+    }
+    ++m.stats_.misses;
+    return false;
+  }
+
+  // Remembers what node `index` was just given, replacing the least
+  // recently used result when the node has its share.
+  static void remember(InferMemo& m, const Graph& g, size_t index, std::vector<int64_t> key,
+                       std::vector<Tensor> pinned, bool was_folded) {
+    const Node& node = g.nodes[index];
+    InferMemo::Entry e;
+    e.key = std::move(key);
+    e.pinned = std::move(pinned);
+    e.folded = was_folded;
+    e.used = ++m.clock_;
+    e.outputs.resize(node.outputs.size());
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      const int v = node.outputs[i];
+      if (v < 0) continue;
+      const Value& val = g.values[v];
+      e.outputs[i].dtype = val.dtype;
+      e.outputs[i].shape = val.shape;
+      if (was_folded) e.outputs[i].folded = *g.constant(v);  // shares its bytes
+    }
+    std::vector<InferMemo::Entry>& kept = m.nodes_[index];
+    if (kept.size() < m.per_node_) {
+      kept.push_back(std::move(e));
+      return;
+    }
+    auto oldest = std::min_element(kept.begin(), kept.end(),
+                                   [](const auto& a, const auto& b) { return a.used < b.used; });
+    *oldest = std::move(e);
+  }
+};
+
+InferMemo::Stats InferMemo::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+namespace {
+
 // Whether `node` may be folded once its inputs are constant: not an op the
 // host runs (control flow), not one whose output shape depends on data
 // (inference cannot size its outputs), not a random one, and one that either
@@ -339,8 +457,27 @@ Result<bool> fold_node(Graph& g, const OpSchema& schema, const InferCtx& c,
   return true;
 }
 
+Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
+                      const std::vector<Declared>& declared, std::vector<bool>& folded);
+
+// infer_node through options.memo (when there is one): a remembered result
+// for the same inputs, or inference now, remembered.
 Status infer_node(Graph& g, const InferOptions& options, size_t index,
                   const std::vector<Declared>& declared, std::vector<bool>& folded) {
+  if (options.memo == nullptr) return infer_node_now(g, options, index, declared, folded);
+  const Node& node = g.nodes[index];
+  std::vector<int64_t> key;
+  std::vector<Tensor> pinned;
+  InferMemoAccess::make_key(g, node, key, pinned);
+  if (InferMemoAccess::replay(*options.memo, g, index, key, folded)) return ok_status();
+  BP_RETURN_IF_ERROR(infer_node_now(g, options, index, declared, folded));
+  InferMemoAccess::remember(*options.memo, g, index, std::move(key), std::move(pinned),
+                            folded[index]);
+  return ok_status();
+}
+
+Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
+                      const std::vector<Declared>& declared, std::vector<bool>& folded) {
   const Node& node = g.nodes[index];
   auto schema = options.registry->lookup(node.domain, node.op_type, node_opset(g, node));
   if (!schema.ok())
@@ -421,8 +558,14 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
       }
 
   std::vector<bool> folded(g.nodes.size(), false);
+  std::unique_lock<std::mutex> memo_lock;
+  if (options.memo != nullptr) {
+    memo_lock = InferMemoAccess::lock(*options.memo);
+    InferMemoAccess::bind(*options.memo, g);
+  }
   for (size_t i = 0; i < g.nodes.size(); ++i)
     BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
+  if (memo_lock.owns_lock()) memo_lock.unlock();
 
   // Folded nodes are gone: their outputs are constants now.
   drop_folded(g, folded);
@@ -447,7 +590,8 @@ void drop_folded(Graph& g, const std::vector<bool>& folded) {
   g.remove_dead();
 }
 
-Status fold_impl(Graph& g, const InferOptions& options) {
+Status fold_impl(Graph& g, InferOptions options) {
+  options.memo = nullptr;  // a memo serves infer_shapes' walks only
   BP_RETURN_IF_ERROR(g.topo_sort());
   const std::vector<Value> original(g.values.begin(), g.values.end());
   std::vector<Declared> declared;

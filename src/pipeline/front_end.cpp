@@ -83,9 +83,12 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
                                                     const std::string& key_prefix,
-                                                    const BackendRegistry* backends) {
+                                                    const BackendRegistry* backends,
+                                                    ir::InferMemo* memo) {
   auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
-  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, infer_options(ops_of(backends))));
+  ir::InferOptions options = infer_options(ops_of(backends));
+  options.memo = memo;
+  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, options));
   // Constants made for these shapes only (folded shape arithmetic) get keys
   // of their own, so that the constants of several specialisations can sit
   // side by side in one blob store (an artifact with several shapes).

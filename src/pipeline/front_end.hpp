@@ -3,6 +3,7 @@
 // import an ONNX file, infer shapes, drop dead nodes, verify.
 #pragma once
 
+#include "ir/constant_folding.hpp"
 #include "ir/graph.hpp"
 #include "registry/registry.hpp"
 
@@ -49,10 +50,14 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 // own. An artifact's method keys its constants "<method>/<name>": compiling
 // it and loading it both pass "<method>/" (aot_compile.cpp, artifact_load.cpp),
 // so the keys a payload was compiled with are the keys it finds at load.
+// `memo` (optional) keeps what inference found across calls on one
+// `portable`: the nodes these shapes leave as they were are not inferred
+// or folded again.
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
                                                     const std::string& key_prefix = "",
-                                                    const BackendRegistry* backends = nullptr);
+                                                    const BackendRegistry* backends = nullptr,
+                                                    ir::InferMemo* memo = nullptr);
 
 // A digest of what the partitions of a specialised graph depend on: every
 // node (name, op type, domain, inputs, outputs, attributes) in order and

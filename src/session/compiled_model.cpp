@@ -323,7 +323,7 @@ Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signatu
   for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
   if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
   Result<std::unique_ptr<ir::Graph>> specialized =
-      specialize_graph(*portable_, shapes, stored_.key_prefix, &registry_);
+      specialize_graph(*portable_, shapes, stored_.key_prefix, &registry_, infer_memo_.get());
   if (!specialized.ok()) {
     if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
     return std::move(specialized).take_status();

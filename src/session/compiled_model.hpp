@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/named_data_map.hpp"
+#include "ir/constant_folding.hpp"
 #include "ir/graph.hpp"
 #include "partition/partitioner.hpp"
 #include "pipeline/artifact_load.hpp"
@@ -134,6 +135,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Compiled artifacts: the stored specialisations (no planner for ONNX).
   StoredSpecializations stored_;
   std::vector<TensorInfo> inputs_, outputs_;
+  // What inference found per node across specialisations (its own lock).
+  std::unique_ptr<ir::InferMemo> infer_memo_ = std::make_unique<ir::InferMemo>();
 
   mutable std::mutex mu_;  // guards everything below
   std::map<Signature, Entry> cache_;

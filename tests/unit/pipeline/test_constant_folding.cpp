@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 namespace backplane {
 namespace {
@@ -193,6 +194,103 @@ TEST(ConstantFolding, ModelNeedingAnOpTheOldEvaluatorLackedLoadsAndRuns) {
   const Tensor& y = (*session)->output(0);
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
   EXPECT_EQ(std::vector<float>(y.data_as<float>(), y.data_as<float>() + 6), x);
+}
+
+// A graph whose shape arithmetic folds differently per signature: Shape ->
+// Gather -> Unsqueeze -> Concat -> Reshape (small int64 constants), and a
+// ConstantOfShape of the input's shape (a large folded constant, named in a
+// memo key by its address), beside nodes no signature changes (a Mul by a
+// weight). Each signature inferred on a fresh copy through one InferMemo
+// must give exactly what inference without it gives.
+bt::ModelBuilder memo_model() {
+  bt::ModelBuilder b(13);
+  b.input("x", {"b", "n"});
+  b.random_weight("w", {1, 1});
+  b.init_i64("one", {}, {1});
+  b.init_i64("zero", {1}, {0});
+  b.init_i64("minus_one", {1}, {-1});
+  b.node("Mul", {"x", "w"}, {"xw"});
+  b.node("Shape", {"xw"}, {"s"});
+  b.node("Gather", {"s", "one"}, {"n_scalar"});
+  b.node("Unsqueeze", {"n_scalar", "zero"}, {"n_vec"});
+  bt::set_int(b.node("Concat", {"minus_one", "n_vec"}, {"target"}), "axis", 0);
+  b.node("Reshape", {"xw", "target"}, {"r"});
+  b.node("ConstantOfShape", {"s"}, {"ones_f"});
+  bt::set_int(b.node("Cast", {"ones_f"}, {"ones"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Add", {"r", "ones"}, {"y"});
+  b.untyped_output("y");
+  return b;
+}
+
+void expect_same_graph(const ir::Graph& a, const ir::Graph& b, const std::string& at) {
+  ASSERT_EQ(a.nodes.size(), b.nodes.size()) << at;
+  for (size_t i = 0; i < a.nodes.size(); ++i) EXPECT_EQ(a.nodes[i].name, b.nodes[i].name) << at;
+  ASSERT_EQ(a.values.size(), b.values.size()) << at;
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    EXPECT_EQ(a.values[v].dtype, b.values[v].dtype) << at << " " << a.values[v].name;
+    EXPECT_EQ(a.values[v].shape, b.values[v].shape) << at << " " << a.values[v].name;
+    EXPECT_EQ(a.values[v].is_constant(), b.values[v].is_constant())
+        << at << " " << a.values[v].name;
+    const Tensor* ta = a.constant(static_cast<int>(v));
+    const Tensor* tb = b.constant(static_cast<int>(v));
+    if (ta == nullptr || tb == nullptr) continue;
+    ASSERT_EQ(ta->size_bytes(), tb->size_bytes()) << at << " " << a.values[v].name;
+    EXPECT_EQ(std::memcmp(ta->data(), tb->data(), ta->size_bytes()), 0)
+        << at << ": constant '" << a.values[v].name << "' differs";
+  }
+}
+
+TEST(ConstantFolding, InferMemoGivesWhatInferenceGivesForEverySignature) {
+  auto portable = import(memo_model());
+  ASSERT_TRUE(portable.ok()) << portable.status().message();
+  ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
+  ir::InferMemo memo;
+  CountingEvaluator counting;
+  const std::vector<Shape> signatures = {{1, 8}, {1, 100}, {1, 8}, {2, 100}, {3, 8}, {1, 100}};
+  for (const Shape& sig : signatures) {
+    const std::string at = shape_to_string(sig);
+    ir::Graph plain = *portable;
+    ASSERT_TRUE(ir::infer_shapes(plain, {{"x", sig}}, infer_options()).ok()) << at;
+    ir::Graph memoized = *portable;
+    ir::InferOptions options = infer_options();
+    options.memo = &memo;
+    options.evaluator = &counting;
+    const int calls_before = counting.calls.load();
+    const ir::InferMemo::Stats before = memo.stats();
+    ASSERT_TRUE(ir::infer_shapes(memoized, {{"x", sig}}, options).ok()) << at;
+    expect_same_graph(plain, memoized, at);
+    const ir::InferMemo::Stats after = memo.stats();
+    if (&sig == &signatures[2]) {
+      // [1,8] again: every node remembered, nothing evaluated.
+      EXPECT_EQ(after.misses, before.misses) << at;
+      EXPECT_EQ(counting.calls.load(), calls_before) << at;
+    }
+    if (&sig == &signatures[4]) {
+      // [3,8]: n is 8 as in [1,8], b new: the Mul and the shape arithmetic
+      // on n are remembered; what depends on b (Shape, ConstantOfShape, ...)
+      // is not.
+      EXPECT_GT(after.hits, before.hits) << at;
+      EXPECT_GT(after.misses, before.misses) << at;
+    }
+  }
+}
+
+// A remembered result is found by the inputs' values, not only their
+// shapes: two signatures whose shape arithmetic has the same shapes but
+// other values fold to other constants.
+TEST(ConstantFolding, InferMemoTellsFoldedValuesApart) {
+  auto portable = import(memo_model());
+  ASSERT_TRUE(portable.ok());
+  ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
+  ir::InferMemo memo(1);  // one result per node: every new signature replaces it
+  ir::InferOptions options = infer_options();
+  options.memo = &memo;
+  for (const Shape& sig : std::vector<Shape>{{1, 5}, {1, 6}, {1, 5}}) {
+    ir::Graph g = *portable;
+    ASSERT_TRUE(ir::infer_shapes(g, {{"x", sig}}, options).ok());
+    EXPECT_EQ(constant_values<int64_t>(g, "target"), (std::vector<int64_t>{-1, sig[1]}));
+    EXPECT_EQ(g.values[g.find_value("y")].shape, (Shape{sig[0] * sig[1] / sig[1], sig[1]}));
+  }
 }
 
 }  // namespace

@@ -126,9 +126,14 @@ std::string binary_kernel_problem(const std::string& op, const Dims& full, const
          (impl.empty() ? std::string() : " (only its reference one, '" + impl + "')");
 }
 
-void report_plan(const Compiled& c) {
+bool plan_report_wanted() {
   const char* path = std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT");
-  if (path == nullptr || *path == '\0') return;
+  return path != nullptr && *path != '\0';
+}
+
+void report_plan(const Compiled& c) {
+  if (!plan_report_wanted()) return;
+  const char* path = std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT");
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   std::ofstream out(path, std::ios::app);

@@ -73,6 +73,10 @@ dnnl::memory::desc channels_last_md(const Dims& shape);
 // these shapes (as they are or as binary_shapes gives them), else why not.
 std::string binary_kernel_problem(const std::string& op, const Dims& full, const Dims& bcast);
 
+// Whether BACKPLANE_ONEDNN_PLAN_REPORT names a file: only then do steps
+// record their kind, implementation and layouts (strings a lowering would
+// otherwise build for every step of every instance).
+bool plan_report_wanted();
 // Appends c's steps to the BACKPLANE_ONEDNN_PLAN_REPORT file, if set.
 void report_plan(const Compiled& c);
 

@@ -187,6 +187,7 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
     c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
   }
   push_step(std::move(prim), std::move(args), what);
+  if (!plan_report_wanted()) return;
   Step& step = c_.steps.back();
   step.kind = dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(pd.get_kind()));
   step.impl = pd.impl_info_str();

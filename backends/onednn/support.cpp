@@ -447,11 +447,14 @@ void check_tensors(ViewInfo& g, int n) {
 }  // namespace
 
 void check_node(ViewInfo& g, int n) {
+  if (g.node_checked.size() != g.num_nodes()) g.node_checked.assign(g.num_nodes(), false);
+  if (g.node_checked[n]) return;
   check_known(g, n);
   if (g.op(n) == "Dropout") check_dropout(g, n);
   check_tensors(g, n);
   auto it = op_checks().find(g.op(n));
   if (it != op_checks().end()) it->second(g, n, g.shape(g.in(n, 0)), g.out(n));
+  g.node_checked[n] = true;
 }
 
 }  // namespace backplane::onednn

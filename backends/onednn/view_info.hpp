@@ -88,6 +88,9 @@ class ViewInfo {
   void release_constants() { held_.clear(); }
 
   std::vector<ValueInfo> values;
+  // Nodes check_node passed: fusion and lowering ask again, and a node's
+  // operator, dtypes and shapes do not change while one view is lowered.
+  std::vector<bool> node_checked;
 
  private:
   const bp_graph_view_t& view_;

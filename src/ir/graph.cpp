@@ -254,15 +254,17 @@ void Graph::remove_dead() {
 
 Status verify(const Graph& graph) {
   const int nv = static_cast<int>(graph.values.size());
-  auto check_id = [&](int v, const std::string& where) -> Status {
+  // `where` names the place; called only to build a message.
+  auto check_id = [&](int v, auto&& where) -> Status {
     if (v < -1 || v >= nv)
-      return internal_error(where + ": value id " + std::to_string(v) + " out of range");
+      return internal_error(std::string(where()) + ": value id " + std::to_string(v) +
+                            " out of range");
     return ok_status();
   };
   std::vector<int> produced_by(graph.values.size(), -1);
   std::vector<bool> defined(graph.values.size(), false);
   for (int v : graph.inputs) {
-    BP_RETURN_IF_ERROR(check_id(v, "graph input"));
+    BP_RETURN_IF_ERROR(check_id(v, [] { return "graph input"; }));
     if (v < 0) return internal_error("graph input with no value");
     defined[v] = true;
   }
@@ -275,13 +277,13 @@ Status verify(const Graph& graph) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
     for (int v : node.inputs) {
-      BP_RETURN_IF_ERROR(check_id(v, node.describe()));
+      BP_RETURN_IF_ERROR(check_id(v, [&] { return node.describe(); }));
       if (v >= 0 && !defined[v])
         return invalid_argument(node.describe() + ": input '" + graph.values[v].name +
                                 "' is used before it is defined");
     }
     for (int v : node.outputs) {
-      BP_RETURN_IF_ERROR(check_id(v, node.describe()));
+      BP_RETURN_IF_ERROR(check_id(v, [&] { return node.describe(); }));
       if (v < 0) continue;
       if (defined[v])
         return invalid_argument(node.describe() + ": output '" + graph.values[v].name +
@@ -291,7 +293,7 @@ Status verify(const Graph& graph) {
     }
   }
   for (int v : graph.outputs) {
-    BP_RETURN_IF_ERROR(check_id(v, "graph output"));
+    BP_RETURN_IF_ERROR(check_id(v, [] { return "graph output"; }));
     if (v < 0 || !defined[v])
       return invalid_argument("graph output '" +
                               (v >= 0 ? graph.values[v].name : std::string("?")) +

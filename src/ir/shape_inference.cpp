@@ -292,6 +292,7 @@ struct InferMemoAccess {
   // Every input's dtype, shape and (for a constant) value, as one key.
   static void make_key(const Graph& g, const Node& node, std::vector<int64_t>& key,
                        std::vector<Tensor>& pinned) {
+    key.reserve(8 * node.inputs.size() + 1);
     key.push_back(static_cast<int64_t>(node.inputs.size()));
     for (int v : node.inputs) {
       if (v < 0) {

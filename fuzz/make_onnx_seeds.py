@@ -68,6 +68,13 @@ def main():
          numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
          numpy_helper.from_array(np.array([0], np.int64), "axes0")])
 
+    # An embedding lookup: CpuOneDnn's gather step reads run-time int64 ids.
+    save(out, "seed_embed", [
+        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+        helper.make_node("MatMul", ["e", "w"], ["y"], name="project"),
+    ], [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])], [f32("y", [2, 3, 4])],
+        [w("table", 10, 4), w("w", 4, 4)])
+
     save(out, "seed_slice", [
         helper.make_node("Slice", ["x", "st", "en", "ax"], ["s"], name="slice"),
         helper.make_node("Gather", ["s", "idx"], ["g"], name="gather", axis=1),

@@ -147,6 +147,58 @@ void Binder::run_copy(size_t s) {
   }
 }
 
+void Binder::run_gather(size_t s) {
+  const Step& step = c_.steps[s];
+  const dnnl::memory::desc* data_md = nullptr;
+  void *data = nullptr, *indices = nullptr, *dst = nullptr;
+  size_t index_count = 0;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    auto [arg, ref] = step.args[a];
+    void* handle = nullptr;
+    dnnl_memory_get_data_handle(args_[s][a].memory, &handle);
+    if (arg == DNNL_ARG_SRC_0) {
+      data = handle;
+      data_md = &c_.refs[ref].md;
+    } else if (arg == DNNL_ARG_SRC_1) {
+      indices = handle;
+      index_count = c_.refs[ref].md.get_size() / static_cast<size_t>(step.index_bytes);
+    } else if (arg == DNNL_ARG_DST) {
+      dst = handle;
+    }
+  }
+  const std::vector<int64_t> dims = data_md->dims();
+  const size_t axis = static_cast<size_t>(step.gather_axis);
+  int64_t outer = 1, row = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= dims[d];
+  for (size_t d = axis + 1; d < dims.size(); ++d) row *= dims[d];
+  const int64_t n = dims[axis];
+  const int64_t count = static_cast<int64_t>(index_count);
+  auto index = [&](int64_t j) {
+    return step.index_bytes == 8 ? static_cast<const int64_t*>(indices)[j]
+                                 : int64_t{static_cast<const int32_t*>(indices)[j]};
+  };
+  // Checked before any copy: nothing may throw inside the parallel loop.
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t i = index(j);
+    if (i < -n || i >= n)
+      throw sdk::invalid("CpuOneDnn: " + step.what + ": index " + std::to_string(i) +
+                         " (position " + std::to_string(j) + ") is outside [" + std::to_string(-n) +
+                         ", " + std::to_string(n) + ")");
+  }
+  const float* from = static_cast<const float*>(data);
+  float* to = static_cast<float*>(dst);
+  const size_t row_bytes = static_cast<size_t>(row) * sizeof(float);
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
+#pragma omp parallel for if (outer * count * row > (int64_t{1} << 16))
+#endif
+  for (int64_t k = 0; k < outer * count; ++k) {
+    const int64_t o = k / count, j = k % count;
+    int64_t i = index(j);
+    if (i < 0) i += n;
+    std::memcpy(to + k * row, from + (o * n + i) * row, row_bytes);
+  }
+}
+
 void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
                  size_t num_outputs, const bp_tensor_t* outputs) {
   if (c_.empty)
@@ -175,6 +227,10 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   for (size_t s = 0; s < args_.size(); ++s) {
     if (c_.steps[s].copy_concat) {
       run_copy(s);
+      continue;
+    }
+    if (c_.steps[s].gather) {
+      run_gather(s);
       continue;
     }
     dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),

@@ -57,6 +57,15 @@ struct Step {
   // otherwise make a oneDNN concat for every cache length, and where oneDNN
   // has only its reference concat for plain inputs.
   bool copy_concat = false;
+  // A Gather by indices known only at run time (an embedding lookup: a
+  // constant table, token ids from the caller), done here: oneDNN has no
+  // gather. DNNL_ARG_SRC_0 is the data (plain float32), DNNL_ARG_SRC_1 the
+  // indices (index_bytes each: int32 or int64, any rank; its md is their
+  // bytes), DNNL_ARG_DST the plain result, rows of the data along
+  // gather_axis in index order. An index outside [-n, n) fails the run.
+  bool gather = false;
+  int gather_axis = -1;
+  int index_bytes = 0;
 };
 
 class Compiled;
@@ -91,6 +100,7 @@ class Binder {
   };
   void plan_copy(size_t step);
   void run_copy(size_t step);
+  void run_gather(size_t step);
 
   const Compiled& c_;
   std::vector<dnnl::memory> mems_;

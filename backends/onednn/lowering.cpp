@@ -38,7 +38,9 @@ std::optional<LowerFailure> Lowering::lower() {
   for (size_t k = 0; k < g_.view().num_inputs; ++k) {
     const int v = g_.view().inputs[k];
     const int b = b_.new_buffer(Buffer::kInput, k, bytes(v));
-    tensors_[v] = b_.add_ref(b, plain_md(g_.shape(v)));
+    // Integer inputs are the indices of gather steps, which read their bytes.
+    const bool f32 = g_.values[v].dtype == BP_DTYPE_FLOAT32;
+    tensors_[v] = b_.add_ref(b, f32 ? plain_md(g_.shape(v)) : bytes_md(bytes(v)));
     c_.input_bytes.push_back(bytes(v));
   }
   std::vector<std::vector<int>> groups_at(f_.nodes.size());

@@ -163,6 +163,15 @@ void Lowering::lower_split(const INode& n) {
 void Lowering::lower_gather(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const size_t axis = static_cast<size_t>(axis_attr(g_, n.node, 0, xs.size()));
+  if (!g_.is_const(n.in[1])) {  // indices of the run (an embedding lookup): a gather step
+    const int data = b_.as_plain(ref_of(n.in[0]), xs);
+    const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
+    const int index_bytes = g_.values[n.in[1]].dtype == BP_DTYPE_INT64 ? 8 : 4;
+    b_.add_gather(data, ref_of(n.in[1]), dst, static_cast<int>(axis), index_bytes,
+                  g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return;
+  }
   std::vector<int64_t> idx = *g_.ints(n.in[1]);
   for (int64_t& i : idx) {
     if (i < -xs[axis] || i >= xs[axis]) throw fail(g_.describe(n.node) + ": index out of range");

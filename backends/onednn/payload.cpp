@@ -289,6 +289,8 @@ struct PostOpRecord {
 // The step kind of a copy_concat step (compiled.hpp): no oneDNN primitive,
 // so none of oneDNN's kinds (which are all >= 0).
 constexpr int32_t kCopyConcatKind = -1;
+// The step kind of a gather step (compiled.hpp): no oneDNN primitive either.
+constexpr int32_t kGatherKind = -2;
 
 void write_args(Writer& w, const Step& step) {
   w.pod(static_cast<uint32_t>(step.args.size()));
@@ -303,6 +305,14 @@ void write_step(Writer& w, const Step& step) {
     w.pod(kCopyConcatKind);
     w.str(step.what);
     w.pod(static_cast<int32_t>(step.concat_axis));
+    write_args(w, step);
+    return;
+  }
+  if (step.gather) {
+    w.pod(kGatherKind);
+    w.str(step.what);
+    w.pod(static_cast<int32_t>(step.gather_axis));
+    w.pod(static_cast<int32_t>(step.index_bytes));
     write_args(w, step);
     return;
   }
@@ -629,7 +639,7 @@ struct Recipe {
   std::vector<uint8_t> op;               // everything else: the operation descriptor
   dnnl::primitive_attr attr;
   std::vector<int> required;  // the arguments the primitive reads or writes
-  bool copy = false;          // a copy_concat step: no primitive
+  bool copy = false;          // a copy_concat or gather step: no primitive
 };
 
 void read_args(Reader& r, Step& step) {
@@ -652,6 +662,15 @@ Recipe read_step(Reader& r, Step& step) {
     step.concat_axis = r.pod<int32_t>("concat axis");
     read_args(r, step);
     return rc;  // its arguments are checked by check_copy_concat
+  }
+  if (kind == kGatherKind) {
+    rc.copy = true;
+    step.gather = true;
+    step.what = r.str("step name");
+    step.gather_axis = r.pod<int32_t>("gather axis");
+    step.index_bytes = r.pod<int32_t>("index size");
+    read_args(r, step);
+    return rc;  // its arguments are checked by check_gather
   }
   if (!known_kind(kind)) r.fail("names an unknown primitive kind " + std::to_string(kind));
   rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
@@ -1035,7 +1054,53 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   if (along != out.md.data.dims[axis]) r.fail("has a bad concat in " + step.what);
 }
 
+// A gather step reads rows of its plain float32 data (SRC_0) along its axis
+// and writes them, one per index, into its plain float32 destination, whose
+// size must be exactly that (the run checks every index against the axis);
+// its indices (SRC_1) are int32 or int64, whole ones, never the scratchpad.
+void check_gather(Reader& r, const Compiled& c, const Step& step) {
+  auto plain_f32 = [](const dnnl::memory::desc& md) {
+    return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0 &&
+           md.data.data_type == dnnl_f32 && md.data.ndims > 0;
+  };
+  int data = -1, indices = -1, dst = -1;
+  for (auto [arg, ref] : step.args) {
+    int& slot = arg == DNNL_ARG_SRC_0   ? data
+                : arg == DNNL_ARG_SRC_1 ? indices
+                : arg == DNNL_ARG_DST
+                    ? dst
+                    : (r.fail("gives " + step.what + " an argument it cannot take"), data);
+    if (slot >= 0) r.fail("gives " + step.what + " an argument twice");
+    slot = ref;
+  }
+  if (data < 0 || indices < 0 || dst < 0) r.fail("leaves an argument of " + step.what + " out");
+  const MemRef &x = c.refs[data], &idx = c.refs[indices], &y = c.refs[dst];
+  if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
+    r.fail("gives " + step.what + " a destination it cannot write");
+  if (x.scratch || idx.scratch || !plain_f32(x.md) || !plain_f32(y.md))
+    r.fail("has a bad gather in " + step.what);
+  const int rank = x.md.data.ndims, axis = step.gather_axis;
+  if (axis < 0 || axis >= rank || (step.index_bytes != 4 && step.index_bytes != 8))
+    r.fail("has a bad gather in " + step.what);
+  // The data is dense row-major: rows are contiguous, as the run reads them.
+  int64_t stride = 1, rows = 1, count = 1;
+  for (int d = rank; d-- > 0;) {
+    if (x.md.data.format_desc.blocking.strides[d] != stride)
+      r.fail("has a bad gather in " + step.what);
+    stride *= x.md.data.dims[d];
+    if (d != axis) rows *= x.md.data.dims[d];
+  }
+  const size_t index_bytes = idx.md.get_size();
+  if (index_bytes == 0 || index_bytes % static_cast<size_t>(step.index_bytes) != 0)
+    r.fail("has a bad gather in " + step.what);
+  count = static_cast<int64_t>(index_bytes / static_cast<size_t>(step.index_bytes));
+  if (rows > INT64_MAX / static_cast<int64_t>(sizeof(float)) / count ||
+      y.md.get_size() != static_cast<size_t>(rows * count) * sizeof(float))
+    r.fail("has a bad gather in " + step.what);
+}
+
 void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe) {
+  if (step.gather) return check_gather(r, c, step);
   if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {
@@ -1056,7 +1121,7 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
 
 // Each argument must be in the layout the primitive, as made now, wants.
 void check_layouts(const Compiled& c, const Step& step, const std::string& where) {
-  if (step.copy_concat) return;  // check_copy_concat took its layouts
+  if (step.copy_concat || step.gather) return;  // check_copy_concat / check_gather took them
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   for (auto [arg, ref] : step.args) {
     const dnnl_memory_desc_t* want =

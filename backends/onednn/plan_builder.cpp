@@ -32,6 +32,10 @@ memory::desc plain_md(const Dims& shape) {
   }
   return memory::desc(dims, memory::data_type::f32, strides);
 }
+memory::desc bytes_md(size_t bytes) {
+  return memory::desc({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, memory::data_type::u8,
+                      memory::format_tag::a);
+}
 memory::desc any_md(const Dims& shape) {
   return memory::desc(to_dims(shape), memory::data_type::f32, memory::format_tag::any);
 }
@@ -199,6 +203,16 @@ void PlanBuilder::add_copy_concat(std::vector<std::pair<int, int>> args, int axi
   push_step(dnnl::primitive(), std::move(args), what);
   c_.steps.back().copy_concat = true;
   c_.steps.back().concat_axis = axis;
+}
+
+void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index_bytes,
+                             const std::string& what) {
+  push_step(dnnl::primitive(),
+            {{DNNL_ARG_SRC_0, data}, {DNNL_ARG_SRC_1, indices}, {DNNL_ARG_DST, dst}}, what);
+  Step& step = c_.steps.back();
+  step.gather = true;
+  step.gather_axis = axis;
+  step.index_bytes = index_bytes;
 }
 
 void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,

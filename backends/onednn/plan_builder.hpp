@@ -68,6 +68,8 @@ class SharedCache {
 dnnl::memory::dims to_dims(const Dims& d);
 // Dense row-major float32 (the ABI's layout); `any` lets the primitive choose.
 dnnl::memory::desc plain_md(const Dims& shape);
+// `bytes` bytes (u8, 1-D): an integer tensor only a gather step reads.
+dnnl::memory::desc bytes_md(size_t bytes);
 dnnl::memory::desc any_md(const Dims& shape);
 // A layout for a tensor of `shape` (same rank as `pattern`) laid out as
 // `pattern` is: the same dim order and inner blocks ("aBcd8b" stays
@@ -133,6 +135,10 @@ class PlanBuilder {
                 const dnnl::primitive_desc_base& pd, const std::string& what);
   // Appends a copy_concat step (compiled.hpp) of `args` along `axis`.
   void add_copy_concat(std::vector<std::pair<int, int>> args, int axis, const std::string& what);
+  // Appends a gather step (compiled.hpp): rows of plain `data` along `axis`
+  // picked by the run-time `indices` (index_bytes each) into plain `dst`.
+  void add_gather(int data, int indices, int dst, int axis, int index_bytes,
+                  const std::string& what);
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
   int as_md(int ref, const dnnl::memory::desc& want);

@@ -283,14 +283,26 @@ void check_pad(ViewInfo& g, int n, const Dims&, int) {
 }
 
 void check_gather(ViewInfo& g, int n, const Dims& xs, int) {
+  const int indices = g.in(n, 1);
+  if (indices < 0) throw fail("indices are missing");
+  const int64_t axis = g.node(n).attr_int("axis", 0);
+  const int64_t r = static_cast<int64_t>(xs.size());
+  if (axis < -r || axis >= r) throw fail("axis out of range");
+  if (!g.is_const(indices)) {
+    // Indices of the run: a gather step (compiled.hpp) reads them where the
+    // caller put them (no node CpuOneDnn runs makes integers, so they always
+    // come from outside its partition).
+    const bp_dtype_t t = g.values[indices].dtype;
+    if (t != BP_DTYPE_INT64 && t != BP_DTYPE_INT32) throw fail("indices are not int64 or int32");
+    if (g.shapes_known() && sdk::element_count(g.shape(indices)) == 0)
+      throw fail("indices are empty");
+    return;
+  }
   const auto idx = const_ints(g, n, 1, "indices");
   if (!idx) throw fail("indices are missing");
   const size_t rank = g.shape(g.in(n, 1)).size();
   if (rank > 1) throw fail("Gather with indices of rank > 1 is not supported");
   if (idx->size() > 64) throw fail("Gather of more than 64 indices is not supported");
-  const int64_t axis = g.node(n).attr_int("axis", 0);
-  const int64_t r = static_cast<int64_t>(xs.size());
-  if (axis < -r || axis >= r) throw fail("axis out of range");
 }
 
 // Resize as oneDNN resampling: linear with half-pixel centres (its only

@@ -199,6 +199,34 @@ TEST_F(OneDnnPayload, CopyConcatStepLoadsFromThePayload) {
   expect_payload_round_trip(b.save_as(path("cls.onnx")), path("cls.bpk"), {1, 16, 2, 2}, co);
 }
 
+// An embedding lookup (a constant table, token ids of the run) is a gather
+// step of CpuOneDnn's own (no oneDNN primitive): the payload stores it and
+// the loader checks its sizes, and it computes the same bits.
+TEST_F(OneDnnPayload, GatherStepLoadsFromThePayload) {
+  test::ModelBuilder b(17);
+  b.input("ids", {2, 5}, onnx::TensorProto::INT64).random_weight("table", {30, 8});
+  b.random_weight("w", {8, 8});
+  b.node("Gather", {"table", "ids"}, {"emb"});  // [2, 5, 8]
+  b.node("MatMul", {"emb", "w"}, {"y"});
+  b.output("y");
+  const std::string onnx_path = b.save_as(path("emb.onnx")), bpk = path("emb.bpk");
+  auto rt = onednn_runtime(1);
+  ASSERT_NE(rt, nullptr);
+  Tensor ids(DType::kInt64, {2, 5});
+  for (int64_t i = 0; i < 10; ++i) ids.data_as<int64_t>()[i] = (i * 7) % 30 - (i == 3 ? 30 : 0);
+  RunResult onnx = run_model(*rt, onnx_path, {}, ids);
+  ASSERT_TRUE(onnx.status.ok()) << onnx.status.to_string();
+  ASSERT_EQ(onnx.backends_used, std::vector<std::string>{"CpuOneDnn"});
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  auto report = rt->compile({{"emb", onnx_path}}, bpk, co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  RunResult loaded = run_model(*rt, bpk, {}, ids);
+  ASSERT_TRUE(loaded.status.ok()) << loaded.status.to_string();
+  EXPECT_TRUE(loaded.notes.empty()) << loaded.notes.front();  // no recompile
+  EXPECT_TRUE(bitwise_equal(loaded.outputs, onnx.outputs));
+}
+
 TEST_F(OneDnnPayload, PortableWeightsAreNotReadWhenThePayloadLoads) {
   compile();
   // Damage one portable weight (a key of the method, not CpuOneDnn's own).

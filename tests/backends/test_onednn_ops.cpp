@@ -725,6 +725,98 @@ TEST(OneDnnOps, GatherConstantIndices) {
   expect_matches_cpuref(b);
 }
 
+// Gather by indices of the run (an embedding lookup, and a gather of a
+// run-time tensor along a middle axis): CpuOneDnn's gather step, int64 and
+// int32 indices, negative ones counted from the end; the same values as
+// CpuRef, every node in CpuOneDnn.
+std::vector<Tensor> run_with_ids(const std::string& path, const std::string& backend,
+                                 const Tensor& ids, std::vector<std::string>* used,
+                                 Status* status = nullptr) {
+  ModelOptions mo;
+  mo.backends = {backend};
+  auto model = runtime()->load_model(path, mo);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (!model.ok()) return {};
+  if (used) *used = (*model)->backends_used();
+  auto session = (*model)->create_session();
+  EXPECT_TRUE(session.ok());
+  Tensor x(DType::kFloat32, {3, 10, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::cos(0.3f * i);
+  EXPECT_TRUE((*session)->set_input("x", x).ok());
+  EXPECT_TRUE((*session)->set_input("ids", ids).ok());
+  Status st = (*session)->run();
+  if (status) *status = st;
+  else EXPECT_TRUE(st.ok()) << st.to_string();
+  std::vector<Tensor> out;
+  if (st.ok())
+    for (size_t i = 0; i < (*session)->num_outputs(); ++i)
+      out.push_back((*session)->output(i).clone());
+  return out;
+}
+
+ModelBuilder gather_runtime_model(int elem) {
+  ModelBuilder b;
+  b.input("x", {3, 10, 4}).input("ids", {2, 3}, elem).random_weight("table", {10, 6});
+  b.node("Gather", {"table", "ids"}, {"emb"});  // [2, 3, 6]
+  b.node("Relu", {"emb"}, {"y0"});
+  set_int(b.node("Gather", {"x", "ids"}, {"picked"}), "axis", 1);  // [3, 2, 3, 4]
+  b.node("Sigmoid", {"picked"}, {"y1"});
+  b.output("y0").output("y1");
+  return b;
+}
+
+TEST(OneDnnOps, GatherRuntimeIndices) {
+  for (int elem : {onnx::TensorProto::INT64, onnx::TensorProto::INT32}) {
+    test::TempDir dir;
+    const std::string path = gather_runtime_model(elem).save(dir);
+    const std::vector<int64_t> values = {0, 9, -1, 4, -10, 4};
+    Tensor ids(elem == onnx::TensorProto::INT64 ? DType::kInt64 : DType::kInt32, {2, 3});
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (elem == onnx::TensorProto::INT64) ids.data_as<int64_t>()[i] = values[i];
+      else ids.data_as<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    }
+    std::vector<std::string> used;
+    std::vector<Tensor> got = run_with_ids(path, "CpuOneDnn", ids, &used);
+    EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+    std::vector<Tensor> want = run_with_ids(path, "CpuRef", ids, nullptr);
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(got[k].shape(), want[k].shape());
+      EXPECT_TRUE(e2e::bitwise_equal(got[k], want[k]) ||
+                  e2e::max_abs_diff(got[k], want[k]) <= 1e-6 * e2e::max_abs(want[k]))
+          << "output " << k;
+    }
+  }
+}
+
+// An index outside the axis fails the run with the node and the index, and
+// the session runs again with good ones.
+TEST(OneDnnOps, GatherRuntimeIndexOutOfRangeIsAnError) {
+  test::TempDir dir;
+  const std::string path = gather_runtime_model(onnx::TensorProto::INT64).save(dir);
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn"};
+  auto model = runtime()->load_model(path, mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  Tensor x(DType::kFloat32, {3, 10, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = 1.f;
+  Tensor ids(DType::kInt64, {2, 3});
+  for (int64_t i = 0; i < 6; ++i) ids.data_as<int64_t>()[i] = i == 4 ? 10 : i;
+  ASSERT_TRUE((*session)->set_input("x", x).ok());
+  ASSERT_TRUE((*session)->set_input("ids", ids).ok());
+  Status st = (*session)->run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("index 10"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("Gather"), std::string::npos) << st.message();
+  ids.data_as<int64_t>()[4] = -10;
+  ASSERT_TRUE((*session)->set_input("ids", ids).ok());
+  Status again = (*session)->run();
+  EXPECT_TRUE(again.ok()) << again.to_string();
+}
+
 TEST(OneDnnOps, MobileNetV3BlockIsOnePartition) {
   // conv -> HardSwish -> SE (pool, conv, relu, conv, HardSigmoid, Mul) ->
   // channel Slice -> Pad -> conv: with CpuRef also allowed, everything stays

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace backplane::onednn {
@@ -32,8 +34,16 @@ class Checker {
   bool has(size_t i) const { return g_.in(n_, i) >= 0 && i < g_.num_in(n_); }
   const Dims& y() const { return y_; }
 
-  void expect(bool ok, const std::string& what) const {
+  // `why` says what is wrong: a string, or a callable making one, so that
+  // messages are built only when a check fails (the checks run for every
+  // node of every instance a new shape lowers).
+  template <class Why>
+  void expect(bool ok, Why&& why) const {
     if (ok) return;
+    if constexpr (std::is_invocable_v<Why>) fail_with(why());
+    else fail_with(std::string(why));
+  }
+  [[noreturn]] void fail_with(const std::string& what) const {
     std::string inputs;
     for (size_t i = 0; i < g_.num_in(n_); ++i) {
       if (g_.in(n_, i) < 0) continue;
@@ -47,15 +57,17 @@ class Checker {
                        g_.value_name(g_.out(n_)) + "' " + shape_str(y_) + ")");
   }
   void expect_y(const Dims& want) const {
-    expect(y_ == want, "the output shape should be " + shape_str(want));
+    expect(y_ == want, [&] { return "the output shape should be " + shape_str(want); });
   }
 
   void same() const { expect_y(x()); }
   void params_of(size_t first, size_t last, int64_t want, const char* what) const {
     for (size_t i = first; i <= last; ++i)
       if (has(i))
-        expect(count(x(i)) == want, std::string(what) + " has " + std::to_string(count(x(i))) +
-                                        " values, not " + std::to_string(want));
+        expect(count(x(i)) == want, [&] {
+          return std::string(what) + " has " + std::to_string(count(x(i))) + " values, not " +
+                 std::to_string(want);
+        });
   }
 
   void binary() const {
@@ -88,8 +100,10 @@ class Checker {
     const Dims &xs = x(0), &ws = x(1);
     const int64_t group = g_.node(n_).attr_int("group", 1);
     expect(xs.size() == ws.size() && y_.size() == xs.size(), "input, weights, output ranks differ");
-    expect(xs[1] == ws[1] * group, "the input has " + std::to_string(xs[1]) + " channels, the " +
-                                       "weights expect " + std::to_string(ws[1] * group));
+    expect(xs[1] == ws[1] * group, [&] {
+      return "the input has " + std::to_string(xs[1]) + " channels, the weights expect " +
+             std::to_string(ws[1] * group);
+    });
     expect(y_[0] == xs[0] && y_[1] == ws[0], "batch or output channels differ");
     params_of(2, 2, ws[0], "the bias");
   }
@@ -115,7 +129,7 @@ class Checker {
       expect(xi.size() == rank, "inputs of another rank than the output");
       want[axis] += xi[axis];
       xi[axis] = want[axis];
-      expect(xi == want, "inputs differ outside axis " + std::to_string(axis));
+      expect(xi == want, [&] { return "inputs differ outside axis " + std::to_string(axis); });
     }
     expect_y(want);
   }
@@ -130,7 +144,7 @@ class Checker {
     std::vector<bool> reduced(static_cast<size_t>(rank), false);
     for (int64_t a : axes) {
       const int64_t k = a < 0 ? a + rank : a;
-      expect(k >= 0 && k < rank, "axis " + std::to_string(a) + " out of range");
+      expect(k >= 0 && k < rank, [&] { return "axis " + std::to_string(a) + " out of range"; });
       reduced[static_cast<size_t>(k)] = true;
     }
     const bool keep = g_.node(n_).attr_int("keepdims", 1) != 0;
@@ -161,7 +175,8 @@ class Checker {
 
   int64_t axis_of(int64_t a, size_t rank) const {
     const int64_t k = a < 0 ? a + static_cast<int64_t>(rank) : a;
-    expect(k >= 0 && k < static_cast<int64_t>(rank), "axis " + std::to_string(a) + " out of range");
+    expect(k >= 0 && k < static_cast<int64_t>(rank),
+           [&] { return "axis " + std::to_string(a) + " out of range"; });
     return k;
   }
   std::vector<int64_t> ints_of(size_t i) const {

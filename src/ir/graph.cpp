@@ -176,6 +176,29 @@ Status Graph::topo_sort() {
     }
   std::vector<bool> is_input(values.size(), false);
   for (int v : inputs) is_input[v] = true;
+  auto set_producers = [&] {
+    for (Value& v : values) v.producer = -1;
+    for (size_t i = 0; i < n; ++i)
+      for (int v : nodes[i].outputs)
+        if (v >= 0) values[v].producer = static_cast<int>(i);
+  };
+
+  // Already in order (the usual case: a copy of a graph sorted before, each
+  // specialisation's): every input made by an earlier node. The order below
+  // would be this very one; anything else (a cycle, an undefined input)
+  // takes the full walk, which reports it.
+  bool in_order = true;
+  for (size_t i = 0; i < n && in_order; ++i)
+    for (int v : nodes[i].inputs)
+      if (v >= 0 && (producer[v] >= static_cast<int>(i) ||
+                     (producer[v] < 0 && !is_input[v] && !values[v].is_constant()))) {
+        in_order = false;
+        break;
+      }
+  if (in_order) {
+    set_producers();
+    return ok_status();
+  }
 
   // Kahn's algorithm, always taking the lowest original index first so the
   // order is stable and matches the file when the file was already sorted.
@@ -214,10 +237,7 @@ Status Graph::topo_sort() {
   sorted.reserve(n);
   for (int i : order) sorted.push_back(std::move(nodes[i]));
   nodes = std::move(sorted);
-  for (Value& v : values) v.producer = -1;
-  for (size_t i = 0; i < n; ++i)
-    for (int v : nodes[i].outputs)
-      if (v >= 0) values[v].producer = static_cast<int>(i);
+  set_producers();
   return ok_status();
 }
 

@@ -61,6 +61,33 @@ TEST(Graph, TopoSortReportsCycleAndUndefinedInput) {
   EXPECT_NE(s.message().find("reader"), std::string::npos) << s.message();
 }
 
+// A graph already in order keeps its order (the short path), with every
+// value's producer set; a node reading its own output is still a cycle.
+TEST(Graph, TopoSortOfASortedGraphKeepsItAndSetsProducers) {
+  Graph g;
+  int x = add(g, "x"), a = add(g, "a"), b = add(g, "b");
+  g.inputs = {x};
+  g.outputs = {b};
+  g.nodes.push_back(node("first", "Relu", {x}, {a}));
+  g.nodes.push_back(node("second", "Add", {a, x}, {b}));
+  g.values[a].producer = 7;  // stale
+  ASSERT_TRUE(g.topo_sort().ok());
+  EXPECT_EQ(g.nodes[0].name, "first");
+  EXPECT_EQ(g.nodes[1].name, "second");
+  EXPECT_EQ(g.values[a].producer, 0);
+  EXPECT_EQ(g.values[b].producer, 1);
+  EXPECT_EQ(g.values[x].producer, -1);
+
+  Graph h;
+  int y = add(h, "y"), z = add(h, "z");
+  h.outputs = {z};
+  h.nodes.push_back(node("loop", "Add", {y, z}, {z}));
+  h.inputs = {y};
+  Status s = h.topo_sort();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cycle"), std::string::npos) << s.message();
+}
+
 TEST(Graph, RemoveDeadDropsUnusedNodesAndConstants) {
   Graph g;
   int x = add(g, "x"), y = add(g, "y"), unused = add(g, "unused");

@@ -37,6 +37,7 @@ struct ConformanceCommand {
   bool strict = false;
   std::string filter;
   std::string case_dir = ".";
+  std::string case_data;  // the ONNX node cases; "" = <bin>/../share/backplane/conformance
   bool verbose = false;
 
   bool selected() const { return app != nullptr && app->parsed(); }

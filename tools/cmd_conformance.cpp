@@ -73,6 +73,8 @@ struct OpSpec {
   std::vector<Input> inputs;
   std::vector<Attr> attrs;
   DType output_dtype = DType::kFloat32;
+  int opset = kOpset;  // of the op's domain
+  std::string domain = "";  // ONNX's default one
 };
 
 // A case ready to run: the model and its inputs.
@@ -210,11 +212,17 @@ Case make_op_case(const OpSpec& spec, uint32_t seed) {
   c.model.set_producer_name("backplane conformance");
   onnx::OperatorSetIdProto* opset = c.model.add_opset_import();
   opset->set_domain("");
-  opset->set_version(kOpset);
+  opset->set_version(spec.domain.empty() ? spec.opset : kOpset);
+  if (!spec.domain.empty()) {
+    opset = c.model.add_opset_import();
+    opset->set_domain(spec.domain);
+    opset->set_version(spec.opset);
+  }
   onnx::GraphProto* g = c.model.mutable_graph();
   g->set_name("case");
   onnx::NodeProto* node = g->add_node();
   node->set_op_type(spec.op);
+  node->set_domain(spec.domain);
   node->set_name("node");
   for (size_t k = 0; k < spec.inputs.size(); ++k) {
     const Input& in = spec.inputs[k];
@@ -445,6 +453,51 @@ std::vector<OpSpec> catalogue() {
        DType::kInt32});
   add({"Cast", {in("x", {2, 3}, DType::kInt64)}, {int_attr("to", 1)}, DType::kFloat32});
   add({"Where", {in("c", {2, 3}, DType::kBool), in("a", {2, 3}), in("b", {3})}, {}});
+
+  // Operators no ONNX node case of onnx 1.12 covers (newer than it, or not
+  // ONNX's): the opset or domain they are defined in.
+  for (DType t : {DType::kInt32, DType::kInt64}) {
+    for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
+      add({op, {in("a", {2, 3, 4}, t), in("b", {2, 3, 4}, t)}, {}, t, 18});
+      add({op, {in("a", {2, 3, 4}, t), in("b", {4}, t)}, {}, t, 18});
+    }
+    add({"BitwiseNot", {in("x", {2, 3}, t)}, {}, t, 18});
+  }
+  for (const Shape& s : {Shape{2, 3}, Shape{1, 4, 2, 2}}) {
+    add({"Mish", {in("x", s)}, {}, DType::kFloat32, 18});
+    add({"Gelu", {in("x", s)}, {}, DType::kFloat32, 1, "com.microsoft"});
+  }
+  add({"LpNormalization", {in("x", {2, 3, 4})}, {}});
+  add({"LpNormalization", {in("x", {2, 3, 4})}, {int_attr("axis", 1), int_attr("p", 1)}});
+  add({"GlobalLpPool", {in("x", {1, 3, 5, 5})}, {}});
+  add({"GlobalLpPool", {in("x", {2, 2, 3, 3})}, {int_attr("p", 1)}});
+  add({"LpPool",
+       {in("x", {1, 2, 6, 6})},
+       {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2})}});
+  add({"LpPool",
+       {in("x", {1, 3, 5, 5})},
+       {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("p", 1)}});
+  add({"GroupNormalization",
+       {in("x", {2, 4, 3, 3}), constant(in("scale", {2})), constant(in("bias", {2}))},
+       {int_attr("num_groups", 2)},
+       DType::kFloat32,
+       18});
+  add({"CenterCropPad",
+       {in("x", {5, 6}), ints_constant("shape", {3, 8})},
+       {},
+       DType::kFloat32,
+       18});
+  add({"Col2Im",
+       {in("x", {1, 4, 9}), ints_constant("image_shape", {4, 4}),
+        ints_constant("block_shape", {2, 2})},
+       {},
+       DType::kFloat32,
+       18});
+  {
+    Input rois = float_constant("rois", {0, 0, 0, 3, 3, 0, 1, 2, 5, 5});  // [batch, x1, y1, x2, y2]
+    rois.shape = {2, 5};
+    add({"MaxRoiPool", {in("x", {1, 2, 6, 6}), rois}, {ints_attr("pooled_shape", {2, 2})}});
+  }
   return out;
 }
 

@@ -2,24 +2,32 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
+# The checkout this Makefile is in and the build directory, symlinks resolved.
+# Run through a link (`make -C LINK`, or a tree of links to the checkout's
+# entries, as tests/docs/guide_test.py makes), CMake would otherwise record
+# the link's path as the build's source and cache directory, re-pointing an
+# existing build at a path that may not outlive the link.
+SRC_DIR := $(patsubst %/,%,$(dir $(realpath $(lastword $(MAKEFILE_LIST)))))
+BUILD_PATH = $(or $(realpath $(BUILD_DIR)),$(abspath $(BUILD_DIR)))
+
 .PHONY: all deps configure build demo test bench clean
 
 all: build
 
 deps:
-	@bash scripts/install-deps.sh
+	@bash $(SRC_DIR)/scripts/install-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S $(SRC_DIR) -B $(BUILD_PATH) -DCMAKE_BUILD_TYPE=Release >/dev/null
 
 build: configure
-	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@cmake --build $(BUILD_PATH) -j $(JOBS)
 
 demo: build
-	@bash scripts/demo.sh $(BUILD_DIR)
+	@bash $(SRC_DIR)/scripts/demo.sh $(BUILD_PATH)
 
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD_PATH) && ctest --output-on-failure -j $(JOBS)
 
 # CpuOneDnn against ONNX Runtime (npm onnxruntime-node) on real models; prints
 # the tables and writes $(BUILD_DIR)/bench/results.md, then the dynamic-shape

@@ -4,6 +4,7 @@
 # Layout under the install prefix:
 #   include/backplane/*.h, *.hpp           ABI header, backend SDK, C++ API
 #   bin/backplane                          the command line
+#   share/backplane/conformance/{node,simple}/  ONNX node test cases for `backplane conformance`
 #   lib/libbackplane.a                     the runtime (+ libbackplane_backend_CpuRef.a it links)
 #   lib/libbackplane.so.0.1(.0)            the runtime as a shared library (C++ API exported only)
 #   lib/python3.X/dist-packages/backplane/  the Python module (python/), when built
@@ -42,6 +43,12 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/backplane
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 
 install(TARGETS backplane_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The ONNX node test cases `backplane conformance` runs, found relative to the
+# CLI (<bin>/../share/backplane/conformance, tools/CMakeLists.txt).
+if(BACKPLANE_CONFORMANCE_DATA)
+  install(DIRECTORY ${BACKPLANE_CONFORMANCE_DATA_DIR}/node ${BACKPLANE_CONFORMANCE_DATA_DIR}/simple
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/backplane/conformance)
+endif()
 
 # The loadable backends built in this tree go where an installed runtime looks
 # by default. (The Null skeleton is an example, not a default backend.)

@@ -30,7 +30,7 @@ done
 doc="$root/docs/operators.md"
 cli="$build/bin/backplane"
 runner="$build/tests/conformance/backplane_conformance"
-data="$build/testdata/onnx_node"
+data="$build/share/backplane/conformance"
 modules="$build/lib/backplane/backends"
 backends=(CpuRef CpuOneDnn)
 
@@ -43,7 +43,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 if [[ -z "$results" ]]; then
   [[ -d "$data" ]] || {
-    echo "gen_operators_md: no test data in $data; run: ctest --test-dir $build -R conformance_generate_data" >&2
+    echo "gen_operators_md: no test data in $data; build first (cmake --build $build)" >&2
     exit 1
   }
   results="$tmp"

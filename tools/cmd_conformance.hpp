@@ -2,25 +2,34 @@
 // checked against CpuRef, in the spirit of ggml's test-backend-ops.
 //
 //   backplane conformance --backend ID [--strict] [--filter SUBSTR]
-//                         [--case-dir DIR] [--verbose]
+//                         [--case-dir DIR] [--case-data DIR] [--verbose]
 //
-// The cases are generated here (nothing is read from a build tree): for each
-// operator of the catalogue, small models across shapes, broadcasting,
-// attributes and dtypes, each run on the backend alone and on CpuRef with the
-// same pseudo-random inputs and compared (floating point within a relative
-// and absolute tolerance, integers and bools exactly). A case the backend
-// does not take is "unsupported"; an operator whose cases it took at least
-// once is "claimed". For each claimed operator, also: a graph that crosses
-// partition edges (the operator on the backend, Neg pinned to CpuRef
-// between, so tensors move between memories), a serialize/deserialize round
-// trip through a compiled artifact, and several sessions (execution
-// contexts) of one model run from several threads at once.
+// Two sources of cases, neither needing a build tree:
+// - The catalogue, generated here: for each of its operators, small models
+//   across shapes, broadcasting, attributes and dtypes, each run on the
+//   backend alone and on CpuRef with the same pseudo-random inputs and
+//   compared (floating point within a relative and absolute tolerance,
+//   integers and bools exactly). For each operator the backend takes, also: a
+//   graph that crosses partition edges (the operator on the backend, Neg
+//   pinned to CpuRef between, so tensors move between memories), a
+//   serialize/deserialize round trip through a compiled artifact, and several
+//   sessions (execution contexts) of one model run from several threads.
+// - ONNX's node test cases (conformance_onnx.hpp), installed with the CLI in
+//   <bin>/../share/backplane/conformance (or --case-data DIR): each case is
+//   planned with the backend first and CpuRef after it, and the op types of
+//   the nodes the backend gets are claimed; every case whose operators are
+//   all claimed then runs on the backend alone, compared with ONNX's expected
+//   outputs and with CpuRef's.
+// An operator is "claimed" when the backend takes it in some case; a
+// registry operator no case covers is probed (a one-node model) and, if the
+// backend takes it, named on a "no cases:" line. A case the backend does not
+// take is "unsupported"; --strict counts a case of a claimed operator that
+// the backend rejects as a failure.
 //
-// --strict counts a case of a claimed operator that the backend rejects as a
-// failure. Prints "ID: N passed, N failed, N unsupported"; on failure, writes
-// the smallest failing case as an ONNX model plus its inputs (.npy) to
-// --case-dir and prints the two `backplane run` commands that compare it.
-// Exit status 0 iff nothing failed.
+// Prints the counts per claimed operator and "ID: N passed, N failed, N
+// unsupported"; on failure, writes the smallest failing case as an ONNX model
+// plus its inputs (.npy) to --case-dir and prints the two `backplane run`
+// commands that compare it. Exit status 0 iff nothing failed.
 #pragma once
 
 #include <backplane/runtime.hpp>
@@ -37,6 +46,7 @@ struct ConformanceCommand {
   bool strict = false;
   std::string filter;
   std::string case_dir = ".";
+  std::string case_data;  // the ONNX node cases; "" = <bin>/../share/backplane/conformance
   bool verbose = false;
 
   bool selected() const { return app != nullptr && app->parsed(); }

@@ -3,15 +3,20 @@
 # kernel (MockWrong: a broadcasting Add off by 0.5) fails, naming the cases,
 # and its smallest failing case is written as an ONNX model with .npy inputs
 # whose two printed `backplane run` commands really disagree; --strict turns
-# MockAcc's rejected int32 Add into failures; bad input is a clear error.
+# MockAcc's rejected int32 Add into failures; the ONNX node cases: a wrong
+# result against ONNX's expected outputs fails, with its case written, and
+# operators that no case covers are named; bad input is a clear error.
 #
-#   conformance_test.sh BACKPLANE MOCKACC_SO MOCKWRONG_SO PYTHON
+#   conformance_test.sh BACKPLANE MOCKACC_SO MOCKWRONG_SO PYTHON TAMPERED_DIR
+# (TAMPERED_DIR: two ONNX node cases with one expected value altered,
+# scripts/gen_conformance.py --tampered-out)
 # (the backends' files, not their directories: a sanitizer run builds what a
 # test's command line names, scripts/ci_targets.py)
 cli=$1
 accel=$(dirname "$2")
 wrong=$(dirname "$3")
 python=$4
+tampered=$5
 . "$(dirname "$0")/lib.sh" conformance
 
 # The wrong kernel.
@@ -46,6 +51,36 @@ sys.exit(0 if abs(a.flat[0] - b.flat[0] - 0.5) < 1e-5 and np.array_equal(a.flat[
 else
   fail "MockWrong: the rerun does not reproduce the failure"
 fi
+
+echo "$out" | grep -q "FAIL  onnx: node/test_add_bcast: output 0\[0\] .*ONNX's expected outputs" &&
+  pass "MockWrong: the ONNX node case of a broadcasting Add fails too" ||
+  fail "MockWrong: test_add_bcast not named"
+echo "$out" | grep -q "^  Add: [0-9]* passed, [1-9][0-9]* failed, [0-9]* unsupported" &&
+  pass "MockWrong: the per-operator line counts Add's failures" || fail "MockWrong: no per-op line"
+
+# The ONNX node cases: CpuRef against two altered expected outputs.
+out=$("$cli" conformance --backend CpuRef --case-data "$tampered" --case-dir "$tmp/onnx" 2>&1)
+status=$?
+echo "$out" | grep -v "^  [A-Z]" | tail -8
+[ "$status" -eq 1 ] && echo "$out" | grep -q "^CpuRef: [0-9]* passed, 2 failed, 0 unsupported" &&
+  pass "tampered ONNX cases: both fail" || fail "tampered ONNX cases: exit $status"
+for want in "FAIL  onnx: node/test_add_tampered: output 0\[0\] is .*ONNX's expected outputs" \
+            "FAIL  onnx: node/test_argmax_default_axis_example_tampered: output 0 differs" \
+            "^smallest failing case: node/test_argmax_default_axis_example_tampered"; do
+  echo "$out" | grep -q "$want" && pass "tampered ONNX cases: $want" || fail "tampered: no '$want'"
+done
+"$python" -c "
+import onnx, sys
+m = onnx.load('$tmp/onnx/CpuRef_ArgMax_onnx.onnx'); onnx.checker.check_model(m)
+sys.exit(0 if [n.op_type for n in m.graph.node] == ['ArgMax'] else 1)" &&
+  pass "tampered ONNX cases: the case file is the ArgMax model" || fail "no ArgMax case file"
+# With only those two cases, the operators only the other ONNX cases cover
+# (Acos, ...) are claimed by CpuRef (a probe) and named as having none.
+echo "$out" | grep -q "^CpuRef: no cases: Acos, Acosh, And, " &&
+  pass "operators without cases are named" || fail "no 'no cases' line"
+out=$("$cli" conformance --backend CpuRef --case-data "$tmp/none" 2>&1)
+echo "$out" | grep -q "^CpuRef: no ONNX node cases (.*none: no such directory)" &&
+  pass "no ONNX case directory: said, the catalogue runs" || fail "missing case dir: $out"
 
 # --strict: MockAcc takes float32 Add but rejects int32 Add.
 out=$("$cli" conformance --backend MockAcc --backend-path "$accel" 2>&1)

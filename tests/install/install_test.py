@@ -26,7 +26,9 @@
    module from the prefix, which uses the installed libbackplane.so and finds
    the prefix's backends beside it (no environment), and runs the model.
 11. The installed `backplane conformance` passes for CpuRef, CpuOneDnn, MockAcc
-   and MockOp, and fails for MockWrong (one wrong kernel), writing the case.
+   and MockOp, running the ONNX node cases installed in share/backplane/
+   conformance and reporting per operator, and fails for MockWrong (one wrong
+   kernel), writing the case.
 12. The prefix moved elsewhere still finds its backends.
 
 Run by ctest (tests/install/CMakeLists.txt) with /usr/bin/python3, which has
@@ -344,18 +346,30 @@ def main():
     if os.path.exists(onednn):
         runs.append(["--backend", "CpuOneDnn"])
     runs += [["--backend", m, "--backend-path", accel] for m in ("MockAcc", "MockOp")]
+    # The ONNX node cases come with the install and are found beside its bin/.
+    case_data = os.path.join(prefix, "share", "backplane", "conformance")
+    n_cases = len(os.listdir(os.path.join(case_data, "node"))) if os.path.isdir(os.path.join(case_data, "node")) else 0
+    check(n_cases > 500, f"installed share/backplane/conformance/node holds the ONNX node cases ({n_cases})")
     for extra in runs:
         p = subprocess.run([installed_cli, "conformance"] + extra, env=clean, cwd=work,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        summary = [ln for ln in p.stdout.splitlines() if " passed, " in ln]
+        summary = [ln for ln in p.stdout.splitlines() if " passed, " in ln and not ln.startswith("  ")]
         check(p.returncode == 0 and summary and " 0 failed" in summary[-1],
               f"installed conformance {' '.join(extra[:2])}: {summary[-1] if summary else p.stdout[-500:]}")
+        onnx_line = [ln for ln in p.stdout.splitlines() if ": ONNX node cases (" in ln]
+        ran = [ln for ln in p.stdout.splitlines() if ln.startswith("  ") and ": " in ln and " passed, " in ln]
+        check(onnx_line and onnx_line[0].split("(")[1].startswith(os.path.realpath(case_data) + ",")
+              and ran, f"installed conformance {extra[1]}: runs the installed ONNX cases, reports per "
+                       f"operator ({onnx_line[0] if onnx_line else 'no ONNX line'}; {len(ran)} operators)")
+        print("\n".join(ln for ln in p.stdout.splitlines() if not ln.startswith("  ")), flush=True)
     cases = os.path.join(work, "conformance_cases")
     p = subprocess.run([installed_cli, "conformance", "--backend", "MockWrong", "--backend-path",
                         os.path.join(args.build_dir, "lib", "backplane", "testing_wrong"), "--case-dir", cases],
                        env=clean, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check(p.returncode == 1 and os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")),
           f"installed conformance --backend MockWrong fails and writes the case (exit {p.returncode})")
+    check("  FAIL  onnx: node/test_add_bcast: " in p.stdout,
+          "installed conformance --backend MockWrong: the ONNX case test_add_bcast fails too")
     if os.path.isfile(os.path.join(cases, "MockWrong_Add_op.onnx")):
         m = onnx.load(os.path.join(cases, "MockWrong_Add_op.onnx"))
         onnx.checker.check_model(m)

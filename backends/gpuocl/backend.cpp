@@ -154,7 +154,18 @@ class GpuOcl final : public sdk::Backend {
     for (size_t i = 0; i < devices_.size() && chosen_ < 0; ++i)
       if (devices_[i].gpu) chosen_ = int(i);
     if (chosen_ < 0 && !devices_.empty()) chosen_ = 0;
+    // The configure keys' defaults from the environment: the runtime passes
+    // no configure keys but num_threads to backends yet.
     if (const char* dir = std::getenv("BACKPLANE_GPUOCL_CACHE_DIR")) cache_dir_ = dir;
+    if (const char* opts = std::getenv("BACKPLANE_GPUOCL_BUILD_OPTIONS")) build_options_ = opts;
+    if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
+      try {
+        configure("device", d);
+      } catch (const sdk::Error& e) {
+        this->host().log(BP_LOG_WARN, "GpuOcl",
+                         std::string("BACKPLANE_GPUOCL_DEVICE ignored: ") + e.what());
+      }
+    }
     describe();
     if (devices_.empty())
       this->host().log(BP_LOG_INFO, "GpuOcl", "no OpenCL device: " + why_ + "; claiming no node");

@@ -556,7 +556,17 @@ typedef struct bp_backend_api {
 
   /* Run a compiled partition. inputs/outputs follow the view's input/output
    * order; output tensors are allocated by the host with the view's shapes.
-   * Different contexts may execute concurrently. */
+   * Different contexts may execute concurrently.
+   * Asynchrony (a clarification written with the first real device backend,
+   * GpuOcl; every backend so far is synchronous, which stays valid): outputs
+   * in host memory (device == 0) are complete when execute returns. Outputs
+   * in the backend's own device memory may still be in flight: the backend
+   * only guarantees that its later calls (execute, execute_node,
+   * copy_from_device, copy_to_device, memory_free) observe the work in the
+   * order it was submitted, e.g. through one in-order queue per device.
+   * copy_from_device therefore returns only once the value it reads is
+   * complete: that is where the host waits. An error of work in flight is
+   * reported by the call that waits for it. */
   bp_status_t* (*execute)(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
                           size_t num_outputs, const bp_tensor_t* outputs);
 

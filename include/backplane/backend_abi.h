@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.3)
+ * Versioning (API version MAJOR.MINOR, currently 1.4)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -58,7 +58,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 3u
+#define BP_API_VERSION_MINOR 4u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -307,6 +307,21 @@ typedef struct bp_backend_info {
   uint32_t device_count;   /* devices of BP_BACKEND_FLAG_DEVICE_MEMORY */
   uint32_t flags;          /* BP_BACKEND_FLAG_* */
 } bp_backend_info_t;
+
+/* One device a backend can run on (since 1.4), as get_devices reports it:
+ * what a user picks a device by (`backplane backends --json` lists them).
+ * Strings are owned by the backend and live until its next get_devices call
+ * or its destroy. */
+typedef struct bp_device_info {
+  size_t struct_size;
+  const char* name;           /* e.g. "NVIDIA GeForce RTX 3060", never NULL */
+  const char* vendor;         /* never NULL; may be "" */
+  const char* driver_version; /* never NULL; may be "" */
+  const char* kind;           /* "gpu", "cpu", "accelerator" or "other" */
+  uint64_t memory_bytes;      /* device memory; 0 if unknown */
+  uint32_t compute_units;     /* 0 if unknown */
+  bool selected;              /* the device this instance runs on (its device 0) */
+} bp_device_info_t;
 
 /* Options given to compile. */
 typedef struct bp_compile_options {
@@ -640,6 +655,17 @@ typedef struct bp_backend_api {
   bp_status_t* (*get_op_schemas)(bp_backend_t* backend, size_t* out_count,
                                  const bp_op_schema_t** out_schemas);
 
+  /* ---- since 1.4 ------------------------------------------------------ */
+
+  /* Every device the backend found on this machine, selected or not (a
+   * backend choosing among several by a configure key reports them all; the
+   * one it runs on has selected = true). *out_devices (*out_count entries;
+   * NULL when 0) is owned by the backend and valid until the next call of
+   * this slot or destroy. A backend without devices of its own (a CPU
+   * backend) leaves the slot NULL or reports none. */
+  bp_status_t* (*get_devices)(bp_backend_t* backend, size_t* out_count,
+                              const bp_device_info_t** out_devices);
+
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;
 
@@ -648,6 +674,7 @@ typedef struct bp_backend_api {
 #define BP_BACKEND_API_SIZE_1_1 BP_STRUCT_SIZE(bp_backend_api_t, compile_all)
 #define BP_BACKEND_API_SIZE_1_2 BP_STRUCT_SIZE(bp_backend_api_t, execute_shaped)
 #define BP_BACKEND_API_SIZE_1_3 BP_STRUCT_SIZE(bp_backend_api_t, get_op_schemas)
+#define BP_BACKEND_API_SIZE_1_4 BP_STRUCT_SIZE(bp_backend_api_t, get_devices)
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

@@ -55,8 +55,9 @@ class Context final : public sdk::ExecContext {
 
 class Compiled final : public sdk::CompiledPartition {
  public:
-  Compiled(Device& device, const bp_graph_view_t& view, Lowered lowered)
-      : device_(device), lowered_(std::move(lowered)) {
+  Compiled(Device& device, const sdk::Host& host, std::string options, const bp_graph_view_t& view,
+           Lowered lowered)
+      : device_(device), host_(host), options_(std::move(options)), lowered_(std::move(lowered)) {
     for (size_t i = 0; i < view.num_inputs; ++i) inputs_.push_back(view.inputs[i]);
     for (size_t i = 0; i < view.num_outputs; ++i) outputs_.push_back(view.outputs[i]);
     std::set<int> edge(inputs_.begin(), inputs_.end());
@@ -71,8 +72,17 @@ class Compiled final : public sdk::CompiledPartition {
   std::unique_ptr<sdk::ExecContext> create_context() override {
     return std::make_unique<Context>(*this);
   }
+  // The program binary and what it is valid for (payload.hpp); the weights
+  // are the artifact's own blobs.
+  void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) override {
+    const std::vector<unsigned char> bytes =
+        encode_payload(Payload{device_.key(options_), device_.program_binary()});
+    host_.append(writer, bytes.data(), bytes.size());
+  }
 
   Device& device_;
+  const sdk::Host& host_;
+  std::string options_;
   Lowered lowered_;
   std::vector<int> inputs_, outputs_;
   std::vector<std::pair<int, size_t>> internal_;
@@ -177,8 +187,26 @@ class GpuOcl final : public sdk::Backend {
     i.vendor = "Backplane";
     i.description = description_.c_str();
     i.device_count = devices_.empty() ? 0 : 1;
-    i.flags = BP_BACKEND_FLAG_COMPILE | (devices_.empty() ? 0 : BP_BACKEND_FLAG_DEVICE_MEMORY);
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE |
+              (devices_.empty() ? 0 : BP_BACKEND_FLAG_DEVICE_MEMORY);
     return i;
+  }
+
+  std::vector<sdk::Backend::Device> devices() override {
+    std::vector<sdk::Backend::Device> out;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const DeviceInfo& d = devices_[i];
+      sdk::Backend::Device o;
+      o.name = d.name;
+      o.vendor = d.vendor;
+      o.driver_version = d.driver_version;
+      o.kind = d.gpu ? "gpu" : d.cpu ? "cpu" : "accelerator";
+      o.memory_bytes = d.memory_bytes;
+      o.compute_units = d.compute_units;
+      o.selected = int(i) == chosen_;
+      out.push_back(std::move(o));
+    }
+    return out;
   }
 
   void configure(std::string_view key, std::string_view value) override {
@@ -223,7 +251,7 @@ class GpuOcl final : public sdk::Backend {
                                                   sdk::NodeReport& report) override {
     if (sdk::shape_polymorphic(options))
       throw sdk::unsupported("GpuOcl compiles static shapes only");
-    Device& dev = device();
+    gpuocl::Device& dev = device();
     try {
       dev.program(build_options_, cache_dir_);
     } catch (const sdk::Error& e) {
@@ -238,7 +266,35 @@ class GpuOcl final : public sdk::Backend {
       complete = false;
     });
     if (!complete) return nullptr;  // the host gives those nodes elsewhere and compiles again
-    return std::make_unique<Compiled>(dev, view, std::move(lowered));
+    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
+  }
+
+  // A payload of serialize: its program binary, used as is when it was built
+  // for this device, driver and options; otherwise the kernels are rebuilt
+  // from source and the log says why. A payload this build cannot read is
+  // an error: the host then recompiles the partition from the portable graph.
+  std::unique_ptr<sdk::CompiledPartition> deserialize(
+      const bp_graph_view_t& view, const void* payload, size_t size,
+      const bp_compile_options_t& options) override {
+    if (sdk::shape_polymorphic(options))
+      throw sdk::unsupported("GpuOcl compiles static shapes only");
+    const Payload p = decode_payload(payload, size);
+    gpuocl::Device& dev = device();
+    const ProgramKey here = dev.key(build_options_);
+    if (!(p.key == here)) {
+      host().log(BP_LOG_WARN, "GpuOcl",
+                 "the stored program was built for " + p.key.describe() +
+                     "; recompiling the kernels from source for " + here.describe());
+    } else if (!dev.adopt_binary(p.binary, build_options_)) {
+      host().log(BP_LOG_WARN, "GpuOcl",
+                 "the driver refused the stored program binary for " + here.describe() +
+                     "; recompiling the kernels from source");
+    }
+    dev.program(build_options_, cache_dir_);  // built already unless recompiling
+    Lowered lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
+      throw sdk::unsupported("node " + std::to_string(node) + ": " + why);
+    });
+    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
   }
 
   void* memory_alloc(uint32_t device_index, size_t size, size_t /*alignment*/) override {
@@ -283,10 +339,10 @@ class GpuOcl final : public sdk::Backend {
   }
 
  private:
-  Device& device() {
+  gpuocl::Device& device() {
     if (devices_.empty())
       throw sdk::Error(BP_STATUS_UNSUPPORTED, "GpuOcl: no OpenCL device (" + why_ + ")");
-    if (!device_) device_ = std::make_unique<Device>(devices_[size_t(chosen_)]);
+    if (!device_) device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
     return *device_;
   }
   void check_device(uint32_t d) const {
@@ -325,7 +381,7 @@ class GpuOcl final : public sdk::Backend {
   std::string description_;
   std::string build_options_;
   std::string cache_dir_;
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<gpuocl::Device> device_;
   std::mutex mutex_;
   std::map<cl_mem, size_t> allocations_;
 };

@@ -125,6 +125,7 @@ std::vector<DeviceInfo> enumerate_devices(std::string* why) {
       cl_device_type type = 0;
       clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(type), &type, nullptr);
       info.gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+      info.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
       cl_ulong mem = 0;
       clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, nullptr);
       info.memory_bytes = mem;
@@ -183,9 +184,7 @@ namespace {
 std::string cache_file(const std::string& dir, const DeviceInfo& info, const std::string& options) {
   const std::string key = info.platform_name + "\n" + info.name + "\n" + info.driver_version +
                           "\n" + options + "\n" + kKernelSource;
-  char name[64];
-  std::snprintf(name, sizeof(name), "gpuocl-%016zx.bin", std::hash<std::string>{}(key));
-  return (std::filesystem::path(dir) / name).string();
+  return (std::filesystem::path(dir) / ("gpuocl-" + stable_hash(key) + ".bin")).string();
 }
 
 std::string build_log(cl_program p, cl_device_id d) {
@@ -198,12 +197,8 @@ std::string build_log(cl_program p, cl_device_id d) {
   return log;
 }
 
-cl_program load_binary(cl_context ctx, cl_device_id d, const std::string& file,
+cl_program from_binary(cl_context ctx, cl_device_id d, const std::vector<unsigned char>& bytes,
                        const std::string& options) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return nullptr;
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
   if (bytes.empty()) return nullptr;
   const unsigned char* ptr = bytes.data();
   const size_t size = bytes.size();
@@ -220,14 +215,30 @@ cl_program load_binary(cl_context ctx, cl_device_id d, const std::string& file,
   return p;
 }
 
-void store_binary(cl_program p, const std::string& file) {
+cl_program load_binary(cl_context ctx, cl_device_id d, const std::string& file,
+                       const std::string& options) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return nullptr;
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  return from_binary(ctx, d, bytes, options);
+}
+
+std::vector<unsigned char> binary_of(cl_program p) {
   size_t size = 0;
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, nullptr) != CL_SUCCESS ||
       size == 0)
-    return;
+    return {};
   std::vector<unsigned char> bytes(size);
   unsigned char* ptr = bytes.data();
-  if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) != CL_SUCCESS) return;
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) != CL_SUCCESS) return {};
+  return bytes;
+}
+
+void store_binary(cl_program p, const std::string& file) {
+  const std::vector<unsigned char> bytes = binary_of(p);
+  const size_t size = bytes.size();
+  if (size == 0) return;
   // Written whole under a temporary name, then renamed: a concurrent reader
   // sees the old file or the new one, never half of one.
   const std::string tmp = file + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(p));
@@ -276,6 +287,29 @@ cl_program Device::program(const std::string& options, const std::string& cache_
   program_ = p;
   if (!file.empty()) store_binary(p, file);
   return program_;
+}
+
+ProgramKey Device::key(const std::string& options) const {
+  return ProgramKey{info_.platform_name, info_.name, info_.driver_version, options,
+                    stable_hash(kKernelSource)};
+}
+
+std::vector<unsigned char> Device::program_binary() {
+  std::lock_guard<std::mutex> lock(program_mutex_);
+  if (program_ == nullptr) throw sdk::Error(BP_STATUS_INTERNAL, "GpuOcl: program not built");
+  std::vector<unsigned char> b = binary_of(program_);
+  if (b.empty())
+    throw sdk::Error(BP_STATUS_DEVICE_ERROR, "GpuOcl: the driver gives no program binary");
+  return b;
+}
+
+bool Device::adopt_binary(const std::vector<unsigned char>& binary, const std::string& options) {
+  std::lock_guard<std::mutex> lock(program_mutex_);
+  if (program_ != nullptr) return true;
+  program_ = from_binary(context_, info_.id, binary, options);
+  if (program_ == nullptr) return false;
+  ++counters().program_loads;
+  return true;
 }
 
 cl_kernel Device::create_kernel(const char* name) {

@@ -10,6 +10,8 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
+#include "gpuocl/payload.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -23,7 +25,7 @@ struct DeviceInfo {
   cl_platform_id platform = nullptr;
   cl_device_id id = nullptr;
   std::string name, vendor, driver_version, platform_name;
-  bool gpu = false;
+  bool gpu = false, cpu = false;
   uint64_t memory_bytes = 0;
   uint32_t compute_units = 0;
 };
@@ -114,6 +116,13 @@ class Device {
   // and source is there; written there after a build. Throws with the build
   // log when the driver cannot build it.
   cl_program program(const std::string& options, const std::string& cache_dir);
+  // What a binary of the program built with `options` is valid for.
+  ProgramKey key(const std::string& options) const;
+  // The built program's binary (program() first).
+  std::vector<unsigned char> program_binary();
+  // Makes `binary` (built for key(options)) the program, if none is built
+  // yet; false if the driver refuses it (then program() builds from source).
+  bool adopt_binary(const std::vector<unsigned char>& binary, const std::string& options);
   // A new kernel object of the program (owned by the caller).
   cl_kernel create_kernel(const char* name);
 

@@ -257,23 +257,36 @@ __kernel void strided_copy(__global const float* x, __global float* y, __global 
   y[i] = inside ? x[off] : value;
 }
 
-// Nearest (mode 0, asymmetric/floor) or bilinear (1, half_pixel) resize of NCHW.
+// The input coordinate of output coordinate o (ONNX Resize's
+// coordinate_transformation_mode): 0 half_pixel, 1 pytorch_half_pixel,
+// 2 align_corners, 3 asymmetric. r = 1 / scale.
+inline float resize_coord(int ctm, int o, float r, int in, int out) {
+  switch (ctm) {
+    case 0: return (o + 0.5f) * r - 0.5f;
+    case 1: return out > 1 ? (o + 0.5f) * r - 0.5f : 0.0f;
+    case 2: return out > 1 ? o * (float)(in - 1) / (float)(out - 1) : 0.0f;
+    default: return o * r;
+  }
+}
+
+// Resize of the two last axes of [NC, H, W]: nearest (mode 0, floor) or
+// bilinear (mode 1, edges clamped).
 __kernel void resize2d(__global const float* x, __global float* y, int NC, int H, int W, int OH,
-                       int OW, int mode) {
+                       int OW, int mode, int ctm, float rh, float rw) {
   const int i = get_global_id(0);
   if (i >= NC * OH * OW) return;
   const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH);
   __global const float* p = x + nc * H * W;
-  const float sh = (float)H / OH, sw = (float)W / OW;
+  const float fy = resize_coord(ctm, oh, rh, H, OH), fx = resize_coord(ctm, ow, rw, W, OW);
   if (mode == 0) {
-    const int ih = min((int)floor(oh * sh), H - 1), iw = min((int)floor(ow * sw), W - 1);
+    const int ih = clamp((int)floor(fy), 0, H - 1), iw = clamp((int)floor(fx), 0, W - 1);
     y[i] = p[ih * W + iw];
     return;
   }
-  float fy = fmax((oh + 0.5f) * sh - 0.5f, 0.0f), fx = fmax((ow + 0.5f) * sw - 0.5f, 0.0f);
-  int y0 = min((int)fy, H - 1), x0 = min((int)fx, W - 1);
-  int y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
-  const float dy = fy - y0, dx = fx - x0;
+  const float cy = clamp(fy, 0.0f, (float)(H - 1)), cx = clamp(fx, 0.0f, (float)(W - 1));
+  const int y0 = (int)floor(cy), x0 = (int)floor(cx);
+  const int y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
+  const float dy = cy - y0, dx = cx - x0;
   y[i] = (1 - dy) * ((1 - dx) * p[y0 * W + x0] + dx * p[y0 * W + x1]) +
          dy * ((1 - dx) * p[y1 * W + x0] + dx * p[y1 * W + x1]);
 }

@@ -142,7 +142,9 @@ const std::set<std::string, std::less<>>& other_ops() {
                                                        "Transpose",
                                                        "Gather",
                                                        "Slice",
-                                                       "Pad"};
+                                                       "Pad",
+                                                       "Resize",
+                                                       "Upsample"};
   return s;
 }
 
@@ -220,6 +222,7 @@ class Lowerer {
   void gather();
   void slice();
   void pad();
+  void resize();
   void expand_into(int src, const Dims& src_dims, int dst, const Dims& dst_dims);
 
   Device& device_;
@@ -646,6 +649,37 @@ void Lowerer::pad() {
   emit([=](Run& r) { launch(r, "strided_copy", n, r.value(x), r.value(y), mm, n, value); });
 }
 
+void Lowerer::resize() {
+  const Dims dx = in_dims(0), dy = out_dims(0);
+  const std::string mode = node_->attr_string("mode", "nearest");
+  const bool old = node_->op_type() == "Upsample" || node_->opset() < 11;
+  const std::string ctm =
+      old ? "asymmetric" : node_->attr_string("coordinate_transformation_mode", "half_pixel");
+  // The scales of H and W: given, or implied by the sizes.
+  std::vector<float> scales;
+  const size_t scales_input = old ? 1 : 2;
+  if (node_->has_input(scales_input) && sdk::element_count(node_->input(scales_input)) > 0)
+    scales = const_floats(scales_input);
+  float sh = float(dy[2]) / float(dx[2]), sw = float(dy[3]) / float(dx[3]);
+  if (scales.size() == 4) {
+    sh = scales[2];
+    sw = scales[3];
+  }
+  const int ctm_code = ctm == "half_pixel"           ? 0
+                       : ctm == "pytorch_half_pixel" ? 1
+                       : ctm == "align_corners"      ? 2
+                                                     : 3;
+  const int m = mode == "nearest" ? 0 : 1;
+  const int x = in(0), y = out(0);
+  const int NC = int(dx[0] * dx[1]), H = int(dx[2]), W = int(dx[3]), OH = int(dy[2]),
+            OW = int(dy[3]);
+  const float rh = 1.0f / sh, rw = 1.0f / sw;
+  const int n = int(numel(dy));
+  emit([=](Run& r) {
+    launch(r, "resize2d", n, r.value(x), r.value(y), NC, H, W, OH, OW, m, ctm_code, rh, rw);
+  });
+}
+
 void Lowerer::node(size_t index) {
   node_ = std::make_unique<sdk::NodeRef>(&view_, index);
   label_ = "node '" + std::string(node_->name()) + "' (" + std::string(node_->op_type()) + ")";
@@ -671,6 +705,7 @@ void Lowerer::node(size_t index) {
   if (t == "Gather") return gather();
   if (t == "Slice") return slice();
   if (t == "Pad") return pad();
+  if (t == "Resize" || t == "Upsample") return resize();
   throw sdk::unsupported("GpuOcl has no kernel for " + std::string(t));
 }
 
@@ -720,6 +755,25 @@ std::string check_specific(const sdk::NodeRef& n) {
     if (n.attr_string("mode", "constant") != "constant") return "only constant padding";
     if (!constant_input(1) || !constant_input(2)) return "pads/value are not constants";
     if (n.num_inputs() > 3 && n.has_input(3)) return "Pad's axes input";
+  } else if (t == "Resize" || t == "Upsample") {
+    if (rank != 4) return "only 4-d Resize";
+    const std::string mode = n.attr_string("mode", "nearest");
+    const bool old = t == "Upsample" || n.opset() < 11;
+    const std::string ctm =
+        old ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+    if (mode != "nearest" && mode != "linear") return "mode '" + mode + "'";
+    if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" &&
+        ctm != "asymmetric")
+      return "coordinate_transformation_mode '" + ctm + "'";
+    if (mode == "nearest" && !old && n.attr_string("nearest_mode", "round_prefer_floor") != "floor")
+      return "nearest_mode other than floor";
+    if (n.output(0).shape[0] != n.input(0).shape[0] || n.output(0).shape[1] != n.input(0).shape[1])
+      return "resizes the batch or channel axis";
+    for (size_t i = 1; i < n.num_inputs(); ++i)
+      if (!constant_input(i)) return "roi/scales/sizes are not constants";
+    if (n.attr_int("antialias", 0) != 0) return "antialias";
+    if (n.has_attr("axes")) return "Resize's axes attribute";
+    if (n.attr_int("exclude_outside", 0) != 0) return "exclude_outside";
   } else if (t == "Dropout") {
     if (n.num_outputs() > 1 && n.raw().outputs[1] >= 0) return "Dropout's mask output";
     if (n.num_inputs() > 2 && n.has_input(2)) return "Dropout's training_mode input";

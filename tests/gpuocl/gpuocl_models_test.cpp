@@ -9,14 +9,18 @@
 //  - the copies the module performs per run equal the plan's copies, and the
 //    host waits only on those copies (kernels are enqueued, not waited for);
 //  - every device buffer is released once the session and the model end;
-//  - concurrent sessions agree bit for bit.
+//  - concurrent sessions agree bit for bit;
+//  - a compiled artifact's stored program loads without compiling OpenCL C.
 // And: a kernel build failure is a clear error (or a fallback), never a crash;
 // without an OpenCL device the backend loads and claims nothing, saying why.
 #include "support/e2e_util.hpp"
+#include "support/files.hpp"
+#include "support/model_builder.hpp"
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <ostream>
 #include <string>
@@ -177,11 +181,119 @@ TEST_P(GpuOclModels, RepeatedAndConcurrentRunsAgree) {
   }
 }
 
+// API 1.4 get_devices: the OpenCL devices, one of them selected.
+TEST(GpuOclDevices, EnumeratedAndOneSelected) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  for (const BackendDescription& b : rt->backends()) {
+    if (b.id != "GpuOcl") continue;
+    EXPECT_EQ(b.api_minor, 4u);
+    ASSERT_FALSE(b.devices.empty());
+    int selected = 0;
+    for (const DeviceDescription& d : b.devices) {
+      EXPECT_FALSE(d.name.empty());
+      EXPECT_GT(d.memory_bytes, 0u) << d.name;
+      EXPECT_GT(d.compute_units, 0u) << d.name;
+      EXPECT_TRUE(d.kind == "gpu" || d.kind == "cpu" || d.kind == "accelerator") << d.kind;
+      selected += d.selected ? 1 : 0;
+    }
+    EXPECT_EQ(selected, 1);
+    return;
+  }
+  FAIL() << "GpuOcl is not registered";
+}
+
 INSTANTIATE_TEST_SUITE_P(E2E, GpuOclModels,
                          testing::Values(ModelCase{"resnet18", "input"},
                                          ModelCase{"mobilenet_v2", "input"},
                                          ModelCase{"transformer", "input_ids"}),
                          case_name);
+
+// Device code in artifacts: `compile` stores GpuOcl's program binary; a
+// fresh runtime on the same device loads it without building any OpenCL C
+// (its kernel cache off), and one whose key differs (other build options,
+// standing in for another device or driver) rebuilds from source.
+TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiffers) {
+  auto keep = runtime();  // holds the module, so its counters run on
+  ASSERT_TRUE(keep);
+  test::TempDir tmp;
+  const std::string bpk = tmp.file("resnet18.bpk");
+  CompileOptions co;
+  co.backends = {"GpuOcl"};
+  auto report = keep->compile({{"resnet18", model_path("resnet18")}}, bpk, co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
+
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
+  for (const char* options : {"", "-cl-mad-enable"}) {
+    SCOPED_TRACE(std::string("build options '") + options + "'");
+    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", options, 1), 0);
+    const bool same = options[0] == '\0';
+    const int64_t builds = counter("program_builds"), loads = counter("program_loads");
+    auto fresh = runtime();
+    ASSERT_TRUE(fresh);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto model = fresh->load_model(bpk);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    EXPECT_EQ(counter("program_builds") - builds, same ? 0 : 1);
+    EXPECT_EQ(counter("program_loads") - loads, same ? 1 : 0);
+    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
+                same ? "stored program" : "rebuilt from source");
+    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+  }
+  unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
+}
+
+// Resize (which the conformance command has no case of) against CpuRef, in
+// each mode and coordinate transformation GpuOcl claims, by scales and by
+// sizes (opset 13).
+TEST(GpuOclOps, ResizeMatchesCpuRef) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  std::vector<float> xs(1 * 2 * 5 * 7);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 37) % 23) / 7.0f - 1.5f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {1, 2, 5, 7}, xs.data());
+  struct Variant {
+    const char* mode;
+    const char* ctm;
+    bool by_sizes;
+  };
+  int k = 0;
+  for (const Variant& v :
+       {Variant{"nearest", "asymmetric", false}, Variant{"linear", "half_pixel", false},
+        Variant{"linear", "pytorch_half_pixel", false}, Variant{"linear", "align_corners", true},
+        Variant{"linear", "asymmetric", true}}) {
+    SCOPED_TRACE(std::string(v.mode) + " " + v.ctm);
+    test::ModelBuilder b(13);
+    b.input("x", {1, 2, 5, 7});
+    b.init_f32("roi", {0}, {});
+    if (v.by_sizes) {
+      b.init_i64("sizes", {4}, {1, 2, 8, 11});
+      b.node("Resize", {"x", "roi", "", "sizes"}, {"y"}, "resize");
+    } else {
+      b.init_f32("scales", {4}, {1.f, 1.f, 2.f, 1.5f});
+      b.node("Resize", {"x", "roi", "scales"}, {"y"}, "resize");
+    }
+    onnx::NodeProto& n = *b.graph().mutable_node(0);
+    test::set_string(n, "mode", v.mode);
+    test::set_string(n, "coordinate_transformation_mode", v.ctm);
+    if (std::string(v.mode) == "nearest") test::set_string(n, "nearest_mode", "floor");
+    b.output("y");
+    const std::string path = b.save(tmp, "resize" + std::to_string(k++) + ".onnx");
+    ModelOptions mo;
+    mo.backends = {"GpuOcl"};
+    auto gpu = rt->load_model(path, mo);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    auto ref = rt->load_model(path, cpuref_only());
+    ASSERT_TRUE(ref.ok());
+    expect_close(run_once(**gpu, {{"x", x}})[0], "Resize", run_once(**ref, {{"x", x}})[0]);
+  }
+}
 
 // An OpenCL C option the driver refuses: building the kernels fails. With a
 // fallback the model runs elsewhere; with GpuOcl alone loading fails, naming
@@ -219,6 +331,7 @@ TEST(GpuOclNoDevice, LoadsClaimsNothingAndSaysWhy) {
     if (b.id == "GpuOcl") {
       found = true;
       EXPECT_TRUE(contains(b.description, "no device")) << b.description;
+      EXPECT_TRUE(b.devices.empty());
     }
   ASSERT_TRUE(found) << "GpuOcl did not load without a device";
   ModelOptions mo;

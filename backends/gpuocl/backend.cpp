@@ -65,7 +65,8 @@ class Compiled final : public sdk::CompiledPartition {
     for (size_t n = 0; n < view.num_nodes; ++n)
       for (size_t o = 0; o < view.nodes[n].num_outputs; ++o) {
         const int v = view.nodes[n].outputs[o];
-        if (v >= 0 && edge.count(v) == 0) internal_.emplace_back(v, sdk::byte_size(view.values[v]));
+        if (v >= 0 && edge.count(v) == 0 && lowered_.elided.count(v) == 0)
+          internal_.emplace_back(v, sdk::byte_size(view.values[v]));
       }
     num_values_ = view.num_values;
   }

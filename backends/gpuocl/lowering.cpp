@@ -156,6 +156,7 @@ class Lowerer {
       : device_(device), host_(host), view_(view), out_(out) {}
 
   void node(size_t index);
+  bool skipped(size_t index) const { return skip_.count(index) != 0; }
 
  private:
   const bp_value_t& value(int v) const { return view_.values[v]; }
@@ -225,13 +226,35 @@ class Lowerer {
   void resize();
   void expand_into(int src, const Dims& src_dims, int dst, const Dims& dst_dims);
 
+  int sole_consumer(int v) const;
+  std::vector<float> floats_of(const bp_value_t& v) const {
+    sdk::Weight w = host_.weight(view_.weights, v.data_key);
+    return std::vector<float>(w.as<float>(), w.as<float>() + sdk::element_count(v));
+  }
+
   Device& device_;
   const sdk::Host& host_;
   const bp_graph_view_t& view_;
   Lowered& out_;
   std::unique_ptr<sdk::NodeRef> node_;
   std::string label_;
+  std::set<size_t> skip_;  // nodes folded into an earlier one
 };
+
+// The one node reading value v (by one input), unless v leaves the view or
+// has other readers: -1 then.
+int Lowerer::sole_consumer(int v) const {
+  for (size_t o = 0; o < view_.num_outputs; ++o)
+    if (view_.outputs[o] == v) return -1;
+  int found = -1, count = 0;
+  for (size_t j = 0; j < view_.num_nodes; ++j)
+    for (size_t k = 0; k < view_.nodes[j].num_inputs; ++k)
+      if (view_.nodes[j].inputs[k] == v) {
+        ++count;
+        found = int(j);
+      }
+  return count == 1 ? found : -1;
+}
 
 // Broadcast strides of `d` against `out` (right-aligned), 0 on broadcast axes.
 std::vector<int> bcast_strides(const Dims& d, const Dims& out) {
@@ -333,9 +356,67 @@ std::vector<int> ints_attr(const sdk::NodeRef& node, const char* name, size_t n,
 }
 
 void Lowerer::conv() {
-  const int x = in(0), w = in(1), y = out(0);
-  const int b = node_->has_input(2) ? in(2) : -1;
+  const int x = in(0);
+  int y = out(0);
   Dims dx = in_dims(0), dw = in_dims(1), dy = out_dims(0);
+  // Folded into this Conv: a BatchNormalization alone reading its output
+  // (into the weights and bias), then a Relu or Clip alone reading that (into
+  // the kernel's epilogue). The folded nodes are skipped.
+  cl_mem wf = nullptr, bf = nullptr;
+  int act = -1;
+  float ap = 0.0f, aq = 0.0f;
+  const bool const_wb =
+      is_constant(node_->input(1)) && (!node_->has_input(2) || is_constant(node_->input(2)));
+  int j = sole_consumer(y);
+  if (j >= 0 && const_wb && std::string_view(view_.nodes[j].op_type) == "BatchNormalization" &&
+      check_node(view_, size_t(j)).empty()) {
+    const sdk::NodeRef bn(&view_, size_t(j));
+    const std::vector<float> scale = floats_of(bn.input(1)), shift = floats_of(bn.input(2)),
+                             mean = floats_of(bn.input(3)), var = floats_of(bn.input(4));
+    const float eps = bn.attr_float("epsilon", 1e-5f);
+    std::vector<float> wv = floats_of(node_->input(1));
+    std::vector<float> bv =
+        node_->has_input(2) ? floats_of(node_->input(2)) : std::vector<float>(scale.size(), 0.0f);
+    const size_t per = wv.size() / scale.size();
+    for (size_t c = 0; c < scale.size(); ++c) {
+      const float a = scale[c] / std::sqrt(var[c] + eps);
+      for (size_t i = 0; i < per; ++i) wv[c * per + i] *= a;
+      bv[c] = bv[c] * a + shift[c] - mean[c] * a;
+    }
+    out_.meta.push_back(device_.upload(wv.data(), wv.size() * sizeof(float)));
+    wf = out_.meta.back().get();
+    out_.meta.push_back(device_.upload(bv.data(), bv.size() * sizeof(float)));
+    bf = out_.meta.back().get();
+    skip_.insert(size_t(j));
+    out_.elided.insert(y);
+    y = bn.raw().outputs[0];
+    j = sole_consumer(y);
+  }
+  if (j >= 0 && check_node(view_, size_t(j)).empty()) {
+    const sdk::NodeRef a(&view_, size_t(j));
+    if (a.op_type() == "Relu") {
+      act = 0;
+    } else if (a.op_type() == "Clip") {
+      act = 9;
+      ap = -FLT_MAX;
+      aq = FLT_MAX;
+      if (a.opset() < 11) {
+        ap = a.attr_float("min", -FLT_MAX);
+        aq = a.attr_float("max", FLT_MAX);
+      } else {
+        if (a.has_input(1)) ap = floats_of(a.input(1)).at(0);
+        if (a.has_input(2)) aq = floats_of(a.input(2)).at(0);
+      }
+    }
+    if (act >= 0) {
+      skip_.insert(size_t(j));
+      out_.elided.insert(y);
+      y = a.raw().outputs[0];
+    }
+  }
+  const int w = wf != nullptr ? -1 : in(1);
+  const int b = bf == nullptr && node_->has_input(2) ? in(2) : -1;
+  const bool has_bias = bf != nullptr || b >= 0;
   if (dx.size() == 3) {  // Conv1d as a 2d convolution of height 1
     dx.insert(dx.begin() + 2, 1);
     dw.insert(dw.begin() + 2, 1);
@@ -359,11 +440,12 @@ void Lowerer::conv() {
       k[1],       s[0],       s[1],       p[0],       p[1],       d[0],       d[1],       group};
   cl_mem mm = meta(shape);
   const int n = int(numel(dy));
+  auto weights = [=](Run& r) { return wf != nullptr ? wf : r.value(w); };
+  auto bias = [=](Run& r) { return bf != nullptr ? bf : b >= 0 ? r.value(b) : r.value(x); };
   if (group != 1) {
     emit([=](Run& r) {
-      cl_mem bias = b >= 0 ? r.value(b) : r.value(x);
-      launch(r, "conv2d", n, r.value(x), r.value(w), bias, r.value(y), mm, b >= 0 ? 1 : 0, -1, 0.0f,
-             0.0f);
+      launch(r, "conv2d", n, r.value(x), weights(r), bias(r), r.value(y), mm, has_bias ? 1 : 0, act,
+             ap, aq);
     });
     return;
   }
@@ -383,13 +465,14 @@ void Lowerer::conv() {
   emit([=](Run& r) {
     for (int64_t i = 0; i < images; ++i) {
       if (pointwise) {
-        gemm(r, g, r.value(w), 0, r.value(x), size_t(i * x_image), r.value(y), size_t(i * y_image));
+        gemm(r, g, weights(r), 0, r.value(x), size_t(i * x_image), r.value(y), size_t(i * y_image));
         continue;
       }
       launch(r, "im2col", cols, r.value(x), int(i * x_image), r.scratch(), mm);
-      gemm(r, g, r.value(w), 0, r.scratch(), 0, r.value(y), size_t(i * y_image));
+      gemm(r, g, weights(r), 0, r.scratch(), 0, r.value(y), size_t(i * y_image));
     }
-    if (b >= 0) launch(r, "bias_act", n, r.value(y), r.value(b), C, HW, n, 1, -1, 0.0f, 0.0f);
+    if (has_bias || act >= 0)
+      launch(r, "bias_act", n, r.value(y), bias(r), C, HW, n, has_bias ? 1 : 0, act, ap, aq);
   });
 }
 
@@ -819,6 +902,7 @@ Lowered lower(Device& device, const sdk::Host& host, const bp_graph_view_t& view
   Lowered out;
   Lowerer l(device, host, view, out);
   for (size_t i = 0; i < view.num_nodes; ++i) {
+    if (l.skipped(i)) continue;
     try {
       l.node(i);
     } catch (const sdk::Error& e) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct Lowered {
   std::map<int, Buffer> constants;  // view value -> device copy
   std::vector<Buffer> meta;         // shape/stride tables of the kernels
   size_t scratch_bytes = 0;
+  // Values no step writes: a Conv's output when the BatchNormalization or
+  // activation reading it was folded into the Conv (no buffer needed).
+  std::set<int> elided;
 };
 
 // Lowers every node of `view` (each passed check_node). Reads weights through

@@ -295,6 +295,60 @@ TEST(GpuOclOps, ResizeMatchesCpuRef) {
   }
 }
 
+// Conv -> BatchNormalization -> Relu and depthwise Conv -> BatchNormalization
+// -> Clip: each BatchNormalization folds into its Conv's weights and the
+// activation into its epilogue, so a run enqueues 3 kernels of GpuOcl's
+// (im2col and bias+activation for the first Conv, one direct convolution
+// for the second) and 1 SGEMM; the result equals CpuRef's.
+TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  test::ModelBuilder b(13);
+  b.input("x", {1, 3, 9, 9});
+  b.random_weight("w1", {4, 3, 3, 3});
+  b.random_weight("w2", {4, 1, 3, 3});
+  b.random_weight("bias2", {4});
+  for (const char* bn : {"bn1", "bn2"}) {
+    const std::string p(bn);
+    b.random_weight(p + "_scale", {4}, 0.5f, 1.5f);
+    b.random_weight(p + "_shift", {4});
+    b.random_weight(p + "_mean", {4});
+    b.random_weight(p + "_var", {4}, 0.5f, 2.0f);
+  }
+  b.init_f32("lo", {}, {0.0f});
+  b.init_f32("hi", {}, {0.75f});
+  test::set_ints(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c1", "bn1_scale", "bn1_shift", "bn1_mean", "bn1_var"}, {"n1"},
+         "bn1");
+  b.node("Relu", {"n1"}, {"r1"}, "relu1");
+  onnx::NodeProto& dw = b.node("Conv", {"r1", "w2", "bias2"}, {"c2"}, "conv2");
+  test::set_int(dw, "group", 4);
+  test::set_ints(dw, "strides", {2, 2});
+  b.node("BatchNormalization", {"c2", "bn2_scale", "bn2_shift", "bn2_mean", "bn2_var"}, {"n2"},
+         "bn2");
+  b.node("Clip", {"n2", "lo", "hi"}, {"y"}, "clip2");
+  b.output("y");
+  const std::string path = b.save(tmp, "conv_bn_act.onnx");
+  std::vector<float> xs(3 * 9 * 9);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 29) % 17) / 5.0f - 1.6f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {1, 3, 9, 9}, xs.data());
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto gpu = rt->load_model(path, mo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto session = (*gpu)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input("x", x).ok());
+  const int64_t kernels = counter("kernels"), gemms = counter("gemms");
+  ASSERT_TRUE((*session)->run().ok());
+  EXPECT_EQ(counter("kernels") - kernels, 3);
+  EXPECT_EQ(counter("gemms") - gemms, 1);
+  auto ref = rt->load_model(path, cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  expect_close((*session)->output(0), "folded Conv", run_once(**ref, {{"x", x}})[0]);
+}
+
 // An OpenCL C option the driver refuses: building the kernels fails. With a
 // fallback the model runs elsewhere; with GpuOcl alone loading fails, naming
 // the node. Never a crash.

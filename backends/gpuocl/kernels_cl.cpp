@@ -161,17 +161,21 @@ __kernel void pool2d(__global const float* x, __global float* y, __global const 
   y[i] = mode == 0 ? acc : acc / (float)max(count, 1);
 }
 
-// Reduction of the middle axis of [outer, len, inner]: 0 mean, 1 sum, 2 max, 3 min.
+// Reduction of the middle axis of [outer, len, inner]: 0 mean, 1 sum, 2 max,
+// 3 min, 4 product.
 __kernel void reduce_mid(__global const float* x, __global float* y, int outer, int len, int inner,
                          int mode) {
   const int i = get_global_id(0);
   if (i >= outer * inner) return;
   const int o = i / inner, in = i % inner;
   __global const float* p = x + o * len * inner + in;
-  float acc = mode == 2 ? -INFINITY : (mode == 3 ? INFINITY : 0.0f);
+  float acc = mode == 2 ? -INFINITY : (mode == 3 ? INFINITY : (mode == 4 ? 1.0f : 0.0f));
   for (int k = 0; k < len; ++k) {
     const float v = p[k * inner];
-    acc = mode == 2 ? fmax(acc, v) : (mode == 3 ? fmin(acc, v) : acc + v);
+    acc = mode == 2   ? fmax(acc, v)
+          : mode == 3 ? fmin(acc, v)
+          : mode == 4 ? acc * v
+                      : acc + v;
   }
   y[i] = mode == 0 ? acc / (float)len : acc;
 }

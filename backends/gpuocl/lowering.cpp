@@ -132,6 +132,7 @@ const std::set<std::string, std::less<>>& other_ops() {
                                                        "ReduceSum",
                                                        "ReduceMax",
                                                        "ReduceMin",
+                                                       "ReduceProd",
                                                        "Softmax",
                                                        "LogSoftmax",
                                                        "LayerNormalization",
@@ -517,8 +518,32 @@ void Lowerer::reduce(int mode) {
   }
   for (int64_t& a : axes) a = norm_axis(a, dx.size());
   std::sort(axes.begin(), axes.end());
-  for (size_t i = 1; i < axes.size(); ++i)
-    if (axes[i] != axes[i - 1] + 1) throw sdk::unsupported("reduced axes are not contiguous");
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  bool contiguous = true;
+  for (size_t i = 1; i < axes.size(); ++i) contiguous = contiguous && axes[i] == axes[i - 1] + 1;
+  if (!contiguous) {
+    // Kept axes first, reduced axes last (a transpose into the scratch
+    // buffer, which steps use one at a time), then one reduction.
+    Dims perm, moved;
+    for (size_t d = 0; d < dx.size(); ++d)
+      if (!std::binary_search(axes.begin(), axes.end(), int64_t(d))) perm.push_back(int64_t(d));
+    for (int64_t a : axes) perm.push_back(a);
+    const Dims s = contiguous_strides(dx);
+    std::vector<int> m{int(dx.size())};
+    for (int64_t p : perm) m.push_back(int(dx[size_t(p)]));
+    for (int64_t p : perm) m.push_back(int(s[size_t(p)]));
+    cl_mem mm = meta(m);
+    const int n = int(numel(dx));
+    int64_t kept = 1;
+    for (size_t i = 0; i + axes.size() < perm.size(); ++i) kept *= dx[size_t(perm[i])];
+    const int outer = int(kept), len = int(n / std::max<int64_t>(kept, 1));
+    out_.scratch_bytes = std::max(out_.scratch_bytes, size_t(n) * sizeof(float));
+    emit([=](Run& r) {
+      launch(r, "transpose", n, r.value(x), r.scratch(), mm, n);
+      launch(r, "reduce_mid", outer, r.scratch(), r.value(y), outer, len, 1, mode);
+    });
+    return;
+  }
   const int outer = int(prod(dx, 0, size_t(axes.front())));
   const int len = int(prod(dx, size_t(axes.front()), size_t(axes.back()) + 1));
   const int inner = int(prod(dx, size_t(axes.back()) + 1, dx.size()));
@@ -599,18 +624,18 @@ void Lowerer::matmul() {
   const int a = in(0), b = in(1), y = out(0);
   const Dims da = in_dims(0), db = in_dims(1), dy = out_dims(0);
   GemmCall g;
-  g.m = size_t(da[da.size() - 2]);
   g.k = size_t(da.back());
-  g.n = size_t(db.back());
+  g.n = db.size() == 1 ? 1 : size_t(db.back());  // a 1-d B is a column
   g.lda = g.k;
   g.ldb = g.n;
   g.ldc = g.n;
-  if (db.size() == 2) {  // every row of A's batch times one B: one GEMM
-    g.m = size_t(numel(da) / int64_t(g.k));
+  if (db.size() <= 2) {  // every row of A's batch (a 1-d A: one row) times one B: one GEMM
+    g.m = size_t(numel(da) / std::max<int64_t>(int64_t(g.k), 1));
     emit([=](Run& r) { gemm(r, g, r.value(a), 0, r.value(b), 0, r.value(y), 0); });
     return;
   }
   // Batched, with broadcasting of the batch dims: one GEMM per batch entry.
+  g.m = size_t(da[da.size() - 2]);
   const Dims batch(dy.begin(), dy.end() - 2);
   const Dims ba(da.begin(), da.end() - 2), bb(db.begin(), db.end() - 2);
   const std::vector<int> sa = bcast_strides(ba, batch), sb = bcast_strides(bb, batch);
@@ -778,6 +803,7 @@ void Lowerer::node(size_t index) {
   if (t == "ReduceSum") return reduce(1);
   if (t == "ReduceMax") return reduce(2);
   if (t == "ReduceMin") return reduce(3);
+  if (t == "ReduceProd") return reduce(4);
   if (t == "Softmax" || t == "LogSoftmax") return softmax(t == "LogSoftmax");
   if (t == "LayerNormalization") return layernorm();
   if (t == "BatchNormalization") return batchnorm();
@@ -828,7 +854,8 @@ std::string check_specific(const sdk::NodeRef& n) {
   } else if (t == "Gemm") {
     if (rank != 2 || n.input(1).rank != 2) return "Gemm operands are not matrices";
   } else if (t == "MatMul") {
-    if (rank < 2 || n.input(1).rank < 2) return "1-d MatMul operands";
+    if (rank == 1 && n.input(1).rank > 2) return "a 1-d A times a batch of B";
+    if (rank == 0 || n.input(1).rank == 0) return "scalar MatMul operands";
   } else if (t == "Gather") {
     if (n.input(1).dtype != BP_DTYPE_INT64) return "indices are not int64";
   } else if (t == "Slice") {

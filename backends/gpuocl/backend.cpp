@@ -169,6 +169,14 @@ class GpuOcl final : public sdk::Backend {
     // no configure keys but num_threads to backends yet.
     if (const char* dir = std::getenv("BACKPLANE_GPUOCL_CACHE_DIR")) cache_dir_ = dir;
     if (const char* opts = std::getenv("BACKPLANE_GPUOCL_BUILD_OPTIONS")) build_options_ = opts;
+    if (const char* m = std::getenv("BACKPLANE_GPUOCL_MAX_MEMORY")) {
+      try {
+        configure("max_memory", m);
+      } catch (const sdk::Error& e) {
+        this->host().log(BP_LOG_WARN, "GpuOcl",
+                         std::string("BACKPLANE_GPUOCL_MAX_MEMORY ignored: ") + e.what());
+      }
+    }
     if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
       try {
         configure("device", d);
@@ -228,6 +236,16 @@ class GpuOcl final : public sdk::Backend {
       build_options_ = std::string(value);
       return;
     }
+    if (key == "max_memory") {
+      const std::string v(value);
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || v[0] == '-')
+        throw sdk::invalid("GpuOcl: max_memory '" + v + "' is not a byte count");
+      max_memory_ = n;
+      if (device_) device_->set_budget(max_memory_);
+      return;
+    }
     if (key == "program_cache_dir") {
       cache_dir_ = std::string(value);
       return;
@@ -262,10 +280,19 @@ class GpuOcl final : public sdk::Backend {
       return nullptr;
     }
     bool complete = true;
-    Lowered lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
-      report.rejected(node, why);
-      complete = false;
-    });
+    Lowered lowered;
+    try {
+      lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
+        report.rejected(node, why);
+        complete = false;
+      });
+    } catch (const sdk::Error& e) {
+      if (e.code() != BP_STATUS_OUT_OF_MEMORY) throw;
+      // The weights do not fit: every node goes elsewhere.
+      host().log(BP_LOG_WARN, "GpuOcl", e.what());
+      for (size_t i = 0; i < view.num_nodes; ++i) report.rejected(i, e.what());
+      return nullptr;
+    }
     if (!complete) return nullptr;  // the host gives those nodes elsewhere and compiles again
     return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
   }
@@ -310,13 +337,18 @@ class GpuOcl final : public sdk::Backend {
   }
   void memory_free(uint32_t /*device*/, void* ptr) override {
     if (ptr == nullptr) return;
+    size_t size = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (allocations_.erase(static_cast<cl_mem>(ptr)) == 0) return;  // not ours
+      auto it = allocations_.find(static_cast<cl_mem>(ptr));
+      if (it == allocations_.end()) return;  // not ours
+      size = it->second;
+      allocations_.erase(it);
     }
     Buffer owned(static_cast<cl_mem>(ptr));
     --counters().live_buffers;  // Buffer's destructor counts it out once more
     --counters().live_allocations;
+    if (device_) device_->forget(std::max<size_t>(size, 1));
   }
   void copy_to_device(uint32_t device_index, void* dst, const void* src, size_t size) override {
     check_device(device_index);
@@ -343,7 +375,10 @@ class GpuOcl final : public sdk::Backend {
   gpuocl::Device& device() {
     if (devices_.empty())
       throw sdk::Error(BP_STATUS_UNSUPPORTED, "GpuOcl: no OpenCL device (" + why_ + ")");
-    if (!device_) device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
+    if (!device_) {
+      device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
+      device_->set_budget(max_memory_);
+    }
     return *device_;
   }
   void check_device(uint32_t d) const {
@@ -382,6 +417,7 @@ class GpuOcl final : public sdk::Backend {
   std::string description_;
   std::string build_options_;
   std::string cache_dir_;
+  uint64_t max_memory_ = 0;
   std::unique_ptr<gpuocl::Device> device_;
   std::mutex mutex_;
   std::map<cl_mem, size_t> allocations_;
@@ -405,6 +441,7 @@ extern "C" BP_EXPORT int64_t GpuOcl_Counter(const char* name) {
   if (n == "kernels") return c.kernels;
   if (n == "gemms") return c.gemms;
   if (n == "weight_uploads") return c.weight_uploads;
+  if (n == "device_bytes") return c.device_bytes;
   if (n == "program_builds") return c.program_builds;
   if (n == "program_loads") return c.program_loads;
   return -1;

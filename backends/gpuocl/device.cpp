@@ -161,20 +161,38 @@ Device::~Device() {
   if (context_ != nullptr) clReleaseContext(context_);
 }
 
+void Device::charge(size_t bytes) {
+  const int64_t now = (used_ += int64_t(bytes));
+  const uint64_t budget = budget_;
+  if (budget != 0 && uint64_t(now) > budget) {
+    used_ -= int64_t(bytes);
+    throw sdk::Error(BP_STATUS_OUT_OF_MEMORY, "GpuOcl: out of device memory on '" + info_.name +
+                                                  "': " + std::to_string(bytes) + " bytes more, " +
+                                                  std::to_string(now - int64_t(bytes)) + " of " +
+                                                  std::to_string(budget) + " in use (max_memory)");
+  }
+  counters().device_bytes += int64_t(bytes);
+}
+
 Buffer Device::allocate(size_t size, cl_mem_flags flags) {
+  size = std::max<size_t>(size, 1);
+  charge(size);
   cl_int err = CL_SUCCESS;
-  cl_mem m = clCreateBuffer(context_, flags, std::max<size_t>(size, 1), nullptr, &err);
+  cl_mem m = clCreateBuffer(context_, flags, size, nullptr, &err);
+  if (err != CL_SUCCESS) forget(size);
   check(err, ("clCreateBuffer (" + std::to_string(size) + " bytes)").c_str());
-  return Buffer(m);
+  return Buffer(m, size, &used_);
 }
 
 Buffer Device::upload(const void* data, size_t size) {
   if (size == 0) return allocate(1, CL_MEM_READ_ONLY);
+  charge(size);
   cl_int err = CL_SUCCESS;
   cl_mem m = clCreateBuffer(context_, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, size,
                             const_cast<void*>(data), &err);
+  if (err != CL_SUCCESS) forget(size);
   check(err, ("clCreateBuffer (" + std::to_string(size) + " bytes, uploaded)").c_str());
-  return Buffer(m);
+  return Buffer(m, size, &used_);
 }
 
 namespace {

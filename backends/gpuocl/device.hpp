@@ -44,6 +44,7 @@ struct Counters {
   std::atomic<int64_t> kernels{0};     // NDRange kernels enqueued
   std::atomic<int64_t> gemms{0};       // CLBlast calls
   std::atomic<int64_t> weight_uploads{0};
+  std::atomic<int64_t> device_bytes{0};    // held in buffers of this module (all devices)
   std::atomic<int64_t> program_builds{0};  // from source
   std::atomic<int64_t> program_loads{0};   // from a cached binary
 };
@@ -53,18 +54,22 @@ Counters& counters();
 void check(cl_int err, const char* what);
 const char* error_name(cl_int err);
 
-// An owned cl_mem (counted in Counters::live_buffers).
+// An owned cl_mem (counted in Counters::live_buffers) of `bytes`, charged
+// to `used` (a device's budget) until released.
 class Buffer {
  public:
   Buffer() = default;
-  explicit Buffer(cl_mem mem) : mem_(mem) {
+  explicit Buffer(cl_mem mem, size_t bytes = 0, std::atomic<int64_t>* used = nullptr)
+      : mem_(mem), bytes_(bytes), used_(used) {
     if (mem_ != nullptr) ++counters().live_buffers;
   }
-  Buffer(Buffer&& o) noexcept : mem_(o.mem_) { o.mem_ = nullptr; }
+  Buffer(Buffer&& o) noexcept : mem_(o.mem_), bytes_(o.bytes_), used_(o.used_) { o.mem_ = nullptr; }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       reset();
       mem_ = o.mem_;
+      bytes_ = o.bytes_;
+      used_ = o.used_;
       o.mem_ = nullptr;
     }
     return *this;
@@ -73,6 +78,8 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() { reset(); }
   cl_mem get() const { return mem_; }
+  // Gives the cl_mem up, still charged to the budget (Device::forget undoes
+  // that when it is freed).
   cl_mem release() {
     cl_mem m = mem_;
     if (m != nullptr) --counters().live_buffers;
@@ -84,12 +91,16 @@ class Buffer {
     if (mem_ != nullptr) {
       clReleaseMemObject(mem_);
       --counters().live_buffers;
+      counters().device_bytes -= int64_t(bytes_);
+      if (used_ != nullptr) *used_ -= int64_t(bytes_);
     }
     mem_ = nullptr;
   }
 
  private:
   cl_mem mem_ = nullptr;
+  size_t bytes_ = 0;
+  std::atomic<int64_t>* used_ = nullptr;
 };
 
 class Device {
@@ -105,6 +116,15 @@ class Device {
   cl_command_queue queue() const { return queue_; }
   cl_command_queue* queue_ptr() { return &queue_; }
 
+  // The most device memory this instance may hold (0: no limit besides the
+  // device's): the configure key max_memory. Past it, allocate and upload
+  // fail with BP_STATUS_OUT_OF_MEMORY as the device itself would.
+  void set_budget(uint64_t bytes) { budget_ = bytes; }
+  // Returns `bytes` of a buffer given up with Buffer::release to the budget.
+  void forget(size_t bytes) {
+    used_ -= int64_t(bytes);
+    counters().device_bytes -= int64_t(bytes);
+  }
   // size bytes of device memory (at least 1), uninitialised.
   Buffer allocate(size_t size, cl_mem_flags flags = CL_MEM_READ_WRITE);
   // A read-only buffer holding a copy of `data`.
@@ -127,7 +147,11 @@ class Device {
   cl_kernel create_kernel(const char* name);
 
  private:
+  void charge(size_t bytes);
+
   DeviceInfo info_;
+  std::atomic<uint64_t> budget_{0};
+  std::atomic<int64_t> used_{0};
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::mutex program_mutex_;

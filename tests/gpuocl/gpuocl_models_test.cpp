@@ -376,6 +376,66 @@ TEST(GpuOclErrors, KernelBuildFailureIsAClearErrorOrAFallback) {
   expect_close(y, "fallback vs PyTorch", read_npy(models_dir() + "/transformer.expected.npy"));
 }
 
+// A device memory budget (max_memory) standing in for a full device. Below
+// resnet18's weights: compile reports every node rejected, so the model falls
+// back to CpuRef (or, on GpuOcl alone, fails to load naming the node). Enough
+// for the weights but not the session's buffers: making the session (or its
+// first run) fails with the reason. Either way nothing leaks.
+TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
+  auto keep = runtime();  // holds the module, so its counters run on
+  ASSERT_TRUE(keep);
+  const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
+  ModelOptions only;
+  only.backends = {"GpuOcl"};
+  int64_t weights = 0;
+  {
+    auto model = keep->load_model(model_path("resnet18"), only);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    weights = counter("device_bytes");
+  }
+  ASSERT_GT(weights, 40'000'000);
+  ASSERT_EQ(counter("device_bytes"), 0);
+
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", "1000000", 1), 0);
+  {
+    auto rt = runtime();
+    ASSERT_TRUE(rt);
+    auto failed = rt->load_model(model_path("resnet18"), only);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_TRUE(contains(failed.status().message(), "GpuOcl: failed to compile it"))
+        << failed.status().to_string();
+    ModelOptions fallback;
+    fallback.backends = {"GpuOcl", "CpuRef"};
+    auto model = rt->load_model(model_path("resnet18"), fallback);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
+    expect_close(run_once(**model, {{"input", input}})[0], "fallback vs PyTorch", expected);
+  }
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", std::to_string(weights + 4096).c_str(), 1), 0);
+  {
+    auto rt = runtime();
+    unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
+    ASSERT_TRUE(rt);
+    auto model = rt->load_model(model_path("resnet18"), only);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    // A model of fixed shapes allocates when its session is made; the first
+    // run would otherwise.
+    auto session = (*model)->create_session();
+    Status s = session.status();
+    if (session.ok()) {
+      ASSERT_TRUE((*session)->set_input("input", input).ok());
+      s = (*session)->run();
+    }
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(contains(s.message(), "out of device memory")) << s.to_string();
+  }
+  unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
+  EXPECT_EQ(counter("live_allocations"), 0);
+  EXPECT_EQ(counter("live_buffers"), 0);
+  EXPECT_EQ(counter("device_bytes"), 0);
+}
+
 // Run with OCL_ICD_VENDORS naming an empty folder (its own ctest entry).
 TEST(GpuOclNoDevice, LoadsClaimsNothingAndSaysWhy) {
   auto rt = runtime();

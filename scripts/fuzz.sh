@@ -9,7 +9,8 @@
 #                         reused between runs, and so is the corpus in it
 #   BACKPLANE_FUZZ_JOBS   parallel compile jobs (default 1)
 #   BACKPLANE_PYTHON      Python with onnx and numpy (default /usr/bin/python3)
-#   BACKPLANE_FUZZ_TARGETS  targets to run (default "fuzz_onnx fuzz_artifact", and
+#   BACKPLANE_FUZZ_TARGETS  targets to run (default "fuzz_onnx fuzz_artifact fuzz_npy
+#                         fuzz_gpuocl_payload", and
 #                         fuzz_onednn_payload when oneDNN is installed)
 # Long runs and triage: docs/fuzzing.md.
 set -euo pipefail
@@ -34,7 +35,7 @@ cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&
   { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
 
 if [ -z "$targets" ]; then
-  targets="fuzz_onnx fuzz_artifact fuzz_npy"
+  targets="fuzz_onnx fuzz_artifact fuzz_npy fuzz_gpuocl_payload"
   [ -x "$build/fuzz_onednn_payload" ] && targets="$targets fuzz_onednn_payload"
 fi
 
@@ -73,6 +74,11 @@ for t in $targets; do
       # An allocation of the size a header claims (not the bytes present)
       # exceeds this and fails the run.
       malloc_limit_mb=64 ;;
+    fuzz_gpuocl_payload)
+      # The target writes a valid payload into the seed directory at start-up.
+      seed_dir=$seeds/gpuocl_payload
+      mkdir -p "$seed_dir"
+      env_extra=(BACKPLANE_FUZZ_SEED_DIR="$seed_dir") ;;
     fuzz_onednn_payload)
       # The target compiles these models on CpuOneDnn at start-up and writes
       # their payloads into the seed directory.

@@ -26,6 +26,9 @@ packages=(
   libssl-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   # CpuOneDnn, and the OpenCL loader + headers oneDNN's CMake config requires
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
+  # GpuOcl (backends/gpuocl): CLBlast, and PoCL, a CPU OpenCL device its tests
+  # run on; clinfo lists the OpenCL devices (`clinfo -l`)
+  libclblast-dev pocl-opencl-icd clinfo
   # fuzzers (libFuzzer is clang's) and the sanitizer runtimes
   clang libclang-rt-14-dev
   # test-data generation (models are generated, never downloaded)

@@ -176,7 +176,16 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
   if (as_json) {
     json j = json::object();
     j["backends"] = json::array();
-    for (const auto& b : list)
+    for (const auto& b : list) {
+      json devices = json::array();
+      for (const auto& d : b.devices)
+        devices.push_back({{"name", d.name},
+                           {"vendor", d.vendor},
+                           {"driver_version", d.driver_version},
+                           {"kind", d.kind},
+                           {"memory_bytes", d.memory_bytes},
+                           {"compute_units", d.compute_units},
+                           {"selected", d.selected}});
       j["backends"].push_back(
           {{"id", b.id},
            {"vendor", b.vendor},
@@ -184,7 +193,9 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
            {"version", std::to_string(b.api_major) + "." + std::to_string(b.api_minor)},
            {"source", b.source == "static" ? "static" : "dynamic"},
            {"path", b.source == "static" ? "" : b.source},
-           {"status", "registered"}});
+           {"status", "registered"},
+           {"devices", devices}});
+    }
     j["files"] = json::array();
     for (const auto& f : files)
       j["files"].push_back({{"path", f.path},
@@ -203,10 +214,18 @@ int cmd_backends(const GlobalOptions& g, bool as_json) {
     return 0;
   }
   std::printf("Registered backends:\n");
-  for (const auto& b : list)
+  for (const auto& b : list) {
     std::printf("  %-12s api %u.%u  %-10s %-8s %s\n", b.id.c_str(), b.api_major, b.api_minor,
                 b.vendor.c_str(), b.source == "static" ? "static" : b.source.c_str(),
                 b.description.c_str());
+    for (size_t i = 0; i < b.devices.size(); ++i) {
+      const auto& d = b.devices[i];
+      std::printf("    %s device %zu: %s (%s, %s, %.1f GiB, %u compute units, driver %s)\n",
+                  d.selected ? "*" : " ", i, d.name.c_str(), d.vendor.c_str(), d.kind.c_str(),
+                  double(d.memory_bytes) / double(1ull << 30), d.compute_units,
+                  d.driver_version.c_str());
+    }
+  }
   if (!paths.empty()) {
     std::printf("Search paths:\n");
     for (const auto& p : paths)

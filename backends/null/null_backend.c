@@ -291,6 +291,9 @@ static const bp_backend_api_t null_table = {
     /* since 1.3 */
     NULL, /* get_op_schemas: optional; only a backend that defines operators
            * of its own needs it */
+    /* since 1.4 */
+    NULL, /* get_devices: optional; a backend that drives devices lists them
+           * here (name, vendor, memory, ...) */
 };
 
 /* The entry points: the only exported symbols, with C linkage and the exact

@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.3)
+ * Versioning (API version MAJOR.MINOR, currently 1.4)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -58,7 +58,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 3u
+#define BP_API_VERSION_MINOR 4u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -308,6 +308,21 @@ typedef struct bp_backend_info {
   uint32_t flags;          /* BP_BACKEND_FLAG_* */
 } bp_backend_info_t;
 
+/* One device a backend can run on (since 1.4), as get_devices reports it:
+ * what a user picks a device by (`backplane backends --json` lists them).
+ * Strings are owned by the backend and live until its next get_devices call
+ * or its destroy. */
+typedef struct bp_device_info {
+  size_t struct_size;
+  const char* name;           /* e.g. "NVIDIA GeForce RTX 3060", never NULL */
+  const char* vendor;         /* never NULL; may be "" */
+  const char* driver_version; /* never NULL; may be "" */
+  const char* kind;           /* "gpu", "cpu", "accelerator" or "other" */
+  uint64_t memory_bytes;      /* device memory; 0 if unknown */
+  uint32_t compute_units;     /* 0 if unknown */
+  bool selected;              /* the device this instance runs on (its device 0) */
+} bp_device_info_t;
+
 /* Options given to compile. */
 typedef struct bp_compile_options {
   size_t struct_size;
@@ -556,7 +571,17 @@ typedef struct bp_backend_api {
 
   /* Run a compiled partition. inputs/outputs follow the view's input/output
    * order; output tensors are allocated by the host with the view's shapes.
-   * Different contexts may execute concurrently. */
+   * Different contexts may execute concurrently.
+   * Asynchrony (a clarification written with the first real device backend,
+   * GpuOcl; every backend so far is synchronous, which stays valid): outputs
+   * in host memory (device == 0) are complete when execute returns. Outputs
+   * in the backend's own device memory may still be in flight: the backend
+   * only guarantees that its later calls (execute, execute_node,
+   * copy_from_device, copy_to_device, memory_free) observe the work in the
+   * order it was submitted, e.g. through one in-order queue per device.
+   * copy_from_device therefore returns only once the value it reads is
+   * complete: that is where the host waits. An error of work in flight is
+   * reported by the call that waits for it. */
   bp_status_t* (*execute)(bp_exec_context_t* context, size_t num_inputs, const bp_tensor_t* inputs,
                           size_t num_outputs, const bp_tensor_t* outputs);
 
@@ -630,6 +655,17 @@ typedef struct bp_backend_api {
   bp_status_t* (*get_op_schemas)(bp_backend_t* backend, size_t* out_count,
                                  const bp_op_schema_t** out_schemas);
 
+  /* ---- since 1.4 ------------------------------------------------------ */
+
+  /* Every device the backend found on this machine, selected or not (a
+   * backend choosing among several by a configure key reports them all; the
+   * one it runs on has selected = true). *out_devices (*out_count entries;
+   * NULL when 0) is owned by the backend and valid until the next call of
+   * this slot or destroy. A backend without devices of its own (a CPU
+   * backend) leaves the slot NULL or reports none. */
+  bp_status_t* (*get_devices)(bp_backend_t* backend, size_t* out_count,
+                              const bp_device_info_t** out_devices);
+
   /* ---- new slots are appended here, with the minor that added them ------ */
 } bp_backend_api_t;
 
@@ -638,6 +674,7 @@ typedef struct bp_backend_api {
 #define BP_BACKEND_API_SIZE_1_1 BP_STRUCT_SIZE(bp_backend_api_t, compile_all)
 #define BP_BACKEND_API_SIZE_1_2 BP_STRUCT_SIZE(bp_backend_api_t, execute_shaped)
 #define BP_BACKEND_API_SIZE_1_3 BP_STRUCT_SIZE(bp_backend_api_t, get_op_schemas)
+#define BP_BACKEND_API_SIZE_1_4 BP_STRUCT_SIZE(bp_backend_api_t, get_devices)
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

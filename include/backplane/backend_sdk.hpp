@@ -92,7 +92,7 @@ struct BackendIdentity {
   uint32_t (*score)() = nullptr;  // GetBackendScore: 0 = cannot run on this machine;
                                   // nullptr = 1, what the runtime assumes without one
   uint32_t api_major = BP_API_VERSION_MAJOR;  // GetVersion: the API built against
-  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 3 with this header)
+  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 4 with this header)
 };
 
 // ---------------------------------------------------------------------------
@@ -819,6 +819,37 @@ class Backend {
   // once, right after create). None by default.
   virtual std::vector<OpDef> define_ops() { return {}; }
 
+  // API 1.4: one device this backend can run on, as get_devices reports it.
+  struct Device {
+    std::string name, vendor, driver_version;
+    std::string kind = "other";  // "gpu", "cpu", "accelerator" or "other"
+    uint64_t memory_bytes = 0;
+    uint32_t compute_units = 0;
+    bool selected = false;
+  };
+  // Every device found, selected or not. None by default (a CPU backend).
+  virtual std::vector<Device> devices() { return {}; }
+
+  // devices() as the ABI's get_devices hands them out: valid until the next
+  // call, as the ABI says.
+  const std::vector<bp_device_info_t>& device_infos() {
+    device_list_ = devices();
+    device_infos_.clear();
+    for (const Device& d : device_list_) {
+      bp_device_info_t i{};
+      i.struct_size = BP_STRUCT_SIZE(bp_device_info_t, selected);
+      i.name = d.name.c_str();
+      i.vendor = d.vendor.c_str();
+      i.driver_version = d.driver_version.c_str();
+      i.kind = d.kind.c_str();
+      i.memory_bytes = d.memory_bytes;
+      i.compute_units = d.compute_units;
+      i.selected = d.selected;
+      device_infos_.push_back(i);
+    }
+    return device_infos_;
+  }
+
   // The schemas of define_ops(), built on first call and kept for the life
   // of this object (the ABI's get_op_schemas).
   const std::vector<bp_op_schema_t>& op_schemas() {
@@ -836,6 +867,8 @@ class Backend {
   bool ops_defined_ = false;
   std::vector<OpDef> ops_;  // never resized once defined: schemas_ point into it
   std::vector<bp_op_schema_t> schemas_;
+  std::vector<Device> device_list_;  // device_infos_ point into it
+  std::vector<bp_device_info_t> device_infos_;
 };
 
 inline bp_status_t* OpDef::infer_trampoline(void* user_data, const bp_infer_args_t* args) noexcept {
@@ -886,7 +919,8 @@ constexpr size_t table_size(uint32_t minor) {
   return minor == 0   ? BP_BACKEND_API_SIZE_1_0
          : minor == 1 ? BP_BACKEND_API_SIZE_1_1
          : minor == 2 ? BP_BACKEND_API_SIZE_1_2
-                      : BP_BACKEND_API_SIZE_1_3;
+         : minor == 3 ? BP_BACKEND_API_SIZE_1_3
+                      : BP_BACKEND_API_SIZE_1_4;
 }
 
 constexpr bool valid_version(const BackendIdentity& id) {
@@ -1118,6 +1152,17 @@ struct Table {
       *out_schemas = schemas.empty() ? nullptr : schemas.data();
     });
   }
+  static bp_status_t* get_devices(bp_backend_t* backend, size_t* out_count,
+                                  const bp_device_info_t** out_devices) noexcept {
+    Backend* b = as_backend(backend);
+    *out_count = 0;
+    *out_devices = nullptr;
+    return guard(b->host().api(), [&] {
+      const std::vector<bp_device_info_t>& devices = b->device_infos();
+      *out_count = devices.size();
+      *out_devices = devices.empty() ? nullptr : devices.data();
+    });
+  }
   static bp_status_t* execute_node(bp_backend_t* backend, const bp_graph_view_t* view, size_t node,
                                    size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                                    const bp_tensor_t* outputs) noexcept {
@@ -1170,6 +1215,7 @@ const bp_backend_api_t* backend_table() {
     if (version.api_minor >= 1) t.compile_all = &T::compile_all;        // since 1.1
     if (version.api_minor >= 2) t.execute_shaped = &T::execute_shaped;  // since 1.2
     if (version.api_minor >= 3) t.get_op_schemas = &T::get_op_schemas;  // since 1.3
+    if (version.api_minor >= 4) t.get_devices = &T::get_devices;        // since 1.4
     return t;
   }();
   return &table;

@@ -205,12 +205,24 @@ struct AnyValue {
   }
 };
 
+// One device a backend found (backend API 1.4, get_devices).
+struct DeviceDescription {
+  std::string name, vendor, driver_version;
+  std::string kind;  // "gpu", "cpu", "accelerator" or "other"
+  uint64_t memory_bytes = 0;
+  uint32_t compute_units = 0;
+  bool selected = false;  // the device the backend runs on
+};
+
 struct BackendDescription {
   std::string id;
   std::string vendor;
   std::string description;
   uint32_t api_major = 0, api_minor = 0;
   std::string source;  // "static" or the canonical path of the shared object
+  // Devices the backend reports (API 1.4); empty for a backend without
+  // devices of its own, or built against an older API.
+  std::vector<DeviceDescription> devices;
 };
 
 // What happened to one file found while scanning for dynamic backends.

@@ -13,7 +13,7 @@
 namespace backplane {
 namespace {
 
-// The slots traced, in table order (1.0 to 1.3).
+// The slots traced, in table order (1.0 to 1.4).
 // clang-format off
 #define BP_TRACED_SLOTS(X)                                                          \
   X(create) X(destroy) X(get_info) X(configure) X(query_support) X(compile)         \
@@ -22,7 +22,7 @@ namespace {
   X(copy_from_device) X(before_load_network) X(after_load_network)                 \
   X(before_unload_network) X(after_unload_network) X(memory_acquire)                \
   X(memory_release) X(execute_node) X(compile_all) X(execute_shaped)                \
-  X(get_op_schemas)
+  X(get_op_schemas) X(get_devices)
 // clang-format on
 
 // Tables are statically numbered so each trampoline knows its backend

@@ -100,7 +100,34 @@ BackendDescription LoadedBackend::describe() const {
   d.api_major = api_->api_major;
   d.api_minor = api_->api_minor;
   d.source = source_;
+  d.devices = devices();
   return d;
+}
+
+std::vector<DeviceDescription> LoadedBackend::devices() const {
+  std::vector<DeviceDescription> out;
+  if (api_->api_minor < 4 || !BP_TABLE_HAS(api_, get_devices)) return out;
+  size_t count = 0;
+  const bp_device_info_t* infos = nullptr;
+  bp_status_t* got = call([&] { return api_->get_devices(instance_, &count, &infos); });
+  if (!check(got, "get_devices").ok() || infos == nullptr) return out;
+  auto str = [](const char* s) { return std::string(s != nullptr ? s : ""); };
+  for (size_t i = 0; i < count; ++i) {
+    const bp_device_info_t& info = infos[i];
+    DeviceDescription d;
+    d.name = str(info.name);
+    d.vendor = str(info.vendor);
+    d.driver_version = str(info.driver_version);
+    d.kind = str(info.kind);
+    // A reader never touches a field beyond struct_size.
+    if (BP_HAS_FIELD(bp_device_info_t, memory_bytes, info.struct_size))
+      d.memory_bytes = info.memory_bytes;
+    if (BP_HAS_FIELD(bp_device_info_t, compute_units, info.struct_size))
+      d.compute_units = info.compute_units;
+    if (BP_HAS_FIELD(bp_device_info_t, selected, info.struct_size)) d.selected = info.selected;
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 Status LoadedBackend::check(bp_status_t* status, const std::string& what) const {

@@ -56,6 +56,9 @@ class LoadedBackend {
   const std::vector<BackendOp>& ops() const { return ops_; }
   bool defines_op(const std::string& domain, const std::string& name) const;
   BackendDescription describe() const;
+  // The devices it reports (API 1.4 get_devices); none if it has no such slot
+  // or the call fails.
+  std::vector<DeviceDescription> devices() const;
 
   // "backend 'CpuRef': <what>", for wrapping statuses from this backend.
   Status check(bp_status_t* status, const std::string& what) const;

@@ -39,7 +39,8 @@ Status validate_backend_table(const bp_backend_api_t* api) {
                       std::to_string(BP_API_VERSION_MAJOR) + "." +
                       std::to_string(BP_API_VERSION_MINOR));
   // A table must be as large as the minor it claims.
-  const size_t minimum = api->api_minor >= 3   ? BP_BACKEND_API_SIZE_1_3
+  const size_t minimum = api->api_minor >= 4   ? BP_BACKEND_API_SIZE_1_4
+                         : api->api_minor == 3 ? BP_BACKEND_API_SIZE_1_3
                          : api->api_minor == 2 ? BP_BACKEND_API_SIZE_1_2
                          : api->api_minor == 1 ? BP_BACKEND_API_SIZE_1_1
                                                : BP_BACKEND_API_SIZE_1_0;

@@ -1,5 +1,5 @@
-// Backends compiled against the frozen API headers (tests/abi/v1_0/, v1_1/ and
-// v1_2/backend_abi.h, never edited once released) load into and run
+// Backends compiled against the frozen API headers (tests/abi/v1_0/ to
+// v1_3/backend_abi.h, never edited once released) load into and run
 // under the current runtime. When the live header gains slots, this test is
 // what proves the runtime still accepts the older, shorter tables.
 #include "support/mock_testing.hpp"
@@ -73,7 +73,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Frozen{1, ABI_V1_1_BACKEND_DIR, ABI_V1_1_BACKEND_DIR "/Abi_AbiV11_backend.so",
                              ABI_V1_1_HEADER, "AbiV11"},
                       Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_AbiV12_backend.so",
-                             ABI_V1_2_HEADER, "AbiV12"}),
+                             ABI_V1_2_HEADER, "AbiV12"},
+                      Frozen{3, ABI_V1_3_BACKEND_DIR, ABI_V1_3_BACKEND_DIR "/Abi_AbiV13_backend.so",
+                             ABI_V1_3_HEADER, "AbiV13"}),
     [](const ::testing::TestParamInfo<Frozen>& info) {
       return "V1_" + std::to_string(info.param.minor);
     });

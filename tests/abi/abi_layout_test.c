@@ -1,4 +1,4 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 to 1.3)
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 to 1.4)
  * and the numbers of its status codes.
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
@@ -168,6 +168,17 @@ BP_FREEZE(bp_backend_api_t, get_op_schemas, 216);
 _Static_assert(BP_BACKEND_API_SIZE_1_3 == 224, "API 1.3 table size changed");
 BP_FREEZE(bp_host_api_t, infer_set_output, 136);
 _Static_assert(BP_HOST_API_SIZE_1_3 == 144, "API 1.3 host table size changed");
+/* 1.4: the devices a backend found (get_devices, bp_device_info_t) */
+BP_FREEZE(bp_backend_api_t, get_devices, 224);
+_Static_assert(BP_BACKEND_API_SIZE_1_4 == 232, "API 1.4 table size changed");
+BP_FREEZE(bp_device_info_t, struct_size, 0);
+BP_FREEZE(bp_device_info_t, name, 8);
+BP_FREEZE(bp_device_info_t, vendor, 16);
+BP_FREEZE(bp_device_info_t, driver_version, 24);
+BP_FREEZE(bp_device_info_t, kind, 32);
+BP_FREEZE(bp_device_info_t, memory_bytes, 40);
+BP_FREEZE(bp_device_info_t, compute_units, 48);
+BP_FREEZE(bp_device_info_t, selected, 52);
 BP_FREEZE(bp_op_attr_t, struct_size, 0);
 BP_FREEZE(bp_op_attr_t, name, 8);
 BP_FREEZE(bp_op_attr_t, type, 16);

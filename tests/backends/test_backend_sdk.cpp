@@ -255,7 +255,7 @@ TEST(BackendSdk, OwnKeysPassTheRestToTheDefault) {
 
 TEST(BackendSdk, TableWithoutIdentityIsOfThisHeader) {
   const bp_backend_api_t* t = sdk::backend_table<Plain>();
-  EXPECT_EQ(t->struct_size, BP_BACKEND_API_SIZE_1_3);
+  EXPECT_EQ(t->struct_size, BP_BACKEND_API_SIZE_1_4);
   EXPECT_EQ(t->api_major, BP_API_VERSION_MAJOR);
   EXPECT_EQ(t->api_minor, BP_API_VERSION_MINOR);
   EXPECT_TRUE(BP_TABLE_HAS(t, compile_all));

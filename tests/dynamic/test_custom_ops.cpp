@@ -62,7 +62,7 @@ TEST(CustomOps, BackendRegistersItsOperator) {
   for (const BackendDescription& d : (*rt)->backends()) {
     ids.push_back(d.id);
     if (d.id == "ExampleOps") {
-      EXPECT_EQ(d.api_minor, 3u);
+      EXPECT_GE(d.api_minor, 3u);  // backend-defined operators came with 1.3
     }
   }
   EXPECT_NE(std::find(ids.begin(), ids.end(), "ExampleOps"), ids.end());

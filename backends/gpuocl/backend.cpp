@@ -1,0 +1,448 @@
+// GpuOcl — a device backend on OpenCL (through the ICD loader) and CLBlast.
+//
+// The device is chosen at configure time ("device": an index into the list
+// get_info describes; default the first GPU, else the first device). Weights
+// are uploaded once, at compile; activations live in device buffers of the
+// execution context; the host's copies at partition edges are the
+// copy_to_device / copy_from_device slots. Work is enqueued on one in-order
+// queue per backend instance and never waited for, except where a value
+// crosses to host memory: copy_from_device and outputs the host asked for in
+// its own memory are blocking reads (which also wait for everything enqueued
+// before them, since the queue is in order).
+#include "gpuocl/device.hpp"
+#include "gpuocl/lowering.hpp"
+
+#include <backplane/backend_sdk.hpp>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+namespace gpuocl {
+namespace {
+namespace sdk = backplane::sdk;
+
+// No score function: the backend loads without a device too, and says why.
+constexpr sdk::BackendIdentity kId{"GpuOcl", "Backplane"};
+
+std::string gib(uint64_t bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << double(bytes) / double(1ull << 30) << " GiB";
+  return os.str();
+}
+
+class Compiled;
+
+class Context final : public sdk::ExecContext {
+ public:
+  explicit Context(Compiled& c);
+  ~Context() override {
+    for (auto& [name, k] : kernels_) clReleaseKernel(k);
+  }
+  void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+               const bp_tensor_t* outputs) override;
+
+ private:
+  Compiled& c_;
+  std::vector<cl_mem> values_;
+  std::vector<Buffer> owned_;  // the partition's intermediate values
+  Buffer scratch_;
+  std::map<std::string, cl_kernel> kernels_;
+};
+
+class Compiled final : public sdk::CompiledPartition {
+ public:
+  Compiled(Device& device, const sdk::Host& host, std::string options, const bp_graph_view_t& view,
+           Lowered lowered)
+      : device_(device), host_(host), options_(std::move(options)), lowered_(std::move(lowered)) {
+    for (size_t i = 0; i < view.num_inputs; ++i) inputs_.push_back(view.inputs[i]);
+    for (size_t i = 0; i < view.num_outputs; ++i) outputs_.push_back(view.outputs[i]);
+    std::set<int> edge(inputs_.begin(), inputs_.end());
+    edge.insert(outputs_.begin(), outputs_.end());
+    for (size_t n = 0; n < view.num_nodes; ++n)
+      for (size_t o = 0; o < view.nodes[n].num_outputs; ++o) {
+        const int v = view.nodes[n].outputs[o];
+        if (v >= 0 && edge.count(v) == 0 && lowered_.elided.count(v) == 0)
+          internal_.emplace_back(v, sdk::byte_size(view.values[v]));
+      }
+    num_values_ = view.num_values;
+  }
+  std::unique_ptr<sdk::ExecContext> create_context() override {
+    return std::make_unique<Context>(*this);
+  }
+  // The program binary and what it is valid for (payload.hpp); the weights
+  // are the artifact's own blobs.
+  void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) override {
+    const std::vector<unsigned char> bytes =
+        encode_payload(Payload{device_.key(options_), device_.program_binary()});
+    host_.append(writer, bytes.data(), bytes.size());
+  }
+
+  Device& device_;
+  const sdk::Host& host_;
+  std::string options_;
+  Lowered lowered_;
+  std::vector<int> inputs_, outputs_;
+  std::vector<std::pair<int, size_t>> internal_;
+  size_t num_values_ = 0;
+};
+
+Context::Context(Compiled& c) : c_(c), values_(c.num_values_, nullptr) {
+  for (const auto& [v, buffer] : c.lowered_.constants) values_[size_t(v)] = buffer.get();
+  for (const auto& [v, bytes] : c.internal_) {
+    owned_.push_back(c.device_.allocate(bytes));
+    values_[size_t(v)] = owned_.back().get();
+  }
+  if (c.lowered_.scratch_bytes > 0) scratch_ = c.device_.allocate(c.lowered_.scratch_bytes);
+}
+
+void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+                      const bp_tensor_t* outputs) {
+  if (num_inputs != c_.inputs_.size() || num_outputs != c_.outputs_.size())
+    throw sdk::invalid("GpuOcl: execute got " + std::to_string(num_inputs) + " inputs and " +
+                       std::to_string(num_outputs) + " outputs, the partition has " +
+                       std::to_string(c_.inputs_.size()) + " and " +
+                       std::to_string(c_.outputs_.size()));
+  Device& dev = c_.device_;
+  // Tensors in host memory (a host that gave them so) go through temporary
+  // device buffers; the executor gives device memory, and these stay empty.
+  std::vector<Buffer> staged;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const bp_tensor_t& t = inputs[i];
+    if (t.device != 0) {
+      values_[size_t(c_.inputs_[i])] = static_cast<cl_mem>(t.data);
+      continue;
+    }
+    staged.push_back(t.size_bytes > 0 ? dev.upload(t.data, t.size_bytes) : dev.allocate(1));
+    ++counters().copies_to_device;
+    values_[size_t(c_.inputs_[i])] = staged.back().get();
+  }
+  std::vector<std::pair<size_t, cl_mem>> host_outputs;
+  for (size_t i = 0; i < num_outputs; ++i) {
+    const bp_tensor_t& t = outputs[i];
+    if (t.device != 0) {
+      values_[size_t(c_.outputs_[i])] = static_cast<cl_mem>(t.data);
+      continue;
+    }
+    staged.push_back(dev.allocate(t.size_bytes));
+    values_[size_t(c_.outputs_[i])] = staged.back().get();
+    host_outputs.emplace_back(i, staged.back().get());
+  }
+  Run run(dev, values_, scratch_.get());
+  run.set_kernels(&kernels_);
+  for (const Step& s : c_.lowered_.steps) {
+    try {
+      s.enqueue(run);
+    } catch (const sdk::Error& e) {
+      throw sdk::Error(e.code(), s.node + ": " + e.what());
+    }
+  }
+  for (const auto& [i, mem] : host_outputs) {
+    if (outputs[i].size_bytes == 0) continue;
+    check(clEnqueueReadBuffer(dev.queue(), mem, CL_TRUE, 0, outputs[i].size_bytes, outputs[i].data,
+                              0, nullptr, nullptr),
+          "clEnqueueReadBuffer (an output in host memory)");
+    ++counters().copies_from_device;
+    ++counters().host_waits;
+  }
+  // Nothing waits here: the next blocking read on this queue does.
+  check(clFlush(dev.queue()), "clFlush");
+}
+
+class GpuOcl final : public sdk::Backend {
+ public:
+  static constexpr sdk::BackendIdentity kIdentity = kId;
+
+  explicit GpuOcl(const bp_host_api_t* host) : sdk::Backend(host) {
+    try {
+      devices_ = enumerate_devices(&why_);
+    } catch (const sdk::Error& e) {
+      why_ = e.what();
+    }
+    for (size_t i = 0; i < devices_.size() && chosen_ < 0; ++i)
+      if (devices_[i].gpu) chosen_ = int(i);
+    if (chosen_ < 0 && !devices_.empty()) chosen_ = 0;
+    // The configure keys' defaults from the environment: the runtime passes
+    // no configure keys but num_threads to backends yet.
+    if (const char* dir = std::getenv("BACKPLANE_GPUOCL_CACHE_DIR")) cache_dir_ = dir;
+    if (const char* opts = std::getenv("BACKPLANE_GPUOCL_BUILD_OPTIONS")) build_options_ = opts;
+    if (const char* m = std::getenv("BACKPLANE_GPUOCL_MAX_MEMORY")) {
+      try {
+        configure("max_memory", m);
+      } catch (const sdk::Error& e) {
+        this->host().log(BP_LOG_WARN, "GpuOcl",
+                         std::string("BACKPLANE_GPUOCL_MAX_MEMORY ignored: ") + e.what());
+      }
+    }
+    if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
+      try {
+        configure("device", d);
+      } catch (const sdk::Error& e) {
+        this->host().log(BP_LOG_WARN, "GpuOcl",
+                         std::string("BACKPLANE_GPUOCL_DEVICE ignored: ") + e.what());
+      }
+    }
+    describe();
+    if (devices_.empty())
+      this->host().log(BP_LOG_INFO, "GpuOcl", "no OpenCL device: " + why_ + "; claiming no node");
+  }
+
+  bp_backend_info_t info() override {
+    bp_backend_info_t i{};
+    i.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
+    i.vendor = "Backplane";
+    i.description = description_.c_str();
+    i.device_count = devices_.empty() ? 0 : 1;
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE |
+              (devices_.empty() ? 0 : BP_BACKEND_FLAG_DEVICE_MEMORY);
+    return i;
+  }
+
+  std::vector<sdk::Backend::Device> devices() override {
+    std::vector<sdk::Backend::Device> out;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const DeviceInfo& d = devices_[i];
+      sdk::Backend::Device o;
+      o.name = d.name;
+      o.vendor = d.vendor;
+      o.driver_version = d.driver_version;
+      o.kind = d.gpu ? "gpu" : d.cpu ? "cpu" : "accelerator";
+      o.memory_bytes = d.memory_bytes;
+      o.compute_units = d.compute_units;
+      o.selected = int(i) == chosen_;
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+
+  void configure(std::string_view key, std::string_view value) override {
+    if (key == "device") {
+      if (device_) throw sdk::invalid("GpuOcl: 'device' must be configured before any compile");
+      const std::string v(value);
+      char* end = nullptr;
+      const long index = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || index < 0 || size_t(index) >= devices_.size())
+        throw sdk::invalid("GpuOcl: device '" + v + "' is not one of the " +
+                           std::to_string(devices_.size()) + " OpenCL devices (0-based index)");
+      chosen_ = int(index);
+      describe();
+      return;
+    }
+    if (key == "build_options") {
+      if (device_) throw sdk::invalid("GpuOcl: 'build_options' must be set before any compile");
+      build_options_ = std::string(value);
+      return;
+    }
+    if (key == "max_memory") {
+      const std::string v(value);
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || v[0] == '-')
+        throw sdk::invalid("GpuOcl: max_memory '" + v + "' is not a byte count");
+      max_memory_ = n;
+      if (device_) device_->set_budget(max_memory_);
+      return;
+    }
+    if (key == "program_cache_dir") {
+      cache_dir_ = std::string(value);
+      return;
+    }
+    sdk::Backend::configure(key, value);
+  }
+
+  void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
+    for (size_t i = 0; i < view.num_nodes; ++i) {
+      if (devices_.empty()) {
+        report.rejected(i, "GpuOcl: no OpenCL device (" + why_ + ")");
+        continue;
+      }
+      const std::string reason = check_node(view, i);
+      if (reason.empty()) report.supported(i);
+      else report.rejected(i, reason);
+    }
+  }
+
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t& options,
+                                                  sdk::NodeReport& report) override {
+    if (sdk::shape_polymorphic(options))
+      throw sdk::unsupported("GpuOcl compiles static shapes only");
+    gpuocl::Device& dev = device();
+    try {
+      dev.program(build_options_, cache_dir_);
+    } catch (const sdk::Error& e) {
+      // The driver cannot build our kernels: every node goes elsewhere.
+      host().log(BP_LOG_WARN, "GpuOcl", e.what());
+      for (size_t i = 0; i < view.num_nodes; ++i) report.rejected(i, e.what());
+      return nullptr;
+    }
+    bool complete = true;
+    Lowered lowered;
+    try {
+      lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
+        report.rejected(node, why);
+        complete = false;
+      });
+    } catch (const sdk::Error& e) {
+      if (e.code() != BP_STATUS_OUT_OF_MEMORY) throw;
+      // The weights do not fit: every node goes elsewhere.
+      host().log(BP_LOG_WARN, "GpuOcl", e.what());
+      for (size_t i = 0; i < view.num_nodes; ++i) report.rejected(i, e.what());
+      return nullptr;
+    }
+    if (!complete) return nullptr;  // the host gives those nodes elsewhere and compiles again
+    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
+  }
+
+  // A payload of serialize: its program binary, used as is when it was built
+  // for this device, driver and options; otherwise the kernels are rebuilt
+  // from source and the log says why. A payload this build cannot read is
+  // an error: the host then recompiles the partition from the portable graph.
+  std::unique_ptr<sdk::CompiledPartition> deserialize(
+      const bp_graph_view_t& view, const void* payload, size_t size,
+      const bp_compile_options_t& options) override {
+    if (sdk::shape_polymorphic(options))
+      throw sdk::unsupported("GpuOcl compiles static shapes only");
+    const Payload p = decode_payload(payload, size);
+    gpuocl::Device& dev = device();
+    const ProgramKey here = dev.key(build_options_);
+    if (!(p.key == here)) {
+      host().log(BP_LOG_WARN, "GpuOcl",
+                 "the stored program was built for " + p.key.describe() +
+                     "; recompiling the kernels from source for " + here.describe());
+    } else if (!dev.adopt_binary(p.binary, build_options_)) {
+      host().log(BP_LOG_WARN, "GpuOcl",
+                 "the driver refused the stored program binary for " + here.describe() +
+                     "; recompiling the kernels from source");
+    }
+    dev.program(build_options_, cache_dir_);  // built already unless recompiling
+    Lowered lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
+      throw sdk::unsupported("node " + std::to_string(node) + ": " + why);
+    });
+    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
+  }
+
+  void* memory_alloc(uint32_t device_index, size_t size, size_t /*alignment*/) override {
+    check_device(device_index);
+    Buffer b = device().allocate(size);
+    cl_mem m = b.release();
+    ++counters().live_buffers;  // still held, now by the host
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations_.emplace(m, size);
+    ++counters().live_allocations;
+    return m;
+  }
+  void memory_free(uint32_t /*device*/, void* ptr) override {
+    if (ptr == nullptr) return;
+    size_t size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = allocations_.find(static_cast<cl_mem>(ptr));
+      if (it == allocations_.end()) return;  // not ours
+      size = it->second;
+      allocations_.erase(it);
+    }
+    Buffer owned(static_cast<cl_mem>(ptr));
+    --counters().live_buffers;  // Buffer's destructor counts it out once more
+    --counters().live_allocations;
+    if (device_) device_->forget(std::max<size_t>(size, 1));
+  }
+  void copy_to_device(uint32_t device_index, void* dst, const void* src, size_t size) override {
+    check_device(device_index);
+    check_allocation(dst, size);
+    // Blocking: the host may reuse `src` as soon as this returns.
+    check(clEnqueueWriteBuffer(device().queue(), static_cast<cl_mem>(dst), CL_TRUE, 0, size, src, 0,
+                               nullptr, nullptr),
+          "clEnqueueWriteBuffer");
+    ++counters().copies_to_device;
+  }
+  void copy_from_device(uint32_t device_index, void* dst, const void* src, size_t size) override {
+    check_device(device_index);
+    check_allocation(src, size);
+    // The one place the host waits: the queue is in order, so this read
+    // also waits for the kernels that produce the value.
+    check(clEnqueueReadBuffer(device().queue(), static_cast<cl_mem>(const_cast<void*>(src)),
+                              CL_TRUE, 0, size, dst, 0, nullptr, nullptr),
+          "clEnqueueReadBuffer");
+    ++counters().copies_from_device;
+    ++counters().host_waits;
+  }
+
+ private:
+  gpuocl::Device& device() {
+    if (devices_.empty())
+      throw sdk::Error(BP_STATUS_UNSUPPORTED, "GpuOcl: no OpenCL device (" + why_ + ")");
+    if (!device_) {
+      device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
+      device_->set_budget(max_memory_);
+    }
+    return *device_;
+  }
+  void check_device(uint32_t d) const {
+    if (d != 0 || devices_.empty())
+      throw sdk::invalid("GpuOcl: no device " + std::to_string(d) + " (it has " +
+                         std::to_string(devices_.empty() ? 0 : 1) + ")");
+  }
+  void check_allocation(const void* ptr, size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = allocations_.find(static_cast<cl_mem>(const_cast<void*>(ptr)));
+    if (it == allocations_.end())
+      throw sdk::invalid("GpuOcl: a copy names memory that memory_alloc did not return");
+    if (size > it->second)
+      throw sdk::invalid("GpuOcl: a copy of " + std::to_string(size) + " bytes overruns a " +
+                         std::to_string(it->second) + "-byte allocation");
+  }
+  void describe() {
+    std::ostringstream os;
+    if (devices_.empty()) {
+      os << "OpenCL (no device: " << why_ << ")";
+    } else {
+      os << "OpenCL on device " << chosen_ << "; devices:";
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        const DeviceInfo& d = devices_[i];
+        os << (i ? "; " : " ") << "[" << i << "] " << d.name << " (vendor " << d.vendor << ", "
+           << (d.gpu ? "GPU" : "not a GPU") << ", memory " << gib(d.memory_bytes) << ", "
+           << d.compute_units << " compute units, driver " << d.driver_version << ")";
+      }
+    }
+    description_ = os.str();
+  }
+
+  std::vector<DeviceInfo> devices_;
+  std::string why_;
+  int chosen_ = -1;
+  std::string description_;
+  std::string build_options_;
+  std::string cache_dir_;
+  uint64_t max_memory_ = 0;
+  std::unique_ptr<gpuocl::Device> device_;
+  std::mutex mutex_;
+  std::map<cl_mem, size_t> allocations_;
+};
+
+}  // namespace
+}  // namespace gpuocl
+
+BP_DEFINE_BACKEND_ENTRY_POINTS(gpuocl::GpuOcl)
+
+// For the tests: a counter of this module by name (see gpuocl::Counters),
+// -1 for an unknown name.
+extern "C" BP_EXPORT int64_t GpuOcl_Counter(const char* name) {
+  const gpuocl::Counters& c = gpuocl::counters();
+  const std::string n = name != nullptr ? name : "";
+  if (n == "live_buffers") return c.live_buffers;
+  if (n == "live_allocations") return c.live_allocations;
+  if (n == "copies_to_device") return c.copies_to_device;
+  if (n == "copies_from_device") return c.copies_from_device;
+  if (n == "host_waits") return c.host_waits;
+  if (n == "kernels") return c.kernels;
+  if (n == "gemms") return c.gemms;
+  if (n == "weight_uploads") return c.weight_uploads;
+  if (n == "device_bytes") return c.device_bytes;
+  if (n == "program_builds") return c.program_builds;
+  if (n == "program_loads") return c.program_loads;
+  return -1;
+}

@@ -1,0 +1,299 @@
+// The OpenCL C kernels of GpuOcl, compiled by the device's driver when the
+// backend first compiles a partition (GEMM-shaped work goes to CLBlast).
+// Shapes and strides come in a small __global int array ("meta") uploaded at
+// compile time, so one kernel serves every rank up to kMaxRank.
+#include "gpuocl/kernels.hpp"
+
+namespace gpuocl {
+
+const char* const kKernelSource = R"CLC(
+#define MAXR 6
+
+// Index of the element of an operand for output index i. meta layout:
+// [rank, dims[rank], strides_a[rank], strides_b[rank]] (stride 0 = broadcast).
+inline int bcast_offset(int i, __global const int* meta, int which) {
+  const int rank = meta[0];
+  int off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = meta[1 + d];
+    const int idx = i % dim;
+    i /= dim;
+    off += idx * meta[1 + rank * (1 + which) + d];
+  }
+  return off;
+}
+
+inline float binary_op(int op, float a, float b) {
+  switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return pow(a, b);
+    case 5: return fmax(a, b);
+    case 6: return fmin(a, b);
+    default: return b;  // 7: take b (broadcast copy)
+  }
+}
+
+__kernel void binary_same(int op, __global const float* a, __global const float* b,
+                          __global float* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = binary_op(op, a[i], b[i]);
+}
+
+__kernel void binary_bcast(int op, __global const float* a, __global const float* b,
+                           __global float* y, __global const int* meta, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = binary_op(op, a[bcast_offset(i, meta, 0)], b[bcast_offset(i, meta, 1)]);
+}
+
+inline float unary_op(int op, float x, float p, float q) {
+  switch (op) {
+    case 0: return fmax(x, 0.0f);
+    case 1: return 1.0f / (1.0f + exp(-x));
+    case 2: return tanh(x);
+    case 3: return exp(x);
+    case 4: return log(x);
+    case 5: return sqrt(x);
+    case 6: return -x;
+    case 7: return fabs(x);
+    case 8: return erf(x);
+    case 9: return fmin(fmax(x, p), q);               // Clip(min p, max q)
+    case 10: return x >= 0.0f ? x : p * x;            // LeakyRelu(alpha p)
+    case 11: return fmax(0.0f, fmin(1.0f, p * x + q)); // HardSigmoid
+    case 12: return x * fmax(0.0f, fmin(1.0f, x / 6.0f + 0.5f)); // HardSwish
+    case 13: return 1.0f / x;
+    case 14: return x >= 0.0f ? x : p * (exp(x) - 1.0f); // Elu
+    case 15: return log(1.0f + exp(x));               // Softplus
+    case 16: return floor(x);
+    case 17: return ceil(x);
+    case 18: return x * p + q;                        // affine (Mul/Add by a scalar)
+    default: return x;                                // identity
+  }
+}
+
+__kernel void unary(int op, __global const float* x, __global float* y, int n, float p, float q) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = unary_op(op, x[i], p, q);
+}
+
+// Direct convolution, one output element per work-item: NCHW, groups,
+// strides, pads, dilations; optional bias; activation as in unary (-1: none).
+// shape: N C H W OC OH OW KH KW sh sw ph pw dh dw group
+__kernel void conv2d(__global const float* x, __global const float* w, __global const float* bias,
+                     __global float* y, __global const int* s, int has_bias, int act, float p,
+                     float q) {
+  const int N = s[0], C = s[1], H = s[2], W = s[3], OC = s[4], OH = s[5], OW = s[6];
+  const int KH = s[7], KW = s[8], SH = s[9], SW = s[10], PH = s[11], PW = s[12];
+  const int DH = s[13], DW = s[14], G = s[15];
+  const int i = get_global_id(0);
+  if (i >= N * OC * OH * OW) return;
+  const int ow = i % OW, oh = (i / OW) % OH, oc = (i / (OW * OH)) % OC, n = i / (OW * OH * OC);
+  const int cg = C / G, ocg = OC / G, g = oc / ocg;
+  float acc = has_bias ? bias[oc] : 0.0f;
+  for (int c = 0; c < cg; ++c) {
+    __global const float* xc = x + ((n * C + g * cg + c) * H) * W;
+    __global const float* wc = w + ((oc * cg + c) * KH) * KW;
+    for (int kh = 0; kh < KH; ++kh) {
+      const int ih = oh * SH - PH + kh * DH;
+      if (ih < 0 || ih >= H) continue;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int iw = ow * SW - PW + kw * DW;
+        if (iw < 0 || iw >= W) continue;
+        acc += xc[ih * W + iw] * wc[kh * KW + kw];
+      }
+    }
+  }
+  y[i] = act >= 0 ? unary_op(act, acc, p, q) : acc;
+}
+
+// im2col of image n: cols[(c*KH + kh)*KW + kw][oh*OW + ow], shape as conv2d (G = 1).
+__kernel void im2col(__global const float* x, int x_offset, __global float* cols,
+                     __global const int* s) {
+  const int C = s[1], H = s[2], W = s[3], OH = s[5], OW = s[6];
+  const int KH = s[7], KW = s[8], SH = s[9], SW = s[10], PH = s[11], PW = s[12];
+  const int DH = s[13], DW = s[14];
+  const int i = get_global_id(0);
+  if (i >= C * KH * KW * OH * OW) return;
+  const int ow = i % OW, oh = (i / OW) % OH, r = i / (OW * OH);
+  const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
+  const int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
+  cols[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[x_offset + (c * H + ih) * W + iw] : 0.0f;
+}
+
+// y[n][c][j] = act(y[n][c][j] + bias[c]) over N*C*HW elements.
+__kernel void bias_act(__global float* y, __global const float* bias, int C, int HW, int n,
+                       int has_bias, int act, float p, float q) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  float v = y[i] + (has_bias ? bias[(i / HW) % C] : 0.0f);
+  y[i] = act >= 0 ? unary_op(act, v, p, q) : v;
+}
+
+// Max (mode 0) or average (1: pads excluded, 2: pads included) pooling.
+// shape: N C H W OH OW KH KW sh sw ph pw dh dw
+__kernel void pool2d(__global const float* x, __global float* y, __global const int* s, int mode) {
+  const int N = s[0], C = s[1], H = s[2], W = s[3], OH = s[4], OW = s[5];
+  const int KH = s[6], KW = s[7], SH = s[8], SW = s[9], PH = s[10], PW = s[11];
+  const int DH = s[12], DW = s[13];
+  const int i = get_global_id(0);
+  if (i >= N * C * OH * OW) return;
+  const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH);
+  __global const float* xc = x + nc * H * W;
+  float acc = mode == 0 ? -INFINITY : 0.0f;
+  int count = 0;
+  for (int kh = 0; kh < KH; ++kh) {
+    const int ih = oh * SH - PH + kh * DH;
+    for (int kw = 0; kw < KW; ++kw) {
+      const int iw = ow * SW - PW + kw * DW;
+      const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      if (mode == 2) {  // counts the pads up to the padded input's end
+        if (ih < H + PH && iw < W + PW) ++count;
+      } else if (inside) {
+        ++count;
+      }
+      if (!inside) continue;
+      const float v = xc[ih * W + iw];
+      acc = mode == 0 ? fmax(acc, v) : acc + v;
+    }
+  }
+  y[i] = mode == 0 ? acc : acc / (float)max(count, 1);
+}
+
+// Reduction of the middle axis of [outer, len, inner]: 0 mean, 1 sum, 2 max,
+// 3 min, 4 product.
+__kernel void reduce_mid(__global const float* x, __global float* y, int outer, int len, int inner,
+                         int mode) {
+  const int i = get_global_id(0);
+  if (i >= outer * inner) return;
+  const int o = i / inner, in = i % inner;
+  __global const float* p = x + o * len * inner + in;
+  float acc = mode == 2 ? -INFINITY : (mode == 3 ? INFINITY : (mode == 4 ? 1.0f : 0.0f));
+  for (int k = 0; k < len; ++k) {
+    const float v = p[k * inner];
+    acc = mode == 2   ? fmax(acc, v)
+          : mode == 3 ? fmin(acc, v)
+          : mode == 4 ? acc * v
+                      : acc + v;
+  }
+  y[i] = mode == 0 ? acc / (float)len : acc;
+}
+
+// Softmax (log_softmax if lg) over the middle axis of [outer, len, inner].
+__kernel void softmax(__global const float* x, __global float* y, int outer, int len, int inner,
+                      int lg) {
+  const int i = get_global_id(0);
+  if (i >= outer * inner) return;
+  const int base = (i / inner) * len * inner + i % inner;
+  float m = -INFINITY;
+  for (int k = 0; k < len; ++k) m = fmax(m, x[base + k * inner]);
+  float sum = 0.0f;
+  for (int k = 0; k < len; ++k) sum += exp(x[base + k * inner] - m);
+  for (int k = 0; k < len; ++k) {
+    const float v = x[base + k * inner] - m;
+    y[base + k * inner] = lg ? v - log(sum) : exp(v) / sum;
+  }
+}
+
+// LayerNormalization over the last `cols` elements of each of `rows` rows.
+__kernel void layernorm(__global const float* x, __global const float* scale,
+                        __global const float* bias, __global float* y, int rows, int cols,
+                        float eps, int has_bias) {
+  const int r = get_global_id(0);
+  if (r >= rows) return;
+  __global const float* p = x + r * cols;
+  float mean = 0.0f;
+  for (int k = 0; k < cols; ++k) mean += p[k];
+  mean /= (float)cols;
+  float var = 0.0f;
+  for (int k = 0; k < cols; ++k) var += (p[k] - mean) * (p[k] - mean);
+  const float inv = 1.0f / sqrt(var / (float)cols + eps);
+  for (int k = 0; k < cols; ++k)
+    y[r * cols + k] = (p[k] - mean) * inv * scale[k] + (has_bias ? bias[k] : 0.0f);
+}
+
+// BatchNormalization (inference) folded at compile time into y = x*a[c] + b[c].
+__kernel void channel_affine(__global const float* x, __global const float* ab, __global float* y,
+                             int C, int HW, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int c = (i / HW) % C;
+  y[i] = x[i] * ab[c] + ab[C + c];
+}
+
+// Transpose: meta = [rank, out dims[rank], input strides of each output axis[rank]].
+__kernel void transpose(__global const float* x, __global float* y, __global const int* meta,
+                        int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = x[bcast_offset(i, meta, 0)];
+}
+
+// Gather along the middle axis of data [outer, len, inner] with `count` indices.
+__kernel void gather(__global const float* data, __global const long* idx, __global float* y,
+                     int outer, int len, int inner, int count) {
+  const int i = get_global_id(0);
+  if (i >= outer * count * inner) return;
+  const int in = i % inner, j = (i / inner) % count, o = i / (inner * count);
+  long k = idx[j];
+  if (k < 0) k += len;
+  y[i] = (k >= 0 && k < len) ? data[(o * len + (int)k) * inner + in] : 0.0f;
+}
+
+// Slice/Pad share this: y[i] = x[off + sum(idx_d * stride_d)] or `value` when
+// the source index of any axis falls outside [0, dim). meta = [rank, out dims,
+// in dims, in strides, starts, steps].
+__kernel void strided_copy(__global const float* x, __global float* y, __global const int* meta,
+                           int n, float value) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int rank = meta[0];
+  int rem = i, off = 0;
+  bool inside = true;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = meta[1 + d];
+    const int o = rem % dim;
+    rem /= dim;
+    const int src = meta[1 + 3 * rank + d] + o * meta[1 + 4 * rank + d];
+    if (src < 0 || src >= meta[1 + rank + d]) inside = false;
+    off += src * meta[1 + 2 * rank + d];
+  }
+  y[i] = inside ? x[off] : value;
+}
+
+// The input coordinate of output coordinate o (ONNX Resize's
+// coordinate_transformation_mode): 0 half_pixel, 1 pytorch_half_pixel,
+// 2 align_corners, 3 asymmetric. r = 1 / scale.
+inline float resize_coord(int ctm, int o, float r, int in, int out) {
+  switch (ctm) {
+    case 0: return (o + 0.5f) * r - 0.5f;
+    case 1: return out > 1 ? (o + 0.5f) * r - 0.5f : 0.0f;
+    case 2: return out > 1 ? o * (float)(in - 1) / (float)(out - 1) : 0.0f;
+    default: return o * r;
+  }
+}
+
+// Resize of the two last axes of [NC, H, W]: nearest (mode 0, floor) or
+// bilinear (mode 1, edges clamped).
+__kernel void resize2d(__global const float* x, __global float* y, int NC, int H, int W, int OH,
+                       int OW, int mode, int ctm, float rh, float rw) {
+  const int i = get_global_id(0);
+  if (i >= NC * OH * OW) return;
+  const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH);
+  __global const float* p = x + nc * H * W;
+  const float fy = resize_coord(ctm, oh, rh, H, OH), fx = resize_coord(ctm, ow, rw, W, OW);
+  if (mode == 0) {
+    const int ih = clamp((int)floor(fy), 0, H - 1), iw = clamp((int)floor(fx), 0, W - 1);
+    y[i] = p[ih * W + iw];
+    return;
+  }
+  const float cy = clamp(fy, 0.0f, (float)(H - 1)), cx = clamp(fx, 0.0f, (float)(W - 1));
+  const int y0 = (int)floor(cy), x0 = (int)floor(cx);
+  const int y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
+  const float dy = cy - y0, dx = cx - x0;
+  y[i] = (1 - dy) * ((1 - dx) * p[y0 * W + x0] + dx * p[y0 * W + x1]) +
+         dy * ((1 - dx) * p[y1 * W + x0] + dx * p[y1 * W + x1]);
+}
+)CLC";
+
+}  // namespace gpuocl

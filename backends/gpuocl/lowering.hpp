@@ -1,0 +1,69 @@
+// lowering.hpp — from the nodes of a view to work enqueued on the device.
+#ifndef BACKPLANE_GPUOCL_LOWERING_HPP_
+#define BACKPLANE_GPUOCL_LOWERING_HPP_
+
+#include "gpuocl/device.hpp"
+
+#include <backplane/backend_sdk.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gpuocl {
+
+// Why GpuOcl cannot take node `index` of `view`, or "" if it can.
+std::string check_node(const bp_graph_view_t& view, size_t index);
+
+// The buffers one run works on, indexed like the view's values, and the
+// kernel objects of one execution context (a cl_kernel's arguments are
+// state, so concurrent contexts each have their own).
+class Run {
+ public:
+  Run(Device& device, std::vector<cl_mem>& values, cl_mem scratch)
+      : device_(device), values_(values), scratch_(scratch) {}
+  Device& device() { return device_; }
+  cl_mem value(int v) const { return values_[static_cast<size_t>(v)]; }
+  cl_mem scratch() const { return scratch_; }
+  // Kernel `name` of this context, created on first use.
+  cl_kernel kernel(const char* name);
+  void set_kernels(std::map<std::string, cl_kernel>* kernels) { kernels_ = kernels; }
+
+ private:
+  Device& device_;
+  std::vector<cl_mem>& values_;
+  cl_mem scratch_;
+  std::map<std::string, cl_kernel>* kernels_ = nullptr;
+};
+
+// One enqueued piece of a node's work.
+struct Step {
+  std::string node;  // "name (Op)", for errors
+  std::function<void(Run&)> enqueue;
+};
+
+// What compile makes of a view: the steps in order, the constants the steps
+// read (uploaded once, here), and the scratch the largest step needs.
+struct Lowered {
+  std::vector<Step> steps;
+  std::map<int, Buffer> constants;  // view value -> device copy
+  std::vector<Buffer> meta;         // shape/stride tables of the kernels
+  size_t scratch_bytes = 0;
+  // Values no step writes: a Conv's output when the BatchNormalization or
+  // activation reading it was folded into the Conv (no buffer needed).
+  std::set<int> elided;
+};
+
+// Lowers every node of `view` (each passed check_node). Reads weights through
+// `host`. A node that turns out unsupported (e.g. axes known only from a
+// constant's values) is passed to `rejected` with the reason; any other
+// failure throws sdk::Error naming the node.
+Lowered lower(Device& device, const backplane::sdk::Host& host, const bp_graph_view_t& view,
+              const std::function<void(size_t, const std::string&)>& rejected);
+
+}  // namespace gpuocl
+
+#endif  // BACKPLANE_GPUOCL_LOWERING_HPP_

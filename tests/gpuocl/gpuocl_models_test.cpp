@@ -1,0 +1,461 @@
+// gpuocl_models_test.cpp — GpuOcl (backends/gpuocl) on a real OpenCL device.
+//
+// Run by ctest with BACKPLANE_BACKEND_PATHS naming GpuOcl's and CpuOneDnn's
+// folders and POCL_CACHE_DIR / BACKPLANE_GPUOCL_CACHE_DIR inside the build
+// tree (tests/gpuocl/CMakeLists.txt). For resnet18, mobilenet_v2 and the
+// encoder from scripts/gen_models.py:
+//  - whole on GpuOcl, matching PyTorch and CpuRef (1e-4 relative);
+//  - split GpuOcl + CpuOneDnn, the same;
+//  - the copies the module performs per run equal the plan's copies, and the
+//    host waits only on those copies (kernels are enqueued, not waited for);
+//  - every device buffer is released once the session and the model end;
+//  - concurrent sessions agree bit for bit;
+//  - a compiled artifact's stored program loads without compiling OpenCL C.
+// And: a kernel build failure is a clear error (or a fallback), never a crash;
+// without an OpenCL device the backend loads and claims nothing, saying why.
+#include "support/e2e_util.hpp"
+#include "support/files.hpp"
+#include "support/model_builder.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace backplane::e2e {
+namespace {
+
+// GpuOcl_Counter of the loaded module (the runtime holds it open).
+int64_t counter(const char* name) {
+  void* h = dlopen(BACKPLANE_GPUOCL_BACKEND_FILE, RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return -100;
+  auto fn = reinterpret_cast<int64_t (*)(const char*)>(dlsym(h, "GpuOcl_Counter"));
+  const int64_t v = fn != nullptr ? fn(name) : -200;
+  dlclose(h);
+  return v;
+}
+
+std::shared_ptr<Runtime> runtime() {
+  RuntimeOptions o;  // BACKPLANE_BACKEND_PATHS: GpuOcl's and CpuOneDnn's folders
+  o.log_level = LogLevel::kError;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+  return rt.ok() ? rt.value() : nullptr;
+}
+
+struct ModelCase {
+  const char* name;
+  const char* input;
+};
+std::string case_name(const testing::TestParamInfo<ModelCase>& info) { return info.param.name; }
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
+
+class GpuOclModels : public testing::TestWithParam<ModelCase> {};
+
+// Copies per run that involve GpuOcl's device, as the plan lists them.
+size_t planned_copies(const Model& m, bool to_device) {
+  size_t n = 0;
+  for (const CopyDescription& c : m.copies()) {
+    if (c.once) continue;
+    const std::string& side = to_device ? c.to : c.from;
+    if (side.rfind("GpuOcl", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// Runs `model` once on `input`, checking the copies and waits of that run.
+Tensor run_counted(Model& model, const ModelCase& c, const Tensor& input) {
+  auto session = model.create_session();
+  EXPECT_TRUE(session.ok()) << session.status().to_string();
+  if (!session.ok()) return Tensor();
+  EXPECT_TRUE((*session)->set_input(c.input, input).ok());
+  const int64_t to0 = counter("copies_to_device"), from0 = counter("copies_from_device");
+  const int64_t waits0 = counter("host_waits"), work0 = counter("kernels") + counter("gemms");
+  Status s = (*session)->run();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  Tensor out = (*session)->output(0).clone();
+  EXPECT_EQ(counter("copies_to_device") - to0, int64_t(planned_copies(model, true)))
+      << model.describe_plan(PlanFormat::kText);
+  const int64_t from = counter("copies_from_device") - from0;
+  EXPECT_EQ(from, int64_t(planned_copies(model, false))) << model.describe_plan(PlanFormat::kText);
+  // The host waited only where a value crossed to host memory.
+  EXPECT_EQ(counter("host_waits") - waits0, from);
+  EXPECT_GT(counter("kernels") + counter("gemms") - work0, 0);
+  return out;
+}
+
+void expect_close(const Tensor& got, const std::string& name, const Tensor& ref) {
+  ASSERT_FALSE(got.empty());
+  ASSERT_EQ(got.shape(), ref.shape());
+  const double scale = max_abs(ref), diff = max_abs_diff(got, ref);
+  ASSERT_GT(scale, 0.0);
+  EXPECT_LE(diff, 1e-4 * scale) << name << ": max|diff| = " << diff << ", max|ref| = " << scale;
+}
+
+TEST_P(GpuOclModels, WholeOnGpuOclMatchesPyTorchAndCpuRef) {
+  const ModelCase& c = GetParam();
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  const Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  const Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");
+  ASSERT_FALSE(input.empty());
+  {
+    ModelOptions mo;
+    mo.backends = {"GpuOcl"};
+    auto model = rt->load_model(model_path(c.name), mo);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    EXPECT_GT(counter("live_buffers"), 0);  // the weights, on the device
+    const Tensor y = run_counted(**model, c, input);
+    expect_close(y, "GpuOcl vs PyTorch", expected);
+    auto ref = rt->load_model(model_path(c.name), cpuref_only());
+    ASSERT_TRUE(ref.ok());
+    expect_close(y, "GpuOcl vs CpuRef", run_once(**ref, {{c.input, input}})[0]);
+  }
+  // Model and sessions gone: every device buffer is released.
+  EXPECT_EQ(counter("live_allocations"), 0);
+  EXPECT_EQ(counter("live_buffers"), 0);
+}
+
+TEST_P(GpuOclModels, SplitWithCpuOneDnnMatchesPyTorch) {
+  const ModelCase& c = GetParam();
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  const Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  const Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");
+  {
+    ModelOptions whole;
+    whole.backends = {"GpuOcl"};
+    auto first = rt->load_model(model_path(c.name), whole);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    const std::vector<std::string> nodes = (*first)->partitions().at(0).nodes;
+    ASSERT_GT(nodes.size(), 6u);
+    // Two stretches of nodes pinned to CpuOneDnn: GpuOcl, CpuOneDnn,
+    // GpuOcl, CpuOneDnn, GpuOcl, with copies at every edge.
+    ModelOptions split;
+    split.backends = {"GpuOcl", "CpuOneDnn"};
+    for (size_t at : {nodes.size() / 3, 2 * nodes.size() / 3})
+      for (size_t k = at; k < at + 2; ++k) split.overrides[nodes[k]] = "CpuOneDnn";
+    auto model = rt->load_model(model_path(c.name), split);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const std::vector<std::string> used = (*model)->backends_used();
+    EXPECT_NE(std::find(used.begin(), used.end(), "GpuOcl"), used.end());
+    EXPECT_NE(std::find(used.begin(), used.end(), "CpuOneDnn"), used.end());
+    EXPECT_GE((*model)->partitions().size(), 3u) << (*model)->describe_plan(PlanFormat::kText);
+    EXPECT_GT(planned_copies(**model, true), 0u);
+    expect_close(run_counted(**model, c, input), "GpuOcl+CpuOneDnn vs PyTorch", expected);
+  }
+  EXPECT_EQ(counter("live_allocations"), 0);
+  EXPECT_EQ(counter("live_buffers"), 0);
+}
+
+TEST_P(GpuOclModels, RepeatedAndConcurrentRunsAgree) {
+  const ModelCase& c = GetParam();
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  const Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto model = rt->load_model(model_path(c.name), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const Tensor first = run_once(**model, {{c.input, input}})[0].clone();
+  std::vector<Tensor> results(2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      auto s = (*model)->create_session();
+      if (!s.ok()) return;
+      for (int i = 0; i < 2; ++i)
+        if (!(*s)->set_input(c.input, input).ok() || !(*s)->run().ok()) return;
+      results[t] = (*s)->output(0).clone();
+    });
+  for (auto& th : threads) th.join();
+  for (const Tensor& r : results) {
+    ASSERT_FALSE(r.empty());
+    EXPECT_TRUE(bitwise_equal(r, first)) << "a concurrent run differs";
+  }
+}
+
+// API 1.4 get_devices: the OpenCL devices, one of them selected.
+TEST(GpuOclDevices, EnumeratedAndOneSelected) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  for (const BackendDescription& b : rt->backends()) {
+    if (b.id != "GpuOcl") continue;
+    EXPECT_EQ(b.api_minor, 4u);
+    ASSERT_FALSE(b.devices.empty());
+    int selected = 0;
+    for (const DeviceDescription& d : b.devices) {
+      EXPECT_FALSE(d.name.empty());
+      EXPECT_GT(d.memory_bytes, 0u) << d.name;
+      EXPECT_GT(d.compute_units, 0u) << d.name;
+      EXPECT_TRUE(d.kind == "gpu" || d.kind == "cpu" || d.kind == "accelerator") << d.kind;
+      selected += d.selected ? 1 : 0;
+    }
+    EXPECT_EQ(selected, 1);
+    return;
+  }
+  FAIL() << "GpuOcl is not registered";
+}
+
+INSTANTIATE_TEST_SUITE_P(E2E, GpuOclModels,
+                         testing::Values(ModelCase{"resnet18", "input"},
+                                         ModelCase{"mobilenet_v2", "input"},
+                                         ModelCase{"transformer", "input_ids"}),
+                         case_name);
+
+// Device code in artifacts: `compile` stores GpuOcl's program binary; a
+// fresh runtime on the same device loads it without building any OpenCL C
+// (its kernel cache off), and one whose key differs (other build options,
+// standing in for another device or driver) rebuilds from source.
+TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiffers) {
+  auto keep = runtime();  // holds the module, so its counters run on
+  ASSERT_TRUE(keep);
+  test::TempDir tmp;
+  const std::string bpk = tmp.file("resnet18.bpk");
+  CompileOptions co;
+  co.backends = {"GpuOcl"};
+  auto report = keep->compile({{"resnet18", model_path("resnet18")}}, bpk, co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
+
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
+  for (const char* options : {"", "-cl-mad-enable"}) {
+    SCOPED_TRACE(std::string("build options '") + options + "'");
+    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", options, 1), 0);
+    const bool same = options[0] == '\0';
+    const int64_t builds = counter("program_builds"), loads = counter("program_loads");
+    auto fresh = runtime();
+    ASSERT_TRUE(fresh);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto model = fresh->load_model(bpk);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    EXPECT_EQ(counter("program_builds") - builds, same ? 0 : 1);
+    EXPECT_EQ(counter("program_loads") - loads, same ? 1 : 0);
+    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
+                same ? "stored program" : "rebuilt from source");
+    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+  }
+  unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
+}
+
+// Resize (which the conformance command has no case of) against CpuRef, in
+// each mode and coordinate transformation GpuOcl claims, by scales and by
+// sizes (opset 13).
+TEST(GpuOclOps, ResizeMatchesCpuRef) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  std::vector<float> xs(1 * 2 * 5 * 7);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 37) % 23) / 7.0f - 1.5f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {1, 2, 5, 7}, xs.data());
+  struct Variant {
+    const char* mode;
+    const char* ctm;
+    bool by_sizes;
+  };
+  int k = 0;
+  for (const Variant& v :
+       {Variant{"nearest", "asymmetric", false}, Variant{"linear", "half_pixel", false},
+        Variant{"linear", "pytorch_half_pixel", false}, Variant{"linear", "align_corners", true},
+        Variant{"linear", "asymmetric", true}}) {
+    SCOPED_TRACE(std::string(v.mode) + " " + v.ctm);
+    test::ModelBuilder b(13);
+    b.input("x", {1, 2, 5, 7});
+    b.init_f32("roi", {0}, {});
+    if (v.by_sizes) {
+      b.init_i64("sizes", {4}, {1, 2, 8, 11});
+      b.node("Resize", {"x", "roi", "", "sizes"}, {"y"}, "resize");
+    } else {
+      b.init_f32("scales", {4}, {1.f, 1.f, 2.f, 1.5f});
+      b.node("Resize", {"x", "roi", "scales"}, {"y"}, "resize");
+    }
+    onnx::NodeProto& n = *b.graph().mutable_node(0);
+    test::set_string(n, "mode", v.mode);
+    test::set_string(n, "coordinate_transformation_mode", v.ctm);
+    if (std::string(v.mode) == "nearest") test::set_string(n, "nearest_mode", "floor");
+    b.output("y");
+    const std::string path = b.save(tmp, "resize" + std::to_string(k++) + ".onnx");
+    ModelOptions mo;
+    mo.backends = {"GpuOcl"};
+    auto gpu = rt->load_model(path, mo);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    auto ref = rt->load_model(path, cpuref_only());
+    ASSERT_TRUE(ref.ok());
+    expect_close(run_once(**gpu, {{"x", x}})[0], "Resize", run_once(**ref, {{"x", x}})[0]);
+  }
+}
+
+// Conv -> BatchNormalization -> Relu and depthwise Conv -> BatchNormalization
+// -> Clip: each BatchNormalization folds into its Conv's weights and the
+// activation into its epilogue, so a run enqueues 3 kernels of GpuOcl's
+// (im2col and bias+activation for the first Conv, one direct convolution
+// for the second) and 1 SGEMM; the result equals CpuRef's.
+TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  test::ModelBuilder b(13);
+  b.input("x", {1, 3, 9, 9});
+  b.random_weight("w1", {4, 3, 3, 3});
+  b.random_weight("w2", {4, 1, 3, 3});
+  b.random_weight("bias2", {4});
+  for (const char* bn : {"bn1", "bn2"}) {
+    const std::string p(bn);
+    b.random_weight(p + "_scale", {4}, 0.5f, 1.5f);
+    b.random_weight(p + "_shift", {4});
+    b.random_weight(p + "_mean", {4});
+    b.random_weight(p + "_var", {4}, 0.5f, 2.0f);
+  }
+  b.init_f32("lo", {}, {0.0f});
+  b.init_f32("hi", {}, {0.75f});
+  test::set_ints(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c1", "bn1_scale", "bn1_shift", "bn1_mean", "bn1_var"}, {"n1"},
+         "bn1");
+  b.node("Relu", {"n1"}, {"r1"}, "relu1");
+  onnx::NodeProto& dw = b.node("Conv", {"r1", "w2", "bias2"}, {"c2"}, "conv2");
+  test::set_int(dw, "group", 4);
+  test::set_ints(dw, "strides", {2, 2});
+  b.node("BatchNormalization", {"c2", "bn2_scale", "bn2_shift", "bn2_mean", "bn2_var"}, {"n2"},
+         "bn2");
+  b.node("Clip", {"n2", "lo", "hi"}, {"y"}, "clip2");
+  b.output("y");
+  const std::string path = b.save(tmp, "conv_bn_act.onnx");
+  std::vector<float> xs(3 * 9 * 9);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 29) % 17) / 5.0f - 1.6f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {1, 3, 9, 9}, xs.data());
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto gpu = rt->load_model(path, mo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto session = (*gpu)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input("x", x).ok());
+  const int64_t kernels = counter("kernels"), gemms = counter("gemms");
+  ASSERT_TRUE((*session)->run().ok());
+  EXPECT_EQ(counter("kernels") - kernels, 3);
+  EXPECT_EQ(counter("gemms") - gemms, 1);
+  auto ref = rt->load_model(path, cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  expect_close((*session)->output(0), "folded Conv", run_once(**ref, {{"x", x}})[0]);
+}
+
+// An OpenCL C option the driver refuses: building the kernels fails. With a
+// fallback the model runs elsewhere; with GpuOcl alone loading fails, naming
+// the node. Never a crash.
+TEST(GpuOclErrors, KernelBuildFailureIsAClearErrorOrAFallback) {
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", "-cl-no-such-option", 1), 0);
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
+  auto rt = runtime();
+  unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
+  ASSERT_TRUE(rt);
+  const Tensor input = read_npy(models_dir() + "/transformer.input.npy");
+  ModelOptions only;
+  only.backends = {"GpuOcl"};
+  auto failed = rt->load_model(model_path("transformer"), only);
+  ASSERT_FALSE(failed.ok());
+  // The runtime names the node and that GpuOcl failed to compile it (the
+  // driver's build log goes to the log).
+  EXPECT_TRUE(contains(failed.status().message(), "GpuOcl: failed to compile it"))
+      << failed.status().to_string();
+  ModelOptions fallback;
+  fallback.backends = {"GpuOcl", "CpuRef"};
+  auto model = rt->load_model(model_path("transformer"), fallback);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
+  const Tensor y = run_once(**model, {{"input_ids", input}})[0];
+  expect_close(y, "fallback vs PyTorch", read_npy(models_dir() + "/transformer.expected.npy"));
+}
+
+// A device memory budget (max_memory) standing in for a full device. Below
+// resnet18's weights: compile reports every node rejected, so the model falls
+// back to CpuRef (or, on GpuOcl alone, fails to load naming the node). Enough
+// for the weights but not the session's buffers: making the session (or its
+// first run) fails with the reason. Either way nothing leaks.
+TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
+  auto keep = runtime();  // holds the module, so its counters run on
+  ASSERT_TRUE(keep);
+  const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
+  ModelOptions only;
+  only.backends = {"GpuOcl"};
+  int64_t weights = 0;
+  {
+    auto model = keep->load_model(model_path("resnet18"), only);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    weights = counter("device_bytes");
+  }
+  ASSERT_GT(weights, 40'000'000);
+  ASSERT_EQ(counter("device_bytes"), 0);
+
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", "1000000", 1), 0);
+  {
+    auto rt = runtime();
+    ASSERT_TRUE(rt);
+    auto failed = rt->load_model(model_path("resnet18"), only);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_TRUE(contains(failed.status().message(), "GpuOcl: failed to compile it"))
+        << failed.status().to_string();
+    ModelOptions fallback;
+    fallback.backends = {"GpuOcl", "CpuRef"};
+    auto model = rt->load_model(model_path("resnet18"), fallback);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
+    expect_close(run_once(**model, {{"input", input}})[0], "fallback vs PyTorch", expected);
+  }
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", std::to_string(weights + 4096).c_str(), 1), 0);
+  {
+    auto rt = runtime();
+    unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
+    ASSERT_TRUE(rt);
+    auto model = rt->load_model(model_path("resnet18"), only);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    // A model of fixed shapes allocates when its session is made; the first
+    // run would otherwise.
+    auto session = (*model)->create_session();
+    Status s = session.status();
+    if (session.ok()) {
+      ASSERT_TRUE((*session)->set_input("input", input).ok());
+      s = (*session)->run();
+    }
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(contains(s.message(), "out of device memory")) << s.to_string();
+  }
+  unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
+  EXPECT_EQ(counter("live_allocations"), 0);
+  EXPECT_EQ(counter("live_buffers"), 0);
+  EXPECT_EQ(counter("device_bytes"), 0);
+}
+
+// Run with OCL_ICD_VENDORS naming an empty folder (its own ctest entry).
+TEST(GpuOclNoDevice, LoadsClaimsNothingAndSaysWhy) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  bool found = false;
+  for (const auto& b : rt->backends())
+    if (b.id == "GpuOcl") {
+      found = true;
+      EXPECT_TRUE(contains(b.description, "no device")) << b.description;
+      EXPECT_TRUE(b.devices.empty());
+    }
+  ASSERT_TRUE(found) << "GpuOcl did not load without a device";
+  ModelOptions mo;
+  mo.backends = {"GpuOcl", "CpuRef"};
+  auto model = rt->load_model(model_path("resnet18"), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
+  const std::string plan = (*model)->describe_plan(PlanFormat::kText);
+  EXPECT_TRUE(contains(plan, "no OpenCL device")) << plan;
+}
+
+}  // namespace
+}  // namespace backplane::e2e

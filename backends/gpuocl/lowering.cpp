@@ -902,6 +902,10 @@ std::string check_node(const bp_graph_view_t& view, size_t index) {
       other_ops().count(t) == 0)
     return "GpuOcl has no kernel for " + std::string(t);
   if (n.num_inputs() == 0 || !n.has_input(0)) return "no input";
+  // Max and Min take 1 to N operands in ONNX; the binary kernel takes two.
+  if (binary_ops().count(t) != 0 && (n.num_inputs() != 2 || !n.has_input(1)))
+    return std::string(t) + " of " + std::to_string(n.num_inputs()) +
+           " operands (GpuOcl: exactly 2)";
   // The data operands and every output are float32 with static shapes;
   // Gather's indices and the small integer inputs (shapes, axes) are read
   // as constants or by index kernels.

@@ -70,7 +70,9 @@ def parse(lines):
 
 
 def mask(text):
-    text = re.sub(r"\b[0-9a-f]{8,16}\b", "#", text)  # addresses (nm)
+    # Addresses (nm), not the digits after a decimal point: 1.6699600000000001
+    # (a time printed with 17 digits) is one number.
+    text = re.sub(r"(?<![.\d])\b[0-9a-f]{8,16}\b", "#", text)
     text = re.sub(r"\d+(\.\d+)?([eE][-+]?\d+)?", "#", text)
     return [ln.rstrip() for ln in text.strip("\n").splitlines()]
 

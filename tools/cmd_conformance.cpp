@@ -42,7 +42,7 @@ constexpr int kOpset = 13;
 // ---------------------------------------------------------------------------
 
 // How an input's values are drawn.
-enum class Values { kAny, kPositive, kNonZero, kIndex };
+enum class Values { kAny, kPositive, kNonZero, kIndex, kProbability };
 
 struct Input {
   std::string name;
@@ -75,6 +75,10 @@ struct OpSpec {
   DType output_dtype = DType::kFloat32;
   int opset = kOpset;       // of the op's domain
   std::string domain = "";  // ONNX's default one
+  // An operator drawing random values (RandomUniform, Bernoulli, ...): its
+  // outputs are checked against the distribution the node asks for (range,
+  // mean, spread; dtype and shape against CpuRef's), not value by value.
+  bool random = false;
 };
 
 // A case ready to run: the model and its inputs.
@@ -87,6 +91,7 @@ struct Case {
   std::map<std::string, std::string> overrides;  // node -> backend
   size_t size = 0;                               // input elements, to find the smallest
   size_t spec = 0;                               // index into the catalogue
+  bool random = false;                           // OpSpec::random
 };
 
 // "Add [2,3,4] [4] float32", "Conv [1,3,8,8] [4,3,3,3] pads=[1,1,1,1] float32".
@@ -132,6 +137,7 @@ Tensor make_values(const Input& in, uint32_t seed) {
   auto real = [&]() -> double {
     std::uniform_real_distribution<double> d(-2.0, 2.0);
     double v = d(rng);
+    if (in.values == Values::kProbability) return 0.05 + 0.9 * (v + 2.0) / 4.0;
     if (in.values == Values::kPositive) return std::fabs(v) + 0.1;
     if (in.values == Values::kNonZero) return v < 0 ? v - 0.5 : v + 0.5;
     return v;
@@ -206,6 +212,7 @@ void add_attrs(onnx::NodeProto* node, const std::vector<Attr>& attrs) {
 Case make_op_case(const OpSpec& spec, uint32_t seed) {
   Case c;
   c.op = spec.op;
+  c.random = spec.random;
   c.kind = "op";
   c.name = describe(spec);
   c.model.set_ir_version(8);
@@ -493,6 +500,29 @@ std::vector<OpSpec> catalogue() {
        {},
        DType::kFloat32,
        18});
+  // Random values, checked against their distribution (OpSpec::random).
+  auto random = [&](OpSpec spec) {
+    spec.random = true;
+    add(std::move(spec));
+  };
+  random({"RandomUniform",
+          {},
+          {ints_attr("shape", {64, 64}), float_attr("low", -2), float_attr("high", 3),
+           float_attr("seed", 5)}});
+  random({"RandomNormal",
+          {},
+          {ints_attr("shape", {64, 64}), float_attr("mean", 1), float_attr("scale", 2)}});
+  random(
+      {"RandomUniformLike", {in("x", {64, 64})}, {float_attr("low", -1), float_attr("high", 1)}});
+  random({"RandomNormalLike",
+          {in("x", {64, 64})},
+          {float_attr("mean", -1), float_attr("scale", 0.5f)}});
+  random({"Bernoulli",
+          {in("p", {64, 64}, DType::kFloat32, Values::kProbability)},
+          {},
+          DType::kFloat32,
+          15});
+  random({"Multinomial", {in("logits", {2, 5})}, {int_attr("sample_size", 2000)}, DType::kInt32});
   {
     Input rois = float_constant("rois", {0, 0, 0, 3, 3, 0, 1, 2, 5, 5});  // [batch, x1, y1, x2, y2]
     rois.shape = {2, 5};
@@ -563,6 +593,125 @@ std::string compare(const std::vector<Tensor>& got, const std::vector<Tensor>& w
     }
   }
   return "";
+}
+
+// A float attribute of the case's node, or `fallback`.
+float node_float(const Case& c, const char* name, float fallback) {
+  for (const onnx::AttributeProto& a : c.model.graph().node(0).attribute())
+    if (a.name() == name) return a.f();
+  return fallback;
+}
+
+// The output of a random operator against the distribution its node asks
+// for: "" when it fits. Dtype and shape must be CpuRef's; the values are
+// checked by range and by mean and spread within several standard errors
+// (a backend drawing from the wrong distribution, or the same value
+// everywhere, fails; an honest one passes all but astronomically rarely).
+std::string compare_random(const Case& c, const std::vector<Tensor>& got,
+                           const std::vector<Tensor>& want) {
+  if (got.size() != 1 || want.size() != 1)
+    return std::to_string(got.size()) + " outputs, CpuRef has " + std::to_string(want.size());
+  const Tensor& g = got[0];
+  if (g.dtype() != want[0].dtype())
+    return std::string("output 0 is ") + dtype_name(g.dtype()) + ", CpuRef's is " +
+           dtype_name(want[0].dtype());
+  if (g.shape() != want[0].shape())
+    return "output 0 has shape " + shape_to_string(g.shape()) + ", CpuRef's is " +
+           shape_to_string(want[0].shape());
+  const int64_t n = g.numel();
+  if (n == 0) return "";
+  auto value = [&](int64_t k) -> double {
+    switch (g.dtype()) {
+      case DType::kFloat32:
+        return g.data_as<float>()[k];
+      case DType::kFloat64:
+        return g.data_as<double>()[k];
+      case DType::kInt32:
+        return g.data_as<int32_t>()[k];
+      case DType::kInt64:
+        return static_cast<double>(g.data_as<int64_t>()[k]);
+      default:
+        return std::nan("");
+    }
+  };
+  double sum = 0, sq = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double v = value(k);
+    if (!std::isfinite(v)) return "output 0[" + std::to_string(k) + "] is not a finite number";
+    sum += v;
+    sq += v * v;
+  }
+  const double mean = sum / static_cast<double>(n);
+  const double sd = std::sqrt(std::max(0.0, sq / static_cast<double>(n) - mean * mean));
+  std::ostringstream os;
+  auto near = [&](const char* what, double got_v, double want_v, double tolerance) {
+    if (std::fabs(got_v - want_v) <= tolerance) return true;
+    os << "the " << what << " of the " << n << " values is " << got_v << ", the distribution's is "
+       << want_v << " (tolerance " << tolerance << ")";
+    return false;
+  };
+  const std::string& op = c.op;
+  const double rn = std::sqrt(static_cast<double>(n));
+  if (op == "RandomUniform" || op == "RandomUniformLike") {
+    const double lo = node_float(c, "low", 0), hi = node_float(c, "high", 1), w = hi - lo;
+    for (int64_t k = 0; k < n; ++k)
+      if (value(k) < lo || value(k) > hi)
+        return "output 0[" + std::to_string(k) + "] is " + std::to_string(value(k)) +
+               ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    // Standard error of the mean w/sqrt(12 n); of the spread about w/sqrt(60 n).
+    if (!near("mean", mean, (lo + hi) / 2, 6 * w / std::sqrt(12.0) / rn) ||
+        !near("standard deviation", sd, w / std::sqrt(12.0), 6 * w / std::sqrt(60.0) / rn))
+      return os.str();
+  } else if (op == "RandomNormal" || op == "RandomNormalLike") {
+    const double m = node_float(c, "mean", 0), scale = node_float(c, "scale", 1);
+    if (!near("mean", mean, m, 6 * scale / rn) ||
+        !near("standard deviation", sd, scale, 6 * scale / std::sqrt(2.0) / rn))
+      return os.str();
+  } else if (op == "Bernoulli") {
+    const Tensor& p = c.inputs.at(0).second;
+    double expect = 0, var = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      if (value(k) != 0 && value(k) != 1)
+        return "output 0[" + std::to_string(k) + "] is " + std::to_string(value(k)) +
+               ", neither 0 nor 1";
+      const double pk = p.data_as<float>()[k];
+      expect += pk;
+      var += pk * (1 - pk);
+    }
+    if (!near("sum", sum, expect, 6 * std::sqrt(var) + 1)) return os.str();
+  } else if (op == "Multinomial") {
+    // Per row: how often each class is drawn against softmax(logits).
+    const Tensor& logits = c.inputs.at(0).second;
+    const int64_t rows = logits.shape()[0], classes = logits.shape()[1], draws = g.shape()[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> prob(static_cast<size_t>(classes)), seen(static_cast<size_t>(classes), 0);
+      double z = 0;
+      for (int64_t j = 0; j < classes; ++j)
+        z += prob[j] = std::exp(static_cast<double>(logits.data_as<float>()[r * classes + j]));
+      for (int64_t s = 0; s < draws; ++s) {
+        const double v = value(r * draws + s);
+        if (v < 0 || v >= static_cast<double>(classes) || v != std::floor(v))
+          return "output 0[" + std::to_string(r) + "," + std::to_string(s) + "] is " +
+                 std::to_string(v) + ", not a class of [0, " + std::to_string(classes) + ")";
+        seen[static_cast<size_t>(v)] += 1;
+      }
+      for (int64_t j = 0; j < classes; ++j) {
+        const double pj = prob[j] / z, f = seen[j] / static_cast<double>(draws);
+        if (!near("share of class drawn", f, pj,
+                  6 * std::sqrt(pj * (1 - pj) / static_cast<double>(draws)) + 1e-3))
+          return "row " + std::to_string(r) + ", class " + std::to_string(j) + ": " + os.str();
+      }
+    }
+  } else {
+    return "no distribution known for " + op;
+  }
+  return "";
+}
+
+// A case's outputs against CpuRef's: value by value, or by distribution.
+std::string check_outputs(const Case& c, const std::vector<Tensor>& got,
+                          const std::vector<Tensor>& want) {
+  return c.random ? compare_random(c, got, want) : compare(got, want);
 }
 
 enum class Outcome { kPass, kFail, kUnsupported };
@@ -661,7 +810,7 @@ CaseResult Runner::run_op_case(Case& c, bool* taken) {
   *taken = true;
   auto got = run_model(**model, c.inputs);
   if (!got.ok()) return fail("run: " + first_line(got.status().message()));
-  if (std::string diff = compare(*got, *want); !diff.empty()) return fail(diff);
+  if (std::string diff = check_outputs(c, *got, *want); !diff.empty()) return fail(diff);
   return {};
 }
 
@@ -765,7 +914,7 @@ CaseResult Runner::run_round_trip(const Case& c) {
     return fail("the payload was not deserialized: " + note);
   auto got = run_model(**model, c.inputs);
   if (!got.ok()) return fail("run: " + first_line(got.status().message()));
-  if (std::string diff = compare(*got, *want); !diff.empty()) return fail(diff);
+  if (std::string diff = check_outputs(c, *got, *want); !diff.empty()) return fail(diff);
   return {};
 }
 
@@ -803,7 +952,7 @@ CaseResult Runner::run_threads(const Case& base, const OpSpec& spec, uint32_t se
         std::vector<Tensor> got;
         for (size_t k = 0; k < (*session)->num_outputs(); ++k)
           got.push_back((*session)->output(k).clone());
-        errors[t] = compare(got, want[t]);
+        errors[t] = check_outputs(cases[t], got, want[t]);
       }
     });
   for (std::thread& th : threads) th.join();
@@ -1222,8 +1371,9 @@ int Runner::run() {
     if (first == nullptr) continue;
     const Case& c = cases[*first];
     const OpSpec* spec = &specs[c.spec];
-    // Edges: the op's first input must be a graph input (not a weight).
-    if (!c.inputs.empty() && c.inputs[0].first == spec->inputs[0].name) {
+    // Edges: the op's first input must be a graph input (not a weight); not
+    // for random values (the Neg around them would change their distribution).
+    if (!c.random && !c.inputs.empty() && c.inputs[0].first == spec->inputs[0].name) {
       auto want = reference(c, write_model(c));
       if (want.ok() && want->size() == 1) {
         const bool chain = spec->inputs[0].dtype == DType::kFloat32 &&

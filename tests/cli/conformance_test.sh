@@ -108,6 +108,14 @@ out=$("$cli" conformance --backend CpuRef --verbose --filter "Add [2,3,4] [2,3,4
 echo "$out" | grep -q "pass  round trip: Add \[2,3,4\] \[2,3,4\] float32" &&
   pass "CpuRef: the round trip through an artifact runs" || fail "CpuRef round trip: $out"
 
+# Random operators: checked by their distribution (range, mean, spread), on
+# their own, through an artifact and from 4 threads.
+out=$("$cli" conformance --backend CpuRef --verbose --filter "RandomUniform shape" 2>&1)
+echo "$out" | grep -q "pass  RandomUniform shape=\[64,64\] low=-2 high=3" &&
+  echo "$out" | grep -q "pass  threads: RandomUniform" &&
+  echo "$out" | grep -q "^CpuRef: 3 passed, 0 failed, 0 unsupported" &&
+  pass "CpuRef: RandomUniform checked by its distribution" || fail "CpuRef RandomUniform: $out"
+
 # Bad input: a clear error, exit status 1 or 2.
 out=$("$cli" conformance --backend NoSuch 2>&1)
 status=$?

@@ -105,6 +105,9 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
   // Lowers the view at the shapes of `key` (lower_mutex_ held).
   std::shared_ptr<const Compiled> lower(const std::vector<int64_t>& key);
+  // The OpenMP threads an instance at `key` runs on: the partition's, or 1
+  // when all its values together are small (kSmallInstanceElements).
+  int instance_threads(const std::vector<int64_t>& key) const;
   // Keeps `plan`, evicting the least recently used beyond max_instances(), and
   // (now and then) drops the shared weights and primitives no kept instance
   // uses (lower_mutex_ held).

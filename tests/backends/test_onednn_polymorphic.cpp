@@ -632,6 +632,38 @@ TEST_F(OneDnnPolymorphic, CompiledOnceRunsEveryShape) {
   }
 }
 
+// An instance whose values are small runs on one thread (a parallel region
+// per primitive would cost more than its work), a large one on the
+// partition's threads; both compute the same as the reference.
+TEST_F(OneDnnPolymorphic, SmallInstancesRunOnOneThread) {
+  View view(spec_, "decoder_threads", nullptr);
+  bp_compile_options_t o{};
+  o.struct_size = BP_STRUCT_SIZE(bp_compile_options_t, shape_polymorphic);
+  o.shape_polymorphic = true;
+  o.num_threads = 2;
+  bp_node_report report(view.get()->num_nodes);
+  bp_compiled_t* compiled = nullptr;
+  ASSERT_TRUE(
+      take(onednn().api->compile(onednn().handle, view.get(), &o, &report, &compiled)).ok());
+  Part part(onednn(), compiled);
+  Context ctx(onednn(), part);
+  ASSERT_TRUE(ctx.status.ok()) << ctx.status.message;
+  auto last_lowering = [] {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    for (auto it = log_lines.rbegin(); it != log_lines.rend(); ++it)
+      if (it->find("'decoder_threads': instance for new shapes") != std::string::npos) return *it;
+    return std::string();
+  };
+  for (const auto& [env, want] : {std::pair<Env, std::string>{{1, 1, 3}, "on 1 thread;"},
+                                  std::pair<Env, std::string>{{8, 64, 64}, "on 2 threads;"}}) {
+    Call call = make_call(spec_, view, env);
+    Outcome out = execute(onednn(), ctx, call);
+    ASSERT_TRUE(out.ok()) << str(env) << ": " << out.message;
+    expect_matches(call.outputs, ref(env), env);
+    EXPECT_NE(last_lowering().find(want), std::string::npos) << str(env) << ": " << last_lowering();
+  }
+}
+
 // Shapes seen before reuse their instance (no lowering, same results); the
 // partition keeps at most 8, least recently used first out.
 TEST_F(OneDnnPolymorphic, RepeatedShapesHitTheInstanceCache) {

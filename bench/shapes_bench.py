@@ -20,7 +20,10 @@ Backplane's side is bench/shapes_runner.cpp (backplane_shapes_bench: the
 public API, default backends, CpuOneDnn from its plugin, the cache bound
 zero-copy between runs as examples/generate does), the same measurements and
 JSON layout, plus each model's specialisation counts; its results are
-checked against PyTorch the same way. The two take turns per thread count.
+checked against PyTorch the same way. Each model runs in a fresh process per
+runtime (a model measured after another in one process inherits its heap and
+caches), --repeats rounds (default 3) alternating which runtime goes first;
+every figure is the median of the rounds.
 
 For other runtimes: run_ort_shapes() returns ort_shapes.js's JSON object; a
 runtime whose bench prints the same object (keys "decoder" {"per_token":
@@ -162,6 +165,38 @@ def check_against_pytorch(result, save_dir, tag="ort", who="ONNX Runtime"):
     return worst
 
 
+def merge_runs(runs):
+    """The runs of one runtime at one thread count (each a JSON object with a
+    "decoder" or an "encoder" part) as one object: every timing the median
+    of the runs that measured it."""
+    med = lambda xs: float(np.median(xs))
+    merged = {}
+    for r in runs:
+        for key, value in r.items():
+            merged.setdefault(key, value)
+    dec = [r["decoder"] for r in runs if "decoder" in r]
+    enc = [r["encoder"] for r in runs if "encoder" in r]
+    if dec:
+        d = json.loads(json.dumps(dec[0]))
+        for i, p in enumerate(d["per_token"]):
+            p["median_ms"] = med([x["per_token"][i]["median_ms"] for x in dec])
+        for k in ("total_ms", "first_total_ms"):
+            if k in d["generation"]:
+                d["generation"][k] = med([x["generation"][k] for x in dec])
+        d["rounds"] = len(dec)
+        merged["decoder"] = d
+    if enc:
+        e = json.loads(json.dumps(enc[0]))
+        for i, sh in enumerate(e["shapes"]):
+            for k in ("median_ms", "first_ms"):
+                sh[k] = med([x["shapes"][i][k] for x in enc])
+        e["overall_median_ms"] = med([x["overall_median_ms"] for x in enc])
+        e["overall_median_each_round"] = [x["overall_median_ms"] for x in enc]
+        e["rounds"] = len(enc)
+        merged["encoder"] = e
+    return merged
+
+
 def _ratio_cols(values, names):
     """`values` by runtime name -> the table cells: each value, then each
     runtime's ratio to the first one."""
@@ -212,6 +247,8 @@ def main():
     ap.add_argument("--step-runs", type=int, default=50, help="timed single-token steps per cache length")
     ap.add_argument("--gen-runs", type=int, default=5, help="timed 256-token generations")
     ap.add_argument("--encoder-rounds", type=int, default=20, help="timed rounds over the 10 encoder shapes")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="fresh processes per runtime, model and thread count; each row is their median")
     ap.add_argument("--no-check", action="store_true", help="do not compare ONNX Runtime with PyTorch")
     args = ap.parse_args()
 
@@ -232,13 +269,27 @@ def main():
                   gen_runs=args.gen_runs, encoder_rounds=args.encoder_rounds, encoder_vocab=vocab,
                   save_dir=out_dir)
     for t in threads_list:
-        log(f"ONNX Runtime at {t} thread(s)")
-        ort[t] = run_ort_shapes(module, t, **common)
-        log(f"Backplane at {t} thread(s)")
-        bp[t] = run_backplane_shapes(os.path.abspath(args.build_dir), t, **common)
+        ort_runs, bp_runs = [], []
+        for rep in range(args.repeats):
+            # Each model in a fresh process per runtime (a model measured after
+            # another in one process inherits its heap and caches), the two
+            # runtimes alternating which goes first.
+            for part in ("decoder", "encoder"):
+                only = dict(common, **{("encoder" if part == "decoder" else "decoder"): None})
+                order = ["ort", "bp"] if rep % 2 == 0 else ["bp", "ort"]
+                for who in order:
+                    log(f"{'ONNX Runtime' if who == 'ort' else 'Backplane'} at {t} thread(s), {part}, "
+                        f"round {rep + 1}/{args.repeats}")
+                    if who == "ort":
+                        ort_runs.append(run_ort_shapes(module, t, **only))
+                    else:
+                        bp_runs.append(run_backplane_shapes(os.path.abspath(args.build_dir), t, **only))
+                if not args.no_check and rep == 0:
+                    worst = [check_against_pytorch(ort_runs[-1], out_dir),
+                             check_against_pytorch(bp_runs[-1], out_dir, "backplane", "Backplane")]
+                    checks[t] = max([checks.get(t, 0.0)] + [w for w in worst if w is not None])
+        ort[t], bp[t] = merge_runs(ort_runs), merge_runs(bp_runs)
         if not args.no_check:
-            checks[t] = max(check_against_pytorch(ort[t], out_dir),
-                            check_against_pytorch(bp[t], out_dir, "backplane", "Backplane"))
             log(f"{t} thread(s): both runtimes' greedy tokens equal PyTorch's; encoder max rel diff "
                 f"{checks[t]:.1e}")
 
@@ -253,7 +304,9 @@ def main():
                     f"decoder {d['specializations']}, encoder {bp[t]['encoder']['specializations']}")
     text = "\n".join([
         f"ONNX Runtime {version} (npm onnxruntime-node) and Backplane ({', '.join(bp[threads_list[0]]['backends'])}), "
-        f"{os.cpu_count()} logical CPUs, taking turns. Decoder "
+        f"{os.cpu_count()} logical CPUs, each model in a fresh process per runtime, "
+        f"{args.repeats} rounds alternating which runtime goes first; every figure the median of the rounds. "
+        f"Decoder "
         f"(decoder_kv: {first['decoder']['layers']} layers, {first['decoder']['heads']} heads x "
         f"{first['decoder']['head_dim']}): one-token step at each cache length, median of {args.step_runs}; "
         f"{first['decoder']['generation']['tokens']} greedy tokens from a 1-token prompt, cache fed back, "

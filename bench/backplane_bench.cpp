@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
   double runtime_ms = 0;  // dynamic: Runtime::create (backend discovery and loading)
   if (mode == "dynamic") {
     RuntimeOptions o;
-    if (argc > 5) o.backend_path = argv[5];
+    if (argc > 5) o.backend_path = std::filesystem::absolute(argv[5]).lexically_normal().string();
     o.num_threads = threads;
     auto rt = Runtime::create(o);
     if (!rt.ok()) die(rt.status().to_string());

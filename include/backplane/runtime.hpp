@@ -27,7 +27,8 @@ namespace backplane {
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 struct RuntimeOptions {
-  // Dynamic backends. `backend_path` (one directory) overrides every other
+  // Dynamic backends. `backend_path` (one absolute directory; a relative or
+  // missing one is an error of Runtime::create) overrides every other
   // source; otherwise BACKPLANE_BACKEND_PATHS, then the compile-time list
   // (by default the lib/backplane/backends of the install this runtime runs
   // from, found relative to the program or library holding it).

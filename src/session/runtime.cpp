@@ -29,6 +29,15 @@ Status validate(const RuntimeOptions& options) {
                             std::to_string(max_threads()) +
                             " (4 per hardware thread of this machine)");
   if (options.backend_path.has_value() && !options.backend_path->empty()) {
+    // Only absolute directories are searched (a relative one would depend
+    // on the caller's working directory); one the user names explicitly and
+    // that cannot be used is an error here rather than a skipped path.
+    if ((*options.backend_path)[0] != '/')
+      return invalid_argument(
+          "backend path '" + *options.backend_path +
+          "' (RuntimeOptions::backend_path) is not an absolute path: backends "
+          "are loaded from absolute directories only (std::filesystem::absolute "
+          "makes one; the CLI's --backend-path does so)");
     std::error_code ec;
     if (!std::filesystem::is_directory(*options.backend_path, ec))
       return not_found("backend path '" + *options.backend_path +

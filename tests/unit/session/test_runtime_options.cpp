@@ -44,5 +44,17 @@ TEST(RuntimeOptions, MissingBackendDirectoryIsAnError) {
   EXPECT_TRUE(Runtime::create(o).ok());
 }
 
+TEST(RuntimeOptions, RelativeBackendDirectoryIsAnError) {
+  // Not skipped with a warning (the run would go on without the backends the
+  // user meant to load): named, and how to make it absolute.
+  RuntimeOptions o;
+  o.backend_path = "build/lib/backplane/backends";
+  auto rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rt.status().message().find("'build/lib/backplane/backends'"), std::string::npos);
+  EXPECT_NE(rt.status().message().find("not an absolute path"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace backplane

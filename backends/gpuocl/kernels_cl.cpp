@@ -1,5 +1,6 @@
 // The OpenCL C kernels of GpuOcl, compiled by the device's driver when the
-// backend first compiles a partition (GEMM-shaped work goes to CLBlast).
+// backend first compiles a partition; GEMM-shaped work too (gemm_*), so one
+// program holds all the device code a partition runs and a `.bpk` can carry it.
 // Shapes and strides come in a small __global int array ("meta") uploaded at
 // compile time, so one kernel serves every rank up to kMaxRank.
 #include "gpuocl/kernels.hpp"
@@ -294,6 +295,57 @@ __kernel void resize2d(__global const float* x, __global float* y, int NC, int H
   y[i] = (1 - dy) * ((1 - dx) * p[y0 * W + x0] + dx * p[y0 * W + x1]) +
          dy * ((1 - dx) * p[y1 * W + x0] + dx * p[y1 * W + x1]);
 }
+// Row-major C = alpha * op(A) op(B) + beta * C, C m x n; op(A)(i,p) and
+// op(B)(p,j) as the suffix says (n: as stored, t: transposed). Work-item
+// (j0/16, i0/8) computes the 8 x 16 block of C at row i0, column j0: 16
+// columns in one float16 (one AVX-512 register on a CPU driver, which is
+// what PoCL runs best: it vectorizes explicit vector types better than
+// scalar code across work-items), each A element broadcast to them.
+// Columns past n are read clamped and not written. Offsets are in elements.
+#define GEMM_TM 8
+#define GEMM_TN 16
+inline float16 gemm_row_n(__global const float* B, int ldb, int p, int j0, int n) {
+  if (j0 + GEMM_TN <= n) return vload16(0, B + p * ldb + j0);
+  float t[GEMM_TN];
+  for (int q = 0; q < GEMM_TN; ++q) t[q] = B[p * ldb + min(j0 + q, n - 1)];
+  return vload16(0, t);
+}
+inline float16 gemm_row_t(__global const float* B, int ldb, int p, int j0, int n) {
+  float t[GEMM_TN];
+  for (int q = 0; q < GEMM_TN; ++q) t[q] = B[min(j0 + q, n - 1) * ldb + p];
+  return vload16(0, t);
+}
+#define DEFINE_GEMM(NAME, AIDX, BROW)                                                        \
+  __kernel void NAME(int m, int n, int k, float alpha, float beta, __global const float* A,  \
+                     int a_off, int lda, __global const float* B, int b_off, int ldb,         \
+                     __global float* C, int c_off, int ldc) {                                 \
+    const int j0 = get_global_id(0) * GEMM_TN, i0 = get_global_id(1) * GEMM_TM;              \
+    if (j0 >= n || i0 >= m) return;                                                          \
+    A += a_off;                                                                               \
+    B += b_off;                                                                               \
+    C += c_off;                                                                               \
+    float16 acc[GEMM_TM];                                                                     \
+    int row[GEMM_TM];                                                                         \
+    for (int r = 0; r < GEMM_TM; ++r) {                                                       \
+      acc[r] = (float16)(0.0f);                                                               \
+      row[r] = min(i0 + r, m - 1);                                                            \
+    }                                                                                         \
+    for (int p = 0; p < k; ++p) {                                                             \
+      const float16 b = BROW(B, ldb, p, j0, n);                                               \
+      for (int r = 0; r < GEMM_TM; ++r) acc[r] += A[AIDX] * b;                                \
+    }                                                                                         \
+    for (int r = 0; r < GEMM_TM && i0 + r < m; ++r) {                                         \
+      float t[GEMM_TN];                                                                       \
+      vstore16(acc[r], 0, t);                                                                 \
+      __global float* c = C + (i0 + r) * ldc + j0;                                            \
+      for (int q = 0; q < GEMM_TN && j0 + q < n; ++q)                                         \
+        c[q] = beta == 0.0f ? alpha * t[q] : alpha * t[q] + beta * c[q];                      \
+    }                                                                                         \
+  }
+DEFINE_GEMM(gemm_nn, row[r] * lda + p, gemm_row_n)
+DEFINE_GEMM(gemm_nt, row[r] * lda + p, gemm_row_t)
+DEFINE_GEMM(gemm_tn, p * lda + row[r], gemm_row_n)
+DEFINE_GEMM(gemm_tt, p * lda + row[r], gemm_row_t)
 )CLC";
 
 }  // namespace gpuocl

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 namespace gpuocl {
 namespace sdk = backplane::sdk;
@@ -38,15 +39,21 @@ void set_arg(cl_kernel k, cl_uint i, float v) {
   check(clSetKernelArg(k, i, sizeof(x), &x), "clSetKernelArg");
 }
 
-// Enqueues kernel `name` over `n` work-items (none if n == 0), without waiting.
+// Enqueues kernel `name` over `n` work-items (none if n == 0), without
+// waiting. The work-group size is always the device's fixed local size (the
+// global size rounded up to it; every kernel checks its bound): a driver
+// that finalises code per work-group size (PoCL does, per size and per
+// "small grid") then needs one variant per kernel, which a serialized
+// program carries (see Device::local_size).
 template <class... A>
 void launch(Run& r, const char* name, int64_t n, A... args) {
   if (n <= 0) return;
   cl_kernel k = r.kernel(name);
   cl_uint i = 0;
   (set_arg(k, i++, args), ...);
-  const size_t global = static_cast<size_t>(n);
-  check(clEnqueueNDRangeKernel(r.device().queue(), k, 1, nullptr, &global, nullptr, 0, nullptr,
+  const size_t local = r.device().local_size();
+  const size_t global = (static_cast<size_t>(n) + local - 1) / local * local;
+  check(clEnqueueNDRangeKernel(r.device().queue(), k, 1, nullptr, &global, &local, 0, nullptr,
                                nullptr),
         name);
   ++counters().kernels;
@@ -59,26 +66,56 @@ void copy_buffer(Run& r, cl_mem src, cl_mem dst, size_t bytes, size_t dst_offset
       "clEnqueueCopyBuffer");
 }
 
-// Row-major C[m,n] = alpha * op(A) op(B) + beta * C through CLBlast.
+// Row-major C[m,n] = alpha * op(A) op(B) + beta * C (offsets in elements):
+// GpuOcl's own gemm_* kernels by default, CLBlast's SGEMM when the backend is
+// configured so (gemm=clblast; see Device::use_clblast).
 struct GemmCall {
   bool ta = false, tb = false;
   size_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
 };
-void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off, cl_mem c,
-          size_t c_off) {
+void clblast_gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off,
+                  cl_mem c, size_t c_off) {
   using clblast::Transpose;
   cl_command_queue q = r.device().queue();
+  ++counters().clblast_gemms;
   const clblast::StatusCode s =
       clblast::Gemm<float>(clblast::Layout::kRowMajor, g.ta ? Transpose::kYes : Transpose::kNo,
                            g.tb ? Transpose::kYes : Transpose::kNo, g.m, g.n, g.k, g.alpha, a,
                            a_off, g.lda, b, b_off, g.ldb, g.beta, c, c_off, g.ldc, &q, nullptr);
-  ++counters().gemms;
   if (s != clblast::StatusCode::kSuccess)
     throw sdk::Error(BP_STATUS_DEVICE_ERROR, "GpuOcl: CLBlast SGEMM (" + std::to_string(g.m) + "x" +
                                                  std::to_string(g.n) + "x" + std::to_string(g.k) +
                                                  ") failed with status " +
                                                  std::to_string(static_cast<int>(s)));
+}
+constexpr size_t kGemmRows = 8, kGemmCols = 16;  // GEMM_TM, GEMM_TN of kernels_cl.cpp
+void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off, cl_mem c,
+          size_t c_off) {
+  ++counters().gemms;
+  if (g.m == 0 || g.n == 0) return;
+  if (r.device().use_clblast()) return clblast_gemm(r, g, a, a_off, b, b_off, c, c_off);
+  static const char* const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+  cl_kernel k = r.kernel(names[g.ta ? 1 : 0][g.tb ? 1 : 0]);
+  cl_uint i = 0;
+  set_arg(k, i++, int(g.m));
+  set_arg(k, i++, int(g.n));
+  set_arg(k, i++, int(g.k));
+  set_arg(k, i++, g.alpha);
+  set_arg(k, i++, g.beta);
+  for (const auto& [mem, off, ld] :
+       {std::tuple{a, a_off, g.lda}, std::tuple{b, b_off, g.ldb}, std::tuple{c, c_off, g.ldc}}) {
+    set_arg(k, i++, mem);
+    set_arg(k, i++, int(off));
+    set_arg(k, i++, int(ld));
+  }
+  const size_t local[2] = {r.device().local_size(), 1};
+  const size_t blocks = (g.n + kGemmCols - 1) / kGemmCols;
+  const size_t global[2] = {(blocks + local[0] - 1) / local[0] * local[0],
+                            (g.m + kGemmRows - 1) / kGemmRows};
+  check(
+      clEnqueueNDRangeKernel(r.device().queue(), k, 2, nullptr, global, local, 0, nullptr, nullptr),
+      "gemm");
 }
 
 // --- shapes -----------------------------------------------------------------
@@ -450,7 +487,7 @@ void Lowerer::conv() {
     });
     return;
   }
-  // GEMM-shaped: Y[n] (OC x OH*OW) = W (OC x C*KH*KW) * cols(X[n]) through CLBlast.
+  // GEMM-shaped: Y[n] (OC x OH*OW) = W (OC x C*KH*KW) * cols(X[n]).
   const bool pointwise = k[0] == 1 && k[1] == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 &&
                          p[1] == 0 && dx[2] == dy[2] && dx[3] == dy[3];
   GemmCall g;

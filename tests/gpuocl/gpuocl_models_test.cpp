@@ -10,7 +10,8 @@
 //    host waits only on those copies (kernels are enqueued, not waited for);
 //  - every device buffer is released once the session and the model end;
 //  - concurrent sessions agree bit for bit;
-//  - a compiled artifact's stored program loads without compiling OpenCL C.
+//  - a compiled artifact's stored program loads without compiling OpenCL C,
+//    and with a note in Model::notes() when it was made for another driver.
 // And: a kernel build failure is a clear error (or a fallback), never a crash;
 // without an OpenCL device the backend loads and claims nothing, saying why.
 #include "support/e2e_util.hpp"
@@ -209,11 +210,15 @@ INSTANTIATE_TEST_SUITE_P(E2E, GpuOclModels,
                                          ModelCase{"transformer", "input_ids"}),
                          case_name);
 
-// Device code in artifacts: `compile` stores GpuOcl's program binary; a
-// fresh runtime on the same device loads it without building any OpenCL C
-// (its kernel cache off), and one whose key differs (other build options,
-// standing in for another device or driver) rebuilds from source.
-TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiffers) {
+// Device code in artifacts: `compile` stores GpuOcl's program binary (every
+// kernel finalised by the driver, GEMMs included: no CLBlast); a fresh
+// runtime on the same device loads it and runs without building any OpenCL
+// C (its kernel cache off), with no note. One whose key differs (other build
+// options; another driver, faked by BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION)
+// refuses the payload: the model notes why (Model::notes) and GpuOcl
+// compiles the partition again from the portable graph, from source.
+// (artifact_no_compile_test.sh checks the driver side: PoCL compiles nothing.)
+TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWithANoteWhenTheKeyDiffers) {
   auto keep = runtime();  // holds the module, so its counters run on
   ASSERT_TRUE(keep);
   test::TempDir tmp;
@@ -226,12 +231,25 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiff
   const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
 
   ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
-  for (const char* options : {"", "-cl-mad-enable"}) {
-    SCOPED_TRACE(std::string("build options '") + options + "'");
-    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", options, 1), 0);
-    const bool same = options[0] == '\0';
+  struct Variant {
+    const char* options;
+    const char* driver;  // nullptr: the real one
+    const char* noted;   // what the note names, or nullptr: no note
+  };
+  for (const Variant& v : {Variant{"", nullptr, nullptr},
+                           Variant{"-cl-mad-enable", nullptr, "options '-cl-mad-enable'"},
+                           Variant{"", "0.0-other", "driver 0.0-other"}}) {
+    SCOPED_TRACE(std::string("build options '") + v.options + "', driver " +
+                 (v.driver ? v.driver : "(real)"));
+    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", v.options, 1), 0);
+    if (v.driver) {
+      ASSERT_EQ(setenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION", v.driver, 1), 0);
+    }
+    const bool same = v.noted == nullptr;
     const int64_t builds = counter("program_builds"), loads = counter("program_loads");
+    const int64_t clblast = counter("clblast_gemms"), gemms = counter("gemms");
     auto fresh = runtime();
+    unsetenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION");
     ASSERT_TRUE(fresh);
     const auto t0 = std::chrono::steady_clock::now();
     auto model = fresh->load_model(bpk);
@@ -239,11 +257,23 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiff
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    const std::vector<std::string>& notes = (*model)->notes();
+    if (same) {
+      EXPECT_TRUE(notes.empty()) << notes.front();
+    } else {
+      ASSERT_FALSE(notes.empty());
+      EXPECT_TRUE(contains(notes.front(), "GpuOcl: the stored program was compiled for"))
+          << notes.front();
+      EXPECT_TRUE(contains(notes.front(), v.noted)) << notes.front();
+    }
+    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
+                same ? "stored program" : "recompiled from source, with a note");
+    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+    // Load and first run: a build from source only where the key differs.
     EXPECT_EQ(counter("program_builds") - builds, same ? 0 : 1);
     EXPECT_EQ(counter("program_loads") - loads, same ? 1 : 0);
-    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
-                same ? "stored program" : "rebuilt from source");
-    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+    EXPECT_GT(counter("gemms") - gemms, 0);
+    EXPECT_EQ(counter("clblast_gemms") - clblast, 0);
   }
   unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
 }

@@ -295,6 +295,117 @@ __kernel void resize2d(__global const float* x, __global float* y, int NC, int H
   y[i] = (1 - dy) * ((1 - dx) * p[y0 * W + x0] + dx * p[y0 * W + x1]) +
          dy * ((1 - dx) * p[y1 * W + x0] + dx * p[y1 * W + x1]);
 }
+// --- integer and bool element-wise work (all broadcasting: meta as in
+// binary_bcast, with a third stride set for Where) ---------------------------
+
+// Integer Add/Sub/Mul wrap (two's complement, through the unsigned type);
+// Div truncates toward zero, x/0 is 0 and x/-1 is -x wrapped, as CpuRef.
+#define DEFINE_INT_BINARY(T, U, NAME)                                                          \
+  inline T NAME##_op(int op, T a, T b) {                                                      \
+    switch (op) {                                                                             \
+      case 0: return (T)((U)a + (U)b);                                                        \
+      case 1: return (T)((U)a - (U)b);                                                        \
+      case 2: return (T)((U)a * (U)b);                                                        \
+      case 3: return b == 0 ? (T)0 : b == (T)-1 ? (T)((U)0 - (U)a) : a / b;                   \
+      case 5: return max(a, b);                                                               \
+      default: return min(a, b);                                                              \
+    }                                                                                         \
+  }                                                                                           \
+  __kernel void NAME(int op, __global const T* a, __global const T* b, __global T* y,         \
+                     __global const int* meta, int n) {                                       \
+    const int i = get_global_id(0);                                                           \
+    if (i < n) y[i] = NAME##_op(op, a[bcast_offset(i, meta, 0)], b[bcast_offset(i, meta, 1)]); \
+  }
+DEFINE_INT_BINARY(int, uint, binary_i32)
+DEFINE_INT_BINARY(long, ulong, binary_i64)
+
+// Equal, Less, LessOrEqual, Greater, GreaterOrEqual (op 0..4) to bool (uchar).
+#define DEFINE_COMPARE(T, NAME)                                                                \
+  __kernel void NAME(int op, __global const T* a, __global const T* b, __global uchar* y,     \
+                     __global const int* meta, int n) {                                       \
+    const int i = get_global_id(0);                                                           \
+    if (i >= n) return;                                                                       \
+    const T x = a[bcast_offset(i, meta, 0)], z = b[bcast_offset(i, meta, 1)];                 \
+    y[i] = op == 0 ? x == z : op == 1 ? x < z : op == 2 ? x <= z : op == 3 ? x > z : x >= z;  \
+  }
+DEFINE_COMPARE(float, compare_f32)
+DEFINE_COMPARE(int, compare_i32)
+DEFINE_COMPARE(long, compare_i64)
+DEFINE_COMPARE(uchar, compare_bool)
+
+// And, Or, Xor (op 0..2) of bools; Not.
+__kernel void logic(int op, __global const uchar* a, __global const uchar* b, __global uchar* y,
+                    __global const int* meta, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const uchar x = a[bcast_offset(i, meta, 0)] != 0, z = b[bcast_offset(i, meta, 1)] != 0;
+  y[i] = op == 0 ? (x & z) : op == 1 ? (x | z) : (x ^ z);
+}
+__kernel void logic_not(__global const uchar* x, __global uchar* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = x[i] == 0;
+}
+
+// Where(cond, x, y) by element size (the bits are moved, not interpreted).
+#define DEFINE_WHERE(T, NAME)                                                                  \
+  __kernel void NAME(__global const uchar* c, __global const T* a, __global const T* b,       \
+                     __global T* y, __global const int* meta, int n) {                        \
+    const int i = get_global_id(0);                                                           \
+    if (i >= n) return;                                                                       \
+    y[i] = c[bcast_offset(i, meta, 0)] ? a[bcast_offset(i, meta, 1)] : b[bcast_offset(i, meta, 2)]; \
+  }
+DEFINE_WHERE(uchar, where_1)
+DEFINE_WHERE(uint, where_4)
+DEFINE_WHERE(ulong, where_8)
+
+// Cast between float32, int32, int64 and bool as ONNX and CpuRef do: float
+// to integer truncates toward zero and saturates, NaN gives 0 (OpenCL's
+// convert_*_sat_rtz); integer narrowing wraps; to bool is "!= 0".
+#define DEFINE_CAST(FROM, TO, NAME, EXPR)                                                      \
+  __kernel void NAME(__global const FROM* x, __global TO* y, int n) {                         \
+    const int i = get_global_id(0);                                                           \
+    if (i < n) {                                                                              \
+      const FROM v = x[i];                                                                    \
+      y[i] = EXPR;                                                                            \
+    }                                                                                         \
+  }
+DEFINE_CAST(float, int, cast_f32_i32, convert_int_sat_rtz(v))
+DEFINE_CAST(float, long, cast_f32_i64, convert_long_sat_rtz(v))
+DEFINE_CAST(float, uchar, cast_f32_bool, v != 0.0f)
+DEFINE_CAST(int, float, cast_i32_f32, (float)v)
+DEFINE_CAST(int, long, cast_i32_i64, (long)v)
+DEFINE_CAST(int, uchar, cast_i32_bool, v != 0)
+DEFINE_CAST(long, float, cast_i64_f32, (float)v)
+DEFINE_CAST(long, int, cast_i64_i32, (int)v)
+DEFINE_CAST(long, uchar, cast_i64_bool, v != 0)
+DEFINE_CAST(uchar, float, cast_bool_f32, v != 0 ? 1.0f : 0.0f)
+DEFINE_CAST(uchar, int, cast_bool_i32, v != 0 ? 1 : 0)
+DEFINE_CAST(uchar, long, cast_bool_i64, v != 0 ? 1L : 0L)
+
+// float16 tensors, stored as half and computed in float through the core
+// vload_half / vstore_half_rte (no cl_khr_fp16 needed): element-wise
+// arithmetic and activations, and Cast to and from float32.
+__kernel void binary_f16(int op, __global const half* a, __global const half* b, __global half* y,
+                         __global const int* meta, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const float x = vload_half(bcast_offset(i, meta, 0), a);
+  const float z = vload_half(bcast_offset(i, meta, 1), b);
+  vstore_half_rte(binary_op(op, x, z), i, y);
+}
+__kernel void unary_f16(int op, __global const half* x, __global half* y, int n, float p, float q) {
+  const int i = get_global_id(0);
+  if (i < n) vstore_half_rte(unary_op(op, vload_half(i, x), p, q), i, y);
+}
+__kernel void cast_f16_f32(__global const half* x, __global float* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = vload_half(i, x);
+}
+__kernel void cast_f32_f16(__global const float* x, __global half* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) vstore_half_rte(x[i], i, y);
+}
+
 // Row-major C = alpha * op(A) op(B) + beta * C, C m x n; op(A)(i,p) and
 // op(B)(p,j) as the suffix says (n: as stored, t: transposed). Work-item
 // (j0/16, i0/8) computes the 8 x 16 block of C at row i0, column j0: 16

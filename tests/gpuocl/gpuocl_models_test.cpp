@@ -379,6 +379,83 @@ TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
   expect_close((*session)->output(0), "folded Conv", run_once(**ref, {{"x", x}})[0]);
 }
 
+// The typed kernels in one graph, all on GpuOcl and equal to CpuRef:
+// float16 (stored as half, computed in float: no cl_khr_fp16 needed) through
+// Cast, Mul, Sigmoid and a broadcast Add; int64 through Cast, Sub and Div;
+// bool through Less, Not, And and Where.
+TEST(GpuOclOps, IntegerBoolAndFloat16ElementWiseMatchCpuRef) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  test::ModelBuilder b(13);
+  b.input("x", {2, 3, 4});
+  b.input("z", {4});
+  auto cast = [&](const std::string& in, const std::string& out, int64_t to) {
+    test::set_int(b.node("Cast", {in}, {out}, "cast_" + out), "to", to);
+  };
+  cast("x", "xh", onnx::TensorProto::FLOAT16);
+  cast("z", "zh", onnx::TensorProto::FLOAT16);
+  b.node("Mul", {"xh", "xh"}, {"sq"}, "mul_h");
+  b.node("Sigmoid", {"sq"}, {"sg"}, "sigmoid_h");
+  b.node("Add", {"sg", "zh"}, {"sum_h"}, "add_h");
+  cast("sum_h", "y_half", onnx::TensorProto::FLOAT);
+  b.init_f32("ten", {}, {10.0f});
+  b.node("Mul", {"x", "ten"}, {"x10"}, "scale");
+  cast("x10", "xi", onnx::TensorProto::INT64);
+  cast("z", "zi", onnx::TensorProto::INT64);
+  b.node("Sub", {"xi", "zi"}, {"d"}, "sub_i");
+  b.init_i64("three", {}, {-3});
+  b.node("Div", {"d", "three"}, {"q"}, "div_i");
+  cast("q", "y_int", onnx::TensorProto::FLOAT);
+  b.node("Less", {"x", "z"}, {"lt"}, "less");
+  b.node("Not", {"lt"}, {"ge"}, "not");
+  b.node("Greater", {"x", "ten"}, {"big"}, "greater");
+  b.node("Not", {"big"}, {"small"}, "not2");
+  b.node("And", {"ge", "small"}, {"both"}, "and");
+  b.node("Where", {"both", "x", "z"}, {"y_bool"}, "where");
+  b.output("y_half");
+  b.output("y_int");
+  b.output("y_bool");
+  const std::string path = b.save(tmp, "typed.onnx");
+  std::vector<float> xs(24), zs = {-0.5f, 0.25f, 1.5f, -2.0f};
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7) % 11) / 3.0f - 1.7f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {2, 3, 4}, xs.data());
+  const Tensor z = Tensor::copy_of(DType::kFloat32, {4}, zs.data());
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto gpu = rt->load_model(path, mo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  EXPECT_EQ((*gpu)->backends_used(), std::vector<std::string>{"GpuOcl"})
+      << (*gpu)->describe_plan(PlanFormat::kText);
+  auto ref = rt->load_model(path, cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  const std::vector<Tensor> got = run_once(**gpu, {{"x", x}, {"z", z}});
+  const std::vector<Tensor> want = run_once(**ref, {{"x", x}, {"z", z}});
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(bitwise_equal(got[i], want[i]));
+  }
+}
+
+// gemm=clblast (BACKPLANE_GPUOCL_GEMM): GEMM-shaped work through CLBlast,
+// the same result as GpuOcl's own gemm_* kernels.
+TEST(GpuOclOps, ClblastGemmOptionMatches) {
+  const Tensor input = read_npy(models_dir() + "/transformer.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/transformer.expected.npy");
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_GEMM", "clblast", 1), 0);
+  auto rt = runtime();
+  unsetenv("BACKPLANE_GPUOCL_GEMM");
+  ASSERT_TRUE(rt);
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto model = rt->load_model(model_path("transformer"), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int64_t clblast = counter("clblast_gemms");
+  expect_close(run_once(**model, {{"input_ids", input}})[0], "CLBlast GEMMs vs PyTorch", expected);
+  EXPECT_GT(counter("clblast_gemms") - clblast, 0);
+}
+
 // An OpenCL C option the driver refuses: building the kernels fails. With a
 // fallback the model runs elsewhere; with GpuOcl alone loading fails, naming
 // the node. Never a crash.

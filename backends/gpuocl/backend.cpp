@@ -41,7 +41,7 @@ class Context final : public sdk::ExecContext {
  public:
   explicit Context(Compiled& c);
   ~Context() override {
-    for (auto& [name, k] : kernels_) clReleaseKernel(k);
+    for (auto& [name, k] : kernels_) clReleaseKernel(k.first);
   }
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override;
@@ -51,7 +51,7 @@ class Context final : public sdk::ExecContext {
   std::vector<cl_mem> values_;
   std::vector<Buffer> owned_;  // the partition's intermediate values
   Buffer scratch_;
-  std::map<std::string, cl_kernel> kernels_;
+  std::map<std::string, std::pair<cl_kernel, size_t>> kernels_;  // and its work-group size
 };
 
 class Compiled final : public sdk::CompiledPartition {

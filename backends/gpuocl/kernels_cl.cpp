@@ -109,18 +109,31 @@ __kernel void conv2d(__global const float* x, __global const float* w, __global 
   y[i] = act >= 0 ? unary_op(act, acc, p, q) : acc;
 }
 
-// im2col of image n: cols[(c*KH + kh)*KW + kw][oh*OW + ow], shape as conv2d (G = 1).
+// im2col of image n: cols[(c*KH + kh)*KW + kw][oh*OW + ow], shape as conv2d
+// (G = 1). Work-item (row r = (c*KH + kh)*KW + kw, oh) writes the OW
+// consecutive columns of output row oh: the index arithmetic once, not per
+// element.
 __kernel void im2col(__global const float* x, int x_offset, __global float* cols,
                      __global const int* s) {
   const int C = s[1], H = s[2], W = s[3], OH = s[5], OW = s[6];
   const int KH = s[7], KW = s[8], SH = s[9], SW = s[10], PH = s[11], PW = s[12];
   const int DH = s[13], DW = s[14];
   const int i = get_global_id(0);
-  if (i >= C * KH * KW * OH * OW) return;
-  const int ow = i % OW, oh = (i / OW) % OH, r = i / (OW * OH);
+  if (i >= C * KH * KW * OH) return;
+  const int oh = i % OH, r = i / OH;
   const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
-  const int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
-  cols[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[x_offset + (c * H + ih) * W + iw] : 0.0f;
+  const int ih = oh * SH - PH + kh * DH;
+  __global float* out = cols + i * OW;
+  if (ih < 0 || ih >= H) {
+    for (int ow = 0; ow < OW; ++ow) out[ow] = 0.0f;
+    return;
+  }
+  __global const float* row = x + x_offset + (c * H + ih) * W;
+  const int w0 = kw * DW - PW;
+  for (int ow = 0; ow < OW; ++ow) {
+    const int iw = ow * SW + w0;
+    out[ow] = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
+  }
 }
 
 // y[n][c][j] = act(y[n][c][j] + bias[c]) over N*C*HW elements.

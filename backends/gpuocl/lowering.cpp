@@ -15,12 +15,19 @@ namespace gpuocl {
 namespace sdk = backplane::sdk;
 using Dims = std::vector<int64_t>;
 
-cl_kernel Run::kernel(const char* name) {
+cl_kernel Run::kernel(const char* name, size_t* local) {
   auto it = kernels_->find(name);
-  if (it != kernels_->end()) return it->second;
-  cl_kernel k = device_.create_kernel(name);
-  kernels_->emplace(name, k);
-  return k;
+  if (it == kernels_->end()) {
+    cl_kernel k = device_.create_kernel(name);
+    size_t most = 0;
+    if (clGetKernelWorkGroupInfo(k, device_.info().id, CL_KERNEL_WORK_GROUP_SIZE, sizeof(most),
+                                 &most, nullptr) != CL_SUCCESS ||
+        most == 0)
+      most = device_.local_size();
+    it = kernels_->emplace(name, std::make_pair(k, std::min(most, device_.local_size()))).first;
+  }
+  *local = it->second.second;
+  return it->second.first;
 }
 
 namespace {
@@ -48,10 +55,10 @@ void set_arg(cl_kernel k, cl_uint i, float v) {
 template <class... A>
 void launch(Run& r, const char* name, int64_t n, A... args) {
   if (n <= 0) return;
-  cl_kernel k = r.kernel(name);
+  size_t local = 0;
+  cl_kernel k = r.kernel(name, &local);
   cl_uint i = 0;
   (set_arg(k, i++, args), ...);
-  const size_t local = r.device().local_size();
   const size_t global = (static_cast<size_t>(n) + local - 1) / local * local;
   check(clEnqueueNDRangeKernel(r.device().queue(), k, 1, nullptr, &global, &local, 0, nullptr,
                                nullptr),
@@ -96,7 +103,8 @@ void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_
   if (g.m == 0 || g.n == 0) return;
   if (r.device().use_clblast()) return clblast_gemm(r, g, a, a_off, b, b_off, c, c_off);
   static const char* const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
-  cl_kernel k = r.kernel(names[g.ta ? 1 : 0][g.tb ? 1 : 0]);
+  size_t wg = 0;
+  cl_kernel k = r.kernel(names[g.ta ? 1 : 0][g.tb ? 1 : 0], &wg);
   cl_uint i = 0;
   set_arg(k, i++, int(g.m));
   set_arg(k, i++, int(g.n));
@@ -109,7 +117,7 @@ void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_
     set_arg(k, i++, int(off));
     set_arg(k, i++, int(ld));
   }
-  const size_t local[2] = {r.device().local_size(), 1};
+  const size_t local[2] = {wg, 1};
   const size_t blocks = (g.n + kGemmCols - 1) / kGemmCols;
   const size_t global[2] = {(blocks + local[0] - 1) / local[0] * local[0],
                             (g.m + kGemmRows - 1) / kGemmRows};
@@ -602,7 +610,7 @@ void Lowerer::conv() {
   g.ldc = g.n;
   if (!pointwise) out_.scratch_bytes = std::max(out_.scratch_bytes, g.k * g.n * sizeof(float));
   const int64_t images = dx[0], x_image = prod(dx, 1, 4), y_image = prod(dy, 1, 4);
-  const int cols = int(g.k * g.n), C = int(dy[1]), HW = int(dy[2] * dy[3]);
+  const int cols = int(g.k) * int(dy[2]), C = int(dy[1]), HW = int(dy[2] * dy[3]);
   emit([=](Run& r) {
     for (int64_t i = 0; i < images; ++i) {
       if (pointwise) {

@@ -89,9 +89,19 @@ class Compiled final : public sdk::CompiledPartition {
   // launch (PoCL: one machine-code variant per kernel, work-group size and
   // grid size) has then done so for every launch of the partition, and its
   // program binary carries that code, so a load from the artifact compiles
-  // nothing.
+  // nothing. Should that run fail (out of device memory, say), the payload
+  // is still valid: only the driver may then finish some kernels at the
+  // first run. (Each payload holds the whole program, so a model split into
+  // several GpuOcl partitions stores it several times.)
   void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) override {
-    warm_up();
+    try {
+      warm_up();
+    } catch (const sdk::Error& e) {
+      host_.log(BP_LOG_WARN, "GpuOcl",
+                std::string("GpuOcl: the run before serializing failed (") + e.what() +
+                    "); the stored program may need the driver to finish kernels at their "
+                    "first run");
+    }
     const std::vector<unsigned char> bytes =
         encode_payload(Payload{device_.key(key_options_), device_.program_binary()});
     host_.append(writer, bytes.data(), bytes.size());

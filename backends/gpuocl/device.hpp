@@ -115,7 +115,7 @@ class Device {
   const DeviceInfo& info() const { return info_; }
   // The work-group size of every kernel launch (64, or the device's largest
   // if smaller). Fixed, so a driver that finalises a kernel per work-group
-  // size (PoCL) has done so for every launch once a partition has run.
+  // size (PoCL) makes few variants of it, whatever the tensor shapes.
   size_t local_size() const { return local_size_; }
   // GEMM-shaped work through CLBlast rather than GpuOcl's gemm_* kernels
   // (configure key gemm=clblast): CLBlast builds its kernels on first use

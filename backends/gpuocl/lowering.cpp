@@ -47,11 +47,11 @@ void set_arg(cl_kernel k, cl_uint i, float v) {
 }
 
 // Enqueues kernel `name` over `n` work-items (none if n == 0), without
-// waiting. The work-group size is always the device's fixed local size (the
-// global size rounded up to it; every kernel checks its bound): a driver
+// waiting. The work-group size is the kernel's fixed one (Run::kernel; the
+// global size rounded up to it, every kernel checking its bound): a driver
 // that finalises code per work-group size (PoCL does, per size and per
-// "small grid") then needs one variant per kernel, which a serialized
-// program carries (see Device::local_size).
+// "small grid") then makes one or two variants per kernel, not one per
+// tensor shape, and a serialized program carries them all.
 template <class... A>
 void launch(Run& r, const char* name, int64_t n, A... args) {
   if (n <= 0) return;

@@ -38,14 +38,20 @@ test: build
 # BENCH_MODELS: comma-separated names of bench/bench_models.py's catalog or
 # paths of .onnx files (default: the whole catalog, 21 models).
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
-# Last, the per-run overhead of the Python module over the C++ API
+# Then the per-run overhead of the Python module over the C++ API
 # (bench/python_overhead.py, mobilenet_v2 and the transformer encoder).
+# Last, GpuOcl on the machine's OpenCL device, named as its driver names it
+# (bench/gpuocl_bench.py: resnet18, mobilenet_v2, the encoder; load from .bpk
+# vs .onnx; host<->device bandwidth) to $(BUILD_DIR)/bench/gpuocl_results.md;
+# skipped, saying so, without GpuOcl or a device. GPUOCL_BENCH_ARGS e.g.
+# "--runs 20 --models resnet18".
 bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools _backplane
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(BENCH_ARGS)
 	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
 	@/usr/bin/python3 bench/python_overhead.py --build-dir $(BUILD_DIR) $(PYTHON_BENCH_ARGS)
+	@/usr/bin/python3 bench/gpuocl_bench.py --build-dir $(BUILD_DIR) $(GPUOCL_BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

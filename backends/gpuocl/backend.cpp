@@ -14,6 +14,7 @@
 
 #include <backplane/backend_sdk.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,7 @@ class Context final : public sdk::ExecContext {
  public:
   explicit Context(Compiled& c);
   ~Context() override {
-    for (auto& [name, k] : kernels_) clReleaseKernel(k);
+    for (auto& [name, k] : kernels_) clReleaseKernel(k.first);
   }
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override;
@@ -50,16 +51,25 @@ class Context final : public sdk::ExecContext {
   std::vector<cl_mem> values_;
   std::vector<Buffer> owned_;  // the partition's intermediate values
   Buffer scratch_;
-  std::map<std::string, cl_kernel> kernels_;
+  std::map<std::string, std::pair<cl_kernel, size_t>> kernels_;  // and its work-group size
 };
 
 class Compiled final : public sdk::CompiledPartition {
  public:
-  Compiled(Device& device, const sdk::Host& host, std::string options, const bp_graph_view_t& view,
-           Lowered lowered)
-      : device_(device), host_(host), options_(std::move(options)), lowered_(std::move(lowered)) {
-    for (size_t i = 0; i < view.num_inputs; ++i) inputs_.push_back(view.inputs[i]);
-    for (size_t i = 0; i < view.num_outputs; ++i) outputs_.push_back(view.outputs[i]);
+  Compiled(Device& device, const sdk::Host& host, std::string key_options,
+           const bp_graph_view_t& view, Lowered lowered)
+      : device_(device),
+        host_(host),
+        key_options_(std::move(key_options)),
+        lowered_(std::move(lowered)) {
+    for (size_t i = 0; i < view.num_inputs; ++i) {
+      inputs_.push_back(view.inputs[i]);
+      input_bytes_.push_back(sdk::byte_size(view.values[view.inputs[i]]));
+    }
+    for (size_t i = 0; i < view.num_outputs; ++i) {
+      outputs_.push_back(view.outputs[i]);
+      output_bytes_.push_back(sdk::byte_size(view.values[view.outputs[i]]));
+    }
     std::set<int> edge(inputs_.begin(), inputs_.end());
     edge.insert(outputs_.begin(), outputs_.end());
     for (size_t n = 0; n < view.num_nodes; ++n)
@@ -74,18 +84,36 @@ class Compiled final : public sdk::CompiledPartition {
     return std::make_unique<Context>(*this);
   }
   // The program binary and what it is valid for (payload.hpp); the weights
-  // are the artifact's own blobs.
+  // are the artifact's own blobs. The partition runs once first (on zeros,
+  // in buffers of its own): a driver that finalises kernels at their first
+  // launch (PoCL: one machine-code variant per kernel, work-group size and
+  // grid size) has then done so for every launch of the partition, and its
+  // program binary carries that code, so a load from the artifact compiles
+  // nothing. Should that run fail (out of device memory, say), the payload
+  // is still valid: only the driver may then finish some kernels at the
+  // first run. (Each payload holds the whole program, so a model split into
+  // several GpuOcl partitions stores it several times.)
   void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) override {
+    try {
+      warm_up();
+    } catch (const sdk::Error& e) {
+      host_.log(BP_LOG_WARN, "GpuOcl",
+                std::string("GpuOcl: the run before serializing failed (") + e.what() +
+                    "); the stored program may need the driver to finish kernels at their "
+                    "first run");
+    }
     const std::vector<unsigned char> bytes =
-        encode_payload(Payload{device_.key(options_), device_.program_binary()});
+        encode_payload(Payload{device_.key(key_options_), device_.program_binary()});
     host_.append(writer, bytes.data(), bytes.size());
   }
+  void warm_up();
 
   Device& device_;
   const sdk::Host& host_;
-  std::string options_;
+  std::string key_options_;  // what the program key says of the options
   Lowered lowered_;
   std::vector<int> inputs_, outputs_;
+  std::vector<size_t> input_bytes_, output_bytes_;
   std::vector<std::pair<int, size_t>> internal_;
   size_t num_values_ = 0;
 };
@@ -152,6 +180,35 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
   check(clFlush(dev.queue()), "clFlush");
 }
 
+void Compiled::warm_up() {
+  std::vector<Buffer> buffers;
+  std::vector<bp_tensor_t> ins, outs;
+  for (size_t b : input_bytes_) {
+    const std::vector<unsigned char> zeros(std::max<size_t>(b, 1), 0);
+    buffers.push_back(device_.upload(zeros.data(), zeros.size()));
+    bp_tensor_t t{};
+    t.struct_size = sizeof(t);
+    t.data = buffers.back().get();
+    t.size_bytes = b;
+    t.device = 1;
+    ins.push_back(t);
+  }
+  for (size_t b : output_bytes_) {
+    buffers.push_back(device_.allocate(b));
+    bp_tensor_t t{};
+    t.struct_size = sizeof(t);
+    t.data = buffers.back().get();
+    t.size_bytes = b;
+    t.device = 1;
+    outs.push_back(t);
+  }
+  {
+    Context context(*this);
+    context.execute(ins.size(), ins.data(), outs.size(), outs.data());
+    check(clFinish(device_.queue()), "clFinish (the run before serializing)");
+  }
+}
+
 class GpuOcl final : public sdk::Backend {
  public:
   static constexpr sdk::BackendIdentity kIdentity = kId;
@@ -162,6 +219,10 @@ class GpuOcl final : public sdk::Backend {
     } catch (const sdk::Error& e) {
       why_ = e.what();
     }
+    // For tests of a payload made elsewhere: the driver version GpuOcl
+    // reports and keys its programs on, as another driver's would be.
+    if (const char* v = std::getenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION"))
+      for (DeviceInfo& d : devices_) d.driver_version = v;
     for (size_t i = 0; i < devices_.size() && chosen_ < 0; ++i)
       if (devices_[i].gpu) chosen_ = int(i);
     if (chosen_ < 0 && !devices_.empty()) chosen_ = 0;
@@ -175,6 +236,14 @@ class GpuOcl final : public sdk::Backend {
       } catch (const sdk::Error& e) {
         this->host().log(BP_LOG_WARN, "GpuOcl",
                          std::string("BACKPLANE_GPUOCL_MAX_MEMORY ignored: ") + e.what());
+      }
+    }
+    if (const char* g = std::getenv("BACKPLANE_GPUOCL_GEMM")) {
+      try {
+        configure("gemm", g);
+      } catch (const sdk::Error& e) {
+        this->host().log(BP_LOG_WARN, "GpuOcl",
+                         std::string("BACKPLANE_GPUOCL_GEMM ignored: ") + e.what());
       }
     }
     if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
@@ -246,6 +315,13 @@ class GpuOcl final : public sdk::Backend {
       if (device_) device_->set_budget(max_memory_);
       return;
     }
+    if (key == "gemm") {
+      if (device_) throw sdk::invalid("GpuOcl: 'gemm' must be configured before any compile");
+      if (value != "own" && value != "clblast")
+        throw sdk::invalid("GpuOcl: gemm '" + std::string(value) + "' is not 'own' or 'clblast'");
+      clblast_ = value == "clblast";
+      return;
+    }
     if (key == "program_cache_dir") {
       cache_dir_ = std::string(value);
       return;
@@ -272,7 +348,18 @@ class GpuOcl final : public sdk::Backend {
       throw sdk::unsupported("GpuOcl compiles static shapes only");
     gpuocl::Device& dev = device();
     try {
+      const int64_t builds = counters().program_builds, loads = counters().program_loads;
+      const auto t0 = std::chrono::steady_clock::now();
       dev.program(build_options_, cache_dir_);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (counters().program_builds != builds)
+        host().log(BP_LOG_INFO, "GpuOcl",
+                   "GpuOcl: built the OpenCL kernels from source for " +
+                       dev.key(key_options()).describe() + " in " + std::to_string(ms) + " ms");
+      else if (counters().program_loads != loads)
+        host().log(BP_LOG_INFO, "GpuOcl",
+                   "GpuOcl: took the OpenCL kernels from the program cache " + cache_dir_);
     } catch (const sdk::Error& e) {
       // The driver cannot build our kernels: every node goes elsewhere.
       host().log(BP_LOG_WARN, "GpuOcl", e.what());
@@ -294,13 +381,17 @@ class GpuOcl final : public sdk::Backend {
       return nullptr;
     }
     if (!complete) return nullptr;  // the host gives those nodes elsewhere and compiles again
-    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
+    return std::make_unique<Compiled>(dev, host(), key_options(), view, std::move(lowered));
   }
 
   // A payload of serialize: its program binary, used as is when it was built
-  // for this device, driver and options; otherwise the kernels are rebuilt
-  // from source and the log says why. A payload this build cannot read is
-  // an error: the host then recompiles the partition from the portable graph.
+  // for this device, driver and options. Otherwise (another device, driver,
+  // options or kernel source; or a binary the driver refuses) this fails
+  // with BP_STATUS_UNSUPPORTED saying what the payload was built for and
+  // what this is: the host notes that in Model::notes() and compiles the
+  // partition again from the portable graph (on GpuOcl, from source). A
+  // payload this build cannot read fails the same way (CORRUPT_DATA or
+  // VERSION_MISMATCH).
   std::unique_ptr<sdk::CompiledPartition> deserialize(
       const bp_graph_view_t& view, const void* payload, size_t size,
       const bp_compile_options_t& options) override {
@@ -308,21 +399,21 @@ class GpuOcl final : public sdk::Backend {
       throw sdk::unsupported("GpuOcl compiles static shapes only");
     const Payload p = decode_payload(payload, size);
     gpuocl::Device& dev = device();
-    const ProgramKey here = dev.key(build_options_);
-    if (!(p.key == here)) {
-      host().log(BP_LOG_WARN, "GpuOcl",
-                 "the stored program was built for " + p.key.describe() +
-                     "; recompiling the kernels from source for " + here.describe());
-    } else if (!dev.adopt_binary(p.binary, build_options_)) {
-      host().log(BP_LOG_WARN, "GpuOcl",
-                 "the driver refused the stored program binary for " + here.describe() +
-                     "; recompiling the kernels from source");
-    }
-    dev.program(build_options_, cache_dir_);  // built already unless recompiling
+    const ProgramKey here = dev.key(key_options());
+    if (!(p.key == here))
+      throw sdk::unsupported("GpuOcl: the stored program was compiled for " + p.key.describe() +
+                             " (kernel source " + p.key.source_hash + "); this is " +
+                             here.describe() + " (kernel source " + here.source_hash + ")");
+    if (!dev.adopt_binary(p.binary, build_options_))
+      throw sdk::unsupported("GpuOcl: the driver refused the stored program binary for " +
+                             here.describe());
+    host().log(BP_LOG_INFO, "GpuOcl",
+               "GpuOcl: took the stored program binary (" + std::to_string(p.binary.size()) +
+                   " bytes) for " + here.describe() + "; no OpenCL C compiled");
     Lowered lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
       throw sdk::unsupported("node " + std::to_string(node) + ": " + why);
     });
-    return std::make_unique<Compiled>(dev, host(), build_options_, view, std::move(lowered));
+    return std::make_unique<Compiled>(dev, host(), key_options(), view, std::move(lowered));
   }
 
   void* memory_alloc(uint32_t device_index, size_t size, size_t /*alignment*/) override {
@@ -378,8 +469,14 @@ class GpuOcl final : public sdk::Backend {
     if (!device_) {
       device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
       device_->set_budget(max_memory_);
+      device_->set_use_clblast(clblast_);
     }
     return *device_;
+  }
+  // The build options as a program key states them: with the GEMM choice,
+  // since a payload's partition made with CLBlast differs in what it runs.
+  std::string key_options() const {
+    return clblast_ ? build_options_ + " [gemm=clblast]" : build_options_;
   }
   void check_device(uint32_t d) const {
     if (d != 0 || devices_.empty())
@@ -418,6 +515,7 @@ class GpuOcl final : public sdk::Backend {
   std::string build_options_;
   std::string cache_dir_;
   uint64_t max_memory_ = 0;
+  bool clblast_ = false;
   std::unique_ptr<gpuocl::Device> device_;
   std::mutex mutex_;
   std::map<cl_mem, size_t> allocations_;
@@ -440,6 +538,7 @@ extern "C" BP_EXPORT int64_t GpuOcl_Counter(const char* name) {
   if (n == "host_waits") return c.host_waits;
   if (n == "kernels") return c.kernels;
   if (n == "gemms") return c.gemms;
+  if (n == "clblast_gemms") return c.clblast_gemms;
   if (n == "weight_uploads") return c.weight_uploads;
   if (n == "device_bytes") return c.device_bytes;
   if (n == "program_builds") return c.program_builds;

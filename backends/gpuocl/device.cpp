@@ -4,6 +4,7 @@
 
 #include <backplane/backend_sdk.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,11 @@ Device::Device(const DeviceInfo& info) : info_(info) {
     clReleaseContext(context_);
     check(err, "clCreateCommandQueue");
   }
+  size_t max_group = 0;
+  if (clGetDeviceInfo(info_.id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(max_group), &max_group,
+                      nullptr) == CL_SUCCESS &&
+      max_group > 0)
+    local_size_ = std::min(local_size_, max_group);
 }
 
 Device::~Device() {

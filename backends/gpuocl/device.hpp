@@ -40,9 +40,10 @@ struct Counters {
   std::atomic<int64_t> live_allocations{0};  // memory_alloc minus memory_free
   std::atomic<int64_t> copies_to_device{0};
   std::atomic<int64_t> copies_from_device{0};
-  std::atomic<int64_t> host_waits{0};  // blocking reads, finishes
-  std::atomic<int64_t> kernels{0};     // NDRange kernels enqueued
-  std::atomic<int64_t> gemms{0};       // CLBlast calls
+  std::atomic<int64_t> host_waits{0};     // blocking reads, finishes
+  std::atomic<int64_t> kernels{0};        // NDRange kernels enqueued
+  std::atomic<int64_t> gemms{0};          // GEMMs enqueued (gemm_* kernels or CLBlast)
+  std::atomic<int64_t> clblast_gemms{0};  // of those, through CLBlast
   std::atomic<int64_t> weight_uploads{0};
   std::atomic<int64_t> device_bytes{0};    // held in buffers of this module (all devices)
   std::atomic<int64_t> program_builds{0};  // from source
@@ -112,6 +113,16 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   const DeviceInfo& info() const { return info_; }
+  // The work-group size of every kernel launch (64, or the device's largest
+  // if smaller). Fixed, so a driver that finalises a kernel per work-group
+  // size (PoCL) makes few variants of it, whatever the tensor shapes.
+  size_t local_size() const { return local_size_; }
+  // GEMM-shaped work through CLBlast rather than GpuOcl's gemm_* kernels
+  // (configure key gemm=clblast): CLBlast builds its kernels on first use
+  // and keeps them in process memory only, so a partition loaded from a
+  // `.bpk` then compiles them again.
+  bool use_clblast() const { return use_clblast_; }
+  void set_use_clblast(bool on) { use_clblast_ = on; }
   cl_context context() const { return context_; }
   cl_command_queue queue() const { return queue_; }
   cl_command_queue* queue_ptr() { return &queue_; }
@@ -150,6 +161,8 @@ class Device {
   void charge(size_t bytes);
 
   DeviceInfo info_;
+  size_t local_size_ = 64;
+  bool use_clblast_ = false;
   std::atomic<uint64_t> budget_{0};
   std::atomic<int64_t> used_{0};
   cl_context context_ = nullptr;

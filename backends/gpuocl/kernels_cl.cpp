@@ -1,5 +1,6 @@
 // The OpenCL C kernels of GpuOcl, compiled by the device's driver when the
-// backend first compiles a partition (GEMM-shaped work goes to CLBlast).
+// backend first compiles a partition; GEMM-shaped work too (gemm_*), so one
+// program holds all the device code a partition runs and a `.bpk` can carry it.
 // Shapes and strides come in a small __global int array ("meta") uploaded at
 // compile time, so one kernel serves every rank up to kMaxRank.
 #include "gpuocl/kernels.hpp"
@@ -108,18 +109,31 @@ __kernel void conv2d(__global const float* x, __global const float* w, __global 
   y[i] = act >= 0 ? unary_op(act, acc, p, q) : acc;
 }
 
-// im2col of image n: cols[(c*KH + kh)*KW + kw][oh*OW + ow], shape as conv2d (G = 1).
+// im2col of image n: cols[(c*KH + kh)*KW + kw][oh*OW + ow], shape as conv2d
+// (G = 1). Work-item (row r = (c*KH + kh)*KW + kw, oh) writes the OW
+// consecutive columns of output row oh: the index arithmetic once, not per
+// element.
 __kernel void im2col(__global const float* x, int x_offset, __global float* cols,
                      __global const int* s) {
   const int C = s[1], H = s[2], W = s[3], OH = s[5], OW = s[6];
   const int KH = s[7], KW = s[8], SH = s[9], SW = s[10], PH = s[11], PW = s[12];
   const int DH = s[13], DW = s[14];
   const int i = get_global_id(0);
-  if (i >= C * KH * KW * OH * OW) return;
-  const int ow = i % OW, oh = (i / OW) % OH, r = i / (OW * OH);
+  if (i >= C * KH * KW * OH) return;
+  const int oh = i % OH, r = i / OH;
   const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
-  const int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
-  cols[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[x_offset + (c * H + ih) * W + iw] : 0.0f;
+  const int ih = oh * SH - PH + kh * DH;
+  __global float* out = cols + i * OW;
+  if (ih < 0 || ih >= H) {
+    for (int ow = 0; ow < OW; ++ow) out[ow] = 0.0f;
+    return;
+  }
+  __global const float* row = x + x_offset + (c * H + ih) * W;
+  const int w0 = kw * DW - PW;
+  for (int ow = 0; ow < OW; ++ow) {
+    const int iw = ow * SW + w0;
+    out[ow] = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
+  }
 }
 
 // y[n][c][j] = act(y[n][c][j] + bias[c]) over N*C*HW elements.
@@ -294,6 +308,168 @@ __kernel void resize2d(__global const float* x, __global float* y, int NC, int H
   y[i] = (1 - dy) * ((1 - dx) * p[y0 * W + x0] + dx * p[y0 * W + x1]) +
          dy * ((1 - dx) * p[y1 * W + x0] + dx * p[y1 * W + x1]);
 }
+// --- integer and bool element-wise work (all broadcasting: meta as in
+// binary_bcast, with a third stride set for Where) ---------------------------
+
+// Integer Add/Sub/Mul wrap (two's complement, through the unsigned type);
+// Div truncates toward zero, x/0 is 0 and x/-1 is -x wrapped, as CpuRef.
+#define DEFINE_INT_BINARY(T, U, NAME)                                                          \
+  inline T NAME##_op(int op, T a, T b) {                                                      \
+    switch (op) {                                                                             \
+      case 0: return (T)((U)a + (U)b);                                                        \
+      case 1: return (T)((U)a - (U)b);                                                        \
+      case 2: return (T)((U)a * (U)b);                                                        \
+      case 3: return b == 0 ? (T)0 : b == (T)-1 ? (T)((U)0 - (U)a) : a / b;                   \
+      case 5: return max(a, b);                                                               \
+      default: return min(a, b);                                                              \
+    }                                                                                         \
+  }                                                                                           \
+  __kernel void NAME(int op, __global const T* a, __global const T* b, __global T* y,         \
+                     __global const int* meta, int n) {                                       \
+    const int i = get_global_id(0);                                                           \
+    if (i < n) y[i] = NAME##_op(op, a[bcast_offset(i, meta, 0)], b[bcast_offset(i, meta, 1)]); \
+  }
+DEFINE_INT_BINARY(int, uint, binary_i32)
+DEFINE_INT_BINARY(long, ulong, binary_i64)
+
+// Equal, Less, LessOrEqual, Greater, GreaterOrEqual (op 0..4) to bool (uchar).
+#define DEFINE_COMPARE(T, NAME)                                                                \
+  __kernel void NAME(int op, __global const T* a, __global const T* b, __global uchar* y,     \
+                     __global const int* meta, int n) {                                       \
+    const int i = get_global_id(0);                                                           \
+    if (i >= n) return;                                                                       \
+    const T x = a[bcast_offset(i, meta, 0)], z = b[bcast_offset(i, meta, 1)];                 \
+    y[i] = op == 0 ? x == z : op == 1 ? x < z : op == 2 ? x <= z : op == 3 ? x > z : x >= z;  \
+  }
+DEFINE_COMPARE(float, compare_f32)
+DEFINE_COMPARE(int, compare_i32)
+DEFINE_COMPARE(long, compare_i64)
+DEFINE_COMPARE(uchar, compare_bool)
+
+// And, Or, Xor (op 0..2) of bools; Not.
+__kernel void logic(int op, __global const uchar* a, __global const uchar* b, __global uchar* y,
+                    __global const int* meta, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const uchar x = a[bcast_offset(i, meta, 0)] != 0, z = b[bcast_offset(i, meta, 1)] != 0;
+  y[i] = op == 0 ? (x & z) : op == 1 ? (x | z) : (x ^ z);
+}
+__kernel void logic_not(__global const uchar* x, __global uchar* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = x[i] == 0;
+}
+
+// Where(cond, x, y) by element size (the bits are moved, not interpreted).
+#define DEFINE_WHERE(T, NAME)                                                                  \
+  __kernel void NAME(__global const uchar* c, __global const T* a, __global const T* b,       \
+                     __global T* y, __global const int* meta, int n) {                        \
+    const int i = get_global_id(0);                                                           \
+    if (i >= n) return;                                                                       \
+    y[i] = c[bcast_offset(i, meta, 0)] ? a[bcast_offset(i, meta, 1)] : b[bcast_offset(i, meta, 2)]; \
+  }
+DEFINE_WHERE(uchar, where_1)
+DEFINE_WHERE(uint, where_4)
+DEFINE_WHERE(ulong, where_8)
+
+// Cast between float32, int32, int64 and bool as ONNX and CpuRef do: float
+// to integer truncates toward zero and saturates, NaN gives 0 (OpenCL's
+// convert_*_sat_rtz); integer narrowing wraps; to bool is "!= 0".
+#define DEFINE_CAST(FROM, TO, NAME, EXPR)                                                      \
+  __kernel void NAME(__global const FROM* x, __global TO* y, int n) {                         \
+    const int i = get_global_id(0);                                                           \
+    if (i < n) {                                                                              \
+      const FROM v = x[i];                                                                    \
+      y[i] = EXPR;                                                                            \
+    }                                                                                         \
+  }
+DEFINE_CAST(float, int, cast_f32_i32, convert_int_sat_rtz(v))
+DEFINE_CAST(float, long, cast_f32_i64, convert_long_sat_rtz(v))
+DEFINE_CAST(float, uchar, cast_f32_bool, v != 0.0f)
+DEFINE_CAST(int, float, cast_i32_f32, (float)v)
+DEFINE_CAST(int, long, cast_i32_i64, (long)v)
+DEFINE_CAST(int, uchar, cast_i32_bool, v != 0)
+DEFINE_CAST(long, float, cast_i64_f32, (float)v)
+DEFINE_CAST(long, int, cast_i64_i32, (int)v)
+DEFINE_CAST(long, uchar, cast_i64_bool, v != 0)
+DEFINE_CAST(uchar, float, cast_bool_f32, v != 0 ? 1.0f : 0.0f)
+DEFINE_CAST(uchar, int, cast_bool_i32, v != 0 ? 1 : 0)
+DEFINE_CAST(uchar, long, cast_bool_i64, v != 0 ? 1L : 0L)
+
+// float16 tensors, stored as half and computed in float through the core
+// vload_half / vstore_half_rte (no cl_khr_fp16 needed): element-wise
+// arithmetic and activations, and Cast to and from float32.
+__kernel void binary_f16(int op, __global const half* a, __global const half* b, __global half* y,
+                         __global const int* meta, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const float x = vload_half(bcast_offset(i, meta, 0), a);
+  const float z = vload_half(bcast_offset(i, meta, 1), b);
+  vstore_half_rte(binary_op(op, x, z), i, y);
+}
+__kernel void unary_f16(int op, __global const half* x, __global half* y, int n, float p, float q) {
+  const int i = get_global_id(0);
+  if (i < n) vstore_half_rte(unary_op(op, vload_half(i, x), p, q), i, y);
+}
+__kernel void cast_f16_f32(__global const half* x, __global float* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = vload_half(i, x);
+}
+__kernel void cast_f32_f16(__global const float* x, __global half* y, int n) {
+  const int i = get_global_id(0);
+  if (i < n) vstore_half_rte(x[i], i, y);
+}
+
+// Row-major C = alpha * op(A) op(B) + beta * C, C m x n; op(A)(i,p) and
+// op(B)(p,j) as the suffix says (n: as stored, t: transposed). Work-item
+// (j0/16, i0/8) computes the 8 x 16 block of C at row i0, column j0: 16
+// columns in one float16 (one AVX-512 register on a CPU driver, which is
+// what PoCL runs best: it vectorizes explicit vector types better than
+// scalar code across work-items), each A element broadcast to them.
+// Columns past n are read clamped and not written. Offsets are in elements.
+#define GEMM_TM 8
+#define GEMM_TN 16
+inline float16 gemm_row_n(__global const float* B, int ldb, int p, int j0, int n) {
+  if (j0 + GEMM_TN <= n) return vload16(0, B + p * ldb + j0);
+  float t[GEMM_TN];
+  for (int q = 0; q < GEMM_TN; ++q) t[q] = B[p * ldb + min(j0 + q, n - 1)];
+  return vload16(0, t);
+}
+inline float16 gemm_row_t(__global const float* B, int ldb, int p, int j0, int n) {
+  float t[GEMM_TN];
+  for (int q = 0; q < GEMM_TN; ++q) t[q] = B[min(j0 + q, n - 1) * ldb + p];
+  return vload16(0, t);
+}
+#define DEFINE_GEMM(NAME, AIDX, BROW)                                                        \
+  __kernel void NAME(int m, int n, int k, float alpha, float beta, __global const float* A,  \
+                     int a_off, int lda, __global const float* B, int b_off, int ldb,         \
+                     __global float* C, int c_off, int ldc) {                                 \
+    const int j0 = get_global_id(0) * GEMM_TN, i0 = get_global_id(1) * GEMM_TM;              \
+    if (j0 >= n || i0 >= m) return;                                                          \
+    A += a_off;                                                                               \
+    B += b_off;                                                                               \
+    C += c_off;                                                                               \
+    float16 acc[GEMM_TM];                                                                     \
+    int row[GEMM_TM];                                                                         \
+    for (int r = 0; r < GEMM_TM; ++r) {                                                       \
+      acc[r] = (float16)(0.0f);                                                               \
+      row[r] = min(i0 + r, m - 1);                                                            \
+    }                                                                                         \
+    for (int p = 0; p < k; ++p) {                                                             \
+      const float16 b = BROW(B, ldb, p, j0, n);                                               \
+      for (int r = 0; r < GEMM_TM; ++r) acc[r] += A[AIDX] * b;                                \
+    }                                                                                         \
+    for (int r = 0; r < GEMM_TM && i0 + r < m; ++r) {                                         \
+      float t[GEMM_TN];                                                                       \
+      vstore16(acc[r], 0, t);                                                                 \
+      __global float* c = C + (i0 + r) * ldc + j0;                                            \
+      for (int q = 0; q < GEMM_TN && j0 + q < n; ++q)                                         \
+        c[q] = beta == 0.0f ? alpha * t[q] : alpha * t[q] + beta * c[q];                      \
+    }                                                                                         \
+  }
+DEFINE_GEMM(gemm_nn, row[r] * lda + p, gemm_row_n)
+DEFINE_GEMM(gemm_nt, row[r] * lda + p, gemm_row_t)
+DEFINE_GEMM(gemm_tn, p * lda + row[r], gemm_row_n)
+DEFINE_GEMM(gemm_tt, p * lda + row[r], gemm_row_t)
 )CLC";
 
 }  // namespace gpuocl

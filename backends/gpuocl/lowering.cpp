@@ -9,17 +9,25 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 namespace gpuocl {
 namespace sdk = backplane::sdk;
 using Dims = std::vector<int64_t>;
 
-cl_kernel Run::kernel(const char* name) {
+cl_kernel Run::kernel(const char* name, size_t* local) {
   auto it = kernels_->find(name);
-  if (it != kernels_->end()) return it->second;
-  cl_kernel k = device_.create_kernel(name);
-  kernels_->emplace(name, k);
-  return k;
+  if (it == kernels_->end()) {
+    cl_kernel k = device_.create_kernel(name);
+    size_t most = 0;
+    if (clGetKernelWorkGroupInfo(k, device_.info().id, CL_KERNEL_WORK_GROUP_SIZE, sizeof(most),
+                                 &most, nullptr) != CL_SUCCESS ||
+        most == 0)
+      most = device_.local_size();
+    it = kernels_->emplace(name, std::make_pair(k, std::min(most, device_.local_size()))).first;
+  }
+  *local = it->second.second;
+  return it->second.first;
 }
 
 namespace {
@@ -38,15 +46,21 @@ void set_arg(cl_kernel k, cl_uint i, float v) {
   check(clSetKernelArg(k, i, sizeof(x), &x), "clSetKernelArg");
 }
 
-// Enqueues kernel `name` over `n` work-items (none if n == 0), without waiting.
+// Enqueues kernel `name` over `n` work-items (none if n == 0), without
+// waiting. The work-group size is the kernel's fixed one (Run::kernel; the
+// global size rounded up to it, every kernel checking its bound): a driver
+// that finalises code per work-group size (PoCL does, per size and per
+// "small grid") then makes one or two variants per kernel, not one per
+// tensor shape, and a serialized program carries them all.
 template <class... A>
 void launch(Run& r, const char* name, int64_t n, A... args) {
   if (n <= 0) return;
-  cl_kernel k = r.kernel(name);
+  size_t local = 0;
+  cl_kernel k = r.kernel(name, &local);
   cl_uint i = 0;
   (set_arg(k, i++, args), ...);
-  const size_t global = static_cast<size_t>(n);
-  check(clEnqueueNDRangeKernel(r.device().queue(), k, 1, nullptr, &global, nullptr, 0, nullptr,
+  const size_t global = (static_cast<size_t>(n) + local - 1) / local * local;
+  check(clEnqueueNDRangeKernel(r.device().queue(), k, 1, nullptr, &global, &local, 0, nullptr,
                                nullptr),
         name);
   ++counters().kernels;
@@ -59,26 +73,57 @@ void copy_buffer(Run& r, cl_mem src, cl_mem dst, size_t bytes, size_t dst_offset
       "clEnqueueCopyBuffer");
 }
 
-// Row-major C[m,n] = alpha * op(A) op(B) + beta * C through CLBlast.
+// Row-major C[m,n] = alpha * op(A) op(B) + beta * C (offsets in elements):
+// GpuOcl's own gemm_* kernels by default, CLBlast's SGEMM when the backend is
+// configured so (gemm=clblast; see Device::use_clblast).
 struct GemmCall {
   bool ta = false, tb = false;
   size_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
 };
-void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off, cl_mem c,
-          size_t c_off) {
+void clblast_gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off,
+                  cl_mem c, size_t c_off) {
   using clblast::Transpose;
   cl_command_queue q = r.device().queue();
+  ++counters().clblast_gemms;
   const clblast::StatusCode s =
       clblast::Gemm<float>(clblast::Layout::kRowMajor, g.ta ? Transpose::kYes : Transpose::kNo,
                            g.tb ? Transpose::kYes : Transpose::kNo, g.m, g.n, g.k, g.alpha, a,
                            a_off, g.lda, b, b_off, g.ldb, g.beta, c, c_off, g.ldc, &q, nullptr);
-  ++counters().gemms;
   if (s != clblast::StatusCode::kSuccess)
     throw sdk::Error(BP_STATUS_DEVICE_ERROR, "GpuOcl: CLBlast SGEMM (" + std::to_string(g.m) + "x" +
                                                  std::to_string(g.n) + "x" + std::to_string(g.k) +
                                                  ") failed with status " +
                                                  std::to_string(static_cast<int>(s)));
+}
+constexpr size_t kGemmRows = 8, kGemmCols = 16;  // GEMM_TM, GEMM_TN of kernels_cl.cpp
+void gemm(Run& r, const GemmCall& g, cl_mem a, size_t a_off, cl_mem b, size_t b_off, cl_mem c,
+          size_t c_off) {
+  ++counters().gemms;
+  if (g.m == 0 || g.n == 0) return;
+  if (r.device().use_clblast()) return clblast_gemm(r, g, a, a_off, b, b_off, c, c_off);
+  static const char* const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+  size_t wg = 0;
+  cl_kernel k = r.kernel(names[g.ta ? 1 : 0][g.tb ? 1 : 0], &wg);
+  cl_uint i = 0;
+  set_arg(k, i++, int(g.m));
+  set_arg(k, i++, int(g.n));
+  set_arg(k, i++, int(g.k));
+  set_arg(k, i++, g.alpha);
+  set_arg(k, i++, g.beta);
+  for (const auto& [mem, off, ld] :
+       {std::tuple{a, a_off, g.lda}, std::tuple{b, b_off, g.ldb}, std::tuple{c, c_off, g.ldc}}) {
+    set_arg(k, i++, mem);
+    set_arg(k, i++, int(off));
+    set_arg(k, i++, int(ld));
+  }
+  const size_t local[2] = {wg, 1};
+  const size_t blocks = (g.n + kGemmCols - 1) / kGemmCols;
+  const size_t global[2] = {(blocks + local[0] - 1) / local[0] * local[0],
+                            (g.m + kGemmRows - 1) / kGemmRows};
+  check(
+      clEnqueueNDRangeKernel(r.device().queue(), k, 2, nullptr, global, local, 0, nullptr, nullptr),
+      "gemm");
 }
 
 // --- shapes -----------------------------------------------------------------
@@ -117,6 +162,55 @@ const std::map<std::string, int, std::less<>>& unary_ops() {
       {"Softplus", 15},  {"Floor", 16},       {"Ceil", 17}};
   return m;
 }
+// Ops of integers and bools (and comparisons, Where, Cast of any of them):
+// GpuOcl's typed kernels, float32, int32, int64 and bool.
+const std::map<std::string, int, std::less<>>& compare_ops() {
+  static const std::map<std::string, int, std::less<>> m = {
+      {"Equal", 0}, {"Less", 1}, {"LessOrEqual", 2}, {"Greater", 3}, {"GreaterOrEqual", 4}};
+  return m;
+}
+const std::map<std::string, int, std::less<>>& logic_ops() {
+  static const std::map<std::string, int, std::less<>> m = {{"And", 0}, {"Or", 1}, {"Xor", 2}};
+  return m;
+}
+// The kernels' name suffix of a dtype they take, or nullptr.
+const char* type_suffix(bp_dtype_t t) {
+  switch (t) {
+    case BP_DTYPE_FLOAT32:
+      return "f32";
+    case BP_DTYPE_INT32:
+      return "i32";
+    case BP_DTYPE_INT64:
+      return "i64";
+    case BP_DTYPE_BOOL:
+      return "bool";
+    case BP_DTYPE_FLOAT16:
+      return "f16";
+    default:
+      return nullptr;
+  }
+}
+bool integer(bp_dtype_t t) { return t == BP_DTYPE_INT32 || t == BP_DTYPE_INT64; }
+// float16 element-wise work (kernels *_f16: half in memory, float inside).
+bool half_elementwise(const sdk::NodeRef& n);
+// Arithmetic on integers goes to the typed kernels; on floats, to binary().
+bool integer_arithmetic(const sdk::NodeRef& n) {
+  const std::string_view t = n.op_type();
+  return (t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Max" || t == "Min") &&
+         n.num_inputs() > 0 && n.has_input(0) && integer(n.input(0).dtype);
+}
+bool typed_op(const sdk::NodeRef& n) {
+  const std::string_view t = n.op_type();
+  return compare_ops().count(t) != 0 || logic_ops().count(t) != 0 || t == "Not" || t == "Where" ||
+         t == "Cast" || integer_arithmetic(n) || half_elementwise(n);
+}
+
+bool half_elementwise(const sdk::NodeRef& n) {
+  const std::string_view t = n.op_type();
+  if (n.num_inputs() == 0 || !n.has_input(0) || n.input(0).dtype != BP_DTYPE_FLOAT16) return false;
+  return binary_ops().count(t) != 0 || (unary_ops().count(t) != 0 && t != "Clip");
+}
+
 const std::set<std::string, std::less<>>& copy_ops() {
   static const std::set<std::string, std::less<>> s = {"Reshape",   "Flatten",  "Squeeze",
                                                        "Unsqueeze", "Identity", "Dropout"};
@@ -208,6 +302,7 @@ class Lowerer {
   }
 
   void binary(int op);
+  void typed();
   void unary(int op);
   void copy();
   void conv();
@@ -299,6 +394,58 @@ void Lowerer::expand_into(int src, const Dims& src_dims, int dst, const Dims& ds
   });
 }
 
+// [rank, dims of `out`, the broadcast strides of each operand].
+std::vector<int> bcast_meta(const Dims& out, std::initializer_list<Dims> operands) {
+  std::vector<int> m{int(out.size())};
+  for (int64_t d : out) m.push_back(int(d));
+  for (const Dims& d : operands)
+    for (int s : bcast_strides(d, out)) m.push_back(s);
+  return m;
+}
+
+// Integer arithmetic, comparisons, logic, Where and Cast (typed_op).
+void Lowerer::typed() {
+  const std::string_view t = node_->op_type();
+  if (auto u = unary_ops().find(t); u != unary_ops().end()) return unary(u->second);  // f16
+  const int y = out(0);
+  const Dims dy = out_dims(0);
+  const int n = int(numel(dy));
+  if (t == "Not" || t == "Cast") {
+    const int x = in(0);
+    const bp_dtype_t from = node_->input(0).dtype, to = node_->output(0).dtype;
+    if (t == "Cast" && from == to) return copy();
+    const std::string name = t == "Not"
+                                 ? std::string("logic_not")
+                                 : std::string("cast_") + type_suffix(from) + "_" + type_suffix(to);
+    emit([=](Run& r) { launch(r, name.c_str(), n, r.value(x), r.value(y), n); });
+    return;
+  }
+  if (t == "Where") {
+    const int c = in(0), a = in(1), b = in(2);
+    cl_mem mm = meta(bcast_meta(dy, {in_dims(0), in_dims(1), in_dims(2)}));
+    const size_t bytes = sdk::byte_size(node_->output(0)) / size_t(std::max(n, 1));
+    const char* name = bytes == 1 ? "where_1" : bytes == 4 ? "where_4" : "where_8";
+    emit(
+        [=](Run& r) { launch(r, name, n, r.value(c), r.value(a), r.value(b), r.value(y), mm, n); });
+    return;
+  }
+  const int a = in(0), b = in(1);
+  cl_mem mm = meta(bcast_meta(dy, {in_dims(0), in_dims(1)}));
+  int op = 0;
+  std::string name;
+  if (auto c = compare_ops().find(t); c != compare_ops().end()) {
+    op = c->second;
+    name = std::string("compare_") + type_suffix(node_->input(0).dtype);
+  } else if (auto l = logic_ops().find(t); l != logic_ops().end()) {
+    op = l->second;
+    name = "logic";
+  } else {
+    op = binary_ops().find(t)->second;
+    name = std::string("binary_") + type_suffix(node_->input(0).dtype);
+  }
+  emit([=](Run& r) { launch(r, name.c_str(), n, op, r.value(a), r.value(b), r.value(y), mm, n); });
+}
+
 void Lowerer::unary(int op) {
   float p = 0.0f, q = 0.0f;
   const std::string_view t = node_->op_type();
@@ -320,7 +467,8 @@ void Lowerer::unary(int op) {
   }
   const int x = in(0), y = out(0);
   const int n = int(numel(out_dims(0)));
-  emit([=](Run& r) { launch(r, "unary", n, op, r.value(x), r.value(y), n, p, q); });
+  const char* name = node_->input(0).dtype == BP_DTYPE_FLOAT16 ? "unary_f16" : "unary";
+  emit([=](Run& r) { launch(r, name, n, op, r.value(x), r.value(y), n, p, q); });
 }
 
 void Lowerer::copy() {
@@ -450,7 +598,7 @@ void Lowerer::conv() {
     });
     return;
   }
-  // GEMM-shaped: Y[n] (OC x OH*OW) = W (OC x C*KH*KW) * cols(X[n]) through CLBlast.
+  // GEMM-shaped: Y[n] (OC x OH*OW) = W (OC x C*KH*KW) * cols(X[n]).
   const bool pointwise = k[0] == 1 && k[1] == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 &&
                          p[1] == 0 && dx[2] == dy[2] && dx[3] == dy[3];
   GemmCall g;
@@ -462,7 +610,7 @@ void Lowerer::conv() {
   g.ldc = g.n;
   if (!pointwise) out_.scratch_bytes = std::max(out_.scratch_bytes, g.k * g.n * sizeof(float));
   const int64_t images = dx[0], x_image = prod(dx, 1, 4), y_image = prod(dy, 1, 4);
-  const int cols = int(g.k * g.n), C = int(dy[1]), HW = int(dy[2] * dy[3]);
+  const int cols = int(g.k) * int(dy[2]), C = int(dy[1]), HW = int(dy[2] * dy[3]);
   emit([=](Run& r) {
     for (int64_t i = 0; i < images; ++i) {
       if (pointwise) {
@@ -792,6 +940,7 @@ void Lowerer::node(size_t index) {
   node_ = std::make_unique<sdk::NodeRef>(&view_, index);
   label_ = "node '" + std::string(node_->name()) + "' (" + std::string(node_->op_type()) + ")";
   const std::string_view t = node_->op_type();
+  if (typed_op(*node_)) return typed();
   if (auto b = binary_ops().find(t); b != binary_ops().end()) return binary(b->second);
   if (auto u = unary_ops().find(t); u != unary_ops().end()) return unary(u->second);
   if (copy_ops().count(t) != 0) return copy();
@@ -824,6 +973,58 @@ bool static_float(const bp_value_t& v) {
   for (size_t d = 0; d < v.rank; ++d)
     if (v.shape[d] < 0) return false;
   return v.dtype == BP_DTYPE_FLOAT32;
+}
+
+// Integer arithmetic, comparisons, logic, Where, Cast: static shapes; the
+// dtypes the typed kernels take.
+std::string check_typed(const sdk::NodeRef& n) {
+  const std::string_view t = n.op_type();
+  const size_t arity = t == "Where"                                               ? 3
+                       : (t == "Not" || t == "Cast" || unary_ops().count(t) != 0) ? 1
+                                                                                  : 2;
+  if (n.num_inputs() != arity)
+    return std::string(t) + " of " + std::to_string(n.num_inputs()) +
+           " operands (GpuOcl: exactly " + std::to_string(arity) + ")";
+  std::vector<const bp_value_t*> values;
+  for (size_t i = 0; i < arity; ++i) {
+    if (!n.has_input(i)) return "an omitted input";
+    values.push_back(&n.input(i));
+  }
+  if (n.raw().outputs[0] < 0) return "no output";
+  values.push_back(&n.output(0));
+  for (const bp_value_t* v : values) {
+    for (size_t d = 0; d < v->rank; ++d)
+      if (v->shape[d] < 0) return "a dynamic shape";
+    if (sdk::element_count(*v) >= (int64_t{1} << 31)) return "tensor too large";
+    if (type_suffix(v->dtype) == nullptr)
+      return std::string("dtype ") + sdk::dtype_name(v->dtype) +
+             " (GpuOcl: float32, int32, int64, bool)";
+  }
+  const bp_dtype_t a = values[0]->dtype, y = values.back()->dtype;
+  if (half_elementwise(n)) {
+    for (const bp_value_t* v : values)
+      if (v->dtype != BP_DTYPE_FLOAT16) return "float16 mixed with other types";
+    return "";
+  }
+  if ((a == BP_DTYPE_FLOAT16 || y == BP_DTYPE_FLOAT16) && a != y &&
+      !(t == "Cast" && (a == BP_DTYPE_FLOAT32 || y == BP_DTYPE_FLOAT32)))
+    return "float16 other than element-wise arithmetic, activations and Cast with float32";
+  if (t == "Cast") return "";
+  if (t == "Where") {
+    if (a != BP_DTYPE_BOOL || values[1]->dtype != y || values[2]->dtype != y)
+      return "Where's operand types";
+    return "";
+  }
+  if (values[1]->dtype != a) return "operands of two types";
+  if (a == BP_DTYPE_FLOAT16 || y == BP_DTYPE_FLOAT16) return "float16 " + std::string(t);
+  if (logic_ops().count(t) != 0 || t == "Not")
+    return a == BP_DTYPE_BOOL && y == BP_DTYPE_BOOL ? "" : "logic of other than bools";
+  if (compare_ops().count(t) != 0) {
+    if (y != BP_DTYPE_BOOL) return "a comparison not to bool";
+    if (a == BP_DTYPE_BOOL && t != "Equal") return "an ordering of bools";
+    return "";
+  }
+  return integer(a) && y == a ? "" : "integer arithmetic of mixed types";
 }
 
 std::string check_specific(const sdk::NodeRef& n) {
@@ -899,9 +1100,10 @@ std::string check_node(const bp_graph_view_t& view, size_t index) {
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return "GpuOcl has no kernel for " + std::string(n.domain()) + "." + std::string(t);
   if (binary_ops().count(t) == 0 && unary_ops().count(t) == 0 && copy_ops().count(t) == 0 &&
-      other_ops().count(t) == 0)
+      other_ops().count(t) == 0 && !typed_op(n))
     return "GpuOcl has no kernel for " + std::string(t);
   if (n.num_inputs() == 0 || !n.has_input(0)) return "no input";
+  if (typed_op(n)) return check_typed(n);
   // Max and Min take 1 to N operands in ONNX; the binary kernel takes two.
   if (binary_ops().count(t) != 0 && (n.num_inputs() != 2 || !n.has_input(1)))
     return std::string(t) + " of " + std::to_string(n.num_inputs()) +

@@ -28,15 +28,21 @@ class Run {
   Device& device() { return device_; }
   cl_mem value(int v) const { return values_[static_cast<size_t>(v)]; }
   cl_mem scratch() const { return scratch_; }
-  // Kernel `name` of this context, created on first use.
-  cl_kernel kernel(const char* name);
-  void set_kernels(std::map<std::string, cl_kernel>* kernels) { kernels_ = kernels; }
+  // Kernel `name` of this context, created on first use, and the
+  // work-group size every launch of it uses (*local): the device's fixed
+  // size (Device::local_size), or less if the driver allows this kernel
+  // less (CL_KERNEL_WORK_GROUP_SIZE; a GPU may, for a kernel using many
+  // registers).
+  cl_kernel kernel(const char* name, size_t* local);
+  void set_kernels(std::map<std::string, std::pair<cl_kernel, size_t>>* kernels) {
+    kernels_ = kernels;
+  }
 
  private:
   Device& device_;
   std::vector<cl_mem>& values_;
   cl_mem scratch_;
-  std::map<std::string, cl_kernel>* kernels_ = nullptr;
+  std::map<std::string, std::pair<cl_kernel, size_t>>* kernels_ = nullptr;
 };
 
 // One enqueued piece of a node's work.

@@ -10,7 +10,8 @@
 //    host waits only on those copies (kernels are enqueued, not waited for);
 //  - every device buffer is released once the session and the model end;
 //  - concurrent sessions agree bit for bit;
-//  - a compiled artifact's stored program loads without compiling OpenCL C.
+//  - a compiled artifact's stored program loads without compiling OpenCL C,
+//    and with a note in Model::notes() when it was made for another driver.
 // And: a kernel build failure is a clear error (or a fallback), never a crash;
 // without an OpenCL device the backend loads and claims nothing, saying why.
 #include "support/e2e_util.hpp"
@@ -209,11 +210,15 @@ INSTANTIATE_TEST_SUITE_P(E2E, GpuOclModels,
                                          ModelCase{"transformer", "input_ids"}),
                          case_name);
 
-// Device code in artifacts: `compile` stores GpuOcl's program binary; a
-// fresh runtime on the same device loads it without building any OpenCL C
-// (its kernel cache off), and one whose key differs (other build options,
-// standing in for another device or driver) rebuilds from source.
-TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiffers) {
+// Device code in artifacts: `compile` stores GpuOcl's program binary (every
+// kernel finalised by the driver, GEMMs included: no CLBlast); a fresh
+// runtime on the same device loads it and runs without building any OpenCL
+// C (its kernel cache off), with no note. One whose key differs (other build
+// options; another driver, faked by BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION)
+// refuses the payload: the model notes why (Model::notes) and GpuOcl
+// compiles the partition again from the portable graph, from source.
+// (artifact_no_compile_test.sh checks the driver side: PoCL compiles nothing.)
+TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWithANoteWhenTheKeyDiffers) {
   auto keep = runtime();  // holds the module, so its counters run on
   ASSERT_TRUE(keep);
   test::TempDir tmp;
@@ -226,12 +231,25 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiff
   const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
 
   ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
-  for (const char* options : {"", "-cl-mad-enable"}) {
-    SCOPED_TRACE(std::string("build options '") + options + "'");
-    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", options, 1), 0);
-    const bool same = options[0] == '\0';
+  struct Variant {
+    const char* options;
+    const char* driver;  // nullptr: the real one
+    const char* noted;   // what the note names, or nullptr: no note
+  };
+  for (const Variant& v : {Variant{"", nullptr, nullptr},
+                           Variant{"-cl-mad-enable", nullptr, "options '-cl-mad-enable'"},
+                           Variant{"", "0.0-other", "driver 0.0-other"}}) {
+    SCOPED_TRACE(std::string("build options '") + v.options + "', driver " +
+                 (v.driver ? v.driver : "(real)"));
+    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", v.options, 1), 0);
+    if (v.driver) {
+      ASSERT_EQ(setenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION", v.driver, 1), 0);
+    }
+    const bool same = v.noted == nullptr;
     const int64_t builds = counter("program_builds"), loads = counter("program_loads");
+    const int64_t clblast = counter("clblast_gemms"), gemms = counter("gemms");
     auto fresh = runtime();
+    unsetenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION");
     ASSERT_TRUE(fresh);
     const auto t0 = std::chrono::steady_clock::now();
     auto model = fresh->load_model(bpk);
@@ -239,11 +257,23 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWhenTheKeyDiff
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    const std::vector<std::string>& notes = (*model)->notes();
+    if (same) {
+      EXPECT_TRUE(notes.empty()) << notes.front();
+    } else {
+      ASSERT_FALSE(notes.empty());
+      EXPECT_TRUE(contains(notes.front(), "GpuOcl: the stored program was compiled for"))
+          << notes.front();
+      EXPECT_TRUE(contains(notes.front(), v.noted)) << notes.front();
+    }
+    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
+                same ? "stored program" : "recompiled from source, with a note");
+    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+    // Load and first run: a build from source only where the key differs.
     EXPECT_EQ(counter("program_builds") - builds, same ? 0 : 1);
     EXPECT_EQ(counter("program_loads") - loads, same ? 1 : 0);
-    std::printf("GpuOcl: resnet18.bpk loaded in %.1f ms (%s)\n", ms,
-                same ? "stored program" : "rebuilt from source");
-    expect_close(run_once(**model, {{"input", input}})[0], "bpk vs PyTorch", expected);
+    EXPECT_GT(counter("gemms") - gemms, 0);
+    EXPECT_EQ(counter("clblast_gemms") - clblast, 0);
   }
   unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
 }
@@ -347,6 +377,83 @@ TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
   auto ref = rt->load_model(path, cpuref_only());
   ASSERT_TRUE(ref.ok());
   expect_close((*session)->output(0), "folded Conv", run_once(**ref, {{"x", x}})[0]);
+}
+
+// The typed kernels in one graph, all on GpuOcl and equal to CpuRef:
+// float16 (stored as half, computed in float: no cl_khr_fp16 needed) through
+// Cast, Mul, Sigmoid and a broadcast Add; int64 through Cast, Sub and Div;
+// bool through Less, Not, And and Where.
+TEST(GpuOclOps, IntegerBoolAndFloat16ElementWiseMatchCpuRef) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  test::ModelBuilder b(13);
+  b.input("x", {2, 3, 4});
+  b.input("z", {4});
+  auto cast = [&](const std::string& in, const std::string& out, int64_t to) {
+    test::set_int(b.node("Cast", {in}, {out}, "cast_" + out), "to", to);
+  };
+  cast("x", "xh", onnx::TensorProto::FLOAT16);
+  cast("z", "zh", onnx::TensorProto::FLOAT16);
+  b.node("Mul", {"xh", "xh"}, {"sq"}, "mul_h");
+  b.node("Sigmoid", {"sq"}, {"sg"}, "sigmoid_h");
+  b.node("Add", {"sg", "zh"}, {"sum_h"}, "add_h");
+  cast("sum_h", "y_half", onnx::TensorProto::FLOAT);
+  b.init_f32("ten", {}, {10.0f});
+  b.node("Mul", {"x", "ten"}, {"x10"}, "scale");
+  cast("x10", "xi", onnx::TensorProto::INT64);
+  cast("z", "zi", onnx::TensorProto::INT64);
+  b.node("Sub", {"xi", "zi"}, {"d"}, "sub_i");
+  b.init_i64("three", {}, {-3});
+  b.node("Div", {"d", "three"}, {"q"}, "div_i");
+  cast("q", "y_int", onnx::TensorProto::FLOAT);
+  b.node("Less", {"x", "z"}, {"lt"}, "less");
+  b.node("Not", {"lt"}, {"ge"}, "not");
+  b.node("Greater", {"x", "ten"}, {"big"}, "greater");
+  b.node("Not", {"big"}, {"small"}, "not2");
+  b.node("And", {"ge", "small"}, {"both"}, "and");
+  b.node("Where", {"both", "x", "z"}, {"y_bool"}, "where");
+  b.output("y_half");
+  b.output("y_int");
+  b.output("y_bool");
+  const std::string path = b.save(tmp, "typed.onnx");
+  std::vector<float> xs(24), zs = {-0.5f, 0.25f, 1.5f, -2.0f};
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7) % 11) / 3.0f - 1.7f;
+  const Tensor x = Tensor::copy_of(DType::kFloat32, {2, 3, 4}, xs.data());
+  const Tensor z = Tensor::copy_of(DType::kFloat32, {4}, zs.data());
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto gpu = rt->load_model(path, mo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  EXPECT_EQ((*gpu)->backends_used(), std::vector<std::string>{"GpuOcl"})
+      << (*gpu)->describe_plan(PlanFormat::kText);
+  auto ref = rt->load_model(path, cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  const std::vector<Tensor> got = run_once(**gpu, {{"x", x}, {"z", z}});
+  const std::vector<Tensor> want = run_once(**ref, {{"x", x}, {"z", z}});
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(bitwise_equal(got[i], want[i]));
+  }
+}
+
+// gemm=clblast (BACKPLANE_GPUOCL_GEMM): GEMM-shaped work through CLBlast,
+// the same result as GpuOcl's own gemm_* kernels.
+TEST(GpuOclOps, ClblastGemmOptionMatches) {
+  const Tensor input = read_npy(models_dir() + "/transformer.input.npy");
+  const Tensor expected = read_npy(models_dir() + "/transformer.expected.npy");
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_GEMM", "clblast", 1), 0);
+  auto rt = runtime();
+  unsetenv("BACKPLANE_GPUOCL_GEMM");
+  ASSERT_TRUE(rt);
+  ModelOptions mo;
+  mo.backends = {"GpuOcl"};
+  auto model = rt->load_model(model_path("transformer"), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int64_t clblast = counter("clblast_gemms");
+  expect_close(run_once(**model, {{"input_ids", input}})[0], "CLBlast GEMMs vs PyTorch", expected);
+  EXPECT_GT(counter("clblast_gemms") - clblast, 0);
 }
 
 // An OpenCL C option the driver refuses: building the kernels fails. With a

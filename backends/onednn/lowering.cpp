@@ -571,7 +571,30 @@ void Lowering::lower_softmax(const INode& n) {
   int64_t axis = g_.node(n.node).attr_int("axis", g_.node(n.node).opset() >= 13 ? -1 : 1);
   if (axis < 0) axis += rank;
   if (rank == 0) axis = 0;
-  const int src = b_.as_plain(ref_of(n.in[0]), xs);
+  int src = b_.as_plain(ref_of(n.in[0]), xs);
+  if (rank > 1 && axis != rank - 1) {
+    // oneDNN's JIT softmax wants the axis innermost; over another axis of a
+    // row-major tensor it has only its reference kernel. The axis is made
+    // innermost (the other dims keep their order) where that gives a JIT one.
+    memory::dims strides(static_cast<size_t>(rank));
+    int64_t stride = 1;
+    strides[static_cast<size_t>(axis)] = stride;
+    stride *= xs[static_cast<size_t>(axis)];
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (d == axis) continue;
+      strides[static_cast<size_t>(d)] = stride;
+      stride *= xs[static_cast<size_t>(d)];
+    }
+    const memory::desc inner(to_dims(xs), memory::data_type::f32, strides);
+    try {
+      dnnl::softmax_forward::primitive_desc probe(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, inner,
+                                      static_cast<int>(axis)),
+          b_.attr(), engine());
+      if (!is_reference_impl(probe.impl_info_str())) src = b_.as_md(src, inner);
+    } catch (const dnnl::error&) {
+    }
+  }
   dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src),
                                 static_cast<int>(axis));
   dnnl::primitive prim;

@@ -249,9 +249,28 @@ int Lowering::pad_axis(int cur, int axis, int64_t lo, int64_t hi, float value, i
   std::vector<int> srcs;
   dnnl::concat::primitive_desc pd;
   try {
-    pd = make(cur, &prim, &srcs);
-  } catch (const dnnl::error&) {  // e.g. channel pads of a channel-blocked layout
-    pd = make(b_.as_plain(cur, b_.dims_of(cur)), &prim, &srcs);
+    try {
+      pd = make(cur, &prim, &srcs);
+    } catch (const dnnl::error&) {  // e.g. channel pads of a channel-blocked layout
+      pd = make(b_.as_plain(cur, b_.dims_of(cur)), &prim, &srcs);
+    }
+  } catch (const ReferenceImpl&) {
+    // oneDNN has only its reference concat for these layouts (a pad of H
+    // and W of a small NCHW tensor): plain slabs and tensor, copied.
+    const int plain = b_.as_plain(cur, b_.dims_of(cur));
+    srcs.clear();
+    if (lo > 0) srcs.push_back(slab(lo, b_.md(plain)));
+    srcs.push_back(plain);
+    if (hi > 0) srcs.push_back(slab(hi, b_.md(plain)));
+    Dims out = b_.dims_of(plain);
+    out[static_cast<size_t>(axis)] += lo + hi;
+    const int dst = b_.new_arena(plain_md(out));
+    std::vector<std::pair<int, int>> args;
+    for (size_t i = 0; i < srcs.size(); ++i)
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
+    args.push_back({DNNL_ARG_DST, dst});
+    b_.add_copy_concat(std::move(args), axis, g_.describe(node));
+    return dst;
   }
   const int dst = b_.new_arena(pd.dst_desc());
   std::vector<std::pair<int, int>> args;

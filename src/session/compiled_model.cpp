@@ -410,9 +410,15 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
   if (!planner) planner = jit_planner(graph, &weights);
   Specialization::BuildOptions build;
   build.num_threads = options_.num_threads;
-  build.polymorphic = [this](const ir::Graph& g, const Partition& p, const std::string& name) {
-    return polymorphic(g, p, name);
-  };
+  // A model whose inputs all have fixed shapes has one signature: a
+  // partition compiled for every shape would only be lowered for that one
+  // at its first run, so the first run would pay what being ready should.
+  const bool fixed = std::all_of(portable_->inputs.begin(), portable_->inputs.end(),
+                                 [&](int v) { return portable_->values[v].shape_is_static(); });
+  if (!fixed)
+    build.polymorphic = [this](const ir::Graph& g, const Partition& p, const std::string& name) {
+      return polymorphic(g, p, name);
+    };
   build.before_compile = [this](const Plan& plan) { return notify_before_load(plan); };
   Result<std::shared_ptr<Specialization>> built =
       Specialization::build(signature, std::move(graph), std::move(weights), planner, build);

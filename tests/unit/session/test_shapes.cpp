@@ -196,6 +196,35 @@ TEST(ShapesErrors, ShapesThatDoNotFitAreClearErrorsAndTheSessionGoesOn) {
   expect_close(s.output(0), ref(x, mask), "after the errors");
 }
 
+TEST(ShapesCache, FixedShapesCompileForThoseShapesAtLoad) {
+  // A model whose inputs all have fixed shapes has one signature: its
+  // partitions are compiled for it when the model loads, not compiled for
+  // every shape and then made for these at the first run (which would cost
+  // the first run what loading should). A symbolic dim keeps the
+  // shape-polymorphic compile.
+  bt::TempDir dir;
+  bt::ModelBuilder fixed;
+  fixed.input("x", {2, 3, kHidden}).random_weight("W", {kHidden, kHidden});
+  fixed.node("MatMul", {"x", "W"}, {"xw"});
+  bt::set_int(fixed.node("Softmax", {"xw"}, {"y"}), "axis", -1);
+  fixed.output("y");
+  auto model = runtime()->load_model(fixed.save(dir));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_FALSE((*model)->partitions().empty());
+  for (const auto& p : (*model)->partitions()) EXPECT_FALSE(p.polymorphic) << p.backend;
+  EXPECT_EQ((*model)->specialization_stats().polymorphic_partitions, 0u);
+
+  bt::TempDir dir2;
+  auto open = runtime()->load_model(write_model(dir2));
+  ASSERT_TRUE(open.ok()) << open.status().message();
+  auto session = (*open)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input("x", filled({2, 3, kHidden}, 1)).ok());
+  ASSERT_TRUE((*session)->set_input("mask", filled({2, 3}, 2)).ok());
+  ASSERT_TRUE((*session)->run().ok());
+  EXPECT_GE((*open)->specialization_stats().polymorphic_partitions, 1u);
+}
+
 TEST(ShapesCache, HintSpecialisesAtLoadAndOtherShapesStillRun) {
   bt::TempDir dir;
   const std::string path = write_model(dir);

@@ -255,8 +255,17 @@ class Context : public sdk::ExecContext {
     if (bytes > 0) {
       memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
       if (memory_ == nullptr) throw std::bad_alloc();
+      // Touched now, while the session is made: its pages would otherwise
+      // fault in one by one during the first run.
+      std::memset(memory_, 0, bytes);
     }
     binder_ = std::make_unique<Binder>(c, memory_);
+    // The OpenMP team the steps run on, started now for the same reason.
+    if (c.threads > 1) {
+      if (omp_get_max_threads() != c.threads) omp_set_num_threads(c.threads);
+#pragma omp parallel
+      {}
+    }
   }
   ~Context() override { std::free(memory_); }
 

@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <new>
 #include <set>
 #include <string_view>
+#include <vector>
 
 namespace backplane::onednn {
 namespace {
@@ -323,6 +325,19 @@ std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& hos
       throw sdk::unsupported(std::string("CpuOneDnn cannot compile partition '") + view.name +
                              "' for every shape: node '" + view.nodes[n].name + "' (" +
                              view.nodes[n].op_type + "): " + reasons[n]);
+  // oneDNN makes its sgemm kernels (the attention's MatMul of two
+  // activations runs on them, at every shape) at their first call, ~25 ms
+  // of code generation: made now, the first run of the first shape does not
+  // pay for it.
+  static std::once_flag sgemm_made;
+  for (size_t n = 0; n < view.num_nodes; ++n)
+    if (std::strcmp(view.nodes[n].op_type, "MatMul") == 0) {
+      std::call_once(sgemm_made, [] {
+        std::vector<float> a(16 * 16, 0.f), c(16 * 16);
+        dnnl_sgemm('N', 'N', 16, 16, 16, 1.f, a.data(), 16, a.data(), 16, 0.f, c.data(), 16);
+      });
+      break;
+    }
   return std::make_unique<PolyCompiled>(host, view, threads, max_instances);
 }
 

@@ -99,9 +99,12 @@ class StoredPlanner {
       // that compile to fail, the executor stops for lack of progress.)
       use_payload = false;
       BP_RETURN_IF_ERROR(verify_constants_of(slot.nodes));
+      // (The deserialize failure itself is already a note, with the
+      // backend's reason: a payload it cannot read, or one made for another
+      // device or driver.)
       notes->push_back("partition " + std::to_string(index) + " on '" + id +
-                       "': its stored payload could not be read; compiling it on '" + id +
-                       "' from the portable graph");
+                       "': compiling it on '" + id +
+                       "' from the portable graph, its stored payload refused (see above)");
     } else if (was_excluded) {
       why = "backend '" + id + "' could not load its compiled form";
     } else if (stored.imperative && !BP_TABLE_HAS(backend->api(), execute_node)) {

@@ -145,9 +145,15 @@ class Runner:
 def compiled(paths, model, onnx_path, threads):
     """MODEL.tN.bpk compiled by `backplane compile --threads N` (weights
     inside; oneDNN may choose other layouts at another thread count, and a
-    payload loaded at another count is recompiled), cached by mtime."""
+    payload loaded at another count is recompiled), cached by mtime: made
+    again when older than the model, the CLI or any backend file (a .bpk from
+    an older build may be read, but is not what this build compiles)."""
     bpk = os.path.join(paths["models"], f"{model}.t{threads}.bpk")
-    if not os.path.exists(bpk) or os.path.getmtime(bpk) < os.path.getmtime(onnx_path):
+    sources = [onnx_path, paths["cli"]] + [os.path.join(paths["backend_dir"], f)
+                                           for f in os.listdir(paths["backend_dir"])]
+    sources += [os.path.join(d, f) for d in [os.path.join(paths["backend_dir"], "..", "onednn")]
+                if os.path.isdir(d) for f in os.listdir(d)]
+    if not os.path.exists(bpk) or os.path.getmtime(bpk) < max(os.path.getmtime(f) for f in sources):
         subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
                         "--threads", str(threads)], check=True, capture_output=True, text=True)
     return bpk

@@ -1,6 +1,7 @@
 // Backends compiled against the frozen API headers (tests/abi/v1_0/ to
-// v1_3/backend_abi.h, never edited once released) load into and run
-// under the current runtime. When the live header gains slots, this test is
+// v1_4/backend_abi.h, never edited once released) load into and run
+// under the current runtime; one built against the live header (1.5) runs
+// its partition on the host's thread pool. When the live header gains slots, this test is
 // what proves the runtime still accepts the older, shorter tables.
 #include "support/mock_testing.hpp"
 
@@ -8,6 +9,8 @@
 #include <backplane/runtime.hpp>
 
 #include <gtest/gtest.h>
+
+#include <dlfcn.h>
 
 #include <cstring>
 #include <filesystem>
@@ -75,10 +78,50 @@ INSTANTIATE_TEST_SUITE_P(
                       Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_AbiV12_backend.so",
                              ABI_V1_2_HEADER, "AbiV12"},
                       Frozen{3, ABI_V1_3_BACKEND_DIR, ABI_V1_3_BACKEND_DIR "/Abi_AbiV13_backend.so",
-                             ABI_V1_3_HEADER, "AbiV13"}),
+                             ABI_V1_3_HEADER, "AbiV13"},
+                      Frozen{4, ABI_V1_4_BACKEND_DIR, ABI_V1_4_BACKEND_DIR "/Abi_AbiV14_backend.so",
+                             ABI_V1_4_HEADER, "AbiV14"}),
     [](const ::testing::TestParamInfo<Frozen>& info) {
       return "V1_" + std::to_string(info.param.minor);
     });
+
+// Mirrors mock_pool_counters_t of mock_backend.c (MOCK_THREAD_POOL).
+struct PoolCounters {
+  int execute_shaped, chunks, max_pool_size, edge_flags, with_pool;
+};
+
+// API 1.5: the backend is lent the runtime's pool (sized by num_threads)
+// with every execute_shaped, and its parallel_for covers the tensor.
+TEST(AbiV15, BackendRunsOnTheHostThreadPool) {
+  const std::string file = ABI_V1_5_BACKEND_DIR "/Abi_AbiV15_backend.so";
+  ASSERT_TRUE(fs::exists(file)) << file;
+  RuntimeOptions options = bt::dynamic_only(ABI_V1_5_BACKEND_DIR);
+  options.num_threads = 3;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt.ok()) << rt.status().message();
+  ASSERT_EQ((*rt)->backends().size(), 1u);
+  EXPECT_EQ((*rt)->backends()[0].api_minor, 5u);
+  void* h = ::dlopen(fs::canonical(file).c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr);
+  auto counters = reinterpret_cast<PoolCounters* (*)()>(::dlsym(h, "MockPoolCounters"));
+  ASSERT_NE(counters, nullptr);
+  const PoolCounters before = *counters();
+
+  bt::TempDir tmp;
+  bt::write_relu_model(tmp.file("relu.onnx"), {4, 64}, 2);
+  auto model = (*rt)->load_model(tmp.file("relu.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  bt::expect_relu_runs(**model, {4, 64});
+  const PoolCounters after = *counters();
+  ::dlclose(h);
+  EXPECT_GT(after.execute_shaped, before.execute_shaped);
+  EXPECT_EQ(after.with_pool - before.with_pool, after.execute_shaped - before.execute_shaped);
+  EXPECT_EQ(after.max_pool_size, 3);
+  // grain 1 over 256 floats on 3 threads: split into several chunks.
+  EXPECT_GT(after.chunks - before.chunks, after.execute_shaped - before.execute_shaped);
+  // One backend only: never a partition edge.
+  EXPECT_EQ(after.edge_flags, before.edge_flags);
+}
 
 }  // namespace
 }  // namespace backplane

@@ -580,11 +580,12 @@ class ThreadPool {
     }
     using F = std::remove_reference_t<Fn>;
     struct Ctx {
+      explicit Ctx(F* f) : fn(f) {}
       F* fn;
       std::atomic<bool> failed{false};
       std::mutex mu;
       std::exception_ptr error;
-    } ctx{&fn};
+    } ctx(&fn);
     auto chunk = [](void* c, size_t begin, size_t end) noexcept {
       auto* x = static_cast<Ctx*>(c);
       if (x->failed.load(std::memory_order_relaxed)) return;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -63,10 +64,13 @@ class RuntimeImpl : public Runtime {
     }
     // One pool for the runtime, lent to backends at every execute (API
     // 1.5): num_threads threads, or one per hardware thread by default.
-    pool_ = std::make_shared<ThreadPool>(
-        options.num_threads > 0
-            ? options.num_threads
-            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    // BACKPLANE_THREAD_POOL=0 lends none (to measure what it is worth).
+    const char* lend = std::getenv("BACKPLANE_THREAD_POOL");
+    if (lend == nullptr || std::string(lend) != "0")
+      pool_ = std::make_shared<ThreadPool>(
+          options.num_threads > 0
+              ? options.num_threads
+              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     return configure_threads();
   }
 

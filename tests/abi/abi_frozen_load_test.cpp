@@ -123,5 +123,54 @@ TEST(AbiV15, BackendRunsOnTheHostThreadPool) {
   EXPECT_EQ(after.edge_flags, before.edge_flags);
 }
 
+// API 1.5: BP_EXECUTE_EDGE_FOLLOWS is set exactly on a partition whose next
+// one (in the run, or the first of the next run) is another backend's.
+TEST(AbiV15, EdgeFlagMarksEveryPartitionAnotherBackendFollows) {
+  const std::string file = ABI_V1_5_BACKEND_DIR "/Abi_AbiV15_backend.so";
+  RuntimeOptions options = bt::with_dir(ABI_V1_5_BACKEND_DIR);  // CpuRef too
+  options.num_threads = 2;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt.ok()) << rt.status().message();
+  void* h = ::dlopen(fs::canonical(file).c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr);
+  auto counters = reinterpret_cast<PoolCounters* (*)()>(::dlsym(h, "MockPoolCounters"));
+  ASSERT_NE(counters, nullptr);
+
+  bt::TempDir tmp;
+  bt::write_relu_model(tmp.file("relu.onnx"), {2, 8}, 5);
+  // AbiV15, CpuRef, AbiV15, AbiV15, CpuRef: the first AbiV15 partition and
+  // the second (relu_2 and relu_3 together) are followed by CpuRef.
+  ModelOptions placement;
+  placement.backends = {"AbiV15", "CpuRef"};
+  placement.overrides = {{"relu_1", "CpuRef"}, {"relu_4", "CpuRef"}};
+  auto model = (*rt)->load_model(tmp.file("relu.onnx"), placement);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_EQ((*model)->partitions().size(), 4u) << (*model)->describe_plan(PlanFormat::kText);
+  const PoolCounters before = *counters();
+  bt::expect_relu_runs(**model, {2, 8});
+  const PoolCounters after = *counters();
+  const int executes = after.execute_shaped - before.execute_shaped;
+  ASSERT_GT(executes, 0);
+  ASSERT_EQ(executes % 2, 0);  // two AbiV15 partitions per run
+  EXPECT_EQ(after.edge_flags - before.edge_flags, executes);
+
+  // AbiV15, CpuRef, AbiV15: the last partition is followed by the next
+  // run's first, AbiV15's own: not an edge. One flag per run.
+  ModelOptions wrap;
+  wrap.backends = {"AbiV15", "CpuRef"};
+  wrap.overrides = {{"relu_1", "CpuRef"}};
+  auto model2 = (*rt)->load_model(tmp.file("relu.onnx"), wrap);
+  ASSERT_TRUE(model2.ok()) << model2.status().message();
+  ASSERT_EQ((*model2)->partitions().size(), 3u) << (*model2)->describe_plan(PlanFormat::kText);
+  const PoolCounters before2 = *counters();
+  bt::expect_relu_runs(**model2, {2, 8});
+  const PoolCounters after2 = *counters();
+  ::dlclose(h);
+  const int executes2 = after2.execute_shaped - before2.execute_shaped;
+  ASSERT_GT(executes2, 0);
+  ASSERT_EQ(executes2 % 2, 0);
+  EXPECT_EQ(after2.edge_flags - before2.edge_flags, executes2 / 2);
+}
+
 }  // namespace
 }  // namespace backplane

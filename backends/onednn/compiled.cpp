@@ -243,6 +243,23 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   stream.wait();
 }
 
+void release_openmp_workers() {
+#if defined(_OPENMP)
+  // Opt-in: with Debian's libgomp the release costs more than the spin it
+  // saves (measured: omp_pause_resource_all blocks for about as long as the
+  // workers' spin, then the next region starts a new team), so it is off
+  // unless BACKPLANE_ONEDNN_EDGE_PAUSE=1 (an OpenMP runtime whose soft pause
+  // only puts workers to sleep may gain from it).
+  static const bool enabled = [] {
+    const char* v = std::getenv("BACKPLANE_ONEDNN_EDGE_PAUSE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  // Soft: the threads go, nothing the program holds is lost. Fails (-1,
+  // ignored) inside an application's own parallel region.
+  if (enabled) (void)omp_pause_resource_all(omp_pause_soft);
+#endif
+}
+
 namespace {
 
 // Per caller: the arena and the scratchpad, and the plan bound to them, all
@@ -275,6 +292,10 @@ class Context : public sdk::ExecContext {
       throw sdk::Error(BP_STATUS_INTERNAL,
                        "CpuOneDnn: this partition was rejected at compile time");
     binder_->run(stream_, num_inputs, inputs, num_outputs, outputs);
+  }
+  void execute_shaped(const sdk::ExecuteArgs& args) override {
+    sdk::ExecContext::execute_shaped(args);
+    if (args.edge_follows()) release_openmp_workers();
   }
 
  private:

@@ -70,6 +70,18 @@ struct Step {
 
 class Compiled;
 
+// Another backend's partition runs next (API 1.5, BP_EXECUTE_EDGE_FOLLOWS):
+// what CpuOneDnn can do so that its OpenMP workers do not spin through that
+// partition on the cores it needs. libgomp reads its spin count once, at
+// load, and its only way to send idle workers away is to release the
+// calling thread's team (omp_pause_resource_all), which the next parallel
+// region recreates. Measured with Debian's libgomp that costs more than the
+// spin it saves (docs/performance.md, "Threads across backends"), so it is
+// done only with BACKPLANE_ONEDNN_EDGE_PAUSE=1; by default the short spin
+// the plugin shim sets (GOMP_SPINCOUNT) is what bounds the overlap. Never
+// called between two partitions of CpuOneDnn's own.
+void release_openmp_workers();
+
 // The bytes a context gives one plan: the arena, then the scratchpad.
 size_t context_bytes(const Compiled& c);
 

@@ -59,6 +59,7 @@ class PolyContext : public sdk::ExecContext {
     // Held for the whole run: another thread may evict it meanwhile.
     const std::shared_ptr<const Compiled> plan = p_.instance(key_);
     bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs());
+    if (args.edge_follows()) release_openmp_workers();
   }
 
  private:

@@ -124,6 +124,35 @@ inline void for_each_row(const Broadcast& b, F&& f) {
   }
 }
 
+// Calls f(out_offset, in_offsets) for the innermost runs [row0, row1), in
+// output order.
+template <class F>
+inline void for_each_row_in(const Broadcast& b, int64_t row0, int64_t row1, F&& f) {
+  int64_t idx[kMaxRank] = {};
+  int64_t off[kMaxInputs] = {};
+  const int rank = static_cast<int>(b.dims.size());
+  int64_t r = row0;  // row0's index in the outer dims, innermost last
+  for (int d = rank - 1; d >= 0; --d) {
+    idx[d] = r % b.dims[d];
+    r /= b.dims[d];
+    for (size_t k = 0; k < b.nin; ++k) off[k] += idx[d] * b.strides[d][k];
+  }
+  for (int64_t row = row0; row < row1; ++row) {
+    f(row * b.inner, static_cast<const int64_t*>(off));
+    for (int d = rank - 1; d >= 0; --d) {
+      for (size_t k = 0; k < b.nin; ++k) off[k] += b.strides[d][k];
+      if (++idx[d] < b.dims[d]) break;
+      for (size_t k = 0; k < b.nin; ++k) off[k] -= b.strides[d][k] * b.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Element-wise work is split across the host's threads (API 1.5) in pieces
+// of at least this many elements: below it a worker's wake-up costs more
+// than the memory traffic it shares.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
+
 // ---------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------
@@ -136,7 +165,9 @@ class MapKernel final : public Kernel {
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     const I* in = static_cast<const I*>(inputs[0]);
     O* out = static_cast<O*>(outputs[0]);
-    for (int64_t i = 0; i < n_; ++i) out[i] = store<O>(fn_(load(in[i])));
+    sdk::parallel_for(static_cast<size_t>(n_), kParallelElements, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) out[i] = store<O>(fn_(load(in[i])));
+    });
   }
 
  private:
@@ -155,23 +186,38 @@ class BinaryKernel final : public Kernel {
     O* out = static_cast<O*>(outputs[0]);
     const int64_t n = plan_.inner;
     const int64_t sa = plan_.inner_stride[0], sb = plan_.inner_stride[1];
-    for_each_row(plan_, [&](int64_t o, const int64_t* off) {
+    // Elements [i0, i1) of the run at output offset o.
+    auto run_part = [&](int64_t o, const int64_t* off, int64_t i0, int64_t i1) {
       const A* pa = a + off[0];
       const B* pb = b + off[1];
       O* po = out + o;
       if (sa == 1 && sb == 1) {
-        for (int64_t i = 0; i < n; ++i) po[i] = store<O>(fn_(load(pa[i]), load(pb[i])));
+        for (int64_t i = i0; i < i1; ++i) po[i] = store<O>(fn_(load(pa[i]), load(pb[i])));
       } else if (sa == 1) {
         const auto vb = load(pb[0]);
-        for (int64_t i = 0; i < n; ++i) po[i] = store<O>(fn_(load(pa[i]), vb));
+        for (int64_t i = i0; i < i1; ++i) po[i] = store<O>(fn_(load(pa[i]), vb));
       } else if (sb == 1) {
         const auto va = load(pa[0]);
-        for (int64_t i = 0; i < n; ++i) po[i] = store<O>(fn_(va, load(pb[i])));
+        for (int64_t i = i0; i < i1; ++i) po[i] = store<O>(fn_(va, load(pb[i])));
       } else {
         const O v = store<O>(fn_(load(pa[0]), load(pb[0])));
-        for (int64_t i = 0; i < n; ++i) po[i] = v;
+        for (int64_t i = i0; i < i1; ++i) po[i] = v;
       }
-    });
+    };
+    if (plan_.total == 0) return;
+    if (plan_.rows == 1) {  // one run (equal shapes, or a scalar operand): split it
+      static const int64_t zero[kMaxInputs] = {};
+      sdk::parallel_for(static_cast<size_t>(n), kParallelElements, [&](size_t begin, size_t end) {
+        run_part(0, zero, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+      });
+      return;
+    }
+    const size_t rows_per_part = static_cast<size_t>(std::max<int64_t>(1, kParallelElements / n));
+    sdk::parallel_for(
+        static_cast<size_t>(plan_.rows), rows_per_part, [&](size_t begin, size_t end) {
+          for_each_row_in(plan_, static_cast<int64_t>(begin), static_cast<int64_t>(end),
+                          [&](int64_t o, const int64_t* off) { run_part(o, off, 0, n); });
+        });
   }
 
  private:

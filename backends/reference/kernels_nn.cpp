@@ -149,43 +149,77 @@ float dot(int64_t k, const float* a, int64_t a_stride, const float* b, int64_t b
 
 }  // namespace
 
+namespace {
+
+// Rows [i0, i1) and columns [j0, j0 + nb) of C, in the sequential order: the
+// same operations on every element whichever thread runs which part (rows
+// come in the groups of four the sequential loop forms from row 0, so a part
+// never splits a group), hence results that do not depend on the threads.
+void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t nb, int64_t K, float alpha,
+                const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t b_rs, float* C,
+                int64_t ldc) {
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t k1 = std::min(K, k0 + kBlockK);
+    float tile[4 * kBlockN];
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4) {
+      std::fill(tile, tile + 4 * nb, 0.0f);
+      for (int64_t k = k0; k < k1; ++k) {
+        const float* a = A + i * a_rs + k * a_cs;
+        axpy_rows4(nb, B + k * b_rs + j0, alpha * a[0], alpha * a[a_rs], alpha * a[2 * a_rs],
+                   alpha * a[3 * a_rs], tile, tile + nb, tile + 2 * nb, tile + 3 * nb);
+      }
+      for (int64_t r = 0; r < 4; ++r) add_row(nb, tile + r * nb, C + (i + r) * ldc + j0);
+    }
+    for (; i < i1; ++i) {
+      std::fill(tile, tile + nb, 0.0f);
+      for (int64_t k = k0; k < k1; ++k)
+        axpy_row(nb, B + k * b_rs + j0, alpha * A[i * a_rs + k * a_cs], tile);
+      add_row(nb, tile, C + i * ldc + j0);
+    }
+  }
+}
+
+// Below this many multiply-adds a GEMM runs on the calling thread: waking a
+// worker costs more than it saves.
+constexpr int64_t kParallelMacs = int64_t{1} << 16;
+
+}  // namespace
+
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
           const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
-  if (!accumulate)
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-  if (K <= 0) return;
+  const bool small = M * N * std::max<int64_t>(K, 1) < kParallelMacs;
 
   if (b_cs == 1 && N > 1) {
-    for (int64_t j0 = 0; j0 < N; j0 += kBlockN) {
-      const int64_t nb = std::min(kBlockN, N - j0);
-      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
-        const int64_t k1 = std::min(K, k0 + kBlockK);
-        float tile[4 * kBlockN];
-        int64_t i = 0;
-        for (; i + 4 <= M; i += 4) {
-          std::fill(tile, tile + 4 * nb, 0.0f);
-          for (int64_t k = k0; k < k1; ++k) {
-            const float* a = A + i * a_rs + k * a_cs;
-            axpy_rows4(nb, B + k * b_rs + j0, alpha * a[0], alpha * a[a_rs], alpha * a[2 * a_rs],
-                       alpha * a[3 * a_rs], tile, tile + nb, tile + 2 * nb, tile + 3 * nb);
-          }
-          for (int64_t r = 0; r < 4; ++r) add_row(nb, tile + r * nb, C + (i + r) * ldc + j0);
-        }
-        for (; i < M; ++i) {
-          std::fill(tile, tile + nb, 0.0f);
-          for (int64_t k = k0; k < k1; ++k)
-            axpy_row(nb, B + k * b_rs + j0, alpha * A[i * a_rs + k * a_cs], tile);
-          add_row(nb, tile, C + i * ldc + j0);
-        }
+    // Parts: (group of four rows) x (block of kBlockN columns).
+    const int64_t row_groups = (M + 3) / 4, col_blocks = (N + kBlockN - 1) / kBlockN;
+    const size_t parts = static_cast<size_t>(row_groups * col_blocks);
+    sdk::parallel_for(parts, small ? parts : 1, [&](size_t begin, size_t end) {
+      for (size_t part = begin; part < end; ++part) {
+        const int64_t rg = static_cast<int64_t>(part) / col_blocks;
+        const int64_t j0 = (static_cast<int64_t>(part) % col_blocks) * kBlockN;
+        const int64_t nb = std::min(kBlockN, N - j0);
+        const int64_t i0 = rg * 4, i1 = std::min(M, i0 + 4);
+        if (!accumulate)
+          for (int64_t i = i0; i < i1; ++i)
+            std::fill(C + i * ldc + j0, C + i * ldc + j0 + nb, 0.0f);
+        if (K > 0) gemm_block(i0, i1, j0, nb, K, alpha, A, a_rs, a_cs, B, b_rs, C, ldc);
       }
-    }
+    });
     return;
   }
 
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j)
-      C[i * ldc + j] += alpha * dot(K, A + i * a_rs, a_cs, B + j * b_cs, b_rs);
+  sdk::parallel_for(
+      static_cast<size_t>(M), small ? static_cast<size_t>(M) : 1, [&](size_t begin, size_t end) {
+        for (int64_t i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+          float* c = C + i * ldc;
+          if (!accumulate) std::fill(c, c + N, 0.0f);
+          if (K <= 0) continue;
+          for (int64_t j = 0; j < N; ++j)
+            c[j] += alpha * dot(K, A + i * a_rs, a_cs, B + j * b_cs, b_rs);
+        }
+      });
 }
 
 }  // namespace nn

@@ -81,7 +81,23 @@ class PoolKernel final : public Kernel {
     int64_t* indices = with_indices_ ? static_cast<int64_t*>(outputs[1]) : nullptr;
     const Axis &ad = g_.axis[0], &ah = g_.axis[1], &aw = g_.axis[2];
     const int64_t is = g_.in_size();
-    for (int64_t p = 0; p < g_.planes; ++p) {
+    const int64_t os = ad.out * ah.out * aw.out;
+    // Planes are independent: split them across the host's threads (API 1.5)
+    // in parts of some 16k outputs at least.
+    const size_t grain =
+        static_cast<size_t>(std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(os, 1)));
+    sdk::parallel_for(static_cast<size_t>(g_.planes), grain, [&](size_t begin, size_t end) {
+      run_planes(x, y, indices, static_cast<int64_t>(begin), static_cast<int64_t>(end), is, os);
+    });
+  }
+
+ private:
+  void run_planes(const T* x, T* y, int64_t* indices, int64_t p0, int64_t p1, int64_t is,
+                  int64_t os) const {
+    const Axis &ad = g_.axis[0], &ah = g_.axis[1], &aw = g_.axis[2];
+    y += p0 * os;
+    if (indices != nullptr) indices += p0 * os;
+    for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * is;
       for (int64_t od = 0; od < ad.out; ++od)
         for (int64_t oh = 0; oh < ah.out; ++oh)

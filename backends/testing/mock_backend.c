@@ -21,6 +21,9 @@
  *   MOCK_HANG_IN_CREATE     create never returns
  *   MOCK_FROZEN_ABI_HEADER  build against "backend_abi.h" found on the include
  *                           path (the frozen copy in tests/abi/v1_0)
+ *   MOCK_THREAD_POOL        (API >= 1.5) also fill execute_shaped, which runs
+ *                           Relu through host->parallel_for on the pool it is
+ *                           lent, counting in MockPoolCounters()
  *
  * When nothing misbehaves it is a working backend that runs Relu (float32),
  * both compiled (compile/execute) and one op at a time (execute_node), and
@@ -238,6 +241,55 @@ static bp_status_t* mock_execute_node(bp_backend_t* backend, const bp_graph_view
   return NULL;
 }
 
+#if defined(MOCK_THREAD_POOL) && BP_API_VERSION_MINOR >= 5
+/* What execute_shaped saw; exported for the tests. Written from pool
+ * threads, hence the atomics (GCC/Clang builtins: this file is C99). */
+typedef struct mock_pool_counters {
+  int execute_shaped, chunks, max_pool_size, edge_flags, with_pool;
+} mock_pool_counters_t;
+static mock_pool_counters_t g_pool;
+BP_EXPORT mock_pool_counters_t* MockPoolCounters(void) { return &g_pool; }
+
+typedef struct relu_job {
+  const float* x;
+  float* y;
+} relu_job_t;
+
+static void relu_chunk(void* ctx, size_t begin, size_t end) {
+  const relu_job_t* job = (const relu_job_t*)ctx;
+  size_t i;
+  for (i = begin; i < end; ++i) job->y[i] = job->x[i] > 0.0f ? job->x[i] : 0.0f;
+  __atomic_fetch_add(&g_pool.chunks, 1, __ATOMIC_RELAXED);
+}
+
+static bp_status_t* mock_execute_shaped(bp_exec_context_t* context, const bp_execute_args_t* args) {
+  const bp_host_api_t* host = context->owner->host;
+  bp_thread_pool_t* pool = NULL;
+  relu_job_t job;
+  int size;
+  __atomic_fetch_add(&g_pool.execute_shaped, 1, __ATOMIC_RELAXED);
+  if (args->num_inputs != 1 || args->num_outputs != 1 ||
+      args->inputs[0].size_bytes != args->outputs[0].size_bytes)
+    return fail(host, BP_STATUS_INVALID_ARGUMENT, "mock execute_shaped: bad tensors");
+  if (BP_HAS_FIELD(bp_execute_args_t, flags, args->struct_size)) {
+    pool = args->thread_pool;
+    if (args->flags & BP_EXECUTE_EDGE_FOLLOWS)
+      __atomic_fetch_add(&g_pool.edge_flags, 1, __ATOMIC_RELAXED);
+  }
+  if (!BP_HAS_FIELD(bp_host_api_t, parallel_for, host->struct_size)) {
+    relu(&args->inputs[0], &args->outputs[0]);
+    return NULL;
+  }
+  if (pool != NULL) __atomic_fetch_add(&g_pool.with_pool, 1, __ATOMIC_RELAXED);
+  size = (int)host->thread_pool_size(pool);
+  if (size > g_pool.max_pool_size) g_pool.max_pool_size = size;
+  job.x = (const float*)args->inputs[0].data;
+  job.y = (float*)args->outputs[0].data;
+  /* grain 1: even a tiny tensor is split, so the tests see the chunks */
+  return host->parallel_for(pool, args->inputs[0].size_bytes / sizeof(float), 1, relu_chunk, &job);
+}
+#endif
+
 #define MOCK_HOOK(name)                                                 \
   static bp_status_t* mock_##name(bp_backend_t* backend, uint64_t id) { \
     (void)backend;                                                      \
@@ -279,6 +331,9 @@ static const bp_backend_api_t* table(void) {
   t->context_destroy = mock_context_destroy;
   t->execute = mock_execute;
   t->execute_node = mock_execute_node;
+#if defined(MOCK_THREAD_POOL) && BP_API_VERSION_MINOR >= 5
+  t->execute_shaped = mock_execute_shaped;
+#endif
   t->before_load_network = mock_before_load_network;
   t->after_load_network = mock_after_load_network;
   t->before_unload_network = mock_before_unload_network;

@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.4)
+ * Versioning (API version MAJOR.MINOR, currently 1.5)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -41,6 +41,11 @@
  * otherwise. `execute` may be called concurrently on *different* execution
  * contexts of the same compiled partition; a compiled partition is immutable
  * once compile/deserialize returned. The host table is thread-safe.
+ * Since 1.5 the host lends a backend its thread pool for each execute_shaped
+ * (bp_execute_args_t.thread_pool, bp_host_api_t.parallel_for): a CPU backend
+ * parallelises on it instead of keeping threads of its own, so that the
+ * partitions of two backends that alternate in one run do not fight over
+ * the cores.
  */
 #ifndef BACKPLANE_BACKEND_ABI_H_
 #define BACKPLANE_BACKEND_ABI_H_
@@ -58,7 +63,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 4u
+#define BP_API_VERSION_MINOR 5u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -92,6 +97,10 @@ typedef struct bp_blob_store bp_blob_store_t;
 typedef struct bp_byte_writer bp_byte_writer_t;
 /* Host-owned record of a support query or compile outcome. */
 typedef struct bp_node_report bp_node_report_t;
+/* Host-owned thread pool (since 1.5): lent to a backend for one
+ * execute_shaped call (bp_execute_args_t.thread_pool); see
+ * bp_host_api_t.parallel_for. */
+typedef struct bp_thread_pool bp_thread_pool_t;
 
 /* Backend-owned objects; the backend defines them. */
 typedef struct bp_backend bp_backend_t;           /* one per runtime */
@@ -370,7 +379,27 @@ typedef struct bp_execute_args {
   size_t num_values;
   const bp_shape_t* value_shapes;
   bp_output_sink_t* sink;
+  /* ---- since 1.5 (read only if struct_size covers them) ---- */
+  /* The host's thread pool for this call, or NULL (then run on the calling
+   * thread alone). Owned by the host and valid for the duration of this call
+   * only: give it to host->parallel_for / host->thread_pool_size, never keep
+   * it. Its size is the thread count the host gives this run (the runtime's
+   * num_threads), the calling thread included. */
+  bp_thread_pool_t* thread_pool;
+  uint32_t flags; /* BP_EXECUTE_* */
 } bp_execute_args_t;
+
+/* bp_execute_args_t.flags (since 1.5).
+ * BP_EXECUTE_EDGE_FOLLOWS: the partition the host runs next (later in this
+ * run, or the first one of the next run) belongs to another backend. A
+ * backend that keeps threads of its own waiting for work (e.g. an OpenMP
+ * team spinning between parallel regions) should let them sleep before it
+ * returns, so that they do not take the cores the other backend is about to
+ * use. Never set when the next partition is this backend's own (a model that
+ * runs whole on one backend never sees it), so a backend may spend some
+ * microseconds on it. A hint only: results must not depend on it. The host
+ * leaves it unset when BACKPLANE_EDGE_YIELD=0 (to measure without it). */
+#define BP_EXECUTE_EDGE_FOLLOWS (1u << 0)
 
 /* ----------------------------------------------------------------------- */
 /* Backend-defined operators (since 1.3)                                    */
@@ -510,12 +539,47 @@ typedef struct bp_host_api {
    * callback leaves unset is an error naming it. */
   bp_status_t* (*infer_set_output)(bp_infer_result_t* result, size_t output_index, bp_dtype_t dtype,
                                    size_t rank, const int64_t* dims);
+
+  /* ---- since 1.5 (check api_minor or struct_size before calling) ------- */
+
+  /* The number of threads `pool` runs a parallel_for on, the calling thread
+   * included: >= 1; 1 for a NULL pool. Split work by it, never assume it. */
+  uint32_t (*thread_pool_size)(const bp_thread_pool_t* pool);
+
+  /* Runs fn(ctx, begin, end) over disjoint chunks that together cover
+   * [0, n) exactly once, and returns when every chunk has returned. Chunks
+   * are at least `grain` items (0 reads as 1) except the last, and are
+   * handed out dynamically: the calling thread takes chunks too, so a worker
+   * that is slow to start (descheduled on a busy machine) never holds the
+   * call up: the caller runs its share. Which thread runs which chunk, and
+   * in what order, is unspecified: fn must not depend on it (write disjoint
+   * outputs; reduce per chunk, then combine on the caller in a fixed order
+   * for results that do not depend on the thread count).
+   * - n == 0 calls nothing; n <= grain, a NULL pool or a pool of size 1 run
+   *   fn(ctx, 0, n) on the calling thread.
+   * - Nested calls (from inside fn) are safe: they run inline, on the thread
+   *   that made them. Calls from several threads at once (sessions running
+   *   concurrently) are safe: a call that finds the pool's workers busy runs
+   *   its chunks on its own thread.
+   * - fn must not throw or longjmp across this call (C ABI); a C++ exception
+   *   that reaches the host anyway is caught, the chunks not yet started are
+   *   skipped and a BP_STATUS_BACKEND_ERROR status is returned. fn reports
+   *   failures through ctx (backend_sdk.hpp's parallel_for carries an
+   *   exception back to the caller for you).
+   * Returns NULL, or a status the caller owns. */
+  bp_status_t* (*parallel_for)(bp_thread_pool_t* pool, size_t n, size_t grain,
+                               void (*fn)(void* ctx, size_t begin, size_t end), void* ctx);
 } bp_host_api_t;
 
 /* The struct_size of a bp_host_api_t as of each released API. */
 #define BP_HOST_API_SIZE_1_0 BP_STRUCT_SIZE(bp_host_api_t, free)
 #define BP_HOST_API_SIZE_1_2 BP_STRUCT_SIZE(bp_host_api_t, output_allocate)
 #define BP_HOST_API_SIZE_1_3 BP_STRUCT_SIZE(bp_host_api_t, infer_set_output)
+#define BP_HOST_API_SIZE_1_5 BP_STRUCT_SIZE(bp_host_api_t, parallel_for)
+
+/* The struct_size of a bp_execute_args_t as of each API that changed it. */
+#define BP_EXECUTE_ARGS_SIZE_1_2 BP_STRUCT_SIZE(bp_execute_args_t, sink)
+#define BP_EXECUTE_ARGS_SIZE_1_5 BP_STRUCT_SIZE(bp_execute_args_t, flags)
 
 /* ======================================================================= */
 /* Backend table: backend -> runtime                                        */
@@ -642,7 +706,9 @@ typedef struct bp_backend_api {
    * Required for a partition compiled with shape_polymorphic, whose input
    * and output shapes change from call to call; for any other partition the
    * shapes are the view's, except outputs whose shape depends on data.
-   * Threading as for execute. */
+   * Threading as for execute. Since 1.5 args also lends the host's thread
+   * pool and says whether another backend's partition follows: a backend
+   * that wants either implements this slot (plain execute gets neither). */
   bp_status_t* (*execute_shaped)(bp_exec_context_t* context, const bp_execute_args_t* args);
 
   /* ---- since 1.3 ------------------------------------------------------ */
@@ -675,6 +741,9 @@ typedef struct bp_backend_api {
 #define BP_BACKEND_API_SIZE_1_2 BP_STRUCT_SIZE(bp_backend_api_t, execute_shaped)
 #define BP_BACKEND_API_SIZE_1_3 BP_STRUCT_SIZE(bp_backend_api_t, get_op_schemas)
 #define BP_BACKEND_API_SIZE_1_4 BP_STRUCT_SIZE(bp_backend_api_t, get_devices)
+/* 1.5 added no slot to this table (only to bp_host_api_t and
+ * bp_execute_args_t): a 1.5 table has 1.4's size. */
+#define BP_BACKEND_API_SIZE_1_5 BP_BACKEND_API_SIZE_1_4
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

@@ -29,6 +29,13 @@
 //
 // and claims their nodes in query_support like any other.
 //
+// A CPU backend parallelises on the host's thread pool (API 1.5) rather than
+// threads of its own: inside execute_shaped (and anything it calls),
+//
+//   sdk::parallel_for(rows, /*grain=*/1, [&](size_t begin, size_t end) { ... });
+//
+// runs on the pool the host lent this call, or inline when there is none.
+//
 // Every slot of the table is a noexcept trampoline: a C++ exception thrown by
 // your code becomes a status object (sdk::Error keeps its code; anything else is
 // BP_STATUS_INTERNAL with what()), so nothing ever unwinds into the runtime.
@@ -40,6 +47,7 @@
 #include <backplane/backend_abi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +55,7 @@
 #include <deque>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -92,7 +101,7 @@ struct BackendIdentity {
   uint32_t (*score)() = nullptr;  // GetBackendScore: 0 = cannot run on this machine;
                                   // nullptr = 1, what the runtime assumes without one
   uint32_t api_major = BP_API_VERSION_MAJOR;  // GetVersion: the API built against
-  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 4 with this header)
+  uint32_t api_minor = BP_API_VERSION_MINOR;  // (0 to 5 with this header)
 };
 
 // ---------------------------------------------------------------------------
@@ -540,6 +549,100 @@ class OwnedView {
 };
 
 // ---------------------------------------------------------------------------
+// The host's thread pool (API 1.5)
+// ---------------------------------------------------------------------------
+
+// The pool the host lends one execute_shaped call (bp_execute_args_t.
+// thread_pool), or none (default-constructed, a host older than 1.5, a
+// backend built for an older minor): then everything runs inline.
+class ThreadPool {
+ public:
+  ThreadPool() = default;
+  ThreadPool(const bp_host_api_t* host, bp_thread_pool_t* pool)
+      : host_(host != nullptr && BP_HAS_FIELD(bp_host_api_t, parallel_for, host->struct_size) &&
+                      host->parallel_for != nullptr && host->thread_pool_size != nullptr
+                  ? host
+                  : nullptr),
+        pool_(host_ != nullptr ? pool : nullptr) {}
+
+  // Threads a parallel_for runs on, the calling thread included (>= 1).
+  uint32_t size() const { return pool_ != nullptr ? host_->thread_pool_size(pool_) : 1u; }
+
+  // fn(begin, end) over chunks of at least `grain` items covering [0, n)
+  // (bp_host_api_t.parallel_for). The first exception a chunk throws stops
+  // the chunks not yet started and is rethrown here, on the caller.
+  template <class Fn>
+  void parallel_for(size_t n, size_t grain, Fn&& fn) const {
+    if (n == 0) return;
+    if (pool_ == nullptr || n <= std::max<size_t>(grain, 1)) {
+      fn(size_t{0}, n);
+      return;
+    }
+    using F = std::remove_reference_t<Fn>;
+    struct Ctx {
+      explicit Ctx(F* f) : fn(f) {}
+      F* fn;
+      std::atomic<bool> failed{false};
+      std::mutex mu;
+      std::exception_ptr error;
+    } ctx(&fn);
+    auto chunk = [](void* c, size_t begin, size_t end) noexcept {
+      auto* x = static_cast<Ctx*>(c);
+      if (x->failed.load(std::memory_order_relaxed)) return;
+      try {
+        (*x->fn)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (!x->error) x->error = std::current_exception();
+        x->failed.store(true, std::memory_order_relaxed);
+      }
+    };
+    bp_status_t* status = host_->parallel_for(pool_, n, grain, chunk, &ctx);
+    if (ctx.error) {
+      host_->status_release(status);
+      std::rethrow_exception(ctx.error);
+    }
+    if (status != nullptr) {
+      Error e(host_->status_code(status), host_->status_message(status));
+      host_->status_release(status);
+      throw e;
+    }
+  }
+
+  // The pool of the execute_shaped call running on this thread (the SDK
+  // sets it for the duration of the call), or none: kernels reach it
+  // without having it passed down. A pool's worker thread has none, so a
+  // parallel_for nested in a chunk runs inline.
+  static const ThreadPool& current() {
+    static const ThreadPool none;
+    return current_ != nullptr ? *current_ : none;
+  }
+
+  // Makes `pool` current() on this thread while it lives.
+  class Scope {
+   public:
+    explicit Scope(const ThreadPool* pool) : previous_(current_) { current_ = pool; }
+    ~Scope() { current_ = previous_; }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    const ThreadPool* previous_;
+  };
+
+ private:
+  static inline thread_local const ThreadPool* current_ = nullptr;
+  const bp_host_api_t* host_ = nullptr;
+  bp_thread_pool_t* pool_ = nullptr;
+};
+
+// ThreadPool::current().parallel_for: what a kernel calls.
+template <class Fn>
+void parallel_for(size_t n, size_t grain, Fn&& fn) {
+  ThreadPool::current().parallel_for(n, grain, std::forward<Fn>(fn));
+}
+
+// ---------------------------------------------------------------------------
 // The classes a backend author derives from
 // ---------------------------------------------------------------------------
 
@@ -580,6 +683,17 @@ class ExecuteArgs {
     return data;
   }
   const bp_execute_args_t& raw() const { return args_; }
+  // API 1.5: the pool lent to this call (none for an older host).
+  ThreadPool thread_pool() const {
+    return BP_HAS_FIELD(bp_execute_args_t, thread_pool, args_.struct_size)
+               ? ThreadPool(host_, args_.thread_pool)
+               : ThreadPool();
+  }
+  // API 1.5: another backend's partition runs next (BP_EXECUTE_EDGE_FOLLOWS).
+  bool edge_follows() const {
+    return BP_HAS_FIELD(bp_execute_args_t, flags, args_.struct_size) &&
+           (args_.flags & BP_EXECUTE_EDGE_FOLLOWS) != 0;
+  }
 
  private:
   const bp_host_api_t* host_;
@@ -920,7 +1034,8 @@ constexpr size_t table_size(uint32_t minor) {
          : minor == 1 ? BP_BACKEND_API_SIZE_1_1
          : minor == 2 ? BP_BACKEND_API_SIZE_1_2
          : minor == 3 ? BP_BACKEND_API_SIZE_1_3
-                      : BP_BACKEND_API_SIZE_1_4;
+         : minor == 4 ? BP_BACKEND_API_SIZE_1_4
+                      : BP_BACKEND_API_SIZE_1_5;
 }
 
 constexpr bool valid_version(const BackendIdentity& id) {
@@ -1080,7 +1195,12 @@ struct Table {
     const bp_host_api_t* host = c->owner->host().api();
     if (args == nullptr)
       return host->status_create(BP_STATUS_INVALID_ARGUMENT, "execute_shaped: args is NULL");
-    return guard(host, [&] { c->impl->execute_shaped(ExecuteArgs(host, *args)); });
+    return guard(host, [&] {
+      const ExecuteArgs shaped(host, *args);
+      const ThreadPool pool = shaped.thread_pool();
+      const ThreadPool::Scope scope(&pool);
+      c->impl->execute_shaped(shaped);
+    });
   }
   static bp_status_t* serialize(bp_compiled_t* compiled, bp_blob_store_t* store,
                                 bp_byte_writer_t* writer) noexcept {

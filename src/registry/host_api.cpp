@@ -3,6 +3,7 @@
 #include "core/log.hpp"
 #include "core/named_blob_store.hpp"
 #include "core/named_data_map.hpp"
+#include "core/thread_pool.hpp"
 #include "registry/abi_status.hpp"
 #include "registry/backend_ops.hpp"
 #include "registry/byte_writer.hpp"
@@ -203,12 +204,36 @@ bp_status_t* infer_set_output(bp_infer_result_t* result, size_t output_index, bp
   }
 }
 
+uint32_t thread_pool_size(const bp_thread_pool_t* pool) {
+  return pool == nullptr ? 1u : static_cast<uint32_t>(ThreadPool::from_abi(pool)->size());
+}
+
+bp_status_t* parallel_for(bp_thread_pool_t* pool, size_t n, size_t grain,
+                          void (*fn)(void* ctx, size_t begin, size_t end), void* ctx) {
+  if (n == 0) return nullptr;
+  if (fn == nullptr) return status_create(BP_STATUS_INVALID_ARGUMENT, "parallel_for: fn is NULL");
+  bool ok = true;
+  if (pool == nullptr) {
+    try {
+      fn(ctx, 0, n);
+    } catch (...) {
+      ok = false;
+    }
+  } else {
+    ok = ThreadPool::from_abi(pool)->parallel_for(n, grain, fn, ctx);
+  }
+  return ok ? nullptr
+            : status_create(BP_STATUS_BACKEND_ERROR,
+                            "parallel_for: a chunk threw a C++ exception across the ABI "
+                            "(the chunks not yet started were skipped)");
+}
+
 }  // namespace
 
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
-    t.struct_size = BP_HOST_API_SIZE_1_3;
+    t.struct_size = BP_HOST_API_SIZE_1_5;
     t.api_major = BP_API_VERSION_MAJOR;
     t.api_minor = BP_API_VERSION_MINOR;
     t.status_create = &status_create;
@@ -227,6 +252,8 @@ const bp_host_api_t* host_api() {
     t.free = &host_free;
     t.output_allocate = &output_allocate;    // since 1.2
     t.infer_set_output = &infer_set_output;  // since 1.3
+    t.thread_pool_size = &thread_pool_size;  // since 1.5
+    t.parallel_for = &parallel_for;          // since 1.5
     return t;
   }();
   return &table;

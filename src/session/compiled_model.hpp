@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/named_data_map.hpp"
+#include "core/thread_pool.hpp"
 #include "ir/constant_folding.hpp"
 #include "ir/graph.hpp"
 #include "partition/partitioner.hpp"
@@ -39,6 +40,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
     uint64_t network_id = 0;
     int num_threads = 0;
     size_t max_specializations = 16;
+    // The runtime's pool, lent to backends at execute (API 1.5); null: none.
+    std::shared_ptr<ThreadPool> thread_pool;
   };
 
   // A model from its portable graph (import_portable_model, or any graph
@@ -96,6 +99,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   }
   const MemoryPlan& memory() const { return primary()->memory(); }
   const std::vector<ExecStep>& steps() const { return primary()->steps(); }
+  // The pool lent to backends at execute; null when the runtime gave none.
+  ThreadPool* thread_pool() const { return options_.thread_pool.get(); }
 
  private:
   CompiledModel() = default;

@@ -1,6 +1,7 @@
 // Runtime: the registry of backends, and load_model / compile through the
 // pipeline (pipeline/), into CompiledModels (session/compiled_model.hpp).
 #include "core/log.hpp"
+#include "core/thread_pool.hpp"
 #include "pipeline/aot_compile.hpp"
 #include "pipeline/artifact_load.hpp"
 #include "pipeline/front_end.hpp"
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -69,6 +71,15 @@ class RuntimeImpl : public Runtime {
           "(" +
           why + "); see 'backplane backends' and docs/troubleshooting.md");
     }
+    // One pool for the runtime, lent to backends at every execute (API
+    // 1.5): num_threads threads, or one per hardware thread by default.
+    // BACKPLANE_THREAD_POOL=0 lends none (to measure what it is worth).
+    const char* lend = std::getenv("BACKPLANE_THREAD_POOL");
+    if (lend == nullptr || std::string(lend) != "0")
+      pool_ = std::make_shared<ThreadPool>(
+          options.num_threads > 0
+              ? options.num_threads
+              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     return configure_threads();
   }
 
@@ -92,6 +103,7 @@ class RuntimeImpl : public Runtime {
     model.placement = options;
     model.network_id = next_network_id_++;
     model.num_threads = options_.num_threads;
+    model.thread_pool = pool_;
     model.max_specializations = options.max_specializations;
     if (options.max_specializations == 0)
       return invalid_argument("max_specializations must be at least 1").with_context(path);
@@ -136,6 +148,8 @@ class RuntimeImpl : public Runtime {
   }
 
   RuntimeOptions options_;
+  // Before registry_: backends are destroyed before the pool they were lent.
+  std::shared_ptr<ThreadPool> pool_;
   BackendRegistry registry_;
   std::vector<BackendFileReport> files_;
   std::vector<BackendPathReport> paths_;

@@ -325,6 +325,7 @@ class SessionImpl : public Session {
                                                                       : std::next(it);
     in_tensors_.assign(executable.size(), {});
     out_tensors_.assign(executable.size(), {});
+    edge_after_ = edges_of(*spec);
     spec_ = std::move(spec);
     for (const ExecStep& s : spec_->init_copies()) {
       Status copied = copy(s);
@@ -584,12 +585,40 @@ class SessionImpl : public Session {
       args.num_values = shapes.values.size();
       args.value_shapes = shapes.values.data();
       args.sink = &sink_;
+      if (api->api_minor >= 5) {  // a 1.2-1.4 backend reads only as far as sink
+        args.struct_size = BP_EXECUTE_ARGS_SIZE_1_5;
+        args.thread_pool = pool_ != nullptr ? pool_->abi() : nullptr;
+        args.flags = edge_after_[i] ? BP_EXECUTE_EDGE_FOLLOWS : 0u;
+      }
       s = api->execute_shaped(contexts_[i], &args);
     } else {
       s = api->execute(contexts_[i], in.size(), in.data(), out.size(), out.data());
     }
+    // Another backend runs next: the pool's workers, done with this
+    // partition, sleep now rather than spin through that one.
+    if (edge_after_[i] && pool_ != nullptr) pool_->park();
     if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
     return ok_status();
+  }
+
+  // Per partition: does another backend's partition run right after it (in
+  // this run, or first in the next)? Never for a model on one backend.
+  // BACKPLANE_EDGE_YIELD=0 turns it off, to measure what it is worth.
+  static std::vector<bool> edges_of(const Specialization& spec) {
+    std::vector<bool> edges(spec.executable().size(), false);
+    static const bool enabled = [] {
+      const char* v = std::getenv("BACKPLANE_EDGE_YIELD");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (!enabled) return edges;
+    std::vector<int> order;
+    for (const ExecStep& st : spec.steps())
+      if (st.kind == ExecStep::kRun) order.push_back(st.partition);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int next = order[(k + 1) % order.size()];
+      edges[order[k]] = spec.executable()[order[k]]->backend != spec.executable()[next]->backend;
+    }
+    return edges;
   }
 
   void* address_of(int v, int space) const {
@@ -722,6 +751,8 @@ class SessionImpl : public Session {
   std::map<int, Dynamic> dynamic_;
   size_t running_ = 0;  // the partition executing now
   bp_output_sink sink_;
+  ThreadPool* const pool_ = model_->thread_pool();  // lent to backends (API 1.5)
+  std::vector<bool> edge_after_;                    // per partition: edges_of
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Backends compiled against the frozen API headers (tests/abi/v1_0/ to
-// v1_3/backend_abi.h, never edited once released) load into and run
-// under the current runtime. When the live header gains slots, this test is
+// v1_4/backend_abi.h, never edited once released) load into and run
+// under the current runtime; one built against the live header (1.5) runs
+// its partition on the host's thread pool. When the live header gains slots, this test is
 // what proves the runtime still accepts the older, shorter tables.
 #include "support/mock_testing.hpp"
 
@@ -8,6 +9,8 @@
 #include <backplane/runtime.hpp>
 
 #include <gtest/gtest.h>
+
+#include <dlfcn.h>
 
 #include <cstring>
 #include <filesystem>
@@ -75,10 +78,99 @@ INSTANTIATE_TEST_SUITE_P(
                       Frozen{2, ABI_V1_2_BACKEND_DIR, ABI_V1_2_BACKEND_DIR "/Abi_AbiV12_backend.so",
                              ABI_V1_2_HEADER, "AbiV12"},
                       Frozen{3, ABI_V1_3_BACKEND_DIR, ABI_V1_3_BACKEND_DIR "/Abi_AbiV13_backend.so",
-                             ABI_V1_3_HEADER, "AbiV13"}),
+                             ABI_V1_3_HEADER, "AbiV13"},
+                      Frozen{4, ABI_V1_4_BACKEND_DIR, ABI_V1_4_BACKEND_DIR "/Abi_AbiV14_backend.so",
+                             ABI_V1_4_HEADER, "AbiV14"}),
     [](const ::testing::TestParamInfo<Frozen>& info) {
       return "V1_" + std::to_string(info.param.minor);
     });
+
+// Mirrors mock_pool_counters_t of mock_backend.c (MOCK_THREAD_POOL).
+struct PoolCounters {
+  int execute_shaped, chunks, max_pool_size, edge_flags, with_pool;
+};
+
+// API 1.5: the backend is lent the runtime's pool (sized by num_threads)
+// with every execute_shaped, and its parallel_for covers the tensor.
+TEST(AbiV15, BackendRunsOnTheHostThreadPool) {
+  const std::string file = ABI_V1_5_BACKEND_DIR "/Abi_AbiV15_backend.so";
+  ASSERT_TRUE(fs::exists(file)) << file;
+  RuntimeOptions options = bt::dynamic_only(ABI_V1_5_BACKEND_DIR);
+  options.num_threads = 3;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt.ok()) << rt.status().message();
+  ASSERT_EQ((*rt)->backends().size(), 1u);
+  EXPECT_EQ((*rt)->backends()[0].api_minor, 5u);
+  void* h = ::dlopen(fs::canonical(file).c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr);
+  auto counters = reinterpret_cast<PoolCounters* (*)()>(::dlsym(h, "MockPoolCounters"));
+  ASSERT_NE(counters, nullptr);
+  const PoolCounters before = *counters();
+
+  bt::TempDir tmp;
+  bt::write_relu_model(tmp.file("relu.onnx"), {4, 64}, 2);
+  auto model = (*rt)->load_model(tmp.file("relu.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  bt::expect_relu_runs(**model, {4, 64});
+  const PoolCounters after = *counters();
+  ::dlclose(h);
+  EXPECT_GT(after.execute_shaped, before.execute_shaped);
+  EXPECT_EQ(after.with_pool - before.with_pool, after.execute_shaped - before.execute_shaped);
+  EXPECT_EQ(after.max_pool_size, 3);
+  // grain 1 over 256 floats on 3 threads: split into several chunks.
+  EXPECT_GT(after.chunks - before.chunks, after.execute_shaped - before.execute_shaped);
+  // One backend only: never a partition edge.
+  EXPECT_EQ(after.edge_flags, before.edge_flags);
+}
+
+// API 1.5: BP_EXECUTE_EDGE_FOLLOWS is set exactly on a partition whose next
+// one (in the run, or the first of the next run) is another backend's.
+TEST(AbiV15, EdgeFlagMarksEveryPartitionAnotherBackendFollows) {
+  const std::string file = ABI_V1_5_BACKEND_DIR "/Abi_AbiV15_backend.so";
+  RuntimeOptions options = bt::with_dir(ABI_V1_5_BACKEND_DIR);  // CpuRef too
+  options.num_threads = 2;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt.ok()) << rt.status().message();
+  void* h = ::dlopen(fs::canonical(file).c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr);
+  auto counters = reinterpret_cast<PoolCounters* (*)()>(::dlsym(h, "MockPoolCounters"));
+  ASSERT_NE(counters, nullptr);
+
+  bt::TempDir tmp;
+  bt::write_relu_model(tmp.file("relu.onnx"), {2, 8}, 5);
+  // AbiV15, CpuRef, AbiV15, AbiV15, CpuRef: the first AbiV15 partition and
+  // the second (relu_2 and relu_3 together) are followed by CpuRef.
+  ModelOptions placement;
+  placement.backends = {"AbiV15", "CpuRef"};
+  placement.overrides = {{"relu_1", "CpuRef"}, {"relu_4", "CpuRef"}};
+  auto model = (*rt)->load_model(tmp.file("relu.onnx"), placement);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_EQ((*model)->partitions().size(), 4u) << (*model)->describe_plan(PlanFormat::kText);
+  const PoolCounters before = *counters();
+  bt::expect_relu_runs(**model, {2, 8});
+  const PoolCounters after = *counters();
+  const int executes = after.execute_shaped - before.execute_shaped;
+  ASSERT_GT(executes, 0);
+  ASSERT_EQ(executes % 2, 0);  // two AbiV15 partitions per run
+  EXPECT_EQ(after.edge_flags - before.edge_flags, executes);
+
+  // AbiV15, CpuRef, AbiV15: the last partition is followed by the next
+  // run's first, AbiV15's own: not an edge. One flag per run.
+  ModelOptions wrap;
+  wrap.backends = {"AbiV15", "CpuRef"};
+  wrap.overrides = {{"relu_1", "CpuRef"}};
+  auto model2 = (*rt)->load_model(tmp.file("relu.onnx"), wrap);
+  ASSERT_TRUE(model2.ok()) << model2.status().message();
+  ASSERT_EQ((*model2)->partitions().size(), 3u) << (*model2)->describe_plan(PlanFormat::kText);
+  const PoolCounters before2 = *counters();
+  bt::expect_relu_runs(**model2, {2, 8});
+  const PoolCounters after2 = *counters();
+  ::dlclose(h);
+  const int executes2 = after2.execute_shaped - before2.execute_shaped;
+  ASSERT_GT(executes2, 0);
+  ASSERT_EQ(executes2 % 2, 0);
+  EXPECT_EQ(after2.edge_flags - before2.edge_flags, executes2 / 2);
+}
 
 }  // namespace
 }  // namespace backplane

@@ -1,4 +1,4 @@
-/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 to 1.4)
+/* abi_layout_test.c — freezes the released layouts of backend_abi.h (API 1.0 to 1.5)
  * and the numbers of its status codes.
  *
  * Compiled as C99 with only the ABI header: proves the header is standalone C
@@ -205,6 +205,17 @@ BP_FREEZE(bp_op_schema_t, infer, 64);
 BP_FREEZE(bp_op_schema_t, user_data, 72);
 BP_FREEZE(bp_op_schema_t, doc, 80);
 _Static_assert(BP_OP_UNBOUNDED == 0xFFFFFFFFu, "BP_OP_UNBOUNDED changed");
+/* 1.5: the host's thread pool (thread_pool_size, parallel_for) and the
+ * execute flags (a partition edge follows) */
+BP_FREEZE(bp_host_api_t, thread_pool_size, 144);
+BP_FREEZE(bp_host_api_t, parallel_for, 152);
+_Static_assert(BP_HOST_API_SIZE_1_5 == 160, "API 1.5 host table size changed");
+BP_FREEZE(bp_execute_args_t, thread_pool, 64);
+BP_FREEZE(bp_execute_args_t, flags, 72);
+_Static_assert(BP_EXECUTE_ARGS_SIZE_1_2 == 64, "API 1.2 execute args size changed");
+_Static_assert(BP_EXECUTE_ARGS_SIZE_1_5 == 76, "API 1.5 execute args size changed");
+_Static_assert(BP_EXECUTE_EDGE_FOLLOWS == 1u, "flag renumbered");
+_Static_assert(BP_BACKEND_API_SIZE_1_5 == BP_BACKEND_API_SIZE_1_4, "1.5 added no backend slot");
 _Static_assert(BP_DTYPE_UINT16 == 4 && BP_DTYPE_INT16 == 5 && BP_DTYPE_FLOAT64 == 11 &&
                    BP_DTYPE_UINT32 == 12 && BP_DTYPE_UINT64 == 13 && BP_DTYPE_BFLOAT16 == 16,
                "dtype renumbered");
@@ -232,6 +243,11 @@ int main(void) {
   if (BP_TABLE_HAS(&t, get_op_schemas)) return 1;
   t.struct_size = BP_BACKEND_API_SIZE_1_3;
   if (!BP_TABLE_HAS(&t, get_op_schemas)) return 1;
+  /* A 1.3 host table has no parallel_for. */
+  if (BP_HAS_FIELD(bp_host_api_t, parallel_for, BP_HOST_API_SIZE_1_3)) return 1;
+  if (!BP_HAS_FIELD(bp_host_api_t, parallel_for, BP_HOST_API_SIZE_1_5)) return 1;
+  /* 1.2 execute args have no thread pool. */
+  if (BP_HAS_FIELD(bp_execute_args_t, thread_pool, BP_EXECUTE_ARGS_SIZE_1_2)) return 1;
   puts("abi layout: 1 passed, 0 failed");
   return 0;
 }

@@ -188,7 +188,7 @@ TEST(GpuOclDevices, EnumeratedAndOneSelected) {
   ASSERT_TRUE(rt);
   for (const BackendDescription& b : rt->backends()) {
     if (b.id != "GpuOcl") continue;
-    EXPECT_EQ(b.api_minor, 4u);
+    EXPECT_GE(b.api_minor, 4u);  // get_devices is a 1.4 slot; a newer header keeps it
     ASSERT_FALSE(b.devices.empty());
     int selected = 0;
     for (const DeviceDescription& d : b.devices) {

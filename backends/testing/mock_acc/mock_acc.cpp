@@ -8,7 +8,8 @@
 //  - it counts what it executes and copies, readable through the exported
 //    MockAcc_Counter(), so tests can see that a split really happened.
 // The arithmetic reuses CpuRef's kernels (compiled into this module), so its
-// outputs equal CpuRef's bit for bit.
+// outputs equal CpuRef's bit for bit; like CpuRef's, they run on the thread
+// pool the host lends execute (API 1.5, through the SDK's execute_shaped).
 //
 // Built three times: MockAcc (symbolic: compile + execute); with
 // MOCKACC_IMPERATIVE, MockOp (no compile slot: execute_node one op at a

@@ -18,6 +18,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace backplane::cpuref {
 namespace {
@@ -106,24 +107,6 @@ Broadcast make_broadcast(const std::vector<Dims>& ins, const Dims& out, const No
   return b;
 }
 
-// Calls f(out_offset, in_offsets) for every innermost run, in output order.
-template <class F>
-inline void for_each_row(const Broadcast& b, F&& f) {
-  if (b.total == 0) return;
-  int64_t idx[kMaxRank] = {};
-  int64_t off[kMaxInputs] = {};
-  const int rank = static_cast<int>(b.dims.size());
-  for (int64_t row = 0; row < b.rows; ++row) {
-    f(row * b.inner, static_cast<const int64_t*>(off));
-    for (int d = rank - 1; d >= 0; --d) {
-      for (size_t k = 0; k < b.nin; ++k) off[k] += b.strides[d][k];
-      if (++idx[d] < b.dims[d]) break;
-      for (size_t k = 0; k < b.nin; ++k) off[k] -= b.strides[d][k] * b.dims[d];
-      idx[d] = 0;
-    }
-  }
-}
-
 // Calls f(out_offset, in_offsets) for the innermost runs [row0, row1), in
 // output order.
 template <class F>
@@ -146,6 +129,13 @@ inline void for_each_row_in(const Broadcast& b, int64_t row0, int64_t row1, F&& 
       idx[d] = 0;
     }
   }
+}
+
+// Calls f(out_offset, in_offsets) for every innermost run, in output order.
+template <class F>
+inline void for_each_row(const Broadcast& b, F&& f) {
+  if (b.total == 0) return;
+  for_each_row_in(b, 0, b.rows, std::forward<F>(f));
 }
 
 // Element-wise work is split across the host's threads (API 1.5) in pieces

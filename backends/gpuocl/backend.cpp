@@ -183,24 +183,23 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
 void Compiled::warm_up() {
   std::vector<Buffer> buffers;
   std::vector<bp_tensor_t> ins, outs;
+  // A tensor in device memory over the buffer just added.
+  auto on_device = [&](size_t bytes) {
+    bp_tensor_t t{};
+    t.struct_size = sizeof(t);
+    t.data = buffers.back().get();
+    t.size_bytes = bytes;
+    t.device = 1;
+    return t;
+  };
   for (size_t b : input_bytes_) {
     const std::vector<unsigned char> zeros(std::max<size_t>(b, 1), 0);
     buffers.push_back(device_.upload(zeros.data(), zeros.size()));
-    bp_tensor_t t{};
-    t.struct_size = sizeof(t);
-    t.data = buffers.back().get();
-    t.size_bytes = b;
-    t.device = 1;
-    ins.push_back(t);
+    ins.push_back(on_device(b));
   }
   for (size_t b : output_bytes_) {
     buffers.push_back(device_.allocate(b));
-    bp_tensor_t t{};
-    t.struct_size = sizeof(t);
-    t.data = buffers.back().get();
-    t.size_bytes = b;
-    t.device = 1;
-    outs.push_back(t);
+    outs.push_back(on_device(b));
   }
   {
     Context context(*this);

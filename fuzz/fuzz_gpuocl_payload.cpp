@@ -25,6 +25,8 @@ void write_seed() {
   gpuocl::Payload p;
   p.key = {"Portable Computing Language", "pthread-cpu", "3.1", "-cl-fast-relaxed-math",
            gpuocl::stable_hash("kernels")};
+  p.blob_prefix = "GpuOcl/model/partition_0/";
+  p.derived = {{"n3/bn_w", 1728}, {"n3/bn_b", 64}, {"n9/bn_ab", 128}};
   p.binary.assign(64, 0x7f);
   const std::vector<unsigned char> bytes = gpuocl::encode_payload(p);
   std::ofstream(std::string(dir) + "/seed_payload.bin", std::ios::binary)

@@ -61,6 +61,7 @@ class Compiled final : public sdk::CompiledPartition {
       : device_(device),
         host_(host),
         key_options_(std::move(key_options)),
+        blob_prefix_(blob_prefix(view)),
         lowered_(std::move(lowered)) {
     for (size_t i = 0; i < view.num_inputs; ++i) {
       inputs_.push_back(view.inputs[i]);
@@ -84,16 +85,18 @@ class Compiled final : public sdk::CompiledPartition {
     return std::make_unique<Context>(*this);
   }
   // The program binary and what it is valid for (payload.hpp); the weights
-  // are the artifact's own blobs. The partition runs once first (on zeros,
-  // in buffers of its own): a driver that finalises kernels at their first
-  // launch (PoCL: one machine-code variant per kernel, work-group size and
-  // grid size) has then done so for every launch of the partition, and its
-  // program binary carries that code, so a load from the artifact compiles
-  // nothing. Should that run fail (out of device memory, say), the payload
-  // is still valid: only the driver may then finish some kernels at the
-  // first run. (Each payload holds the whole program, so a model split into
-  // several GpuOcl partitions stores it several times.)
-  void serialize(bp_blob_store_t* /*store*/, bp_byte_writer_t* writer) override {
+  // GpuOcl derived at compile (BatchNormalization folds), read back from the
+  // device into named blobs; the others are the artifact's own blobs. The
+  // partition runs once first (on zeros, in buffers of its own): a driver
+  // that finalises kernels at their first launch (PoCL: one machine-code
+  // variant per kernel, work-group size and grid size) has then done so for
+  // every launch of the partition, and its program binary carries that code,
+  // so a load from the artifact compiles nothing. Should that run fail (out
+  // of device memory, say), the payload is still valid: only the driver may
+  // then finish some kernels at the first run. (Each payload holds the whole
+  // program, so a model split into several GpuOcl partitions stores it
+  // several times.)
+  void serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) override {
     try {
       warm_up();
     } catch (const sdk::Error& e) {
@@ -102,15 +105,29 @@ class Compiled final : public sdk::CompiledPartition {
                     "); the stored program may need the driver to finish kernels at their "
                     "first run");
     }
-    const std::vector<unsigned char> bytes =
-        encode_payload(Payload{device_.key(key_options_), device_.program_binary()});
+    Payload p{device_.key(key_options_), blob_prefix_, {}, device_.program_binary()};
+    std::vector<unsigned char> bytes;
+    for (const Lowered::Derived& d : lowered_.derived) {
+      bytes.resize(d.bytes);
+      check(clEnqueueReadBuffer(device_.queue(), d.mem, CL_TRUE, 0, d.bytes, bytes.data(), 0,
+                                nullptr, nullptr),
+            "clEnqueueReadBuffer (a derived weight)");
+      host_.blob_add(store, blob_prefix_ + d.name, bytes.data(), bytes.size());
+      p.derived.push_back(DerivedBlob{d.name, d.bytes});
+    }
+    bytes = encode_payload(p);
     host_.append(writer, bytes.data(), bytes.size());
+  }
+  // The named blobs of this partition's derived weights start with this.
+  static std::string blob_prefix(const bp_graph_view_t& view) {
+    return std::string("GpuOcl/") + (view.name != nullptr ? view.name : "partition") + "/";
   }
   void warm_up();
 
   Device& device_;
   const sdk::Host& host_;
   std::string key_options_;  // what the program key says of the options
+  std::string blob_prefix_;
   Lowered lowered_;
   std::vector<int> inputs_, outputs_;
   std::vector<size_t> input_bytes_, output_bytes_;
@@ -409,9 +426,34 @@ class GpuOcl final : public sdk::Backend {
     host().log(BP_LOG_INFO, "GpuOcl",
                "GpuOcl: took the stored program binary (" + std::to_string(p.binary.size()) +
                    " bytes) for " + here.describe() + "; no OpenCL C compiled");
-    Lowered lowered = lower(dev, host(), view, [&](size_t node, const std::string& why) {
-      throw sdk::unsupported("node " + std::to_string(node) + ": " + why);
-    });
+    // The derived weights, as stored: nothing is folded again.
+    StoredWeights stored;
+    for (const DerivedBlob& d : p.derived) {
+      const std::string key = p.blob_prefix + d.name;
+      sdk::Weight w;
+      try {
+        w = host().weight(view.weights, key.c_str());
+      } catch (const sdk::Error& e) {
+        throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                         "GpuOcl payload: derived weight blob '" + key + "': " + e.what());
+      }
+      if (w.size() != d.bytes)
+        throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: derived weight blob '" + key +
+                                                     "' is " + std::to_string(w.size()) +
+                                                     " bytes, the payload says " +
+                                                     std::to_string(d.bytes));
+      stored.emplace(d.name, std::move(w));
+    }
+    Lowered lowered = lower(
+        dev, host(), view,
+        [&](size_t node, const std::string& why) {
+          throw sdk::unsupported("node " + std::to_string(node) + ": " + why);
+        },
+        &stored);
+    if (lowered.derived.size() != stored.size())
+      throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: " + std::to_string(stored.size()) +
+                                                   " derived weights stored, the partition uses " +
+                                                   std::to_string(lowered.derived.size()));
     return std::make_unique<Compiled>(dev, host(), key_options(), view, std::move(lowered));
   }
 
@@ -539,6 +581,8 @@ extern "C" BP_EXPORT int64_t GpuOcl_Counter(const char* name) {
   if (n == "gemms") return c.gemms;
   if (n == "clblast_gemms") return c.clblast_gemms;
   if (n == "weight_uploads") return c.weight_uploads;
+  if (n == "derived_computed") return c.derived_computed;
+  if (n == "derived_loaded") return c.derived_loaded;
   if (n == "device_bytes") return c.device_bytes;
   if (n == "program_builds") return c.program_builds;
   if (n == "program_loads") return c.program_loads;

@@ -45,9 +45,11 @@ struct Counters {
   std::atomic<int64_t> gemms{0};          // GEMMs enqueued (gemm_* kernels or CLBlast)
   std::atomic<int64_t> clblast_gemms{0};  // of those, through CLBlast
   std::atomic<int64_t> weight_uploads{0};
-  std::atomic<int64_t> device_bytes{0};    // held in buffers of this module (all devices)
-  std::atomic<int64_t> program_builds{0};  // from source
-  std::atomic<int64_t> program_loads{0};   // from a cached binary
+  std::atomic<int64_t> derived_computed{0};  // weights derived on the host (BN folds)
+  std::atomic<int64_t> derived_loaded{0};    // the same, taken from an artifact's blobs
+  std::atomic<int64_t> device_bytes{0};      // held in buffers of this module (all devices)
+  std::atomic<int64_t> program_builds{0};    // from source
+  std::atomic<int64_t> program_loads{0};     // from a cached binary
 };
 Counters& counters();
 

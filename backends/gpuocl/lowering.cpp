@@ -247,8 +247,9 @@ const std::set<std::string, std::less<>>& other_ops() {
 
 class Lowerer {
  public:
-  Lowerer(Device& device, const sdk::Host& host, const bp_graph_view_t& view, Lowered& out)
-      : device_(device), host_(host), view_(view), out_(out) {}
+  Lowerer(Device& device, const sdk::Host& host, const bp_graph_view_t& view, Lowered& out,
+          const StoredWeights* stored)
+      : device_(device), host_(host), view_(view), out_(out), stored_(stored) {}
 
   void node(size_t index);
   bool skipped(size_t index) const { return skip_.count(index) != 0; }
@@ -292,6 +293,39 @@ class Lowerer {
     sdk::Weight w = host_.weight(view_.weights, v.data_key);
     return std::vector<float>(w.as<float>(), w.as<float>() + sdk::element_count(v));
   }
+  // Derived weight `name` of `count` floats: from the artifact when loading
+  // one (nullptr: compile, the caller computes it), checked for its size.
+  const sdk::Weight* stored(const std::string& name, size_t count) const {
+    if (stored_ == nullptr) return nullptr;
+    auto it = stored_->find(name);
+    if (it == stored_->end() || it->second.size() != count * sizeof(float))
+      throw sdk::Error(BP_STATUS_CORRUPT_DATA,
+                       "GpuOcl payload: derived weight '" + name + "' " +
+                           (it == stored_->end() ? std::string("is not stored")
+                                                 : "is " + std::to_string(it->second.size()) +
+                                                       " bytes, the node needs " +
+                                                       std::to_string(count * sizeof(float))));
+    return &it->second;
+  }
+  // Uploads derived weight `name` of `count` floats: the stored bytes, else
+  // what compute() returns.
+  template <class F>
+  cl_mem derived(const std::string& name, size_t count, F&& compute) {
+    const sdk::Weight* w = stored(name, count);
+    std::vector<float> computed;
+    if (w == nullptr) {
+      computed = compute();
+      if (computed.size() != count)
+        throw sdk::Error(BP_STATUS_INTERNAL, "GpuOcl: derived weight '" + name + "' has " +
+                                                 std::to_string(computed.size()) + " values, not " +
+                                                 std::to_string(count));
+    }
+    const size_t bytes = count * sizeof(float);
+    out_.meta.push_back(device_.upload(w ? w->data() : computed.data(), bytes));
+    out_.derived.push_back(Lowered::Derived{name, out_.meta.back().get(), bytes});
+    ++(w ? counters().derived_loaded : counters().derived_computed);
+    return out_.meta.back().get();
+  }
   cl_mem meta(const std::vector<int>& m) {
     out_.meta.push_back(device_.upload(m.data(), m.size() * sizeof(int)));
     return out_.meta.back().get();
@@ -332,6 +366,7 @@ class Lowerer {
   const sdk::Host& host_;
   const bp_graph_view_t& view_;
   Lowered& out_;
+  const StoredWeights* stored_;
   std::unique_ptr<sdk::NodeRef> node_;
   std::string label_;
   std::set<size_t> skip_;  // nodes folded into an earlier one
@@ -520,22 +555,32 @@ void Lowerer::conv() {
   if (j >= 0 && const_wb && std::string_view(view_.nodes[j].op_type) == "BatchNormalization" &&
       check_node(view_, size_t(j)).empty()) {
     const sdk::NodeRef bn(&view_, size_t(j));
-    const std::vector<float> scale = floats_of(bn.input(1)), shift = floats_of(bn.input(2)),
-                             mean = floats_of(bn.input(3)), var = floats_of(bn.input(4));
-    const float eps = bn.attr_float("epsilon", 1e-5f);
-    std::vector<float> wv = floats_of(node_->input(1));
-    std::vector<float> bv =
-        node_->has_input(2) ? floats_of(node_->input(2)) : std::vector<float>(scale.size(), 0.0f);
-    const size_t per = wv.size() / scale.size();
-    for (size_t c = 0; c < scale.size(); ++c) {
-      const float a = scale[c] / std::sqrt(var[c] + eps);
-      for (size_t i = 0; i < per; ++i) wv[c * per + i] *= a;
-      bv[c] = bv[c] * a + shift[c] - mean[c] * a;
-    }
-    out_.meta.push_back(device_.upload(wv.data(), wv.size() * sizeof(float)));
-    wf = out_.meta.back().get();
-    out_.meta.push_back(device_.upload(bv.data(), bv.size() * sizeof(float)));
-    bf = out_.meta.back().get();
+    const size_t channels = size_t(sdk::element_count(bn.input(1)));
+    const size_t weights = size_t(sdk::element_count(node_->input(1)));
+    std::vector<float> wv, bv;
+    auto fold = [&] {
+      if (!wv.empty()) return;
+      const std::vector<float> scale = floats_of(bn.input(1)), shift = floats_of(bn.input(2)),
+                               mean = floats_of(bn.input(3)), var = floats_of(bn.input(4));
+      const float eps = bn.attr_float("epsilon", 1e-5f);
+      wv = floats_of(node_->input(1));
+      bv = node_->has_input(2) ? floats_of(node_->input(2)) : std::vector<float>(channels, 0.0f);
+      const size_t per = wv.size() / channels;
+      for (size_t c = 0; c < channels; ++c) {
+        const float a = scale[c] / std::sqrt(var[c] + eps);
+        for (size_t i = 0; i < per; ++i) wv[c * per + i] *= a;
+        bv[c] = bv[c] * a + shift[c] - mean[c] * a;
+      }
+    };
+    const std::string key = "n" + std::to_string(node_->index());
+    wf = derived(key + "/bn_w", weights, [&] {
+      fold();
+      return wv;
+    });
+    bf = derived(key + "/bn_b", channels, [&] {
+      fold();
+      return bv;
+    });
     skip_.insert(size_t(j));
     out_.elided.insert(y);
     y = bn.raw().outputs[0];
@@ -730,17 +775,18 @@ void Lowerer::layernorm() {
 
 void Lowerer::batchnorm() {
   // Folded into one affine map per channel at compile time.
-  const std::vector<float> scale = const_floats(1), bias = const_floats(2), mean = const_floats(3),
-                           var = const_floats(4);
-  const float eps = node_->attr_float("epsilon", 1e-5f);
-  const size_t C = scale.size();
-  std::vector<float> ab(2 * C);
-  for (size_t c = 0; c < C; ++c) {
-    ab[c] = scale[c] / std::sqrt(var[c] + eps);
-    ab[C + c] = bias[c] - mean[c] * ab[c];
-  }
-  out_.meta.push_back(device_.upload(ab.data(), ab.size() * sizeof(float)));
-  cl_mem abm = out_.meta.back().get();
+  const size_t C = size_t(sdk::element_count(node_->input(1)));
+  cl_mem abm = derived("n" + std::to_string(node_->index()) + "/bn_ab", 2 * C, [&] {
+    const std::vector<float> scale = const_floats(1), bias = const_floats(2),
+                             mean = const_floats(3), var = const_floats(4);
+    const float eps = node_->attr_float("epsilon", 1e-5f);
+    std::vector<float> ab(2 * C);
+    for (size_t c = 0; c < C; ++c) {
+      ab[c] = scale[c] / std::sqrt(var[c] + eps);
+      ab[C + c] = bias[c] - mean[c] * ab[c];
+    }
+    return ab;
+  });
   const int x = in(0), y = out(0);
   const Dims dx = in_dims(0);
   const int n = int(numel(dx)), HW = int(prod(dx, 2, dx.size()));
@@ -1131,9 +1177,10 @@ std::string check_node(const bp_graph_view_t& view, size_t index) {
 }
 
 Lowered lower(Device& device, const sdk::Host& host, const bp_graph_view_t& view,
-              const std::function<void(size_t, const std::string&)>& rejected) {
+              const std::function<void(size_t, const std::string&)>& rejected,
+              const StoredWeights* stored) {
   Lowered out;
-  Lowerer l(device, host, view, out);
+  Lowerer l(device, host, view, out, stored);
   for (size_t i = 0; i < view.num_nodes; ++i) {
     if (l.skipped(i)) continue;
     try {

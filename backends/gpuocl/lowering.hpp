@@ -58,17 +58,33 @@ struct Lowered {
   std::map<int, Buffer> constants;  // view value -> device copy
   std::vector<Buffer> meta;         // shape/stride tables of the kernels
   size_t scratch_bytes = 0;
+  // Weights derived at compile (a BatchNormalization folded into its Conv's
+  // weights and bias, or into one per-channel affine table), held in `meta`:
+  // by name ("n<node>/<what>", unique in the view). serialize stores them as
+  // named blobs so that a load from the artifact folds nothing.
+  struct Derived {
+    std::string name;
+    cl_mem mem = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Derived> derived;
   // Values no step writes: a Conv's output when the BatchNormalization or
   // activation reading it was folded into the Conv (no buffer needed).
   std::set<int> elided;
 };
 
+// Derived weights a payload brought (deserialize), by Lowered::Derived name.
+using StoredWeights = std::map<std::string, backplane::sdk::Weight>;
+
 // Lowers every node of `view` (each passed check_node). Reads weights through
 // `host`. A node that turns out unsupported (e.g. axes known only from a
 // constant's values) is passed to `rejected` with the reason; any other
-// failure throws sdk::Error naming the node.
+// failure throws sdk::Error naming the node. With `stored` (a load from an
+// artifact), every derived weight is taken from it and none is computed; one
+// missing from it, or of another size, is BP_STATUS_CORRUPT_DATA.
 Lowered lower(Device& device, const backplane::sdk::Host& host, const bp_graph_view_t& view,
-              const std::function<void(size_t, const std::string&)>& rejected);
+              const std::function<void(size_t, const std::string&)>& rejected,
+              const StoredWeights* stored = nullptr);
 
 }  // namespace gpuocl
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 namespace gpuocl {
 namespace sdk = backplane::sdk;
@@ -82,6 +83,12 @@ std::vector<unsigned char> encode_payload(const Payload& p) {
   for (const std::string* s :
        {&p.key.platform, &p.key.device, &p.key.driver, &p.key.options, &p.key.source_hash})
     put_string(out, *s);
+  put_string(out, p.blob_prefix);
+  put_u32(out, static_cast<uint32_t>(p.derived.size()));
+  for (const DerivedBlob& d : p.derived) {
+    put_string(out, d.name);
+    put_u64(out, d.bytes);
+  }
   put_u64(out, p.binary.size());
   out.insert(out.end(), p.binary.begin(), p.binary.end());
   return out;
@@ -104,6 +111,25 @@ Payload decode_payload(const void* data, size_t size) {
   p.key.driver = r.str("the driver version");
   p.key.options = r.str("the build options");
   p.key.source_hash = r.str("the source hash");
+  p.blob_prefix = r.str("the blob key prefix");
+  const uint64_t count = r.u(4, "the derived weight count");
+  // Each entry takes at least 12 bytes: a count past what is left is a lie.
+  if (count > kMaxDerived || count * 12 > r.left())
+    throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: " + std::to_string(count) +
+                                                 " derived weights listed, " +
+                                                 std::to_string(r.left()) + " bytes left");
+  std::set<std::string> seen;
+  for (uint64_t i = 0; i < count; ++i) {
+    DerivedBlob d;
+    d.name = r.str("a derived weight's name");
+    d.bytes = r.u(8, "a derived weight's size");
+    if (d.name.empty() || d.bytes == 0 || !seen.insert(d.name).second)
+      throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: derived weight " +
+                                                   std::to_string(i) + " ('" + d.name + "', " +
+                                                   std::to_string(d.bytes) +
+                                                   " bytes) is empty, unnamed or listed twice");
+    p.derived.push_back(std::move(d));
+  }
   const uint64_t n = r.u(8, "the binary size");
   if (n == 0) throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: empty program binary");
   if (n != r.left())

@@ -326,29 +326,29 @@ TEST(GpuOclOps, ResizeMatchesCpuRef) {
 }
 
 // Conv -> BatchNormalization -> Relu and depthwise Conv -> BatchNormalization
-// -> Clip: each BatchNormalization folds into its Conv's weights and the
-// activation into its epilogue, so a run enqueues 3 kernels of GpuOcl's
-// (im2col and bias+activation for the first Conv, one direct convolution
-// for the second) and 1 SGEMM; the result equals CpuRef's.
-TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
-  auto rt = runtime();
-  ASSERT_TRUE(rt);
-  test::TempDir tmp;
+// -> Clip; with `lead_bn`, a BatchNormalization of its own before them (one
+// per-channel affine kernel). Input x [1, 3, 9, 9], output y.
+std::string conv_bn_model(const test::TempDir& tmp, const std::string& file, bool lead_bn) {
   test::ModelBuilder b(13);
   b.input("x", {1, 3, 9, 9});
   b.random_weight("w1", {4, 3, 3, 3});
   b.random_weight("w2", {4, 1, 3, 3});
   b.random_weight("bias2", {4});
-  for (const char* bn : {"bn1", "bn2"}) {
+  for (const char* bn : {"bn0", "bn1", "bn2"}) {
     const std::string p(bn);
-    b.random_weight(p + "_scale", {4}, 0.5f, 1.5f);
-    b.random_weight(p + "_shift", {4});
-    b.random_weight(p + "_mean", {4});
-    b.random_weight(p + "_var", {4}, 0.5f, 2.0f);
+    const int64_t c = p == "bn0" ? 3 : 4;
+    b.random_weight(p + "_scale", {c}, 0.5f, 1.5f);
+    b.random_weight(p + "_shift", {c});
+    b.random_weight(p + "_mean", {c});
+    b.random_weight(p + "_var", {c}, 0.5f, 2.0f);
   }
   b.init_f32("lo", {}, {0.0f});
   b.init_f32("hi", {}, {0.75f});
-  test::set_ints(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  if (lead_bn)
+    b.node("BatchNormalization", {"x", "bn0_scale", "bn0_shift", "bn0_mean", "bn0_var"}, {"x0"},
+           "bn0");
+  test::set_ints(b.node("Conv", {lead_bn ? "x0" : "x", "w1"}, {"c1"}, "conv1"), "pads",
+                 {1, 1, 1, 1});
   b.node("BatchNormalization", {"c1", "bn1_scale", "bn1_shift", "bn1_mean", "bn1_var"}, {"n1"},
          "bn1");
   b.node("Relu", {"n1"}, {"r1"}, "relu1");
@@ -359,10 +359,25 @@ TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
          "bn2");
   b.node("Clip", {"n2", "lo", "hi"}, {"y"}, "clip2");
   b.output("y");
-  const std::string path = b.save(tmp, "conv_bn_act.onnx");
+  return b.save(tmp, file);
+}
+
+Tensor conv_bn_input() {
   std::vector<float> xs(3 * 9 * 9);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 29) % 17) / 5.0f - 1.6f;
-  const Tensor x = Tensor::copy_of(DType::kFloat32, {1, 3, 9, 9}, xs.data());
+  return Tensor::copy_of(DType::kFloat32, {1, 3, 9, 9}, xs.data());
+}
+
+// Each BatchNormalization after a Conv folds into its Conv's weights and the
+// activation into its epilogue, so a run enqueues 3 kernels of GpuOcl's
+// (im2col and bias+activation for the first Conv, one direct convolution
+// for the second) and 1 SGEMM; the result equals CpuRef's.
+TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
+  auto rt = runtime();
+  ASSERT_TRUE(rt);
+  test::TempDir tmp;
+  const std::string path = conv_bn_model(tmp, "conv_bn_act.onnx", false);
+  const Tensor x = conv_bn_input();
   ModelOptions mo;
   mo.backends = {"GpuOcl"};
   auto gpu = rt->load_model(path, mo);
@@ -377,6 +392,50 @@ TEST(GpuOclOps, BatchNormAndActivationFoldIntoConv) {
   auto ref = rt->load_model(path, cpuref_only());
   ASSERT_TRUE(ref.ok());
   expect_close((*session)->output(0), "folded Conv", run_once(**ref, {{"x", x}})[0]);
+}
+
+// The weights GpuOcl derives (two Conv + BatchNormalization folds, weights
+// and bias each, and one BatchNormalization's affine table: 5) are the
+// artifact's named blobs: a load from the .bpk on the same device uploads
+// them as stored and folds nothing; a load whose program key differs
+// compiles from the portable graph and folds again. Both equal CpuRef.
+TEST(GpuOclArtifact, DerivedWeightsAreNamedBlobsAndLoadWithoutFolding) {
+  auto keep = runtime();  // holds the module, so its counters run on
+  ASSERT_TRUE(keep);
+  test::TempDir tmp;
+  const std::string onnx = conv_bn_model(tmp, "bn_fold.onnx", true);
+  const std::string bpk = tmp.file("bn_fold.bpk");
+  const Tensor x = conv_bn_input();
+  auto ref = keep->load_model(onnx, cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  const Tensor expected = run_once(**ref, {{"x", x}})[0];
+
+  int64_t computed = counter("derived_computed");
+  CompileOptions co;
+  co.backends = {"GpuOcl"};
+  auto report = keep->compile({{"bn_fold", onnx}}, bpk, co);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(counter("derived_computed") - computed, 5);
+
+  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
+  for (const bool same : {true, false}) {
+    SCOPED_TRACE(same ? "same device" : "another driver");
+    if (!same) {
+      ASSERT_EQ(setenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION", "0.0-other", 1), 0);
+    }
+    computed = counter("derived_computed");
+    const int64_t loaded = counter("derived_loaded");
+    auto fresh = runtime();
+    unsetenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION");
+    ASSERT_TRUE(fresh);
+    auto model = fresh->load_model(bpk);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"GpuOcl"});
+    EXPECT_EQ((*model)->notes().empty(), same);
+    EXPECT_EQ(counter("derived_loaded") - loaded, same ? 5 : 0);
+    EXPECT_EQ(counter("derived_computed") - computed, same ? 0 : 5);
+    expect_close(run_once(**model, {{"x", x}})[0], "bpk vs CpuRef", expected);
+  }
 }
 
 // The typed kernels in one graph, all on GpuOcl and equal to CpuRef:

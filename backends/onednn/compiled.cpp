@@ -222,8 +222,17 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
     mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
   // The OpenMP thread count is per calling thread (the application's); on a
   // busy machine capped at the CPUs other processes leave free (cores.hpp).
-  const int threads = threads_now(c_.threads);
+  const ExecuteScope scope(c_.threads);
+  const int threads = scope.threads();
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  // Most primitives open their regions with the thread count they were
+  // created for (oneDNN's parallel(nthr, ...): a num_threads clause, which
+  // nthreads-var does not bound). With dyn-var on, libgomp caps every team
+  // at nthreads-var (gomp_dynamic_max_threads), so a capped run really runs
+  // on fewer threads; forward primitives split their work by the team they
+  // get. Off when not capped: a full team, as created.
+  const bool capped = threads < c_.threads;
+  if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
   for (size_t s = 0; s < args_.size(); ++s) {
     if (c_.steps[s].copy_concat) {
       run_copy(s);

@@ -1,8 +1,8 @@
 // cores.cpp — see cores.hpp.
 #include "onednn/cores.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,137 +11,176 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
-#include <mutex>
-#include <string>
+#include <string_view>
 
 namespace backplane::onednn {
 
+int Governor::threads(int configured) const {
+  if (configured <= 1 || cap_ == 0) return configured;
+  return std::min(configured, cap_);
+}
+
+void Governor::executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns) {
+  // A capped execute says nothing of the CPUs it left: see others_runnable.
+  if (configured <= 1 || threads < configured || wall_ns <= 0) return;
+  wall_ += wall_ns;
+  delay_ += std::clamp<int64_t>(delay_ns, 0, wall_ns);
+  if (wall_ < kWindowNs) return;
+  const double r = std::min(0.9, double(delay_) / double(wall_));
+  wall_ = delay_ = 0;
+  // N + k runnable threads on C CPUs: each runs C / (N + k) of the time.
+  const double others = double(cpus_) / (1.0 - r) - double(configured);
+  const int k = std::max(0, int(std::floor(others + 0.25)));
+  const int free = cpus_ - k;
+  if (free < configured) {
+    cap_ = std::max(1, free);
+    others_sum_ = others_count_ = 0;
+    others_since_ = -1;
+  }
+}
+
+void Governor::others_runnable(int configured, int others, int64_t now_ns) {
+  if (cap_ == 0) return;
+  if (others_since_ < 0) others_since_ = now_ns;
+  others_sum_ += std::max(0, others);
+  ++others_count_;
+  if (now_ns - others_since_ < kWindowNs || others_count_ < 4) return;
+  const double mean = double(others_sum_) / double(others_count_);
+  others_sum_ = others_count_ = 0;
+  others_since_ = -1;
+  const int free = cpus_ - int(std::floor(mean + 0.5));
+  if (free >= configured) {
+    cap_ = 0;  // every thread back; the delay decides again
+    wall_ = delay_ = 0;
+  } else {
+    cap_ = std::max(1, free);
+  }
+}
+
 namespace {
 
-// Parses the unsigned integer at the front of `s` (after spaces), advancing it.
-bool next_number(std::string_view& s, uint64_t& out) {
-  size_t i = 0;
-  while (i < s.size() && s[i] == ' ') ++i;
-  auto [p, ec] = std::from_chars(s.data() + i, s.data() + s.size(), out);
-  if (ec != std::errc()) return false;
-  s.remove_prefix(static_cast<size_t>(p - s.data()));
-  return true;
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-std::vector<int> allowed_cpus() {
+int allowed_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
-double process_cpu_seconds() {
-  timespec ts{};
-  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-bool read_proc_stat(const std::vector<int>& cpus, CpuTimes& out) {
-  std::ifstream f("/proc/stat");
-  if (!f) return false;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  out = parse_proc_stat(text, cpus);
-  return out.total > 0;
-}
-
-// Off unless BACKPLANE_ONEDNN_ADAPT_THREADS=1: measured, the cap made the
-// contended benchmark slower, not faster (docs/performance.md).
-bool adapt_enabled() {
-  const char* v = std::getenv("BACKPLANE_ONEDNN_ADAPT_THREADS");
-  return v != nullptr && std::string_view(v) == "1";
-}
-
-// The measurement shared by every thread of the process.
-struct Monitor {
-  static constexpr auto kWindow = std::chrono::milliseconds(100);
-
-  std::mutex update;  // held by the one caller that re-reads a window
-  std::atomic<int> free{1 << 30};
-  std::atomic<int64_t> next_read_ns{0};
-  // Guarded by `update`:
-  bool have_base = false;
-  CpuTimes base;
-  double base_self = 0;
-  std::vector<int> cpus = allowed_cpus();
-  double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-
-  void maybe_update() {
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    if (now < next_read_ns.load(std::memory_order_relaxed)) return;
-    std::unique_lock<std::mutex> lock(update, std::try_to_lock);
-    if (!lock.owns_lock()) return;  // another thread is reading this window
-    next_read_ns.store(now + std::chrono::nanoseconds(kWindow).count(), std::memory_order_relaxed);
-    CpuTimes t;
-    if (cpus.empty() || ticks <= 0 || !read_proc_stat(cpus, t)) return;
-    const double self = process_cpu_seconds();
-    if (have_base)
-      free.store(free_cores(base, t, self - base_self, ticks, static_cast<int>(cpus.size())),
-                 std::memory_order_relaxed);
-    base = t;
-    base_self = self;
-    have_base = true;
+// Field n (0-based; fields end at a space, "/" or newline) of a /proc file
+// read through `fd` (kept open: pread at 0 has the kernel write it afresh),
+// as an unsigned number, or -1. /proc/loadavg's "running/total" is two.
+int64_t read_number(int fd, int n) {
+  if (fd < 0) return -1;
+  char buf[160];
+  const ssize_t got = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (got <= 0) return -1;
+  std::string_view s(buf, size_t(got));
+  for (int i = 0;; ++i) {
+    const size_t start = s.find_first_not_of(" /\n");
+    if (start == std::string_view::npos) return -1;
+    s.remove_prefix(start);
+    const size_t end = std::min(s.find_first_of(" /\n"), s.size());
+    if (i == n) {
+      uint64_t v = 0;
+      auto [p, ec] = std::from_chars(s.data(), s.data() + end, v);
+      return ec == std::errc() && p == s.data() + end ? int64_t(v) : -1;
+    }
+    s.remove_prefix(end);
   }
+}
+
+// This thread's run-queue delay so far (ns), -1 if the kernel does not say.
+int64_t thread_delay_ns() {
+  struct Fd {
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~Fd() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local Fd f;
+  return read_number(f.fd, 1);
+}
+
+// Threads of the machine that are runnable now, not counting the reader.
+int others_runnable_now() {
+  static const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  return int(read_number(fd, 3)) - 1;
+}
+
+struct Process {
+  std::mutex mutex;
+  Governor governor{allowed_cpus()};
+  std::atomic<int64_t> last_measured{0};
+  bool enabled = [] {
+    const char* v = std::getenv("BACKPLANE_ONEDNN_ADAPT_THREADS");
+    if (v != nullptr && std::string_view(v) == "0") return false;
+    return thread_delay_ns() >= 0;  // no schedstat: no measurement, no cap
+  }();
 };
+Process& process() {
+  static Process p;
+  return p;
+}
+
+// BACKPLANE_ONEDNN_FREE_CORES, or 0.
+int fixed_free_cores() {
+  const char* f = std::getenv("BACKPLANE_ONEDNN_FREE_CORES");
+  if (f == nullptr || *f == '\0') return 0;
+  return std::max(0, std::atoi(f));
+}
 
 }  // namespace
 
-CpuTimes parse_proc_stat(std::string_view text, const std::vector<int>& cpus) {
-  CpuTimes sum;
-  while (!text.empty()) {
-    const size_t eol = text.find('\n');
-    std::string_view line = text.substr(0, eol);
-    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
-    if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] < '0' || line[3] > '9') continue;
-    line.remove_prefix(3);
-    uint64_t id = 0;
-    if (!next_number(line, id) ||
-        std::find(cpus.begin(), cpus.end(), static_cast<int>(id)) == cpus.end())
-      continue;
-    // user nice system idle iowait irq softirq steal (guest time is in user)
-    uint64_t v[8] = {};
-    int n = 0;
-    while (n < 8 && next_number(line, v[n])) ++n;
-    if (n < 4) continue;
-    const uint64_t busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-    sum.busy += busy;
-    sum.total += busy + v[3] + v[4];
+ExecuteScope::ExecuteScope(int configured) : configured_(configured), threads_(configured) {
+  if (configured <= 1) return;
+  if (const int fixed = fixed_free_cores(); fixed > 0) {
+    threads_ = std::min(configured, fixed);
+    return;
   }
-  return sum;
+  Process& p = process();
+  if (!p.enabled) return;
+  const int64_t now = now_ns();
+  int64_t last = p.last_measured.load(std::memory_order_relaxed);
+  measured_ = now - last >= 500'000 &&
+              p.last_measured.compare_exchange_strong(last, now, std::memory_order_relaxed);
+  int capped_others = -1;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    threads_ = p.governor.threads(configured);
+  }
+  if (measured_ && threads_ < configured) capped_others = others_runnable_now();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  if (capped_others >= 0) p.governor.others_runnable(configured, capped_others, now);
+  threads_ = p.governor.threads(configured);
+  if (measured_) {
+    start_delay_ns_ = thread_delay_ns();
+    start_ns_ = now_ns();
+    measured_ = start_delay_ns_ >= 0;
+  }
 }
 
-int free_cores(const CpuTimes& before, const CpuTimes& after, double self_cpu_seconds,
-               double ticks_per_second, int cpus) {
-  if (cpus < 1) return 1;
-  if (after.total <= before.total || after.busy < before.busy || ticks_per_second <= 0) return cpus;
-  // Wall time of the interval: the total jiffies are counted on every CPU.
-  const double elapsed = static_cast<double>(after.total - before.total) / ticks_per_second / cpus;
-  const double busy = static_cast<double>(after.busy - before.busy) / ticks_per_second;
-  const double others = std::max(0.0, busy - self_cpu_seconds) / elapsed;
-  // A process that held 0.6 of a core or more (a busy loop sharing a CPU with
-  // our threads gets about 2/3 of it) takes that core; background noise does not.
-  const int taken = static_cast<int>(std::floor(others + 0.4));
-  return std::clamp(cpus - taken, 1, cpus);
+ExecuteScope::~ExecuteScope() {
+  if (!measured_) return;
+  const int64_t delay = thread_delay_ns() - start_delay_ns_;
+  const int64_t wall = now_ns() - start_ns_;
+  Process& p = process();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.governor.executed(configured_, threads_, wall, delay);
 }
 
 int threads_now(int configured) {
   if (configured <= 1) return configured;
-  static const bool enabled = adapt_enabled();
-  if (!enabled) return configured;
-  static Monitor monitor;
-  monitor.maybe_update();
-  return std::min(configured, monitor.free.load(std::memory_order_relaxed));
+  if (const int fixed = fixed_free_cores(); fixed > 0) return std::min(configured, fixed);
+  Process& p = process();
+  if (!p.enabled) return configured;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return p.governor.threads(configured);
 }
 
 }  // namespace backplane::onednn

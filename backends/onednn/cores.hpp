@@ -6,41 +6,77 @@
 // scheduler slices and every region waits for it: a 2-thread partition on a
 // 2-CPU machine with one busy process beside it ran 5-20 times slower than
 // alone, where a runtime whose threads take work dynamically slows down by
-// about the share of the CPUs it lost. So before each execute CpuOneDnn caps
-// its thread count at the CPUs other processes leave free, measured from
-// /proc/stat over the last window (~100 ms): the busy time of the CPUs this
-// thread may run on, minus this process's own CPU time. Primitives created
-// for N threads run correctly on fewer (their scratchpads are sized for N).
-// Experimental, off unless BACKPLANE_ONEDNN_ADAPT_THREADS=1: in make bench's
-// contended mode the cap made CpuOneDnn slower (docs/performance.md).
+// about the share of the CPUs it lost. So each execute asks the Governor
+// how many threads to run on, and CpuOneDnn runs on that many (compiled.cpp:
+// with libgomp's dyn-var on, even regions that name their own thread count).
+//
+// Two measurements, each where it is unambiguous:
+//  - Running on every thread, the calling thread's run-queue delay during
+//    its executes (/proc/thread-self/schedstat: time it was runnable but
+//    not running). Alone on the machine it is about zero; with N of our
+//    threads and k others runnable on C CPUs (N + k > C) each thread runs
+//    C / (N + k) of the time, so the delay share r gives k = C / (1 - r) - N
+//    and the CPUs left to us, C - k.
+//  - Running on fewer threads, the delay says nothing about the CPUs we left
+//    (our threads fit), so the Governor counts the other runnable threads
+//    of the machine (/proc/loadavg's running count, less the reader) and
+//    gives the threads back once the others leave CPUs free.
+// Each decision takes a window of at least 20 ms of executes (delay) or of
+// samples (running count). Measuring costs a pread of an open /proc file,
+// at most once per 0.5 ms per process. Off for a partition made for one
+// thread, and when BACKPLANE_ONEDNN_ADAPT_THREADS=0.
+// BACKPLANE_ONEDNN_FREE_CORES=N fixes the count of free CPUs instead (tests,
+// or a user who knows the machine better: a container's CPU quota).
 #pragma once
 
 #include <cstdint>
-#include <string_view>
-#include <vector>
+#include <mutex>
 
 namespace backplane::onednn {
 
-// Jiffies summed over a set of CPUs: busy (user, nice, system, irq, softirq,
-// steal) and total (busy + idle + iowait).
-struct CpuTimes {
-  uint64_t busy = 0;
-  uint64_t total = 0;
+// The decisions, without clocks or /proc (unit-tested on their own).
+class Governor {
+ public:
+  static constexpr int64_t kWindowNs = 20'000'000;  // 20 ms
+  explicit Governor(int cpus) : cpus_(cpus < 1 ? 1 : cpus) {}
+
+  // Threads for an execute of a partition made for `configured` threads.
+  int threads(int configured) const;
+  // The cap in force (0: none).
+  int cap() const { return cap_; }
+  // An execute ran on `threads` of `configured` threads for `wall_ns`, of
+  // which the calling thread waited `delay_ns` for a CPU.
+  void executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns);
+  // While capped: `others` threads of other processes were runnable at
+  // `now_ns`.
+  void others_runnable(int configured, int others, int64_t now_ns);
+
+ private:
+  int cpus_;
+  int cap_ = 0;
+  int64_t wall_ = 0, delay_ = 0;               // uncapped executes of this window
+  int64_t others_sum_ = 0, others_count_ = 0;  // capped samples of this window
+  int64_t others_since_ = -1;
 };
 
-// Sums the "cpuN" lines of /proc/stat's text for the CPUs in `cpus`.
-CpuTimes parse_proc_stat(std::string_view text, const std::vector<int>& cpus);
+// The process's governor, measuring around each execute of the calling
+// thread: construct before the execute, threads() is its thread count.
+class ExecuteScope {
+ public:
+  explicit ExecuteScope(int configured);
+  ~ExecuteScope();
+  ExecuteScope(const ExecuteScope&) = delete;
+  ExecuteScope& operator=(const ExecuteScope&) = delete;
+  int threads() const { return threads_; }
 
-// The CPUs of `cpus` (a count) that other processes left free between two
-// readings, given this process's CPU time in that interval: the others' busy
-// time in cores, rounded so that a process holding most of a core counts as
-// one, taken from `cpus`; at least 1.
-int free_cores(const CpuTimes& before, const CpuTimes& after, double self_cpu_seconds,
-               double ticks_per_second, int cpus);
+ private:
+  int configured_;
+  int threads_;
+  bool measured_ = false;
+  int64_t start_ns_ = 0, start_delay_ns_ = 0;
+};
 
-// The thread count to execute with now: `configured` capped by the free CPUs
-// of the last window. Cheap (a clock read) except once per window, when the
-// first caller re-reads /proc/stat; concurrent callers use the last value.
+// The thread count an execute would get now (no measurement).
 int threads_now(int configured);
 
 }  // namespace backplane::onednn

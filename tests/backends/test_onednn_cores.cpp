@@ -1,4 +1,4 @@
-// CpuOneDnn's thread cap on a busy machine (backends/onednn/cores.hpp).
+// CpuOneDnn's thread count on a busy machine (backends/onednn/cores.hpp).
 #include "onednn/cores.hpp"
 
 #include <gtest/gtest.h>
@@ -15,69 +15,86 @@
 namespace backplane::onednn {
 namespace {
 
-// Two CPUs and the aggregate line; cpu1 has all eight fields, cpu0 only the
-// four of old kernels.
-constexpr const char* kStat =
-    "cpu  900 10 300 5000 20 5 5 0 0 0\n"
-    "cpu0 400 0 100 2500\n"
-    "cpu1 500 10 200 2500 20 5 5 7 0 0\n"
-    "intr 12345 0 0\n"
-    "cpu_not_a_cpu 1 2 3 4\n";
+constexpr int64_t kMs = 1'000'000;
 
-TEST(OneDnnCores, ParsesTheLinesOfTheAllowedCpus) {
-  CpuTimes both = parse_proc_stat(kStat, {0, 1});
-  EXPECT_EQ(both.busy, 400u + 100 + 500 + 10 + 200 + 5 + 5 + 7);
-  EXPECT_EQ(both.total, both.busy + 2500 + 2500 + 20);
-  CpuTimes one = parse_proc_stat(kStat, {1});
-  EXPECT_EQ(one.busy, 500u + 10 + 200 + 5 + 5 + 7);
-  EXPECT_EQ(one.total, one.busy + 2500 + 20);
-  EXPECT_EQ(parse_proc_stat(kStat, {7}).total, 0u);
-  EXPECT_EQ(parse_proc_stat("", {0}).total, 0u);
+// Executes of 5 ms on every thread until a window is full, the calling
+// thread waiting `share` of each for a CPU.
+void run_window(Governor& g, int configured, double share) {
+  for (int64_t t = 0; t < Governor::kWindowNs; t += 5 * kMs)
+    g.executed(configured, g.threads(configured), 5 * kMs, int64_t(share * 5 * kMs));
 }
 
-// `others` cores busy over one second of 2 CPUs at 100 ticks/s, of which
-// `self` seconds were this process's.
-int free_of(double others, double self, int cpus = 2) {
-  const double ticks = 100;
-  CpuTimes before{1000, 10000};
-  CpuTimes after = before;
-  after.total += static_cast<uint64_t>(cpus * ticks);  // one second on every CPU
-  after.busy += static_cast<uint64_t>((others + self) * ticks);
-  return free_cores(before, after, self, ticks, cpus);
+// Samples of the other runnable threads, one per ms over a window.
+void sample_window(Governor& g, int configured, int others, int64_t& now) {
+  for (int i = 0; i <= 20; ++i, now += kMs) g.others_runnable(configured, others, now);
 }
 
-TEST(OneDnnCores, OtherProcessesTakeCoresOurOwnTimeDoesNot) {
-  EXPECT_EQ(free_of(0.0, 0.0), 2);    // idle machine
-  EXPECT_EQ(free_of(0.0, 2.0), 2);    // our own two threads at full speed
-  EXPECT_EQ(free_of(0.3, 1.7), 2);    // background noise
-  EXPECT_EQ(free_of(0.67, 1.33), 1);  // a busy loop sharing the CPUs with our threads
-  EXPECT_EQ(free_of(1.0, 1.0), 1);
-  EXPECT_EQ(free_of(2.0, 0.0), 1);  // never below one thread
-  EXPECT_EQ(free_of(1.7, 0.0, 4), 2);
-  EXPECT_EQ(free_of(3.0, 1.0, 4), 1);
+TEST(OneDnnGovernor, AloneEveryThreadRuns) {
+  Governor g(2);
+  for (double share : {0.0, 0.02, 0.1, 0.2}) {  // scheduler noise, a short task beside us
+    run_window(g, 2, share);
+    EXPECT_EQ(g.threads(2), 2) << "delay share " << share;
+  }
+  EXPECT_EQ(g.threads(1), 1);
 }
 
-TEST(OneDnnCores, NoIntervalMeansNoCap) {
-  CpuTimes t{100, 1000};
-  EXPECT_EQ(free_cores(t, t, 0, 100, 2), 2);
-  EXPECT_EQ(free_cores(CpuTimes{200, 2000}, t, 0, 100, 2), 2);  // counters went back
+// 2 threads and one busy process on 2 CPUs: each runs 2/3 of the time, the
+// delay share is 1/3, one CPU is taken. Two busy processes: 1/2, both.
+TEST(OneDnnGovernor, RunQueueDelayCapsAtTheCpusLeft) {
+  Governor one(2);
+  run_window(one, 2, 1.0 / 3);
+  EXPECT_EQ(one.threads(2), 1);
+  Governor two(2);
+  run_window(two, 2, 0.5);
+  EXPECT_EQ(two.threads(2), 1);  // never below one
+  Governor big(8);               // 8 threads on 8 CPUs, 2 others: 8 / 10 of the time
+  run_window(big, 8, 0.2);
+  EXPECT_EQ(big.threads(8), 6);
+  EXPECT_EQ(big.threads(4), 4);  // a partition made for fewer is not raised
 }
 
-int allowed_cpus() {
+TEST(OneDnnGovernor, NothingIsDecidedBeforeAWindowIsFull) {
+  Governor g(2);
+  g.executed(2, 2, 10 * kMs, 9 * kMs);
+  EXPECT_EQ(g.threads(2), 2);
+  g.executed(2, 2, 10 * kMs, 0);  // the window: 9 of 20 ms
+  EXPECT_EQ(g.threads(2), 1);
+}
+
+// Capped, the delay says nothing (our threads fit); the others' runnable
+// count decides: still there, the cap stays; gone, every thread is back.
+TEST(OneDnnGovernor, CappedUntilTheOthersLeave) {
+  Governor g(2);
+  run_window(g, 2, 1.0 / 3);
+  ASSERT_EQ(g.threads(2), 1);
+  run_window(g, 2, 0.0);  // capped executes: no information
+  EXPECT_EQ(g.threads(2), 1);
+  int64_t now = 1000 * kMs;
+  sample_window(g, 2, 1, now);
+  EXPECT_EQ(g.threads(2), 1);
+  g.others_runnable(2, 0, now);  // one sample is not a window
+  EXPECT_EQ(g.threads(2), 1);
+  now += 30 * kMs;
+  sample_window(g, 2, 0, now);
+  EXPECT_EQ(g.threads(2), 2);
+  EXPECT_EQ(g.cap(), 0);
+  run_window(g, 2, 0.0);
+  EXPECT_EQ(g.threads(2), 2);
+}
+
+// Live: with twice as many busy processes as this process may use CPUs, a
+// thread that executes (sleeping stands in for oneDNN's work: its delay is
+// what the scheduler gives it once woken) is capped at 1 within a second.
+// (The reverse, a quiet machine giving back every thread, is not asserted:
+// make test runs other tests beside this one.)
+TEST(OneDnnGovernor, BusyProcessesCapTheThreadCount) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return CPU_COUNT(&set);
-}
-
-// Live: with twice as many busy processes as this process may use CPUs,
-// threads_now caps any thread count at 1 within a few windows. (The reverse,
-// a quiet machine giving back every thread, is not asserted: make test runs
-// other tests beside this one.)
-TEST(OneDnnCores, BusyProcessesCapTheThreadCount) {
-  const int cpus = allowed_cpus();
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
   if (cpus < 2) GTEST_SKIP() << "needs 2 CPUs; this process may use " << cpus;
-  setenv("BACKPLANE_ONEDNN_ADAPT_THREADS", "1", 1);  // off by default
+  unsetenv("BACKPLANE_ONEDNN_ADAPT_THREADS");
+  unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
   EXPECT_EQ(threads_now(1), 1);
   std::vector<pid_t> busy;
   for (int i = 0; i < 2 * cpus; ++i) {
@@ -92,7 +109,11 @@ TEST(OneDnnCores, BusyProcessesCapTheThreadCount) {
   int seen = cpus;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (std::chrono::steady_clock::now() < until && seen != 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ExecuteScope scope(cpus);
+    // Work the scheduler must share: spin for 2 ms of wall time.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    volatile unsigned long spin = 0;
+    while (std::chrono::steady_clock::now() < end) spin = spin + 1;
     seen = threads_now(cpus);
   }
   for (pid_t pid : busy) {
@@ -100,6 +121,16 @@ TEST(OneDnnCores, BusyProcessesCapTheThreadCount) {
     waitpid(pid, nullptr, 0);
   }
   EXPECT_EQ(seen, 1) << "with " << 2 * cpus << " busy processes on " << cpus << " CPUs";
+}
+
+TEST(OneDnnGovernor, FixedFreeCoresAndOff) {
+  setenv("BACKPLANE_ONEDNN_FREE_CORES", "1", 1);
+  EXPECT_EQ(threads_now(4), 1);
+  EXPECT_EQ(ExecuteScope(4).threads(), 1);
+  setenv("BACKPLANE_ONEDNN_FREE_CORES", "3", 1);
+  EXPECT_EQ(threads_now(4), 3);
+  EXPECT_EQ(threads_now(2), 2);
+  unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
 }
 
 }  // namespace

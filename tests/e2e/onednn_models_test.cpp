@@ -7,7 +7,14 @@
 // threads, and repeated and concurrent runs.
 #include "support/e2e_util.hpp"
 
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <set>
 #include <string>
@@ -109,6 +116,72 @@ TEST_P(OneDnnModels, RepeatedAndConcurrentRunsAgree) {
   for (const Tensor& r : results) {
     ASSERT_FALSE(r.empty());
     EXPECT_TRUE(bitwise_equal(r, first)) << "a concurrent run differs";
+  }
+}
+
+// CPU time (ns) of this process's threads other than the calling one, from
+// /proc/self/task/*/schedstat (its first field).
+int64_t other_threads_cpu_ns() {
+  const std::string self = std::to_string(static_cast<long>(syscall(SYS_gettid)));
+  int64_t sum = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (entry.path().filename() == self) continue;
+    std::ifstream f(entry.path() / "schedstat");
+    int64_t ns = 0;
+    if (f >> ns) sum += ns;
+  }
+  return sum;
+}
+int64_t this_thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// On a busy machine CpuOneDnn caps its threads at the CPUs other processes
+// leave free (backends/onednn/cores.hpp; BACKPLANE_ONEDNN_FREE_CORES fixes
+// that count). A capped run of a partition compiled for 2 threads runs on
+// the calling thread alone (no other thread of the process gets CPU time
+// worth speaking of, though the primitives open their regions for 2) and
+// gives CpuRef's result; the same run uncapped shares the work (so the CPU
+// time check can fail).
+TEST_P(OneDnnModels, CappedRunsOnFewerThreadsAndMatchesCpuRef) {
+  const OneDnnCase& c = GetParam();
+  Tensor input = read_npy(models_dir() + "/" + c.name + ".input.npy");
+  ASSERT_FALSE(input.empty());
+  auto rt = onednn_runtime(2);
+  ASSERT_TRUE(rt);
+  auto fast = rt->load_model(model_path(c.name));
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  auto ref = rt->load_model(model_path(c.name), cpuref_only());
+  ASSERT_TRUE(ref.ok());
+  const Tensor want = run_once(**ref, c.input, input);
+  auto session = (*fast)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input(c.input, input).ok());
+  ASSERT_TRUE((*session)->run().ok());  // warm: the OpenMP team exists
+  for (const bool capped : {true, false}) {
+    SCOPED_TRACE(capped ? "capped at 1 thread" : "2 threads");
+    if (capped) {
+      ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", "1", 1), 0);
+    }
+    // Past the other threads' spin after the warm run.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int64_t others0 = other_threads_cpu_ns(), self0 = this_thread_cpu_ns();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*session)->run().ok());
+    const int64_t others = other_threads_cpu_ns() - others0, self = this_thread_cpu_ns() - self0;
+    unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
+    const Tensor y = (*session)->output(0);
+    ASSERT_EQ(y.shape(), want.shape());
+    EXPECT_LE(max_abs_diff(y, want), 1e-4 * max_abs(want)) << c.name;
+    if (capped) {
+      EXPECT_LT(double(others), 0.1 * double(self))
+          << "other threads: " << others / 1000 << " us, caller " << self / 1000 << " us";
+    } else if (c.fallback_ops.empty()) {
+      // Convolution models: the work is split between the two threads.
+      EXPECT_GT(double(others), 0.3 * double(self))
+          << "other threads: " << others / 1000 << " us, caller " << self / 1000 << " us";
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -20,20 +22,27 @@ int Governor::threads(int configured) const {
   return std::min(configured, cap_);
 }
 
-void Governor::executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns) {
+void Governor::executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns,
+                        int64_t preempted) {
   // A capped execute says nothing of the CPUs it left: see others_runnable.
   if (configured <= 1 || threads < configured || wall_ns <= 0) return;
   wall_ += wall_ns;
   delay_ += std::clamp<int64_t>(delay_ns, 0, wall_ns);
+  preempted_ += std::max<int64_t>(0, preempted);
   if (wall_ < kWindowNs) return;
   const double r = std::min(0.9, double(delay_) / double(wall_));
-  wall_ = delay_ = 0;
+  const bool contended = preempted_ >= 2;  // else: wake-up latency, not others
+  wall_ = delay_ = preempted_ = 0;
+  if (!contended) return;
   // N + k runnable threads on C CPUs: each runs C / (N + k) of the time.
   const double others = double(cpus_) / (1.0 - r) - double(configured);
   const int k = std::max(0, int(std::floor(others + 0.25)));
   const int free = cpus_ - k;
   if (free < configured) {
     cap_ = std::max(1, free);
+    why_ = "run-queue delay " + std::to_string(int(r * 100)) +
+           "% of the executes: " + std::to_string(k) + " other thread(s) runnable on " +
+           std::to_string(cpus_) + " CPUs";
     others_sum_ = others_count_ = 0;
     others_since_ = -1;
   }
@@ -46,14 +55,19 @@ void Governor::others_runnable(int configured, int others, int64_t now_ns) {
   ++others_count_;
   if (now_ns - others_since_ < kWindowNs || others_count_ < 4) return;
   const double mean = double(others_sum_) / double(others_count_);
+  const int64_t others_count = others_count_;
   others_sum_ = others_count_ = 0;
   others_since_ = -1;
   const int free = cpus_ - int(std::floor(mean + 0.5));
+  const std::string seen = "other runnable threads " + std::to_string(mean).substr(0, 4) +
+                           " on average over " + std::to_string(others_count) + " samples";
   if (free >= configured) {
     cap_ = 0;  // every thread back; the delay decides again
-    wall_ = delay_ = 0;
-  } else {
+    wall_ = delay_ = preempted_ = 0;
+    why_ = seen;
+  } else if (std::max(1, free) != cap_) {
     cap_ = std::max(1, free);
+    why_ = seen;
   }
 }
 
@@ -107,6 +121,13 @@ int64_t thread_delay_ns() {
   return read_number(f.fd, 1);
 }
 
+// This thread's involuntary context switches so far.
+int64_t thread_preemptions() {
+  rusage u{};
+  if (getrusage(RUSAGE_THREAD, &u) != 0) return 0;
+  return int64_t(u.ru_nivcsw);
+}
+
 // Threads of the machine that are runnable now, not counting the reader.
 int others_runnable_now() {
   static const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
@@ -115,6 +136,16 @@ int others_runnable_now() {
 
 struct Process {
   std::mutex mutex;
+  const bool trace = [] {
+    const char* v = std::getenv("BACKPLANE_ONEDNN_GOVERNOR_TRACE");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  // Prints the governor's change, if any, since `before`.
+  void traced(int before, int configured) {
+    if (!trace || governor.cap() == before) return;
+    std::fprintf(stderr, "CpuOneDnn: %d of %d threads (%s)\n", governor.threads(configured),
+                 configured, governor.why().c_str());
+  }
   Governor governor{allowed_cpus()};
   std::atomic<int64_t> last_measured{0};
   bool enabled = [] {
@@ -156,10 +187,15 @@ ExecuteScope::ExecuteScope(int configured) : configured_(configured), threads_(c
   }
   if (measured_ && threads_ < configured) capped_others = others_runnable_now();
   std::lock_guard<std::mutex> lock(p.mutex);
-  if (capped_others >= 0) p.governor.others_runnable(configured, capped_others, now);
+  if (capped_others >= 0) {
+    const int before = p.governor.cap();
+    p.governor.others_runnable(configured, capped_others, now);
+    p.traced(before, configured);
+  }
   threads_ = p.governor.threads(configured);
   if (measured_) {
     start_delay_ns_ = thread_delay_ns();
+    start_preempted_ = thread_preemptions();
     start_ns_ = now_ns();
     measured_ = start_delay_ns_ >= 0;
   }
@@ -168,10 +204,13 @@ ExecuteScope::ExecuteScope(int configured) : configured_(configured), threads_(c
 ExecuteScope::~ExecuteScope() {
   if (!measured_) return;
   const int64_t delay = thread_delay_ns() - start_delay_ns_;
+  const int64_t preempted = thread_preemptions() - start_preempted_;
   const int64_t wall = now_ns() - start_ns_;
   Process& p = process();
   std::lock_guard<std::mutex> lock(p.mutex);
-  p.governor.executed(configured_, threads_, wall, delay);
+  const int before = p.governor.cap();
+  p.governor.executed(configured_, threads_, wall, delay, preempted);
+  p.traced(before, configured_);
 }
 
 int threads_now(int configured) {

@@ -13,10 +13,15 @@
 // Two measurements, each where it is unambiguous:
 //  - Running on every thread, the calling thread's run-queue delay during
 //    its executes (/proc/thread-self/schedstat: time it was runnable but
-//    not running). Alone on the machine it is about zero; with N of our
-//    threads and k others runnable on C CPUs (N + k > C) each thread runs
-//    C / (N + k) of the time, so the delay share r gives k = C / (1 - r) - N
-//    and the CPUs left to us, C - k.
+//    not running) and its involuntary context switches (getrusage). With N
+//    of our threads and k others runnable on C CPUs (N + k > C) each thread
+//    runs C / (N + k) of the time, so the delay share r gives
+//    k = C / (1 - r) - N and the CPUs left to us, C - k. Alone on the
+//    machine the delay is not zero: a thread woken at a barrier waits for
+//    its CPU to wake up too (on a VM, a halted vCPU: tens to hundreds of
+//    microseconds, a large share of a short execute after idle). That wait
+//    is no preemption, so a window in which the caller was not preempted
+//    (fewer than 2 involuntary switches) caps nothing.
 //  - Running on fewer threads, the delay says nothing about the CPUs we left
 //    (our threads fit), so the Governor counts the other runnable threads
 //    of the machine (/proc/loadavg's running count, less the reader) and
@@ -27,10 +32,12 @@
 // thread, and when BACKPLANE_ONEDNN_ADAPT_THREADS=0.
 // BACKPLANE_ONEDNN_FREE_CORES=N fixes the count of free CPUs instead (tests,
 // or a user who knows the machine better: a container's CPU quota).
+// BACKPLANE_ONEDNN_GOVERNOR_TRACE=1 prints every change and why to stderr.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 namespace backplane::onednn {
 
@@ -42,11 +49,13 @@ class Governor {
 
   // Threads for an execute of a partition made for `configured` threads.
   int threads(int configured) const;
-  // The cap in force (0: none).
+  // The cap in force (0: none), and why it last changed.
   int cap() const { return cap_; }
+  const std::string& why() const { return why_; }
   // An execute ran on `threads` of `configured` threads for `wall_ns`, of
-  // which the calling thread waited `delay_ns` for a CPU.
-  void executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns);
+  // which the calling thread waited `delay_ns` for a CPU; it was preempted
+  // `preempted` times.
+  void executed(int configured, int threads, int64_t wall_ns, int64_t delay_ns, int64_t preempted);
   // While capped: `others` threads of other processes were runnable at
   // `now_ns`.
   void others_runnable(int configured, int others, int64_t now_ns);
@@ -54,9 +63,10 @@ class Governor {
  private:
   int cpus_;
   int cap_ = 0;
-  int64_t wall_ = 0, delay_ = 0;               // uncapped executes of this window
-  int64_t others_sum_ = 0, others_count_ = 0;  // capped samples of this window
+  int64_t wall_ = 0, delay_ = 0, preempted_ = 0;  // uncapped executes of this window
+  int64_t others_sum_ = 0, others_count_ = 0;     // capped samples of this window
   int64_t others_since_ = -1;
+  std::string why_;
 };
 
 // The process's governor, measuring around each execute of the calling
@@ -73,7 +83,7 @@ class ExecuteScope {
   int configured_;
   int threads_;
   bool measured_ = false;
-  int64_t start_ns_ = 0, start_delay_ns_ = 0;
+  int64_t start_ns_ = 0, start_delay_ns_ = 0, start_preempted_ = 0;
 };
 
 // The thread count an execute would get now (no measurement).

@@ -7,6 +7,8 @@ extern "C" {
 #endif
 void omp_set_num_threads(int num_threads);
 int omp_get_max_threads(void);
+void omp_set_dynamic(int dynamic_threads);
+int omp_get_dynamic(void);
 #ifdef __cplusplus
 }
 #endif

@@ -18,10 +18,12 @@ namespace {
 constexpr int64_t kMs = 1'000'000;
 
 // Executes of 5 ms on every thread until a window is full, the calling
-// thread waiting `share` of each for a CPU.
-void run_window(Governor& g, int configured, double share) {
+// thread waiting `share` of each for a CPU and preempted once in each (or
+// never: the wait was for its CPU to wake up).
+void run_window(Governor& g, int configured, double share, bool preempted = true) {
   for (int64_t t = 0; t < Governor::kWindowNs; t += 5 * kMs)
-    g.executed(configured, g.threads(configured), 5 * kMs, int64_t(share * 5 * kMs));
+    g.executed(configured, g.threads(configured), 5 * kMs, int64_t(share * 5 * kMs),
+               preempted ? 1 : 0);
 }
 
 // Samples of the other runnable threads, one per ms over a window.
@@ -55,9 +57,21 @@ TEST(OneDnnGovernor, RunQueueDelayCapsAtTheCpusLeft) {
 
 TEST(OneDnnGovernor, NothingIsDecidedBeforeAWindowIsFull) {
   Governor g(2);
-  g.executed(2, 2, 10 * kMs, 9 * kMs);
+  g.executed(2, 2, 10 * kMs, 9 * kMs, 3);
   EXPECT_EQ(g.threads(2), 2);
-  g.executed(2, 2, 10 * kMs, 0);  // the window: 9 of 20 ms
+  g.executed(2, 2, 10 * kMs, 0, 0);  // the window: 9 of 20 ms
+  EXPECT_EQ(g.threads(2), 1);
+}
+
+// Short executes after idle wait for their CPUs to wake up (a halted vCPU),
+// a large share of their time, without being preempted: no cap.
+TEST(OneDnnGovernor, WakeUpLatencyIsNotContention) {
+  Governor g(2);
+  run_window(g, 2, 0.5, /*preempted=*/false);
+  EXPECT_EQ(g.threads(2), 2);
+  g.executed(2, 2, 20 * kMs, 10 * kMs, 1);  // one preemption in a window: noise
+  EXPECT_EQ(g.threads(2), 2);
+  g.executed(2, 2, 20 * kMs, 10 * kMs, 2);
   EXPECT_EQ(g.threads(2), 1);
 }
 

@@ -8,6 +8,8 @@
 // writes it to an artifact and reads it back; compiled.cpp executes it.
 #pragma once
 
+#include <sched.h>
+
 #include <backplane/backend_sdk.hpp>
 
 #include <dnnl.hpp>
@@ -81,6 +83,25 @@ class Compiled;
 // the plugin shim sets (GOMP_SPINCOUNT) is what bounds the overlap. Never
 // called between two partitions of CpuOneDnn's own.
 void release_openmp_workers();
+
+// Starts the calling thread's OpenMP team of `threads` (a context does, so
+// that thread creation is not in the first run), its workers kept off the
+// CPU the calling thread is on (its "home"; compiled.cpp says why).
+void start_openmp_team(int threads);
+// For an execute on `threads` of `configured` threads: starts the calling
+// thread's team if it has none of that size and, on every thread, holds the
+// caller on its home CPU until destroyed (its affinity as before after).
+class HomeScope {
+ public:
+  HomeScope(int configured, int threads);
+  ~HomeScope();
+  HomeScope(const HomeScope&) = delete;
+  HomeScope& operator=(const HomeScope&) = delete;
+
+ private:
+  cpu_set_t mask_;
+  bool held_ = false;
+};
 
 // The bytes a context gives one plan: the arena, then the scratchpad.
 size_t context_bytes(const Compiled& c);

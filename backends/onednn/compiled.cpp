@@ -336,7 +336,8 @@ void release_openmp_workers() {
   }();
   // Soft: the threads go, nothing the program holds is lost. Fails (-1,
   // ignored) inside an application's own parallel region.
-  if (enabled) (void)omp_pause_resource_all(omp_pause_soft);
+  if (enabled && omp_pause_resource_all(omp_pause_soft) == 0)
+    team = Team{};  // new workers next time: HomeScope arranges them again
 #endif
 }
 
@@ -358,7 +359,7 @@ class Context : public sdk::ExecContext {
     }
     binder_ = std::make_unique<Binder>(c, memory_);
     // The OpenMP team the steps run on, started now for the same reason,
-    // its threads on distinct CPUs.
+    // its workers off the caller's CPU.
     start_openmp_team(c.threads);
   }
   ~Context() override { std::free(memory_); }

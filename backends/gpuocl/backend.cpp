@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace gpuocl {
 namespace {
@@ -246,20 +247,14 @@ class GpuOcl final : public sdk::Backend {
     // no configure keys but num_threads to backends yet.
     if (const char* dir = std::getenv("BACKPLANE_GPUOCL_CACHE_DIR")) cache_dir_ = dir;
     if (const char* opts = std::getenv("BACKPLANE_GPUOCL_BUILD_OPTIONS")) build_options_ = opts;
-    if (const char* m = std::getenv("BACKPLANE_GPUOCL_MAX_MEMORY")) {
+    for (const auto& [var, key] : {std::pair{"BACKPLANE_GPUOCL_MAX_MEMORY", "max_memory"},
+                                   std::pair{"BACKPLANE_GPUOCL_GEMM", "gemm"}}) {
+      const char* v = std::getenv(var);
+      if (v == nullptr) continue;
       try {
-        configure("max_memory", m);
+        configure(key, v);
       } catch (const sdk::Error& e) {
-        this->host().log(BP_LOG_WARN, "GpuOcl",
-                         std::string("BACKPLANE_GPUOCL_MAX_MEMORY ignored: ") + e.what());
-      }
-    }
-    if (const char* g = std::getenv("BACKPLANE_GPUOCL_GEMM")) {
-      try {
-        configure("gemm", g);
-      } catch (const sdk::Error& e) {
-        this->host().log(BP_LOG_WARN, "GpuOcl",
-                         std::string("BACKPLANE_GPUOCL_GEMM ignored: ") + e.what());
+        this->host().log(BP_LOG_WARN, "GpuOcl", std::string(var) + " ignored: " + e.what());
       }
     }
     if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {

@@ -46,7 +46,8 @@ Binder::Binder(const Compiled& c, char* memory) : c_(c) {
   copies_.resize(c.steps.size());
   for (size_t s = 0; s < c.steps.size(); ++s) {
     for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
-    if (c.steps[s].copy_concat) plan_copy(s);
+    if (c.steps[s].concat_norm) plan_concat_norm(s);
+    else if (c.steps[s].copy_concat) plan_copy(s);
   }
 }
 
@@ -110,6 +111,64 @@ void Binder::plan_copy(size_t s) {
     in_memory_order(part.dims, part.src_strides, part.dst_strides);
     coalesce(part.dims, part.src_strides, part.dst_strides);
     copies_[s].push_back(std::move(part));
+  }
+}
+
+void Binder::plan_concat_norm(size_t s) {
+  const Step& step = c_.steps[s];
+  int64_t along = 0;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    const int arg = step.args[a].first;
+    if (arg < DNNL_ARG_MULTIPLE_SRC || arg >= DNNL_ARG_MULTIPLE_DST) continue;
+    const dnnl::memory::desc& src = c_.refs[step.args[a].second].md;
+    const int64_t channels = src.dims()[1];
+    const int64_t pixels = channels == 0 ? 0 : sdk::element_count(src.dims()) / channels;
+    copies_[s].push_back(CopyPart{a, along, {pixels, channels}, {}, {}});
+    along += channels;
+  }
+}
+
+// Per pixel (every position but the channel), each source's channels
+// normalized into their window of the output's: the output is written in
+// order, each source read once.
+void Binder::run_concat_norm(size_t s) {
+  const Step& step = c_.steps[s];
+  float *dst = nullptr, *scale = nullptr, *shift = nullptr;
+  for (const dnnl_exec_arg_t& a : args_[s]) {
+    float** slot = a.arg == DNNL_ARG_DST     ? &dst
+                   : a.arg == DNNL_ARG_SCALE ? &scale
+                   : a.arg == DNNL_ARG_SHIFT ? &shift
+                                             : nullptr;
+    if (slot != nullptr) dnnl_memory_get_data_handle(a.memory, reinterpret_cast<void**>(slot));
+  }
+  const std::vector<CopyPart>& parts = copies_[s];
+  if (parts.empty()) return;
+  const int64_t pixels = parts[0].dims[0];
+  int64_t channels = 0;
+  std::vector<const float*> srcs(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    void* h = nullptr;
+    dnnl_memory_get_data_handle(args_[s][parts[i].arg].memory, &h);
+    srcs[i] = static_cast<const float*>(h);
+    channels += parts[i].dims[1];
+  }
+  const bool relu = step.concat_relu;
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
+#pragma omp parallel for if (pixels * channels > (int64_t{1} << 15))
+#endif
+  for (int64_t p = 0; p < pixels; ++p) {
+    float* out = dst + p * channels;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t n = parts[i].dims[1], off = parts[i].offset;
+      const float* x = srcs[i] + p * n;
+      const float* a = scale + off;
+      const float* b = shift + off;
+      float* y = out + off;
+      if (relu)
+        for (int64_t c = 0; c < n; ++c) y[c] = std::max(x[c] * a[c] + b[c], 0.f);
+      else
+        for (int64_t c = 0; c < n; ++c) y[c] = x[c] * a[c] + b[c];
+    }
   }
 }
 
@@ -237,6 +296,10 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
   const HomeScope home(c_.threads, threads);
   for (size_t s = 0; s < args_.size(); ++s) {
+    if (c_.steps[s].concat_norm) {
+      run_concat_norm(s);
+      continue;
+    }
     if (c_.steps[s].copy_concat) {
       run_copy(s);
       continue;

@@ -59,6 +59,13 @@ struct Step {
   // otherwise make a oneDNN concat for every cache length, and where oneDNN
   // has only its reference concat for plain inputs.
   bool copy_concat = false;
+  // A copy_concat that normalizes on the way (a Concat along the channels
+  // and the BatchNormalization reading it, fused; lower_concat_norm): every
+  // layout dense channels-last, concat_axis 1, and per output channel c
+  // dst = x * scale[c] + shift[c] (DNNL_ARG_SCALE / DNNL_ARG_SHIFT,
+  // constants), then max(0, .) if concat_relu.
+  bool concat_norm = false;
+  bool concat_relu = false;
   // A Gather by indices known only at run time (an embedding lookup: a
   // constant table, token ids from the caller), done here: oneDNN has no
   // gather. DNNL_ARG_SRC_0 is the data (plain float32), DNNL_ARG_SRC_1 the
@@ -133,6 +140,10 @@ class Binder {
   };
   void plan_copy(size_t step);
   void run_copy(size_t step);
+  // A concat_norm step: copies_ holds one part per source, `offset` its
+  // first output channel, dims {pixels, its channels}.
+  void plan_concat_norm(size_t step);
+  void run_concat_norm(size_t step);
   void run_gather(size_t step);
 
   const Compiled& c_;

@@ -146,6 +146,36 @@ void absorb_relu(ViewInfo& g, FusedGraph& f, int n) {
   m.anchor = k;
 }
 
+// The Concat along the channels that alone feeds BatchNormalization node n
+// (DenseNet: every layer normalizes the concatenation of all the block's
+// features so far, each time anew). The two become one pass: each input is
+// normalized straight into its window of the output, so the concatenation
+// is never written (lowering: lower_concat_norm).
+void absorb_concat(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  const int x = m.in.empty() ? -1 : m.in[0];
+  int c = -1;
+  for (size_t k = 0; k < f.nodes.size() && c < 0 && x >= 0; ++k)
+    if (!f.nodes[k].dead && f.nodes[k].out == x) c = static_cast<int>(k);
+  if (c < 0 || f.nodes[c].op != "Concat" || f.nodes[c].group >= 0 || f.only_consumer(g, x) != n)
+    return;
+  const INode& cat = f.nodes[c];
+  const int64_t rank = static_cast<int64_t>(g.shape(x).size());
+  try {
+    check_node(g, m.node);
+    check_node(g, cat.node);
+    int64_t axis = g.node(cat.node).attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (rank < 3 || axis != 1) return;
+  } catch (const sdk::Error&) {
+    return;
+  }
+  for (int v : cat.in)
+    if (v < 0 || g.values[v].dtype != BP_DTYPE_FLOAT32) return;
+  f.nodes[c].group = n;
+  m.concat = c;
+}
+
 }  // namespace
 
 FusedGraph fuse(ViewInfo& g) {
@@ -164,7 +194,10 @@ FusedGraph fuse(ViewInfo& g) {
     in.anchor = static_cast<int>(n);
     if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
       build_group(g, f, static_cast<int>(n));
-    else if (in.op == "BatchNormalization") absorb_relu(g, f, static_cast<int>(n));
+    else if (in.op == "BatchNormalization") {
+      absorb_relu(g, f, static_cast<int>(n));
+      absorb_concat(g, f, static_cast<int>(n));
+    }
   }
   return f;
 }

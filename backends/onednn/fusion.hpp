@@ -40,6 +40,9 @@ struct INode {
   // padding it adds at the start of each spatial axis; the pool counts the
   // padded cells.
   Dims pad_before;
+  // BatchNormalization: the Concat INode (along the channels) it absorbed,
+  // whose inputs it normalizes straight into one output (concat_norm).
+  int concat = -1;
   int anchor = -1;  // index of the INode where this group executes
   int group = -1;   // absorbed node: the INode it was fused into
 };

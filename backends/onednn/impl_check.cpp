@@ -138,8 +138,12 @@ void report_plan(const Compiled& c) {
   std::lock_guard<std::mutex> lock(mutex);
   std::ofstream out(path, std::ios::app);
   for (const Step& s : c.steps)
-    out << c.name << '\t' << (s.copy_concat ? "copy_concat" : s.kind) << '\t'
-        << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what << '\n';
+    out << c.name << '\t'
+        << (s.concat_norm   ? "concat_norm"
+            : s.copy_concat ? "copy_concat"
+                            : s.kind)
+        << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
+        << '\n';
 }
 
 }  // namespace backplane::onednn

@@ -5,6 +5,7 @@
 #include "onednn/support.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -522,6 +523,10 @@ void Lowering::lower_pool(const INode& n) {
 }
 
 void Lowering::lower_batch_norm(const INode& n) {
+  if (n.concat >= 0) {
+    if (lower_concat_norm(n)) return;
+    lower_concat(f_.nodes[n.concat]);  // two steps, as unfused
+  }
   const Dims& xs = g_.shape(n.in[0]);
   const float eps = g_.node(n.node).attr_float("epsilon", 1e-5f);
   const int src = b_.dense(ref_of(n.in[0]));
@@ -540,6 +545,44 @@ void Lowering::lower_batch_norm(const INode& n) {
                    {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(n.in[3]))},
                    {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(n.in[4]))}},
                   pd, g_.describe(n.node));
+}
+
+bool Lowering::lower_concat_norm(const INode& n) {
+  const INode& cat = f_.nodes[n.concat];
+  const Dims& out = g_.shape(n.out);
+  if (out.size() < 3 || out.size() > 5) return false;
+  // Each input read as it is: channels innermost and dense, so input i's
+  // pixel p is the run p * C_i .. + C_i, written at p * C + (its offset).
+  std::vector<std::pair<int, int>> args;
+  for (size_t i = 0; i < cat.in.size(); ++i) {
+    const int r = ref_of(cat.in[i]);
+    if (b_.md(r) != channels_last_md(g_.shape(cat.in[i]))) return false;
+    args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), r});
+  }
+  // The normalization as y = x * scale + shift per channel.
+  const int64_t channels = out[1];
+  const float* gamma = g_.f32(n.in[1]);
+  const float* beta = g_.f32(n.in[2]);
+  const float* mean = g_.f32(n.in[3]);
+  const float* var = g_.f32(n.in[4]);
+  const float eps = g_.node(n.node).attr_float("epsilon", 1e-5f);
+  std::vector<float> scale(static_cast<size_t>(channels)), shift(scale.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    const double f = gamma[c] / std::sqrt(static_cast<double>(var[c]) + eps);
+    scale[c] = static_cast<float>(f);
+    shift[c] = static_cast<float>(beta[c] - mean[c] * f);
+  }
+  const memory::desc cmd = plain_md({channels});
+  args.push_back({DNNL_ARG_SCALE, b_.const_ref(cmd, scale.data(), node_tag("cns", n.node))});
+  args.push_back({DNNL_ARG_SHIFT, b_.const_ref(cmd, shift.data(), node_tag("cnb", n.node))});
+  const int dst = b_.new_arena(channels_last_md(out));
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_copy_concat(std::move(args), 1, g_.describe(cat.node) + " + " + g_.describe(n.node));
+  Step& step = c_.steps.back();
+  step.concat_norm = true;
+  step.concat_relu = !n.post.empty();  // absorb_relu's
+  tensors_[n.out] = dst;
+  return true;
 }
 
 void Lowering::lower_layer_norm(const INode& n) {

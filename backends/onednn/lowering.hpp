@@ -77,6 +77,10 @@ class Lowering {
                     const dnnl::memory::desc& bias_md, const dnnl::memory::desc& dst_md);
   void lower_pool(const INode& n);
   void lower_batch_norm(const INode& n);
+  // A BatchNormalization (+ Relu) of a Concat along the channels, in one
+  // pass (fusion.cpp: absorb_concat); false, lowering nothing, when the
+  // inputs are not all dense channels-last.
+  bool lower_concat_norm(const INode& n);
   void lower_layer_norm(const INode& n);
   void lower_softmax(const INode& n);
   void lower_concat(const INode& n);

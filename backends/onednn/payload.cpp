@@ -22,6 +22,7 @@
 // for every shape, which costs no lowering.
 #include "onednn/compiled.hpp"
 #include "onednn/compiler.hpp"
+#include "onednn/impl_check.hpp"
 #include "onednn/polymorphic.hpp"
 
 #include <omp.h>
@@ -291,6 +292,8 @@ struct PostOpRecord {
 constexpr int32_t kCopyConcatKind = -1;
 // The step kind of a gather step (compiled.hpp): no oneDNN primitive either.
 constexpr int32_t kGatherKind = -2;
+// A copy_concat step that normalizes on the way (concat_norm).
+constexpr int32_t kConcatNormKind = -3;
 
 void write_args(Writer& w, const Step& step) {
   w.pod(static_cast<uint32_t>(step.args.size()));
@@ -302,9 +305,10 @@ void write_args(Writer& w, const Step& step) {
 
 void write_step(Writer& w, const Step& step) {
   if (step.copy_concat) {
-    w.pod(kCopyConcatKind);
+    w.pod(step.concat_norm ? kConcatNormKind : kCopyConcatKind);
     w.str(step.what);
     w.pod(static_cast<int32_t>(step.concat_axis));
+    if (step.concat_norm) w.pod(static_cast<uint8_t>(step.concat_relu ? 1 : 0));
     write_args(w, step);
     return;
   }
@@ -655,11 +659,17 @@ void read_args(Reader& r, Step& step) {
 Recipe read_step(Reader& r, Step& step) {
   Recipe rc;
   const int32_t kind = r.pod<int32_t>("primitive kind");
-  if (kind == kCopyConcatKind) {
+  if (kind == kCopyConcatKind || kind == kConcatNormKind) {
     rc.copy = true;
     step.copy_concat = true;
+    step.concat_norm = kind == kConcatNormKind;
     step.what = r.str("step name");
     step.concat_axis = r.pod<int32_t>("concat axis");
+    if (step.concat_norm) {
+      const uint8_t relu = r.pod<uint8_t>("concat relu");
+      if (relu > 1) r.fail("has a bad concat in " + step.what);
+      step.concat_relu = relu == 1;
+    }
     read_args(r, step);
     return rc;  // its arguments are checked by check_copy_concat
   }
@@ -1027,14 +1037,17 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   auto plain = [](const dnnl::memory::desc& md) {
     return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
   };
-  int dst = -1;
+  int dst = -1, scale = -1, shift = -1;
   std::vector<int> srcs;
   for (auto [arg, ref] : step.args) {
     if (arg == DNNL_ARG_DST && dst < 0) dst = ref;
     else if (arg == DNNL_ARG_MULTIPLE_SRC + static_cast<int>(srcs.size())) srcs.push_back(ref);
+    else if (step.concat_norm && arg == DNNL_ARG_SCALE && scale < 0) scale = ref;
+    else if (step.concat_norm && arg == DNNL_ARG_SHIFT && shift < 0) shift = ref;
     else r.fail("gives " + step.what + " an argument it cannot take");
   }
-  if (dst < 0 || srcs.empty()) r.fail("leaves an argument of " + step.what + " out");
+  if (dst < 0 || srcs.empty() || (step.concat_norm && (scale < 0 || shift < 0)))
+    r.fail("leaves an argument of " + step.what + " out");
   const MemRef& out = c.refs[dst];
   if (out.constant || out.scratch || out.buffer < 0 || c.buffers[out.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
@@ -1052,6 +1065,23 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
     along += in.md.data.dims[axis];
   }
   if (along != out.md.data.dims[axis]) r.fail("has a bad concat in " + step.what);
+  if (!step.concat_norm) return;
+  // Normalized on the way: channels along axis 1, every layout dense
+  // channels-last (the run's addressing), a float per channel in each of
+  // the two constants.
+  auto channels_last = [](const dnnl::memory::desc& md) {
+    const dnnl::memory::dims d = md.dims();
+    return md.data.data_type == dnnl_f32 && md == channels_last_md(Dims(d.begin(), d.end()));
+  };
+  if (axis != 1 || rank < 3 || rank > 5 || !channels_last(out.md))
+    r.fail("has a bad concat in " + step.what);
+  for (int ref : srcs)
+    if (!channels_last(c.refs[ref].md)) r.fail("has a bad concat in " + step.what);
+  for (int ref : {scale, shift}) {
+    const MemRef& m = c.refs[ref];
+    if (!m.constant || m.md != plain_md({out.md.data.dims[1]}))
+      r.fail("has a bad concat in " + step.what);
+  }
 }
 
 // A gather step reads rows of its plain float32 data (SRC_0) along its axis

@@ -204,6 +204,22 @@ TEST(OneDnnNoReference, UnsupportedBroadcastGoesToCpuRef) {
   EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-5 * e2e::max_abs(want[0]));
 }
 
+// DenseNet normalizes the concatenation of its features before every layer:
+// each Concat and the BatchNormalization (+ ReLU) reading it are one pass
+// (concat_norm), so no oneDNN concat or batch normalization is left.
+TEST(OneDnnNoReference, DenseNetConcatsNormalizeInOnePass) {
+  ASSERT_TRUE(runtime());
+  const std::string path = std::string(BACKPLANE_TEST_DATA) + "/zoo/densenet121.onnx";
+  ASSERT_TRUE(std::ifstream(path).good()) << path << " was not generated";
+  int fused = 0;
+  for (const ReportLine& l : compile_and_run(path)) {
+    EXPECT_NE(l.kind, "concat") << l.what;
+    EXPECT_NE(l.kind, "batch_normalization") << l.what;
+    fused += l.kind == "concat_norm";
+  }
+  EXPECT_GE(fused, 4) << "no Concat + BatchNormalization ran as one pass";
+}
+
 // ---- every benchmark and zoo classification model (generated data) --------------
 
 class OneDnnNoReferenceModels : public testing::TestWithParam<std::string> {};

@@ -443,6 +443,47 @@ TEST(OneDnnOps, BatchNormalizationReluOfConcatenatedFeatures) {
   expect_matches_cpuref(b);
 }
 
+TEST(OneDnnOps, ConcatThenBatchNormalizationInOnePass) {
+  // A DenseNet block: each layer normalizes (BN, ReLU) the concatenation of
+  // every feature so far, its only reader; CpuOneDnn writes the normalized
+  // features straight from the sources (concat_norm), the Concat of one
+  // source too, with and without the ReLU.
+  ModelBuilder b;
+  b.input("x", {2, 5, 7, 7}).random_weight("w0", {8, 5, 3, 3}).random_weight("w1", {4, 8, 1, 1});
+  b.random_weight("w2", {4, 12, 3, 3}).random_weight("w3", {6, 16, 1, 1});
+  for (const char* s : {"1", "2", "3"})
+    b.random_weight(std::string("g") + s,
+                    {s[0] == '1'   ? 8
+                     : s[0] == '2' ? 12
+                                   : 16},
+                    0.5f, 1.5f)
+        .random_weight(std::string("b") + s, {s[0] == '1'   ? 8
+                                              : s[0] == '2' ? 12
+                                                            : 16})
+        .random_weight(std::string("m") + s, {s[0] == '1'   ? 8
+                                              : s[0] == '2' ? 12
+                                                            : 16})
+        .random_weight(std::string("v") + s,
+                       {s[0] == '1'   ? 8
+                        : s[0] == '2' ? 12
+                                      : 16},
+                       0.5f, 1.5f);
+  set_ints(b.node("Conv", {"x", "w0"}, {"f0"}), "pads", {1, 1, 1, 1});
+  set_int(b.node("Concat", {"f0"}, {"c1"}), "axis", 1);
+  b.node("BatchNormalization", {"c1", "g1", "b1", "m1", "v1"}, {"n1"});
+  b.node("Relu", {"n1"}, {"r1"});
+  b.node("Conv", {"r1", "w1"}, {"f1"});
+  set_int(b.node("Concat", {"f0", "f1"}, {"c2"}), "axis", -3);
+  b.node("BatchNormalization", {"c2", "g2", "b2", "m2", "v2"}, {"n2"});
+  b.node("Relu", {"n2"}, {"r2"});
+  set_ints(b.node("Conv", {"r2", "w2"}, {"f2"}), "pads", {1, 1, 1, 1});
+  set_int(b.node("Concat", {"f0", "f1", "f2"}, {"c3"}), "axis", 1);
+  b.node("BatchNormalization", {"c3", "g3", "b3", "m3", "v3"}, {"n3"});
+  b.node("Conv", {"n3", "w3"}, {"y"});
+  b.output("y").output("n3");
+  expect_matches_cpuref(b);
+}
+
 TEST(OneDnnOps, LayerNormalizationOp) {
   ModelBuilder b(17);
   b.input("x", {2, 5, 24}).random_weight("g", {24}, 0.5f, 1.5f).random_weight("bb", {24});

@@ -536,11 +536,14 @@ def main():
     with open(os.path.join(bench_dir, "results.md"), "w") as f:
         f.write(text + "\n")
     chart_path = os.path.join(bench_dir, "ratios.png")
-    chart(results, chart_path)
-    log(f"chart: {chart_path}")
+    if results:  # (a contended-only run has no latency rows to chart)
+        chart(results, chart_path)
+        log(f"chart: {chart_path}")
     with open(os.path.join(bench_dir, "results.json"), "w") as f:
         json.dump({"latency": results, "contended": contended, "load": load, "sgemm_gflops": peaks}, f, indent=1)
-    if args.write_doc:
+    if args.write_doc and not results:
+        log("--write-doc: no latency rows, the document is left as it is")
+    elif args.write_doc:
         image = os.path.join(os.path.dirname(os.path.abspath(args.write_doc)), "images", "bench-ratios.png")
         os.makedirs(os.path.dirname(image), exist_ok=True)
         shutil.copyfile(chart_path, image)

@@ -419,6 +419,16 @@ class InferenceSession {
     for (size_t i = 0; i < model_->inputs().size(); ++i) input_index_[model_->inputs()[i].name] = i;
     for (size_t i = 0; i < model_->outputs().size(); ++i)
       output_index_[model_->outputs()[i].name] = i;
+    // The first run's session, made now: a constructed InferenceSession is
+    // ready to run (as ONNX Runtime's is), and its first run does not pay
+    // for the backends' contexts, arenas and warm-up (MobileNetV2: 5.3 ms
+    // first against 1.8 steady when the pool started empty).
+    bp::Result<std::unique_ptr<bp::Session>> first = bp::invalid_argument("");
+    {
+      py::gil_scoped_release nogil;
+      first = model_->create_session();
+    }
+    idle_.push_back(unwrap(std::move(first)));
   }
 
   std::vector<NodeArg> get_inputs() const {

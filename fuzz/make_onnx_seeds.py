@@ -68,6 +68,19 @@ def main():
          numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
          numpy_helper.from_array(np.array([0], np.int64), "axes0")])
 
+    # A DenseNet layer: CpuOneDnn normalizes the concatenated features in
+    # one pass (its concat_norm step), scale and shift stored as constants.
+    save(out, "seed_dense", [
+        helper.make_node("Conv", ["x", "w0"], ["f0"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["f0", "w1"], ["f1"], name="conv1"),
+        helper.make_node("Concat", ["f0", "f1"], ["c"], name="concat", axis=1),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2"),
+    ], [f32("x", [1, 3, 6, 6])], [f32("y", [1, 4, 6, 6])],
+        [w("w0", 8, 3, 3, 3), w("w1", 4, 8, 1, 1), w("w2", 4, 12, 1, 1), w("s", 12), w("b", 12),
+         w("m", 12), numpy_helper.from_array(np.ones(12, np.float32), "v")])
+
     # An embedding lookup: CpuOneDnn's gather step reads run-time int64 ids.
     save(out, "seed_embed", [
         helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),

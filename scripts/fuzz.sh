@@ -85,7 +85,7 @@ for t in $targets; do
       seed_dir=$seeds/onednn_payload
       mkdir -p "$seed_dir"
       env_extra=(BACKPLANE_FUZZ_SEED_DIR="$seed_dir"
-                 BACKPLANE_FUZZ_PAYLOAD_MODELS="$seeds/onnx/seed_conv.onnx:$seeds/onnx/seed_gemm.onnx:$seeds/onnx/seed_norm.onnx:$seeds/onnx/seed_reshape.onnx:$seeds/onnx/seed_embed.onnx") ;;
+                 BACKPLANE_FUZZ_PAYLOAD_MODELS="$seeds/onnx/seed_conv.onnx:$seeds/onnx/seed_gemm.onnx:$seeds/onnx/seed_norm.onnx:$seeds/onnx/seed_reshape.onnx:$seeds/onnx/seed_embed.onnx:$seeds/onnx/seed_dense.onnx") ;;
     *) echo "fuzz.sh: unknown target $t" >&2; exit 2 ;;
   esac
   corpus=$build/corpus/$t

@@ -1,6 +1,7 @@
 // compiled.cpp — running a compiled CpuOneDnn partition.
 #include "onednn/compiled.hpp"
 
+#include "onednn/bands.hpp"
 #include "onednn/cores.hpp"
 
 #include <omp.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -52,6 +54,8 @@ Binder::Binder(const Compiled& c, char* memory) : c_(c) {
     else if (c.steps[s].copy_concat) plan_copy(s);
   }
 }
+
+Binder::~Binder() = default;
 
 namespace {
 // Dims and strides without size-1 dims, neighbours merged where both
@@ -139,7 +143,7 @@ void Binder::plan_concat_norm(size_t s) {
 // Per pixel (every position but the channel), each source's channels
 // normalized into their window of the output's: the output is written in
 // order, each source read once.
-void Binder::run_concat_norm(size_t s) {
+void Binder::run_concat_norm(size_t s, int64_t begin, int64_t end) {
   const Step& step = c_.steps[s];
   float *dst = nullptr, *scale = nullptr, *shift = nullptr;
   for (const dnnl_exec_arg_t& a : args_[s]) {
@@ -151,7 +155,8 @@ void Binder::run_concat_norm(size_t s) {
   }
   const std::vector<CopyPart>& parts = copies_[s];
   if (parts.empty()) return;
-  const int64_t pixels = parts[0].dims[0];
+  if (end < 0) end = parts[0].dims[0];
+  const int64_t pixels = end - begin;
   int64_t channels = 0;
   std::vector<const float*> srcs(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -164,7 +169,7 @@ void Binder::run_concat_norm(size_t s) {
 #if defined(_OPENMP)  // (the fuzz build has no OpenMP)
 #pragma omp parallel for if (pixels * channels > (int64_t{1} << 15))
 #endif
-  for (int64_t p = 0; p < pixels; ++p) {
+  for (int64_t p = begin; p < end; ++p) {
     float* out = dst + p * channels;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i].dims[1], off = parts[i].offset;
@@ -293,6 +298,24 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // busy machine capped at the CPUs other processes leave free (cores.hpp).
   const ExecuteScope scope(c_.threads);
   const int threads = scope.threads();
+  // Every CPU taken (the governor found none free) or asked for: the steps in
+  // pieces that every thread of the plan takes as it can (bands.hpp), each
+  // thread on its own (an OpenMP team of one).
+  const BandMode bands = c_.threads > 1 ? band_mode() : BandMode::kNever;
+  if (bands == BandMode::kAlways || (bands == BandMode::kWhenCapped && scope.saturated())) {
+    if (!bands_) {
+      bands_ = std::make_unique<Bands>(*this, c_, c_.threads);
+      if (governor_trace())
+        std::fprintf(stderr, "CpuOneDnn: %s: %zu of %zu steps cut into bands, %zu pieces\n",
+                     c_.name.c_str(), bands_->cut_steps(), c_.steps.size(), bands_->pieces());
+    }
+    if (bands_->useful()) {
+      if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+      if (omp_get_dynamic() == 0) omp_set_dynamic(1);
+      bands_->run(stream);
+      return;
+    }
+  }
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   // Most primitives open their regions with the thread count they were
   // created for (oneDNN's parallel(nthr, ...): a num_threads clause, which
@@ -303,27 +326,20 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   const bool capped = threads < c_.threads;
   if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
   const HomeScope home(c_.threads, threads);
-  for (size_t s = 0; s < args_.size(); ++s) {
-    if (c_.steps[s].concat_norm) {
-      run_concat_norm(s);
-      continue;
-    }
-    if (c_.steps[s].copy_concat) {
-      run_copy(s);
-      continue;
-    }
-    if (c_.steps[s].gather) {
-      run_gather(s);
-      continue;
-    }
-    dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
-                                              static_cast<int>(args_[s].size()), args_[s].data());
-    if (st != dnnl_success)
-      throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
-                                                    " failed (oneDNN status " +
-                                                    std::to_string(static_cast<int>(st)) + ")");
-  }
+  for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
   stream.wait();
+}
+
+void Binder::run_step(size_t s, dnnl::stream& stream) {
+  if (c_.steps[s].concat_norm) return run_concat_norm(s, 0, -1);
+  if (c_.steps[s].copy_concat) return run_copy(s);
+  if (c_.steps[s].gather) return run_gather(s);
+  dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
+                                            static_cast<int>(args_[s].size()), args_[s].data());
+  if (st != dnnl_success)
+    throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
+                                                  " failed (oneDNN status " +
+                                                  std::to_string(static_cast<int>(st)) + ")");
 }
 
 namespace {

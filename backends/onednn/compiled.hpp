@@ -78,6 +78,7 @@ struct Step {
 };
 
 class Compiled;
+class Bands;
 
 // Another backend's partition runs next (API 1.5, BP_EXECUTE_EDGE_FOLLOWS):
 // what CpuOneDnn can do so that its OpenMP workers do not spin through that
@@ -123,6 +124,19 @@ class Binder {
   // every step on `stream`, in the plan's OpenMP thread count.
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
            const bp_tensor_t* outputs);
+  ~Binder();
+
+  // For Bands (bands.hpp), which runs the same steps in pieces:
+  // step s as a whole, on the calling thread's OpenMP team;
+  void run_step(size_t s, dnnl::stream& stream);
+  // pixels [begin, end) of a concat_norm step (end -1: all of them), and
+  // how many it has;
+  void run_concat_norm(size_t step, int64_t begin, int64_t end);
+  int64_t concat_norm_pixels(size_t step) const {
+    return copies_[step].empty() ? 0 : copies_[step][0].dims[0];
+  }
+  // the memory of a MemRef (an input's or output's: bound by the last run).
+  const dnnl::memory& memory(size_t ref) const { return mems_[ref]; }
 
  private:
   struct Binding {
@@ -143,7 +157,6 @@ class Binder {
   // A concat_norm step: copies_ holds one part per source, `offset` its
   // first output channel, dims {pixels, its channels}.
   void plan_concat_norm(size_t step);
-  void run_concat_norm(size_t step);
   void run_gather(size_t step);
 
   const Compiled& c_;
@@ -151,6 +164,7 @@ class Binder {
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
+  std::unique_ptr<Bands> bands_;               // made at the first run in bands
 };
 
 class Compiled : public sdk::CompiledPartition {

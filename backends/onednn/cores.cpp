@@ -40,6 +40,7 @@ void Governor::executed(int configured, int threads, int64_t wall_ns, int64_t de
   const int free = cpus_ - k;
   if (free < configured) {
     cap_ = std::max(1, free);
+    saturated_ = free <= 0;
     why_ = "run-queue delay " + std::to_string(int(r * 100)) +
            "% of the executes: " + std::to_string(k) + " other thread(s) runnable on " +
            std::to_string(cpus_) + " CPUs";
@@ -61,8 +62,10 @@ void Governor::others_runnable(int configured, int others, int64_t now_ns) {
   const int free = cpus_ - int(std::floor(mean + 0.5));
   const std::string seen = "other runnable threads " + std::to_string(mean).substr(0, 4) +
                            " on average over " + std::to_string(others_count) + " samples";
+  saturated_ = free <= 0;
   if (free >= configured) {
     cap_ = 0;  // every thread back; the delay decides again
+    saturated_ = false;
     wall_ = delay_ = preempted_ = 0;
     why_ = seen;
   } else if (std::max(1, free) != cap_) {
@@ -128,23 +131,34 @@ int64_t thread_preemptions() {
   return int64_t(u.ru_nivcsw);
 }
 
-// Threads of the machine that are runnable now, not counting the reader.
+// Threads of the machine that are runnable now, not counting the reader
+// and our own awake band helpers.
 int others_runnable_now() {
   static const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  return int(read_number(fd, 3)) - 1;
+  return std::max(0, int(read_number(fd, 3)) - 1 - band_helpers_awake().load());
 }
 
-struct Process {
-  std::mutex mutex;
-  const bool trace = [] {
+}  // namespace
+
+bool governor_trace() {
+  static const bool trace = [] {
     const char* v = std::getenv("BACKPLANE_ONEDNN_GOVERNOR_TRACE");
     return v != nullptr && std::string_view(v) == "1";
   }();
+  return trace;
+}
+
+namespace {
+
+struct Process {
+  std::mutex mutex;
+  const bool trace = governor_trace();
   // Prints the governor's change, if any, since `before`.
   void traced(int before, int configured) {
     if (!trace || governor.cap() == before) return;
-    std::fprintf(stderr, "CpuOneDnn: %d of %d threads (%s)\n", governor.threads(configured),
-                 configured, governor.why().c_str());
+    std::fprintf(stderr, "CpuOneDnn: %d of %d threads%s (%s)\n", governor.threads(configured),
+                 configured, governor.saturated() ? ", every CPU taken: in bands" : "",
+                 governor.why().c_str());
   }
   Governor governor{allowed_cpus()};
   std::atomic<int64_t> last_measured{0};
@@ -159,10 +173,10 @@ Process& process() {
   return p;
 }
 
-// BACKPLANE_ONEDNN_FREE_CORES, or 0.
+// BACKPLANE_ONEDNN_FREE_CORES (0: every CPU taken), or -1 when unset: measure.
 int fixed_free_cores() {
   const char* f = std::getenv("BACKPLANE_ONEDNN_FREE_CORES");
-  if (f == nullptr || *f == '\0') return 0;
+  if (f == nullptr || *f == '\0') return -1;
   return std::max(0, std::atoi(f));
 }
 
@@ -170,8 +184,9 @@ int fixed_free_cores() {
 
 ExecuteScope::ExecuteScope(int configured) : configured_(configured), threads_(configured) {
   if (configured <= 1) return;
-  if (const int fixed = fixed_free_cores(); fixed > 0) {
-    threads_ = std::min(configured, fixed);
+  if (const int fixed = fixed_free_cores(); fixed >= 0) {
+    threads_ = std::clamp(fixed, 1, configured);
+    saturated_ = fixed == 0;
     return;
   }
   Process& p = process();
@@ -193,6 +208,7 @@ ExecuteScope::ExecuteScope(int configured) : configured_(configured), threads_(c
     p.traced(before, configured);
   }
   threads_ = p.governor.threads(configured);
+  saturated_ = p.governor.saturated();
   if (measured_) {
     start_delay_ns_ = thread_delay_ns();
     start_preempted_ = thread_preemptions();
@@ -213,9 +229,14 @@ ExecuteScope::~ExecuteScope() {
   p.traced(before, configured_);
 }
 
+std::atomic<int>& band_helpers_awake() {
+  static std::atomic<int> n{0};
+  return n;
+}
+
 int threads_now(int configured) {
   if (configured <= 1) return configured;
-  if (const int fixed = fixed_free_cores(); fixed > 0) return std::min(configured, fixed);
+  if (const int fixed = fixed_free_cores(); fixed >= 0) return std::clamp(fixed, 1, configured);
   Process& p = process();
   if (!p.enabled) return configured;
   std::lock_guard<std::mutex> lock(p.mutex);

@@ -31,10 +31,12 @@
 // at most once per 0.5 ms per process. Off for a partition made for one
 // thread, and when BACKPLANE_ONEDNN_ADAPT_THREADS=0.
 // BACKPLANE_ONEDNN_FREE_CORES=N fixes the count of free CPUs instead (tests,
-// or a user who knows the machine better: a container's CPU quota).
+// or a user who knows the machine better: a container's CPU quota); 0: every
+// CPU is taken (one thread's cap, and bands).
 // BACKPLANE_ONEDNN_GOVERNOR_TRACE=1 prints every change and why to stderr.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -51,6 +53,9 @@ class Governor {
   int threads(int configured) const;
   // The cap in force (0: none), and why it last changed.
   int cap() const { return cap_; }
+  // Capped because no CPU is free at all: the plan then runs in bands
+  // (bands.hpp) on all its threads rather than on one.
+  bool saturated() const { return saturated_; }
   const std::string& why() const { return why_; }
   // An execute ran on `threads` of `configured` threads for `wall_ns`, of
   // which the calling thread waited `delay_ns` for a CPU; it was preempted
@@ -63,6 +68,7 @@ class Governor {
  private:
   int cpus_;
   int cap_ = 0;
+  bool saturated_ = false;
   int64_t wall_ = 0, delay_ = 0, preempted_ = 0;  // uncapped executes of this window
   int64_t others_sum_ = 0, others_count_ = 0;     // capped samples of this window
   int64_t others_since_ = -1;
@@ -78,15 +84,24 @@ class ExecuteScope {
   ExecuteScope(const ExecuteScope&) = delete;
   ExecuteScope& operator=(const ExecuteScope&) = delete;
   int threads() const { return threads_; }
+  bool saturated() const { return saturated_; }
 
  private:
   int configured_;
   int threads_;
+  bool saturated_ = false;
   bool measured_ = false;
   int64_t start_ns_ = 0, start_delay_ns_ = 0, start_preempted_ = 0;
 };
 
 // The thread count an execute would get now (no measurement).
 int threads_now(int configured);
+
+// BACKPLANE_ONEDNN_GOVERNOR_TRACE=1: print the governor's decisions.
+bool governor_trace();
+
+// Helper threads of the process's Bands (bands.hpp) that are awake (running
+// a piece or spinning for one): not another process's runnable threads.
+std::atomic<int>& band_helpers_awake();
 
 }  // namespace backplane::onednn

@@ -96,6 +96,32 @@ TEST(OneDnnGovernor, CappedUntilTheOthersLeave) {
   EXPECT_EQ(g.threads(2), 2);
 }
 
+// One CPU left: the cap's one thread runs there. None left: capped too, and
+// saturated (CpuOneDnn then runs its plan in bands on every thread, since
+// one thread would get only a share of a CPU); the others' count decides
+// again while capped, both ways.
+TEST(OneDnnGovernor, SaturatedWhenNoCpuIsFree) {
+  Governor one(2);
+  run_window(one, 2, 1.0 / 3);
+  EXPECT_EQ(one.threads(2), 1);
+  EXPECT_FALSE(one.saturated());
+  Governor two(2);
+  run_window(two, 2, 0.5);
+  EXPECT_EQ(two.threads(2), 1);
+  EXPECT_TRUE(two.saturated());
+  int64_t now = 1000 * kMs;
+  sample_window(two, 2, 1, now);  // one CPU free again
+  EXPECT_EQ(two.threads(2), 1);
+  EXPECT_FALSE(two.saturated());
+  now += 30 * kMs;
+  sample_window(two, 2, 3, now);
+  EXPECT_TRUE(two.saturated());
+  now += 30 * kMs;
+  sample_window(two, 2, 0, now);
+  EXPECT_EQ(two.threads(2), 2);
+  EXPECT_FALSE(two.saturated());
+}
+
 // Live: with twice as many busy processes as this process may use CPUs, a
 // thread that executes (sleeping stands in for oneDNN's work: its delay is
 // what the scheduler gives it once woken) is capped at 1 within a second.

@@ -233,7 +233,12 @@ Bands::Bands(Binder& binder, const Compiled& c, int threads)
   }
   if (!useful()) return;
   order_pieces();
-  for (int slot = 1; slot < threads_; ++slot) helpers_.emplace_back([this, slot] { helper(slot); });
+  // A helper starts from the run number of now, not of when its thread
+  // first gets a CPU: a run (or the destructor's stop) issued before that
+  // must not look like the one it already saw.
+  const uint32_t start = run_.load();
+  for (int slot = 1; slot < threads_; ++slot)
+    helpers_.emplace_back([this, slot, start] { helper(slot, start); });
 }
 
 Bands::~Bands() {
@@ -797,13 +802,12 @@ void Bands::work(int slot, uint32_t run, dnnl::stream& stream) {
   }
 }
 
-void Bands::helper(int slot) {
+void Bands::helper(int slot, uint32_t seen) {
   omp_set_dynamic(1);
   omp_set_num_threads(1);
   dnnl::stream stream(engine());
   std::atomic<int>& awake = band_helpers_awake();
   awake.fetch_add(1);
-  uint32_t seen = run_.load();
   for (;;) {
     uint32_t run = run_.load();
     for (int spin = 0; run == seen && spin < kSpins; ++spin) {

@@ -124,7 +124,7 @@ class Bands {
   void add_whole_regions(Piece& p) const;
   void order_pieces();
 
-  void helper(int slot);
+  void helper(int slot, uint32_t seen);
   void work(int slot, uint32_t run, dnnl::stream& stream);
   void wait_completed(uint32_t need);
   void execute(const Piece& p, int slot, dnnl::stream& stream);

@@ -4,13 +4,9 @@
 #include "onednn/cores.hpp"
 #include "onednn/impl_check.hpp"
 
-#include <linux/futex.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -36,25 +32,6 @@ using Md = dnnl::memory::desc;
 constexpr int kPiecesPerThread = 4;
 constexpr int64_t kMinPieceElements = 16384;
 constexpr int64_t kMinPieceMacs = 1 << 18;
-
-// Spin this many pauses (tens of microseconds) before sleeping on a futex.
-constexpr int kSpins = 2000;
-
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-
-void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr,
-          nullptr, 0);
-}
-void futex_wake_all(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-          nullptr, 0);
-}
-inline void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 size_t type_size(const Md& md) {
   return dnnl_data_type_size(static_cast<dnnl_data_type_t>(md.data.data_type));
@@ -232,20 +209,27 @@ Bands::Bands(Binder& binder, const Compiled& c, int threads)
     }
   }
   if (!useful()) return;
-  order_pieces();
-  // A helper starts from the run number of now, not of when its thread
-  // first gets a CPU: a run (or the destructor's stop) issued before that
-  // must not look like the one it already saw.
-  const uint32_t start = run_.load();
-  for (int slot = 1; slot < threads_; ++slot)
-    helpers_.emplace_back([this, slot, start] { helper(slot, start); });
+  std::vector<std::vector<Region>> regions;
+  regions.reserve(pieces_.size());
+  for (const Piece& p : pieces_) regions.push_back(p.regions);
+  for (int slot = 0; slot < threads_; ++slot) streams_.emplace_back(engine());
+  flow_ = std::make_unique<Dataflow>(
+      regions, threads_,
+      [this](uint32_t piece, int slot) {
+        execute(pieces_[piece], slot, slot == 0 ? *caller_stream_ : streams_[size_t(slot)]);
+      },
+      [](int) {
+        // A helper is outside any OpenMP team; a whole step run on it
+        // (made for the plan's threads) must open a team of one.
+        omp_set_dynamic(1);
+        omp_set_num_threads(1);
+      },
+      &band_helpers_awake());
 }
 
+// The helpers (in flow_) stop before the memories they use go.
 Bands::~Bands() {
-  stop_.store(true);
-  run_.fetch_add(1);
-  futex_wake_all(run_);
-  for (std::thread& t : helpers_) t.join();
+  flow_.reset();
   for (char* p : scratch_) std::free(p);
 }
 
@@ -273,25 +257,6 @@ void Bands::add_whole_regions(Piece& p) const {
                        (arg >= DNNL_ARG_MULTIPLE_DST && arg < DNNL_ARG_MULTIPLE_DST + 1024);
     if (region(size_t(ref), 0, 0, write, r)) p.regions.push_back(r);
   }
-}
-
-void Bands::order_pieces() {
-  const size_t n = pieces_.size();
-  dependents_.assign(n, {});
-  dep_count_.assign(n, 0);
-  auto conflict = [](const Piece& a, const Piece& b) {
-    for (const Region& x : a.regions)
-      for (const Region& y : b.regions)
-        if (x.space == y.space && (x.write || y.write) && x.begin < y.end && y.begin < x.end)
-          return true;
-    return false;
-  };
-  for (size_t j = 0; j < n; ++j)
-    for (size_t i = 0; i < j; ++i)
-      if (conflict(pieces_[i], pieces_[j])) {
-        dependents_[i].push_back(uint32_t(j));
-        ++dep_count_[j];
-      }
 }
 
 dnnl::memory Bands::band_memory(size_t ref, size_t offset, const Md& md) {
@@ -714,40 +679,9 @@ bool Bands::cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_
 void Bands::run(dnnl::stream& stream) {
   for (Rebind& r : rebinds_)
     r.mem.set_data_handle(static_cast<char*>(binder_.memory(r.ref).get_data_handle()) + r.offset);
-  error_ = nullptr;
-  const uint32_t run = run_.load() + 1;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    current_ = run;
-    pending_ = dep_count_;
-    ready_.clear();
-    for (uint32_t i = 0; i < uint32_t(pieces_.size()); ++i)
-      if (pending_[i] == 0) ready_.push_back(i);
-    std::make_heap(ready_.begin(), ready_.end(), std::greater<>());
-    taken_ = 0;
-    completed_.store(0);
-  }
-  run_.store(run);
-  if (idle_sleepers_.load() > 0) futex_wake_all(run_);
-  work(0, run, stream);
-  wait_completed(uint32_t(pieces_.size()));
+  caller_stream_ = &stream;
+  flow_->run();
   stream.wait();
-  if (error_) std::rethrow_exception(error_);
-}
-
-void Bands::wait_completed(uint32_t need) {
-  if (completed_.load() >= need) return;
-  for (int spin = 0; completed_.load() < need;) {
-    if (spin < kSpins) {
-      ++spin;
-      pause();
-      continue;
-    }
-    completed_sleepers_.fetch_add(1);
-    const uint32_t seen = completed_.load();
-    if (seen < need) futex_wait(completed_, seen);
-    completed_sleepers_.fetch_sub(1);
-  }
 }
 
 void Bands::execute(const Piece& p, int slot, dnnl::stream& stream) {
@@ -760,74 +694,6 @@ void Bands::execute(const Piece& p, int slot, dnnl::stream& stream) {
     throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[p.step].what +
                                                   " (a band of it) failed (oneDNN status " +
                                                   std::to_string(int(st)) + ")");
-}
-
-void Bands::work(int slot, uint32_t run, dnnl::stream& stream) {
-  const uint32_t total = uint32_t(pieces_.size());
-  for (;;) {
-    uint32_t piece = total, seen = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (current_ != run || taken_ == total) return;  // over, or all taken
-      if (!ready_.empty()) {
-        std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
-        piece = ready_.back();
-        ready_.pop_back();
-        ++taken_;
-      } else {
-        seen = completed_.load();
-      }
-    }
-    if (piece == total) {
-      // Nothing ready: every piece left waits for one another thread holds.
-      wait_completed(seen + 1);
-      continue;
-    }
-    try {
-      execute(pieces_[piece], slot, stream);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (uint32_t d : dependents_[piece])
-        if (--pending_[d] == 0) {
-          ready_.push_back(d);
-          std::push_heap(ready_.begin(), ready_.end(), std::greater<>());
-        }
-      completed_.fetch_add(1);
-    }
-    if (completed_sleepers_.load() > 0) futex_wake_all(completed_);
-  }
-}
-
-void Bands::helper(int slot, uint32_t seen) {
-  omp_set_dynamic(1);
-  omp_set_num_threads(1);
-  dnnl::stream stream(engine());
-  std::atomic<int>& awake = band_helpers_awake();
-  awake.fetch_add(1);
-  for (;;) {
-    uint32_t run = run_.load();
-    for (int spin = 0; run == seen && spin < kSpins; ++spin) {
-      pause();
-      run = run_.load();
-    }
-    if (run == seen) {
-      awake.fetch_sub(1);
-      idle_sleepers_.fetch_add(1);
-      if (run_.load() == seen) futex_wait(run_, seen);
-      idle_sleepers_.fetch_sub(1);
-      awake.fetch_add(1);
-      continue;
-    }
-    if (stop_.load()) break;
-    seen = run;
-    work(slot, run, stream);
-    stream.wait();
-  }
-  awake.fetch_sub(1);
 }
 
 }  // namespace backplane::onednn

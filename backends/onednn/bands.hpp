@@ -17,8 +17,8 @@
 // reads and writes (arena, scratchpad, caller's tensors), and waits only for
 // the earlier pieces that write what it reads, or read or write what it
 // writes (the arena reuses memory, so both matter). The calling thread and
-// the plan's other threads (helpers owned here, asleep between runs) take
-// the earliest piece whose dependencies are done. When the kernel
+// the plan's other threads (Dataflow's helpers, dataflow.hpp) take the
+// earliest piece whose dependencies are done. When the kernel
 // deschedules one thread in the middle of a piece, the others go on with
 // every piece outside that band's cone of dependents, often several steps
 // ahead, instead of stopping at the end of the step (measured, ResNet-50
@@ -40,12 +40,10 @@
 #pragma once
 
 #include "onednn/compiled.hpp"
+#include "onednn/dataflow.hpp"
 
-#include <atomic>
 #include <cstdint>
-#include <exception>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -75,10 +73,7 @@ class Bands {
  private:
   // Bytes a piece reads or writes: in the arena (space 0), the context's
   // scratchpad (1), input k (2 + 2k) or output k (3 + 2k).
-  struct Region {
-    size_t space, begin, end;
-    bool write;
-  };
+  using Region = Dataflow::Region;
   struct Piece {
     size_t step = 0;
     std::vector<Region> regions;
@@ -122,20 +117,11 @@ class Bands {
   // memory; false for a constant (never written, never waited for).
   bool region(size_t ref, size_t offset, size_t size, bool write, Region& out) const;
   void add_whole_regions(Piece& p) const;
-  void order_pieces();
-
-  void helper(int slot, uint32_t seen);
-  void work(int slot, uint32_t run, dnnl::stream& stream);
-  void wait_completed(uint32_t need);
   void execute(const Piece& p, int slot, dnnl::stream& stream);
 
   Binder& binder_;
   const Compiled& c_;
   std::vector<Piece> pieces_;
-  // Piece j waits for every earlier piece i whose regions overlap its own,
-  // one of the two writing: dependents_[i] holds j, dep_count_[j] counts i.
-  std::vector<std::vector<uint32_t>> dependents_;
-  std::vector<uint32_t> dep_count_;
   size_t cut_steps_ = 0;
   std::vector<Rebind> rebinds_;
   std::vector<dnnl::memory> owned_;                             // band and scratchpad memories
@@ -143,22 +129,11 @@ class Bands {
   std::vector<dnnl::memory::desc> piece_scratch_;
   std::vector<char*> scratch_;  // per thread slot
   int threads_ = 1;
-
-  // The run in progress, under mutex_: the pieces whose every dependency
-  // is done (a min-heap: the earliest first), how many each still waits
-  // for, how many were taken. completed_ counts finished pieces and run_
-  // numbers the runs (futex words).
-  std::mutex mutex_;
-  uint32_t current_ = 0;
-  std::vector<uint32_t> ready_, pending_;
-  uint32_t taken_ = 0;
-  std::atomic<uint32_t> run_{0};
-  std::atomic<uint32_t> completed_{0};
-  std::atomic<int> completed_sleepers_{0}, idle_sleepers_{0};
-  std::atomic<bool> stop_{false};
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
-  std::vector<std::thread> helpers_;
+  // The pieces' scheduler (its helpers run slots 1 ..), their streams, and
+  // the caller's, for the run in progress.
+  std::unique_ptr<Dataflow> flow_;
+  std::vector<dnnl::stream> streams_;
+  dnnl::stream* caller_stream_ = nullptr;
 };
 
 }  // namespace backplane::onednn

@@ -172,18 +172,36 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     if (mode == kBands) {
       ASSERT_TRUE((*session)->run().ok());  // the pieces are made
     }
-    // Past the other threads' spin after the warm run.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t others0 = other_threads_cpu_ns(), self0 = this_thread_cpu_ns();
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*session)->run().ok());
-    const int64_t self = this_thread_cpu_ns() - self0;
-    // The kernel brings a running thread's CPU time up to date at its ticks
-    // (4 ms apart here) and when it stops running: read while a worker still
-    // spins after the last region, its time was short by up to a tick, a
-    // run's worth, and the check below failed now and then. Once its spin is
-    // over and it sleeps, its time is exact.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t others = other_threads_cpu_ns() - others0;
+    // The CPU time of the other threads and of this one over 3 runs.
+    auto measure = [&](int64_t& self, int64_t& others) {
+      // Past the other threads' spin after the warm run.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const int64_t others0 = other_threads_cpu_ns(), self0 = this_thread_cpu_ns();
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE((*session)->run().ok());
+      self = this_thread_cpu_ns() - self0;
+      // The kernel brings a running thread's CPU time up to date at its ticks
+      // (4 ms apart here) and when it stops running: read while a worker
+      // still spins after the last region, its time was short by up to a
+      // tick, a run's worth, and the check below failed now and then. Once
+      // its spin is over and it sleeps, its time is exact.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      others = other_threads_cpu_ns() - others0;
+    };
+    // Convolution models: the work is split between the two threads, so the
+    // other one does a good part of what the caller did alone. (Not against
+    // the caller's own time here: beside other tests its worker is
+    // descheduled now and then, and the caller's spin at the barrier counts
+    // as CPU time. In bands a descheduled helper takes fewer pieces, as it
+    // should: a lower bar.) Beside other tests (make test -j2, sanitizer
+    // builds) a helper can be kept off the CPUs for a whole measurement: up
+    // to 5 of them, one must show the share.
+    const double share = mode == kBands ? 0.15 : 0.3;
+    const bool shared = mode != kCapped && c.fallback_ops.empty();
+    int64_t self = 0, others = 0;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      measure(self, others);
+      if (!shared || double(others) > share * double(capped_self)) break;
+    }
     unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
     unsetenv("BACKPLANE_ONEDNN_BANDS");
     const Tensor y = (*session)->output(0);
@@ -194,14 +212,8 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
       capped_self = self;
       EXPECT_LT(double(others), 0.1 * double(self))
           << "other threads: " << others / 1000 << " us, caller " << self / 1000 << " us";
-    } else if (c.fallback_ops.empty()) {
-      // Convolution models: the work is split between the two threads, so
-      // the other one does a good part of what the caller did alone. (Not
-      // against the caller's own time here: beside other tests its worker
-      // is descheduled now and then, and the caller's spin at the barrier
-      // counts as CPU time. In bands a descheduled helper takes fewer
-      // pieces, as it should: a lower bar.)
-      EXPECT_GT(double(others), (mode == kBands ? 0.15 : 0.3) * double(capped_self))
+    } else if (shared) {
+      EXPECT_GT(double(others), share * double(capped_self))
           << "other threads: " << others / 1000 << " us, caller " << self / 1000
           << " us, the caller alone when capped " << capped_self / 1000 << " us";
     }

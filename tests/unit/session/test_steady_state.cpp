@@ -16,10 +16,19 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <new>
+#include <string>
+#include <thread>
 #include <vector>
 
 #if defined(__has_feature)
@@ -146,6 +155,29 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 namespace backplane {
 namespace {
 
+// Waits (up to 10 s) until every other thread of the process is asleep. A
+// thread pool's worker started by the warm-up run may not have had a CPU yet
+// on a busy machine; under ASan its start (AsanThread::Init, through
+// pthread_getattr_np) allocates, which would count as the run's. Once it
+// sleeps, waiting for work, it has started.
+void wait_other_threads_asleep() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const std::string self = std::to_string(syscall(SYS_gettid));
+  while (std::chrono::steady_clock::now() < until) {
+    bool running = false;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      if (task.path().filename() == self) continue;
+      std::ifstream f(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'R')
+        running = true;
+    }
+    if (!running) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 long allocations_during_runs(const std::string& backend) {
   RuntimeOptions o;
   o.log_level = LogLevel::kOff;
@@ -164,6 +196,7 @@ long allocations_during_runs(const std::string& backend) {
     x.data_as<float>()[i] = static_cast<float>(i % 17) / 17.0f;
   EXPECT_TRUE((*session)->set_input(0, x).ok());
   EXPECT_TRUE((*session)->run().ok());  // warm-up: lazy first-run work, if any
+  wait_other_threads_asleep();
   long before = g_allocations.load();
   for (int i = 0; i < 5; ++i) {
     Status s = (*session)->run();

@@ -1060,6 +1060,19 @@ void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
 // the destination: every layout plain (strided, no blocks), the sources
 // MULTIPLE_SRC 0..n-1 equal to the destination but along the axis, where
 // they add up to it, so no copy reaches outside a reference's bytes.
+// Whether two MemRefs may share bytes: the same input or output, or
+// overlapping ranges of the arena. A step copied here (concat, gather) reads
+// its sources while it writes its destination, so they must not.
+bool may_overlap(const Compiled& c, int a, int b) {
+  const MemRef &x = c.refs[a], &y = c.refs[b];
+  if (x.buffer < 0 || y.buffer < 0) return false;  // a constant or the scratchpad
+  if (x.buffer == y.buffer) return true;
+  const Buffer &p = c.buffers[x.buffer], &q = c.buffers[y.buffer];
+  if (p.kind != q.kind) return false;
+  if (p.kind != Buffer::kArena) return p.index == q.index;
+  return p.offset < q.offset + q.size && q.offset < p.offset + p.size;
+}
+
 void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   auto plain = [](const dnnl::memory::desc& md) {
     return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
@@ -1084,7 +1097,7 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   int64_t along = 0;
   for (int ref : srcs) {
     const MemRef& in = c.refs[ref];
-    if (in.scratch || !plain(in.md) || in.md.data.ndims != rank)
+    if (in.scratch || !plain(in.md) || in.md.data.ndims != rank || may_overlap(c, ref, dst))
       r.fail("has a bad concat in " + step.what);
     for (int d = 0; d < rank; ++d)
       if (d != axis && in.md.data.dims[d] != out.md.data.dims[d])
@@ -1134,19 +1147,26 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
   const MemRef &x = c.refs[data], &idx = c.refs[indices], &y = c.refs[dst];
   if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
-  if (x.scratch || idx.scratch || !plain_f32(x.md) || !plain_f32(y.md))
+  if (x.scratch || idx.scratch || !plain_f32(x.md) || !plain_f32(y.md) ||
+      may_overlap(c, data, dst) || may_overlap(c, indices, dst))
     r.fail("has a bad gather in " + step.what);
   const int rank = x.md.data.ndims, axis = step.gather_axis;
   if (axis < 0 || axis >= rank || (step.index_bytes != 4 && step.index_bytes != 8))
     r.fail("has a bad gather in " + step.what);
   // The data is dense row-major: rows are contiguous, as the run reads them.
+  // Every product is checked: the run indexes the data as outer x axis x row
+  // elements, which must not overflow (a fuzzed payload once made it wrap).
   int64_t stride = 1, rows = 1, count = 1;
   for (int d = rank; d-- > 0;) {
-    if (x.md.data.format_desc.blocking.strides[d] != stride)
+    const int64_t dim = x.md.data.dims[d];
+    if (dim <= 0 || x.md.data.format_desc.blocking.strides[d] != stride ||
+        __builtin_mul_overflow(stride, dim, &stride) ||
+        (d != axis && __builtin_mul_overflow(rows, dim, &rows)))
       r.fail("has a bad gather in " + step.what);
-    stride *= x.md.data.dims[d];
-    if (d != axis) rows *= x.md.data.dims[d];
   }
+  if (stride > INT64_MAX / static_cast<int64_t>(sizeof(float)) ||
+      x.md.get_size() != static_cast<size_t>(stride) * sizeof(float))
+    r.fail("has a bad gather in " + step.what);
   const size_t index_bytes = idx.md.get_size();
   if (index_bytes == 0 || index_bytes % static_cast<size_t>(step.index_bytes) != 0)
     r.fail("has a bad gather in " + step.what);

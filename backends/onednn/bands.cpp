@@ -3,6 +3,7 @@
 
 #include "onednn/cores.hpp"
 #include "onednn/impl_check.hpp"
+#include "onednn/plan_builder.hpp"
 
 #include <omp.h>
 
@@ -45,26 +46,6 @@ bool dense(const Md& md) {
          md.get_size() == size_t(elements(md)) * type_size(md);
 }
 
-// 4-D, plain (strides, no blocks; channels-last, or a window of a wider
-// tensor's channels): a band of an image's rows is a tensor of its own,
-// with the same strides.
-bool plain_4d(const Md& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0 || d.extra.flags != 0 ||
-      d.format_desc.blocking.inner_nblks != 0)
-    return false;
-  for (int i = 0; i < 4; ++i)
-    if (d.padded_dims[i] != d.dims[i]) return false;
-  return true;
-}
-
-dnnl::memory::format_tag plain_tag(int rank) {
-  using tag = dnnl::memory::format_tag;
-  static const tag tags[] = {tag::undef, tag::a,     tag::ab,    tag::abc,
-                             tag::abcd,  tag::abcde, tag::abcdef};
-  return rank >= 1 && rank <= 6 ? tags[rank] : tag::undef;
-}
-
 // Any rank, plain (strides, no blocks), no offset or padding.
 bool plain(const Md& md) {
   const dnnl_memory_desc_t& d = md.data;
@@ -75,6 +56,10 @@ bool plain(const Md& md) {
     if (d.padded_dims[i] != d.dims[i]) return false;
   return true;
 }
+
+// 4-D and plain (channels-last, or a window of a wider tensor's channels):
+// a band of an image's rows is a tensor of its own, with the same strides.
+bool plain_4d(const Md& md) { return md.data.ndims == 4 && plain(md); }
 
 // `count` of dim `dim` of a plain tensor whose dims before it are 1 (an
 // outer slice of it): the same strides but for those outer dims, whose
@@ -662,7 +647,7 @@ bool Bands::cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_
       d.data_desc = a.data;
       dnnl::memory::dims stat = a.dims();
       stat.pop_back();
-      const Md stats(stat, dnnl::memory::data_type::f32, plain_tag(int(stat.size())));
+      const Md stats = plain_md(Dims(stat.begin(), stat.end()));
       d.stat_desc = stats.data;
       st = dnnl_primitive_desc_create(&cut.pd, &d, attr, engine().get(), nullptr);
     } else if (kind == dnnl_reorder) {

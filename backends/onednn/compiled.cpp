@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -300,22 +301,29 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   const int threads = scope.threads();
   // Every CPU taken (the governor found none free) or asked for: the steps in
   // pieces that every thread of the plan takes as it can (bands.hpp), each
-  // thread on its own (an OpenMP team of one).
+  // thread on its own (an OpenMP team of one). By default, with every CPU
+  // taken, each plan runs in bands or on one thread, whichever it measured
+  // faster (SaturatedWay, cores.hpp).
   const BandMode bands = c_.threads > 1 ? band_mode() : BandMode::kNever;
-  if (bands == BandMode::kAlways || (bands == BandMode::kWhenCapped && scope.saturated())) {
+  const bool choosing = bands == BandMode::kWhenCapped && scope.saturated();
+  if (bands == BandMode::kAlways || choosing) {
     if (!bands_) {
       bands_ = std::make_unique<Bands>(*this, c_, c_.threads);
       if (governor_trace())
         std::fprintf(stderr, "CpuOneDnn: %s: %zu of %zu steps cut into bands, %zu pieces\n",
                      c_.name.c_str(), bands_->cut_steps(), c_.steps.size(), bands_->pieces());
     }
-    if (bands_->useful()) {
+    if (bands_->useful() && (!choosing || way_.next() == SaturatedWay::kBands)) {
       if (omp_get_max_threads() != 1) omp_set_num_threads(1);
       if (omp_get_dynamic() == 0) omp_set_dynamic(1);
+      const auto start = std::chrono::steady_clock::now();
       bands_->run(stream);
+      if (choosing) ran(SaturatedWay::kBands, start);
       return;
     }
   }
+  const bool timed = choosing && bands_->useful();
+  const auto start = std::chrono::steady_clock::now();
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   // Most primitives open their regions with the thread count they were
   // created for (oneDNN's parallel(nthr, ...): a num_threads clause, which
@@ -328,6 +336,15 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   const HomeScope home(c_.threads, threads);
   for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
   stream.wait();
+  if (timed) ran(SaturatedWay::kOneThread, start);
+}
+
+void Binder::ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start) {
+  const auto wall = std::chrono::steady_clock::now() - start;
+  if (way_.ran(way, std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()) &&
+      governor_trace())
+    std::fprintf(stderr, "CpuOneDnn: %s: every CPU taken: %s\n", c_.name.c_str(),
+                 way_.why().c_str());
 }
 
 void Binder::run_step(size_t s, dnnl::stream& stream) {

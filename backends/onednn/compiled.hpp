@@ -10,10 +10,13 @@
 
 #include <sched.h>
 
+#include "onednn/cores.hpp"
+
 #include <backplane/backend_sdk.hpp>
 
 #include <dnnl.hpp>
 
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <memory>
@@ -165,6 +168,8 @@ class Binder {
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
   std::unique_ptr<Bands> bands_;               // made at the first run in bands
+  SaturatedWay way_;                           // bands or one thread, when no CPU is free
+  void ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start);
 };
 
 class Compiled : public sdk::CompiledPartition {

@@ -74,6 +74,57 @@ void Governor::others_runnable(int configured, int others, int64_t now_ns) {
   }
 }
 
+int64_t SaturatedWay::median_of(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+bool SaturatedWay::ran(Way w, int64_t wall_ns) {
+  if (w != way_ || wall_ns <= 0) return false;
+  ++count_;
+  if (!trial_) {
+    // Holding: keep the latest executes, the way's current pace.
+    samples_.push_back(wall_ns);
+    if (samples_.size() > size_t(kTrialRuns - 1)) samples_.erase(samples_.begin());
+    if (count_ < hold_) return false;
+    median_[way_] = median_of(samples_);
+    way_ = way_ == kBands ? kOneThread : kBands;
+    trial_ = true;
+    count_ = 0;
+    samples_.clear();
+    return false;
+  }
+  if (count_ == 1) return false;  // the first after a switch: the switch's cost
+  samples_.push_back(wall_ns);
+  if (samples_.size() < size_t(kTrialRuns - 1)) return false;
+  median_[way_] = median_of(samples_);
+  samples_.clear();
+  count_ = 0;
+  const Way other = way_ == kBands ? kOneThread : kBands;
+  if (median_[other] < 0) {  // the first trial of the other way
+    way_ = other;
+    return false;
+  }
+  const Way winner = median_[other] < median_[way_] ? other : way_;
+  hold_ = decided_ && winner == best_ ? std::min(hold_ * 2, kMaxHold) : kMinHold;
+  decided_ = true;
+  best_ = way_ = winner;
+  trial_ = false;
+  return true;
+}
+
+std::string SaturatedWay::why() const {
+  auto ms = [](int64_t ns) {
+    const std::string s = std::to_string(double(ns) / 1e6);
+    return s.substr(0, s.find('.') + 3) + " ms";
+  };
+  const Way other = best_ == kBands ? kOneThread : kBands;
+  const char* names[] = {"in bands", "on one thread"};
+  return std::string(names[best_]) + " (median " + ms(median_[best_]) + ") rather than " +
+         names[other] + " (" + ms(median_[other]) + "); tried again in " + std::to_string(hold_) +
+         " executes";
+}
+
 namespace {
 
 int64_t now_ns() {

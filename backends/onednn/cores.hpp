@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace backplane::onednn {
 
@@ -54,7 +55,8 @@ class Governor {
   // The cap in force (0: none), and why it last changed.
   int cap() const { return cap_; }
   // Capped because no CPU is free at all: the plan then runs in bands
-  // (bands.hpp) on all its threads rather than on one.
+  // (bands.hpp) on all its threads or on one, whichever it measured faster
+  // (SaturatedWay).
   bool saturated() const { return saturated_; }
   const std::string& why() const { return why_; }
   // An execute ran on `threads` of `configured` threads for `wall_ns`, of
@@ -73,6 +75,47 @@ class Governor {
   int64_t others_sum_ = 0, others_count_ = 0;     // capped samples of this window
   int64_t others_since_ = -1;
   std::string why_;
+};
+
+// With no CPU free, a plan of several threads runs either in bands on all
+// of them (bands.hpp) or on one thread (the cap). Neither is faster on
+// every plan: beside two busy loops on 2 CPUs, ResNet-50 took 38 ms in
+// bands and 64 on one thread, while a plan whose steps barely split (a
+// depthwise network whose squeeze-excite blocks join the threads twice per
+// block; EfficientNet-B0 is as fast on one thread as on two even alone)
+// loses more to the joins than the second thread gives. So each plan
+// measures both ways while saturated: a trial of each (kTrialRuns executes,
+// the first after a switch not counted, the median of the rest), then the
+// way with the lower median, kept for a hold of executes after which the
+// other is tried again against the kept way's recent median. The hold
+// doubles, up to kMaxHold, each time the same way wins again (the cost of
+// trying a loser fades) and is kMinHold again when the other wins.
+class SaturatedWay {
+ public:
+  enum Way { kBands = 0, kOneThread = 1 };
+  static constexpr int kTrialRuns = 4;
+  static constexpr int kMinHold = 16, kMaxHold = 256;
+
+  // The way of the next saturated execute.
+  Way next() const { return way_; }
+  // A saturated execute ran in way `w` for `wall_ns`; true when that made
+  // a decision (why() says which and on what).
+  bool ran(Way w, int64_t wall_ns);
+  // The last trial's median of way w, ns (-1: not tried yet).
+  int64_t median(Way w) const { return median_[w]; }
+  int hold() const { return hold_; }
+  std::string why() const;
+
+ private:
+  static int64_t median_of(std::vector<int64_t> v);
+  Way way_ = kBands;
+  Way best_ = kBands;
+  bool trial_ = true;
+  bool decided_ = false;
+  int count_ = 0;                 // executes of this trial or hold
+  std::vector<int64_t> samples_;  // this trial's, or the hold's latest
+  int64_t median_[2] = {-1, -1};
+  int hold_ = kMinHold;
 };
 
 // The process's governor, measuring around each execute of the calling

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -120,6 +122,77 @@ TEST(OneDnnGovernor, SaturatedWhenNoCpuIsFree) {
   sample_window(two, 2, 0, now);
   EXPECT_EQ(two.threads(2), 2);
   EXPECT_FALSE(two.saturated());
+}
+
+// Saturated, a plan tries both ways (bands, one thread) and keeps the
+// faster; the first execute after a switch is not counted.
+using Way = SaturatedWay::Way;
+
+// Executes of `way` until it is no longer the next way or `limit` ran; the
+// first of them takes `first` ms, the others `ms`.
+int run_way(SaturatedWay& w, Way way, int64_t ms, int64_t first = -1, int limit = 1000) {
+  int n = 0;
+  while (w.next() == way && n < limit) {
+    w.ran(way, (n == 0 && first >= 0 ? first : ms) * kMs);
+    ++n;
+  }
+  return n;
+}
+
+TEST(OneDnnSaturatedWay, TriesBothThenKeepsTheFaster) {
+  SaturatedWay w;
+  EXPECT_EQ(w.next(), SaturatedWay::kBands);
+  // A first execute 10 times slower (the switch) does not count.
+  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 30, 300), SaturatedWay::kTrialRuns);
+  EXPECT_EQ(w.median(SaturatedWay::kBands), 30 * kMs);
+  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 20, -1, SaturatedWay::kTrialRuns),
+            SaturatedWay::kTrialRuns);
+  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);  // kept
+  EXPECT_EQ(w.hold(), SaturatedWay::kMinHold);
+  EXPECT_NE(w.why().find("on one thread (median 20.00 ms) rather than in bands (30.00 ms)"),
+            std::string::npos)
+      << w.why();
+  // Kept for the hold, then bands are tried again.
+  EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 20), SaturatedWay::kMinHold);
+  EXPECT_EQ(w.next(), SaturatedWay::kBands);
+}
+
+TEST(OneDnnSaturatedWay, TheHoldGrowsWhileTheSameWayWinsAndResetsWhenTheOtherDoes) {
+  SaturatedWay w;
+  run_way(w, SaturatedWay::kBands, 10);
+  run_way(w, SaturatedWay::kOneThread, 20);
+  EXPECT_EQ(w.next(), SaturatedWay::kBands);
+  int hold = SaturatedWay::kMinHold;
+  EXPECT_EQ(w.hold(), hold);
+  for (int round = 0; round < 6; ++round) {
+    EXPECT_EQ(run_way(w, SaturatedWay::kBands, 10), hold);                          // kept
+    EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 20), SaturatedWay::kTrialRuns);  // tried
+    hold = std::min(hold * 2, SaturatedWay::kMaxHold);
+    EXPECT_EQ(w.hold(), hold);
+  }
+  EXPECT_EQ(w.hold(), SaturatedWay::kMaxHold);
+  // The load changes: bands slow down (the hold's latest executes are the
+  // pace compared), and the next trial of one thread wins.
+  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 40), SaturatedWay::kMaxHold);
+  run_way(w, SaturatedWay::kOneThread, 20, -1, SaturatedWay::kTrialRuns);
+  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  EXPECT_EQ(w.hold(), SaturatedWay::kMinHold);
+  EXPECT_EQ(w.median(SaturatedWay::kBands), 40 * kMs);
+}
+
+TEST(OneDnnSaturatedWay, AMedianIgnoresOneOutlierAndOtherWaysAreNotCounted) {
+  SaturatedWay w;
+  // A run in bands forced while one thread is measured (or the reverse) is
+  // not a sample.
+  EXPECT_FALSE(w.ran(SaturatedWay::kOneThread, 1 * kMs));
+  w.ran(SaturatedWay::kBands, 50 * kMs);  // the switch
+  w.ran(SaturatedWay::kBands, 10 * kMs);
+  w.ran(SaturatedWay::kBands, 90 * kMs);  // descheduled for a while
+  w.ran(SaturatedWay::kBands, 12 * kMs);
+  EXPECT_EQ(w.median(SaturatedWay::kBands), 12 * kMs);
+  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  EXPECT_EQ(w.median(SaturatedWay::kOneThread), -1);
 }
 
 // Live: with twice as many busy processes as this process may use CPUs, a

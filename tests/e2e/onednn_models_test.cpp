@@ -134,8 +134,9 @@ int64_t this_thread_cpu_ns() {
 
 // On a busy machine CpuOneDnn caps its threads at the CPUs other processes
 // leave free (backends/onednn/cores.hpp; BACKPLANE_ONEDNN_FREE_CORES fixes
-// that count), and by default then runs its steps in bands that each of its
-// threads takes as it can (backends/onednn/bands.hpp).
+// that count); with none free it runs its steps in bands that each of its
+// threads takes as it can (backends/onednn/bands.hpp), or on one thread,
+// whichever it measured faster.
 //  - Capped without bands (BACKPLANE_ONEDNN_BANDS=0): a partition compiled
 //    for 2 threads runs on the calling thread alone (no other thread of the
 //    process gets CPU time worth speaking of, though the primitives open
@@ -166,9 +167,14 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     SCOPED_TRACE(names[mode]);
     // Fixed, so that the make test's own load (other tests beside this one)
     // does not cap the uncapped runs.
-    // (0: every CPU taken, so the capped run goes in bands unless told not to.)
+    // (0: every CPU taken; bands told on or off, rather than measured.)
     ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", mode == kFull ? "2" : "0", 1), 0);
-    ASSERT_EQ(setenv("BACKPLANE_ONEDNN_BANDS", mode == kCapped ? "0" : "", 1), 0);
+    ASSERT_EQ(setenv("BACKPLANE_ONEDNN_BANDS",
+                     mode == kCapped  ? "0"
+                     : mode == kBands ? "1"
+                                      : "",
+                     1),
+              0);
     if (mode == kBands) {
       ASSERT_TRUE((*session)->run().ok());  // the pieces are made
     }
@@ -227,6 +233,16 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
       << c.name << ": a capped run differs from a full one in the last bits";
   EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kBands]))
       << c.name << ": a run in bands differs from a full one in the last bits";
+  // Every CPU taken, by default: the plan tries bands, then one thread (4
+  // runs each), and keeps the faster (SaturatedWay in cores.hpp); each of
+  // the 12 runs gives the same bits.
+  ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", "0", 1), 0);
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE((*session)->run().ok());
+    EXPECT_TRUE(bitwise_equal(outputs[kFull], (*session)->output(0)))
+        << c.name << ": saturated run " << i << " differs from a full one";
+  }
+  unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
 }
 
 INSTANTIATE_TEST_SUITE_P(E2E, OneDnnModels,

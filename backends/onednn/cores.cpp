@@ -74,9 +74,10 @@ void Governor::others_runnable(int configured, int others, int64_t now_ns) {
   }
 }
 
-int64_t SaturatedWay::median_of(std::vector<int64_t> v) {
+int64_t SaturatedWay::median_of_samples() const {
+  std::array<int64_t, kSamples> v = samples_;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v[kSamples / 2];
 }
 
 bool SaturatedWay::ran(Way w, int64_t wall_ns) {
@@ -84,22 +85,19 @@ bool SaturatedWay::ran(Way w, int64_t wall_ns) {
   ++count_;
   if (!trial_) {
     // Holding: keep the latest executes, the way's current pace.
-    samples_.push_back(wall_ns);
-    if (samples_.size() > size_t(kTrialRuns - 1)) samples_.erase(samples_.begin());
+    samples_[taken_++ % kSamples] = wall_ns;
     if (count_ < hold_) return false;
-    median_[way_] = median_of(samples_);
+    if (taken_ >= kSamples) median_[way_] = median_of_samples();
     way_ = way_ == kBands ? kOneThread : kBands;
     trial_ = true;
-    count_ = 0;
-    samples_.clear();
+    count_ = taken_ = 0;
     return false;
   }
   if (count_ == 1) return false;  // the first after a switch: the switch's cost
-  samples_.push_back(wall_ns);
-  if (samples_.size() < size_t(kTrialRuns - 1)) return false;
-  median_[way_] = median_of(samples_);
-  samples_.clear();
-  count_ = 0;
+  samples_[taken_++] = wall_ns;
+  if (taken_ < kSamples) return false;
+  median_[way_] = median_of_samples();
+  count_ = taken_ = 0;
   const Way other = way_ == kBands ? kOneThread : kBands;
   if (median_[other] < 0) {  // the first trial of the other way
     way_ = other;

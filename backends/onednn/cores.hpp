@@ -36,11 +36,11 @@
 // BACKPLANE_ONEDNN_GOVERNOR_TRACE=1 prints every change and why to stderr.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <vector>
 
 namespace backplane::onednn {
 
@@ -107,13 +107,17 @@ class SaturatedWay {
   std::string why() const;
 
  private:
-  static int64_t median_of(std::vector<int64_t> v);
+  static constexpr int kSamples = kTrialRuns - 1;
+  int64_t median_of_samples() const;  // of the kSamples in samples_
   Way way_ = kBands;
   Way best_ = kBands;
   bool trial_ = true;
   bool decided_ = false;
-  int count_ = 0;                 // executes of this trial or hold
-  std::vector<int64_t> samples_;  // this trial's, or the hold's latest
+  int count_ = 0;  // executes of this trial or hold
+  // This trial's samples, or the hold's latest (a ring): no allocation, as
+  // an execute makes none.
+  std::array<int64_t, kSamples> samples_{};
+  int taken_ = 0;  // samples taken in this trial or hold
   int64_t median_[2] = {-1, -1};
   int hold_ = kMinHold;
 };

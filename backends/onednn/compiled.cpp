@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -226,7 +227,7 @@ void Binder::run_gather(size_t s) {
   const Step& step = c_.steps[s];
   const dnnl::memory::desc* data_md = nullptr;
   void *data = nullptr, *indices = nullptr, *dst = nullptr;
-  size_t index_count = 0;
+  size_t index_count = 0, data_bytes = 0, index_bytes = 0, dst_bytes = 0;
   for (size_t a = 0; a < step.args.size(); ++a) {
     auto [arg, ref] = step.args[a];
     void* handle = nullptr;
@@ -234,13 +235,26 @@ void Binder::run_gather(size_t s) {
     if (arg == DNNL_ARG_SRC_0) {
       data = handle;
       data_md = &c_.refs[ref].md;
+      data_bytes = data_md->get_size();
     } else if (arg == DNNL_ARG_SRC_1) {
       indices = handle;
-      index_count = c_.refs[ref].md.get_size() / static_cast<size_t>(step.index_bytes);
+      index_bytes = c_.refs[ref].md.get_size();
+      index_count = index_bytes / static_cast<size_t>(step.index_bytes);
     } else if (arg == DNNL_ARG_DST) {
       dst = handle;
+      dst_bytes = c_.refs[ref].md.get_size();
     }
   }
+  // The copy re-reads the indices and reads the data while it writes the
+  // destination: they must not share bytes, however the memory was bound
+  // (a payload's arena layout, or a caller's tensors over one buffer).
+  auto overlaps = [&](const void* p, size_t bytes) {
+    const auto a = reinterpret_cast<uintptr_t>(p), d = reinterpret_cast<uintptr_t>(dst);
+    return bytes > 0 && dst_bytes > 0 && a < d + dst_bytes && d < a + bytes;
+  };
+  if (overlaps(indices, index_bytes) || overlaps(data, data_bytes))
+    throw sdk::invalid("CpuOneDnn: " + step.what +
+                       ": the destination shares memory with the data or the indices");
   const std::vector<int64_t> dims = data_md->dims();
   const size_t axis = static_cast<size_t>(step.gather_axis);
   int64_t outer = 1, row = 1;

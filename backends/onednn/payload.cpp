@@ -993,11 +993,15 @@ ConstantKeys read_refs(Reader& r, Compiled& c) {
     } else {
       if (m.buffer < 0 || static_cast<size_t>(m.buffer) >= c.buffers.size())
         r.fail("has a reference to no buffer");
-      if (bytes > c.buffers[m.buffer].size && c.buffers[m.buffer].kind != Buffer::kArena)
-        r.fail("has a reference larger than its tensor");
-      if (c.buffers[m.buffer].kind == Buffer::kArena &&
-          bytes > c.arena_bytes - c.buffers[m.buffer].offset)
-        r.fail("has a reference past the arena");
+      // Every reference stays inside its buffer, an arena one too: whether
+      // two references may share bytes is decided from their buffers alone
+      // (may_overlap), which holds only if no reference reaches past its
+      // own (and a buffer stays inside the arena, read_buffers). A fuzzed
+      // payload once gave a gather's destination a larger
+      // view than its buffer, over the buffer of its indices.
+      if (bytes > c.buffers[m.buffer].size)
+        r.fail("has a reference larger than its " +
+               std::string(c.buffers[m.buffer].kind == Buffer::kArena ? "buffer" : "tensor"));
     }
     c.refs.push_back(std::move(m));
   }

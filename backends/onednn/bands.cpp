@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <new>
 #include <string_view>
 
@@ -126,6 +127,77 @@ Window window_rows(int64_t out_begin, int64_t out_count, int64_t stride, int64_t
   const int64_t hi = (out_begin + out_count - 1) * stride - pad + extent;
   const int64_t first = std::max<int64_t>(lo, 0), last = std::min(hi, in_rows);
   return {first, last - first, first - lo, hi - last};
+}
+
+// The channel block of a dense blocked 4-D layout (nChw16c: 16, nChw8c: 8),
+// 0 for any other.
+int64_t channel_block(const Md& md) {
+  if (md.data.ndims != 4) return 0;
+  if (md == Md(md.dims(), md.data_type(), dnnl::memory::format_tag::nChw16c)) return 16;
+  if (md == Md(md.dims(), md.data_type(), dnnl::memory::format_tag::nChw8c)) return 8;
+  return 0;
+}
+dnnl::memory::format_tag block_tag(int64_t block) {
+  return block == 16 ? dnnl::memory::format_tag::nChw16c : dnnl::memory::format_tag::nChw8c;
+}
+
+// `count` channels of one image of a blocked tensor: a dense tensor of its
+// own (its channels start at a block).
+Md channels_of(const Md& full, int64_t block, int64_t count) {
+  dnnl::memory::dims d = full.dims();
+  d[0] = 1;
+  d[1] = count;
+  return Md(d, full.data_type(), block_tag(block));
+}
+size_t channel_offset(const Md& full, int64_t block, int64_t image, int64_t first) {
+  const auto* s = full.data.format_desc.blocking.strides;  // s[1]: per block of channels
+  return size_t(image * s[0] + first / block * s[1]) * type_size(full);
+}
+
+// One image of a dense 4-D tensor (blocked, or plain NCHW / NHWC), as a
+// tensor of its own: false for any other layout.
+bool image_of(const Md& full, Md& image, size_t& bytes) {
+  if (full.data.ndims != 4) return false;
+  dnnl::memory::dims d = full.dims();
+  const int64_t images = d[0];
+  d[0] = 1;
+  for (auto tag : {dnnl::memory::format_tag::nChw16c, dnnl::memory::format_tag::nChw8c,
+                   dnnl::memory::format_tag::nchw, dnnl::memory::format_tag::nhwc})
+    if (full == Md(full.dims(), full.data_type(), tag)) {
+      image = Md(d, full.data_type(), tag);
+      bytes = full.get_size() / size_t(images);
+      return true;
+    }
+  return false;
+}
+
+// Channel bands: per image, runs of whole blocks, `parts` pieces in all.
+struct ChannelBand {
+  int64_t image, first, count;
+};
+std::vector<ChannelBand> channel_bands(int64_t images, int64_t channels, int64_t block,
+                                       int64_t parts) {
+  const int64_t blocks = (channels + block - 1) / block;
+  const int64_t per_image = std::max<int64_t>(1, parts / std::max<int64_t>(1, images));
+  const int64_t each = (blocks + per_image - 1) / per_image * block;
+  std::vector<ChannelBand> out;
+  for (int64_t n = 0; n < images; ++n)
+    for (int64_t c = 0; c < channels; c += each)
+      out.push_back({n, c, std::min(each, channels - c)});
+  return out;
+}
+
+// Post-ops that act on each output element alone (eltwise; sum, which reads
+// the destination's own element): a channel band computes them as the
+// whole step does.
+bool elementwise_post_ops(const_dnnl_primitive_attr_t attr) {
+  const_dnnl_post_ops_t po = nullptr;
+  if (dnnl_primitive_attr_get_post_ops(attr, &po) != dnnl_success) return false;
+  for (int i = 0; i < dnnl_post_ops_len(po); ++i) {
+    const dnnl_primitive_kind_t k = dnnl_post_ops_get_kind(po, i);
+    if (k != dnnl_eltwise && k != dnnl_sum) return false;
+  }
+  return true;
 }
 
 const Md* ref_md(const Compiled& c, const Step& step, int arg) {
@@ -274,7 +346,7 @@ bool Bands::add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy) {
       return release(), false;
     for (auto [arg, ref] : step.args) {
       if (arg == DNNL_ARG_SCRATCHPAD) continue;
-      if (arg == DNNL_ARG_WEIGHTS && weights_copy) continue;
+      if (arg == DNNL_ARG_WEIGHTS && (weights_copy || cut.weights)) continue;
       const Md* want = &c_.refs[size_t(ref)].md;
       for (const BandArg& b : cut.args)
         if (b.arg == arg) want = &b.md;
@@ -303,6 +375,8 @@ bool Bands::add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy) {
       if (band != nullptr) {
         owned_.push_back(band_memory(size_t(ref), band->offset, band->md));
         p.shared.emplace_back(arg, owned_.back());
+      } else if (arg == DNNL_ARG_WEIGHTS && cut.weights) {
+        p.shared.emplace_back(arg, cut.weights);
       } else if (arg == DNNL_ARG_WEIGHTS && weights_copy) {
         p.shared.emplace_back(arg, weights_as(size_t(ref), Md(*dnnl_primitive_desc_query_md(
                                                                cut.pd, dnnl_query_weights_md, 0))));
@@ -385,6 +459,10 @@ bool Bands::cut_step(size_t s) {
     cuts.push_back(std::move(cut));
   };
 
+  if (dst != nullptr && channel_block(*dst) > 0 &&
+      (kind == dnnl_convolution || kind == dnnl_pooling_v2 ||
+       ((kind == dnnl_eltwise || kind == dnnl_binary) && !dense(*dst))))
+    return cut_channels(s, kind, attr, op);
   if (kind == dnnl_convolution || kind == dnnl_pooling_v2) {
     if (src == nullptr || dst == nullptr || !plain_4d(*src) || !plain_4d(*dst)) return false;
     const int64_t images = src->dims()[0], in_rows = src->dims()[2], out_rows = dst->dims()[2];
@@ -516,6 +594,7 @@ bool Bands::cut_step(size_t s) {
       }
       return add_pieces(s, cuts, false);
     }
+    if (channel_block(*a) > 0) return cut_channels(s, kind, attr, op);
     return false;
   }
 
@@ -555,6 +634,169 @@ bool Bands::cut_step(size_t s) {
     return add_pieces(s, cuts, false);
   }
   return false;
+}
+
+// Bands of channel blocks: a step over blocked tensors (nChw16c, nChw8c) is
+// cut into runs of whole blocks of each image, each a dense blocked tensor
+// of its own. A convolution's band is a run of its output channels: it
+// reads the whole image (a depthwise one only its own channels) and gets
+// its own slice of the weights, reordered once into the layout its
+// primitive wants. A pooling, an element-wise step or a product by a
+// per-channel scale (squeeze-excite's) reads the same channels it writes.
+// Post-ops must act on each element alone (eltwise, sum).
+bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_attr_t attr,
+                         const_dnnl_op_desc_t op) {
+  const Step& step = c_.steps[s];
+  const Md* src = ref_md(c_, step, kind == dnnl_binary ? DNNL_ARG_SRC_0 : DNNL_ARG_SRC);
+  const Md* dst = ref_md(c_, step, DNNL_ARG_DST);
+  if (src == nullptr || dst == nullptr || op == nullptr || !elementwise_post_ops(attr))
+    return false;
+  const int64_t block = channel_block(*dst);
+  const dnnl::memory::dims dd = dst->dims();
+  const int64_t images = dd[0], channels = dd[1], blocks = (channels + block - 1) / block;
+  if (block == 0) return false;
+  std::vector<Cut> cuts;
+  auto release = [&] {
+    for (Cut& cut : cuts)
+      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
+    cuts.clear();
+    return false;
+  };
+  auto make = [&](const void* desc, std::vector<BandArg> args) {
+    Cut cut;
+    if (dnnl_primitive_desc_create(&cut.pd, static_cast<const_dnnl_op_desc_t>(desc), attr,
+                                   engine().get(), nullptr) != dnnl_success)
+      cut.pd = nullptr;
+    cut.args = std::move(args);
+    cuts.push_back(std::move(cut));
+    return cuts.back().pd != nullptr;
+  };
+
+  if (kind == dnnl_convolution) {
+    const dnnl_convolution_desc_t conv = *static_cast<const dnnl_convolution_desc_t*>(op);
+    if (conv.prop_kind != dnnl_forward_inference && conv.prop_kind != dnnl_forward_training)
+      return false;
+    int wref = -1, bref = -1;
+    for (auto [arg, ref] : step.args) {
+      if (arg == DNNL_ARG_WEIGHTS) wref = ref;
+      if (arg == DNNL_ARG_BIAS) bref = ref;
+    }
+    if (wref < 0 || !c_.refs[size_t(wref)].constant) return false;
+    const dnnl::memory& plan_weights = c_.refs[size_t(wref)].constant;
+    const Md weights = plan_weights.get_desc();
+    const dnnl::memory::dims w = weights.dims();
+    // Grouped: only depthwise (a group per channel), whose bands cut the
+    // source's channels with the destination's.
+    const bool depthwise = w.size() == 5 && w[1] == 1 && w[2] == 1;
+    if (w.size() == 5 && !depthwise) return false;
+    if (depthwise && channel_block(*src) != block) return false;
+    Md image;
+    size_t image_bytes = 0;
+    if (!depthwise && !image_of(*src, image, image_bytes)) return false;
+    const int64_t macs = elements(*dst) * (elements(weights) / channels);
+    const int64_t parts = pieces_for(threads_, macs, images * blocks, kMinPieceMacs);
+    if (parts < 2) return false;
+    dnnl::stream stream(engine());
+    std::map<std::pair<int64_t, int64_t>, dnnl::memory> slices;  // (first, count)
+    for (const ChannelBand& band : channel_bands(images, channels, block, parts)) {
+      const Md band_dst = channels_of(*dst, block, band.count);
+      const Md band_src = depthwise ? channels_of(*src, block, band.count) : image;
+      dnnl::memory::dims wd = w, at(w.size(), 0);
+      wd[0] = band.count;  // output channels, or groups
+      at[0] = band.first;
+      const Md band_bias({band.count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+      dnnl_convolution_desc_t d = conv;
+      d.src_desc = band_src.data;
+      d.dst_desc = band_dst.data;
+      d.weights_desc = Md(wd, weights.data_type(), dnnl::memory::format_tag::any).data;
+      if (bref >= 0) d.bias_desc = band_bias.data;
+      std::vector<BandArg> args = {
+          {DNNL_ARG_SRC,
+           depthwise ? channel_offset(*src, block, band.image, band.first)
+                     : size_t(band.image) * image_bytes,
+           band_src},
+          {DNNL_ARG_DST, channel_offset(*dst, block, band.image, band.first), band_dst}};
+      if (bref >= 0) args.push_back({DNNL_ARG_BIAS, size_t(band.first) * sizeof(float), band_bias});
+      if (!make(&d, std::move(args))) return release();
+      // Its weights: the plan's, these output channels, in its own layout
+      // (the same slice for every image: made once).
+      Cut& cut = cuts.back();
+      auto& slice_copy = slices[{band.first, band.count}];
+      if (!slice_copy) {
+        try {
+          const Md want(*dnnl_primitive_desc_query_md(cut.pd, dnnl_query_weights_md, 0));
+          const dnnl::memory slice(weights.submemory_desc(wd, at), engine(),
+                                   plan_weights.get_data_handle());
+          dnnl::memory copy(want, engine());
+          dnnl::reorder(slice, copy).execute(stream, const_cast<dnnl::memory&>(slice), copy);
+          stream.wait();
+          slice_copy = copy;
+        } catch (const dnnl::error&) {
+          return release();  // a slice oneDNN cannot describe or reorder
+        }
+      }
+      cut.weights = slice_copy;
+    }
+    return add_pieces(s, cuts, false) || release();
+  }
+
+  // The rest read the channels they write.
+  if (channel_block(*src) != block) return false;
+  const int64_t parts = pieces_for(threads_, elements(*dst), images * blocks);
+  if (parts < 2) return false;
+  for (const ChannelBand& band : channel_bands(images, channels, block, parts)) {
+    const Md band_src = channels_of(*src, block, band.count);
+    const Md band_dst = channels_of(*dst, block, band.count);
+    const size_t src_at = channel_offset(*src, block, band.image, band.first);
+    const size_t dst_at = channel_offset(*dst, block, band.image, band.first);
+    if (kind == dnnl_pooling_v2) {
+      dnnl_pooling_v2_desc_t d = *static_cast<const dnnl_pooling_v2_desc_t*>(op);
+      if (d.prop_kind != dnnl_forward_inference) return release();  // no workspace
+      d.src_desc = band_src.data;
+      d.dst_desc = band_dst.data;
+      if (!make(&d, {{DNNL_ARG_SRC, src_at, band_src}, {DNNL_ARG_DST, dst_at, band_dst}}))
+        return release();
+    } else if (kind == dnnl_eltwise) {
+      dnnl_eltwise_desc_t d = *static_cast<const dnnl_eltwise_desc_t*>(op);
+      if (*src != *dst) return release();
+      d.data_desc = band_src.data;
+      if (!make(&d, {{DNNL_ARG_SRC, src_at, band_src}, {DNNL_ARG_DST, dst_at, band_dst}}))
+        return release();
+    } else if (kind == dnnl_binary) {
+      // The second operand alike, or a scale per channel (1xCx1x1) in a
+      // layout whose channels are contiguous.
+      const Md* b = ref_md(c_, step, DNNL_ARG_SRC_1);
+      if (b == nullptr || *src != *dst) return release();
+      Md band_b;
+      size_t b_at = 0;
+      if (*b == *src) {
+        band_b = band_src;
+        b_at = src_at;
+      } else {
+        const dnnl::memory::dims scale = {1, channels, 1, 1};
+        bool per_channel = false;
+        for (auto tag :
+             {block_tag(block), dnnl::memory::format_tag::nchw, dnnl::memory::format_tag::nhwc})
+          if (*b == Md(scale, b->data_type(), tag)) {
+            band_b = Md({1, band.count, 1, 1}, b->data_type(), tag);
+            per_channel = true;
+          }
+        if (!per_channel) return release();
+        b_at = size_t(band.first) * type_size(*b);
+      }
+      dnnl_binary_desc_t d = *static_cast<const dnnl_binary_desc_t*>(op);
+      d.src_desc[0] = band_src.data;
+      d.src_desc[1] = band_b.data;
+      d.dst_desc = band_dst.data;
+      if (!make(&d, {{DNNL_ARG_SRC_0, src_at, band_src},
+                     {DNNL_ARG_SRC_1, b_at, band_b},
+                     {DNNL_ARG_DST, dst_at, band_dst}}))
+        return release();
+    } else {
+      return release();
+    }
+  }
+  return add_pieces(s, cuts, false) || release();
 }
 
 // Steps over plain tensors whose rows (dim n - 2, per batch index) are

@@ -10,6 +10,10 @@
 // channels; element-wise steps over dense ones) is made again as several
 // single-threaded primitives over bands of its output rows (images x rows;
 // element ranges for element-wise steps; pixel ranges for concat_norm).
+// Over blocked tensors (nChw16c, where Lowering::block_convolutions put
+// them) the bands are whole channel blocks of an image instead: a
+// convolution's output channels (its weights sliced to match, once), a
+// depthwise convolution's or a pooling's channels on both sides.
 // Steps that do not cut (a reorder, an inner product, a global pooling) are
 // one piece, run whole.
 //
@@ -95,6 +99,10 @@ class Bands {
   bool cut_concat_norm(size_t s);
   bool cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_attr_t attr,
                 const_dnnl_op_desc_t op);
+  // A step over blocked tensors (nChw16c / nChw8c): bands of whole channel
+  // blocks of each image (cut_step).
+  bool cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_attr_t attr,
+                    const_dnnl_op_desc_t op);
   // The pieces of step s from primitive descriptors (C handles, owned and
   // destroyed here) and, per piece, the arguments cut: (arg, byte offset,
   // md of the band).
@@ -106,6 +114,7 @@ class Bands {
   struct Cut {
     dnnl_primitive_desc_t pd = nullptr;
     std::vector<BandArg> args;
+    dnnl::memory weights;  // its own slice of the weights, if any (cut_channels)
   };
   // weights_copy: the pieces take the weights in a layout of their own (a
   // copy, weights_as).

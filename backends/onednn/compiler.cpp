@@ -22,7 +22,10 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <optional>
+#include <string_view>
 
 namespace backplane::onednn {
 namespace {
@@ -34,9 +37,86 @@ int default_threads() {
   return n;
 }
 
+// The channel block of oneDNN's blocked convolution kernels on this CPU:
+// 16 with AVX-512, 8 with AVX2, 0 below (no blocked plan is tried).
+int cpu_block() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return 16;
+    case dnnl::cpu_isa::avx2:
+    case dnnl::cpu_isa::avx2_vnni:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+// BACKPLANE_ONEDNN_LAYOUT: "onednn" (always oneDNN's choice), "blocked"
+// (always blocked convolutions), anything else or unset: blocked_pays().
+enum class LayoutChoice { kByModel, kOneDnn, kBlocked };
+LayoutChoice layout_choice() {
+  const char* v = std::getenv("BACKPLANE_ONEDNN_LAYOUT");
+  if (v != nullptr && std::string_view(v) == "onednn") return LayoutChoice::kOneDnn;
+  if (v != nullptr && std::string_view(v) == "blocked") return LayoutChoice::kBlocked;
+  return LayoutChoice::kByModel;
+}
+
+// Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
+// should beat the channels-last ones it picks when free to, for this view.
+// Measured on 17 torchvision models, each plan forced one way or the other
+// (docs/performance.md, "Blocked or channels-last convolutions"): blocked
+// wins where the convolutions are depthwise or grouped (MobileNets,
+// EfficientNet, RegNet, ResNeXt) or run on a batch, by 2-8%; it loses where
+// tensors are cut, joined or shuffled along the channels (a Concat, Split,
+// Slice, Transpose or a Reshape between 4-D and 5-D: GoogLeNet, Inception,
+// DenseNet, SqueezeNet, ShuffleNetV2, by 5-35%), since those are copies or
+// reorders in the blocked layout and in place or cheap in channels-last; and
+// plain convolutions on one image are as fast or faster channels-last
+// (ResNet-18, ResNet-50, VGG). Decided from the view alone, so a session from
+// the model and one from its .bpk run the same plan.
+bool blocked_pays(const ViewInfo& g) {
+  size_t convolutions = 0;
+  bool grouped_or_batched = false;
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    const int n = static_cast<int>(k);
+    const std::string_view op = g.op(n);
+    const size_t rank = g.num_in(n) > 0 && g.in(n, 0) >= 0 ? g.shape(g.in(n, 0)).size() : 0;
+    if (rank < 4) continue;
+    if (op == "Conv") {
+      ++convolutions;
+      const Dims& xs = g.shape(g.in(n, 0));
+      if (g.node(n).attr_int("group", 1) > 1 || xs[0] > 1) grouped_or_batched = true;
+    } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
+               op == "DepthToSpace" || op == "SpaceToDepth") {
+      return false;
+    } else if (op == "Reshape" && g.num_out(n) > 0 && g.shape(g.out(n)).size() >= 4 &&
+               g.shape(g.out(n)).size() != rank) {
+      return false;  // a channel shuffle's 4-D <-> 5-D
+    }
+  }
+  return convolutions >= 4 && grouped_or_batched;
+}
+
 }  // namespace
 
 int threads_to_use(int requested) { return requested > 0 ? requested : default_threads(); }
+
+int convolution_block(const ViewInfo& g) {
+  const int block = cpu_block();
+  if (block == 0) return 0;
+  switch (layout_choice()) {
+    case LayoutChoice::kOneDnn:
+      return 0;
+    case LayoutChoice::kBlocked:
+      return block;
+    case LayoutChoice::kByModel:
+      break;
+  }
+  return blocked_pays(g) ? block : 0;
+}
 
 std::string library_version() {
   const dnnl_version_t* v = dnnl_version();
@@ -90,6 +170,7 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->empty = true;
     return compiled;
   }
+  if (const int block = convolution_block(g)) lowering.block_convolutions(block);
   if (std::optional<LowerFailure> failure = lowering.lower()) {
     for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
     compiled->empty = true;

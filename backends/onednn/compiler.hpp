@@ -17,6 +17,8 @@
 
 namespace backplane::onednn {
 
+class ViewInfo;
+
 // For each node of `view`, why CpuOneDnn cannot run it, or "" if it can.
 // Nodes that only run as part of a pattern (Erf inside an erf-GELU) are
 // accepted when the whole pattern is in the view.
@@ -29,6 +31,14 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
                                                           const bp_graph_view_t& view,
                                                           int num_threads, sdk::NodeReport& report);
+
+// The channel block of the blocked layout (nChw16c: 16) view g's
+// convolutions are lowered in (Lowering::block_convolutions), or 0 for the
+// layout oneDNN picks (channels-last): blocked where the model gains from it,
+// decided from what it does with its channels (compiler.cpp), and where this
+// CPU has blocked kernels (AVX2: 8, AVX-512: 16). BACKPLANE_ONEDNN_LAYOUT=
+// onednn or =blocked forces either.
+int convolution_block(const ViewInfo& g);
 
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();

@@ -261,6 +261,24 @@ void Lowering::lower_conv(const INode& n) {
     } catch (const dnnl::error&) {
     }
   }
+  if (!made && block_ > 0 && (xs.size() == 4 || xs.size() == 5)) {
+    // Blocked on both sides; a source of fewer channels than a block (an
+    // image's three) stays plain, as the caller gives it: oneDNN has direct
+    // kernels from plain to blocked.
+    const bool five = xs.size() == 5;
+    const memory::format_tag blocked =
+        block_ == 16 ? (five ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c)
+                     : (five ? memory::format_tag::nCdhw8c : memory::format_tag::nChw8c);
+    const memory::format_tag plain = five ? memory::format_tag::ncdhw : memory::format_tag::nchw;
+    const memory::desc src(memory::dims(xs.begin(), xs.end()), memory::data_type::f32,
+                           xs[1] < block_ ? plain : blocked);
+    const memory::desc dst(memory::dims(ys.begin(), ys.end()), memory::data_type::f32, blocked);
+    try {
+      pd = make(src, dst);
+      made = true;
+    } catch (const std::exception&) {  // no kernel, or only a reference one
+    }
+  }
   if (!made) {
     try {
       pd = make(any_md(xs), hint);

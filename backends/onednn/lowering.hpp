@@ -33,6 +33,13 @@ class Lowering {
   // Builds the internal nodes: patterns, BatchNorm folding, fusion groups.
   void prepare() { f_ = fuse(g_); }
 
+  // Convolutions over 4-D and 5-D tensors in oneDNN's blocked layout of
+  // `block` channels (nChw16c / nCdhw16c for 16), where a kernel exists for
+  // it, instead of the layout oneDNN picks when free to (channels-last on
+  // AVX-512 and AVX2 machines). Which is faster depends on the model
+  // (compiler.cpp measures both); 0 (the default) leaves the choice to oneDNN.
+  void block_convolutions(int block) { block_ = block; }
+
   // Emits the steps, binds the outputs and plans the arena. On failure
   // returns which nodes failed and why (the plan is then unusable).
   std::optional<LowerFailure> lower();
@@ -111,6 +118,7 @@ class Lowering {
   Compiled& c_;
   PlanBuilder b_;
   FusedGraph f_;
+  int block_ = 0;
   std::map<int, int> tensors_;  // value -> MemRef
 };
 

@@ -13,7 +13,9 @@
 //     model still computes CpuRef's result;
 //   - (OneDnnNoReferenceModels, on generated data) no primitive of any
 //     benchmark model (scripts/gen_models.py) or zoo classification model
-//     (scripts/gen_zoo.py) is a reference implementation.
+//     (scripts/gen_zoo.py) is a reference implementation;
+//   - (OneDnnLayout*) convolutions run blocked or channels-last as the model
+//     suits, and either layout, forced, gives CpuRef's result.
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
 #include "support/model_builder.hpp"
@@ -23,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -82,15 +85,15 @@ bool is_reference(const std::string& impl) {
 }
 
 // Seeded inputs for every input of `model`: floats N(0,1), integers 0 (a
-// valid token id); open dims 3.
-std::map<std::string, Tensor> inputs_for(const Model& model) {
+// valid token id); open dims `open`.
+std::map<std::string, Tensor> inputs_for(const Model& model, int64_t open = 3) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::map<std::string, Tensor> feeds;
   for (const TensorInfo& info : model.inputs()) {
     Shape shape = info.shape;
     for (auto& d : shape)
-      if (d < 0) d = 3;
+      if (d < 0) d = open;
     Tensor t(info.dtype, shape);
     if (info.dtype == DType::kFloat32) {
       float* p = t.data_as<float>();
@@ -244,6 +247,133 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OneDnnNoReferenceModels,
                                          "zoo/densenet121", "zoo/googlenet", "zoo/convnext",
                                          "zoo/vit", "zoo/swin", "zoo/maxvit", "zoo/r3d_18",
                                          "zoo/mc3_18", "zoo/r2plus1d_18", "zoo/mvit_v2"));
+
+// ---- blocked or channels-last convolutions --------------------------------------
+// CpuOneDnn runs a model's convolutions in oneDNN's blocked layout (nChw16c
+// with AVX-512, nChw8c with AVX2) where its depthwise, grouped or batched
+// convolutions gain from it and no Concat, Split, Slice, Transpose or
+// channel shuffle would pay for it; elsewhere in the channels-last layout
+// oneDNN picks (compiler.cpp, blocked_pays). BACKPLANE_ONEDNN_LAYOUT=onednn
+// or =blocked forces either, read at each compile.
+
+// The channel block of the blocked kernels this CPU has (the ISA oneDNN
+// dispatches on: avx512_core needs AVX-512 F, BW, VL and DQ), 0 if none.
+int cpu_block() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return 16;
+  return __builtin_cpu_supports("avx2") ? 8 : 0;
+}
+
+struct ConvCount {
+  size_t spatial = 0, blocked = 0;
+};
+// The report's convolutions over 4-D and 5-D tensors, and those of them
+// writing a blocked layout (aBcd16b; a grouped convolution of 8 channels
+// per group may get oneDNN's own aBcd8b).
+ConvCount count_convolutions(const std::vector<ReportLine>& report) {
+  ConvCount n;
+  for (const ReportLine& l : report) {
+    if (l.kind != "convolution") continue;
+    const size_t at = l.layouts.find("dst:");
+    if (at == std::string::npos) continue;
+    const std::string dst = l.layouts.substr(at + 4, l.layouts.find(' ', at) - at - 4);
+    if (dst.size() < 4) continue;  // abc, aBc8b: 1-D
+    ++n.spatial;
+    if ((dst.rfind("aBcd", 0) == 0 || dst.rfind("aBcde", 0) == 0) && dst.back() == 'b' &&
+        std::isdigit(static_cast<unsigned char>(dst[dst.size() - 2])))
+      ++n.blocked;
+  }
+  return n;
+}
+
+class LayoutEnv {
+ public:
+  explicit LayoutEnv(const char* value) { setenv("BACKPLANE_ONEDNN_LAYOUT", value, 1); }
+  ~LayoutEnv() { unsetenv("BACKPLANE_ONEDNN_LAYOUT"); }
+};
+
+std::string zoo_path(const std::string& name) {
+  return std::string(BACKPLANE_TEST_DATA) + "/zoo/" + name + ".onnx";
+}
+
+TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
+  ASSERT_TRUE(runtime());
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  const int block = cpu_block();
+  // One image each (the zoo's batch is open).
+  auto one_image = [](const std::string& path) {
+    auto model = runtime()->load_model(path, e2e::cpuref_only());
+    EXPECT_TRUE(model.ok()) << path;
+    return model.ok() ? inputs_for(**model, 1) : std::map<std::string, Tensor>();
+  };
+  // Depthwise (MobileNetV3) and grouped (RegNetY) convolutions, nothing cut
+  // or joined along the channels: blocked, every spatial convolution.
+  for (const char* name : {"mobilenet_v3_small", "regnet_y_400mf"}) {
+    SCOPED_TRACE(name);
+    const auto feeds = one_image(zoo_path(name));
+    const ConvCount n =
+        count_convolutions(compile_and_run(zoo_path(name), nullptr, nullptr, &feeds));
+    EXPECT_GE(n.spatial, 10u);
+    EXPECT_EQ(n.blocked, block > 0 ? n.spatial : 0u);
+  }
+  // Concatenations (GoogLeNet), splits and shuffles (ShuffleNetV2), or only
+  // plain convolutions on one image (ResNet-18): channels-last.
+  for (const char* name : {"googlenet", "shufflenet_v2_x0_5", "resnet18"}) {
+    SCOPED_TRACE(name);
+    const auto feeds = one_image(zoo_path(name));
+    const ConvCount n =
+        count_convolutions(compile_and_run(zoo_path(name), nullptr, nullptr, &feeds));
+    EXPECT_GE(n.spatial, 10u);
+    EXPECT_EQ(n.blocked, 0u);
+  }
+  // The same plain convolutions on a batch of 3: blocked.
+  const ConvCount batch = count_convolutions(compile_and_run(zoo_path("resnet18")));
+  EXPECT_EQ(batch.blocked, block > 0 ? batch.spatial : 0u);
+}
+
+// Either layout, forced, on models of every kind of convolution network:
+// no reference kernel, and CpuRef's result within 1e-4 of its largest.
+class OneDnnLayoutModels : public testing::TestWithParam<std::string> {};
+
+TEST_P(OneDnnLayoutModels, EitherLayoutMatchesCpuRef) {
+  ASSERT_TRUE(runtime());
+  const std::string path = zoo_path(GetParam());
+  ASSERT_TRUE(std::ifstream(path).good()) << path << " was not generated";
+  auto ref = runtime()->load_model(path, e2e::cpuref_only());
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  const std::map<std::string, Tensor> feeds = inputs_for(**ref);
+  const std::vector<Tensor> want = e2e::run_once(**ref, feeds);
+  ASSERT_FALSE(want.empty());
+  const int block = cpu_block();
+  for (const char* layout : {"onednn", "blocked"}) {
+    SCOPED_TRACE(std::string("BACKPLANE_ONEDNN_LAYOUT=") + layout);
+    const LayoutEnv env(layout);
+    std::vector<Tensor> got;
+    const std::vector<ReportLine> report = compile_and_run(path, nullptr, &got, &feeds);
+    expect_no_reference(GetParam(), report);
+    const ConvCount n = count_convolutions(report);
+    EXPECT_GT(n.spatial, 0u);
+    if (std::string(layout) == "onednn") {
+      EXPECT_EQ(n.blocked, 0u);
+    } else if (block > 0) {
+      EXPECT_GT(n.blocked, n.spatial / 2);
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].shape(), want[k].shape());
+      if (got[k].dtype() != DType::kFloat32) continue;
+      const double scale = e2e::max_abs(want[k]);
+      EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-4 * std::max(scale, 1e-6)) << "output " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, OneDnnLayoutModels,
+                         testing::Values("mobilenet_v3_small", "regnet_y_400mf",
+                                         "shufflenet_v2_x0_5", "densenet121", "googlenet",
+                                         "resnet18", "convnext", "r3d_18"));
 
 }  // namespace
 }  // namespace backplane

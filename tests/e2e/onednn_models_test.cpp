@@ -26,6 +26,11 @@ struct OneDnnCase {
   const char* input;
   // Ops CpuOneDnn leaves to CpuRef in this model (everything else must be its).
   std::set<std::string> fallback_ops;
+  // A run in bands gives the same bits as a whole one: true for plans in
+  // channels-last, whose bands cut rows; a plan of blocked convolutions
+  // (depthwise ones: MobileNetV2) cuts its 1x1 convolutions by output
+  // channels, each band a primitive that may block its reduction otherwise.
+  bool bands_same_bits = true;
 };
 
 std::string case_name(const testing::TestParamInfo<OneDnnCase>& info) { return info.param.name; }
@@ -210,7 +215,7 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     }
     unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
     unsetenv("BACKPLANE_ONEDNN_BANDS");
-    const Tensor y = (*session)->output(0);
+    const Tensor y = (*session)->output(0).clone();  // the session overwrites its own
     outputs[mode] = y;
     ASSERT_EQ(y.shape(), want.shape());
     EXPECT_LE(max_abs_diff(y, want), 1e-4 * max_abs(want)) << c.name;
@@ -225,29 +230,33 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     }
   }
   // On these models the forward primitives split whole output blocks among
-  // the team, and a band computes each output element as the whole step
-  // does, so a capped run gives the same bits; the bit-for-bit tests of
+  // the team, so a capped run gives the same bits; the bit-for-bit tests of
   // artifacts and concurrent sessions, which make test runs beside other
-  // tests (a load that may cap them), rely on it.
+  // tests (a load that may cap them), rely on it and keep out of bands
+  // (backplane_same_bits in tests/CMakeLists.txt). A band computes each
+  // output element as the whole step does where it cuts rows.
   EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kCapped]))
       << c.name << ": a capped run differs from a full one in the last bits";
-  EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kBands]))
-      << c.name << ": a run in bands differs from a full one in the last bits";
+  if (c.bands_same_bits) {  // (else within CpuRef's tolerance, checked above)
+    EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kBands]))
+        << c.name << ": a run in bands differs from a full one in the last bits";
+  }
   // Every CPU taken, by default: the plan tries bands, then one thread (4
   // runs each), and keeps the faster (SaturatedWay in cores.hpp); each of
-  // the 12 runs gives the same bits.
+  // the 12 runs gives the bits of one of the two ways.
   ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", "0", 1), 0);
   for (int i = 0; i < 12; ++i) {
     ASSERT_TRUE((*session)->run().ok());
-    EXPECT_TRUE(bitwise_equal(outputs[kFull], (*session)->output(0)))
-        << c.name << ": saturated run " << i << " differs from a full one";
+    const Tensor& y = (*session)->output(0);
+    EXPECT_TRUE(bitwise_equal(outputs[kCapped], y) || bitwise_equal(outputs[kBands], y))
+        << c.name << ": saturated run " << i << " differs from both a capped and a banded one";
   }
   unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
 }
 
 INSTANTIATE_TEST_SUITE_P(E2E, OneDnnModels,
                          testing::Values(OneDnnCase{"resnet18", "input", {}},
-                                         OneDnnCase{"mobilenet_v2", "input", {}},
+                                         OneDnnCase{"mobilenet_v2", "input", {}, false},
                                          OneDnnCase{"squeezenet1_1", "input", {}},
                                          OneDnnCase{"transformer", "input_ids", {"Gather"}},
                                          OneDnnCase{"tiny_cnn", "input", {"Pad"}}),

@@ -67,12 +67,12 @@ LayoutChoice layout_choice() {
 // Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
 // should beat the channels-last ones it picks when free to, for this view.
 // Measured on 17 torchvision models, each plan forced one way or the other
-// (docs/performance.md, "Blocked or channels-last convolutions"): blocked
+// (docs/performance.md, "Session 22: blocked or channels-last"): blocked
 // wins where the convolutions are depthwise or grouped (MobileNets,
 // EfficientNet, RegNet, ResNeXt) or run on a batch, by 2-8%; it loses where
 // tensors are cut, joined or shuffled along the channels (a Concat, Split,
 // Slice, Transpose or a Reshape between 4-D and 5-D: GoogLeNet, Inception,
-// DenseNet, SqueezeNet, ShuffleNetV2, by 5-35%), since those are copies or
+// DenseNet, SqueezeNet, ShuffleNetV2, by 4-32%), since those are copies or
 // reorders in the blocked layout and in place or cheap in channels-last; and
 // plain convolutions on one image are as fast or faster channels-last
 // (ResNet-18, ResNet-50, VGG). Decided from the view alone, so a session from

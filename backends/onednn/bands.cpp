@@ -433,6 +433,16 @@ bool Bands::cut_concat_norm(size_t s) {
   return true;
 }
 
+Bands::Cut Bands::cut_of(const void* desc, const_dnnl_primitive_attr_t attr,
+                         std::vector<BandArg> args) {
+  Cut cut;
+  if (dnnl_primitive_desc_create(&cut.pd, static_cast<const_dnnl_op_desc_t>(desc), attr,
+                                 engine().get(), nullptr) != dnnl_success)
+    cut.pd = nullptr;
+  cut.args = std::move(args);
+  return cut;
+}
+
 bool Bands::cut_step(size_t s) {
   const Step& step = c_.steps[s];
   if (step.concat_norm) return cut_concat_norm(s);
@@ -451,12 +461,7 @@ bool Bands::cut_step(size_t s) {
   const Md* dst = ref_md(c_, step, DNNL_ARG_DST);
   std::vector<Cut> cuts;
   auto make = [&](const void* desc, std::vector<BandArg> args) {
-    Cut cut;
-    if (dnnl_primitive_desc_create(&cut.pd, static_cast<const_dnnl_op_desc_t>(desc), attr,
-                                   engine().get(), nullptr) != dnnl_success)
-      cut.pd = nullptr;
-    cut.args = std::move(args);
-    cuts.push_back(std::move(cut));
+    cuts.push_back(cut_of(desc, attr, std::move(args)));
   };
 
   if (dst != nullptr && channel_block(*dst) > 0 &&
@@ -663,12 +668,7 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     return false;
   };
   auto make = [&](const void* desc, std::vector<BandArg> args) {
-    Cut cut;
-    if (dnnl_primitive_desc_create(&cut.pd, static_cast<const_dnnl_op_desc_t>(desc), attr,
-                                   engine().get(), nullptr) != dnnl_success)
-      cut.pd = nullptr;
-    cut.args = std::move(args);
-    cuts.push_back(std::move(cut));
+    cuts.push_back(cut_of(desc, attr, std::move(args)));
     return cuts.back().pd != nullptr;
   };
 

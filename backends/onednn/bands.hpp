@@ -116,6 +116,9 @@ class Bands {
     std::vector<BandArg> args;
     dnnl::memory weights;  // its own slice of the weights, if any (cut_channels)
   };
+  // The piece of operation descriptor `desc` with the step's attributes over
+  // `args` (no pd if oneDNN has no implementation for it).
+  static Cut cut_of(const void* desc, const_dnnl_primitive_attr_t attr, std::vector<BandArg> args);
   // weights_copy: the pieces take the weights in a layout of their own (a
   // copy, weights_as).
   bool add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy);

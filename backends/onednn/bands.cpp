@@ -657,9 +657,9 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
   if (src == nullptr || dst == nullptr || op == nullptr || !elementwise_post_ops(attr))
     return false;
   const int64_t block = channel_block(*dst);
+  if (block == 0) return false;
   const dnnl::memory::dims dd = dst->dims();
   const int64_t images = dd[0], channels = dd[1], blocks = (channels + block - 1) / block;
-  if (block == 0) return false;
   std::vector<Cut> cuts;
   auto release = [&] {
     for (Cut& cut : cuts)
@@ -740,8 +740,8 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     return add_pieces(s, cuts, false) || release();
   }
 
-  // The rest read the channels they write.
-  if (channel_block(*src) != block) return false;
+  // The rest read the channels they write, in the destination's layout.
+  if (channel_block(*src) != block || (kind != dnnl_pooling_v2 && *src != *dst)) return false;
   const int64_t parts = pieces_for(threads_, elements(*dst), images * blocks);
   if (parts < 2) return false;
   for (const ChannelBand& band : channel_bands(images, channels, block, parts)) {
@@ -758,7 +758,6 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
         return release();
     } else if (kind == dnnl_eltwise) {
       dnnl_eltwise_desc_t d = *static_cast<const dnnl_eltwise_desc_t*>(op);
-      if (*src != *dst) return release();
       d.data_desc = band_src.data;
       if (!make(&d, {{DNNL_ARG_SRC, src_at, band_src}, {DNNL_ARG_DST, dst_at, band_dst}}))
         return release();
@@ -766,7 +765,7 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
       // The second operand alike, or a scale per channel (1xCx1x1) in a
       // layout whose channels are contiguous.
       const Md* b = ref_md(c_, step, DNNL_ARG_SRC_1);
-      if (b == nullptr || *src != *dst) return release();
+      if (b == nullptr) return release();
       Md band_b;
       size_t b_at = 0;
       if (*b == *src) {

@@ -68,18 +68,24 @@ LayoutChoice layout_choice() {
 // should beat the channels-last ones it picks when free to, for this view.
 // Measured on 17 torchvision models, each plan forced one way or the other
 // (docs/performance.md, "Session 22: blocked or channels-last"): blocked
-// wins where the convolutions are depthwise or grouped (MobileNets,
-// EfficientNet, RegNet, ResNeXt) or run on a batch, by 2-8%; it loses where
-// tensors are cut, joined or shuffled along the channels (a Concat, Split,
-// Slice, Transpose or a Reshape between 4-D and 5-D: GoogLeNet, Inception,
-// DenseNet, SqueezeNet, ShuffleNetV2, by 4-32%), since those are copies or
-// reorders in the blocked layout and in place or cheap in channels-last; and
-// plain convolutions on one image are as fast or faster channels-last
-// (ResNet-18, ResNet-50, VGG). Decided from the view alone, so a session from
-// the model and one from its .bpk run the same plan.
+// wins where the convolutions run on a batch, or where they are depthwise or
+// grouped (MobileNets, EfficientNet-B0, RegNet, ResNeXt) by 2-8%; it loses
+// where tensors are cut, joined or shuffled along the channels (a Concat,
+// Split, Slice, Transpose or a Reshape between 4-D and 5-D: GoogLeNet,
+// Inception, DenseNet, SqueezeNet, ShuffleNetV2, by 4-32%), since those are
+// copies or reorders in the blocked layout and in place or cheap in
+// channels-last; and plain spatial (KxK) convolutions on one image are as
+// fast or faster channels-last (ResNet-18 by 8%). So a network of one image
+// whose depthwise blocks are few beside plain KxK work is left channels-last:
+// EfficientNetV2-S (its fused-MBConv stages: 49% of the convolutions'
+// multiply-adds in plain 3x3, 1% depthwise) ran 3% slower blocked at 2
+// threads, where the winners spend at most 4% in plain KxK (session 23).
+// Decided from the view alone, so a session from the model and one from its
+// .bpk run the same plan.
 bool blocked_pays(const ViewInfo& g) {
   size_t convolutions = 0;
-  bool grouped_or_batched = false;
+  bool grouped = false, batched = false;
+  double macs = 0, plain_spatial_macs = 0;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     const int n = static_cast<int>(k);
     const std::string_view op = g.op(n);
@@ -88,7 +94,18 @@ bool blocked_pays(const ViewInfo& g) {
     if (op == "Conv") {
       ++convolutions;
       const Dims& xs = g.shape(g.in(n, 0));
-      if (g.node(n).attr_int("group", 1) > 1 || xs[0] > 1) grouped_or_batched = true;
+      const int64_t group = g.node(n).attr_int("group", 1);
+      if (group > 1) grouped = true;
+      if (xs[0] > 1) batched = true;
+      // Multiply-adds: every output element, times its window's size.
+      if (g.num_in(n) < 2 || g.in(n, 1) < 0 || g.num_out(n) < 1) continue;
+      const Dims& ws = g.shape(g.in(n, 1));
+      double m = 1, window = 1;
+      for (int64_t d : g.shape(g.out(n))) m *= static_cast<double>(std::max<int64_t>(d, 1));
+      for (size_t d = 1; d < ws.size(); ++d) m *= static_cast<double>(std::max<int64_t>(ws[d], 1));
+      for (size_t d = 2; d < ws.size(); ++d) window *= static_cast<double>(ws[d]);
+      macs += m;
+      if (group == 1 && window > 1) plain_spatial_macs += m;
     } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
                op == "DepthToSpace" || op == "SpaceToDepth") {
       return false;
@@ -97,7 +114,9 @@ bool blocked_pays(const ViewInfo& g) {
       return false;  // a channel shuffle's 4-D <-> 5-D
     }
   }
-  return convolutions >= 4 && grouped_or_batched;
+  if (convolutions < 4) return false;
+  if (batched) return true;
+  return grouped && plain_spatial_macs <= 0.25 * macs;
 }
 
 }  // namespace

@@ -333,6 +333,56 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
   EXPECT_EQ(batch.blocked, block > 0 ? batch.spatial : 0u);
 }
 
+// Depthwise blocks (1x1 expand, 3x3 depthwise, 1x1 project), with `plain`
+// 3x3 convolutions of 32 channels before them (EfficientNetV2's fused-MBConv
+// stages): 2 of them are 66% of the multiply-adds.
+ModelBuilder depthwise_net(int plain) {
+  ModelBuilder b;
+  b.input("x", {1, 32, 28, 28});
+  std::string at = "x";
+  for (int i = 0; i < plain; ++i) {
+    const std::string k = std::to_string(i);
+    b.random_weight("wp" + k, {32, 32, 3, 3}, -0.1f, 0.1f);
+    set_ints(b.node("Conv", {at, "wp" + k}, {"p" + k}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"p" + k}, {"pr" + k});
+    at = "pr" + k;
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string k = std::to_string(i);
+    b.random_weight("we" + k, {64, 32, 1, 1}, -0.2f, 0.2f)
+        .random_weight("wd" + k, {64, 1, 3, 3}, -0.3f, 0.3f)
+        .random_weight("wo" + k, {32, 64, 1, 1}, -0.2f, 0.2f);
+    b.node("Conv", {at, "we" + k}, {"e" + k});
+    b.node("Relu", {"e" + k}, {"er" + k});
+    auto& dw = b.node("Conv", {"er" + k, "wd" + k}, {"d" + k});
+    set_int(dw, "group", 64);
+    set_ints(dw, "pads", {1, 1, 1, 1});
+    b.node("Relu", {"d" + k}, {"dr" + k});
+    b.node("Conv", {"dr" + k, "wo" + k}, {"o" + k});
+    b.node("Add", {at, "o" + k}, {"s" + k});
+    at = "s" + k;
+  }
+  b.node("Identity", {at}, {"y"});
+  b.output("y");
+  return b;
+}
+
+TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwiseStaysChannelsLast) {
+  ASSERT_TRUE(runtime());
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  const int block = cpu_block();
+  for (int plain : {0, 2}) {
+    SCOPED_TRACE("plain 3x3 convolutions: " + std::to_string(plain));
+    test::TempDir dir;
+    const std::string path = depthwise_net(plain).save(dir);
+    std::vector<std::string> used;
+    const ConvCount n = count_convolutions(compile_and_run(path, &used));
+    EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+    EXPECT_EQ(n.spatial, 6u + plain);
+    EXPECT_EQ(n.blocked, plain == 0 && block > 0 ? n.spatial : 0u);
+  }
+}
+
 // Either layout, forced, on models of every kind of convolution network:
 // no reference kernel, and CpuRef's result within 1e-4 of its largest.
 class OneDnnLayoutModels : public testing::TestWithParam<std::string> {};

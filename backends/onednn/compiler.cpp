@@ -54,6 +54,16 @@ int cpu_block() {
   }
 }
 
+}  // namespace
+
+// On unless BACKPLANE_ONEDNN_WINOGRAD=0.
+bool winograd_enabled() {
+  const char* v = std::getenv("BACKPLANE_ONEDNN_WINOGRAD");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+namespace {
+
 // BACKPLANE_ONEDNN_LAYOUT: "onednn" (always oneDNN's choice), "blocked"
 // (always blocked convolutions), anything else or unset: blocked_pays().
 enum class LayoutChoice { kByModel, kOneDnn, kBlocked };
@@ -80,12 +90,18 @@ LayoutChoice layout_choice() {
 // EfficientNetV2-S (its fused-MBConv stages: 49% of the convolutions'
 // multiply-adds in plain 3x3, 1% depthwise) ran 3% slower blocked at 2
 // threads, where the winners spend at most 4% in plain KxK (session 23).
+// With Winograd (AVX-512 only: oneDNN has no AVX2 kernel for it), a network
+// of one image whose plain 3x3 convolutions of stride 1 are at least 30% of
+// its multiply-adds goes blocked too, since those then take about half the
+// time (session 23: ResNet-18 0.66x, ResNet-50 0.87x, VGG-16 0.46x of
+// channels-last at 1 thread); not with depthwise or grouped convolutions
+// beside them (EfficientNetV2-S, 44% such work: 5% slower blocked).
 // Decided from the view alone, so a session from the model and one from its
 // .bpk run the same plan.
-bool blocked_pays(const ViewInfo& g) {
+bool blocked_pays(const ViewInfo& g, int block) {
   size_t convolutions = 0;
   bool grouped = false, batched = false;
-  double macs = 0, plain_spatial_macs = 0;
+  double macs = 0, plain_spatial_macs = 0, winograd_macs = 0;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     const int n = static_cast<int>(k);
     const std::string_view op = g.op(n);
@@ -94,7 +110,8 @@ bool blocked_pays(const ViewInfo& g) {
     if (op == "Conv") {
       ++convolutions;
       const Dims& xs = g.shape(g.in(n, 0));
-      const int64_t group = g.node(n).attr_int("group", 1);
+      const sdk::NodeRef node = g.node(n);
+      const int64_t group = node.attr_int("group", 1);
       if (group > 1) grouped = true;
       if (xs[0] > 1) batched = true;
       // Multiply-adds: every output element, times its window's size.
@@ -106,6 +123,10 @@ bool blocked_pays(const ViewInfo& g) {
       for (size_t d = 2; d < ws.size(); ++d) window *= static_cast<double>(ws[d]);
       macs += m;
       if (group == 1 && window > 1) plain_spatial_macs += m;
+      const Dims ones(ws.size() > 2 ? ws.size() - 2 : 0, 1);
+      if (group == 1 && ws.size() == 4 && ws[2] == 3 && ws[3] == 3 && xs[1] >= 16 &&
+          node.attr_ints("strides", ones) == ones && node.attr_ints("dilations", ones) == ones)
+        winograd_macs += m;
     } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
                op == "DepthToSpace" || op == "SpaceToDepth") {
       return false;
@@ -116,7 +137,8 @@ bool blocked_pays(const ViewInfo& g) {
   }
   if (convolutions < 4) return false;
   if (batched) return true;
-  return grouped && plain_spatial_macs <= 0.25 * macs;
+  if (grouped) return plain_spatial_macs <= 0.25 * macs;
+  return block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs;
 }
 
 }  // namespace
@@ -134,7 +156,7 @@ int convolution_block(const ViewInfo& g) {
     case LayoutChoice::kByModel:
       break;
   }
-  return blocked_pays(g) ? block : 0;
+  return blocked_pays(g, block) ? block : 0;
 }
 
 std::string library_version() {
@@ -189,7 +211,10 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->empty = true;
     return compiled;
   }
-  if (const int block = convolution_block(g)) lowering.block_convolutions(block);
+  if (const int block = convolution_block(g)) {
+    lowering.block_convolutions(block);
+    lowering.winograd_convolutions(winograd_enabled());
+  }
   if (std::optional<LowerFailure> failure = lowering.lower()) {
     for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
     compiled->empty = true;

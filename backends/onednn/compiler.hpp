@@ -39,6 +39,9 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
 // CPU has blocked kernels (AVX2: 8, AVX-512: 16). BACKPLANE_ONEDNN_LAYOUT=
 // onednn or =blocked forces either.
 int convolution_block(const ViewInfo& g);
+// Whether blocked convolutions may use oneDNN's Winograd kernels (Lowering::
+// winograd_convolutions).
+bool winograd_enabled();
 
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();

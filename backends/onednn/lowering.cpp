@@ -33,6 +33,14 @@ std::string post_key(const std::vector<PostOp>& post) {
   }
   return k;
 }
+// A convolution oneDNN's Winograd kernels take: 2-D, 3x3, stride 1,
+// undilated, ungrouped, and channels enough to fill blocks on both sides.
+bool winograd_fits(const Dims& xs, const Dims& ks, const Window& w, int64_t group) {
+  if (xs.size() != 4 || group != 1 || ks != Dims{3, 3} || xs[1] < 16) return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (w.strides[d] != 1 || w.dilation[d] != 0) return false;
+  return true;
+}
 }  // namespace
 
 std::optional<LowerFailure> Lowering::lower() {
@@ -233,13 +241,15 @@ void Lowering::lower_conv(const INode& n) {
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);
   dnnl::primitive prim;
-  auto desc = [&](const memory::desc& src, const memory::desc& dst) {
-    return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                           algorithm::convolution_direct, src, any_md(wdims),
-                                           bias_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
+  auto desc = [&](const memory::desc& src, const memory::desc& dst,
+                  algorithm alg = algorithm::convolution_direct) {
+    return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src,
+                                           any_md(wdims), bias_md, dst, w.strides, w.dilation,
+                                           w.pad_l, w.pad_r);
   };
-  auto make = [&](const memory::desc& src, const memory::desc& dst) {
-    return b_.make<dnnl::convolution_forward>(desc(src, dst), attr, post_key(n.post), &prim);
+  auto make = [&](const memory::desc& src, const memory::desc& dst,
+                  algorithm alg = algorithm::convolution_direct) {
+    return b_.make<dnnl::convolution_forward>(desc(src, dst, alg), attr, post_key(n.post), &prim);
   };
   dnnl::convolution_forward::primitive_desc pd;
   const memory::desc hint = dst_hint(n, ys);
@@ -273,10 +283,19 @@ void Lowering::lower_conv(const INode& n) {
     const memory::desc src(memory::dims(xs.begin(), xs.end()), memory::data_type::f32,
                            xs[1] < block_ ? plain : blocked);
     const memory::desc dst(memory::dims(ys.begin(), ys.end()), memory::data_type::f32, blocked);
-    try {
-      pd = make(src, dst);
-      made = true;
-    } catch (const std::exception&) {  // no kernel, or only a reference one
+    if (winograd_ && winograd_fits(xs, ks, w, group)) {
+      try {
+        pd = make(src, dst, algorithm::convolution_winograd);
+        made = true;
+      } catch (const std::exception&) {  // no Winograd kernel for this one
+      }
+    }
+    if (!made) {
+      try {
+        pd = make(src, dst);
+        made = true;
+      } catch (const std::exception&) {  // no kernel, or only a reference one
+      }
     }
   }
   if (!made) {

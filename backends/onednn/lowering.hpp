@@ -39,6 +39,11 @@ class Lowering {
   // AVX-512 and AVX2 machines). Which is faster depends on the model
   // (compiler.cpp measures both); 0 (the default) leaves the choice to oneDNN.
   void block_convolutions(int block) { block_ = block; }
+  // With blocked convolutions: a 2-D 3x3 convolution of stride 1, undilated
+  // and ungrouped, by oneDNN's Winograd kernels (F(4x4,3x3) or F(2x2,3x3):
+  // about half the multiplies, at a rounding error some ten times a direct
+  // convolution's) where it has one; the direct kernel otherwise.
+  void winograd_convolutions(bool on) { winograd_ = on; }
 
   // Emits the steps, binds the outputs and plans the arena. On failure
   // returns which nodes failed and why (the plan is then unusable).
@@ -119,6 +124,7 @@ class Lowering {
   PlanBuilder b_;
   FusedGraph f_;
   int block_ = 0;
+  bool winograd_ = false;
   std::map<int, int> tensors_;  // value -> MemRef
 };
 

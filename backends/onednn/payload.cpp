@@ -211,21 +211,31 @@ class Reader {
   }
   // Only what the lowering makes: float32 (or empty; scratchpads are 1-D
   // bytes), plain or blocked, every element inside the bytes the descriptor
-  // claims. oneDNN trusts descriptors it did not build itself, and its JIT
-  // code addresses memory by them.
+  // claims; or the weights of a Winograd convolution, whose layout is
+  // oneDNN's own (check_layouts then requires it to equal what the
+  // convolution, made again, wants; bind_constants, a blob of its size).
+  // oneDNN trusts descriptors it did not build itself, and its JIT code
+  // addresses memory by them.
   void check_md(const dnnl_memory_desc_t& md, const char* what, bool concrete) const {
     constexpr int64_t kMaxDim = int64_t{1} << 32;
     constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
     const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
+    const bool wino = concrete && fk == dnnl_format_kind_wino && md.ndims == 4 && dt == dnnl_f32;
     bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
               md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
               (md.ndims == 0 ? dt == dnnl_data_type_undef
                              : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
               (md.ndims == 0 ? fk == dnnl_format_kind_undef
-                             : fk == dnnl_blocked || (!concrete && fk == dnnl_format_kind_any));
+                             : fk == dnnl_blocked || wino ||
+                                   (!concrete && fk == dnnl_format_kind_any));
     for (int i = 0; ok && i < md.ndims; ++i)
       ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
            md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;
+    if (ok && wino) {
+      const dnnl_wino_desc_t& w = md.format_desc.wino_desc;
+      ok = md.offset0 == 0 && w.size > 0 && w.size % sizeof(float) == 0 &&
+           w.size <= static_cast<size_t>(kMaxElements) * sizeof(float);
+    }
     if (ok && fk == dnnl_blocked) {
       const dnnl_blocking_desc_t& b = md.format_desc.blocking;
       ok = b.inner_nblks >= 0 && b.inner_nblks <= DNNL_MAX_NDIMS;
@@ -445,7 +455,8 @@ class DescCheck {
 dnnl_status_t reinit(DescCheck& c, const dnnl_convolution_desc_t& d, dnnl_convolution_desc_t& f) {
   c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
   c.inference(d);
-  c.need(raw(d.alg_kind) == dnnl_convolution_direct);
+  c.need(raw(d.alg_kind) == dnnl_convolution_direct ||
+         raw(d.alg_kind) == dnnl_convolution_winograd);
   c.rank(d.src_desc, 3, 5);
   c.same_rank({&d.src_desc, &d.dst_desc});
   c.need(d.weights_desc.ndims == d.src_desc.ndims || d.weights_desc.ndims == d.src_desc.ndims + 1);

@@ -270,7 +270,10 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   try {
     Lowering lowering(g, *plan, &shared_);
     lowering.prepare();
-    if (const int block = convolution_block(g)) lowering.block_convolutions(block);
+    if (const int block = convolution_block(g)) {
+      lowering.block_convolutions(block);
+      lowering.winograd_convolutions(winograd_enabled());
+    }
     if (std::optional<LowerFailure> failure = lowering.lower()) {
       const int n = failure->nodes.empty() ? -1 : failure->nodes.front();
       throw sdk::unsupported(cannot + (n >= 0 ? g.describe(n) + ": " : "") + failure->why);

@@ -267,15 +267,16 @@ int cpu_block() {
 }
 
 struct ConvCount {
-  size_t spatial = 0, blocked = 0;
+  size_t spatial = 0, blocked = 0, winograd = 0;
 };
 // The report's convolutions over 4-D and 5-D tensors, and those of them
 // writing a blocked layout (aBcd16b; a grouped convolution of 8 channels
-// per group may get oneDNN's own aBcd8b).
+// per group may get oneDNN's own aBcd8b), and those run by a Winograd kernel.
 ConvCount count_convolutions(const std::vector<ReportLine>& report) {
   ConvCount n;
   for (const ReportLine& l : report) {
     if (l.kind != "convolution") continue;
+    if (l.impl.find("wino") != std::string::npos) ++n.winograd;
     const size_t at = l.layouts.find("dst:");
     if (at == std::string::npos) continue;
     const std::string dst = l.layouts.substr(at + 4, l.layouts.find(' ', at) - at - 4);
@@ -318,9 +319,9 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
     EXPECT_GE(n.spatial, 10u);
     EXPECT_EQ(n.blocked, block > 0 ? n.spatial : 0u);
   }
-  // Concatenations (GoogLeNet), splits and shuffles (ShuffleNetV2), or only
-  // plain convolutions on one image (ResNet-18): channels-last.
-  for (const char* name : {"googlenet", "shufflenet_v2_x0_5", "resnet18"}) {
+  // Concatenations (GoogLeNet), splits and shuffles (ShuffleNetV2):
+  // channels-last.
+  for (const char* name : {"googlenet", "shufflenet_v2_x0_5"}) {
     SCOPED_TRACE(name);
     const auto feeds = one_image(zoo_path(name));
     const ConvCount n =
@@ -328,9 +329,27 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
     EXPECT_GE(n.spatial, 10u);
     EXPECT_EQ(n.blocked, 0u);
   }
+  // Plain convolutions on one image (ResNet-18): blocked, its 3x3 ones of
+  // stride 1 by Winograd, where this CPU has oneDNN's Winograd kernels
+  // (AVX-512); channels-last without them, or with Winograd turned off.
+  {
+    const auto feeds = one_image(zoo_path("resnet18"));
+    const ConvCount n =
+        count_convolutions(compile_and_run(zoo_path("resnet18"), nullptr, nullptr, &feeds));
+    EXPECT_GE(n.spatial, 10u);
+    EXPECT_EQ(n.blocked, block == 16 ? n.spatial : 0u);
+    EXPECT_EQ(n.winograd, block == 16 ? 13u : 0u);  // 16 3x3, 3 of them of stride 2
+    setenv("BACKPLANE_ONEDNN_WINOGRAD", "0", 1);
+    const ConvCount off =
+        count_convolutions(compile_and_run(zoo_path("resnet18"), nullptr, nullptr, &feeds));
+    unsetenv("BACKPLANE_ONEDNN_WINOGRAD");
+    EXPECT_EQ(off.blocked, 0u);
+    EXPECT_EQ(off.winograd, 0u);
+  }
   // The same plain convolutions on a batch of 3: blocked.
   const ConvCount batch = count_convolutions(compile_and_run(zoo_path("resnet18")));
   EXPECT_EQ(batch.blocked, block > 0 ? batch.spatial : 0u);
+  EXPECT_EQ(batch.winograd, block == 16 ? 13u : 0u);
 }
 
 // Depthwise blocks (1x1 expand, 3x3 depthwise, 1x1 project), with `plain`

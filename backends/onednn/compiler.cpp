@@ -91,11 +91,10 @@ LayoutChoice layout_choice() {
 // multiply-adds in plain 3x3, 1% depthwise) ran 3% slower blocked at 2
 // threads, where the winners spend at most 4% in plain KxK (session 23).
 // With Winograd (AVX-512 only: oneDNN has no AVX2 kernel for it), a network
-// of one image whose plain 3x3 convolutions of stride 1 are at least 30% of
-// its multiply-adds goes blocked too, since those then take about half the
-// time (session 23: ResNet-18 0.66x, ResNet-50 0.87x, VGG-16 0.46x of
-// channels-last at 1 thread); not with depthwise or grouped convolutions
-// beside them (EfficientNetV2-S, 44% such work: 5% slower blocked).
+// whose plain 3x3 convolutions of stride 1 are at least 30% of its
+// multiply-adds goes blocked whatever else it has, since those then take
+// about half the time (session 23, against channels-last at 1 thread:
+// ResNet-18 0.63x, ResNet-50 0.87x, VGG-16 0.46x, EfficientNetV2-S 0.74x).
 // Decided from the view alone, so a session from the model and one from its
 // .bpk run the same plan.
 bool blocked_pays(const ViewInfo& g, int block) {
@@ -137,8 +136,8 @@ bool blocked_pays(const ViewInfo& g, int block) {
   }
   if (convolutions < 4) return false;
   if (batched) return true;
-  if (grouped) return plain_spatial_macs <= 0.25 * macs;
-  return block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs;
+  if (block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs) return true;
+  return grouped && plain_spatial_macs <= 0.25 * macs;
 }
 
 }  // namespace

@@ -253,7 +253,7 @@ void Lowering::lower_conv(const INode& n) {
   };
   dnnl::convolution_forward::primitive_desc pd;
   const memory::desc hint = dst_hint(n, ys);
-  bool made = false;
+  bool made = false, split_post = false;
   if (group > 1 && hint.data.format_kind == dnnl_format_kind_any &&
       b_.md(ref_of(n.in[0])) == channels_last_md(xs)) {
     // A grouped convolution between channels-last tensors (RegNet's,
@@ -289,6 +289,19 @@ void Lowering::lower_conv(const INode& n) {
         made = true;
       } catch (const std::exception&) {  // no Winograd kernel for this one
       }
+      // Its kernels fuse ReLU-like activations but not every one (SiLU:
+      // EfficientNetV2's fused-MBConv): without them, which then run as
+      // steps of their own after it, a pass over the output each.
+      const bool eltwise_only = std::none_of(
+          n.post.begin(), n.post.end(), [](const PostOp& p) { return p.kind == PostOp::kSum; });
+      if (!made && !n.post.empty() && eltwise_only) {
+        try {
+          pd = b_.make<dnnl::convolution_forward>(desc(src, dst, algorithm::convolution_winograd),
+                                                  attr_with({}), "", &prim);
+          made = split_post = true;
+        } catch (const std::exception&) {
+        }
+      }
     }
     if (!made) {
       try {
@@ -315,7 +328,17 @@ void Lowering::lower_conv(const INode& n) {
     const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(n.in[2]);
     args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc(), tag)});
   }
-  add_main_step(n, prim, std::move(args), pd);
+  if (!split_post) return add_main_step(n, prim, std::move(args), pd);
+  int at = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node));
+  for (size_t i = 0; i < n.post.size(); ++i) {
+    const PostOp& p = n.post[i];
+    dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(at), p.alpha,
+                                  p.beta);
+    dnnl::primitive eprim;
+    auto epd = b_.make<dnnl::eltwise_forward>(d, b_.attr(), "", &eprim);
+    at = add_step_to_new(n.out, eprim, {{DNNL_ARG_SRC, at}}, epd,
+                         g_.describe(n.node) + " (its activation)");
+  }
 }
 
 void Lowering::lower_gemm(const INode& n) {

@@ -221,13 +221,13 @@ class Reader {
     constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
     const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
     const bool wino = concrete && fk == dnnl_format_kind_wino && md.ndims == 4 && dt == dnnl_f32;
-    bool ok = md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
-              md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
-              (md.ndims == 0 ? dt == dnnl_data_type_undef
-                             : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
-              (md.ndims == 0 ? fk == dnnl_format_kind_undef
-                             : fk == dnnl_blocked || wino ||
-                                   (!concrete && fk == dnnl_format_kind_any));
+    bool ok =
+        md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
+        md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
+        (md.ndims == 0 ? dt == dnnl_data_type_undef
+                       : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
+        (md.ndims == 0 ? fk == dnnl_format_kind_undef
+                       : fk == dnnl_blocked || wino || (!concrete && fk == dnnl_format_kind_any));
     for (int i = 0; ok && i < md.ndims; ++i)
       ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
            md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;

@@ -353,8 +353,8 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
 }
 
 // Depthwise blocks (1x1 expand, 3x3 depthwise, 1x1 project), with `plain`
-// 3x3 convolutions of 32 channels before them (EfficientNetV2's fused-MBConv
-// stages): 2 of them are 66% of the multiply-adds.
+// 3x3 convolutions of 32 channels and a SiLU before them (EfficientNetV2's
+// fused-MBConv stages): 2 of them are 66% of the multiply-adds.
 ModelBuilder depthwise_net(int plain) {
   ModelBuilder b;
   b.input("x", {1, 32, 28, 28});
@@ -363,7 +363,8 @@ ModelBuilder depthwise_net(int plain) {
     const std::string k = std::to_string(i);
     b.random_weight("wp" + k, {32, 32, 3, 3}, -0.1f, 0.1f);
     set_ints(b.node("Conv", {at, "wp" + k}, {"p" + k}), "pads", {1, 1, 1, 1});
-    b.node("Relu", {"p" + k}, {"pr" + k});
+    b.node("Sigmoid", {"p" + k}, {"ps" + k});
+    b.node("Mul", {"p" + k, "ps" + k}, {"pr" + k});
     at = "pr" + k;
   }
   for (int i = 0; i < 2; ++i) {
@@ -386,20 +387,38 @@ ModelBuilder depthwise_net(int plain) {
   return b;
 }
 
-TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwiseStaysChannelsLast) {
+// Plain 3x3 work beside depthwise blocks: channels-last by direct kernels
+// (blocked would gain nothing), blocked where Winograd takes that work, the
+// SiLU each one is fused with then a step of its own; and CpuRef's result.
+TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwise) {
   ASSERT_TRUE(runtime());
   unsetenv("BACKPLANE_ONEDNN_LAYOUT");
   const int block = cpu_block();
-  for (int plain : {0, 2}) {
-    SCOPED_TRACE("plain 3x3 convolutions: " + std::to_string(plain));
-    test::TempDir dir;
-    const std::string path = depthwise_net(plain).save(dir);
-    std::vector<std::string> used;
-    const ConvCount n = count_convolutions(compile_and_run(path, &used));
-    EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
-    EXPECT_EQ(n.spatial, 6u + plain);
-    EXPECT_EQ(n.blocked, plain == 0 && block > 0 ? n.spatial : 0u);
+  for (const char* winograd : {"1", "0"}) {
+    setenv("BACKPLANE_ONEDNN_WINOGRAD", winograd, 1);
+    for (int plain : {0, 2}) {
+      SCOPED_TRACE("plain 3x3 convolutions: " + std::to_string(plain) +
+                   ", BACKPLANE_ONEDNN_WINOGRAD=" + winograd);
+      test::TempDir dir;
+      const ModelBuilder b = depthwise_net(plain);
+      const std::string path = b.save(dir);
+      std::vector<std::string> used;
+      std::vector<Tensor> got;
+      const ConvCount n = count_convolutions(compile_and_run(path, &used, &got));
+      EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+      EXPECT_EQ(n.spatial, 6u + plain);
+      const bool by_winograd = plain > 0 && block == 16 && winograd[0] == '1';
+      EXPECT_EQ(n.winograd, by_winograd ? 2u : 0u);
+      EXPECT_EQ(n.blocked, (plain == 0 && block > 0) || by_winograd ? n.spatial : 0u);
+      auto ref = runtime()->load_model(path, e2e::cpuref_only());
+      ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+      const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-4 * std::max(e2e::max_abs(want[k]), 1e-6));
+    }
   }
+  unsetenv("BACKPLANE_ONEDNN_WINOGRAD");
 }
 
 // Either layout, forced, on models of every kind of convolution network:

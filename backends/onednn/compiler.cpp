@@ -123,8 +123,8 @@ bool blocked_pays(const ViewInfo& g, int block) {
       macs += m;
       if (group == 1 && window > 1) plain_spatial_macs += m;
       const Dims ones(ws.size() > 2 ? ws.size() - 2 : 0, 1);
-      if (group == 1 && ws.size() == 4 && ws[2] == 3 && ws[3] == 3 && xs[1] >= 16 &&
-          node.attr_ints("strides", ones) == ones && node.attr_ints("dilations", ones) == ones)
+      if (winograd_fits(xs, Dims(ws.begin() + std::min<size_t>(2, ws.size()), ws.end()),
+                        node.attr_ints("strides", ones), node.attr_ints("dilations", ones), group))
         winograd_macs += m;
     } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
                op == "DepthToSpace" || op == "SpaceToDepth") {

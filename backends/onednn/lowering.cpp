@@ -33,14 +33,6 @@ std::string post_key(const std::vector<PostOp>& post) {
   }
   return k;
 }
-// A convolution oneDNN's Winograd kernels take: 2-D, 3x3, stride 1,
-// undilated, ungrouped, and channels enough to fill blocks on both sides.
-bool winograd_fits(const Dims& xs, const Dims& ks, const Window& w, int64_t group) {
-  if (xs.size() != 4 || group != 1 || ks != Dims{3, 3} || xs[1] < 16) return false;
-  for (size_t d = 0; d < 2; ++d)
-    if (w.strides[d] != 1 || w.dilation[d] != 0) return false;
-  return true;
-}
 }  // namespace
 
 std::optional<LowerFailure> Lowering::lower() {
@@ -283,7 +275,10 @@ void Lowering::lower_conv(const INode& n) {
     const memory::desc src(memory::dims(xs.begin(), xs.end()), memory::data_type::f32,
                            xs[1] < block_ ? plain : blocked);
     const memory::desc dst(memory::dims(ys.begin(), ys.end()), memory::data_type::f32, blocked);
-    if (winograd_ && winograd_fits(xs, ks, w, group)) {
+    Dims dilations(w.dilation.begin(), w.dilation.end());
+    for (int64_t& d : dilations) ++d;  // oneDNN's d - 1 back to ONNX's
+    if (winograd_ &&
+        winograd_fits(xs, ks, Dims(w.strides.begin(), w.strides.end()), dilations, group)) {
       try {
         pd = make(src, dst, algorithm::convolution_winograd);
         made = true;

@@ -36,6 +36,13 @@ const std::set<std::string_view>& view_ops() {
   return ops;
 }
 
+bool winograd_fits(const Dims& x, const Dims& kernel, const Dims& strides, const Dims& dilations,
+                   int64_t group) {
+  const Dims ones{1, 1};
+  return x.size() == 4 && group == 1 && kernel == Dims{3, 3} && x[1] >= 16 && strides == ones &&
+         dilations == ones;
+}
+
 Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel,
               const Dims& before) {
   sdk::NodeRef node = g.node(n);

@@ -32,6 +32,12 @@ struct Window {
 // spatial axis); throws (UNSUPPORTED) what oneDNN cannot express. `before`:
 // padding a folded Pad adds at the start of each spatial axis (x is then the
 // Pad's input; its padding at the end follows from the shapes).
+// A convolution oneDNN's Winograd kernels take: 2-D, 3x3, stride 1,
+// undilated (ONNX's dilations, 1 = none), ungrouped, and channels enough to
+// fill a block. Both the layout rule (compiler.cpp) and the lowering ask.
+bool winograd_fits(const Dims& x, const Dims& kernel, const Dims& strides, const Dims& dilations,
+                   int64_t group);
+
 Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel,
               const Dims& before = {});
 

@@ -2,7 +2,8 @@
 """Backplane (CpuOneDnn) against ONNX Runtime on real models: `make bench`.
 
 For each model and thread count this starts three long-lived processes, one
-after the other so their start-up is not disturbed:
+after the other so their start-up is not disturbed (Backplane's two in
+`--process-sets` fresh pairs, one pair after the other):
   backplane_bench dynamic  Backplane as an application uses it, CpuOneDnn loaded
                            from Backplane_CpuOneDnn_backend.so
   node ort_runner.js       ONNX Runtime (npm onnxruntime-node) with
@@ -11,8 +12,10 @@ after the other so their start-up is not disturbed:
 Each reports its load-to-first-result (runtime/library load + model load +
 first inference). After a warm-up, the three take turns on the same input
 (`--block` timed runs per turn, after one untimed run), so machine noise hits
-all of them alike; each times its own inference. Reported: median latencies, Backplane/ORT,
-dynamic/static, max |bp - ort| / max |ort| on the outputs, load-to-first-result
+all of them alike; each times its own inference. Reported: median latencies,
+Backplane/ORT and dynamic/static (each the median over turns of a turn's
+median over its neighbour's: the machine's speed changes for seconds at a
+time), max |bp - ort| / max |ort| on the outputs, load-to-first-result
 and peak RSS above the process's RSS before loading (node itself is ~40 MB).
 
 Then a load table for resnet50 (`--load-model`): compiled with `backplane
@@ -82,7 +85,7 @@ def ensure_ort(bench_dir):
         os.makedirs(prefix, exist_ok=True)
         if subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", prefix,
                            "onnxruntime-node"]).returncode != 0:
-            sys.exit(f"bench: `npm install onnxruntime-node` failed (npm's message above); it needs the npm registry")
+            sys.exit("bench: `npm install onnxruntime-node` failed (npm's message above); it needs the npm registry")
     libs = [os.path.join(d, f) for d, _, fs in os.walk(module) for f in fs
             if f.startswith("libonnxruntime.so") and "x64" in d]
     if not libs:
@@ -159,19 +162,24 @@ def compiled(paths, model, onnx_path, threads):
     return bpk
 
 
-def first_result(paths, model, onnx_path, input_path, threads, processes=5, after=5):
+def first_result(paths, model, onnx_path, input_path, threads, processes=5, after=5, budget_s=5.0,
+                 most=9):
     """Ready and first-result times of fresh processes loading the compiled
     .bpk, and the first inference over the median of the `after` runs that
     follow it in the same process. Taken from the process with the median
-    ratio of `processes`: one first run is one sample, and this machine's
-    second vCPU runs at about two thirds of its speed for tens to hundreds
-    of milliseconds at a time, unseen by the guest's steal time
-    (docs/performance.md, "Session 23"); runs next to each other in one
-    process share that state, the steady median of the alternating turns
-    does not."""
+    ratio of at least `processes` of them, and more (up to `most`, odd) while
+    they take less than `budget_s` altogether: one first run is one sample,
+    and on a small model a few microseconds of this machine's noise are
+    several percent of it (the encoder's 0.2 ms run: 1.02-1.13 over 8 fresh
+    processes, with no page fault or context switch in its first run). This
+    machine's second vCPU runs at about two thirds of its speed now and then
+    too, unseen by the guest's steal time (docs/performance.md, "Session
+    23"); runs next to each other in one process share that state, the
+    steady median of the alternating turns does not."""
     bpk = compiled(paths, model, onnx_path, threads)
     samples = []
-    for _ in range(processes):
+    start = time.monotonic()
+    while len(samples) < processes or (len(samples) < most and time.monotonic() - start < budget_s):
         r = Runner("backplane(.bpk)", [paths["bench_bin"], "dynamic", bpk, input_path, str(threads),
                                        paths["backend_dir"]])
         info = r.info
@@ -180,62 +188,103 @@ def first_result(paths, model, onnx_path, input_path, threads, processes=5, afte
         if info.get("notes"):
             raise RuntimeError(f"{model}: the .bpk was not used as compiled: {info['notes']}")
         samples.append((info["first_ms"] / steady, info["ready_ms"], info["load_ms"]))
+    if len(samples) % 2 == 0:
+        samples.pop()  # an odd count has one median process
     ratio, ready, first = sorted(samples)[len(samples) // 2]
-    return ready, first, ratio
+    return ready, first, ratio, len(samples)
+
+
+def paired(turns, a, b):
+    """Median over turns of a's turn median / b's turn median. The turns of
+    the runtimes alternate, so a turn and its neighbour see the machine in
+    the same state: on this VM a state lasts seconds (a 2-thread run of
+    every runtime 1.5 times slower for 2-4 s at a time, several times a
+    minute), long enough to take half the turns of one runtime and fewer of
+    the other, which moved a ratio of whole-run medians by up to 30% (0.71
+    to 1.16 for the same two builds). Paired turns cancel it."""
+    return statistics.median(statistics.median(x) / statistics.median(y) for x, y in zip(turns[a], turns[b]))
 
 
 def bench_one(args, files, threads, paths, first=True):
     model, onnx_path, input_path = files
     t = str(threads)
-    bpk_ready, bpk_first, bpk_first_ratio = None, None, None
+    bpk_ready, bpk_first, bpk_first_ratio, bpk_processes = None, None, None, 0
     if first:
-        bpk_ready, bpk_first, bpk_first_ratio = first_result(paths, model, onnx_path, input_path, threads)
+        bpk_ready, bpk_first, bpk_first_ratio, bpk_processes = first_result(paths, model, onnx_path, input_path,
+                                                                             threads)
         time.sleep(args.gap)
-    runners = {}
+    ort = None
+    builds = {}
+    turns = {"static": [], "bp": [], "ort": []}
+    first_set = {}
     try:
-        runners["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
-                                                      paths["backend_dir"]])
-        runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
-                                                onnx_path, input_path, t])
-        # The static build loads OpenMP at start-up, before anything could pick
-        # its spin count; give it the one the plugin's shim sets.
-        runners["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
-                                                         input_path, t],
-                                   env=dict(os.environ, GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
-        for r in runners.values():
-            r.run(args.warmup)
-        times = {k: [] for k in runners}
-        # Turns of `block` timed runs each, after one untimed run that wakes
-        # the runtime's threads again; the runtimes take turns until each has
-        # `runs` timed runs.
-        while len(times["bp"]) < args.runs:
-            k_runs = min(args.block, args.runs - len(times["bp"]))
-            for k, r in runners.items():
-                times[k] += r.run(k_runs + 1)[1:]
-                # Let the threads of the runtime that just ran stop spinning
-                # and park before the next one starts (both pools spin-wait).
-                time.sleep(args.gap)
-        out = {}
-        for k in ("bp", "ort"):
-            p = os.path.join(paths["out"], f"{model}.t{threads}.{k}.npy")
-            runners[k].send(f"save {p}")
-            out[k] = np.load(p).astype(np.float64)
-        rel = float(np.abs(out["bp"] - out["ort"]).max() / max(np.abs(out["ort"]).max(), 1e-30))
-        med = {k: statistics.median(v) for k, v in times.items()}
+        ort = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"], onnx_path,
+                                     input_path, t])
+        ort.run(args.warmup)
+        # Backplane's two builds run in `process_sets` pairs of fresh
+        # processes, one pair after the other, the runs shared among them:
+        # the same build in two processes can differ by 5% for the whole
+        # life of each (where its memory lands), which no pairing of turns
+        # within one process cancels.
+        done = 0
+        for set_index in range(args.process_sets):
+            runs = -(-(args.runs - done) // (args.process_sets - set_index))
+            # The static build loads OpenMP at start-up, before anything could
+            # pick its spin count; give it the one the plugin's shim sets. It
+            # takes its turn first, so the dynamic build's turn is next to
+            # both others'.
+            builds["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
+                                                            input_path, t],
+                                      env=dict(os.environ,
+                                               GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
+            builds["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
+                                                         paths["backend_dir"]])
+            runners = dict(builds, ort=ort)
+            for k in builds:
+                builds[k].run(args.warmup)
+            # Turns of `block` timed runs each, after one untimed run that
+            # wakes the runtime's threads again; the runtimes take turns until
+            # each has this set's runs.
+            while runs > 0:
+                k_runs = min(args.block, runs)
+                for k, r in runners.items():
+                    turns[k].append(r.run(k_runs + 1)[1:])
+                    # Let the threads of the runtime that just ran stop
+                    # spinning and park before the next one starts (both
+                    # pools spin-wait).
+                    time.sleep(args.gap)
+                runs -= k_runs
+                done += k_runs
+            if set_index == 0:
+                bp = builds["bp"]
+                path = os.path.join(paths["out"], f"{model}.t{threads}.bp.npy")
+                bp.send(f"save {path}")
+                first_set = {"out": np.load(path).astype(np.float64), "load_ms": bp.load_ms,
+                             "ready_ms": bp.info["ready_ms"], "rss_mb": bp.peak_rss_mb(),
+                             "backends": bp.info.get("backends", ""), "partitions": bp.info.get("partitions")}
+            for k in list(builds):
+                builds.pop(k).close()
+        path = os.path.join(paths["out"], f"{model}.t{threads}.ort.npy")
+        ort.send(f"save {path}")
+        ort_out = np.load(path).astype(np.float64)
+        rel = float(np.abs(first_set["out"] - ort_out).max() / max(np.abs(ort_out).max(), 1e-30))
+        med = {k: statistics.median(x for turn in v for x in turn) for k, v in turns.items()}
         return {
             "model": model, "threads": threads,
             "bp_ms": med["bp"], "ort_ms": med["ort"], "static_ms": med["static"],
-            "ratio": med["bp"] / med["ort"], "dyn_static": med["bp"] / med["static"],
+            "ratio": paired(turns, "bp", "ort"), "dyn_static": paired(turns, "bp", "static"),
+            "turns": len(turns["bp"]), "bpk_processes": bpk_processes,
             "rel_diff": rel,
-            "bp_load_ms": runners["bp"].load_ms, "ort_load_ms": runners["ort"].load_ms,
-            "bp_ready_ms": runners["bp"].info["ready_ms"], "ort_ready_ms": runners["ort"].info["ready_ms"],
+            "bp_load_ms": first_set["load_ms"], "ort_load_ms": ort.load_ms,
+            "bp_ready_ms": first_set["ready_ms"], "ort_ready_ms": ort.info["ready_ms"],
+            "ort_first_ratio": ort.info["first_ms"] / med["ort"],
             "bpk_ready_ms": bpk_ready, "bpk_first_ms": bpk_first, "bpk_first_ratio": bpk_first_ratio,
-            "bp_rss_mb": runners["bp"].peak_rss_mb(), "ort_rss_mb": runners["ort"].peak_rss_mb(),
-            "backends": runners["bp"].info.get("backends", ""), "partitions": runners["bp"].info.get("partitions"),
+            "bp_rss_mb": first_set["rss_mb"], "ort_rss_mb": ort.peak_rss_mb(),
+            "backends": first_set["backends"], "partitions": first_set["partitions"],
             "runs": args.runs,
         }
     finally:
-        for r in runners.values():
+        for r in list(builds.values()) + ([ort] if ort else []):
             r.close()
 
 
@@ -326,7 +375,11 @@ def table(results, ort_version, args, peaks):
     lines = [
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
         f"{results[0]['runs'] if results else 0} timed runs each after {args.warmup} warm-up, in alternating turns of "
-        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns); median latency. "
+        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns), Backplane's two builds in "
+        f"{args.process_sets} pair(s) of fresh processes one after the other, sharing the runs; median latency. "
+        "Backplane/ORT and dynamic/static: the median over the turns of the ratio of a turn's median to the "
+        "median of the other runtime's turn next to it (the machine's speed changes for seconds at a time; "
+        "neighbouring turns share it). "
         f"oneDNN sgemm rate in this run (GFLOP/s): {peak_text}. GFLOP/s = 2 x the multiply-adds of the model's "
         "Conv/MatMul/Gemm nodes / Backplane's median latency; share = that / the sgemm rate at the same thread count.",
         "",
@@ -362,11 +415,13 @@ def table(results, ort_version, args, peaks):
         "Time to first result, fresh processes (ms from before the runtime is created / ONNX Runtime's library is "
         "loaded): ready = model loaded and session made; first = ready + the first inference. First run / steady = "
         "the first inference from the .bpk over the median of the 5 runs after it in the same process; the .bpk "
-        "columns are the one of 5 fresh processes with the median of that ratio.",
+        "columns are the one with the median of that ratio of 5 to 9 fresh processes (as many as fit in 5 s, an "
+        "odd count). ORT first run / steady: ONNX Runtime's first inference after its session is made over the "
+        "median of its timed runs, for comparison (one process).",
         "",
         "| model | threads | .onnx ready | .onnx first | .bpk ready | .bpk first | ORT ready | ORT first | "
-        ".onnx first / ORT first | .bpk first / ORT first | first run / steady (.bpk) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        ".onnx first / ORT first | .bpk first / ORT first | first run / steady (.bpk) | ORT first run / steady |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r["bpk_first_ms"] is None:
@@ -375,7 +430,7 @@ def table(results, ort_version, args, peaks):
             f"| {r['model']} | {r['threads']} | {r['bp_ready_ms']:.0f} | {r['bp_load_ms']:.0f} | "
             f"{r['bpk_ready_ms']:.0f} | {r['bpk_first_ms']:.0f} | {r['ort_ready_ms']:.0f} | {r['ort_load_ms']:.0f} | "
             f"{r['bp_load_ms'] / r['ort_load_ms']:.2f} | {r['bpk_first_ms'] / r['ort_load_ms']:.2f} | "
-            f"{r['bpk_first_ratio']:.2f} |")
+            f"{r['bpk_first_ratio']:.2f} | {r['ort_first_ratio']:.2f} |")
     return "\n".join(lines)
 
 
@@ -399,7 +454,7 @@ class Busy:
 def contended_table(rows):
     lines = [
         "Contended: the same alternating protocol with busy processes beside both runtimes (each a shell loop "
-        "holding one CPU); median latency.",
+        "holding one CPU); median latency; Backplane/ORT over paired turns as above.",
         "",
         "| model | threads | busy processes | Backplane ms | ORT ms | Backplane/ORT | max rel diff |",
         "|---|---|---|---|---|---|---|",
@@ -463,10 +518,13 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--block", type=int, default=5,
+    ap.add_argument("--block", type=int, default=3,
                     help="timed runs per turn (1: every timed run follows the other runtime's turn, i.e. starts "
                          "with parked threads)")
-    ap.add_argument("--gap", type=float, default=0.3,
+    ap.add_argument("--process-sets", type=int, default=2,
+                    help="fresh pairs of Backplane processes (dynamic, static) the runs are shared among, one pair "
+                         "after the other; ONNX Runtime keeps one process")
+    ap.add_argument("--gap", type=float, default=0.2,
                     help="seconds between alternating runs (ORT's threads spin-wait after a run; "
                          "shorter gaps let that spinning slow the next runtime)")
     ap.add_argument("--busy", default="1,2",

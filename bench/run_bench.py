@@ -274,6 +274,9 @@ def bench_one(args, files, threads, paths, first=True):
             "bp_ms": med["bp"], "ort_ms": med["ort"], "static_ms": med["static"],
             "ratio": paired(turns, "bp", "ort"), "dyn_static": paired(turns, "bp", "static"),
             "turns": len(turns["bp"]), "bpk_processes": bpk_processes,
+            # Each runtime's turn medians in order, for results.json: what the
+            # paired ratios were taken over.
+            "turn_ms": {k: [round(statistics.median(x), 4) for x in v] for k, v in turns.items()},
             "rel_diff": rel,
             "bp_load_ms": first_set["load_ms"], "ort_load_ms": ort.load_ms,
             "bp_ready_ms": first_set["ready_ms"], "ort_ready_ms": ort.info["ready_ms"],

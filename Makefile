@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 SRC_DIR := $(patsubst %/,%,$(dir $(realpath $(lastword $(MAKEFILE_LIST)))))
 BUILD_PATH = $(or $(realpath $(BUILD_DIR)),$(abspath $(BUILD_DIR)))
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo test bench bench-cpuref clean
 
 all: build
 
@@ -38,6 +38,9 @@ test: build
 # BENCH_MODELS: comma-separated names of bench/bench_models.py's catalog or
 # paths of .onnx files (default: the whole catalog, 21 models).
 # BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
+# Then CpuOneDnn's outputs against CpuRef's on the same models (bench/check_cpuref.py,
+# also `make bench-cpuref` alone: fails the bench if any output is further than
+# 1e-4 of CpuRef's largest).
 # Then the per-run overhead of the Python module over the C++ API
 # (bench/python_overhead.py, mobilenet_v2 and the transformer encoder).
 # Last, GpuOcl on the machine's OpenCL device, named as its driver names it
@@ -49,9 +52,16 @@ bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools _backplane
 	@/usr/bin/python3 bench/run_bench.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(BENCH_ARGS)
+	@/usr/bin/python3 bench/check_cpuref.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(CPUREF_ARGS)
 	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
 	@/usr/bin/python3 bench/python_overhead.py --build-dir $(BUILD_DIR) $(PYTHON_BENCH_ARGS)
 	@/usr/bin/python3 bench/gpuocl_bench.py --build-dir $(BUILD_DIR) $(GPUOCL_BENCH_ARGS)
+
+# CpuOneDnn's outputs against CpuRef's on the same models (bench/check_cpuref.py:
+# every output within 1e-4 of CpuRef's largest, at 1 and 2 threads; exit 1 if
+# not). BENCH_MODELS as above.
+bench-cpuref: build
+	@/usr/bin/python3 bench/check_cpuref.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(CPUREF_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -210,6 +210,22 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     const bool shared = mode != kCapped && c.fallback_ops.empty();
     int64_t self = 0, others = 0;
     for (int attempt = 0; attempt < 5; ++attempt) {
+      if (mode == kCapped) {
+        // The bar of the shared modes is a share of this: the least CPU time
+        // of 3 measurements, i.e. the work itself. Beside other processes
+        // (CI's sanitizer run beside a build) one measurement took 166 ms of
+        // CPU for ResNet-18's 3 runs where both threads of the full runs took
+        // 73 between them, and the full run's fair share then missed a bar
+        // twice its size.
+        int64_t s = 0, o = 0;
+        measure(s, o);
+        if (attempt == 0 || s < self) {
+          self = s;
+          others = o;
+        }
+        if (attempt == 2) break;
+        continue;
+      }
       measure(self, others);
       if (!shared || double(others) > share * double(capped_self)) break;
     }

@@ -310,7 +310,9 @@ bool Bands::region(size_t ref, size_t offset, size_t size, bool write, Region& o
 void Bands::add_whole_regions(Piece& p) const {
   for (auto [arg, ref] : c_.steps[p.step].args) {
     Region r;
+    // An RNN (never cut) writes its final states too.
     const bool write = arg == DNNL_ARG_DST || arg == DNNL_ARG_SCRATCHPAD ||
+                       arg == DNNL_ARG_DST_ITER || arg == DNNL_ARG_DST_ITER_C ||
                        (arg >= DNNL_ARG_MULTIPLE_DST && arg < DNNL_ARG_MULTIPLE_DST + 1024);
     if (region(size_t(ref), 0, 0, write, r)) p.regions.push_back(r);
   }

@@ -99,6 +99,8 @@ class Lowering {
   void lower_reduce(const INode& n);
   void lower_binary(const INode& n);
   void lower_transpose(const INode& n);
+  // LSTM and RNN (lowering_rnn.cpp): one lstm_forward / vanilla_rnn_forward step.
+  void lower_rnn(const INode& n);
   // Activations, PRelu and data movement (lowering_data.cpp).
   // An eltwise chain: its first step into a new buffer, the rest in place.
   void lower_activation(int x, int y, const std::vector<PostOp>& chain);

@@ -76,6 +76,8 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
       return sizeof(dnnl_prelu_desc_t);
     case dnnl_resampling:
       return sizeof(dnnl_resampling_desc_t);
+    case dnnl_rnn:
+      return sizeof(dnnl_rnn_desc_t);
     default:
       return 0;
   }
@@ -138,7 +140,7 @@ bool known_kind(int64_t k) {
   return one_of(
       k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2, dnnl_batch_normalization,
           dnnl_layer_normalization, dnnl_inner_product, dnnl_binary, dnnl_matmul, dnnl_reduction,
-          dnnl_reorder, dnnl_concat, dnnl_prelu, dnnl_resampling});
+          dnnl_reorder, dnnl_concat, dnnl_prelu, dnnl_resampling, dnnl_rnn});
 }
 bool eltwise_alg(int64_t a) {
   return one_of(
@@ -577,6 +579,55 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_reduction_desc_t& d, dnnl_reductio
   return dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
 }
 
+// LSTM (lowering_rnn.cpp: peepholes optional, no projection) and vanilla
+// RNN, one layer, time-major; every state the descriptor names is an
+// argument the step must give.
+dnnl_status_t reinit(DescCheck& c, const dnnl_rnn_desc_t& d, dnnl_rnn_desc_t& f) {
+  c.mds({&d.src_layer_desc, &d.src_iter_desc, &d.src_iter_c_desc, &d.weights_layer_desc,
+         &d.weights_iter_desc, &d.bias_desc, &d.dst_layer_desc, &d.dst_iter_desc,
+         &d.dst_iter_c_desc, &d.weights_peephole_desc, &d.weights_projection_desc});
+  c.inference(d);
+  const bool lstm = raw(d.cell_kind) == dnnl_vanilla_lstm;
+  c.need(lstm || raw(d.cell_kind) == dnnl_vanilla_rnn);
+  c.need(one_of(raw(d.direction), {dnnl_unidirectional_left2right, dnnl_unidirectional_right2left,
+                                   dnnl_bidirectional_concat}));
+  c.need(d.flags == 0 && d.alpha == 0.f && d.beta == 0.f);
+  c.need(lstm ? raw(d.activation_kind) == dnnl_alg_kind_undef
+              : one_of(raw(d.activation_kind),
+                       {dnnl_eltwise_tanh, dnnl_eltwise_relu, dnnl_eltwise_logistic}));
+  c.rank(d.src_layer_desc, 3, 3);
+  c.rank(d.dst_layer_desc, 3, 3);
+  c.rank(d.weights_layer_desc, 5, 5);
+  c.rank(d.weights_iter_desc, 5, 5);
+  c.rank(d.bias_desc, 4, 4);
+  c.need(d.weights_projection_desc.ndims == 0);
+  for (const dnnl_memory_desc_t* m : {&d.src_iter_desc, &d.src_iter_c_desc, &d.dst_iter_desc,
+                                      &d.dst_iter_c_desc, &d.weights_peephole_desc})
+    c.need(m->ndims == 0 || m->ndims == 4);
+  if (!lstm)
+    c.need(d.src_iter_c_desc.ndims == 0 && d.dst_iter_c_desc.ndims == 0 &&
+           d.weights_peephole_desc.ndims == 0);
+  for (int arg : {DNNL_ARG_WEIGHTS_LAYER, DNNL_ARG_WEIGHTS_ITER, DNNL_ARG_BIAS}) c.require(arg);
+  const std::pair<const dnnl_memory_desc_t*, int> optional[] = {
+      {&d.src_iter_desc, DNNL_ARG_SRC_ITER},
+      {&d.src_iter_c_desc, DNNL_ARG_SRC_ITER_C},
+      {&d.dst_iter_desc, DNNL_ARG_DST_ITER},
+      {&d.dst_iter_c_desc, DNNL_ARG_DST_ITER_C},
+      {&d.weights_peephole_desc, DNNL_ARG_WEIGHTS_PEEPHOLE}};
+  for (auto [m, arg] : optional)
+    if (m->ndims > 0) c.require(arg);
+  if (lstm)
+    return dnnl_lstm_forward_desc_init_v3(
+        &f, d.prop_kind, d.direction, &d.src_layer_desc, &d.src_iter_desc, &d.src_iter_c_desc,
+        &d.weights_layer_desc, &d.weights_iter_desc, &d.weights_peephole_desc,
+        &d.weights_projection_desc, &d.bias_desc, &d.dst_layer_desc, &d.dst_iter_desc,
+        &d.dst_iter_c_desc, d.flags);
+  return dnnl_vanilla_rnn_forward_desc_init(
+      &f, d.prop_kind, d.activation_kind, d.direction, &d.src_layer_desc, &d.src_iter_desc,
+      &d.weights_layer_desc, &d.weights_iter_desc, &d.bias_desc, &d.dst_layer_desc,
+      &d.dst_iter_desc, d.flags, d.alpha, d.beta);
+}
+
 // reinit() on the bytes of `op` as descriptor type D, in place.
 template <class D>
 dnnl_status_t reinit_as(DescCheck& c, std::vector<uint8_t>& op) {
@@ -633,6 +684,9 @@ std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vect
       break;
     case dnnl_resampling:
       st = reinit_as<dnnl_resampling_desc_t>(c, op);
+      break;
+    case dnnl_rnn:
+      st = reinit_as<dnnl_rnn_desc_t>(c, op);
       break;
     default:
       r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
@@ -1197,7 +1251,9 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
   std::set<int> given;
   for (auto [arg, ref] : step.args) {
     const MemRef& m = c.refs[ref];
-    const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_WORKSPACE;
+    // DNNL_ARG_DST is also an RNN's DST_LAYER; its states are written too.
+    const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_DST_ITER ||
+                        arg == DNNL_ARG_DST_ITER_C || arg == DNNL_ARG_WORKSPACE;
     const bool ok =
         given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
         (!writes || (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));

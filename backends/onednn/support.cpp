@@ -5,8 +5,10 @@
 #include "onednn/impl_check.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace backplane::onednn {
@@ -103,7 +105,120 @@ PadSpec pad_spec(ViewInfo& g, int n, size_t rank) {
   return s;
 }
 
-// Throws sdk::Error(UNSUPPORTED) with the reason if node n cannot run here.
+namespace {
+
+// The node's activations, lower-cased (empty when the attribute is absent).
+std::vector<std::string> rnn_activations(ViewInfo& g, int n) {
+  std::vector<std::string> names;
+  const bp_attribute_t* a = g.node(n).find_attr("activations");
+  if (a == nullptr) return names;
+  if (a->type != BP_ATTR_STRINGS) throw fail("activations must be strings");
+  for (size_t i = 0; i < a->count; ++i) {
+    std::string s = a->strings[i];
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    names.push_back(std::move(s));
+  }
+  return names;
+}
+
+// The one activation every direction of an RNN uses (oneDNN's cell takes one).
+dnnl::algorithm rnn_activation(const std::vector<std::string>& names, int64_t dirs) {
+  if (names.empty()) return dnnl::algorithm::eltwise_tanh;
+  if (names.size() != 1 && names.size() != static_cast<size_t>(dirs))
+    throw fail("RNN: expected " + std::to_string(dirs) + " activations");
+  for (const std::string& s : names)
+    if (s != names[0]) throw fail("RNN: different activations per direction are not supported");
+  if (names[0] == "tanh") return dnnl::algorithm::eltwise_tanh;
+  if (names[0] == "relu") return dnnl::algorithm::eltwise_relu;
+  if (names[0] == "sigmoid") return dnnl::algorithm::eltwise_logistic;
+  throw fail("RNN: activation '" + names[0] + "' is not supported (Tanh, Relu or Sigmoid)");
+}
+
+// Absent, or Sigmoid, Tanh, Tanh for one or for each direction.
+void check_lstm_activations(const std::vector<std::string>& names, int64_t dirs) {
+  const std::vector<std::string> one = {"sigmoid", "tanh", "tanh"};
+  bool ok = names.empty() || names.size() == 3 || names.size() == static_cast<size_t>(3 * dirs);
+  for (size_t i = 0; ok && i < names.size(); ++i) ok = names[i] == one[i % 3];
+  if (!ok)
+    throw fail("LSTM: activations other than the default (Sigmoid, Tanh, Tanh) are not supported");
+}
+
+// A float32 input i of node n with shape `want`; `constant`: must be one.
+void expect_input(ViewInfo& g, int n, size_t i, const Dims& want, bool constant,
+                  const std::string& what) {
+  const int v = g.in(n, i);
+  if (v < 0) return;
+  if (g.values[v].dtype != BP_DTYPE_FLOAT32) throw fail(what + " is not float32");
+  if (constant && !g.is_const(v)) throw fail(what + " must be a constant");
+  if (g.shape(v) != want) throw fail(what + " does not have the shape the other inputs imply");
+}
+
+}  // namespace
+
+RnnSpec rnn_spec(ViewInfo& g, int n) {
+  sdk::NodeRef node = g.node(n);
+  const std::string op(g.op(n));
+  RnnSpec s;
+  s.lstm = op == "LSTM";
+  if (!g.shapes_known()) throw fail(op + " in a shape-polymorphic partition is not supported");
+  if (node.attr_int("layout", 0) != 0) throw fail(op + ": layout=1 (batch-major) is not supported");
+  if (node.has_attr("clip")) throw fail(op + ": clip is not supported");
+  if (node.has_attr("activation_alpha") || node.has_attr("activation_beta"))
+    throw fail(op + ": activation_alpha/activation_beta are not supported");
+  if (s.lstm && node.attr_int("input_forget", 0) != 0)
+    throw fail("LSTM: input_forget=1 is not supported");
+  const std::string dir = node.attr_string("direction", "forward");
+  if (dir == "reverse") s.direction = dnnl::rnn_direction::unidirectional_right2left;
+  else if (dir == "bidirectional") s.direction = dnnl::rnn_direction::bidirectional_concat;
+  else if (dir != "forward") throw fail(op + ": direction '" + dir + "' is not supported");
+  s.dirs = dir == "bidirectional" ? 2 : 1;
+  const int x = g.in(n, 0), w = g.in(n, 1), r = g.in(n, 2);
+  if (x < 0 || w < 0 || r < 0) throw fail(op + ": X, W and R are required");
+  if (g.values[x].dtype != BP_DTYPE_FLOAT32) throw fail(op + ": X is not float32");
+  const Dims& xs = g.shape(x);
+  const Dims& rs = g.shape(r);
+  if (xs.size() != 3 || rs.size() != 3) throw fail(op + ": X and R must have rank 3");
+  s.seq = xs[0];
+  s.batch = xs[1];
+  s.input = xs[2];
+  s.hidden = rs[2];
+  if (s.seq < 1 || s.batch < 1 || s.input < 1 || s.hidden < 1) throw fail(op + ": empty tensor");
+  if (node.attr_int("hidden_size", s.hidden) != s.hidden)
+    throw fail(op + ": hidden_size does not match R");
+  const int64_t gh = (s.lstm ? 4 : 1) * s.hidden;
+  const std::vector<std::string> acts = rnn_activations(g, n);
+  if (s.lstm) check_lstm_activations(acts, s.dirs);
+  else s.activation = rnn_activation(acts, s.dirs);
+  expect_input(g, n, 1, {s.dirs, gh, s.input}, true, op + ": W");
+  expect_input(g, n, 2, {s.dirs, gh, s.hidden}, true, op + ": R");
+  expect_input(g, n, 3, {s.dirs, 2 * gh}, true, op + ": B");
+  expect_input(g, n, 5, {s.dirs, s.batch, s.hidden}, false, op + ": initial_h");
+  if (s.lstm) {
+    expect_input(g, n, 6, {s.dirs, s.batch, s.hidden}, false, "LSTM: initial_c");
+    expect_input(g, n, 7, {s.dirs, 3 * s.hidden}, true, "LSTM: P");
+  } else if (g.num_in(n) > 6) {
+    throw fail("RNN: more than 6 inputs");
+  }
+  if (const int lens = g.in(n, 4); lens >= 0) {
+    if (!g.is_const(lens)) throw fail(op + ": sequence_lens must be a constant");
+    const std::optional<std::vector<int64_t>> v = g.ints(lens);
+    if (!v || static_cast<int64_t>(v->size()) != s.batch)
+      throw fail(op + ": sequence_lens must hold one int32 per batch entry");
+    for (int64_t len : *v)
+      if (len != s.seq)
+        throw fail(op + ": sequence_lens shorter than the sequence are not supported");
+  }
+  const Dims state = {s.dirs, s.batch, s.hidden};
+  const std::vector<Dims> outs = {{s.seq, s.dirs, s.batch, s.hidden}, state, state};
+  if (g.num_out(n) > (s.lstm ? 3u : 2u)) throw fail(op + ": too many outputs");
+  for (size_t i = 0; i < g.num_out(n); ++i) {
+    const int y = g.out(n, i);
+    if (y < 0) continue;
+    if (g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail(op + ": an output is not float32");
+    if (g.shape(y) != outs[i]) throw fail(op + ": output shapes do not match the inputs");
+  }
+  return s;
+}
 
 namespace {
 
@@ -403,7 +518,8 @@ void check_known(ViewInfo& g, int n) {
                      op == "BatchNormalization" || op == "LayerNormalization" || op == "Softmax" ||
                      op == "Concat" || op == "ReduceMean" || op == "ReduceSum" ||
                      op == "ReduceMax" || op == "Erf" || activation_ops().count(op) ||
-                     data_movement_ops().count(op) || op == "PRelu";
+                     data_movement_ops().count(op) || op == "PRelu" || op == "LSTM" || op == "RNN";
+  if (op == "GRU") throw fail("GRU: oneDNN 2.6 has no optimised GRU implementation (only 'ref')");
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
   // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).
   if (binary_ops().count(op) && g.num_in(n) != 2)
@@ -438,6 +554,7 @@ void check_dropout(ViewInfo& g, int n) {
 // integers. One output, float32 (optional outputs nobody reads are fine).
 void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
+  if (op == "LSTM" || op == "RNN") return (void)rnn_spec(g, n);  // also sequence_lens, outputs
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
       : op == "Clip" || data_movement_ops().count(op)                                      ? 1

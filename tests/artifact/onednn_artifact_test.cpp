@@ -384,6 +384,55 @@ TEST_F(OneDnnPayload, WinogradConvolutionsLoadFromThePayload) {
   flip_payload_bytes(*rt_, onnx_path, path("w.bpk"), input, path("wf.bpk"));
 }
 
+// A bidirectional LSTM with peepholes and initial states (lowering_rnn.cpp):
+// one lstm_forward step, its weights in the layout oneDNN picked, its output
+// Y an alias with swapped axes. The loader checks the RNN descriptor (cell,
+// direction, every memory descriptor, the states it must be given): the
+// round trip gives the same bits, and flipped bytes are refused or harmless.
+TEST_F(OneDnnPayload, LstmLoadsFromThePayload) {
+  test::ModelBuilder b(17);
+  const int64_t t = 6, n = 2, c = 5, h = 8;
+  b.input("x", {t, n, c});
+  b.random_weight("w", {2, 4 * h, c}, -0.5f, 0.5f).random_weight("r", {2, 4 * h, h}, -0.5f, 0.5f);
+  b.random_weight("b", {2, 8 * h}, -0.5f, 0.5f).random_weight("p", {2, 3 * h}, -0.5f, 0.5f);
+  b.random_weight("h0", {2, n, h}).random_weight("c0", {2, n, h});
+  auto& lstm = b.node("LSTM", {"x", "w", "r", "b", "", "h0", "c0", "p"}, {"y", "yh", "yc"}, "lstm");
+  test::set_string(lstm, "direction", "bidirectional");
+  test::set_int(lstm, "hidden_size", h);
+  b.output("y", {t, 2, n, h}).output("yh", {2, n, h}).output("yc", {2, n, h});
+  const std::string onnx_path = b.save_as(path("lstm.onnx"));
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  expect_payload_round_trip(onnx_path, path("lstm.bpk"), {t, n, c}, co);
+  rt_ = onednn_runtime(1);
+  ASSERT_NE(rt_, nullptr);
+  Tensor input(DType::kFloat32, {t, n, c});
+  for (int64_t i = 0; i < input.numel(); ++i)
+    input.data_as<float>()[i] = std::cos(0.23f * static_cast<float>(i));
+  flip_payload_bytes(*rt_, onnx_path, path("l.bpk"), input, path("lf.bpk"));
+}
+
+// A vanilla RNN (ReLU, reversed, with an initial state): a vanilla_rnn_forward
+// step loads from the payload and gives the same bits.
+TEST_F(OneDnnPayload, RnnLoadsFromThePayload) {
+  test::ModelBuilder b(17);
+  const int64_t t = 4, n = 3, c = 5, h = 7;
+  b.input("x", {t, n, c});
+  b.random_weight("w", {1, h, c}, -0.5f, 0.5f).random_weight("r", {1, h, h}, -0.5f, 0.5f);
+  b.random_weight("b", {1, 2 * h}, -0.5f, 0.5f).random_weight("h0", {1, n, h});
+  auto& rnn = b.node("RNN", {"x", "w", "r", "b", "", "h0"}, {"y", "yh"}, "rnn");
+  test::set_string(rnn, "direction", "reverse");
+  test::set_int(rnn, "hidden_size", h);
+  onnx::AttributeProto* acts = rnn.add_attribute();
+  acts->set_name("activations");
+  acts->set_type(onnx::AttributeProto::STRINGS);
+  acts->add_strings("Relu");
+  b.output("y", {t, 1, n, h}).output("yh", {1, n, h});
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  expect_payload_round_trip(b.save_as(path("rnn.onnx")), path("rnn.bpk"), {t, n, c}, co);
+}
+
 // encoder_dyn (BERT-style, symbolic batch and seq) compiled with the default
 // backends at three signatures.
 class OneDnnShapes : public TempDirTest {

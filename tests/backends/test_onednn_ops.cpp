@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -65,7 +66,7 @@ std::vector<Tensor> run(const std::string& path, const std::vector<std::string>&
 
 // Runs the model on CpuOneDnn alone and on CpuRef, and compares. A plugin
 // that does not load is a failure.
-void expect_matches_cpuref(const ModelBuilder& b) {
+void expect_matches_cpuref(const ModelBuilder& b, double tolerance = 1e-4) {
   ASSERT_TRUE(runtime()) << "no runtime";
   bool loaded = false;
   for (const auto& d : runtime()->backends()) loaded = loaded || d.id == "CpuOneDnn";
@@ -82,8 +83,8 @@ void expect_matches_cpuref(const ModelBuilder& b) {
     ASSERT_EQ(got[k].shape(), want[k].shape());
     const double scale = e2e::max_abs(want[k]), diff = e2e::max_abs_diff(got[k], want[k]);
     EXPECT_GT(scale, 0.0);
-    EXPECT_LE(diff, 1e-4 * scale) << "output " << k << ": max|onednn-ref| = " << diff
-                                  << ", max|ref| = " << scale;
+    EXPECT_LE(diff, tolerance * scale)
+        << "output " << k << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
   }
 }
 
@@ -590,6 +591,190 @@ TEST(OneDnnOps, UnsupportedNodesFallBackWithAReason) {
   const float* a = got[0].data_as<float>();
   const float* r = want[0].data_as<float>();
   for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(a[i], r[i], 1e-5f);
+}
+
+// ---- recurrent (LSTM, RNN; GRU stays on CpuRef) ---------------------------------------
+
+// One ONNX LSTM / RNN / GRU over X [T, N, C] (time-major; batch-major with
+// `batch_major`), hidden H, random W, R, B; initial states as inputs with
+// `states`, LSTM peepholes with `peepholes`; every output. `tweak` edits the node.
+struct RecurrentSpec {
+  std::string op = "LSTM";
+  int64_t t = 5, n = 3, c = 4, h = 6;
+  std::string direction = "forward";
+  bool states = false, peepholes = false, batch_major = false;
+  std::function<void(ModelBuilder&, onnx::NodeProto&)> tweak;
+};
+
+ModelBuilder recurrent_model(const RecurrentSpec& s) {
+  const int64_t d = s.direction == "bidirectional" ? 2 : 1;
+  const int64_t g = s.op == "LSTM" ? 4 : s.op == "GRU" ? 3 : 1;
+  const bool lstm = s.op == "LSTM";
+  ModelBuilder b(14);
+  b.input("x", s.batch_major ? std::vector<test::Dim>{s.n, s.t, s.c}
+                             : std::vector<test::Dim>{s.t, s.n, s.c});
+  b.random_weight("w", {d, g * s.h, s.c}, -0.5f, 0.5f);
+  b.random_weight("r", {d, g * s.h, s.h}, -0.5f, 0.5f);
+  b.random_weight("b", {d, 2 * g * s.h}, -0.5f, 0.5f);
+  const std::vector<test::Dim> state =
+      s.batch_major ? std::vector<test::Dim>{s.n, d, s.h} : std::vector<test::Dim>{d, s.n, s.h};
+  std::vector<std::string> ins = {"x", "w", "r", "b", "", s.states ? "h0" : ""};
+  if (s.states) b.input("h0", state);
+  if (lstm) {
+    ins.push_back(s.states ? "c0" : "");
+    if (s.states) b.input("c0", state);
+    if (s.peepholes) {
+      b.random_weight("p", {d, 3 * s.h}, -0.5f, 0.5f);
+      ins.push_back("p");
+    }
+  }
+  std::vector<std::string> outs = {"y", "yh"};
+  if (lstm) outs.push_back("yc");
+  onnx::NodeProto& node = b.node(s.op, ins, outs, "rec");
+  set_string(node, "direction", s.direction);
+  set_int(node, "hidden_size", s.h);
+  if (s.tweak) s.tweak(b, node);
+  b.output("y", s.batch_major ? std::vector<test::Dim>{s.n, s.t, d, s.h}
+                              : std::vector<test::Dim>{s.t, d, s.n, s.h});
+  b.output("yh", state);
+  if (lstm) b.output("yc", state);
+  return b;
+}
+
+void set_strings(onnx::NodeProto& n, const std::string& name, const std::vector<std::string>& v) {
+  onnx::AttributeProto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRINGS);
+  for (const std::string& x : v) a->add_strings(x);
+}
+
+// sequence_lens as an int32 initializer, input 4 of `node`.
+void set_sequence_lens(ModelBuilder& b, onnx::NodeProto& node, const std::vector<int32_t>& lens) {
+  onnx::TensorProto* t = b.graph().add_initializer();
+  t->set_name("lens");
+  t->set_data_type(onnx::TensorProto::INT32);
+  t->add_dims(static_cast<int64_t>(lens.size()));
+  for (int32_t v : lens) t->add_int32_data(v);
+  node.set_input(4, "lens");
+}
+
+TEST(OneDnnOps, LstmForward) { expect_matches_cpuref(recurrent_model({}), 1e-5); }
+TEST(OneDnnOps, LstmReverseWithStates) {
+  RecurrentSpec s;
+  s.direction = "reverse";
+  s.states = true;
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, LstmBidirectional) {
+  RecurrentSpec s;
+  s.direction = "bidirectional";
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, LstmBidirectionalWithStatesAndPeepholes) {
+  RecurrentSpec s;
+  s.direction = "bidirectional";
+  s.states = s.peepholes = true;
+  s.n = 4;
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, LstmForwardPeepholesBatchOne) {
+  RecurrentSpec s;
+  s.peepholes = true;
+  s.n = 1;
+  s.t = 7;
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, LstmFullSequenceLensAndDefaultActivationsNamed) {
+  RecurrentSpec s;
+  s.states = true;
+  s.tweak = [](ModelBuilder& b, onnx::NodeProto& n) {
+    set_sequence_lens(b, n, {5, 5, 5});
+    set_strings(n, "activations", {"Sigmoid", "Tanh", "Tanh"});
+  };
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, RnnTanhBidirectional) {
+  RecurrentSpec s;
+  s.op = "RNN";
+  s.direction = "bidirectional";
+  s.states = true;
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, RnnReluForward) {
+  RecurrentSpec s;
+  s.op = "RNN";
+  s.n = 2;
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_strings(n, "activations", {"Relu"}); };
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+TEST(OneDnnOps, RnnSigmoidReverse) {
+  RecurrentSpec s;
+  s.op = "RNN";
+  s.direction = "reverse";
+  s.states = true;
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_strings(n, "activations", {"Sigmoid"}); };
+  expect_matches_cpuref(recurrent_model(s), 1e-5);
+}
+
+// With CpuRef allowed too, the node goes there with `reason` in the plan, and
+// the model runs as on CpuRef alone.
+void expect_left_to_cpuref(const ModelBuilder& b, const std::string& reason) {
+  ASSERT_TRUE(runtime());
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  std::vector<std::string> used;
+  std::string plan;
+  std::vector<Tensor> got = run(path, {"CpuOneDnn", "CpuRef"}, b.inputs(), &used, &plan);
+  EXPECT_EQ(used, std::vector<std::string>{"CpuRef"}) << plan;
+  EXPECT_NE(plan.find(reason), std::string::npos) << plan;
+  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].shape(), want[k].shape());
+    EXPECT_GT(e2e::max_abs(want[k]), 0.0);
+    EXPECT_EQ(e2e::max_abs_diff(got[k], want[k]), 0.0) << "output " << k;
+  }
+}
+
+TEST(OneDnnOps, LstmWithClipIsLeftToCpuRef) {
+  RecurrentSpec s;
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_float(n, "clip", 0.5f); };
+  expect_left_to_cpuref(recurrent_model(s), "LSTM: clip is not supported");
+}
+TEST(OneDnnOps, LstmBatchMajorIsLeftToCpuRef) {
+  RecurrentSpec s;
+  s.batch_major = true;
+  s.states = true;
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_int(n, "layout", 1); };
+  expect_left_to_cpuref(recurrent_model(s), "LSTM: layout=1 (batch-major) is not supported");
+}
+TEST(OneDnnOps, LstmOtherActivationsAreLeftToCpuRef) {
+  RecurrentSpec s;
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) {
+    set_strings(n, "activations", {"HardSigmoid", "Tanh", "Tanh"});
+  };
+  expect_left_to_cpuref(recurrent_model(s),
+                        "LSTM: activations other than the default (Sigmoid, Tanh, Tanh)");
+}
+TEST(OneDnnOps, RnnOtherActivationIsLeftToCpuRef) {
+  RecurrentSpec s;
+  s.op = "RNN";
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_strings(n, "activations", {"Softsign"}); };
+  expect_left_to_cpuref(recurrent_model(s), "RNN: activation 'softsign' is not supported");
+}
+TEST(OneDnnOps, LstmShortSequenceLensAreLeftToCpuRef) {
+  RecurrentSpec s;
+  s.tweak = [](ModelBuilder& b, onnx::NodeProto& n) { set_sequence_lens(b, n, {5, 3, 5}); };
+  expect_left_to_cpuref(recurrent_model(s),
+                        "LSTM: sequence_lens shorter than the sequence are not supported");
+}
+TEST(OneDnnOps, GruIsLeftToCpuRef) {
+  RecurrentSpec s;
+  s.op = "GRU";
+  s.direction = "bidirectional";
+  expect_left_to_cpuref(recurrent_model(s),
+                        "GRU: oneDNN 2.6 has no optimised GRU implementation (only 'ref')");
 }
 
 // ---- activations as eltwise chains and post-ops (no fragmentation) -------------------

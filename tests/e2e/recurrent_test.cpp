@@ -5,7 +5,8 @@
 // h0 input) and tanh RNN, a one-layer relu RNN, and an LSTM classifier with a
 // linear head. Each runs on CpuRef alone and on the default backends
 // (CpuOneDnn loaded as users get it, when built), and every output must be
-// within 1e-4 of PyTorch's, relative to its largest magnitude.
+// within 1e-4 of PyTorch's, relative to its largest magnitude. With
+// CpuOneDnn built, its LSTM and RNN nodes must run there, GRU on CpuRef.
 #include "support/e2e_util.hpp"
 
 #include <map>
@@ -72,6 +73,34 @@ TEST_P(RecurrentTest, MatchesPyTorchOnDefaultBackends) {
   ASSERT_TRUE(rt);
   expect_matches_pytorch(*rt, GetParam(), ModelOptions{}, "default backends");
 }
+
+// True if `node` is named like an exported recurrent node of op `op`
+// (torch names them "/rnn/LSTM", "/rnn/LSTM_1", ...).
+bool is_op_node(const std::string& node, const std::string& op) {
+  const std::string last = node.substr(node.rfind('/') + 1);
+  return last == op || last.rfind(op + "_", 0) == 0;
+}
+
+#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
+// With CpuOneDnn built, its lstm_forward / vanilla_rnn_forward run every LSTM
+// and RNN node; GRU (only a reference kernel in oneDNN 2.6) stays on CpuRef.
+TEST_P(RecurrentTest, RecurrentNodesOnTheExpectedBackend) {
+  const RecurrentCase& c = GetParam();
+  auto rt = onednn_runtime(0);
+  ASSERT_TRUE(rt);
+  auto model = rt->load_model(model_path(c.name), ModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const std::string want = std::string(c.op) == "GRU" ? "CpuRef" : "CpuOneDnn";
+  int nodes = 0;
+  for (const auto& p : (*model)->partitions())
+    for (const auto& n : p.nodes)
+      if (is_op_node(n, c.op)) {
+        ++nodes;
+        EXPECT_EQ(p.backend, want) << n << "\n" << (*model)->describe_plan(PlanFormat::kText);
+      }
+  EXPECT_GT(nodes, 0) << "no " << c.op << " node in " << c.name;
+}
+#endif
 
 // A different input gives a different output: the reference comparison above
 // is not satisfied by a constant.

@@ -1,0 +1,138 @@
+// lowering_rnn.cpp — ONNX LSTM and RNN nodes as oneDNN's lstm_forward and
+// vanilla_rnn_forward (forward inference, f32, one layer). rnn_spec
+// (support.hpp) has checked what fits and that the shapes agree.
+#include "onednn/lowering.hpp"
+#include "onednn/support.hpp"
+
+#include <string>
+#include <vector>
+
+namespace backplane::onednn {
+
+using dnnl::memory;
+
+namespace {
+
+// For each of oneDNN's gates, the ONNX gate it is: LSTM gates are i, o, f, c
+// in ONNX and i, f, c, o in oneDNN; LSTM peepholes i, o, f and i, f, o.
+constexpr int64_t kLstmGates[] = {0, 2, 3, 1};
+constexpr int64_t kRnnGates[] = {0};
+constexpr int64_t kPeepholes[] = {0, 2, 1};
+
+// ONNX weights [D, G*H, K] as oneDNN's ldigo [1, D, K, G, H].
+std::vector<float> to_ldigo(const float* w, const RnnSpec& s, int64_t k, const int64_t* gates,
+                            int64_t g) {
+  const int64_t h = s.hidden;
+  std::vector<float> out(static_cast<size_t>(s.dirs * k * g * h));
+  for (int64_t d = 0; d < s.dirs; ++d)
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < g; ++j)
+        for (int64_t o = 0; o < h; ++o)
+          out[static_cast<size_t>(((d * k + i) * g + j) * h + o)] =
+              w[((d * g + gates[j]) * h + o) * k + i];
+  return out;
+}
+
+// ONNX rows [D, R*G*H] (R blocks of G gates) as oneDNN's ldgo [1, D, G, H]:
+// the sum of the R blocks, gates reordered (bias: Wb + Rb; peepholes: R = 1).
+std::vector<float> to_ldgo(const float* b, const RnnSpec& s, int64_t blocks, const int64_t* gates,
+                           int64_t g) {
+  const int64_t h = s.hidden;
+  std::vector<float> out(static_cast<size_t>(s.dirs * g * h), 0.f);
+  for (int64_t d = 0; d < s.dirs; ++d)
+    for (int64_t r = 0; r < blocks; ++r)
+      for (int64_t j = 0; j < g; ++j)
+        for (int64_t o = 0; o < h; ++o)
+          out[static_cast<size_t>((d * g + j) * h + o)] +=
+              b[((d * blocks + r) * g + gates[j]) * h + o];
+  return out;
+}
+
+std::string rnn_tag(const char* what, int n) { return what + std::to_string(n); }
+
+// The constant arguments of node n's step `pd`: W and R in the layouts pd
+// wants, the bias (Wb + Rb) and any peepholes.
+void add_rnn_constants(PlanBuilder& pb, ViewInfo& vi, const INode& n, const RnnSpec& s,
+                       const dnnl::rnn_primitive_desc_base& pd,
+                       std::vector<std::pair<int, int>>& args) {
+  const int64_t g = s.lstm ? 4 : 1, d = s.dirs, h = s.hidden;
+  const int64_t* gates = s.lstm ? kLstmGates : kRnnGates;
+  auto in = [&](size_t i) { return i < n.in.size() ? n.in[i] : -1; };
+  auto weights = [&](const char* what, int v, int64_t k, const memory::desc& want) {
+    const std::string tag = rnn_tag(what, n.node);
+    const memory::desc plain = plain_md({1, d, k, g, h});
+    const int r = pb.cached_const(tag, plain, want);
+    if (r >= 0) return r;
+    const std::vector<float> w = to_ldigo(vi.f32(v), s, k, gates, g);
+    return pb.const_reordered(plain, w.data(), want, tag);
+  };
+  args.push_back(
+      {DNNL_ARG_WEIGHTS_LAYER, weights("rnnw", in(1), s.input, pd.weights_layer_desc())});
+  args.push_back({DNNL_ARG_WEIGHTS_ITER, weights("rnnr", in(2), h, pd.weights_iter_desc())});
+  std::vector<float> bias(static_cast<size_t>(d * g * h), 0.f);
+  if (in(3) >= 0) bias = to_ldgo(vi.f32(in(3)), s, 2, gates, g);
+  args.push_back(
+      {DNNL_ARG_BIAS, pb.const_ref(plain_md({1, d, g, h}), bias.data(), rnn_tag("rnnb", n.node))});
+  if (s.lstm && in(7) >= 0) {
+    const std::vector<float> p = to_ldgo(vi.f32(in(7)), s, 1, kPeepholes, 3);
+    args.push_back({DNNL_ARG_WEIGHTS_PEEPHOLE,
+                    pb.const_ref(plain_md({1, d, 3, h}), p.data(), rnn_tag("rnnp", n.node))});
+  }
+}
+
+}  // namespace
+
+void Lowering::lower_rnn(const INode& n) {
+  const RnnSpec s = rnn_spec(g_, n.node);
+  const int64_t t = s.seq, b = s.batch, c = s.input, h = s.hidden, d = s.dirs;
+  const int64_t g = s.lstm ? 4 : 1;
+  auto in = [&](size_t i) { return i < n.in.size() ? n.in[i] : -1; };
+  auto out = [&](size_t i) {
+    const int y = i < g_.num_out(n.node) ? g_.out(n.node, i) : -1;
+    return g_.used(y) ? y : -1;
+  };
+  const memory::desc none, state = plain_md({1, d, b, h});
+  // Both states or neither (a missing one is zeros); likewise for the outputs.
+  const bool src_iter = in(5) >= 0 || in(6) >= 0, dst_iter = out(1) >= 0 || out(2) >= 0;
+  const bool peep = in(7) >= 0;
+  const memory::desc x_md = plain_md({t, b, c}), y_md = plain_md({t, b, d * h});
+  const memory::desc bias_md = plain_md({1, d, g, h}), peep_md = plain_md({1, d, 3, h});
+  const memory::desc wl_md = any_md({1, d, c, g, h}), wi_md = any_md({1, d, h, g, h});
+  const memory::desc si = src_iter ? state : none, di = dst_iter ? state : none;
+  const auto fwd = dnnl::prop_kind::forward_inference;
+  dnnl::primitive prim;
+  dnnl::rnn_primitive_desc_base pd;
+  if (s.lstm) {
+    dnnl::lstm_forward::desc desc(fwd, s.direction, x_md, si, si, wl_md, wi_md,
+                                  peep ? peep_md : none, bias_md, y_md, di, di);
+    pd = b_.make<dnnl::lstm_forward>(desc, b_.attr(), "", &prim);
+  } else {
+    dnnl::vanilla_rnn_forward::desc desc(fwd, s.activation, s.direction, x_md, si, wl_md, wi_md,
+                                         bias_md, y_md, di);
+    pd = b_.make<dnnl::vanilla_rnn_forward>(desc, b_.attr(), "", &prim);
+  }
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC_LAYER, b_.as_md(ref_of(in(0)), x_md)}};
+  add_rnn_constants(b_, g_, n, s, pd, args);
+  auto initial = [&](int v) {
+    if (v >= 0) return b_.as_md(b_.reshaped(ref_of(v), {1, d, b, h}), state);
+    const std::vector<float> zeros(static_cast<size_t>(d * b * h), 0.f);
+    return b_.const_ref(state, zeros.data());
+  };
+  if (src_iter) args.push_back({DNNL_ARG_SRC_ITER, initial(in(5))});
+  if (src_iter && s.lstm) args.push_back({DNNL_ARG_SRC_ITER_C, initial(in(6))});
+  const int y = b_.new_arena(y_md);
+  args.push_back({DNNL_ARG_DST_LAYER, y});
+  const int yh = dst_iter ? b_.new_arena(state) : -1;
+  const int yc = dst_iter && s.lstm ? b_.new_arena(state) : -1;
+  if (yh >= 0) args.push_back({DNNL_ARG_DST_ITER, yh});
+  if (yc >= 0) args.push_back({DNNL_ARG_DST_ITER_C, yc});
+  b_.add_step(prim, std::move(args), pd, g_.describe(n.node));
+  // Y [T, D, N, H]: oneDNN's [T, N, D*H] with the middle axes swapped.
+  if (out(0) >= 0 && d == 1) tensors_[out(0)] = b_.reshaped(y, {t, 1, b, h});
+  if (out(0) >= 0 && d == 2)
+    tensors_[out(0)] = b_.alias(y, plain_md({t, b, 2, h}).permute_axes({0, 2, 1, 3}));
+  if (out(1) >= 0) tensors_[out(1)] = b_.reshaped(yh, {d, b, h});
+  if (out(2) >= 0) tensors_[out(2)] = b_.reshaped(yc, {d, b, h});
+}
+
+}  // namespace backplane::onednn

@@ -342,6 +342,18 @@ void flip_payload_bytes(Runtime& rt, const std::string& onnx_path, const std::st
   EXPECT_GT(refused, 0u);
 }
 
+// flip_payload_bytes on one thread with an input x of `shape` filled with
+// cos(step * i), the .bpk files named after `stem` in `dir`.
+void flip_payload_bytes_of(const std::string& onnx_path, const Shape& shape, float step,
+                           const std::string& stem) {
+  auto rt = onednn_runtime(1);
+  ASSERT_NE(rt, nullptr);
+  Tensor input(DType::kFloat32, shape);
+  for (int64_t i = 0; i < input.numel(); ++i)
+    input.data_as<float>()[i] = std::cos(step * static_cast<float>(i));
+  flip_payload_bytes(*rt, onnx_path, stem + ".bpk", input, stem + ".flipped.bpk");
+}
+
 TEST_F(OneDnnPayload, EveryFlippedPayloadByteIsRefusedOrHarmlessNeverACrash) {
   rt_ = onednn_runtime(1);
   ASSERT_NE(rt_, nullptr);
@@ -376,12 +388,7 @@ TEST_F(OneDnnPayload, WinogradConvolutionsLoadFromThePayload) {
   b.output("y");
   const std::string onnx_path = b.save_as(path("wino.onnx"));
   expect_payload_round_trip(onnx_path, path("wino.bpk"), {1, 16, 12, 12}, {});
-  rt_ = onednn_runtime(1);
-  ASSERT_NE(rt_, nullptr);
-  Tensor input(DType::kFloat32, {1, 16, 12, 12});
-  for (int64_t i = 0; i < input.numel(); ++i)
-    input.data_as<float>()[i] = std::cos(0.11f * static_cast<float>(i));
-  flip_payload_bytes(*rt_, onnx_path, path("w.bpk"), input, path("wf.bpk"));
+  flip_payload_bytes_of(onnx_path, {1, 16, 12, 12}, 0.11f, path("w"));
 }
 
 // A bidirectional LSTM with peepholes and initial states (lowering_rnn.cpp):
@@ -404,12 +411,7 @@ TEST_F(OneDnnPayload, LstmLoadsFromThePayload) {
   CompileOptions co;
   co.shape_polymorphic = false;
   expect_payload_round_trip(onnx_path, path("lstm.bpk"), {t, n, c}, co);
-  rt_ = onednn_runtime(1);
-  ASSERT_NE(rt_, nullptr);
-  Tensor input(DType::kFloat32, {t, n, c});
-  for (int64_t i = 0; i < input.numel(); ++i)
-    input.data_as<float>()[i] = std::cos(0.23f * static_cast<float>(i));
-  flip_payload_bytes(*rt_, onnx_path, path("l.bpk"), input, path("lf.bpk"));
+  flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l"));
 }
 
 // A vanilla RNN (ReLU, reversed, with an initial state): a vanilla_rnn_forward

@@ -658,63 +658,67 @@ void set_sequence_lens(ModelBuilder& b, onnx::NodeProto& node, const std::vector
   node.set_input(4, "lens");
 }
 
-TEST(OneDnnOps, LstmForward) { expect_matches_cpuref(recurrent_model({}), 1e-5); }
-TEST(OneDnnOps, LstmReverseWithStates) {
+// Each within 1e-5 of CpuRef: op, direction, initial states, peepholes,
+// batch, sequence length, activations named (none: the defaults),
+// sequence_lens given (all of the full length).
+struct RecurrentRow {
+  const char* name;
+  const char* op;
+  const char* direction;
+  bool states, peepholes;
+  int64_t n, t;
+  std::vector<std::string> activations;
+  bool full_lens;
+};
+
+class OneDnnRecurrent : public testing::TestWithParam<RecurrentRow> {};
+
+TEST_P(OneDnnRecurrent, MatchesCpuRef) {
+  const RecurrentRow& row = GetParam();
   RecurrentSpec s;
-  s.direction = "reverse";
-  s.states = true;
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, LstmBidirectional) {
-  RecurrentSpec s;
-  s.direction = "bidirectional";
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, LstmBidirectionalWithStatesAndPeepholes) {
-  RecurrentSpec s;
-  s.direction = "bidirectional";
-  s.states = s.peepholes = true;
-  s.n = 4;
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, LstmForwardPeepholesBatchOne) {
-  RecurrentSpec s;
-  s.peepholes = true;
-  s.n = 1;
-  s.t = 7;
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, LstmFullSequenceLensAndDefaultActivationsNamed) {
-  RecurrentSpec s;
-  s.states = true;
-  s.tweak = [](ModelBuilder& b, onnx::NodeProto& n) {
-    set_sequence_lens(b, n, {5, 5, 5});
-    set_strings(n, "activations", {"Sigmoid", "Tanh", "Tanh"});
+  s.op = row.op;
+  s.direction = row.direction;
+  s.states = row.states;
+  s.peepholes = row.peepholes;
+  s.n = row.n;
+  s.t = row.t;
+  s.tweak = [row](ModelBuilder& b, onnx::NodeProto& n) {
+    if (row.full_lens) set_sequence_lens(b, n, std::vector<int32_t>(size_t(row.n), int32_t(row.t)));
+    if (!row.activations.empty()) set_strings(n, "activations", row.activations);
   };
   expect_matches_cpuref(recurrent_model(s), 1e-5);
 }
-TEST(OneDnnOps, RnnTanhBidirectional) {
-  RecurrentSpec s;
-  s.op = "RNN";
-  s.direction = "bidirectional";
-  s.states = true;
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, RnnReluForward) {
-  RecurrentSpec s;
-  s.op = "RNN";
-  s.n = 2;
-  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_strings(n, "activations", {"Relu"}); };
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
-TEST(OneDnnOps, RnnSigmoidReverse) {
-  RecurrentSpec s;
-  s.op = "RNN";
-  s.direction = "reverse";
-  s.states = true;
-  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) { set_strings(n, "activations", {"Sigmoid"}); };
-  expect_matches_cpuref(recurrent_model(s), 1e-5);
-}
+
+INSTANTIATE_TEST_SUITE_P(
+    OneDnnOps, OneDnnRecurrent,
+    testing::Values(
+        RecurrentRow{"LstmForward", "LSTM", "forward", false, false, 3, 5, {}, false},
+        RecurrentRow{"LstmReverseWithStates", "LSTM", "reverse", true, false, 3, 5, {}, false},
+        RecurrentRow{"LstmBidirectional", "LSTM", "bidirectional", false, false, 3, 5, {}, false},
+        RecurrentRow{"LstmBidirectionalWithStatesAndPeepholes",
+                     "LSTM",
+                     "bidirectional",
+                     true,
+                     true,
+                     4,
+                     5,
+                     {},
+                     false},
+        RecurrentRow{
+            "LstmForwardPeepholesBatchOne", "LSTM", "forward", false, true, 1, 7, {}, false},
+        RecurrentRow{"LstmFullSequenceLensAndDefaultActivationsNamed",
+                     "LSTM",
+                     "forward",
+                     true,
+                     false,
+                     3,
+                     5,
+                     {"Sigmoid", "Tanh", "Tanh"},
+                     true},
+        RecurrentRow{"RnnTanhBidirectional", "RNN", "bidirectional", true, false, 3, 5, {}, false},
+        RecurrentRow{"RnnReluForward", "RNN", "forward", false, false, 2, 5, {"Relu"}, false},
+        RecurrentRow{"RnnSigmoidReverse", "RNN", "reverse", true, false, 3, 5, {"Sigmoid"}, false}),
+    [](const testing::TestParamInfo<RecurrentRow>& info) { return std::string(info.param.name); });
 
 // With CpuRef allowed too, the node goes there with `reason` in the plan, and
 // the model runs as on CpuRef alone.

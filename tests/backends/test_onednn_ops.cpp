@@ -568,6 +568,28 @@ TEST(OneDnnOps, TransposeAndReshapeOfBlockedTensor) {
 
 // ---- support query -------------------------------------------------------------------
 
+// With CpuRef allowed too, the plan runs on `used`, says `reason`, and every
+// output is within `tolerance` (absolute) of a run on CpuRef alone.
+void expect_falls_back(const ModelBuilder& b, const std::vector<std::string>& used_want,
+                       const std::string& reason, double tolerance) {
+  ASSERT_TRUE(runtime());
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  std::vector<std::string> used;
+  std::string plan;
+  std::vector<Tensor> got = run(path, {"CpuOneDnn", "CpuRef"}, b.inputs(), &used, &plan);
+  EXPECT_EQ(used, used_want) << plan;
+  EXPECT_NE(plan.find(reason), std::string::npos) << plan;
+  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].shape(), want[k].shape());
+    EXPECT_GT(e2e::max_abs(want[k]), 0.0);
+    EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), tolerance) << "output " << k;
+  }
+}
+
 TEST(OneDnnOps, UnsupportedNodesFallBackWithAReason) {
   // A lone Erf is not something oneDNN 2.6 has; it goes to CpuRef and the
   // plan says why.
@@ -577,20 +599,7 @@ TEST(OneDnnOps, UnsupportedNodesFallBackWithAReason) {
   b.node("Erf", {"r"}, {"e"});
   b.node("Sigmoid", {"e"}, {"y"});
   b.output("y");
-  ASSERT_TRUE(runtime());
-  test::TempDir dir;
-  const std::string path = b.save(dir);
-  std::vector<std::string> used;
-  std::string plan;
-  std::vector<Tensor> got = run(path, {"CpuOneDnn", "CpuRef"}, b.inputs(), &used, &plan);
-  EXPECT_EQ(used, (std::vector<std::string>{"CpuOneDnn", "CpuRef"}));
-  EXPECT_NE(plan.find("Erf is supported only inside"), std::string::npos) << plan;
-  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
-  ASSERT_EQ(got.size(), 1u);
-  ASSERT_EQ(want.size(), 1u);
-  const float* a = got[0].data_as<float>();
-  const float* r = want[0].data_as<float>();
-  for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(a[i], r[i], 1e-5f);
+  expect_falls_back(b, {"CpuOneDnn", "CpuRef"}, "Erf is supported only inside", 1e-5);
 }
 
 // ---- recurrent (LSTM, RNN; GRU stays on CpuRef) ---------------------------------------
@@ -723,22 +732,7 @@ INSTANTIATE_TEST_SUITE_P(
 // With CpuRef allowed too, the node goes there with `reason` in the plan, and
 // the model runs as on CpuRef alone.
 void expect_left_to_cpuref(const ModelBuilder& b, const std::string& reason) {
-  ASSERT_TRUE(runtime());
-  test::TempDir dir;
-  const std::string path = b.save(dir);
-  std::vector<std::string> used;
-  std::string plan;
-  std::vector<Tensor> got = run(path, {"CpuOneDnn", "CpuRef"}, b.inputs(), &used, &plan);
-  EXPECT_EQ(used, std::vector<std::string>{"CpuRef"}) << plan;
-  EXPECT_NE(plan.find(reason), std::string::npos) << plan;
-  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
-  ASSERT_EQ(got.size(), want.size());
-  ASSERT_FALSE(got.empty());
-  for (size_t k = 0; k < got.size(); ++k) {
-    ASSERT_EQ(got[k].shape(), want[k].shape());
-    EXPECT_GT(e2e::max_abs(want[k]), 0.0);
-    EXPECT_EQ(e2e::max_abs_diff(got[k], want[k]), 0.0) << "output " << k;
-  }
+  expect_falls_back(b, {"CpuRef"}, reason, 0.0);
 }
 
 TEST(OneDnnOps, LstmWithClipIsLeftToCpuRef) {

@@ -297,8 +297,12 @@ def bench_load(args, files, paths):
     thread, each in `args.load_runs` fresh processes; medians."""
     model, onnx_path, input_path = files
     bpk = os.path.join(paths["models"], model + ".bpk")
+    # Compiled for the thread count it is loaded at: oneDNN may choose another
+    # kernel, and with it another weights layout, for another count (ResNet-50
+    # on a Xeon with AVX-512: layer3's 3x3 convolutions at 1 thread against
+    # 2), and the loader then recompiles the partition instead of using it.
     compile_cmd = [paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
-                   "--external-data", os.path.join(paths["models"], model + ".bpd"), "--json"]
+                   "--external-data", os.path.join(paths["models"], model + ".bpd"), "--threads", "1", "--json"]
     report = json.loads(subprocess.run(compile_cmd, check=True, capture_output=True, text=True).stdout)
     variants = [
         ("Backplane .bpk + .bpd (checksums at load)", [paths["bench_bin"], "dynamic", bpk, input_path, "1",

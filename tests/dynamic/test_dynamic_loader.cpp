@@ -501,6 +501,38 @@ TEST_F(DynamicBackends, Seed09_AllMethodsOfLoadedBackendCanBeExecuted) {
   EXPECT_HAS(bad.message(), "backend 'MockA'");
 }
 
+// A small model's session runs once on zeros while it is made (session.cpp,
+// warm_up), so that the application's first run costs a steady one; nothing
+// of that run shows afterwards. BACKPLANE_WARM_UP=0 turns it off.
+TEST_F(DynamicBackends, SessionWarmUp_OneRunWhileMadeThatLeavesNothingBehind) {
+  const std::string file = canon(mock_file("valid", "Mock_MockA_backend.so"));
+  bt::write_relu_model(tmp_.file("relu.onnx"), {2, 3}, 2);
+  auto rt = make_runtime(dynamic_only(mock_dir("valid")));
+  ASSERT_NE(rt, nullptr);
+  auto model = rt->load_model(tmp_.file("relu.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto executes = [&] { return bt::mock_counters(file).counters.execute; };
+
+  int before = executes();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  EXPECT_EQ(executes(), before + 1);
+  // The inputs count as not set, and there is no output yet.
+  EXPECT_TRUE((*session)->output(0).empty());
+  Status st = (*session)->run();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("input 'x' was not set"), std::string::npos) << st.message();
+  EXPECT_EQ(executes(), before + 1);
+  // The caller's input, not the zeros, gives the result.
+  expect_relu_runs(**model);
+
+  ScopedEnv off("BACKPLANE_WARM_UP", "0");
+  before = executes();
+  auto cold = (*model)->create_session();
+  ASSERT_TRUE(cold.ok()) << cold.status().message();
+  EXPECT_EQ(executes(), before);
+}
+
 TEST_F(DynamicBackends, Seed10_RuntimeWithNoBackendRefusesToStart) {
   RuntimeOptions o = dynamic_only(mock_dir("empty"));
   auto rt = Runtime::create(o);

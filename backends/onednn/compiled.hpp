@@ -38,6 +38,11 @@ struct Buffer {
   size_t size = 0;
   size_t offset = 0;               // kArena
   int first = INT_MAX, last = -1;  // steps using it (compile time only)
+  // A source of a Concat done in place (PlanBuilder::concat_in_place): its
+  // bytes are `in_parent` bytes into buffer `parent`'s, which plan_arena
+  // places instead (compile time only; the artifact keeps the offset).
+  int parent = -1;
+  size_t in_parent = 0;
 };
 
 struct MemRef {

@@ -74,6 +74,29 @@ LayoutChoice layout_choice() {
   return LayoutChoice::kByModel;
 }
 
+// Whether Concat node n costs nothing in the blocked layout: it joins the
+// channels of one image, each source a whole number of channel blocks that
+// no other Concat reads, so its sources are written where it would copy
+// them (PlanBuilder::concat_in_place). SqueezeNet's and GoogLeNet's are;
+// DenseNet's, whose features every later Concat of the block reads again,
+// are not (session 26: blocked then ran SqueezeNet 17% and GoogLeNet 20-25%
+// faster than channels-last, DenseNet-121 40% slower).
+bool concat_in_blocks(const ViewInfo& g, int n, int block) {
+  if (g.num_out(n) < 1 || g.out(n) < 0) return false;
+  const Dims& ys = g.shape(g.out(n));
+  int64_t axis = g.node(n).attr_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(ys.size());
+  if (ys.size() != 4 || axis != 1 || ys[0] != 1) return false;
+  for (size_t i = 0; i < g.num_in(n); ++i) {
+    const int v = g.in(n, i);
+    if (v < 0 || g.is_const(v) || g.shape(v).size() != 4 || g.shape(v)[1] % block != 0)
+      return false;
+    for (int c : g.values[v].consumers)
+      if (c != n && g.op(c) == "Concat") return false;
+  }
+  return true;
+}
+
 // Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
 // should beat the channels-last ones it picks when free to, for this view.
 // Measured on 17 torchvision models, each plan forced one way or the other
@@ -94,7 +117,12 @@ LayoutChoice layout_choice() {
 // whose plain 3x3 convolutions of stride 1 are at least 30% of its
 // multiply-adds goes blocked whatever else it has, since those then take
 // about half the time (session 23, against channels-last at 1 thread:
-// ResNet-18 0.63x, ResNet-50 0.87x, VGG-16 0.46x, EfficientNetV2-S 0.74x).
+// ResNet-18 0.63x, ResNet-50 0.87x, VGG-16 0.46x, EfficientNetV2-S 0.74x),
+// unless more than a quarter of them are plain spatial convolutions Winograd
+// does not take (strided, 1x7, 7x1): Inception-v3 (42% of them) ran 5%
+// slower blocked at 1 thread (session 26, once its Concats were in place).
+// A Concat that the blocked layout does in place (concat_in_blocks) does not
+// count against it.
 // Decided from the view alone, so a session from the model and one from its
 // .bpk run the same plan.
 bool blocked_pays(const ViewInfo& g, int block) {
@@ -126,6 +154,8 @@ bool blocked_pays(const ViewInfo& g, int block) {
       if (winograd_fits(xs, Dims(ws.begin() + std::min<size_t>(2, ws.size()), ws.end()),
                         node.attr_ints("strides", ones), node.attr_ints("dilations", ones), group))
         winograd_macs += m;
+    } else if (op == "Concat" && concat_in_blocks(g, n, block)) {
+      continue;
     } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
                op == "DepthToSpace" || op == "SpaceToDepth") {
       return false;
@@ -136,7 +166,9 @@ bool blocked_pays(const ViewInfo& g, int block) {
   }
   if (convolutions < 4) return false;
   if (batched) return true;
-  if (block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs) return true;
+  if (block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs &&
+      plain_spatial_macs - winograd_macs <= 0.25 * macs)
+    return true;
   return grouped && plain_spatial_macs <= 0.25 * macs;
 }
 

@@ -62,6 +62,7 @@ std::optional<LowerFailure> Lowering::lower() {
     }
   }
   bind_outputs();
+  b_.concat_in_place();
   b_.plan_arena();
   report_plan(c_);
   return std::nullopt;

@@ -12,7 +12,12 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <set>
+#include <string_view>
 
 namespace backplane::onednn {
 
@@ -334,17 +339,154 @@ int PlanBuilder::dense(int ref) {
   return as_plain(ref, dims_of(ref));
 }
 
+namespace {
+bool concat_in_place_enabled() {
+  const char* v = std::getenv("BACKPLANE_ONEDNN_CONCAT_IN_PLACE");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+// Steps that write each buffer (the destination arguments).
+std::vector<int> writers(const Compiled& c) {
+  std::vector<int> n(c.buffers.size(), 0);
+  for (const Step& step : c.steps)
+    for (auto [arg, r] : step.args)
+      if (arg >= DNNL_ARG_DST_0 && arg <= DNNL_ARG_DST_2 && c.refs[r].buffer >= 0)
+        ++n[c.refs[r].buffer];
+  return n;
+}
+
+// The byte offset at which `part` (dims `dims`, `along` elements into
+// `axis`) lies in `whole`, if its bytes are exactly that window's: the same
+// blocking and strides (at every dim of more than one element), no padding
+// or offset of its own, the window one run of bytes.
+std::optional<size_t> window_offset(const memory::desc& whole, const memory::desc& part, int axis,
+                                    int64_t along) {
+  const dnnl_memory_desc_t &w = whole.data, &p = part.data;
+  if (w.format_kind != dnnl_blocked || p.format_kind != dnnl_blocked || w.ndims != p.ndims ||
+      w.data_type != p.data_type || p.offset0 != 0 || w.offset0 != 0 || w.extra.flags != 0 ||
+      p.extra.flags != 0)
+    return std::nullopt;
+  memory::dims offsets(static_cast<size_t>(w.ndims), 0);
+  offsets[static_cast<size_t>(axis)] = along;
+  memory::desc sub;
+  try {
+    sub = whole.submemory_desc(part.dims(), offsets);
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+  const dnnl_memory_desc_t& s = sub.data;
+  const auto &sb = s.format_desc.blocking, &pb = p.format_desc.blocking;
+  if (sb.inner_nblks != pb.inner_nblks) return std::nullopt;
+  for (int i = 0; i < sb.inner_nblks; ++i)
+    if (sb.inner_blks[i] != pb.inner_blks[i] || sb.inner_idxs[i] != pb.inner_idxs[i])
+      return std::nullopt;
+  size_t elements = 1;
+  for (int d = 0; d < p.ndims; ++d) {
+    if (s.dims[d] != p.dims[d] || s.padded_dims[d] != p.padded_dims[d]) return std::nullopt;
+    if (p.padded_dims[d] > 1 && sb.strides[d] != pb.strides[d]) return std::nullopt;
+    elements *= static_cast<size_t>(p.padded_dims[d]);
+  }
+  const size_t elem = dnnl_data_type_size(w.data_type);
+  if (elem == 0 || part.get_size() != elements * elem) return std::nullopt;  // gaps
+  return static_cast<size_t>(s.offset0) * elem;
+}
+}  // namespace
+
+void PlanBuilder::concat_in_place() {
+  if (!concat_in_place_enabled()) return;
+  const std::vector<int> written = writers(c_);
+  std::vector<size_t> drop;
+  for (size_t s = 0; s < c_.steps.size(); ++s) {
+    const Step& step = c_.steps[s];
+    const bool concat = step.concat_axis >= 0 && !step.concat_norm &&
+                        (step.copy_concat ||
+                         (step.prim && step.prim.get_kind() == dnnl::primitive::kind::concat));
+    if (!concat) continue;
+    int dst = -1;
+    std::vector<int> srcs;
+    for (auto [arg, r] : step.args) {
+      if (arg == DNNL_ARG_DST) dst = r;
+      else if (arg == DNNL_ARG_MULTIPLE_SRC + static_cast<int>(srcs.size())) srcs.push_back(r);
+      else if (arg != DNNL_ARG_SCRATCHPAD) dst = -2;  // anything else: leave the step alone
+    }
+    if (dst < 0 || srcs.empty()) continue;
+    const int out = c_.refs[dst].buffer;
+    if (out < 0 || c_.buffers[out].kind != Buffer::kArena || c_.buffers[out].parent >= 0 ||
+        written[out] != 1 || c_.refs[dst].md.get_size() != c_.buffers[out].size)
+      continue;
+    // Each source: the whole of an arena buffer of its own that one earlier
+    // step wrote (a concat done in place counts: its sources now fill it),
+    // no other source's, lying where the concat would copy it.
+    std::vector<size_t> at;
+    std::set<int> seen;
+    int64_t along = 0;
+    size_t total = 0;
+    for (int r : srcs) {
+      const int b = c_.refs[r].buffer;
+      const MemRef& m = c_.refs[r];
+      if (b < 0 || b == out || m.constant || m.scratch || !seen.insert(b).second) break;
+      const Buffer& buf = c_.buffers[b];
+      if (buf.kind != Buffer::kArena || buf.parent >= 0 ||
+          written[b] != 1 || m.md.get_size() != buf.size)
+        break;
+      std::optional<size_t> off = window_offset(c_.refs[dst].md, m.md, step.concat_axis, along);
+      if (!off) break;
+      at.push_back(*off);
+      along += m.md.data.dims[step.concat_axis];
+      total += buf.size;
+    }
+    if (at.size() != srcs.size() || total != c_.buffers[out].size) continue;
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      Buffer& buf = c_.buffers[c_.refs[srcs[i]].buffer];
+      buf.parent = out;
+      buf.in_parent = at[i];
+    }
+    drop.push_back(s);
+  }
+  if (drop.empty()) return;
+  for (size_t i = drop.size(); i-- > 0;)
+    c_.steps.erase(c_.steps.begin() + static_cast<std::ptrdiff_t>(drop[i]));
+  // Which steps use each buffer, again (the steps after a dropped one moved).
+  for (Buffer& b : c_.buffers) b.first = INT_MAX, b.last = -1;
+  for (size_t s = 0; s < c_.steps.size(); ++s)
+    for (auto [arg, r] : c_.steps[s].args) {
+      const int b = c_.refs[r].buffer;
+      if (b < 0) continue;
+      c_.buffers[b].first = std::min(c_.buffers[b].first, static_cast<int>(s));
+      c_.buffers[b].last = std::max(c_.buffers[b].last, static_cast<int>(s));
+    }
+}
+
 void PlanBuilder::plan_arena() {
+  // A window lives as long as its outermost buffer: that one spans the steps
+  // of all the windows in it.
+  auto root = [&](size_t b) {
+    while (c_.buffers[b].parent >= 0) b = static_cast<size_t>(c_.buffers[b].parent);
+    return b;
+  };
+  for (size_t b = 0; b < c_.buffers.size(); ++b) {
+    if (c_.buffers[b].parent < 0 || c_.buffers[b].last < 0) continue;
+    Buffer& r = c_.buffers[root(b)];
+    r.first = std::min(r.first, c_.buffers[b].first);
+    r.last = std::max(r.last, c_.buffers[b].last);
+  }
   std::vector<sdk::ArenaTensor> tensors;
   std::vector<size_t> placed;  // the buffer of each tensor
   for (size_t b = 0; b < c_.buffers.size(); ++b) {
     const Buffer& buf = c_.buffers[b];
-    if (buf.kind != Buffer::kArena || buf.last < 0) continue;
+    if (buf.kind != Buffer::kArena || buf.last < 0 || buf.parent >= 0) continue;
     tensors.push_back({static_cast<size_t>(buf.first), static_cast<size_t>(buf.last), buf.size});
     placed.push_back(b);
   }
   sdk::ArenaPlan plan = sdk::plan_arena(tensors, kAlign);
   for (size_t t = 0; t < placed.size(); ++t) c_.buffers[placed[t]].offset = plan.offsets[t];
+  for (size_t b = 0; b < c_.buffers.size(); ++b) {
+    if (c_.buffers[b].parent < 0) continue;
+    size_t offset = 0;
+    for (size_t k = b; c_.buffers[k].parent >= 0; k = static_cast<size_t>(c_.buffers[k].parent))
+      offset += c_.buffers[k].in_parent;
+    c_.buffers[b].offset = c_.buffers[root(b)].offset + offset;
+  }
   c_.arena_bytes = plan.bytes;
 }
 

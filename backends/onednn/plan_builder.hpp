@@ -157,6 +157,12 @@ class PlanBuilder {
   // `ref` without gaps other than a blocked layout's channel padding.
   int dense(int ref);
 
+  // Removes each Concat step whose sources can be written where the concat
+  // would copy them (their bytes are consecutive runs of its destination's:
+  // along the outermost dim of its layout that is not 1, such as the
+  // channels of one image in nChw16c or NCHW) and makes their buffers
+  // windows of the destination's. Call after the last step is added.
+  void concat_in_place();
   // Gives every arena buffer its offset (sdk::plan_arena: a buffer's bytes are
   // reused once the last step touching it has run) and sets arena_bytes.
   void plan_arena();

@@ -319,9 +319,24 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
     EXPECT_GE(n.spatial, 10u);
     EXPECT_EQ(n.blocked, block > 0 ? n.spatial : 0u);
   }
-  // Concatenations (GoogLeNet), splits and shuffles (ShuffleNetV2):
-  // channels-last.
-  for (const char* name : {"googlenet", "shufflenet_v2_x0_5"}) {
+  // Concatenations of one image's channels that the blocked layout does in
+  // place (GoogLeNet's), beside Winograd's 3x3 convolutions: blocked, where
+  // this CPU has those (AVX-512), every spatial convolution, and no concat
+  // step left.
+  {
+    const auto feeds = one_image(zoo_path("googlenet"));
+    const std::vector<ReportLine> plan =
+        compile_and_run(zoo_path("googlenet"), nullptr, nullptr, &feeds);
+    const ConvCount n = count_convolutions(plan);
+    EXPECT_GE(n.spatial, 10u);
+    EXPECT_EQ(n.blocked, block == 16 ? n.spatial : 0u);
+    const auto concats = std::count_if(plan.begin(), plan.end(), [](const ReportLine& l) {
+      return l.kind == "concat" || l.kind == "copy_concat";
+    });
+    EXPECT_EQ(concats, block == 16 ? 0 : 9);
+  }
+  // Splits and shuffles (ShuffleNetV2): channels-last.
+  for (const char* name : {"shufflenet_v2_x0_5"}) {
     SCOPED_TRACE(name);
     const auto feeds = one_image(zoo_path(name));
     const ConvCount n =

@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -551,6 +553,101 @@ TEST(OneDnnOps, ConcatOfConvOutputs) {
   set_int(b.node("Concat", {"a", "r", "x"}, {"y"}), "axis", 1);
   b.output("y");
   expect_matches_cpuref(b);
+}
+
+// Two SqueezeNet fire modules (a 1x1 squeeze, then 1x1 and 3x3 expands
+// joined by a Concat along the channels), the second's Concat inside a
+// third, the first's also read by a pooling that is an output.
+ModelBuilder fire_modules() {
+  ModelBuilder b;
+  b.input("x", {1, 16, 10, 10});
+  b.random_weight("s1", {16, 16, 1, 1}).random_weight("e1a", {32, 16, 1, 1});
+  b.random_weight("e1b", {32, 16, 3, 3}).random_weight("s2", {16, 64, 1, 1});
+  b.random_weight("e2a", {16, 16, 1, 1}).random_weight("e2b", {32, 16, 3, 3});
+  b.random_weight("side", {16, 64, 1, 1}).random_weight("head", {16, 64, 3, 3});
+  b.random_weight("bias", {32});
+  b.node("Conv", {"x", "s1"}, {"q1"});
+  b.node("Relu", {"q1"}, {"r1"});
+  b.node("Conv", {"r1", "e1a", "bias"}, {"a1"});
+  b.node("Relu", {"a1"}, {"ra1"});
+  set_ints(b.node("Conv", {"r1", "e1b"}, {"b1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"b1"}, {"rb1"});
+  set_int(b.node("Concat", {"ra1", "rb1"}, {"c1"}), "axis", 1);
+  auto& pool = b.node("MaxPool", {"c1"}, {"p1"});
+  set_ints(pool, "kernel_shape", {2, 2});
+  set_ints(pool, "strides", {2, 2});
+  b.node("Conv", {"c1", "s2"}, {"q2"});
+  b.node("Conv", {"q2", "e2a"}, {"a2"});
+  set_ints(b.node("Conv", {"q2", "e2b"}, {"b2"}), "pads", {1, 1, 1, 1});
+  set_int(b.node("Concat", {"a2", "b2"}, {"c2"}), "axis", 1);
+  b.node("Conv", {"c1", "side"}, {"d"});
+  set_int(b.node("Concat", {"d", "c2"}, {"c3"}), "axis", -3);
+  set_ints(b.node("Conv", {"c3", "head"}, {"y"}), "pads", {1, 1, 1, 1});
+  b.output("y").output("p1");
+  return b;
+}
+
+// The plan's steps of kind `kind` when the model is loaded on CpuOneDnn with
+// the environment `env` (oneDNN's plan report, backends/onednn/impl_check).
+int steps_of_kind(const ModelBuilder& b, const std::map<std::string, std::string>& env,
+                  const std::string& kind) {
+  test::TempDir dir;
+  const std::string report = dir.file("plan.tsv"), path = b.save(dir);
+  setenv("BACKPLANE_ONEDNN_PLAN_REPORT", report.c_str(), 1);
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn"};
+  const bool loaded = runtime()->load_model(path, mo).ok();
+  unsetenv("BACKPLANE_ONEDNN_PLAN_REPORT");
+  for (const auto& [k, v] : env) unsetenv(k.c_str());
+  EXPECT_TRUE(loaded);
+  std::ifstream in(report);
+  int n = 0, lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos && line.compare(tab + 1, kind.size() + 1, kind + "\t") == 0) ++n;
+  }
+  EXPECT_GT(lines, 0) << "no plan report";
+  return n;
+}
+
+TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {
+  // In the blocked layout the fire modules' Concats (the nested one too)
+  // cost nothing: each source is written into its window of the
+  // concatenation, and no concat step is left.
+  const ModelBuilder b = fire_modules();
+  EXPECT_EQ(steps_of_kind(b, {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"}}, "concat"), 0);
+  // The same plan without the pass has all three.
+  EXPECT_EQ(steps_of_kind(b,
+                          {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"},
+                           {"BACKPLANE_ONEDNN_CONCAT_IN_PLACE", "0"}},
+                          "concat"),
+            3);
+  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
+  expect_matches_cpuref(b);
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  // Channels-last, a Concat along the channels interleaves: copied.
+  EXPECT_EQ(steps_of_kind(b, {{"BACKPLANE_ONEDNN_LAYOUT", "onednn"}}, "concat"), 3);
+  setenv("BACKPLANE_ONEDNN_LAYOUT", "onednn", 1);
+  expect_matches_cpuref(b);
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+}
+
+TEST(OneDnnOps, ConcatSourcesThatCannotMoveAreCopied) {
+  // A source given twice, a source that is an output of the partition, a
+  // source another Concat reads too, channels not a whole block: each of
+  // these Concats is copied, and the results stay right.
+  ModelBuilder b;
+  b.input("x", {1, 16, 6, 6}).random_weight("w", {16, 16, 3, 3}).random_weight("v", {8, 16, 1, 1});
+  set_ints(b.node("Conv", {"x", "w"}, {"a"}), "pads", {1, 1, 1, 1});
+  b.node("Conv", {"x", "v"}, {"e"});
+  set_int(b.node("Concat", {"a", "a"}, {"twice"}), "axis", 1);
+  set_int(b.node("Concat", {"a", "x"}, {"with_input"}), "axis", 1);
+  set_int(b.node("Concat", {"a", "e"}, {"odd"}), "axis", 1);
+  b.output("twice").output("with_input").output("odd").output("a");
+  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
+  expect_matches_cpuref(b);
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
 }
 
 TEST(OneDnnOps, TransposeAndReshapeOfBlockedTensor) {

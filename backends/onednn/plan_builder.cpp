@@ -220,15 +220,21 @@ void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index
   step.index_bytes = index_bytes;
 }
 
+namespace {
+// Records that step s uses the buffers of its arguments.
+void mark_uses(Compiled& c, const std::vector<std::pair<int, int>>& args, int s) {
+  for (auto [arg, r] : args) {
+    const int b = c.refs[r].buffer;
+    if (b < 0) continue;
+    c.buffers[b].first = std::min(c.buffers[b].first, s);
+    c.buffers[b].last = std::max(c.buffers[b].last, s);
+  }
+}
+}  // namespace
+
 void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
                             const std::string& what) {
-  const int s = static_cast<int>(c_.steps.size());
-  for (auto [arg, r] : args) {
-    const int b = c_.refs[r].buffer;
-    if (b < 0) continue;
-    c_.buffers[b].first = std::min(c_.buffers[b].first, s);
-    c_.buffers[b].last = std::max(c_.buffers[b].last, s);
-  }
+  mark_uses(c_, args, static_cast<int>(c_.steps.size()));
   Step step;
   step.prim = std::move(prim);
   step.args = std::move(args);
@@ -355,8 +361,8 @@ std::vector<int> writers(const Compiled& c) {
   return n;
 }
 
-// The byte offset at which `part` (dims `dims`, `along` elements into
-// `axis`) lies in `whole`, if its bytes are exactly that window's: the same
+// The byte offset at which `part` (`along` elements into `axis`) lies in
+// `whole`, if its bytes are exactly that window's: the same
 // blocking and strides (at every dim of more than one element), no padding
 // or offset of its own, the window one run of bytes.
 std::optional<size_t> window_offset(const memory::desc& whole, const memory::desc& part, int axis,
@@ -448,13 +454,7 @@ void PlanBuilder::concat_in_place() {
     c_.steps.erase(c_.steps.begin() + static_cast<std::ptrdiff_t>(drop[i]));
   // Which steps use each buffer, again (the steps after a dropped one moved).
   for (Buffer& b : c_.buffers) b.first = INT_MAX, b.last = -1;
-  for (size_t s = 0; s < c_.steps.size(); ++s)
-    for (auto [arg, r] : c_.steps[s].args) {
-      const int b = c_.refs[r].buffer;
-      if (b < 0) continue;
-      c_.buffers[b].first = std::min(c_.buffers[b].first, static_cast<int>(s));
-      c_.buffers[b].last = std::max(c_.buffers[b].last, static_cast<int>(s));
-    }
+  for (size_t s = 0; s < c_.steps.size(); ++s) mark_uses(c_, c_.steps[s].args, static_cast<int>(s));
 }
 
 void PlanBuilder::plan_arena() {

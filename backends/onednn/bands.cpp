@@ -421,9 +421,11 @@ bool Bands::cut_concat_norm(size_t s) {
     // channels-last, lower_concat_norm), all of the constants.
     for (auto [arg, ref] : c_.steps[s].args) {
       const Md& md = c_.refs[size_t(ref)].md;
-      const size_t row = size_t(md.dims()[1]) * type_size(md);
       const bool cut =
           arg == DNNL_ARG_DST || (arg >= DNNL_ARG_MULTIPLE_SRC && arg < DNNL_ARG_MULTIPLE_DST);
+      // A pixel's row of channels; only the cut tensors (4-D) have one, the
+      // constants (1-D per-channel scale and shift) are read whole.
+      const size_t row = cut ? size_t(md.dims()[1]) * type_size(md) : 0;
       Region r;
       if (region(size_t(ref), cut ? size_t(p.begin) * row : 0,
                  cut ? size_t(p.end - p.begin) * row : 0, arg == DNNL_ARG_DST, r))

@@ -316,18 +316,20 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // Every CPU taken (the governor found none free) or asked for: the steps in
   // pieces that every thread of the plan takes as it can (bands.hpp), each
   // thread on its own (an OpenMP team of one). By default, with every CPU
-  // taken, each plan runs in bands or on one thread, whichever it measured
-  // faster (SaturatedWay, cores.hpp).
+  // taken, each plan runs on one thread or in bands, whichever it measured
+  // faster, bands by a margin (SaturatedWay, cores.hpp).
   const BandMode bands = c_.threads > 1 ? band_mode() : BandMode::kNever;
   const bool choosing = bands == BandMode::kWhenCapped && scope.saturated();
-  if (bands == BandMode::kAlways || choosing) {
+  // The pieces are made (JIT-compiled) at the first execute in bands: a plan
+  // that stays on one thread never pays for them.
+  if (bands == BandMode::kAlways || (choosing && way_.next() == SaturatedWay::kBands)) {
     if (!bands_) {
       bands_ = std::make_unique<Bands>(*this, c_, c_.threads);
       if (governor_trace())
         std::fprintf(stderr, "CpuOneDnn: %s: %zu of %zu steps cut into bands, %zu pieces\n",
                      c_.name.c_str(), bands_->cut_steps(), c_.steps.size(), bands_->pieces());
     }
-    if (bands_->useful() && (!choosing || way_.next() == SaturatedWay::kBands)) {
+    if (bands_->useful()) {
       if (omp_get_max_threads() != 1) omp_set_num_threads(1);
       if (omp_get_dynamic() == 0) omp_set_dynamic(1);
       const auto start = std::chrono::steady_clock::now();
@@ -336,7 +338,8 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
       return;
     }
   }
-  const bool timed = choosing && bands_->useful();
+  // Timed while there is a choice: before bands were made, or they cut a step.
+  const bool timed = choosing && (!bands_ || bands_->useful());
   const auto start = std::chrono::steady_clock::now();
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   // Most primitives open their regions with the thread count they were

@@ -103,7 +103,9 @@ bool SaturatedWay::ran(Way w, int64_t wall_ns) {
     way_ = other;
     return false;
   }
-  const Way winner = median_[other] < median_[way_] ? other : way_;
+  const bool bands_win =
+      double(median_[kBands]) <= kBandsAtMost * double(median_[kOneThread]);
+  const Way winner = bands_win ? kBands : kOneThread;
   hold_ = decided_ && winner == best_ ? std::min(hold_ * 2, kMaxHold) : kMinHold;
   decided_ = true;
   best_ = way_ = winner;

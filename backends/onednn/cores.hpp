@@ -90,11 +90,25 @@ class Governor {
 // other is tried again against the kept way's recent median. The hold
 // doubles, up to kMaxHold, each time the same way wins again (the cost of
 // trying a loser fades) and is kMinHold again when the other wins.
+//
+// One thread goes first and keeps the plan unless bands are clearly faster
+// (a median at most kBandsAtMost of one thread's). Beside two busy loops on
+// 2 CPUs (docs/performance.md, "Session 27"), one thread was the faster way
+// on most plans, by far on the small ones (RegNet-Y 800MF, MobileNetV3,
+// EfficientNet-B0, GoogLeNet: bands 1.6-1.9 times slower, their steps too
+// short to share), and bands on the wide ones (DenseNet-121 by 1.35 times,
+// ViT-B/16 by 1.15); ResNet-50 went either way from one probe to the next.
+// With three executes a trial on a machine this busy, a median is off by
+// 10-20% now and then: the margin keeps such a draw from moving a plan to
+// its slow way, and on a tie one thread leaves the other processes the CPU
+// a helper would take. Bands' pieces are also JIT-compiled at their first
+// run, which a plan that stays on one thread never pays.
 class SaturatedWay {
  public:
   enum Way { kBands = 0, kOneThread = 1 };
   static constexpr int kTrialRuns = 4;
   static constexpr int kMinHold = 16, kMaxHold = 256;
+  static constexpr double kBandsAtMost = 0.9;
 
   // The way of the next saturated execute.
   Way next() const { return way_; }
@@ -109,8 +123,8 @@ class SaturatedWay {
  private:
   static constexpr int kSamples = kTrialRuns - 1;
   int64_t median_of_samples() const;  // of the kSamples in samples_
-  Way way_ = kBands;
-  Way best_ = kBands;
+  Way way_ = kOneThread;
+  Way best_ = kOneThread;
   bool trial_ = true;
   bool decided_ = false;
   int count_ = 0;  // executes of this trial or hold

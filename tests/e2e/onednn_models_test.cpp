@@ -258,7 +258,7 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kBands]))
         << c.name << ": a run in bands differs from a full one in the last bits";
   }
-  // Every CPU taken, by default: the plan tries bands, then one thread (4
+  // Every CPU taken, by default: the plan tries one thread, then bands (4
   // runs each), and keeps the faster (SaturatedWay in cores.hpp); each of
   // the 12 runs gives the bits of one of the two ways.
   ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", "0", 1), 0);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <numeric>
 #include <string_view>
 
 namespace backplane::onednn {
@@ -171,15 +172,16 @@ bool image_of(const Md& full, Md& image, size_t& bytes) {
   return false;
 }
 
-// Channel bands: per image, runs of whole blocks, `parts` pieces in all.
+// Channel bands: per image, runs of whole units of `unit` channels (a block,
+// or a multiple of it), `parts` pieces in all.
 struct ChannelBand {
   int64_t image, first, count;
 };
-std::vector<ChannelBand> channel_bands(int64_t images, int64_t channels, int64_t block,
+std::vector<ChannelBand> channel_bands(int64_t images, int64_t channels, int64_t unit,
                                        int64_t parts) {
-  const int64_t blocks = (channels + block - 1) / block;
+  const int64_t units = (channels + unit - 1) / unit;
   const int64_t per_image = std::max<int64_t>(1, parts / std::max<int64_t>(1, images));
-  const int64_t each = (blocks + per_image - 1) / per_image * block;
+  const int64_t each = (units + per_image - 1) / per_image * unit;
   std::vector<ChannelBand> out;
   for (int64_t n = 0; n < images; ++n)
     for (int64_t c = 0; c < channels; c += each)
@@ -242,6 +244,12 @@ Bands::Bands(Binder& binder, const Compiled& c, int threads)
     }
   }
   omp_set_num_threads(before);
+  if (plan_report_wanted()) {
+    std::vector<size_t> cut(c.steps.size(), 0);
+    for (const Piece& p : pieces_)
+      if (!p.whole) ++cut[p.step];
+    report_bands(c, cut);
+  }
   // A scratchpad per thread, as large as any piece's.
   size_t scratch = 0;
   for (const Md& md : piece_scratch_) scratch = std::max(scratch, md.get_size());
@@ -689,25 +697,44 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     const dnnl::memory& plan_weights = c_.refs[size_t(wref)].constant;
     const Md weights = plan_weights.get_desc();
     const dnnl::memory::dims w = weights.dims();
-    // Grouped: only depthwise (a group per channel), whose bands cut the
-    // source's channels with the destination's.
-    const bool depthwise = w.size() == 5 && w[1] == 1 && w[2] == 1;
-    if (w.size() == 5 && !depthwise) return false;
-    if (depthwise && channel_block(*src) != block) return false;
+    // Grouped (depthwise too: a group per channel): a band is whole groups,
+    // and reads their source channels only, which must start at a block
+    // (RegNet's groups of 16 channels in nChw16c: a group a block).
+    const bool grouped = w.size() == 5;
+    const int64_t group_out = grouped ? w[1] : 0, group_in = grouped ? w[2] : 0;
+    if (grouped && channel_block(*src) != block) return false;
+    // A band's unit: whole blocks of the output that are whole groups, whose
+    // source channels are whole blocks too.
+    int64_t unit = block;
+    if (grouped) {
+      unit = std::lcm(block, group_out);
+      while ((unit / group_out * group_in) % block != 0) unit += std::lcm(block, group_out);
+    }
     Md image;
     size_t image_bytes = 0;
-    if (!depthwise && !image_of(*src, image, image_bytes)) return false;
+    if (!grouped && !image_of(*src, image, image_bytes)) return false;
     const int64_t macs = elements(*dst) * (elements(weights) / channels);
-    const int64_t parts = pieces_for(threads_, macs, images * blocks, kMinPieceMacs);
+    const int64_t parts =
+        pieces_for(threads_, macs, images * ((channels + unit - 1) / unit), kMinPieceMacs);
     if (parts < 2) return false;
     dnnl::stream stream(engine());
     std::map<std::pair<int64_t, int64_t>, dnnl::memory> slices;  // (first, count)
-    for (const ChannelBand& band : channel_bands(images, channels, block, parts)) {
+    for (const ChannelBand& band : channel_bands(images, channels, unit, parts)) {
+      // Grouped: groups [first_group, first_group + groups), reading source
+      // channels [first_in, first_in + groups * group_in).
+      int64_t first_group = 0, groups = 0, first_in = 0;
+      if (grouped) {
+        if (band.first % group_out != 0 || band.count % group_out != 0) return release();
+        first_group = band.first / group_out;
+        groups = band.count / group_out;
+        first_in = first_group * group_in;
+        if (first_in % block != 0) return release();
+      }
       const Md band_dst = channels_of(*dst, block, band.count);
-      const Md band_src = depthwise ? channels_of(*src, block, band.count) : image;
+      const Md band_src = grouped ? channels_of(*src, block, groups * group_in) : image;
       dnnl::memory::dims wd = w, at(w.size(), 0);
-      wd[0] = band.count;  // output channels, or groups
-      at[0] = band.first;
+      wd[0] = grouped ? groups : band.count;  // groups, or output channels
+      at[0] = grouped ? first_group : band.first;
       const Md band_bias({band.count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
       dnnl_convolution_desc_t d = conv;
       d.src_desc = band_src.data;
@@ -716,8 +743,8 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
       if (bref >= 0) d.bias_desc = band_bias.data;
       std::vector<BandArg> args = {
           {DNNL_ARG_SRC,
-           depthwise ? channel_offset(*src, block, band.image, band.first)
-                     : size_t(band.image) * image_bytes,
+           grouped ? channel_offset(*src, block, band.image, first_in)
+                   : size_t(band.image) * image_bytes,
            band_src},
           {DNNL_ARG_DST, channel_offset(*dst, block, band.image, band.first), band_dst}};
       if (bref >= 0) args.push_back({DNNL_ARG_BIAS, size_t(band.first) * sizeof(float), band_bias});

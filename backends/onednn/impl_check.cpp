@@ -131,19 +131,39 @@ bool plan_report_wanted() {
   return path != nullptr && *path != '\0';
 }
 
-void report_plan(const Compiled& c) {
+namespace {
+
+// Appends `write(out)` to the BACKPLANE_ONEDNN_PLAN_REPORT file, if set (one
+// writer at a time: the sessions of a process share the file).
+template <typename Write>
+void append_to_report(Write write) {
   if (!plan_report_wanted()) return;
-  const char* path = std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT");
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  std::ofstream out(path, std::ios::app);
-  for (const Step& s : c.steps)
-    out << c.name << '\t'
-        << (s.concat_norm   ? "concat_norm"
-            : s.copy_concat ? "copy_concat"
-                            : s.kind)
-        << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
-        << '\n';
+  std::ofstream out(std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT"), std::ios::app);
+  write(out);
+}
+
+}  // namespace
+
+void report_plan(const Compiled& c) {
+  append_to_report([&](std::ofstream& out) {
+    for (const Step& s : c.steps)
+      out << c.name << '\t'
+          << (s.concat_norm   ? "concat_norm"
+              : s.copy_concat ? "copy_concat"
+                              : s.kind)
+          << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
+          << '\n';
+  });
+}
+
+void report_bands(const Compiled& c, const std::vector<size_t>& pieces) {
+  append_to_report([&](std::ofstream& out) {
+    for (size_t s = 0; s < c.steps.size() && s < pieces.size(); ++s)
+      if (pieces[s] > 0)
+        out << c.name << "\tbands\t" << pieces[s] << "\t\t" << c.steps[s].what << '\n';
+  });
 }
 
 }  // namespace backplane::onednn

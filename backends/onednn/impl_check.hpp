@@ -79,5 +79,9 @@ std::string binary_kernel_problem(const std::string& op, const Dims& full, const
 bool plan_report_wanted();
 // Appends c's steps to the BACKPLANE_ONEDNN_PLAN_REPORT file, if set.
 void report_plan(const Compiled& c);
+// Appends the steps of c that bands cut (bands.hpp), when they are made: a
+// line per step with `pieces[s]` > 0, "bands" for its kind and the count of
+// its pieces for its implementation.
+void report_bands(const Compiled& c, const std::vector<size_t>& pieces);
 
 }  // namespace backplane::onednn

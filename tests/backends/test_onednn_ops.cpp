@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -624,6 +625,75 @@ int steps_of_kind(const ModelBuilder& b, const std::map<std::string, std::string
   }
   EXPECT_GT(lines, 0) << "no plan report";
   return n;
+}
+
+// The nodes of the steps CpuOneDnn cuts into bands (backends/onednn/bands.hpp)
+// when every CPU is taken: the model loaded at 2 threads with the
+// environment `env` and run once in bands, the plan report on.
+std::set<std::string> nodes_cut_into_bands(const ModelBuilder& b,
+                                           const std::map<std::string, std::string>& env) {
+  static std::shared_ptr<Runtime> two = e2e::onednn_runtime(2);
+  test::TempDir dir;
+  const std::string report = dir.file("plan.tsv"), path = b.save(dir);
+  std::map<std::string, std::string> all = env;
+  all["BACKPLANE_ONEDNN_PLAN_REPORT"] = report;
+  all["BACKPLANE_ONEDNN_FREE_CORES"] = "0";
+  all["BACKPLANE_ONEDNN_BANDS"] = "1";
+  for (const auto& [k, v] : all) setenv(k.c_str(), v.c_str(), 1);
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn"};
+  auto model = two->load_model(path, mo);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (model.ok()) {
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, shape] : b.inputs()) feeds[name] = Tensor(DType::kFloat32, shape);
+    EXPECT_FALSE(e2e::run_once(**model, feeds).empty());
+  }
+  for (const auto& [k, v] : all) unsetenv(k.c_str());
+  std::set<std::string> nodes;
+  std::ifstream in(report);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\tbands\t"), quote = line.find('\'');
+    if (at != std::string::npos && quote != std::string::npos)
+      nodes.insert(line.substr(quote + 1, line.find('\'', quote + 1) - quote - 1));
+  }
+  return nodes;
+}
+
+TEST(OneDnnOps, GroupedConvolutionsAreCutIntoBandsOfWholeGroups) {
+  // RegNet-Y's grouped 3x3 convolution, 16 channels a group, blocked
+  // (nChw16c: a group a block): a band of whole blocks of its output is
+  // whole groups, and reads their source channels only. Before, only
+  // depthwise ones were cut, and this step ran whole on one thread while
+  // the other waited (a quarter of RegNet-Y's time in bands).
+  ModelBuilder b;
+  b.input("x", {1, 64, 28, 28}).random_weight("w1", {64, 64, 1, 1});
+  b.random_weight("wg", {64, 16, 3, 3}).random_weight("bg", {64});
+  b.node("Conv", {"x", "w1"}, {"a"}, "expand");
+  b.node("Relu", {"a"}, {"ar"});
+  auto& g = b.node("Conv", {"ar", "wg", "bg"}, {"y"}, "grouped");
+  set_int(g, "group", 4);
+  set_ints(g, "pads", {1, 1, 1, 1});
+  b.output("y");
+  const std::map<std::string, std::string> blocked = {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"}};
+  EXPECT_EQ(nodes_cut_into_bands(b, blocked), (std::set<std::string>{"expand", "grouped"}));
+  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
+  expect_matches_cpuref(b);
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  // Groups of 8 channels: a band is whole blocks of 16 (two groups, or one
+  // group of 8 where the blocks are 8 wide), and the results stay right.
+  ModelBuilder eights;
+  eights.input("x", {1, 64, 28, 28}).random_weight("w1", {64, 64, 1, 1});
+  eights.random_weight("wg", {64, 8, 3, 3});
+  eights.node("Conv", {"x", "w1"}, {"a"}, "expand");
+  auto& h = eights.node("Conv", {"a", "wg"}, {"y"}, "grouped");
+  set_int(h, "group", 8);
+  set_ints(h, "pads", {1, 1, 1, 1});
+  eights.output("y");
+  EXPECT_EQ(nodes_cut_into_bands(eights, blocked), (std::set<std::string>{"expand", "grouped"}));
+  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
+  expect_matches_cpuref(eights);
+  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
 }
 
 TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {

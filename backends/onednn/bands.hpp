@@ -13,7 +13,8 @@
 // Over blocked tensors (nChw16c, where Lowering::block_convolutions put
 // them) the bands are whole channel blocks of an image instead: a
 // convolution's output channels (its weights sliced to match, once), a
-// depthwise convolution's or a pooling's channels on both sides.
+// grouped convolution's whole groups (depthwise: a group a channel) with
+// their source channels, a pooling's channels on both sides.
 // Steps that do not cut (a reorder, an inner product, a global pooling) are
 // one piece, run whole.
 //

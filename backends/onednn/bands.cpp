@@ -717,7 +717,6 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     const int64_t parts =
         pieces_for(threads_, macs, images * ((channels + unit - 1) / unit), kMinPieceMacs);
     if (parts < 2) return false;
-    dnnl::stream stream(engine());
     std::map<std::pair<int64_t, int64_t>, dnnl::memory> slices;  // (first, count)
     for (const ChannelBand& band : channel_bands(images, channels, unit, parts)) {
       // Grouped: groups [first_group, first_group + groups), reading source
@@ -753,19 +752,8 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
       // (the same slice for every image: made once).
       Cut& cut = cuts.back();
       auto& slice_copy = slices[{band.first, band.count}];
-      if (!slice_copy) {
-        try {
-          const Md want(*dnnl_primitive_desc_query_md(cut.pd, dnnl_query_weights_md, 0));
-          const dnnl::memory slice(weights.submemory_desc(wd, at), engine(),
-                                   plan_weights.get_data_handle());
-          dnnl::memory copy(want, engine());
-          dnnl::reorder(slice, copy).execute(stream, const_cast<dnnl::memory&>(slice), copy);
-          stream.wait();
-          slice_copy = copy;
-        } catch (const dnnl::error&) {
-          return release();  // a slice oneDNN cannot describe or reorder
-        }
-      }
+      if (!slice_copy) slice_copy = weights_slice(plan_weights, wd, at, cut.pd);
+      if (!slice_copy) return release();  // a slice oneDNN cannot describe or reorder
       cut.weights = slice_copy;
     }
     return add_pieces(s, cuts, false) || release();
@@ -829,6 +817,78 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
   return add_pieces(s, cuts, false) || release();
 }
 
+dnnl::memory Bands::weights_slice(const dnnl::memory& plan_weights, const dnnl::memory::dims& dims,
+                                   const dnnl::memory::dims& at, const_dnnl_primitive_desc_t pd) {
+  try {
+    const Md want(*dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0));
+    const dnnl::memory slice(plan_weights.get_desc().submemory_desc(dims, at), engine(),
+                             plan_weights.get_data_handle());
+    dnnl::memory copy(want, engine());
+    dnnl::stream stream(engine());
+    dnnl::reorder(slice, copy).execute(stream, const_cast<dnnl::memory&>(slice), copy);
+    stream.wait();
+    return copy;
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
+bool Bands::cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_op_desc_t op) {
+  const Step& step = c_.steps[s];
+  const Md* dst = ref_md(c_, step, DNNL_ARG_DST);
+  if (dst == nullptr || dst->data.ndims != 2 || !elementwise_post_ops(attr)) return false;
+  // One row (more are cut by rows, cut_rows): a band's columns are dense.
+  const dnnl::memory::dims dd = dst->dims();
+  const int64_t outputs = dd[1];
+  if (dd[0] != 1 || *dst != Md(dd, dst->data_type(), dnnl::memory::format_tag::ab)) return false;
+  int wref = -1, bref = -1;
+  for (auto [arg, ref] : step.args) {
+    if (arg == DNNL_ARG_WEIGHTS) wref = ref;
+    if (arg == DNNL_ARG_BIAS) bref = ref;
+  }
+  if (wref < 0 || !c_.refs[size_t(wref)].constant) return false;
+  const dnnl::memory& plan_weights = c_.refs[size_t(wref)].constant;
+  const dnnl::memory::dims w = plan_weights.get_desc().dims();
+  // Bands of whole units of 64 outputs: the weights' blocks (AB16b64a).
+  constexpr int64_t kUnit = 64;
+  const int64_t units = (outputs + kUnit - 1) / kUnit;
+  const int64_t macs = elements(*dst) * (sdk::element_count(w) / outputs);
+  const int64_t parts = pieces_for(threads_, macs, units, kMinPieceMacs);
+  if (parts < 2) return false;
+  const int64_t each = (units + parts - 1) / parts * kUnit;
+  std::vector<Cut> cuts;
+  auto release = [&] {
+    for (Cut& cut : cuts)
+      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
+    cuts.clear();
+    return false;
+  };
+  for (int64_t first = 0; first < outputs; first += each) {
+    const int64_t count = std::min(each, outputs - first);
+    // Its columns of the destination, its slice of the bias and of the
+    // weights.
+    const Md band_dst({1, count}, dst->data_type(), dnnl::memory::format_tag::ab);
+    const Md band_bias({count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+    dnnl::memory::dims wd = w, at(w.size(), 0);
+    wd[0] = count;
+    at[0] = first;
+    dnnl_inner_product_desc_t d = *static_cast<const dnnl_inner_product_desc_t*>(op);
+    d.dst_desc = band_dst.data;
+    d.weights_desc = Md(wd, plan_weights.get_desc().data_type(), dnnl::memory::format_tag::any).data;
+    std::vector<BandArg> args = {{DNNL_ARG_DST, size_t(first) * type_size(*dst), band_dst}};
+    if (bref >= 0) {
+      d.bias_desc = band_bias.data;
+      args.push_back({DNNL_ARG_BIAS, size_t(first) * sizeof(float), band_bias});
+    }
+    cuts.push_back(cut_of(&d, attr, std::move(args)));
+    Cut& cut = cuts.back();
+    if (cut.pd == nullptr) return release();
+    cut.weights = weights_slice(plan_weights, wd, at, cut.pd);
+    if (!cut.weights) return release();
+  }
+  return add_pieces(s, cuts, false) || release();
+}
+
 // Steps over plain tensors whose rows (dim n - 2, per batch index) are
 // independent: a matmul's source and destination rows (its weights shared
 // when they broadcast over the batch, else cut by batch too), an inner
@@ -866,7 +926,7 @@ bool Bands::cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_
   while (dim < n - 2 && dd[size_t(dim)] == 1) ++dim;
   const int64_t size = dd[size_t(dim)];
   const int64_t parts = pieces_for(threads_, work, size, least);
-  if (parts < 2) return false;
+  if (parts < 2) return kind == dnnl_inner_product && cut_outputs(s, attr, op);
   const int64_t each = (size + parts - 1) / parts;
   // Broadcast operands (a dim of 1 where the destination's is not) are not
   // cut along it.

@@ -15,8 +15,9 @@
 // convolution's output channels (its weights sliced to match, once), a
 // grouped convolution's whole groups (depthwise: a group a channel) with
 // their source channels, a pooling's channels on both sides.
-// Steps that do not cut (a reorder, an inner product, a global pooling) are
-// one piece, run whole.
+// An inner product of one row (a classifier's) is cut by its outputs, each
+// band with its slice of the weights and bias. Steps that do not cut (a
+// global pooling, a step too small to share) are one piece, run whole.
 //
 // Pieces are scheduled by data, not by step: each piece records the bytes it
 // reads and writes (arena, scratchpad, caller's tensors), and waits only for
@@ -104,6 +105,14 @@ class Bands {
   // blocks of each image (cut_step).
   bool cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_attr_t attr,
                     const_dnnl_op_desc_t op);
+  // An inner product of one row (a classifier's one image): bands
+  // of its output channels, each with its slice of the weights and bias.
+  bool cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_op_desc_t op);
+  // The plan's constant weights [at, at + dims) in the layout the piece
+  // `pd` takes them (a copy, made once); empty if oneDNN cannot describe or
+  // reorder that slice.
+  static dnnl::memory weights_slice(const dnnl::memory& plan_weights, const dnnl::memory::dims& dims,
+                                    const dnnl::memory::dims& at, const_dnnl_primitive_desc_t pd);
   // The pieces of step s from primitive descriptors (C handles, owned and
   // destroyed here) and, per piece, the arguments cut: (arg, byte offset,
   // md of the band).

@@ -696,6 +696,22 @@ TEST(OneDnnOps, GroupedConvolutionsAreCutIntoBandsOfWholeGroups) {
   unsetenv("BACKPLANE_ONEDNN_LAYOUT");
 }
 
+TEST(OneDnnOps, ClassifierGemmsOfOneImageAreCutByOutputs) {
+  // MobileNetV3's classifier: Gemm 960 -> 1280, HardSwish, Gemm 1280 -> 1000,
+  // one image. One row cannot be cut by rows; each band takes 64 or more of
+  // the outputs, its own slice of the weights and of the bias.
+  ModelBuilder b(14);
+  b.input("x", {1, 960}).random_weight("w1", {1280, 960}, -0.05f, 0.05f);
+  b.random_weight("b1", {1280}).random_weight("w2", {1000, 1280}, -0.05f, 0.05f);
+  b.random_weight("b2", {1000});
+  set_int(b.node("Gemm", {"x", "w1", "b1"}, {"h"}, "fc1"), "transB", 1);
+  b.node("HardSwish", {"h"}, {"hs"});
+  set_int(b.node("Gemm", {"hs", "w2", "b2"}, {"y"}, "fc2"), "transB", 1);
+  b.output("y");
+  EXPECT_EQ(nodes_cut_into_bands(b, {}), (std::set<std::string>{"fc1", "fc2"}));
+  expect_matches_cpuref(b);
+}
+
 TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {
   // In the blocked layout the fire modules' Concats (the nested one too)
   // cost nothing: each source is written into its window of the

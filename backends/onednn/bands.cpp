@@ -210,10 +210,15 @@ const Md* ref_md(const Compiled& c, const Step& step, int arg) {
 
 }  // namespace
 
-bool Bands::conv_weights_const(const Step& step) const {
-  for (auto [arg, ref] : step.args)
-    if (arg == DNNL_ARG_WEIGHTS) return bool(c_.refs[size_t(ref)].constant);
-  return false;
+const dnnl::memory* Bands::constant_weights(const Step& step, int& bias) const {
+  int weights = -1;
+  bias = -1;
+  for (auto [arg, ref] : step.args) {
+    if (arg == DNNL_ARG_WEIGHTS) weights = ref;
+    if (arg == DNNL_ARG_BIAS) bias = ref;
+  }
+  if (weights < 0 || !c_.refs[size_t(weights)].constant) return nullptr;
+  return &c_.refs[size_t(weights)].constant;
 }
 
 Bands::Bands(Binder& binder, const Compiled& c, int threads)
@@ -516,7 +521,8 @@ bool Bands::cut_step(size_t s) {
     // them at one thread) in the layout the pieces prefer, a copy.
     for (const bool copy : {false, true}) {
       if (copy) {
-        if (kind != dnnl_convolution || !conv_weights_const(step)) return false;
+        int bias_ref = -1;
+        if (kind != dnnl_convolution || constant_weights(step, bias_ref) == nullptr) return false;
         weights = Md(weights.dims(), weights.data_type(), dnnl::memory::format_tag::any);
       }
       for (const RowBand& band : row_bands(images, out_rows, parts)) {
@@ -688,13 +694,10 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     const dnnl_convolution_desc_t conv = *static_cast<const dnnl_convolution_desc_t*>(op);
     if (conv.prop_kind != dnnl_forward_inference && conv.prop_kind != dnnl_forward_training)
       return false;
-    int wref = -1, bref = -1;
-    for (auto [arg, ref] : step.args) {
-      if (arg == DNNL_ARG_WEIGHTS) wref = ref;
-      if (arg == DNNL_ARG_BIAS) bref = ref;
-    }
-    if (wref < 0 || !c_.refs[size_t(wref)].constant) return false;
-    const dnnl::memory& plan_weights = c_.refs[size_t(wref)].constant;
+    int bref = -1;
+    const dnnl::memory* constant = constant_weights(step, bref);
+    if (constant == nullptr) return false;
+    const dnnl::memory& plan_weights = *constant;
     const Md weights = plan_weights.get_desc();
     const dnnl::memory::dims w = weights.dims();
     // Grouped (depthwise too: a group per channel): a band is whole groups,
@@ -841,13 +844,10 @@ bool Bands::cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_o
   const dnnl::memory::dims dd = dst->dims();
   const int64_t outputs = dd[1];
   if (dd[0] != 1 || *dst != Md(dd, dst->data_type(), dnnl::memory::format_tag::ab)) return false;
-  int wref = -1, bref = -1;
-  for (auto [arg, ref] : step.args) {
-    if (arg == DNNL_ARG_WEIGHTS) wref = ref;
-    if (arg == DNNL_ARG_BIAS) bref = ref;
-  }
-  if (wref < 0 || !c_.refs[size_t(wref)].constant) return false;
-  const dnnl::memory& plan_weights = c_.refs[size_t(wref)].constant;
+  int bref = -1;
+  const dnnl::memory* constant = constant_weights(step, bref);
+  if (constant == nullptr) return false;
+  const dnnl::memory& plan_weights = *constant;
   const dnnl::memory::dims w = plan_weights.get_desc().dims();
   // Bands of whole units of 64 outputs: the weights' blocks (AB16b64a).
   constexpr int64_t kUnit = 64;

@@ -133,7 +133,9 @@ class Bands {
   // copy, weights_as).
   bool add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy);
   dnnl::memory weights_as(size_t ref, const dnnl::memory::desc& md);
-  bool conv_weights_const(const Step& step) const;
+  // The step's weights if the plan holds them as a constant (else
+  // nullptr), and its bias's MemRef in `bias` (-1: none).
+  const dnnl::memory* constant_weights(const Step& step, int& bias) const;
   dnnl::memory band_memory(size_t ref, size_t offset, const dnnl::memory::desc& md);
 
   // The region of `size` bytes (0: all of it) at `offset` in a MemRef's

@@ -344,21 +344,23 @@ dnnl::memory Bands::band_memory(size_t ref, size_t offset, const Md& md) {
   return dnnl::memory(md, engine(), base + offset);
 }
 
+bool Bands::release_cuts(std::vector<Cut>& cuts) {
+  for (Cut& cut : cuts)
+    if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
+  cuts.clear();
+  return false;
+}
+
 bool Bands::add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy) {
   const Step& step = c_.steps[s];
-  auto release = [&] {
-    for (Cut& cut : cuts)
-      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
-    cuts.clear();
-  };
   // Every piece: an optimised implementation, over the plan's memories as
   // they are laid out (the weights as the plan reordered them).
   for (const Cut& cut : cuts) {
-    if (cut.pd == nullptr) return release(), false;
+    if (cut.pd == nullptr) return release_cuts(cuts);
     const char* impl = nullptr;
     if (dnnl_primitive_desc_query(cut.pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
         impl == nullptr || is_reference_impl(impl))
-      return release(), false;
+      return release_cuts(cuts);
     for (auto [arg, ref] : step.args) {
       if (arg == DNNL_ARG_SCRATCHPAD) continue;
       if (arg == DNNL_ARG_WEIGHTS && (weights_copy || cut.weights)) continue;
@@ -367,7 +369,7 @@ bool Bands::add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy) {
         if (b.arg == arg) want = &b.md;
       const dnnl_memory_desc_t* got =
           dnnl_primitive_desc_query_md(cut.pd, dnnl_query_exec_arg_md, arg);
-      if (got == nullptr || Md(*got) != *want) return release(), false;
+      if (got == nullptr || Md(*got) != *want) return release_cuts(cuts);
     }
   }
   for (Cut& cut : cuts) {
@@ -401,7 +403,7 @@ bool Bands::add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy) {
     }
     pieces_.push_back(std::move(p));
   }
-  release();
+  release_cuts(cuts);
   return true;
 }
 
@@ -527,10 +529,7 @@ bool Bands::cut_step(size_t s) {
       }
       for (const RowBand& band : row_bands(images, out_rows, parts)) {
         const Window in = window_rows(band.begin, band.count, stride, extent, pad, in_rows);
-        if (in.count <= 0) {
-          for (Cut& cut : cuts) dnnl_primitive_desc_destroy(cut.pd);
-          return false;
-        }
+        if (in.count <= 0) return release_cuts(cuts);
         const Md band_src = rows_of(*src, in.count), band_dst = rows_of(*dst, band.count);
         std::vector<BandArg> args = {
             {DNNL_ARG_SRC, row_offset(*src, band.image, in.first), band_src},
@@ -679,12 +678,6 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
   const dnnl::memory::dims dd = dst->dims();
   const int64_t images = dd[0], channels = dd[1], blocks = (channels + block - 1) / block;
   std::vector<Cut> cuts;
-  auto release = [&] {
-    for (Cut& cut : cuts)
-      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
-    cuts.clear();
-    return false;
-  };
   auto make = [&](const void* desc, std::vector<BandArg> args) {
     cuts.push_back(cut_of(desc, attr, std::move(args)));
     return cuts.back().pd != nullptr;
@@ -726,11 +719,11 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
       // channels [first_in, first_in + groups * group_in).
       int64_t first_group = 0, groups = 0, first_in = 0;
       if (grouped) {
-        if (band.first % group_out != 0 || band.count % group_out != 0) return release();
+        if (band.first % group_out != 0 || band.count % group_out != 0) return release_cuts(cuts);
         first_group = band.first / group_out;
         groups = band.count / group_out;
         first_in = first_group * group_in;
-        if (first_in % block != 0) return release();
+        if (first_in % block != 0) return release_cuts(cuts);
       }
       const Md band_dst = channels_of(*dst, block, band.count);
       const Md band_src = grouped ? channels_of(*src, block, groups * group_in) : image;
@@ -750,16 +743,16 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
            band_src},
           {DNNL_ARG_DST, channel_offset(*dst, block, band.image, band.first), band_dst}};
       if (bref >= 0) args.push_back({DNNL_ARG_BIAS, size_t(band.first) * sizeof(float), band_bias});
-      if (!make(&d, std::move(args))) return release();
+      if (!make(&d, std::move(args))) return release_cuts(cuts);
       // Its weights: the plan's, these output channels, in its own layout
       // (the same slice for every image: made once).
       Cut& cut = cuts.back();
       auto& slice_copy = slices[{band.first, band.count}];
       if (!slice_copy) slice_copy = weights_slice(plan_weights, wd, at, cut.pd);
-      if (!slice_copy) return release();  // a slice oneDNN cannot describe or reorder
+      if (!slice_copy) return release_cuts(cuts);  // a slice oneDNN cannot describe or reorder
       cut.weights = slice_copy;
     }
-    return add_pieces(s, cuts, false) || release();
+    return add_pieces(s, cuts, false) || release_cuts(cuts);
   }
 
   // The rest read the channels they write, in the destination's layout.
@@ -773,21 +766,21 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     const size_t dst_at = channel_offset(*dst, block, band.image, band.first);
     if (kind == dnnl_pooling_v2) {
       dnnl_pooling_v2_desc_t d = *static_cast<const dnnl_pooling_v2_desc_t*>(op);
-      if (d.prop_kind != dnnl_forward_inference) return release();  // no workspace
+      if (d.prop_kind != dnnl_forward_inference) return release_cuts(cuts);  // no workspace
       d.src_desc = band_src.data;
       d.dst_desc = band_dst.data;
       if (!make(&d, {{DNNL_ARG_SRC, src_at, band_src}, {DNNL_ARG_DST, dst_at, band_dst}}))
-        return release();
+        return release_cuts(cuts);
     } else if (kind == dnnl_eltwise) {
       dnnl_eltwise_desc_t d = *static_cast<const dnnl_eltwise_desc_t*>(op);
       d.data_desc = band_src.data;
       if (!make(&d, {{DNNL_ARG_SRC, src_at, band_src}, {DNNL_ARG_DST, dst_at, band_dst}}))
-        return release();
+        return release_cuts(cuts);
     } else if (kind == dnnl_binary) {
       // The second operand alike, or a scale per channel (1xCx1x1) in a
       // layout whose channels are contiguous.
       const Md* b = ref_md(c_, step, DNNL_ARG_SRC_1);
-      if (b == nullptr) return release();
+      if (b == nullptr) return release_cuts(cuts);
       Md band_b;
       size_t b_at = 0;
       if (*b == *src) {
@@ -802,7 +795,7 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
             band_b = Md({1, band.count, 1, 1}, b->data_type(), tag);
             per_channel = true;
           }
-        if (!per_channel) return release();
+        if (!per_channel) return release_cuts(cuts);
         b_at = size_t(band.first) * type_size(*b);
       }
       dnnl_binary_desc_t d = *static_cast<const dnnl_binary_desc_t*>(op);
@@ -812,16 +805,16 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
       if (!make(&d, {{DNNL_ARG_SRC_0, src_at, band_src},
                      {DNNL_ARG_SRC_1, b_at, band_b},
                      {DNNL_ARG_DST, dst_at, band_dst}}))
-        return release();
+        return release_cuts(cuts);
     } else {
-      return release();
+      return release_cuts(cuts);
     }
   }
-  return add_pieces(s, cuts, false) || release();
+  return add_pieces(s, cuts, false) || release_cuts(cuts);
 }
 
 dnnl::memory Bands::weights_slice(const dnnl::memory& plan_weights, const dnnl::memory::dims& dims,
-                                   const dnnl::memory::dims& at, const_dnnl_primitive_desc_t pd) {
+                                  const dnnl::memory::dims& at, const_dnnl_primitive_desc_t pd) {
   try {
     const Md want(*dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0));
     const dnnl::memory slice(plan_weights.get_desc().submemory_desc(dims, at), engine(),
@@ -857,12 +850,6 @@ bool Bands::cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_o
   if (parts < 2) return false;
   const int64_t each = (units + parts - 1) / parts * kUnit;
   std::vector<Cut> cuts;
-  auto release = [&] {
-    for (Cut& cut : cuts)
-      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
-    cuts.clear();
-    return false;
-  };
   for (int64_t first = 0; first < outputs; first += each) {
     const int64_t count = std::min(each, outputs - first);
     // Its columns of the destination, its slice of the bias and of the
@@ -874,7 +861,8 @@ bool Bands::cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_o
     at[0] = first;
     dnnl_inner_product_desc_t d = *static_cast<const dnnl_inner_product_desc_t*>(op);
     d.dst_desc = band_dst.data;
-    d.weights_desc = Md(wd, plan_weights.get_desc().data_type(), dnnl::memory::format_tag::any).data;
+    d.weights_desc =
+        Md(wd, plan_weights.get_desc().data_type(), dnnl::memory::format_tag::any).data;
     std::vector<BandArg> args = {{DNNL_ARG_DST, size_t(first) * type_size(*dst), band_dst}};
     if (bref >= 0) {
       d.bias_desc = band_bias.data;
@@ -882,11 +870,11 @@ bool Bands::cut_outputs(size_t s, const_dnnl_primitive_attr_t attr, const_dnnl_o
     }
     cuts.push_back(cut_of(&d, attr, std::move(args)));
     Cut& cut = cuts.back();
-    if (cut.pd == nullptr) return release();
+    if (cut.pd == nullptr) return release_cuts(cuts);
     cut.weights = weights_slice(plan_weights, wd, at, cut.pd);
-    if (!cut.weights) return release();
+    if (!cut.weights) return release_cuts(cuts);
   }
-  return add_pieces(s, cuts, false) || release();
+  return add_pieces(s, cuts, false) || release_cuts(cuts);
 }
 
 // Steps over plain tensors whose rows (dim n - 2, per batch index) are
@@ -939,10 +927,6 @@ bool Bands::cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_
     return sub_plain(md, dim, count);
   };
   std::vector<Cut> cuts;
-  auto release = [&] {
-    for (Cut& cut : cuts)
-      if (cut.pd != nullptr) dnnl_primitive_desc_destroy(cut.pd);
-  };
   for (int64_t begin = 0; begin < size; begin += each) {
     const int64_t count = std::min(each, size - begin);
     size_t a_off = 0, c_off = 0;
@@ -970,12 +954,12 @@ bool Bands::cut_rows(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primitive_
       st = dnnl_primitive_desc_create(&cut.pd, &d, attr, engine().get(), nullptr);
     } else if (kind == dnnl_softmax) {
       dnnl_softmax_desc_t d = *static_cast<const dnnl_softmax_desc_t*>(op);
-      if (d.softmax_axis != n - 1 || *src != *dst) return release(), false;
+      if (d.softmax_axis != n - 1 || *src != *dst) return release_cuts(cuts);
       d.data_desc = a.data;
       st = dnnl_primitive_desc_create(&cut.pd, &d, attr, engine().get(), nullptr);
     } else if (kind == dnnl_layer_normalization) {
       dnnl_layer_normalization_desc_t d = *static_cast<const dnnl_layer_normalization_desc_t*>(op);
-      if (*src != *dst) return release(), false;
+      if (*src != *dst) return release_cuts(cuts);
       d.data_desc = a.data;
       dnnl::memory::dims stat = a.dims();
       stat.pop_back();

@@ -111,8 +111,9 @@ class Bands {
   // The plan's constant weights [at, at + dims) in the layout the piece
   // `pd` takes them (a copy, made once); empty if oneDNN cannot describe or
   // reorder that slice.
-  static dnnl::memory weights_slice(const dnnl::memory& plan_weights, const dnnl::memory::dims& dims,
-                                    const dnnl::memory::dims& at, const_dnnl_primitive_desc_t pd);
+  static dnnl::memory weights_slice(const dnnl::memory& plan_weights,
+                                    const dnnl::memory::dims& dims, const dnnl::memory::dims& at,
+                                    const_dnnl_primitive_desc_t pd);
   // The pieces of step s from primitive descriptors (C handles, owned and
   // destroyed here) and, per piece, the arguments cut: (arg, byte offset,
   // md of the band).
@@ -129,6 +130,9 @@ class Bands {
   // The piece of operation descriptor `desc` with the step's attributes over
   // `args` (no pd if oneDNN has no implementation for it).
   static Cut cut_of(const void* desc, const_dnnl_primitive_attr_t attr, std::vector<BandArg> args);
+  // Destroys the primitive descriptors of a step's cuts (it is not cut after
+  // all); false, for `return release_cuts(cuts);`.
+  static bool release_cuts(std::vector<Cut>& cuts);
   // weights_copy: the pieces take the weights in a layout of their own (a
   // copy, weights_as).
   bool add_pieces(size_t s, std::vector<Cut>& cuts, bool weights_copy);

@@ -716,15 +716,11 @@ bool Bands::cut_channels(size_t s, dnnl_primitive_kind_t kind, const_dnnl_primit
     std::map<std::pair<int64_t, int64_t>, dnnl::memory> slices;  // (first, count)
     for (const ChannelBand& band : channel_bands(images, channels, unit, parts)) {
       // Grouped: groups [first_group, first_group + groups), reading source
-      // channels [first_in, first_in + groups * group_in).
-      int64_t first_group = 0, groups = 0, first_in = 0;
-      if (grouped) {
-        if (band.first % group_out != 0 || band.count % group_out != 0) return release_cuts(cuts);
-        first_group = band.first / group_out;
-        groups = band.count / group_out;
-        first_in = first_group * group_in;
-        if (first_in % block != 0) return release_cuts(cuts);
-      }
+      // channels [first_in, first_in + groups * group_in) (whole, and on a
+      // block, by the unit).
+      const int64_t first_group = grouped ? band.first / group_out : 0;
+      const int64_t groups = grouped ? band.count / group_out : 0;
+      const int64_t first_in = first_group * group_in;
       const Md band_dst = channels_of(*dst, block, band.count);
       const Md band_src = grouped ? channels_of(*src, block, groups * group_in) : image;
       dnnl::memory::dims wd = w, at(w.size(), 0);

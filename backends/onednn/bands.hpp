@@ -41,7 +41,8 @@
 // When: BACKPLANE_ONEDNN_BANDS=1 in every run of a multi-thread plan, 0
 // never, by default when the governor finds no CPU free (with one free, the
 // cap's single thread on it is as fast) and the plan measured bands clearly
-// faster than one thread (SaturatedWay, cores.hpp). A band computes each output
+// faster than the whole plan on every thread and than one thread
+// (SaturatedWay, cores.hpp). A band computes each output
 // element as the whole step does; on the test models the results are equal
 // bit for bit.
 #pragma once

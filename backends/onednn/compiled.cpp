@@ -313,16 +313,19 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // busy machine capped at the CPUs other processes leave free (cores.hpp).
   const ExecuteScope scope(c_.threads);
   const int threads = scope.threads();
-  // Every CPU taken (the governor found none free) or asked for: the steps in
+  // Every CPU taken (the governor found none free): each plan runs whole on
+  // all its threads, in bands or on one thread, whichever it measured
+  // fastest, the whole plan unless another is faster by a margin
+  // (SaturatedWay, cores.hpp). Bands, also when asked for: the steps in
   // pieces that every thread of the plan takes as it can (bands.hpp), each
-  // thread on its own (an OpenMP team of one). By default, with every CPU
-  // taken, each plan runs on one thread or in bands, whichever it measured
-  // faster, bands by a margin (SaturatedWay, cores.hpp).
+  // thread on its own (an OpenMP team of one).
   const BandMode bands = c_.threads > 1 ? band_mode() : BandMode::kNever;
-  const bool choosing = bands == BandMode::kWhenCapped && scope.saturated();
+  const bool choosing = bands != BandMode::kAlways && scope.saturated();
+  if (choosing && bands == BandMode::kNever) way_.unavailable(SaturatedWay::kBands);
+  const SaturatedWay::Way way = choosing ? way_.next() : SaturatedWay::kOneThread;
   // The pieces are made (JIT-compiled) at the first execute in bands: a plan
-  // that stays on one thread never pays for them.
-  if (bands == BandMode::kAlways || (choosing && way_.next() == SaturatedWay::kBands)) {
+  // that never tries them never pays for them.
+  if (bands == BandMode::kAlways || (choosing && way == SaturatedWay::kBands)) {
     if (!bands_) {
       bands_ = std::make_unique<Bands>(*this, c_, c_.threads);
       if (governor_trace())
@@ -337,23 +340,24 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
       if (choosing) ran(SaturatedWay::kBands, start);
       return;
     }
+    if (choosing) way_.unavailable(SaturatedWay::kBands);  // no step cuts
   }
-  // Timed while there is a choice: before bands were made, or they cut a step.
-  const bool timed = choosing && (!bands_ || bands_->useful());
+  const SaturatedWay::Way timed_way = choosing ? way_.next() : SaturatedWay::kOneThread;
+  const int team = choosing && timed_way == SaturatedWay::kWhole ? c_.threads : threads;
   const auto start = std::chrono::steady_clock::now();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  if (omp_get_max_threads() != team) omp_set_num_threads(team);
   // Most primitives open their regions with the thread count they were
   // created for (oneDNN's parallel(nthr, ...): a num_threads clause, which
   // nthreads-var does not bound). With dyn-var on, libgomp caps every team
   // at nthreads-var (gomp_dynamic_max_threads), so a capped run really runs
   // on fewer threads; forward primitives split their work by the team they
   // get. Off when not capped: a full team, as created.
-  const bool capped = threads < c_.threads;
+  const bool capped = team < c_.threads;
   if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
-  const HomeScope home(c_.threads, threads);
+  const HomeScope home(c_.threads, team);
   for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
   stream.wait();
-  if (timed) ran(SaturatedWay::kOneThread, start);
+  if (choosing) ran(timed_way, start);
 }
 
 void Binder::ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start) {

@@ -173,7 +173,7 @@ class Binder {
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
   std::unique_ptr<Bands> bands_;               // made at the first run in bands
-  SaturatedWay way_;                           // bands or one thread, when no CPU is free
+  SaturatedWay way_;                           // whole, bands or one thread: no CPU free
   void ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start);
 };
 

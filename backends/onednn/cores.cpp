@@ -80,6 +80,52 @@ int64_t SaturatedWay::median_of_samples() const {
   return v[kSamples / 2];
 }
 
+SaturatedWay::SaturatedWay() { start_trials(); }
+
+void SaturatedWay::start_trials() {
+  trial_count_ = trial_at_ = 0;
+  for (Way w : {kWhole, kOneThread, kBands})
+    if (available_[w] && (!decided_ || w != best_)) trials_[trial_count_++] = w;
+  trial_ = true;
+  count_ = taken_ = 0;
+  if (trial_count_ == 0) {  // nothing else to try: keep the way held
+    trial_ = false;
+    way_ = best_;
+    return;
+  }
+  way_ = trials_[0];
+}
+
+bool SaturatedWay::next_trial() {
+  count_ = taken_ = 0;
+  if (++trial_at_ < trial_count_) {
+    way_ = trials_[trial_at_];
+    return false;
+  }
+  // Every way tried: the fastest, another than the whole plan only by the
+  // margin.
+  Way winner = available_[kWhole] && median_[kWhole] >= 0 ? kWhole : kOneThread;
+  for (Way w : {kOneThread, kBands}) {
+    if (!available_[w] || median_[w] < 0 || w == winner) continue;
+    const double limit =
+        winner == kWhole ? kOthersAtMost * double(median_[kWhole]) : double(median_[winner]);
+    if (double(median_[w]) <= limit) winner = w;
+  }
+  // A clear lead over every other way: trying them costs more than their
+  // chance of winning on an unchanged load is worth, so they wait longer.
+  bool clear = true;
+  for (Way w : {kWhole, kOneThread, kBands})
+    if (w != winner && available_[w] && median_[w] >= 0 &&
+        double(median_[w]) < kClearLead * double(median_[winner]))
+      clear = false;
+  const int least = clear ? kClearHold : kMinHold;
+  hold_ = decided_ && winner == best_ ? std::min(std::max(hold_ * 2, least), kMaxHold) : least;
+  decided_ = true;
+  best_ = way_ = winner;
+  trial_ = false;
+  return true;
+}
+
 bool SaturatedWay::ran(Way w, int64_t wall_ns) {
   if (w != way_ || wall_ns <= 0) return false;
   ++count_;
@@ -88,29 +134,27 @@ bool SaturatedWay::ran(Way w, int64_t wall_ns) {
     samples_[taken_++ % kSamples] = wall_ns;
     if (count_ < hold_) return false;
     if (taken_ >= kSamples) median_[way_] = median_of_samples();
-    way_ = way_ == kBands ? kOneThread : kBands;
-    trial_ = true;
-    count_ = taken_ = 0;
+    start_trials();
     return false;
   }
   if (count_ == 1) return false;  // the first after a switch: the switch's cost
   samples_[taken_++] = wall_ns;
   if (taken_ < kSamples) return false;
   median_[way_] = median_of_samples();
-  count_ = taken_ = 0;
-  const Way other = way_ == kBands ? kOneThread : kBands;
-  if (median_[other] < 0) {  // the first trial of the other way
-    way_ = other;
-    return false;
+  return next_trial();
+}
+
+void SaturatedWay::unavailable(Way w) {
+  if (w == kOneThread || !available_[w]) return;  // one thread always runs
+  available_[w] = false;
+  median_[w] = -1;
+  if (way_ != w) return;
+  if (trial_) {
+    next_trial();
+  } else {  // held (it won before it was found unavailable): try again
+    decided_ = false;
+    start_trials();
   }
-  const bool bands_win =
-      double(median_[kBands]) <= kBandsAtMost * double(median_[kOneThread]);
-  const Way winner = bands_win ? kBands : kOneThread;
-  hold_ = decided_ && winner == best_ ? std::min(hold_ * 2, kMaxHold) : kMinHold;
-  decided_ = true;
-  best_ = way_ = winner;
-  trial_ = false;
-  return true;
 }
 
 std::string SaturatedWay::why() const {
@@ -118,11 +162,16 @@ std::string SaturatedWay::why() const {
     const std::string s = std::to_string(double(ns) / 1e6);
     return s.substr(0, s.find('.') + 3) + " ms";
   };
-  const Way other = best_ == kBands ? kOneThread : kBands;
-  const char* names[] = {"in bands", "on one thread"};
-  return std::string(names[best_]) + " (median " + ms(median_[best_]) + ") rather than " +
-         names[other] + " (" + ms(median_[other]) + "); tried again in " + std::to_string(hold_) +
-         " executes";
+  const char* names[] = {"in bands", "on one thread", "whole on every thread"};
+  std::string out = std::string(names[best_]) + " (median " + ms(median_[best_]) + ") rather than ";
+  bool first = true;
+  for (Way w : {kWhole, kOneThread, kBands}) {
+    if (w == best_ || median_[w] < 0) continue;
+    out += std::string(first ? "" : " or ") + names[w] + " (" + ms(median_[w]) + ")";
+    first = false;
+  }
+  if (first) out += "nothing else";
+  return out + "; tried again in " + std::to_string(hold_) + " executes";
 }
 
 namespace {

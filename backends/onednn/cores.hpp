@@ -54,9 +54,9 @@ class Governor {
   int threads(int configured) const;
   // The cap in force (0: none), and why it last changed.
   int cap() const { return cap_; }
-  // Capped because no CPU is free at all: the plan then runs in bands
-  // (bands.hpp) on all its threads or on one, whichever it measured faster
-  // (SaturatedWay).
+  // Capped because no CPU is free at all: the plan then runs whole on all
+  // its threads, in bands (bands.hpp) or on one, whichever it measured
+  // fastest (SaturatedWay).
   bool saturated() const { return saturated_; }
   const std::string& why() const { return why_; }
   // An execute ran on `threads` of `configured` threads for `wall_ns`, of
@@ -77,44 +77,52 @@ class Governor {
   std::string why_;
 };
 
-// With no CPU free, a plan of several threads runs either in bands on all
-// of them (bands.hpp) or on one thread (the cap). Neither is faster on
-// every plan: beside two busy loops on 2 CPUs, ResNet-50 took 38 ms in
-// bands and 64 on one thread, while a plan whose steps barely split (a
-// depthwise network whose squeeze-excite blocks join the threads twice per
-// block; EfficientNet-B0 is as fast on one thread as on two even alone)
-// loses more to the joins than the second thread gives. So each plan
-// measures both ways while saturated: a trial of each (kTrialRuns executes,
-// the first after a switch not counted, the median of the rest), then the
-// way with the lower median, kept for a hold of executes after which the
-// other is tried again against the kept way's recent median. The hold
-// doubles, up to kMaxHold, each time the same way wins again (the cost of
-// trying a loser fades) and is kMinHold again when the other wins.
+// With no CPU free, a plan of several threads runs in one of three ways:
+// whole (its steps as compiled, an OpenMP team of all its threads), in
+// bands on all of them (bands.hpp), or on one thread (the cap). None is
+// fastest on every plan and every machine. When the governor was written,
+// the whole plan beside busy processes stalled at every barrier (5-20x,
+// issue 14's table), and one thread or bands won (ResNet-50 beside two busy
+// loops on 2 CPUs, session 27: bands 38 ms, one thread 64). Measured again
+// in session 30 (docs/performance.md; a 6.18 kernel, libgomp's spin bounded
+// by the plugin, plugin_shim.cpp), the whole plan was the fastest of the
+// three on every model tried beside two busy loops, 25-30% ahead: a team
+// that slept between inferences comes back ahead of the busy loops in the
+// kernel's fair share and both its threads run at once, where one thread
+// gets half of one CPU and bands pay for their pieces' joins.
+// So each plan measures the ways while saturated: a trial of each
+// (kTrialRuns executes, the first after a switch not counted, the median of
+// the rest), then the way with the lowest median, kept for a hold of
+// executes after which the others are tried again against the kept way's
+// recent median. The hold doubles, up to kMaxHold, each time the same way
+// wins again (the cost of trying a loser fades) and is kMinHold again when
+// another wins; kClearHold when the winner leads every other way by
+// kClearLead (on a 2-CPU machine whose other processes keep their load, a
+// trial is then mostly the losers' cost: 8 slow executes in 24).
 //
-// One thread goes first and keeps the plan unless bands are clearly faster
-// (a median at most kBandsAtMost of one thread's). Beside two busy loops on
-// 2 CPUs (docs/performance.md, "Session 27"), one thread was the faster way
-// on most plans, by far on the small ones (RegNet-Y 800MF, MobileNetV3,
-// EfficientNet-B0, GoogLeNet: bands 1.6-1.9 times slower, their steps too
-// short to share), and bands on the wide ones (DenseNet-121 by 1.35 times,
-// ViT-B/16 by 1.15); ResNet-50 went either way from one probe to the next.
-// With three executes a trial on a machine this busy, a median is off by
-// 10-20% now and then: the margin keeps such a draw from moving a plan to
-// its slow way, and on a tie one thread leaves the other processes the CPU
-// a helper would take. Bands' pieces are also JIT-compiled at their first
-// run, which a plan that stays on one thread never pays.
+// The whole plan goes first and is kept unless another way is clearly
+// faster (a median at most kOthersAtMost of the whole plan's): with three
+// executes a trial on a machine this busy, a median is off by 10-20% now
+// and then, and the margin keeps such a draw from moving a plan to a slow
+// way. Bands' pieces are JIT-compiled at their first run, which a plan that
+// never tries them does not pay; a plan that no step of cuts has no bands
+// (unavailable()).
 class SaturatedWay {
  public:
-  enum Way { kBands = 0, kOneThread = 1 };
+  enum Way { kBands = 0, kOneThread = 1, kWhole = 2 };
+  static constexpr int kWays = 3;
   static constexpr int kTrialRuns = 4;
-  static constexpr int kMinHold = 16, kMaxHold = 256;
-  static constexpr double kBandsAtMost = 0.9;
+  static constexpr int kMinHold = 16, kClearHold = 64, kMaxHold = 256;
+  static constexpr double kOthersAtMost = 0.9, kClearLead = 1.2;
 
+  SaturatedWay();
   // The way of the next saturated execute.
   Way next() const { return way_; }
   // A saturated execute ran in way `w` for `wall_ns`; true when that made
   // a decision (why() says which and on what).
   bool ran(Way w, int64_t wall_ns);
+  // Way `w` cannot run this plan: no more trials of it.
+  void unavailable(Way w);
   // The last trial's median of way w, ns (-1: not tried yet).
   int64_t median(Way w) const { return median_[w]; }
   int hold() const { return hold_; }
@@ -123,16 +131,23 @@ class SaturatedWay {
  private:
   static constexpr int kSamples = kTrialRuns - 1;
   int64_t median_of_samples() const;  // of the kSamples in samples_
-  Way way_ = kOneThread;
-  Way best_ = kOneThread;
+  // The trials after a hold of best_ (every way but it), or the first ones.
+  void start_trials();
+  // The next trial of this round, or the decision when none is left.
+  bool next_trial();
+  Way way_ = kWhole;
+  Way best_ = kWhole;
   bool trial_ = true;
   bool decided_ = false;
+  bool available_[kWays] = {true, true, true};
+  std::array<Way, kWays> trials_{};  // this round's trials, in order
+  int trial_count_ = 0, trial_at_ = 0;
   int count_ = 0;  // executes of this trial or hold
   // This trial's samples, or the hold's latest (a ring): no allocation, as
   // an execute makes none.
   std::array<int64_t, kSamples> samples_{};
   int taken_ = 0;  // samples taken in this trial or hold
-  int64_t median_[2] = {-1, -1};
+  int64_t median_[kWays] = {-1, -1, -1};
   int hold_ = kMinHold;
 };
 

@@ -124,10 +124,13 @@ TEST(OneDnnGovernor, SaturatedWhenNoCpuIsFree) {
   EXPECT_FALSE(two.saturated());
 }
 
-// Saturated, a plan tries both ways (one thread, then bands) and keeps the
-// faster, bands only by a margin; the first execute after a switch is not
-// counted.
+// Saturated, a plan tries each way (the whole plan, one thread, bands) and
+// keeps the fastest, another than the whole plan only by a margin; the
+// first execute after a switch is not counted.
 using Way = SaturatedWay::Way;
+constexpr Way kWhole = SaturatedWay::kWhole, kOne = SaturatedWay::kOneThread,
+              kBands = SaturatedWay::kBands;
+constexpr int kTrial = SaturatedWay::kTrialRuns;
 
 // Executes of `way` until it is no longer the next way or `limit` ran; the
 // first of them takes `first` ms, the others `ms`.
@@ -140,78 +143,132 @@ int run_way(SaturatedWay& w, Way way, int64_t ms, int64_t first = -1, int limit 
   return n;
 }
 
-TEST(OneDnnSaturatedWay, TriesBothThenKeepsTheFaster) {
+TEST(OneDnnSaturatedWay, TriesEachThenKeepsTheFastest) {
   SaturatedWay w;
-  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  EXPECT_EQ(w.next(), kWhole);
   // A first execute 10 times slower (the switch) does not count.
-  EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 30, 300), SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.median(SaturatedWay::kOneThread), 30 * kMs);
-  EXPECT_EQ(w.next(), SaturatedWay::kBands);
-  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 20, -1, SaturatedWay::kTrialRuns),
-            SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.next(), SaturatedWay::kBands);  // kept
+  EXPECT_EQ(run_way(w, kWhole, 23, 300), kTrial);
+  EXPECT_EQ(w.median(kWhole), 23 * kMs);
+  EXPECT_EQ(w.next(), kOne);
+  EXPECT_EQ(run_way(w, kOne, 40), kTrial);
+  EXPECT_EQ(w.next(), kBands);
+  EXPECT_EQ(run_way(w, kBands, 20, -1, kTrial), kTrial);
+  EXPECT_EQ(w.next(), kBands);  // kept
   EXPECT_EQ(w.hold(), SaturatedWay::kMinHold);
-  EXPECT_NE(w.why().find("in bands (median 20.00 ms) rather than on one thread (30.00 ms)"),
+  EXPECT_NE(w.why().find("in bands (median 20.00 ms) rather than whole on every thread "
+                         "(23.00 ms) or on one thread (40.00 ms)"),
             std::string::npos)
       << w.why();
-  // Kept for the hold, then one thread is tried again.
-  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 20), SaturatedWay::kMinHold);
-  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  // Kept for the hold, then the other two are tried again, in order.
+  EXPECT_EQ(run_way(w, kBands, 20), SaturatedWay::kMinHold);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_EQ(run_way(w, kWhole, 23), kTrial);
+  EXPECT_EQ(w.next(), kOne);
+  EXPECT_EQ(run_way(w, kOne, 40), kTrial);
+  EXPECT_EQ(w.next(), kBands);
+  EXPECT_EQ(w.hold(), 2 * SaturatedWay::kMinHold);
 }
 
-TEST(OneDnnSaturatedWay, BandsWinOnlyByTheMargin) {
-  // Bands 5% faster than one thread: within a busy machine's noise, and a
-  // helper's CPU taken from the other processes; one thread stays.
+TEST(OneDnnSaturatedWay, OthersWinOverTheWholePlanOnlyByTheMargin) {
+  // One thread 5% faster than the whole plan: within a busy machine's
+  // noise; the whole plan stays.
   SaturatedWay w;
-  run_way(w, SaturatedWay::kOneThread, 20);
-  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 19), SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
-  EXPECT_NE(w.why().find("on one thread (median 20.00 ms) rather than in bands (19.00 ms)"),
+  run_way(w, kWhole, 20);
+  run_way(w, kOne, 19);
+  EXPECT_EQ(run_way(w, kBands, 25), kTrial);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_NE(w.why().find("whole on every thread (median 20.00 ms) rather than on one thread "
+                         "(19.00 ms) or in bands (25.00 ms)"),
             std::string::npos)
       << w.why();
-  // The next trial finds bands 15% faster: they take over.
-  EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 20), SaturatedWay::kMinHold);
-  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 17, -1, SaturatedWay::kTrialRuns),
-            SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.next(), SaturatedWay::kBands);
+  // The next trials find one thread 15% faster: it takes over.
+  EXPECT_EQ(run_way(w, kWhole, 20), SaturatedWay::kMinHold);
+  EXPECT_EQ(run_way(w, kOne, 17), kTrial);
+  EXPECT_EQ(run_way(w, kBands, 25, -1, kTrial), kTrial);
+  EXPECT_EQ(w.next(), kOne);
   EXPECT_EQ(w.hold(), SaturatedWay::kMinHold);
 }
 
-TEST(OneDnnSaturatedWay, TheHoldGrowsWhileTheSameWayWinsAndResetsWhenTheOtherDoes) {
+TEST(OneDnnSaturatedWay, TheHoldGrowsWhileTheSameWayWinsAndResetsWhenAnotherDoes) {
   SaturatedWay w;
-  run_way(w, SaturatedWay::kOneThread, 20);
-  run_way(w, SaturatedWay::kBands, 10, -1, SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.next(), SaturatedWay::kBands);
+  run_way(w, kWhole, 23);
+  run_way(w, kOne, 20);
+  run_way(w, kBands, 30, -1, kTrial);
+  EXPECT_EQ(w.next(), kOne);
   int hold = SaturatedWay::kMinHold;
   EXPECT_EQ(w.hold(), hold);
   for (int round = 0; round < 6; ++round) {
-    EXPECT_EQ(run_way(w, SaturatedWay::kBands, 10), hold);                          // kept
-    EXPECT_EQ(run_way(w, SaturatedWay::kOneThread, 20), SaturatedWay::kTrialRuns);  // tried
+    EXPECT_EQ(run_way(w, kOne, 20), hold);      // kept
+    EXPECT_EQ(run_way(w, kWhole, 23), kTrial);  // tried
+    EXPECT_EQ(run_way(w, kBands, 30, -1, kTrial), kTrial);
     hold = std::min(hold * 2, SaturatedWay::kMaxHold);
     EXPECT_EQ(w.hold(), hold);
   }
   EXPECT_EQ(w.hold(), SaturatedWay::kMaxHold);
-  // The load changes: bands slow down (the hold's latest executes are the
-  // pace compared), and the next trial of one thread wins.
-  EXPECT_EQ(run_way(w, SaturatedWay::kBands, 40), SaturatedWay::kMaxHold);
-  run_way(w, SaturatedWay::kOneThread, 20, -1, SaturatedWay::kTrialRuns);
-  EXPECT_EQ(w.next(), SaturatedWay::kOneThread);
+  // The load changes: one thread slows down (the hold's latest executes are
+  // the pace compared), and the next trials find the whole plan faster.
+  EXPECT_EQ(run_way(w, kOne, 40), SaturatedWay::kMaxHold);
+  run_way(w, kWhole, 23);
+  run_way(w, kBands, 26, -1, kTrial);
+  EXPECT_EQ(w.next(), kWhole);
   EXPECT_EQ(w.hold(), SaturatedWay::kMinHold);
-  EXPECT_EQ(w.median(SaturatedWay::kBands), 40 * kMs);
+  EXPECT_EQ(w.median(kOne), 40 * kMs);
+}
+
+TEST(OneDnnSaturatedWay, AWayThatCannotRunIsNotTriedAgain) {
+  // A plan no step of which cuts into bands: its bands trial ends the round.
+  SaturatedWay w;
+  run_way(w, kWhole, 20);
+  run_way(w, kOne, 23);
+  EXPECT_EQ(w.next(), kBands);
+  w.unavailable(kBands);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_EQ(w.median(kBands), -1);
+  EXPECT_EQ(run_way(w, kWhole, 20), SaturatedWay::kMinHold);
+  EXPECT_EQ(run_way(w, kOne, 23), kTrial);  // the only other
+  EXPECT_EQ(w.next(), kWhole);
+  // One thread always runs.
+  w.unavailable(kOne);
+  EXPECT_EQ(run_way(w, kWhole, 20), 2 * SaturatedWay::kMinHold);
+  EXPECT_EQ(w.next(), kOne);
+}
+
+TEST(OneDnnSaturatedWay, AClearLeadHoldsLonger) {
+  // The whole plan twice as fast as one thread and 1.5 times as fast as
+  // bands: the losers are tried again after kClearHold executes, not
+  // kMinHold.
+  SaturatedWay w;
+  run_way(w, kWhole, 10);
+  run_way(w, kOne, 20);
+  run_way(w, kBands, 15);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_EQ(w.hold(), SaturatedWay::kClearHold);
+  EXPECT_EQ(run_way(w, kWhole, 10), SaturatedWay::kClearHold);
+  run_way(w, kOne, 20);
+  run_way(w, kBands, 15);
+  EXPECT_EQ(w.hold(), 2 * SaturatedWay::kClearHold);
+  // A narrower lead (one thread within 1.2 times) of the same way: the hold
+  // still doubles, to kMaxHold.
+  EXPECT_EQ(run_way(w, kWhole, 10), 2 * SaturatedWay::kClearHold);
+  run_way(w, kOne, 11);
+  run_way(w, kBands, 15);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_EQ(w.hold(), SaturatedWay::kMaxHold);
 }
 
 TEST(OneDnnSaturatedWay, AMedianIgnoresOneOutlierAndOtherWaysAreNotCounted) {
   SaturatedWay w;
-  // A run in bands forced while one thread is measured (or the reverse) is
-  // not a sample.
-  EXPECT_FALSE(w.ran(SaturatedWay::kBands, 1 * kMs));
-  w.ran(SaturatedWay::kOneThread, 50 * kMs);  // the switch
-  w.ran(SaturatedWay::kOneThread, 10 * kMs);
-  w.ran(SaturatedWay::kOneThread, 90 * kMs);  // descheduled for a while
-  w.ran(SaturatedWay::kOneThread, 12 * kMs);
-  EXPECT_EQ(w.median(SaturatedWay::kOneThread), 12 * kMs);
-  EXPECT_EQ(w.next(), SaturatedWay::kBands);
-  EXPECT_EQ(w.median(SaturatedWay::kBands), -1);
+  // A run in another way forced while the whole plan is measured is not a
+  // sample.
+  EXPECT_FALSE(w.ran(kBands, 1 * kMs));
+  EXPECT_FALSE(w.ran(kOne, 1 * kMs));
+  w.ran(kWhole, 50 * kMs);  // the switch
+  w.ran(kWhole, 10 * kMs);
+  w.ran(kWhole, 90 * kMs);  // descheduled for a while
+  w.ran(kWhole, 12 * kMs);
+  EXPECT_EQ(w.median(kWhole), 12 * kMs);
+  EXPECT_EQ(w.next(), kOne);
+  EXPECT_EQ(w.median(kOne), -1);
 }
 
 // Live: with twice as many busy processes as this process may use CPUs, a

@@ -140,13 +140,13 @@ int64_t this_thread_cpu_ns() {
 
 // On a busy machine CpuOneDnn caps its threads at the CPUs other processes
 // leave free (backends/onednn/cores.hpp; BACKPLANE_ONEDNN_FREE_CORES fixes
-// that count); with none free it runs its steps in bands that each of its
-// threads takes as it can (backends/onednn/bands.hpp), or on one thread,
-// whichever it measured faster.
-//  - Capped without bands (BACKPLANE_ONEDNN_BANDS=0): a partition compiled
-//    for 2 threads runs on the calling thread alone (no other thread of the
-//    process gets CPU time worth speaking of, though the primitives open
-//    their regions for 2).
+// that count); with none free it runs the whole plan on all its threads,
+// its steps in bands that each of its threads takes as it can
+// (backends/onednn/bands.hpp), or on one thread, whichever it measured
+// fastest.
+//  - Capped (one CPU free): a partition compiled for 2 threads runs on the
+//    calling thread alone (no other thread of the process gets CPU time
+//    worth speaking of, though the primitives open their regions for 2).
 //  - Capped, in bands: the other thread takes a good share of the pieces.
 //  - Not capped: the OpenMP team shares the work.
 // Each gives CpuRef's result, and the same bits as the others.
@@ -173,8 +173,14 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     SCOPED_TRACE(names[mode]);
     // Fixed, so that the make test's own load (other tests beside this one)
     // does not cap the uncapped runs.
-    // (0: every CPU taken; bands told on or off, rather than measured.)
-    ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", mode == kFull ? "2" : "0", 1), 0);
+    // (1: one thread; 0: every CPU taken, bands told on rather than
+    // measured.)
+    ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES",
+                     mode == kFull     ? "2"
+                     : mode == kCapped ? "1"
+                                       : "0",
+                     1),
+              0);
     ASSERT_EQ(setenv("BACKPLANE_ONEDNN_BANDS",
                      mode == kCapped  ? "0"
                      : mode == kBands ? "1"
@@ -258,15 +264,16 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     EXPECT_TRUE(bitwise_equal(outputs[kFull], outputs[kBands]))
         << c.name << ": a run in bands differs from a full one in the last bits";
   }
-  // Every CPU taken, by default: the plan tries one thread, then bands (4
-  // runs each), and keeps the faster (SaturatedWay in cores.hpp); each of
-  // the 12 runs gives the bits of one of the two ways.
+  // Every CPU taken, by default: the plan tries the whole plan, one thread,
+  // then bands (4 runs each), and keeps the fastest (SaturatedWay in
+  // cores.hpp); each of the 16 runs gives the bits of one of the ways.
   ASSERT_EQ(setenv("BACKPLANE_ONEDNN_FREE_CORES", "0", 1), 0);
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 16; ++i) {
     ASSERT_TRUE((*session)->run().ok());
     const Tensor& y = (*session)->output(0);
-    EXPECT_TRUE(bitwise_equal(outputs[kCapped], y) || bitwise_equal(outputs[kBands], y))
-        << c.name << ": saturated run " << i << " differs from both a capped and a banded one";
+    EXPECT_TRUE(bitwise_equal(outputs[kFull], y) || bitwise_equal(outputs[kCapped], y) ||
+                bitwise_equal(outputs[kBands], y))
+        << c.name << ": saturated run " << i << " differs from a full, a capped and a banded one";
   }
   unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
 }

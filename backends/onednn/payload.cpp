@@ -1142,6 +1142,21 @@ bool may_overlap(const Compiled& c, int a, int b) {
   return p.offset < q.offset + q.size && q.offset < p.offset + p.size;
 }
 
+// Whether reference `ref` starts where values of `bytes` may be read in
+// place: the steps done here (copy_concat, concat_norm, gather) read floats
+// and indices as such, not byte by byte. An arena buffer's offset comes from
+// the payload (the plan builder aligns each at 64 bytes, a window inside one
+// at whole elements; a fuzzed payload put one at an odd offset), a constant
+// lies in its blob where the artifact put it. The caller's tensors are the
+// caller's.
+bool starts_aligned(const Compiled& c, int ref, size_t bytes) {
+  const MemRef& m = c.refs[ref];
+  if (m.buffer >= 0 && c.buffers[m.buffer].kind == Buffer::kArena)
+    return c.buffers[m.buffer].offset % bytes == 0;
+  if (m.constant) return reinterpret_cast<uintptr_t>(m.constant.get_data_handle()) % bytes == 0;
+  return true;
+}
+
 void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   auto plain = [](const dnnl::memory::desc& md) {
     return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
@@ -1157,6 +1172,9 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   }
   if (dst < 0 || srcs.empty() || (step.concat_norm && (scale < 0 || shift < 0)))
     r.fail("leaves an argument of " + step.what + " out");
+  for (auto [arg, ref] : step.args)
+    if (!starts_aligned(c, ref, sizeof(float)))
+      r.fail("places an argument of " + step.what + " at a byte offset not of whole floats");
   const MemRef& out = c.refs[dst];
   if (out.constant || out.scratch || out.buffer < 0 || c.buffers[out.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
@@ -1213,6 +1231,10 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
     slot = ref;
   }
   if (data < 0 || indices < 0 || dst < 0) r.fail("leaves an argument of " + step.what + " out");
+  if (!starts_aligned(c, data, sizeof(float)) || !starts_aligned(c, dst, sizeof(float)) ||
+      ((step.index_bytes == 4 || step.index_bytes == 8) &&
+       !starts_aligned(c, indices, size_t(step.index_bytes))))
+    r.fail("places an argument of " + step.what + " at a byte offset not of whole elements");
   const MemRef &x = c.refs[data], &idx = c.refs[indices], &y = c.refs[dst];
   if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");

@@ -129,9 +129,11 @@ class Binder {
  public:
   Binder(const Compiled& c, char* memory);
   // Checks the tensors against the plan's sizes, sets their handles and runs
-  // every step on `stream`, in the plan's OpenMP thread count.
+  // every step on `stream`, in the plan's OpenMP thread count. A run not
+  // `timed` (a warm-up's, on cold caches) is not one of the saturated ways'
+  // trials (SaturatedWay, cores.hpp).
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
-           const bp_tensor_t* outputs);
+           const bp_tensor_t* outputs, bool timed = true);
   ~Binder();
 
   // For Bands (bands.hpp), which runs the same steps in pieces:

@@ -98,10 +98,12 @@ void SaturatedWay::start_trials() {
 
 bool SaturatedWay::next_trial() {
   count_ = taken_ = 0;
-  if (++trial_at_ < trial_count_) {
-    way_ = trials_[trial_at_];
-    return false;
-  }
+  // A way found unavailable after this round was planned is passed over.
+  while (++trial_at_ < trial_count_)
+    if (available_[trials_[trial_at_]]) {
+      way_ = trials_[trial_at_];
+      return false;
+    }
   // Every way tried: the fastest, another than the whole plan only by the
   // margin.
   Way winner = available_[kWhole] && median_[kWhole] >= 0 ? kWhole : kOneThread;

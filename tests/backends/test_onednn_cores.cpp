@@ -233,6 +233,22 @@ TEST(OneDnnSaturatedWay, AWayThatCannotRunIsNotTriedAgain) {
   EXPECT_EQ(w.next(), kOne);
 }
 
+TEST(OneDnnSaturatedWay, AWayFoundUnavailableBeforeItsTurnIsPassedOver) {
+  // BACKPLANE_ONEDNN_BANDS=0 is found at the first execute, while the whole
+  // plan's trial runs: the round goes on to one thread and ends there.
+  SaturatedWay w;
+  w.unavailable(kBands);
+  EXPECT_EQ(run_way(w, kWhole, 20), kTrial);
+  EXPECT_EQ(run_way(w, kOne, 23), kTrial);
+  EXPECT_EQ(w.next(), kWhole);
+  EXPECT_EQ(w.median(kBands), -1);
+  EXPECT_EQ(run_way(w, kWhole, 20), SaturatedWay::kMinHold);
+  EXPECT_EQ(run_way(w, kOne, 15, -1, kTrial), kTrial);
+  EXPECT_EQ(w.next(), kOne);
+  EXPECT_EQ(run_way(w, kOne, 15), SaturatedWay::kClearHold);
+  EXPECT_EQ(w.next(), kWhole);  // never bands
+}
+
 TEST(OneDnnSaturatedWay, AClearLeadHoldsLonger) {
   // The whole plan twice as fast as one thread and 1.5 times as fast as
   // bands: the losers are tried again after kClearHold executes, not

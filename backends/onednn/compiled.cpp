@@ -529,8 +529,9 @@ class Context : public sdk::ExecContext {
   // kWarmAtLeast whatever their pace: the encoder's first run after ready
   // went from 1.02-1.04 of steady (three batches of 61 fresh processes) to
   // 0.98-1.02 (three batches, taking turns with the others), for 4 ms more
-  // of ready time.
-  static constexpr int kWarmRuns = 6;
+  // of ready time. At most kWarmRunsAtMost runs, though: a plan of a few
+  // microseconds (one ONNX node) would otherwise run hundreds of times.
+  static constexpr int kWarmRuns = 6, kWarmRunsAtMost = 32;
   static constexpr double kSettled = 0.97;
   static constexpr std::chrono::milliseconds kWarmAtLeast{4};
   static constexpr std::chrono::milliseconds kWarmBudget{40};
@@ -566,7 +567,7 @@ class Context : public sdk::ExecContext {
         const Clock::duration took = Clock::now() - run_start;
         const bool settled = k > 0 && took > best * kSettled;  // no faster than before
         best = std::min(best, took);
-        if (Clock::now() - start < kWarmAtLeast) continue;
+        if (Clock::now() - start < kWarmAtLeast && k + 1 < kWarmRunsAtMost) continue;
         if (settled || k + 1 >= kWarmRuns) break;
       }
     } catch (const std::exception&) {

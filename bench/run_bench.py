@@ -133,6 +133,36 @@ class Runner:
     def run(self, k):
         return self.send(f"run {k}")["times_ms"]
 
+    def threads_cpu(self):
+        """{thread id: (CPU ticks used, CPU it last ran on)} from /proc."""
+        out = {}
+        task = f"/proc/{self.proc.pid}/task"
+        try:
+            tids = os.listdir(task)
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"{task}/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # After the command: field 3 (state) is fields[0]; utime, stime
+            # are fields 14, 15; processor is field 39.
+            out[tid] = (int(fields[11]) + int(fields[12]), int(fields[36]))
+        return out
+
+    def timed_turn(self, k):
+        """`run k`, and the CPUs the threads that worked in it last ran on
+        ("0", "0,1", or "" when no thread used a whole tick): a process can
+        stay on one (virtual) CPU for its life, and a CPU can be slower than
+        the other for a while on a shared host."""
+        before = self.threads_cpu()
+        times = self.run(k)
+        after = self.threads_cpu()
+        cpus = sorted({cpu for tid, (ticks, cpu) in after.items() if ticks > before.get(tid, (0, 0))[0]})
+        return times, ",".join(str(c) for c in cpus)
+
     def peak_rss_mb(self):
         return (self._status("VmHWM") - (self.base_rss_kb or 0)) / 1024.0
 
@@ -216,6 +246,7 @@ def bench_one(args, files, threads, paths, first=True):
     ort = None
     builds = {}
     turns = {"static": [], "bp": [], "ort": []}
+    turn_cpus = {k: [] for k in turns}
     first_set = {}
     try:
         ort = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"], onnx_path,
@@ -248,7 +279,9 @@ def bench_one(args, files, threads, paths, first=True):
             while runs > 0:
                 k_runs = min(args.block, runs)
                 for k, r in runners.items():
-                    turns[k].append(r.run(k_runs + 1)[1:])
+                    times, cpus = r.timed_turn(k_runs + 1)
+                    turns[k].append(times[1:])
+                    turn_cpus[k].append(cpus)
                     # Let the threads of the runtime that just ran stop
                     # spinning and park before the next one starts (both
                     # pools spin-wait).
@@ -277,6 +310,9 @@ def bench_one(args, files, threads, paths, first=True):
             # Each runtime's turn medians in order, for results.json: what the
             # paired ratios were taken over.
             "turn_ms": {k: [round(statistics.median(x), 4) for x in v] for k, v in turns.items()},
+            # The CPUs each runtime's working threads were on at the end of
+            # each turn: where a row's ratio came from when one CPU was slow.
+            "turn_cpus": turn_cpus,
             "rel_diff": rel,
             "bp_load_ms": first_set["load_ms"], "ort_load_ms": ort.load_ms,
             "bp_ready_ms": first_set["ready_ms"], "ort_ready_ms": ort.info["ready_ms"],
@@ -289,6 +325,16 @@ def bench_one(args, files, threads, paths, first=True):
     finally:
         for r in list(builds.values()) + ([ort] if ort else []):
             r.close()
+
+
+def cpu_summary(turn_cpus):
+    """How many turns each runtime's working threads ended on each CPU set,
+    e.g. "CPUs of the turns: bp 0 x6, 1 x4; static 0 x10; ort 1 x10"."""
+    parts = []
+    for k, cpus in turn_cpus.items():
+        counts = {c: cpus.count(c) for c in sorted(set(cpus))}
+        parts.append(f"{k} " + ", ".join(f"{c or '-'} x{n}" for c, n in counts.items()))
+    return "CPUs of the turns: " + "; ".join(parts)
 
 
 def bench_load(args, files, paths):
@@ -581,6 +627,8 @@ def main():
         for threads in thread_counts:
             log(f"{files[0]} at {threads} thread(s)")
             r = bench_one(args, files, threads, paths)
+            log(f"{files[0]} at {threads} thread(s): Backplane/ORT {r['ratio']:.2f}, dynamic/static "
+                f"{r['dyn_static']:.3f}; {cpu_summary(r['turn_cpus'])}")
             r["family"] = bench_models.family(files[0])
             r["gflop"] = gflop / 1e9 if gflop else None
             results.append(r)

@@ -2,8 +2,8 @@
 """Backplane (CpuOneDnn) against ONNX Runtime on real models: `make bench`.
 
 For each model and thread count this starts three long-lived processes, one
-after the other so their start-up is not disturbed (Backplane's two in
-`--process-sets` fresh pairs, one pair after the other):
+after the other so their start-up is not disturbed (in `--process-sets` sets
+of fresh processes, one set after the other, the runs shared among them):
   backplane_bench dynamic  Backplane as an application uses it, CpuOneDnn loaded
                            from Backplane_CpuOneDnn_backend.so
   node ort_runner.js       ONNX Runtime (npm onnxruntime-node) with
@@ -243,20 +243,17 @@ def bench_one(args, files, threads, paths, first=True):
         bpk_ready, bpk_first, bpk_first_ratio, bpk_processes = first_result(paths, model, onnx_path, input_path,
                                                                              threads)
         time.sleep(args.gap)
-    ort = None
-    builds = {}
+    runners = {}
     turns = {"static": [], "bp": [], "ort": []}
     turn_cpus = {k: [] for k in turns}
     first_set = {}
     try:
-        ort = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"], onnx_path,
-                                     input_path, t])
-        ort.run(args.warmup)
-        # Backplane's two builds run in `process_sets` pairs of fresh
-        # processes, one pair after the other, the runs shared among them:
-        # the same build in two processes can differ by 5% for the whole
-        # life of each (where its memory lands), which no pairing of turns
-        # within one process cancels.
+        # All three run in `process_sets` sets of fresh processes, one set
+        # after the other, the runs shared among them: the same build in two
+        # processes can differ by 5% for the whole life of each (where its
+        # memory lands, which virtual CPU it stays on), which no pairing of
+        # turns within one process cancels; every runtime gets as many
+        # processes as the others.
         done = 0
         for set_index in range(args.process_sets):
             runs = -(-(args.runs - done) // (args.process_sets - set_index))
@@ -264,15 +261,26 @@ def bench_one(args, files, threads, paths, first=True):
             # pick its spin count; give it the one the plugin's shim sets. It
             # takes its turn first, so the dynamic build's turn is next to
             # both others'.
-            builds["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
-                                                            input_path, t],
-                                      env=dict(os.environ,
-                                               GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
-            builds["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
-                                                         paths["backend_dir"]])
-            runners = dict(builds, ort=ort)
-            for k in builds:
-                builds[k].run(args.warmup)
+            runners["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
+                                                             input_path, t],
+                                       env=dict(os.environ,
+                                                GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
+            runners["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
+                                                          paths["backend_dir"]])
+            runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
+                                                    onnx_path, input_path, t])
+            # Warm-up: each runtime's runs with a pause after them (a pool
+            # that just ran spins), then one untimed round of turns. Every
+            # process of a set was idle while the later ones loaded, and a
+            # process's first runs after that are slow for a while (on this
+            # VM the first one started took 1.5-2x for its warm-up and first
+            # two turns when timing began right after the warm-ups).
+            for r in runners.values():
+                r.run(args.warmup)
+                time.sleep(args.gap)
+            for r in runners.values():
+                r.run(args.block + 1)
+                time.sleep(args.gap)
             # Turns of `block` timed runs each, after one untimed run that
             # wakes the runtime's threads again; the runtimes take turns until
             # each has this set's runs.
@@ -289,18 +297,22 @@ def bench_one(args, files, threads, paths, first=True):
                 runs -= k_runs
                 done += k_runs
             if set_index == 0:
-                bp = builds["bp"]
-                path = os.path.join(paths["out"], f"{model}.t{threads}.bp.npy")
-                bp.send(f"save {path}")
-                first_set = {"out": np.load(path).astype(np.float64), "load_ms": bp.load_ms,
-                             "ready_ms": bp.info["ready_ms"], "rss_mb": bp.peak_rss_mb(),
-                             "backends": bp.info.get("backends", ""), "partitions": bp.info.get("partitions")}
-            for k in list(builds):
-                builds.pop(k).close()
-        path = os.path.join(paths["out"], f"{model}.t{threads}.ort.npy")
-        ort.send(f"save {path}")
-        ort_out = np.load(path).astype(np.float64)
-        rel = float(np.abs(first_set["out"] - ort_out).max() / max(np.abs(ort_out).max(), 1e-30))
+                # Outputs, load times and memory: the first set's processes.
+                bp, ort = runners["bp"], runners["ort"]
+                out = {}
+                for k, r in (("bp", bp), ("ort", ort)):
+                    path = os.path.join(paths["out"], f"{model}.t{threads}.{k}.npy")
+                    r.send(f"save {path}")
+                    out[k] = np.load(path).astype(np.float64)
+                first_set = {"out": out, "load_ms": bp.load_ms, "ready_ms": bp.info["ready_ms"],
+                             "rss_mb": bp.peak_rss_mb(), "backends": bp.info.get("backends", ""),
+                             "partitions": bp.info.get("partitions"), "ort_load_ms": ort.load_ms,
+                             "ort_ready_ms": ort.info["ready_ms"], "ort_first_ms": ort.info["first_ms"],
+                             "ort_rss_mb": ort.peak_rss_mb()}
+            for k in list(runners):
+                runners.pop(k).close()
+        bp_out, ort_out = first_set["out"]["bp"], first_set["out"]["ort"]
+        rel = float(np.abs(bp_out - ort_out).max() / max(np.abs(ort_out).max(), 1e-30))
         med = {k: statistics.median(x for turn in v for x in turn) for k, v in turns.items()}
         return {
             "model": model, "threads": threads,
@@ -314,16 +326,16 @@ def bench_one(args, files, threads, paths, first=True):
             # each turn: where a row's ratio came from when one CPU was slow.
             "turn_cpus": turn_cpus,
             "rel_diff": rel,
-            "bp_load_ms": first_set["load_ms"], "ort_load_ms": ort.load_ms,
-            "bp_ready_ms": first_set["ready_ms"], "ort_ready_ms": ort.info["ready_ms"],
-            "ort_first_ratio": ort.info["first_ms"] / med["ort"],
+            "bp_load_ms": first_set["load_ms"], "ort_load_ms": first_set["ort_load_ms"],
+            "bp_ready_ms": first_set["ready_ms"], "ort_ready_ms": first_set["ort_ready_ms"],
+            "ort_first_ratio": first_set["ort_first_ms"] / med["ort"],
             "bpk_ready_ms": bpk_ready, "bpk_first_ms": bpk_first, "bpk_first_ratio": bpk_first_ratio,
-            "bp_rss_mb": first_set["rss_mb"], "ort_rss_mb": ort.peak_rss_mb(),
+            "bp_rss_mb": first_set["rss_mb"], "ort_rss_mb": first_set["ort_rss_mb"],
             "backends": first_set["backends"], "partitions": first_set["partitions"],
             "runs": args.runs,
         }
     finally:
-        for r in list(builds.values()) + ([ort] if ort else []):
+        for r in runners.values():
             r.close()
 
 
@@ -428,8 +440,9 @@ def table(results, ort_version, args, peaks):
     lines = [
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
         f"{results[0]['runs'] if results else 0} timed runs each after {args.warmup} warm-up, in alternating turns of "
-        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns), Backplane's two builds in "
-        f"{args.process_sets} pair(s) of fresh processes one after the other, sharing the runs; median latency. "
+        f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns), in {args.process_sets} "
+        "set(s) of fresh processes (Backplane's two builds and ONNX Runtime) one after the other, sharing the runs; "
+        "median latency. "
         "Backplane/ORT and dynamic/static: the median over the turns of the ratio of a turn's median to the "
         "median of the other runtime's turn next to it (the machine's speed changes for seconds at a time; "
         "neighbouring turns share it). "
@@ -574,9 +587,9 @@ def main():
     ap.add_argument("--block", type=int, default=3,
                     help="timed runs per turn (1: every timed run follows the other runtime's turn, i.e. starts "
                          "with parked threads)")
-    ap.add_argument("--process-sets", type=int, default=2,
-                    help="fresh pairs of Backplane processes (dynamic, static) the runs are shared among, one pair "
-                         "after the other; ONNX Runtime keeps one process")
+    ap.add_argument("--process-sets", type=int, default=3,
+                    help="sets of fresh processes (Backplane dynamic and static, ONNX Runtime) the runs are shared "
+                         "among, one set after the other")
     ap.add_argument("--gap", type=float, default=0.2,
                     help="seconds between alternating runs (ORT's threads spin-wait after a run; "
                          "shorter gaps let that spinning slow the next runtime)")

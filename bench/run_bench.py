@@ -3,7 +3,8 @@
 
 For each model and thread count this starts three long-lived processes, one
 after the other so their start-up is not disturbed (in `--process-sets` sets
-of fresh processes, one set after the other, the runs shared among them):
+of fresh processes, one set after the other, the runs shared among them;
+which starts first rotates from set to set):
   backplane_bench dynamic  Backplane as an application uses it, CpuOneDnn loaded
                            from Backplane_CpuOneDnn_backend.so
   node ort_runner.js       ONNX Runtime (npm onnxruntime-node) with
@@ -12,7 +13,9 @@ of fresh processes, one set after the other, the runs shared among them):
 Each reports its load-to-first-result (runtime/library load + model load +
 first inference). After a warm-up, the three take turns on the same input
 (`--block` timed runs per turn, after one untimed run), so machine noise hits
-all of them alike; each times its own inference. Reported: median latencies,
+all of them alike (at 1 thread the three of a round run on one CPU, the next
+round on the other: one virtual CPU can be slower than the other for seconds);
+each times its own inference. Reported: median latencies,
 Backplane/ORT and dynamic/static (each the median over turns of a turn's
 median over its neighbour's: the machine's speed changes for seconds at a
 time), max |bp - ort| / max |ort| on the outputs, load-to-first-result
@@ -152,6 +155,19 @@ class Runner:
             out[tid] = (int(fields[11]) + int(fields[12]), int(fields[36]))
         return out
 
+    def pin(self, cpu):
+        """Every thread of the process onto `cpu` (threads it makes later
+        inherit the mask of the thread that makes them)."""
+        try:
+            tids = os.listdir(f"/proc/{self.proc.pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), {cpu})
+            except OSError:
+                pass
+
     def timed_turn(self, k):
         """`run k`, and the CPUs the threads that worked in it last ran on
         ("0", "0,1", or "" when no thread used a whole tick): a process can
@@ -261,14 +277,24 @@ def bench_one(args, files, threads, paths, first=True):
             # pick its spin count; give it the one the plugin's shim sets. It
             # takes its turn first, so the dynamic build's turn is next to
             # both others'.
-            runners["static"] = Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
-                                                             input_path, t],
-                                       env=dict(os.environ,
-                                                GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000")))
-            runners["bp"] = Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
-                                                          paths["backend_dir"]])
-            runners["ort"] = Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"), paths["ort_module"],
-                                                    onnx_path, input_path, t])
+            make = {
+                "static": lambda: Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
+                                                               input_path, t],
+                                         env=dict(os.environ,
+                                                  GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000"))),
+                "bp": lambda: Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
+                                                            paths["backend_dir"]]),
+                "ort": lambda: Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"),
+                                                      paths["ort_module"], onnx_path, input_path, t]),
+            }
+            # The process started first in a set runs slower for its life
+            # (on this VM, 5% median over 8 sets of three identical processes,
+            # 1-13% each), so which runtime starts first rotates from set to
+            # set. The turns keep their order.
+            keys = list(make)
+            for k in keys[set_index % 3:] + keys[:set_index % 3]:
+                runners[k] = make[k]()
+            runners = {k: runners[k] for k in keys}
             # Warm-up: each runtime's runs with a pause after them (a pool
             # that just ran spins), then one untimed round of turns. Every
             # process of a set was idle while the later ones loaded, and a
@@ -287,6 +313,12 @@ def bench_one(args, files, threads, paths, first=True):
             while runs > 0:
                 k_runs = min(args.block, runs)
                 for k, r in runners.items():
+                    if threads == 1 and not args.no_pin:
+                        # At 1 thread the runtimes of a round share one CPU,
+                        # the next round the other: a process stays on the
+                        # CPU it woke on, and one CPU of this VM runs up to
+                        # 1.6x slower than the other for seconds at a time.
+                        r.pin(len(turns[k]) % 2 % os.cpu_count())
                     times, cpus = r.timed_turn(k_runs + 1)
                     turns[k].append(times[1:])
                     turn_cpus[k].append(cpus)
@@ -441,8 +473,10 @@ def table(results, ort_version, args, peaks):
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; ONNX Runtime {ort_version} (npm onnxruntime-node); "
         f"{results[0]['runs'] if results else 0} timed runs each after {args.warmup} warm-up, in alternating turns of "
         f"{args.block} (each turn after one untimed run, {args.gap:g} s between turns), in {args.process_sets} "
-        "set(s) of fresh processes (Backplane's two builds and ONNX Runtime) one after the other, sharing the runs; "
-        "median latency. "
+        "set(s) of fresh processes (Backplane's two builds and ONNX Runtime; which starts first rotates) one after "
+        "the other, sharing the runs"
+        f"{'' if args.no_pin else '; at 1 thread the runtimes of a round of turns on one CPU, the next round on the other'}"
+        "; median latency. "
         "Backplane/ORT and dynamic/static: the median over the turns of the ratio of a turn's median to the "
         "median of the other runtime's turn next to it (the machine's speed changes for seconds at a time; "
         "neighbouring turns share it). "
@@ -590,6 +624,9 @@ def main():
     ap.add_argument("--process-sets", type=int, default=3,
                     help="sets of fresh processes (Backplane dynamic and static, ONNX Runtime) the runs are shared "
                          "among, one set after the other")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="at 1 thread, leave each process on the CPU the kernel chooses (by default the three "
+                         "runtimes of a round of turns share one CPU, the next round the other)")
     ap.add_argument("--gap", type=float, default=0.2,
                     help="seconds between alternating runs (ORT's threads spin-wait after a run; "
                          "shorter gaps let that spinning slow the next runtime)")

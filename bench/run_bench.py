@@ -136,17 +136,18 @@ class Runner:
     def run(self, k):
         return self.send(f"run {k}")["times_ms"]
 
+    def _tids(self):
+        try:
+            return os.listdir(f"/proc/{self.proc.pid}/task")
+        except OSError:
+            return []
+
     def threads_cpu(self):
         """{thread id: (CPU ticks used, CPU it last ran on)} from /proc."""
         out = {}
-        task = f"/proc/{self.proc.pid}/task"
-        try:
-            tids = os.listdir(task)
-        except OSError:
-            return out
-        for tid in tids:
+        for tid in self._tids():
             try:
-                with open(f"{task}/{tid}/stat") as f:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
@@ -158,11 +159,7 @@ class Runner:
     def pin(self, cpu):
         """Every thread of the process onto `cpu` (threads it makes later
         inherit the mask of the thread that makes them)."""
-        try:
-            tids = os.listdir(f"/proc/{self.proc.pid}/task")
-        except OSError:
-            return
-        for tid in tids:
+        for tid in self._tids():
             try:
                 os.sched_setaffinity(int(tid), {cpu})
             except OSError:
@@ -288,8 +285,8 @@ def bench_one(args, files, threads, paths, first=True):
                                                       paths["ort_module"], onnx_path, input_path, t]),
             }
             # The process started first in a set runs slower for its life
-            # (on this VM, 5% median over 8 sets of three identical processes,
-            # 1-13% each), so which runtime starts first rotates from set to
+            # (on this VM, 5-6% median over 8 sets of three identical processes,
+            # 1-14% each), so which runtime starts first rotates from set to
             # set. The turns keep their order.
             keys = list(make)
             for k in keys[set_index % 3:] + keys[:set_index % 3]:
@@ -318,7 +315,7 @@ def bench_one(args, files, threads, paths, first=True):
                         # the next round the other: a process stays on the
                         # CPU it woke on, and one CPU of this VM runs up to
                         # 1.6x slower than the other for seconds at a time.
-                        r.pin(len(turns[k]) % 2 % os.cpu_count())
+                        r.pin(len(turns[k]) % min(2, os.cpu_count()))
                     times, cpus = r.timed_turn(k_runs + 1)
                     turns[k].append(times[1:])
                     turn_cpus[k].append(cpus)

@@ -10,6 +10,7 @@ mostly a change of import::
 docs/python.md describes every function; the type stubs (__init__.pyi) give
 their signatures.
 """
+from . import numerics  # noqa: F401
 from ._backplane import (  # noqa: F401
     BackendError,
     BackendFile,

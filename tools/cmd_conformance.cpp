@@ -4,6 +4,7 @@
 #include "ir/op_registry.hpp"
 #include "npy.hpp"
 
+#include <backplane/numerics.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
@@ -547,50 +548,15 @@ Result<std::vector<Tensor>> run_model(Model& model,
   return out;
 }
 
-// "" when `got` matches `want`: float32/64 within |got - want| <= 1e-4 +
-// 1e-3 |want| (NaN equals NaN), everything else bit for bit.
+// "" when every output of `got` matches CpuRef's `want` under the numerics
+// policy (include/backplane/numerics.hpp), else what differs first.
 std::string compare(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
   if (got.size() != want.size())
     return std::to_string(got.size()) + " outputs, CpuRef has " + std::to_string(want.size());
   for (size_t o = 0; o < got.size(); ++o) {
-    const Tensor& g = got[o];
-    const Tensor& w = want[o];
-    const std::string which = "output " + std::to_string(o);
-    if (g.dtype() != w.dtype())
-      return which + " is " + dtype_name(g.dtype()) + ", CpuRef's is " + dtype_name(w.dtype());
-    if (g.shape() != w.shape())
-      return which + " has shape " + shape_to_string(g.shape()) + ", CpuRef's is " +
-             shape_to_string(w.shape());
-    auto check = [&](auto* gp, auto* wp) -> std::string {
-      double worst = 0;
-      int64_t at = -1;
-      for (int64_t k = 0; k < g.numel(); ++k) {
-        double a = static_cast<double>(gp[k]), b = static_cast<double>(wp[k]);
-        if (std::isnan(a) && std::isnan(b)) continue;
-        double err = std::fabs(a - b);
-        if (!(err <= 1e-4 + 1e-3 * std::fabs(b)) && (at < 0 || err > worst || std::isnan(err))) {
-          worst = err;
-          at = k;
-        }
-      }
-      if (at < 0) return "";
-      std::ostringstream os;
-      os << which << "[" << at << "] is " << static_cast<double>(gp[at]) << ", CpuRef's is "
-         << static_cast<double>(wp[at]) << " (largest error " << worst << ")";
-      return os.str();
-    };
-    if (g.dtype() == DType::kFloat32) {
-      if (auto e = check(g.data_as<float>(), w.data_as<float>()); !e.empty()) return e;
-    } else if (g.dtype() == DType::kFloat64) {
-      if (auto e = check(g.data_as<double>(), w.data_as<double>()); !e.empty()) return e;
-    } else if (std::memcmp(g.data(), w.data(), g.size_bytes()) != 0) {
-      const auto* gb = static_cast<const unsigned char*>(g.data());
-      const auto* wb = static_cast<const unsigned char*>(w.data());
-      size_t byte = 0;
-      while (gb[byte] == wb[byte]) ++byte;
-      return which + " differs from CpuRef's at element " +
-             std::to_string(byte / dtype_size(g.dtype()));
-    }
+    const numerics::Comparison c = numerics::compare(got[o], want[o]);
+    if (!c.within())
+      return "output " + std::to_string(o) + ": " + c.describe(want[o].shape()) + " against CpuRef";
   }
   return "";
 }

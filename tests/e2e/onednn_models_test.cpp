@@ -3,7 +3,7 @@
 // CpuOneDnn is loaded as users get it (Backplane_CpuOneDnn_backend.so from
 // this build's backend folder) and chosen by the default preference. For each
 // model from scripts/gen_models.py: the nodes CpuOneDnn takes, the output
-// against CpuRef's on the same input (max|a-b| <= 1e-4 * max|ref|) at 1 and 2
+// against CpuRef's on the same input (the numerics policy, docs/numerics.md) at 1 and 2
 // threads, and repeated and concurrent runs.
 #include "support/e2e_util.hpp"
 
@@ -75,16 +75,12 @@ TEST_P(OneDnnModels, DefaultPreferencePicksCpuOneDnnAndMatchesCpuRef) {
     Tensor want = run_once(**ref, c.input, input);
     ASSERT_FALSE(y.empty());
     ASSERT_FALSE(want.empty());
-    ASSERT_EQ(y.shape(), want.shape());
-    const double scale = max_abs(want);
-    ASSERT_GT(scale, 0.0);
-    const double diff = max_abs_diff(y, want);
-    EXPECT_LE(diff, 1e-4 * scale) << c.name << ": max|onednn-ref| = " << diff
-                                  << ", max|ref| = " << scale;
+    ASSERT_GT(max_abs(want), 0.0);
+    expect_matches(y, want, c.name + ": CpuOneDnn against CpuRef");
 
     // And against PyTorch's own output.
     Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");
-    EXPECT_LE(max_abs_diff(y, expected), 1e-4 * max_abs(expected));
+    expect_matches(y, expected, c.name + ": CpuOneDnn against PyTorch");
   }
 }
 
@@ -241,7 +237,7 @@ TEST_P(OneDnnModels, CappedRunsOnFewerThreadsOrInBandsAndMatchCpuRef) {
     const Tensor y = (*session)->output(0).clone();  // the session overwrites its own
     outputs[mode] = y;
     ASSERT_EQ(y.shape(), want.shape());
-    EXPECT_LE(max_abs_diff(y, want), 1e-4 * max_abs(want)) << c.name;
+    expect_matches(y, want, c.name);
     if (mode == kCapped) {
       capped_self = self;
       EXPECT_LT(double(others), 0.1 * double(self))

@@ -9,6 +9,7 @@
 // checks what the CLI writes with NumPy itself.
 #pragma once
 
+#include <backplane/numerics.hpp>
 #include <backplane/runtime.hpp>
 
 #include <gtest/gtest.h>
@@ -96,6 +97,14 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
 inline double relative_error(const Tensor& got, const Tensor& ref) {
   const double scale = max_abs(ref), diff = max_abs_diff(got, ref);
   return scale == 0 ? diff : diff / scale;
+}
+
+// `got` against the reference `ref` under the numerics policy
+// (include/backplane/numerics.hpp); `what` names the pair in the failure.
+inline void expect_matches(const Tensor& got, const Tensor& ref, const std::string& what) {
+  ASSERT_FALSE(got.empty()) << what << ": no output";
+  const numerics::Comparison c = numerics::compare(got, ref);
+  EXPECT_TRUE(c.within()) << what << ": " << c.describe(ref.shape());
 }
 
 // One session of `model` run once on `inputs` (by name): the outputs (copied),

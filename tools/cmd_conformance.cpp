@@ -1,6 +1,7 @@
 #include "cmd_conformance.hpp"
 
 #include "conformance_onnx.hpp"
+#include "hygiene.hpp"
 #include "ir/op_registry.hpp"
 #include "npy.hpp"
 
@@ -24,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -694,6 +696,10 @@ class Runner {
   Runner(Runtime& rt, const ConformanceCommand& cmd, std::string scratch, std::string rerun_options)
       : rt_(rt), cmd_(cmd), scratch_(std::move(scratch)), rerun_(std::move(rerun_options)) {}
 
+  // Prints the hygiene contract's verdicts (hygiene.hpp) and counts each rule
+  // as a case: kept passes, broken fails.
+  void record_hygiene(const HygieneReport& report);
+
   int run();
 
  private:
@@ -932,6 +938,18 @@ CaseResult Runner::run_threads(const Case& base, const OpSpec& spec, uint32_t se
       return fail("thread " + std::to_string(t) + ": " + first_line(errors[t]));
     }
   return {};
+}
+
+void Runner::record_hygiene(const HygieneReport& report) {
+  std::cout << cmd_.backend << ": hygiene (process state across load, configure, compile, "
+                               "execute and unload)\n";
+  for (const HygieneResult& r : report.rules) {
+    std::cout << "  " << r.rule << ": " << (r.violation.empty() ? "kept" : "BROKEN " + r.violation)
+              << "\n";
+    if (r.violation.empty()) ++passed_;
+    else ++failed_;
+  }
+  if (!report.note.empty()) std::cout << "  (" << report.note << ")\n";
 }
 
 void Runner::record(const Case& c, const CaseResult& r, const std::set<std::string>& ops) {
@@ -1387,7 +1405,61 @@ int Runner::run() {
 
 }  // namespace
 
+namespace {
+
+// Models the hygiene check may run the backend on: the catalogue's cases,
+// those that keep a backend busiest first.
+std::vector<std::function<HygieneModel()>> hygiene_candidates(const std::string& scratch) {
+  std::vector<std::function<HygieneModel()>> out;
+  const std::vector<OpSpec> specs = catalogue();
+  for (const char* first : {"Conv", "MatMul", "Gemm", "Add", "Relu", ""})
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const bool preferred = specs[k].op == first;
+      const bool rest = *first == '\0' && specs[k].op != "Conv" && specs[k].op != "MatMul" &&
+                        specs[k].op != "Gemm" && specs[k].op != "Add" && specs[k].op != "Relu";
+      if (!preferred && !rest) continue;
+      out.push_back([spec = specs[k], k, scratch] {
+        Case c = make_op_case(spec, static_cast<uint32_t>(k + 1));
+        HygieneModel m;
+        m.path = scratch + "/hygiene" + std::to_string(k) + ".onnx";
+        std::ofstream file(m.path, std::ios::binary);
+        c.model.SerializeToOstream(&file);
+        m.inputs = std::move(c.inputs);
+        return m;
+      });
+    }
+  return out;
+}
+
+}  // namespace
+
 int ConformanceCommand::run(const RuntimeOptions& options) const {
+  std::string scratch = (fs::temp_directory_path() / "backplane_conformance_XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) {
+    std::cerr << "error: cannot create a scratch directory: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  struct RemoveScratch {
+    std::string dir;
+    ~RemoveScratch() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_scratch{scratch};
+  // First, before this process has loaded any backend: the hygiene contract.
+  std::optional<HygieneReport> hygiene;
+  if (!skip_hygiene) {
+    auto checked = check_hygiene(backend, options, scratch, hygiene_candidates(scratch));
+    if (!checked.ok()) {
+      std::cerr << "error: "
+                << (checked.status().code() == StatusCode::kNotFound
+                        ? ""
+                        : "hygiene check of '" + backend + "': ")
+                << checked.status().message() << "\n";
+      return 1;
+    }
+    hygiene = std::move(*checked);
+  }
   auto rt = Runtime::create(options);
   if (!rt.ok()) {
     std::cerr << "error: " << rt.status().message() << "\n";
@@ -1411,19 +1483,12 @@ int ConformanceCommand::run(const RuntimeOptions& options) const {
                  "with it\n";
     return 1;
   }
-  std::string scratch = (fs::temp_directory_path() / "backplane_conformance_XXXXXX").string();
-  if (::mkdtemp(scratch.data()) == nullptr) {
-    std::cerr << "error: cannot create a scratch directory: " << std::strerror(errno) << "\n";
-    return 1;
-  }
   std::string rerun;
   if (options.backend_path) rerun += " --backend-path " + *options.backend_path;
   if (!options.dynamic_backends) rerun += " --no-dynamic-backends";
   Runner runner(**rt, *this, scratch, rerun);
-  int status = runner.run();
-  std::error_code ec;
-  fs::remove_all(scratch, ec);
-  return status;
+  if (hygiene) runner.record_hygiene(*hygiene);
+  return runner.run();
 }
 
 void add_conformance_command(CLI::App& parent, ConformanceCommand* cmd) {
@@ -1443,6 +1508,9 @@ void add_conformance_command(CLI::App& parent, ConformanceCommand* cmd) {
                        "The ONNX node cases to run (default: share/backplane/conformance beside "
                        "the program's bin/)");
   cmd->app->add_flag("--verbose", cmd->verbose, "Print every case, not only failures");
+  cmd->app->add_flag("--no-hygiene", cmd->skip_hygiene,
+                     "Skip the hygiene contract (process state across load, configure, compile, "
+                     "execute and unload; docs/writing-a-backend.md)");
 }
 
 }  // namespace backplane::cli

@@ -26,6 +26,10 @@
 // take is "unsupported"; --strict counts a case of a claimed operator that
 // the backend rejects as a failure.
 //
+// Before any of that, with the backend loaded alone, the hygiene contract
+// (hygiene.hpp): each rule of the process state a backend must leave alone
+// is one case, kept or broken (--no-hygiene skips it).
+//
 // Prints the counts per claimed operator and "ID: N passed, N failed, N
 // unsupported"; on failure, writes the smallest failing case as an ONNX model
 // plus its inputs (.npy) to --case-dir and prints the two `backplane run`
@@ -48,6 +52,7 @@ struct ConformanceCommand {
   std::string case_dir = ".";
   std::string case_data;  // the ONNX node cases; "" = <bin>/../share/backplane/conformance
   bool verbose = false;
+  bool skip_hygiene = false;  // --no-hygiene
 
   bool selected() const { return app != nullptr && app->parsed(); }
   // Runs the cases with a runtime made from `options`; prints on stdout.

@@ -24,6 +24,11 @@
  *   MOCK_THREAD_POOL        (API >= 1.5) also fill execute_shaped, which runs
  *                           Relu through host->parallel_for on the pool it is
  *                           lent, counting in MockPoolCounters()
+ *   MOCK_HOOKS_HEADER="h"   include h, which may define MOCK_ON_CREATE(),
+ *                           MOCK_ON_CONFIGURE(), MOCK_ON_COMPILE(),
+ *                           MOCK_ON_EXECUTE(), MOCK_ON_EXECUTE_END() and
+ *                           MOCK_ON_DESTROY(): code run in those slots (the hygiene tests' violations,
+ *                           tests/hygiene/violations.h)
  *
  * When nothing misbehaves it is a working backend that runs Relu (float32),
  * both compiled (compile/execute) and one op at a time (execute_node), and
@@ -42,6 +47,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#if defined(MOCK_HOOKS_HEADER)
+#include MOCK_HOOKS_HEADER
+#endif
+#ifndef MOCK_ON_CREATE
+#define MOCK_ON_CREATE()
+#endif
+#ifndef MOCK_ON_CONFIGURE
+#define MOCK_ON_CONFIGURE()
+#endif
+#ifndef MOCK_ON_COMPILE
+#define MOCK_ON_COMPILE()
+#endif
+#ifndef MOCK_ON_EXECUTE
+#define MOCK_ON_EXECUTE()
+#endif
+#ifndef MOCK_ON_EXECUTE_END
+#define MOCK_ON_EXECUTE_END()
+#endif
+#ifndef MOCK_ON_DESTROY
+#define MOCK_ON_DESTROY()
+#endif
 
 #ifndef MOCK_ID
 #define MOCK_ID "MockA"
@@ -108,6 +135,7 @@ static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_majo
     return fail(host, BP_STATUS_VERSION_MISMATCH, "runtime major differs");
   bp_backend_t* b = (bp_backend_t*)malloc(sizeof *b);
   if (b == NULL) return fail(host, BP_STATUS_OUT_OF_MEMORY, "out of memory");
+  MOCK_ON_CREATE();
   b->host = host;
   b->serial = g_counters.create;
   g_counters.live_instances++;
@@ -118,6 +146,7 @@ static bp_status_t* mock_create(const bp_host_api_t* host, uint32_t runtime_majo
 
 static void mock_destroy(bp_backend_t* backend) {
   if (backend == NULL) return;
+  MOCK_ON_DESTROY();
   g_counters.destroy++;
   g_counters.live_instances--;
   free(backend);
@@ -138,6 +167,7 @@ static bp_status_t* mock_configure(bp_backend_t* backend, size_t count, const ch
                                    const char* const* values) {
   size_t i;
   (void)values;
+  MOCK_ON_CONFIGURE();
   g_counters.configure++;
   for (i = 0; i < count; ++i)
     if (strcmp(keys[i], "num_threads") != 0)
@@ -173,6 +203,7 @@ static bp_status_t* mock_compile(bp_backend_t* backend, const bp_graph_view_t* v
   bp_compiled_t* c;
   (void)options;
   (void)report;
+  MOCK_ON_COMPILE();
   g_counters.compile++;
   *out = NULL;
   if (view->num_inputs != 1 || view->num_outputs != 1)
@@ -220,12 +251,14 @@ static bp_status_t* mock_execute(bp_exec_context_t* context, size_t num_inputs,
                                  const bp_tensor_t* inputs, size_t num_outputs,
                                  const bp_tensor_t* outputs) {
   g_counters.execute++;
+  MOCK_ON_EXECUTE();
 #if defined(MOCK_CRASH_IN_EXECUTE)
   raise(SIGSEGV);
 #endif
   if (num_inputs != 1 || num_outputs != 1 || inputs[0].size_bytes != outputs[0].size_bytes)
     return fail(context->owner->host, BP_STATUS_INVALID_ARGUMENT, "mock execute: bad tensors");
   relu(&inputs[0], &outputs[0]);
+  MOCK_ON_EXECUTE_END();
   return NULL;
 }
 

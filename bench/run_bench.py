@@ -270,15 +270,11 @@ def bench_one(args, files, threads, paths, first=True):
         done = 0
         for set_index in range(args.process_sets):
             runs = -(-(args.runs - done) // (args.process_sets - set_index))
-            # The static build loads OpenMP at start-up, before anything could
-            # pick its spin count; give it the one the plugin's shim sets. It
-            # takes its turn first, so the dynamic build's turn is next to
-            # both others'.
+            # The static build takes its turn first, so the dynamic build's
+            # turn is next to both others'.
             make = {
                 "static": lambda: Runner("backplane(static)", [paths["bench_bin"] + "_static", "static", onnx_path,
-                                                               input_path, t],
-                                         env=dict(os.environ,
-                                                  GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "20000"))),
+                                                               input_path, t]),
                 "bp": lambda: Runner("backplane(dynamic)", [paths["bench_bin"], "dynamic", onnx_path, input_path, t,
                                                             paths["backend_dir"]]),
                 "ort": lambda: Runner("onnxruntime", ["node", os.path.join(HERE, "ort_runner.js"),

@@ -8,6 +8,7 @@
 // partitioner gives them to the next backend (CpuRef). It declares
 // BP_BACKEND_FLAG_SHAPE_POLYMORPHIC: a view with open dims is compiled once
 // and lowered per new shape at run time (polymorphic.hpp).
+#include "onednn/compiled.hpp"
 #include "onednn/compiler.hpp"
 #include "onednn/identity.hpp"
 #include "onednn/polymorphic.hpp"
@@ -29,6 +30,9 @@ class OneDnnBackend : public sdk::Backend {
     description_ =
         "oneDNN CPU primitives: blocked layouts, fused post-ops (" + library_description() + ")";
   }
+  // No OpenMP worker this backend started outlives it (the hygiene contract,
+  // docs/writing-a-backend.md): the destroying thread's team ends here.
+  ~OneDnnBackend() override { end_openmp_team(); }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};

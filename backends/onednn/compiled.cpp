@@ -354,7 +354,6 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // get. Off when not capped: a full team, as created.
   const bool capped = team < c_.threads;
   if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
-  const HomeScope home(c_.threads, team);
   for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
   stream.wait();
   if (choosing && timed) ran(timed_way, start);
@@ -382,70 +381,27 @@ void Binder::run_step(size_t s, dnnl::stream& stream) {
 
 namespace {
 
-// Where the calling thread's OpenMP team runs. A 2-thread region on an
-// otherwise idle machine stalls for milliseconds when its worker is queued
-// on the caller's CPU (the kernel places a woken thread there when the other
-// CPU looks busy or is a halted vCPU) while the caller spins at the barrier.
-// Measured on this 2-vCPU VM: the first run after 0.6 s idle of SqueezeNet
-// at 2 threads took 2-5 ms or 16-45 ms at random, and the first run from a
-// .bpk of MobileNetV3 3 ms or 12-44 ms; with every thread bound to its own
-// CPU (OMP_PROC_BIND=true), never more than 5. Binding the caller is not
-// ours to do for good (it is the application's thread), so: the team's
-// workers are kept off one CPU, the caller's "home" (the one it started the
-// team on), and while it executes on every thread the caller is held there
-// (HomeScope: its affinity narrowed to home for the execute and given back
-// after it). Holding the caller only at the start of each execute left
-// stalls in about one run in seven: the caller, woken at a barrier, was
-// placed on its worker's CPU.
-struct Team {
-  int threads = 0;
-  int home = -1;  // -1: not arranged (one CPU, or more threads than CPUs)
-};
-thread_local Team team;
+// The size of the calling thread's OpenMP team, once started here.
+thread_local int team_threads = 0;
 
 }  // namespace
 
 void start_openmp_team(int threads) {
-  if (threads <= 1) return;
+  if (threads <= 1 || team_threads == threads) return;
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  team = Team{threads, -1};
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  const int home = sched_getcpu();
-  const bool arrange = home >= 0 && sched_getaffinity(0, sizeof(mask), &mask) == 0 &&
-                       CPU_ISSET(home, &mask) && CPU_COUNT(&mask) >= threads;
+  team_threads = threads;
 #if defined(_OPENMP)
 #pragma omp parallel
-  {
-    // Each worker: every CPU it may use but home.
-    if (arrange && omp_get_thread_num() > 0) {
-      cpu_set_t away;
-      CPU_ZERO(&away);
-      if (sched_getaffinity(0, sizeof(away), &away) == 0 && CPU_ISSET(home, &away) &&
-          CPU_COUNT(&away) > 1) {
-        CPU_CLR(home, &away);
-        sched_setaffinity(0, sizeof(away), &away);
-      }
-    }
-  }
+  { /* the workers are made now, not in the first run */ }
 #endif
-  if (arrange) team.home = home;
 }
 
-HomeScope::HomeScope(int configured, int threads) {
-  if (configured <= 1 || threads < configured) return;  // capped: the caller alone
-  if (team.threads != configured) start_openmp_team(configured);
-  if (team.home < 0) return;
-  CPU_ZERO(&mask_);
-  if (sched_getaffinity(0, sizeof(mask_), &mask_) != 0 || !CPU_ISSET(team.home, &mask_)) return;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(team.home, &one);
-  held_ = sched_setaffinity(0, sizeof(one), &one) == 0;
-}
-
-HomeScope::~HomeScope() {
-  if (held_) sched_setaffinity(0, sizeof(mask_), &mask_);
+void end_openmp_team() {
+#if defined(_OPENMP)
+  // Hard: the workers end now. Fails (-1, ignored) inside a parallel region
+  // of the application's.
+  if (omp_pause_resource_all(omp_pause_hard) == 0) team_threads = 0;
+#endif
 }
 
 void release_openmp_workers() {
@@ -462,7 +418,7 @@ void release_openmp_workers() {
   // Soft: the threads go, nothing the program holds is lost. Fails (-1,
   // ignored) inside an application's own parallel region.
   if (enabled && omp_pause_resource_all(omp_pause_soft) == 0)
-    team = Team{};  // new workers next time: HomeScope arranges them again
+    team_threads = 0;  // new workers next time
 #endif
 }
 
@@ -483,8 +439,7 @@ class Context : public sdk::ExecContext {
       std::memset(memory_, 0, bytes);
     }
     binder_ = std::make_unique<Binder>(c, memory_);
-    // The OpenMP team the steps run on, started now for the same reason,
-    // its workers off the caller's CPU.
+    // The OpenMP team the steps run on, started now for the same reason.
     start_openmp_team(c.threads);
     warm_up();
   }

@@ -95,29 +95,19 @@ class Bands;
 // calling thread's team (omp_pause_resource_all), which the next parallel
 // region recreates. Measured with Debian's libgomp that costs more than the
 // spin it saves (docs/performance.md, "Threads across backends"), so it is
-// done only with BACKPLANE_ONEDNN_EDGE_PAUSE=1; by default the short spin
-// the plugin shim sets (GOMP_SPINCOUNT) is what bounds the overlap. Never
+// done only with BACKPLANE_ONEDNN_EDGE_PAUSE=1; by default libgomp's own spin
+// (the application's OMP_WAIT_POLICY / GOMP_SPINCOUNT) bounds the overlap. Never
 // called between two partitions of CpuOneDnn's own.
 void release_openmp_workers();
 
 // Starts the calling thread's OpenMP team of `threads` (a context does, so
-// that thread creation is not in the first run), its workers kept off the
-// CPU the calling thread is on (its "home"; compiled.cpp says why).
+// that thread creation is not in the first run). The team's threads are
+// libgomp's; their affinity is the process's, never changed here.
 void start_openmp_team(int threads);
-// For an execute on `threads` of `configured` threads: starts the calling
-// thread's team if it has none of that size and, on every thread, holds the
-// caller on its home CPU until destroyed (its affinity as before after).
-class HomeScope {
- public:
-  HomeScope(int configured, int threads);
-  ~HomeScope();
-  HomeScope(const HomeScope&) = delete;
-  HomeScope& operator=(const HomeScope&) = delete;
-
- private:
-  cpu_set_t mask_;
-  bool held_ = false;
-};
+// Releases the calling thread's OpenMP team (omp_pause_resource_all), as the
+// backend does when it is destroyed, so that no worker it started outlives
+// it. A team another thread started ends with that thread.
+void end_openmp_team();
 
 // The bytes a context gives one plan: the arena, then the scratchpad.
 size_t context_bytes(const Compiled& c);

@@ -1,26 +1,17 @@
 // plugin_shim.cpp — the loadable CpuOneDnn (Backplane_CpuOneDnn_backend.so).
 //
-// oneDNN here runs on OpenMP (libgomp), which reads its wait policy once,
-// when it is loaded. Its default (spin ~300k iterations before sleeping)
-// makes 2-thread inference several times slower whenever the machine runs
-// anything else, because a spinning thread holds the core its lagging
-// partner needs; a purely passive policy (sleep at once) is as bad the other
-// way: after an idle gap every parallel region pays a wake-up, and resnet18
-// at 2 threads falls back to 1-thread speed. A short bounded spin
-// (GOMP_SPINCOUNT=20000, tens of microseconds) keeps both. So the plugin is
-// this shim, which depends on nothing but libc and the header-only SDK
-// (for the backend's identity, shared with backend.cpp): BackendFactory() sets
-// GOMP_SPINCOUNT unless the user chose OMP_WAIT_POLICY or GOMP_SPINCOUNT,
-// and only then loads the implementation (backend.cpp + compiler.cpp,
-// linked with oneDNN) from ../onednn/libBackplane_CpuOneDnn_impl.so relative
-// to this file. A process that loaded libgomp earlier keeps its policy.
+// The module depends on nothing but libc and the header-only SDK (for the
+// backend's identity, shared with backend.cpp) and loads the implementation
+// (backend.cpp + compiler.cpp, linked with oneDNN) from
+// ../onednn/libBackplane_CpuOneDnn_impl.so relative to this file. It sets
+// nothing in the process: OpenMP's wait policy is the application's
+// (OMP_WAIT_POLICY, GOMP_SPINCOUNT; docs/performance.md).
 #include "onednn/identity.hpp"
 
 #include <backplane/backend_abi.h>
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <string>
 
 namespace {
@@ -28,8 +19,6 @@ namespace {
 using TableFn = const bp_backend_api_t* (*)();
 
 const bp_backend_api_t* load_implementation() {
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr)
-    setenv("GOMP_SPINCOUNT", "20000", /*overwrite=*/0);
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&load_implementation), &info) == 0 ||
       info.dli_fname == nullptr)

@@ -76,11 +76,11 @@ TEST_P(OneDnnModels, DefaultPreferencePicksCpuOneDnnAndMatchesCpuRef) {
     ASSERT_FALSE(y.empty());
     ASSERT_FALSE(want.empty());
     ASSERT_GT(max_abs(want), 0.0);
-    expect_matches(y, want, c.name + ": CpuOneDnn against CpuRef");
+    expect_matches(y, want, std::string(c.name) + ": CpuOneDnn against CpuRef");
 
     // And against PyTorch's own output.
     Tensor expected = read_npy(models_dir() + "/" + c.name + ".expected.npy");
-    expect_matches(y, expected, c.name + ": CpuOneDnn against PyTorch");
+    expect_matches(y, expected, std::string(c.name) + ": CpuOneDnn against PyTorch");
   }
 }
 

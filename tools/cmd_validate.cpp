@@ -16,8 +16,12 @@ void print_text(const std::string& model, const ValidationReport& r) {
   std::string backends;
   for (const std::string& b : r.backends) backends += (backends.empty() ? "" : ", ") + b;
   std::printf("model      %s\n", model.c_str());
-  std::printf("plan       %s: %zu partitions, %zu nodes (%zu off CpuRef)\n", backends.c_str(),
-              r.partitions, r.nodes, r.nodes_off_cpuref);
+  const auto count = [](size_t n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  std::printf("plan       %s: %s, %s (%zu off CpuRef)\n", backends.c_str(),
+              count(r.partitions, "partition").c_str(), count(r.nodes, "node").c_str(),
+              r.nodes_off_cpuref);
   if (!r.generated_inputs.empty()) {
     std::string names;
     for (const std::string& n : r.generated_inputs) names += (names.empty() ? "" : ", ") + n;
@@ -29,9 +33,6 @@ void print_text(const std::string& model, const ValidationReport& r) {
     outputs += c.model_output ? 1 : 0;
     differ += c.within() ? 0 : 1;
   }
-  const auto count = [](size_t n, const char* what) {
-    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
-  };
   std::printf("checked    %s (%s, %zu crossing partition edges) against CpuRef: ",
               count(r.checks.size(), "tensor").c_str(), count(outputs, "model output").c_str(),
               r.checks.size() - outputs);

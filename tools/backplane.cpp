@@ -2,11 +2,13 @@
 // Exit status: 0 success, 1 failure ("error: ..." on stderr), 2 usage error.
 #include "cmd_conformance.hpp"
 #include "cmd_ops.hpp"
+#include "cmd_validate.hpp"
 #include "npy.hpp"
 
 #include "core/atomic_file.hpp"
 
 #include <backplane/runtime.hpp>
+#include <backplane/validate.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -22,7 +24,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -98,35 +99,6 @@ Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int th
     return backplane::invalid_argument("unknown log level '" + g.log_level + "'");
   o.log_level = it->second;
   return o;
-}
-
-// Deterministic pseudo-random input: uniform [0,1) floats; small non-negative
-// integers (valid as indices for any dim >= 4); alternating bools.
-Tensor random_input(const backplane::TensorInfo& info, uint32_t seed) {
-  Tensor t(info.dtype, info.shape);
-  std::mt19937 rng(seed);
-  int64_t n = t.numel();
-  switch (info.dtype) {
-    case DType::kFloat32: {
-      std::uniform_real_distribution<float> d(0.0f, 1.0f);
-      for (int64_t i = 0; i < n; ++i) t.data_as<float>()[i] = d(rng);
-      break;
-    }
-    case DType::kInt64:
-      for (int64_t i = 0; i < n; ++i) t.data_as<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-      break;
-    case DType::kInt32:
-      for (int64_t i = 0; i < n; ++i) t.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % 4);
-      break;
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-      for (int64_t i = 0; i < n; ++i) t.data_as<uint8_t>()[i] = static_cast<uint8_t>(rng() % 2);
-      break;
-    default:
-      break;  // float16: zeros
-  }
-  return t;
 }
 
 std::string safe_file_name(std::string name) {
@@ -541,7 +513,7 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
       return fail(a.model + ": input " + open_inputs(**model) +
                   " has open dims: give it with --input NAME=FILE.npy or its shape with "
                   "--shape NAME=DIMS");
-    Status st = s.set_input(i, random_input(info, static_cast<uint32_t>(i)));
+    Status st = s.set_input(i, backplane::generated_input(info, static_cast<uint32_t>(i)));
     if (!st.ok()) return fail(st.message());
   }
   if (generated && !a.json)
@@ -622,6 +594,36 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   std::printf("latency    min %.3f ms, median %.3f ms, max %.3f ms over %zu runs (%d warm-up)\n",
               sorted.front(), median, sorted.back(), times.size(), a.warmup);
   return 0;
+}
+
+struct ValidateArgs {
+  std::string model;
+  std::string backends;
+  std::vector<std::string> overrides;
+  std::vector<std::string> shapes;
+  std::vector<std::string> inputs;
+  int threads = 0;
+  bool json = false;
+  bool allow_fallback = false;
+};
+
+int cmd_validate(const GlobalOptions& g, const ValidateArgs& a) {
+  auto opts = runtime_options(g, a.threads);
+  if (!opts.ok()) return fail(opts.status().message());
+  backplane::ValidateOptions vo;
+  vo.backends = split(a.backends, ',');
+  vo.allow_fallback = a.allow_fallback;
+  if (std::string e = parse_overrides(a.overrides, &vo); !e.empty()) return fail(e);
+  if (std::string e = parse_shapes(a.shapes, &vo); !e.empty()) return fail(e);
+  for (const std::string& in : a.inputs) {
+    size_t eq = in.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == in.size())
+      return fail("--input expects NAME=FILE.npy, got '" + in + "'");
+    auto t = backplane::npy::read(in.substr(eq + 1));
+    if (!t.ok()) return fail(t.status().message());
+    vo.inputs[in.substr(0, eq)] = std::move(*t);
+  }
+  return backplane::cli::run_validate(*opts, a.model, vo, a.json);
 }
 
 }  // namespace
@@ -728,6 +730,31 @@ int main(int argc, char** argv) {
   partition->add_flag("--json", pa.json, "Print one JSON object");
   partition->add_option("--dot", pa.dot, "Write the plan as a Graphviz DOT file");
 
+  ValidateArgs va;
+  CLI::App* validate = app.add_subcommand(
+      "validate",
+      "Compare a plan with CpuRef tensor by tensor; on a difference, find the first wrong node "
+      "and what its backend fused it with (exit status 1)");
+  validate->add_option("MODEL", va.model, "Model file (.onnx)")->required();
+  validate->add_option("--backends", va.backends,
+                       "Backend preference of the plan to check, comma-separated (default: "
+                       "every backend, as run)");
+  validate->add_option("--override", va.overrides,
+                       "Pin a node to a backend: NODE=BACKEND (repeatable)");
+  validate->add_flag("--allow-fallback", va.allow_fallback, "A pinned node may fall back");
+  validate->add_option("--input", va.inputs,
+                       "Input from a .npy file: NAME=FILE.npy (repeatable; others are generated "
+                       "as by run)");
+  validate->add_option("--shape", va.shapes,
+                       "Shape of an input given no --input (its open dims), e.g. ids=1x128 "
+                       "(repeatable)");
+  validate
+      ->add_option("--threads", va.threads,
+                   "Threads per backend (0 = default, at most " +
+                       std::to_string(backplane::max_threads()) + " here)")
+      ->check(in_range(0, backplane::max_threads()));
+  validate->add_flag("--json", va.json, "Print one JSON object");
+
   backplane::cli::OpsCommand ops;
   backplane::cli::add_ops_command(app, &ops);
 
@@ -751,6 +778,7 @@ int main(int argc, char** argv) {
     else if (*partition) status = cmd_partition(g, pa);
     else if (*compile) status = cmd_compile(g, ca);
     else if (*inspect) status = cmd_inspect(inspect_file, inspect_external, inspect_json);
+    else if (*validate) status = cmd_validate(g, va);
     else if (ops.selected()) status = ops.run();
     else if (conformance.selected()) {
       auto o = runtime_options(g, 0);

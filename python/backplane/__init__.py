@@ -39,6 +39,7 @@ from ._backplane import (  # noqa: F401
     compile,
     inspect,
     max_threads,
+    validate,
 )
 
 __all__ = [
@@ -68,4 +69,5 @@ __all__ = [
     "compile",
     "inspect",
     "max_threads",
+    "validate",
 ]

@@ -39,7 +39,7 @@ class BackendError(Error):
 
 class RuntimeOptions:
     """How a runtime finds and loads backends. Every attribute is also a
-    keyword argument of InferenceSession, compile, available_backends,
+    keyword argument of InferenceSession, compile, validate, available_backends,
     backend_files, backends and backend_paths."""
 
     backend_path: Optional[str]
@@ -197,4 +197,16 @@ def compile(
 def inspect(
     path: _Path, external_data: Optional[Sequence[_Path]] = None, as_text: bool = False
 ) -> Any: ...
+def validate(
+    path: _Path,
+    inputs: Optional[Mapping[str, Any]] = None,
+    backends: Optional[Sequence[str]] = None,
+    overrides: Optional[Mapping[str, str]] = None,
+    find_node: bool = True,
+    options: _Options = None,
+    *,
+    allow_fallback: bool = ...,
+    input_shapes: Mapping[str, _Shape] = ...,
+    **runtime_options: Any,
+) -> Dict[str, Any]: ...
 def max_threads() -> int: ...

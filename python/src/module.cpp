@@ -19,6 +19,7 @@
 // - Runtimes are shared between sessions made with the same options, as long
 //   as one of them lives, so each session does not rescan backend files.
 #include <backplane/runtime.hpp>
+#include <backplane/validate.hpp>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -760,6 +761,42 @@ py::object inspect(const py::object& path, const py::object& external_data, bool
   return py::module_::import("json").attr("loads")(s);
 }
 
+// backplane.validate: backplane::validate's report as a dict (the CLI's --json).
+py::object validate(const py::object& path, const py::object& inputs, const py::object& backends,
+                    const py::object& overrides, bool find_node, const py::object& options,
+                    py::kwargs kwargs) {
+  py::dict kw(kwargs);
+  bp::RuntimeOptions ro = runtime_options(options, kw);
+  bp::ValidateOptions vo;
+  apply_placement(vo, backends, overrides, kw);
+  reject_unknown_kwargs(kw, "validate");
+  vo.find_node = find_node;
+  if (!inputs.is_none()) {
+    if (!py::isinstance<py::dict>(inputs))
+      throw py::type_error("inputs must be a dict {input name: numpy array}");
+    for (auto item : inputs.cast<py::dict>()) {
+      const std::string name = item.first.cast<std::string>();
+      py::array a = py::array::ensure(item.second, py::array::c_style);
+      if (!a) throw py::type_error("input '" + name + "' is not convertible to a numpy array");
+      const bp::DType dtype = backplane_dtype(a.dtype());
+      if (dtype == bp::DType::kUndefined)
+        raise_invalid("input '" + name + "': numpy dtype " +
+                      py::str(a.dtype()).cast<std::string>() + " is not supported");
+      vo.inputs[name] =
+          bp::Tensor::copy_of(dtype, bp::Shape(a.shape(), a.shape() + a.ndim()), a.data());
+    }
+  }
+  auto rt = get_runtime(ro);
+  const std::string p = path_string(path);
+  bp::Result<bp::ValidationReport> report = bp::invalid_argument("");
+  {
+    py::gil_scoped_release nogil;
+    report = bp::validate(*rt, p, vo);
+  }
+  const std::string text = bp::validation_report_json(unwrap(std::move(report)), p);
+  return py::module_::import("json").attr("loads")(text);
+}
+
 // Creates backplane.Error and its subclasses in `m`.
 void add_errors(py::module_& m) {
   g_error = PyErr_NewExceptionWithDoc(
@@ -982,6 +1019,12 @@ PYBIND11_MODULE(_backplane, m) {
   m.def("inspect", &inspect, py::arg("path"), py::arg("external_data") = py::none(),
         py::arg("as_text") = false,
         "Describes a .bpk: methods, partitions, named data (a dict, or the CLI's text).");
+  m.def("validate", &validate, py::arg("path"), py::arg("inputs") = py::none(),
+        py::arg("backends") = py::none(), py::arg("overrides") = py::none(),
+        py::arg("find_node") = true, py::arg("options") = py::none(),
+        "Runs a model as planned and on CpuRef alone, compares every output and every tensor "
+        "crossing a partition edge, and names the first wrong node and its fused group (a "
+        "dict, as `backplane validate --json` prints).");
   m.def("max_threads", &bp::max_threads, "The largest `threads` option accepted.");
   // For the tests: raises the class a status code maps to.
   m.def("_raise_status", [](int code, const std::string& message) {

@@ -9,8 +9,10 @@
 #include "registry/registry.hpp"
 #include "session/compiled_model.hpp"
 #include "session/staged_model.hpp"
+#include "session/validator.hpp"
 
 #include <backplane/runtime.hpp>
+#include <backplane/validate.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -132,6 +134,14 @@ class RuntimeImpl : public Runtime {
     return std::shared_ptr<Model>(std::move(loaded));
   }
 
+  Result<ValidationReport> validate_model_at(const std::string& path,
+                                             const ValidateOptions& options) {
+    CompiledModel::Options base;
+    base.num_threads = options_.num_threads;
+    base.thread_pool = pool_;
+    return validate_model(registry_, base, &next_network_id_, path, options);
+  }
+
  private:
   // RuntimeOptions::num_threads reaches every backend as "num_threads".
   Status configure_threads() {
@@ -161,6 +171,14 @@ class RuntimeImpl : public Runtime {
 int max_threads() {
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::min(4u * hardware, 1024u));
+}
+
+Result<ValidationReport> validate(Runtime& runtime, const std::string& path,
+                                  const ValidateOptions& options) {
+  auto* impl = dynamic_cast<RuntimeImpl*>(&runtime);
+  if (impl == nullptr)
+    return invalid_argument("validate needs a runtime made by Runtime::create").with_context(path);
+  return impl->validate_model_at(path, options);
 }
 
 Result<std::shared_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {

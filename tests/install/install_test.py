@@ -85,7 +85,8 @@ PUBLIC_API_PREFIXES = (
     "backplane::dtype_from_name(", "backplane::shape_numel(", "backplane::shape_to_string",
     "backplane::checked_size_bytes(", "backplane::Tensor::", "backplane::max_threads()",
     "backplane::fate_name(", "backplane::Runtime::create(", "backplane::inspect_artifact(",
-    "typeinfo for backplane::", "typeinfo name for backplane::")
+    "backplane::validate(", "backplane::validation_report_json(", "backplane::generated_input(",
+    "backplane::TensorCheck::describe", "typeinfo for backplane::", "typeinfo name for backplane::")
 
 
 def check_shared_library(args, prefix, work, env, model, w):

@@ -11,10 +11,14 @@
 // outputs equal CpuRef's bit for bit; like CpuRef's, they run on the thread
 // pool the host lends execute (API 1.5, through the SDK's execute_shaped).
 //
-// Built three times: MockAcc (symbolic: compile + execute); with
+// Built four times: MockAcc (symbolic: compile + execute); with
 // MOCKACC_IMPERATIVE, MockOp (no compile slot: execute_node one op at a
 // time); with MOCKACC_WRONG_BROADCAST_ADD, MockWrong, MockAcc with one wrong
-// kernel (a broadcasting Add), which `backplane conformance` must catch.
+// kernel (a broadcasting Add), which `backplane conformance` must catch; with
+// MOCKACC_WRONG_FUSION, MockFuse, MockAcc that "fuses" a Conv with the Add of
+// a constant that alone consumes its output and reads that constant reversed:
+// right on every op alone, wrong only on the pair, which `backplane validate`
+// must name (node and group).
 #include "reference/kernel.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -34,6 +38,8 @@
 #define MOCK_ID "MockOp"
 #elif defined(MOCKACC_WRONG_BROADCAST_ADD)
 #define MOCK_ID "MockWrong"
+#elif defined(MOCKACC_WRONG_FUSION)
+#define MOCK_ID "MockFuse"
 #else
 #define MOCK_ID "MockAcc"
 #endif
@@ -220,6 +226,12 @@ class Compiled : public sdk::CompiledPartition {
       op_types_.push_back(view.nodes[n].op_type);
       broadcast_add_.push_back(is_broadcast_add(view, view.nodes[n]));
     }
+#ifdef MOCKACC_WRONG_FUSION
+    plant_wrong_fusion(view);
+#endif
+  }
+  ~Compiled() override {
+    for (void* p : fused_constants_) device_free(p);
   }
   std::unique_ptr<sdk::ExecContext> create_context() override {
     return std::make_unique<Context>(*this);
@@ -233,8 +245,49 @@ class Compiled : public sdk::CompiledPartition {
   std::vector<std::string> op_types_;
   std::vector<bool> broadcast_add_;  // per node: an Add whose inputs' shapes differ
   size_t scratch_ = 0;
+  // MockFuse, per node: the constant input an Add fused after a Conv reads
+  // instead of its own (owned device memory; null when not fused), and which
+  // input that is.
+  std::vector<void*> fused_constants_;
+  std::vector<size_t> fused_input_;
 
  private:
+#ifdef MOCKACC_WRONG_FUSION
+  // The seeded bug: an Add of a float constant whose other input is a Conv's
+  // output that nothing else reads (and the view does not return) is fused
+  // with that Conv, and the fused kernel reads the constant back to front.
+  void plant_wrong_fusion(const bp_graph_view_t& view) {
+    fused_constants_.assign(view.num_nodes, nullptr);
+    fused_input_.assign(view.num_nodes, 0);
+    std::vector<int> producer(view.num_values, -1), readers(view.num_values, 0);
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      for (size_t i = 0; i < view.nodes[n].num_outputs; ++i)
+        if (view.nodes[n].outputs[i] >= 0) producer[view.nodes[n].outputs[i]] = static_cast<int>(n);
+      for (size_t i = 0; i < view.nodes[n].num_inputs; ++i)
+        if (view.nodes[n].inputs[i] >= 0) ++readers[view.nodes[n].inputs[i]];
+    }
+    for (size_t n = 0; n < view.num_nodes; ++n) {
+      const bp_node_t& node = view.nodes[n];
+      if (std::strcmp(node.op_type, "Add") != 0 || node.num_inputs != 2) continue;
+      for (size_t k = 0; k < 2; ++k) {
+        const int32_t c = node.inputs[k], x = node.inputs[1 - k];
+        if (c < 0 || x < 0 || (view.values[c].flags & BP_VALUE_CONSTANT) == 0) continue;
+        if (producer[x] < 0 || std::strcmp(view.nodes[producer[x]].op_type, "Conv") != 0 ||
+            readers[x] != 1 || (view.values[x].flags & BP_VALUE_VIEW_OUTPUT) != 0)
+          continue;
+        const size_t bytes = bytes_[c];
+        const float* right = static_cast<const float*>(nodes_[n]->device_constants[k]);
+        float* reversed = static_cast<float*>(device_alloc(bytes));
+        const size_t count = bytes / sizeof(float);
+        for (size_t e = 0; e < count; ++e) reversed[e] = right[count - 1 - e];
+        fused_constants_[n] = reversed;
+        fused_input_[n] = k;
+        break;
+      }
+    }
+  }
+#endif
+
   static bool is_broadcast_add(const bp_graph_view_t& view, const bp_node_t& node) {
     if (std::strcmp(node.op_type, "Add") != 0 || node.num_inputs != 2) return false;
     const bp_value_t& a = view.values[node.inputs[0]];
@@ -279,6 +332,8 @@ void Context::execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_o
       in_[i] = node.inputs[i] >= 0 ? values_[node.inputs[i]] : nullptr;
     for (size_t i = 0; i < node.outputs.size(); ++i)
       out_[i] = node.outputs[i] >= 0 ? values_[node.outputs[i]] : nullptr;
+    if (!c_.fused_constants_.empty() && c_.fused_constants_[n] != nullptr)
+      in_[c_.fused_input_[n]] = c_.fused_constants_[n];
     node.kernel->run(in_.data(), out_.data(), scratch_);
 #ifdef MOCKACC_WRONG_BROADCAST_ADD
     // The seeded bug: a broadcasting Add is off by 0.5 in its first element.

@@ -86,7 +86,8 @@ PUBLIC_API_PREFIXES = (
     "backplane::checked_size_bytes(", "backplane::Tensor::", "backplane::max_threads()",
     "backplane::fate_name(", "backplane::Runtime::create(", "backplane::inspect_artifact(",
     "backplane::validate(", "backplane::validation_report_json(", "backplane::generated_input(",
-    "backplane::TensorCheck::describe", "typeinfo for backplane::", "typeinfo name for backplane::")
+    "backplane::TensorCheck::describe", "backplane::numerics::compare(", "backplane::numerics::Comparison::",
+    "typeinfo for backplane::", "typeinfo name for backplane::")
 
 
 def check_shared_library(args, prefix, work, env, model, w):

@@ -308,13 +308,23 @@ void Lowering::lower_conv(const INode& n) {
       }
     }
   }
-  if (!made) {
+  for (const memory::desc& dst : {hint, any_md(ys)}) {
+    if (made) break;
     try {
-      pd = make(any_md(xs), hint);
+      pd = make(any_md(xs), dst);
+      made = true;
     } catch (const dnnl::error&) {
-      pd = make(any_md(xs), any_md(ys));
     }
   }
+  if (!made && !n.post.empty()) {
+    // No optimised kernel takes this chain of post-ops (without AVX-512,
+    // oneDNN's convolutions take a sum only as the first post-op, so
+    // x + silu(conv(x)) has none): the convolution alone, then each post-op
+    // a step of its own. A failure here goes to the host as the node's.
+    pd = b_.make<dnnl::convolution_forward>(desc(any_md(xs), any_md(ys)), attr_with({}), "", &prim);
+    made = split_post = true;
+  }
+  if (!made) pd = make(any_md(xs), any_md(ys));
   const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
   const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),
                                       n.weights ? node_tag("bnw", n.node) : value_tag(n.in[1]));
@@ -329,11 +339,21 @@ void Lowering::lower_conv(const INode& n) {
   int at = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node));
   for (size_t i = 0; i < n.post.size(); ++i) {
     const PostOp& p = n.post[i];
+    dnnl::primitive step;
+    if (p.kind == PostOp::kSum) {
+      // The residual, in the layout of the convolution's result.
+      const memory::desc md = b_.md(at);
+      const int residual = b_.as_md(ref_of(p.residual), md);
+      dnnl::binary::desc d(algorithm::binary_add, md, md, md);
+      auto bpd = b_.make<dnnl::binary>(d, b_.attr(), "", &step);
+      at = add_step_to_new(n.out, step, {{DNNL_ARG_SRC_0, at}, {DNNL_ARG_SRC_1, residual}}, bpd,
+                           g_.describe(n.node) + " (its residual Add)");
+      continue;
+    }
     dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(at), p.alpha,
                                   p.beta);
-    dnnl::primitive eprim;
-    auto epd = b_.make<dnnl::eltwise_forward>(d, b_.attr(), "", &eprim);
-    at = add_step_to_new(n.out, eprim, {{DNNL_ARG_SRC, at}}, epd,
+    auto epd = b_.make<dnnl::eltwise_forward>(d, b_.attr(), "", &step);
+    at = add_step_to_new(n.out, step, {{DNNL_ARG_SRC, at}}, epd,
                          g_.describe(n.node) + " (its activation)");
   }
 }

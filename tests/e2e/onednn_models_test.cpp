@@ -278,7 +278,10 @@ INSTANTIATE_TEST_SUITE_P(E2E, OneDnnModels,
                          testing::Values(OneDnnCase{"resnet18", "input", {}},
                                          OneDnnCase{"mobilenet_v2", "input", {}, false},
                                          OneDnnCase{"squeezenet1_1", "input", {}, false},
-                                         OneDnnCase{"transformer", "input_ids", {"Gather"}},
+                                         // Its MatMuls cut into bands of rows: oneDNN's
+                                         // GEMM blocks the reduction by the rows it is
+                                         // given on some CPUs (AVX2), not on others.
+                                         OneDnnCase{"transformer", "input_ids", {"Gather"}, false},
                                          OneDnnCase{"tiny_cnn", "input", {"Pad"}}),
                          case_name);
 

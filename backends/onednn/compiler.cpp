@@ -79,8 +79,8 @@ LayoutChoice layout_choice() {
 // no other Concat reads, so its sources are written where it would copy
 // them (PlanBuilder::concat_in_place). SqueezeNet's and GoogLeNet's are;
 // DenseNet's, whose features every later Concat of the block reads again,
-// are not (session 26: blocked then ran SqueezeNet 17% and GoogLeNet 20-25%
-// faster than channels-last, DenseNet-121 40% slower).
+// are not (measured with AVX-512: blocked ran SqueezeNet 17% and GoogLeNet
+// 20-25% faster than channels-last, DenseNet-121 40% slower).
 bool concat_in_blocks(const ViewInfo& g, int n, int block) {
   if (g.num_out(n) < 1 || g.out(n) < 0) return false;
   const Dims& ys = g.shape(g.out(n));
@@ -99,8 +99,8 @@ bool concat_in_blocks(const ViewInfo& g, int n, int block) {
 
 // Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
 // should beat the channels-last ones it picks when free to, for this view.
-// Measured on 17 torchvision models, each plan forced one way or the other
-// (docs/performance.md, "Session 22: blocked or channels-last"): blocked
+// Measured with AVX-512 on 17 torchvision models, each plan forced one way
+// or the other: blocked
 // wins where the convolutions run on a batch, or where they are depthwise or
 // grouped (MobileNets, EfficientNet-B0, RegNet, ResNeXt) by 2-8%; it loses
 // where tensors are cut, joined or shuffled along the channels (a Concat,
@@ -112,15 +112,15 @@ bool concat_in_blocks(const ViewInfo& g, int n, int block) {
 // whose depthwise blocks are few beside plain KxK work is left channels-last:
 // EfficientNetV2-S (its fused-MBConv stages: 49% of the convolutions'
 // multiply-adds in plain 3x3, 1% depthwise) ran 3% slower blocked at 2
-// threads, where the winners spend at most 4% in plain KxK (session 23).
+// threads, where the winners spend at most 4% in plain KxK.
 // With Winograd (AVX-512 only: oneDNN has no AVX2 kernel for it), a network
 // whose plain 3x3 convolutions of stride 1 are at least 30% of its
 // multiply-adds goes blocked whatever else it has, since those then take
-// about half the time (session 23, against channels-last at 1 thread:
+// about half the time (against channels-last at 1 thread:
 // ResNet-18 0.63x, ResNet-50 0.87x, VGG-16 0.46x, EfficientNetV2-S 0.74x),
 // unless more than a quarter of them are plain spatial convolutions Winograd
 // does not take (strided, 1x7, 7x1): Inception-v3 (42% of them) ran 5%
-// slower blocked at 1 thread (session 26, once its Concats were in place).
+// slower blocked at 1 thread, with its Concats in place.
 // A Concat that the blocked layout does in place (concat_in_blocks) does not
 // count against it.
 // Decided from the view alone, so a session from the model and one from its

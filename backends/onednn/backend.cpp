@@ -32,7 +32,7 @@ class OneDnnBackend : public sdk::Backend {
   }
   // No OpenMP worker this backend started outlives it (the hygiene contract,
   // docs/writing-a-backend.md): the destroying thread's team ends here.
-  ~OneDnnBackend() override { /*end_openmp_team();*/ }
+  ~OneDnnBackend() override { end_openmp_team(); }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};

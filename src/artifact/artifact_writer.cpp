@@ -167,6 +167,9 @@ Result<AtomicFile> write_file(const std::string& path, const flatbuffers::FlatBu
     if (s.file == file) mine.push_back(&s);
   std::sort(mine.begin(), mine.end(), [](auto* a, auto* c) { return a->offset < c->offset; });
   for (const PlannedSegment* s : mine) {
+    // An empty segment shares its offset with the next one, which may sort
+    // before it: there is nothing to write, and no gap to fill.
+    if (s->size == 0) continue;
     BP_RETURN_IF_ERROR(out.write_zeros(start + s->offset - out.bytes_written()));
     BP_RETURN_IF_ERROR(out.write(s->data, s->size));
   }

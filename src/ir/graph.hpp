@@ -126,6 +126,10 @@ class Graph {
   size_t captured = 0;
   std::map<std::string, int64_t> opsets;              // domain -> version ("" = ai.onnx)
   std::unordered_map<std::string, Tensor> constants;  // constant key -> bytes
+  // Graph inputs that ONNX gives a default (an initializer listed among the
+  // inputs, IR version 4 on): input name -> the value a run takes when no
+  // feed gives one.
+  std::map<std::string, Tensor> input_defaults;
 
   int64_t opset(const std::string& domain = "") const;
   // Value id by name, -1 if none.

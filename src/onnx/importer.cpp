@@ -170,6 +170,7 @@ struct Scope;
 struct Context {
   std::string source;
   std::string base_dir;
+  int64_t ir_version = 0;
   std::map<std::string, std::shared_ptr<MappedFile>> mapped;
   Scope* scope = nullptr;  // of the graph being read (a body's: see convert_subgraph)
 };
@@ -409,7 +410,10 @@ Result<const onnx::TypeProto::Tensor*> host_value_type(const onnx::TypeProto& ty
 }
 
 Status convert_value_type(const onnx::ValueInfoProto& vi, Value& v, const std::string& what) {
-  if (!vi.has_type()) return ok_status();
+  // A type left empty says nothing (exporters write untyped body outputs and
+  // value_info): the value's type comes from what produces it.
+  if (!vi.has_type() || vi.type().value_case() == onnx::TypeProto::VALUE_NOT_SET)
+    return ok_status();
   const onnx::TypeProto& type = vi.type();
   const onnx::TypeProto::Tensor* tensor_type = &type.tensor_type();
   if (type.value_case() != onnx::TypeProto::kTensorType) {
@@ -585,20 +589,67 @@ Status read_opsets(const onnx::ModelProto& model, Graph& g) {
   return ok_status();
 }
 
+// A graph input whose initializer is its default: the declared type must
+// agree with the initializer; what the declaration leaves open, the
+// initializer gives.
+Status add_defaulted_input(const onnx::ValueInfoProto& vi, Tensor initializer, Graph& g) {
+  const std::string what = "graph input '" + vi.name() + "'";
+  Value v;
+  v.name = vi.name();
+  BP_RETURN_IF_ERROR(convert_value_type(vi, v, what));
+  if (v.kind != ValueKind::kTensor)
+    return invalid_argument(what + " has an initializer but is not a tensor");
+  if (v.dtype != DType::kUndefined && v.dtype != initializer.dtype())
+    return invalid_argument(what + " is declared " + dtype_name(v.dtype) +
+                            " but its initializer is " + dtype_name(initializer.dtype()));
+  v.dtype = initializer.dtype();
+  if (!v.has_shape) {
+    v.has_shape = true;
+    v.shape = initializer.shape();
+    v.dim_params.assign(v.shape.size(), "");
+  }
+  bool fits = v.shape.size() == initializer.shape().size();
+  for (size_t d = 0; fits && d < v.shape.size(); ++d)
+    fits = v.shape[d] < 0 || v.shape[d] == initializer.shape()[d];
+  if (!fits)
+    return invalid_argument(what + " is declared with shape " + shape_to_string(v.shape) +
+                            " but its initializer has shape " +
+                            shape_to_string(initializer.shape()));
+  int id;
+  BP_RETURN_IF_ERROR(add_named(g, std::move(v), "graph input", &id));
+  g.inputs.push_back(id);
+  g.input_defaults[vi.name()] = std::move(initializer);
+  return ok_status();
+}
+
 Status read_initializers_and_inputs(Context& ctx, const onnx::GraphProto& gp, Graph& g) {
-  // Initializers first: a graph input that is also an initializer is a constant.
+  // From IR version 4 on, an initializer listed among the main graph's
+  // inputs is that input's default, which a feed may override (as ONNX
+  // Runtime reads it). Before, and in bodies, it is a constant.
+  const bool overridable = ctx.scope == nullptr && ctx.ir_version >= 4;
+  std::set<std::string> input_names;
+  for (const auto& vi : gp.input())
+    if (!input_names.insert(vi.name()).second)
+      return invalid_argument("duplicate value name '" + vi.name() + "' (two graph inputs)");
+  std::map<std::string, Tensor> defaults;
   for (const auto& tp : gp.initializer()) {
     const std::string what = "initializer '" + tp.name() + "'";
     if (tp.name().empty()) return invalid_argument("an initializer has no name");
-    if (g.find_value(tp.name()) >= 0)
+    if (g.find_value(tp.name()) >= 0 || defaults.count(tp.name()))
       return invalid_argument("duplicate value name '" + tp.name() + "' (two initializers)");
     BP_ASSIGN_OR_RETURN(Tensor t, convert_tensor(ctx, tp, what));
+    if (overridable && input_names.count(tp.name())) {
+      defaults.emplace(tp.name(), std::move(t));
+      continue;
+    }
     g.add_constant(tp.name(), std::move(t));
   }
-  std::set<std::string> input_names;
   for (const auto& vi : gp.input()) {
-    if (!input_names.insert(vi.name()).second)
-      return invalid_argument("duplicate value name '" + vi.name() + "' (two graph inputs)");
+    auto d = defaults.find(vi.name());
+    if (d != defaults.end()) {
+      BP_RETURN_IF_ERROR(add_defaulted_input(vi, std::move(d->second), g));
+      continue;
+    }
     const int existing = g.find_value(vi.name());
     if (existing >= 0) {
       // Initializer with a declared type: the declaration must agree with the data.
@@ -841,6 +892,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   Context ctx;
   ctx.source = source;
   ctx.base_dir = base_dir;
+  ctx.ir_version = model.ir_version();
   return convert_model(ctx, model);
 }
 

@@ -92,7 +92,8 @@ Result<std::vector<MethodWork>> import_methods(
       if (w.name == name) return invalid_argument("method '" + name + "' is given twice");
     MethodWork w;
     w.name = name;
-    BP_ASSIGN_OR_RETURN(w.portable, import_portable_model(path, &registry));
+    BP_ASSIGN_OR_RETURN(w.portable,
+                        import_portable_model(path, &registry, /*freeze_defaults=*/true));
     prefix_constant_keys(*w.portable, name);
     w.placement = options;
     w.placement.input_shapes.clear();

@@ -1,6 +1,7 @@
 #include "pipeline/front_end.hpp"
 
 #include "core/checksum.hpp"
+#include "core/log.hpp"
 #include "onnx/importer.hpp"
 #include "pipeline/constant_folding.hpp"
 
@@ -61,10 +62,29 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
 }
 
 Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path,
-                                                         const BackendRegistry* backends) {
+                                                         const BackendRegistry* backends,
+                                                         bool freeze_defaults) {
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;
+  if (freeze_defaults && !graph->input_defaults.empty()) {
+    std::vector<int> kept;
+    for (int v : graph->inputs) {
+      auto it = graph->input_defaults.find(graph->values[v].name);
+      if (it == graph->input_defaults.end()) {
+        kept.push_back(v);
+        continue;
+      }
+      graph->make_constant(v, std::move(it->second));
+    }
+    graph->inputs = std::move(kept);
+    graph->input_defaults.clear();
+  } else if (!graph->input_defaults.empty()) {
+    log::info(path + ": " + std::to_string(graph->input_defaults.size()) +
+              " initializers are listed among the graph's inputs: they are inputs a feed may "
+              "override, with the initializer as default, and so are not folded or packed as "
+              "constants (a .bpk stores them as constants)");
+  }
   const ir::OpRegistry& ops = backends != nullptr ? backends->ops() : ir::OpRegistry::builtin();
   for (const ir::Node& node : graph->nodes)
     if (!ops.knows(node.domain, node.op_type))

@@ -39,8 +39,12 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
 // dropped, verified. Shapes are inferred per run (specialize_graph). An
 // operator nobody knows is an error naming it, its domain and, for a domain
 // of its own, why no backend defines it.
+// Inputs with a default (ir::Graph::input_defaults) stay inputs, which a
+// feed may override, unless `freeze_defaults` (an artifact stores them as
+// constants, folded like any).
 Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path,
-                                                         const BackendRegistry* backends = nullptr);
+                                                         const BackendRegistry* backends = nullptr,
+                                                         bool freeze_defaults = false);
 
 // A copy of the portable graph `portable` with the given concrete shape for
 // every input, every value's shape inferred and what those shapes make

@@ -404,6 +404,7 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
 Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, specialize(signature));
   structure_ = structure_of(*graph);  // for polymorphic() (builds are one at a time)
+  building_ = signature;
   std::string note;
   BP_ASSIGN_OR_RETURN(Planner planner, stored_planner(signature, *graph, &note));
   std::shared_ptr<const NamedDataMap> weights = weights_;
@@ -452,7 +453,7 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
       if (it->first == place) {
         auto found = it->second;
         polymorphic_by_place_.splice(polymorphic_by_place_.begin(), polymorphic_by_place_, it);
-        return found;
+        return runnable_here(found) ? found : nullptr;
       }
   }
   // Constants of every run stay constants; those of these shapes only become inputs.
@@ -470,7 +471,7 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
       if (it->first == key) {
         polymorphic_.splice(polymorphic_.begin(), polymorphic_, it);
         remember_place(place, it->second);
-        return it->second;
+        return runnable_here(it->second) ? it->second : nullptr;
       }
   }
   bp_compile_options_t opts = compile_options(options_.num_threads, nullptr);
@@ -506,6 +507,42 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
     polymorphic_.pop_back();  // held on by specialisations using it
   remember_place(place, ep);
   return ep;
+}
+
+bool CompiledModel::runnable_here(const std::shared_ptr<ExecutablePartition>& ep) const {
+  return ep == nullptr ||
+         std::find(unrunnable_.begin(), unrunnable_.end(),
+                   std::make_pair(building_, static_cast<const ExecutablePartition*>(ep.get()))) ==
+             unrunnable_.end();
+}
+
+Result<std::shared_ptr<const Specialization>> CompiledModel::respecialize(
+    const Signature& signature, const ExecutablePartition& failed) {
+  constexpr size_t kUnrunnableKept = 64;
+  std::shared_ptr<const Specialization> dropped;  // destroyed unlocked
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::pair<Signature, const ExecutablePartition*> entry(signature, &failed);
+    if (std::find(unrunnable_.begin(), unrunnable_.end(), entry) == unrunnable_.end()) {
+      unrunnable_.push_back(entry);
+      if (unrunnable_.size() > kUnrunnableKept) unrunnable_.pop_front();
+    }
+    auto it = cache_.find(signature);
+    if (it != cache_.end() && it->second.done) {
+      Result<std::shared_ptr<const Specialization>> held = it->second.ready.get();
+      // Another session may have built it again already.
+      const bool uses_failed =
+          held.ok() &&
+          std::any_of(held.value()->executable().begin(), held.value()->executable().end(),
+                      [&](const auto& ep) { return ep.get() == &failed; });
+      if (uses_failed) {
+        dropped = held.value();
+        lru_.erase(it->second.lru);
+        cache_.erase(it);
+      }
+    }
+  }
+  return specialization(signature);
 }
 
 size_t CompiledModel::polymorphic_bound() const {

@@ -89,6 +89,13 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // The specialisation for `signature` (checked already): from the cache, or
   // built now (once, however many threads ask at the same time).
   Result<std::shared_ptr<const Specialization>> specialization(const Signature& signature);
+  // A partition of the specialisation for `signature`, compiled
+  // shape-polymorphic, could not run at its shapes (its backend said
+  // kUnsupported at execute): the specialisation is built again with that
+  // partition compiled for these shapes, where a node its backend rejects
+  // goes to the next backend as at any compile. Other signatures keep it.
+  Result<std::shared_ptr<const Specialization>> respecialize(const Signature& signature,
+                                                             const ExecutablePartition& failed);
 
   // The first specialisation (see Model), or null before it. Tests read the
   // plan and memory of a model with fixed shapes through it.
@@ -117,6 +124,8 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
                                                            const Partition& partition,
                                                            const std::string& name);
   size_t polymorphic_bound() const;
+  // Whether `ep` may serve the signature being built (under mu_).
+  bool runnable_here(const std::shared_ptr<ExecutablePartition>& ep) const;
   // Under mu_.
   void remember_place(const std::string& place, const std::shared_ptr<ExecutablePartition>& ep);
   Status notify_before_load(const Plan& plan);
@@ -161,6 +170,10 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // The same by place: structure, backend and node ids of the partition.
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_by_place_;
   std::string structure_;  // of the specialisation being built (under build_mu_)
+  Signature building_;     // the signature being built (under build_mu_)
+  // Shape-polymorphic partitions that could not run at a signature
+  // (respecialize): compiled for its shapes there. Bounded; oldest first.
+  std::deque<std::pair<Signature, const ExecutablePartition*>> unrunnable_;
   std::vector<std::shared_ptr<LoadedBackend>> hooked_;        // got before_load_network
   std::vector<std::shared_ptr<LoadedBackend>> after_loaded_;  // got after_load_network
 

@@ -149,6 +149,15 @@ class HostOpRunner {
     if (declared.dtype != DType::kUndefined && got != DType::kUndefined && got != declared.dtype)
       return error("output '" + declared.name + "' is declared " + dtype_name(declared.dtype) +
                    ", the op made " + dtype_name(got));
+    if (v.kind == AnyValue::Kind::kTensor && tensor_declared && declared.has_shape) {
+      const Shape& made = v.tensor.shape();
+      bool fits = made.size() == declared.shape.size();
+      for (size_t d = 0; fits && d < made.size(); ++d)
+        fits = declared.shape[d] < 0 || declared.shape[d] == made[d];
+      if (!fits)
+        return error("output '" + declared.name + "' is declared with shape " +
+                     shape_to_string(declared.shape) + ", the op made " + shape_to_string(made));
+    }
     env_[node_.outputs[i]] = std::move(v);
     return ok_status();
   }

@@ -6,6 +6,7 @@
 // the previous run's. The arena only grows; contexts of partitions shared
 // between specialisations (compiled shape-polymorphic) are kept across
 // switches, others are dropped once unused for a few switches.
+#include "core/log.hpp"
 #include "registry/output_sink.hpp"
 #include "session/compiled_model.hpp"
 
@@ -38,6 +39,7 @@ class SessionImpl : public Session {
     sink_.allocate = [this](size_t output, const Shape& shape) {
       return allocate_dynamic(output, shape);
     };
+    use_defaults();
   }
 
   ~SessionImpl() override { release(); }
@@ -160,6 +162,26 @@ class SessionImpl : public Session {
                           model_->specialization(signature));
       BP_RETURN_IF_ERROR(switch_to(std::move(spec)));
     }
+    Status ran = run_steps();
+    // A partition compiled shape-polymorphic must run at any shapes; one
+    // that cannot at these (its backend says kUnsupported) is compiled for
+    // them instead, in a specialisation built again, and the run repeated:
+    // the runs before changed nothing the run reads.
+    const bool fed =
+        std::any_of(fed_.begin(), fed_.end(), [](const Fed& f) { return f.output >= 0; });
+    if (ran.ok() || ran.code() != StatusCode::kUnsupported || fed || failed_ < 0) return ran;
+    const ExecutablePartition& failed = *spec_->executable()[static_cast<size_t>(failed_)];
+    if (!failed.polymorphic) return ran;
+    log::info(ran.message() + "; compiling it for these shapes");
+    BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> again,
+                        model_->respecialize(spec_->signature(), failed), ran.message());
+    BP_RETURN_IF_ERROR(switch_to(std::move(again)));
+    return run_steps();
+  }
+
+  // One run of the current specialisation's steps, the outputs taken.
+  Status run_steps() {
+    failed_ = -1;
     const Specialization& spec = *spec_;
     const ir::Graph& g = spec.graph();
     for (size_t i = 0; i < bound_outputs_.size(); ++i) {
@@ -521,6 +543,20 @@ class SessionImpl : public Session {
     }
     for (Tensor& out : outputs_) out = Tensor();
     pending_host_copy_.clear();
+    use_defaults();
+  }
+
+  // An input the model gives a default (an initializer listed among its
+  // inputs) holds it until a feed replaces it.
+  void use_defaults() {
+    const ir::Graph& g = model_->portable();
+    for (size_t i = 0; i < g.inputs.size() && i < inputs_.size(); ++i) {
+      auto it = g.input_defaults.find(g.values[g.inputs[i]].name);
+      if (it == g.input_defaults.end() || input_set_[i]) continue;
+      const Tensor& t = it->second;
+      inputs_[i] = Tensor::view(t.dtype(), t.shape(), const_cast<void*>(t.data()));
+      input_set_[i] = true;
+    }
   }
 
   // Makes output `index` readable on the host if its copy was left out.
@@ -658,7 +694,10 @@ class SessionImpl : public Session {
     // Another backend runs next: the pool's workers, done with this
     // partition, sleep now rather than spin through that one.
     if (edge_after_[i] && pool_ != nullptr) pool_->park();
-    if (s != nullptr) return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
+    if (s != nullptr) {
+      failed_ = static_cast<int>(i);
+      return ep.backend->check(s, "execute " + std::string(ep.view->get()->name));
+    }
     return ok_status();
   }
 
@@ -811,6 +850,7 @@ class SessionImpl : public Session {
   };
   std::map<int, Dynamic> dynamic_;
   size_t running_ = 0;  // the partition executing now
+  int failed_ = -1;     // the partition whose execute failed in the last run, -1 if none
   bp_output_sink sink_;
   ThreadPool* const pool_ = model_->thread_pool();  // lent to backends (API 1.5)
   std::vector<bool> edge_after_;                    // per partition: edges_of

@@ -598,6 +598,14 @@ class StagedSession : public Session {
     outputs_.resize(model_->outputs().size());
     tensors_.resize(outputs_.size());
     bound_.resize(outputs_.size());
+    // An input the model gives a default holds it until a feed replaces it.
+    const ir::Graph& g = model_->program().graph();
+    for (size_t i = 0; i < g.inputs.size() && i < inputs_.size(); ++i) {
+      auto it = g.input_defaults.find(g.values[g.inputs[i]].name);
+      if (it == g.input_defaults.end()) continue;
+      inputs_[i] = AnyValue::of(it->second);
+      set_[i] = true;
+    }
   }
 
   Status set_input(const std::string& name, const Tensor& tensor) override {

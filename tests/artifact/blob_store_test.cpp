@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <numeric>
 
 namespace backplane::artifact_test {
@@ -193,6 +196,55 @@ TEST_F(WrittenAlignment, OffsetsAndPointersAreAligned) {
   const void* d;
   size_t n;
   EXPECT_EQ(map.get("no_such_key", &d, &n).code(), StatusCode::kNotFound);
+}
+
+// An empty blob (a Constant of shape [0]) shares its offset with the next
+// blob; wherever it sorts among them, nothing is written for it (a gap
+// before it would be negative).
+TEST_F(WrittenAlignment, EmptyBlobsTakeNoRoomWhereverTheySort) {
+  // A failure writes until a write fails: a file-size limit keeps that off the disk.
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit limited = old;
+  limited.rlim_cur = rlim_t{64} << 20;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  ir::Graph g = identity_graph();
+  for (size_t at = 0; at <= 40; ++at) {
+    NamedBlobStore s;
+    std::vector<std::vector<uint8_t>> blobs;
+    for (size_t i = 0; i < 40; ++i) blobs.push_back(pattern(16 + i % 3, static_cast<uint8_t>(i)));
+    for (size_t i = 0; i <= blobs.size(); ++i) {
+      if (i == at) ASSERT_TRUE(s.add("empty", nullptr, 0, 0, "").ok());
+      if (i < blobs.size())
+        ASSERT_TRUE(
+            s.add("blob" + std::to_string(i), blobs[i].data(), blobs[i].size(), 0, "").ok());
+    }
+    ArtifactMethod m;
+    m.name = "main";
+    m.portable = &g;
+    ArtifactSpecialization& spec = m.specializations.emplace_back();
+    spec.graph = &g;
+    spec.signature = {g.values[g.inputs[0]].shape};
+    ArtifactPartition p;
+    p.backend = "CpuRef";
+    p.nodes = {0};
+    spec.partitions.push_back(p);
+    auto sizes = write_artifact(path("e.bpk"), {m}, s);
+    ASSERT_TRUE(sizes.ok()) << "empty blob at " << at << ": " << sizes.status().to_string();
+    EXPECT_LT(sizes->file_bytes, size_t{1} << 20) << "empty blob at " << at;
+    auto file = ArtifactFile::open(path("e.bpk"), {}, false);
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    ArtifactDataMap map(*file);
+    const void* data = nullptr;
+    size_t size = 1;
+    ASSERT_TRUE(map.get("empty", &data, &size).ok());
+    EXPECT_EQ(size, 0u);
+    ASSERT_TRUE(map.get("blob39", &data, &size).ok());
+    EXPECT_EQ(std::memcmp(data, blobs[39].data(), size), 0);
+  }
+  std::signal(SIGXFSZ, previous);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
 }
 
 TEST_F(WrittenAlignment, RealModelSegmentsAreAligned) {

@@ -75,7 +75,9 @@ TEST(MappedFile, DirectoryIsAnError) {
 TEST(OnnxImport, ImportsInputsOutputsInitializersAndNodes) {
   TempDir dir;
   ModelBuilder b = add_relu_model();
-  // An input that is also an initializer is a constant, not an input.
+  // Before IR version 4 every initializer is listed as an input too: a
+  // constant, not an input.
+  b.model.set_ir_version(3);
   b.input("w", std::vector<Dim>{3});
   b.value_info("s", std::vector<Dim>{"batch", 3});
   auto g = import_file(b.save(dir));
@@ -104,6 +106,37 @@ TEST(OnnxImport, ImportsInputsOutputsInitializersAndNodes) {
   EXPECT_EQ(s.dim_params[0], "batch");
   EXPECT_EQ(g->opset(), 13);
   EXPECT_EQ(g->source, dir.file("model.onnx"));
+}
+
+TEST(OnnxImport, InitializerListedAsInputIsTheInputsDefaultFromIrVersion4) {
+  ModelBuilder b = add_relu_model();
+  b.model.set_ir_version(4);
+  b.graph().add_input()->set_name("w");  // no type: the initializer's
+  std::string bytes = b.bytes();
+  auto g = import_bytes(bytes.data(), bytes.size(), "mem.onnx", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->inputs.size(), 2u);
+  const ir::Value& w = g->values[g->inputs[1]];
+  EXPECT_EQ(w.name, "w");
+  EXPECT_FALSE(w.is_constant());
+  EXPECT_EQ(w.dtype, DType::kFloat32);
+  EXPECT_EQ(w.shape, (Shape{3}));
+  ASSERT_EQ(g->input_defaults.count("w"), 1u);
+  EXPECT_EQ(g->input_defaults.at("w").data_as<float>()[1], 2.0f);
+
+  // The declaration must agree with the initializer.
+  ModelBuilder bad = add_relu_model();
+  bad.input("w", std::vector<Dim>{4});
+  bytes = bad.bytes();
+  g = import_bytes(bytes.data(), bytes.size(), "mem.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "graph input 'w'", "[4]", "initializer has shape [3]");
+  ModelBuilder mistyped = add_relu_model();
+  mistyped.input("w", std::vector<Dim>{3}, onnx::TensorProto::INT64);
+  bytes = mistyped.bytes();
+  g = import_bytes(bytes.data(), bytes.size(), "mem.onnx", ".");
+  ASSERT_FALSE(g.ok());
+  EXPECT_ERROR_HAS(g.status(), "graph input 'w'", "declared int64", "initializer is float32");
 }
 
 TEST(OnnxImport, SortsNodesGivenOutOfOrder) {

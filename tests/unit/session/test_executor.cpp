@@ -264,5 +264,125 @@ TEST(Partitioner, OverridesUnknownBackendsAndMissingNodes) {
   EXPECT_NE(p.status().message().find("no_such_node"), std::string::npos);
 }
 
+// A shape-polymorphic backend that runs Relu at any shape but one element:
+// there its execute_shaped says kUnsupported, and a compile for that shape
+// rejects the node. Counts what it did.
+std::atomic<int> g_picky_refusals{0};
+std::atomic<int> g_picky_runs{0};
+
+class PickyPolymorphic : public ReluOnly {
+ public:
+  using ReluOnly::ReluOnly;
+  bp_backend_info_t info() override {
+    bp_backend_info_t i = ReluOnly::info();
+    i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SHAPE_POLYMORPHIC;
+    return i;
+  }
+  struct ShapedCtx : sdk::ExecContext {
+    void execute(size_t, const bp_tensor_t*, size_t, const bp_tensor_t*) override {
+      throw sdk::Error(BP_STATUS_INTERNAL, "execute_shaped is the only entry");
+    }
+    void execute_shaped(const sdk::ExecuteArgs& args) override {
+      const size_t n = args.input(0).size_bytes / sizeof(float);
+      if (n == 1) {
+        ++g_picky_refusals;
+        throw sdk::unsupported("cannot run at these shapes (one element)");
+      }
+      const float* x = static_cast<const float*>(args.input(0).data);
+      float* y = static_cast<float*>(args.output(0).data);
+      for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;
+      ++g_picky_runs;
+    }
+  };
+  struct AnyShape : sdk::CompiledPartition {
+    std::unique_ptr<sdk::ExecContext> create_context() override {
+      return std::make_unique<ShapedCtx>();
+    }
+  };
+  std::unique_ptr<sdk::CompiledPartition> compile(const bp_graph_view_t& view,
+                                                  const bp_compile_options_t& options,
+                                                  sdk::NodeReport& report) override {
+    if (view.num_nodes != 1) throw sdk::unsupported("one node per partition in this test backend");
+    if (sdk::shape_polymorphic(options)) return std::make_unique<AnyShape>();
+    const bp_value_t& v = view.values[view.inputs[0]];
+    int64_t n = 1;
+    for (size_t i = 0; i < v.rank; ++i) n *= v.shape[i];
+    if (n == 1) {
+      report.rejected(0, "not at one element");
+      return nullptr;
+    }
+    return std::make_unique<AnyShape>();
+  }
+};
+
+// x[?,?] -> Relu -> y, every shape open.
+std::unique_ptr<ir::Graph> open_relu_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->name = "open_relu";
+  g->source = "open_relu.onnx";
+  g->opsets[""] = 13;
+  ir::Value x;
+  x.name = "x";
+  x.dtype = DType::kFloat32;
+  x.shape = {-1, -1};
+  x.dim_params = {"", ""};
+  x.has_shape = true;
+  const int xi = g->add_value(x);
+  ir::Value y;
+  y.name = "y";
+  const int yi = g->add_value(y);
+  g->inputs = {xi};
+  g->outputs = {yi};
+  ir::Node n;
+  n.name = "relu";
+  n.op_type = "Relu";
+  n.inputs = {xi};
+  n.outputs = {yi};
+  g->nodes.push_back(n);
+  EXPECT_TRUE(g->topo_sort().ok());
+  return g;
+}
+
+TEST(Executor, PolymorphicPartitionThatCannotRunAtTheseShapesIsCompiledForThem) {
+  BackendRegistry r = registry_with(sdk::backend_table<PickyPolymorphic>(), "Picky");
+  CompiledModel::Options options;
+  options.placement.backends = {"Picky", "CpuRef"};
+  options.placement.allow_fallback = true;
+  options.num_threads = 1;
+  auto model = CompiledModel::create(open_relu_graph(), r, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  Session& s = **session;
+  auto run = [&](Shape shape, std::vector<float> x) -> std::vector<float> {
+    EXPECT_TRUE(s.set_input("x", Tensor::copy_of(DType::kFloat32, shape, x.data())).ok());
+    Status st = s.run();
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (!st.ok()) return {};
+    const Tensor& y = s.output(0);
+    return std::vector<float>(y.data_as<float>(), y.data_as<float>() + y.numel());
+  };
+  g_picky_refusals = 0;
+  g_picky_runs = 0;
+  EXPECT_EQ(run({2, 2}, {-1, 2, -3, 4}), (std::vector<float>{0, 2, 0, 4}));
+  EXPECT_EQ(g_picky_runs.load(), 1);
+  // One element: the polymorphic partition refuses, the node goes to CpuRef.
+  EXPECT_EQ(run({1, 1}, {-5}), (std::vector<float>{0}));
+  EXPECT_EQ(g_picky_refusals.load(), 1);
+  EXPECT_EQ(run({1, 1}, {7}), (std::vector<float>{7}));
+  EXPECT_EQ(g_picky_refusals.load(), 1);  // the rebuilt specialisation is kept
+  // Other shapes still run on the polymorphic partition.
+  EXPECT_EQ(run({1, 3}, {-1, 0, 1}), (std::vector<float>{0, 0, 1}));
+  EXPECT_EQ(g_picky_runs.load(), 2);
+  // A second session at the refused shapes uses the rebuilt specialisation.
+  auto other = (*model)->create_session();
+  ASSERT_TRUE(other.ok());
+  float v = -2;
+  ASSERT_TRUE((*other)->set_input("x", Tensor::copy_of(DType::kFloat32, {1, 1}, &v)).ok());
+  ASSERT_TRUE((*other)->run().ok());
+  EXPECT_EQ((*other)->output(0).data_as<float>()[0], 0.f);
+  EXPECT_EQ(g_picky_refusals.load(), 1);
+}
+
 }  // namespace
 }  // namespace backplane

@@ -504,7 +504,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   }
   bool generated = false;
   for (size_t i = 0; i < infos.size(); ++i) {
-    if (given.count(infos[i].name)) continue;
+    // An input the model gives a default keeps it (the session starts with it).
+    if (given.count(infos[i].name) || !infos[i].default_value.empty()) continue;
     generated = true;
     backplane::TensorInfo info = infos[i];
     auto hinted = mo.input_shapes.find(info.name);

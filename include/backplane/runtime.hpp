@@ -170,6 +170,11 @@ struct TensorInfo {
   // and read those with Session::set_input_value / get_output_value).
   enum class Kind { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
   Kind kind = Kind::kTensor;
+  // Inputs only: the value a run takes when the input is not given (ONNX: an
+  // initializer listed among the graph's inputs, IR version 4 on, which a
+  // feed may override); empty for an input that must be given. Shares the
+  // model's bytes.
+  Tensor default_value;
 };
 // An input or output that need not be a tensor: ONNX sequences (a list of
 // tensors of one dtype) and optionals (a tensor or a sequence, or nothing),

@@ -557,6 +557,13 @@ class InferenceSession {
     for (size_t i = 0; i < infos.size(); ++i) {
       const auto& info = infos[i];
       py::str key(info.name);
+      if (!feed.contains(key) && !info.default_value.empty()) {
+        // The model's default (an initializer listed among the inputs),
+        // bound in place: a leased session may hold an earlier run's feed.
+        in.values[i] = bp::AnyValue::of(info.default_value);
+        in.is_view[i] = true;
+        continue;
+      }
       if (!feed.contains(key))
         raise_invalid(path_ + ": input '" + info.name + "' is not given (inputs: " + names(infos) +
                       ")");

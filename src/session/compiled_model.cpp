@@ -91,6 +91,8 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
     TensorInfo info{value.name, value.dtype, value.shape, value.dim_params};
     if (!info.dim_names.empty() && info.dim_names.size() != info.shape.size())
       info.dim_names.clear();
+    if (auto d = g.input_defaults.find(value.name); d != g.input_defaults.end())
+      info.default_value = d->second;
     inputs_.push_back(std::move(info));
   }
   for (int v : g.outputs) {

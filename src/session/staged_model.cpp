@@ -789,6 +789,8 @@ Result<std::shared_ptr<StagedModel>> StagedModel::create(std::unique_ptr<ir::Gra
     TensorInfo info{value.name, value.dtype, value.shape, value.dim_params};
     if (info.dim_names.size() != info.shape.size()) info.dim_names.clear();
     info.kind = info_kind(value.kind);
+    if (auto d = g->input_defaults.find(value.name); d != g->input_defaults.end())
+      info.default_value = d->second;
     m->inputs_.push_back(std::move(info));
   }
   for (int v : g->outputs) {

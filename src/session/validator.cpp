@@ -203,6 +203,10 @@ Status Validator::prepare_inputs(const CompiledModel& model) {
   inputs_ = options_.inputs;
   for (size_t i = 0; i < infos.size(); ++i) {
     if (inputs_.count(infos[i].name)) continue;
+    if (!infos[i].default_value.empty()) {  // the model's own value, as a run takes it
+      inputs_[infos[i].name] = infos[i].default_value;
+      continue;
+    }
     TensorInfo at = infos[i];
     auto hinted = placement_.input_shapes.find(at.name);
     if (hinted != placement_.input_shapes.end()) at.shape = hinted->second;

@@ -548,6 +548,16 @@ def _build_step(b, idx, st, values):
         return b.node("Resize", [x, roi, scales], out, mode="nearest",
                       coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
+    if k == "gather":  # constant indices, negative ones too
+        rank = len(xs)
+        axis = st["axis"] % rank
+        n = xs[axis]
+        idx = np.asarray([(i % (2 * n)) - n for i in st["idx"]], np.int64)
+        if st.get("scalar"):
+            idx = idx[:1].reshape(())
+        out = list(xs[:axis]) + list(idx.shape) + list(xs[axis + 1:])
+        return b.node("Gather", [x, b.const(idx, "idx")], out, b.dtypes[x], axis=axis)
+
     if k == "cast":
         return b.node("Cast", [x], xs, st["to"], to=_ONNX[st["to"]])
 
@@ -905,6 +915,12 @@ class Gen:
             shape = self.vals[x][0]
             if self.chance(0.25) and len(shape) == 4:
                 x, shape = self.pool(x, shape)
+            if self.chance(0.12) and len(shape) == 4:
+                # To channels-last and back, element-wise work in between.
+                x = self.add({"k": "transpose", "x": x, "perm": [0, 2, 3, 1]})
+                x = self.tail(x, self.vals[x][0], self.r(3))
+                x = self.add({"k": "transpose", "x": x, "perm": [0, 3, 1, 2]})
+                shape = self.vals[x][0]
         return x
 
     def conv(self, x, shape):
@@ -938,6 +954,16 @@ class Gen:
         return y, self.vals[y][0]
 
     def pool(self, x, shape):
+        if self.chance(0.15):
+            # An explicit Pad of zeros, then an AveragePool that counts it
+            # (PyTorch's avg_pool2d(padding=1)).
+            try:
+                p = self.add({"k": "pad", "x": x, "p": [1, 1, 1, 1]})
+                y = self.add({"k": "pool", "op": "AveragePool", "x": p, "ks": [3, 3], "st": [1, 1],
+                              "pads": [0, 0, 0, 0], "ceil": 0, "cip": 1})
+                return y, self.vals[y][0]
+            except InvalidSpec:
+                pass
         op = self.pick(["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"])
         if op.startswith("Global"):
             out = tuple(shape[:2]) + (1,) * (len(shape) - 2)
@@ -978,6 +1004,10 @@ class Gen:
                 y = self.tail(y, ys, self.r(2))
             elif r < 0.45 and ys[2:] == self.vals[x][0][2:]:
                 y = self.add({"k": "concat", "xs": [y, x] if self.chance(0.5) else [x, y], "axis": 1})
+                if self.chance(0.5):  # DenseNet: normalize the concatenation (then ReLU)
+                    y = self.add({"k": "bn", "x": y})
+                    if self.chance(0.7):
+                        y = self.add({"k": "act", "op": "Relu", "x": y})
             x = y
         if self.chance(0.3):
             x = self.add({"k": "gpool", "op": "GlobalAveragePool", "x": x})
@@ -1069,6 +1099,10 @@ class Gen:
                         x = self.add(st)
                     except InvalidSpec:
                         pass
+            elif r < 0.69 and rank >= 2:
+                x = self.add({"k": "gather", "x": x, "axis": int(self.r(rank)),
+                              "idx": [int(self.r(50)) for _ in range(1 + self.r(4))],
+                              "scalar": self.chance(0.2)})
             elif r < 0.72 and rank == 4:
                 f = self.pick([2, 3])
                 x = self.add({"k": "resize", "x": x, "f": f, "mode": self.pick(["linear", "nearest"])},

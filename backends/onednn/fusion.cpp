@@ -68,18 +68,22 @@ std::vector<std::vector<int>> live_consumers(const ViewInfo& g, const std::vecto
 // right after a linear step composes into it (a2 * (a1 * x + b1) + b2).
 bool append_post_ops(std::vector<PostOp>& post, const std::vector<PostOp>& more) {
   std::vector<PostOp> chain = post;
-  for (const PostOp& p : more) {
+  for (PostOp p : more) {
     if (p.kind != PostOp::kEltwise) {
       chain.push_back(p);
       continue;
     }
-    PostOp* last = chain.empty() ? nullptr : &chain.back();
-    if (last != nullptr && last->kind == PostOp::kEltwise &&
-        last->alg == algorithm::eltwise_linear && p.alg == algorithm::eltwise_linear) {
-      last->beta = p.alpha * last->beta + p.beta;
-      last->alpha = p.alpha * last->alpha;
-      continue;
+    const bool compose = !chain.empty() && chain.back().kind == PostOp::kEltwise &&
+                         chain.back().alg == algorithm::eltwise_linear &&
+                         p.alg == algorithm::eltwise_linear;
+    if (compose) {
+      const PostOp last = chain.back();
+      chain.pop_back();
+      p.beta = p.alpha * last.beta + p.beta;
+      p.alpha = p.alpha * last.alpha;
     }
+    // The composed step too: Selu, Selu, Sub is elu, linear(g), elu, and
+    // linear(g) composed with the Sub, which differs from the first linear.
     for (const PostOp& q : chain)
       if (q.kind == PostOp::kEltwise && q.alg == p.alg && (q.alpha != p.alpha || q.beta != p.beta))
         return false;

@@ -97,20 +97,16 @@ def pins_of(model):
     return []
 
 
-def model_of(spec):
-    return graphgen.build(spec)
-
-
 def shrink_and_write(checker, seed, spec, out_dir, log):
     def fails(cand):
-        model, pins = model_of(cand)
+        model, pins = graphgen.build(cand)
         try:
             return checker.check(model, pins, graphgen.feeds_for(model)) is not None
         except GeneratorError:
             return False
 
     small = shrink.shrink(spec, fails, log=log)
-    model, pins = model_of(small)
+    model, pins = graphgen.build(small)
     os.makedirs(out_dir, exist_ok=True)
     base = os.path.join(out_dir, f"{checker.backend}-seed{seed}")
     onnx.save(model, base + ".onnx")
@@ -203,7 +199,7 @@ def main():
             with open(args.seed_file, "w") as f:
                 f.write(f"{seed}\n")
         spec = graphgen.generate(seed, args.backend)
-        model, pins = model_of(spec)
+        model, pins = graphgen.build(spec)
         checker.current = f"seed {seed}"
         if args.print_model:
             log(f"seed {seed}: {graphgen.describe(spec)}")

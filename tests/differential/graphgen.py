@@ -812,12 +812,13 @@ class Gen:
             return {"mask": self.r(1 << rank) if rank else 0, "lead": self.r(rank + 1)}
         return {"mask": (1 << rank) - 1, "lead": self.r(2) if rank else 0}  # full
 
-    def binary(self, x, shape, dtype=FLOAT, other=None):
-        ops = ["Add", "Sub", "Mul", "Div"] * 3 + ["Max", "Min"]
+    def binary(self, x, shape, dtype=FLOAT, other=None, ops=None):
+        if ops is None:
+            ops = ["Add", "Sub", "Mul", "Div"] * 3 + ["Max", "Min"]
+            if dtype == FLOAT and self.m(x) <= _POW_MAX:
+                ops.append("Pow")
         if dtype == "float16":  # OpenCL's float division is not exactly rounded
             ops = ["Add", "Sub", "Mul", "Max", "Min"]
-        if dtype == FLOAT and self.m(x) <= _POW_MAX:
-            ops += ["Pow"]
         op = self.pick(ops)
         c = other if other is not None else self.const_ref(shape)
         if op == "Pow" and other is None:  # constant exponents, small
@@ -1044,11 +1045,11 @@ class Gen:
                 step = {"k": "matmul", "x": x, "y": y}
                 shape = tuple(shape[:-1]) + (n,)
             x = self.add(step, shape)
+            # Normalizing right after the main op and a bias: a row the tail
+            # made (nearly) constant, such as Max(x, c) where every x < c,
+            # has a variance of rounding noise, which normalizing blows up.
             if self.chance(0.3):
-                x = self.binary(x, shape, other=None)
-            # Normalizing right after the main op: a row the tail made
-            # (nearly) constant, such as Max(x, c) where every x < c, has a
-            # variance of rounding noise, which normalizing blows up.
+                x = self.binary(x, shape, ops=["Add", "Sub", "Mul"])
             if self.chance(0.2):
                 try:
                     x = self.add({"k": self.pick(["lnpat", "layernorm", "softmax"]), "x": x,

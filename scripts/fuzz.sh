@@ -4,6 +4,13 @@
 # Exits non-zero if a target crashes, trips a sanitizer, leaks or times out;
 # the reproducer is left in BUILD/crashes/ (rerun: BUILD/fuzz_onnx FILE).
 #
+# fuzz.sh --differential SECONDS [BACKEND...] — random graphs
+# (tests/differential/graphgen.py) on each fast backend (default CpuOneDnn,
+# and GpuOcl if it is built) against CpuRef, SECONDS each, from random seeds
+# (printed). Needs a built tree with the Python module (BACKPLANE_BUILD_DIR,
+# default build/ in the source tree). Each failure is shrunk and written to
+# BACKPLANE_BUILD_DIR/differential-failures/; exits non-zero if any.
+#
 # Environment:
 #   BACKPLANE_FUZZ_BUILD  build directory (default: build-fuzz in the source tree);
 #                         reused between runs, and so is the corpus in it
@@ -15,8 +22,44 @@
 # Long runs and triage: docs/fuzzing.md.
 set -euo pipefail
 
-secs=${1:-30}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+if [ "${1:-}" = "--differential" ]; then
+  secs=${2:?fuzz.sh --differential SECONDS [BACKEND...]}
+  shift 2
+  bdir=${BACKPLANE_BUILD_DIR:-$root/build}
+  py=${BACKPLANE_PYTHON:-/usr/bin/python3}
+  [ -d "$bdir/python/backplane" ] ||
+    { echo "fuzz.sh: no Python module in $bdir (make build; BACKPLANE_BUILD_DIR names another build)" >&2; exit 1; }
+  backends=("$@")
+  if [ ${#backends[@]} -eq 0 ]; then
+    backends=(CpuOneDnn)
+    [ -d "$bdir/lib/backplane/gpuocl" ] && backends+=(GpuOcl)
+  fi
+  out=$bdir/differential-failures
+  mkdir -p "$out" "$bdir/cache/pocl" "$bdir/cache/gpuocl"
+  status=0
+  for b in "${backends[@]}"; do
+    seed_file=$out/.last-seed-$b
+    set +e
+    env PYTHONPATH="$bdir/python" PYTHONDONTWRITEBYTECODE=1 \
+      BACKPLANE_BACKEND_PATHS="$bdir/lib/backplane/backends:$bdir/lib/backplane/gpuocl" \
+      POCL_CACHE_DIR="$bdir/cache/pocl" BACKPLANE_GPUOCL_CACHE_DIR="$bdir/cache/gpuocl" \
+      "$py" "$root/tests/differential/run_differential.py" --backend "$b" --require \
+      --seconds "$secs" --regressions "$root/tests/differential/regressions" --out "$out" \
+      --seed-file "$seed_file"
+    rc=$?
+    set -e
+    if [ $rc -gt 128 ]; then
+      echo "fuzz.sh: $b died (signal $((rc - 128))) at seed $(cat "$seed_file"); rerun:" \
+           "tests/differential/run_differential.py --backend $b --seed $(cat "$seed_file")" >&2
+    fi
+    [ $rc -eq 0 ] || status=1
+  done
+  exit $status
+fi
+
+secs=${1:-30}
 build=${BACKPLANE_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${BACKPLANE_FUZZ_JOBS:-1}
 py=${BACKPLANE_PYTHON:-/usr/bin/python3}

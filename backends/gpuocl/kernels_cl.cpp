@@ -66,7 +66,7 @@ inline float unary_op(int op, float x, float p, float q) {
     case 12: return x * fmax(0.0f, fmin(1.0f, x / 6.0f + 0.5f)); // HardSwish
     case 13: return 1.0f / x;
     case 14: return x >= 0.0f ? x : p * (exp(x) - 1.0f); // Elu
-    case 15: return log(1.0f + exp(x));               // Softplus
+    case 15: return x > 0.0f ? x + log1p(exp(-x)) : log1p(exp(x)); // Softplus, no overflow
     case 16: return floor(x);
     case 17: return ceil(x);
     case 18: return x * p + q;                        // affine (Mul/Add by a scalar)

@@ -58,6 +58,41 @@ std::vector<std::vector<int>> live_consumers(const ViewInfo& g, const std::vecto
   return consumers;
 }
 
+// Appends `more` to the post-op chain `post` if oneDNN runs the result as
+// written; false (and `post` unchanged) if not. oneDNN 2.6's JIT kernels
+// make one eltwise injector per algorithm for a primitive's post-ops, so a
+// second eltwise post-op of an algorithm already in the chain runs with the
+// first one's alpha and beta: Mul(c) then Add(d) after a convolution would
+// compute c * (c * x) instead of c * x + d. A chain therefore holds each
+// algorithm once, or again only with the same parameters; a linear step
+// right after a linear step composes into it (a2 * (a1 * x + b1) + b2).
+bool append_post_ops(std::vector<PostOp>& post, const std::vector<PostOp>& more) {
+  std::vector<PostOp> chain = post;
+  for (PostOp p : more) {
+    if (p.kind != PostOp::kEltwise) {
+      chain.push_back(p);
+      continue;
+    }
+    const bool compose = !chain.empty() && chain.back().kind == PostOp::kEltwise &&
+                         chain.back().alg == algorithm::eltwise_linear &&
+                         p.alg == algorithm::eltwise_linear;
+    if (compose) {
+      const PostOp last = chain.back();
+      chain.pop_back();
+      p.beta = p.alpha * last.beta + p.beta;
+      p.alpha = p.alpha * last.alpha;
+    }
+    // The composed step too: Selu, Selu, Sub is elu, linear(g), elu, and
+    // linear(g) composed with the Sub, which differs from the first linear.
+    for (const PostOp& q : chain)
+      if (q.kind == PostOp::kEltwise && q.alg == p.alg && (q.alpha != p.alpha || q.beta != p.beta))
+        return false;
+    chain.push_back(p);
+  }
+  post = std::move(chain);
+  return true;
+}
+
 // Fuses follower f (reading `cur`, the main node m's result so far) into m,
 // if it can be: as a post-op (an activation, scalar arithmetic, or the one
 // residual Add: sum_used), or as MatMul's bias. False if it cannot.
@@ -69,16 +104,12 @@ bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_use
     if (f.in.size() > 1 && f.op != "Clip" && f.op != "Pow" && f.op != "GeluErf" && f.op != "Swish")
       return false;
     std::optional<std::vector<PostOp>> p = activation_of(g, f);
-    if (p) m.post.insert(m.post.end(), p->begin(), p->end());
-    return p.has_value();
+    return p && append_post_ops(m.post, *p);
   }
   if (f.op == "Max" || f.op == "Min") return false;
   const int other = (f.in[0] == cur) ? f.in[1] : f.in[0];
   if (f.in[0] == f.in[1]) return false;
-  if (std::optional<PostOp> p = linear_of(g, f, cur)) {
-    m.post.push_back(*p);
-    return true;
-  }
+  if (std::optional<PostOp> p = linear_of(g, f, cur)) return append_post_ops(m.post, {*p});
   if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" &&
       g.is_const(other) && sdk::element_count(g.shape(other)) == g.shape(cur).back() &&
       g.shape(other).back() == g.shape(cur).back() &&

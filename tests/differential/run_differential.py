@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Differential testing: small random graphs (graphgen.py) on a fast backend,
+with CpuRef behind it for what it rejects, against CpuRef alone, compared
+under the numerics policy (backplane.numerics; docs/numerics.md).
+
+  run_differential.py --backend CpuOneDnn --count 2000 --first-seed 1 \\
+      --regressions tests/differential/regressions --out DIR
+  run_differential.py --backend GpuOcl --seconds 600          # random seeds
+
+A failure (outputs outside the policy, or an error CpuRef does not raise)
+prints its seed, its steps and the error, is shrunk (shrink.py) to a small
+graph that still fails, and is written to DIR as BACKEND-seedSEED.onnx (with
+its spec as .json). Rerun one seed with --seed SEED. The committed
+regressions (*.onnx) run first, every time; a node named in the model's
+metadata "differential.pin" is pinned to CpuRef.
+
+Exit status: 0 all passed; 1 a failure; 77 the backend is not available
+here (ctest's skip code; with --require it is a failure instead).
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graphgen  # noqa: E402
+import shrink  # noqa: E402
+
+import backplane  # noqa: E402
+from backplane import numerics  # noqa: E402
+
+SKIP = 77
+
+
+class Checker:
+    def __init__(self, backend, threads, workdir):
+        self.backend = backend
+        self.threads = threads
+        self.fast_nodes = 0
+        self.total_nodes = 0
+        self.worst = (0.0, "")  # largest error / bound among passing outputs, and where
+        self.current = ""
+        self.path = os.path.join(workdir, "graph.onnx")
+
+    def session(self, path, backends, pins=()):
+        return backplane.InferenceSession(path, backends=backends,
+                                          overrides={p: "CpuRef" for p in pins} or None,
+                                          threads=self.threads)
+
+    def check(self, model, pins, feeds):
+        """None if the fast backend agrees with CpuRef, else what differs.
+        Raises GeneratorError if CpuRef itself cannot run the graph."""
+        with open(self.path, "wb") as f:
+            f.write(model.SerializeToString())
+        data = self.path
+        try:
+            ref = self.session(data, ["CpuRef"]).run(None, feeds)
+        except backplane.Error as e:
+            raise GeneratorError(f"CpuRef rejects the graph: {e}") from None
+        try:
+            sess = self.session(data, [self.backend, "CpuRef"], pins)
+            got = sess.run(None, feeds)
+        except backplane.Error as e:
+            return f"{type(e).__name__}: {e}"
+        on_fast = sum(len(p.nodes) for p in sess.partitions if p.backend == self.backend)
+        self.fast_nodes += on_fast
+        self.total_nodes += len(model.graph.node)
+        names = [o.name for o in model.graph.output]
+        bad = []
+        for name, g, r in zip(names, got, ref):
+            c = numerics.compare(g, r)
+            if not c.within:
+                bad.append(f"output '{name}': {c.describe()}")
+            elif not c.exact and c.max_abs_error / c.bound > self.worst[0]:
+                self.worst = (c.max_abs_error / c.bound, f"{self.current} output '{name}'")
+        return "; ".join(bad) or None
+
+
+class GeneratorError(Exception):
+    pass
+
+
+def pins_of(model):
+    for p in model.metadata_props:
+        if p.key == "differential.pin":
+            return [n for n in p.value.split(",") if n]
+    return []
+
+
+def shrink_and_write(checker, seed, spec, out_dir, log):
+    def fails(cand):
+        model, pins = graphgen.build(cand)
+        try:
+            return checker.check(model, pins, graphgen.feeds_for(model)) is not None
+        except GeneratorError:
+            return False
+
+    small = shrink.shrink(spec, fails, log=log)
+    model, pins = graphgen.build(small)
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f"{checker.backend}-seed{seed}")
+    onnx.save(model, base + ".onnx")
+    with open(base + ".json", "w") as f:
+        json.dump(small, f, indent=1)
+    err = checker.check(model, pins, graphgen.feeds_for(model))
+    log(f"  minimal graph ({len(model.graph.node)} nodes: "
+        f"{', '.join(n.op_type for n in model.graph.node)}) written to {base}.onnx\n"
+        f"  its error: {err}")
+
+
+def available(backend):
+    try:
+        ids = backplane.available_backends()
+    except backplane.Error as e:
+        return False, str(e)
+    if backend not in ids:
+        return False, f"{backend} is not among the registered backends ({', '.join(ids)})"
+    return True, ""
+
+
+def run_regressions(checker, folder, log):
+    failed = 0
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".onnx")) if folder else []
+    for f in files:
+        model = onnx.load(os.path.join(folder, f))
+        checker.current = f"regression {f}"
+        try:
+            err = checker.check(model, pins_of(model), graphgen.feeds_for(model))
+        except GeneratorError as e:
+            err = str(e)
+        if err:
+            failed += 1
+            log(f"FAIL regression {f}: {err}")
+    log(f"{checker.backend}: {len(files) - failed}/{len(files)} regression graphs pass")
+    return failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="CpuOneDnn")
+    ap.add_argument("--count", type=int, default=0, help="graphs to run (seeds FIRST..FIRST+COUNT-1)")
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, action="append", default=[], help="run this seed (repeatable)")
+    ap.add_argument("--seconds", type=float, default=0, help="run random seeds for this long")
+    ap.add_argument("--regressions", default="", help="folder of committed regression graphs")
+    ap.add_argument("--out", default="differential-failures", help="where shrunk failures go")
+    ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--require", action="store_true", help="fail (not skip) if the backend is absent")
+    ap.add_argument("--max-failures", type=int, default=5, help="stop after this many")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--print-model", action="store_true", help="print each graph's steps")
+    ap.add_argument("--seed-file", default="",
+                    help="write each seed here before running it (what a crash leaves behind)")
+    args = ap.parse_args()
+
+    def log(msg):
+        print(msg, flush=True)
+
+    ok, why = available(args.backend)
+    if not ok:
+        log(f"run_differential: {args.backend} is not available here: {why}")
+        return 1 if args.require else SKIP
+
+    # Each graph is written to a file the sessions load: in memory where
+    # the system has a tmpfs for it.
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    workdir = tempfile.mkdtemp(prefix="backplane-differential-", dir=shm)
+    atexit.register(shutil.rmtree, workdir, True)
+    checker = Checker(args.backend, args.threads, workdir)
+    failures = run_regressions(checker, args.regressions, log)
+
+    if args.seed:
+        seeds = iter(args.seed)
+    elif args.seconds > 0:
+        base = random.SystemRandom().randrange(1 << 40)
+        log(f"{args.backend}: random seeds from {base} for {args.seconds:g} s")
+        seeds = (base + i for i in range(1 << 62))
+    else:
+        seeds = iter(range(args.first_seed, args.first_seed + args.count))
+
+    start = time.monotonic()
+    graphs = generator_errors = 0
+    last = None
+    for seed in seeds:
+        if args.seconds > 0 and time.monotonic() - start > args.seconds:
+            break
+        last = seed
+        if args.seed_file:
+            with open(args.seed_file, "w") as f:
+                f.write(f"{seed}\n")
+        spec = graphgen.generate(seed, args.backend)
+        model, pins = graphgen.build(spec)
+        checker.current = f"seed {seed}"
+        if args.print_model:
+            log(f"seed {seed}: {graphgen.describe(spec)}")
+        try:
+            err = checker.check(model, pins, graphgen.feeds_for(model))
+        except GeneratorError as e:
+            generator_errors += 1
+            log(f"GENERATOR seed {seed}: {e}\n  {graphgen.describe(spec)}")
+            continue
+        except Exception:
+            log(f"CRASH seed {seed}: {graphgen.describe(spec)}")
+            traceback.print_exc()
+            return 1
+        finally:
+            graphs += 1
+        if err:
+            failures += 1
+            log(f"FAIL {args.backend} seed {seed}: {err}\n  graph: {graphgen.describe(spec)}")
+            if not args.no_shrink:
+                shrink_and_write(checker, seed, spec, args.out, log)
+            if failures >= args.max_failures:
+                log(f"stopping after {failures} failures")
+                break
+    took = time.monotonic() - start
+    share = checker.fast_nodes / max(checker.total_nodes, 1)
+    span = f", last seed {last}" if args.seconds > 0 and last is not None else ""
+    log(f"{args.backend}: {graphs} graphs in {took:.1f} s, {failures} failures, "
+        f"{generator_errors} invalid graphs; {100 * share:.0f}% of nodes ran on {args.backend}{span}")
+    if checker.worst[0] > 0:
+        log(f"{args.backend}: largest error of a passing output: {checker.worst[0]:.3f} of the bound "
+            f"({checker.worst[1]})")
+    if graphs and checker.fast_nodes == 0:
+        log(f"FAIL {args.backend} ran no node of any graph")
+        return 1
+    return 1 if failures or generator_errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -323,7 +323,9 @@ class TempModelFile {
     while (done < bytes.size()) {
       ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
       if (n <= 0) {
+        // The destructor does not run for a constructor that throws.
         ::close(fd);
+        ::unlink(path_.c_str());
         raise_status(bp::io_error("cannot write the model bytes to " + path_));
       }
       done += static_cast<size_t>(n);

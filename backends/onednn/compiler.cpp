@@ -190,8 +190,6 @@ int convolution_block(const ViewInfo& g) {
   return blocked_pays(g, block) ? block : 0;
 }
 
-bool convolution_channels_last() { return layout_choice() != LayoutChoice::kOneDnn; }
-
 std::string library_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
@@ -244,7 +242,6 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->empty = true;
     return compiled;
   }
-  lowering.channels_last_convolutions(convolution_channels_last());
   if (const int block = convolution_block(g)) {
     lowering.block_convolutions(block);
     lowering.winograd_convolutions(winograd_enabled());

@@ -39,10 +39,6 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
 // CPU has blocked kernels (AVX2: 8, AVX-512: 16). BACKPLANE_ONEDNN_LAYOUT=
 // onednn or =blocked forces either.
 int convolution_block(const ViewInfo& g);
-// Whether convolutions that are not blocked ask for channels-last tensors
-// (Lowering::channels_last_convolutions): unless BACKPLANE_ONEDNN_LAYOUT=onednn
-// leaves the choice to oneDNN.
-bool convolution_channels_last();
 // Whether blocked convolutions may use oneDNN's Winograd kernels (Lowering::
 // winograd_convolutions).
 bool winograd_enabled();

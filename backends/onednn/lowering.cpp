@@ -308,16 +308,6 @@ void Lowering::lower_conv(const INode& n) {
       }
     }
   }
-  if (!made && channels_last_ && block_ == 0 && (xs.size() == 4 || xs.size() == 5)) {
-    const memory::desc cl_out = channels_last_md(ys);
-    if (hint.data.format_kind == dnnl_format_kind_any || hint == cl_out) {
-      try {
-        pd = make(channels_last_md(xs), cl_out);
-        made = true;
-      } catch (const dnnl::error&) {  // no kernel, or only a reference one
-      }
-    }
-  }
   for (const memory::desc& dst : {hint, any_md(ys)}) {
     if (made) break;
     try {

@@ -35,14 +35,10 @@ class Lowering {
 
   // Convolutions over 4-D and 5-D tensors in oneDNN's blocked layout of
   // `block` channels (nChw16c / nCdhw16c for 16), where a kernel exists for
-  // it, instead of channels-last. Which is faster depends on the model
+  // it, instead of the layout oneDNN picks when free to (channels-last with
+  // AVX-512; with AVX2, blocked nChw8c for most convolutions). Which is faster depends on the model
   // (compiler.cpp measures both); 0 (the default) leaves the choice to oneDNN.
   void block_convolutions(int block) { block_ = block; }
-  // Without blocked convolutions: ask for channels-last (acdb / acdeb)
-  // tensors on both sides where oneDNN has an optimised kernel for them,
-  // rather than take its free choice, which is blocked on some CPUs
-  // (AVX2) and channels-last on others.
-  void channels_last_convolutions(bool on) { channels_last_ = on; }
   // With blocked convolutions: a 2-D 3x3 convolution of stride 1, undilated
   // and ungrouped, by oneDNN's Winograd kernels (F(4x4,3x3) or F(2x2,3x3):
   // about half the multiplies, at a rounding error some ten times a direct
@@ -130,7 +126,6 @@ class Lowering {
   PlanBuilder b_;
   FusedGraph f_;
   int block_ = 0;
-  bool channels_last_ = false;
   bool winograd_ = false;
   std::map<int, int> tensors_;  // value -> MemRef
 };

@@ -270,7 +270,6 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   try {
     Lowering lowering(g, *plan, &shared_);
     lowering.prepare();
-    lowering.channels_last_convolutions(convolution_channels_last());
     if (const int block = convolution_block(g)) {
       lowering.block_convolutions(block);
       lowering.winograd_convolutions(winograd_enabled());

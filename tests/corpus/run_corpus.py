@@ -163,7 +163,7 @@ def main():
     for m in models:
         name = m["name"]
         path = os.path.join(corpus, "packages", m["package"], m["path"])
-        work = os.path.join(corpus, "work", name)
+        work = os.path.join(corpus, "runs", name)
         os.makedirs(work, exist_ok=True)
         verdict = Verdict()
         bp_ms = ort_ms = float("nan")

@@ -83,9 +83,9 @@ class Governor {
 // fastest on every plan and every machine. When the governor was written,
 // the whole plan beside busy processes stalled at every barrier (5-20x,
 // issue 14's table), and one thread or bands won (ResNet-50 beside two busy
-// loops on 2 CPUs, session 27: bands 38 ms, one thread 64). Measured again
-// in session 30 (docs/performance.md; a 6.18 kernel, libgomp's spin bounded
-// by the plugin, plugin_shim.cpp), the whole plan was the fastest of the
+// loops on 2 CPUs: bands 38 ms, one thread 64). Measured again on a 6.18
+// kernel with libgomp's spin bounded (GOMP_SPINCOUNT=20000), the whole plan
+// was the fastest of the
 // three on every model tried beside two busy loops, 25-30% ahead: a team
 // that slept between inferences comes back ahead of the busy loops in the
 // kernel's fair share and both its threads run at once, where one thread

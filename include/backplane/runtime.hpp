@@ -174,7 +174,7 @@ struct TensorInfo {
   // initializer listed among the graph's inputs, IR version 4 on, which a
   // feed may override); empty for an input that must be given. Shares the
   // model's bytes.
-  Tensor default_value;
+  Tensor default_value{};
 };
 // An input or output that need not be a tensor: ONNX sequences (a list of
 // tensors of one dtype) and optionals (a tensor or a sequence, or nothing),

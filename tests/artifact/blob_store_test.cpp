@@ -215,10 +215,13 @@ TEST_F(WrittenAlignment, EmptyBlobsTakeNoRoomWhereverTheySort) {
     std::vector<std::vector<uint8_t>> blobs;
     for (size_t i = 0; i < 40; ++i) blobs.push_back(pattern(16 + i % 3, static_cast<uint8_t>(i)));
     for (size_t i = 0; i <= blobs.size(); ++i) {
-      if (i == at) ASSERT_TRUE(s.add("empty", nullptr, 0, 0, "").ok());
-      if (i < blobs.size())
+      if (i == at) {
+        ASSERT_TRUE(s.add("empty", nullptr, 0, 0, "").ok());
+      }
+      if (i < blobs.size()) {
         ASSERT_TRUE(
             s.add("blob" + std::to_string(i), blobs[i].data(), blobs[i].size(), 0, "").ok());
+      }
     }
     ArtifactMethod m;
     m.name = "main";

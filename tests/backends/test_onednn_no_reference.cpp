@@ -476,7 +476,9 @@ TEST_P(OneDnnLayoutModels, EitherLayoutMatchesCpuRef) {
     if (std::string(layout) == "onednn") {
       // oneDNN's own choice: channels-last with AVX-512, blocked (nChw8c)
       // for most convolutions with AVX2.
-      if (block == 16) EXPECT_EQ(n.blocked, 0u);
+      if (block == 16) {
+        EXPECT_EQ(n.blocked, 0u);
+      }
     } else if (block > 0) {
       EXPECT_GT(n.blocked, n.spatial / 2);
     }

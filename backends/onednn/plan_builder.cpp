@@ -78,6 +78,20 @@ memory::desc layout_like(const memory::desc& pattern, const Dims& shape) {
 }
 
 bool is_blocked(const memory::desc& md) { return md.data.format_desc.blocking.inner_nblks > 0; }
+
+memory::desc unit_dims_in_place(const memory::desc& md) {
+  if (md.data.format_kind != dnnl_blocked || is_blocked(md)) return md;
+  dnnl_memory_desc_t d = md.data;
+  const int n = d.ndims;
+  for (int i = 0; i < n; ++i) {
+    if (d.dims[i] != 1) continue;
+    int k = i + 1;
+    while (k < n && d.dims[k] == 1) ++k;
+    d.format_desc.blocking.strides[i] =
+        k < n ? d.format_desc.blocking.strides[k] * d.dims[k] : 1;
+  }
+  return memory::desc(d);
+}
 bool is_dense(const memory::desc& md) {
   int64_t n = 1;
   for (int i = 0; i < md.data.ndims; ++i) n *= md.data.dims[i];
@@ -330,7 +344,7 @@ std::optional<memory::desc> PlanBuilder::channels_last_source(const memory::desc
 
 int PlanBuilder::alias(int ref, const memory::desc& new_md) {
   MemRef r = c_.refs[ref];
-  r.md = new_md;
+  r.md = unit_dims_in_place(new_md);
   c_.refs.push_back(r);
   return static_cast<int>(c_.refs.size()) - 1;
 }

@@ -76,6 +76,15 @@ dnnl::memory::desc any_md(const Dims& shape);
 // "aBcd8b"), so a broadcast operand and the full one it meets agree.
 dnnl::memory::desc layout_like(const dnnl::memory::desc& pattern, const Dims& shape);
 bool is_blocked(const dnnl::memory::desc& md);
+// `md` with each dim of size 1 given the stride it has in a plain layout
+// next to the dims around it: the stride of the next larger dim after it
+// times that dim (1 after the last). Such a stride addresses nothing, and
+// oneDNN counts descriptors that differ only there as equal, yet its jit
+// binary kernel (2.6) is silently wrong on one with a size-1 dim out of
+// place: a Transpose that moves only dims of size 1 ([1,1,2,2] by
+// 0,2,1,3 is "acbd") followed by an operand that broadcasts. Views keep
+// every size-1 dim in place (PlanBuilder::alias).
+dnnl::memory::desc unit_dims_in_place(const dnnl::memory::desc& md);
 bool is_dense(const dnnl::memory::desc& md);
 
 // Appends to one Compiled (which must outlive it). Refs and buffers are

@@ -377,6 +377,12 @@ def _build_step(b, idx, st, values):
         m = b.node("Mul", [x, c], xs)
         return b.node("Div", [m, b.const(np.asarray(6.0, np.float32))], xs)
 
+    if k in ("lnpat", "layernorm") and xs[-1] < 2:
+        # Every element its row's mean: zeros, whose rows a later
+        # normalization would divide by sqrt(epsilon) (docs/numerics.md,
+        # "Normalizing a constant row").
+        raise InvalidSpec("normalizing rows of one element")
+
     if k == "lnpat":  # PyTorch's decomposed LayerNorm over the last axis
         axes_attr = b.opset < 18
         def rmean(v, shape):

@@ -18,11 +18,9 @@ Configurations, switched by environment variables of the runtime:
           partition (the behaviour before API 1.5)
   pool    BACKPLANE_EDGE_YIELD=0: CpuRef on the host pool, no yield at edges
   after   the defaults: the pool, whose workers stop spinning at each edge;
-          the edge flag reaches CpuOneDnn, which by default does nothing
-          with it (releasing its OpenMP team costs more than it saves with
-          libgomp, see below)
-  after+pause  BACKPLANE_ONEDNN_EDGE_PAUSE=1: CpuOneDnn also releases its
-          OpenMP team (omp_pause_resource_all) at each edge
+          the edge flag reaches CpuOneDnn, which does nothing with it
+          (releasing its OpenMP team, omp_pause_resource_all, cost more than
+          the spin it saves with libgomp)
 
 Each round runs every configuration once (`backplane run --runs N`, median
 latency), the order rotated from round to round (A/B/C, B/C/A, ...) so that
@@ -45,7 +43,6 @@ CONFIGS = {
     "before": {"BACKPLANE_THREAD_POOL": "0", "BACKPLANE_EDGE_YIELD": "0"},
     "pool": {"BACKPLANE_EDGE_YIELD": "0"},
     "after": {},
-    "after+pause": {"BACKPLANE_ONEDNN_EDGE_PAUSE": "1"},
 }
 
 
@@ -68,8 +65,7 @@ def make_model(path):
 
 
 def run_once(args, model, overrides, config):
-    env = {k: v for k, v in os.environ.items() if k not in ("BACKPLANE_THREAD_POOL", "BACKPLANE_EDGE_YIELD",
-                                                        "BACKPLANE_ONEDNN_EDGE_PAUSE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("BACKPLANE_THREAD_POOL", "BACKPLANE_EDGE_YIELD")}
     env.update(CONFIGS[config])
     cmd = [args.backplane, "run", model, "--threads", str(args.threads), "--runs", str(args.runs),
            "--warmup", str(args.warmup), "--json"]
@@ -112,7 +108,7 @@ def main():
         try:
             alt, alt_parts = measure(args, model, relus, list(CONFIGS))
             heavy, heavy_parts = measure(args, model, convs, list(CONFIGS))
-            whole, whole_parts = measure(args, model, [], ["pool", "after", "after+pause"])
+            whole, whole_parts = measure(args, model, [], ["pool", "after"])
         finally:
             for s in spinners:
                 s.kill()

@@ -7,7 +7,7 @@ build=$1 model=$2 threads=${3:-1} runs=${4:-20}
 # CpuOneDnn's warm-up off: its count of runs depends on their times, and
 # `per` below needs every process to run the same count.
 trace() {
-  BACKPLANE_ONEDNN_WARM_UP=0 ONEDNN_VERBOSE=1 "$build/bin/backplane" run "$model" --threads "$threads" --warmup 0 --runs "$1" 2>/dev/null |
+  ONEDNN_VERBOSE=1 "$build/bin/backplane" run "$model" --threads "$threads" --warmup 0 --runs "$1" 2>/dev/null |
     grep '^onednn_verbose,exec' || true
 }
 per=$(( $(trace 2 | wc -l) - $(trace 1 | wc -l) ))   # primitive executions per inference

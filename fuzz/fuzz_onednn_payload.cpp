@@ -13,6 +13,7 @@
 #include "core/named_blob_store.hpp"
 #include "ir/graph.hpp"
 #include "onednn/compiler.hpp"
+#include "onednn/polymorphic.hpp"
 #include "onnx/importer.hpp"
 #include "partition/graph_view.hpp"
 #include "registry/byte_writer.hpp"
@@ -86,7 +87,7 @@ void add_model(const std::string& path, const char* seed_dir) {
   m.view = GraphView::build(*m.graph, nodes, m.data.get(), "fuzz/partition_0");
   bp_node_report report(nodes.size());
   sdk::NodeReport nr(host_api(), &report);
-  auto compiled = onednn::compile_partition(host(), *m.view->get(), 1, nr);
+  auto compiled = onednn::compile_partition(host(), *m.view->get(), 1, {}, nr);
   // Without the runtime's constant evaluator (CpuRef, not in this build)
   // infer_shapes folds only Shape/Size/Constant, so shape arithmetic stays in
   // the graph and CpuOneDnn rejects it: keep the nodes it accepted.
@@ -97,7 +98,7 @@ void add_model(const std::string& path, const char* seed_dir) {
     m.view = GraphView::build(*m.graph, accepted, m.data.get(), "fuzz/partition_0");
     bp_node_report again(accepted.size());
     sdk::NodeReport nr2(host_api(), &again);
-    compiled = onednn::compile_partition(host(), *m.view->get(), 1, nr2);
+    compiled = onednn::compile_partition(host(), *m.view->get(), 1, {}, nr2);
   }
   NamedBlobStore store;
   bp_byte_writer writer;
@@ -115,7 +116,7 @@ void add_model(const std::string& path, const char* seed_dir) {
   // would only exercise refusals.
   try {
     (void)onednn::deserialize_partition(host(), *m.view->get(), writer.bytes.data(),
-                                        writer.bytes.size(), 1);
+                                        writer.bytes.size(), 1, {}, onednn::kDefaultMaxInstances);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_onednn_payload: %s: the valid payload is refused: %s\n",
                  path.c_str(), e.what());
@@ -161,7 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || models().empty()) return 0;
   const Model& m = models()[data[0] % models().size()];
   try {
-    auto compiled = onednn::deserialize_partition(host(), *m.view->get(), data + 1, size - 1, 1);
+    auto compiled = onednn::deserialize_partition(host(), *m.view->get(), data + 1, size - 1, 1,
+                                                  {}, onednn::kDefaultMaxInstances);
     auto context = compiled->create_context();
     const bp_graph_view_t& v = *m.view->get();
     std::vector<std::vector<float>> in(v.num_inputs), out(v.num_outputs);

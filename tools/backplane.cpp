@@ -43,6 +43,7 @@ struct GlobalOptions {
   bool probe = false;
   bool allow_insecure = false;
   std::vector<std::string> disabled_static;
+  std::vector<std::string> backend_config;  // BACKEND.KEY=VALUE
   std::string log_level = "warn";
 };
 
@@ -90,6 +91,14 @@ Result<backplane::RuntimeOptions> runtime_options(const GlobalOptions& g, int th
   o.allow_insecure_backend_paths = g.allow_insecure;
   o.disabled_static_backends = g.disabled_static;
   o.num_threads = threads;
+  for (const std::string& setting : g.backend_config) {
+    const size_t dot = setting.find('.'), eq = setting.find('=');
+    if (dot == std::string::npos || eq == std::string::npos || dot == 0 || eq < dot + 2)
+      return backplane::invalid_argument("--backend-config '" + setting +
+                                         "' is not BACKEND.KEY=VALUE");
+    o.backend_config[setting.substr(0, dot)][setting.substr(dot + 1, eq - dot - 1)] =
+        setting.substr(eq + 1);
+  }
   static const std::map<std::string, backplane::LogLevel> levels = {
       {"trace", backplane::LogLevel::kTrace}, {"debug", backplane::LogLevel::kDebug},
       {"info", backplane::LogLevel::kInfo},   {"warn", backplane::LogLevel::kWarn},
@@ -645,6 +654,9 @@ int main(int argc, char** argv) {
   app.add_option(
       "--disable-static-backend", g.disabled_static,
       "Do not register this statically linked backend (repeatable), e.g. to use its dynamic build");
+  app.add_option("--backend-config", g.backend_config,
+                 "Set a backend's key: BACKEND.KEY=VALUE, e.g. CpuOneDnn.layout=blocked "
+                 "(repeatable; keys: docs/performance.md)");
   app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
 

@@ -43,17 +43,38 @@ class OneDnnBackend : public sdk::Backend {
     return i;
   }
 
-  // "shape_instances": how many sets of shapes a shape-polymorphic partition
-  // keeps lowered (polymorphic.hpp); the rest goes to the SDK's default
-  // ("num_threads", unknown keys refused).
+  // Its own keys (Tuning, compiled.hpp, and "shape_instances": how many
+  // sets of shapes a shape-polymorphic partition keeps lowered,
+  // polymorphic.hpp); the rest goes to the SDK's default ("num_threads",
+  // unknown keys refused). Read at compile: a key set later applies to the
+  // partitions compiled after it.
   void configure(std::string_view key, std::string_view value) override {
-    if (key != "shape_instances") return sdk::Backend::configure(key, value);
-    size_t n = 0;
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100000)
-      throw sdk::invalid("shape_instances: '" + std::string(value) +
-                         "' is not an integer from 1 to 100000");
-    shape_instances_ = n;
+    auto on_off = [&] {
+      if (value == "on" || value == "1") return true;
+      if (value == "off" || value == "0") return false;
+      throw sdk::invalid(std::string(key) + ": '" + std::string(value) + "' is not on or off");
+    };
+    if (key == "shape_instances") {
+      size_t n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100000)
+        throw sdk::invalid("shape_instances: '" + std::string(value) +
+                           "' is not an integer from 1 to 100000");
+      shape_instances_ = n;
+    } else if (key == "layout") {
+      if (value == "auto") tuning_.layout = Tuning::Layout::kByModel;
+      else if (value == "onednn") tuning_.layout = Tuning::Layout::kOneDnn;
+      else if (value == "blocked") tuning_.layout = Tuning::Layout::kBlocked;
+      else throw sdk::invalid("layout: '" + std::string(value) + "' is not auto, onednn or blocked");
+    } else if (key == "winograd") {
+      tuning_.winograd = on_off();
+    } else if (key == "concat_in_place") {
+      tuning_.concat_in_place = on_off();
+    } else if (key == "plan_report") {
+      tuning_.plan_report = std::string(value);
+    } else {
+      sdk::Backend::configure(key, value);
+    }
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
@@ -70,20 +91,21 @@ class OneDnnBackend : public sdk::Backend {
     const int threads = static_cast<int>(num_threads(options));
     // Once for every shape (polymorphic.hpp), or for the view's shapes.
     if (sdk::shape_polymorphic(options))
-      return compile_polymorphic(host(), view, threads, shape_instances_);
-    return compile_partition(host(), view, threads, report);
+      return compile_polymorphic(host(), view, threads, shape_instances_, tuning_);
+    return compile_partition(host(), view, threads, tuning_, report);
   }
 
   std::unique_ptr<sdk::CompiledPartition> deserialize(
       const bp_graph_view_t& view, const void* payload, size_t size,
       const bp_compile_options_t& options) override {
     const int threads = static_cast<int>(num_threads(options));
-    return deserialize_partition(host(), view, payload, size, threads);
+    return deserialize_partition(host(), view, payload, size, threads, tuning_, shape_instances_);
   }
 
  private:
   std::string description_;
   size_t shape_instances_ = kDefaultMaxInstances;
+  Tuning tuning_;
 };
 
 }  // namespace

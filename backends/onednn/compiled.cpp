@@ -1,21 +1,14 @@
 // compiled.cpp — running a compiled CpuOneDnn partition.
 #include "onednn/compiled.hpp"
 
-#include "onednn/bands.hpp"
-#include "onednn/cores.hpp"
 
 #include <omp.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <string_view>
 #include <vector>
 
 namespace backplane::onednn {
@@ -145,7 +138,7 @@ void Binder::plan_concat_norm(size_t s) {
 // Per pixel (every position but the channel), each source's channels
 // normalized into their window of the output's: the output is written in
 // order, each source read once.
-void Binder::run_concat_norm(size_t s, int64_t begin, int64_t end) {
+void Binder::run_concat_norm(size_t s) {
   const Step& step = c_.steps[s];
   float *dst = nullptr, *scale = nullptr, *shift = nullptr;
   for (const dnnl_exec_arg_t& a : args_[s]) {
@@ -157,8 +150,7 @@ void Binder::run_concat_norm(size_t s, int64_t begin, int64_t end) {
   }
   const std::vector<CopyPart>& parts = copies_[s];
   if (parts.empty()) return;
-  if (end < 0) end = parts[0].dims[0];
-  const int64_t pixels = end - begin;
+  const int64_t pixels = parts[0].dims[0];
   int64_t channels = 0;
   std::vector<const float*> srcs(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -171,7 +163,7 @@ void Binder::run_concat_norm(size_t s, int64_t begin, int64_t end) {
 #if defined(_OPENMP)  // (the fuzz build has no OpenMP)
 #pragma omp parallel for if (pixels * channels > (int64_t{1} << 15))
 #endif
-  for (int64_t p = begin; p < end; ++p) {
+  for (int64_t p = 0; p < pixels; ++p) {
     float* out = dst + p * channels;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i].dims[1], off = parts[i].offset;
@@ -289,7 +281,7 @@ void Binder::run_gather(size_t s) {
 }
 
 void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
-                 size_t num_outputs, const bp_tensor_t* outputs, bool timed) {
+                 size_t num_outputs, const bp_tensor_t* outputs) {
   if (c_.empty)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: this partition was rejected at compile time");
   if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
@@ -309,66 +301,18 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                          " bytes");
   for (const Binding& b : bindings_)
     mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
-  // The OpenMP thread count is per calling thread (the application's); on a
-  // busy machine capped at the CPUs other processes leave free (cores.hpp).
-  const ExecuteScope scope(c_.threads);
-  const int threads = scope.threads();
-  // Every CPU taken (the governor found none free): each plan runs whole on
-  // all its threads, in bands or on one thread, whichever it measured
-  // fastest, the whole plan unless another is faster by a margin
-  // (SaturatedWay, cores.hpp). Bands, also when asked for: the steps in
-  // pieces that every thread of the plan takes as it can (bands.hpp), each
-  // thread on its own (an OpenMP team of one).
-  const BandMode bands = c_.threads > 1 ? band_mode() : BandMode::kNever;
-  const bool choosing = bands != BandMode::kAlways && scope.saturated();
-  if (choosing && bands == BandMode::kNever) way_.unavailable(SaturatedWay::kBands);
-  const SaturatedWay::Way way = choosing ? way_.next() : SaturatedWay::kOneThread;
-  // The pieces are made (JIT-compiled) at the first execute in bands: a plan
-  // that never tries them never pays for them.
-  if (bands == BandMode::kAlways || (choosing && way == SaturatedWay::kBands)) {
-    if (!bands_) {
-      bands_ = std::make_unique<Bands>(*this, c_, c_.threads);
-      if (governor_trace())
-        std::fprintf(stderr, "CpuOneDnn: %s: %zu of %zu steps cut into bands, %zu pieces\n",
-                     c_.name.c_str(), bands_->cut_steps(), c_.steps.size(), bands_->pieces());
-    }
-    if (bands_->useful()) {
-      if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-      if (omp_get_dynamic() == 0) omp_set_dynamic(1);
-      const auto start = std::chrono::steady_clock::now();
-      bands_->run(stream);
-      if (choosing && timed) ran(SaturatedWay::kBands, start);
-      return;
-    }
-    if (choosing) way_.unavailable(SaturatedWay::kBands);  // no step cuts
-  }
-  const SaturatedWay::Way timed_way = choosing ? way_.next() : SaturatedWay::kOneThread;
-  const int team = choosing && timed_way == SaturatedWay::kWhole ? c_.threads : threads;
-  const auto start = std::chrono::steady_clock::now();
-  if (omp_get_max_threads() != team) omp_set_num_threads(team);
-  // Most primitives open their regions with the thread count they were
-  // created for (oneDNN's parallel(nthr, ...): a num_threads clause, which
-  // nthreads-var does not bound). With dyn-var on, libgomp caps every team
-  // at nthreads-var (gomp_dynamic_max_threads), so a capped run really runs
-  // on fewer threads; forward primitives split their work by the team they
-  // get. Off when not capped: a full team, as created.
-  const bool capped = team < c_.threads;
-  if ((omp_get_dynamic() != 0) != capped) omp_set_dynamic(capped ? 1 : 0);
+  // The steps run on an OpenMP team of the plan's thread count: most
+  // primitives open their regions with the count they were created for,
+  // the rest with the calling thread's nthreads-var, which is set for the
+  // run and given back after it (the application's own OpenMP regions on
+  // this thread keep their setting).
+  const ScopedOmpThreads team(c_.threads);
   for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
   stream.wait();
-  if (choosing && timed) ran(timed_way, start);
-}
-
-void Binder::ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start) {
-  const auto wall = std::chrono::steady_clock::now() - start;
-  if (way_.ran(way, std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()) &&
-      governor_trace())
-    std::fprintf(stderr, "CpuOneDnn: %s: every CPU taken: %s\n", c_.name.c_str(),
-                 way_.why().c_str());
 }
 
 void Binder::run_step(size_t s, dnnl::stream& stream) {
-  if (c_.steps[s].concat_norm) return run_concat_norm(s, 0, -1);
+  if (c_.steps[s].concat_norm) return run_concat_norm(s);
   if (c_.steps[s].copy_concat) return run_copy(s);
   if (c_.steps[s].gather) return run_gather(s);
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
@@ -379,19 +323,18 @@ void Binder::run_step(size_t s, dnnl::stream& stream) {
                                                   std::to_string(static_cast<int>(st)) + ")");
 }
 
-namespace {
+ScopedOmpThreads::ScopedOmpThreads(int threads) : before_(omp_get_max_threads()) {
+  if (before_ != threads) omp_set_num_threads(threads);
+}
 
-// The size of the calling thread's OpenMP team, once started here.
-thread_local int team_threads = 0;
-
-}  // namespace
+ScopedOmpThreads::~ScopedOmpThreads() {
+  if (omp_get_max_threads() != before_) omp_set_num_threads(before_);
+}
 
 void start_openmp_team(int threads) {
-  if (threads <= 1 || team_threads == threads) return;
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  team_threads = threads;
 #if defined(_OPENMP)
-#pragma omp parallel
+  if (threads <= 1) return;
+#pragma omp parallel num_threads(threads)
   { /* the workers are made now, not in the first run */ }
 #endif
 }
@@ -400,25 +343,7 @@ void end_openmp_team() {
 #if defined(_OPENMP)
   // Hard: the workers end now. Fails (-1, ignored) inside a parallel region
   // of the application's.
-  if (omp_pause_resource_all(omp_pause_hard) == 0) team_threads = 0;
-#endif
-}
-
-void release_openmp_workers() {
-#if defined(_OPENMP)
-  // Opt-in: with Debian's libgomp the release costs more than the spin it
-  // saves (measured: omp_pause_resource_all blocks for about as long as the
-  // workers' spin, then the next region starts a new team), so it is off
-  // unless BACKPLANE_ONEDNN_EDGE_PAUSE=1 (an OpenMP runtime whose soft pause
-  // only puts workers to sleep may gain from it).
-  static const bool enabled = [] {
-    const char* v = std::getenv("BACKPLANE_ONEDNN_EDGE_PAUSE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  // Soft: the threads go, nothing the program holds is lost. Fails (-1,
-  // ignored) inside an application's own parallel region.
-  if (enabled && omp_pause_resource_all(omp_pause_soft) == 0)
-    team_threads = 0;  // new workers next time
+  (void)omp_pause_resource_all(omp_pause_hard);
 #endif
 }
 
@@ -441,7 +366,6 @@ class Context : public sdk::ExecContext {
     binder_ = std::make_unique<Binder>(c, memory_);
     // The OpenMP team the steps run on, started now for the same reason.
     start_openmp_team(c.threads);
-    warm_up();
   }
   ~Context() override { std::free(memory_); }
 
@@ -452,85 +376,8 @@ class Context : public sdk::ExecContext {
                        "CpuOneDnn: this partition was rejected at compile time");
     binder_->run(stream_, num_inputs, inputs, num_outputs, outputs);
   }
-  void execute_shaped(const sdk::ExecuteArgs& args) override {
-    sdk::ExecContext::execute_shaped(args);
-    if (args.edge_follows()) release_openmp_workers();
-  }
 
  private:
-  // Runs on zeros, now, for a partition whose weights, arena and scratchpad
-  // fit in the last-level cache: its steady runs find all of them (and their
-  // JIT code) in the cache, where the first would fetch them from memory
-  // (measured: MobileNetV2 at 2 threads, first run 1.3x steady, the excess
-  // in the first layers' activations and the classifier's weights). A larger
-  // partition streams from memory in every run: its first run already costs
-  // a steady one, and a run here would only delay the session.
-  //
-  // One run is not always enough: on the test machine the runs after it
-  // still get faster for two or three more (MobileNetV3-Large at 1 thread,
-  // per primitive from DNNL_VERBOSE: the late 1x1 convolutions and the
-  // classifier at 1.5-2x their steady time in the first and second run,
-  // steady from the fourth; the first run after one warm-up run 1.10 of
-  // steady, after three 1.03). So the runs go on while each is clearly
-  // faster than every one before it (kSettled), up to kWarmRuns of them and
-  // while they have taken less than kWarmBudget altogether: a partition
-  // whose run takes longer than that is warmed once, as before.
-  //
-  // A short run settles over more runs than that, and the rule stopped it
-  // early on this machine's noise: the encoder (0.2 ms at 2 threads, 26
-  // primitives) ran its warm-up at 1.10-1.20 of steady and kept getting
-  // faster until about its tenth run (the medians of 31 fresh processes,
-  // each run timed inside the plan). So the runs go on for at least
-  // kWarmAtLeast whatever their pace: the encoder's first run after ready
-  // went from 1.02-1.04 of steady (three batches of 61 fresh processes) to
-  // 0.98-1.02 (three batches, taking turns with the others), for 4 ms more
-  // of ready time. At most kWarmRunsAtMost runs, though: a plan of a few
-  // microseconds (one ONNX node) would otherwise run hundreds of times.
-  static constexpr int kWarmRuns = 6, kWarmRunsAtMost = 32;
-  static constexpr double kSettled = 0.97;
-  static constexpr std::chrono::milliseconds kWarmAtLeast{4};
-  static constexpr std::chrono::milliseconds kWarmBudget{40};
-  void warm_up() {
-    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (std::getenv("BACKPLANE_ONEDNN_WARM_UP") != nullptr &&
-        std::string_view(std::getenv("BACKPLANE_ONEDNN_WARM_UP")) == "0")
-      return;
-    size_t bytes = context_bytes(c_);
-    for (const MemRef& r : c_.refs)
-      if (r.constant) bytes += r.md.get_size();
-    for (size_t b : c_.input_bytes) bytes += b;
-    for (size_t b : c_.output_bytes) bytes += b;
-    if (llc <= 0 || bytes > static_cast<size_t>(llc) || c_.steps.empty()) return;
-    std::vector<std::vector<char>> data;
-    std::vector<bp_tensor_t> in(c_.input_bytes.size()), out(c_.output_bytes.size());
-    auto zeros = [&](bp_tensor_t& t, size_t size) {
-      data.emplace_back(std::max<size_t>(size, 1), 0);
-      t = bp_tensor_t{};
-      t.data = data.back().data();
-      t.size_bytes = size;
-      t.device = 0;
-    };
-    for (size_t k = 0; k < in.size(); ++k) zeros(in[k], c_.input_bytes[k]);
-    for (size_t k = 0; k < out.size(); ++k) zeros(out[k], c_.output_bytes[k]);
-    using Clock = std::chrono::steady_clock;
-    try {
-      const Clock::time_point start = Clock::now();
-      Clock::duration best = Clock::duration::max();
-      for (int k = 0; Clock::now() - start < kWarmBudget; ++k) {
-        const Clock::time_point run_start = Clock::now();
-        binder_->run(stream_, in.size(), in.data(), out.size(), out.data(), /*timed=*/false);
-        const Clock::duration took = Clock::now() - run_start;
-        const bool settled = k > 0 && took > best * kSettled;  // no faster than before
-        best = std::min(best, took);
-        if (Clock::now() - start < kWarmAtLeast && k + 1 < kWarmRunsAtMost) continue;
-        if (settled || k + 1 >= kWarmRuns) break;
-      }
-    } catch (const std::exception&) {
-      // Zeros a step refuses (an index into an empty axis): no warm-up; the
-      // application's own inputs decide.
-    }
-  }
-
   const Compiled& c_;
   dnnl::stream stream_;
   char* memory_ = nullptr;

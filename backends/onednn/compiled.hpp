@@ -8,15 +8,10 @@
 // writes it to an artifact and reads it back; compiled.cpp executes it.
 #pragma once
 
-#include <sched.h>
-
-#include "onednn/cores.hpp"
-
 #include <backplane/backend_sdk.hpp>
 
 #include <dnnl.hpp>
 
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <memory>
@@ -86,23 +81,43 @@ struct Step {
 };
 
 class Compiled;
-class Bands;
 
-// Another backend's partition runs next (API 1.5, BP_EXECUTE_EDGE_FOLLOWS):
-// what CpuOneDnn can do so that its OpenMP workers do not spin through that
-// partition on the cores it needs. libgomp reads its spin count once, at
-// load, and its only way to send idle workers away is to release the
-// calling thread's team (omp_pause_resource_all), which the next parallel
-// region recreates. Measured with Debian's libgomp that costs more than the
-// spin it saves (docs/performance.md, "Threads across backends"), so it is
-// done only with BACKPLANE_ONEDNN_EDGE_PAUSE=1; by default libgomp's own spin
-// (the application's OMP_WAIT_POLICY / GOMP_SPINCOUNT) bounds the overlap. Never
-// called between two partitions of CpuOneDnn's own.
-void release_openmp_workers();
+// What the backend's `configure` sets for the partitions it compiles
+// (backend.cpp; the keys are listed in docs/performance.md).
+struct Tuning {
+  // "layout": the convolutions' layout. kByModel ("auto"): blocked where the
+  // model gains from it (compiler.cpp, blocked_pays); kOneDnn ("onednn"):
+  // oneDNN's own choice; kBlocked ("blocked"): always blocked.
+  enum class Layout { kByModel, kOneDnn, kBlocked } layout = Layout::kByModel;
+  // "winograd" (on/off): blocked convolutions may use Winograd kernels.
+  bool winograd = true;
+  // "concat_in_place" (on/off): sources of a blocked Concat are written
+  // where it would copy them (PlanBuilder::concat_in_place).
+  bool concat_in_place = true;
+  // "plan_report": a file each compiled plan's steps are appended to
+  // (impl_check.hpp); "" for none.
+  std::string plan_report;
+};
+
+// Sets the calling thread's OpenMP thread count (nthreads-var) while it
+// lives and gives the caller's back after: oneDNN creates and runs its
+// primitives for the count it finds there, and the application's own
+// OpenMP regions on that thread keep theirs.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads);
+  ~ScopedOmpThreads();
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int before_;
+};
 
 // Starts the calling thread's OpenMP team of `threads` (a context does, so
-// that thread creation is not in the first run). The team's threads are
-// libgomp's; their affinity is the process's, never changed here.
+// that thread creation is not in the first run), without changing the
+// thread's OpenMP settings. The team's threads are libgomp's; their
+// affinity is the process's, never changed here.
 void start_openmp_team(int threads);
 // Releases the calling thread's OpenMP team (omp_pause_resource_all), as the
 // backend does when it is destroyed, so that no worker it started outlives
@@ -119,24 +134,10 @@ class Binder {
  public:
   Binder(const Compiled& c, char* memory);
   // Checks the tensors against the plan's sizes, sets their handles and runs
-  // every step on `stream`, in the plan's OpenMP thread count. A run not
-  // `timed` (a warm-up's, on cold caches) is not one of the saturated ways'
-  // trials (SaturatedWay, cores.hpp).
+  // every step on `stream`, on an OpenMP team of the plan's thread count.
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
-           const bp_tensor_t* outputs, bool timed = true);
+           const bp_tensor_t* outputs);
   ~Binder();
-
-  // For Bands (bands.hpp), which runs the same steps in pieces:
-  // step s as a whole, on the calling thread's OpenMP team;
-  void run_step(size_t s, dnnl::stream& stream);
-  // pixels [begin, end) of a concat_norm step (end -1: all of them), and
-  // how many it has;
-  void run_concat_norm(size_t step, int64_t begin, int64_t end);
-  int64_t concat_norm_pixels(size_t step) const {
-    return copies_[step].empty() ? 0 : copies_[step][0].dims[0];
-  }
-  // the memory of a MemRef (an input's or output's: bound by the last run).
-  const dnnl::memory& memory(size_t ref) const { return mems_[ref]; }
 
  private:
   struct Binding {
@@ -157,6 +158,8 @@ class Binder {
   // A concat_norm step: copies_ holds one part per source, `offset` its
   // first output channel, dims {pixels, its channels}.
   void plan_concat_norm(size_t step);
+  void run_step(size_t s, dnnl::stream& stream);
+  void run_concat_norm(size_t step);
   void run_gather(size_t step);
 
   const Compiled& c_;
@@ -164,9 +167,6 @@ class Binder {
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
-  std::unique_ptr<Bands> bands_;               // made at the first run in bands
-  SaturatedWay way_;                           // whole, bands or one thread: no CPU free
-  void ran(SaturatedWay::Way way, std::chrono::steady_clock::time_point start);
 };
 
 class Compiled : public sdk::CompiledPartition {
@@ -182,6 +182,7 @@ class Compiled : public sdk::CompiledPartition {
   std::string name;    // the view's (blob keys of serialize are made from it)
   bool empty = false;  // compile rejected a node; never executed
   int threads = 1;     // OpenMP threads every step runs on (and was created for)
+  Tuning tuning;       // as configured when it was compiled
   std::vector<Buffer> buffers;
   std::vector<MemRef> refs;
   std::vector<Step> steps;

@@ -30,8 +30,7 @@
 namespace backplane::onednn {
 namespace {
 
-// The process's OpenMP default (OMP_NUM_THREADS or the CPUs it may use),
-// read before this backend changes any thread's setting.
+// The process's OpenMP default (OMP_NUM_THREADS or the CPUs it may use).
 int default_threads() {
   static const int n = std::max(1, omp_get_max_threads());
   return n;
@@ -56,23 +55,7 @@ int cpu_block() {
 
 }  // namespace
 
-// On unless BACKPLANE_ONEDNN_WINOGRAD=0.
-bool winograd_enabled() {
-  const char* v = std::getenv("BACKPLANE_ONEDNN_WINOGRAD");
-  return v == nullptr || std::string_view(v) != "0";
-}
-
 namespace {
-
-// BACKPLANE_ONEDNN_LAYOUT: "onednn" (always oneDNN's choice), "blocked"
-// (always blocked convolutions), anything else or unset: blocked_pays().
-enum class LayoutChoice { kByModel, kOneDnn, kBlocked };
-LayoutChoice layout_choice() {
-  const char* v = std::getenv("BACKPLANE_ONEDNN_LAYOUT");
-  if (v != nullptr && std::string_view(v) == "onednn") return LayoutChoice::kOneDnn;
-  if (v != nullptr && std::string_view(v) == "blocked") return LayoutChoice::kBlocked;
-  return LayoutChoice::kByModel;
-}
 
 // Whether Concat node n costs nothing in the blocked layout: it joins the
 // channels of one image, each source a whole number of channel blocks that
@@ -125,7 +108,7 @@ bool concat_in_blocks(const ViewInfo& g, int n, int block) {
 // count against it.
 // Decided from the view alone, so a session from the model and one from its
 // .bpk run the same plan.
-bool blocked_pays(const ViewInfo& g, int block) {
+bool blocked_pays(const ViewInfo& g, int block, bool winograd) {
   size_t convolutions = 0;
   bool grouped = false, batched = false;
   double macs = 0, plain_spatial_macs = 0, winograd_macs = 0;
@@ -166,7 +149,7 @@ bool blocked_pays(const ViewInfo& g, int block) {
   }
   if (convolutions < 4) return false;
   if (batched) return true;
-  if (block == 16 && winograd_enabled() && winograd_macs >= 0.3 * macs &&
+  if (block == 16 && winograd && winograd_macs >= 0.3 * macs &&
       plain_spatial_macs - winograd_macs <= 0.25 * macs)
     return true;
   return grouped && plain_spatial_macs <= 0.25 * macs;
@@ -176,18 +159,18 @@ bool blocked_pays(const ViewInfo& g, int block) {
 
 int threads_to_use(int requested) { return requested > 0 ? requested : default_threads(); }
 
-int convolution_block(const ViewInfo& g) {
+int convolution_block(const ViewInfo& g, const Tuning& tuning) {
   const int block = cpu_block();
   if (block == 0) return 0;
-  switch (layout_choice()) {
-    case LayoutChoice::kOneDnn:
+  switch (tuning.layout) {
+    case Tuning::Layout::kOneDnn:
       return 0;
-    case LayoutChoice::kBlocked:
+    case Tuning::Layout::kBlocked:
       return block;
-    case LayoutChoice::kByModel:
+    case Tuning::Layout::kByModel:
       break;
   }
-  return blocked_pays(g, block) ? block : 0;
+  return blocked_pays(g, block, tuning.winograd) ? block : 0;
 }
 
 std::string library_version() {
@@ -205,7 +188,6 @@ std::string library_description() {
 }
 
 std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_graph_view_t& view) {
-  (void)default_threads();  // read the OpenMP default before compile changes it
   ViewInfo g(host, view);
   std::vector<std::string> reasons(view.num_nodes);
   std::vector<bool> in_pattern(view.num_nodes, false);
@@ -225,13 +207,13 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 
 std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
                                                           const bp_graph_view_t& view,
-                                                          int num_threads,
+                                                          int num_threads, const Tuning& tuning,
                                                           sdk::NodeReport& report) {
   auto compiled = std::make_unique<Compiled>(host);
-  compiled->threads =
-      threads_to_use(num_threads);  // first thing: before any thread count is changed
+  compiled->threads = threads_to_use(num_threads);
+  compiled->tuning = tuning;
   compiled->name = view.name;
-  omp_set_num_threads(compiled->threads);
+  const ScopedOmpThreads omp(compiled->threads);
   ViewInfo g(host, view);
   Lowering lowering(g, *compiled);
   try {
@@ -242,9 +224,9 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->empty = true;
     return compiled;
   }
-  if (const int block = convolution_block(g)) {
+  if (const int block = convolution_block(g, tuning)) {
     lowering.block_convolutions(block);
-    lowering.winograd_convolutions(winograd_enabled());
+    lowering.winograd_convolutions(tuning.winograd);
   }
   if (std::optional<LowerFailure> failure = lowering.lower()) {
     for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
@@ -252,7 +234,6 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
     compiled->steps.clear();
   }
   g.release_constants();  // every weight now lives in oneDNN memory
-  omp_set_num_threads(compiled->threads);
   return compiled;
 }
 

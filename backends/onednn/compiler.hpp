@@ -9,6 +9,8 @@
 // the input/output handles and runs the primitives.
 #pragma once
 
+#include "onednn/compiled.hpp"
+
 #include <backplane/backend_sdk.hpp>
 
 #include <memory>
@@ -30,18 +32,16 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
 // num_threads: 0 = the OpenMP default.
 std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
                                                           const bp_graph_view_t& view,
-                                                          int num_threads, sdk::NodeReport& report);
+                                                          int num_threads, const Tuning& tuning,
+                                                          sdk::NodeReport& report);
 
 // The channel block of the blocked layout (nChw16c: 16) view g's
 // convolutions are lowered in (Lowering::block_convolutions), or 0 for the
 // layout oneDNN picks (channels-last): blocked where the model gains from it,
 // decided from what it does with its channels (compiler.cpp), and where this
-// CPU has blocked kernels (AVX2: 8, AVX-512: 16). BACKPLANE_ONEDNN_LAYOUT=
-// onednn or =blocked forces either.
-int convolution_block(const ViewInfo& g);
-// Whether blocked convolutions may use oneDNN's Winograd kernels (Lowering::
-// winograd_convolutions).
-bool winograd_enabled();
+// CPU has blocked kernels (AVX2: 8, AVX-512: 16). Tuning::layout may force
+// either.
+int convolution_block(const ViewInfo& g, const Tuning& tuning);
 
 // "oneDNN 2.6.3 (OpenMP)": the library this backend runs on.
 std::string library_description();
@@ -55,7 +55,9 @@ std::string library_version();
 std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
                                                               const bp_graph_view_t& view,
                                                               const void* payload, size_t size,
-                                                              int num_threads);
+                                                              int num_threads,
+                                                              const Tuning& tuning,
+                                                              size_t max_instances);
 
 // The OpenMP thread count a partition runs on: `requested`, or (0) the
 // process's default as it was before this backend changed any setting.

@@ -130,44 +130,19 @@ std::string binary_kernel_problem(const std::string& op, const Dims& full, const
          (impl.empty() ? std::string() : " (only its reference one, '" + impl + "')");
 }
 
-bool plan_report_wanted() {
-  const char* path = std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT");
-  return path != nullptr && *path != '\0';
-}
-
-namespace {
-
-// Appends `write(out)` to the BACKPLANE_ONEDNN_PLAN_REPORT file, if set (one
-// writer at a time: the sessions of a process share the file).
-template <typename Write>
-void append_to_report(Write write) {
-  if (!plan_report_wanted()) return;
+void report_plan(const Compiled& c) {
+  if (c.tuning.plan_report.empty()) return;
+  // One writer at a time: the sessions of a process may share the file.
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  std::ofstream out(std::getenv("BACKPLANE_ONEDNN_PLAN_REPORT"), std::ios::app);
-  write(out);
-}
-
-}  // namespace
-
-void report_plan(const Compiled& c) {
-  append_to_report([&](std::ofstream& out) {
-    for (const Step& s : c.steps)
-      out << c.name << '\t'
-          << (s.concat_norm   ? "concat_norm"
-              : s.copy_concat ? "copy_concat"
-                              : s.kind)
-          << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
-          << '\n';
-  });
-}
-
-void report_bands(const Compiled& c, const std::vector<size_t>& pieces) {
-  append_to_report([&](std::ofstream& out) {
-    for (size_t s = 0; s < c.steps.size() && s < pieces.size(); ++s)
-      if (pieces[s] > 0)
-        out << c.name << "\tbands\t" << pieces[s] << "\t\t" << c.steps[s].what << '\n';
-  });
+  std::ofstream out(c.tuning.plan_report, std::ios::app);
+  for (const Step& s : c.steps)
+    out << c.name << '\t'
+        << (s.concat_norm   ? "concat_norm"
+            : s.copy_concat ? "copy_concat"
+                            : s.kind)
+        << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
+        << '\n';
 }
 
 }  // namespace backplane::onednn

@@ -14,7 +14,7 @@
 // hand a node to, tries the same alternatives but takes a reference kernel
 // as the last resort (the plan report shows it).
 //
-// BACKPLANE_ONEDNN_PLAN_REPORT=FILE appends, for every plan compiled (and
+// The configure key "plan_report" (a FILE) appends, for every plan compiled (and
 // every polymorphic instance lowered), one line per primitive to FILE:
 // "partition<TAB>primitive kind<TAB>implementation<TAB>layouts<TAB>what".
 // A debugging aid, and how the tests see which implementations were chosen.
@@ -73,15 +73,9 @@ dnnl::memory::desc channels_last_md(const Dims& shape);
 // these shapes (as they are or as binary_shapes gives them), else why not.
 std::string binary_kernel_problem(const std::string& op, const Dims& full, const Dims& bcast);
 
-// Whether BACKPLANE_ONEDNN_PLAN_REPORT names a file: only then do steps
-// record their kind, implementation and layouts (strings a lowering would
-// otherwise build for every step of every instance).
-bool plan_report_wanted();
-// Appends c's steps to the BACKPLANE_ONEDNN_PLAN_REPORT file, if set.
+// Appends c's steps to the file of its Tuning::plan_report, if any. Only
+// then do steps record their kind, implementation and layouts (strings a
+// lowering would otherwise build for every step of every instance).
 void report_plan(const Compiled& c);
-// Appends the steps of c that bands cut (bands.hpp), when they are made: a
-// line per step with `pieces[s]` > 0, "bands" for its kind and the count of
-// its pieces for its implementation.
-void report_bands(const Compiled& c, const std::vector<size_t>& pieces);
 
 }  // namespace backplane::onednn

@@ -47,7 +47,14 @@ void Lowering::lower_activation(int x, int y, const std::vector<PostOp>& chain) 
 void Lowering::lower_prelu(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const Dims ss = left_pad(g_.shape(n.in[1]), xs.size());
-  const int src = b_.dense(ref_of(n.in[0]));
+  int src = b_.dense(ref_of(n.in[0]));
+  // oneDNN 2.6's jit PReLU takes a permuted layout (a Transpose's view:
+  // [1,2,2,2] by 0,2,3,1) for another and applies the slopes to the wrong
+  // elements, silently: plain, channels-last or blocked only.
+  const memory::desc& m = b_.md(src);
+  if (!is_blocked(m) && m != plain_md(xs) &&
+      (xs.size() < 3 || xs.size() > 5 || m != channels_last_md(xs)))
+    src = b_.as_plain(src, xs);
   dnnl::prelu_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), any_md(ss));
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::prelu_forward>(d, b_.attr(), "", &prim);

@@ -802,7 +802,7 @@ Recipe read_step(Reader& r, Step& step) {
 // for the OpenMP thread count of the calling thread, as at compile).
 dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
   if (rc.copy) return {};
-  omp_set_num_threads(threads);
+  const ScopedOmpThreads omp(threads);
   try {
     if (rc.kind == dnnl_reorder)
       return dnnl::reorder(
@@ -1313,7 +1313,8 @@ void check_layouts(const Compiled& c, const Step& step, const std::string& where
 std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
                                                               const bp_graph_view_t& view,
                                                               const void* payload, size_t size,
-                                                              int num_threads) {
+                                                              int num_threads, const Tuning& tuning,
+                                                              size_t max_instances) {
   const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
   Reader r(payload, size, where);
   if (size >= sizeof kPolyMagic && std::memcmp(payload, kPolyMagic, sizeof kPolyMagic) == 0) {
@@ -1328,12 +1329,13 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
                        where + ": payload written on a machine of the other byte order");
     if (!r.done()) r.fail("has bytes after its end");
     // Nothing in it depends on the oneDNN build: the view is compiled again.
-    return compile_polymorphic(host, view, num_threads);
+    return compile_polymorphic(host, view, num_threads, max_instances, tuning);
   }
   read_header(r, where);
   auto c = std::make_unique<Compiled>(host);
   c->name = view.name;
   c->threads = threads_to_use(num_threads);
+  c->tuning = tuning;
   read_sizes(r, view, *c);
   read_buffers(r, *c);
   const ConstantKeys keys = read_refs(r, *c);
@@ -1353,7 +1355,6 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     check_arguments(r, *c, c->steps[s], recipes[s]);
     check_layouts(*c, c->steps[s], where);
   }
-  omp_set_num_threads(c->threads);
   warm_gemm_if_used(*c);
   return c;
 }

@@ -210,7 +210,7 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
     c_.scratch_bytes = std::max(c_.scratch_bytes, sp.get_size());
   }
   push_step(std::move(prim), std::move(args), what);
-  if (!plan_report_wanted()) return;
+  if (c_.tuning.plan_report.empty()) return;
   Step& step = c_.steps.back();
   step.kind = dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(pd.get_kind()));
   step.impl = pd.impl_info_str();
@@ -360,11 +360,6 @@ int PlanBuilder::dense(int ref) {
 }
 
 namespace {
-bool concat_in_place_enabled() {
-  const char* v = std::getenv("BACKPLANE_ONEDNN_CONCAT_IN_PLACE");
-  return v == nullptr || std::string_view(v) != "0";
-}
-
 // Steps that write each buffer (the destination arguments).
 std::vector<int> writers(const Compiled& c) {
   std::vector<int> n(c.buffers.size(), 0);
@@ -413,7 +408,7 @@ std::optional<size_t> window_offset(const memory::desc& whole, const memory::des
 }  // namespace
 
 void PlanBuilder::concat_in_place() {
-  if (!concat_in_place_enabled()) return;
+  if (!c_.tuning.concat_in_place) return;
   const std::vector<int> written = writers(c_);
   std::vector<size_t> drop;
   for (size_t s = 0; s < c_.steps.size(); ++s) {

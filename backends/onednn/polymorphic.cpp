@@ -59,7 +59,6 @@ class PolyContext : public sdk::ExecContext {
     // Held for the whole run: another thread may evict it meanwhile.
     const std::shared_ptr<const Compiled> plan = p_.instance(key_);
     bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs());
-    if (args.edge_follows()) release_openmp_workers();
   }
 
  private:
@@ -130,11 +129,12 @@ class PolyContext : public sdk::ExecContext {
 }  // namespace
 
 PolyCompiled::PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
-                           size_t max_instances)
+                           size_t max_instances, const Tuning& tuning)
     : host_(host),
       view_(view),
       threads_(threads),
       max_instances_(std::max<size_t>(max_instances, 1)),
+      tuning_(tuning),
       where_(std::string("CpuOneDnn partition '") + view_.view().name + "'") {
   size_t at = 0;
   for (size_t v = 0; v < view_.view().num_values; ++v) {
@@ -263,16 +263,17 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   auto plan = std::make_shared<Compiled>(host_);
   plan->name = open.name;
   plan->threads = instance_threads(key);
+  plan->tuning = tuning_;
   // Primitive creation picks its blocking for the calling thread's count.
-  omp_set_num_threads(plan->threads);
+  const ScopedOmpThreads omp(plan->threads);
   const std::string cannot =
       where_ + " cannot run at these shapes (" + describe_inputs(key) + "): ";
   try {
     Lowering lowering(g, *plan, &shared_);
     lowering.prepare();
-    if (const int block = convolution_block(g)) {
+    if (const int block = convolution_block(g, tuning_)) {
       lowering.block_convolutions(block);
-      lowering.winograd_convolutions(winograd_enabled());
+      lowering.winograd_convolutions(tuning_.winograd);
     }
     if (std::optional<LowerFailure> failure = lowering.lower()) {
       const int n = failure->nodes.empty() ? -1 : failure->nodes.front();
@@ -322,8 +323,9 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
 
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
                                                             const bp_graph_view_t& view,
-                                                            int num_threads, size_t max_instances) {
-  const int threads = threads_to_use(num_threads);  // before any thread count is changed
+                                                            int num_threads, size_t max_instances,
+                                                            const Tuning& tuning) {
+  const int threads = threads_to_use(num_threads);
   const std::vector<std::string> reasons = unsupported_reasons(host, view);
   for (size_t n = 0; n < view.num_nodes; ++n)
     if (!reasons[n].empty())
@@ -343,7 +345,7 @@ std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& hos
       });
       break;
     }
-  return std::make_unique<PolyCompiled>(host, view, threads, max_instances);
+  return std::make_unique<PolyCompiled>(host, view, threads, max_instances, tuning);
 }
 
 }  // namespace backplane::onednn

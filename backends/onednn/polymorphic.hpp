@@ -69,7 +69,7 @@ inline constexpr size_t kDefaultMaxInstances = 512;
 class PolyCompiled : public sdk::CompiledPartition {
  public:
   PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
-               size_t max_instances);
+               size_t max_instances, const Tuning& tuning);
   size_t max_instances() const { return max_instances_; }
 
   std::unique_ptr<sdk::ExecContext> create_context() override;
@@ -122,6 +122,7 @@ class PolyCompiled : public sdk::CompiledPartition {
   OwnedView view_;
   int threads_;
   size_t max_instances_;
+  Tuning tuning_;
   std::string where_;
   std::vector<size_t> offsets_;  // per value, where its dims start in a key
   std::mutex mutex_;             // guards entries_, clock_, hits_, misses_
@@ -137,6 +138,6 @@ class PolyCompiled : public sdk::CompiledPartition {
 // num_threads: 0 = the OpenMP default.
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(
     const sdk::Host& host, const bp_graph_view_t& view, int num_threads,
-    size_t max_instances = kDefaultMaxInstances);
+    size_t max_instances = kDefaultMaxInstances, const Tuning& tuning = {});
 
 }  // namespace backplane::onednn

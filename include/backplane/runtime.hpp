@@ -50,6 +50,12 @@ struct RuntimeOptions {
   // Threads per backend (0 = backend default); passed as "num_threads".
   // 0..max_threads(); anything else is kInvalidArgument from Runtime::create.
   int num_threads = 0;
+  // Settings of one backend, by its id: {{"CpuOneDnn", {{"layout", "blocked"}}}}.
+  // Each key reaches that backend's configure once, in Runtime::create,
+  // after num_threads; a backend that is not registered, or that rejects a
+  // key or its value, makes create fail with the backend's reason. The keys
+  // of the shipped backends: docs/performance.md.
+  std::map<std::string, std::map<std::string, std::string>> backend_config;
   LogLevel log_level = LogLevel::kWarn;
 };
 

@@ -50,6 +50,9 @@ class RuntimeOptions:
     trusted_backend_digests: List[str]
     disabled_static_backends: List[str]
     threads: int
+    # {"CpuOneDnn": {"layout": "blocked"}}: each key reaches that backend's
+    # configure; an unknown backend or key is an error.
+    backend_config: Dict[str, Dict[str, str]]
     log_level: str
     def __init__(
         self,
@@ -62,6 +65,7 @@ class RuntimeOptions:
         trusted_backend_digests: List[str] = ...,
         disabled_static_backends: List[str] = ...,
         threads: int = ...,
+        backend_config: Dict[str, Dict[str, str]] = ...,
         log_level: str = ...,
     ) -> None: ...
 

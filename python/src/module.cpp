@@ -198,6 +198,7 @@ const std::vector<std::string>& runtime_option_names() {
                                                  "trusted_backend_digests",
                                                  "disabled_static_backends",
                                                  "threads",
+                                                 "backend_config",
                                                  "log_level"};
   return names;
 }
@@ -252,6 +253,9 @@ std::shared_ptr<bp::Runtime> get_runtime(const bp::RuntimeOptions& o) {
   for (const auto& d : o.trusted_backend_digests) key += d + ',';
   key += '\0';
   for (const auto& d : o.disabled_static_backends) key += d + ',';
+  key += '\0';
+  for (const auto& [id, settings] : o.backend_config)
+    for (const auto& [k, v] : settings) key += id + '\0' + k + '\0' + v + '\0';
   // The environment decides the search path when no backend_path is given.
   if (const char* env = std::getenv("BACKPLANE_BACKEND_PATHS"))
     key += std::string("\0env", 4) + env;
@@ -886,6 +890,7 @@ PYBIND11_MODULE(_backplane, m) {
       .def_readwrite("trusted_backend_digests", &bp::RuntimeOptions::trusted_backend_digests)
       .def_readwrite("disabled_static_backends", &bp::RuntimeOptions::disabled_static_backends)
       .def_readwrite("threads", &bp::RuntimeOptions::num_threads)
+      .def_readwrite("backend_config", &bp::RuntimeOptions::backend_config)
       .def_property(
           "log_level", [](const bp::RuntimeOptions& o) { return log_level_name(o.log_level); },
           [](bp::RuntimeOptions& o, const std::string& v) {

@@ -82,7 +82,8 @@ class RuntimeImpl : public Runtime {
           options.num_threads > 0
               ? options.num_threads
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    return configure_threads();
+    BP_RETURN_IF_ERROR(configure_threads());
+    return configure_backends();
   }
 
   std::vector<BackendDescription> backends() const override {
@@ -154,6 +155,30 @@ class RuntimeImpl : public Runtime {
         BP_RETURN_IF_ERROR(
             b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
                      "configure num_threads"));
+    return ok_status();
+  }
+
+  // RuntimeOptions::backend_config, each backend's keys in one call.
+  Status configure_backends() {
+    for (const auto& [id, settings] : options_.backend_config) {
+      std::shared_ptr<LoadedBackend> b = registry_.find(id);
+      if (b == nullptr)
+        return invalid_argument("backend_config names backend '" + id +
+                                "', which is not registered (see 'backplane backends')");
+      if (settings.empty()) continue;
+      if (!BP_TABLE_HAS(b->api(), configure))
+        return invalid_argument("backend '" + id + "' takes no settings (backend_config)");
+      std::vector<const char*> keys, values;
+      for (const auto& [key, value] : settings) {
+        keys.push_back(key.c_str());
+        values.push_back(value.c_str());
+      }
+      BP_RETURN_IF_ERROR(b->check(b->call([&] {
+                                    return b->api()->configure(b->instance(), keys.size(),
+                                                               keys.data(), values.data());
+                                  }),
+                                  "configure"));
+    }
     return ok_status();
   }
 

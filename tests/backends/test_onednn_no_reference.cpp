@@ -1,7 +1,7 @@
 // CpuOneDnn never runs a oneDNN reference kernel (issue 14).
 //
 // The backend writes every primitive of every plan it compiles (and of every
-// shape-polymorphic instance it lowers) to BACKPLANE_ONEDNN_PLAN_REPORT, one
+// shape-polymorphic instance it lowers) to its "plan_report" file, one
 // line each: partition, primitive kind, implementation (oneDNN's
 // impl_info_str), layouts, node. These tests load models on the default
 // backends (CpuOneDnn as users load it, then CpuRef), run them once (an
@@ -46,20 +46,39 @@ struct ReportLine {
   std::string partition, kind, impl, layouts, what;
 };
 
-// The report file, set before the runtime (and so the plugin) exists.
+// The plan report's file (CpuOneDnn's configure key "plan_report").
 const std::string& report_path() {
-  static const std::string path = [] {
-    static test::TempDir dir;
-    std::string p = dir.path() + "/plan_report.tsv";
-    setenv("BACKPLANE_ONEDNN_PLAN_REPORT", p.c_str(), 1);
-    return p;
-  }();
+  static const test::TempDir dir;
+  static const std::string path = dir.path() + "/plan_report.tsv";
   return path;
 }
 
+// CpuOneDnn's other settings for runtime(), as the Configured in scope set
+// them.
+std::map<std::string, std::string>& current_config() {
+  static std::map<std::string, std::string> config;
+  return config;
+}
+
+// Sets one of CpuOneDnn's configure keys for runtime() while it lives.
+class Configured {
+ public:
+  Configured(const std::string& key, const std::string& value) : saved_(current_config()) {
+    current_config()[key] = value;
+  }
+  ~Configured() { current_config() = saved_; }
+
+ private:
+  std::map<std::string, std::string> saved_;
+};
+
+// A runtime (one thread) per set of settings, each writing the plan report.
 std::shared_ptr<Runtime> runtime() {
-  (void)report_path();
-  static std::shared_ptr<Runtime> rt = e2e::onednn_runtime(1);
+  static std::map<std::map<std::string, std::string>, std::shared_ptr<Runtime>> runtimes;
+  std::map<std::string, std::string> config = current_config();
+  config["plan_report"] = report_path();
+  std::shared_ptr<Runtime>& rt = runtimes[config];
+  if (!rt) rt = e2e::onednn_runtime(1, config);
   return rt;
 }
 
@@ -259,8 +278,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OneDnnNoReferenceModels,
 // convolutions gain from it and no Concat, Split, Slice, Transpose or
 // channel shuffle would pay for it; elsewhere in the layout oneDNN picks
 // (compiler.cpp, blocked_pays): channels-last with AVX-512, mostly blocked
-// (nChw8c) with AVX2. BACKPLANE_ONEDNN_LAYOUT=onednn
-// or =blocked forces either, read at each compile.
+// (nChw8c) with AVX2. The configure key "layout" (onednn or blocked) forces
+// either.
 
 // The channel block of the blocked kernels this CPU has (the ISA oneDNN
 // dispatches on: avx512_core needs AVX-512 F, BW, VL and DQ), 0 if none.
@@ -295,19 +314,12 @@ ConvCount count_convolutions(const std::vector<ReportLine>& report) {
   return n;
 }
 
-class LayoutEnv {
- public:
-  explicit LayoutEnv(const char* value) { setenv("BACKPLANE_ONEDNN_LAYOUT", value, 1); }
-  ~LayoutEnv() { unsetenv("BACKPLANE_ONEDNN_LAYOUT"); }
-};
-
 std::string zoo_path(const std::string& name) {
   return std::string(BACKPLANE_TEST_DATA) + "/zoo/" + name + ".onnx";
 }
 
 TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
   ASSERT_TRUE(runtime());
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
   const int block = cpu_block();
   // One image each (the zoo's batch is open).
   auto one_image = [](const std::string& path) {
@@ -366,10 +378,9 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
     EXPECT_GE(n.spatial, 10u);
     EXPECT_EQ(n.blocked, block == 16 || left_blocked ? n.spatial : 0u);
     EXPECT_EQ(n.winograd, block == 16 ? 13u : 0u);  // 16 3x3, 3 of them of stride 2
-    setenv("BACKPLANE_ONEDNN_WINOGRAD", "0", 1);
+    const Configured no_winograd("winograd", "off");
     const ConvCount off =
         count_convolutions(compile_and_run(zoo_path("resnet18"), nullptr, nullptr, &feeds));
-    unsetenv("BACKPLANE_ONEDNN_WINOGRAD");
     EXPECT_EQ(off.blocked, left_blocked * off.spatial);
     EXPECT_EQ(off.winograd, 0u);
   }
@@ -419,13 +430,11 @@ ModelBuilder depthwise_net(int plain) {
 // SiLU each one is fused with then a step of its own; and CpuRef's result.
 TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwise) {
   ASSERT_TRUE(runtime());
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
   const int block = cpu_block();
-  for (const char* winograd : {"1", "0"}) {
-    setenv("BACKPLANE_ONEDNN_WINOGRAD", winograd, 1);
+  for (const char* winograd : {"on", "off"}) {
+    const Configured setting("winograd", winograd);
     for (int plain : {0, 2}) {
-      SCOPED_TRACE("plain 3x3 convolutions: " + std::to_string(plain) +
-                   ", BACKPLANE_ONEDNN_WINOGRAD=" + winograd);
+      SCOPED_TRACE("plain 3x3 convolutions: " + std::to_string(plain) + ", winograd " + winograd);
       test::TempDir dir;
       const ModelBuilder b = depthwise_net(plain);
       const std::string path = b.save(dir);
@@ -434,7 +443,7 @@ TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwise) {
       const ConvCount n = count_convolutions(compile_and_run(path, &used, &got));
       EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
       EXPECT_EQ(n.spatial, 6u + plain);
-      const bool by_winograd = plain > 0 && block == 16 && winograd[0] == '1';
+      const bool by_winograd = plain > 0 && block == 16 && std::string(winograd) == "on";
       EXPECT_EQ(n.winograd, by_winograd ? 2u : 0u);
       // Where the plan leaves the layout to oneDNN, its choice with AVX2 is
       // blocked (nChw8c) as well.
@@ -448,7 +457,6 @@ TEST(OneDnnLayout, PlainSpatialWorkBesideDepthwise) {
         EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-4 * std::max(e2e::max_abs(want[k]), 1e-6));
     }
   }
-  unsetenv("BACKPLANE_ONEDNN_WINOGRAD");
 }
 
 // Either layout, forced, on models of every kind of convolution network:
@@ -466,8 +474,8 @@ TEST_P(OneDnnLayoutModels, EitherLayoutMatchesCpuRef) {
   ASSERT_FALSE(want.empty());
   const int block = cpu_block();
   for (const char* layout : {"onednn", "blocked"}) {
-    SCOPED_TRACE(std::string("BACKPLANE_ONEDNN_LAYOUT=") + layout);
-    const LayoutEnv env(layout);
+    SCOPED_TRACE(std::string("layout ") + layout);
+    const Configured setting("layout", layout);
     std::vector<Tensor> got;
     const std::vector<ReportLine> report = compile_and_run(path, nullptr, &got, &feeds);
     expect_no_reference(GetParam(), report);

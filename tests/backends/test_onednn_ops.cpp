@@ -39,18 +39,25 @@ using test::set_string;
 // This build's CpuOneDnn plugin folder (the binary is built only with it).
 const std::string kModuleDir = BACKPLANE_ONEDNN_BACKEND_DIR;
 
-// One runtime for the whole binary, CpuOneDnn loaded as users get it.
-std::shared_ptr<Runtime> runtime() {
-  static std::shared_ptr<Runtime> rt = e2e::onednn_runtime(0);
+// CpuOneDnn's configure keys (docs/performance.md): "layout", "winograd",
+// "concat_in_place", "plan_report".
+using Config = std::map<std::string, std::string>;
+
+// A runtime per set of CpuOneDnn settings, CpuOneDnn loaded as users get it.
+std::shared_ptr<Runtime> runtime(const Config& config = {}) {
+  static std::map<Config, std::shared_ptr<Runtime>> runtimes;
+  std::shared_ptr<Runtime>& rt = runtimes[config];
+  if (!rt) rt = e2e::onednn_runtime(0, config);
   return rt;
 }
 
 std::vector<Tensor> run(const std::string& path, const std::vector<std::string>& backends,
                         const std::vector<std::pair<std::string, Dims>>& inputs,
-                        std::vector<std::string>* used, std::string* plan = nullptr) {
+                        std::vector<std::string>* used, std::string* plan = nullptr,
+                        const Config& config = {}) {
   ModelOptions mo;
   mo.backends = backends;
-  auto model = runtime()->load_model(path, mo);
+  auto model = runtime(config)->load_model(path, mo);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!model.ok()) return {};
   if (used) *used = (*model)->backends_used();
@@ -67,9 +74,10 @@ std::vector<Tensor> run(const std::string& path, const std::vector<std::string>&
   return e2e::run_once(**model, feeds);
 }
 
-// Runs the model on CpuOneDnn alone (as planned, and in bands) and on CpuRef,
-// and compares. A plugin that does not load is a failure.
-void expect_matches_cpuref(const ModelBuilder& b, double tolerance = 1e-4) {
+// Runs the model on CpuOneDnn alone (configured with `config`) and on
+// CpuRef, and compares. A plugin that does not load is a failure.
+void expect_matches_cpuref(const ModelBuilder& b, double tolerance = 1e-4,
+                           const Config& config = {}) {
   ASSERT_TRUE(runtime()) << "no runtime";
   bool loaded = false;
   for (const auto& d : runtime()->backends()) loaded = loaded || d.id == "CpuOneDnn";
@@ -77,31 +85,17 @@ void expect_matches_cpuref(const ModelBuilder& b, double tolerance = 1e-4) {
   test::TempDir dir;
   const std::string path = b.save(dir);
   std::vector<std::string> used;
-  std::vector<Tensor> got = run(path, {"CpuOneDnn"}, b.inputs(), &used);
+  std::vector<Tensor> got = run(path, {"CpuOneDnn"}, b.inputs(), &used, nullptr, config);
   EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
   std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
-  // The same plan as a machine with no CPU free runs it: every step that can
-  // be is cut into bands its threads take in turn (backends/onednn/bands.hpp).
-  // The cuts are made per step kind, and each kind's pieces read and write
-  // only their share: run under ASan, this finds a piece that does not.
-  setenv("BACKPLANE_ONEDNN_FREE_CORES", "0", 1);
-  setenv("BACKPLANE_ONEDNN_BANDS", "1", 1);
-  std::vector<Tensor> banded = run(path, {"CpuOneDnn"}, b.inputs(), nullptr);
-  unsetenv("BACKPLANE_ONEDNN_FREE_CORES");
-  unsetenv("BACKPLANE_ONEDNN_BANDS");
   ASSERT_EQ(got.size(), want.size());
-  ASSERT_EQ(banded.size(), want.size());
   ASSERT_FALSE(got.empty());
   for (size_t k = 0; k < got.size(); ++k) {
     ASSERT_EQ(got[k].shape(), want[k].shape());
-    ASSERT_EQ(banded[k].shape(), want[k].shape());
     const double scale = e2e::max_abs(want[k]), diff = e2e::max_abs_diff(got[k], want[k]);
     EXPECT_GT(scale, 0.0);
     EXPECT_LE(diff, tolerance * scale)
         << "output " << k << ": max|onednn-ref| = " << diff << ", max|ref| = " << scale;
-    const double banded_diff = e2e::max_abs_diff(banded[k], want[k]);
-    EXPECT_LE(banded_diff, tolerance * scale) << "output " << k << ", in bands: max|onednn-ref| = "
-                                              << banded_diff << ", max|ref| = " << scale;
   }
 }
 
@@ -465,8 +459,7 @@ TEST(OneDnnOps, ConcatThenBatchNormalizationInOnePass) {
   // A DenseNet block: each layer normalizes (BN, ReLU) the concatenation of
   // every feature so far, its only reader; CpuOneDnn writes the normalized
   // features straight from the sources (concat_norm), the Concat of one
-  // source too, with and without the ReLU. Large enough that a run in bands
-  // cuts the last two into pixel ranges.
+  // source too, with and without the ReLU.
   ModelBuilder b;
   b.input("x", {2, 5, 40, 40}).random_weight("w0", {8, 5, 3, 3}).random_weight("w1", {4, 8, 1, 1});
   b.random_weight("w2", {4, 12, 3, 3}).random_weight("w3", {6, 16, 1, 1});
@@ -603,21 +596,16 @@ ModelBuilder fire_modules() {
   return b;
 }
 
-// The plan's steps of kind `kind` when the model is loaded on CpuOneDnn with
-// the environment `env` (oneDNN's plan report, backends/onednn/impl_check).
 // The plan report's lines (impl_check.hpp) of the model loaded on CpuOneDnn
-// with the environment `env`: "partition<TAB>kind<TAB>impl<TAB>layouts<TAB>what".
-std::vector<std::string> plan_report(const ModelBuilder& b,
-                                     const std::map<std::string, std::string>& env) {
+// configured with `config`: "partition<TAB>kind<TAB>impl<TAB>layouts<TAB>what".
+std::vector<std::string> plan_report(const ModelBuilder& b, const Config& config) {
   test::TempDir dir;
   const std::string report = dir.file("plan.tsv"), path = b.save(dir);
-  setenv("BACKPLANE_ONEDNN_PLAN_REPORT", report.c_str(), 1);
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  Config with_report = config;
+  with_report["plan_report"] = report;
   ModelOptions mo;
   mo.backends = {"CpuOneDnn"};
-  const bool loaded = runtime()->load_model(path, mo).ok();
-  unsetenv("BACKPLANE_ONEDNN_PLAN_REPORT");
-  for (const auto& [k, v] : env) unsetenv(k.c_str());
+  const bool loaded = e2e::onednn_runtime(0, with_report)->load_model(path, mo).ok();
   EXPECT_TRUE(loaded);
   std::ifstream in(report);
   std::vector<std::string> lines;
@@ -627,55 +615,19 @@ std::vector<std::string> plan_report(const ModelBuilder& b,
 }
 
 // How many steps of primitive kind `kind` that plan has.
-int steps_of_kind(const ModelBuilder& b, const std::map<std::string, std::string>& env,
-                  const std::string& kind) {
+int steps_of_kind(const ModelBuilder& b, const Config& config, const std::string& kind) {
   int n = 0;
-  for (const std::string& line : plan_report(b, env)) {
+  for (const std::string& line : plan_report(b, config)) {
     const size_t tab = line.find('\t');
     if (tab != std::string::npos && line.compare(tab + 1, kind.size() + 1, kind + "\t") == 0) ++n;
   }
   return n;
 }
 
-// The nodes of the steps CpuOneDnn cuts into bands (backends/onednn/bands.hpp)
-// when every CPU is taken: the model loaded at 2 threads with the
-// environment `env` and run once in bands, the plan report on.
-std::set<std::string> nodes_cut_into_bands(const ModelBuilder& b,
-                                           const std::map<std::string, std::string>& env) {
-  static std::shared_ptr<Runtime> two = e2e::onednn_runtime(2);
-  test::TempDir dir;
-  const std::string report = dir.file("plan.tsv"), path = b.save(dir);
-  std::map<std::string, std::string> all = env;
-  all["BACKPLANE_ONEDNN_PLAN_REPORT"] = report;
-  all["BACKPLANE_ONEDNN_FREE_CORES"] = "0";
-  all["BACKPLANE_ONEDNN_BANDS"] = "1";
-  for (const auto& [k, v] : all) setenv(k.c_str(), v.c_str(), 1);
-  ModelOptions mo;
-  mo.backends = {"CpuOneDnn"};
-  auto model = two->load_model(path, mo);
-  EXPECT_TRUE(model.ok()) << model.status().to_string();
-  if (model.ok()) {
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, shape] : b.inputs()) feeds[name] = Tensor(DType::kFloat32, shape);
-    EXPECT_FALSE(e2e::run_once(**model, feeds).empty());
-  }
-  for (const auto& [k, v] : all) unsetenv(k.c_str());
-  std::set<std::string> nodes;
-  std::ifstream in(report);
-  for (std::string line; std::getline(in, line);) {
-    const size_t at = line.find("\tbands\t"), quote = line.find('\'');
-    if (at != std::string::npos && quote != std::string::npos)
-      nodes.insert(line.substr(quote + 1, line.find('\'', quote + 1) - quote - 1));
-  }
-  return nodes;
-}
-
-TEST(OneDnnOps, GroupedConvolutionsAreCutIntoBandsOfWholeGroups) {
+TEST(OneDnnOps, GroupedConvolutionsBlocked) {
   // RegNet-Y's grouped 3x3 convolution, 16 channels a group, blocked
-  // (nChw16c: a group a block): a band of whole blocks of its output is
-  // whole groups, and reads their source channels only. Before, only
-  // depthwise ones were cut, and this step ran whole on one thread while
-  // the other waited (a quarter of RegNet-Y's time in bands).
+  // (nChw16c: a group a block), and groups of 8 channels, where a block of
+  // 16 holds two groups.
   ModelBuilder b;
   b.input("x", {1, 64, 28, 28}).random_weight("w1", {64, 64, 1, 1});
   b.random_weight("wg", {64, 16, 3, 3}).random_weight("bg", {64});
@@ -685,13 +637,7 @@ TEST(OneDnnOps, GroupedConvolutionsAreCutIntoBandsOfWholeGroups) {
   set_int(g, "group", 4);
   set_ints(g, "pads", {1, 1, 1, 1});
   b.output("y");
-  const std::map<std::string, std::string> blocked = {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"}};
-  EXPECT_EQ(nodes_cut_into_bands(b, blocked), (std::set<std::string>{"expand", "grouped"}));
-  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
-  expect_matches_cpuref(b);
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
-  // Groups of 8 channels: a band is whole blocks of 16 (two groups, or one
-  // group of 8 where the blocks are 8 wide), and the results stay right.
+  expect_matches_cpuref(b, 1e-4, {{"layout", "blocked"}});
   ModelBuilder eights;
   eights.input("x", {1, 64, 28, 28}).random_weight("w1", {64, 64, 1, 1});
   eights.random_weight("wg", {64, 8, 3, 3});
@@ -700,16 +646,12 @@ TEST(OneDnnOps, GroupedConvolutionsAreCutIntoBandsOfWholeGroups) {
   set_int(h, "group", 8);
   set_ints(h, "pads", {1, 1, 1, 1});
   eights.output("y");
-  EXPECT_EQ(nodes_cut_into_bands(eights, blocked), (std::set<std::string>{"expand", "grouped"}));
-  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
-  expect_matches_cpuref(eights);
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  expect_matches_cpuref(eights, 1e-4, {{"layout", "blocked"}});
 }
 
-TEST(OneDnnOps, ClassifierGemmsOfOneImageAreCutByOutputs) {
+TEST(OneDnnOps, ClassifierGemmsOfOneImage) {
   // MobileNetV3's classifier: Gemm 960 -> 1280, HardSwish, Gemm 1280 -> 1000,
-  // one image. One row cannot be cut by rows; each band takes 64 or more of
-  // the outputs, its own slice of the weights and of the bias.
+  // one image.
   ModelBuilder b(14);
   b.input("x", {1, 960}).random_weight("w1", {1280, 960}, -0.05f, 0.05f);
   b.random_weight("b1", {1280}).random_weight("w2", {1000, 1280}, -0.05f, 0.05f);
@@ -718,7 +660,6 @@ TEST(OneDnnOps, ClassifierGemmsOfOneImageAreCutByOutputs) {
   b.node("HardSwish", {"h"}, {"hs"});
   set_int(b.node("Gemm", {"hs", "w2", "b2"}, {"y"}, "fc2"), "transB", 1);
   b.output("y");
-  EXPECT_EQ(nodes_cut_into_bands(b, {}), (std::set<std::string>{"fc1", "fc2"}));
   expect_matches_cpuref(b);
 }
 
@@ -727,28 +668,19 @@ TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {
   // cost nothing: each source is written into its window of the
   // concatenation, and no concat step is left.
   const ModelBuilder b = fire_modules();
-  EXPECT_EQ(steps_of_kind(b, {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"}}, "concat"), 0);
+  EXPECT_EQ(steps_of_kind(b, {{"layout", "blocked"}}, "concat"), 0);
   // The same plan without the pass has all three.
-  EXPECT_EQ(steps_of_kind(b,
-                          {{"BACKPLANE_ONEDNN_LAYOUT", "blocked"},
-                           {"BACKPLANE_ONEDNN_CONCAT_IN_PLACE", "0"}},
-                          "concat"),
-            3);
-  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
-  expect_matches_cpuref(b);
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  EXPECT_EQ(steps_of_kind(b, {{"layout", "blocked"}, {"concat_in_place", "off"}}, "concat"), 3);
+  expect_matches_cpuref(b, 1e-4, {{"layout", "blocked"}});
   // oneDNN's own choice depends on the CPU: channels-last (with AVX-512),
   // where a Concat along the channels interleaves and is copied, or blocked
   // (without), where it is written in place as above.
   bool channels_last = false;
-  for (const std::string& line : plan_report(b, {{"BACKPLANE_ONEDNN_LAYOUT", "onednn"}}))
+  for (const std::string& line : plan_report(b, {{"layout", "onednn"}}))
     channels_last |= line.find("\tconvolution\t") != std::string::npos &&
                      line.find("dst:acdb") != std::string::npos;
-  EXPECT_EQ(steps_of_kind(b, {{"BACKPLANE_ONEDNN_LAYOUT", "onednn"}}, "concat"),
-            channels_last ? 3 : 0);
-  setenv("BACKPLANE_ONEDNN_LAYOUT", "onednn", 1);
-  expect_matches_cpuref(b);
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  EXPECT_EQ(steps_of_kind(b, {{"layout", "onednn"}}, "concat"), channels_last ? 3 : 0);
+  expect_matches_cpuref(b, 1e-4, {{"layout", "onednn"}});
 }
 
 TEST(OneDnnOps, ConcatSourcesThatCannotMoveAreCopied) {
@@ -763,9 +695,7 @@ TEST(OneDnnOps, ConcatSourcesThatCannotMoveAreCopied) {
   set_int(b.node("Concat", {"a", "x"}, {"with_input"}), "axis", 1);
   set_int(b.node("Concat", {"a", "e"}, {"odd"}), "axis", 1);
   b.output("twice").output("with_input").output("odd").output("a");
-  setenv("BACKPLANE_ONEDNN_LAYOUT", "blocked", 1);
-  expect_matches_cpuref(b);
-  unsetenv("BACKPLANE_ONEDNN_LAYOUT");
+  expect_matches_cpuref(b, 1e-4, {{"layout", "blocked"}});
 }
 
 TEST(OneDnnOps, TransposeAndReshapeOfBlockedTensor) {

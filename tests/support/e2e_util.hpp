@@ -47,11 +47,14 @@ inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "
 
 #ifdef BACKPLANE_ONEDNN_BACKEND_DIR
 // A runtime that loads CpuOneDnn as users get it: the plugin from this
-// build's backend folder, chosen by the default preference.
-inline std::shared_ptr<Runtime> onednn_runtime(int threads) {
+// build's backend folder, chosen by the default preference, configured
+// with `config` (its keys: docs/performance.md).
+inline std::shared_ptr<Runtime> onednn_runtime(int threads,
+                                               const std::map<std::string, std::string>& config = {}) {
   RuntimeOptions o;
   o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
   o.num_threads = threads;
+  if (!config.empty()) o.backend_config["CpuOneDnn"] = config;
   o.log_level = LogLevel::kError;
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();

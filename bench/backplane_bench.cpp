@@ -8,9 +8,8 @@
 // static:  the same pipeline with CpuOneDnn linked in (backplane_backend_CpuOneDnn)
 //          and registered by hand through the runtime's internal registry, so
 //          the two differ only in how the backend's function table was obtained.
-//          (OpenMP is then loaded at start-up, before the plugin's shim could
-//          choose its wait policy; run_bench.py sets OMP_WAIT_POLICY=PASSIVE
-//          in this process's environment, which is what the shim does.)
+//          (OpenMP is then loaded at start-up rather than with the plugin;
+//          neither build sets an OpenMP variable: both take the environment's.)
 // MODEL may be an .onnx file or a compiled .bpk (dynamic mode; "lazy" loads
 // it with lazy checksums).
 // Protocol (the same as ort_runner.js): prints {"ready", "load_ms", ...} once

@@ -214,11 +214,12 @@ def first_result(paths, model, onnx_path, input_path, threads, processes=5, afte
     they take less than `budget_s` altogether: one first run is one sample,
     and on a small model a few microseconds of this machine's noise are
     several percent of it (the encoder's 0.2 ms run: 1.02-1.13 over 8 fresh
-    processes, with no page fault or context switch in its first run). This
-    machine's second vCPU runs at about two thirds of its speed now and then
-    too, unseen by the guest's steal time (docs/performance.md, "Session
-    23"); runs next to each other in one process share that state, the
-    steady median of the alternating turns does not."""
+    processes, with no page fault or context switch in its first run). On
+    the 2-vCPU VMs this was measured on, one vCPU ran at about two thirds of
+    its speed for tens of milliseconds to seconds at a time, unseen by the
+    guest's steal time (seen by two OpenMP threads each timing an equal share
+    of one loop); runs next to each other in one process share that state, the steady
+    median of the alternating turns does not."""
     bpk = compiled(paths, model, onnx_path, threads)
     samples = []
     start = time.monotonic()

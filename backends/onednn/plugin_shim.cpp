@@ -5,7 +5,7 @@
 // (backend.cpp + compiler.cpp, linked with oneDNN) from
 // ../onednn/libBackplane_CpuOneDnn_impl.so relative to this file. It sets
 // nothing in the process: OpenMP's wait policy is the application's
-// (OMP_WAIT_POLICY, GOMP_SPINCOUNT; docs/performance.md).
+// (OMP_WAIT_POLICY, GOMP_SPINCOUNT; docs/performance.md, "Other settings").
 #include "onednn/identity.hpp"
 
 #include <backplane/backend_abi.h>

@@ -37,7 +37,7 @@ test: build
 # into $(BUILD_DIR)/bench/ort, the models generated locally.
 # BENCH_MODELS: comma-separated names of bench/bench_models.py's catalog or
 # paths of .onnx files (default: the whole catalog, 21 models).
-# BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/performance.md".
+# BENCH_ARGS e.g. "--runs 50 --threads 1,2 --write-doc docs/benchmark-results.md".
 # Then CpuOneDnn's outputs against CpuRef's on the same models (bench/check_cpuref.py,
 # also `make bench-cpuref` alone: fails the bench if any output is further than
 # 1e-4 of CpuRef's largest).

@@ -103,6 +103,11 @@ struct ModelOptions : PlacementOptions {
   // not hang a run or exhaust memory.
   int64_t max_loop_iterations = int64_t{1} << 17;
   int64_t max_loop_bytes = int64_t{1} << 31;
+  // create_session runs the session once on zeros (a model with fixed
+  // shapes, at most 16 MB of constants, on the host alone), so that its
+  // first real run finds code and data warm; nothing of that run stays
+  // visible. Off by default: it adds a run to create_session.
+  bool warm_up = false;
 };
 
 // How a model's specialisations were used (Model::specialization_stats).

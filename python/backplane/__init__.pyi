@@ -155,6 +155,7 @@ class InferenceSession:
         method: str = ...,
         external_data: Sequence[_Path] = ...,
         max_specializations: int = ...,
+        warm_up: bool = ...,
         **runtime_options: Any,
     ) -> None: ...
     def get_inputs(self) -> List[NodeArg]: ...

@@ -401,6 +401,10 @@ class InferenceSession {
       mo.max_specializations = kw["max_specializations"].cast<size_t>();
       PyDict_DelItemString(kw.ptr(), "max_specializations");
     }
+    if (kw.contains("warm_up")) {
+      mo.warm_up = kw["warm_up"].cast<bool>();
+      PyDict_DelItemString(kw.ptr(), "warm_up");
+    }
     reject_unknown_kwargs(kw, "InferenceSession");
 
     runtime_ = get_runtime(ro);

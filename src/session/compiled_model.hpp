@@ -40,6 +40,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
     uint64_t network_id = 0;
     int num_threads = 0;
     size_t max_specializations = 16;
+    bool warm_up = false;  // ModelOptions::warm_up
     // The runtime's pool, lent to backends at execute (API 1.5); null: none.
     std::shared_ptr<ThreadPool> thread_pool;
   };
@@ -108,6 +109,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   const std::vector<ExecStep>& steps() const { return primary()->steps(); }
   // The pool lent to backends at execute; null when the runtime gave none.
   ThreadPool* thread_pool() const { return options_.thread_pool.get(); }
+  bool warm_up() const { return options_.warm_up; }
 
  private:
   CompiledModel() = default;

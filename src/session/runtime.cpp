@@ -108,6 +108,7 @@ class RuntimeImpl : public Runtime {
     model.num_threads = options_.num_threads;
     model.thread_pool = pool_;
     model.max_specializations = options.max_specializations;
+    model.warm_up = options.warm_up;
     if (options.max_specializations == 0)
       return invalid_argument("max_specializations must be at least 1").with_context(path);
     std::shared_ptr<CompiledModel> loaded;

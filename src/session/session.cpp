@@ -499,25 +499,20 @@ class SessionImpl : public Session {
     }
   }
 
-  // One run of a small model on zeros (the inputs init() prepared), now,
-  // so that the application's first run costs what a steady one does.
-  // CpuOneDnn already runs its partition on zeros when it makes a context,
-  // which brings its weights and JIT code into the cache; what it does not
-  // reach is this side's path: the session's run, the plugin's entry points,
-  // the tables they read. Measured on the encoder (0.2 ms a run, Xeon VM, 31
-  // fresh processes each): the first run 1.14 of the steady median as it
-  // was, 1.02 after one more whole run on zeros; with this in place the
-  // bench measured 1.07 (9 processes). Only for a model whose constants take at most
-  // kWarmConstants (one whose run is short enough for that path to show;
-  // the run adds to the session's ready time), whose every input init()
+  // ModelOptions::warm_up: one run of a small model on zeros (the inputs
+  // init() prepared), now, so that the application's first run costs what a
+  // steady one does: the backends' weights and JIT code are in the cache,
+  // and so is this side's path (the session's run, the plugins' entry
+  // points, the tables they read). Only for a model whose constants take at
+  // most kWarmConstants (one whose run is short enough for that to show; the
+  // run adds to the session's ready time), whose every input init()
   // prepared, whose outputs have fixed shapes and which runs on the host
-  // alone; BACKPLANE_WARM_UP=0 turns it off. A failed run is ignored: the
-  // application's own inputs decide. Nothing of it stays visible: the
-  // inputs count as not set and there is no output until the first run.
+  // alone. A failed run is ignored: the application's own inputs decide.
+  // Nothing of it stays visible: the inputs count as not set and there is
+  // no output until the first run.
   static constexpr size_t kWarmConstants = size_t{16} << 20;
   void warm_up() {
-    const char* knob = std::getenv("BACKPLANE_WARM_UP");
-    if (knob != nullptr && std::strcmp(knob, "0") == 0) return;
+    if (!model_->warm_up()) return;
     if (spec_ == nullptr || spec_->spaces().size() != 1) return;
     const ir::Graph& g = spec_->graph();
     for (int v : g.outputs)

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <array>
 #include <map>
 #include <random>
 #include <set>
@@ -622,6 +623,22 @@ int steps_of_kind(const ModelBuilder& b, const Config& config, const std::string
     if (tab != std::string::npos && line.compare(tab + 1, kind.size() + 1, kind + "\t") == 0) ++n;
   }
   return n;
+}
+
+TEST(OneDnnOps, ConfigureRefusesUnknownKeysAndValues) {
+  for (const auto& [key, value, why] :
+       std::vector<std::array<std::string, 3>>{{"layot", "blocked", "unknown configuration key 'layot'"},
+                                               {"layout", "nhwc", "is not auto, onednn or blocked"},
+                                               {"winograd", "maybe", "is not on or off"},
+                                               {"shape_instances", "0", "from 1 to 100000"}}) {
+    RuntimeOptions o;
+    o.backend_path = kModuleDir;
+    o.backend_config["CpuOneDnn"][key] = value;
+    auto rt = Runtime::create(o);
+    ASSERT_FALSE(rt.ok()) << key;
+    EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(rt.status().message().find(why), std::string::npos) << rt.status().message();
+  }
 }
 
 TEST(OneDnnOps, GroupedConvolutionsBlocked) {

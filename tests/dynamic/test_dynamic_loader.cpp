@@ -501,15 +501,18 @@ TEST_F(DynamicBackends, Seed09_AllMethodsOfLoadedBackendCanBeExecuted) {
   EXPECT_HAS(bad.message(), "backend 'MockA'");
 }
 
-// A small model's session runs once on zeros while it is made (session.cpp,
-// warm_up), so that the application's first run costs a steady one; nothing
-// of that run shows afterwards. BACKPLANE_WARM_UP=0 turns it off.
+// With ModelOptions::warm_up, a small model's session runs once on zeros
+// while it is made (session.cpp, warm_up), so that the application's first
+// run costs a steady one; nothing of that run shows afterwards. Off by
+// default.
 TEST_F(DynamicBackends, SessionWarmUp_OneRunWhileMadeThatLeavesNothingBehind) {
   const std::string file = canon(mock_file("valid", "Mock_MockA_backend.so"));
   bt::write_relu_model(tmp_.file("relu.onnx"), {2, 3}, 2);
   auto rt = make_runtime(dynamic_only(mock_dir("valid")));
   ASSERT_NE(rt, nullptr);
-  auto model = rt->load_model(tmp_.file("relu.onnx"));
+  ModelOptions warm;
+  warm.warm_up = true;
+  auto model = rt->load_model(tmp_.file("relu.onnx"), warm);
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto executes = [&] { return bt::mock_counters(file).counters.execute; };
 
@@ -526,9 +529,10 @@ TEST_F(DynamicBackends, SessionWarmUp_OneRunWhileMadeThatLeavesNothingBehind) {
   // The caller's input, not the zeros, gives the result.
   expect_relu_runs(**model);
 
-  ScopedEnv off("BACKPLANE_WARM_UP", "0");
+  auto cold_model = rt->load_model(tmp_.file("relu.onnx"));
+  ASSERT_TRUE(cold_model.ok()) << cold_model.status().message();
   before = executes();
-  auto cold = (*model)->create_session();
+  auto cold = (*cold_model)->create_session();
   ASSERT_TRUE(cold.ok()) << cold.status().message();
   EXPECT_EQ(executes(), before);
 }

@@ -1,5 +1,6 @@
 // RuntimeOptions are validated before anything is loaded: thread counts are
-// bounded by max_threads(), and an explicit backend directory must exist.
+// bounded by max_threads(), and an explicit backend directory must exist;
+// backend_config reaches the backends, which refuse what they do not know.
 #include <backplane/runtime.hpp>
 
 #include <gtest/gtest.h>
@@ -54,6 +55,39 @@ TEST(RuntimeOptions, RelativeBackendDirectoryIsAnError) {
   EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rt.status().message().find("'build/lib/backplane/backends'"), std::string::npos);
   EXPECT_NE(rt.status().message().find("not an absolute path"), std::string::npos);
+}
+
+TEST(RuntimeOptions, BackendConfigReachesTheBackendWhichRefusesUnknownKeys) {
+  RuntimeOptions o;
+  o.dynamic_backends = false;
+  o.backend_config["CpuRef"]["num_threads"] = "2";  // a key every SDK backend takes
+  EXPECT_TRUE(Runtime::create(o).ok());
+  o.backend_config["CpuRef"]["num_thread"] = "2";
+  auto rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rt.status().message().find("backend 'CpuRef'"), std::string::npos)
+      << rt.status().message();
+  EXPECT_NE(rt.status().message().find("unknown configuration key 'num_thread'"),
+            std::string::npos)
+      << rt.status().message();
+  o.backend_config["CpuRef"].erase("num_thread");
+  o.backend_config["CpuRef"]["num_threads"] = "two";
+  rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_NE(rt.status().message().find("'two' is not a non-negative integer"), std::string::npos)
+      << rt.status().message();
+}
+
+TEST(RuntimeOptions, BackendConfigOfAnUnregisteredBackendIsAnError) {
+  RuntimeOptions o;
+  o.dynamic_backends = false;
+  o.backend_config["CpuOneDnm"]["layout"] = "blocked";
+  auto rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rt.status().message().find("'CpuOneDnm', which is not registered"), std::string::npos)
+      << rt.status().message();
 }
 
 }  // namespace

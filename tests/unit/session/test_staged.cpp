@@ -7,6 +7,7 @@
 // unknown ops) are errors naming the node, never hangs or crashes.
 #include "support/expect_error.hpp"
 #include "support/model_builder.hpp"
+#include "static_runtime.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -23,14 +24,7 @@ namespace {
 
 namespace bt = backplane::test;
 
-std::shared_ptr<Runtime> runtime() {
-  RuntimeOptions o;
-  o.log_level = LogLevel::kError;
-  o.dynamic_backends = false;  // the static backends only: results do not depend on plugins
-  auto rt = Runtime::create(o);
-  EXPECT_TRUE(rt.ok()) << rt.status().message();
-  return *rt;
-}
+std::shared_ptr<Runtime> runtime() { return bt::static_runtime(); }
 
 Tensor floats(Shape shape, std::vector<float> v) {
   return Tensor::copy_of(DType::kFloat32, std::move(shape), v.data());

@@ -124,6 +124,13 @@ void start_openmp_team(int threads);
 // it. A team another thread started ends with that thread.
 void end_openmp_team();
 
+// oneDNN generates its sgemm kernels (behind every "gemm:*" implementation
+// and a MatMul of two activations) at their first call in a process, not
+// when a primitive is made: ~25 ms of code generation. A compile or load of
+// a plan that uses them makes them there (once per process), so that the
+// first run does not pay for it.
+void make_sgemm_kernels();
+
 // The bytes a context gives one plan: the arena, then the scratchpad.
 size_t context_bytes(const Compiled& c);
 

@@ -60,10 +60,8 @@ namespace {
 // Whether Concat node n costs nothing in the blocked layout: it joins the
 // channels of one image, each source a whole number of channel blocks that
 // no other Concat reads, so its sources are written where it would copy
-// them (PlanBuilder::concat_in_place). SqueezeNet's and GoogLeNet's are;
-// DenseNet's, whose features every later Concat of the block reads again,
-// are not (measured with AVX-512: blocked ran SqueezeNet 17% and GoogLeNet
-// 20-25% faster than channels-last, DenseNet-121 40% slower).
+// them (PlanBuilder::concat_in_place: SqueezeNet's, GoogLeNet's). A DenseNet
+// block's are not: every later Concat of the block reads its sources again.
 bool concat_in_blocks(const ViewInfo& g, int n, int block) {
   if (g.num_out(n) < 1 || g.out(n) < 0) return false;
   const Dims& ys = g.shape(g.out(n));
@@ -81,33 +79,17 @@ bool concat_in_blocks(const ViewInfo& g, int n, int block) {
 }
 
 // Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
-// should beat the channels-last ones it picks when free to, for this view.
-// Measured with AVX-512 on 17 torchvision models, each plan forced one way
-// or the other: blocked
-// wins where the convolutions run on a batch, or where they are depthwise or
-// grouped (MobileNets, EfficientNet-B0, RegNet, ResNeXt) by 2-8%; it loses
-// where tensors are cut, joined or shuffled along the channels (a Concat,
-// Split, Slice, Transpose or a Reshape between 4-D and 5-D: GoogLeNet,
-// Inception, DenseNet, SqueezeNet, ShuffleNetV2, by 4-32%), since those are
-// copies or reorders in the blocked layout and in place or cheap in
-// channels-last; and plain spatial (KxK) convolutions on one image are as
-// fast or faster channels-last (ResNet-18 by 8%). So a network of one image
-// whose depthwise blocks are few beside plain KxK work is left channels-last:
-// EfficientNetV2-S (its fused-MBConv stages: 49% of the convolutions'
-// multiply-adds in plain 3x3, 1% depthwise) ran 3% slower blocked at 2
-// threads, where the winners spend at most 4% in plain KxK.
-// With Winograd (AVX-512 only: oneDNN has no AVX2 kernel for it), a network
-// whose plain 3x3 convolutions of stride 1 are at least 30% of its
-// multiply-adds goes blocked whatever else it has, since those then take
-// about half the time (against channels-last at 1 thread:
-// ResNet-18 0.63x, ResNet-50 0.87x, VGG-16 0.46x, EfficientNetV2-S 0.74x),
-// unless more than a quarter of them are plain spatial convolutions Winograd
-// does not take (strided, 1x7, 7x1): Inception-v3 (42% of them) ran 5%
-// slower blocked at 1 thread, with its Concats in place.
-// A Concat that the blocked layout does in place (concat_in_blocks) does not
-// count against it.
-// Decided from the view alone, so a session from the model and one from its
-// .bpk run the same plan.
+// beat the channels-last ones it picks when free to, for this view. Blocked
+// pays for batches and for depthwise or grouped convolutions. It costs where
+// tensors are cut, joined or shuffled along the channels (Concat, Split,
+// Slice, Transpose, a 4-D <-> 5-D Reshape: copies or reorders when blocked,
+// cheap channels-last), and plain spatial (KxK) convolutions on one image run
+// as fast channels-last. With Winograd (oneDNN has it for AVX-512 only), a
+// network whose stride-1 3x3 convolutions are at least 30% of its
+// multiply-adds goes blocked, unless over a quarter of them are spatial ones
+// Winograd does not take. The thresholds come from timing 17 torchvision
+// models each way; the "layout" key forces either. Decided from the view
+// alone, so a session from the model and one from its .bpk run the same plan.
 bool blocked_pays(const ViewInfo& g, int block, bool winograd) {
   size_t convolutions = 0;
   bool grouped = false, batched = false;

@@ -33,7 +33,6 @@
 #include <cstring>
 #include <exception>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -48,40 +47,9 @@ constexpr char kPolyMagic[] = "CpuOneDnn shape-polymorphic payload";
 constexpr uint32_t kFormatVersion = 1;
 constexpr uint32_t kEndianMark = 0x01020304;
 
-// The size of the operation descriptor of each primitive kind the lowering
-// makes (reorder and concat are described by their memory descriptors).
-size_t op_desc_size(dnnl_primitive_kind_t kind) {
-  switch (kind) {
-    case dnnl_convolution:
-      return sizeof(dnnl_convolution_desc_t);
-    case dnnl_eltwise:
-      return sizeof(dnnl_eltwise_desc_t);
-    case dnnl_softmax:
-      return sizeof(dnnl_softmax_desc_t);
-    case dnnl_pooling_v2:
-      return sizeof(dnnl_pooling_v2_desc_t);
-    case dnnl_batch_normalization:
-      return sizeof(dnnl_batch_normalization_desc_t);
-    case dnnl_layer_normalization:
-      return sizeof(dnnl_layer_normalization_desc_t);
-    case dnnl_inner_product:
-      return sizeof(dnnl_inner_product_desc_t);
-    case dnnl_binary:
-      return sizeof(dnnl_binary_desc_t);
-    case dnnl_matmul:
-      return sizeof(dnnl_matmul_desc_t);
-    case dnnl_reduction:
-      return sizeof(dnnl_reduction_desc_t);
-    case dnnl_prelu:
-      return sizeof(dnnl_prelu_desc_t);
-    case dnnl_resampling:
-      return sizeof(dnnl_resampling_desc_t);
-    case dnnl_rnn:
-      return sizeof(dnnl_rnn_desc_t);
-    default:
-      return 0;
-  }
-}
+// The size of the operation descriptor of a primitive kind the lowering
+// makes, 0 for any other (reorder and concat have memory descriptors only).
+size_t op_desc_size(dnnl_primitive_kind_t kind);
 
 // The oneDNN build a payload belongs to: version and commit.
 std::string library_id() {
@@ -135,13 +103,7 @@ bool one_of(int64_t v, std::initializer_list<int64_t> allowed) {
   return false;
 }
 
-// What the lowering makes: primitive kinds, and the algorithms of each.
-bool known_kind(int64_t k) {
-  return one_of(
-      k, {dnnl_convolution, dnnl_eltwise, dnnl_softmax, dnnl_pooling_v2, dnnl_batch_normalization,
-          dnnl_layer_normalization, dnnl_inner_product, dnnl_binary, dnnl_matmul, dnnl_reduction,
-          dnnl_reorder, dnnl_concat, dnnl_prelu, dnnl_resampling, dnnl_rnn});
-}
+// The eltwise algorithms the lowering makes.
 bool eltwise_alg(int64_t a) {
   return one_of(
       a, {dnnl_eltwise_relu, dnnl_eltwise_tanh, dnnl_eltwise_elu, dnnl_eltwise_sqrt,
@@ -155,139 +117,82 @@ bool eltwise_alg(int64_t a) {
 // Bytes
 // ---------------------------------------------------------------------------
 
-class Writer {
- public:
-  template <class T>
-  void pod(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    raw(&v, sizeof v);
-  }
-  void raw(const void* p, size_t n) { bytes_.append(static_cast<const char*>(p), n); }
-  void str(const std::string& s) {
-    pod(static_cast<uint32_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-  void md(const dnnl::memory::desc& m) { pod(m.data); }
-  const std::string& bytes() const { return bytes_; }
+using Writer = sdk::PayloadWriter;
+using Reader = sdk::PayloadReader;  // CORRUPT_DATA naming where, on anything malformed
 
- private:
-  std::string bytes_;
-};
-
-// Bounds-checked reading; anything malformed is CORRUPT_DATA naming where.
-class Reader {
- public:
-  Reader(const void* data, size_t size, std::string where)
-      : p_(static_cast<const uint8_t*>(data)), n_(size), where_(std::move(where)) {}
-
-  template <class T>
-  T pod(const char* what) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    T v;
-    std::memcpy(&v, take(sizeof v, what), sizeof v);
-    return v;
+// Only what the lowering makes: float32 (or empty; scratchpads are 1-D
+// bytes), plain or blocked, every element inside the bytes the descriptor
+// claims; or the weights of a Winograd convolution, whose layout is
+// oneDNN's own (check_layouts then requires it to equal what the
+// convolution, made again, wants; bind_constants, a blob of its size).
+// oneDNN trusts descriptors it did not build itself, and its JIT code
+// addresses memory by them.
+void check_md(const Reader& r, const dnnl_memory_desc_t& md, const char* what, bool concrete) {
+  constexpr int64_t kMaxDim = int64_t{1} << 32;
+  constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
+  const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
+  const bool wino = concrete && fk == dnnl_format_kind_wino && md.ndims == 4 && dt == dnnl_f32;
+  bool ok =
+      md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
+      md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
+      (md.ndims == 0 ? dt == dnnl_data_type_undef
+                     : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
+      (md.ndims == 0 ? fk == dnnl_format_kind_undef
+                     : fk == dnnl_blocked || wino || (!concrete && fk == dnnl_format_kind_any));
+  for (int i = 0; ok && i < md.ndims; ++i)
+    ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
+         md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;
+  if (ok && wino) {
+    const dnnl_wino_desc_t& w = md.format_desc.wino_desc;
+    ok = md.offset0 == 0 && w.size > 0 && w.size % sizeof(float) == 0 &&
+         w.size <= static_cast<size_t>(kMaxElements) * sizeof(float);
   }
-  const void* take(size_t n, const char* what) {
-    if (n > n_ - at_) fail(std::string("ends inside ") + what);
-    const void* p = p_ + at_;
-    at_ += n;
-    return p;
-  }
-  std::string str(const char* what) {
-    const uint32_t n = pod<uint32_t>(what);
-    const char* p = static_cast<const char*>(take(n, what));
-    return std::string(p, n);
-  }
-  // A count of items that each take at least `min_bytes`: bounded by what is left.
-  size_t count(const char* what, size_t min_bytes) {
-    const uint32_t n = pod<uint32_t>(what);
-    if (static_cast<uint64_t>(n) * min_bytes > n_ - at_)
-      fail(std::string("has an impossible number of ") + what);
-    return n;
-  }
-  // A description of memory the plan addresses (not "any").
-  dnnl::memory::desc md(const char* what) {
-    dnnl_memory_desc_t raw = pod<dnnl_memory_desc_t>(what);
-    check_md(raw, what, /*concrete=*/true);
-    return dnnl::memory::desc(raw);
-  }
-  // Only what the lowering makes: float32 (or empty; scratchpads are 1-D
-  // bytes), plain or blocked, every element inside the bytes the descriptor
-  // claims; or the weights of a Winograd convolution, whose layout is
-  // oneDNN's own (check_layouts then requires it to equal what the
-  // convolution, made again, wants; bind_constants, a blob of its size).
-  // oneDNN trusts descriptors it did not build itself, and its JIT code
-  // addresses memory by them.
-  void check_md(const dnnl_memory_desc_t& md, const char* what, bool concrete) const {
-    constexpr int64_t kMaxDim = int64_t{1} << 32;
-    constexpr unsigned __int128 kMaxElements = static_cast<unsigned __int128>(1) << 38;
-    const int64_t dt = raw(md.data_type), fk = raw(md.format_kind);
-    const bool wino = concrete && fk == dnnl_format_kind_wino && md.ndims == 4 && dt == dnnl_f32;
-    bool ok =
-        md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
-        md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
-        (md.ndims == 0 ? dt == dnnl_data_type_undef
-                       : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
-        (md.ndims == 0 ? fk == dnnl_format_kind_undef
-                       : fk == dnnl_blocked || wino || (!concrete && fk == dnnl_format_kind_any));
+  if (ok && fk == dnnl_blocked) {
+    const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+    ok = b.inner_nblks >= 0 && b.inner_nblks <= DNNL_MAX_NDIMS;
     for (int i = 0; ok && i < md.ndims; ++i)
-      ok = md.dims[i] >= 0 && md.dims[i] <= kMaxDim && md.padded_dims[i] >= md.dims[i] &&
-           md.padded_dims[i] <= md.dims[i] + 64 && md.padded_offsets[i] == 0;
-    if (ok && wino) {
-      const dnnl_wino_desc_t& w = md.format_desc.wino_desc;
-      ok = md.offset0 == 0 && w.size > 0 && w.size % sizeof(float) == 0 &&
-           w.size <= static_cast<size_t>(kMaxElements) * sizeof(float);
+      ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
+    int64_t blk[DNNL_MAX_NDIMS];
+    for (int i = 0; i < DNNL_MAX_NDIMS; ++i) blk[i] = 1;
+    int64_t inner = 1;
+    for (int i = 0; ok && i < b.inner_nblks; ++i) {
+      ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 &&
+           b.inner_blks[i] <= 64;
+      if (ok) {
+        blk[b.inner_idxs[i]] *= b.inner_blks[i];
+        inner *= b.inner_blks[i];
+        ok = inner <= 4096;
+      }
     }
-    if (ok && fk == dnnl_blocked) {
-      const dnnl_blocking_desc_t& b = md.format_desc.blocking;
-      ok = b.inner_nblks >= 0 && b.inner_nblks <= DNNL_MAX_NDIMS;
-      for (int i = 0; ok && i < md.ndims; ++i)
-        ok = b.strides[i] >= 0 && b.strides[i] <= kMaxDim * 64;
-      int64_t blk[DNNL_MAX_NDIMS];
-      for (int i = 0; i < DNNL_MAX_NDIMS; ++i) blk[i] = 1;
-      int64_t inner = 1;
-      for (int i = 0; ok && i < b.inner_nblks; ++i) {
-        ok = b.inner_idxs[i] >= 0 && b.inner_idxs[i] < md.ndims && b.inner_blks[i] >= 1 &&
-             b.inner_blks[i] <= 64;
-        if (ok) {
-          blk[b.inner_idxs[i]] *= b.inner_blks[i];
-          inner *= b.inner_blks[i];
-          ok = inner <= 4096;
-        }
-      }
-      // The farthest element from the start, and the elements there are.
-      unsigned __int128 elements = 1, farthest = static_cast<unsigned __int128>(inner - 1);
-      for (int i = 0; ok && i < md.ndims; ++i) {
-        ok = md.padded_dims[i] % blk[i] == 0;
-        const int64_t outer = md.padded_dims[i] / blk[i];
-        elements *= static_cast<unsigned __int128>(md.padded_dims[i]);
-        if (outer > 0)
-          farthest += static_cast<unsigned __int128>(b.strides[i]) *
-                      static_cast<unsigned __int128>(outer - 1);
-        ok = ok && elements <= kMaxElements;
-      }
-      // A dense layout, or a window of one (Slice, Split, Pad, Gather:
-      // lowering_data.cpp), whose bytes touched_bytes() bounds.
-      const bool window = md.offset0 != 0 || farthest >= elements;
-      if (ok && elements > 0 && !window) {
-        const size_t elem = dt == dnnl_u8 ? 1 : sizeof(float);
-        ok = dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
-      }
-      ok = ok && (!window || (dt == dnnl_f32 && farthest + md.offset0 < kMaxElements));
+    // The farthest element from the start, and the elements there are.
+    unsigned __int128 elements = 1, farthest = static_cast<unsigned __int128>(inner - 1);
+    for (int i = 0; ok && i < md.ndims; ++i) {
+      ok = md.padded_dims[i] % blk[i] == 0;
+      const int64_t outer = md.padded_dims[i] / blk[i];
+      elements *= static_cast<unsigned __int128>(md.padded_dims[i]);
+      if (outer > 0)
+        farthest += static_cast<unsigned __int128>(b.strides[i]) *
+                    static_cast<unsigned __int128>(outer - 1);
+      ok = ok && elements <= kMaxElements;
     }
-    if (!ok) fail(std::string("has a memory descriptor oneDNN could not have made, for ") + what);
+    // A dense layout, or a window of one (Slice, Split, Pad, Gather:
+    // lowering_data.cpp), whose bytes touched_bytes() bounds.
+    const bool window = md.offset0 != 0 || farthest >= elements;
+    if (ok && elements > 0 && !window) {
+      const size_t elem = dt == dnnl_u8 ? 1 : sizeof(float);
+      ok = dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
+    }
+    ok = ok && (!window || (dt == dnnl_f32 && farthest + md.offset0 < kMaxElements));
   }
-  bool done() const { return at_ == n_; }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw sdk::Error(BP_STATUS_CORRUPT_DATA,
-                     where_ + ": payload " + why + " (at byte " + std::to_string(at_) + ")");
-  }
+  if (!ok) r.fail(std::string("has a memory descriptor oneDNN could not have made, for ") + what);
+}
 
- private:
-  const uint8_t* p_;
-  size_t n_, at_ = 0;
-  std::string where_;
-};
+// A description of memory the plan addresses (not "any").
+dnnl::memory::desc read_md(Reader& r, const char* what) {
+  const auto md = r.pod<dnnl_memory_desc_t>(what);
+  check_md(r, md, what, /*concrete=*/true);
+  return dnnl::memory::desc(md);
+}
 
 // ---------------------------------------------------------------------------
 // A step: how to create its primitive again
@@ -341,8 +246,8 @@ void write_step(Writer& w, const Step& step) {
   w.pod(static_cast<int32_t>(kind));
   w.str(step.what);
   if (kind == dnnl_reorder) {
-    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)));
-    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
+    w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
+    w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
   } else if (kind == dnnl_concat) {
     int32_t n = 0;
     check(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n),
@@ -350,8 +255,8 @@ void write_step(Writer& w, const Step& step) {
     w.pod(static_cast<int32_t>(step.concat_axis));
     w.pod(static_cast<uint32_t>(n));
     for (int i = 0; i < n; ++i)
-      w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i)));
-    w.md(dnnl::memory::desc(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)));
+      w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i));
+    w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
   } else {
     const size_t size = op_desc_size(kind);
     if (size == 0)
@@ -403,7 +308,7 @@ class DescCheck {
 
   // Memory descriptors the lowering could have made ("any" allowed).
   void mds(std::initializer_list<const dnnl_memory_desc_t*> list) {
-    for (const dnnl_memory_desc_t* m : list) r_.check_md(*m, what_.c_str(), /*concrete=*/false);
+    for (const dnnl_memory_desc_t* m : list) check_md(r_, *m, what_.c_str(), /*concrete=*/false);
   }
   void need(bool ok) {
     if (!ok)
@@ -639,6 +544,41 @@ dnnl_status_t reinit_as(DescCheck& c, std::vector<uint8_t>& op) {
   return st;
 }
 
+// Each primitive kind the lowering makes with an operation descriptor.
+struct OpKind {
+  dnnl_primitive_kind_t kind;
+  size_t size;
+  dnnl_status_t (*reinit)(DescCheck&, std::vector<uint8_t>&);
+};
+template <class D>
+constexpr OpKind op_kind(dnnl_primitive_kind_t kind) {
+  return {kind, sizeof(D), &reinit_as<D>};
+}
+constexpr OpKind kOpKinds[] = {
+    op_kind<dnnl_convolution_desc_t>(dnnl_convolution),
+    op_kind<dnnl_eltwise_desc_t>(dnnl_eltwise),
+    op_kind<dnnl_softmax_desc_t>(dnnl_softmax),
+    op_kind<dnnl_pooling_v2_desc_t>(dnnl_pooling_v2),
+    op_kind<dnnl_batch_normalization_desc_t>(dnnl_batch_normalization),
+    op_kind<dnnl_layer_normalization_desc_t>(dnnl_layer_normalization),
+    op_kind<dnnl_inner_product_desc_t>(dnnl_inner_product),
+    op_kind<dnnl_binary_desc_t>(dnnl_binary),
+    op_kind<dnnl_matmul_desc_t>(dnnl_matmul),
+    op_kind<dnnl_reduction_desc_t>(dnnl_reduction),
+    op_kind<dnnl_prelu_desc_t>(dnnl_prelu),
+    op_kind<dnnl_resampling_desc_t>(dnnl_resampling),
+    op_kind<dnnl_rnn_desc_t>(dnnl_rnn)};
+
+const OpKind* find_op_kind(int64_t kind) {
+  for (const OpKind& k : kOpKinds)
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+size_t op_desc_size(dnnl_primitive_kind_t kind) {
+  const OpKind* k = find_op_kind(kind);
+  return k ? k->size : 0;
+}
+
 // The operation descriptor made again by oneDNN's public initializer from
 // the recorded parameters, in place: the initializer checks that shapes,
 // strides and padding agree, which creating a primitive from raw bytes would
@@ -646,52 +586,10 @@ dnnl_status_t reinit_as(DescCheck& c, std::vector<uint8_t>& op) {
 // Returns the arguments the primitive will read or write.
 std::vector<int> reinit_op_desc(Reader& r, dnnl_primitive_kind_t kind, std::vector<uint8_t>& op,
                                 const std::string& what) {
+  const OpKind* k = find_op_kind(kind);
+  if (!k) r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
   DescCheck c(r, what);
-  dnnl_status_t st = dnnl_invalid_arguments;
-  switch (kind) {
-    case dnnl_convolution:
-      st = reinit_as<dnnl_convolution_desc_t>(c, op);
-      break;
-    case dnnl_eltwise:
-      st = reinit_as<dnnl_eltwise_desc_t>(c, op);
-      break;
-    case dnnl_softmax:
-      st = reinit_as<dnnl_softmax_desc_t>(c, op);
-      break;
-    case dnnl_pooling_v2:
-      st = reinit_as<dnnl_pooling_v2_desc_t>(c, op);
-      break;
-    case dnnl_batch_normalization:
-      st = reinit_as<dnnl_batch_normalization_desc_t>(c, op);
-      break;
-    case dnnl_layer_normalization:
-      st = reinit_as<dnnl_layer_normalization_desc_t>(c, op);
-      break;
-    case dnnl_inner_product:
-      st = reinit_as<dnnl_inner_product_desc_t>(c, op);
-      break;
-    case dnnl_binary:
-      st = reinit_as<dnnl_binary_desc_t>(c, op);
-      break;
-    case dnnl_matmul:
-      st = reinit_as<dnnl_matmul_desc_t>(c, op);
-      break;
-    case dnnl_reduction:
-      st = reinit_as<dnnl_reduction_desc_t>(c, op);
-      break;
-    case dnnl_prelu:
-      st = reinit_as<dnnl_prelu_desc_t>(c, op);
-      break;
-    case dnnl_resampling:
-      st = reinit_as<dnnl_resampling_desc_t>(c, op);
-      break;
-    case dnnl_rnn:
-      st = reinit_as<dnnl_rnn_desc_t>(c, op);
-      break;
-    default:
-      r.fail("names an unknown primitive kind " + std::to_string(static_cast<int>(kind)));
-  }
-  if (st != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
+  if (k->reinit(c, op) != dnnl_success) r.fail("has an operation oneDNN rejects for " + what);
   return c.required();
 }
 
@@ -748,18 +646,19 @@ Recipe read_step(Reader& r, Step& step) {
     read_args(r, step);
     return rc;  // its arguments are checked by check_gather
   }
-  if (!known_kind(kind)) r.fail("names an unknown primitive kind " + std::to_string(kind));
+  if (kind != dnnl_reorder && kind != dnnl_concat && !find_op_kind(kind))
+    r.fail("names an unknown primitive kind " + std::to_string(kind));
   rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
   step.what = r.str("step name");
   if (rc.kind == dnnl_reorder) {
-    rc.src = r.md("reorder source");
-    rc.dst = r.md("reorder destination");
+    rc.src = read_md(r, "reorder source");
+    rc.dst = read_md(r, "reorder destination");
     rc.required = {DNNL_ARG_SRC, DNNL_ARG_DST};
   } else if (rc.kind == dnnl_concat) {
     step.concat_axis = r.pod<int32_t>("concat axis");
     const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
-    for (size_t i = 0; i < n; ++i) rc.srcs.push_back(r.md("concat input"));
-    rc.dst = r.md("concat destination");
+    for (size_t i = 0; i < n; ++i) rc.srcs.push_back(read_md(r, "concat input"));
+    rc.dst = read_md(r, "concat destination");
     for (size_t i = 0; i < n; ++i)
       rc.required.push_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
     rc.required.push_back(DNNL_ARG_DST);
@@ -819,32 +718,6 @@ dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH, "oneDNN " + library_id() + " cannot create " +
                                                      step.what + " from the payload: " + e.what());
   }
-}
-
-// oneDNN generates its sgemm kernels (the driver behind every "gemm:*"
-// implementation: a batched MatMul of Swin's attention) once per process,
-// at the first such primitive's first execution, not at its creation. A
-// compile makes it happen early (one of the layouts it tries is a gemm), a
-// payload load does not, so the first run paid for it: Swin-T's took 47 ms
-// from a .bpk against 24 ms steady. One small sgemm here, once per process
-// and only for a plan that has a gemm-based step, moves that to the load.
-void warm_gemm_if_used(const Compiled& c) {
-  bool used = false;
-  for (const Step& step : c.steps) {
-    if (!step.prim) continue;
-    const char* impl = nullptr;
-    if (dnnl_primitive_desc_query(step.prim.get_primitive_desc(), dnnl_query_impl_info_str, 0,
-                                  &impl) == dnnl_success &&
-        impl != nullptr && std::strncmp(impl, "gemm:", 5) == 0)
-      used = true;
-  }
-  if (!used) return;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    constexpr dnnl_dim_t n = 64;
-    std::vector<float> a(n * n, 1.f), b(n * n, 1.f), out(n * n);
-    dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, out.data(), n);
-  });
 }
 
 // Runs task(0..n-1) on this thread and, for more than a few tasks, one more:
@@ -910,7 +783,7 @@ void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
     const MemRef& r = refs[i];
     w.pod(static_cast<int32_t>(r.buffer));
     w.pod(static_cast<uint8_t>((r.scratch ? 1 : 0) | (r.constant ? 2 : 0)));
-    w.md(r.md);
+    w.pod(r.md.data);
     if (!r.constant) continue;
     const void* data = r.constant.get_data_handle();
     auto [it, fresh] = keys.emplace(data, name + "/c" + std::to_string(i));
@@ -1042,7 +915,7 @@ ConstantKeys read_refs(Reader& r, Compiled& c) {
     MemRef m;
     m.buffer = r.pod<int32_t>("reference buffer");
     const uint8_t flags = r.pod<uint8_t>("reference flags");
-    m.md = r.md("memory reference");
+    m.md = read_md(r, "memory reference");
     m.scratch = (flags & 1) != 0;
     const size_t bytes = touched_bytes(m.md);
     k.of_ref.push_back(SIZE_MAX);
@@ -1355,7 +1228,14 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
     check_arguments(r, *c, c->steps[s], recipes[s]);
     check_layouts(*c, c->steps[s], where);
   }
-  warm_gemm_if_used(*c);
+  for (const Step& step : c->steps) {
+    const char* impl = nullptr;
+    if (step.prim &&
+        dnnl_primitive_desc_query(step.prim.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                                  &impl) == dnnl_success &&
+        impl != nullptr && std::strncmp(impl, "gemm:", 5) == 0)
+      make_sgemm_kernels();
+  }
   return c;
 }
 

@@ -250,7 +250,7 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   std::vector<std::vector<int64_t>> shapes(open.num_values);
   for (size_t v = 0; v < open.num_values; ++v)
     shapes[v].assign(dims_in(key, v), dims_in(key, v) + open.values[v].rank);
-  ShapedView shaped(open, shapes);
+  sdk::ShapedView shaped(open, std::move(shapes));
   ViewInfo g(host_, shaped.view());
   g.instance = true;
   for (size_t n = 0; n < g.num_nodes(); ++n) {
@@ -332,19 +332,8 @@ std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& hos
       throw sdk::unsupported(std::string("CpuOneDnn cannot compile partition '") + view.name +
                              "' for every shape: node '" + view.nodes[n].name + "' (" +
                              view.nodes[n].op_type + "): " + reasons[n]);
-  // oneDNN makes its sgemm kernels (the attention's MatMul of two
-  // activations runs on them, at every shape) at their first call, ~25 ms
-  // of code generation: made now, the first run of the first shape does not
-  // pay for it.
-  static std::once_flag sgemm_made;
   for (size_t n = 0; n < view.num_nodes; ++n)
-    if (std::strcmp(view.nodes[n].op_type, "MatMul") == 0) {
-      std::call_once(sgemm_made, [] {
-        std::vector<float> a(16 * 16, 0.f), c(16 * 16);
-        dnnl_sgemm('N', 'N', 16, 16, 16, 1.f, a.data(), 16, a.data(), 16, 0.f, c.data(), 16);
-      });
-      break;
-    }
+    if (std::strcmp(view.nodes[n].op_type, "MatMul") == 0) make_sgemm_kernels();
   return std::make_unique<PolyCompiled>(host, view, threads, max_instances, tuning);
 }
 

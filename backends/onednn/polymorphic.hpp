@@ -44,7 +44,6 @@
 #pragma once
 
 #include "onednn/compiled.hpp"
-#include "onednn/owned_view.hpp"
 #include "onednn/plan_builder.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -119,7 +118,7 @@ class PolyCompiled : public sdk::CompiledPartition {
   static size_t key_hash(const std::vector<int64_t>& key);
 
   sdk::Host host_;
-  OwnedView view_;
+  sdk::OwnedView view_;
   int threads_;
   size_t max_instances_;
   Tuning tuning_;

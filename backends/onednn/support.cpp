@@ -512,13 +512,8 @@ void check_known(ViewInfo& g, int n) {
   if (!node.domain().empty() && node.domain() != "ai.onnx" &&
       !(op == "Gelu" && node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
-  const bool known = eltwise_ops().count(op) || binary_ops().count(op) || view_ops().count(op) ||
-                     op == "Conv" || op == "Gemm" || op == "MatMul" || op == "MaxPool" ||
-                     op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
-                     op == "BatchNormalization" || op == "LayerNormalization" || op == "Softmax" ||
-                     op == "Concat" || op == "ReduceMean" || op == "ReduceSum" ||
-                     op == "ReduceMax" || op == "Erf" || activation_ops().count(op) ||
-                     data_movement_ops().count(op) || op == "PRelu" || op == "LSTM" || op == "RNN";
+  const bool known = op_checks().count(op) || eltwise_ops().count(op) || view_ops().count(op) ||
+                     activation_ops().count(op) || op == "LSTM" || op == "RNN";
   if (op == "GRU") throw fail("GRU: oneDNN 2.6 has no optimised GRU implementation (only 'ref')");
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
   // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).

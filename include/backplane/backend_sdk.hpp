@@ -88,6 +88,78 @@ inline Error unimplemented(const std::string& what) {
 inline Error invalid(const std::string& what) { return Error(BP_STATUS_INVALID_ARGUMENT, what); }
 
 // ---------------------------------------------------------------------------
+// Payload bytes: what serialize writes and deserialize reads back
+// ---------------------------------------------------------------------------
+
+// Appends trivially copyable values in this machine's byte order (a payload
+// is read back only where it was written; record the byte order in it to
+// refuse another) and length-prefixed strings.
+class PayloadWriter {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    raw(&v, sizeof v);
+  }
+  void raw(const void* p, size_t n) { bytes_.append(static_cast<const char*>(p), n); }
+  void str(const std::string& s) {
+    pod(static_cast<uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// Reads what PayloadWriter wrote, bounds-checked: a payload is untrusted
+// input (a damaged or hostile artifact), so running past its end, a string
+// or count longer than what is left, throws Error(BP_STATUS_CORRUPT_DATA)
+// "WHERE: payload ends inside WHAT (at byte N)".
+class PayloadReader {
+ public:
+  PayloadReader(const void* data, size_t size, std::string where)
+      : p_(static_cast<const uint8_t*>(data)), n_(data ? size : 0), where_(std::move(where)) {}
+
+  template <class T>
+  T pod(const char* what) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    T v;
+    std::memcpy(&v, take(sizeof v, what), sizeof v);
+    return v;
+  }
+  const void* take(size_t n, const char* what) {
+    if (n > n_ - at_) fail(std::string("ends inside ") + what);
+    const void* p = p_ + at_;
+    at_ += n;
+    return p;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = pod<uint32_t>(what);
+    const char* p = static_cast<const char*>(take(n, what));
+    return std::string(p, n);
+  }
+  // A count of items that each take at least `min_bytes`: bounded by what is left.
+  size_t count(const char* what, size_t min_bytes) {
+    const uint32_t n = pod<uint32_t>(what);
+    if (static_cast<uint64_t>(n) * min_bytes > n_ - at_)
+      fail(std::string("has an impossible number of ") + what);
+    return n;
+  }
+  size_t left() const { return n_ - at_; }
+  bool done() const { return at_ == n_; }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(BP_STATUS_CORRUPT_DATA,
+                where_ + ": payload " + why + " (at byte " + std::to_string(at_) + ")");
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_, at_ = 0;
+  std::string where_;
+};
+
+// ---------------------------------------------------------------------------
 // Identity: one declaration per backend
 // ---------------------------------------------------------------------------
 
@@ -546,6 +618,33 @@ class OwnedView {
   std::deque<std::vector<bp_attribute_t>> attributes_;
   std::vector<bp_value_t> values_;
   std::vector<bp_node_t> nodes_;
+};
+
+// A view with other shapes for its values; everything else (names, flags,
+// data keys, nodes) is `view`'s own: how a shape-polymorphic partition
+// prepares its work for the shapes of one run with the code that prepares
+// a concrete view. Valid as long as `view` and this object.
+class ShapedView {
+ public:
+  // shapes[v] (its rank entries) for every value of `view`.
+  ShapedView(const bp_graph_view_t& view, std::vector<std::vector<int64_t>> shapes)
+      : view_(view), shapes_(std::move(shapes)), values_(view.values, view.values + view.num_values) {
+    if (shapes_.size() != values_.size())
+      throw Error(BP_STATUS_INTERNAL, "ShapedView: one shape per value expected");
+    for (size_t v = 0; v < values_.size(); ++v) {
+      values_[v].rank = shapes_[v].size();
+      values_[v].shape = shapes_[v].empty() ? nullptr : shapes_[v].data();
+    }
+    view_.values = values_.data();
+  }
+  ShapedView(const ShapedView&) = delete;
+  ShapedView& operator=(const ShapedView&) = delete;
+  const bp_graph_view_t& view() const { return view_; }
+
+ private:
+  bp_graph_view_t view_{};
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<bp_value_t> values_;
 };
 
 // ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 
 namespace backplane {
 namespace {
@@ -292,6 +293,67 @@ TEST(BackendSdk, IdentityOfAnOlderMinorLeavesLaterSlotsOut) {
   EXPECT_EQ(t->struct_size, BP_BACKEND_API_SIZE_1_0);
   EXPECT_FALSE(BP_TABLE_HAS(t, compile_all));
   EXPECT_NE(t->execute_node, nullptr);  // a 1.0 slot
+}
+
+TEST(BackendSdk, PayloadReadsBackWhatWasWritten) {
+  sdk::PayloadWriter w;
+  w.pod(uint32_t{7});
+  w.str("conv1");
+  w.pod(2.5f);
+  sdk::PayloadReader r(w.bytes().data(), w.bytes().size(), "P");
+  EXPECT_EQ(r.pod<uint32_t>("count"), 7u);
+  EXPECT_EQ(r.str("name"), "conv1");
+  EXPECT_FALSE(r.done());
+  EXPECT_EQ(r.pod<float>("scale"), 2.5f);
+  EXPECT_TRUE(r.done());
+}
+
+TEST(BackendSdk, PayloadReaderRefusesWhatRunsPastTheEnd) {
+  sdk::PayloadWriter w;
+  w.str("conv1");
+  const std::string& b = w.bytes();
+  auto code_and_message = [](auto&& read) {
+    try {
+      read();
+    } catch (const sdk::Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(BP_STATUS_OK, std::string());
+  };
+  // A string cut short.
+  sdk::PayloadReader cut(b.data(), b.size() - 1, "partition 'p'");
+  auto [code, message] = code_and_message([&] { cut.str("step name"); });
+  EXPECT_EQ(code, BP_STATUS_CORRUPT_DATA);
+  EXPECT_EQ(message, "partition 'p': payload ends inside step name (at byte 4)");
+  // A count of more items than the bytes left could hold.
+  sdk::PayloadWriter many;
+  many.pod(uint32_t{1000});
+  many.pod(uint64_t{0});
+  sdk::PayloadReader r(many.bytes().data(), many.bytes().size(), "P");
+  EXPECT_EQ(code_and_message([&] { r.count("steps", 8); }).first, BP_STATUS_CORRUPT_DATA);
+  sdk::PayloadReader empty(nullptr, 0, "P");
+  EXPECT_EQ(code_and_message([&] { empty.pod<uint8_t>("kind"); }).first, BP_STATUS_CORRUPT_DATA);
+}
+
+TEST(BackendSdk, ShapedViewGivesItsOwnShapesAndKeepsTheRest) {
+  int64_t open_dims[2] = {-1, 4};
+  bp_value_t values[2] = {};
+  values[0].name = "x";
+  values[0].rank = 2;
+  values[0].shape = open_dims;
+  values[1].name = "y";
+  bp_graph_view_t view{};
+  view.values = values;
+  view.num_values = 2;
+  sdk::ShapedView shaped(view, {{3, 4}, {}});
+  const bp_graph_view_t& v = shaped.view();
+  ASSERT_EQ(v.num_values, 2u);
+  EXPECT_STREQ(v.values[0].name, "x");
+  ASSERT_EQ(v.values[0].rank, 2u);
+  EXPECT_EQ(v.values[0].shape[0], 3);
+  EXPECT_EQ(open_dims[0], -1) << "the host's view is left as it was";
+  EXPECT_EQ(v.values[1].rank, 0u);
+  EXPECT_THROW(sdk::ShapedView(view, {{3, 4}}), sdk::Error);
 }
 
 }  // namespace

@@ -71,7 +71,11 @@ done
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
   mkdir -p "$build"
-  CC=clang CXX=clang++ cmake -S "$root/fuzz" -B "$build" >"$build/configure.log" 2>&1 ||
+  # ccache, when installed, makes the rebuild of a fresh tree cheap.
+  launcher=()
+  command -v ccache >/dev/null &&
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  CC=clang CXX=clang++ cmake -S "$root/fuzz" -B "$build" "${launcher[@]}" >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log" >&2; exit 1; }
 fi
 cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&1 ||

@@ -1,8 +1,8 @@
 // concurrency_test.cpp — many threads, each with its own Session of one Model.
 //
 // A serial pass computes the output for every (thread, run) input; then 8
-// threads start together, each creates its own Session and runs its 100
-// inputs; every output must be bitwise identical to the serial one.
+// threads start together, each creates its own Session and runs its inputs
+// (kRuns); every output must be bitwise identical to the serial one.
 #include "support/e2e_util.hpp"
 
 #include <atomic>
@@ -16,6 +16,14 @@ namespace backplane::e2e {
 namespace {
 
 constexpr int kThreads = 8;
+
+// Runs per thread. Under a sanitizer every run costs 5-15 times as much, and
+// a race shows on its first overlap: fewer runs keep the same 8-way overlap.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kRuns = 16;
+#else
+constexpr int kRuns = 100;
+#endif
 
 // Input for (thread t, run r): the model's stored input, perturbed
 // deterministically so that every run sees different data.
@@ -94,12 +102,12 @@ void run_concurrently(const std::string& name, const std::string& input_name, in
 }
 
 TEST(Concurrency, TinyCnnEightSessionsBitwiseEqualToSerial) {
-  run_concurrently("tiny_cnn", "input", 100);
+  run_concurrently("tiny_cnn", "input", kRuns);
 }
 
 // Another op mix (Gather, MatMul, Softmax, Erf, LayerNorm math, int64 input).
 TEST(Concurrency, TransformerEightSessionsBitwiseEqualToSerial) {
-  run_concurrently("transformer", "input_ids", 100);
+  run_concurrently("transformer", "input_ids", kRuns);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ class CMakeBuild(build_ext):
             targets = ["_backplane", "Backplane_CpuRef_backend"]
             cache = open(os.path.join(build_dir, "CMakeCache.txt")).read()
             if "BACKPLANE_WITH_ONEDNN:BOOL=ON" in cache:
-                targets += ["Backplane_CpuOneDnn_backend", "Backplane_CpuOneDnn_impl"]
+                targets += ["Backplane_CpuOneDnn_backend"]
             subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", *targets])
         else:
             build_dir = os.path.join(SOURCE, "build", "python-wheel", "cmake")

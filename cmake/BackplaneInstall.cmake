@@ -57,10 +57,6 @@ foreach(module Backplane_CpuRef_backend Backplane_CpuOneDnn_backend)
     install(TARGETS ${module} LIBRARY DESTINATION ${BACKPLANE_BACKEND_INSTALL_DIR})
   endif()
 endforeach()
-# CpuOneDnn's shim loads its implementation from ../onednn/ beside itself.
-if(TARGET Backplane_CpuOneDnn_impl)
-  install(TARGETS Backplane_CpuOneDnn_impl LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/backplane/onednn)
-endif()
 
 install(TARGETS backplane_abi EXPORT BackplaneAbiTargets)
 

@@ -1,16 +1,14 @@
 // CpuOneDnn: the fast CPU backend, on oneDNN.
 //
 // It reaches the runtime only through the ABI (via backend_sdk.hpp): the same
-// table serves Backplane_CpuOneDnn_backend.so (what `backplane run` loads;
-// plugin_shim.cpp loads this code from libBackplane_CpuOneDnn_impl.so) and
-// the static library bench/ links to measure what dynamic loading costs.
+// table serves Backplane_CpuOneDnn_backend.so (what `backplane run` loads)
+// and the static library bench/ links to measure what dynamic loading costs.
 // Nodes it cannot run are rejected in query_support with the reason, and the
 // partitioner gives them to the next backend (CpuRef). It declares
 // BP_BACKEND_FLAG_SHAPE_POLYMORPHIC: a view with open dims is compiled once
 // and lowered per new shape at run time (polymorphic.hpp).
 #include "onednn/compiled.hpp"
 #include "onednn/compiler.hpp"
-#include "onednn/identity.hpp"
 #include "onednn/polymorphic.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -22,9 +20,12 @@
 namespace backplane::onednn {
 namespace {
 
+// oneDNN needs SSE4.1; on anything older this backend is skipped quietly.
+uint32_t backend_score() { return __builtin_cpu_supports("sse4.1") ? 100u : 0u; }
+
 class OneDnnBackend : public sdk::Backend {
  public:
-  static constexpr const sdk::BackendIdentity& kIdentity = onednn::kIdentity;
+  static constexpr sdk::BackendIdentity kIdentity{"CpuOneDnn", "Backplane", &backend_score};
 
   explicit OneDnnBackend(const bp_host_api_t* host) : sdk::Backend(host) {
     description_ =
@@ -110,14 +111,11 @@ class OneDnnBackend : public sdk::Backend {
 
 }  // namespace
 
-#if defined(BACKPLANE_ONEDNN_IMPL)
+#ifdef BACKPLANE_BACKEND_MODULE
 }  // namespace backplane::onednn
-// The implementation library behind plugin_shim.cpp (the loadable module).
-extern "C" BP_EXPORT const bp_backend_api_t* bp_cpuonednn_backend_table(void) {
-  return backplane::sdk::backend_table<backplane::onednn::OneDnnBackend>();
-}
-#else  // the static library (bench/); the loadable module is plugin_shim.cpp
+BP_DEFINE_BACKEND_ENTRY_POINTS(backplane::onednn::OneDnnBackend)
+#else
 const bp_backend_api_t* static_table() { return sdk::backend_table<OneDnnBackend>(); }
-const char* static_id() { return kIdentity.id; }
+const char* static_id() { return OneDnnBackend::kIdentity.id; }
 }  // namespace backplane::onednn
 #endif

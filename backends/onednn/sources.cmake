@@ -1,5 +1,5 @@
 # The sources of CpuOneDnn's compiler, compiled partitions and payloads (all
-# but backend.cpp and the plugin shim), as absolute paths in
+# but backend.cpp), as absolute paths in
 # CPUONEDNN_COMPILER_SOURCES. Included by this folder's CMakeLists.txt and by
 # fuzz/, which builds them into the payload fuzzer.
 set(CPUONEDNN_COMPILER_SOURCES compiler.cpp view_info.cpp support.cpp patterns.cpp fusion.cpp bn_folding.cpp

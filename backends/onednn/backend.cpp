@@ -13,7 +13,6 @@
 
 #include <backplane/backend_sdk.hpp>
 
-#include <charconv>
 #include <string>
 #include <string_view>
 
@@ -50,32 +49,14 @@ class OneDnnBackend : public sdk::Backend {
   // unknown keys refused). Read at compile: a key set later applies to the
   // partitions compiled after it.
   void configure(std::string_view key, std::string_view value) override {
-    auto on_off = [&] {
-      if (value == "on" || value == "1") return true;
-      if (value == "off" || value == "0") return false;
-      throw sdk::invalid(std::string(key) + ": '" + std::string(value) + "' is not on or off");
-    };
-    if (key == "shape_instances") {
-      size_t n = 0;
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 100000)
-        throw sdk::invalid("shape_instances: '" + std::string(value) +
-                           "' is not an integer from 1 to 100000");
-      shape_instances_ = n;
-    } else if (key == "layout") {
-      if (value == "auto") tuning_.layout = Tuning::Layout::kByModel;
-      else if (value == "onednn") tuning_.layout = Tuning::Layout::kOneDnn;
-      else if (value == "blocked") tuning_.layout = Tuning::Layout::kBlocked;
-      else throw sdk::invalid("layout: '" + std::string(value) + "' is not auto, onednn or blocked");
-    } else if (key == "winograd") {
-      tuning_.winograd = on_off();
-    } else if (key == "concat_in_place") {
-      tuning_.concat_in_place = on_off();
-    } else if (key == "plan_report") {
-      tuning_.plan_report = std::string(value);
-    } else {
-      sdk::Backend::configure(key, value);
-    }
+    if (key == "shape_instances") shape_instances_ = sdk::config_uint(key, value, 1, 100000);
+    else if (key == "layout")
+      tuning_.layout = static_cast<Tuning::Layout>(
+          sdk::config_choice(key, value, {"auto", "onednn", "blocked"}));
+    else if (key == "winograd") tuning_.winograd = sdk::config_on_off(key, value);
+    else if (key == "concat_in_place") tuning_.concat_in_place = sdk::config_on_off(key, value);
+    else if (key == "plan_report") tuning_.plan_report = std::string(value);
+    else sdk::Backend::configure(key, value);
   }
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {

@@ -6,7 +6,7 @@
 //   support       which nodes can run here, and why not
 //   patterns      decomposed LayerNorm and erf-GELU, matched as one node
 //   fusion        internal nodes: patterns, followers fused as post-ops,
-//   bn_folding      and BatchNormalization folded into Conv
+//                 and BatchNormalization folded into Conv
 //   lowering      internal nodes to oneDNN primitives, one function per kind
 //   plan_builder  buffers, memory references, steps, layouts, the arena
 //   polymorphic   compiled once for every shape: a lowering per new shape

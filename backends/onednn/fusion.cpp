@@ -207,30 +207,37 @@ void absorb_concat(ViewInfo& g, FusedGraph& f, int n) {
   m.concat = c;
 }
 
-}  // namespace
-
-FusedGraph fuse(ViewInfo& g) {
-  FusedGraph f;
-  f.nodes = view_nodes(g);
-  replace_patterns(g, f.nodes);
-  f.consumers = live_consumers(g, f.nodes);
-  const size_t nn = f.nodes.size();
-  for (size_t n = 0; n < nn; ++n)
-    if (!f.nodes[n].dead && f.nodes[n].op == "Pad") fold_pad(g, f, static_cast<int>(n));
-  for (size_t n = 0; n < nn; ++n)
-    if (!f.nodes[n].dead && f.nodes[n].op == "Conv") fold_batch_norm(g, f, static_cast<int>(n));
-  for (size_t n = 0; n < nn; ++n) {
-    INode& in = f.nodes[n];
-    if (in.dead || in.group >= 0) continue;
-    in.anchor = static_cast<int>(n);
-    if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
-      build_group(g, f, static_cast<int>(n));
-    else if (in.op == "BatchNormalization") {
-      absorb_relu(g, f, static_cast<int>(n));
-      absorb_concat(g, f, static_cast<int>(n));
-    }
+// Folds the BatchNormalization that alone reads Conv node `n`'s output into
+// the Conv's weights and bias at compile time, when both nodes are supported
+// (inference: the statistics are constants), so the pair runs as one
+// convolution.
+void fold_batch_norm(ViewInfo& g, FusedGraph& fused, int n) {
+  INode& conv = fused.nodes[n];
+  const int bn = fused.only_consumer(g, conv.out);
+  if (bn < 0 || fused.nodes[bn].op != "BatchNormalization" || fused.nodes[bn].in[0] != conv.out)
+    return;
+  try {
+    check_node(g, bn);
+    check_node(g, n);
+  } catch (const sdk::Error&) {
+    return;
   }
-  return f;
+  const INode& b = fused.nodes[bn];
+  const Dims& ws = g.shape(conv.in[1]);
+  const float* w = g.f32(conv.in[1]);
+  auto nw = std::make_shared<std::vector<float>>(w, w + sdk::element_count(ws));
+  auto nb = std::make_shared<std::vector<float>>(static_cast<size_t>(ws[0]), 0.f);
+  if (conv.in.size() > 2 && conv.in[2] >= 0) {
+    const float* cb = g.f32(conv.in[2]);
+    nb->assign(cb, cb + ws[0]);
+  }
+  sdk::fold_batch_norm(*nw, *nb, g.f32(b.in[1]), g.f32(b.in[2]), g.f32(b.in[3]), g.f32(b.in[4]),
+                       g.node(b.node).attr_float("epsilon", 1e-5f));
+  conv.weights = nw;
+  conv.bias = nb;
+  conv.out = b.out;
+  conv.covers.insert(conv.covers.end(), b.covers.begin(), b.covers.end());
+  fused.nodes[bn].dead = true;
 }
 
 // An explicit Pad of zeros before a Conv, or before an AveragePool that
@@ -288,6 +295,32 @@ void fold_pad(ViewInfo& g, FusedGraph& f, int pad) {
   std::vector<int>& readers = f.consumers[p.in[0]];
   readers.erase(std::remove(readers.begin(), readers.end(), pad), readers.end());
   if (std::find(readers.begin(), readers.end(), k) == readers.end()) readers.push_back(k);
+}
+
+}  // namespace
+
+FusedGraph fuse(ViewInfo& g) {
+  FusedGraph f;
+  f.nodes = view_nodes(g);
+  replace_patterns(g, f.nodes);
+  f.consumers = live_consumers(g, f.nodes);
+  const size_t nn = f.nodes.size();
+  for (size_t n = 0; n < nn; ++n)
+    if (!f.nodes[n].dead && f.nodes[n].op == "Pad") fold_pad(g, f, static_cast<int>(n));
+  for (size_t n = 0; n < nn; ++n)
+    if (!f.nodes[n].dead && f.nodes[n].op == "Conv") fold_batch_norm(g, f, static_cast<int>(n));
+  for (size_t n = 0; n < nn; ++n) {
+    INode& in = f.nodes[n];
+    if (in.dead || in.group >= 0) continue;
+    in.anchor = static_cast<int>(n);
+    if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
+      build_group(g, f, static_cast<int>(n));
+    else if (in.op == "BatchNormalization") {
+      absorb_relu(g, f, static_cast<int>(n));
+      absorb_concat(g, f, static_cast<int>(n));
+    }
+  }
+  return f;
 }
 
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {

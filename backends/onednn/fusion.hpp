@@ -1,7 +1,7 @@
 // fusion.hpp — the internal nodes CpuOneDnn lowers: the view's nodes after
 // pattern matching (patterns.hpp), BatchNormalization folding into the
-// preceding Conv (bn_folding.cpp) and fusion of followers into
-// Conv/Gemm/MatMul as oneDNN post-ops (fusion.cpp).
+// preceding Conv and fusion of followers into Conv/Gemm/MatMul as oneDNN
+// post-ops (fusion.cpp).
 #pragma once
 
 #include "onednn/view_info.hpp"
@@ -62,14 +62,6 @@ struct FusedGraph {
 
 // Builds the internal nodes of `g`: patterns, BatchNorm folding, fusion groups.
 FusedGraph fuse(ViewInfo& g);
-
-// Folds the BatchNormalization that alone reads Conv node `conv`'s output
-// into the Conv's weights and bias, when both nodes are supported.
-void fold_batch_norm(ViewInfo& g, FusedGraph& f, int conv);
-
-// Folds the Pad INode `pad` into the Conv or AveragePool that alone reads
-// it, when the Pad adds zeros to spatial axes only (pad_before).
-void fold_pad(ViewInfo& g, FusedGraph& f, int pad);
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);

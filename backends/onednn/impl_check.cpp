@@ -118,15 +118,8 @@ std::string binary_kernel_problem(const std::string& op, const Dims& full, const
     } catch (const dnnl::error&) {
     }
   }
-  auto str = [](const Dims& d) {
-    std::string s;
-    for (int64_t x : d) {  // appended piecewise: GCC 12's false -Wrestrict (bug 105329)
-      if (!s.empty()) s.push_back('x');
-      s.append(std::to_string(x));
-    }
-    return s;
-  };
-  return "oneDNN has no optimised kernel for " + op + " of " + str(full) + " by " + str(bcast) +
+  return "oneDNN has no optimised kernel for " + op + " of " + sdk::shape_str(full) + " by " +
+         sdk::shape_str(bcast) +
          (impl.empty() ? std::string() : " (only its reference one, '" + impl + "')");
 }
 

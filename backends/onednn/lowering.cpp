@@ -428,24 +428,12 @@ void Lowering::lower_matmul(const INode& n) {
   add_main_step(n, prim, std::move(args), pd);
 }
 
-// The src of a MatMul by constant weights, as the fast implementation takes
-// it. A Transpose folded into the src (ViT's attention input, [1, seq, dim]
-// read as [seq, 1, dim]) leaves a permuted layout, for which oneDNN picks its
-// gemm-based matmul over brgemm: 3-4 times slower on ViT-B/16's projections.
-// When the permutation only moves size-1 dims the bytes are row-major already
-// and only the description changes; otherwise, when brgemm would take the
-// row-major layout, a reorder into it (a copy of the activations, small
-// beside the weights) comes first.
 // A MatMul of a [..., M, K] activation by constant [K, N] weights as one
-// [prod(...) * M, K] x [K, N] matmul: oneDNN would otherwise run one product
-// per batch entry, and with M = 1 (ViT's attention input is [seq, 1, dim])
-// that is `seq` products of one row each, 5 times slower than the single
-// product; and with the batch dims 1, the 2-D form gets blocked weights
-// (BA16a64b), 20% faster than the plain ones the batched form takes. The src must be
-// row-major for the collapse (a copy into that layout first when it is not:
-// activations, small beside the weights); the dst is row-major (a residual
-// summed into it in another layout leaves the batched form). False when it
-// does not apply, and nothing was added.
+// [prod(...) * M, K] x [K, N] product instead of one per batch entry (with
+// M = 1, ViT's attention input, 5 times faster), whose 2-D form also gets
+// blocked weights. The src is made row-major first if it is not; the dst is
+// row-major (a residual summed into another layout keeps the batched form).
+// False when it does not apply, and nothing was added.
 bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   const Dims& ys = g_.shape(n.out);
   const Dims& ws = g_.shape(n.in[1]);
@@ -485,6 +473,12 @@ bool same_strides(const memory::desc& a, const memory::desc& b) {
 }
 }  // namespace
 
+// The src of a MatMul by constant weights as brgemm, oneDNN's fast matmul,
+// takes it: a Transpose folded into the src (ViT's [1, seq, dim] read as
+// [seq, 1, dim]) leaves a permuted layout, for which oneDNN picks its
+// gemm-based matmul, 3-4 times slower. When only size-1 dims moved, the
+// bytes are row-major already and only the description changes; otherwise a
+// reorder into row-major comes first if brgemm would take that.
 int Lowering::row_major_src(const INode& n, int src, const Dims& shape, const memory::desc& wmd,
                             const memory::desc& bias_md, const memory::desc& dst_md) {
   const memory::desc md = b_.md(src);

@@ -25,6 +25,7 @@
 #include "onednn/impl_check.hpp"
 #include "onednn/polymorphic.hpp"
 
+#include <oneapi/dnnl/dnnl_debug.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -57,27 +58,10 @@ std::string library_id() {
   return library_version() + " (" + (hash ? hash : "") + ")";
 }
 
+// "avx2", "avx512_core_vnni": oneDNN's name of a CPU ISA.
 std::string isa_name(int32_t isa) {
-  switch (isa) {
-    case dnnl_cpu_isa_sse41:
-      return "SSE4.1";
-    case dnnl_cpu_isa_avx:
-      return "AVX";
-    case dnnl_cpu_isa_avx2:
-      return "AVX2";
-    case dnnl_cpu_isa_avx2_vnni:
-      return "AVX2-VNNI";
-    case dnnl_cpu_isa_avx512_core:
-      return "AVX-512";
-    case dnnl_cpu_isa_avx512_core_vnni:
-      return "AVX-512 VNNI";
-    case dnnl_cpu_isa_avx512_core_bf16:
-      return "AVX-512 BF16";
-    case dnnl_cpu_isa_avx512_core_amx:
-      return "AMX";
-    default:
-      return "ISA " + std::to_string(isa);
-  }
+  const std::string s = dnnl_cpu_isa2str(static_cast<dnnl_cpu_isa_t>(isa));
+  return s.rfind("cpu_isa_", 0) == 0 ? s.substr(8) : s;
 }
 
 void check(dnnl_status_t st, const char* what) {

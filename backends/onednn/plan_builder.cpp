@@ -133,19 +133,17 @@ PlanBuilder::PlanBuilder(Compiled& c, SharedCache* shared)
 }
 
 int PlanBuilder::new_buffer(Buffer::Kind kind, size_t index, size_t size) {
-  Buffer b;
-  b.kind = kind;
-  b.index = index;
-  b.size = size;
-  c_.buffers.push_back(b);
+  c_.buffers.push_back(Buffer{});
+  c_.buffers.back().kind = kind;
+  c_.buffers.back().index = index;
+  c_.buffers.back().size = size;
   return static_cast<int>(c_.buffers.size()) - 1;
 }
 
 int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
-  MemRef r;
-  r.buffer = buffer;
-  r.md = md;
-  c_.refs.push_back(r);
+  c_.refs.push_back(MemRef{});
+  c_.refs.back().buffer = buffer;
+  c_.refs.back().md = md;
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
@@ -153,12 +151,10 @@ int PlanBuilder::new_arena(const memory::desc& md) {
   return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md);
 }
 int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const std::string& tag) {
-  MemRef r;
-  r.md = md;
-  r.constant = m;
-  r.tag = tag;
-  c_.refs.push_back(r);
-  return static_cast<int>(c_.refs.size()) - 1;
+  const int r = add_ref(-1, md);
+  c_.refs[r].constant = m;
+  c_.refs[r].tag = tag;
+  return r;
 }
 
 int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,

@@ -23,6 +23,8 @@
 namespace backplane::onednn {
 namespace {
 
+using sdk::shape_str;
+
 std::string value_name(const bp_graph_view_t& view, size_t v) { return view.values[v].name; }
 
 Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }

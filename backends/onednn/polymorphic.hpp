@@ -2,41 +2,32 @@
 // (API 1.2, BP_BACKEND_FLAG_SHAPE_POLYMORPHIC).
 //
 // compile() with shape_polymorphic gets a view whose non-constant dims are
-// -1. oneDNN primitives are made for concrete shapes, so what compile can do
-// once is what does not depend on them: every node is checked (operator,
-// dtypes, ranks, attributes, which inputs must be constants: a Reduce whose
-// axes became a runtime input, for instance, makes the compile
-// BP_STATUS_UNSUPPORTED, and the host compiles a concrete view instead), and
-// the view is kept (OwnedView). Each execute_shaped then looks the run's
-// shapes up among the instances lowered before; shapes not seen yet are
-// lowered exactly as compile lowers a concrete view (patterns, fusion,
-// primitives, arena) into a new instance, after checking that they fit
-// together (shape_checks.hpp). An instance costs little more than what its
-// new shapes change: the primitives of operations whose shapes an earlier
-// instance had (a decoder step's projections, while its attention grows) are
-// taken from that instance with their descriptors, and weights already
-// reordered into the layout a primitive wants are shared, never copied again
-// (SharedCache); a MatMul of two activations (the attention's) is one
-// primitive with runtime dims for every shape; primitives of shapes seen
-// before and since evicted come from oneDNN's primitive cache without code
-// generation. What a new shape still makes anew: Softmax, Concat and
-// element-wise primitives over the shapes that changed.
+// -1. oneDNN primitives are made for concrete shapes, so compile checks what
+// does not depend on them (operators, dtypes, ranks, attributes, which inputs
+// must be constants: a Reduce whose axes became a runtime input makes it
+// BP_STATUS_UNSUPPORTED, and the host compiles a concrete view instead) and
+// keeps the view (sdk::OwnedView). Each execute_shaped looks the run's shapes
+// up among the instances lowered before; new shapes are checked to fit
+// together (shape_checks.hpp) and lowered exactly as compile lowers a
+// concrete view, into a new instance. That costs little more than what the
+// new shapes change: primitives of operations whose shapes an earlier
+// instance had (a decoder step's projections) and weights already reordered
+// for a primitive are shared (SharedCache); a MatMul of two activations is
+// one primitive with runtime dims for every shape; oneDNN's primitive cache
+// spares the code generation of shapes seen before. What a new shape still
+// makes anew: Softmax, Concat and element-wise primitives over the shapes
+// that changed.
 //
 // Instances are kept least recently used first out, at most the backend's
-// "shape_instances" setting per partition (kDefaultMaxInstances unless
-// configured: enough for the lengths a decoder loop goes through often); an evicted one lives on
-// while a context still runs it. Each context (one per caller thread) has one block of memory for
-// the arena and scratchpad of whichever instance it runs, grown to the largest so far, and keeps
-// the memory bindings of the instances it ran recently.
-//
-// A shape the lowering cannot run (say a Sub whose first operand
-// broadcasts, which oneDNN's binary cannot) fails that execute with
-// BP_STATUS_UNSUPPORTED naming the node and the shapes; checks made on the
-// open view accept what some shapes could run.
+// "shape_instances" setting per partition; an evicted one lives on while a
+// context still runs it. Each context (one per caller thread) has one block
+// of memory for the arena and scratchpad of whichever instance it runs,
+// grown to the largest so far. A shape the lowering cannot run (a Sub whose
+// first operand broadcasts, which oneDNN's binary cannot) fails that execute
+// with BP_STATUS_UNSUPPORTED naming the node and the shapes.
 //
 // Serialized, such a partition is a short payload that says so (payload.cpp):
-// the view and its weights are everything it needs, and no primitive could
-// be stored for shapes not known yet.
+// the view and its weights are all it needs.
 //
 // Thread-safety: execute_shaped may run concurrently on different contexts;
 // the instance list is behind a mutex, and lowerings run one at a time (so

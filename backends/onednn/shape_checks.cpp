@@ -12,6 +12,8 @@
 namespace backplane::onednn {
 namespace {
 
+using sdk::shape_str;
+
 int64_t count(const Dims& d) { return sdk::element_count(d); }
 
 // Numpy broadcasting of a and b; false if they do not broadcast.
@@ -264,15 +266,6 @@ class Checker {
 };
 
 }  // namespace
-
-std::string shape_str(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0) s += ',';
-    s += std::to_string(d[i]);
-  }
-  return s + "]";
-}
 
 void check_shapes(ViewInfo& g, int n) {
   Checker c(g, n);

@@ -15,9 +15,6 @@
 
 namespace backplane::onednn {
 
-// "[1,3,32]".
-std::string shape_str(const Dims& d);
-
 // Throws sdk::Error(BP_STATUS_INVALID_ARGUMENT), naming node n and the shapes,
 // if the output shape of node n does not follow from its input shapes (and
 // its constants' sizes), for every operator CpuOneDnn runs.

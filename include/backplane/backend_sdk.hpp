@@ -49,11 +49,13 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -86,6 +88,44 @@ inline Error unimplemented(const std::string& what) {
   return Error(BP_STATUS_UNIMPLEMENTED, what + " is not implemented by this backend");
 }
 inline Error invalid(const std::string& what) { return Error(BP_STATUS_INVALID_ARGUMENT, what); }
+
+// ---------------------------------------------------------------------------
+// Settings: parsing the value of a configure key
+// ---------------------------------------------------------------------------
+
+// Each throws Error(BP_STATUS_INVALID_ARGUMENT) naming the key and the value
+// it refuses, so that a typo fails the configure instead of being ignored.
+
+// A whole number from lo to hi.
+inline uint64_t config_uint(std::string_view key, std::string_view value, uint64_t lo,
+                            uint64_t hi) {
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi)
+    throw invalid(std::string(key) + ": '" + std::string(value) + "' is not a whole number from " +
+                  std::to_string(lo) + " to " + std::to_string(hi));
+  return n;
+}
+
+// "on" or "1": true; "off" or "0": false.
+inline bool config_on_off(std::string_view key, std::string_view value) {
+  if (value == "on" || value == "1") return true;
+  if (value == "off" || value == "0") return false;
+  throw invalid(std::string(key) + ": '" + std::string(value) + "' is not on or off");
+}
+
+// The index of `value` among `choices`.
+inline size_t config_choice(std::string_view key, std::string_view value,
+                            std::initializer_list<std::string_view> choices) {
+  size_t i = 0;
+  std::string list;
+  for (std::string_view c : choices) {
+    if (c == value) return i;
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(c);
+    ++i;
+  }
+  throw invalid(std::string(key) + ": '" + std::string(value) + "' is not " + list);
+}
 
 // ---------------------------------------------------------------------------
 // Payload bytes: what serialize writes and deserialize reads back
@@ -256,6 +296,31 @@ inline int64_t element_count(const std::vector<int64_t>& shape) {
   return element_count(shape.data(), shape.size());
 }
 inline int64_t element_count(const bp_value_t& v) { return element_count(v.shape, v.rank); }
+// A BatchNormalization folded into the convolution (or Gemm) before it, as
+// inference allows (its statistics are constants): `weights` ([C, ...], C =
+// bias.size() output channels) and `bias` rescaled in place so that the
+// convolution alone computes BN(conv(x)). Each value in double, rounded once.
+inline void fold_batch_norm(std::vector<float>& weights, std::vector<float>& bias,
+                            const float* scale, const float* shift, const float* mean,
+                            const float* var, float eps) {
+  const size_t channels = bias.size(), per = channels ? weights.size() / channels : 0;
+  for (size_t c = 0; c < channels; ++c) {
+    const double f = scale[c] / std::sqrt(static_cast<double>(var[c]) + eps);
+    for (size_t i = 0; i < per; ++i)
+      weights[c * per + i] = static_cast<float>(weights[c * per + i] * f);
+    bias[c] = static_cast<float>((bias[c] - mean[c]) * f + shift[c]);
+  }
+}
+
+// "[1,3,32]", as messages about shapes write them.
+inline std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
 inline int64_t element_count(const bp_tensor_t& t) { return element_count(t.shape, t.rank); }
 
 // The bytes of a dense value: element_count * dtype_size.
@@ -969,16 +1034,12 @@ class Backend {
 
   virtual bp_backend_info_t info() = 0;
   // One key=value setting, before any compile. This default accepts
-  // "num_threads" (a non-negative integer, read back with num_threads()) and
+  // "num_threads" (a whole number, read back with num_threads()) and
   // rejects any other key with BP_STATUS_INVALID_ARGUMENT, as backend_abi.h
   // asks. A backend with keys of its own handles them and passes the rest here.
   virtual void configure(std::string_view key, std::string_view value) {
     if (key == "num_threads") {
-      int n = 0;
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n < 0)
-        throw invalid("num_threads: '" + std::string(value) + "' is not a non-negative integer");
-      num_threads_ = static_cast<uint32_t>(n);
+      num_threads_ = static_cast<uint32_t>(config_uint(key, value, 0, 1u << 16));
       return;
     }
     throw invalid("unknown configuration key '" + std::string(key) + "'");

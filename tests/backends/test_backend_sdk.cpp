@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <utility>
@@ -243,6 +244,28 @@ TEST(BackendSdk, DefaultConfigureRejectsBadValuesAndUnknownKeys) {
   EXPECT_EQ(b.configure("num_thread", "4"), BP_STATUS_INVALID_ARGUMENT);
 }
 
+TEST(BackendSdk, ConfigValuesAreParsedOrRefusedNamingTheKey) {
+  EXPECT_EQ(sdk::config_uint("n", "7", 1, 10), 7u);
+  EXPECT_TRUE(sdk::config_on_off("w", "on"));
+  EXPECT_FALSE(sdk::config_on_off("w", "0"));
+  EXPECT_EQ(sdk::config_choice("layout", "blocked", {"auto", "onednn", "blocked"}), 2u);
+  auto message = [](auto&& parse) -> std::string {
+    try {
+      parse();
+    } catch (const sdk::Error& e) {
+      return e.code() == BP_STATUS_INVALID_ARGUMENT ? e.what() : "another code";
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(message([] { sdk::config_uint("n", "11", 1, 10); }),
+            "n: '11' is not a whole number from 1 to 10");
+  for (const char* bad : {"0", "-1", "", "3x", " 3"})
+    EXPECT_NE(message([&] { sdk::config_uint("n", bad, 1, 10); }), "accepted") << bad;
+  EXPECT_EQ(message([] { sdk::config_on_off("w", "yes"); }), "w: 'yes' is not on or off");
+  EXPECT_EQ(message([] { sdk::config_choice("layout", "nhwc", {"auto", "onednn", "blocked"}); }),
+            "layout: 'nhwc' is not auto, onednn or blocked");
+}
+
 TEST(BackendSdk, OwnKeysPassTheRestToTheDefault) {
   Instance b(sdk::backend_table<WithKey>());
   EXPECT_EQ(b.configure("mode", "fast"), BP_STATUS_OK);
@@ -333,6 +356,26 @@ TEST(BackendSdk, PayloadReaderRefusesWhatRunsPastTheEnd) {
   EXPECT_EQ(code_and_message([&] { r.count("steps", 8); }).first, BP_STATUS_CORRUPT_DATA);
   sdk::PayloadReader empty(nullptr, 0, "P");
   EXPECT_EQ(code_and_message([&] { empty.pod<uint8_t>("kind"); }).first, BP_STATUS_CORRUPT_DATA);
+}
+
+TEST(BackendSdk, FoldedBatchNormIsTheNormOfTheConvolution) {
+  // Two output channels of a 1x1 convolution over three inputs.
+  std::vector<float> w = {1, 2, 3, -1, 0.5f, 2}, b = {0.5f, -1};
+  const float scale[] = {2, 0.5f}, shift[] = {1, -3}, mean[] = {0.25f, 4}, var[] = {3, 0.75f};
+  const float eps = 1e-3f, x[] = {0.3f, -1.2f, 2};
+  std::vector<float> fw = w, fb = b;
+  sdk::fold_batch_norm(fw, fb, scale, shift, mean, var, eps);
+  for (int c = 0; c < 2; ++c) {
+    double conv = b[c], folded = fb[c];
+    for (int i = 0; i < 3; ++i) {
+      conv += double(w[c * 3 + i]) * x[i];
+      folded += double(fw[c * 3 + i]) * x[i];
+    }
+    const double bn = (conv - mean[c]) / std::sqrt(double(var[c]) + eps) * scale[c] + shift[c];
+    EXPECT_NEAR(folded, bn, 1e-5) << "channel " << c;
+  }
+  EXPECT_EQ(sdk::shape_str({1, 3, 32}), "[1,3,32]");
+  EXPECT_EQ(sdk::shape_str({}), "[]");
 }
 
 TEST(BackendSdk, ShapedViewGivesItsOwnShapesAndKeepsTheRest) {

@@ -1,11 +1,12 @@
 // gpuocl_bandwidth — host<->device transfer bandwidth of the OpenCL device
-// GpuOcl would use (BACKPLANE_GPUOCL_DEVICE, else the first GPU, else the
-// first device), through the calls GpuOcl's copy slots make: a blocking
+// GpuOcl uses (the one named DEVICE, as `backplane backends --json` names
+// GpuOcl's selected device; else the first GPU, else the first device),
+// through the calls GpuOcl's copy slots make: a blocking
 // clEnqueueWriteBuffer (copy_to_device) and clEnqueueReadBuffer
 // (copy_from_device) between pageable host memory and a CL_MEM_READ_WRITE
 // buffer. Part of `make bench` (bench/gpuocl_bench.py).
 //
-//   backplane_gpuocl_bandwidth [REPS]
+//   backplane_gpuocl_bandwidth [REPS [DEVICE]]
 //
 // Prints one JSON object: the device, and per size the median GB/s of REPS
 // timed copies each way (after one untimed copy).
@@ -37,7 +38,7 @@ std::string info_string(cl_device_id d, cl_device_info what) {
   return s;
 }
 
-cl_device_id choose_device() {
+cl_device_id choose_device(const char* name) {
   cl_uint np = 0;
   if (clGetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) die("clGetPlatformIDs", -1);
   std::vector<cl_platform_id> platforms(np);
@@ -51,10 +52,9 @@ cl_device_id choose_device() {
     all.insert(all.end(), ids.begin(), ids.end());
   }
   if (all.empty()) die("finding an OpenCL device", -1);
-  if (const char* e = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
-    const size_t i = std::strtoul(e, nullptr, 10);
-    if (i < all.size()) return all[i];
-  }
+  if (name != nullptr)
+    for (cl_device_id d : all)
+      if (info_string(d, CL_DEVICE_NAME) == name) return d;
   for (cl_device_id d : all) {
     cl_device_type t = 0;
     clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(t), &t, nullptr);
@@ -72,7 +72,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-  cl_device_id dev = choose_device();
+  cl_device_id dev = choose_device(argc > 2 ? argv[2] : nullptr);
   cl_int err = CL_SUCCESS;
   cl_context ctx = clCreateContext(nullptr, 1, &dev, nullptr, nullptr, &err);
   if (err != CL_SUCCESS) die("clCreateContext", err);

@@ -13,8 +13,11 @@ bench/bench_models.py) in fresh `backplane run --json` processes:
     + the first inference.
 Then host<->device bandwidth (bench/gpuocl_bandwidth.cpp): GpuOcl's copy
 slots' blocking write/read at a few sizes.
-The device is named as the driver names it. Without GpuOcl or an OpenCL
-device this says so and writes no rows (exit 0): the rows are optional.
+The device is the one GpuOcl takes by default (a GPU), else OpenCL device 0
+named with the configure key `device` (a CPU driver such as PoCL, which
+GpuOcl opens only when asked); it is named as the driver names it. Without
+GpuOcl or an OpenCL device this says so and writes no rows (exit 0): the
+rows are optional.
 Writes <build>/bench/gpuocl_results.md and .json.
 """
 import argparse
@@ -45,8 +48,12 @@ def run_json(argv, env=None):
         return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def device(cli, gpuocl_dir):
-    j = run_json([cli, "--backend-path", gpuocl_dir, "backends", "--json"])
+def device(cli, config):
+    """GpuOcl's selected device with these options, or None."""
+    try:
+        j = run_json([cli, *config, "backends", "--json"])
+    except RuntimeError:
+        return None  # e.g. no device 0 to configure
     backends = j["backends"] if isinstance(j, dict) and "backends" in j else j
     for b in backends:
         if b.get("id") == "GpuOcl":
@@ -69,13 +76,16 @@ def main():
     build = os.path.abspath(args.build_dir)
     bench_dir = os.path.join(build, "bench")
     cli = os.path.join(build, "bin", "backplane")
-    gpuocl_dir = os.path.join(build, "lib", "backplane", "gpuocl")
     cpu_dir = os.path.join(build, "lib", "backplane", "backends")
     bandwidth_bin = os.path.join(bench_dir, "backplane_gpuocl_bandwidth")
-    if not os.path.exists(os.path.join(gpuocl_dir, "Backplane_GpuOcl_backend.so")):
+    if not os.path.exists(os.path.join(cpu_dir, "Backplane_GpuOcl_backend.so")):
         log("GpuOcl is not built here (OpenCL or CLBlast missing): no GpuOcl rows")
         return 0
-    dev = device(cli, gpuocl_dir)
+    gpu = []
+    dev = device(cli, gpu)
+    if dev is None:
+        gpu = ["--backend-config", "GpuOcl.device=0"]
+        dev = device(cli, gpu)
     if dev is None:
         log("GpuOcl has no OpenCL device here: no GpuOcl rows")
         return 0
@@ -87,8 +97,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="gpuocl_bench.")
     warm_cache = os.path.join(bench_dir, "pocl_cache")
     os.makedirs(warm_cache, exist_ok=True)
-    base_env = dict(os.environ, BACKPLANE_GPUOCL_CACHE_DIR="", POCL_CACHE_DIR=warm_cache)
-    gpu = ["--backend-path", gpuocl_dir]
+    base_env = dict(os.environ, POCL_CACHE_DIR=warm_cache)
     rows = []
     for m in [x for x in args.models.split(",") if x]:
         onnx_path, _ = bench_models.generate(m, models_dir)
@@ -116,7 +125,7 @@ def main():
                      "loads": med})
         log(f"  GpuOcl {rows[-1]['gpuocl_ms']:.1f} ms, CpuOneDnn {rows[-1]['cpu_ms']:.1f} ms; "
             f"ready .onnx cold {med['onnx_cold'][0]:.0f} ms, .bpk cold {med['bpk_cold'][0]:.0f} ms")
-    bw = run_json([bandwidth_bin, "20"]) if os.path.exists(bandwidth_bin) else None
+    bw = run_json([bandwidth_bin, "20", dev["name"]]) if os.path.exists(bandwidth_bin) else None
 
     lines = [f"GpuOcl on **{name}**" + (" — PoCL runs OpenCL on this machine's CPU, so these rows measure an "
                                          "OpenCL CPU driver, not a GPU." if dev["kind"] == "cpu" else "."),

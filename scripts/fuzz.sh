@@ -6,8 +6,10 @@
 #
 # fuzz.sh --differential SECONDS [BACKEND...] — random graphs
 # (tests/differential/graphgen.py) on each fast backend (default CpuOneDnn,
-# and GpuOcl if it is built) against CpuRef, SECONDS each, from random seeds
-# (printed). Needs a built tree with the Python module (BACKPLANE_BUILD_DIR,
+# and GpuOcl if it is built, on OpenCL device 0, named with its configure key
+# `device` so that a CPU device such as PoCL is used too) against CpuRef,
+# SECONDS each, from random seeds (printed). Needs a built tree with the
+# Python module (BACKPLANE_BUILD_DIR,
 # default build/ in the source tree). Each failure is shrunk and written to
 # BACKPLANE_BUILD_DIR/differential-failures/; exits non-zero if any.
 #
@@ -34,25 +36,26 @@ if [ "${1:-}" = "--differential" ]; then
   backends=("$@")
   if [ ${#backends[@]} -eq 0 ]; then
     backends=(CpuOneDnn)
-    [ -d "$bdir/lib/backplane/gpuocl" ] && backends+=(GpuOcl)
+    [ -e "$bdir/lib/backplane/backends/Backplane_GpuOcl_backend.so" ] && backends+=(GpuOcl)
   fi
   out=$bdir/differential-failures
   mkdir -p "$out" "$bdir/cache/pocl" "$bdir/cache/gpuocl"
   status=0
   for b in "${backends[@]}"; do
     seed_file=$out/.last-seed-$b
+    config=()
+    [ "$b" = GpuOcl ] && config=(--backend-config GpuOcl.device=0
+                                 --backend-config "GpuOcl.program_cache_dir=$bdir/cache/gpuocl")
     set +e
-    env PYTHONPATH="$bdir/python" PYTHONDONTWRITEBYTECODE=1 \
-      BACKPLANE_BACKEND_PATHS="$bdir/lib/backplane/backends:$bdir/lib/backplane/gpuocl" \
-      POCL_CACHE_DIR="$bdir/cache/pocl" BACKPLANE_GPUOCL_CACHE_DIR="$bdir/cache/gpuocl" \
+    env PYTHONPATH="$bdir/python" PYTHONDONTWRITEBYTECODE=1 POCL_CACHE_DIR="$bdir/cache/pocl" \
       "$py" "$root/tests/differential/run_differential.py" --backend "$b" --require \
       --seconds "$secs" --regressions "$root/tests/differential/regressions" --out "$out" \
-      --seed-file "$seed_file"
+      --seed-file "$seed_file" "${config[@]}"
     rc=$?
     set -e
     if [ $rc -gt 128 ]; then
       echo "fuzz.sh: $b died (signal $((rc - 128))) at seed $(cat "$seed_file"); rerun:" \
-           "tests/differential/run_differential.py --backend $b --seed $(cat "$seed_file")" >&2
+           "tests/differential/run_differential.py --backend $b ${config[*]} --seed $(cat "$seed_file")" >&2
     fi
     [ $rc -eq 0 ] || status=1
   done

@@ -1,7 +1,11 @@
-// GpuOcl — a device backend on OpenCL (through the ICD loader) and CLBlast.
+// GpuOcl — a device backend on OpenCL (any vendor's driver) and CLBlast.
 //
 // The device is chosen at configure time ("device": an index into the list
-// get_info describes; default the first GPU, else the first device). Weights
+// get_info describes). By default it is the first GPU (else the first
+// accelerator) of the drivers that are not CPU-only; CPU-only drivers (PoCL)
+// are loaded only when "device" names one of their devices (icd.hpp says
+// why and how). With no such device GpuOcl loads, says why, and claims no
+// node. Weights
 // are uploaded once, at compile; activations live in device buffers of the
 // execution context; the host's copies at partition edges are the
 // copy_to_device / copy_from_device slots. Work is enqueued on one in-order
@@ -14,8 +18,10 @@
 
 #include <backplane/backend_sdk.hpp>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,8 +32,42 @@ namespace gpuocl {
 namespace {
 namespace sdk = backplane::sdk;
 
-// No score function: the backend loads without a device too, and says why.
-constexpr sdk::BackendIdentity kId{"GpuOcl", "Backplane"};
+// The first GPU among `devices`, else the first accelerator (a device that
+// is neither GPU nor CPU); -1 if none.
+int default_device(const std::vector<DeviceInfo>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i].gpu) return int(i);
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (!devices[i].cpu) return int(i);
+  return -1;
+}
+
+// The devices of the drivers that are not CPU-only, loading those drivers.
+std::vector<DeviceInfo> load_default_drivers(Vendors& vendors) {
+  std::vector<DeviceInfo> out;
+  for (Driver& d : vendors.drivers) {
+    if (d.cpu) continue;
+    load_driver(d);
+    std::vector<DeviceInfo> more = devices_of(d);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+// Ahead of CpuOneDnn (100) in the default preference when a GPU or
+// accelerator is there to run what GpuOcl claims; behind it otherwise (a CPU
+// OpenCL device the 'device' key chose is no faster than CpuOneDnn). Never
+// 0: GpuOcl loads without a device too, and says why.
+uint32_t score() {
+  try {
+    Vendors vendors = find_drivers();
+    return default_device(load_default_drivers(vendors)) >= 0 ? 200 : 1;
+  } catch (...) {
+    return 1;
+  }
+}
+
+constexpr sdk::BackendIdentity kId{"GpuOcl", "Backplane", &score};
 
 std::string gib(uint64_t bytes) {
   std::ostringstream os;
@@ -231,53 +271,22 @@ class GpuOcl final : public sdk::Backend {
   static constexpr sdk::BackendIdentity kIdentity = kId;
 
   explicit GpuOcl(const bp_host_api_t* host) : sdk::Backend(host) {
-    try {
-      devices_ = enumerate_devices(&why_);
-    } catch (const sdk::Error& e) {
-      why_ = e.what();
-    }
-    // For tests of a payload made elsewhere: the driver version GpuOcl
-    // reports and keys its programs on, as another driver's would be.
-    if (const char* v = std::getenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION"))
-      for (DeviceInfo& d : devices_) d.driver_version = v;
-    for (size_t i = 0; i < devices_.size() && chosen_ < 0; ++i)
-      if (devices_[i].gpu) chosen_ = int(i);
-    if (chosen_ < 0 && !devices_.empty()) chosen_ = 0;
-    // The configure keys' defaults from the environment: the runtime passes
-    // no configure keys but num_threads to backends yet.
-    if (const char* dir = std::getenv("BACKPLANE_GPUOCL_CACHE_DIR")) cache_dir_ = dir;
-    if (const char* opts = std::getenv("BACKPLANE_GPUOCL_BUILD_OPTIONS")) build_options_ = opts;
-    for (const auto& [var, key] : {std::pair{"BACKPLANE_GPUOCL_MAX_MEMORY", "max_memory"},
-                                   std::pair{"BACKPLANE_GPUOCL_GEMM", "gemm"}}) {
-      const char* v = std::getenv(var);
-      if (v == nullptr) continue;
-      try {
-        configure(key, v);
-      } catch (const sdk::Error& e) {
-        this->host().log(BP_LOG_WARN, "GpuOcl", std::string(var) + " ignored: " + e.what());
-      }
-    }
-    if (const char* d = std::getenv("BACKPLANE_GPUOCL_DEVICE")) {
-      try {
-        configure("device", d);
-      } catch (const sdk::Error& e) {
-        this->host().log(BP_LOG_WARN, "GpuOcl",
-                         std::string("BACKPLANE_GPUOCL_DEVICE ignored: ") + e.what());
-      }
-    }
+    vendors_ = find_drivers();
+    devices_ = load_default_drivers(vendors_);
+    chosen_ = default_device(devices_);
     describe();
-    if (devices_.empty())
-      this->host().log(BP_LOG_INFO, "GpuOcl", "no OpenCL device: " + why_ + "; claiming no node");
+    if (chosen_ < 0)
+      this->host().log(BP_LOG_INFO, "GpuOcl", "GpuOcl: " + why_ + "; claiming no node");
   }
 
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
     i.struct_size = BP_STRUCT_SIZE(bp_backend_info_t, flags);
     i.vendor = "Backplane";
-    i.description = description_.c_str();
-    i.device_count = devices_.empty() ? 0 : 1;
+    i.description = descriptions_.back().c_str();
+    i.device_count = chosen_ >= 0 ? 1 : 0;
     i.flags = BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE |
-              (devices_.empty() ? 0 : BP_BACKEND_FLAG_DEVICE_MEMORY);
+              (chosen_ >= 0 ? BP_BACKEND_FLAG_DEVICE_MEMORY : 0);
     return i;
   }
 
@@ -288,7 +297,7 @@ class GpuOcl final : public sdk::Backend {
       sdk::Backend::Device o;
       o.name = d.name;
       o.vendor = d.vendor;
-      o.driver_version = d.driver_version;
+      o.driver_version = driver_version_.empty() ? d.driver_version : driver_version_;
       o.kind = d.gpu ? "gpu" : d.cpu ? "cpu" : "accelerator";
       o.memory_bytes = d.memory_bytes;
       o.compute_units = d.compute_units;
@@ -304,10 +313,22 @@ class GpuOcl final : public sdk::Backend {
       const std::string v(value);
       char* end = nullptr;
       const long index = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || index < 0 || size_t(index) >= devices_.size())
+      if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0')
+        throw sdk::invalid("GpuOcl: device '" + v + "' is not a device index (0-based)");
+      // Past the devices of the drivers loaded: the CPU drivers' devices,
+      // which follow them.
+      if (size_t(index) >= devices_.size()) load_cpu_drivers();
+      if (size_t(index) >= devices_.size())
         throw sdk::invalid("GpuOcl: device '" + v + "' is not one of the " +
                            std::to_string(devices_.size()) + " OpenCL devices (0-based index)");
       chosen_ = int(index);
+      describe();
+      return;
+    }
+    if (key == "driver_version") {
+      if (device_)
+        throw sdk::invalid("GpuOcl: 'driver_version' must be configured before any compile");
+      driver_version_ = std::string(value);
       describe();
       return;
     }
@@ -342,8 +363,8 @@ class GpuOcl final : public sdk::Backend {
 
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
     for (size_t i = 0; i < view.num_nodes; ++i) {
-      if (devices_.empty()) {
-        report.rejected(i, "GpuOcl: no OpenCL device (" + why_ + ")");
+      if (chosen_ < 0) {
+        report.rejected(i, "GpuOcl: " + why_);
         continue;
       }
       const std::string reason = check_node(view, i);
@@ -500,10 +521,11 @@ class GpuOcl final : public sdk::Backend {
 
  private:
   gpuocl::Device& device() {
-    if (devices_.empty())
-      throw sdk::Error(BP_STATUS_UNSUPPORTED, "GpuOcl: no OpenCL device (" + why_ + ")");
+    if (chosen_ < 0) throw sdk::Error(BP_STATUS_UNSUPPORTED, "GpuOcl: " + why_);
     if (!device_) {
-      device_ = std::make_unique<gpuocl::Device>(devices_[size_t(chosen_)]);
+      DeviceInfo info = devices_[size_t(chosen_)];
+      if (!driver_version_.empty()) info.driver_version = driver_version_;
+      device_ = std::make_unique<gpuocl::Device>(info);
       device_->set_budget(max_memory_);
       device_->set_use_clblast(clblast_);
     }
@@ -515,9 +537,9 @@ class GpuOcl final : public sdk::Backend {
     return clblast_ ? build_options_ + " [gemm=clblast]" : build_options_;
   }
   void check_device(uint32_t d) const {
-    if (d != 0 || devices_.empty())
+    if (d != 0 || chosen_ < 0)
       throw sdk::invalid("GpuOcl: no device " + std::to_string(d) + " (it has " +
-                         std::to_string(devices_.empty() ? 0 : 1) + ")");
+                         std::to_string(chosen_ < 0 ? 0 : 1) + ")");
   }
   void check_allocation(const void* ptr, size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -528,26 +550,79 @@ class GpuOcl final : public sdk::Backend {
       throw sdk::invalid("GpuOcl: a copy of " + std::to_string(size) + " bytes overruns a " +
                          std::to_string(it->second) + "-byte allocation");
   }
+  void load_cpu_drivers() {
+    for (Driver& d : vendors_.drivers) {
+      if (!d.cpu || d.loaded) continue;
+      load_driver(d);
+      std::vector<DeviceInfo> more = devices_of(d);
+      devices_.insert(devices_.end(), more.begin(), more.end());
+    }
+  }
+  // The description (get_info) and why_, from the drivers and devices as
+  // they are now. Descriptions made before stay valid: get_info's strings
+  // are the backend's static storage.
   void describe() {
-    std::ostringstream os;
-    if (devices_.empty()) {
-      os << "OpenCL (no device: " << why_ << ")";
-    } else {
-      os << "OpenCL on device " << chosen_ << "; devices:";
-      for (size_t i = 0; i < devices_.size(); ++i) {
-        const DeviceInfo& d = devices_[i];
-        os << (i ? "; " : " ") << "[" << i << "] " << d.name << " (vendor " << d.vendor << ", "
-           << (d.gpu ? "GPU" : "not a GPU") << ", memory " << gib(d.memory_bytes) << ", "
-           << d.compute_units << " compute units, driver " << d.driver_version << ")";
+    std::vector<std::string> skipped, errors;
+    for (const Driver& d : vendors_.drivers) {
+      if (d.cpu && !d.loaded) skipped.push_back(d.library);
+      if (d.error.empty()) continue;
+      if (d.library.empty()) {
+        errors.push_back("vendor file " + d.file + ": " + d.error);
+      } else {
+        errors.push_back("driver " + d.library + (d.file.empty() ? "" : " (" + d.file + ")") +
+                         ": " + d.error);
       }
     }
-    description_ = os.str();
+    if (!vendors_.error.empty()) errors.push_back(vendors_.error);
+    std::string list;
+    for (size_t i = 0; i < skipped.size(); ++i) list += (i ? ", " : "") + skipped[i];
+    if (chosen_ >= 0) {
+      why_.clear();
+    } else if (vendors_.drivers.empty()) {
+      why_ = "no OpenCL driver (no vendor file in " + vendors_.source + ")";
+    } else {
+      why_ = "no OpenCL GPU";
+      if (!skipped.empty()) {
+        why_ += "; CPU-only OpenCL drivers (" + list +
+                ") are loaded only when the 'device' key names one of their devices (numbered "
+                "from " +
+                std::to_string(devices_.size()) + ")";
+      } else if (!devices_.empty()) {
+        why_ += "; a CPU device is used only when the 'device' key names it";
+      }
+    }
+    std::ostringstream os;
+    os << "OpenCL";
+    if (chosen_ >= 0) {
+      os << " on device " << chosen_;
+    } else {
+      os << ", claiming no node: " << why_;
+    }
+    if (!devices_.empty()) {
+      os << "; devices:";
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        const DeviceInfo& d = devices_[i];
+        const char* kind = d.gpu ? "GPU" : d.cpu ? "CPU" : "accelerator";
+        os << (i ? "; " : " ") << "[" << i << "] " << d.name << " (vendor " << d.vendor << ", "
+           << kind << ", memory " << gib(d.memory_bytes) << ", " << d.compute_units
+           << " compute units, driver "
+           << (driver_version_.empty() ? d.driver_version : driver_version_) << ", " << d.library
+           << ")";
+      }
+    }
+    if (!skipped.empty() && chosen_ >= 0)
+      os << "; not loaded: " << list << " (CPU-only; loaded when the 'device' key names one of "
+         << "their devices, numbered from " << devices_.size() << ")";
+    for (const std::string& e : errors) os << "; " << e;
+    descriptions_.push_back(os.str());
   }
 
-  std::vector<DeviceInfo> devices_;
-  std::string why_;
+  Vendors vendors_;
+  std::vector<DeviceInfo> devices_;  // of the drivers loaded, in the order they were loaded
+  std::string why_;                  // why no device is chosen (chosen_ < 0)
   int chosen_ = -1;
-  std::string description_;
+  std::deque<std::string> descriptions_;
+  std::string driver_version_;  // configure key driver_version
   std::string build_options_;
   std::string cache_dir_;
   uint64_t max_memory_ = 0;

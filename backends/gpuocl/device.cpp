@@ -89,40 +89,34 @@ std::string device_string(cl_device_id d, cl_device_info what) {
 
 std::string platform_string(cl_platform_id p, cl_platform_info what) {
   size_t size = 0;
-  if (clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
+  if (platform_info(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
   std::string s(size, '\0');
-  if (clGetPlatformInfo(p, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
+  if (platform_info(p, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
 }
 
 }  // namespace
 
-std::vector<DeviceInfo> enumerate_devices(std::string* why) {
+std::vector<DeviceInfo> devices_of(const Driver& driver) {
   std::vector<DeviceInfo> out;
-  cl_uint num_platforms = 0;
-  cl_int err = clGetPlatformIDs(0, nullptr, &num_platforms);
-  if (err != CL_SUCCESS || num_platforms == 0) {
-    *why = std::string("no OpenCL platform (clGetPlatformIDs: ") +
-           (err == CL_SUCCESS ? "0 platforms" : error_name(err)) +
-           "); install an OpenCL driver (ICD), e.g. pocl-opencl-icd";
-    return out;
-  }
-  std::vector<cl_platform_id> platforms(num_platforms);
-  check(clGetPlatformIDs(num_platforms, platforms.data(), nullptr), "clGetPlatformIDs");
-  for (cl_platform_id p : platforms) {
+  for (cl_platform_id p : driver.platforms) {
     cl_uint n = 0;
-    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &n) != CL_SUCCESS || n == 0) continue;
+    if (device_ids(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &n) != CL_SUCCESS || n == 0) continue;
     std::vector<cl_device_id> ids(n);
-    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, n, ids.data(), nullptr) != CL_SUCCESS) continue;
+    if (device_ids(p, CL_DEVICE_TYPE_ALL, n, ids.data(), &n) != CL_SUCCESS) continue;
+    ids.resize(std::min<size_t>(n, ids.size()));
+    const std::string platform_name = platform_string(p, CL_PLATFORM_NAME);
     for (cl_device_id d : ids) {
+      if (d == nullptr) continue;
       DeviceInfo info;
       info.platform = p;
       info.id = d;
+      info.library = driver.library;
+      info.platform_name = platform_name;
       info.name = device_string(d, CL_DEVICE_NAME);
       info.vendor = device_string(d, CL_DEVICE_VENDOR);
       info.driver_version = device_string(d, CL_DRIVER_VERSION);
-      info.platform_name = platform_string(p, CL_PLATFORM_NAME);
       cl_device_type type = 0;
       clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(type), &type, nullptr);
       info.gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
@@ -136,15 +130,12 @@ std::vector<DeviceInfo> enumerate_devices(std::string* why) {
       out.push_back(std::move(info));
     }
   }
-  if (out.empty()) *why = "OpenCL platforms found, but none has a device";
   return out;
 }
 
 Device::Device(const DeviceInfo& info) : info_(info) {
   cl_int err = CL_SUCCESS;
-  cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
-                                   reinterpret_cast<cl_context_properties>(info.platform), 0};
-  context_ = clCreateContext(props, 1, &info_.id, nullptr, nullptr, &err);
+  context_ = create_context(info_.platform, info_.id, &err);
   check(err, "clCreateContext");
   queue_ = clCreateCommandQueue(context_, info_.id, 0, &err);
   if (err != CL_SUCCESS) {

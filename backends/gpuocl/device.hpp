@@ -7,9 +7,7 @@
 #ifndef BACKPLANE_GPUOCL_DEVICE_HPP_
 #define BACKPLANE_GPUOCL_DEVICE_HPP_
 
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-
+#include "gpuocl/icd.hpp"
 #include "gpuocl/payload.hpp"
 
 #include <atomic>
@@ -25,14 +23,14 @@ struct DeviceInfo {
   cl_platform_id platform = nullptr;
   cl_device_id id = nullptr;
   std::string name, vendor, driver_version, platform_name;
+  std::string library;  // its driver's, as the vendor file names it
   bool gpu = false, cpu = false;
   uint64_t memory_bytes = 0;
   uint32_t compute_units = 0;
 };
 
-// Every device of every platform, in platform order. On failure (no ICD, no
-// platform, no device) returns none and says why in *why.
-std::vector<DeviceInfo> enumerate_devices(std::string* why);
+// Every device of a loaded driver's platforms, in platform order.
+std::vector<DeviceInfo> devices_of(const Driver& driver);
 
 // Counters the tests read (GpuOcl_Counter, exported by backend.cpp).
 struct Counters {

@@ -602,7 +602,9 @@ typedef struct bp_backend_api {
   /* (required) Accepts NULL. Every compiled partition is destroyed first. */
   void (*destroy)(bp_backend_t* backend);
 
-  /* (required) Strings in *out are static storage of the backend. */
+  /* (required) Strings in *out are static storage of the backend. The host
+   * asks after create and again after each configure call, which may change
+   * what the backend reports (e.g. the device a configure key chose). */
   bp_status_t* (*get_info)(bp_backend_t* backend, bp_backend_info_t* out);
 
   /* Generic key=value configuration, before any compile. Unknown keys are an

@@ -45,21 +45,26 @@ Result<std::shared_ptr<LoadedBackend>> LoadedBackend::create(std::string id,
   if (instance == nullptr)
     return invalid_argument("backend '" + b->id_ + "': create returned no instance");
   b->instance_ = instance;
+  BP_RETURN_IF_ERROR(b->read_info());
+  BP_RETURN_IF_ERROR(b->read_ops());
+  return b;
+}
+
+Status LoadedBackend::read_info() {
   bp_backend_info_t info{};
   info.struct_size = sizeof(info);
   bp_status_t* got = nullptr;
   try {
-    got = api->get_info(instance, &info);
+    got = call([&] { return api_->get_info(instance_, &info); });
   } catch (...) {
     return Status(StatusCode::kBackendError,
-                  "backend '" + b->id_ + "': get_info threw a C++ exception");
+                  "backend '" + id_ + "': get_info threw a C++ exception");
   }
-  BP_RETURN_IF_ERROR(b->check(got, "get_info"));
+  BP_RETURN_IF_ERROR(check(got, "get_info"));
   if (info.vendor == nullptr) info.vendor = "";
   if (info.description == nullptr) info.description = "";
-  b->info_ = info;
-  BP_RETURN_IF_ERROR(b->read_ops());
-  return b;
+  info_ = info;
+  return ok_status();
 }
 
 Status LoadedBackend::read_ops() {

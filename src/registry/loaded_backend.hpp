@@ -50,6 +50,10 @@ class LoadedBackend {
   // Owned by this object; lives as long as it.
   bp_backend_t* instance() const { return instance_; }
   const bp_backend_info_t& info() const { return info_; }
+  // Asks get_info again: after configure, which may change what a backend
+  // reports (its description, its device memory flag). Not while other
+  // threads use this object.
+  Status read_info();
   bool has_flag(uint32_t flag) const { return (info_.flags & flag) != 0; }
   // The operators this backend defines (API 1.3 get_op_schemas, read and
   // checked once at create); empty for an older backend.

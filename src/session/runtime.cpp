@@ -152,10 +152,12 @@ class RuntimeImpl : public Runtime {
     const char* key = "num_threads";
     const char* value = n.c_str();
     for (const auto& b : registry_.all())
-      if (BP_TABLE_HAS(b->api(), configure))
+      if (BP_TABLE_HAS(b->api(), configure)) {
         BP_RETURN_IF_ERROR(
             b->check(b->call([&] { return b->api()->configure(b->instance(), 1, &key, &value); }),
                      "configure num_threads"));
+        BP_RETURN_IF_ERROR(b->read_info());
+      }
     return ok_status();
   }
 
@@ -179,6 +181,8 @@ class RuntimeImpl : public Runtime {
                                                                keys.data(), values.data());
                                   }),
                                   "configure"));
+      // A setting may change what the backend reports (GpuOcl's device).
+      BP_RETURN_IF_ERROR(b->read_info());
     }
     return ok_status();
   }

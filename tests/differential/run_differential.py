@@ -5,7 +5,12 @@ under the numerics policy (backplane.numerics; docs/numerics.md).
 
   run_differential.py --backend CpuOneDnn --count 2000 --first-seed 1 \\
       --regressions tests/differential/regressions --out DIR
-  run_differential.py --backend GpuOcl --seconds 600          # random seeds
+  run_differential.py --backend GpuOcl --backend-config GpuOcl.device=0 \
+      --seconds 600                                            # random seeds
+
+--backend-config BACKEND.KEY=VALUE (repeatable) sets a backend's key, as the
+CLI's option of that name does (GpuOcl on a CPU OpenCL device needs
+GpuOcl.device; docs/performance.md lists the keys).
 
 A failure (outputs outside the policy, or an error CpuRef does not raise)
 prints its seed, its steps and the error, is shrunk (shrink.py) to a small
@@ -43,9 +48,10 @@ SKIP = 77
 
 
 class Checker:
-    def __init__(self, backend, threads, workdir):
+    def __init__(self, backend, threads, workdir, config=None):
         self.backend = backend
         self.threads = threads
+        self.config = config or {}
         self.fast_nodes = 0
         self.total_nodes = 0
         self.worst = (0.0, "")  # largest error / bound among passing outputs, and where
@@ -55,7 +61,7 @@ class Checker:
     def session(self, path, backends, pins=()):
         return backplane.InferenceSession(path, backends=backends,
                                           overrides={p: "CpuRef" for p in pins} or None,
-                                          threads=self.threads)
+                                          threads=self.threads, backend_config=self.config)
 
     def check(self, model, pins, feeds):
         """None if the fast backend agrees with CpuRef, else what differs.
@@ -118,9 +124,9 @@ def shrink_and_write(checker, seed, spec, out_dir, log):
         f"  its error: {err}")
 
 
-def available(backend):
+def available(backend, config):
     try:
-        ids = backplane.available_backends()
+        ids = backplane.available_backends(backend_config=config)
     except backplane.Error as e:
         return False, str(e)
     if backend not in ids:
@@ -158,6 +164,8 @@ def main():
     ap.add_argument("--require", action="store_true", help="fail (not skip) if the backend is absent")
     ap.add_argument("--max-failures", type=int, default=5, help="stop after this many")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--backend-config", action="append", default=[], metavar="BACKEND.KEY=VALUE",
+                    help="a backend's setting (repeatable)")
     ap.add_argument("--print-model", action="store_true", help="print each graph's steps")
     ap.add_argument("--seed-file", default="",
                     help="write each seed here before running it (what a crash leaves behind)")
@@ -166,7 +174,14 @@ def main():
     def log(msg):
         print(msg, flush=True)
 
-    ok, why = available(args.backend)
+    config = {}
+    for setting in args.backend_config:
+        target, _, value = setting.partition("=")
+        backend, _, key = target.partition(".")
+        if not backend or not key or "=" not in setting:
+            ap.error(f"--backend-config '{setting}' is not BACKEND.KEY=VALUE")
+        config.setdefault(backend, {})[key] = value
+    ok, why = available(args.backend, config)
     if not ok:
         log(f"run_differential: {args.backend} is not available here: {why}")
         return 1 if args.require else SKIP
@@ -176,7 +191,7 @@ def main():
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     workdir = tempfile.mkdtemp(prefix="backplane-differential-", dir=shm)
     atexit.register(shutil.rmtree, workdir, True)
-    checker = Checker(args.backend, args.threads, workdir)
+    checker = Checker(args.backend, args.threads, workdir, config)
     failures = run_regressions(checker, args.regressions, log)
 
     if args.seed:

@@ -3,29 +3,29 @@
 # its first inference without any OpenCL compilation on the same device, and
 # recompiles with a note when the device key differs (issue 15, "Done means").
 #
-#   artifact_no_compile_test.sh BACKPLANE_CLI MODELS_DIR GPUOCL_DIR [PYTHON]
+#   artifact_no_compile_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]
 #
+# GpuOcl runs on OpenCL device 0, named with the configure key `device` (by
+# default GpuOcl opens no CPU-only driver such as PoCL).
 # On PoCL the proof is PoCL's own debug output (POCL_DEBUG=general,llvm):
 # every kernel PoCL runs says "Using a cached WG function" when its machine
 # code exists and "Built a ... WG function" when PoCL's LLVM had to make it.
 # Each run gets an empty POCL_CACHE_DIR, so nothing but the artifact can
-# supply that code; GpuOcl's own program cache is off (BACKPLANE_GPUOCL_CACHE_DIR
-# empty) and the backend logs (at info) whether it built OpenCL C from
+# supply that code; GpuOcl's own program cache is off (no program_cache_dir)
+# and the backend logs (at info) whether it built OpenCL C from
 # source or took the stored binary. The same run from the .onnx must show
 # PoCL building, or the check could not fail. Without PoCL's debug output
 # (another OpenCL driver: no "POCL:" lines) the PoCL checks are skipped,
 # saying so, and the backend's log is checked alone.
 set -uo pipefail
 
-usage="usage: artifact_no_compile_test.sh BACKPLANE_CLI MODELS_DIR GPUOCL_DIR [PYTHON]"
+usage="usage: artifact_no_compile_test.sh BACKPLANE_CLI MODELS_DIR [PYTHON]"
 cli=${1:?$usage}
 models=${2:?$usage}
-gpuocl=${3:?$usage}
-py=${4:-/usr/bin/python3}
+py=${3:-/usr/bin/python3}
 
 . "$(dirname "$0")/../cli/lib.sh" gpuocl_artifact_no_compile
-export BACKPLANE_GPUOCL_CACHE_DIR=
-unset BACKPLANE_GPUOCL_GEMM BACKPLANE_GPUOCL_BUILD_OPTIONS BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION
+gpuocl=(--backend-config GpuOcl.device=0)
 
 # One run with an empty PoCL cache and PoCL's debug output; prints the JSON
 # line to $tmp/NAME.json and stderr to $tmp/NAME.err.
@@ -33,7 +33,7 @@ cold_run() {
   local name=$1 model=$2 input=$3
   mkdir -p "$tmp/pocl_$name"
   POCL_CACHE_DIR="$tmp/pocl_$name" POCL_DEBUG=general,llvm \
-    "$cli" run "$model" --backends GpuOcl --backend-path "$gpuocl" --log-level info \
+    "$cli" "${gpuocl[@]}" run "$model" --backends GpuOcl --log-level info \
     --input "$input" --output-dir "$tmp/out_$name" --json >"$tmp/$name.json" 2>"$tmp/$name.err"
 }
 count() { grep -c "$1" "$2"; }
@@ -46,7 +46,7 @@ for m in resnet18:input transformer:input_ids; do
   # what the backend does at serialize, not from earlier runs' cache entries.
   mkdir -p "$tmp/pocl_compile_$model"
   if POCL_CACHE_DIR="$tmp/pocl_compile_$model" "$cli" compile "$models/$model.onnx" \
-       -o "$tmp/$model.bpk" --backends GpuOcl --backend-path "$gpuocl" \
+       -o "$tmp/$model.bpk" --backends GpuOcl "${gpuocl[@]}" \
        >"$tmp/compile.out" 2>"$tmp/compile.err"; then
     pass "$model: compiled for GpuOcl"
   else
@@ -100,12 +100,12 @@ print(f"GpuOcl {sys.argv[5]}, empty driver cache: from .onnx {onnx['ready_ms']:.
 EOF
 done
 
-# Another driver (its version faked by the variable GpuOcl documents for
-# this): the stored program is not used; the model notes why and runs,
+# Another driver (its version faked by the configure key GpuOcl documents
+# for this): the stored program is not used; the model notes why and runs,
 # recompiled from the portable graph, with the same result.
 mkdir -p "$tmp/pocl_other" "$tmp/out_other"
-if BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION=0.0-other POCL_CACHE_DIR="$tmp/pocl_other" \
-     "$cli" run "$tmp/resnet18.bpk" --backend-path "$gpuocl" --input "input=$models/resnet18.input.npy" \
+if POCL_CACHE_DIR="$tmp/pocl_other" "$cli" "${gpuocl[@]}" --backend-config GpuOcl.driver_version=0.0-other \
+     run "$tmp/resnet18.bpk" --input "input=$models/resnet18.input.npy" \
      --output-dir "$tmp/out_other" --json >"$tmp/other.json" 2>"$tmp/other.err"; then
   "$py" - "$tmp/other.json" "$tmp/out_other/output.npy" "$tmp/out_resnet18_bpk/output.npy" <<'EOF' &&
 import json, sys

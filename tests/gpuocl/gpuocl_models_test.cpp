@@ -1,9 +1,11 @@
 // gpuocl_models_test.cpp — GpuOcl (backends/gpuocl) on a real OpenCL device.
 //
-// Run by ctest with BACKPLANE_BACKEND_PATHS naming GpuOcl's and CpuOneDnn's
-// folders and POCL_CACHE_DIR / BACKPLANE_GPUOCL_CACHE_DIR inside the build
-// tree (tests/gpuocl/CMakeLists.txt). For resnet18, mobilenet_v2 and the
-// encoder from scripts/gen_models.py:
+// GpuOcl and CpuOneDnn are found as every run finds them (this build's
+// default backend folder); GpuOcl runs on OpenCL device 0, which the
+// configure key `device` names (by default it would open no CPU-only driver
+// such as PoCL, CI's device), with its program cache and POCL_CACHE_DIR
+// inside the build tree (tests/gpuocl/CMakeLists.txt). For resnet18,
+// mobilenet_v2 and the encoder from scripts/gen_models.py:
 //  - whole on GpuOcl, matching PyTorch and CpuRef (the numerics policy);
 //  - split GpuOcl + CpuOneDnn, the same;
 //  - the copies the module performs per run equal the plan's copies, and the
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -41,9 +44,14 @@ int64_t counter(const char* name) {
   return v;
 }
 
-std::shared_ptr<Runtime> runtime() {
-  RuntimeOptions o;  // BACKPLANE_BACKEND_PATHS: GpuOcl's and CpuOneDnn's folders
+// A runtime with the default backends, GpuOcl on OpenCL device 0 with the
+// build tree's program cache; `settings` adds or replaces GpuOcl's keys.
+std::shared_ptr<Runtime> runtime(const std::map<std::string, std::string>& settings = {}) {
+  RuntimeOptions o;
   o.log_level = LogLevel::kError;
+  std::map<std::string, std::string>& gpuocl = o.backend_config["GpuOcl"];
+  gpuocl = {{"device", "0"}, {"program_cache_dir", BACKPLANE_GPUOCL_TEST_CACHE}};
+  for (const auto& [key, value] : settings) gpuocl[key] = value;
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   return rt.ok() ? rt.value() : nullptr;
@@ -211,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(E2E, GpuOclModels,
 // kernel finalised by the driver, GEMMs included: no CLBlast); a fresh
 // runtime on the same device loads it and runs without building any OpenCL
 // C (its kernel cache off), with no note. One whose key differs (other build
-// options; another driver, faked by BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION)
+// options; another driver, faked by the configure key driver_version)
 // refuses the payload: the model notes why (Model::notes) and GpuOcl
 // compiles the partition again from the portable graph, from source.
 // (artifact_no_compile_test.sh checks the driver side: PoCL compiles nothing.)
@@ -227,7 +235,6 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWithANoteWhenT
   const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
   const Tensor expected = read_npy(models_dir() + "/resnet18.expected.npy");
 
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
   struct Variant {
     const char* options;
     const char* driver;  // nullptr: the real one
@@ -238,15 +245,13 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWithANoteWhenT
                            Variant{"", "0.0-other", "driver 0.0-other"}}) {
     SCOPED_TRACE(std::string("build options '") + v.options + "', driver " +
                  (v.driver ? v.driver : "(real)"));
-    ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", v.options, 1), 0);
-    if (v.driver) {
-      ASSERT_EQ(setenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION", v.driver, 1), 0);
-    }
+    std::map<std::string, std::string> settings = {{"build_options", v.options},
+                                                   {"program_cache_dir", ""}};
+    if (v.driver) settings["driver_version"] = v.driver;
     const bool same = v.noted == nullptr;
     const int64_t builds = counter("program_builds"), loads = counter("program_loads");
     const int64_t clblast = counter("clblast_gemms"), gemms = counter("gemms");
-    auto fresh = runtime();
-    unsetenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION");
+    auto fresh = runtime(settings);
     ASSERT_TRUE(fresh);
     const auto t0 = std::chrono::steady_clock::now();
     auto model = fresh->load_model(bpk);
@@ -272,7 +277,6 @@ TEST(GpuOclArtifact, StoredProgramLoadsWithoutCompilingAndRebuildsWithANoteWhenT
     EXPECT_GT(counter("gemms") - gemms, 0);
     EXPECT_EQ(counter("clblast_gemms") - clblast, 0);
   }
-  unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
 }
 
 // Resize (which the conformance command has no case of) against CpuRef, in
@@ -414,16 +418,13 @@ TEST(GpuOclArtifact, DerivedWeightsAreNamedBlobsAndLoadWithoutFolding) {
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   EXPECT_EQ(counter("derived_computed") - computed, 5);
 
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
   for (const bool same : {true, false}) {
     SCOPED_TRACE(same ? "same device" : "another driver");
-    if (!same) {
-      ASSERT_EQ(setenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION", "0.0-other", 1), 0);
-    }
+    std::map<std::string, std::string> settings = {{"program_cache_dir", ""}};
+    if (!same) settings["driver_version"] = "0.0-other";
     computed = counter("derived_computed");
     const int64_t loaded = counter("derived_loaded");
-    auto fresh = runtime();
-    unsetenv("BACKPLANE_GPUOCL_FAKE_DRIVER_VERSION");
+    auto fresh = runtime(settings);
     ASSERT_TRUE(fresh);
     auto model = fresh->load_model(bpk);
     ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -494,14 +495,12 @@ TEST(GpuOclOps, IntegerBoolAndFloat16ElementWiseMatchCpuRef) {
   }
 }
 
-// gemm=clblast (BACKPLANE_GPUOCL_GEMM): GEMM-shaped work through CLBlast,
-// the same result as GpuOcl's own gemm_* kernels.
+// gemm=clblast: GEMM-shaped work through CLBlast, the same result as
+// GpuOcl's own gemm_* kernels.
 TEST(GpuOclOps, ClblastGemmOptionMatches) {
   const Tensor input = read_npy(models_dir() + "/transformer.input.npy");
   const Tensor expected = read_npy(models_dir() + "/transformer.expected.npy");
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_GEMM", "clblast", 1), 0);
-  auto rt = runtime();
-  unsetenv("BACKPLANE_GPUOCL_GEMM");
+  auto rt = runtime({{"gemm", "clblast"}});
   ASSERT_TRUE(rt);
   ModelOptions mo;
   mo.backends = {"GpuOcl"};
@@ -516,10 +515,7 @@ TEST(GpuOclOps, ClblastGemmOptionMatches) {
 // fallback the model runs elsewhere; with GpuOcl alone loading fails, naming
 // the node. Never a crash.
 TEST(GpuOclErrors, KernelBuildFailureIsAClearErrorOrAFallback) {
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_BUILD_OPTIONS", "-cl-no-such-option", 1), 0);
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_CACHE_DIR", "", 1), 0);
-  auto rt = runtime();
-  unsetenv("BACKPLANE_GPUOCL_BUILD_OPTIONS");
+  auto rt = runtime({{"build_options", "-cl-no-such-option"}, {"program_cache_dir", ""}});
   ASSERT_TRUE(rt);
   const Tensor input = read_npy(models_dir() + "/transformer.input.npy");
   ModelOptions only;
@@ -560,9 +556,8 @@ TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
   ASSERT_GT(weights, 40'000'000);
   ASSERT_EQ(counter("device_bytes"), 0);
 
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", "1000000", 1), 0);
   {
-    auto rt = runtime();
+    auto rt = runtime({{"max_memory", "1000000"}});
     ASSERT_TRUE(rt);
     auto failed = rt->load_model(model_path("resnet18"), only);
     ASSERT_FALSE(failed.ok());
@@ -575,10 +570,8 @@ TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
     EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
     expect_close(run_once(**model, {{"input", input}})[0], "fallback vs PyTorch", expected);
   }
-  ASSERT_EQ(setenv("BACKPLANE_GPUOCL_MAX_MEMORY", std::to_string(weights + 4096).c_str(), 1), 0);
   {
-    auto rt = runtime();
-    unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
+    auto rt = runtime({{"max_memory", std::to_string(weights + 4096)}});
     ASSERT_TRUE(rt);
     auto model = rt->load_model(model_path("resnet18"), only);
     ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -593,7 +586,6 @@ TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
     ASSERT_FALSE(s.ok());
     EXPECT_TRUE(contains(s.message(), "out of device memory")) << s.to_string();
   }
-  unsetenv("BACKPLANE_GPUOCL_MAX_MEMORY");
   EXPECT_EQ(counter("live_allocations"), 0);
   EXPECT_EQ(counter("live_buffers"), 0);
   EXPECT_EQ(counter("device_bytes"), 0);
@@ -601,13 +593,17 @@ TEST(GpuOclErrors, OutOfDeviceMemoryFallsBackOrFailsCleanly) {
 
 // Run with OCL_ICD_VENDORS naming an empty folder (its own ctest entry).
 TEST(GpuOclNoDevice, LoadsClaimsNothingAndSaysWhy) {
-  auto rt = runtime();
-  ASSERT_TRUE(rt);
+  RuntimeOptions o;
+  o.log_level = LogLevel::kError;
+  auto created = Runtime::create(o);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  std::shared_ptr<Runtime> rt = *created;
   bool found = false;
   for (const auto& b : rt->backends())
     if (b.id == "GpuOcl") {
       found = true;
-      EXPECT_TRUE(contains(b.description, "no device")) << b.description;
+      EXPECT_TRUE(contains(b.description, "claiming no node: no OpenCL driver (no vendor file in"))
+          << b.description;
       EXPECT_TRUE(b.devices.empty());
     }
   ASSERT_TRUE(found) << "GpuOcl did not load without a device";
@@ -617,7 +613,7 @@ TEST(GpuOclNoDevice, LoadsClaimsNothingAndSaysWhy) {
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{"CpuRef"});
   const std::string plan = (*model)->describe_plan(PlanFormat::kText);
-  EXPECT_TRUE(contains(plan, "no OpenCL device")) << plan;
+  EXPECT_TRUE(contains(plan, "GpuOcl: no OpenCL driver")) << plan;
 }
 
 }  // namespace

@@ -17,7 +17,9 @@
    program), and still after the whole prefix is moved elsewhere.
 7. examples/app built against the installed package loads and runs the model.
 8. With CpuOneDnn built: the installed `backplane run resnet18.onnx --json`,
-   without options or environment, reports CpuOneDnn as the backend used.
+   without options or environment, reports CpuOneDnn as the backend used
+   (GpuOcl, when built, is installed beside it and found too, but claims
+   nothing without an OpenCL GPU; with one, it runs the model).
 9. libbackplane.so: SONAME libbackplane.so.MAJOR.MINOR, exports the C++ API
    only; examples/app linked against it (find_package COMPONENTS shared) runs
    the model and needs no libbackplane.a; programs built with nothing but
@@ -25,7 +27,8 @@
 10. With the Python module built: Debian's python3 imports the installed
    module from the prefix, which uses the installed libbackplane.so and finds
    the prefix's backends beside it (no environment), and runs the model.
-11. The installed `backplane conformance` passes for CpuRef, CpuOneDnn, MockAcc
+11. The installed `backplane conformance` passes for CpuRef, CpuOneDnn, GpuOcl
+   (as installed: its hygiene checked, no CPU OpenCL driver opened), MockAcc
    and MockOp, running the ONNX node cases installed in share/backplane/
    conformance and reporting per operator, and fails for MockWrong (one wrong
    kernel), writing the case.
@@ -301,8 +304,18 @@ def main():
         check("CpuRef" in ids and ids["CpuRef"]["source"] == "static", f"{what}: CpuRef is static")
         check("MyAcc" in ids and os.path.dirname(ids["MyAcc"]["path"]) == want,
               f"{what}: MyAcc loaded from the prefix without options (got {sorted(ids)})")
+        if gpuocl_built:
+            check("GpuOcl" in ids and (inside_build_tree or os.path.dirname(ids["GpuOcl"]["path"]) == want),
+                  f"{what}: GpuOcl loaded without options (got {sorted(ids)})")
+        return ids
 
-    check_default_dir(prefix, "installed CLI", True)
+    gpuocl_built = os.path.exists(os.path.join(args.build_dir, "lib", "backplane", "backends",
+                                               "Backplane_GpuOcl_backend.so"))
+    if gpuocl_built:
+        check(os.path.isfile(os.path.join(installed_dir, "Backplane_GpuOcl_backend.so")),
+              "cmake --install put Backplane_GpuOcl_backend.so in the default backend path")
+    installed = check_default_dir(prefix, "installed CLI", True)
+    gpu = gpuocl_built and any(d.get("selected") for d in installed["GpuOcl"].get("devices", []))
 
     # 7. The application, against the installed package.
     app_build = os.path.join(work, "app_build")
@@ -331,8 +344,10 @@ def main():
             p = run([os.path.join(prefix, "bin", "backplane"), "run", os.path.join(args.models_dir, "resnet18.onnx"),
                      "--json"], env=clean_env, cwd=work)
             result = json.loads(p.stdout)
-            check(result["backends_used"] == ["CpuOneDnn"],
-                  f"installed `backplane run resnet18.onnx --json`: CpuOneDnn used (got {result['backends_used']})")
+            want_used = "GpuOcl" if gpu else "CpuOneDnn"
+            check(result["backends_used"][:1] == [want_used],
+                  f"installed `backplane run resnet18.onnx --json`: {want_used} used "
+                  f"(got {result['backends_used']})")
 
     check_shared_library(args, prefix, work, env, model, w)
     check_python_module(args, prefix, work, env)
@@ -347,6 +362,8 @@ def main():
     runs = [["--backend", "CpuRef"]]
     if os.path.exists(onednn):
         runs.append(["--backend", "CpuOneDnn"])
+    if gpuocl_built:
+        runs.append(["--backend", "GpuOcl"])
     runs += [["--backend", m, "--backend-path", accel] for m in ("MockAcc", "MockOp")]
     # The ONNX node cases come with the install and are found beside its bin/.
     case_data = os.path.join(prefix, "share", "backplane", "conformance")
@@ -360,9 +377,15 @@ def main():
               f"installed conformance {' '.join(extra[:2])}: {summary[-1] if summary else p.stdout[-500:]}")
         onnx_line = [ln for ln in p.stdout.splitlines() if ": ONNX node cases (" in ln]
         ran = [ln for ln in p.stdout.splitlines() if ln.startswith("  ") and ": " in ln and " passed, " in ln]
+        # GpuOcl without a GPU claims no operator: nothing to report per operator.
+        claims = extra[1] != "GpuOcl" or gpu
         check(onnx_line and onnx_line[0].split("(")[1].startswith(os.path.realpath(case_data) + ",")
-              and ran, f"installed conformance {extra[1]}: runs the installed ONNX cases, reports per "
-                       f"operator ({onnx_line[0] if onnx_line else 'no ONNX line'}; {len(ran)} operators)")
+              and (ran or not claims),
+              f"installed conformance {extra[1]}: runs the installed ONNX cases, reports per "
+              f"operator ({onnx_line[0] if onnx_line else 'no ONNX line'}; {len(ran)} operators)")
+        if extra[1] == "GpuOcl":
+            kept = [ln for ln in p.stdout.splitlines() if ln.startswith("  ") and ln.endswith(": kept")]
+            check(len(kept) == 9, f"installed conformance GpuOcl: every hygiene rule kept ({len(kept)} of 9)")
         print("\n".join(ln for ln in p.stdout.splitlines() if not ln.startswith("  ")), flush=True)
     cases = os.path.join(work, "conformance_cases")
     p = subprocess.run([installed_cli, "conformance", "--backend", "MockWrong", "--backend-path",

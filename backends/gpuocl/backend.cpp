@@ -310,16 +310,12 @@ class GpuOcl final : public sdk::Backend {
   void configure(std::string_view key, std::string_view value) override {
     if (key == "device") {
       if (device_) throw sdk::invalid("GpuOcl: 'device' must be configured before any compile");
-      const std::string v(value);
-      char* end = nullptr;
-      const long index = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0')
-        throw sdk::invalid("GpuOcl: device '" + v + "' is not a device index (0-based)");
+      const size_t index = sdk::config_uint(key, value, 0, 4095);
       // Past the devices of the drivers loaded: the CPU drivers' devices,
       // which follow them.
-      if (size_t(index) >= devices_.size()) load_cpu_drivers();
-      if (size_t(index) >= devices_.size())
-        throw sdk::invalid("GpuOcl: device '" + v + "' is not one of the " +
+      if (index >= devices_.size()) load_cpu_drivers();
+      if (index >= devices_.size())
+        throw sdk::invalid("GpuOcl: device '" + std::string(value) + "' is not one of the " +
                            std::to_string(devices_.size()) + " OpenCL devices (0-based index)");
       chosen_ = int(index);
       describe();
@@ -338,20 +334,13 @@ class GpuOcl final : public sdk::Backend {
       return;
     }
     if (key == "max_memory") {
-      const std::string v(value);
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || v[0] == '-')
-        throw sdk::invalid("GpuOcl: max_memory '" + v + "' is not a byte count");
-      max_memory_ = n;
+      max_memory_ = sdk::config_uint(key, value, 0, UINT64_MAX);
       if (device_) device_->set_budget(max_memory_);
       return;
     }
     if (key == "gemm") {
       if (device_) throw sdk::invalid("GpuOcl: 'gemm' must be configured before any compile");
-      if (value != "own" && value != "clblast")
-        throw sdk::invalid("GpuOcl: gemm '" + std::string(value) + "' is not 'own' or 'clblast'");
-      clblast_ = value == "clblast";
+      clblast_ = sdk::config_choice(key, value, {"own", "clblast"}) == 1;
       return;
     }
     if (key == "program_cache_dir") {

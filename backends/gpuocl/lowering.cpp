@@ -565,12 +565,7 @@ void Lowerer::conv() {
       const float eps = bn.attr_float("epsilon", 1e-5f);
       wv = floats_of(node_->input(1));
       bv = node_->has_input(2) ? floats_of(node_->input(2)) : std::vector<float>(channels, 0.0f);
-      const size_t per = wv.size() / channels;
-      for (size_t c = 0; c < channels; ++c) {
-        const float a = scale[c] / std::sqrt(var[c] + eps);
-        for (size_t i = 0; i < per; ++i) wv[c * per + i] *= a;
-        bv[c] = bv[c] * a + shift[c] - mean[c] * a;
-      }
+      sdk::fold_batch_norm(wv, bv, scale.data(), shift.data(), mean.data(), var.data(), eps);
     };
     const std::string key = "n" + std::to_string(node_->index());
     wf = derived(key + "/bn_w", weights, [&] {

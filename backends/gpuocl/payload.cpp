@@ -13,52 +13,6 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'P', 'G', 'O', 'C', 'L', 0, 0};
 
-void put_u32(std::vector<unsigned char>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
-}
-void put_u64(std::vector<unsigned char>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
-}
-void put_string(std::vector<unsigned char>& out, const std::string& s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-class Reader {
- public:
-  Reader(const void* data, size_t size) : p_(static_cast<const unsigned char*>(data)), n_(size) {}
-  const unsigned char* take(size_t count, const char* what) {
-    if (count > n_ - at_)
-      throw sdk::Error(BP_STATUS_CORRUPT_DATA, std::string("GpuOcl payload: truncated in ") + what +
-                                                   " (needs " + std::to_string(count) +
-                                                   " bytes at offset " + std::to_string(at_) +
-                                                   ", " + std::to_string(n_ - at_) + " left)");
-    const unsigned char* r = p_ + at_;
-    at_ += count;
-    return r;
-  }
-  uint64_t u(int bytes, const char* what) {
-    const unsigned char* b = take(size_t(bytes), what);
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t(b[i]) << (8 * i);
-    return v;
-  }
-  std::string str(const char* what) {
-    const uint64_t len = u(4, what);
-    if (len > 4096)
-      throw sdk::Error(BP_STATUS_CORRUPT_DATA, std::string("GpuOcl payload: ") + what + " is " +
-                                                   std::to_string(len) +
-                                                   " bytes long (at most 4096)");
-    const unsigned char* b = take(size_t(len), what);
-    return std::string(reinterpret_cast<const char*>(b), size_t(len));
-  }
-  size_t left() const { return n_ - at_; }
-
- private:
-  const unsigned char* p_;
-  size_t n_, at_ = 0;
-};
-
 }  // namespace
 
 std::string ProgramKey::describe() const {
@@ -78,29 +32,30 @@ std::string stable_hash(const std::string& text) {
 }
 
 std::vector<unsigned char> encode_payload(const Payload& p) {
-  std::vector<unsigned char> out(kMagic, kMagic + sizeof(kMagic));
-  put_u32(out, kPayloadVersion);
+  sdk::PayloadWriter w;
+  w.raw(kMagic, sizeof(kMagic));
+  w.pod(kPayloadVersion);
   for (const std::string* s :
        {&p.key.platform, &p.key.device, &p.key.driver, &p.key.options, &p.key.source_hash})
-    put_string(out, *s);
-  put_string(out, p.blob_prefix);
-  put_u32(out, static_cast<uint32_t>(p.derived.size()));
+    w.str(*s);
+  w.str(p.blob_prefix);
+  w.pod(static_cast<uint32_t>(p.derived.size()));
   for (const DerivedBlob& d : p.derived) {
-    put_string(out, d.name);
-    put_u64(out, d.bytes);
+    w.str(d.name);
+    w.pod(static_cast<uint64_t>(d.bytes));
   }
-  put_u64(out, p.binary.size());
-  out.insert(out.end(), p.binary.begin(), p.binary.end());
-  return out;
+  w.pod(static_cast<uint64_t>(p.binary.size()));
+  w.raw(p.binary.data(), p.binary.size());
+  return std::vector<unsigned char>(w.bytes().begin(), w.bytes().end());
 }
 
 Payload decode_payload(const void* data, size_t size) {
   if (data == nullptr && size != 0)
     throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: no data");
-  Reader r(data, size);
+  sdk::PayloadReader r(data, size, "GpuOcl");
   if (std::memcmp(r.take(sizeof(kMagic), "the magic"), kMagic, sizeof(kMagic)) != 0)
     throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: not a GpuOcl payload (magic)");
-  const uint64_t version = r.u(4, "the format version");
+  const uint32_t version = r.pod<uint32_t>("the format version");
   if (version != kPayloadVersion)
     throw sdk::Error(BP_STATUS_VERSION_MISMATCH,
                      "GpuOcl payload: format version " + std::to_string(version) +
@@ -112,7 +67,7 @@ Payload decode_payload(const void* data, size_t size) {
   p.key.options = r.str("the build options");
   p.key.source_hash = r.str("the source hash");
   p.blob_prefix = r.str("the blob key prefix");
-  const uint64_t count = r.u(4, "the derived weight count");
+  const uint64_t count = r.pod<uint32_t>("the derived weight count");
   // Each entry takes at least 12 bytes: a count past what is left is a lie.
   if (count > kMaxDerived || count * 12 > r.left())
     throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: " + std::to_string(count) +
@@ -122,7 +77,7 @@ Payload decode_payload(const void* data, size_t size) {
   for (uint64_t i = 0; i < count; ++i) {
     DerivedBlob d;
     d.name = r.str("a derived weight's name");
-    d.bytes = r.u(8, "a derived weight's size");
+    d.bytes = r.pod<uint64_t>("a derived weight's size");
     if (d.name.empty() || d.bytes == 0 || !seen.insert(d.name).second)
       throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: derived weight " +
                                                    std::to_string(i) + " ('" + d.name + "', " +
@@ -130,13 +85,13 @@ Payload decode_payload(const void* data, size_t size) {
                                                    " bytes) is empty, unnamed or listed twice");
     p.derived.push_back(std::move(d));
   }
-  const uint64_t n = r.u(8, "the binary size");
+  const uint64_t n = r.pod<uint64_t>("the binary size");
   if (n == 0) throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: empty program binary");
   if (n != r.left())
     throw sdk::Error(BP_STATUS_CORRUPT_DATA, "GpuOcl payload: the binary is said to be " +
                                                  std::to_string(n) + " bytes, " +
                                                  std::to_string(r.left()) + " follow");
-  const unsigned char* b = r.take(size_t(n), "the binary");
+  const auto* b = static_cast<const unsigned char*>(r.take(size_t(n), "the binary"));
   p.binary.assign(b, b + n);
   return p;
 }

@@ -26,7 +26,11 @@ build: configure
 demo: build
 	@bash $(SRC_DIR)/scripts/demo.sh $(BUILD_PATH)
 
+# The fuzz targets (a clang build of their own, fuzz/) are built here with
+# every job, not inside the fuzz_smoke test beside the others.
 test: build
+	@BACKPLANE_FUZZ_BUILD=$(BUILD_PATH)/fuzz-build BACKPLANE_FUZZ_JOBS=$(JOBS) \
+	  bash $(SRC_DIR)/scripts/fuzz.sh --build-only
 	@cd $(BUILD_PATH) && ctest --output-on-failure -j $(JOBS)
 
 # CpuOneDnn against ONNX Runtime (npm onnxruntime-node) on real models; prints

@@ -70,6 +70,15 @@ cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 mount -t proc proc "$root/proc" && mounted+=("$root/proc")
 mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" && mounted+=("$root/dev")
 mount -t sysfs sysfs "$root/sys" && mounted+=("$root/sys")
+# This machine's own certificate authorities (a TLS-inspecting proxy's, say)
+# and npm settings, as with its apt sources: the root reaches npm's registry
+# the way this machine does. A new user's machine has its own.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -L /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1
+fi
+if [ -f /etc/npmrc ]; then cp -L /etc/npmrc "$root/etc/npmrc"; fi
 
 # Runs a command in the root as a new user's shell would: clean environment.
 in_root() {

@@ -4,6 +4,9 @@
 # Exits non-zero if a target crashes, trips a sanitizer, leaks or times out;
 # the reproducer is left in BUILD/crashes/ (rerun: BUILD/fuzz_onnx FILE).
 #
+# fuzz.sh --build-only — builds the fuzz targets and stops (`make test` does
+# this with all its jobs before the tests, so fuzz_smoke only runs them).
+#
 # fuzz.sh --differential SECONDS [BACKEND...] — random graphs
 # (tests/differential/graphgen.py) on each fast backend (default CpuOneDnn,
 # and GpuOcl if it is built, on OpenCL device 0, named with its configure key
@@ -62,6 +65,8 @@ if [ "${1:-}" = "--differential" ]; then
   exit $status
 fi
 
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 secs=${1:-30}
 build=${BACKPLANE_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${BACKPLANE_FUZZ_JOBS:-1}
@@ -83,6 +88,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j"$jobs" -- --no-print-directory >"$build/build.log" 2>&1 ||
   { tail -50 "$build/build.log" >&2; echo "fuzz.sh: build failed" >&2; exit 1; }
+[ "$build_only" = 1 ] && exit 0
 
 if [ -z "$targets" ]; then
   targets="fuzz_onnx fuzz_artifact fuzz_npy fuzz_gpuocl_payload"

@@ -21,6 +21,7 @@
 //                       listed, not taken, until 'device' names it.
 #include "gpuocl/icd.hpp"
 
+#include "gpuocl_counter.hpp"
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
 #include "support/model_builder.hpp"
@@ -364,14 +365,6 @@ TEST(GpuOclDefault, OpensNoCpuDriverAndStartsNoThreadThenClaimsNodesWhenConfigur
 // A GPU (the test driver), no options (a process of its own: OCL_ICD_VENDORS
 // names the test drivers' folder, GPUOCL_TEST_WITNESS the witness's file)
 
-int64_t counter(const char* name) {
-  void* h = dlopen(BACKPLANE_GPUOCL_BACKEND_FILE, RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) return -100;
-  auto fn = reinterpret_cast<int64_t (*)(const char*)>(dlsym(h, "GpuOcl_Counter"));
-  const int64_t v = fn != nullptr ? fn(name) : -200;
-  dlclose(h);
-  return v;
-}
 
 TEST(GpuOclFakeGpu, TakenWithNoOptionsAheadOfTheCpuAndTheLoaderNeverOpensEveryDriver) {
   if (!pocl_installed()) GTEST_SKIP() << "PoCL is not installed: the test GPU runs on it";

@@ -16,6 +16,7 @@
 //    and with a note in Model::notes() when it was made for another driver.
 // And: a kernel build failure is a clear error (or a fallback), never a crash;
 // without an OpenCL device the backend loads and claims nothing, saying why.
+#include "gpuocl_counter.hpp"
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
 #include "support/model_builder.hpp"
@@ -34,15 +35,6 @@
 namespace backplane::e2e {
 namespace {
 
-// GpuOcl_Counter of the loaded module (the runtime holds it open).
-int64_t counter(const char* name) {
-  void* h = dlopen(BACKPLANE_GPUOCL_BACKEND_FILE, RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) return -100;
-  auto fn = reinterpret_cast<int64_t (*)(const char*)>(dlsym(h, "GpuOcl_Counter"));
-  const int64_t v = fn != nullptr ? fn(name) : -200;
-  dlclose(h);
-  return v;
-}
 
 // A runtime with the default backends, GpuOcl on OpenCL device 0 with the
 // build tree's program cache; `settings` adds or replaces GpuOcl's keys.

@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -471,7 +472,22 @@ struct RunArgs {
   std::string method;
   std::vector<std::string> external_data;
   bool lazy_checksums = false;
+  std::string profile;
 };
+
+json profile_json(const backplane::ProfileSummary& p) {
+  auto rows = [](const std::vector<backplane::ProfileSummary::Row>& rs) {
+    json out = json::array();
+    for (const auto& r : rs)
+      out.push_back({{"name", r.name}, {"ms", r.ms}, {"share", r.share}, {"count", r.count}});
+    return out;
+  };
+  return {{"trace", p.path},
+          {"runs", p.runs},
+          {"run_ms", p.run_ms},
+          {"by_backend", rows(p.by_backend)},
+          {"by_op_type", rows(p.by_op_type)}};
+}
 
 int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   using clock = std::chrono::steady_clock;
@@ -531,6 +547,13 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
   if (!a.json)
     for (const std::string& n : (*model)->notes()) std::cerr << "note: " << n << "\n";
 
+  // A trace that cannot be written is an error, after a run that is
+  // otherwise the same: its outputs are still written.
+  std::string profile_error;
+  if (!a.profile.empty())
+    if (Status st = s.start_profiling(a.profile); !st.ok()) profile_error = st.message();
+  const bool profiling = !a.profile.empty() && profile_error.empty();
+
   Status first = s.run();
   if (!first.ok()) return fail(first.message());
   double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
@@ -565,6 +588,14 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
     }
   }
 
+  std::optional<backplane::ProfileSummary> profile;
+  if (profiling) {
+    auto ended = s.end_profiling();
+    if (ended.ok()) profile = std::move(*ended);
+    else profile_error = ended.status().message();
+  }
+  const int status = profile_error.empty() ? 0 : fail(profile_error);
+
   const auto& parts = (*model)->partitions();
   if (a.json) {
     json j;
@@ -587,8 +618,9 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
                               {"shape", o.shape()},
                               {"dtype", backplane::dtype_name(o.dtype())}});
     }
+    if (profile) j["profile"] = profile_json(*profile);
     std::cout << j.dump() << "\n";
-    return 0;
+    return status;
   }
   std::printf("model      %s\n", a.model.c_str());
   std::printf("partitions %zu\n", parts.size());
@@ -603,7 +635,8 @@ int cmd_run(const GlobalOptions& g, const RunArgs& a) {
               load_ms);
   std::printf("latency    min %.3f ms, median %.3f ms, max %.3f ms over %zu runs (%d warm-up)\n",
               sorted.front(), median, sorted.back(), times.size(), a.warmup);
-  return 0;
+  if (profile) std::printf("%s", profile->to_string().c_str());
+  return status;
 }
 
 struct ValidateArgs {
@@ -691,6 +724,9 @@ int main(int argc, char** argv) {
   run->add_option("--method", r.method, "Method of a compiled artifact (default: the first)");
   run->add_option("--external-data", r.external_data,
                   "External data file (.bpd) of the artifact (repeatable)");
+  run->add_option("--profile", r.profile,
+                  "Write a Chrome trace (Perfetto, chrome://tracing) of every run to this "
+                  "file and print where the time went, by backend and operator type");
   run->add_flag("--lazy-checksums", r.lazy_checksums,
                 "Verify artifact data checksums on first use, not at load");
 

@@ -389,6 +389,13 @@ class RefContext : public sdk::ExecContext {
 
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override {
+    run(num_inputs, inputs, num_outputs, outputs, nullptr);
+  }
+
+  // `profiled`: the execute_shaped call that is being profiled, if any: each
+  // step (one node) is timed and reported.
+  void run(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
+           const bp_tensor_t* outputs, const sdk::ExecuteArgs* profiled) {
     if (num_inputs != compiled_.num_inputs() || num_outputs != compiled_.num_outputs())
       throw sdk::invalid("CpuRef execute: expected " + std::to_string(compiled_.num_inputs()) +
                          " inputs and " + std::to_string(compiled_.num_outputs()) + " outputs");
@@ -407,7 +414,9 @@ class RefContext : public sdk::ExecContext {
         in[i] = steps[s].inputs[i] >= 0 ? values_[steps[s].inputs[i]] : nullptr;
       for (size_t i = 0; i < out.size(); ++i)
         out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
+      const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
       steps[s].kernel->run(in.data(), out.data(), scratch_);
+      if (profiled != nullptr) profiled->profile_node(s, nullptr, begin, profiled->clock_ns());
     }
   }
 
@@ -434,7 +443,7 @@ class RefContext : public sdk::ExecContext {
       const bp_value_t& value = view.values[view.outputs[k]];
       check_tensor(compiled_, "output", k, view.outputs[k], a.outputs[k], value.shape, value.rank);
     }
-    execute(a.num_inputs, a.inputs, a.num_outputs, a.outputs);
+    run(a.num_inputs, a.inputs, a.num_outputs, a.outputs, args.profiling() ? &args : nullptr);
   }
 
  private:
@@ -487,7 +496,10 @@ class PolyContext : public sdk::ExecContext {
     for (size_t k = 0; k < a.num_outputs; ++k)
       values_[compiled_.view().outputs[k]] = a.outputs[k].data;
     const auto& steps = compiled_.steps();
+    const bool profiling = args.profiling();
     for (size_t s = 0; s < steps.size(); ++s) {
+      // A node's time includes preparing its kernel for new shapes.
+      const uint64_t begin = profiling ? args.clock_ns() : 0;
       // Every step is checked, not only after new shapes: a run that failed
       // part way left the steps after the failure prepared for older shapes.
       for (int32_t v : steps[s].inputs)  // reported by a node before, or not at all
@@ -523,11 +535,12 @@ class PolyContext : public sdk::ExecContext {
             throw sdk::invalid(partition_name(compiled_.view()) + ": node '" +
                                compiled_.view().nodes[s].name + "' did not allocate its output '" +
                                compiled_.view().values[v].name + "'");
-        continue;
+      } else {
+        for (int32_t v : steps[s].outputs)
+          if (v >= 0 && !known(v)) unknown_dim(static_cast<size_t>(v));
+        kernel.run(in.data(), out.data(), scratch_.get());
       }
-      for (int32_t v : steps[s].outputs)
-        if (v >= 0 && !known(v)) unknown_dim(static_cast<size_t>(v));
-      kernel.run(in.data(), out.data(), scratch_.get());
+      if (profiling) args.profile_node(s, nullptr, begin, args.clock_ns());
     }
   }
 

@@ -5,7 +5,7 @@
  * builds with this header alone (and, optionally, the header-only backend_sdk.hpp).
  *
  * ---------------------------------------------------------------------------
- * Versioning (API version MAJOR.MINOR, currently 1.5)
+ * Versioning (API version MAJOR.MINOR, currently 1.6)
  * ---------------------------------------------------------------------------
  * - MINOR grows when something is added in a backward-compatible way: a new slot
  *   appended to the end of a table, a new field appended to the end of a struct,
@@ -63,7 +63,7 @@ extern "C" {
 /* ======================================================================= */
 
 #define BP_API_VERSION_MAJOR 1u
-#define BP_API_VERSION_MINOR 5u
+#define BP_API_VERSION_MINOR 6u
 
 /* Size of a struct up to and including `last_field`: the struct_size a
  * producer built against this header writes. */
@@ -360,6 +360,9 @@ typedef struct bp_shape {
 /* Host-owned receiver of outputs whose shape depends on data (since 1.2). */
 typedef struct bp_output_sink bp_output_sink_t;
 
+/* Host-owned recorder of a profiled execute_shaped call (since 1.6). */
+typedef struct bp_profile bp_profile_t;
+
 /* Arguments of execute_shaped (since 1.2). Everything is owned by the host and
  * valid for the duration of the call. */
 typedef struct bp_execute_args {
@@ -387,6 +390,12 @@ typedef struct bp_execute_args {
    * num_threads), the calling thread included. */
   bp_thread_pool_t* thread_pool;
   uint32_t flags; /* BP_EXECUTE_* */
+  /* ---- since 1.6 (read only if struct_size covers them) ---- */
+  /* Non-NULL while the host profiles this run: a backend that can time its
+   * nodes reports each with host->profile_node(profile, ...); one that does
+   * not is timed as a whole partition. Owned by the host, valid for this
+   * call only. */
+  bp_profile_t* profile;
 } bp_execute_args_t;
 
 /* bp_execute_args_t.flags (since 1.5).
@@ -569,17 +578,40 @@ typedef struct bp_host_api {
    * Returns NULL, or a status the caller owns. */
   bp_status_t* (*parallel_for)(bp_thread_pool_t* pool, size_t n, size_t grain,
                                void (*fn)(void* ctx, size_t begin, size_t end), void* ctx);
+
+  /* ---- since 1.6 (check api_minor or struct_size before calling) ------- */
+
+  /* The host's clock for profile_node: nanoseconds since an arbitrary
+   * origin, monotonic. Cheap enough to call around every node. */
+  uint64_t (*clock_ns)(void);
+
+  /* During a profiled execute_shaped (bp_execute_args_t.profile non-NULL):
+   * the work of node `node_index` of the partition's view ran from
+   * `begin_ns` to `end_ns` (clock_ns). A backend that fuses several nodes
+   * into one kernel reports it once, under the node the kernel was made for,
+   * with `label` saying what it is ("Conv+Relu"); `label` may be NULL (the
+   * node's own name and type are used) and is copied. node_index
+   * BP_PROFILE_NO_NODE reports work that is no one node's (a layout
+   * conversion); `label` then names it. Call it from the thread that called
+   * execute_shaped, after the work: spans of one call must not overlap. */
+  void (*profile_node)(bp_profile_t* profile, size_t node_index, const char* label,
+                       uint64_t begin_ns, uint64_t end_ns);
 } bp_host_api_t;
+
+/* profile_node's node_index for work that is no one node's (since 1.6). */
+#define BP_PROFILE_NO_NODE ((size_t)-1)
 
 /* The struct_size of a bp_host_api_t as of each released API. */
 #define BP_HOST_API_SIZE_1_0 BP_STRUCT_SIZE(bp_host_api_t, free)
 #define BP_HOST_API_SIZE_1_2 BP_STRUCT_SIZE(bp_host_api_t, output_allocate)
 #define BP_HOST_API_SIZE_1_3 BP_STRUCT_SIZE(bp_host_api_t, infer_set_output)
 #define BP_HOST_API_SIZE_1_5 BP_STRUCT_SIZE(bp_host_api_t, parallel_for)
+#define BP_HOST_API_SIZE_1_6 BP_STRUCT_SIZE(bp_host_api_t, profile_node)
 
 /* The struct_size of a bp_execute_args_t as of each API that changed it. */
 #define BP_EXECUTE_ARGS_SIZE_1_2 BP_STRUCT_SIZE(bp_execute_args_t, sink)
 #define BP_EXECUTE_ARGS_SIZE_1_5 BP_STRUCT_SIZE(bp_execute_args_t, flags)
+#define BP_EXECUTE_ARGS_SIZE_1_6 BP_STRUCT_SIZE(bp_execute_args_t, profile)
 
 /* ======================================================================= */
 /* Backend table: backend -> runtime                                        */
@@ -746,6 +778,8 @@ typedef struct bp_backend_api {
 /* 1.5 added no slot to this table (only to bp_host_api_t and
  * bp_execute_args_t): a 1.5 table has 1.4's size. */
 #define BP_BACKEND_API_SIZE_1_5 BP_BACKEND_API_SIZE_1_4
+/* 1.6 added none either (bp_host_api_t and bp_execute_args_t again). */
+#define BP_BACKEND_API_SIZE_1_6 BP_BACKEND_API_SIZE_1_4
 
 /* True if `table` (of struct_size bytes) has a non-NULL `slot`. */
 #define BP_TABLE_HAS(table, slot) \

@@ -858,6 +858,18 @@ class ExecuteArgs {
     return BP_HAS_FIELD(bp_execute_args_t, flags, args_.struct_size) &&
            (args_.flags & BP_EXECUTE_EDGE_FOLLOWS) != 0;
   }
+  // API 1.6: the host profiles this call; time each node's work with
+  // clock_ns() and report it with profile_node().
+  bool profiling() const {
+    return BP_HAS_FIELD(bp_execute_args_t, profile, args_.struct_size) &&
+           args_.profile != nullptr && BP_HAS_FIELD(bp_host_api_t, profile_node, host_->struct_size);
+  }
+  uint64_t clock_ns() const { return host_->clock_ns(); }
+  // Node `node` of the view (BP_PROFILE_NO_NODE: no one node's; `label`
+  // names the work then) ran from `begin_ns` to `end_ns`. Only when profiling().
+  void profile_node(size_t node, const char* label, uint64_t begin_ns, uint64_t end_ns) const {
+    host_->profile_node(args_.profile, node, label, begin_ns, end_ns);
+  }
 
  private:
   const bp_host_api_t* host_;
@@ -1195,7 +1207,8 @@ constexpr size_t table_size(uint32_t minor) {
          : minor == 2 ? BP_BACKEND_API_SIZE_1_2
          : minor == 3 ? BP_BACKEND_API_SIZE_1_3
          : minor == 4 ? BP_BACKEND_API_SIZE_1_4
-                      : BP_BACKEND_API_SIZE_1_5;
+         : minor == 5 ? BP_BACKEND_API_SIZE_1_5
+                      : BP_BACKEND_API_SIZE_1_6;
 }
 
 constexpr bool valid_version(const BackendIdentity& id) {

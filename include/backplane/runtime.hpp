@@ -284,6 +284,29 @@ struct CopyDescription {
 
 enum class PlanFormat { kText, kJson, kDot };
 
+// Where a profiled session's runs spent their time (Session::end_profiling).
+struct ProfileSummary {
+  struct Row {
+    std::string name;
+    uint64_t count = 0;  // spans summed
+    double ms = 0;
+    double share = 0;  // of run_ms
+  };
+  std::string path;  // where the trace was written
+  uint64_t runs = 0;
+  double run_ms = 0;  // wall time of the runs recorded, summed
+  // Time in each backend's partitions, then "copies" (between memories),
+  // "specialisation builds" and "session" (the session's own work between
+  // them), largest first: together, all of run_ms.
+  std::vector<Row> by_backend;
+  // Time per operator type, largest first, for the backends that time their
+  // nodes (API 1.6); the partitions of one that does not are one row
+  // "BACKEND (nodes not timed)".
+  std::vector<Row> by_op_type;
+  // Both tables as text, as `backplane run --profile` prints them.
+  std::string to_string() const;
+};
+
 class Session;
 
 // A loaded model. Each run may use any input shapes consistent with the
@@ -367,6 +390,22 @@ class Session {
   virtual Result<AnyValue> get_output_value(const std::string& name) const {
     BP_ASSIGN_OR_RETURN(Tensor t, get_output(name));
     return AnyValue::of(std::move(t));
+  }
+
+  // Profiling. From start_profiling on, every run is timed: the run, its
+  // stages, each partition (by backend), each copy between memories, each
+  // specialisation built, and each node where its backend reports it (API
+  // 1.6: CpuRef does). end_profiling writes the trace to `path` as Chrome
+  // trace-event JSON (it opens in Perfetto and chrome://tracing) and returns
+  // the summary. start_profiling fails, naming the path, if the trace
+  // cannot be written there; nothing else changes. A session destroyed
+  // while profiling writes its trace. Timing costs about a microsecond per
+  // span: a profiled run is slightly slower, never different.
+  virtual Status start_profiling(const std::string& path) {
+    return unsupported("this session cannot profile (" + path + ")");
+  }
+  virtual Result<ProfileSummary> end_profiling() {
+    return invalid_argument("this session is not profiling (start_profiling first)");
   }
 };
 

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -455,8 +456,17 @@ class InferenceSession {
 
   py::list run(const py::object& output_names, const py::object& input_feed,
                const py::object& run_options) {
-    if (!run_options.is_none())
-      raise_status(bp::unsupported("run_options are not supported (pass None)"));
+    std::string profile_path;
+    if (!run_options.is_none()) {
+      if (!py::isinstance<py::dict>(run_options))
+        throw py::type_error("run_options must be None or a dict, e.g. {'profile': 'trace.json'}");
+      for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(run_options)) {
+        const std::string k = py::str(key).cast<std::string>();
+        if (k != "profile")
+          raise_invalid("run_options: unknown key '" + k + "' (known: profile)");
+        profile_path = py::str(value).cast<std::string>();
+      }
+    }
     if (!py::isinstance<py::dict>(input_feed))
       throw py::type_error("input_feed must be a dict {input name: numpy array}");
     const std::vector<size_t> wanted = output_indices(output_names);
@@ -473,10 +483,49 @@ class InferenceSession {
         // As `backplane run` says it: an input's error names the model.
         status.with_context(path_);
       }
+      if (status.ok() && !profile_path.empty()) status = lease->start_profiling(profile_path);
       if (status.ok()) status = lease->run();
+      if (!profile_path.empty()) {
+        bp::Result<bp::ProfileSummary> ended = lease->end_profiling();
+        if (status.ok() && !ended.ok()) status = ended.status();
+        if (ended.ok()) {
+          std::lock_guard<std::mutex> lock(pool_mu_);
+          last_profile_ = std::move(*ended);
+        }
+      }
     }
     check(status);
     return collect_outputs(*lease, wanted);
+  }
+
+  // The summary of the last run profiled (run_options={'profile': path}).
+  py::object last_profile() {
+    std::optional<bp::ProfileSummary> p;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      p = last_profile_;
+    }
+    if (!p) return py::none();
+    auto rows = [](const std::vector<bp::ProfileSummary::Row>& rs) {
+      py::list out;
+      for (const auto& r : rs) {
+        py::dict d;
+        d["name"] = r.name;
+        d["ms"] = r.ms;
+        d["share"] = r.share;
+        d["count"] = r.count;
+        out.append(d);
+      }
+      return out;
+    };
+    py::dict d;
+    d["trace"] = p->path;
+    d["runs"] = p->runs;
+    d["run_ms"] = p->run_ms;
+    d["by_backend"] = rows(p->by_backend);
+    d["by_op_type"] = rows(p->by_op_type);
+    d["text"] = p->to_string();
+    return d;
   }
 
   std::vector<std::string> backends_used() const { return model_->backends_used(); }
@@ -690,6 +739,7 @@ class InferenceSession {
   std::string path_;
   std::unordered_map<std::string, size_t> input_index_, output_index_;
   std::mutex pool_mu_;
+  std::optional<bp::ProfileSummary> last_profile_;  // guarded by pool_mu_
   std::vector<std::unique_ptr<bp::Session>> idle_;
 };
 
@@ -997,6 +1047,8 @@ PYBIND11_MODULE(_backplane, m) {
       .def_property_readonly("notes", &InferenceSession::notes)
       .def_property_readonly("runs_in_stages", &InferenceSession::runs_in_stages)
       .def_property_readonly("specialization_stats", &InferenceSession::specialization_stats)
+      .def_property_readonly("last_profile", &InferenceSession::last_profile,
+                             "Summary of the last run made with run_options={'profile': path}")
       .def_property_readonly("model_path", &InferenceSession::model_path)
       .def("describe_plan", &InferenceSession::describe_plan, py::arg("format") = "text")
       .def("_pooled_sessions", &InferenceSession::pooled_sessions)

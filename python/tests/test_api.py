@@ -148,9 +148,11 @@ def test_run_output_selection_and_input_forms(models_dir):
     np.testing.assert_array_equal(y, y5)
     (y6,) = sess.run(["y"], dict(feed, x=feed["x"].astype(">f4")))  # big-endian bytes
     np.testing.assert_array_equal(y, y6)
-    # ONNX Runtime's run_options: only None.
-    with pytest.raises(backplane.UnsupportedError):
+    # run_options: None or a dict of known keys.
+    with pytest.raises(TypeError):
         sess.run(None, feed, object())
+    with pytest.raises(backplane.InvalidArgumentError, match="unknown key 'log_severity_level'"):
+        sess.run(None, feed, {"log_severity_level": "0"})
     with pytest.raises(TypeError):
         sess.run(None, [feed["x"]])
 

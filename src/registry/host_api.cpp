@@ -3,6 +3,7 @@
 #include "core/log.hpp"
 #include "core/named_blob_store.hpp"
 #include "core/named_data_map.hpp"
+#include "core/profiler.hpp"
 #include "core/thread_pool.hpp"
 #include "registry/abi_status.hpp"
 #include "registry/backend_ops.hpp"
@@ -228,12 +229,37 @@ bp_status_t* parallel_for(bp_thread_pool_t* pool, size_t n, size_t grain,
                             "(the chunks not yet started were skipped)");
 }
 
+uint64_t clock_ns() { return profile::now_ns(); }
+
+// A node's span within a profiled execute_shaped: named by the node's
+// operator type (the label for work that is no one node's), so the summary
+// sums it by type.
+void profile_node(bp_profile_t* profile, size_t node_index, const char* label, uint64_t begin_ns,
+                  uint64_t end_ns) {
+  if (profile == nullptr || profile->recorder == nullptr || end_ns < begin_ns) return;
+  profile::Event e;
+  e.kind = profile::Kind::kNode;
+  e.begin_ns = begin_ns;
+  e.end_ns = end_ns;
+  const bp_graph_view_t* view = profile->view;
+  if (view != nullptr && node_index < view->num_nodes) {
+    const bp_node_t& node = view->nodes[node_index];
+    e.name = node.op_type != nullptr ? node.op_type : "?";
+    e.args.emplace_back("node", node.name != nullptr ? node.name : "");
+  } else {
+    e.name = label != nullptr && *label != '\0' ? label : "(unnamed work)";
+  }
+  if (label != nullptr && *label != '\0') e.args.emplace_back("label", label);
+  e.args.emplace_back("backend", profile->backend);
+  profile->recorder->add(std::move(e));
+}
+
 }  // namespace
 
 const bp_host_api_t* host_api() {
   static const bp_host_api_t table = [] {
     bp_host_api_t t{};
-    t.struct_size = BP_HOST_API_SIZE_1_5;
+    t.struct_size = BP_HOST_API_SIZE_1_6;
     t.api_major = BP_API_VERSION_MAJOR;
     t.api_minor = BP_API_VERSION_MINOR;
     t.status_create = &status_create;
@@ -254,6 +280,8 @@ const bp_host_api_t* host_api() {
     t.infer_set_output = &infer_set_output;  // since 1.3
     t.thread_pool_size = &thread_pool_size;  // since 1.5
     t.parallel_for = &parallel_for;          // since 1.5
+    t.clock_ns = &clock_ns;                  // since 1.6
+    t.profile_node = &profile_node;          // since 1.6
     return t;
   }();
   return &table;

@@ -1,6 +1,7 @@
 #include "session/compiled_model.hpp"
 
 #include "core/log.hpp"
+#include "core/profiler.hpp"
 #include "core/tensor_data_map.hpp"
 #include "pipeline/front_end.hpp"
 
@@ -217,6 +218,9 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   double build_ms = 0;
   Built built = [&]() -> Built {
     std::lock_guard<std::mutex> one_at_a_time(build_mu_);
+    profile::Span span(profile::Kind::kBuild, [&] {
+      return "specialise for " + signature_to_string(*portable_, signature);
+    });
     const auto start = std::chrono::steady_clock::now();
     Result<std::shared_ptr<Specialization>> s = build(signature);
     build_ms =

@@ -7,6 +7,8 @@
 // between specialisations (compiled shape-polymorphic) are kept across
 // switches, others are dropped once unused for a few switches.
 #include "core/log.hpp"
+#include "core/profiler.hpp"
+#include "registry/host_api.hpp"
 #include "registry/output_sink.hpp"
 #include "session/compiled_model.hpp"
 
@@ -43,6 +45,9 @@ class SessionImpl : public Session {
   }
 
   ~SessionImpl() override { release(); }
+
+  Status start_profiling(const std::string& path) override { return profile_.start(path); }
+  Result<ProfileSummary> end_profiling() override { return profile_.end(); }
 
   // A model specialised at load gets its resources now, so that a backend
   // failing to make a context fails create_session as it always did.
@@ -140,6 +145,7 @@ class SessionImpl : public Session {
   }
 
   Status run() override {
+    profile::SessionProfile::Run profiled(profile_);
     // Fed inputs take the shape (and, on the host, the bytes) the last run left.
     for (size_t i = 0; i < fed_.size(); ++i) {
       const Fed& f = fed_[i];
@@ -206,6 +212,9 @@ class SessionImpl : public Session {
     for (const ExecStep& step : spec.steps()) {
       if (step.kind == ExecStep::kCopy) {
         if (skip_copy(step)) continue;
+        profile::Span span(profile::Kind::kCopy, [&] {
+          return "copy '" + spec.graph().values[step.value].name + "'";
+        });
         BP_RETURN_IF_ERROR(copy(step));
         continue;
       }
@@ -660,12 +669,17 @@ class SessionImpl : public Session {
     const Specialization& spec = *spec_;
     const ExecutablePartition& ep = *spec.executable()[i];
     const bp_backend_api_t* api = ep.backend->api();
+    profile::Span span(profile::Kind::kPartition, [&] { return std::string(ep.view->get()->name); });
+    span.arg("backend", ep.backend->id());
+    bp_profile_t profiled{profile::Recorder::current(), ep.view->get(), ep.backend->id().c_str()};
     const auto& in = in_tensors_[i];
     const auto& out = out_tensors_[i];
     bp_status_t* s = nullptr;
     if (ep.imperative) {
+      const uint64_t begin = span.recording() ? profile::now_ns() : 0;
       s = api->execute_node(ep.backend->instance(), ep.view->get(), 0, in.size(), in.data(),
                             out.size(), out.data());
+      if (span.recording()) host_api()->profile_node(&profiled, 0, nullptr, begin, profile::now_ns());
     } else if (BP_TABLE_HAS(api, execute_shaped)) {
       const PartitionShapes& shapes = spec.shapes_of(i);
       bp_execute_args_t args{};
@@ -681,6 +695,10 @@ class SessionImpl : public Session {
         args.struct_size = BP_EXECUTE_ARGS_SIZE_1_5;
         args.thread_pool = pool_ != nullptr ? pool_->abi() : nullptr;
         args.flags = edge_after_[i] ? BP_EXECUTE_EDGE_FOLLOWS : 0u;
+      }
+      if (api->api_minor >= 6) {
+        args.struct_size = BP_EXECUTE_ARGS_SIZE_1_6;
+        args.profile = span.recording() ? &profiled : nullptr;
       }
       s = api->execute_shaped(contexts_[i], &args);
     } else {
@@ -845,6 +863,7 @@ class SessionImpl : public Session {
   };
   std::map<int, Dynamic> dynamic_;
   size_t running_ = 0;  // the partition executing now
+  profile::SessionProfile profile_;
   int failed_ = -1;     // the partition whose execute failed in the last run, -1 if none
   bp_output_sink sink_;
   ThreadPool* const pool_ = model_->thread_pool();  // lent to backends (API 1.5)

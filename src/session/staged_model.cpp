@@ -3,6 +3,7 @@
 // host_ops.cpp.
 #include "session/staged_model.hpp"
 
+#include "core/profiler.hpp"
 #include "ir/op_registry.hpp"
 
 #include <algorithm>
@@ -309,7 +310,12 @@ Status Program::run(ProgramState& state, std::vector<AnyValue> inputs,
   for (size_t k = 0; k < inputs.size(); ++k) env[g.inputs[k]] = std::move(inputs[k]);
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = *steps_[s];
-    if (step.kind == Step::kStage) BP_RETURN_IF_ERROR(run_stage(step, s, state));
+    const bool stage = step.kind == Step::kStage;
+    profile::Span span(stage ? profile::Kind::kStage : profile::Kind::kOther, [&] {
+      return (stage ? "stage " + std::to_string(s) + " from " : std::string("host ")) +
+             g.nodes[step.nodes.front()].describe();
+    });
+    if (stage) BP_RETURN_IF_ERROR(run_stage(step, s, state));
     else BP_RETURN_IF_ERROR(run_host(step, state.steps[s], env));
   }
   outputs->clear();
@@ -672,7 +678,11 @@ class StagedSession : public Session {
     return ok_status();
   }
 
+  Status start_profiling(const std::string& path) override { return profile_.start(path); }
+  Result<ProfileSummary> end_profiling() override { return profile_.end(); }
+
   Status run() override {
+    profile::SessionProfile::Run profiled(profile_);
     for (size_t i = 0; i < set_.size(); ++i)
       if (!set_[i]) return invalid_argument("input '" + model_->inputs()[i].name + "' was not set");
     BP_RETURN_IF_ERROR(model_->program().run(*state_, inputs_, &outputs_));
@@ -752,6 +762,7 @@ class StagedSession : public Session {
   }
 
   std::shared_ptr<StagedModel> model_;
+  profile::SessionProfile profile_;
   std::unique_ptr<ProgramState> state_;
   std::vector<AnyValue> inputs_;
   std::vector<bool> set_;

@@ -216,6 +216,14 @@ _Static_assert(BP_EXECUTE_ARGS_SIZE_1_2 == 64, "API 1.2 execute args size change
 _Static_assert(BP_EXECUTE_ARGS_SIZE_1_5 == 76, "API 1.5 execute args size changed");
 _Static_assert(BP_EXECUTE_EDGE_FOLLOWS == 1u, "flag renumbered");
 _Static_assert(BP_BACKEND_API_SIZE_1_5 == BP_BACKEND_API_SIZE_1_4, "1.5 added no backend slot");
+/* 1.6: the profiler (clock_ns, profile_node, execute args' profile) */
+BP_FREEZE(bp_host_api_t, clock_ns, 160);
+BP_FREEZE(bp_host_api_t, profile_node, 168);
+_Static_assert(BP_HOST_API_SIZE_1_6 == 176, "API 1.6 host table size changed");
+BP_FREEZE(bp_execute_args_t, profile, 80);
+_Static_assert(BP_EXECUTE_ARGS_SIZE_1_6 == 88, "API 1.6 execute args size changed");
+_Static_assert(BP_PROFILE_NO_NODE == (size_t)-1, "BP_PROFILE_NO_NODE changed");
+_Static_assert(BP_BACKEND_API_SIZE_1_6 == BP_BACKEND_API_SIZE_1_4, "1.6 added no backend slot");
 _Static_assert(BP_DTYPE_UINT16 == 4 && BP_DTYPE_INT16 == 5 && BP_DTYPE_FLOAT64 == 11 &&
                    BP_DTYPE_UINT32 == 12 && BP_DTYPE_UINT64 == 13 && BP_DTYPE_BFLOAT16 == 16,
                "dtype renumbered");

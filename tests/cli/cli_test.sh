@@ -154,4 +154,32 @@ else
   fail "partition --shape: exit $rc, stderr: $(cat "$tmp/stderr")"
 fi
 
+# --profile: a Chrome trace and the summary; an unwritable path is an error
+# naming it after a run whose outputs are the same.
+"$cli" run "$models/tiny_cnn.onnx" --backends CpuRef --input "input=$models/tiny_cnn.input.npy" \
+  --runs 3 --profile "$tmp/trace.json" --json >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 0 ] && "$py" - "$tmp/stdout" "$tmp/trace.json" <<'EOF'; then pass "run --profile: trace and summary"; else fail "run --profile: exit $rc, stderr: $(cat "$tmp/stderr")"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["profile"]
+assert p["trace"] == sys.argv[2] and p["runs"] == 4, p
+assert any(r["name"] == "CpuRef" for r in p["by_backend"]), p
+assert any(r["name"] == "Conv" and r["ms"] > 0 for r in p["by_op_type"]), p
+events = json.load(open(sys.argv[2]))["traceEvents"]
+assert sum(e.get("cat") == "run" for e in events) == 4, events[:5]
+assert all(e["ph"] in ("X", "M") for e in events)
+EOF
+"$cli" run "$models/tiny_cnn.onnx" --backends CpuRef --input "input=$models/tiny_cnn.input.npy" \
+  --output-dir "$tmp/plain" >/dev/null 2>&1
+"$cli" run "$models/tiny_cnn.onnx" --backends CpuRef --input "input=$models/tiny_cnn.input.npy" \
+  --output-dir "$tmp/profiled" --profile "$tmp/no-such-dir/trace.json" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: .*$tmp/no-such-dir/trace.json" "$tmp/stderr" &&
+   cmp -s "$tmp/plain/output.npy" "$tmp/profiled/output.npy"; then
+  pass "run --profile to an unwritable path: exit 1, names it, outputs unchanged"
+else
+  fail "run --profile unwritable: exit $rc, stderr: $(cat "$tmp/stderr")"
+fi
+
 finish

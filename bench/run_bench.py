@@ -44,6 +44,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -236,6 +237,29 @@ def first_result(paths, model, onnx_path, input_path, threads, processes=5, afte
         samples.pop()  # an odd count has one median process
     ratio, ready, first = sorted(samples)[len(samples) // 2]
     return ready, first, ratio, len(samples)
+
+
+def cpuref_share(paths, onnx_path, input_path, threads, warmup=3, runs=10):
+    """The share of steady runs' time spent in CpuRef partitions: `backplane
+    run --profile` (docs/profiling.md), the first run and `warmup` more left
+    out. Run after the timed turns, alone."""
+    import onnx
+    m = onnx.load(onnx_path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    name = next(i.name for i in m.graph.input if i.name not in inits)
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.json")
+        subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "run", onnx_path,
+                        "--input", f"{name}={input_path}", "--threads", str(threads),
+                        "--warmup", str(warmup), "--runs", str(runs), "--profile", trace, "--json"],
+                       check=True, capture_output=True)
+        events = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+    run_spans = sorted((e for e in events if e["cat"] == "run"), key=lambda e: e["ts"])[1 + warmup:]
+    total = sum(r["dur"] for r in run_spans)
+    cpuref = sum(e["dur"] for e in events
+                 if e["cat"] == "partition" and e.get("args", {}).get("backend") == "CpuRef" and
+                 any(r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"] for r in run_spans))
+    return cpuref / total if total > 0 else 0.0
 
 
 def paired(turns, a, b):
@@ -475,11 +499,13 @@ def table(results, ort_version, args, peaks):
         "median of the other runtime's turn next to it (the machine's speed changes for seconds at a time; "
         "neighbouring turns share it). "
         f"oneDNN sgemm rate in this run (GFLOP/s): {peak_text}. GFLOP/s = 2 x the multiply-adds of the model's "
-        "Conv/MatMul/Gemm nodes / Backplane's median latency; share = that / the sgemm rate at the same thread count.",
+        "Conv/MatMul/Gemm nodes / Backplane's median latency; share = that / the sgemm rate at the same thread count. "
+        "CpuRef share: the part of a steady run's time in CpuRef partitions, from `backplane run --profile` "
+        "(docs/profiling.md).",
         "",
         "| model | family | threads | Backplane ms | ORT ms | Backplane/ORT | max rel diff | partitions | backends | "
-        "GFLOP | Backplane GFLOP/s | share of sgemm peak | static ms | dynamic/static |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "CpuRef share | GFLOP | Backplane GFLOP/s | share of sgemm peak | static ms | dynamic/static |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         gf = r.get("gflop")
@@ -488,12 +514,12 @@ def table(results, ort_version, args, peaks):
         lines.append(
             f"| {r['model']} | {r['family']} | {r['threads']} | {r['bp_ms']:.2f} | {r['ort_ms']:.2f} | "
             f"{r['ratio']:.2f} | {r['rel_diff']:.1e} | {r['partitions']} | {r['backends']} | "
-            f"{f'{gf:.2f}' if gf else '-'} | {f'{rate:.1f}' if rate else '-'} | {share} | "
+            f"{r['cpuref_share']:.1%} | {f'{gf:.2f}' if gf else '-'} | {f'{rate:.1f}' if rate else '-'} | {share} | "
             f"{r['static_ms']:.2f} | {r['dyn_static']:.3f} |")
     for t, rows, mean, worst in by(results, "threads"):
         lines.append(f"| **geometric mean, {len(rows)} models** | | {t} | | | **{mean:.2f}** "
-                     f"| | | | | | | | {geomean([r['dyn_static'] for r in rows]):.3f} |")
-        lines.append(f"| worst: {worst['model']} | | {t} | | | {worst['ratio']:.2f} | | | | | | | | |")
+                     f"| | | | | | | | | {geomean([r['dyn_static'] for r in rows]):.3f} |")
+        lines.append(f"| worst: {worst['model']} | | {t} | | | {worst['ratio']:.2f} | | | | | | | | | |")
     lines += [
         "",
         "Loading and memory, same processes:",
@@ -673,6 +699,7 @@ def main():
             r = bench_one(args, files, threads, paths)
             log(f"{files[0]} at {threads} thread(s): Backplane/ORT {r['ratio']:.2f}, dynamic/static "
                 f"{r['dyn_static']:.3f}; {cpu_summary(r['turn_cpus'])}")
+            r["cpuref_share"] = cpuref_share(paths, files[1], files[2], threads)
             r["family"] = bench_models.family(files[0])
             r["gflop"] = gflop / 1e9 if gflop else None
             results.append(r)

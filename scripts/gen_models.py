@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 OPSET = 13
 ALL_MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_1", "transformer", "tiny_cnn",
-              "encoder_dyn", "decoder_kv"]
+              "encoder_dyn", "decoder_kv", "block_attention"]
 
 
 def _script_hash():
@@ -216,6 +216,32 @@ def build_tiny_cnn():
     return model
 
 
+class BlockAttention(nn.Module):
+    """Attention within windows written with torch.einsum, as torchvision's
+    MaxViT writes it ("bghid,bghjd->bghij", then "bghij,bghjd->bghid"): x
+    [batch, windows, tokens, dim]. Exported, each einsum is an Einsum node."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        b, g, n, d = x.shape
+        qkv = self.qkv(self.norm(x)).reshape(b, g, n, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)
+        a = torch.einsum("bghid,bghjd->bghij", q, k).mul(q.shape[-1] ** -0.5).softmax(-1)
+        y = torch.einsum("bghij,bghjd->bghid", a, v)
+        return x + self.proj(y.permute(0, 1, 3, 2, 4).reshape(b, g, n, d))
+
+
+def build_block_attention():
+    torch.manual_seed(5)
+    return nn.Sequential(BlockAttention(), BlockAttention()).eval()
+
+
 # --------------------------------------------------------------------------
 # Dynamic-shape models (issue 13): exported with symbolic dims, so one
 # loaded model must serve every batch size, sequence length and cache length.
@@ -381,6 +407,8 @@ def make_input(name):
         return decoder_kv_example(rng), DecoderKV(**DECODER_KV).output_names()
     if name == "tiny_cnn":
         return [("input", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))], ["output"]
+    if name == "block_attention":
+        return [("input", rng.standard_normal((2, 16, 49, 32)).astype(np.float32))], ["output"]
     return [("input", rng.standard_normal((1, 3, 224, 224)).astype(np.float32))], ["output"]
 
 
@@ -419,6 +447,8 @@ def build(name):
         return build_decoder_kv()
     if name == "tiny_cnn":
         return build_tiny_cnn()
+    if name == "block_attention":
+        return build_block_attention()
     return build_torchvision(name)
 
 

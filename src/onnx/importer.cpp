@@ -1,6 +1,7 @@
 #include "onnx/importer.hpp"
 
 #include "core/mapped_file.hpp"
+#include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -889,6 +890,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
           "not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
   }
   BP_RETURN_IF_ERROR(inline_functions(model, registry));
+  decompose_einsums(model);
   Context ctx;
   ctx.source = source;
   ctx.base_dir = base_dir;

@@ -90,7 +90,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"squeezenet1_1", "input", "output", DType::kFloat32, {1, 3, 224, 224}, {1, 1000}},
         ModelCase{
             "transformer", "input_ids", "last_hidden_state", DType::kInt64, {1, 32}, {1, 32, 128}},
-        ModelCase{"tiny_cnn", "input", "output", DType::kFloat32, {1, 3, 32, 32}, {1, 10}}),
+        ModelCase{"tiny_cnn", "input", "output", DType::kFloat32, {1, 3, 32, 32}, {1, 10}},
+        ModelCase{"block_attention", "input", "output", DType::kFloat32, {2, 16, 49, 32},
+                  {2, 16, 49, 32}}),
     case_name);
 
 }  // namespace

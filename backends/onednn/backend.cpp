@@ -37,7 +37,6 @@ class OneDnnBackend : public sdk::Backend {
   bp_backend_info_t info() override {
     bp_backend_info_t i{};
     i.description = description_.c_str();
-    i.device_count = 0;
     i.flags =
         BP_BACKEND_FLAG_COMPILE | BP_BACKEND_FLAG_SERIALIZE | BP_BACKEND_FLAG_SHAPE_POLYMORPHIC;
     return i;

@@ -1,6 +1,7 @@
 // compiled.cpp — running a compiled CpuOneDnn partition.
 #include "onednn/compiled.hpp"
 
+#include <oneapi/dnnl/dnnl_debug.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -281,24 +282,20 @@ void Binder::run_gather(size_t s) {
 }
 
 void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
-                 size_t num_outputs, const bp_tensor_t* outputs) {
+                 size_t num_outputs, const bp_tensor_t* outputs, const sdk::ExecuteArgs* profiled) {
   if (c_.empty)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: this partition was rejected at compile time");
   if (num_inputs != c_.input_bytes.size() || num_outputs != c_.output_bytes.size())
     throw sdk::invalid("CpuOneDnn execute: expected " + std::to_string(c_.input_bytes.size()) +
                        " inputs and " + std::to_string(c_.output_bytes.size()) + " outputs");
-  for (size_t k = 0; k < num_inputs; ++k)
-    if (inputs[k].device != 0 || inputs[k].size_bytes != c_.input_bytes[k] ||
-        (inputs[k].data == nullptr && c_.input_bytes[k] > 0))
-      throw sdk::invalid("CpuOneDnn execute: input " + std::to_string(k) +
-                         " is not a host buffer of " + std::to_string(c_.input_bytes[k]) +
-                         " bytes");
-  for (size_t k = 0; k < num_outputs; ++k)
-    if (outputs[k].device != 0 || outputs[k].size_bytes != c_.output_bytes[k] ||
-        outputs[k].data == nullptr)
-      throw sdk::invalid("CpuOneDnn execute: output " + std::to_string(k) +
-                         " is not a host buffer of " + std::to_string(c_.output_bytes[k]) +
-                         " bytes");
+  auto check_host = [](const bp_tensor_t& t, size_t bytes, const char* what, size_t k) {
+    const bool needs_data = bytes > 0 || *what == 'o';  // an output always has memory
+    if (t.device != 0 || t.size_bytes != bytes || (t.data == nullptr && needs_data))
+      throw sdk::invalid(std::string("CpuOneDnn execute: ") + what + std::to_string(k) +
+                         " is not a host buffer of " + std::to_string(bytes) + " bytes");
+  };
+  for (size_t k = 0; k < num_inputs; ++k) check_host(inputs[k], c_.input_bytes[k], "input ", k);
+  for (size_t k = 0; k < num_outputs; ++k) check_host(outputs[k], c_.output_bytes[k], "output ", k);
   for (const Binding& b : bindings_)
     mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
   // The steps run on an OpenMP team of the plan's thread count: most
@@ -307,7 +304,18 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   // run and given back after it (the application's own OpenMP regions on
   // this thread keep their setting).
   const ScopedOmpThreads team(c_.threads);
-  for (size_t s = 0; s < args_.size(); ++s) run_step(s, stream);
+  for (size_t s = 0; s < args_.size(); ++s) {
+    const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
+    run_step(s, stream);
+    if (profiled == nullptr) continue;
+    stream.wait();  // then reported under the primitive's kind, labelled with its node
+    const Step& t = c_.steps[s];
+    const char* kind = t.concat_norm   ? "concat+normalize"
+                       : t.copy_concat ? "concat"
+                       : t.gather      ? "gather"
+                                       : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
+    profiled->profile_node(BP_PROFILE_NO_NODE, kind, t.what.c_str(), begin, profiled->clock_ns());
+  }
   stream.wait();
 }
 
@@ -361,9 +369,8 @@ namespace {
 // made here so execute() allocates nothing itself.
 class Context : public sdk::ExecContext {
  public:
-  explicit Context(const Compiled& c) : c_(c), stream_(engine()) {
-    if (c.empty) return;
-    const size_t bytes = context_bytes(c);
+  explicit Context(const Compiled& c) : stream_(engine()) {
+    const size_t bytes = c.empty ? 0 : context_bytes(c);  // (empty: Binder::run says why)
     if (bytes > 0) {
       memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
       if (memory_ == nullptr) throw std::bad_alloc();
@@ -373,20 +380,20 @@ class Context : public sdk::ExecContext {
     }
     binder_ = std::make_unique<Binder>(c, memory_);
     // The OpenMP team the steps run on, started now for the same reason.
-    start_openmp_team(c.threads);
+    if (!c.empty) start_openmp_team(c.threads);
   }
   ~Context() override { std::free(memory_); }
 
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override {
-    if (c_.empty)
-      throw sdk::Error(BP_STATUS_INTERNAL,
-                       "CpuOneDnn: this partition was rejected at compile time");
     binder_->run(stream_, num_inputs, inputs, num_outputs, outputs);
+  }
+  void execute_shaped(const sdk::ExecuteArgs& a) override {
+    binder_->run(stream_, a.num_inputs(), a.inputs(), a.num_outputs(), a.outputs(),
+                 a.profiling() ? &a : nullptr);
   }
 
  private:
-  const Compiled& c_;
   dnnl::stream stream_;
   char* memory_ = nullptr;
   std::unique_ptr<Binder> binder_;

@@ -140,10 +140,10 @@ size_t context_bytes(const Compiled& c);
 class Binder {
  public:
   Binder(const Compiled& c, char* memory);
-  // Checks the tensors against the plan's sizes, sets their handles and runs
-  // every step on `stream`, on an OpenMP team of the plan's thread count.
+  // Checks the tensors against the plan's sizes, sets their handles and runs every step on
+  // `stream` (an OpenMP team of the plan's threads); `profiled` (API 1.6): each step timed.
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
-           const bp_tensor_t* outputs);
+           const bp_tensor_t* outputs, const sdk::ExecuteArgs* profiled = nullptr);
   ~Binder();
 
  private:

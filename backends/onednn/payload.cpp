@@ -607,11 +607,11 @@ void read_args(Reader& r, Step& step) {
 Recipe read_step(Reader& r, Step& step) {
   Recipe rc;
   const int32_t kind = r.pod<int32_t>("primitive kind");
+  step.what = r.str("step name");
   if (kind == kCopyConcatKind || kind == kConcatNormKind) {
     rc.copy = true;
     step.copy_concat = true;
     step.concat_norm = kind == kConcatNormKind;
-    step.what = r.str("step name");
     step.concat_axis = r.pod<int32_t>("concat axis");
     if (step.concat_norm) {
       const uint8_t relu = r.pod<uint8_t>("concat relu");
@@ -624,7 +624,6 @@ Recipe read_step(Reader& r, Step& step) {
   if (kind == kGatherKind) {
     rc.copy = true;
     step.gather = true;
-    step.what = r.str("step name");
     step.gather_axis = r.pod<int32_t>("gather axis");
     step.index_bytes = r.pod<int32_t>("index size");
     read_args(r, step);
@@ -633,7 +632,6 @@ Recipe read_step(Reader& r, Step& step) {
   if (kind != dnnl_reorder && kind != dnnl_concat && !find_op_kind(kind))
     r.fail("names an unknown primitive kind " + std::to_string(kind));
   rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
-  step.what = r.str("step name");
   if (rc.kind == dnnl_reorder) {
     rc.src = read_md(r, "reorder source");
     rc.dst = read_md(r, "reorder destination");

@@ -60,7 +60,8 @@ class PolyContext : public sdk::ExecContext {
       check_tensor(args.output(k), static_cast<size_t>(view.outputs[k]), "output");
     // Held for the whole run: another thread may evict it meanwhile.
     const std::shared_ptr<const Compiled> plan = p_.instance(key_);
-    bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs());
+    bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs(),
+                    args.profiling() ? &args : nullptr);
   }
 
  private:

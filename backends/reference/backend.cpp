@@ -416,7 +416,7 @@ class RefContext : public sdk::ExecContext {
         out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
       const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
       steps[s].kernel->run(in.data(), out.data(), scratch_);
-      if (profiled != nullptr) profiled->profile_node(s, nullptr, begin, profiled->clock_ns());
+      if (profiled != nullptr) profiled->profile_node(s, nullptr, nullptr, begin, profiled->clock_ns());
     }
   }
 
@@ -540,7 +540,7 @@ class PolyContext : public sdk::ExecContext {
           if (v >= 0 && !known(v)) unknown_dim(static_cast<size_t>(v));
         kernel.run(in.data(), out.data(), scratch_.get());
       }
-      if (profiling) args.profile_node(s, nullptr, begin, args.clock_ns());
+      if (profiling) args.profile_node(s, nullptr, nullptr, begin, args.clock_ns());
     }
   }
 

@@ -586,16 +586,18 @@ typedef struct bp_host_api {
   uint64_t (*clock_ns)(void);
 
   /* During a profiled execute_shaped (bp_execute_args_t.profile non-NULL):
-   * the work of node `node_index` of the partition's view ran from
-   * `begin_ns` to `end_ns` (clock_ns). A backend that fuses several nodes
-   * into one kernel reports it once, under the node the kernel was made for,
-   * with `label` saying what it is ("Conv+Relu"); `label` may be NULL (the
-   * node's own name and type are used) and is copied. node_index
-   * BP_PROFILE_NO_NODE reports work that is no one node's (a layout
-   * conversion); `label` then names it. Call it from the thread that called
-   * execute_shaped, after the work: spans of one call must not overlap. */
-  void (*profile_node)(bp_profile_t* profile, size_t node_index, const char* label,
-                       uint64_t begin_ns, uint64_t end_ns);
+   * some work of the partition ran from `begin_ns` to `end_ns` (clock_ns).
+   * - node_index: the node of the partition's view it was, or
+   *   BP_PROFILE_NO_NODE for work that is no one node's, or whose node the
+   *   backend no longer knows (a kernel fused from several).
+   * - op_type: what the profile's summary sums it under; NULL: the node's
+   *   operator type. A backend may name its own kinds of work here
+   *   ("convolution", "reorder").
+   * - label: what the trace shows of it; NULL: the node's name.
+   * Strings are copied. Call it from the thread that called execute_shaped,
+   * after the work: spans of one call must not overlap. */
+  void (*profile_node)(bp_profile_t* profile, size_t node_index, const char* op_type,
+                       const char* label, uint64_t begin_ns, uint64_t end_ns);
 } bp_host_api_t;
 
 /* profile_node's node_index for work that is no one node's (since 1.6). */

@@ -865,10 +865,12 @@ class ExecuteArgs {
            args_.profile != nullptr && BP_HAS_FIELD(bp_host_api_t, profile_node, host_->struct_size);
   }
   uint64_t clock_ns() const { return host_->clock_ns(); }
-  // Node `node` of the view (BP_PROFILE_NO_NODE: no one node's; `label`
-  // names the work then) ran from `begin_ns` to `end_ns`. Only when profiling().
-  void profile_node(size_t node, const char* label, uint64_t begin_ns, uint64_t end_ns) const {
-    host_->profile_node(args_.profile, node, label, begin_ns, end_ns);
+  // Work of node `node` of the view (BP_PROFILE_NO_NODE: of no one node)
+  // ran from `begin_ns` to `end_ns`; summed under `op_type` (NULL: the
+  // node's), shown as `label` (NULL: the node's name). Only when profiling().
+  void profile_node(size_t node, const char* op_type, const char* label, uint64_t begin_ns,
+                    uint64_t end_ns) const {
+    host_->profile_node(args_.profile, node, op_type, label, begin_ns, end_ns);
   }
 
  private:

@@ -299,9 +299,10 @@ struct ProfileSummary {
   // "specialisation builds" and "session" (the session's own work between
   // them), largest first: together, all of run_ms.
   std::vector<Row> by_backend;
-  // Time per operator type, largest first, for the backends that time their
-  // nodes (API 1.6); the partitions of one that does not are one row
-  // "BACKEND (nodes not timed)".
+  // Time per operator type (or per kind of work a backend names, e.g.
+  // CpuOneDnn's "convolution", "reorder"), largest first, for the backends
+  // that time their nodes (API 1.6); the partitions of one that does not are
+  // one row "BACKEND (nodes not timed)".
   std::vector<Row> by_op_type;
   // Both tables as text, as `backplane run --profile` prints them.
   std::string to_string() const;
@@ -395,7 +396,7 @@ class Session {
   // Profiling. From start_profiling on, every run is timed: the run, its
   // stages, each partition (by backend), each copy between memories, each
   // specialisation built, and each node where its backend reports it (API
-  // 1.6: CpuRef does). end_profiling writes the trace to `path` as Chrome
+  // 1.6: CpuRef and CpuOneDnn do). end_profiling writes the trace to `path` as Chrome
   // trace-event JSON (it opens in Perfetto and chrome://tracing) and returns
   // the summary. start_profiling fails, naming the path, if the trace
   // cannot be written there; nothing else changes. A session destroyed

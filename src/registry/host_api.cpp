@@ -231,25 +231,25 @@ bp_status_t* parallel_for(bp_thread_pool_t* pool, size_t n, size_t grain,
 
 uint64_t clock_ns() { return profile::now_ns(); }
 
-// A node's span within a profiled execute_shaped: named by the node's
-// operator type (the label for work that is no one node's), so the summary
-// sums it by type.
-void profile_node(bp_profile_t* profile, size_t node_index, const char* label, uint64_t begin_ns,
-                  uint64_t end_ns) {
+// A node's span within a profiled execute_shaped: named by what the summary
+// sums it under (its operator type unless the backend says otherwise).
+void profile_node(bp_profile_t* profile, size_t node_index, const char* op_type,
+                  const char* label, uint64_t begin_ns, uint64_t end_ns) {
   if (profile == nullptr || profile->recorder == nullptr || end_ns < begin_ns) return;
+  auto given = [](const char* s) { return s != nullptr && *s != '\0'; };
   profile::Event e;
   e.kind = profile::Kind::kNode;
   e.begin_ns = begin_ns;
   e.end_ns = end_ns;
   const bp_graph_view_t* view = profile->view;
-  if (view != nullptr && node_index < view->num_nodes) {
-    const bp_node_t& node = view->nodes[node_index];
-    e.name = node.op_type != nullptr ? node.op_type : "?";
-    e.args.emplace_back("node", node.name != nullptr ? node.name : "");
-  } else {
-    e.name = label != nullptr && *label != '\0' ? label : "(unnamed work)";
-  }
-  if (label != nullptr && *label != '\0') e.args.emplace_back("label", label);
+  const bp_node_t* node =
+      view != nullptr && node_index < view->num_nodes ? &view->nodes[node_index] : nullptr;
+  e.name = given(op_type)                          ? op_type
+           : node != nullptr && given(node->op_type) ? node->op_type
+           : given(label)                            ? label
+                                                     : "(unnamed work)";
+  if (node != nullptr && given(node->name)) e.args.emplace_back("node", node->name);
+  if (given(label)) e.args.emplace_back("label", label);
   e.args.emplace_back("backend", profile->backend);
   profile->recorder->add(std::move(e));
 }

@@ -679,7 +679,7 @@ class SessionImpl : public Session {
       const uint64_t begin = span.recording() ? profile::now_ns() : 0;
       s = api->execute_node(ep.backend->instance(), ep.view->get(), 0, in.size(), in.data(),
                             out.size(), out.data());
-      if (span.recording()) host_api()->profile_node(&profiled, 0, nullptr, begin, profile::now_ns());
+      if (span.recording()) host_api()->profile_node(&profiled, 0, nullptr, nullptr, begin, profile::now_ns());
     } else if (BP_TABLE_HAS(api, execute_shaped)) {
       const PartitionShapes& shapes = spec.shapes_of(i);
       bp_execute_args_t args{};

@@ -6,6 +6,7 @@
 // against CpuRef's on the same input (the numerics policy, docs/numerics.md) at 1 and 2
 // threads, and repeated and concurrent runs.
 #include "support/e2e_util.hpp"
+#include "support/files.hpp"
 
 #include <time.h>
 #include <unistd.h>
@@ -194,6 +195,40 @@ INSTANTIATE_TEST_SUITE_P(E2E, OneDnnModels,
                                          // Einsum, rewritten at import: all on CpuOneDnn
                                          OneDnnCase{"block_attention", "input", {}}),
                          case_name);
+
+// A profiled run (docs/profiling.md): CpuOneDnn reports each primitive under
+// its oneDNN kind, labelled with its node; they lie within the partition and
+// account for most of it; the outputs are those of an unprofiled run.
+TEST(OneDnnProfile, PrimitivesAreReportedByKind) {
+  auto rt = onednn_runtime(2);
+  ASSERT_TRUE(rt);
+  auto model = rt->load_model(model_path("resnet18"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const Tensor input = read_npy(models_dir() + "/resnet18.input.npy");
+  const Tensor want = run_once(**model, "input", input);
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->set_input("input", input).ok());
+  ASSERT_TRUE((*session)->run().ok());  // warm
+  test::TempDir dir;
+  ASSERT_TRUE((*session)->start_profiling(dir.file("trace.json")).ok());
+  ASSERT_TRUE((*session)->run().ok());
+  EXPECT_TRUE(bitwise_equal((*session)->output(0), want));
+  auto summary = (*session)->end_profiling();
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+  const auto& ops = summary->by_op_type;
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.front().name, "convolution") << summary->to_string();  // resnet18 is convolutions
+  double nodes_ms = 0, partition_ms = 0;
+  for (const auto& row : ops) {
+    EXPECT_EQ(row.name.find("not timed"), std::string::npos) << summary->to_string();
+    nodes_ms += row.ms;
+  }
+  for (const auto& row : summary->by_backend)
+    if (row.name == "CpuOneDnn") partition_ms = row.ms;
+  EXPECT_LE(nodes_ms, partition_ms * 1.0001);
+  EXPECT_GE(nodes_ms, partition_ms * 0.9) << summary->to_string();
+}
 
 }  // namespace
 }  // namespace backplane::e2e

@@ -3,12 +3,12 @@
 #include "onnx/einsum.hpp"
 
 #include <onnx/onnx_pb.h>
-#include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
 #include <cctype>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -162,46 +162,67 @@ std::string place(Emitter& e, const std::string& x, const std::string& term,
   return e.axes_op("Unsqueeze", e.transpose(x, term, present), ones);
 }
 
-// The values of `g` (and its subgraphs) typed float32 in `model`.
-void float32_values(const onnx::GraphProto& g, std::unordered_set<std::string>* out) {
-  auto take = [&](const onnx::ValueInfoProto& v) {
-    if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT)
-      out->insert(v.name());
-  };
-  for (const auto& v : g.input()) take(v);
-  for (const auto& v : g.value_info()) take(v);
-  for (const auto& v : g.output()) take(v);
-  for (const auto& t : g.initializer())
-    if (t.data_type() == onnx::TensorProto::FLOAT) out->insert(t.name());
-  for (const auto& n : g.node())
-    for (const auto& a : n.attribute()) {
-      if (a.has_g()) float32_values(a.g(), out);
-      for (const auto& sg : a.graphs()) float32_values(sg, out);
-    }
-}
+// The element types the model declares (graph inputs, outputs, value_info,
+// initializers) and the producer of every value, over the main graph and
+// its subgraphs.
+struct Types {
+  std::unordered_map<std::string, int32_t> declared;
+  std::unordered_map<std::string, const onnx::NodeProto*> producer;
 
-// The values ONNX's own type inference finds float32, on a copy of `model`
-// without its weights' bytes; none if it cannot run.
-std::unordered_set<std::string> float32_values(onnx::ModelProto& model) {
-  google::protobuf::RepeatedPtrField<onnx::TensorProto> weights;
-  weights.Swap(model.mutable_graph()->mutable_initializer());
-  for (const onnx::TensorProto& w : weights) {
-    onnx::TensorProto& stub = *model.mutable_graph()->add_initializer();
-    stub.set_name(w.name());
-    stub.set_data_type(w.data_type());
-    stub.mutable_dims()->CopyFrom(w.dims());
+  void add(const onnx::GraphProto& g) {
+    auto take = [&](const onnx::ValueInfoProto& v) {
+      if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0)
+        declared[v.name()] = v.type().tensor_type().elem_type();
+    };
+    for (const auto& v : g.input()) take(v);
+    for (const auto& v : g.value_info()) take(v);
+    for (const auto& v : g.output()) take(v);
+    for (const auto& t : g.initializer()) declared[t.name()] = t.data_type();
+    for (const auto& n : g.node()) {
+      for (const std::string& out : n.output()) producer[out] = &n;
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) add(a.g());
+        for (const auto& sg : a.graphs()) add(sg);
+      }
+    }
   }
-  onnx::ModelProto copy = model;
-  weights.Swap(model.mutable_graph()->mutable_initializer());
-  std::unordered_set<std::string> out;
-  try {
-    onnx::shape_inference::InferShapes(copy);
-  } catch (...) {
-    return out;  // a model ONNX cannot infer: its Einsums stay whole
+
+  // The element type of `value`: declared, or followed back through the
+  // operators whose output has their input's type; 0 when unknown. No
+  // inference of ONNX's own: it runs on models that may be malformed.
+  int32_t of(const std::string& value) const {
+    static const std::unordered_set<std::string> same_as_first = {
+        "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile",
+        "Slice", "Gather", "GatherElements", "GatherND", "Split", "Concat", "Pad", "Relu",
+        "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Neg", "Abs", "Exp", "Log", "Sqrt",
+        "Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Gemm", "Einsum", "LayerNormalization",
+        "BatchNormalization", "Dropout", "Clip", "Max", "Min", "Erf", "ReduceSum", "ReduceMean",
+        "ReduceMax", "ReduceMin", "Conv", "MaxPool", "AveragePool", "Resize", "Elu", "Gelu",
+        "HardSigmoid", "HardSwish", "Softplus", "Reciprocal"};
+    std::string v = value;
+    for (int steps = 0; steps < 64; ++steps) {  // a chain, not a search: bounded
+      if (auto d = declared.find(v); d != declared.end()) return d->second;
+      auto p = producer.find(v);
+      if (p == producer.end()) return 0;
+      const onnx::NodeProto& n = *p->second;
+      if (!n.domain().empty() && n.domain() != "ai.onnx") return 0;
+      if (n.op_type() == "Cast") {
+        for (const auto& a : n.attribute())
+          if (a.name() == "to") return static_cast<int32_t>(a.i());
+        return 0;
+      }
+      if (n.op_type() == "Constant") {
+        for (const auto& a : n.attribute())
+          if (a.name() == "value" && a.has_t()) return a.t().data_type();
+        return 0;
+      }
+      const int from = n.op_type() == "Where" || n.op_type() == "CastLike" ? 1 : 0;
+      if ((from == 0 && !same_as_first.count(n.op_type())) || n.input_size() <= from) return 0;
+      v = n.input(from);
+    }
+    return 0;
   }
-  float32_values(copy.graph(), &out);
-  return out;
-}
+};
 
 // The rewrite of one Einsum node, or empty when the rule does not cover it.
 std::vector<onnx::NodeProto> rewrite(const onnx::NodeProto& n, int64_t opset) {
@@ -251,19 +272,20 @@ std::vector<onnx::NodeProto> rewrite(const onnx::NodeProto& n, int64_t opset) {
   return e.finish(e.transpose(product, letters, out), n.output(0));
 }
 
-int rewrite_graph(onnx::GraphProto& g, int64_t opset, const std::unordered_set<std::string>& f32) {
+int rewrite_graph(onnx::GraphProto& g, int64_t opset, const Types& types) {
   int count = 0;
   std::vector<std::vector<onnx::NodeProto>> parts(static_cast<size_t>(g.node_size()));
   for (int i = 0; i < g.node_size(); ++i) {
     onnx::NodeProto& n = *g.mutable_node(i);
     for (onnx::AttributeProto& a : *n.mutable_attribute()) {
-      if (a.has_g()) count += rewrite_graph(*a.mutable_g(), opset, f32);
-      for (onnx::GraphProto& sg : *a.mutable_graphs()) count += rewrite_graph(sg, opset, f32);
+      if (a.has_g()) count += rewrite_graph(*a.mutable_g(), opset, types);
+      for (onnx::GraphProto& sg : *a.mutable_graphs()) count += rewrite_graph(sg, opset, types);
     }
     // float32 only: the operators it becomes take fewer types than Einsum,
     // and CpuRef's MatMul only float32.
-    const bool float32 = std::all_of(n.input().begin(), n.input().end(),
-                                     [&](const std::string& v) { return f32.count(v) > 0; });
+    const bool float32 =
+        std::all_of(n.input().begin(), n.input().end(),
+                    [&](const std::string& v) { return types.of(v) == onnx::TensorProto::FLOAT; });
     if (n.op_type() == "Einsum" && (n.domain().empty() || n.domain() == "ai.onnx") && float32)
       parts[static_cast<size_t>(i)] = rewrite(n, opset);
   }
@@ -302,7 +324,9 @@ int decompose_einsums(onnx::ModelProto& model) {
   };
   find(model.graph());
   if (!any) return 0;
-  return rewrite_graph(*model.mutable_graph(), opset, float32_values(model));
+  Types types;
+  types.add(model.graph());
+  return rewrite_graph(*model.mutable_graph(), opset, types);
 }
 
 }  // namespace backplane::onnx_import

@@ -13,9 +13,11 @@
 // a Linear layer ("bsh,hd->bsd"), outer and inner products, transposes and
 // sums are of this kind. Two contracted letters would need a Reshape of
 // dims only known at run time.
-// Only Einsums of float32 operands (as ONNX's own type inference finds them)
-// are rewritten: MatMul takes fewer types than Einsum, and CpuRef's only
-// float32. Any other Einsum is left whole (CpuRef runs it).
+// Only Einsums of float32 operands are rewritten (a type declared, or
+// followed back through operators that keep their input's type, Cast and
+// Constant): MatMul takes fewer types than Einsum, and CpuRef's only
+// float32. Any other Einsum, or one whose operands' type is not found so,
+// is left whole (CpuRef runs it).
 //
 // The rewrite needs no shapes: each term gives its operand's rank. Nodes
 // added are named "<einsum node>/<step>", values "<einsum output>/<step>";

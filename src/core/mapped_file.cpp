@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -43,6 +44,16 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
     if (data == MAP_FAILED) return errno_status(path, "mmap", errno);
   }
   return std::shared_ptr<MappedFile>(new MappedFile(path, data, size));
+}
+
+void MappedFile::release(size_t offset, size_t size) const {
+  if (data_ == nullptr || offset >= size_) return;
+  size = std::min(size, size_ - offset);
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t first = (offset + page - 1) / page * page;
+  const size_t last = (offset + size) / page * page;
+  // Advice only: a mapping the kernel cannot drop stays as it is.
+  if (last > first) ::madvise(static_cast<char*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

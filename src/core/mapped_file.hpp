@@ -32,6 +32,10 @@ class MappedFile {
   const unsigned char* bytes() const { return static_cast<const unsigned char*>(data_); }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the whole pages inside [offset, offset + size) from memory; read
+  // again, they come from the file. For bytes that have been copied out, so
+  // that they are not held twice.
+  void release(size_t offset, size_t size) const;
 
  private:
   MappedFile(std::string path, void* data, size_t size)

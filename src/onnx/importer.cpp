@@ -3,6 +3,7 @@
 #include "core/mapped_file.hpp"
 #include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
+#include "onnx/wire_split.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace backplane::onnx_import {
@@ -173,6 +175,11 @@ struct Context {
   std::string base_dir;
   int64_t ir_version = 0;
   std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+  // The model's own bytes, and the raw_data of the main graph's
+  // initializers left in them (wire_split.hpp), by initializer.
+  const unsigned char* model_bytes = nullptr;
+  const MappedFile* model_file = nullptr;  // when the bytes are a mapped file
+  std::map<const onnx::TensorProto*, ByteRange> raw_in_model;
   Scope* scope = nullptr;  // of the graph being read (a body's: see convert_subgraph)
 };
 
@@ -373,6 +380,23 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
 Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
   BP_ASSIGN_OR_RETURN(TensorLayout layout, tensor_layout(tp, what));
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) return read_external(ctx, tp, layout);
+  if (auto in_model = ctx.raw_in_model.find(&tp); in_model != ctx.raw_in_model.end()) {
+    const ByteRange r = in_model->second;
+    if (r.size != layout.bytes) return layout.mismatch("raw_data", r.size, true);
+    if (ctx.model_file == nullptr)
+      return Tensor::copy_of(layout.dtype, layout.shape, ctx.model_bytes + r.offset);
+    // From a mapped file, a piece at a time, each piece's pages dropped once
+    // copied, so that a large weight is not in memory twice at any moment.
+    Tensor t(layout.dtype, layout.shape);
+    auto* dst = static_cast<unsigned char*>(t.data());
+    constexpr size_t kPiece = size_t{4} << 20;
+    for (size_t done = 0; done < r.size; done += kPiece) {
+      const size_t n = std::min(kPiece, static_cast<size_t>(r.size) - done);
+      std::memcpy(dst + done, ctx.model_bytes + r.offset + done, n);
+      ctx.model_file->release(r.offset + done, n);
+    }
+    return t;
+  }
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
     if (raw.size() != layout.bytes) return layout.mismatch("raw_data", raw.size(), true);
@@ -872,28 +896,48 @@ Result<std::shared_ptr<Graph>> convert_subgraph(Context& ctx, const onnx::GraphP
   return sub;
 }
 
+bool parse_model(const void* data, size_t size, onnx::ModelProto& model) {
+  ChunkedArrayInputStream stream(data, size);
+  google::protobuf::io::CodedInputStream coded(&stream);
+  // The default limit has been 64 MB in older protobuf releases.
+  coded.SetTotalBytesLimit(INT_MAX);
+  return model.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+}
+
+// `file`: the mapping `data` lies in, if it is one.
 Result<Graph> import_impl(const void* data, size_t size, const std::string& source,
-                          const std::string& base_dir, const ir::OpRegistry& registry) {
+                          const std::string& base_dir, const ir::OpRegistry& registry,
+                          const MappedFile* file) {
   if (size == 0) return corrupt_data("not an ONNX model: the file is empty");
   if (size > static_cast<size_t>(INT_MAX))
     return unsupported("the model file is " + std::to_string(size) +
                        " bytes; protobuf cannot parse messages over 2 GB, so store the weights "
                        "as ONNX external data");
-  onnx::ModelProto model;
-  {
-    ChunkedArrayInputStream stream(data, size);
-    google::protobuf::io::CodedInputStream coded(&stream);
-    // The default limit has been 64 MB in older protobuf releases.
-    coded.SetTotalBytesLimit(INT_MAX);
-    if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
-      return corrupt_data(
-          "not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
-  }
-  BP_RETURN_IF_ERROR(inline_functions(model, registry));
-  decompose_einsums(model);
   Context ctx;
   ctx.source = source;
   ctx.base_dir = base_dir;
+  onnx::ModelProto model;
+  // Weights as raw_data stay in `data` and are read from there (wire_split.hpp)
+  // when they are most of the model; the rest is parsed as usual.
+  std::optional<SplitModel> split = split_raw_data(data, size);
+  if (split && split->raw_bytes > split->rest.size() &&
+      parse_model(split->rest.data(), split->rest.size(), model) &&
+      static_cast<size_t>(model.graph().initializer_size()) == split->raw_data.size()) {
+    ctx.model_bytes = static_cast<const unsigned char*>(data);
+    ctx.model_file = file;
+    for (size_t i = 0; i < split->raw_data.size(); ++i)
+      if (split->raw_data[i])
+        ctx.raw_in_model.emplace(&model.graph().initializer(static_cast<int>(i)),
+                                 *split->raw_data[i]);
+  } else {
+    model.Clear();
+    if (!parse_model(data, size, model))
+      return corrupt_data(
+          "not a valid ONNX model: protobuf parsing failed (truncated or not ONNX)");
+  }
+  split.reset();
+  BP_RETURN_IF_ERROR(inline_functions(model, registry));
+  decompose_einsums(model);
   ctx.ir_version = model.ir_version();
   return convert_model(ctx, model);
 }
@@ -902,7 +946,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
 
 Result<ir::Graph> import_bytes(const void* data, size_t size, const std::string& source,
                                const std::string& base_dir, const ir::OpRegistry& registry) {
-  return import_impl(data, size, source, base_dir, registry).with_context(source);
+  return import_impl(data, size, source, base_dir, registry, nullptr).with_context(source);
 }
 
 Result<ir::Graph> import_file(const std::string& path, const ir::OpRegistry& registry) {
@@ -911,7 +955,9 @@ Result<ir::Graph> import_file(const std::string& path, const ir::OpRegistry& reg
   Result<std::shared_ptr<MappedFile>> file = MappedFile::open(path);
   if (!file.ok()) return std::move(file).take_status();  // already names the path
   std::string dir = fs::path(path).parent_path().string();
-  return import_bytes((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir, registry);
+  return import_impl((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir, registry,
+                     file->get())
+      .with_context(path);
 }
 
 }  // namespace backplane::onnx_import

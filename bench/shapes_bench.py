@@ -209,18 +209,21 @@ def decoder_table(results, threads_list):
     """results: {runtime name: {threads: JSON object}}; the first runtime is the
     denominator of the ratios."""
     names = list(results)
-    head = ["threads", "cache length"] + [f"{n} ms/token" for n in names] + [f"{n}/{names[0]}" for n in names[1:]]
+    head = (["threads", "cache length"] + [f"{n} ms/token" for n in names] + [f"{n}/{names[0]}" for n in names[1:]]
+            + [f"{n} first run / steady" for n in names])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in threads_list:
-        steps = {n: {p["cache_length"]: p["median_ms"] for p in results[n][t]["decoder"]["per_token"]}
-                 for n in names}
+        steps = {n: {p["cache_length"]: p for p in results[n][t]["decoder"]["per_token"]} for n in names}
         for length in steps[names[0]]:
-            lines.append("| " + " | ".join([str(t), str(length)] + _ratio_cols(
-                {n: steps[n][length] for n in names}, names)) + " |")
+            cells = _ratio_cols({n: steps[n][length]["median_ms"] for n in names}, names)
+            cells += [f"{steps[n][length]['first_ms'] / steps[n][length]['median_ms']:.1f}" for n in names]
+            lines.append("| " + " | ".join([str(t), str(length)] + cells) + " |")
         gen = {n: results[n][t]["decoder"]["generation"] for n in names}
         tokens = gen[names[0]]["tokens"]
-        lines.append("| " + " | ".join([str(t), f"**{tokens} tokens, total ms**"] + _ratio_cols(
-            {n: gen[n]["total_ms"] for n in names}, names)) + " |")
+        for label, key in ((f"**{tokens} tokens, total ms**", "total_ms"),
+                           (f"**first {tokens} tokens, total ms**", "first_total_ms")):
+            lines.append("| " + " | ".join([str(t), label] + _ratio_cols(
+                {n: gen[n][key] for n in names}, names) + [""] * len(names)) + " |")
     return "\n".join(lines)
 
 
@@ -310,7 +313,9 @@ def main():
         f"(decoder_kv: {first['decoder']['layers']} layers, {first['decoder']['heads']} heads x "
         f"{first['decoder']['head_dim']}): one-token step at each cache length, median of {args.step_runs}; "
         f"{first['decoder']['generation']['tokens']} greedy tokens from a 1-token prompt, cache fed back, "
-        f"median of {args.gen_runs} after one untimed generation." +
+        f"median of {args.gen_runs} after a first generation, which is timed apart; first run / steady: the "
+        f"step's first run at that length over its median. Default model options (Backplane keeps "
+        f"ModelOptions::max_specializations = 16 shapes)." +
         ("" if args.no_check else " Tokens checked equal to PyTorch's for both."),
         "",
         decoder_table(results, threads_list),

@@ -5,13 +5,14 @@
 //   backplane_shapes_bench THREADS [--decoder PATH] [--encoder PATH] [--cache-lengths LIST]
 //       [--step-runs N] [--gen-tokens N] [--gen-runs N] [--prompt-token ID]
 //       [--encoder-shapes LIST] [--encoder-rounds N] [--encoder-vocab N] [--warmup N]
-//       [--save-dir DIR]
+//       [--save-dir DIR] [--max-specializations N]
 //
 // Backplane as an application uses it: the public API, the default backend
 // preference (CpuOneDnn from its plugin), RuntimeOptions::num_threads =
 // THREADS. The decoder's cache goes between runs as examples/generate does
 // it: fed back where it was written (Session::feed). Each model is loaded
-// once; every shape runs in one session.
+// once; every shape runs in one session, with default model options unless
+// --max-specializations says otherwise.
 #include "npy.hpp"
 
 #include <backplane/runtime.hpp>
@@ -37,6 +38,7 @@ struct Options {
   std::vector<int64_t> cache_lengths = {1, 16, 64, 256};
   int step_runs = 50, gen_tokens = 256, gen_runs = 5, warmup = 5, encoder_rounds = 20;
   int64_t prompt_token = 1, encoder_vocab = 1000;
+  size_t max_specializations = 0;  // 0: ModelOptions' default
   std::vector<std::pair<int64_t, int64_t>> encoder_shapes = {
       {1, 8}, {1, 32}, {1, 64}, {1, 128}, {1, 256}, {2, 16}, {2, 100}, {4, 32}, {4, 64}, {8, 24}};
 };
@@ -90,6 +92,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--encoder-rounds") o.encoder_rounds = std::stoi(v);
     else if (flag == "--encoder-vocab") o.encoder_vocab = std::stoll(v);
     else if (flag == "--warmup") o.warmup = std::stoi(v);
+    else if (flag == "--max-specializations") o.max_specializations = std::stoul(v);
     else if (flag == "--encoder-shapes") {
       o.encoder_shapes.clear();
       for (const auto& s : split(v, ',')) {
@@ -144,7 +147,7 @@ json stats_json(const bp::Model& model) {
 json bench_decoder(bp::Runtime& rt, const Options& o) {
   double t0 = now_ms();
   bp::ModelOptions mo;
-  mo.max_specializations = 512;  // every cache length of a 256-token generation
+  if (o.max_specializations > 0) mo.max_specializations = o.max_specializations;
   auto model = check(rt.load_model(o.decoder, mo), o.decoder);
   auto session = check(model->create_session(), "create_session");
   const double load_ms = now_ms() - t0;
@@ -237,7 +240,9 @@ json bench_decoder(bp::Runtime& rt, const Options& o) {
 
 json bench_encoder(bp::Runtime& rt, const Options& o) {
   double t0 = now_ms();
-  auto model = check(rt.load_model(o.encoder), o.encoder);
+  bp::ModelOptions mo;
+  if (o.max_specializations > 0) mo.max_specializations = o.max_specializations;
+  auto model = check(rt.load_model(o.encoder, mo), o.encoder);
   auto session = check(model->create_session(), "create_session");
   const double load_ms = now_ms() - t0;
   bp::Session& s = *session;

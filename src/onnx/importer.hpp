@@ -1,7 +1,8 @@
 // importer.hpp — ONNX model -> ir::Graph.
 //
 // Supports opsets 7 to 18 of the default domain, initializers (raw_data and
-// typed fields), Constant nodes (turned into constants), external data
+// typed fields; the main graph's raw_data is copied from the input once, never
+// parsed by protobuf: wire_split.hpp), Constant nodes (turned into constants), external data
 // (data_location = EXTERNAL, files resolved relative to the model, mapped
 // read-only, so models over 2 GB load), and functions: calls of model-local
 // functions and default-domain ops known only through libonnx's function

@@ -310,6 +310,19 @@ struct ProfileSummary {
 
 class Session;
 
+// What a model says about itself: the ONNX ModelProto's fields and its
+// graph's name and doc string; empty (version 0) where it says nothing.
+struct ModelMetadata {
+  std::string producer_name;
+  std::string producer_version;
+  std::string domain;
+  std::string description;  // the model's doc_string
+  int64_t version = 0;      // model_version
+  std::string graph_name;
+  std::string graph_description;  // the graph's doc_string
+  std::map<std::string, std::string> custom;  // metadata_props
+};
+
 // A loaded model. Each run may use any input shapes consistent with the
 // model (a dim named by a symbol takes one size everywhere in that run;
 // fixed dims stay fixed). The first run at new shapes specialises the model
@@ -344,6 +357,8 @@ class Model {
   virtual const std::vector<std::string>& notes() const = 0;
   virtual SpecializationStats specialization_stats() const = 0;
   virtual Result<std::unique_ptr<Session>> create_session() = 0;
+  // From the .onnx, or the .bpk it was compiled from.
+  virtual const ModelMetadata& metadata() const;
 };
 
 class Session {

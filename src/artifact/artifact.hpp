@@ -27,7 +27,7 @@ struct Method;
 
 constexpr uint32_t kArtifactFormatMajor = 1;
 // 1.1: methods store their portable graph and several specialisations.
-constexpr uint32_t kArtifactFormatMinor = 1;
+constexpr uint32_t kArtifactFormatMinor = 2;
 constexpr size_t kCompileIdBytes = 16;
 
 // Where the data area of a file whose FlatBuffer is `fb_size` bytes starts:

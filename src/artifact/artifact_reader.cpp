@@ -6,6 +6,7 @@
 #include "artifact_generated.h"
 #include "data_file_generated.h"
 
+#include <backplane/runtime.hpp>
 #include <flatbuffers/flatbuffers.h>
 
 #include <algorithm>
@@ -581,6 +582,21 @@ Result<LoadedMethod> ArtifactFile::load_method(int m) const {
   out.specializations = stored.specializations;
   if (stored.has_portable) {
     BP_ASSIGN_OR_RETURN(out.portable, read_graph(*fm->portable(), stored.name, true));
+    if (const fb::ModelMetadata* fmd = fm->metadata()) {
+      auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+      auto md = std::make_shared<ModelMetadata>();
+      md->producer_name = str(fmd->producer_name());
+      md->producer_version = str(fmd->producer_version());
+      md->domain = str(fmd->domain());
+      md->description = str(fmd->description());
+      md->version = fmd->version();
+      md->graph_name = str(fmd->graph_name());
+      md->graph_description = str(fmd->graph_description());
+      if (fmd->custom())
+        for (const fb::MetadataEntry* e : *fmd->custom())
+          if (e->key() != nullptr) md->custom[e->key()->str()] = str(e->value());
+      out.portable.metadata = std::move(md);
+    }
   } else {
     // Format 1.0: the one graph, specialised for the shapes of its inputs.
     BP_ASSIGN_OR_RETURN(out.portable, read_graph(*fm->graph(), stored.name, false));

@@ -7,6 +7,7 @@
 #include "artifact_generated.h"
 #include "data_file_generated.h"
 
+#include <backplane/runtime.hpp>
 #include <flatbuffers/flatbuffers.h>
 
 #include <algorithm>
@@ -258,9 +259,20 @@ void build_metadata(flatbuffers::FlatBufferBuilder& b, const std::vector<Artifac
                                k == 0 ? parts
                                       : write_partitions(b, method.specializations[k].partitions,
                                                          l.payload_segment[m][k])));
+    flatbuffers::Offset<fb::ModelMetadata> meta = 0;
+    if (const ModelMetadata* md = method.portable->metadata.get()) {
+      std::vector<flatbuffers::Offset<fb::MetadataEntry>> custom;
+      for (const auto& [k, v] : md->custom)
+        custom.push_back(fb::CreateMetadataEntry(b, b.CreateString(k), b.CreateString(v)));
+      meta = fb::CreateModelMetadata(
+          b, b.CreateString(md->producer_name), b.CreateString(md->producer_version),
+          b.CreateString(md->domain), b.CreateString(md->description), md->version,
+          b.CreateString(md->graph_name), b.CreateString(md->graph_description),
+          b.CreateVector(custom));
+    }
     fb_methods.push_back(fb::CreateMethod(b, b.CreateString(method.name), graph, parts,
                                           b.CreateVectorOfStrings(method.preference), portable,
-                                          b.CreateVector(specs)));
+                                          b.CreateVector(specs), meta));
   }
   std::vector<flatbuffers::Offset<fb::NamedData>> named;
   for (const auto& [key, blob] : store.keys())  // std::map: sorted by key

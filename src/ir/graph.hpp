@@ -14,6 +14,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace backplane {
+struct ModelMetadata;  // backplane/runtime.hpp
+}
+
 namespace backplane::ir {
 
 class OpRegistry;
@@ -116,6 +120,8 @@ class Graph {
  public:
   std::string name;
   std::string source;  // the file it came from, for messages
+  // The model's own description (main graph only; null when it has none).
+  std::shared_ptr<const ModelMetadata> metadata;
   std::vector<Value> values;
   std::vector<Node> nodes;   // topological order once topo_sort() succeeded
   std::vector<int> inputs;   // value ids of graph inputs (never constants)

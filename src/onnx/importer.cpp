@@ -1,6 +1,8 @@
 #include "onnx/importer.hpp"
 
 #include "core/mapped_file.hpp"
+
+#include <backplane/runtime.hpp>
 #include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
 #include "onnx/wire_split.hpp"
@@ -844,6 +846,16 @@ Result<Graph> convert_model(Context& ctx, const onnx::ModelProto& model) {
   g.source = ctx.source;
   const onnx::GraphProto& gp = model.graph();
   g.name = gp.name();
+  auto meta = std::make_shared<ModelMetadata>();
+  meta->producer_name = model.producer_name();
+  meta->producer_version = model.producer_version();
+  meta->domain = model.domain();
+  meta->description = model.doc_string();
+  meta->version = model.model_version();
+  meta->graph_name = gp.name();
+  meta->graph_description = gp.doc_string();
+  for (const auto& kv : model.metadata_props()) meta->custom[kv.key()] = kv.value();
+  g.metadata = std::move(meta);
   BP_RETURN_IF_ERROR(read_opsets(model, g));
   if (gp.sparse_initializer_size() > 0) return unsupported("sparse initializers are not supported");
   BP_RETURN_IF_ERROR(read_initializers_and_inputs(ctx, gp, g));

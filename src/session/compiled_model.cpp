@@ -659,6 +659,10 @@ std::string CompiledModel::describe_plan(PlanFormat format) const {
   return "model       " + portable_->source + "\n" + why + "\n";
 }
 
+const ModelMetadata& CompiledModel::metadata() const {
+  return portable_->metadata ? *portable_->metadata : Model::metadata();
+}
+
 const std::vector<std::string>& CompiledModel::notes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return notes_.back();

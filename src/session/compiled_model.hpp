@@ -79,6 +79,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   const std::vector<CopyDescription>& copies() const override;
   std::string describe_plan(PlanFormat format) const override;
   const std::vector<std::string>& notes() const override;
+  const ModelMetadata& metadata() const override;
   SpecializationStats specialization_stats() const override;
   Result<std::unique_ptr<Session>> create_session() override;
 

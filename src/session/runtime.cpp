@@ -217,4 +217,9 @@ Result<std::shared_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   return std::shared_ptr<Runtime>(std::move(rt));
 }
 
+const ModelMetadata& Model::metadata() const {
+  static const ModelMetadata none;
+  return none;
+}
+
 }  // namespace backplane

@@ -858,6 +858,11 @@ std::string StagedModel::describe_plan(PlanFormat format) const {
   return "model       " + program_->graph().source + "\nstaged execution:\n" + text;
 }
 
+const ModelMetadata& StagedModel::metadata() const {
+  const ir::Graph& g = program_->graph();
+  return g.metadata ? *g.metadata : Model::metadata();
+}
+
 SpecializationStats StagedModel::specialization_stats() const {
   SpecializationStats s;
   program_->add_stats(&s);

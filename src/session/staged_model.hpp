@@ -159,6 +159,7 @@ class StagedModel : public Model, public std::enable_shared_from_this<StagedMode
   const std::vector<std::string>& notes() const override { return notes_; }
   SpecializationStats specialization_stats() const override;
   Result<std::unique_ptr<Session>> create_session() override;
+  const ModelMetadata& metadata() const override;
 
   const Program& program() const { return *program_; }
 

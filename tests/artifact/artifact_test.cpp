@@ -123,6 +123,32 @@ TEST_F(Methods, SelectByNameAndUnknownNameIsNotFound) {
   EXPECT_TRUE(contains(bad.status().message(), "cnn, squeeze")) << bad.status().message();
 }
 
+// What the model says about itself comes through a compile: each method
+// keeps its own model's.
+TEST_F(Methods, EachKeepsItsModelsMetadata) {
+  auto rt = make_runtime();
+  ASSERT_NE(rt, nullptr);
+  auto onnx = rt->load_model(model_path("tiny_cnn"), cpuref_only());
+  ASSERT_TRUE(onnx.ok()) << onnx.status().to_string();
+  const ModelMetadata& from_onnx = (*onnx)->metadata();
+  EXPECT_EQ(from_onnx.producer_name, "pytorch");  // what torch.onnx.export writes
+  EXPECT_FALSE(from_onnx.producer_version.empty());
+  EXPECT_FALSE(from_onnx.graph_name.empty());
+
+  auto report =
+      rt->compile({{"cnn", model_path("tiny_cnn")}, {"squeeze", model_path("squeezenet1_1")}},
+                  path("meta.bpk"), cpuref_compile());
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  auto bpk = rt->load_model(path("meta.bpk"));
+  ASSERT_TRUE(bpk.ok()) << bpk.status().to_string();
+  const ModelMetadata& m = (*bpk)->metadata();
+  EXPECT_EQ(m.producer_name, from_onnx.producer_name);
+  EXPECT_EQ(m.producer_version, from_onnx.producer_version);
+  EXPECT_EQ(m.graph_name, from_onnx.graph_name);
+  EXPECT_EQ(m.version, from_onnx.version);
+  EXPECT_EQ(m.custom, from_onnx.custom);
+}
+
 TEST_F(Methods, BadMethodNamesAreRejected) {
   auto rt = make_runtime();
   ASSERT_NE(rt, nullptr);

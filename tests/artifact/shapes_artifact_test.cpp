@@ -195,7 +195,7 @@ TEST_F(ShapesArtifact, WeightsAreStoredOnce) {
   EXPECT_LT(3 * one->stored_bytes, 3 * three.stored_bytes);  // (not 0: guards the line above)
 
   nlohmann::json j = inspect_json(path("seq.bpk"));
-  EXPECT_EQ(j["format"], "1.1");
+  EXPECT_EQ(j["format"], "1.2");
   EXPECT_EQ(j["named_data_bytes"]["stored"], three.stored_bytes);
   size_t w1 = 0, folded = 0;
   for (const auto& d : j["named_data"]) {

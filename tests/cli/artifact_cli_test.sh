@@ -53,7 +53,7 @@ j = json.load(open(sys.argv[1]))
 errors = []
 def need(c, what):
     if not c: errors.append(what)
-need(j["format"] == "1.1", f"format 1.1 (got {j['format']})")
+need(j["format"] == "1.2", f"format 1.2 (got {j['format']})")
 need(len(j["compile_id"]) == 32, "a 16-byte compile id in hex")
 need(j["data_files"] == [{"name": "r.bpd", "data_bytes": j["data_files"][0]["data_bytes"]}] and j["data_files"][0]["data_bytes"] > 40_000_000,
      f"one data file r.bpd with the ~46 MB of weights (got {j['data_files']})")
@@ -188,7 +188,7 @@ done
 import json, sys
 j = json.load(open(sys.argv[1]))
 m = j["methods"][0]
-assert j["format"] == "1.1", j["format"]
+assert j["format"] == "1.2", j["format"]
 assert m["inputs"] == [{"name": "x", "shape": [1, -1], "declared": "[1,seq]", "dtype": "float32"}], m["inputs"]
 assert [s["signature"] for s in m["specializations"]] == [[{"name": "x", "shape": [1, 4]}], [{"name": "x", "shape": [1, 9]}]], m["specializations"]
 for s in m["specializations"]:

@@ -88,7 +88,7 @@ PUBLIC_API_PREFIXES = (
     "backplane::dtype_from_name(", "backplane::shape_numel(", "backplane::shape_to_string",
     "backplane::checked_size_bytes(", "backplane::Tensor::", "backplane::max_threads()",
     "backplane::fate_name(", "backplane::Runtime::create(", "backplane::inspect_artifact(",
-    "backplane::ProfileSummary::to_string",
+    "backplane::ProfileSummary::to_string", "backplane::Model::metadata() const",
     "backplane::validate(", "backplane::validation_report_json(", "backplane::generated_input(",
     "backplane::TensorCheck::describe", "backplane::numerics::compare(", "backplane::numerics::Comparison::",
     "typeinfo for backplane::", "typeinfo name for backplane::")

@@ -6,6 +6,7 @@
 #include "support/expect_error.hpp"
 #include "support/model_builder.hpp"
 
+#include <backplane/runtime.hpp>
 #include <onnx/onnx_pb.h>
 
 #include <gtest/gtest.h>
@@ -106,6 +107,33 @@ TEST(OnnxImport, ImportsInputsOutputsInitializersAndNodes) {
   EXPECT_EQ(s.dim_params[0], "batch");
   EXPECT_EQ(g->opset(), 13);
   EXPECT_EQ(g->source, dir.file("model.onnx"));
+}
+
+TEST(OnnxImport, ModelMetadataIsKept) {
+  TempDir dir;
+  ModelBuilder b = add_relu_model();
+  b.model.set_producer_name("exporter");
+  b.model.set_producer_version("2.1");
+  b.model.set_domain("ai.example");
+  b.model.set_doc_string("adds and rectifies");
+  b.model.set_model_version(7);
+  b.model.mutable_graph()->set_name("main");
+  b.model.mutable_graph()->set_doc_string("the graph");
+  auto* prop = b.model.add_metadata_props();
+  prop->set_key("labels");
+  prop->set_value("a,b,c");
+  auto g = import_file(b.save(dir));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_NE(g->metadata, nullptr);
+  const ModelMetadata& m = *g->metadata;
+  EXPECT_EQ(m.producer_name, "exporter");
+  EXPECT_EQ(m.producer_version, "2.1");
+  EXPECT_EQ(m.domain, "ai.example");
+  EXPECT_EQ(m.description, "adds and rectifies");
+  EXPECT_EQ(m.version, 7);
+  EXPECT_EQ(m.graph_name, "main");
+  EXPECT_EQ(m.graph_description, "the graph");
+  EXPECT_EQ(m.custom, (std::map<std::string, std::string>{{"labels", "a,b,c"}}));
 }
 
 TEST(OnnxImport, InitializerListedAsInputIsTheInputsDefaultFromIrVersion4) {

@@ -431,6 +431,8 @@ class Runtime {
   // Registers static backends, loads dynamic ones; fails if none is usable.
   static Result<std::shared_ptr<Runtime>> create(const RuntimeOptions& options = {});
 
+  // The registered backends in the order a model prefers them by default
+  // (ModelOptions::backends empty): by score, CpuRef last.
   virtual std::vector<BackendDescription> backends() const = 0;
   // Every file the dynamic loader looked at, with its fate, and the paths.
   virtual std::vector<BackendFileReport> backend_files() const = 0;

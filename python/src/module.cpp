@@ -456,46 +456,78 @@ class InferenceSession {
 
   py::list run(const py::object& output_names, const py::object& input_feed,
                const py::object& run_options) {
-    std::string profile_path;
-    if (!run_options.is_none()) {
-      if (!py::isinstance<py::dict>(run_options))
-        throw py::type_error("run_options must be None or a dict, e.g. {'profile': 'trace.json'}");
-      for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(run_options)) {
-        const std::string k = py::str(key).cast<std::string>();
-        if (k != "profile")
-          raise_invalid("run_options: unknown key '" + k + "' (known: profile)");
-        profile_path = py::str(value).cast<std::string>();
-      }
-    }
+    const std::string profile_path = profile_of(run_options);
     if (!py::isinstance<py::dict>(input_feed))
       throw py::type_error("input_feed must be a dict {input name: numpy array}");
     const std::vector<size_t> wanted = output_indices(output_names);
     Inputs in = gather_inputs(py::reinterpret_borrow<py::dict>(input_feed));
-    const auto& infos = model_->inputs();
-
     Lease lease(*this);
-    bp::Status status;
-    {
-      py::gil_scoped_release nogil;
-      for (size_t i = 0; i < infos.size() && status.ok(); ++i) {
-        if (in.is_view[i]) status = lease->bind_input(infos[i].name, in.values[i].tensor);
-        else status = lease->set_input_value(infos[i].name, in.values[i]);
-        // As `backplane run` says it: an input's error names the model.
-        status.with_context(path_);
-      }
-      if (status.ok() && !profile_path.empty()) status = lease->start_profiling(profile_path);
-      if (status.ok()) status = lease->run();
-      if (!profile_path.empty()) {
-        bp::Result<bp::ProfileSummary> ended = lease->end_profiling();
-        if (status.ok() && !ended.ok()) status = ended.status();
-        if (ended.ok()) {
-          std::lock_guard<std::mutex> lock(pool_mu_);
-          last_profile_ = std::move(*ended);
-        }
-      }
-    }
-    check(status);
+    check(run_leased(*lease, in, profile_path));
     return collect_outputs(*lease, wanted);
+  }
+
+  // run() with outputs written where the caller says (IOBinding): `outputs`
+  // is a list of (name, array or None); an array is bound (the run writes
+  // into it, no copy) and returned as it is, None gets the run's own memory
+  // (copied out). An empty list: every output, in model order.
+  py::list run_bound(const py::dict& input_feed, const py::list& outputs,
+                     const py::object& run_options) {
+    const std::string profile_path = profile_of(run_options);
+    std::vector<size_t> wanted;
+    std::vector<py::object> given;
+    if (outputs.empty()) {
+      wanted = output_indices(py::none());
+      given.assign(wanted.size(), py::none());
+    }
+    for (auto item : outputs) {
+      auto pair = py::reinterpret_borrow<py::tuple>(item);
+      wanted.push_back(output_indices(py::make_tuple(pair[0]))[0]);
+      given.push_back(py::reinterpret_borrow<py::object>(pair[1]));
+    }
+    Inputs in = gather_inputs(input_feed);
+    Lease lease(*this);
+    std::vector<std::string> bound;
+    bp::Status status;
+    for (size_t k = 0; k < wanted.size() && status.ok(); ++k) {
+      if (given[k].is_none()) continue;
+      const bp::TensorInfo& info = model_->outputs()[wanted[k]];
+      auto a = py::reinterpret_borrow<py::array>(given[k]);
+      if (!(a.flags() & py::array::c_style) || !a.writeable())
+        raise_invalid(path_ + ": output '" + info.name +
+                      "' is bound to an array that is not C-contiguous and writable");
+      status = lease->bind_output(
+          info.name, bp::Tensor::view(backplane_dtype(a.dtype()),
+                                      bp::Shape(a.shape(), a.shape() + a.ndim()),
+                                      a.mutable_data()));
+      status.with_context(path_);
+      if (status.ok()) bound.push_back(info.name);
+    }
+    if (status.ok()) status = run_leased(*lease, in, profile_path);
+    // The pooled session must not keep writing into the caller's arrays.
+    for (const std::string& name : bound) (void)lease->bind_output(name, bp::Tensor());
+    check(status);
+    std::vector<size_t> unbound;
+    for (size_t k = 0; k < wanted.size(); ++k)
+      if (given[k].is_none()) unbound.push_back(wanted[k]);
+    py::list copied = collect_outputs(*lease, unbound);
+    py::list out;
+    for (size_t k = 0, j = 0; k < wanted.size(); ++k)
+      out.append(given[k].is_none() ? copied[j++] : given[k]);
+    return out;
+  }
+
+  py::dict metadata() const {
+    const bp::ModelMetadata& m = model_->metadata();
+    py::dict d;
+    d["producer_name"] = m.producer_name;
+    d["producer_version"] = m.producer_version;
+    d["domain"] = m.domain;
+    d["description"] = m.description;
+    d["version"] = m.version;
+    d["graph_name"] = m.graph_name;
+    d["graph_description"] = m.graph_description;
+    d["custom_metadata_map"] = m.custom;
+    return d;
   }
 
   // The summary of the last run profiled (run_options={'profile': path}).
@@ -642,6 +674,44 @@ class InferenceSession {
   }
 
   // The outputs `wanted` of the session's last run, copied into new arrays.
+  // run_options: None or {"profile": path}. The path, or "".
+  static std::string profile_of(const py::object& run_options) {
+    std::string profile_path;
+    if (run_options.is_none()) return profile_path;
+    if (!py::isinstance<py::dict>(run_options))
+      throw py::type_error("run_options must be None or a dict, e.g. {'profile': 'trace.json'}");
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(run_options)) {
+      const std::string k = py::str(key).cast<std::string>();
+      if (k != "profile") raise_invalid("run_options: unknown key '" + k + "' (known: profile)");
+      profile_path = py::str(value).cast<std::string>();
+    }
+    return profile_path;
+  }
+
+  // Sets the inputs and runs, profiling into `profile_path` if not empty.
+  bp::Status run_leased(bp::Session& session, const Inputs& in, const std::string& profile_path) {
+    const auto& infos = model_->inputs();
+    bp::Status status;
+    py::gil_scoped_release nogil;
+    for (size_t i = 0; i < infos.size() && status.ok(); ++i) {
+      if (in.is_view[i]) status = session.bind_input(infos[i].name, in.values[i].tensor);
+      else status = session.set_input_value(infos[i].name, in.values[i]);
+      // As `backplane run` says it: an input's error names the model.
+      status.with_context(path_);
+    }
+    if (status.ok() && !profile_path.empty()) status = session.start_profiling(profile_path);
+    if (status.ok()) status = session.run();
+    if (!profile_path.empty()) {
+      bp::Result<bp::ProfileSummary> ended = session.end_profiling();
+      if (status.ok() && !ended.ok()) status = ended.status();
+      if (ended.ok()) {
+        std::lock_guard<std::mutex> lock(pool_mu_);
+        last_profile_ = std::move(*ended);
+      }
+    }
+    return status;
+  }
+
   py::list collect_outputs(const bp::Session& session, const std::vector<size_t>& wanted) const {
     py::list out;
     for (size_t i : wanted) {
@@ -999,6 +1069,19 @@ PYBIND11_MODULE(_backplane, m) {
                                       std::to_string(b.api_minor);
                              })
       .def_readonly("source", &bp::BackendDescription::source)
+      .def_property_readonly("devices",
+                             [](const bp::BackendDescription& b) {
+                               py::list out;
+                               for (const bp::DeviceDescription& d : b.devices) {
+                                 py::dict e;
+                                 e["name"] = d.name;
+                                 e["vendor"] = d.vendor;
+                                 e["kind"] = d.kind;
+                                 e["selected"] = d.selected;
+                                 out.append(e);
+                               }
+                               return out;
+                             })
       .def("__repr__", [](const bp::BackendDescription& b) {
         return "BackendInfo(id='" + b.id + "', source='" + b.source + "')";
       });
@@ -1051,6 +1134,9 @@ PYBIND11_MODULE(_backplane, m) {
                              "Summary of the last run made with run_options={'profile': path}")
       .def_property_readonly("model_path", &InferenceSession::model_path)
       .def("describe_plan", &InferenceSession::describe_plan, py::arg("format") = "text")
+      .def("_run_bound", &InferenceSession::run_bound, py::arg("input_feed"), py::arg("outputs"),
+           py::arg("run_options") = py::none())
+      .def("_metadata", &InferenceSession::metadata)
       .def("_pooled_sessions", &InferenceSession::pooled_sessions)
       .def("__repr__", [](InferenceSession& s) {
         std::string backends;

@@ -88,7 +88,8 @@ class RuntimeImpl : public Runtime {
 
   std::vector<BackendDescription> backends() const override {
     std::vector<BackendDescription> out;
-    for (const auto& b : registry_.all()) out.push_back(b->describe());
+    for (const std::string& id : registry_.default_preference())
+      out.push_back(registry_.find(id)->describe());
     return out;
   }
 

@@ -293,7 +293,7 @@ TEST_F(DynamicBackends, Seed04_UnsupportedVersionIsNotLoaded) {
 TEST_F(DynamicBackends, Seed05_LoadMultipleDifferentBackends) {
   auto rt = make_runtime(with_dir(mock_dir("two")));
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA", "MockB"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "MockB", "CpuRef"}));
   EXPECT_EQ(backend_named(*rt, "MockA")->source, canon(mock_file("two", "Mock_MockA_backend.so")));
   EXPECT_EQ(backend_named(*rt, "MockB")->source, canon(mock_file("two", "Mock_MockB_backend.so")));
   EXPECT_EQ(backend_named(*rt, "MockB")->description, "B");
@@ -790,7 +790,7 @@ TEST_F(DynamicBackends, SearchPaths_OptionOverridesEnvironmentAndCompiledIn) {
   EXPECT_TRUE(reports[0].used);
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
   EXPECT_EQ(rt->backend_files().size(), 1u);
 }
 
@@ -803,7 +803,7 @@ TEST_F(DynamicBackends, SearchPaths_EnvironmentOverridesCompiledIn) {
             (std::vector<std::string>{mock_dir("two"), mock_dir("bad_id")}));
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA", "MockB"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "MockB", "CpuRef"}));
   // Nothing from the compiled-in directory (its CpuRef module would be reported).
   for (const BackendFileReport& f : rt->backend_files())
     EXPECT_EQ(f.path.rfind(mock_dir(""), 0), 0u) << f.path;
@@ -879,7 +879,7 @@ TEST_F(DynamicBackends, SearchPaths_RelativeMissingAndNonDirectoriesAreSkippedAn
   // The runtime starts with what is usable and reports the rest.
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
   auto paths = rt->backend_paths();
   ASSERT_EQ(paths.size(), 5u);
   EXPECT_EQ(paths[0].path, "relative/dir");
@@ -913,12 +913,12 @@ TEST_F(DynamicBackends, Trust_WritableFileRefusedUnlessAllowed) {
     o.allow_insecure_backend_paths = true;
     auto rt = make_runtime(o);
     ASSERT_NE(rt, nullptr);
-    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
   }
   ASSERT_EQ(::chmod(file.c_str(), 0755), 0);
   auto rt = make_runtime(with_dir(tmp_.path()));
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
 }
 
 TEST_F(DynamicBackends, Trust_WritableDirectoryRefusedUnlessAllowed) {
@@ -939,7 +939,7 @@ TEST_F(DynamicBackends, Trust_WritableDirectoryRefusedUnlessAllowed) {
   o.allow_insecure_backend_paths = true;
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
 }
 
 // SHA-256 computed by coreutils, independently of the code under test.
@@ -962,7 +962,7 @@ TEST_F(DynamicBackends, Trust_DigestAllowList) {
     o.trusted_backend_digests = {std::string(64, '0'), digest};
     auto rt = make_runtime(o);
     ASSERT_NE(rt, nullptr);
-    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
   }
   {
     RuntimeOptions o = with_dir(mock_dir("valid"));
@@ -979,7 +979,7 @@ TEST_F(DynamicBackends, Trust_DigestAllowList) {
     o.trusted_backend_digests = {sha256sum(mock_file("two", "Mock_MockB_backend.so"))};
     auto rt = make_runtime(o);
     ASSERT_NE(rt, nullptr);
-    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockB"}));
+    EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockB", "CpuRef"}));
     EXPECT_REPORT(rt->backend_files(), "Mock_MockA_backend.so", Fate::kRejected, "trust",
                   "trusted_backend_digests");
   }
@@ -997,7 +997,7 @@ TEST_F(DynamicBackends, Probe_CrashingBackendsAreRejectedAndNeverLoadedHere) {
   o.probe_timeout_ms = 5000;  // a bound, not a wait: crashes end the probe at once
   auto rt = make_runtime(o);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"CpuRef", "MockA"}));
+  EXPECT_EQ(ids_of(*rt), (std::vector<std::string>{"MockA", "CpuRef"}));
   auto files = rt->backend_files();
   ASSERT_EQ(files.size(), 4u);
   EXPECT_REPORT(files, "Mock_CrashCreate_backend.so", Fate::kRejected, "probe", "signal 11");

@@ -560,8 +560,12 @@ class InferenceSession:
         return self._sess_options
 
     def get_providers(self):
-        """The backends the plan uses (Backplane's ids), in order of first use."""
-        return self._core.get_providers()
+        """The providers the session was made with, as named (as ONNX Runtime reports its
+        registered providers; those skipped for want of a counterpart are not listed);
+        without providers, the backends the plan uses, in order of first use."""
+        if self._providers is None:
+            return self._core.get_providers()
+        return [name for name, _ in self._providers]
 
     def get_provider_options(self):
         if self._providers is None:

@@ -445,8 +445,9 @@ class IOBinding:
 
 # ---------------------------------------------------------------- session
 
-# Our own keyword arguments, as InferenceSession took them before it took ORT's.
-_OWN_KWARGS = ("backends", "overrides", "options")
+def _from_core(name):
+    """A read-only attribute of the extension's session, as InferenceSession's own."""
+    return property(lambda self: getattr(self._core, name), doc=f"See docs/python.md ({name}).")
 
 
 class InferenceSession:
@@ -672,33 +673,13 @@ class InferenceSession:
 
     # -- Backplane's own members
 
-    @property
-    def backends_used(self):
-        return self._core.backends_used
-
-    @property
-    def partitions(self):
-        return self._core.partitions
-
-    @property
-    def notes(self):
-        return self._core.notes
-
-    @property
-    def runs_in_stages(self):
-        return self._core.runs_in_stages
-
-    @property
-    def specialization_stats(self):
-        return self._core.specialization_stats
-
-    @property
-    def last_profile(self):
-        return self._core.last_profile
-
-    @property
-    def model_path(self):
-        return self._core.model_path
+    backends_used = _from_core("backends_used")
+    partitions = _from_core("partitions")
+    notes = _from_core("notes")
+    runs_in_stages = _from_core("runs_in_stages")
+    specialization_stats = _from_core("specialization_stats")
+    last_profile = _from_core("last_profile")
+    model_path = _from_core("model_path")
 
     def describe_plan(self, format="text"):
         return self._core.describe_plan(format)

@@ -1,9 +1,14 @@
-// kernels_nn_matmul.cpp — Gemm and MatMul (float32).
+// kernels_nn_matmul.cpp — Gemm (float32) and MatMul (every dtype ONNX allows:
+// float32 through the blocked gemm; float16, bfloat16, float64 and the 32-
+// and 64-bit integers by a plain loop, the 16-bit floats summed in float32,
+// integers wrapping on overflow as ONNX Runtime's do).
+#include "reference/kernel_numeric.hpp"
 #include "reference/kernels_nn_internal.hpp"
 
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -89,6 +94,19 @@ std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
 // their unit dim dropped from the result.
 // ---------------------------------------------------------------------------
 
+// The sum of products of one output element in T's math type; integers in
+// their unsigned type of the same width, so overflow wraps instead of being
+// undefined.
+template <class T, bool = std::is_integral_v<T>>
+struct Accumulator {
+  using type = math_t<T>;
+};
+template <class T>
+struct Accumulator<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+
+template <class T>
 class MatMulKernel final : public Kernel {
  public:
   MatMulKernel(int64_t m, int64_t n, int64_t k, std::vector<int64_t> a_offsets,
@@ -96,12 +114,27 @@ class MatMulKernel final : public Kernel {
       : m_(m), n_(n), k_(k), a_off_(std::move(a_offsets)), b_off_(std::move(b_offsets)) {}
 
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    const float* a = static_cast<const float*>(inputs[0]);
-    const float* b = static_cast<const float*>(inputs[1]);
-    float* y = static_cast<float*>(outputs[0]);
-    for (size_t i = 0; i < a_off_.size(); ++i)
-      gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_,
-           false);
+    const T* a = static_cast<const T*>(inputs[0]);
+    const T* b = static_cast<const T*>(inputs[1]);
+    T* y = static_cast<T*>(outputs[0]);
+    for (size_t i = 0; i < a_off_.size(); ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_,
+             false);
+      } else {
+        using Acc = typename Accumulator<T>::type;
+        const T* ab = a + a_off_[i];
+        const T* bb = b + b_off_[i];
+        T* yb = y + static_cast<int64_t>(i) * m_ * n_;
+        for (int64_t r = 0; r < m_; ++r)
+          for (int64_t c = 0; c < n_; ++c) {
+            Acc sum{};
+            for (int64_t j = 0; j < k_; ++j)
+              sum += static_cast<Acc>(load(ab[r * k_ + j])) * static_cast<Acc>(load(bb[j * n_ + c]));
+            yb[r * n_ + c] = store<T>(sum);
+          }
+      }
+    }
   }
 
  private:
@@ -111,7 +144,9 @@ class MatMulKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
   if (!info.has_input(0) || !info.has_input(1)) fail_invalid(info, "needs inputs A and B");
-  require_float32(info, {0, 1}, {0});
+  const bp_dtype_t dt = info.in_dtypes[0];
+  if (info.in_dtypes[1] != dt || info.out_dtypes.empty() || info.out_dtypes[0] != dt)
+    fail_invalid(info, "A, B and Y must have one dtype");
   Dims a = info.in_shapes[0], b = info.in_shapes[1];
   if (a.empty() || b.empty()) fail_invalid(info, "operands must have rank >= 1");
   const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
@@ -171,10 +206,15 @@ std::unique_ptr<Kernel> make_matmul(const NodeInfo& info) {
     one_b = one_b && b_off[i] == 0;
     a_dense = a_dense && a_off[i] == i * m * k;
   }
-  if (count > 1 && one_b && a_dense)
-    return std::make_unique<MatMulKernel>(count * m, n, k, std::vector<int64_t>{0},
-                                          std::vector<int64_t>{0});
-  return std::make_unique<MatMulKernel>(m, n, k, std::move(a_off), std::move(b_off));
+  const bool fold = count > 1 && one_b && a_dense;
+  return dispatch<float, f16, bf16, double, int32_t, int64_t, uint32_t, uint64_t>(
+      dt, info, "MatMul", [&](auto tag) -> std::unique_ptr<Kernel> {
+        using T = decltype(tag);
+        if (fold)
+          return std::make_unique<MatMulKernel<T>>(count * m, n, k, std::vector<int64_t>{0},
+                                                   std::vector<int64_t>{0});
+        return std::make_unique<MatMulKernel<T>>(m, n, k, a_off, b_off);
+      });
 }
 
 }  // namespace

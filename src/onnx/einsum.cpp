@@ -281,8 +281,9 @@ int rewrite_graph(onnx::GraphProto& g, int64_t opset, const Types& types) {
       if (a.has_g()) count += rewrite_graph(*a.mutable_g(), opset, types);
       for (onnx::GraphProto& sg : *a.mutable_graphs()) count += rewrite_graph(sg, opset, types);
     }
-    // float32 only: the operators it becomes take fewer types than Einsum,
-    // and CpuRef's MatMul only float32.
+    // float32 only: what it becomes runs on CpuOneDnn, which takes float32;
+    // another dtype's Einsum runs whole on CpuRef, which takes every type
+    // Einsum does (MatMul takes fewer: no 8- or 16-bit integers).
     const bool float32 =
         std::all_of(n.input().begin(), n.input().end(),
                     [&](const std::string& v) { return types.of(v) == onnx::TensorProto::FLOAT; });

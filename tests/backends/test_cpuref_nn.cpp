@@ -6,6 +6,7 @@
 // here independently of the kernels (direct loops, double accumulation).
 #include "cpuref_test_harness.hpp"
 #include "reference/kernel.hpp"
+#include "reference/kernel_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -591,6 +592,74 @@ TEST(CpuRefNn, MatMulSumsLongDepthsInBlocks) {
   for (size_t i = 0; i < got.size(); ++i)
     worst = std::max(worst, std::fabs(got[i] - want[i]) / want[i]);
   EXPECT_LT(worst, 1.5e-6);
+}
+
+// MatMul of every dtype ONNX allows, against direct loops here: a batched A
+// times a broadcast B. Integers wrap on overflow; the 16-bit floats are summed
+// in float32 and rounded once.
+template <class T>
+void check_typed_matmul(bp_dtype_t dtype, const std::vector<T>& a, const std::vector<T>& b,
+                        const std::vector<T>& want) {
+  Node node("MatMul", 13);
+  node.in({2, 2, 3}, dtype).in({3, 2}, dtype).out({2, 2, 2}, dtype);
+  auto k = node.kernel();
+  std::vector<T> y(want.size());
+  std::memset(y.data(), 0xFF, y.size() * sizeof(T));
+  run(*k, {a.data(), b.data()}, {y.data()});
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(T))) << sdk::dtype_name(dtype);
+}
+
+TEST(CpuRefNn, MatMulOfEveryDtype) {
+  // A [2,2,3] = 1..12, B [3,2] = 1..6: rows of A times B.
+  std::vector<double> a(12), b(6), y(8);
+  for (int i = 0; i < 12; ++i) a[i] = i + 1;
+  for (int i = 0; i < 6; ++i) b[i] = i + 1;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 2; ++c)
+      for (int j = 0; j < 3; ++j) y[r * 2 + c] += a[r * 3 + j] * b[j * 2 + c];
+  auto as = [](const std::vector<double>& v, auto tag) {
+    std::vector<decltype(tag)> out;
+    for (double x : v) out.push_back(static_cast<decltype(tag)>(x));
+    return out;
+  };
+  check_typed_matmul(BP_DTYPE_FLOAT64, a, b, y);
+  check_typed_matmul(BP_DTYPE_INT32, as(a, int32_t{}), as(b, int32_t{}), as(y, int32_t{}));
+  check_typed_matmul(BP_DTYPE_INT64, as(a, int64_t{}), as(b, int64_t{}), as(y, int64_t{}));
+  check_typed_matmul(BP_DTYPE_UINT32, as(a, uint32_t{}), as(b, uint32_t{}), as(y, uint32_t{}));
+  check_typed_matmul(BP_DTYPE_UINT64, as(a, uint64_t{}), as(b, uint64_t{}), as(y, uint64_t{}));
+  // float16: every value here (at most 1,022) is exact.
+  auto halves = [](const std::vector<double>& v) {
+    std::vector<f16> out;
+    for (double x : v) out.push_back(f16{float_to_half(static_cast<float>(x))});
+    return out;
+  };
+  check_typed_matmul(BP_DTYPE_FLOAT16, halves(a), halves(b), halves(y));
+  // bfloat16: 8 significant bits, so keep products and sums small and exact.
+  auto bhalves = [](const std::vector<double>& v) {
+    std::vector<uint16_t> out;
+    for (double x : v) {
+      const float f = static_cast<float>(x);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      out.push_back(static_cast<uint16_t>(bits >> 16));
+    }
+    return out;
+  };
+  std::vector<double> a2(12, 1.0), b2(6, 2.0), y2(8, 6.0);
+  check_typed_matmul(BP_DTYPE_BFLOAT16, bhalves(a2), bhalves(b2), bhalves(y2));
+  // int32 overflow wraps: each element is 3 * (2^30 + 1) * 3 modulo 2^32.
+  std::vector<int32_t> big(12, (1 << 30) + 1), threes(6, 3), wrapped(8);
+  for (auto& w : wrapped) w = static_cast<int32_t>(((1u << 30) + 1u) * 3u * 3u);
+  check_typed_matmul(BP_DTYPE_INT32, big, threes, wrapped);
+}
+
+TEST(CpuRefNn, MatMulRejectsMixedDtypesAndBool) {
+  Node mixed("MatMul", 13);
+  mixed.in({2, 3}).in({3, 2}, BP_DTYPE_FLOAT64).out({2, 2});
+  expect_rejected(mixed, BP_STATUS_INVALID_ARGUMENT, "one dtype");
+  Node boolean("MatMul", 13);
+  boolean.in({2, 3}, BP_DTYPE_BOOL).in({3, 2}, BP_DTYPE_BOOL).out({2, 2}, BP_DTYPE_BOOL);
+  expect_rejected(boolean, BP_STATUS_UNSUPPORTED, "dtype bool is not supported");
 }
 
 TEST(CpuRefNn, MatMulRejectsMismatchedInnerDims) {

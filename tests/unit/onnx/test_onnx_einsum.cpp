@@ -196,8 +196,8 @@ TEST(EinsumRewrite, SubgraphsAreRewrittenToo) {
     for (const onnx::NodeProto& inner : a.g().node()) EXPECT_NE(inner.op_type(), "Einsum");
 }
 
-// Einsum takes types MatMul does not, and CpuRef's MatMul is float32 only:
-// another dtype's Einsum stays whole, and runs.
+// Only a float32 Einsum is decomposed (for CpuOneDnn): another dtype's
+// stays whole, and runs on CpuRef.
 TEST(EinsumRewrite, OtherDtypesStayWhole) {
   ModelBuilder b(13);
   b.input("x0", {3, 4}, onnx::TensorProto::DOUBLE);

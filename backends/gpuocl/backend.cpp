@@ -353,7 +353,7 @@ class GpuOcl final : public sdk::Backend {
   void query_support(const bp_graph_view_t& view, sdk::NodeReport& report) override {
     for (size_t i = 0; i < view.num_nodes; ++i) {
       if (chosen_ < 0) {
-        report.rejected(i, "GpuOcl: " + why_);
+        report.rejected(i, why_);  // the host names the backend
         continue;
       }
       const std::string reason = check_node(view, i);

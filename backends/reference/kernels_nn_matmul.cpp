@@ -1,7 +1,8 @@
-// kernels_nn_matmul.cpp — Gemm (float32) and MatMul (every dtype ONNX allows:
-// float32 through the blocked gemm; float16, bfloat16, float64 and the 32-
-// and 64-bit integers by a plain loop, the 16-bit floats summed in float32,
-// integers wrapping on overflow as ONNX Runtime's do).
+// kernels_nn_matmul.cpp — Gemm (float32, float64, float16, bfloat16) and
+// MatMul (every dtype ONNX allows: those and the 32- and 64-bit integers,
+// wrapping on overflow as ONNX Runtime's do). float32 goes through the
+// blocked gemm, the others through a plain loop, the 16-bit floats summed in
+// float32.
 #include "reference/kernel_numeric.hpp"
 #include "reference/kernels_nn_internal.hpp"
 
@@ -20,43 +21,63 @@ namespace {
 // Gemm: Y = alpha * A' * B' + beta * C, A' = transA ? A^T : A, likewise B'.
 // ---------------------------------------------------------------------------
 
+struct GemmParams {
+  int64_t m, n, k;
+  int64_t a_rs, a_cs, b_rs, b_cs;
+  float alpha, beta;
+  bool use_c;
+  int64_t c_rs, c_cs;  // 0 along broadcast dims
+};
+
+// float32 through the blocked gemm; float64, float16 and bfloat16 by a plain
+// loop in their math type (the 16-bit floats in float32, rounded once).
+template <class T>
 class GemmKernel final : public Kernel {
  public:
-  struct Params {
-    int64_t m, n, k;
-    int64_t a_rs, a_cs, b_rs, b_cs;
-    float alpha, beta;
-    bool use_c;
-    int64_t c_rs, c_cs;  // 0 along broadcast dims
-  };
-  explicit GemmKernel(Params p) : p_(p) {}
+  explicit GemmKernel(GemmParams p) : p_(p) {}
 
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    const float* a = static_cast<const float*>(inputs[0]);
-    const float* b = static_cast<const float*>(inputs[1]);
-    float* y = static_cast<float*>(outputs[0]);
-    if (p_.use_c) {
-      const float* c = static_cast<const float*>(inputs[2]);
+    const T* a = static_cast<const T*>(inputs[0]);
+    const T* b = static_cast<const T*>(inputs[1]);
+    const T* c = p_.use_c ? static_cast<const T*>(inputs[2]) : nullptr;
+    T* y = static_cast<T*>(outputs[0]);
+    if constexpr (std::is_same_v<T, float>) {
+      if (c != nullptr)
+        for (int64_t i = 0; i < p_.m; ++i)
+          for (int64_t j = 0; j < p_.n; ++j)
+            y[i * p_.n + j] = p_.beta * c[i * p_.c_rs + j * p_.c_cs];
+      gemm(p_.m, p_.n, p_.k, p_.alpha, a, p_.a_rs, p_.a_cs, b, p_.b_rs, p_.b_cs, y, p_.n, p_.use_c);
+    } else {
+      using M = math_t<T>;
       for (int64_t i = 0; i < p_.m; ++i)
-        for (int64_t j = 0; j < p_.n; ++j) y[i * p_.n + j] = p_.beta * c[i * p_.c_rs + j * p_.c_cs];
+        for (int64_t j = 0; j < p_.n; ++j) {
+          M sum{};
+          for (int64_t q = 0; q < p_.k; ++q)
+            sum += load(a[i * p_.a_rs + q * p_.a_cs]) * load(b[q * p_.b_rs + j * p_.b_cs]);
+          M v = static_cast<M>(p_.alpha) * sum;
+          if (c != nullptr) v += static_cast<M>(p_.beta) * load(c[i * p_.c_rs + j * p_.c_cs]);
+          y[i * p_.n + j] = store<T>(v);
+        }
     }
-    gemm(p_.m, p_.n, p_.k, p_.alpha, a, p_.a_rs, p_.a_cs, b, p_.b_rs, p_.b_cs, y, p_.n, p_.use_c);
   }
 
  private:
-  Params p_;
+  GemmParams p_;
 };
 
 std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
   if (!info.has_input(0) || !info.has_input(1)) fail_invalid(info, "needs inputs A and B");
-  require_float32(info, {0, 1, 2}, {0});
+  const bp_dtype_t dt = info.in_dtypes[0];
+  if (info.in_dtypes[1] != dt || (info.has_input(2) && info.in_dtypes[2] != dt) ||
+      info.out_dtypes.empty() || info.out_dtypes[0] != dt)
+    fail_invalid(info, "A, B, C and Y must have one dtype");
   const Dims& a = info.in_shapes[0];
   const Dims& b = info.in_shapes[1];
   if (a.size() != 2 || b.size() != 2)
     fail_invalid(info, "A " + dims_str(a) + " and B " + dims_str(b) + " must be 2-D");
   const bool ta = info.node.attr_int("transA", 0) != 0;
   const bool tb = info.node.attr_int("transB", 0) != 0;
-  GemmKernel::Params p{};
+  GemmParams p{};
   p.m = ta ? a[1] : a[0];
   p.k = ta ? a[0] : a[1];
   p.n = tb ? b[0] : b[1];
@@ -86,7 +107,10 @@ std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
     p.c_rs = c2[0] == 1 ? 0 : c2[1];
     p.c_cs = c2[1] == 1 ? 0 : 1;
   }
-  return std::make_unique<GemmKernel>(p);
+  return dispatch<float, f16, bf16, double>(dt, info, "Gemm",
+                                            [&](auto tag) -> std::unique_ptr<Kernel> {
+                                              return std::make_unique<GemmKernel<decltype(tag)>>(p);
+                                            });
 }
 
 // ---------------------------------------------------------------------------
@@ -130,7 +154,8 @@ class MatMulKernel final : public Kernel {
           for (int64_t c = 0; c < n_; ++c) {
             Acc sum{};
             for (int64_t j = 0; j < k_; ++j)
-              sum += static_cast<Acc>(load(ab[r * k_ + j])) * static_cast<Acc>(load(bb[j * n_ + c]));
+              sum +=
+                  static_cast<Acc>(load(ab[r * k_ + j])) * static_cast<Acc>(load(bb[j * n_ + c]));
             yb[r * n_ + c] = store<T>(sum);
           }
       }

@@ -521,6 +521,59 @@ TEST(CpuRefNn, GemmTransposesAlphaBetaAndBroadcastC) {
   expect_close(run1(no_c, {a.data(), bt.data(), nullptr}), ab, 1e-5, "no C");
 }
 
+// Gemm in float64 and float16, against the float32 case's formula in double:
+// transposed A and B, alpha, beta, a C broadcast along rows.
+TEST(CpuRefNn, GemmOfFloat64AndFloat16) {
+  const int64_t M = 3, K = 4, N = 2;
+  std::vector<double> a(M * K), b(K * N), c(N), want(M * N);
+  for (int64_t i = 0; i < M * K; ++i) a[i] = static_cast<double>(i % 5) - 2;
+  for (int64_t i = 0; i < K * N; ++i) b[i] = static_cast<double>(i % 3) + 1;
+  for (int64_t j = 0; j < N; ++j) c[j] = static_cast<double>(j) + 1;
+  // A is given as A^T [K, M], B as B^T [N, K].
+  std::vector<double> at(K * M), bt(N * K);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t q = 0; q < K; ++q) at[q * M + i] = a[i * K + q];
+  for (int64_t q = 0; q < K; ++q)
+    for (int64_t j = 0; j < N; ++j) bt[j * K + q] = b[q * N + j];
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (int64_t q = 0; q < K; ++q) sum += a[i * K + q] * b[q * N + j];
+      want[i * N + j] = 0.5 * sum - 2.0 * c[j];
+    }
+  auto node_of = [&](Node& node, bp_dtype_t dt) -> Node& {
+    return node.in({K, M}, dt)
+        .in({N, K}, dt)
+        .in({N}, dt)
+        .out({M, N}, dt)
+        .i("transA", 1)
+        .i("transB", 1)
+        .f("alpha", 0.5f)
+        .f("beta", -2.0f);
+  };
+  Node f64("Gemm", 13);
+  std::vector<double> y64(M * N, std::numeric_limits<double>::quiet_NaN());
+  run(*node_of(f64, BP_DTYPE_FLOAT64).kernel(), {at.data(), bt.data(), c.data()}, {y64.data()});
+  EXPECT_EQ(y64, want);
+  // float16: every value here is a small integer or half of one, exact.
+  auto halves = [](const std::vector<double>& v) {
+    std::vector<f16> out;
+    for (double x : v) out.push_back(f16{float_to_half(static_cast<float>(x))});
+    return out;
+  };
+  const std::vector<f16> at16 = halves(at), bt16 = halves(bt), c16 = halves(c);
+  std::vector<f16> y16(M * N, f16{0x7e00});
+  Node f16n("Gemm", 13);
+  run(*node_of(f16n, BP_DTYPE_FLOAT16).kernel(), {at16.data(), bt16.data(), c16.data()},
+      {y16.data()});
+  for (int64_t i = 0; i < M * N; ++i)
+    EXPECT_EQ(half_to_float(y16[i].bits), static_cast<float>(want[i])) << "element " << i;
+  // Integers: alpha and beta are floats, so no integer Gemm.
+  Node ints("Gemm", 13);
+  ints.in({M, K}, BP_DTYPE_INT64).in({K, N}, BP_DTYPE_INT64).out({M, N}, BP_DTYPE_INT64);
+  expect_rejected(ints, BP_STATUS_UNSUPPORTED, "dtype int64 is not supported");
+}
+
 TEST(CpuRefNn, MatMulBroadcastsBatchesAndVectors) {
   struct Case {
     Dims a, b, y;

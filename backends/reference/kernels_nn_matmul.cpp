@@ -1,8 +1,7 @@
 // kernels_nn_matmul.cpp — Gemm (float32, float64, float16, bfloat16) and
 // MatMul (every dtype ONNX allows: those and the 32- and 64-bit integers,
-// wrapping on overflow as ONNX Runtime's do). float32 goes through the
-// blocked gemm, the others through a plain loop, the 16-bit floats summed in
-// float32.
+// wrapping on overflow). float32 goes through the blocked gemm, the others
+// through a plain loop, the 16-bit floats summed in float32.
 #include "reference/kernel_numeric.hpp"
 #include "reference/kernels_nn_internal.hpp"
 

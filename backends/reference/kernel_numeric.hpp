@@ -96,6 +96,22 @@ inline T store(V v) {
   }
 }
 
+// The type a sum of T's accumulates in: its math type, or uint64_t for the
+// integers, so products and sums wrap modulo 2^64 (never a signed overflow)
+// and store<T> truncates them to the same result modulo 2^bits.
+template <class T>
+using accumulator_t = std::conditional_t<std::is_integral_v<math_t<T>>, uint64_t, math_t<T>>;
+
+// An element (in its math type) as accumulator type A: signed integers are
+// widened through int64 first (sign-extended), so sums modulo 2^64 stay
+// exact modulo 2^bits.
+template <class A, class V>
+inline A widen(V v) {
+  if constexpr (std::is_integral_v<V> && std::is_signed_v<V>)
+    return static_cast<A>(static_cast<int64_t>(v));
+  else return static_cast<A>(v);
+}
+
 template <class T>
 constexpr bool is_float_v = std::is_floating_point_v<math_t<T>>;
 

@@ -77,15 +77,6 @@ Dims strides_of(const Dims& dims) {
   return s;
 }
 
-// An element as the accumulator type A: signed integers are widened through
-// int64 first (sign-extended), so sums modulo 2^64 stay exact mod 2^bits.
-template <class A, class V>
-inline A widen(V v) {
-  if constexpr (std::is_integral_v<V> && std::is_signed_v<V>)
-    return static_cast<A>(static_cast<int64_t>(v));
-  else return static_cast<A>(v);
-}
-
 // Reads a constant int32/int64 input as int64 values.
 std::vector<int64_t> int_constant(const NodeInfo& info, size_t i, const char* what) {
   const void* p = info.constant(i);
@@ -929,7 +920,7 @@ class EinsumKernel final : public Kernel {
   // Accumulate in the math type; integers wrap (as numpy's do) without
   // signed overflow: modulo 2^64, then truncated to the type.
   using M = math_t<T>;
-  using A = std::conditional_t<std::is_integral_v<M>, uint64_t, M>;
+  using A = accumulator_t<T>;
 
  public:
   explicit EinsumKernel(EinsumPlan p) : p_(std::move(p)) {}
@@ -1001,7 +992,7 @@ std::unique_ptr<Kernel> make_einsum(const NodeInfo& info) {
 template <class T>
 class CumSumKernel final : public Kernel {
   using M = math_t<T>;
-  using A = std::conditional_t<std::is_integral_v<M>, uint64_t, M>;  // integers wrap
+  using A = accumulator_t<T>;  // integers wrap
 
  public:
   CumSumKernel(Dims dims, int64_t axis, bool axis_at_run, bool exclusive, bool reverse,

@@ -117,18 +117,6 @@ std::unique_ptr<Kernel> make_gemm(const NodeInfo& info) {
 // their unit dim dropped from the result.
 // ---------------------------------------------------------------------------
 
-// The sum of products of one output element in T's math type; integers in
-// their unsigned type of the same width, so overflow wraps instead of being
-// undefined.
-template <class T, bool = std::is_integral_v<T>>
-struct Accumulator {
-  using type = math_t<T>;
-};
-template <class T>
-struct Accumulator<T, true> {
-  using type = std::make_unsigned_t<T>;
-};
-
 template <class T>
 class MatMulKernel final : public Kernel {
  public:
@@ -145,7 +133,7 @@ class MatMulKernel final : public Kernel {
         gemm(m_, n_, k_, 1.0f, a + a_off_[i], k_, 1, b + b_off_[i], n_, 1, y + i * m_ * n_, n_,
              false);
       } else {
-        using Acc = typename Accumulator<T>::type;
+        using Acc = accumulator_t<T>;
         const T* ab = a + a_off_[i];
         const T* bb = b + b_off_[i];
         T* yb = y + static_cast<int64_t>(i) * m_ * n_;
@@ -153,8 +141,7 @@ class MatMulKernel final : public Kernel {
           for (int64_t c = 0; c < n_; ++c) {
             Acc sum{};
             for (int64_t j = 0; j < k_; ++j)
-              sum +=
-                  static_cast<Acc>(load(ab[r * k_ + j])) * static_cast<Acc>(load(bb[j * n_ + c]));
+              sum += widen<Acc>(load(ab[r * k_ + j])) * widen<Acc>(load(bb[j * n_ + c]));
             yb[r * n_ + c] = store<T>(sum);
           }
       }

@@ -267,6 +267,9 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   plan->name = open.name;
   plan->threads = instance_threads(key);
   plan->tuning = tuning_;
+  plan->refs.reserve(last_refs_ + last_refs_ / 8);
+  plan->steps.reserve(last_steps_ + last_steps_ / 8);
+  plan->buffers.reserve(last_buffers_ + last_buffers_ / 8);
   // Primitive creation picks its blocking for the calling thread's count.
   const ScopedOmpThreads omp(plan->threads);
   const std::string cannot =
@@ -290,6 +293,9 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
     throw sdk::unsupported(cannot + e.what());
   }
   g.release_constants();
+  last_refs_ = plan->refs.size();
+  last_steps_ = plan->steps.size();
+  last_buffers_ = plan->buffers.size();
   return plan;
 }
 

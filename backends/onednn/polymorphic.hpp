@@ -121,6 +121,10 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::mutex lower_mutex_;  // one lowering at a time; guards shared_
   SharedCache shared_;
   size_t prune_at_ = 0;  // shared_'s size that makes keep() prune it
+  // How many refs, steps and buffers the last instance had (lower_mutex_
+  // held): the next is reserved for as many, since a MemRef carries a
+  // 700-byte memory descriptor and growing the vector copies them all.
+  size_t last_refs_ = 0, last_steps_ = 0, last_buffers_ = 0;
 };
 
 // Checks that every node of `view` (dims open) can run here at some shapes

@@ -15,6 +15,7 @@
 #include <backplane/tensor.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -103,5 +104,43 @@ Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shap
 // fold_constants (graph.hpp) with options: folds every node whose inputs are
 // all constants, without input shapes.
 Status fold_constants(Graph& graph, const InferOptions& options);
+
+// infer_shapes of one graph at one set of input shapes after another, each
+// call inferring again only the nodes its shapes reach: those with an input
+// whose dtype, shape or constant value differs from the previous call's. The
+// others keep their outputs, folded constants included. A decoder's new
+// cache length reaches a few nodes of its graph; the rest cost a comparison.
+// What it finds equals what infer_shapes finds on a fresh copy of the graph
+// (prune_into gives that copy). Not thread-safe: one call at a time.
+class IncrementalInference {
+ public:
+  // `graph` is not copied until the first infer(); it must outlive this
+  // object. options.memo (optional) is consulted for the nodes inferred
+  // again.
+  IncrementalInference(const Graph& graph, const InferOptions& options);
+  ~IncrementalInference();
+  IncrementalInference(const IncrementalInference&) = delete;
+  IncrementalInference& operator=(const IncrementalInference&) = delete;
+
+  // Infers the graph at `input_shapes` (every input's shape, as for
+  // infer_shapes). After a failure the next call starts from the graph
+  // again; the error is infer_shapes' for the same node, without the
+  // graph's source as context.
+  Status infer(const std::map<std::string, Shape>& input_shapes);
+  // `out` becomes the graph as infer_shapes leaves it after the last
+  // successful call: folded nodes dropped, then what nobody needs
+  // (Graph::remove_dead), constants renamed by `rename` where it returns
+  // a key (constants these shapes made: see specialize_graph). `out`'s
+  // storage is reused: a graph pruned here before takes the next
+  // signature's with few allocations.
+  void prune_into(Graph& out,
+                  const std::function<std::string(const Value&)>& rename = nullptr) const;
+  // How many nodes the last call inferred again (the rest kept theirs).
+  size_t reinferred() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 }  // namespace backplane::ir

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <unordered_set>
 
 namespace backplane::ir {
 
@@ -266,6 +267,52 @@ void Graph::remove_dead() {
       constants.erase(values[v].constant_key);
       values[v].constant_key.clear();
     }
+  for (Value& v : values) v.producer = -1;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int v : nodes[i].outputs)
+      if (v >= 0) values[v].producer = static_cast<int>(i);
+}
+
+void Graph::assign_pruned(const Graph& from, const std::vector<bool>& drop) {
+  // remove_dead's liveness, over the nodes `drop` leaves.
+  std::vector<bool> live_value(from.values.size(), false);
+  for (int v : from.outputs) live_value[v] = true;
+  std::vector<size_t> kept;  // last first
+  for (size_t k = from.nodes.size(); k-- > 0;) {
+    if (drop[k]) continue;
+    const Node& node = from.nodes[k];
+    bool needed = false;
+    for (int v : node.outputs)
+      if (v >= 0 && live_value[v]) needed = true;
+    if (!needed) continue;
+    kept.push_back(k);
+    for (int v : node.inputs)
+      if (v >= 0) live_value[v] = true;
+  }
+  name = from.name;
+  source = from.source;
+  metadata = from.metadata;
+  values = from.values;
+  nodes.resize(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) nodes[i] = from.nodes[kept[kept.size() - 1 - i]];
+  inputs = from.inputs;
+  outputs = from.outputs;
+  captured = from.captured;
+  opsets = from.opsets;
+  input_defaults = from.input_defaults;
+  by_name_ = from.by_name_;
+  // The constants of `from` but those of dead values, with their keys cleared.
+  std::unordered_set<std::string> dead;
+  for (size_t v = 0; v < values.size(); ++v)
+    if (!live_value[v] && values[v].is_constant()) {
+      dead.insert(values[v].constant_key);
+      values[v].constant_key.clear();
+    }
+  for (auto it = constants.begin(); it != constants.end();)
+    it = from.constants.count(it->first) == 0 || dead.count(it->first) > 0 ? constants.erase(it)
+                                                                           : std::next(it);
+  for (const auto& [key, tensor] : from.constants)
+    if (dead.count(key) == 0) constants[key] = tensor;
   for (Value& v : values) v.producer = -1;
   for (size_t i = 0; i < nodes.size(); ++i)
     for (int v : nodes[i].outputs)

@@ -155,6 +155,11 @@ class Graph {
   Status topo_sort();
   // Removes nodes whose outputs nobody needs and values nobody uses.
   void remove_dead();
+  // *this becomes `from` without the nodes `drop` marks, then remove_dead():
+  // what copying `from`, erasing those nodes, fixing producers and calling
+  // remove_dead() gives, with this graph's storage reused (strings and
+  // vectors assigned in place where they fit).
+  void assign_pruned(const Graph& from, const std::vector<bool>& drop);
 
  private:
   std::unordered_map<std::string, int> by_name_;

@@ -530,11 +530,10 @@ Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
 
 void drop_folded(Graph& g, const std::vector<bool>& folded);
 
-Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
-                  const InferOptions& options) {
-  // Each op's schema says from which opset it is known; above kMaxOpset a
-  // newer ONNX may have changed an op whose schema we would wrongly reuse.
-  // Every op opset 18 changed has its 18 schema (ops_opset18.cpp).
+// Each op's schema says from which opset it is known; above kMaxOpset a
+// newer ONNX may have changed an op whose schema we would wrongly reuse.
+// Every op opset 18 changed has its 18 schema (ops_opset18.cpp).
+Status check_opset(const Graph& g) {
   constexpr int64_t kMaxOpset = 18;
   auto it = g.opsets.find("");
   if (it == g.opsets.end()) it = g.opsets.find("ai.onnx");
@@ -543,6 +542,12 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
                   "opset " + std::to_string(it->second) +
                       " of the default ONNX domain is not supported (supported: 1 to " +
                       std::to_string(kMaxOpset) + ")");
+  return ok_status();
+}
+
+Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
+                  const InferOptions& options) {
+  BP_RETURN_IF_ERROR(check_opset(g));
   BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
   BP_RETURN_IF_ERROR(g.topo_sort());
 
@@ -654,6 +659,156 @@ Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shap
   options.registry = registry;
   return infer_shapes(graph, input_shapes, options);
 }
+
+struct IncrementalInference::State {
+  const Graph& source;
+  InferOptions options;
+  Graph g;                    // `source`, topologically sorted, folded nodes kept
+  bool ready = false;         // g is set up (else the next call copies `source`)
+  bool inferred = false;      // every node has outputs from an earlier call
+  std::vector<Value> inputs;  // the graph inputs as `source` declares them
+  std::vector<Declared> declared;
+  std::vector<bool> folded;
+  std::vector<char> changed;  // per value, this call
+  size_t reinferred = 0;
+
+  State(const Graph& graph, const InferOptions& o) : source(graph), options(resolved(o)) {}
+
+  // g as infer_impl has it before its first node: a copy of `source`,
+  // sorted, every produced value's model-declared type moved to `declared`.
+  Status reset() {
+    ready = inferred = false;
+    g = source;
+    BP_RETURN_IF_ERROR(check_opset(g));
+    BP_RETURN_IF_ERROR(g.topo_sort());
+    inputs.clear();
+    for (int v : g.inputs) inputs.push_back(g.values[v]);
+    declared.assign(g.values.size(), {});
+    for (const Node& node : g.nodes)
+      for (int v : node.outputs)
+        if (v >= 0 && !g.values[v].is_constant()) {
+          Value& value = g.values[v];
+          declared[v] = {value.dtype, value.has_shape, std::move(value.shape)};
+          value.dtype = DType::kUndefined;
+          value.has_shape = false;
+          value.shape.clear();
+        }
+    folded.assign(g.nodes.size(), false);
+    ready = true;
+    return ok_status();
+  }
+
+  // Node i again: its outputs forgotten (unfolded), inferred, and marked
+  // changed where they differ from what they were.
+  Status reinfer(size_t i) {
+    struct Was {
+      DType dtype;
+      bool has_shape;
+      Shape shape;
+      bool constant = false;
+      Tensor value;  // of a constant
+    };
+    const Node& node = g.nodes[i];
+    std::vector<Was> was(node.outputs.size());
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const int v = node.outputs[k];
+      if (v < 0) continue;
+      Value& value = g.values[v];
+      was[k] = {value.dtype, value.has_shape, std::move(value.shape), value.is_constant(), {}};
+      if (value.is_constant()) {
+        auto c = g.constants.find(value.constant_key);
+        if (c != g.constants.end()) {
+          was[k].value = std::move(c->second);
+          g.constants.erase(c);
+        }
+        value.constant_key.clear();
+        value.producer = static_cast<int>(i);
+      }
+      value.dtype = DType::kUndefined;
+      value.has_shape = false;
+      value.shape.clear();
+    }
+    folded[i] = false;
+    BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const int v = node.outputs[k];
+      if (v < 0) continue;
+      const Value& value = g.values[v];
+      const Tensor* now = g.constant(v);
+      bool same = inferred && value.dtype == was[k].dtype && value.has_shape == was[k].has_shape &&
+                  value.shape == was[k].shape && (now != nullptr) == was[k].constant;
+      if (same && now != nullptr)
+        same = now->size_bytes() == was[k].value.size_bytes() &&
+               (now->data() == was[k].value.data() ||
+                std::memcmp(now->data(), was[k].value.data(), now->size_bytes()) == 0);
+      if (!same) changed[v] = 1;
+    }
+    return ok_status();
+  }
+
+  Status infer(const std::map<std::string, Shape>& input_shapes) {
+    if (!ready) BP_RETURN_IF_ERROR(reset());
+    changed.assign(g.values.size(), 0);
+    // The inputs as declared, then given these shapes; changed if unlike the last call's.
+    std::vector<Shape> last(g.inputs.size());
+    for (size_t k = 0; k < g.inputs.size(); ++k) {
+      Value& value = g.values[g.inputs[k]];
+      last[k] = std::move(value.shape);
+      value = inputs[k];
+    }
+    BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
+    for (size_t k = 0; k < g.inputs.size(); ++k)
+      if (!inferred || g.values[g.inputs[k]].shape != last[k]) changed[g.inputs[k]] = 1;
+
+    std::unique_lock<std::mutex> memo_lock;
+    if (options.memo != nullptr) {
+      memo_lock = InferMemoAccess::lock(*options.memo);
+      InferMemoAccess::bind(*options.memo, g);
+    }
+    reinferred = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      bool reached = !inferred;
+      for (int v : g.nodes[i].inputs)
+        if (v >= 0 && changed[v]) reached = true;
+      if (!reached) continue;
+      ++reinferred;
+      BP_RETURN_IF_ERROR(reinfer(i));
+    }
+    inferred = true;
+    for (int v : g.outputs)
+      if (!g.values[v].has_shape)
+        return internal_error("graph output '" + g.values[v].name + "' has no static shape");
+    return ok_status();
+  }
+};
+
+IncrementalInference::IncrementalInference(const Graph& graph, const InferOptions& options)
+    : s_(std::make_unique<State>(graph, options)) {}
+
+IncrementalInference::~IncrementalInference() = default;
+
+Status IncrementalInference::infer(const std::map<std::string, Shape>& input_shapes) {
+  Status status = s_->infer(input_shapes);
+  if (!status.ok()) s_->ready = false;
+  return status;
+}
+
+void IncrementalInference::prune_into(
+    Graph& out, const std::function<std::string(const Value&)>& rename) const {
+  out.assign_pruned(s_->g, s_->folded);
+  if (!rename) return;
+  for (Value& value : out.values) {
+    if (!value.is_constant()) continue;
+    std::string key = rename(value);
+    if (key.empty() || key == value.constant_key) continue;
+    auto node = out.constants.extract(value.constant_key);
+    value.constant_key = std::move(key);
+    node.key() = value.constant_key;
+    out.constants.insert(std::move(node));
+  }
+}
+
+size_t IncrementalInference::reinferred() const { return s_->reinferred; }
 
 bool is_known_op(const std::string& domain, const std::string& op_type) {
   return OpRegistry::builtin().knows(domain, op_type);

@@ -100,6 +100,24 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
   return graph;
 }
 
+namespace {
+
+// "@1x128,1x128": the dims of every input of a specialised graph.
+std::string signature_tag(const ir::Graph& graph) {
+  std::string tag;
+  for (int v : graph.inputs) {
+    tag += tag.empty() ? '@' : ',';
+    const Shape& shape = graph.values[v].shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d > 0) tag += 'x';
+      tag += std::to_string(shape[d]);
+    }
+  }
+  return tag;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
                                                     const std::string& key_prefix,
@@ -112,15 +130,7 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
   // Constants made for these shapes only (folded shape arithmetic) get keys
   // of their own, so that the constants of several specialisations can sit
   // side by side in one blob store (an artifact with several shapes).
-  std::string tag;
-  for (int v : graph->inputs) {
-    tag += tag.empty() ? '@' : ',';
-    const Shape& shape = graph->values[v].shape;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (d > 0) tag += 'x';
-      tag += std::to_string(shape[d]);
-    }
-  }
+  const std::string tag = signature_tag(*graph);
   for (ir::Value& value : graph->values) {
     if (!value.is_constant() || portable.constants.count(value.constant_key) > 0) continue;
     auto node = graph->constants.extract(value.constant_key);
@@ -130,6 +140,32 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
   }
   BP_RETURN_IF_ERROR(ir::verify(*graph), portable.source);
   return graph;
+}
+
+Specializer::Specializer(const ir::Graph& portable, std::string key_prefix,
+                         const BackendRegistry* backends)
+    : portable_(portable),
+      key_prefix_(std::move(key_prefix)),
+      backends_(backends),
+      inference_(portable, [&] {
+        ir::InferOptions options = infer_options(ops_of(backends));
+        options.memo = &memo_;
+        return options;
+      }()) {}
+
+Result<std::unique_ptr<ir::Graph>> Specializer::specialize(
+    const std::map<std::string, Shape>& shapes, std::unique_ptr<ir::Graph> storage) {
+  if (!inference_.infer(shapes).ok())  // the error again, with its context
+    return specialize_graph(portable_, shapes, key_prefix_, backends_, &memo_);
+  if (storage == nullptr) storage = std::make_unique<ir::Graph>();
+  std::string tag;
+  inference_.prune_into(*storage, [&](const ir::Value& value) -> std::string {
+    if (portable_.constants.count(value.constant_key) > 0) return {};
+    if (tag.empty()) tag = signature_tag(*storage);
+    return key_prefix_ + value.constant_key + tag;
+  });
+  BP_RETURN_IF_ERROR(ir::verify(*storage), portable_.source);
+  return storage;
 }
 
 namespace {

@@ -63,6 +63,31 @@ Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const BackendRegistry* backends = nullptr,
                                                     ir::InferMemo* memo = nullptr);
 
+// specialize_graph for one portable graph at one signature after another,
+// each inferring again only what its shapes reach (ir::IncrementalInference)
+// and copying the result into the storage of an earlier one when given it.
+// Each result equals specialize_graph's for the same shapes (errors too).
+// Not thread-safe: one call at a time. `portable` and `backends` must
+// outlive it.
+class Specializer {
+ public:
+  Specializer(const ir::Graph& portable, std::string key_prefix, const BackendRegistry* backends);
+  // `storage`: a graph an earlier call returned and nobody uses any more
+  // (or null): its strings and vectors are reused.
+  Result<std::unique_ptr<ir::Graph>> specialize(const std::map<std::string, Shape>& shapes,
+                                                std::unique_ptr<ir::Graph> storage = nullptr);
+  const ir::InferMemo& memo() const { return memo_; }
+  // Nodes the last call inferred again.
+  size_t reinferred() const { return inference_.reinferred(); }
+
+ private:
+  const ir::Graph& portable_;
+  std::string key_prefix_;
+  const BackendRegistry* backends_;
+  ir::InferMemo memo_;
+  ir::IncrementalInference inference_;
+};
+
 // A digest of what the partitions of a specialised graph depend on: every
 // node (name, op type, domain, inputs, outputs, attributes) in order and
 // every value (name, dtype, shape, constant key). An artifact stores it with

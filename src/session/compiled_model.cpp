@@ -328,13 +328,22 @@ Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signatu
   std::map<std::string, Shape> shapes;
   for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
   if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
+  if (specializer_ == nullptr)
+    specializer_ = std::make_unique<Specializer>(*portable_, stored_.key_prefix, &registry_);
   Result<std::unique_ptr<ir::Graph>> specialized =
-      specialize_graph(*portable_, shapes, stored_.key_prefix, &registry_, infer_memo_.get());
+      specializer_->specialize(shapes, spare_graphs_->take());
   if (!specialized.ok()) {
     if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
     return std::move(specialized).take_status();
   }
-  std::shared_ptr<const ir::Graph> graph(std::move(specialized).value());
+  // Back to the spares when the last holder lets go (an evicted
+  // specialisation, usually), unless the model is gone by then.
+  std::shared_ptr<const ir::Graph> graph(
+      std::move(specialized).value().release(),
+      [spares = std::weak_ptr<SpareGraphs>(spare_graphs_)](const ir::Graph* g) {
+        std::unique_ptr<ir::Graph> owned(const_cast<ir::Graph*>(g));
+        if (auto kept = spares.lock()) kept->give(std::move(owned));
+      });
   if (from_artifact())
     BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kFoldedAway, graph.get()));
   return graph;

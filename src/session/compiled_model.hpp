@@ -17,6 +17,7 @@
 #include "partition/partitioner.hpp"
 #include "pipeline/artifact_load.hpp"
 #include "pipeline/compile.hpp"
+#include "pipeline/front_end.hpp"
 #include "registry/registry.hpp"
 #include "session/specialization.hpp"
 
@@ -152,8 +153,32 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Compiled artifacts: the stored specialisations (no planner for ONNX).
   StoredSpecializations stored_;
   std::vector<TensorInfo> inputs_, outputs_;
-  // What inference found per node across specialisations (its own lock).
-  std::unique_ptr<ir::InferMemo> infer_memo_ = std::make_unique<ir::InferMemo>();
+  // Specialises the portable graph, inferring again only what a new
+  // signature reaches (under build_mu_; made at the first build).
+  std::unique_ptr<Specializer> specializer_;
+  // Specialised graphs nobody holds any more, whose storage the next
+  // specialisation reuses: a decoder evicts one shape per new one, so its
+  // graph is copied into without allocating what has not changed.
+  class SpareGraphs {
+   public:
+    std::unique_ptr<ir::Graph> take() {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (spare_.empty()) return nullptr;
+      std::unique_ptr<ir::Graph> g = std::move(spare_.back());
+      spare_.pop_back();
+      return g;
+    }
+    void give(std::unique_ptr<ir::Graph> g) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (spare_.size() < kKept) spare_.push_back(std::move(g));
+    }
+
+   private:
+    static constexpr size_t kKept = 2;
+    std::mutex mu_;
+    std::vector<std::unique_ptr<ir::Graph>> spare_;
+  };
+  std::shared_ptr<SpareGraphs> spare_graphs_ = std::make_shared<SpareGraphs>();
 
   mutable std::mutex mu_;  // guards everything below
   std::map<Signature, Entry> cache_;

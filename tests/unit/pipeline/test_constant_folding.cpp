@@ -2,10 +2,12 @@
 // nodes whose inputs are all constants become constants computed by the
 // reference backend through the ABI, for ops the old built-in evaluator never
 // had; the size bound holds; without an evaluator ir folds only Shape, Size
-// and Constant.
+// and Constant. Specializer (pipeline/front_end.hpp) infers one signature after
+// another incrementally and gives what specialize_graph gives.
 #include "ir/constant_folding.hpp"
 #include "onnx/importer.hpp"
 #include "pipeline/constant_folding.hpp"
+#include "pipeline/front_end.hpp"
 #include "support/expect_error.hpp"
 #include "support/files.hpp"
 #include "support/model_builder.hpp"
@@ -291,6 +293,81 @@ TEST(ConstantFolding, InferMemoTellsFoldedValuesApart) {
     EXPECT_EQ(constant_values<int64_t>(g, "target"), (std::vector<int64_t>{-1, sig[1]}));
     EXPECT_EQ(g.values[g.find_value("y")].shape, (Shape{sig[0] * sig[1] / sig[1], sig[1]}));
   }
+}
+
+// Everything a specialised graph is: the digest (nodes, values, constant
+// keys) and every constant's bytes under its key.
+void expect_same_specialization(const ir::Graph& want, const ir::Graph& got,
+                                const std::string& at) {
+  expect_same_graph(want, got, at);
+  EXPECT_EQ(specialization_digest(want), specialization_digest(got)) << at;
+  ASSERT_EQ(want.constants.size(), got.constants.size()) << at;
+  for (const auto& [key, tensor] : want.constants) {
+    auto it = got.constants.find(key);
+    ASSERT_NE(it, got.constants.end()) << at << ": no constant '" << key << "'";
+    ASSERT_EQ(it->second.size_bytes(), tensor.size_bytes()) << at << " " << key;
+    EXPECT_EQ(std::memcmp(it->second.data(), tensor.data(), tensor.size_bytes()), 0)
+        << at << " " << key;
+  }
+  for (size_t v = 0; v < want.values.size(); ++v)
+    EXPECT_EQ(want.values[v].producer, got.values[v].producer) << at << " " << want.values[v].name;
+}
+
+// One signature after another, some again, one whose ConstantOfShape is
+// too large to fold (the graph's structure changes and changes back), one
+// invalid between valid ones, each result's storage handed to the next
+// call: every graph equals specialize_graph's, and every error its error.
+TEST(Specializer, GivesWhatSpecializeGraphGivesForEverySignature) {
+  auto portable = import(memo_model());
+  ASSERT_TRUE(portable.ok()) << portable.status().message();
+  ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
+  Specializer specializer(*portable, "m/", nullptr);
+  std::unique_ptr<ir::Graph> storage;
+  const std::vector<Shape> signatures = {{1, 8}, {1, 9},       {1, 10}, {4, 10}, {1, 8},
+                                         {1},    {2048, 4096}, {1, 10}, {0, 3},  {1, 10}};
+  for (const Shape& sig : signatures) {
+    const std::string at = shape_to_string(sig);
+    Result<std::unique_ptr<ir::Graph>> want = specialize_graph(*portable, {{"x", sig}}, "m/");
+    Result<std::unique_ptr<ir::Graph>> got =
+        specializer.specialize({{"x", sig}}, std::move(storage));
+    ASSERT_EQ(want.ok(), got.ok()) << at << ": " << (want.ok() ? got : want).status().message();
+    if (!want.ok()) {
+      EXPECT_EQ(want.status().message(), got.status().message()) << at;
+      continue;
+    }
+    expect_same_specialization(**want, **got, at);
+    storage = std::move(got).value();
+  }
+}
+
+// A signature infers again only the nodes its new shapes reach: x's chain
+// when x changes, p's node when p does, nothing when nothing does.
+TEST(Specializer, InfersAgainOnlyWhatNewShapesReach) {
+  bt::ModelBuilder b(13);
+  b.input("x", {"n"});
+  b.input("p", {"m"});
+  b.node("Relu", {"x"}, {"rx"});
+  b.node("Neg", {"rx"}, {"nx"});
+  b.node("Relu", {"p"}, {"rp"});
+  b.untyped_output("nx");
+  b.untyped_output("rp");
+  auto portable = import(b);
+  ASSERT_TRUE(portable.ok()) << portable.status().message();
+  Specializer specializer(*portable, "", nullptr);
+  auto at = [&](int64_t n, int64_t m) -> size_t {
+    Result<std::unique_ptr<ir::Graph>> g = specializer.specialize({{"x", {n}}, {"p", {m}}});
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    if (g.ok()) {
+      EXPECT_EQ((*g)->values[(*g)->find_value("nx")].shape, (Shape{n}));
+      EXPECT_EQ((*g)->values[(*g)->find_value("rp")].shape, (Shape{m}));
+    }
+    return specializer.reinferred();
+  };
+  EXPECT_EQ(at(2, 3), 3u);
+  EXPECT_EQ(at(2, 3), 0u);
+  EXPECT_EQ(at(2, 4), 1u);
+  EXPECT_EQ(at(5, 4), 2u);
+  EXPECT_EQ(at(6, 7), 3u);
 }
 
 }  // namespace

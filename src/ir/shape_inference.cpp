@@ -545,13 +545,9 @@ Status check_opset(const Graph& g) {
   return ok_status();
 }
 
-Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
-                  const InferOptions& options) {
-  BP_RETURN_IF_ERROR(check_opset(g));
-  BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
-  BP_RETURN_IF_ERROR(g.topo_sort());
-
-  // What the model declared for produced values; inference overwrites it.
+// What the model declared for the values nodes produce, taken out of them:
+// inference gives them their types and checks them against these.
+std::vector<Declared> take_declared(Graph& g) {
   std::vector<Declared> declared(g.values.size());
   for (const Node& node : g.nodes)
     for (int v : node.outputs)
@@ -562,7 +558,16 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
         value.has_shape = false;
         value.shape.clear();
       }
+  return declared;
+}
 
+Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
+                  const InferOptions& options) {
+  BP_RETURN_IF_ERROR(check_opset(g));
+  BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
+  BP_RETURN_IF_ERROR(g.topo_sort());
+
+  const std::vector<Declared> declared = take_declared(g);
   std::vector<bool> folded(g.nodes.size(), false);
   std::unique_lock<std::mutex> memo_lock;
   if (options.memo != nullptr) {
@@ -683,16 +688,7 @@ struct IncrementalInference::State {
     BP_RETURN_IF_ERROR(g.topo_sort());
     inputs.clear();
     for (int v : g.inputs) inputs.push_back(g.values[v]);
-    declared.assign(g.values.size(), {});
-    for (const Node& node : g.nodes)
-      for (int v : node.outputs)
-        if (v >= 0 && !g.values[v].is_constant()) {
-          Value& value = g.values[v];
-          declared[v] = {value.dtype, value.has_shape, std::move(value.shape)};
-          value.dtype = DType::kUndefined;
-          value.has_shape = false;
-          value.shape.clear();
-        }
+    declared = take_declared(g);
     folded.assign(g.nodes.size(), false);
     ready = true;
     return ok_status();

@@ -19,6 +19,11 @@ const dnnl::engine& engine() {
   return e;
 }
 
+SharedMd::SharedMd() {
+  static const auto empty = std::make_shared<const dnnl::memory::desc>();
+  p_ = empty;
+}
+
 size_t context_bytes(const Compiled& c) {
   return align_up(c.arena_bytes) + align_up(c.scratch_bytes);
 }
@@ -123,14 +128,14 @@ void Binder::plan_concat_norm(size_t s) {
   int64_t pixels = 0;
   for (auto [arg, ref] : step.args)
     if (arg == DNNL_ARG_DST) {
-      const dnnl::memory::dims d = c_.refs[ref].md.dims();
+      const dnnl::memory::dims d = c_.refs[ref].md->dims();
       pixels = d[1] == 0 ? 0 : sdk::element_count(d) / d[1];
     }
   int64_t along = 0;
   for (size_t a = 0; a < step.args.size(); ++a) {
     const int arg = step.args[a].first;
     if (arg < DNNL_ARG_MULTIPLE_SRC || arg >= DNNL_ARG_MULTIPLE_DST) continue;
-    const int64_t channels = c_.refs[step.args[a].second].md.dims()[1];
+    const int64_t channels = c_.refs[step.args[a].second].md->dims()[1];
     copies_[s].push_back(CopyPart{a, along, {pixels, channels}, {}, {}});
     along += channels;
   }
@@ -227,15 +232,15 @@ void Binder::run_gather(size_t s) {
     dnnl_memory_get_data_handle(args_[s][a].memory, &handle);
     if (arg == DNNL_ARG_SRC_0) {
       data = handle;
-      data_md = &c_.refs[ref].md;
+      data_md = &c_.refs[ref].md.get();
       data_bytes = data_md->get_size();
     } else if (arg == DNNL_ARG_SRC_1) {
       indices = handle;
-      index_bytes = c_.refs[ref].md.get_size();
+      index_bytes = c_.refs[ref].md->get_size();
       index_count = index_bytes / static_cast<size_t>(step.index_bytes);
     } else if (arg == DNNL_ARG_DST) {
       dst = handle;
-      dst_bytes = c_.refs[ref].md.get_size();
+      dst_bytes = c_.refs[ref].md->get_size();
     }
   }
   // The copy re-reads the indices and reads the data while it writes the

@@ -40,9 +40,28 @@ struct Buffer {
   size_t in_parent = 0;
 };
 
+// A memory descriptor held by reference: oneDNN's is 696 bytes, a partition
+// has a few per step, and the instances of a shape-polymorphic partition
+// share most of theirs (SharedCache::intern). Read it as the descriptor
+// (an implicit conversion) or through ->; assigning a descriptor holds a
+// new copy.
+class SharedMd {
+ public:
+  SharedMd();
+  SharedMd(const dnnl::memory::desc& md)  // NOLINT(google-explicit-constructor): `r.md = d`
+      : p_(std::make_shared<const dnnl::memory::desc>(md)) {}
+  explicit SharedMd(std::shared_ptr<const dnnl::memory::desc> p) : p_(std::move(p)) {}
+  operator const dnnl::memory::desc&() const { return *p_; }  // NOLINT: reads as the descriptor
+  const dnnl::memory::desc& get() const { return *p_; }
+  const dnnl::memory::desc* operator->() const { return p_.get(); }
+
+ private:
+  std::shared_ptr<const dnnl::memory::desc> p_;
+};
+
 struct MemRef {
   int buffer = -1;  // -1: a constant or the scratchpad
-  dnnl::memory::desc md;
+  SharedMd md;
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
   bool scratch = false;
   std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only

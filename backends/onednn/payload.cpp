@@ -765,7 +765,7 @@ void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
     const MemRef& r = refs[i];
     w.pod(static_cast<int32_t>(r.buffer));
     w.pod(static_cast<uint8_t>((r.scratch ? 1 : 0) | (r.constant ? 2 : 0)));
-    w.pod(r.md.data);
+    w.pod(r.md->data);
     if (!r.constant) continue;
     const void* data = r.constant.get_data_handle();
     auto [it, fresh] = keys.emplace(data, name + "/c" + std::to_string(i));
@@ -935,7 +935,7 @@ void check_sizes(Reader& r, const Compiled& c) {
   std::vector<size_t> used(c.buffers.size(), 0);
   size_t scratch = 0;
   for (const MemRef& m : c.refs) {
-    if (m.scratch) scratch = std::max(scratch, m.md.get_size());
+    if (m.scratch) scratch = std::max(scratch, m.md->get_size());
     else if (m.buffer >= 0) used[m.buffer] = std::max(used[m.buffer], touched_bytes(m.md));
   }
   unsigned __int128 side_by_side = 0;
@@ -969,9 +969,9 @@ void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
     if (k.of_ref[i] == SIZE_MAX) continue;
     MemRef& m = c.refs[i];
     const sdk::Weight& blob = c.mapped[k.of_ref[i]];
-    if (blob.size() < m.md.get_size())
+    if (blob.size() < m.md->get_size())
       r.fail("constant '" + k.keys[k.of_ref[i]] + "' has " + std::to_string(blob.size()) +
-             " bytes, needs " + std::to_string(m.md.get_size()));
+             " bytes, needs " + std::to_string(m.md->get_size()));
     // Read-only mapping: oneDNN only ever reads weights.
     m.constant = dnnl::memory(m.md, engine(), const_cast<void*>(blob.data()));
   }
@@ -1033,20 +1033,20 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   const MemRef& out = c.refs[dst];
   if (out.constant || out.scratch || out.buffer < 0 || c.buffers[out.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
-  const int rank = out.md.data.ndims;
+  const int rank = out.md->data.ndims;
   const int axis = step.concat_axis;
   if (!plain(out.md) || axis < 0 || axis >= rank) r.fail("has a bad concat in " + step.what);
   int64_t along = 0;
   for (int ref : srcs) {
     const MemRef& in = c.refs[ref];
-    if (in.scratch || !plain(in.md) || in.md.data.ndims != rank || may_overlap(c, ref, dst))
+    if (in.scratch || !plain(in.md) || in.md->data.ndims != rank || may_overlap(c, ref, dst))
       r.fail("has a bad concat in " + step.what);
     for (int d = 0; d < rank; ++d)
-      if (d != axis && in.md.data.dims[d] != out.md.data.dims[d])
+      if (d != axis && in.md->data.dims[d] != out.md->data.dims[d])
         r.fail("has a bad concat in " + step.what);
-    along += in.md.data.dims[axis];
+    along += in.md->data.dims[axis];
   }
-  if (along != out.md.data.dims[axis]) r.fail("has a bad concat in " + step.what);
+  if (along != out.md->data.dims[axis]) r.fail("has a bad concat in " + step.what);
   if (!step.concat_norm) return;
   // Normalized on the way: channels along axis 1, every layout dense
   // channels-last (the run's addressing), a float per channel in each of
@@ -1061,7 +1061,7 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
     if (!channels_last(c.refs[ref].md)) r.fail("has a bad concat in " + step.what);
   for (int ref : {scale, shift}) {
     const MemRef& m = c.refs[ref];
-    if (!m.constant || m.md != plain_md({out.md.data.dims[1]}))
+    if (!m.constant || m.md != plain_md({out.md->data.dims[1]}))
       r.fail("has a bad concat in " + step.what);
   }
 }
@@ -1096,7 +1096,7 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
   if (x.scratch || idx.scratch || !plain_f32(x.md) || !plain_f32(y.md) ||
       may_overlap(c, data, dst) || may_overlap(c, indices, dst))
     r.fail("has a bad gather in " + step.what);
-  const int rank = x.md.data.ndims, axis = step.gather_axis;
+  const int rank = x.md->data.ndims, axis = step.gather_axis;
   if (axis < 0 || axis >= rank || (step.index_bytes != 4 && step.index_bytes != 8))
     r.fail("has a bad gather in " + step.what);
   // The data is dense row-major: rows are contiguous, as the run reads them.
@@ -1104,21 +1104,21 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
   // elements, which must not overflow (a fuzzed payload once made it wrap).
   int64_t stride = 1, rows = 1, count = 1;
   for (int d = rank; d-- > 0;) {
-    const int64_t dim = x.md.data.dims[d];
-    if (dim <= 0 || x.md.data.format_desc.blocking.strides[d] != stride ||
+    const int64_t dim = x.md->data.dims[d];
+    if (dim <= 0 || x.md->data.format_desc.blocking.strides[d] != stride ||
         __builtin_mul_overflow(stride, dim, &stride) ||
         (d != axis && __builtin_mul_overflow(rows, dim, &rows)))
       r.fail("has a bad gather in " + step.what);
   }
   if (stride > INT64_MAX / static_cast<int64_t>(sizeof(float)) ||
-      x.md.get_size() != static_cast<size_t>(stride) * sizeof(float))
+      x.md->get_size() != static_cast<size_t>(stride) * sizeof(float))
     r.fail("has a bad gather in " + step.what);
-  const size_t index_bytes = idx.md.get_size();
+  const size_t index_bytes = idx.md->get_size();
   if (index_bytes == 0 || index_bytes % static_cast<size_t>(step.index_bytes) != 0)
     r.fail("has a bad gather in " + step.what);
   count = static_cast<int64_t>(index_bytes / static_cast<size_t>(step.index_bytes));
   if (rows > INT64_MAX / static_cast<int64_t>(sizeof(float)) / count ||
-      y.md.get_size() != static_cast<size_t>(rows * count) * sizeof(float))
+      y.md->get_size() != static_cast<size_t>(rows * count) * sizeof(float))
     r.fail("has a bad gather in " + step.what);
 }
 
@@ -1155,7 +1155,7 @@ void check_layouts(const Compiled& c, const Step& step, const std::string& where
     const MemRef& m = c.refs[ref];
     const bool ok = arg == DNNL_ARG_SCRATCHPAD
                         ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c.scratch_bytes
-                        : want != nullptr && dnnl_memory_desc_equal(want, &m.md.data) != 0;
+                        : want != nullptr && dnnl_memory_desc_equal(want, &m.md->data) != 0;
     if (!ok)
       throw sdk::Error(
           BP_STATUS_VERSION_MISMATCH,

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -119,8 +120,21 @@ const SharedCache::Made* SharedCache::find_primitive(const std::string& key) con
   return it == prims_.end() ? nullptr : &it->second;
 }
 
+SharedMd SharedCache::intern(const memory::desc& md) {
+  const size_t hash = std::hash<std::string_view>{}(
+      std::string_view(reinterpret_cast<const char*>(&md.data), sizeof md.data));
+  auto [first, last] = mds_.equal_range(hash);
+  for (auto it = first; it != last; ++it)
+    if (std::memcmp(&it->second->data, &md.data, sizeof md.data) == 0) return SharedMd(it->second);
+  auto held = std::make_shared<const memory::desc>(md);
+  mds_.emplace(hash, held);
+  return SharedMd(std::move(held));
+}
+
 void SharedCache::keep_only(const std::set<const void*>& live_weights,
                             const std::set<const void*>& live_prims) {
+  for (auto it = mds_.begin(); it != mds_.end();)
+    it = it->second.use_count() == 1 ? mds_.erase(it) : std::next(it);
   for (auto it = weights_.begin(); it != weights_.end();)
     it = live_weights.count(it->second.get_data_handle()) ? std::next(it) : weights_.erase(it);
   for (auto it = prims_.begin(); it != prims_.end();)
@@ -143,7 +157,7 @@ int PlanBuilder::new_buffer(Buffer::Kind kind, size_t index, size_t size) {
 int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
   c_.refs.push_back(MemRef{});
   c_.refs.back().buffer = buffer;
-  c_.refs.back().md = md;
+  c_.refs.back().md = shared_ != nullptr ? shared_->intern(md) : SharedMd(md);
   return static_cast<int>(c_.refs.size()) - 1;
 }
 
@@ -199,7 +213,7 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
   const memory::desc sp = pd.scratchpad_desc();
   if (sp.get_size() > 0) {
     MemRef r;
-    r.md = sp;
+    r.md = shared_ != nullptr ? shared_->intern(sp) : SharedMd(sp);
     r.scratch = true;
     c_.refs.push_back(r);
     args.push_back({DNNL_ARG_SCRATCHPAD, static_cast<int>(c_.refs.size()) - 1});
@@ -340,7 +354,8 @@ std::optional<memory::desc> PlanBuilder::channels_last_source(const memory::desc
 
 int PlanBuilder::alias(int ref, const memory::desc& new_md) {
   MemRef r = c_.refs[ref];
-  r.md = unit_dims_in_place(new_md);
+  const memory::desc md = unit_dims_in_place(new_md);
+  r.md = shared_ != nullptr ? shared_->intern(md) : SharedMd(md);
   c_.refs.push_back(r);
   return static_cast<int>(c_.refs.size()) - 1;
 }
@@ -423,7 +438,7 @@ void PlanBuilder::concat_in_place() {
     if (dst < 0 || srcs.empty()) continue;
     const int out = c_.refs[dst].buffer;
     if (out < 0 || c_.buffers[out].kind != Buffer::kArena || c_.buffers[out].parent >= 0 ||
-        written[out] != 1 || c_.refs[dst].md.get_size() != c_.buffers[out].size)
+        written[out] != 1 || c_.refs[dst].md->get_size() != c_.buffers[out].size)
       continue;
     // Each source: the whole of an arena buffer of its own that one earlier
     // step wrote (a concat done in place counts: its sources now fill it),
@@ -438,12 +453,12 @@ void PlanBuilder::concat_in_place() {
       if (b < 0 || b == out || m.constant || m.scratch || !seen.insert(b).second) break;
       const Buffer& buf = c_.buffers[b];
       if (buf.kind != Buffer::kArena || buf.parent >= 0 ||
-          written[b] != 1 || m.md.get_size() != buf.size)
+          written[b] != 1 || m.md->get_size() != buf.size)
         break;
       std::optional<size_t> off = window_offset(c_.refs[dst].md, m.md, step.concat_axis, along);
       if (!off) break;
       at.push_back(*off);
-      along += m.md.data.dims[step.concat_axis];
+      along += m.md->data.dims[step.concat_axis];
       total += buf.size;
     }
     if (at.size() != srcs.size() || total != c_.buffers[out].size) continue;

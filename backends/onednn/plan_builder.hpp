@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <typeinfo>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -52,8 +53,12 @@ class SharedCache {
   const Made* find_primitive(const std::string& key) const;
   void add_primitive(const std::string& key, Made made) { prims_[key] = std::move(made); }
 
-  // Drops every weight whose bytes are not in `live_weights` and every
-  // primitive not in `live_prims` (what the instances still kept use).
+  // `md` held once for every instance that has it.
+  SharedMd intern(const dnnl::memory::desc& md);
+
+  // Drops every weight whose bytes are not in `live_weights`, every
+  // primitive not in `live_prims` (what the instances still kept use) and
+  // every descriptor only this cache holds.
   void keep_only(const std::set<const void*>& live_weights,
                  const std::set<const void*>& live_prims);
   size_t weights() const { return weights_.size(); }
@@ -63,6 +68,8 @@ class SharedCache {
  private:
   std::map<std::string, dnnl::memory> weights_;
   std::map<std::string, Made> prims_;
+  // Interned descriptors by a hash of their bytes.
+  std::unordered_multimap<size_t, std::shared_ptr<const dnnl::memory::desc>> mds_;
 };
 
 dnnl::memory::dims to_dims(const Dims& d);

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -318,16 +319,116 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
     const char* kind = t.concat_norm   ? "concat+normalize"
                        : t.copy_concat ? "concat"
                        : t.gather      ? "gather"
+                       : t.row_softmax ? "softmax"
+                       : t.small_binary ? "binary"
                                        : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
     profiled->profile_node(BP_PROFILE_NO_NODE, kind, t.what.c_str(), begin, profiled->clock_ns());
   }
   stream.wait();
 }
 
+void Binder::run_row_softmax(size_t s) {
+  const Step& step = c_.steps[s];
+  const float* src = nullptr;
+  float* dst = nullptr;
+  const dnnl::memory::desc* md = nullptr;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    void* handle = nullptr;
+    dnnl_memory_get_data_handle(args_[s][a].memory, &handle);
+    if (step.args[a].first == DNNL_ARG_SRC) {
+      src = static_cast<const float*>(handle);
+      md = &c_.refs[step.args[a].second].md.get();
+    } else {
+      dst = static_cast<float*>(handle);
+    }
+  }
+  const std::vector<int64_t> dims = md->dims();
+  const int64_t inner = dims.empty() ? 1 : dims.back();
+  const int64_t elements = static_cast<int64_t>(md->get_size() / sizeof(float));
+  const int64_t rows = inner == 0 ? 0 : elements / inner;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * inner;
+    float* y = dst + r * inner;
+    float max = x[0];
+    for (int64_t i = 1; i < inner; ++i) max = std::max(max, x[i]);
+    float sum = 0;
+    for (int64_t i = 0; i < inner; ++i) sum += y[i] = std::exp(x[i] - max);
+    const float scale = 1 / sum;
+    for (int64_t i = 0; i < inner; ++i) y[i] *= scale;
+  }
+}
+
+namespace {
+template <class Op>
+void broadcast_rows(const float* a, const float* b, float* y, const std::vector<int64_t>& ys,
+                    const std::vector<int64_t>& bs, Op op) {
+  const size_t rank = ys.size();
+  std::vector<int64_t> bstride(rank, 0);
+  for (size_t d = rank, stride = 1; d-- > 0; stride *= static_cast<size_t>(bs[d]))
+    if (bs[d] != 1 || ys[d] == 1) bstride[d] = static_cast<int64_t>(stride);
+  const int64_t inner = ys[rank - 1], inner_b = bs[rank - 1] == 1 ? 0 : 1;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) rows *= ys[d];
+  std::vector<int64_t> at(rank, 0);  // the row's index over the outer dims
+  int64_t boff = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = a + r * inner;
+    float* out = y + r * inner;
+    if (inner_b == 1)
+      for (int64_t i = 0; i < inner; ++i) out[i] = op(x[i], b[boff + i]);
+    else
+      for (int64_t i = 0; i < inner; ++i) out[i] = op(x[i], b[boff]);
+    for (size_t d = rank - 1; d-- > 0;) {  // the next row
+      boff += bstride[d];
+      if (++at[d] < ys[d]) break;
+      boff -= bstride[d] * ys[d];
+      at[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+void Binder::run_small_binary(size_t s) {
+  const Step& step = c_.steps[s];
+  const float *a = nullptr, *b = nullptr;
+  float* y = nullptr;
+  std::vector<int64_t> ys, bs;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    void* handle = nullptr;
+    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    const auto [arg, ref] = step.args[k];
+    if (arg == DNNL_ARG_SRC_0) {
+      a = static_cast<const float*>(handle);
+    } else if (arg == DNNL_ARG_SRC_1) {
+      b = static_cast<const float*>(handle);
+      bs = c_.refs[ref].md->dims();
+    } else {
+      y = static_cast<float*>(handle);
+      ys = c_.refs[ref].md->dims();
+    }
+  }
+  switch (static_cast<dnnl_alg_kind_t>(step.binary_alg)) {
+    case dnnl_binary_add:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p + q; });
+    case dnnl_binary_sub:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p - q; });
+    case dnnl_binary_mul:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p * q; });
+    case dnnl_binary_div:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p / q; });
+    case dnnl_binary_max:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return std::max(p, q); });
+    default:
+      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return std::min(p, q); });
+  }
+}
+
 void Binder::run_step(size_t s, dnnl::stream& stream) {
   if (c_.steps[s].concat_norm) return run_concat_norm(s);
   if (c_.steps[s].copy_concat) return run_copy(s);
   if (c_.steps[s].gather) return run_gather(s);
+  if (c_.steps[s].row_softmax) return run_row_softmax(s);
+  if (c_.steps[s].small_binary) return run_small_binary(s);
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
                                             static_cast<int>(args_[s].size()), args_[s].data());
   if (st != dnnl_success)

@@ -97,6 +97,18 @@ struct Step {
   bool gather = false;
   int gather_axis = -1;
   int index_bytes = 0;
+  // A Softmax over the innermost dim, done here: DNNL_ARG_SRC and
+  // DNNL_ARG_DST dense row-major float32 of one shape. Only instances of a
+  // shape-polymorphic partition have it (Lowering::lower_softmax), never a
+  // payload.
+  bool row_softmax = false;
+  // An elementwise Add, Sub, Mul, Div, Max or Min (binary_alg, a
+  // dnnl_alg_kind_t) done here: DNNL_ARG_SRC_0 and DNNL_ARG_DST dense
+  // row-major float32 of the result's shape, DNNL_ARG_SRC_1 dense row-major
+  // of the same rank, broadcast where its dim is 1. Only instances of a
+  // shape-polymorphic partition have it (Lowering::lower_binary).
+  bool small_binary = false;
+  int binary_alg = 0;
 };
 
 class Compiled;
@@ -187,6 +199,8 @@ class Binder {
   void run_step(size_t s, dnnl::stream& stream);
   void run_concat_norm(size_t step);
   void run_gather(size_t step);
+  void run_row_softmax(size_t step);
+  void run_small_binary(size_t step);
 
   const Compiled& c_;
   std::vector<dnnl::memory> mems_;

@@ -686,6 +686,21 @@ void Lowering::lower_softmax(const INode& n) {
   if (axis < 0) axis += rank;
   if (rank == 0) axis = 0;
   int src = b_.as_plain(ref_of(n.in[0]), xs);
+  // An instance of a shape-polymorphic partition meets a new row length at
+  // each new shape (a decoder's attention over a cache one token longer
+  // every run). A small softmax over the innermost axis is done by a loop
+  // that takes any length, instead of oneDNN generating a kernel per length
+  // (about 0.1 ms each, paid once per new length); a large one, which a
+  // kernel made for it runs faster, stays oneDNN's.
+  constexpr int64_t kRowSoftmaxElements = 4096;
+  const int64_t elements = sdk::element_count(xs);
+  if (b_.shared() && rank > 0 && axis == rank - 1 && elements > 0 &&
+      elements <= kRowSoftmaxElements && b_.md(src) == plain_md(xs)) {
+    const int dst = b_.new_arena(plain_md(xs));
+    b_.add_row_softmax(src, dst, g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return;
+  }
   if (rank > 1 && axis != rank - 1) {
     // oneDNN's JIT softmax wants the axis innermost; over another axis of a
     // row-major tensor it has only its reference kernel. The axis is made
@@ -858,6 +873,20 @@ void Lowering::lower_binary(const INode& n) {
   if (n.in[0] == n.in[1]) b = a;
   const int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
   const int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
+  // In an instance of a shape-polymorphic partition, a small operation on
+  // dense row-major operands is done by a loop that takes any shape rather
+  // than by a oneDNN kernel generated for each new one (as lower_softmax).
+  constexpr int64_t kSmallBinaryElements = 4096;
+  const int64_t elements = sdk::element_count(ys);
+  bool broadcasts = as == ys;  // b to a's shape, a dim of 1 at a time
+  for (size_t d = 0; d < rank && broadcasts; ++d) broadcasts = bs[d] == ys[d] || bs[d] == 1;
+  if (b_.shared() && rank > 0 && elements > 0 && elements <= kSmallBinaryElements && broadcasts &&
+      b_.md(s0) == plain_md(as) && b_.md(s1) == plain_md(bs)) {
+    const int dst = b_.new_arena(plain_md(ys));
+    b_.add_small_binary(s0, s1, dst, alg, g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return;
+  }
   std::vector<std::pair<memory::desc, memory::desc>> candidates;
   candidates.push_back({b_.md(s0), layout_like(b_.md(s0), bs)});
   if (rank >= 3 && rank <= 5) {

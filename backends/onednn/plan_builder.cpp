@@ -244,6 +244,19 @@ void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index
   step.index_bytes = index_bytes;
 }
 
+void PlanBuilder::add_small_binary(int a, int b, int dst, dnnl::algorithm alg,
+                                   const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, dst}},
+            what);
+  c_.steps.back().small_binary = true;
+  c_.steps.back().binary_alg = static_cast<int>(dnnl::convert_to_c(alg));
+}
+
+void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what);
+  c_.steps.back().row_softmax = true;
+}
+
 namespace {
 // Records that step s uses the buffers of its arguments.
 void mark_uses(Compiled& c, const std::vector<std::pair<int, int>>& args, int s) {

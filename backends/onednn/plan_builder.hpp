@@ -153,6 +153,10 @@ class PlanBuilder {
   void add_copy_concat(std::vector<std::pair<int, int>> args, int axis, const std::string& what);
   // Appends a gather step (compiled.hpp): rows of plain `data` along `axis`
   // picked by the run-time `indices` (index_bytes each) into plain `dst`.
+  // Appends a small_binary step (compiled.hpp) of `alg` over `a` and `b` into `dst`.
+  void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
+  // Appends a row_softmax step (compiled.hpp) from `src` into `dst`.
+  void add_row_softmax(int src, int dst, const std::string& what);
   void add_gather(int data, int indices, int dst, int axis, int index_bytes,
                   const std::string& what);
 

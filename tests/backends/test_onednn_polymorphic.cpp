@@ -914,6 +914,59 @@ TEST_F(OneDnnPolymorphic, ConcatOfPlainAndTransposedTensorsIsExact) {
   }
 }
 
+// An attention's scores as a decoder's instances meet them: a mask [B,1,1,P]
+// added to [B,H,T,P], then Sub, Mul, Div, Max and Min against operands
+// broadcast along other dims (one of rank 1), then a Softmax over the last
+// axis, at many shapes. A small instance does these by loops that take any
+// shape; a large one (more than 4,096 elements) by oneDNN kernels made for
+// it. Every run equals the partition compiled for its shapes by CpuOneDnn
+// and by CpuRef.
+TEST_F(OneDnnPolymorphic, BroadcastElementwiseAndSoftmaxAtEveryShape) {
+  Spec s;
+  auto full = [](const Env& e) { return Dims{e.B, kH, e.T, e.P}; };
+  const int x = s.input("x", full);
+  const int mask = s.input("mask", [](const Env& e) { return Dims{e.B, 1, 1, e.P}; });
+  const int col = s.input("col", [](const Env& e) { return Dims{1, kH, e.T, 1}; });
+  const int row = s.input("row", [](const Env& e) { return Dims{e.P}; });
+  std::vector<int> v;
+  for (const char* name : {"masked", "less", "times", "over", "above", "below", "probs"})
+    v.push_back(s.value(name, full));
+  s.node("Add", "add_mask", {x, mask}, {v[0]});
+  s.node("Sub", "sub_col", {v[0], col}, {v[1]});
+  s.node("Mul", "mul_row", {v[1], row}, {v[2]});
+  s.node("Div", "div_mask", {v[2], mask}, {v[3]});
+  s.node("Max", "max_col", {v[3], col}, {v[4]});
+  s.node("Min", "min_x", {v[4], x}, {v[5]});
+  s.node("Softmax", "softmax", {v[5]}, {v[6]}, {int_attr("axis", -1)});
+  s.output(v[5]);
+  s.output(v[6]);
+  View poly(s, "scores", nullptr);
+  Part part(onednn(), poly, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  std::vector<Env> envs;
+  for (int64_t p = 1; p <= 9; ++p) envs.push_back({1, 1, p});
+  envs.insert(envs.end(), {{2, 3, 7}, {3, 1, 1}, {1, 4, 300}, {2, 2, 600}, {1, 1, 10}});
+  for (const Env& e : envs) {
+    Call call = make_call(s, poly, e);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << str(e) << ": " << o.message;
+    View concrete(s, "scores@" + str(e), &e);
+    for (const Backend* b : {&onednn(), &cpuref()}) {
+      Part want_part(*b, concrete, false);
+      ASSERT_TRUE(want_part.ok()) << str(e) << ": " << want_part.status.message
+                                  << want_part.rejected;
+      Context want_ctx(*b, want_part);
+      Call want = make_call(s, concrete, e);
+      ASSERT_TRUE(execute(*b, want_ctx, want).ok()) << str(e);
+      const bool by_onednn = b == &onednn();
+      for (size_t k = 0; k < want.outputs.size(); ++k)
+        EXPECT_LE(rel_diff(call.outputs[k], want.outputs[k]), by_onednn ? 1e-5 : 1e-4)
+            << str(e) << " output " << k << " against " << (by_onednn ? "CpuOneDnn" : "CpuRef");
+    }
+  }
+}
+
 // ---- what cannot be polymorphic ------------------------------------------------------
 
 // A ReduceMean whose axes were constant for one set of shapes only is a

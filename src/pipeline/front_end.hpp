@@ -76,7 +76,6 @@ class Specializer {
   // (or null): its strings and vectors are reused.
   Result<std::unique_ptr<ir::Graph>> specialize(const std::map<std::string, Shape>& shapes,
                                                 std::unique_ptr<ir::Graph> storage = nullptr);
-  const ir::InferMemo& memo() const { return memo_; }
   // Nodes the last call inferred again.
   size_t reinferred() const { return inference_.reinferred(); }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <queue>
-#include <unordered_set>
+#include <string_view>
 
 namespace backplane::ir {
 
@@ -302,17 +302,25 @@ void Graph::assign_pruned(const Graph& from, const std::vector<bool>& drop) {
   input_defaults = from.input_defaults;
   by_name_ = from.by_name_;
   // The constants of `from` but those of dead values, with their keys cleared.
-  std::unordered_set<std::string> dead;
+  std::vector<std::string_view> dead;  // into from.values
   for (size_t v = 0; v < values.size(); ++v)
     if (!live_value[v] && values[v].is_constant()) {
-      dead.insert(values[v].constant_key);
+      dead.push_back(from.values[v].constant_key);
       values[v].constant_key.clear();
     }
+  std::sort(dead.begin(), dead.end());
+  auto is_dead = [&](const std::string& key) {
+    return std::binary_search(dead.begin(), dead.end(), std::string_view(key));
+  };
   for (auto it = constants.begin(); it != constants.end();)
-    it = from.constants.count(it->first) == 0 || dead.count(it->first) > 0 ? constants.erase(it)
-                                                                           : std::next(it);
-  for (const auto& [key, tensor] : from.constants)
-    if (dead.count(key) == 0) constants[key] = tensor;
+    it = from.constants.count(it->first) == 0 || is_dead(it->first) ? constants.erase(it)
+                                                                    : std::next(it);
+  for (const auto& [key, tensor] : from.constants) {
+    if (is_dead(key)) continue;
+    auto it = constants.find(key);
+    if (it == constants.end()) constants.emplace(key, tensor);
+    else it->second = tensor;
+  }
   for (Value& v : values) v.producer = -1;
   for (size_t i = 0; i < nodes.size(); ++i)
     for (int v : nodes[i].outputs)

@@ -9,8 +9,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace backplane::onednn {
@@ -29,24 +32,66 @@ size_t context_bytes(const Compiled& c) {
   return align_up(c.arena_bytes) + align_up(c.scratch_bytes);
 }
 
-Binder::Binder(const Compiled& c, char* memory) : c_(c) {
+namespace {
+// What a memory object of a ref is: its descriptor (by address: an interned
+// one is one object for every instance) and where it points (an address in
+// the context's memory, or the input or output it is bound to at each run).
+struct MemoryKey {
+  const void* md;
+  int kind;  // 0: an address; 1: an input; 2: an output
+  uintptr_t where;
+  bool operator==(const MemoryKey& o) const {
+    return md == o.md && kind == o.kind && where == o.where;
+  }
+};
+struct MemoryKeyHash {
+  size_t operator()(const MemoryKey& k) const {
+    return std::hash<const void*>{}(k.md) ^ (std::hash<uintptr_t>{}(k.where) * 31 + k.kind);
+  }
+};
+// The key of ref r of `c` over `memory`; none for a constant.
+std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
+  const MemRef& ref = c.refs[r];
+  if (ref.constant) return std::nullopt;
+  const void* md = &ref.md.get();
+  if (ref.scratch)
+    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + align_up(c.arena_bytes))};
+  const Buffer& b = c.buffers[ref.buffer];
+  if (b.kind == Buffer::kArena)
+    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + b.offset)};
+  return MemoryKey{md, b.kind == Buffer::kInput ? 1 : 2, b.index};
+}
+}  // namespace
+
+Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), memory_(memory) {
   char* scratch = memory + align_up(c.arena_bytes);
+  // The donor's memory objects that this binder's refs can share.
+  std::unordered_map<MemoryKey, dnnl::memory, MemoryKeyHash> shareable;
+  if (donor != nullptr && donor->memory_ == memory)
+    for (size_t r = 0; r < donor->c_.refs.size(); ++r)
+      if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory))
+        shareable.emplace(*k, donor->mems_[r]);
   mems_.resize(c.refs.size());
   for (size_t r = 0; r < c.refs.size(); ++r) {
     const MemRef& ref = c.refs[r];
     if (ref.constant) {
       mems_[r] = ref.constant;
-    } else if (ref.scratch) {
-      mems_[r] = dnnl::memory(ref.md, engine(), scratch);
-    } else {
-      const Buffer& b = c.buffers[ref.buffer];
-      if (b.kind == Buffer::kArena) {
-        mems_[r] = dnnl::memory(ref.md, engine(), memory + b.offset);
-      } else {
-        mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
-        bindings_.push_back({r, b.kind == Buffer::kInput, b.index});
+      continue;
+    }
+    const Buffer* b = ref.scratch ? nullptr : &c.buffers[ref.buffer];
+    if (b != nullptr && b->kind != Buffer::kArena)
+      bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
+    if (!shareable.empty()) {
+      auto it = shareable.find(*memory_key(c, r, memory));
+      if (it != shareable.end()) {
+        mems_[r] = it->second;
+        continue;
       }
     }
+    if (ref.scratch) mems_[r] = dnnl::memory(ref.md, engine(), scratch);
+    else if (b->kind == Buffer::kArena)
+      mems_[r] = dnnl::memory(ref.md, engine(), memory + b->offset);
+    else mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
   }
   args_.resize(c.steps.size());
   copies_.resize(c.steps.size());

@@ -170,7 +170,10 @@ size_t context_bytes(const Compiled& c);
 // so that run() allocates nothing. The Compiled must outlive it.
 class Binder {
  public:
-  Binder(const Compiled& c, char* memory);
+  // `donor`: a binder over the same `memory` whose memory objects this one
+  // shares where a ref has the same descriptor object at the same place (a
+  // shape-polymorphic partition's next instance has most of the last one's).
+  Binder(const Compiled& c, char* memory, const Binder* donor = nullptr);
   // Checks the tensors against the plan's sizes, sets their handles and runs every step on
   // `stream` (an OpenMP team of the plan's threads); `profiled` (API 1.6): each step timed.
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
@@ -203,6 +206,7 @@ class Binder {
   void run_small_binary(size_t step);
 
   const Compiled& c_;
+  char* memory_;  // the context's block the arena refs point into
   std::vector<dnnl::memory> mems_;
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;

@@ -116,7 +116,8 @@ class PolyContext : public sdk::ExecContext {
       bound_.erase(
           std::min_element(bound_.begin(), bound_.end(),
                            [](const Bound& a, const Bound& b) { return a.used < b.used; }));
-    bound_.push_back({plan, std::make_unique<Binder>(*plan, memory_), ++clock_});
+    const Binder* donor = bound_.empty() ? nullptr : bound_.back().binder.get();
+    bound_.push_back({plan, std::make_unique<Binder>(*plan, memory_, donor), ++clock_});
     return *bound_.back().binder;
   }
 

@@ -394,9 +394,9 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float er = p * r * r + r + 1.0f;
-  int32_t t_bits;
+  uint32_t t_bits;  // unsigned: a NaN's bits wrap (er is NaN then anyway)
   std::memcpy(&t_bits, &t, sizeof t_bits);
-  const int32_t bits = (t_bits - 0x4B400000 + 127) * (1 << 23);
+  const uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, sizeof two_n);
   return er * two_n;

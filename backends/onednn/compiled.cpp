@@ -446,34 +446,36 @@ void Binder::run_row_softmax(size_t s) {
       dst = static_cast<float*>(handle);
     }
   }
-  const std::vector<int64_t> dims = md->dims();
-  const int64_t inner = dims.empty() ? 1 : dims.back();
+  const dnnl_memory_desc_t& d = md->data;
+  const int64_t inner = d.ndims == 0 ? 1 : d.dims[d.ndims - 1];
   const int64_t elements = static_cast<int64_t>(md->get_size() / sizeof(float));
   const int64_t rows = inner == 0 ? 0 : elements / inner;
   softmax_rows(src, dst, rows, inner);
 }
 
 namespace {
+// y = op(a, b) over dense row-major float32: `a` and `y` of shape `ys`, `b`
+// of `bs` (the same rank, a dim of 1 broadcast). Arrays, not vectors: this
+// runs with every step, and allocates nothing.
 template <class Op>
-void broadcast_rows(const float* a, const float* b, float* y, const std::vector<int64_t>& ys,
-                    const std::vector<int64_t>& bs, Op op) {
-  const size_t rank = ys.size();
-  std::vector<int64_t> bstride(rank, 0);
-  for (size_t d = rank, stride = 1; d-- > 0; stride *= static_cast<size_t>(bs[d]))
-    if (bs[d] != 1 || ys[d] == 1) bstride[d] = static_cast<int64_t>(stride);
-  const int64_t inner = ys[rank - 1], inner_b = bs[rank - 1] == 1 ? 0 : 1;
+void broadcast_rows(const float* a, const float* b, float* y, int rank, const int64_t* ys,
+                    const int64_t* bs, Op op) {
+  int64_t bstride[DNNL_MAX_NDIMS] = {}, at[DNNL_MAX_NDIMS] = {};
+  for (int64_t d = rank - 1, stride = 1; d >= 0; stride *= bs[d], --d)
+    if (bs[d] != 1 || ys[d] == 1) bstride[d] = stride;
+  const int64_t inner = ys[rank - 1];
+  const bool inner_b = bs[rank - 1] != 1;
   int64_t rows = 1;
-  for (size_t d = 0; d + 1 < rank; ++d) rows *= ys[d];
-  std::vector<int64_t> at(rank, 0);  // the row's index over the outer dims
+  for (int d = 0; d + 1 < rank; ++d) rows *= ys[d];
   int64_t boff = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = a + r * inner;
     float* out = y + r * inner;
-    if (inner_b == 1)
+    if (inner_b)
       for (int64_t i = 0; i < inner; ++i) out[i] = op(x[i], b[boff + i]);
     else
       for (int64_t i = 0; i < inner; ++i) out[i] = op(x[i], b[boff]);
-    for (size_t d = rank - 1; d-- > 0;) {  // the next row
+    for (int d = rank - 2; d >= 0; --d) {  // the next row
       boff += bstride[d];
       if (++at[d] < ys[d]) break;
       boff -= bstride[d] * ys[d];
@@ -487,7 +489,7 @@ void Binder::run_small_binary(size_t s) {
   const Step& step = c_.steps[s];
   const float *a = nullptr, *b = nullptr;
   float* y = nullptr;
-  std::vector<int64_t> ys, bs;
+  const dnnl_memory_desc_t *ymd = nullptr, *bmd = nullptr;
   for (size_t k = 0; k < step.args.size(); ++k) {
     void* handle = nullptr;
     dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
@@ -496,25 +498,29 @@ void Binder::run_small_binary(size_t s) {
       a = static_cast<const float*>(handle);
     } else if (arg == DNNL_ARG_SRC_1) {
       b = static_cast<const float*>(handle);
-      bs = c_.refs[ref].md->dims();
+      bmd = &c_.refs[ref].md->data;
     } else {
       y = static_cast<float*>(handle);
-      ys = c_.refs[ref].md->dims();
+      ymd = &c_.refs[ref].md->data;
     }
   }
+  const int rank = ymd->ndims;
+  const int64_t *ys = ymd->dims, *bs = bmd->dims;
   switch (static_cast<dnnl_alg_kind_t>(step.binary_alg)) {
     case dnnl_binary_add:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p + q; });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p + q; });
     case dnnl_binary_sub:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p - q; });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p - q; });
     case dnnl_binary_mul:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p * q; });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p * q; });
     case dnnl_binary_div:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return p / q; });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p / q; });
     case dnnl_binary_max:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return std::max(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs,
+                            [](float p, float q) { return std::max(p, q); });
     default:
-      return broadcast_rows(a, b, y, ys, bs, [](float p, float q) { return std::min(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs,
+                            [](float p, float q) { return std::min(p, q); });
   }
 }
 

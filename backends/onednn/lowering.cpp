@@ -679,6 +679,11 @@ void Lowering::lower_layer_norm(const INode& n) {
       pd, g_.describe(n.node));
 }
 
+// The most elements a Softmax or broadcast elementwise op of a shape
+// instance may have to be run by the backend's own loop (lower_softmax,
+// lower_binary) rather than by a oneDNN kernel generated for its shape.
+constexpr int64_t kSmallInstanceOpElements = 4096;
+
 void Lowering::lower_softmax(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const int64_t rank = static_cast<int64_t>(xs.size());
@@ -692,10 +697,9 @@ void Lowering::lower_softmax(const INode& n) {
   // that takes any length, instead of oneDNN generating a kernel per length
   // (about 0.1 ms each, paid once per new length); a large one, which a
   // kernel made for it runs faster, stays oneDNN's.
-  constexpr int64_t kRowSoftmaxElements = 4096;
   const int64_t elements = sdk::element_count(xs);
   if (b_.shared() && rank > 0 && axis == rank - 1 && elements > 0 &&
-      elements <= kRowSoftmaxElements && b_.md(src) == plain_md(xs)) {
+      elements <= kSmallInstanceOpElements && b_.md(src) == plain_md(xs)) {
     const int dst = b_.new_arena(plain_md(xs));
     b_.add_row_softmax(src, dst, g_.describe(n.node));
     tensors_[n.out] = dst;
@@ -876,12 +880,11 @@ void Lowering::lower_binary(const INode& n) {
   // In an instance of a shape-polymorphic partition, a small operation on
   // dense row-major operands is done by a loop that takes any shape rather
   // than by a oneDNN kernel generated for each new one (as lower_softmax).
-  constexpr int64_t kSmallBinaryElements = 4096;
   const int64_t elements = sdk::element_count(ys);
   bool broadcasts = as == ys;  // b to a's shape, a dim of 1 at a time
   for (size_t d = 0; d < rank && broadcasts; ++d) broadcasts = bs[d] == ys[d] || bs[d] == 1;
-  if (b_.shared() && rank > 0 && elements > 0 && elements <= kSmallBinaryElements && broadcasts &&
-      b_.md(s0) == plain_md(as) && b_.md(s1) == plain_md(bs)) {
+  if (b_.shared() && rank > 0 && elements > 0 && elements <= kSmallInstanceOpElements &&
+      broadcasts && b_.md(s0) == plain_md(as) && b_.md(s1) == plain_md(bs)) {
     const int dst = b_.new_arena(plain_md(ys));
     b_.add_small_binary(s0, s1, dst, alg, g_.describe(n.node));
     tensors_[n.out] = dst;

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 using backplane::DType;
 using backplane::Result;
@@ -671,6 +673,27 @@ int cmd_validate(const GlobalOptions& g, const ValidateArgs& a) {
 
 }  // namespace
 
+// Replaces this process with backplane-serve from this program's directory,
+// passing the global options it shares and the subcommand's arguments.
+int exec_serve(const GlobalOptions& g, const std::vector<std::string>& rest) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path program = (ec ? fs::path(".") : self.parent_path()) / "backplane-serve";
+  std::vector<std::string> args{program.string()};
+  if (!g.backend_path.empty()) args.insert(args.end(), {"--backend-path", g.backend_path});
+  if (g.no_dynamic) args.push_back("--no-dynamic-backends");
+  for (const std::string& c : g.backend_config) args.insert(args.end(), {"--backend-config", c});
+  if (g.log_level != "warn") args.insert(args.end(), {"--log-level", g.log_level});
+  args.insert(args.end(), rest.begin(), rest.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execv(argv[0], argv.data());
+  return fail(program.string() + ": cannot run it (" + std::strerror(errno) +
+              "); backplane serve needs a build with BACKPLANE_WITH_SERVER=ON");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Backplane: run neural networks on pluggable backends"};
   app.require_subcommand(1);
@@ -810,6 +833,17 @@ int main(int argc, char** argv) {
   backplane::cli::ConformanceCommand conformance;
   backplane::cli::add_conformance_command(app, &conformance);
 
+  // `backplane serve` is the program backplane-serve installed beside this
+  // one: the CLI itself does not link the server's network libraries.
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Serve models over HTTP and gRPC (the Open Inference Protocol); "
+               "`backplane serve --help` for its options");
+  serve->prefix_command();
+  serve->set_help_flag();
+
+  // Everything after `serve` is backplane-serve's, --help included.
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0)
+    return exec_serve(g, std::vector<std::string>(argv + 2, argv + argc));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -820,6 +854,7 @@ int main(int argc, char** argv) {
               << "Run 'backplane --help' (or 'backplane COMMAND --help') for the options.\n";
     return 2;
   }
+  if (*serve) return exec_serve(g, serve->remaining());
   int status = 2;
   try {
     if (*backends) status = cmd_backends(g, backends_json);

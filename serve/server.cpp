@@ -1,0 +1,529 @@
+#include "server.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#ifndef BACKPLANE_SERVE_VERSION
+#define BACKPLANE_SERVE_VERSION "0"
+#endif
+
+namespace backplane::serve {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(StatusCode::kIoError, path + ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool positive_integer(const std::string& s) {
+  if (s.empty() || s.size() > 18 || s[0] == '0') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A model name travels in URLs and metric labels: keep it to what needs no
+// escaping.
+bool valid_model_name(const std::string& s) {
+  if (s.empty() || s.size() > 128 || s[0] == '.') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+TensorMetadata describe(const TensorInfo& info) {
+  TensorMetadata m;
+  m.name = info.name;
+  m.datatype = std::string(datatype_name(info.dtype));
+  m.shape = info.shape;
+  return m;
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const std::string& text, const std::string& where) {
+  auto fail = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, where + ": " + why);
+  };
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return fail("not valid JSON");
+  if (!j.is_object()) return fail("expected a JSON object");
+  ModelConfig c;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "backends") {
+      if (!value.is_array()) return fail("\"backends\" must be an array of backend ids");
+      for (const json& b : value) {
+        if (!b.is_string()) return fail("\"backends\" must be an array of backend ids");
+        c.backends.push_back(b.get<std::string>());
+      }
+    } else if (key == "overrides") {
+      if (!value.is_object()) return fail("\"overrides\" must map node names to backend ids");
+      for (const auto& [node, backend] : value.items()) {
+        if (!backend.is_string()) return fail("\"overrides\" must map node names to backend ids");
+        c.overrides[node] = backend.get<std::string>();
+      }
+    } else if (key == "threads" || key == "instances" || key == "max_queue_size") {
+      if (!value.is_number_integer()) return fail("\"" + key + "\" must be an integer");
+      const int64_t v = value.get<int64_t>();
+      if (key == "threads") {
+        if (v < 0 || v > max_threads())
+          return fail(fmt::format("\"threads\" must be 0..{} here", max_threads()));
+        c.threads = static_cast<int>(v);
+      } else if (key == "instances") {
+        if (v < 1 || v > 64) return fail("\"instances\" must be 1..64");
+        c.instances = static_cast<int>(v);
+      } else {
+        if (v < 0 || v > 1000000) return fail("\"max_queue_size\" must be 0..1000000");
+        c.max_queue_size = static_cast<size_t>(v);
+      }
+    } else if (key == "input_shapes") {
+      if (!value.is_array())
+        return fail("\"input_shapes\" must be an array of {input: [dims]} objects");
+      for (const json& sig : value) {
+        if (!sig.is_object())
+          return fail("\"input_shapes\" must be an array of {input: [dims]} objects");
+        std::map<std::string, Shape> shapes;
+        for (const auto& [input, dims] : sig.items()) {
+          if (!dims.is_array()) return fail("input_shapes: \"" + input + "\" must be [dims]");
+          Shape shape;
+          for (const json& d : dims) {
+            if (!d.is_number_integer() || d.get<int64_t>() < 0)
+              return fail("input_shapes: \"" + input + "\" has a dim that is not a size");
+            shape.push_back(d.get<int64_t>());
+          }
+          shapes[input] = std::move(shape);
+        }
+        c.input_shapes.push_back(std::move(shapes));
+      }
+    } else {
+      return fail("unknown key \"" + key +
+                  "\" (known: backends, overrides, threads, instances, max_queue_size, "
+                  "input_shapes)");
+    }
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------- ServedModel
+
+ServedModel::ServedModel(std::string name, std::string version, std::string path,
+                         ModelConfig config, std::shared_ptr<Runtime> runtime,
+                         std::shared_ptr<Model> model,
+                         std::vector<std::unique_ptr<Session>> sessions, ModelCounters* counters)
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      path_(std::move(path)),
+      config_(std::move(config)),
+      runtime_(std::move(runtime)),
+      model_(std::move(model)),
+      sessions_(std::move(sessions)),
+      counters_(counters) {
+  metadata_.name = name_;
+  metadata_.versions = {version_};
+  metadata_.platform = fs::path(path_).extension() == ".bpk" ? "backplane_bpk" : "onnx";
+  for (const TensorInfo& i : model_->inputs()) metadata_.inputs.push_back(describe(i));
+  for (const TensorInfo& o : model_->outputs()) metadata_.outputs.push_back(describe(o));
+  for (size_t i = sessions_.size(); i-- > 0;) free_.push_back(i);
+}
+
+Error ServedModel::check(InferRequest& request) const {
+  const std::vector<TensorInfo>& infos = model_->inputs();
+  std::set<std::string_view> seen;
+  for (InputTensor& in : request.inputs) {
+    const std::string where = "input '" + in.name + "'";
+    auto it = std::find_if(infos.begin(), infos.end(),
+                           [&](const TensorInfo& i) { return i.name == in.name; });
+    if (it == infos.end()) {
+      std::string known;
+      for (const TensorInfo& i : infos) known += (known.empty() ? "" : ", ") + i.name;
+      return error(Code::kInvalidArgument,
+                   "model '" + name_ + "' has no " + where + " (its inputs: " + known + ")");
+    }
+    if (!seen.insert(in.name).second)
+      return error(Code::kInvalidArgument, where + " is given twice");
+    if (it->kind != TensorInfo::Kind::kTensor)
+      return error(Code::kInvalidArgument,
+                   where + " is a sequence or an optional, which the protocol cannot carry");
+    DType dtype = DType::kUndefined;
+    if (!dtype_from_datatype(in.datatype, &dtype))
+      return error(Code::kInvalidArgument,
+                   where + ": datatype '" + in.datatype + "' is not one Backplane has");
+    if (dtype != it->dtype)
+      return error(Code::kInvalidArgument,
+                   fmt::format("{}: datatype {}, but the model takes {}", where, in.datatype,
+                               datatype_name(it->dtype)));
+    if (in.shape.size() != it->shape.size())
+      return error(Code::kInvalidArgument,
+                   fmt::format("{}: shape {} has {} dims, the model's {} has {}", where,
+                               shape_to_string(in.shape), in.shape.size(),
+                               shape_to_string(it->shape), it->shape.size()));
+    for (size_t d = 0; d < in.shape.size(); ++d) {
+      if (in.shape[d] < 0)
+        return error(Code::kInvalidArgument,
+                     fmt::format("{}: shape {} has a negative dim", where,
+                                 shape_to_string(in.shape)));
+      if (it->shape[d] >= 0 && in.shape[d] != it->shape[d])
+        return error(Code::kInvalidArgument,
+                     fmt::format("{}: shape {}, but the model fixes dim {} to {}", where,
+                                 shape_to_string(in.shape), d, it->shape[d]));
+    }
+    size_t bytes = 0;
+    if (!checked_size_bytes(in.shape, dtype, &bytes))
+      return error(Code::kInvalidArgument,
+                   fmt::format("{}: shape {} is too large", where, shape_to_string(in.shape)));
+    in.dtype = dtype;
+    in.expected_bytes = bytes;
+    if (in.fill) {
+      // The values are in the body as text: a body of n bytes holds at most
+      // n/2 of them ("0,"), so a shape asking for more cannot be what it
+      // sent, and nothing is allocated for it.
+      if (static_cast<uint64_t>(shape_numel(in.shape)) > max_request_elements_)
+        return error(Code::kInvalidArgument,
+                     fmt::format("{}: shape {} has more elements than the request can hold",
+                                 where, shape_to_string(in.shape)));
+    } else if (in.size != bytes) {
+      return error(Code::kInvalidArgument,
+                   fmt::format("{}: {} bytes of data, but {} {} takes {}", where, in.size,
+                               in.datatype, shape_to_string(in.shape), bytes));
+    }
+  }
+  for (const TensorInfo& i : infos)
+    if (i.default_value.empty() && !seen.count(i.name))
+      return error(Code::kInvalidArgument, "input '" + i.name + "' is missing");
+  std::set<std::string_view> wanted;
+  for (const RequestedOutput& o : request.outputs) {
+    const auto& outs = model_->outputs();
+    if (std::none_of(outs.begin(), outs.end(),
+                     [&](const TensorInfo& t) { return t.name == o.name; }))
+      return error(Code::kInvalidArgument,
+                   "model '" + name_ + "' has no output '" + o.name + "'");
+    if (!wanted.insert(o.name).second)
+      return error(Code::kInvalidArgument, "output '" + o.name + "' is requested twice");
+  }
+  return ok();
+}
+
+Error ServedModel::acquire(const InferRequest& request, size_t* index) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (free_.empty()) {
+    if (waiting_ >= config_.max_queue_size)
+      return error(Code::kResourceExhausted,
+                   fmt::format("model '{}': {} requests are waiting already (max_queue_size)",
+                               name_, waiting_));
+    ++waiting_;
+    // Wake up now and then to notice a client that went away.
+    while (free_.empty()) {
+      auto until = Clock::now() + std::chrono::milliseconds(50);
+      if (request.deadline && *request.deadline < until) until = *request.deadline;
+      freed_.wait_until(lock, until);
+      if (!free_.empty()) break;
+      if (request.deadline && Clock::now() >= *request.deadline) {
+        --waiting_;
+        return error(Code::kDeadlineExceeded,
+                     "model '" + name_ + "': the request's deadline passed while it waited");
+      }
+      if (request.cancelled && request.cancelled()) {
+        --waiting_;
+        return error(Code::kCancelled, "the client went away");
+      }
+    }
+    --waiting_;
+  }
+  *index = free_.back();
+  free_.pop_back();
+  return ok();
+}
+
+void ServedModel::release(size_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(index);
+  }
+  freed_.notify_one();
+}
+
+Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
+  const Clock::time_point queued = Clock::now();
+  size_t index = 0;
+  if (Error e = acquire(request, &index); !e.ok()) return e;
+  struct Release {
+    ServedModel* m;
+    size_t i;
+    ~Release() { m->release(i); }
+  } release{this, index};
+  counters_->queue_us->Increment(us_since(queued));
+  if (request.deadline && Clock::now() >= *request.deadline)
+    return error(Code::kDeadlineExceeded, "model '" + name_ + "': the request's deadline passed");
+  Session& session = *sessions_[index];
+
+  Clock::time_point t0 = Clock::now();
+  for (const InputTensor& in : request.inputs) {
+    const Tensor view = Tensor::view(in.dtype, in.shape, const_cast<void*>(in.data));
+    if (Status s = session.set_input(in.name, view); !s.ok())
+      return error(Code::kInvalidArgument, s.message());
+  }
+  // An input with a default the request leaves out takes the default, not
+  // what the session's previous request gave it.
+  for (const TensorInfo& info : model_->inputs())
+    if (!info.default_value.empty() &&
+        std::none_of(request.inputs.begin(), request.inputs.end(),
+                     [&](const InputTensor& in) { return in.name == info.name; }))
+      if (Status s = session.set_input(info.name, info.default_value); !s.ok())
+        return error(Code::kInternal, s.message());
+  counters_->input_us->Increment(us_since(t0));
+
+  t0 = Clock::now();
+  if (Status s = session.run(); !s.ok()) {
+    const Code code = s.code() == StatusCode::kInvalidArgument ? Code::kInvalidArgument
+                                                                : Code::kInternal;
+    return error(code, "model '" + name_ + "': " + s.message());
+  }
+  counters_->infer_us->Increment(us_since(t0));
+  counters_->executions->Increment();
+  counters_->inferences->Increment();
+
+  t0 = Clock::now();
+  response->model = name_;
+  response->version = version_;
+  response->id = request.id;
+  response->outputs.clear();
+  auto add = [&](const std::string& name, bool binary) -> Error {
+    Result<Tensor> t = session.get_output(name);
+    if (!t.ok()) return error(Code::kInternal, t.status().message());
+    OutputTensor out;
+    out.name = name;
+    out.datatype = std::string(datatype_name(t->dtype()));
+    if (out.datatype.empty())
+      return error(Code::kInternal, fmt::format("output '{}' is {}, which the protocol cannot "
+                                                "carry", name, dtype_name(t->dtype())));
+    out.shape = t->shape();
+    out.tensor = t->clone();
+    out.binary = binary;
+    response->outputs.push_back(std::move(out));
+    return ok();
+  };
+  if (request.outputs.empty()) {
+    for (const TensorInfo& o : model_->outputs())
+      if (Error e = add(o.name, request.all_binary); !e.ok()) return e;
+  } else {
+    for (const RequestedOutput& o : request.outputs)
+      if (Error e = add(o.name, o.binary || request.all_binary); !e.ok()) return e;
+  }
+  counters_->output_us->Increment(us_since(t0));
+  return ok();
+}
+
+// ------------------------------------------------------------ InferenceServer
+
+InferenceServer::InferenceServer(ServerOptions options) : options_(std::move(options)) {}
+
+const char* InferenceServer::version_string() { return BACKPLANE_SERVE_VERSION; }
+
+std::vector<std::string> InferenceServer::extensions() { return {"binary_tensor_data"}; }
+
+Result<std::shared_ptr<Runtime>> InferenceServer::runtime_for(int threads) {
+  auto it = runtimes_.find(threads);
+  if (it != runtimes_.end()) return it->second;
+  RuntimeOptions o = options_.runtime;
+  o.num_threads = threads;
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> rt, Runtime::create(o));
+  runtimes_[threads] = rt;
+  return rt;
+}
+
+void InferenceServer::load(const std::string& name, const std::string& version,
+                           const std::string& path, const ModelConfig& config) {
+  auto unavailable = [&](const std::string& reason) {
+    entries_.push_back({name, version, "UNAVAILABLE", reason});
+    std::fprintf(stderr, "backplane-serve: model '%s' version %s: %s\n", name.c_str(),
+                 version.c_str(), reason.c_str());
+  };
+  Result<std::shared_ptr<Runtime>> rt =
+      runtime_for(config.threads > 0 ? config.threads : options_.threads);
+  if (!rt.ok()) return unavailable(rt.status().to_string());
+  ModelOptions mo;
+  mo.backends = config.backends.empty() ? options_.backends : config.backends;
+  mo.overrides = config.overrides;
+  if (!config.input_shapes.empty()) mo.input_shapes = config.input_shapes.front();
+  Result<std::shared_ptr<Model>> model = (*rt)->load_model(path, mo);
+  if (!model.ok()) return unavailable(model.status().to_string());
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < config.instances; ++i) {
+    Result<std::unique_ptr<Session>> s = (*model)->create_session();
+    if (!s.ok()) return unavailable(s.status().to_string());
+    sessions.push_back(std::move(*s));
+  }
+  // Every further signature the config names is specialised now, on zeros,
+  // so its first request finds it built.
+  for (size_t sig = 1; sig < config.input_shapes.size(); ++sig) {
+    Session& s = *sessions.front();
+    for (const TensorInfo& info : (*model)->inputs()) {
+      auto given = config.input_shapes[sig].find(info.name);
+      Shape shape = given != config.input_shapes[sig].end() ? given->second : info.shape;
+      if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+        return unavailable(fmt::format("input_shapes[{}]: input '{}' has open dims; give them",
+                                       sig, info.name));
+      if (Status st = s.set_input(info.name, Tensor(info.dtype, shape)); !st.ok())
+        return unavailable(fmt::format("input_shapes[{}]: {}", sig, st.to_string()));
+    }
+    if (Status st = s.run(); !st.ok())
+      return unavailable(fmt::format("input_shapes[{}]: {}", sig, st.to_string()));
+  }
+  auto served = std::make_shared<ServedModel>(name, version, path, config, *rt, *model,
+                                              std::move(sessions),
+                                              metrics_.for_model(name, version));
+  served->set_max_request_elements(options_.max_request_bytes / 2);
+  models_[name][version] = std::move(served);
+  entries_.push_back({name, version, "READY", ""});
+}
+
+Result<std::unique_ptr<InferenceServer>> InferenceServer::create(const ServerOptions& options) {
+  if (options.model_repository.empty() && options.models.empty())
+    return Status(StatusCode::kInvalidArgument,
+                  "nothing to serve: give --model-repository DIR or --model NAME=PATH");
+  std::unique_ptr<InferenceServer> server(new InferenceServer(options));
+  std::lock_guard<std::mutex> lock(server->mu_);
+  std::set<std::string> names;
+  for (const auto& [name, path] : options.models) {
+    if (!valid_model_name(name))
+      return Status(StatusCode::kInvalidArgument,
+                    "model name '" + name + "': use letters, digits, '_', '-' and '.'");
+    if (!names.insert(name).second)
+      return Status(StatusCode::kInvalidArgument, "model name '" + name + "' is given twice");
+    if (!fs::is_regular_file(path))
+      return Status(StatusCode::kNotFound, path + ": no such model file");
+    server->load(name, "1", path, ModelConfig{});
+  }
+  if (!options.model_repository.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(options.model_repository, ec))
+      return Status(StatusCode::kNotFound,
+                    options.model_repository + ": not a directory (--model-repository)");
+    std::vector<fs::path> dirs;
+    for (const fs::directory_entry& e : fs::directory_iterator(options.model_repository, ec))
+      if (e.is_directory()) dirs.push_back(e.path());
+    std::sort(dirs.begin(), dirs.end());
+    for (const fs::path& dir : dirs) {
+      const std::string name = dir.filename().string();
+      if (!valid_model_name(name)) continue;  // hidden and foreign directories
+      if (!names.insert(name).second)
+        return Status(StatusCode::kInvalidArgument,
+                      "model name '" + name + "' is both a --model and in the repository");
+      ModelConfig config;
+      const fs::path config_path = dir / "config.json";
+      if (fs::exists(config_path)) {
+        Result<std::string> text = read_text(config_path.string());
+        if (!text.ok()) return text.status();
+        Result<ModelConfig> c = parse_model_config(*text, config_path.string());
+        if (!c.ok()) return c.status();
+        config = std::move(*c);
+      }
+      // The newest version: the largest positive integer directory that
+      // holds a model.
+      std::string best;
+      fs::path best_file;
+      for (const fs::directory_entry& v : fs::directory_iterator(dir, ec)) {
+        const std::string ver = v.path().filename().string();
+        if (!v.is_directory() || !positive_integer(ver)) continue;
+        for (const char* file : {"model.bpk", "model.onnx"}) {
+          const fs::path f = v.path() / file;
+          if (!fs::is_regular_file(f)) continue;
+          if (best.empty() || std::stoll(ver) > std::stoll(best)) {
+            best = ver;
+            best_file = f;
+          }
+          break;
+        }
+      }
+      if (best.empty()) {
+        server->entries_.push_back(
+            {name, "", "UNAVAILABLE",
+             "no version directory (" + dir.string() + "/<n>/) holds model.onnx or model.bpk"});
+        continue;
+      }
+      server->load(name, best, best_file.string(), config);
+    }
+  }
+  return server;
+}
+
+bool InferenceServer::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(entries_.begin(), entries_.end(),
+                     [](const RepositoryEntry& e) { return e.state == "READY"; });
+}
+
+std::vector<RepositoryEntry> InferenceServer::repository_index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_;
+}
+
+Error InferenceServer::find(const std::string& name, const std::string& version,
+                            std::shared_ptr<ServedModel>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second.empty()) {
+    for (const RepositoryEntry& e : entries_)
+      if (e.name == name)
+        return error(Code::kUnavailable, "model '" + name + "' is not ready: " + e.reason);
+    return error(Code::kNotFound, "no model '" + name + "'");
+  }
+  if (version.empty()) {
+    // The newest: versions compare as numbers.
+    const auto newest = std::max_element(
+        it->second.begin(), it->second.end(), [](const auto& a, const auto& b) {
+          return std::stoll(a.first) < std::stoll(b.first);
+        });
+    *out = newest->second;
+    return ok();
+  }
+  auto v = it->second.find(version);
+  if (v == it->second.end())
+    return error(Code::kNotFound, "model '" + name + "' has no version '" + version + "'");
+  *out = v->second;
+  return ok();
+}
+
+Error InferenceServer::infer(InferRequest& request, InferResponse* response) {
+  const Clock::time_point t0 = Clock::now();
+  std::shared_ptr<ServedModel> model;
+  if (Error e = find(request.model, request.version, &model); !e.ok()) return e;
+  ModelCounters& c = model->counters();
+  c.pending->Increment();
+  Error e = model->check(request);
+  for (size_t i = 0; e.ok() && i < request.inputs.size(); ++i) {
+    InputTensor& in = request.inputs[i];
+    if (!in.fill) continue;
+    e = in.fill(in);
+    if (e.ok() && in.size != in.expected_bytes)
+      e = error(Code::kInvalidArgument,
+                fmt::format("input '{}': {} bytes of data, but {} {} takes {}", in.name,
+                            in.size, in.datatype, shape_to_string(in.shape), in.expected_bytes));
+  }
+  if (e.ok()) e = model->infer(request, response);
+  c.pending->Decrement();
+  (e.ok() ? c.success : c.failure)->Increment();
+  c.request_us->Increment(us_since(t0));
+  return e;
+}
+
+}  // namespace backplane::serve

@@ -1,0 +1,150 @@
+// server.hpp — the inference server's core: the models it serves, their
+// sessions, and one request's way from checked input to output. The front
+// ends (http_frontend, grpc_frontend) only translate their transport into
+// InferRequest and back; every rule about what a request may be lives here.
+//
+// Thread-safety: every member of InferenceServer may be called from any
+// thread at once.
+#pragma once
+
+#include "metrics.hpp"
+#include "protocol.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace backplane::serve {
+
+// How one model is served: `DIR/<model>/config.json` in a model repository
+// (every key optional; unknown keys are an error naming the file):
+//   {"backends": ["CpuOneDnn"], "overrides": {"node": "CpuRef"}, "threads": 2,
+//    "instances": 2, "max_queue_size": 64,
+//    "input_shapes": [{"input": [1, 3, 224, 224]}]}
+struct ModelConfig {
+  std::vector<std::string> backends;               // preference order; empty = all
+  std::map<std::string, std::string> overrides;    // node name -> backend
+  int threads = 0;                                 // 0 = the server's --threads
+  int instances = 1;                               // sessions that run at once
+  size_t max_queue_size = 128;                     // requests waiting for a session
+  std::vector<std::map<std::string, Shape>> input_shapes;  // specialised at load
+};
+// Parses a config.json; `where` names the file in errors.
+Result<ModelConfig> parse_model_config(const std::string& text, const std::string& where);
+
+struct ServerOptions {
+  // DIR/<model>/<version>/model.onnx or model.bpk, versions positive integers.
+  std::string model_repository;
+  // Single models: {name, path}, served as version "1".
+  std::vector<std::pair<std::string, std::string>> models;
+  int threads = 0;                          // per backend, as RuntimeOptions::num_threads
+  std::vector<std::string> backends;        // default preference for every model
+  RuntimeOptions runtime;                   // everything else of the runtime
+  size_t max_request_bytes = size_t{256} << 20;  // a larger body is refused (413)
+};
+
+// One version of one model, loaded: what requests run on. Held by shared_ptr
+// so a request in flight keeps the version it started on while the
+// repository swaps in another.
+class ServedModel {
+ public:
+  ServedModel(std::string name, std::string version, std::string path, ModelConfig config,
+              std::shared_ptr<Runtime> runtime, std::shared_ptr<Model> model,
+              std::vector<std::unique_ptr<Session>> sessions, ModelCounters* counters);
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return config_; }
+  const Model& model() const { return *model_; }
+  const ModelMetadata& metadata() const { return metadata_; }
+  ModelCounters& counters() { return *counters_; }
+  // The most elements a request's text (JSON) input can hold: half the
+  // largest body the server accepts.
+  void set_max_request_elements(uint64_t n) { max_request_elements_ = n; }
+
+  // Checks every input's name, datatype, shape and byte size against the
+  // model, and every requested output's name; fills each input's dtype and
+  // expected_bytes. Nothing is allocated for a request that fails here.
+  Error check(InferRequest& request) const;
+  // Runs a checked request on a free session, waiting for one (up to the
+  // request's deadline; a full queue is kResourceExhausted).
+  Error infer(const InferRequest& request, InferResponse* response);
+
+ private:
+  Error acquire(const InferRequest& request, size_t* index);
+  void release(size_t index);
+
+  std::string name_, version_, path_;
+  ModelConfig config_;
+  std::shared_ptr<Runtime> runtime_;  // outlives model_ and the sessions
+  std::shared_ptr<Model> model_;
+  ModelMetadata metadata_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  ModelCounters* counters_;
+  uint64_t max_request_elements_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable freed_;
+  std::vector<size_t> free_;  // indices of idle sessions
+  size_t waiting_ = 0;
+};
+
+// A model's entry in the repository index.
+struct RepositoryEntry {
+  std::string name;
+  std::string version;
+  std::string state;   // "READY", "UNAVAILABLE"
+  std::string reason;  // why it is not ready
+};
+
+class InferenceServer {
+ public:
+  // Loads every model (a repository's newest version of each, and the single
+  // models). A model that fails to load is UNAVAILABLE with its reason (the
+  // server still starts); create fails only when the options are wrong.
+  static Result<std::unique_ptr<InferenceServer>> create(const ServerOptions& options);
+
+  const ServerOptions& options() const { return options_; }
+  bool live() const { return true; }
+  // Every model the server was asked for is loaded.
+  bool ready() const;
+
+  // The served model `name` at `version` ("" = newest ready), or
+  // kNotFound / kUnavailable.
+  Error find(const std::string& name, const std::string& version,
+             std::shared_ptr<ServedModel>* out) const;
+  std::vector<RepositoryEntry> repository_index() const;
+
+  // find + check + infer, counted in the metrics.
+  Error infer(InferRequest& request, InferResponse* response);
+
+  Metrics& metrics() { return metrics_; }
+  static const char* version_string();
+  // The protocol extensions both front ends name in the server metadata.
+  static std::vector<std::string> extensions();
+
+ private:
+  explicit InferenceServer(ServerOptions options);
+  Result<std::shared_ptr<Runtime>> runtime_for(int threads);
+  void load(const std::string& name, const std::string& version, const std::string& path,
+            const ModelConfig& config);
+
+  ServerOptions options_;
+  Metrics metrics_;
+  mutable std::mutex mu_;
+  std::map<int, std::shared_ptr<Runtime>> runtimes_;  // by thread count
+  // name -> version -> model; absent = not loaded (its entry says why).
+  std::map<std::string, std::map<std::string, std::shared_ptr<ServedModel>>> models_;
+  std::vector<RepositoryEntry> entries_;
+};
+
+}  // namespace backplane::serve

@@ -479,6 +479,17 @@ class HttpServer final : public HttpFrontend {
       }
       reply_json(res, a);
     });
+    const std::string repository_model = R"(/v2/repository/models/([^/]+)/)";
+    svr_.Post(repository_model + "load", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+      if (Error e = server_.load_model(req.matches[1]); !e.ok()) return reply_error(res, e);
+      res.status = 200;
+    });
+    svr_.Post(repository_model + "unload", [this](const httplib::Request& req,
+                                                  httplib::Response& res) {
+      if (Error e = server_.unload_model(req.matches[1]); !e.ok()) return reply_error(res, e);
+      res.status = 200;
+    });
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(server_.metrics().text(), "text/plain; version=0.0.4");
     });

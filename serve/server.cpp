@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -114,10 +116,30 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
         }
         c.input_shapes.push_back(std::move(shapes));
       }
+    } else if (key == "dynamic_batching") {
+      if (!value.is_object())
+        return fail("\"dynamic_batching\" must be an object ({} for the defaults)");
+      c.batching.enabled = true;
+      for (const auto& [k, v] : value.items()) {
+        if (k != "max_batch_size" && k != "max_queue_delay_us")
+          return fail("dynamic_batching: unknown key \"" + k +
+                      "\" (known: max_batch_size, max_queue_delay_us)");
+        if (!v.is_number_integer())
+          return fail("dynamic_batching: \"" + k + "\" must be an integer");
+        const int64_t n = v.get<int64_t>();
+        if (k == "max_batch_size") {
+          if (n < 1 || n > 4096) return fail("dynamic_batching: max_batch_size must be 1..4096");
+          c.batching.max_batch_size = n;
+        } else {
+          if (n < 0 || n > 10000000)
+            return fail("dynamic_batching: max_queue_delay_us must be 0..10000000");
+          c.batching.max_queue_delay_us = n;
+        }
+      }
     } else {
       return fail("unknown key \"" + key +
                   "\" (known: backends, overrides, threads, instances, max_queue_size, "
-                  "input_shapes)");
+                  "input_shapes, dynamic_batching)");
     }
   }
   return c;
@@ -143,6 +165,18 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   for (const TensorInfo& i : model_->inputs()) metadata_.inputs.push_back(describe(i));
   for (const TensorInfo& o : model_->outputs()) metadata_.outputs.push_back(describe(o));
   for (size_t i = sessions_.size(); i-- > 0;) free_.push_back(i);
+  if (config_.batching.enabled)
+    for (size_t i = 0; i < sessions_.size(); ++i)
+      workers_.emplace_back([this, i] { batch_worker(i); });
+}
+
+ServedModel::~ServedModel() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
 }
 
 Error ServedModel::check(InferRequest& request) const {
@@ -207,8 +241,17 @@ Error ServedModel::check(InferRequest& request) const {
     }
   }
   for (const TensorInfo& i : infos)
-    if (i.default_value.empty() && !seen.count(i.name))
+    if ((i.default_value.empty() || config_.batching.enabled) && !seen.count(i.name))
       return error(Code::kInvalidArgument, "input '" + i.name + "' is missing");
+  if (config_.batching.enabled) {
+    const int64_t rows = request.inputs.front().shape.front();
+    for (const InputTensor& in : request.inputs)
+      if (in.shape.front() != rows)
+        return error(Code::kInvalidArgument,
+                     fmt::format("input '{}': leading (batch) dim {}, but input '{}' has {}; "
+                                 "with dynamic batching every input has the request's rows",
+                                 in.name, in.shape.front(), request.inputs.front().name, rows));
+  }
   std::set<std::string_view> wanted;
   for (const RequestedOutput& o : request.outputs) {
     const auto& outs = model_->outputs();
@@ -262,6 +305,7 @@ void ServedModel::release(size_t index) {
 }
 
 Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
+  if (config_.batching.enabled) return enqueue(request, response);
   const Clock::time_point queued = Clock::now();
   size_t index = 0;
   if (Error e = acquire(request, &index); !e.ok()) return e;
@@ -273,8 +317,11 @@ Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
   counters_->queue_us->Increment(us_since(queued));
   if (request.deadline && Clock::now() >= *request.deadline)
     return error(Code::kDeadlineExceeded, "model '" + name_ + "': the request's deadline passed");
-  Session& session = *sessions_[index];
+  return run_one(*sessions_[index], request, response);
+}
 
+Error ServedModel::run_one(Session& session, const InferRequest& request,
+                           InferResponse* response) {
   Clock::time_point t0 = Clock::now();
   for (const InputTensor& in : request.inputs) {
     const Tensor view = Tensor::view(in.dtype, in.shape, const_cast<void*>(in.data));
@@ -299,7 +346,9 @@ Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
   }
   counters_->infer_us->Increment(us_since(t0));
   counters_->executions->Increment();
-  counters_->inferences->Increment();
+  // A batching model counts rows, as Triton counts a batch of n as n.
+  counters_->inferences->Increment(
+      config_.batching.enabled ? static_cast<double>(request.inputs.front().shape.front()) : 1.0);
 
   t0 = Clock::now();
   response->model = name_;
@@ -332,13 +381,204 @@ Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
   return ok();
 }
 
+// ------------------------------------------------------------ dynamic batching
+
+// One request waiting in a batching queue; the caller's thread waits on
+// `done` while a worker runs it.
+struct ServedModel::Pending {
+  const InferRequest* request;
+  InferResponse* response;
+  int64_t rows;
+  std::string shape_key;  // every input's dims after the leading one: what must agree
+  Clock::time_point queued;
+  std::promise<Error> done;
+};
+
+Error ServedModel::enqueue(const InferRequest& request, InferResponse* response) {
+  Pending p;
+  p.request = &request;
+  p.response = response;
+  p.rows = request.inputs.front().shape.front();
+  // Inputs in the model's order, so two requests that list them differently
+  // still batch together.
+  for (const TensorInfo& info : model_->inputs())
+    for (const InputTensor& in : request.inputs)
+      if (in.name == info.name)
+        p.shape_key += shape_to_string(Shape(in.shape.begin() + 1, in.shape.end()));
+  p.queued = Clock::now();
+  std::future<Error> done = p.done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (queue_.size() >= config_.max_queue_size)
+      return error(Code::kResourceExhausted,
+                   fmt::format("model '{}': {} requests are waiting already (max_queue_size)",
+                               name_, queue_.size()));
+    queue_.push_back(&p);
+  }
+  queue_cv_.notify_all();
+  return done.get();
+}
+
+void ServedModel::batch_worker(size_t index) {
+  const int64_t max_rows = config_.batching.max_batch_size;
+  const auto delay = std::chrono::microseconds(config_.batching.max_queue_delay_us);
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to answer
+    // The first request waits for others up to the delay, unless the queue
+    // already holds a full batch.
+    const Clock::time_point until = queue_.front()->queued + delay;
+    auto rows_waiting = [&] {
+      int64_t rows = 0;
+      for (const Pending* p : queue_) rows += p->rows;
+      return rows;
+    };
+    while (!stopping_ && !queue_.empty() && rows_waiting() < max_rows &&
+           Clock::now() < until)
+      queue_cv_.wait_until(lock, until);
+    if (queue_.empty()) continue;  // another worker took them
+    std::vector<Pending*> batch{queue_.front()};
+    queue_.pop_front();
+    int64_t rows = batch.front()->rows;
+    for (auto it = queue_.begin(); it != queue_.end() && rows < max_rows;) {
+      if ((*it)->shape_key == batch.front()->shape_key && rows + (*it)->rows <= max_rows) {
+        rows += (*it)->rows;
+        batch.push_back(*it);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    lock.unlock();
+    run_batch(*sessions_[index], batch);
+    lock.lock();
+  }
+}
+
+void ServedModel::run_batch(Session& session, std::vector<Pending*>& batch) {
+  const Clock::time_point start = Clock::now();
+  // Requests that stopped being wanted while they waited are answered now
+  // and run with no one else.
+  std::vector<Pending*> live;
+  for (Pending* p : batch) {
+    counters_->queue_us->Increment(
+        std::chrono::duration<double, std::micro>(start - p->queued).count());
+    if (p->request->deadline && start >= *p->request->deadline)
+      p->done.set_value(error(Code::kDeadlineExceeded,
+                              "model '" + name_ + "': the request's deadline passed while it "
+                              "waited"));
+    else if (p->request->cancelled && p->request->cancelled())
+      p->done.set_value(error(Code::kCancelled, "the client went away"));
+    else
+      live.push_back(p);
+  }
+  if (live.empty()) return;
+  if (live.size() == 1) {
+    Pending* p = live.front();
+    p->done.set_value(run_one(session, *p->request, p->response));
+    return;
+  }
+  auto fail_all = [&](const Error& e) {
+    for (Pending* p : live) p->done.set_value(e);
+  };
+  int64_t rows = 0;
+  for (const Pending* p : live) rows += p->rows;
+
+  // Every input, the requests' rows one after another.
+  Clock::time_point t0 = Clock::now();
+  std::vector<Tensor> inputs;
+  for (const TensorInfo& info : model_->inputs()) {
+    const InputTensor* first = nullptr;
+    for (const InputTensor& in : live.front()->request->inputs)
+      if (in.name == info.name) first = &in;
+    Shape shape = first->shape;
+    shape[0] = rows;
+    Tensor t(info.dtype, shape);
+    char* at = static_cast<char*>(t.data());
+    for (const Pending* p : live)
+      for (const InputTensor& in : p->request->inputs)
+        if (in.name == info.name) {
+          if (in.size) std::memcpy(at, in.data, in.size);
+          at += in.size;
+        }
+    if (Status st = session.bind_input(info.name, t); !st.ok())
+      return fail_all(error(Code::kInternal, st.message()));
+    inputs.push_back(std::move(t));
+  }
+  const double input_us = us_since(t0);
+
+  t0 = Clock::now();
+  Status st = session.run();
+  const double infer_us = us_since(t0);
+  if (!st.ok()) {
+    const Code code = st.code() == StatusCode::kInvalidArgument ? Code::kInvalidArgument
+                                                                 : Code::kInternal;
+    return fail_all(error(code, "model '" + name_ + "' (a batch of " + std::to_string(rows) +
+                                    " rows): " + st.message()));
+  }
+  counters_->executions->Increment();
+
+  // Each request's rows of each output it asked for.
+  t0 = Clock::now();
+  int64_t offset = 0;
+  for (Pending* p : live) {
+    const InferRequest& request = *p->request;
+    InferResponse& response = *p->response;
+    response.model = name_;
+    response.version = version_;
+    response.id = request.id;
+    response.outputs.clear();
+    std::vector<RequestedOutput> wanted = request.outputs;
+    if (wanted.empty())
+      for (const TensorInfo& o : model_->outputs()) wanted.push_back({o.name, false});
+    Error e = ok();
+    for (const RequestedOutput& w : wanted) {
+      Result<Tensor> t = session.get_output(w.name);
+      if (!t.ok()) {
+        e = error(Code::kInternal, t.status().message());
+        break;
+      }
+      if (t->rank() == 0 || t->shape()[0] != rows) {
+        e = error(Code::kInternal,
+                  fmt::format("model '{}': output '{}' has shape {} for a batch of {} rows; "
+                              "its leading dim is not the batch, so the model cannot be "
+                              "served with dynamic_batching",
+                              name_, w.name, shape_to_string(t->shape()), rows));
+        break;
+      }
+      OutputTensor out;
+      out.name = w.name;
+      out.datatype = std::string(datatype_name(t->dtype()));
+      out.shape = t->shape();
+      out.shape[0] = p->rows;
+      const size_t row_bytes = t->size_bytes() / static_cast<size_t>(rows);
+      out.tensor = Tensor::copy_of(t->dtype(), out.shape,
+                                   static_cast<const char*>(t->data()) +
+                                       row_bytes * static_cast<size_t>(offset));
+      out.binary = w.binary || request.all_binary;
+      response.outputs.push_back(std::move(out));
+    }
+    offset += p->rows;
+    counters_->inferences->Increment(static_cast<double>(p->rows));
+    counters_->input_us->Increment(input_us);
+    counters_->infer_us->Increment(infer_us);
+    p->done.set_value(std::move(e));
+  }
+  counters_->output_us->Increment(us_since(t0));
+  // The inputs stay bound to tensors that go now: harmless, as every run
+  // sets or binds every input first (with batching, requests give them all).
+}
+
 // ------------------------------------------------------------ InferenceServer
 
 InferenceServer::InferenceServer(ServerOptions options) : options_(std::move(options)) {}
 
 const char* InferenceServer::version_string() { return BACKPLANE_SERVE_VERSION; }
 
-std::vector<std::string> InferenceServer::extensions() { return {"binary_tensor_data"}; }
+std::vector<std::string> InferenceServer::extensions() {
+  return {"binary_tensor_data", "model_repository"};
+}
 
 Result<std::shared_ptr<Runtime>> InferenceServer::runtime_for(int threads) {
   auto it = runtimes_.find(threads);
@@ -350,50 +590,108 @@ Result<std::shared_ptr<Runtime>> InferenceServer::runtime_for(int threads) {
   return rt;
 }
 
-void InferenceServer::load(const std::string& name, const std::string& version,
-                           const std::string& path, const ModelConfig& config) {
-  auto unavailable = [&](const std::string& reason) {
-    entries_.push_back({name, version, "UNAVAILABLE", reason});
-    std::fprintf(stderr, "backplane-serve: model '%s' version %s: %s\n", name.c_str(),
-                 version.c_str(), reason.c_str());
-  };
-  Result<std::shared_ptr<Runtime>> rt =
-      runtime_for(config.threads > 0 ? config.threads : options_.threads);
-  if (!rt.ok()) return unavailable(rt.status().to_string());
+void InferenceServer::set_entry(RepositoryEntry entry) {
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const RepositoryEntry& e) { return e.name == entry.name; });
+  if (it != entries_.end()) {
+    *it = std::move(entry);
+  } else {
+    entries_.push_back(std::move(entry));
+    std::sort(entries_.begin(), entries_.end(),
+              [](const RepositoryEntry& a, const RepositoryEntry& b) { return a.name < b.name; });
+  }
+}
+
+Result<InferenceServer::Source> InferenceServer::locate(const std::string& name) const {
+  for (const auto& [model, path] : options_.models)
+    if (model == name) {
+      if (!fs::is_regular_file(path))
+        return Status(StatusCode::kNotFound, path + ": no such model file");
+      return Source{"1", path, ModelConfig{}};
+    }
+  if (options_.model_repository.empty() || !valid_model_name(name))
+    return Status(StatusCode::kNotFound, "no model '" + name + "' in the repository");
+  const fs::path dir = fs::path(options_.model_repository) / name;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return Status(StatusCode::kNotFound, "no model '" + name + "' in the repository");
+  Source source;
+  const fs::path config_path = dir / "config.json";
+  if (fs::exists(config_path, ec)) {
+    BP_ASSIGN_OR_RETURN(std::string text, read_text(config_path.string()));
+    BP_ASSIGN_OR_RETURN(source.config, parse_model_config(text, config_path.string()));
+  }
+  // The newest version: the largest positive integer directory that holds
+  // a model.
+  for (const fs::directory_entry& v : fs::directory_iterator(dir, ec)) {
+    const std::string ver = v.path().filename().string();
+    if (!v.is_directory() || !positive_integer(ver)) continue;
+    for (const char* file : {"model.bpk", "model.onnx"}) {
+      const fs::path f = v.path() / file;
+      if (!fs::is_regular_file(f)) continue;
+      if (source.version.empty() || std::stoll(ver) > std::stoll(source.version)) {
+        source.version = ver;
+        source.path = f.string();
+      }
+      break;
+    }
+  }
+  if (source.version.empty())
+    return Status(StatusCode::kInvalidArgument,
+                  "no version directory (" + dir.string() + "/<n>/) holds model.onnx or "
+                  "model.bpk");
+  return source;
+}
+
+Result<std::shared_ptr<ServedModel>> InferenceServer::load(const std::string& name,
+                                                           const Source& source) {
+  const ModelConfig& config = source.config;
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    BP_ASSIGN_OR_RETURN(rt, runtime_for(config.threads > 0 ? config.threads : options_.threads));
+  }
   ModelOptions mo;
   mo.backends = config.backends.empty() ? options_.backends : config.backends;
   mo.overrides = config.overrides;
   if (!config.input_shapes.empty()) mo.input_shapes = config.input_shapes.front();
-  Result<std::shared_ptr<Model>> model = (*rt)->load_model(path, mo);
-  if (!model.ok()) return unavailable(model.status().to_string());
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, rt->load_model(source.path, mo));
+  if (config.batching.enabled) {
+    auto open_leading = [](const TensorInfo& t) { return !t.shape.empty() && t.shape[0] < 0; };
+    for (const std::vector<TensorInfo>* list : {&model->inputs(), &model->outputs()})
+      for (const TensorInfo& t : *list)
+        if (!open_leading(t))
+          return Status(StatusCode::kInvalidArgument,
+                        fmt::format("dynamic_batching: '{}' has shape {}; every input and "
+                                    "output needs an open leading (batch) dim",
+                                    t.name, shape_to_string(t.shape)));
+  }
   std::vector<std::unique_ptr<Session>> sessions;
   for (int i = 0; i < config.instances; ++i) {
-    Result<std::unique_ptr<Session>> s = (*model)->create_session();
-    if (!s.ok()) return unavailable(s.status().to_string());
-    sessions.push_back(std::move(*s));
+    BP_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, model->create_session());
+    sessions.push_back(std::move(s));
   }
   // Every further signature the config names is specialised now, on zeros,
   // so its first request finds it built.
   for (size_t sig = 1; sig < config.input_shapes.size(); ++sig) {
     Session& s = *sessions.front();
-    for (const TensorInfo& info : (*model)->inputs()) {
+    for (const TensorInfo& info : model->inputs()) {
       auto given = config.input_shapes[sig].find(info.name);
       Shape shape = given != config.input_shapes[sig].end() ? given->second : info.shape;
       if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
-        return unavailable(fmt::format("input_shapes[{}]: input '{}' has open dims; give them",
-                                       sig, info.name));
-      if (Status st = s.set_input(info.name, Tensor(info.dtype, shape)); !st.ok())
-        return unavailable(fmt::format("input_shapes[{}]: {}", sig, st.to_string()));
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("input_shapes[{}]: input '{}' has open dims; give them", sig,
+                                  info.name));
+      BP_RETURN_IF_ERROR(s.set_input(info.name, Tensor(info.dtype, shape)),
+                         fmt::format("input_shapes[{}]", sig));
     }
-    if (Status st = s.run(); !st.ok())
-      return unavailable(fmt::format("input_shapes[{}]: {}", sig, st.to_string()));
+    BP_RETURN_IF_ERROR(s.run(), fmt::format("input_shapes[{}]", sig));
   }
-  auto served = std::make_shared<ServedModel>(name, version, path, config, *rt, *model,
-                                              std::move(sessions),
-                                              metrics_.for_model(name, version));
+  auto served = std::make_shared<ServedModel>(name, source.version, source.path, config, rt,
+                                              model, std::move(sessions),
+                                              metrics_.for_model(name, source.version));
   served->set_max_request_elements(options_.max_request_bytes / 2);
-  models_[name][version] = std::move(served);
-  entries_.push_back({name, version, "READY", ""});
+  return served;
 }
 
 Result<std::unique_ptr<InferenceServer>> InferenceServer::create(const ServerOptions& options) {
@@ -401,69 +699,96 @@ Result<std::unique_ptr<InferenceServer>> InferenceServer::create(const ServerOpt
     return Status(StatusCode::kInvalidArgument,
                   "nothing to serve: give --model-repository DIR or --model NAME=PATH");
   std::unique_ptr<InferenceServer> server(new InferenceServer(options));
-  std::lock_guard<std::mutex> lock(server->mu_);
-  std::set<std::string> names;
+  std::vector<std::string> names;
   for (const auto& [name, path] : options.models) {
     if (!valid_model_name(name))
       return Status(StatusCode::kInvalidArgument,
                     "model name '" + name + "': use letters, digits, '_', '-' and '.'");
-    if (!names.insert(name).second)
+    if (std::find(names.begin(), names.end(), name) != names.end())
       return Status(StatusCode::kInvalidArgument, "model name '" + name + "' is given twice");
     if (!fs::is_regular_file(path))
       return Status(StatusCode::kNotFound, path + ": no such model file");
-    server->load(name, "1", path, ModelConfig{});
+    names.push_back(name);
   }
   if (!options.model_repository.empty()) {
     std::error_code ec;
     if (!fs::is_directory(options.model_repository, ec))
       return Status(StatusCode::kNotFound,
                     options.model_repository + ": not a directory (--model-repository)");
-    std::vector<fs::path> dirs;
-    for (const fs::directory_entry& e : fs::directory_iterator(options.model_repository, ec))
-      if (e.is_directory()) dirs.push_back(e.path());
-    std::sort(dirs.begin(), dirs.end());
-    for (const fs::path& dir : dirs) {
-      const std::string name = dir.filename().string();
-      if (!valid_model_name(name)) continue;  // hidden and foreign directories
-      if (!names.insert(name).second)
+    std::vector<std::string> found;
+    for (const fs::directory_entry& e : fs::directory_iterator(options.model_repository, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && valid_model_name(name)) found.push_back(name);
+    }
+    std::sort(found.begin(), found.end());
+    for (const std::string& name : found) {
+      if (std::find(names.begin(), names.end(), name) != names.end())
         return Status(StatusCode::kInvalidArgument,
                       "model name '" + name + "' is both a --model and in the repository");
-      ModelConfig config;
-      const fs::path config_path = dir / "config.json";
-      if (fs::exists(config_path)) {
-        Result<std::string> text = read_text(config_path.string());
-        if (!text.ok()) return text.status();
-        Result<ModelConfig> c = parse_model_config(*text, config_path.string());
-        if (!c.ok()) return c.status();
-        config = std::move(*c);
+      // A config.json that does not parse is the operator's mistake, caught
+      // at start; a model that does not load is reported and served around.
+      const fs::path config = fs::path(options.model_repository) / name / "config.json";
+      if (fs::exists(config, ec)) {
+        BP_ASSIGN_OR_RETURN(std::string text, read_text(config.string()));
+        BP_RETURN_IF_ERROR(parse_model_config(text, config.string()).status());
       }
-      // The newest version: the largest positive integer directory that
-      // holds a model.
-      std::string best;
-      fs::path best_file;
-      for (const fs::directory_entry& v : fs::directory_iterator(dir, ec)) {
-        const std::string ver = v.path().filename().string();
-        if (!v.is_directory() || !positive_integer(ver)) continue;
-        for (const char* file : {"model.bpk", "model.onnx"}) {
-          const fs::path f = v.path() / file;
-          if (!fs::is_regular_file(f)) continue;
-          if (best.empty() || std::stoll(ver) > std::stoll(best)) {
-            best = ver;
-            best_file = f;
-          }
-          break;
-        }
-      }
-      if (best.empty()) {
-        server->entries_.push_back(
-            {name, "", "UNAVAILABLE",
-             "no version directory (" + dir.string() + "/<n>/) holds model.onnx or model.bpk"});
-        continue;
-      }
-      server->load(name, best, best_file.string(), config);
+      names.push_back(name);
     }
   }
+  for (const std::string& name : names) {
+    Error e = server->load_model(name);
+    if (!e.ok())
+      std::fprintf(stderr, "backplane-serve: model '%s': %s\n", name.c_str(),
+                   e.message.c_str());
+  }
   return server;
+}
+
+Error InferenceServer::load_model(const std::string& name) {
+  std::lock_guard<std::mutex> serial(load_mu_);
+  std::map<std::string, std::shared_ptr<ServedModel>> replaced;  // released after mu_
+  Result<Source> source = locate(name);
+  Result<std::shared_ptr<ServedModel>> model =
+      source.ok() ? load(name, *source) : Result<std::shared_ptr<ServedModel>>(source.status());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!model.ok()) {
+    const bool known = std::any_of(entries_.begin(), entries_.end(),
+                                   [&](const RepositoryEntry& e) { return e.name == name; });
+    if (!known && model.status().code() == StatusCode::kNotFound)
+      return error(Code::kNotFound, model.status().message());
+    const std::string reason = model.status().message();
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.empty()) {
+      set_entry({name, source.ok() ? source->version : "", "UNAVAILABLE", reason});
+      return error(Code::kUnavailable, "model '" + name + "' failed to load: " + reason);
+    }
+    // The version being served goes on being served.
+    return error(Code::kUnavailable, "model '" + name + "' failed to load (version " +
+                                         it->second.begin()->first +
+                                         " is still served): " + reason);
+  }
+  // Swapped in whole: a request that found the old version keeps it.
+  replaced = {{(*model)->version(), *model}};
+  models_[name].swap(replaced);
+  set_entry({name, (*model)->version(), "READY", ""});
+  return ok();
+}
+
+Error InferenceServer::unload_model(const std::string& name) {
+  std::lock_guard<std::mutex> serial(load_mu_);
+  // Released after the lock: the model goes once the last request holding
+  // it finishes, never under mu_.
+  std::map<std::string, std::shared_ptr<ServedModel>> versions;
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool known = std::any_of(entries_.begin(), entries_.end(),
+                                 [&](const RepositoryEntry& e) { return e.name == name; });
+  if (!known) return error(Code::kNotFound, "no model '" + name + "'");
+  if (auto it = models_.find(name); it != models_.end()) {
+    versions = std::move(it->second);
+    models_.erase(it);
+  }
+  set_entry({name, "", "UNAVAILABLE", "unloaded"});
+  return ok();
 }
 
 bool InferenceServer::ready() const {

@@ -15,10 +15,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,7 +30,16 @@ namespace backplane::serve {
 // (every key optional; unknown keys are an error naming the file):
 //   {"backends": ["CpuOneDnn"], "overrides": {"node": "CpuRef"}, "threads": 2,
 //    "instances": 2, "max_queue_size": 64,
-//    "input_shapes": [{"input": [1, 3, 224, 224]}]}
+//    "input_shapes": [{"input": [1, 3, 224, 224]}],
+//    "dynamic_batching": {"max_batch_size": 8, "max_queue_delay_us": 500}}
+struct BatchingConfig {
+  bool enabled = false;
+  // Rows (the leading dim) one execution takes at most; a request with more
+  // rows runs alone.
+  int64_t max_batch_size = 8;
+  // How long the first request of a batch waits for others to join it.
+  int64_t max_queue_delay_us = 500;
+};
 struct ModelConfig {
   std::vector<std::string> backends;               // preference order; empty = all
   std::map<std::string, std::string> overrides;    // node name -> backend
@@ -36,6 +47,10 @@ struct ModelConfig {
   int instances = 1;                               // sessions that run at once
   size_t max_queue_size = 128;                     // requests waiting for a session
   std::vector<std::map<std::string, Shape>> input_shapes;  // specialised at load
+  // Requests queue and run together, concatenated along their leading dim,
+  // which every input and output must leave open. Each request gets its own
+  // rows back; an output equals the model's on the batch it ran in.
+  BatchingConfig batching;
 };
 // Parses a config.json; `where` names the file in errors.
 Result<ModelConfig> parse_model_config(const std::string& text, const std::string& where);
@@ -60,6 +75,10 @@ class ServedModel {
               std::shared_ptr<Runtime> runtime, std::shared_ptr<Model> model,
               std::vector<std::unique_ptr<Session>> sessions, ModelCounters* counters);
 
+  ~ServedModel();
+  ServedModel(const ServedModel&) = delete;
+  ServedModel& operator=(const ServedModel&) = delete;
+
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const std::string& path() const { return path_; }
@@ -76,12 +95,18 @@ class ServedModel {
   // expected_bytes. Nothing is allocated for a request that fails here.
   Error check(InferRequest& request) const;
   // Runs a checked request on a free session, waiting for one (up to the
-  // request's deadline; a full queue is kResourceExhausted).
+  // request's deadline; a full queue is kResourceExhausted), or with
+  // dynamic batching, in the next batch it fits.
   Error infer(const InferRequest& request, InferResponse* response);
 
  private:
+  struct Pending;
   Error acquire(const InferRequest& request, size_t* index);
   void release(size_t index);
+  Error run_one(Session& session, const InferRequest& request, InferResponse* response);
+  Error enqueue(const InferRequest& request, InferResponse* response);
+  void batch_worker(size_t index);
+  void run_batch(Session& session, std::vector<Pending*>& batch);
 
   std::string name_, version_, path_;
   ModelConfig config_;
@@ -96,6 +121,13 @@ class ServedModel {
   std::condition_variable freed_;
   std::vector<size_t> free_;  // indices of idle sessions
   size_t waiting_ = 0;
+
+  // Dynamic batching: requests waiting, and one worker per session.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Pending*> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
 };
 
 // A model's entry in the repository index.
@@ -127,24 +159,42 @@ class InferenceServer {
   // find + check + infer, counted in the metrics.
   Error infer(InferRequest& request, InferResponse* response);
 
+  // Repository control (Triton's model repository extension). load reads
+  // the model again from where it came from (its repository directory,
+  // newest version, and config.json, or its --model path) and swaps it in
+  // once it is ready: requests in flight finish on the version they
+  // started on. A model that fails to load keeps serving the version it
+  // had, and the error says why. unload stops serving the model; requests
+  // in flight finish.
+  Error load_model(const std::string& name);
+  Error unload_model(const std::string& name);
+
   Metrics& metrics() { return metrics_; }
   static const char* version_string();
   // The protocol extensions both front ends name in the server metadata.
   static std::vector<std::string> extensions();
 
  private:
+  // Where a model comes from: its version, file and config, as the
+  // repository (or --model) gives them now.
+  struct Source {
+    std::string version, path;
+    ModelConfig config;
+  };
   explicit InferenceServer(ServerOptions options);
   Result<std::shared_ptr<Runtime>> runtime_for(int threads);
-  void load(const std::string& name, const std::string& version, const std::string& path,
-            const ModelConfig& config);
+  Result<Source> locate(const std::string& name) const;
+  Result<std::shared_ptr<ServedModel>> load(const std::string& name, const Source& source);
+  void set_entry(RepositoryEntry entry);
 
   ServerOptions options_;
   Metrics metrics_;
+  std::mutex load_mu_;  // one load or unload at a time; never held by requests
   mutable std::mutex mu_;
   std::map<int, std::shared_ptr<Runtime>> runtimes_;  // by thread count
   // name -> version -> model; absent = not loaded (its entry says why).
   std::map<std::string, std::map<std::string, std::shared_ptr<ServedModel>>> models_;
-  std::vector<RepositoryEntry> entries_;
+  std::vector<RepositoryEntry> entries_;  // one per model name, sorted
 };
 
 }  // namespace backplane::serve

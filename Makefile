@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 SRC_DIR := $(patsubst %/,%,$(dir $(realpath $(lastword $(MAKEFILE_LIST)))))
 BUILD_PATH = $(or $(realpath $(BUILD_DIR)),$(abspath $(BUILD_DIR)))
 
-.PHONY: all deps configure build demo test bench bench-cpuref clean
+.PHONY: all deps configure build demo test bench bench-cpuref soak clean
 
 all: build
 
@@ -66,6 +66,18 @@ bench: build
 # not). BENCH_MODELS as above.
 bench-cpuref: build
 	@/usr/bin/python3 bench/check_cpuref.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(CPUREF_ARGS)
+
+# backplane serve for 10 minutes (SOAK_SECONDS) under mixed good and malformed
+# requests with models loaded, reloaded and unloaded in between: fails on a
+# crash, a failed good request, or resident memory growing more than 5% after
+# the warm-up (tests/serve/soak.py). make test runs 30 seconds of it.
+SOAK_SECONDS ?= 600
+soak: build
+	@cmake --build $(BUILD_PATH) -j $(JOBS) --target backplane_serve_cli backplane_cli
+	@cd $(BUILD_PATH) && ctest -R '^e2e_generate_models$$' >/dev/null
+	@BACKPLANE_SERVE=$(BUILD_PATH)/bin/backplane-serve BACKPLANE_CLI=$(BUILD_PATH)/bin/backplane \
+	  BACKPLANE_TEST_MODELS=$(BUILD_PATH)/testdata/models \
+	  /usr/bin/python3 $(SRC_DIR)/tests/serve/soak.py --seconds $(SOAK_SECONDS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -52,6 +52,11 @@ test: build
 # vs .onnx; host<->device bandwidth) to $(BUILD_DIR)/bench/gpuocl_results.md;
 # skipped, saying so, without GpuOcl or a device. GPUOCL_BENCH_ARGS e.g.
 # "--runs 20 --models resnet18".
+# Then the serving load (bench/serve_bench.py): backplane-serve driven by wrk
+# at concurrency 1, 8 and 32 on resnet18 and the encoder, with and without
+# dynamic batching, against the same model in-process through the C++ API
+# (bench/serve_inprocess.cpp) to $(BUILD_DIR)/bench/serve_results.md; about
+# four minutes. SERVE_BENCH_ARGS e.g. "--duration 10 --concurrency 1,4".
 bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools _backplane
@@ -60,6 +65,7 @@ bench: build
 	@/usr/bin/python3 bench/shapes_bench.py --build-dir $(BUILD_DIR) $(SHAPES_BENCH_ARGS)
 	@/usr/bin/python3 bench/python_overhead.py --build-dir $(BUILD_DIR) $(PYTHON_BENCH_ARGS)
 	@/usr/bin/python3 bench/gpuocl_bench.py --build-dir $(BUILD_DIR) $(GPUOCL_BENCH_ARGS)
+	@/usr/bin/python3 bench/serve_bench.py --build-dir $(BUILD_DIR) $(SERVE_BENCH_ARGS)
 
 # CpuOneDnn's outputs against CpuRef's on the same models (bench/check_cpuref.py:
 # every output within 1e-4 of CpuRef's largest, at 1 and 2 threads; exit 1 if

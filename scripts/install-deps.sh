@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Backplane needs to build, test and demo
 # (Node.js/npm among them: the model corpus, tests/corpus, compares with ONNX
 # Runtime's npm package), and (with --bench) what `make bench` needs besides:
-# matplotlib for its chart.
+# matplotlib for its chart, wrk for the serving load.
 # Idempotent: installs only what is missing. Needs root or sudo.
 #
 # The list covers what a dependency's own CMake config pulls in, not only what
@@ -48,7 +48,7 @@ packages=(
   nodejs npm
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-matplotlib)
+  packages+=(python3-matplotlib wrk)
 fi
 
 missing=()

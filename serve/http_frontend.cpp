@@ -10,6 +10,8 @@
 #include <string_view>
 #include <thread>
 
+#include <sys/socket.h>
+
 namespace backplane::serve {
 
 using json = nlohmann::json;
@@ -378,13 +380,29 @@ void reply_infer(httplib::Response& res, const InferResponse& r) {
 class HttpServer final : public HttpFrontend {
  public:
   HttpServer(InferenceServer& server, int threads) : server_(server) {
-    if (threads > 0) {
-      svr_.new_task_queue = [threads] {
-        return new httplib::ThreadPool(static_cast<size_t>(threads));
-      };
-    }
+    // The library gives each open connection a thread until it closes: a
+    // kept-alive connection closes after 100 requests or 5 idle seconds, so
+    // connections beyond `threads` wait their turn rather than starve.
+    svr_.new_task_queue = [threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(std::max(threads, 1)));
+    };
+    svr_.set_keep_alive_max_count(100);
+    svr_.set_keep_alive_timeout(5);
     svr_.set_payload_max_length(server_.options().max_request_bytes);
     svr_.set_read_timeout(30, 0);
+    // The library writes a response's headers and its body separately: with
+    // Nagle's algorithm the body would wait for the client's delayed ACK
+    // (40 ms on Linux) on every request of a kept-alive connection after the
+    // first, such as a load balancer's.
+    svr_.set_tcp_nodelay(true);
+    // The library's own socket options take SO_REUSEPORT, with which a
+    // second server on the same port would start and silently share it;
+    // SO_REUSEADDR only lets a restarted server bind at once.
+    svr_.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd_ = sock;
+    });
     routes();
   }
   ~HttpServer() override { shutdown(); }
@@ -399,6 +417,10 @@ class HttpServer final : public HttpFrontend {
                       fmt::format("HTTP: cannot listen on {}:{} (in use?)", host, port));
       port_ = port;
     }
+    // The library listens with a backlog of 5: a burst of new connections
+    // (a load balancer opening its pool) would overflow it and be reset.
+    // listen() again on the listening socket only sets the backlog.
+    if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     return port_;
   }
@@ -532,6 +554,7 @@ class HttpServer final : public HttpFrontend {
   httplib::Server svr_;
   std::thread thread_;
   int port_ = 0;
+  socket_t listen_fd_ = -1;
 };
 
 }  // namespace

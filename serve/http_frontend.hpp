@@ -19,7 +19,7 @@ class HttpFrontend {
 };
 
 // Starts serving `server` on `host`:`port` (port 0 = any free port) with
-// `threads` worker threads (0 = the library's default). The server must
+// `threads` worker threads, one per open connection. The server must
 // outlive the front end.
 Result<std::unique_ptr<HttpFrontend>> start_http(InferenceServer& server, const std::string& host,
                                                  int port, int threads);

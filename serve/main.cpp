@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   ServerOptions o;
   std::vector<std::string> models;
   std::string host = "0.0.0.0", backends;
-  int http_port = 8000, grpc_port = 8001, http_threads = 0;
+  int http_port = 8000, grpc_port = 8001, http_threads = 64;
   app.add_option("--model-repository", o.model_repository,
                  "Serve DIR/<model>/<version>/model.onnx|model.bpk (newest version of each), "
                  "each model configured by DIR/<model>/config.json");
@@ -54,8 +54,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, backplane::max_threads()));
   app.add_option("--backends", backends, "Backend preference for every model, comma-separated");
   app.add_option("--http-threads", http_threads,
-                 "Threads answering REST requests (0 = the HTTP library's default)")
-      ->check(CLI::Range(0, 1024));
+                 "REST connections served at once (a kept-alive connection holds one of "
+                 "these threads while it is open)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--max-request-bytes", o.max_request_bytes,
                  "Largest request body or gRPC message accepted")
       ->check(CLI::Range(size_t{1} << 10, size_t{1} << 34))
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   std::printf("backplane-serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   std::fflush(stdout);
+  (**server).begin_shutdown();
   (*grpc)->shutdown();
   (*http)->shutdown();
   return 0;

@@ -149,25 +149,112 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
 
 ServedModel::ServedModel(std::string name, std::string version, std::string path,
                          ModelConfig config, std::shared_ptr<Runtime> runtime,
-                         std::shared_ptr<Model> model,
-                         std::vector<std::unique_ptr<Session>> sessions, ModelCounters* counters)
+                         ModelCounters* counters, uint64_t max_request_elements)
     : name_(std::move(name)),
       version_(std::move(version)),
       path_(std::move(path)),
       config_(std::move(config)),
       runtime_(std::move(runtime)),
-      model_(std::move(model)),
-      sessions_(std::move(sessions)),
-      counters_(counters) {
-  metadata_.name = name_;
-  metadata_.versions = {version_};
-  metadata_.platform = fs::path(path_).extension() == ".bpk" ? "backplane_bpk" : "onnx";
-  for (const TensorInfo& i : model_->inputs()) metadata_.inputs.push_back(describe(i));
-  for (const TensorInfo& o : model_->outputs()) metadata_.outputs.push_back(describe(o));
-  for (size_t i = sessions_.size(); i-- > 0;) free_.push_back(i);
-  if (config_.batching.enabled)
-    for (size_t i = 0; i < sessions_.size(); ++i)
-      workers_.emplace_back([this, i] { batch_worker(i); });
+      counters_(counters),
+      max_request_elements_(max_request_elements) {}
+
+// One request in the queue; the caller's thread waits on `done` while an
+// instance runs it.
+struct ServedModel::Pending {
+  const InferRequest* request;
+  InferResponse* response;
+  int64_t rows;
+  std::string shape_key;  // every input's dims after the leading one: what must agree
+  Clock::time_point queued;
+  std::promise<Error> done;
+};
+
+Result<std::shared_ptr<ServedModel>> ServedModel::start(
+    std::string name, std::string version, std::string path, ModelConfig config,
+    std::shared_ptr<Runtime> runtime, ModelOptions options, ModelCounters* counters,
+    uint64_t max_request_elements) {
+  std::shared_ptr<ServedModel> m(new ServedModel(std::move(name), std::move(version),
+                                                 std::move(path), std::move(config),
+                                                 std::move(runtime), counters,
+                                                 max_request_elements));
+  const size_t n = static_cast<size_t>(m->config_.instances);
+  m->sessions_.resize(n);
+  // The model is loaded on instance 0's thread, then each instance makes
+  // and warms its session on its own thread: whatever a backend keeps per
+  // calling thread is made there, and nowhere else. The threads share what
+  // they report through `sync`, which outlives whichever finishes last.
+  struct Sync {
+    ModelOptions options;
+    std::promise<Status> loaded;
+    std::shared_future<Status> model_ready;
+    std::vector<std::promise<Status>> ready;
+  };
+  auto sync = std::make_shared<Sync>();
+  sync->options = std::move(options);
+  sync->model_ready = sync->loaded.get_future().share();
+  sync->ready.resize(n);
+  std::vector<std::future<Status>> ready;
+  for (std::promise<Status>& r : sync->ready) ready.push_back(r.get_future());
+  for (size_t i = 0; i < n; ++i) {
+    m->instances_.emplace_back([sync, i, raw = m.get()] {
+      Status s;
+      if (i == 0) {
+        s = raw->prepare(0, sync->options);
+        sync->loaded.set_value(s);
+      } else {
+        s = sync->model_ready.get();
+        if (s.ok()) s = raw->prepare(i, sync->options);
+      }
+      const bool ok = s.ok();
+      sync->ready[i].set_value(std::move(s));
+      if (ok) raw->instance(i);
+    });
+  }
+  Status failed;
+  for (std::future<Status>& r : ready) {
+    Status s = r.get();
+    if (!s.ok() && failed.ok()) failed = std::move(s);
+  }
+  if (!failed.ok()) return failed;  // ~ServedModel stops the instances that started
+  return m;
+}
+
+Status ServedModel::prepare(size_t index, const ModelOptions& options) {
+  if (index == 0) {
+    BP_ASSIGN_OR_RETURN(model_, runtime_->load_model(path_, options));
+    if (config_.batching.enabled) {
+      for (const std::vector<TensorInfo>* list : {&model_->inputs(), &model_->outputs()})
+        for (const TensorInfo& t : *list)
+          if (t.shape.empty() || t.shape[0] >= 0)
+            return Status(StatusCode::kInvalidArgument,
+                          fmt::format("dynamic_batching: '{}' has shape {}; every input and "
+                                      "output needs an open leading (batch) dim",
+                                      t.name, shape_to_string(t.shape)));
+    }
+    metadata_.name = name_;
+    metadata_.versions = {version_};
+    metadata_.platform = fs::path(path_).extension() == ".bpk" ? "backplane_bpk" : "onnx";
+    for (const TensorInfo& i : model_->inputs()) metadata_.inputs.push_back(describe(i));
+    for (const TensorInfo& o : model_->outputs()) metadata_.outputs.push_back(describe(o));
+  }
+  BP_ASSIGN_OR_RETURN(sessions_[index], model_->create_session());
+  // Every signature the config names runs once, on zeros: its first
+  // request finds it built.
+  Session& s = *sessions_[index];
+  for (size_t sig = 0; sig < config_.input_shapes.size(); ++sig) {
+    for (const TensorInfo& info : model_->inputs()) {
+      auto given = config_.input_shapes[sig].find(info.name);
+      Shape shape = given != config_.input_shapes[sig].end() ? given->second : info.shape;
+      if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("input_shapes[{}]: input '{}' has open dims; give them", sig,
+                                  info.name));
+      BP_RETURN_IF_ERROR(s.set_input(info.name, Tensor(info.dtype, shape)),
+                         fmt::format("input_shapes[{}]", sig));
+    }
+    BP_RETURN_IF_ERROR(s.run(), fmt::format("input_shapes[{}]", sig));
+  }
+  return Status();
 }
 
 ServedModel::~ServedModel() {
@@ -176,7 +263,7 @@ ServedModel::~ServedModel() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
-  for (std::thread& t : workers_) t.join();
+  for (std::thread& t : instances_) t.join();
 }
 
 Error ServedModel::check(InferRequest& request) const {
@@ -265,59 +352,100 @@ Error ServedModel::check(InferRequest& request) const {
   return ok();
 }
 
-Error ServedModel::acquire(const InferRequest& request, size_t* index) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (free_.empty()) {
-    if (waiting_ >= config_.max_queue_size)
+Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
+  Pending p;
+  p.request = &request;
+  p.response = response;
+  p.rows = config_.batching.enabled ? request.inputs.front().shape.front() : 1;
+  if (config_.batching.enabled) {
+    // Inputs in the model's order, so two requests that list them
+    // differently still batch together.
+    for (const TensorInfo& info : model_->inputs())
+      for (const InputTensor& in : request.inputs)
+        if (in.name == info.name)
+          p.shape_key += shape_to_string(Shape(in.shape.begin() + 1, in.shape.end()));
+  }
+  p.queued = Clock::now();
+  std::future<Error> done = p.done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (queue_.size() >= config_.max_queue_size)
       return error(Code::kResourceExhausted,
                    fmt::format("model '{}': {} requests are waiting already (max_queue_size)",
-                               name_, waiting_));
-    ++waiting_;
-    // Wake up now and then to notice a client that went away.
-    while (free_.empty()) {
-      auto until = Clock::now() + std::chrono::milliseconds(50);
-      if (request.deadline && *request.deadline < until) until = *request.deadline;
-      freed_.wait_until(lock, until);
-      if (!free_.empty()) break;
-      if (request.deadline && Clock::now() >= *request.deadline) {
-        --waiting_;
-        return error(Code::kDeadlineExceeded,
-                     "model '" + name_ + "': the request's deadline passed while it waited");
-      }
-      if (request.cancelled && request.cancelled()) {
-        --waiting_;
-        return error(Code::kCancelled, "the client went away");
+                               name_, queue_.size()));
+    queue_.push_back(&p);
+  }
+  queue_cv_.notify_all();
+  if (!request.deadline && !request.cancelled) return done.get();
+  // Wake up now and then to notice a client that went away, and at the
+  // deadline; a request still queued then leaves the queue, one an
+  // instance has taken is answered by it.
+  for (;;) {
+    auto until = Clock::now() + std::chrono::milliseconds(50);
+    if (request.deadline && *request.deadline < until) until = *request.deadline;
+    if (done.wait_until(until) == std::future_status::ready) return done.get();
+    const bool expired = request.deadline && Clock::now() >= *request.deadline;
+    const bool gone = request.cancelled && request.cancelled();
+    if (!expired && !gone) continue;
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), &p);
+    if (it == queue_.end()) {
+      lock.unlock();
+      return done.get();
+    }
+    queue_.erase(it);
+    return expired ? error(Code::kDeadlineExceeded,
+                           "model '" + name_ + "': the request's deadline passed while it "
+                           "waited")
+                   : error(Code::kCancelled, "the client went away");
+  }
+}
+
+void ServedModel::instance(size_t index) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to answer
+    std::vector<Pending*> batch = next_batch(lock);
+    if (batch.empty()) continue;  // another instance took them
+    lock.unlock();
+    run_batch(*sessions_[index], batch);
+    lock.lock();
+  }
+}
+
+std::vector<ServedModel::Pending*> ServedModel::next_batch(std::unique_lock<std::mutex>& lock) {
+  if (config_.batching.enabled) {
+    // The first request waits for others up to the delay, unless the queue
+    // already holds a full batch.
+    const int64_t max_rows = config_.batching.max_batch_size;
+    const Clock::time_point until =
+        queue_.front()->queued + std::chrono::microseconds(config_.batching.max_queue_delay_us);
+    auto rows_waiting = [&] {
+      int64_t rows = 0;
+      for (const Pending* p : queue_) rows += p->rows;
+      return rows;
+    };
+    while (!stopping_ && !queue_.empty() && rows_waiting() < max_rows && Clock::now() < until)
+      queue_cv_.wait_until(lock, until);
+    if (queue_.empty()) return {};
+    std::vector<Pending*> batch{queue_.front()};
+    queue_.pop_front();
+    int64_t rows = batch.front()->rows;
+    for (auto it = queue_.begin(); it != queue_.end() && rows < max_rows;) {
+      if ((*it)->shape_key == batch.front()->shape_key && rows + (*it)->rows <= max_rows) {
+        rows += (*it)->rows;
+        batch.push_back(*it);
+        it = queue_.erase(it);
+      } else {
+        ++it;
       }
     }
-    --waiting_;
+    return batch;
   }
-  *index = free_.back();
-  free_.pop_back();
-  return ok();
-}
-
-void ServedModel::release(size_t index) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(index);
-  }
-  freed_.notify_one();
-}
-
-Error ServedModel::infer(const InferRequest& request, InferResponse* response) {
-  if (config_.batching.enabled) return enqueue(request, response);
-  const Clock::time_point queued = Clock::now();
-  size_t index = 0;
-  if (Error e = acquire(request, &index); !e.ok()) return e;
-  struct Release {
-    ServedModel* m;
-    size_t i;
-    ~Release() { m->release(i); }
-  } release{this, index};
-  counters_->queue_us->Increment(us_since(queued));
-  if (request.deadline && Clock::now() >= *request.deadline)
-    return error(Code::kDeadlineExceeded, "model '" + name_ + "': the request's deadline passed");
-  return run_one(*sessions_[index], request, response);
+  std::vector<Pending*> one{queue_.front()};
+  queue_.pop_front();
+  return one;
 }
 
 Error ServedModel::run_one(Session& session, const InferRequest& request,
@@ -379,81 +507,6 @@ Error ServedModel::run_one(Session& session, const InferRequest& request,
   }
   counters_->output_us->Increment(us_since(t0));
   return ok();
-}
-
-// ------------------------------------------------------------ dynamic batching
-
-// One request waiting in a batching queue; the caller's thread waits on
-// `done` while a worker runs it.
-struct ServedModel::Pending {
-  const InferRequest* request;
-  InferResponse* response;
-  int64_t rows;
-  std::string shape_key;  // every input's dims after the leading one: what must agree
-  Clock::time_point queued;
-  std::promise<Error> done;
-};
-
-Error ServedModel::enqueue(const InferRequest& request, InferResponse* response) {
-  Pending p;
-  p.request = &request;
-  p.response = response;
-  p.rows = request.inputs.front().shape.front();
-  // Inputs in the model's order, so two requests that list them differently
-  // still batch together.
-  for (const TensorInfo& info : model_->inputs())
-    for (const InputTensor& in : request.inputs)
-      if (in.name == info.name)
-        p.shape_key += shape_to_string(Shape(in.shape.begin() + 1, in.shape.end()));
-  p.queued = Clock::now();
-  std::future<Error> done = p.done.get_future();
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    if (queue_.size() >= config_.max_queue_size)
-      return error(Code::kResourceExhausted,
-                   fmt::format("model '{}': {} requests are waiting already (max_queue_size)",
-                               name_, queue_.size()));
-    queue_.push_back(&p);
-  }
-  queue_cv_.notify_all();
-  return done.get();
-}
-
-void ServedModel::batch_worker(size_t index) {
-  const int64_t max_rows = config_.batching.max_batch_size;
-  const auto delay = std::chrono::microseconds(config_.batching.max_queue_delay_us);
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  for (;;) {
-    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and nothing left to answer
-    // The first request waits for others up to the delay, unless the queue
-    // already holds a full batch.
-    const Clock::time_point until = queue_.front()->queued + delay;
-    auto rows_waiting = [&] {
-      int64_t rows = 0;
-      for (const Pending* p : queue_) rows += p->rows;
-      return rows;
-    };
-    while (!stopping_ && !queue_.empty() && rows_waiting() < max_rows &&
-           Clock::now() < until)
-      queue_cv_.wait_until(lock, until);
-    if (queue_.empty()) continue;  // another worker took them
-    std::vector<Pending*> batch{queue_.front()};
-    queue_.pop_front();
-    int64_t rows = batch.front()->rows;
-    for (auto it = queue_.begin(); it != queue_.end() && rows < max_rows;) {
-      if ((*it)->shape_key == batch.front()->shape_key && rows + (*it)->rows <= max_rows) {
-        rows += (*it)->rows;
-        batch.push_back(*it);
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    lock.unlock();
-    run_batch(*sessions_[index], batch);
-    lock.lock();
-  }
 }
 
 void ServedModel::run_batch(Session& session, std::vector<Pending*>& batch) {
@@ -655,43 +708,9 @@ Result<std::shared_ptr<ServedModel>> InferenceServer::load(const std::string& na
   mo.backends = config.backends.empty() ? options_.backends : config.backends;
   mo.overrides = config.overrides;
   if (!config.input_shapes.empty()) mo.input_shapes = config.input_shapes.front();
-  BP_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, rt->load_model(source.path, mo));
-  if (config.batching.enabled) {
-    auto open_leading = [](const TensorInfo& t) { return !t.shape.empty() && t.shape[0] < 0; };
-    for (const std::vector<TensorInfo>* list : {&model->inputs(), &model->outputs()})
-      for (const TensorInfo& t : *list)
-        if (!open_leading(t))
-          return Status(StatusCode::kInvalidArgument,
-                        fmt::format("dynamic_batching: '{}' has shape {}; every input and "
-                                    "output needs an open leading (batch) dim",
-                                    t.name, shape_to_string(t.shape)));
-  }
-  std::vector<std::unique_ptr<Session>> sessions;
-  for (int i = 0; i < config.instances; ++i) {
-    BP_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, model->create_session());
-    sessions.push_back(std::move(s));
-  }
-  // Every further signature the config names is specialised now, on zeros,
-  // so its first request finds it built.
-  for (size_t sig = 1; sig < config.input_shapes.size(); ++sig) {
-    Session& s = *sessions.front();
-    for (const TensorInfo& info : model->inputs()) {
-      auto given = config.input_shapes[sig].find(info.name);
-      Shape shape = given != config.input_shapes[sig].end() ? given->second : info.shape;
-      if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
-        return Status(StatusCode::kInvalidArgument,
-                      fmt::format("input_shapes[{}]: input '{}' has open dims; give them", sig,
-                                  info.name));
-      BP_RETURN_IF_ERROR(s.set_input(info.name, Tensor(info.dtype, shape)),
-                         fmt::format("input_shapes[{}]", sig));
-    }
-    BP_RETURN_IF_ERROR(s.run(), fmt::format("input_shapes[{}]", sig));
-  }
-  auto served = std::make_shared<ServedModel>(name, source.version, source.path, config, rt,
-                                              model, std::move(sessions),
-                                              metrics_.for_model(name, source.version));
-  served->set_max_request_elements(options_.max_request_bytes / 2);
-  return served;
+  return ServedModel::start(name, source.version, source.path, config, std::move(rt),
+                            std::move(mo), metrics_.for_model(name, source.version),
+                            options_.max_request_bytes / 2);
 }
 
 Result<std::unique_ptr<InferenceServer>> InferenceServer::create(const ServerOptions& options) {
@@ -792,6 +811,7 @@ Error InferenceServer::unload_model(const std::string& name) {
 }
 
 bool InferenceServer::ready() const {
+  if (stopping_) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return std::all_of(entries_.begin(), entries_.end(),
                      [](const RepositoryEntry& e) { return e.state == "READY"; });

@@ -69,12 +69,25 @@ struct ServerOptions {
 // One version of one model, loaded: what requests run on. Held by shared_ptr
 // so a request in flight keeps the version it started on while the
 // repository swaps in another.
+//
+// Each instance is a thread with its own session, and only those threads
+// run the model: requests queue, in order, and an instance takes the next
+// one (or, with dynamic batching, the next batch). A backend that keeps
+// per-thread state (an OpenMP team per calling thread, CpuOneDnn's) so
+// keeps one per instance, however many connections the front ends serve.
 class ServedModel {
  public:
-  ServedModel(std::string name, std::string version, std::string path, ModelConfig config,
-              std::shared_ptr<Runtime> runtime, std::shared_ptr<Model> model,
-              std::vector<std::unique_ptr<Session>> sessions, ModelCounters* counters);
-
+  // Loads the model on the first instance's thread, makes every instance's
+  // session on its own thread and runs the config's input_shapes there;
+  // returns once all are ready, or the first error.
+  static Result<std::shared_ptr<ServedModel>> start(std::string name, std::string version,
+                                                    std::string path, ModelConfig config,
+                                                    std::shared_ptr<Runtime> runtime,
+                                                    ModelOptions options,
+                                                    ModelCounters* counters,
+                                                    uint64_t max_request_elements);
+  // Answers what is still queued (with batching, runs it), then stops the
+  // instances.
   ~ServedModel();
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
@@ -86,48 +99,41 @@ class ServedModel {
   const Model& model() const { return *model_; }
   const ModelMetadata& metadata() const { return metadata_; }
   ModelCounters& counters() { return *counters_; }
-  // The most elements a request's text (JSON) input can hold: half the
-  // largest body the server accepts.
-  void set_max_request_elements(uint64_t n) { max_request_elements_ = n; }
 
   // Checks every input's name, datatype, shape and byte size against the
   // model, and every requested output's name; fills each input's dtype and
   // expected_bytes. Nothing is allocated for a request that fails here.
   Error check(InferRequest& request) const;
-  // Runs a checked request on a free session, waiting for one (up to the
-  // request's deadline; a full queue is kResourceExhausted), or with
-  // dynamic batching, in the next batch it fits.
+  // Queues a checked request and waits for an instance to answer it: a
+  // full queue is kResourceExhausted; a request whose deadline passes or
+  // whose client goes away while queued leaves the queue.
   Error infer(const InferRequest& request, InferResponse* response);
 
  private:
   struct Pending;
-  Error acquire(const InferRequest& request, size_t* index);
-  void release(size_t index);
-  Error run_one(Session& session, const InferRequest& request, InferResponse* response);
-  Error enqueue(const InferRequest& request, InferResponse* response);
-  void batch_worker(size_t index);
+  ServedModel(std::string name, std::string version, std::string path, ModelConfig config,
+              std::shared_ptr<Runtime> runtime, ModelCounters* counters,
+              uint64_t max_request_elements);
+  Status prepare(size_t index, const ModelOptions& options);
+  void instance(size_t index);
+  std::vector<Pending*> next_batch(std::unique_lock<std::mutex>& lock);
   void run_batch(Session& session, std::vector<Pending*>& batch);
+  Error run_one(Session& session, const InferRequest& request, InferResponse* response);
 
-  std::string name_, version_, path_;
-  ModelConfig config_;
-  std::shared_ptr<Runtime> runtime_;  // outlives model_ and the sessions
-  std::shared_ptr<Model> model_;
+  const std::string name_, version_, path_;
+  const ModelConfig config_;
+  const std::shared_ptr<Runtime> runtime_;  // outlives model_ and the sessions
+  std::shared_ptr<Model> model_;            // set before start() returns
   ModelMetadata metadata_;
-  std::vector<std::unique_ptr<Session>> sessions_;
-  ModelCounters* counters_;
-  uint64_t max_request_elements_ = 0;
+  std::vector<std::unique_ptr<Session>> sessions_;  // one per instance, used by it alone
+  ModelCounters* const counters_;
+  const uint64_t max_request_elements_;  // half the largest body the server accepts
 
-  std::mutex mu_;
-  std::condition_variable freed_;
-  std::vector<size_t> free_;  // indices of idle sessions
-  size_t waiting_ = 0;
-
-  // Dynamic batching: requests waiting, and one worker per session.
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<Pending*> queue_;
   bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> instances_;
 };
 
 // A model's entry in the repository index.
@@ -147,8 +153,11 @@ class InferenceServer {
 
   const ServerOptions& options() const { return options_; }
   bool live() const { return true; }
-  // Every model the server was asked for is loaded.
+  // Every model the server was asked for is loaded, and it is not stopping.
   bool ready() const;
+  // The server is stopping: ready() is false from now on, so probes and
+  // load balancers send nothing new while requests in flight finish.
+  void begin_shutdown() { stopping_ = true; }
 
   // The served model `name` at `version` ("" = newest ready), or
   // kNotFound / kUnavailable.
@@ -195,6 +204,7 @@ class InferenceServer {
   // name -> version -> model; absent = not loaded (its entry says why).
   std::map<std::string, std::map<std::string, std::shared_ptr<ServedModel>>> models_;
   std::vector<RepositoryEntry> entries_;  // one per model name, sorted
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace backplane::serve

@@ -22,6 +22,8 @@ import time
 import urllib.error
 import urllib.request
 
+PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "serve",
+                         "proto")
 SERVE = os.environ.get("BACKPLANE_SERVE", "backplane-serve")
 CLI = os.environ.get("BACKPLANE_CLI", "backplane")
 MODELS = os.environ.get("BACKPLANE_TEST_MODELS", "")
@@ -134,3 +136,27 @@ def reference_outputs(model_path, inputs, tmpdir, threads=1):
         file = re.sub(r"[/\\:]", "_", out["name"]) or "output"
         outputs[out["name"]] = np.load(os.path.join(tmpdir, file + ".npy"))
     return outputs
+
+
+def grpc_modules(out):
+    """The Python modules (messages, service stub) generated into directory
+    `out` from the server's proto, as a client generates them."""
+    import importlib
+    import importlib.util
+    import shutil
+    import sys
+    proto = os.path.join(PROTO_DIR, "grpc_predict_v2.proto")
+    if importlib.util.find_spec("grpc_tools"):  # python3-grpc-tools
+        cmd = [sys.executable, "-m", "grpc_tools.protoc", "--grpc_python_out=" + out]
+    else:
+        plugin = shutil.which("grpc_python_plugin")  # protobuf-compiler-grpc
+        assert plugin and shutil.which("protoc"), "neither grpc_tools nor protoc+plugin"
+        cmd = ["protoc", "--grpc_out=" + out, "--plugin=protoc-gen-grpc=" + plugin]
+    subprocess.run(cmd + ["-I", PROTO_DIR, "--python_out=" + out, proto], check=True)
+    sys.path.insert(0, out)
+    try:
+        messages = importlib.import_module("grpc_predict_v2_pb2")
+        services = importlib.import_module("grpc_predict_v2_pb2_grpc")
+    finally:
+        sys.path.remove(out)
+    return messages, services

@@ -4,23 +4,15 @@ metadata (agreeing with REST), inference with raw and with typed contents
 compared bit for bit with `backplane run`, requested outputs, deadlines, and
 the errors wrong requests get, each followed by a request that succeeds.
 """
-import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
 import urllib.request
 
 import grpc
 import numpy as np
 import pytest
 
-from serve_harness import Server, model, reference_outputs
+from serve_harness import Server, grpc_modules, model, reference_outputs
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.join(HERE, "..", "..", "serve", "proto")
-PROTO = os.path.join(PROTO_DIR, "grpc_predict_v2.proto")
 
 MODELS = {
     "tiny": "tiny_cnn.onnx",
@@ -34,21 +26,7 @@ MODELS = {
 @pytest.fixture(scope="module")
 def pb(tmp_path_factory):
     """The generated modules (messages, service stub)."""
-    out = str(tmp_path_factory.mktemp("stubs"))
-    if importlib.util.find_spec("grpc_tools"):  # python3-grpc-tools
-        cmd = [sys.executable, "-m", "grpc_tools.protoc", "--grpc_python_out=" + out]
-    else:
-        plugin = shutil.which("grpc_python_plugin")  # protobuf-compiler-grpc
-        assert plugin and shutil.which("protoc"), "neither grpc_tools nor protoc+plugin"
-        cmd = ["protoc", "--grpc_out=" + out, "--plugin=protoc-gen-grpc=" + plugin]
-    subprocess.run(cmd + ["-I", PROTO_DIR, "--python_out=" + out, PROTO], check=True)
-    sys.path.insert(0, out)
-    try:
-        import grpc_predict_v2_pb2 as messages
-        import grpc_predict_v2_pb2_grpc as services
-    finally:
-        sys.path.remove(out)
-    return messages, services
+    return grpc_modules(str(tmp_path_factory.mktemp("stubs")))
 
 
 # Every datatype the protocol and Backplane share, passed through Identity:

@@ -2,12 +2,10 @@
 Inference Protocol's endpoints, JSON and binary tensor data, outputs equal
 to `backplane run`'s bit for bit, and requests that must not hurt the server."""
 import json
-import os
 import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 
@@ -392,3 +390,11 @@ def test_timeout_parameter(server):
     expect_error(with_timeout(0), 400, "timeout")
     assert with_timeout(10 ** 18)[0] == 200  # a year or more: no deadline
     assert with_timeout(60 * 10 ** 6)[0] == 200
+
+
+def test_a_port_in_use_stops_the_second_server(server):
+    done = subprocess.run([SERVE, "--model", "tiny=" + model("tiny_cnn.onnx"), "--host",
+                           "127.0.0.1", "--http-port", str(server.http_port), "--grpc-port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "cannot listen" in done.stderr, done.stderr
+    good_request_works(server)

@@ -289,6 +289,36 @@ class Service final : public pb::GRPCInferenceService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status RepositoryIndex(grpc::ServerContext*, const pb::RepositoryIndexRequest* request,
+                               pb::RepositoryIndexResponse* response) override {
+    for (const RepositoryEntry& e : server_.repository_index()) {
+      if (request->ready() && e.state != "READY") continue;
+      pb::RepositoryIndexResponse::ModelIndex* m = response->add_models();
+      m->set_name(e.name);
+      m->set_version(e.version);
+      m->set_state(e.state);
+      m->set_reason(e.reason);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RepositoryModelLoad(grpc::ServerContext*,
+                                   const pb::RepositoryModelLoadRequest* request,
+                                   pb::RepositoryModelLoadResponse*) override {
+    if (!request->parameters().empty())
+      return invalid("RepositoryModelLoad takes no parameters (a config or file given with "
+                     "the request is not supported; put it in the repository)");
+    if (Error e = server_.load_model(request->model_name()); !e.ok()) return to_grpc(e);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RepositoryModelUnload(grpc::ServerContext*,
+                                     const pb::RepositoryModelUnloadRequest* request,
+                                     pb::RepositoryModelUnloadResponse*) override {
+    if (Error e = server_.unload_model(request->model_name()); !e.ok()) return to_grpc(e);
+    return grpc::Status::OK;
+  }
+
  private:
   InferenceServer& server_;
 };

@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--warmup", type=float, default=60)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--no-control", action="store_true",
+                    help="no load, reload or unload (to tell their memory from requests')")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="backplane-soak-")
@@ -153,16 +155,25 @@ def main():
             samples = []  # resident KB after each load/unload cycle, after the warm-up
             start = time.monotonic()
             threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-            threads.append(threading.Thread(target=control))
+            if not args.no_control:
+                threads.append(threading.Thread(target=control))
             for t in threads:
                 t.start()
             peak_rss = 0
+            next_report = start + 60
             while not stop.is_set() and time.monotonic() - start < args.seconds:
                 stop.wait(1.0)
                 if s.proc.poll() is not None:
                     note_failure("the server exited with %d" % s.proc.returncode)
                     break
-                peak_rss = max(peak_rss, rss_kb(s.proc.pid))
+                rss = rss_kb(s.proc.pid)
+                peak_rss = max(peak_rss, rss)
+                if args.no_control and time.monotonic() - start >= args.warmup:
+                    samples.append(rss)
+                if time.monotonic() >= next_report:
+                    next_report += 60
+                    print("soak: %.0f s, RSS %d MB" % (time.monotonic() - start, rss // 1024),
+                          flush=True)
             stop.set()
             for t in threads:
                 t.join(120)

@@ -92,3 +92,43 @@ def test_requests_in_flight_finish_on_the_version_they_started_on(tmp_path):
         waiting.join(60)
         reply, _ = decode(*replies[0])
         assert reply["model_version"] == "2"
+
+
+def test_repository_control_over_grpc(tmp_path):
+    import grpc
+    from serve_harness import grpc_modules
+    pb, rpc = grpc_modules(str(tmp_path))
+    repo = tmp_path / "repo"
+    (repo / "tiny" / "1").mkdir(parents=True)
+    shutil.copy(model("tiny_cnn.onnx"), repo / "tiny" / "1" / "model.onnx")
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
+    with Server(["--model-repository", str(repo)], require_ready=False) as s:
+        stub = rpc.GRPCInferenceServiceStub(grpc.insecure_channel(s.grpc_target))
+        index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
+        states = {m.name: (m.version, m.state, bool(m.reason)) for m in index.models}
+        assert states == {"tiny": ("1", "READY", False), "broken": ("1", "UNAVAILABLE", True)}
+        ready = stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), timeout=30)
+        assert [m.name for m in ready.models] == ["tiny"]
+
+        stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="tiny"), timeout=30)
+        assert not stub.ModelReady(pb.ModelReadyRequest(name="tiny"), timeout=30).ready
+        (repo / "tiny" / "2").mkdir()
+        shutil.copy(model("tiny_cnn.onnx"), repo / "tiny" / "2" / "model.onnx")
+        stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="tiny"), timeout=60)
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="tiny"), timeout=30)
+        assert list(meta.versions) == ["2"]
+
+        for call, request, code in (
+                (stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="nope"),
+                 grpc.StatusCode.NOT_FOUND),
+                (stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="broken"),
+                 grpc.StatusCode.UNAVAILABLE),
+                (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="nope"),
+                 grpc.StatusCode.NOT_FOUND)):
+            try:
+                call(request, timeout=60)
+                raise AssertionError("%s succeeded" % request)
+            except grpc.RpcError as e:
+                assert e.code() == code, (request, e.code(), e.details())
+                assert request.model_name in e.details()

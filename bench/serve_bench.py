@@ -58,9 +58,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_models  # noqa: E402
+# The protocol's request and response encoding, shared with the server's tests.
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "serve"))
+from serve_harness import binary_request, decode_response  # noqa: E402
 
-DATATYPE = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32"}
-NUMPY = {"FP32": np.float32, "INT64": np.int64, "INT32": np.int32, "FP64": np.float64}
 # Bump when export_batched changes what the files hold.
 EXPORT_VERSION = 1
 
@@ -119,27 +120,11 @@ def _input_for(in_name, example):
 
 def request_body(in_name, x):
     """The binary tensor data extension's infer request: (body, JSON length)."""
-    header = {"inputs": [{"name": in_name, "datatype": DATATYPE[x.dtype], "shape": list(x.shape),
-                          "parameters": {"binary_data_size": x.nbytes}}],
-              "parameters": {"binary_data_output": True}}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    return text + np.ascontiguousarray(x).tobytes(), len(text)
+    return binary_request({in_name: x})
 
 
 def decode(headers, body):
-    n = headers.get("Inference-Header-Content-Length")
-    text = body[:int(n)] if n is not None else body
-    reply = json.loads(text)
-    out, at = {}, len(text)
-    for o in reply["outputs"]:
-        dtype = NUMPY[o["datatype"]]
-        if "data" in o:
-            out[o["name"]] = np.array(o["data"], dtype=dtype).reshape(o["shape"])
-        else:
-            size = o["parameters"]["binary_data_size"]
-            out[o["name"]] = np.frombuffer(body[at:at + size], dtype=dtype).reshape(o["shape"])
-            at += size
-    return out
+    return decode_response(headers, body)[1]
 
 
 def reference(cli, model_path, in_name, x, threads, tmp):

@@ -160,3 +160,44 @@ def grpc_modules(out):
     finally:
         sys.path.remove(out)
     return messages, services
+
+
+# The protocol's datatype names of the numpy dtypes the tests and the
+# benchmark send and receive.
+DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32",
+             "UINT64": "uint64", "INT8": "int8", "INT16": "int16", "INT32": "int32",
+             "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64"}
+
+
+def binary_request(inputs, binary_out=True):
+    """An infer request in the binary tensor data extension for `inputs`
+    ({name: numpy array}): (body, the JSON header's length)."""
+    import json
+    import numpy as np
+    names = {v: k for k, v in DATATYPES.items()}
+    header = {"inputs": [{"name": k, "datatype": names[v.dtype.name], "shape": list(v.shape),
+                          "parameters": {"binary_data_size": v.nbytes}}
+                         for k, v in inputs.items()],
+              "parameters": {"binary_data_output": binary_out}}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b"".join(np.ascontiguousarray(v).tobytes() for v in inputs.values()), len(text)
+
+
+def decode_response(headers, body):
+    """An infer response, JSON or binary: (its JSON, {output name: array})."""
+    import json
+    import numpy as np
+    n = headers.get("Inference-Header-Content-Length")
+    text = body[:int(n)] if n is not None else body
+    reply = json.loads(text)
+    out, at = {}, len(text)
+    for o in reply["outputs"]:
+        dtype = np.dtype(DATATYPES[o["datatype"]])
+        if "data" in o:
+            out[o["name"]] = np.array(o["data"], dtype=dtype).reshape(o["shape"])
+        else:
+            size = o["parameters"]["binary_data_size"]
+            out[o["name"]] = np.frombuffer(body[at:at + size], dtype=dtype).reshape(o["shape"])
+            at += size
+    assert at == len(body), "bytes left over after the binary outputs"
+    return reply, out

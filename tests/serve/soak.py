@@ -179,9 +179,11 @@ def main():
                 t.join(120)
             elapsed = time.monotonic() - start
 
-        # Resident memory in the same state (every model loaded), first and
-        # last few cycles after the warm-up.
-        k = max(1, min(5, len(samples) // 3))
+        # Resident memory in the same state (every model loaded), averaged
+        # over the first and the last quarter of the samples after the
+        # warm-up: a reload's freed memory returns when its last request
+        # ends, so single samples swing by a model's size either way.
+        k = max(1, len(samples) // 4)
         warm_rss = sum(samples[:k]) / k if samples else 0
         end_rss = sum(samples[-k:]) / k if samples else 0
         print("soak: %.0f s, %d good, %d malformed, %d load/unload; RSS after warm-up %.0f MB, "

@@ -12,11 +12,11 @@ import urllib.request
 import numpy as np
 import pytest
 
-from serve_harness import Server, model, reference_outputs, SERVE, CLI
+from serve_harness import (CLI, DATATYPES, SERVE, Server, binary_request, decode_response,
+                           model, reference_outputs)
 
-DATATYPE = {np.dtype("float32"): "FP32", np.dtype("int64"): "INT64",
-            np.dtype("float16"): "FP16", np.dtype("int32"): "INT32"}
-NUMPY = {v: k for k, v in DATATYPE.items()}
+# The protocol's name of each numpy dtype.
+DATATYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
 
 
 def http(method, url, body=None, headers=None):
@@ -49,34 +49,16 @@ def infer_json(server, name, inputs, outputs=None, request_id=None, binary_out=F
 
 def infer_binary(server, name, inputs, binary_out=True):
     """Triton's binary tensor data extension: JSON header, then raw bytes."""
-    header = {"inputs": [{"name": k, "datatype": DATATYPE[v.dtype], "shape": list(v.shape),
-                          "parameters": {"binary_data_size": v.nbytes}}
-                         for k, v in inputs.items()],
-              "parameters": {"binary_data_output": binary_out}}
-    text = json.dumps(header).encode()
-    body = text + b"".join(np.ascontiguousarray(v).tobytes() for v in inputs.values())
+    body, json_len = binary_request(inputs, binary_out)
     return http("POST", "%s/v2/models/%s/infer" % (server.http_url, name), body,
                 {"Content-Type": "application/octet-stream",
-                 "Inference-Header-Content-Length": str(len(text))})
+                 "Inference-Header-Content-Length": str(json_len)})
 
 
 def decode(status, headers, body):
     """The outputs of an infer response, JSON or binary, as {name: array}."""
     assert status == 200, body[:2000]
-    n = headers.get("Inference-Header-Content-Length")
-    text = body[:int(n)] if n is not None else body
-    reply = json.loads(text)
-    out, at = {}, len(text)
-    for o in reply["outputs"]:
-        dtype = NUMPY[o["datatype"]]
-        if "data" in o:
-            out[o["name"]] = np.array(o["data"], dtype=dtype).reshape(o["shape"])
-        else:
-            size = o["parameters"]["binary_data_size"]
-            out[o["name"]] = np.frombuffer(body[at:at + size], dtype=dtype).reshape(o["shape"])
-            at += size
-    assert at == len(body), "bytes left over after the binary outputs"
-    return reply, out
+    return decode_response(headers, body)
 
 
 def assert_bit_equal(got, want):

@@ -13,8 +13,9 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake git pkg-config ca-certificates
+  # toolchain; ccache makes the rebuild of a fresh clone (CI's three builds)
+  # reuse what an earlier build compiled
+  build-essential cmake git pkg-config ca-certificates ccache
   # ONNX import
   libprotobuf-dev protobuf-compiler libonnx-dev
   # logging, command line, JSON

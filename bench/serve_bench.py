@@ -30,8 +30,12 @@ Reported, as one markdown table (also BUILD/bench/serve_results.md):
 throughput and p50/p99 latency of both, the server's overhead at
 concurrency 1 (server p50 / in-process p50 - 1; target <= 10 %) and the
 batching gain at concurrency 32 (server req/s with batching / without;
-target >= 1.3x). Client and server share the machine's cores. A second
-table splits the mean latency: wrk's, the server's own per request and its
+target >= 1.3x), beside the gain of session.run alone (rows per ms of the
+batched executions over those of batch-1 ones: the most batching can give
+on this machine). Client and server share the machine's cores. A second
+table gives the HTTP round trip alone (wrk, one connection, GET
+/v2/health/ready on the same server) against the in-process p50; a third
+splits the mean latency: wrk's, the server's own per request and its
 session.run per execution (from /metrics), the in-process request's.
 A build whose server does not know "dynamic_batching" (it refuses the key
 at start) gets "batching: not available in this build" rows.
@@ -329,7 +333,7 @@ def main():
                         "body_file": body_file, "ref": ref}
 
     http_threads = max(concurrencies) + 4  # one per connection, as wrk keeps them all open
-    server_res, inproc_res, notes = {}, {}, []
+    server_res, inproc_res, floor_res, notes = {}, {}, {}, []
     batching_available = True
     # One server per model and mode, serving that model alone, as the
     # in-process peer runs it alone: every model's sessions are run by
@@ -374,6 +378,12 @@ def main():
                     # server), so that no cell waits for one to compile.
                     for b in range(2, args.max_batch_size + 1):
                         server.infer(name, *request_body(m["input"], np.repeat(m["x"], b, axis=0)))
+                if not batching:
+                    # The HTTP round trip alone on the same server: a GET of
+                    # the readiness endpoint by one connection.
+                    run_wrk(server.url + "/v2/health/ready", "-", 0, 1, args.warmup, 1)
+                    floor_res[name] = run_wrk(server.url + "/v2/health/ready", "-", 0, 1,
+                                              args.duration, 1)
                 for c in concurrencies:
                     run_wrk(server.url + f"/v2/models/{name}/infer", m["body_file"], m["json_len"], c,
                             args.warmup, args.wrk_threads)
@@ -436,11 +446,27 @@ def main():
                 if c == 1:
                     overhead = f"{(s['p50_ms'] / p['p50_ms'] - 1) * 100:+.1f} %"
                 if mode == "batching" and c == max(concurrencies):
-                    gain = f"{s['throughput'] / server_res[(name, 'no batching', c)]['throughput']:.2f}x"
+                    alone = server_res[(name, "no batching", c)]
+                    gain = f"{s['throughput'] / alone['throughput']:.2f}x"
+                    # What batching gains in session.run alone: rows per ms
+                    # of a batched execution over those of a batch-1 one.
+                    if s.get("server_run_ms") and alone.get("server_run_ms"):
+                        gain += (f" (run alone: "
+                                 f"{s['mean_batch'] * alone['server_run_ms'] / s['server_run_ms']:.2f}x)")
                 failed = f" ({s['errors']} failed)" if s["errors"] else ""
                 lines.append(f"| {name} | {mode} | {c} | {fmt(s['throughput'])}{failed} | {fmt(s['p50_ms'], 2)} | "
                              f"{fmt(s['p99_ms'], 2)} | {fmt(p['throughput'])} | {fmt(p['p50_ms'], 2)} | "
                              f"{fmt(p['p99_ms'], 2)} | {overhead} | {gain} |")
+    lines += ["", "The HTTP round trip alone, on the same server (wrk, one connection, GET "
+              "/v2/health/ready): the part of the overhead at c=1 that any HTTP server pays; the target "
+              "is met only where it is under 10 % of the in-process p50.", "",
+              "| model | in-process p50 ms | HTTP round trip p50 ms | share of in-process p50 |",
+              "|---|---|---|---|"]
+    for name in models:
+        if name in floor_res:
+            f, p = floor_res[name], inproc_res[(name, 1 if 1 in concurrencies else concurrencies[0])]
+            lines.append(f"| {name} | {fmt(p['p50_ms'], 3)} | {fmt(f['p50_ms'], 3)} | "
+                         f"{f['p50_ms'] / p['p50_ms'] * 100:.1f} % |")
     lines += ["", "Where the time goes (means, ms): wrk's latency; the server's own time per request from "
               "/metrics (nv_inference_request_duration_us: from the parsed request to the response, "
               "before serialisation) and its session.run per execution (compute_infer per request, "
@@ -465,6 +491,7 @@ def main():
     with open(os.path.splitext(out_path)[0] + ".json", "w") as f:
         json.dump({"server": [{"model": n, "mode": md, "concurrency": c, **r}
                               for (n, md, c), r in server_res.items()],
+                   "http_round_trip": [{"model": n, **r} for n, r in floor_res.items()],
                    "in_process": [{"model": n, "concurrency": c, **r} for (n, c), r in inproc_res.items()],
                    "notes": notes}, f, indent=1)
     with open(out_path, "w") as f:

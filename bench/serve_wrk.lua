@@ -7,9 +7,13 @@
 --   wrk -t 1 -c C -d 5s -s bench/serve_wrk.lua URL -- BODY_FILE HEADER_LENGTH
 --
 -- HEADER_LENGTH is the JSON header's length in bytes, sent as the
--- Inference-Header-Content-Length header.
+-- Inference-Header-Content-Length header. BODY_FILE "-" GETs the URL instead.
 
 function init(args)
+  if args[1] == "-" then  -- a GET of the URL, no body: the HTTP round trip alone
+    wrk.method = "GET"
+    return
+  end
   local f = assert(io.open(args[1], "rb"))
   wrk.body = f:read("*a")
   f:close()

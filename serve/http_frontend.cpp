@@ -1,16 +1,26 @@
 #include "http_frontend.hpp"
 
+#include <civetweb.h>
 #include <fmt/format.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string_view>
-#include <thread>
+#include <vector>
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace backplane::serve {
 
@@ -19,16 +29,6 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
-
-void reply_error(httplib::Response& res, const Error& e) {
-  res.status = http_status(e.code);
-  res.set_content(json{{"error", e.message}}.dump(), "application/json");
-}
-
-void reply_json(httplib::Response& res, const json& body) {
-  res.status = 200;
-  res.set_content(body.dump(), "application/json");
-}
 
 // IEEE half and bfloat16 from and to float, rounding to nearest even: what
 // a JSON client's numbers become in FP16 and BF16 inputs, and back.
@@ -232,11 +232,11 @@ bool bool_parameter(const json& obj, const char* name) {
 // Parses an infer request's body (JSON, or JSON followed by binary tensor
 // data) into `request`. The inputs' bytes view `body`, which the caller
 // keeps alive (request.keep_alive).
-Error parse_infer(const std::string& body, const httplib::Request& req, size_t max_json_bytes,
+Error parse_infer(std::string_view body, const char* header_length, size_t max_json_bytes,
                   InferRequest& request) {
   size_t json_len = body.size();
-  if (req.has_header(kHeaderLength)) {
-    const std::string v = req.get_header_value(kHeaderLength);
+  if (header_length != nullptr) {
+    const std::string v = header_length;
     char* end = nullptr;
     errno = 0;
     const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
@@ -251,7 +251,7 @@ Error parse_infer(const std::string& body, const httplib::Request& req, size_t m
                  fmt::format("the request's JSON is {} bytes, over the limit of {}; send large "
                              "tensors as binary data ({} header) or over gRPC",
                              json_len, max_json_bytes, kHeaderLength));
-  json j = json::parse(std::string_view(body).substr(0, json_len), nullptr, false);
+  json j = json::parse(body.substr(0, json_len), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return error(Code::kInvalidArgument, "the request body is not a JSON object");
   if (auto id = j.find("id"); id != j.end()) {
@@ -349,194 +349,383 @@ Error parse_infer(const std::string& body, const httplib::Request& req, size_t m
   return ok();
 }
 
-void reply_infer(httplib::Response& res, const InferResponse& r) {
+// One response, written by `send`.
+struct Reply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::string header_length;  // Inference-Header-Content-Length, with binary data
+};
+
+Reply json_reply(const json& body) {
+  return {200, "application/json", body.dump(), {}};
+}
+
+Reply error_reply(const Error& e) {
+  return {http_status(e.code), "application/json", json{{"error", e.message}}.dump(), {}};
+}
+
+Reply infer_reply(const InferResponse& r) {
   json j = {{"model_name", r.model}, {"model_version", r.version}};
   if (!r.id.empty()) j["id"] = r.id;
   json outs = json::array();
-  std::string binary;
+  size_t binary_bytes = 0;
+  bool binary = false;
   for (const OutputTensor& o : r.outputs) {
     json out = {{"name", o.name}, {"datatype", o.datatype}, {"shape", o.shape}};
     if (o.binary) {
+      binary = true;
       out["parameters"] = {{"binary_data_size", o.tensor.size_bytes()}};
-      binary.append(static_cast<const char*>(o.tensor.data()), o.tensor.size_bytes());
+      binary_bytes += o.tensor.size_bytes();
     } else {
       out["data"] = data_json(o.tensor);
     }
     outs.push_back(std::move(out));
   }
   j["outputs"] = std::move(outs);
-  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  res.status = 200;
-  if (binary.empty() && std::none_of(r.outputs.begin(), r.outputs.end(),
-                                     [](const OutputTensor& o) { return o.binary; })) {
-    res.set_content(std::move(text), "application/json");
-    return;
-  }
-  res.set_header(kHeaderLength, std::to_string(text.size()));
-  text += binary;
-  res.set_content(std::move(text), "application/octet-stream");
+  Reply reply{200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace),
+              {}};
+  if (!binary) return reply;
+  reply.content_type = "application/octet-stream";
+  reply.header_length = std::to_string(reply.body.size());
+  reply.body.reserve(reply.body.size() + binary_bytes);
+  for (const OutputTensor& o : r.outputs)
+    if (o.binary)
+      reply.body.append(static_cast<const char*>(o.tensor.data()), o.tensor.size_bytes());
+  return reply;
 }
 
+// An infer request's body, read whole before it is parsed; the inputs'
+// bytes point into it (InferRequest::keep_alive).
+struct Body {
+  std::unique_ptr<char[]> bytes;
+  size_t size = 0;
+  std::string_view view() const { return {bytes.get(), size}; }
+};
+
+// The path's segments: "/v2/models/m/infer" is {"v2", "models", "m", "infer"}.
+std::vector<std::string_view> segments(std::string_view path) {
+  std::vector<std::string_view> out;
+  while (!path.empty()) {
+    const size_t slash = path.find('/');
+    if (slash != 0) out.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return out;
+}
+
+bool has_token(const char* header, std::string_view token) {
+  if (header == nullptr) return false;
+  std::string lower(header);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.find(token) != std::string::npos;
+}
+
+// The HTTP/1.1 front end on civetweb: a pool of `threads` workers, each
+// serving one connection at a time for as long as it is kept alive. Every
+// request reaches `handle`, which routes it by its path.
 class HttpServer final : public HttpFrontend {
  public:
-  HttpServer(InferenceServer& server, int threads) : server_(server) {
-    // The library gives each open connection a thread until it closes: a
-    // kept-alive connection closes after 100 requests or 5 idle seconds, so
-    // connections beyond `threads` wait their turn rather than starve.
-    svr_.new_task_queue = [threads] {
-      return new httplib::ThreadPool(static_cast<size_t>(std::max(threads, 1)));
-    };
-    svr_.set_keep_alive_max_count(100);
-    svr_.set_keep_alive_timeout(5);
-    svr_.set_payload_max_length(server_.options().max_request_bytes);
-    svr_.set_read_timeout(30, 0);
-    // The library writes a response's headers and its body separately: with
-    // Nagle's algorithm the body would wait for the client's delayed ACK
-    // (40 ms on Linux) on every request of a kept-alive connection after the
-    // first, such as a load balancer's.
-    svr_.set_tcp_nodelay(true);
-    // The library's own socket options take SO_REUSEPORT, with which a
-    // second server on the same port would start and silently share it;
-    // SO_REUSEADDR only lets a restarted server bind at once.
-    svr_.set_socket_options([this](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      listen_fd_ = sock;
-    });
-    routes();
+  explicit HttpServer(InferenceServer& server) : server_(server) {
+    static const unsigned init = mg_init_library(0);
+    (void)init;
   }
   ~HttpServer() override { shutdown(); }
 
-  Result<int> start(const std::string& host, int port) {
-    if (port == 0) {
-      port_ = svr_.bind_to_any_port(host);
-      if (port_ < 0) return Status(StatusCode::kIoError, "HTTP: cannot listen on " + host);
-    } else {
-      if (!svr_.bind_to_port(host, port))
-        return Status(StatusCode::kIoError,
-                      fmt::format("HTTP: cannot listen on {}:{} (in use?)", host, port));
-      port_ = port;
+  Result<int> start(const std::string& host, int port, int threads) {
+    const std::string where = fmt::format("{}:{}", host, port);
+    const std::string listen = host.find(':') != std::string::npos
+                                   ? fmt::format("[{}]:{}", host, port)
+                                   : where;
+    const std::string workers = std::to_string(std::max(threads, 1));
+    const std::string backlog = std::to_string(SOMAXCONN);
+    const char* options[] = {
+        "listening_ports", listen.c_str(), "num_threads", workers.c_str(),
+        // Connections accepted while every worker is busy wait here, then
+        // in the kernel's listen queue: a burst of new connections (a load
+        // balancer opening its pool) waits rather than being reset.
+        "connection_queue", "256", "listen_backlog", backlog.c_str(),
+        "enable_keep_alive", "yes", "keep_alive_timeout_ms", "5000",
+        "request_timeout_ms", "30000",
+        // A response goes out in one or two writes; without TCP_NODELAY the
+        // second would wait for the client's delayed ACK (40 ms on Linux).
+        "tcp_nodelay", "1", nullptr};
+    mg_callbacks callbacks{};
+    // The library's own log (a client that went away, a malformed request
+    // line it answered itself) is not the server's business; errors at
+    // start come back through `error` below.
+    callbacks.log_message = [](const mg_connection*, const char*) { return 1; };
+    unsigned code = 0;
+    char text[256] = "";
+    mg_error_data error{&code, text, sizeof(text)};
+    mg_init_data init{&callbacks, this, options};
+    ctx_ = mg_start2(&init, &error);
+    if (ctx_ == nullptr)
+      return Status(StatusCode::kIoError,
+                    fmt::format("HTTP: cannot listen on {} (in use?): {}", where, text));
+    mg_set_request_handler(ctx_, "**", &HttpServer::handle, this);
+    mg_server_port ports[1] = {};
+    if (mg_get_server_ports(ctx_, 1, ports) != 1) {
+      shutdown();
+      return Status(StatusCode::kIoError, "HTTP: cannot tell the port listened on");
     }
-    // The library listens with a backlog of 5: a burst of new connections
-    // (a load balancer opening its pool) would overflow it and be reset.
-    // listen() again on the listening socket only sets the backlog.
-    if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
-    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    port_ = ports[0].port;
+    listener_ = find_listener(port_);
     return port_;
   }
 
   int port() const override { return port_; }
+
+  // Refuses new connections at once, lets the requests being handled finish
+  // (up to the request timeout), then stops the library, which closes the
+  // idle kept-alive connections. A request that arrives on a kept-alive
+  // connection meanwhile is served and answered "Connection: close".
   void shutdown() override {
-    svr_.stop();
-    if (thread_.joinable()) thread_.join();
+    if (ctx_ == nullptr) return;
+    stop_listening();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      draining_ = true;
+      idle_.wait_for(lock, std::chrono::seconds(30), [this] { return active_ == 0; });
+    }
+    mg_stop(ctx_);
+    ctx_ = nullptr;
   }
 
  private:
-  void routes() {
-    svr_.Get("/v2/health/live", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = server_.live() ? 200 : 503;
-    });
-    svr_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = server_.ready() ? 200 : 503;
-    });
-    svr_.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
-      reply_json(res, {{"name", "backplane"},
-                       {"version", InferenceServer::version_string()},
-                       {"extensions", InferenceServer::extensions()}});
-    });
-    const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
-    svr_.Get(model, [this](const httplib::Request& req, httplib::Response& res) {
-      std::shared_ptr<ServedModel> m;
-      if (Error e = server_.find(req.matches[1], req.matches[2], &m); !e.ok())
-        return reply_error(res, e);
-      reply_json(res, metadata_json(m->metadata()));
-    });
-    svr_.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
-      std::shared_ptr<ServedModel> m;
-      if (Error e = server_.find(req.matches[1], req.matches[2], &m); !e.ok())
-        return reply_error(res, e);
-      res.status = 200;
-    });
-    // The body is read here, not by the library: the library would parse a
-    // body sent as a form (curl -d's default Content-Type) and refuse one
-    // over 8 KB; the protocol's body is JSON whatever the client calls it.
-    svr_.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res,
-                                       const httplib::ContentReader& read) {
-      auto body = std::make_shared<std::string>();
-      if (req.has_header("Content-Length"))
-        body->reserve(std::min<size_t>(req.get_header_value<uint64_t>("Content-Length"),
-                                       server_.options().max_request_bytes));
-      const bool whole = read([&](const char* data, size_t n) {
-        body->append(data, n);
-        return true;
-      });
-      if (!whole) {
-        // The library says 413 for a body over the limit; anything else is
-        // a body that did not arrive as announced.
-        return reply_error(res, res.status == 413
-                                    ? error(Code::kTooLarge, "the request body is over the "
-                                                             "server's limit (--max-request-bytes)")
-                                    : error(Code::kInvalidArgument,
-                                            "the request body did not arrive as announced"));
+  // The listening socket the library opened on `port` (it does not say):
+  // the one socket of the process listening on that port; -1 if none is.
+  static int find_listener(int port) {
+    DIR* dir = opendir("/proc/self/fd");
+    if (dir == nullptr) return -1;
+    int found = -1;
+    while (const dirent* e = readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      if (fd <= 2 || fd == dirfd(dir)) continue;
+      int listening = 0;
+      socklen_t len = sizeof(listening);
+      if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
+        continue;
+      sockaddr_storage addr{};
+      socklen_t addr_len = sizeof(addr);
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+      int bound = -1;
+      if (addr.ss_family == AF_INET)
+        bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+      else if (addr.ss_family == AF_INET6)
+        bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+      if (bound == port) {
+        found = fd;
+        break;
       }
-      InferRequest request;
-      request.model = req.matches[1];
-      request.version = req.matches[2];
-      request.keep_alive = body;
-      if (Error e = parse_infer(*body, req, kMaxJsonBytes, request); !e.ok()) {
-        count_rejected(request.model, request.version);
-        return reply_error(res, e);
+    }
+    closedir(dir);
+    return found;
+  }
+
+  // Closes the listening socket under the library: its descriptor is
+  // pointed at an eventfd nobody signals, so the library's accept loop
+  // waits on that until mg_stop, and the socket itself stops listening
+  // (new connections are refused; ones the kernel queued are reset).
+  void stop_listening() {
+    if (listener_ < 0) return;
+    const int socket = ::dup(listener_);
+    const int placeholder = eventfd(0, EFD_CLOEXEC);
+    if (socket < 0 || placeholder < 0 || ::dup2(placeholder, listener_) < 0) {
+      if (socket >= 0) ::close(socket);
+      if (placeholder >= 0) ::close(placeholder);
+      return;
+    }
+    ::close(placeholder);
+    ::shutdown(socket, SHUT_RDWR);
+    ::close(socket);
+    listener_ = -1;
+  }
+
+  // civetweb's request handler: every request, on the worker thread that
+  // holds its connection.
+  static int handle(mg_connection* conn, void* self_ptr) {
+    auto* self = static_cast<HttpServer*>(self_ptr);
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      ++self->active_;
+    }
+    const mg_request_info& ri = *mg_get_request_info(conn);
+    bool close = false;  // the request's body is not read whole
+    Reply reply;
+    try {
+      reply = self->route(conn, ri, close);
+    } catch (const std::exception& e) {
+      reply = error_reply(error(Code::kInternal, e.what()));
+      close = true;
+    }
+    std::unique_lock<std::mutex> lock(self->mu_);
+    close = close || self->draining_;
+    lock.unlock();
+    send(conn, ri, reply, close);
+    lock.lock();
+    if (--self->active_ == 0) self->idle_.notify_all();
+    return reply.status;
+  }
+
+  // Writes `r`: headers and a small body in one write, a large body after.
+  static void send(mg_connection* conn, const mg_request_info& ri, const Reply& r, bool close) {
+    // The library keeps a connection when the client asked for it (or
+    // spoke HTTP/1.1 without saying) and its request's body was read whole;
+    // the response says the same.
+    const char* connection = mg_get_header(conn, "Connection");
+    bool keep = connection != nullptr ? has_token(connection, "keep-alive")
+                                      : std::strcmp(ri.http_version, "1.1") == 0;
+    if (close) {
+      mg_disable_connection_keep_alive(conn);
+      keep = false;
+    }
+    std::string head = fmt::format("HTTP/1.1 {} {}\r\nContent-Length: {}\r\n", r.status,
+                                   mg_get_response_code_text(conn, r.status), r.body.size());
+    if (!r.content_type.empty()) head += fmt::format("Content-Type: {}\r\n", r.content_type);
+    if (!r.header_length.empty())
+      head += fmt::format("{}: {}\r\n", kHeaderLength, r.header_length);
+    head += keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    constexpr size_t kOneWrite = size_t{64} << 10;
+    if (r.body.size() <= kOneWrite) {
+      head += r.body;
+      mg_write(conn, head.data(), head.size());
+    } else {
+      mg_write(conn, head.data(), head.size());
+      mg_write(conn, r.body.data(), r.body.size());
+    }
+  }
+
+  Reply route(mg_connection* conn, const mg_request_info& ri, bool& close) {
+    const std::string_view method = ri.request_method;
+    const std::vector<std::string_view> s = segments(ri.local_uri);
+    const bool get = method == "GET", post = method == "POST";
+    const size_t n = s.size();
+    if (get && n == 1 && s[0] == "metrics")
+      return {200, "text/plain; version=0.0.4", server_.metrics().text(), {}};
+    if (n >= 1 && s[0] == "v2") {
+      if (get && n == 1)
+        return json_reply({{"name", "backplane"},
+                           {"version", InferenceServer::version_string()},
+                           {"extensions", InferenceServer::extensions()}});
+      if (get && n == 3 && s[1] == "health" && (s[2] == "live" || s[2] == "ready")) {
+        const bool up = s[2] == "live" ? server_.live() : server_.ready();
+        return {up ? 200 : 503, {}, {}, {}};
       }
-      InferResponse response;
-      if (Error e = server_.infer(request, &response); !e.ok()) return reply_error(res, e);
-      reply_infer(res, response);
-    });
-    svr_.Post("/v2/repository/index", [this](const httplib::Request&, httplib::Response& res) {
-      json a = json::array();
-      for (const RepositoryEntry& e : server_.repository_index()) {
-        json entry = {{"name", e.name}, {"state", e.state}};
-        if (!e.version.empty()) entry["version"] = e.version;
-        if (!e.reason.empty()) entry["reason"] = e.reason;
-        a.push_back(std::move(entry));
-      }
-      reply_json(res, a);
-    });
-    const std::string repository_model = R"(/v2/repository/models/([^/]+)/)";
-    svr_.Post(repository_model + "load", [this](const httplib::Request& req,
-                                                httplib::Response& res) {
-      if (Error e = server_.load_model(req.matches[1]); !e.ok()) return reply_error(res, e);
-      res.status = 200;
-    });
-    svr_.Post(repository_model + "unload", [this](const httplib::Request& req,
-                                                  httplib::Response& res) {
-      if (Error e = server_.unload_model(req.matches[1]); !e.ok()) return reply_error(res, e);
-      res.status = 200;
-    });
-    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(server_.metrics().text(), "text/plain; version=0.0.4");
-    });
-    svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      if (res.status == 413) {
-        res.set_content(json{{"error", "the request body is over the server's limit "
-                                       "(--max-request-bytes)"}}.dump(),
-                        "application/json");
-      } else if (res.status == 404) {
-        res.set_content(json{{"error", "no route " + req.method + " " + req.path}}.dump(),
-                        "application/json");
-      }
-    });
-    svr_.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "unknown error";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
+      if (n >= 3 && s[1] == "models") {
+        // /v2/models/M[/versions/V][/ready|/infer]
+        const std::string model(s[2]);
+        std::string version;
+        size_t at = 3;
+        if (n >= 5 && s[3] == "versions") {
+          version = s[4];
+          at = 5;
+        }
+        const std::string_view action = at < n ? s[at] : std::string_view();
+        if (at + 1 >= n) {
+          if (get && (action.empty() || action == "ready")) {
+            std::shared_ptr<ServedModel> m;
+            if (Error e = server_.find(model, version, &m); !e.ok()) return error_reply(e);
+            if (action == "ready") return {200, {}, {}, {}};
+            return json_reply(metadata_json(m->metadata()));
           }
-          reply_error(res, error(Code::kInternal, what));
-        });
+          if (post && action == "infer") return infer(conn, ri, model, version, close);
+        }
+      }
+      if (post && n == 3 && s[1] == "repository" && s[2] == "index") {
+        json a = json::array();
+        for (const RepositoryEntry& e : server_.repository_index()) {
+          json entry = {{"name", e.name}, {"state", e.state}};
+          if (!e.version.empty()) entry["version"] = e.version;
+          if (!e.reason.empty()) entry["reason"] = e.reason;
+          a.push_back(std::move(entry));
+        }
+        return json_reply(a);
+      }
+      if (post && n == 5 && s[1] == "repository" && s[2] == "models" &&
+          (s[4] == "load" || s[4] == "unload")) {
+        const std::string model(s[3]);
+        Error e = s[4] == "load" ? server_.load_model(model) : server_.unload_model(model);
+        return e.ok() ? Reply{200, {}, {}, {}} : error_reply(e);
+      }
+    }
+    return error_reply(error(Code::kNotFound, fmt::format("no route {} {}", method,
+                                                          ri.local_uri)));
+  }
+
+  // Reads the body whole, up to the server's limit, into `body`; on a body
+  // that is over the limit or does not arrive as announced, an error, and
+  // the connection closes after the reply.
+  Error read_body(mg_connection* conn, const mg_request_info& ri, Body& body, bool& close) {
+    const size_t limit = server_.options().max_request_bytes;
+    const Error too_large =
+        error(Code::kTooLarge, "the request body is over the server's limit "
+                               "(--max-request-bytes)");
+    const bool chunked = has_token(mg_get_header(conn, "Transfer-Encoding"), "chunked");
+    if (ri.content_length > 0 && static_cast<unsigned long long>(ri.content_length) > limit) {
+      // The library reads and drops the body after the reply, so that a
+      // client still sending it reads the 413 instead of a reset
+      // connection; a body far over the limit is not waited for.
+      close = static_cast<unsigned long long>(ri.content_length) - limit > kMaxDropped;
+      return too_large;
+    }
+    if (ri.content_length <= 0 && !chunked) return ok();
+    // A client that waits to be told to send (curl does, for large bodies).
+    if (has_token(mg_get_header(conn, "Expect"), "100-continue"))
+      mg_write(conn, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    size_t capacity = ri.content_length > 0 ? static_cast<size_t>(ri.content_length)
+                                            : size_t{64} << 10;
+    body.bytes.reset(new char[capacity]);
+    for (;;) {
+      if (body.size == capacity) {
+        if (ri.content_length > 0) break;
+        if (capacity >= limit) {
+          // One byte more than the limit tells a body over it.
+          char probe;
+          if (mg_read(conn, &probe, 1) > 0) {
+            close = true;
+            return too_large;
+          }
+          break;
+        }
+        const size_t grown = std::min(capacity * 2, limit);
+        std::unique_ptr<char[]> bigger(new char[grown]);
+        std::memcpy(bigger.get(), body.bytes.get(), body.size);
+        body.bytes = std::move(bigger);
+        capacity = grown;
+      }
+      const int got = mg_read(conn, body.bytes.get() + body.size, capacity - body.size);
+      if (got <= 0) {
+        if (got < 0 || (ri.content_length > 0 && body.size < capacity)) {
+          close = true;
+          return error(Code::kInvalidArgument, "the request body did not arrive as announced");
+        }
+        break;
+      }
+      body.size += static_cast<size_t>(got);
+    }
+    return ok();
+  }
+
+  Reply infer(mg_connection* conn, const mg_request_info& ri, const std::string& model,
+              const std::string& version, bool& close) {
+    auto body = std::make_shared<Body>();
+    if (Error e = read_body(conn, ri, *body, close); !e.ok()) return error_reply(e);
+    InferRequest request;
+    request.model = model;
+    request.version = version;
+    request.keep_alive = body;
+    if (Error e = parse_infer(body->view(), mg_get_header(conn, kHeaderLength), kMaxJsonBytes,
+                              request);
+        !e.ok()) {
+      count_rejected(request.model, request.version);
+      return error_reply(e);
+    }
+    InferResponse response;
+    if (Error e = server_.infer(request, &response); !e.ok()) return error_reply(e);
+    return infer_reply(response);
   }
 
   // A request that fails to parse still counts against its model, if the
@@ -549,20 +738,25 @@ class HttpServer final : public HttpFrontend {
   // JSON text is parsed into a tree about eight times its size: larger
   // tensors travel as binary data.
   static constexpr size_t kMaxJsonBytes = size_t{16} << 20;
+  // How far over the limit a refused body is still read and dropped.
+  static constexpr unsigned long long kMaxDropped = 64ull << 20;
 
   InferenceServer& server_;
-  httplib::Server svr_;
-  std::thread thread_;
+  mg_context* ctx_ = nullptr;
   int port_ = 0;
-  socket_t listen_fd_ = -1;
+  int listener_ = -1;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int active_ = 0;  // requests being handled
+  bool draining_ = false;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<HttpFrontend>> start_http(InferenceServer& server, const std::string& host,
                                                  int port, int threads) {
-  auto http = std::make_unique<HttpServer>(server, threads);
-  BP_ASSIGN_OR_RETURN(int bound, http->start(host, port));
+  auto http = std::make_unique<HttpServer>(server);
+  BP_ASSIGN_OR_RETURN(int bound, http->start(host, port, threads));
   (void)bound;
   return std::unique_ptr<HttpFrontend>(std::move(http));
 }

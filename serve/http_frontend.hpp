@@ -1,5 +1,5 @@
 // http_frontend.hpp — the Open Inference Protocol over HTTP/1.1 (REST, JSON
-// bodies, and Triton's binary tensor data extension), on cpp-httplib, plus
+// bodies, and Triton's binary tensor data extension), on civetweb, plus
 // GET /metrics (Prometheus text).
 #pragma once
 

@@ -576,8 +576,9 @@ class HttpServer final : public HttpFrontend {
     // spoke HTTP/1.1 without saying) and its request's body was read whole;
     // the response says the same.
     const char* connection = mg_get_header(conn, "Connection");
-    bool keep = connection != nullptr ? has_token(connection, "keep-alive")
-                                      : std::strcmp(ri.http_version, "1.1") == 0;
+    bool keep = connection != nullptr
+                    ? has_token(connection, "keep-alive")
+                    : ri.http_version != nullptr && std::strcmp(ri.http_version, "1.1") == 0;
     if (close) {
       mg_disable_connection_keep_alive(conn);
       keep = false;
@@ -600,7 +601,9 @@ class HttpServer final : public HttpFrontend {
 
   Reply route(mg_connection* conn, const mg_request_info& ri, bool& close) {
     const std::string_view method = ri.request_method;
-    const std::vector<std::string_view> s = segments(ri.local_uri);
+    // No local path: a request for another host, or "OPTIONS *".
+    const std::string_view path = ri.local_uri != nullptr ? ri.local_uri : "";
+    const std::vector<std::string_view> s = segments(path);
     const bool get = method == "GET", post = method == "POST";
     const size_t n = s.size();
     if (get && n == 1 && s[0] == "metrics")
@@ -651,8 +654,9 @@ class HttpServer final : public HttpFrontend {
         return e.ok() ? Reply{200, {}, {}, {}} : error_reply(e);
       }
     }
-    return error_reply(error(Code::kNotFound, fmt::format("no route {} {}", method,
-                                                          ri.local_uri)));
+    return error_reply(error(Code::kNotFound,
+                             fmt::format("no route {} {}", method,
+                                         ri.request_uri != nullptr ? ri.request_uri : "")));
   }
 
   // Reads the body whole, up to the server's limit, into `body`; on a body

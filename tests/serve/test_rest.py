@@ -274,6 +274,32 @@ def test_lying_content_length_harms_no_one(server):
     good_request_works(server)
 
 
+def test_odd_requests_harm_no_one(server):
+    """Request lines and bodies no client of the protocol sends: each gets
+    an error or a closed connection, never a crash, and the server goes on."""
+    odd = [
+        (b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", None),
+        (b"GET http://elsewhere.example/v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         None),
+        (b"CONNECT elsewhere:443 HTTP/1.1\r\nHost: elsewhere\r\n\r\n", b"HTTP/1.1 400"),
+        (b"BREW /v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"HTTP/1.1 400"),
+        (b"GET /v2/nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         b"HTTP/1.1 404"),
+        # A chunked body that is not JSON, and chunks that are not chunks.
+        (b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         b"Connection: close\r\n\r\n5\r\n{\"inp\r\n0\r\n\r\n", b"HTTP/1.1 400"),
+        (b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         b"Connection: close\r\n\r\nzz\r\n", b"HTTP/1.1 400"),
+        # TLS spoken to the plain port.
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 100, b"HTTP/1.0 400"),
+    ]
+    for request, reply_starts in odd:
+        reply = raw_exchange(server, request)
+        if reply_starts is not None:
+            assert reply.startswith(reply_starts), (request[:40], reply[:200])
+        good_request_works(server)
+
+
 def metric(text, name, model_name):
     m = re.search(r'^%s\{[^}]*model="%s"[^}]*\} ([0-9.e+]+)$' % (name, model_name), text,
                   re.M)

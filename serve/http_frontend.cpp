@@ -679,8 +679,10 @@ class HttpServer final : public HttpFrontend {
     // A client that waits to be told to send (curl does, for large bodies).
     if (has_token(mg_get_header(conn, "Expect"), "100-continue"))
       mg_write(conn, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    // Chunked: grown by doubling up to the limit, so a body over it is
+    // found at the limit whatever the limit is.
     size_t capacity = ri.content_length > 0 ? static_cast<size_t>(ri.content_length)
-                                            : size_t{64} << 10;
+                                            : std::min(size_t{64} << 10, limit);
     body.bytes.reset(new char[capacity]);
     for (;;) {
       if (body.size == capacity) {

@@ -406,3 +406,12 @@ def test_a_port_in_use_stops_the_second_server(server):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "cannot listen" in done.stderr, done.stderr
     good_request_works(server)
+
+
+def test_chunked_body_over_a_small_limit_is_refused():
+    with Server(["--model", "tiny=" + model("tiny_cnn.onnx"), "--max-request-bytes", "2000"]) as s:
+        chunk = b"x" * 2500
+        reply = raw_exchange(s, b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\n"
+                             b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                             + b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]

@@ -16,8 +16,10 @@
 #include <string_view>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -423,6 +425,94 @@ bool has_token(const char* header, std::string_view token) {
   return lower.find(token) != std::string::npos;
 }
 
+// The port of a socket address; -1 for a family other than IPv4 and IPv6.
+int port_of(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET)
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
+}
+
+// Calls `match(fd)` on the process's open descriptors (past stdio) until
+// it returns true; returns that descriptor, or -1. civetweb does not say
+// which descriptor a listener or a connection is, so it is looked up.
+template <typename Match>
+int find_fd(Match match) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (const dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    if (match(fd)) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the client of a request being handled has closed its connection.
+// Only a request that has waited a while is looked at: civetweb keeps the
+// connection's descriptor to itself, so the first look finds it among the
+// process's sockets by its two ends (the client's address and port, the
+// server's port), and later looks poll it. A client that shuts its side
+// down (FIN) counts as gone; HTTP clients close the whole connection when
+// they give up on a request, and do not half-close to wait for a reply.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const mg_request_info& ri)
+      : since_(std::chrono::steady_clock::now()),
+        remote_port_(ri.remote_port),
+        server_port_(ri.server_port) {
+    std::memcpy(remote_addr_, ri.remote_addr, sizeof(remote_addr_));
+    remote_addr_[sizeof(remote_addr_) - 1] = '\0';
+  }
+
+  bool gone() {
+    if (std::chrono::steady_clock::now() - since_ < kFirstLook) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!looked_up_) {
+      looked_up_ = true;
+      fd_ = find_fd([this](int fd) { return is_connection(fd); });
+    }
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
+ private:
+  // A request this young is served before a client could be missed.
+  static constexpr std::chrono::milliseconds kFirstLook{50};
+
+  bool is_connection(int fd) const {
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        port_of(peer) != remote_port_)
+      return false;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        port_of(local) != server_port_)
+      return false;
+    char text[INET6_ADDRSTRLEN] = "";
+    const void* where = peer.ss_family == AF_INET
+                            ? static_cast<const void*>(
+                                  &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr)
+                            : &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
+    return inet_ntop(peer.ss_family, where, text, sizeof(text)) != nullptr &&
+           std::strcmp(text, remote_addr_) == 0;
+  }
+
+  const std::chrono::steady_clock::time_point since_;
+  const int remote_port_, server_port_;
+  char remote_addr_[48];
+  std::mutex mu_;
+  bool looked_up_ = false;
+  int fd_ = -1;  // the connection; open for as long as its request is handled
+};
+
 // The HTTP/1.1 front end on civetweb: a pool of `threads` workers, each
 // serving one connection at a time for as long as it is kept alive. Every
 // request reaches `handle`, which routes it by its path.
@@ -498,31 +588,16 @@ class HttpServer final : public HttpFrontend {
   // The listening socket the library opened on `port` (it does not say):
   // the one socket of the process listening on that port; -1 if none is.
   static int find_listener(int port) {
-    DIR* dir = opendir("/proc/self/fd");
-    if (dir == nullptr) return -1;
-    int found = -1;
-    while (const dirent* e = readdir(dir)) {
-      const int fd = std::atoi(e->d_name);
-      if (fd <= 2 || fd == dirfd(dir)) continue;
+    return find_fd([port](int fd) {
       int listening = 0;
       socklen_t len = sizeof(listening);
       if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
-        continue;
+        return false;
       sockaddr_storage addr{};
       socklen_t addr_len = sizeof(addr);
-      if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
-      int bound = -1;
-      if (addr.ss_family == AF_INET)
-        bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-      else if (addr.ss_family == AF_INET6)
-        bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-      if (bound == port) {
-        found = fd;
-        break;
-      }
-    }
-    closedir(dir);
-    return found;
+      return getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) == 0 &&
+             port_of(addr) == port;
+    });
   }
 
   // Closes the listening socket under the library: its descriptor is
@@ -729,6 +804,7 @@ class HttpServer final : public HttpFrontend {
       count_rejected(request.model, request.version);
       return error_reply(e);
     }
+    request.cancelled = [watch = std::make_shared<ClientWatch>(ri)] { return watch->gone(); };
     InferResponse response;
     if (Error e = server_.infer(request, &response); !e.ok()) return error_reply(e);
     return infer_reply(response);

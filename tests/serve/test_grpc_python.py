@@ -5,6 +5,8 @@ compared bit for bit with `backplane run`, requested outputs, deadlines, and
 the errors wrong requests get, each followed by a request that succeeds.
 """
 import json
+import re
+import time
 import urllib.request
 
 import grpc
@@ -503,3 +505,32 @@ def test_error_then_good_request(pb, stub, make, code, names):
     assert names in details
     response = stub.ModelInfer(good_tiny(pb), timeout=60)
     assert [o.name for o in response.outputs] == ["output"]
+
+
+def test_a_cancelled_call_is_not_run(pb):
+    def exec_count(s, name):
+        with urllib.request.urlopen(s.http_url + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        m = re.search(r'^nv_inference_exec_count\{[^}]*model="%s"[^}]*\} ([0-9.e+]+)$' % name,
+                      text, re.M)
+        assert m, text
+        return float(m.group(1))
+
+    with Server(["--model", "enc=" + model("encoder_dyn.onnx")]) as s:
+        channel = grpc.insecure_channel(s.grpc_target)
+        stub = pb[1].GRPCInferenceServiceStub(channel)
+        rng = np.random.default_rng(0)
+        slow = infer_request(pb, "enc", {"input_ids": rng.integers(0, 100, (16, 512))})
+        small = infer_request(pb, "enc", {"input_ids": rng.integers(0, 100, (1, 7))})
+        stub.ModelInfer(small, timeout=60)
+        # The one instance is busy with a slow call while a second waits
+        # behind it and is cancelled by its client.
+        busy = stub.ModelInfer.future(slow, timeout=60)
+        time.sleep(0.2)
+        waiting = stub.ModelInfer.future(small, timeout=60)
+        time.sleep(0.1)
+        assert waiting.cancel()
+        assert busy.result().outputs
+        assert stub.ModelInfer(small, timeout=60).outputs
+        assert exec_count(s, "enc") == 3  # the first, the slow one and the last
+        channel.close()

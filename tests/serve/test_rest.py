@@ -6,6 +6,8 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -415,3 +417,33 @@ def test_chunked_body_over_a_small_limit_is_refused():
                              b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
                              + b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n")
         assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+
+
+def test_a_request_whose_client_went_away_is_not_run():
+    with Server(["--model", "enc=" + model("encoder_dyn.onnx")]) as s:
+        rng = np.random.default_rng(0)
+        slow = rng.integers(0, 100, (16, 512)).astype(np.int64)
+        small = rng.integers(0, 100, (1, 7)).astype(np.int64)
+        decode(*infer_binary(s, "enc", {"input_ids": small}))  # built, counted once
+        # The one instance is busy with a slow request while a second one
+        # waits behind it; that one's client gives up and closes.
+        busy = threading.Thread(target=lambda: decode(*infer_binary(s, "enc",
+                                                                    {"input_ids": slow})))
+        busy.start()
+        time.sleep(0.2)
+        body, json_len = binary_request({"input_ids": small}, True)
+        with socket.create_connection(("127.0.0.1", s.http_port), timeout=60) as c:
+            c.sendall(b"POST /v2/models/enc/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                      % (json_len, len(body)) + body)
+            time.sleep(0.1)
+        busy.join()
+        text = ""
+        for _ in range(100):  # the abandoned request's handler answers after the slow one
+            text = http("GET", s.http_url + "/metrics")[2].decode()
+            if metric(text, "nv_inference_pending_request_count", "enc") == 0:
+                break
+            time.sleep(0.05)
+        assert metric(text, "nv_inference_exec_count", "enc") == 2, text
+        assert metric(text, "nv_inference_request_failure", "enc") == 1, text
+        decode(*infer_binary(s, "enc", {"input_ids": small}))

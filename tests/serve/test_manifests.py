@@ -44,7 +44,7 @@ SLIM_BASE = {"libc6", "libgcc-s1", "zlib1g"}
 # The server's own libraries, and the oneDNN backend's: the image needs them
 # whether or not a build tree is here to ldd.
 SERVER_RUNTIME_PACKAGES = {"libgrpc++1.51", "libprometheus-cpp-core1.0", "libcivetweb1",
-                           "libprotobuf32", "libdnnl2"}
+                           "libjemalloc2", "libprotobuf32", "libdnnl2"}
 
 
 # ---- helpers -----------------------------------------------------------------

@@ -3,6 +3,8 @@
 #include "ir/shape_inference_internal.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,30 @@ Status check_quant_param(const InferCtx& c, size_t i, int64_t axis_dim, const ch
                                 : ", expected a scalar"));
 }
 
+// A constant scale must be finite and positive: a zero scale divides by zero
+// in QuantizeLinear and a negative or non-finite one maps every value to a
+// saturated or meaningless integer, which would surface as wrong outputs far
+// from the node. Scales computed at run time are not checked here.
+Status check_scale_values(const InferCtx& c, size_t i, const char* what) {
+  const Tensor* t = c.constant(i);
+  if (t == nullptr || t->dtype() != F32) return ok_status();
+  const float* v = t->data_as<float>();
+  for (int64_t k = 0; k < t->numel(); ++k) {
+    if (std::isfinite(v[k]) && v[k] > 0) continue;
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", static_cast<double>(v[k]));
+    return c.error(std::string(what) + " '" + c.name(i) + "' has " +
+                   (t->numel() == 1 ? "value " : "element " + std::to_string(k) + " = ") + text +
+                   ", expected a finite number > 0");
+  }
+  return ok_status();
+}
+
+Status check_scale(const InferCtx& c, size_t i, int64_t axis_dim, const char* what) {
+  BP_RETURN_IF_ERROR(check_quant_param(c, i, axis_dim, what));
+  return check_scale_values(c, i, what);
+}
+
 // The length of the quantization axis of input 0 (opset 13's `axis`), or -1
 // when quantization is per tensor (always before opset 13; `axis` is then
 // not read, so its default of 1 does not reject a 1-D input).
@@ -43,7 +69,7 @@ Result<int64_t> quant_axis_dim(const InferCtx& c) {
 
 Status infer_quantize(InferCtx& c) {
   BP_ASSIGN_OR_RETURN(int64_t axis_dim, quant_axis_dim(c));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 1, axis_dim, "y_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 1, axis_dim, "y_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 2, axis_dim, "y_zero_point"));
   if (c.has(2) && c.shape(2) != c.shape(1))
     return c.error("y_scale " + dims(c.shape(1)) + " and y_zero_point " + dims(c.shape(2)) +
@@ -54,7 +80,7 @@ Status infer_quantize(InferCtx& c) {
 
 Status infer_dequantize(InferCtx& c) {
   BP_ASSIGN_OR_RETURN(int64_t axis_dim, quant_axis_dim(c));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 1, axis_dim, "x_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 1, axis_dim, "x_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 2, axis_dim, "x_zero_point"));
   if (c.has(2) && c.shape(2) != c.shape(1))
     return c.error("x_scale " + dims(c.shape(1)) + " and x_zero_point " + dims(c.shape(2)) +
@@ -110,11 +136,11 @@ Status infer_qlinear_matmul(InferCtx& c) {
   const Shape& a = c.shape(0);
   const Shape& b = c.shape(3);
   const int64_t rows = a.size() >= 2 ? a[a.size() - 2] : -1, cols = b.size() >= 2 ? b.back() : -1;
-  BP_RETURN_IF_ERROR(check_quant_param(c, 1, rows, "a_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 1, rows, "a_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 2, rows, "a_zero_point"));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 4, cols, "b_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 4, cols, "b_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 5, cols, "b_zero_point"));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 6, -1, "y_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 6, -1, "y_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 7, -1, "y_zero_point"));
   c.set(0, c.dtype(7), y);
   return ok_status();
@@ -182,11 +208,11 @@ Status infer_conv_integer(InferCtx& c) {
 Status infer_qlinear_conv(InferCtx& c) {
   BP_ASSIGN_OR_RETURN(Shape y, conv_shape(c, 0, 3));
   const int64_t m = c.shape(3)[0];
-  BP_RETURN_IF_ERROR(check_quant_param(c, 1, -1, "x_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 1, -1, "x_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 2, -1, "x_zero_point"));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 4, m, "w_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 4, m, "w_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 5, m, "w_zero_point"));
-  BP_RETURN_IF_ERROR(check_quant_param(c, 6, -1, "y_scale"));
+  BP_RETURN_IF_ERROR(check_scale(c, 6, -1, "y_scale"));
   BP_RETURN_IF_ERROR(check_quant_param(c, 7, -1, "y_zero_point"));
   if (c.has(8) && c.shape(8) != Shape{m})
     return c.error("bias '" + c.name(8) + "' has shape " + dims(c.shape(8)) + ", expected [" +

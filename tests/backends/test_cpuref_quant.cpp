@@ -14,9 +14,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace backplane::cpuref {
@@ -324,6 +326,190 @@ TEST(CpuRefQuantModel, QLinearConvShapeAndPerAxisScaleChecks) {
   test::set_int(q.node("QuantizeLinear", {"x", "s"}, {"y"}, "quant0"), "axis", 1);
   q.untyped_output("y");
   expect_load_error(q, "quant0", "expected one element or [3]");
+}
+
+// -------------------- constant scales and zero points checked at load, by node
+
+// An initializer of int8, uint8 or int32 `values`, stored as raw_data.
+void init_int(test::ModelBuilder& b, const std::string& name, const test::Dims& dims, int elem,
+              const std::vector<int>& values) {
+  auto* t = b.graph().add_initializer();
+  t->set_name(name);
+  t->set_data_type(elem);
+  for (int64_t d : dims) t->add_dims(d);
+  std::string raw;
+  for (int v : values) {
+    if (elem == onnx::TensorProto::INT32) raw.append(reinterpret_cast<const char*>(&v), 4);
+    else raw.push_back(static_cast<char>(v));
+  }
+  t->set_raw_data(raw);
+}
+
+// A weight w [4, 3] of `w_elem` (an initializer) -> DequantizeLinear 'dq_w' (opset 13)
+// -> y, with scale 's' and, unless `z_elem` is 0, zero point 'z' (zeros).
+test::ModelBuilder dq_model(int w_elem, const test::Dims& s_dims, const std::vector<float>& s,
+                            int z_elem, const test::Dims& z_dims, int64_t axis = 1) {
+  test::ModelBuilder b(13);
+  init_int(b, "w", {4, 3}, w_elem, std::vector<int>(12, 1));
+  b.init_f32("s", s_dims, s);
+  std::vector<std::string> ins = {"w", "s"};
+  if (z_elem != 0) {
+    init_int(b, "z", z_dims, z_elem, std::vector<int>(test::element_count(z_dims), 0));
+    ins.push_back("z");
+  }
+  test::set_int(b.node("DequantizeLinear", ins, {"y"}, "dq_w"), "axis", axis);
+  b.untyped_output("y");
+  return b;
+}
+
+constexpr int kS8 = onnx::TensorProto::INT8, kU8 = onnx::TensorProto::UINT8,
+              kI32 = onnx::TensorProto::INT32;
+const char* const kDq = "node 'dq_w' (DequantizeLinear)";
+
+TEST(CpuRefQuantModel, ValidConstantParametersLoad) {
+  // The controls of the tests below: per tensor, and per axis on either axis.
+  for (const auto& b :
+       {dq_model(kS8, {}, {0.5f}, kS8, {}), dq_model(kS8, {3}, {0.5f, 1e-30f, 2.0f}, kS8, {3}),
+        dq_model(kU8, {4}, {1, 2, 3, 4}, kU8, {4}, 0),
+        dq_model(kS8, {4}, {1, 2, 3, 4}, 0, {}, -2)}) {
+    auto model = load(b);
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+  }
+}
+
+TEST(CpuRefQuantModel, ConstantScaleZeroNegativeNanOrInfiniteIsALoadError) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<float, std::string>> bad = {
+      {0.0f, "0"}, {-0.25f, "-0.25"}, {nan, "nan"}, {inf, "inf"}, {-inf, "-inf"}};
+  for (const auto& [v, text] : bad) {
+    expect_load_error(dq_model(kS8, {}, {v}, kS8, {}), kDq,
+                      "x_scale 's' has value " + text + ", expected a finite number > 0");
+    // Per axis: the element is named.
+    expect_load_error(dq_model(kS8, {3}, {0.5f, 0.5f, v}, kS8, {3}), kDq,
+                      "x_scale 's' has element 2 = " + text);
+  }
+  // QuantizeLinear's y_scale, per axis.
+  test::ModelBuilder q(13);
+  q.input("x", {2, 3});
+  q.init_f32("s", {3}, {0.1f, 0.0f, 0.2f});
+  init_int(q, "z", {3}, kU8, {0, 0, 0});
+  test::set_int(q.node("QuantizeLinear", {"x", "s", "z"}, {"y"}, "q_x"), "axis", 1);
+  q.untyped_output("y");
+  expect_load_error(q, "node 'q_x' (QuantizeLinear)", "y_scale 's' has element 1 = 0");
+}
+
+// QLinearConv x [1, 2, 4, 4] uint8, w [3, 2, 1, 1] int8 (constant), per-channel w_scale.
+test::ModelBuilder qlinear_conv(const std::vector<float>& w_scale, float y_scale, int yz_elem,
+                                int wz_elem = kS8) {
+  test::ModelBuilder b(13);
+  b.input("x", {1, 2, 4, 4}, kU8);
+  init_int(b, "w", {3, 2, 1, 1}, kS8, {1, 2, 3, 4, 5, 6});
+  b.init_f32("xs", {}, {0.1f}).init_f32("ys", {}, {y_scale});
+  b.init_f32("ws", {static_cast<int64_t>(w_scale.size())}, w_scale);
+  init_int(b, "xz", {}, kU8, {128});
+  init_int(b, "wz", {static_cast<int64_t>(w_scale.size())}, wz_elem,
+           std::vector<int>(w_scale.size(), 0));
+  init_int(b, "yz", {}, yz_elem, {0});
+  b.node("QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, {"y"}, "qconv");
+  b.untyped_output("y");
+  return b;
+}
+
+TEST(CpuRefQuantModel, QLinearConvScalesAreChecked) {
+  const char* node = "node 'qconv' (QLinearConv)";
+  auto ok = load(qlinear_conv({0.5f, 0.25f, 1.0f}, 0.2f, kU8));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  expect_load_error(qlinear_conv({0.5f, -0.25f, 1.0f}, 0.2f, kU8), node,
+                    "w_scale 'ws' has element 1 = -0.25");
+  expect_load_error(qlinear_conv({0.5f, 0.25f, 1.0f}, 0.0f, kU8), node, "y_scale 'ys' has value 0");
+  expect_load_error(qlinear_conv({0.5f, 0.25f}, 0.2f, kU8), node,
+                    "w_scale 'ws' has shape [2], expected one element or [3]");
+}
+
+TEST(CpuRefQuantModel, QLinearMatMulScalesAreChecked) {
+  // a [2, 3] uint8 input, b [3, 4] int8 constant, per-column b_scale.
+  auto build = [](float a_scale, const std::vector<float>& b_scale) {
+    test::ModelBuilder b(13);
+    b.input("a", {2, 3}, kU8);
+    init_int(b, "b", {3, 4}, kS8, std::vector<int>(12, 3));
+    b.init_f32("as", {}, {a_scale}).init_f32("ys", {}, {0.5f});
+    b.init_f32("bs", {static_cast<int64_t>(b_scale.size())}, b_scale);
+    init_int(b, "az", {}, kU8, {0});
+    init_int(b, "bz", {static_cast<int64_t>(b_scale.size())}, kS8,
+             std::vector<int>(b_scale.size(), 0));
+    init_int(b, "yz", {}, kU8, {0});
+    b.node("QLinearMatMul", {"a", "as", "az", "b", "bs", "bz", "ys", "yz"}, {"y"}, "qmm");
+    b.untyped_output("y");
+    return b;
+  };
+  const char* node = "node 'qmm' (QLinearMatMul)";
+  auto ok = load(build(0.1f, {1, 2, 3, 4}));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  expect_load_error(build(std::numeric_limits<float>::quiet_NaN(), {1, 2, 3, 4}), node,
+                    "a_scale 'as' has value nan");
+  expect_load_error(build(0.1f, {1, 2, 3, std::numeric_limits<float>::infinity()}), node,
+                    "b_scale 'bs' has element 3 = inf");
+  expect_load_error(build(0.1f, {1, 2, 3}), node,
+                    "b_scale 'bs' has shape [3], expected one element or [4]");
+}
+
+TEST(CpuRefQuantModel, PerAxisLengthMustMatchTheAxis) {
+  // w is [4, 3]: axis 1 has 3 entries, axis 0 has 4.
+  expect_load_error(dq_model(kS8, {4}, {1, 1, 1, 1}, kS8, {4}), kDq,
+                    "x_scale 's' has shape [4], expected one element or [3]");
+  expect_load_error(dq_model(kS8, {3}, {1, 1, 1}, kS8, {3}, 0), kDq,
+                    "x_scale 's' has shape [3], expected one element or [4]");
+  expect_load_error(dq_model(kS8, {3, 1}, {1, 1, 1}, kS8, {3, 1}), kDq,
+                    "x_scale 's' has shape [3,1], expected one element or [3]");
+  expect_load_error(dq_model(kS8, {3}, {1, 1, 1}, kS8, {3}, 2), kDq,
+                    "axis 2 is out of range for rank 2");
+  expect_load_error(dq_model(kS8, {3}, {1, 1, 1}, kS8, {3}, -3), kDq,
+                    "axis -3 is out of range for rank 2");
+  // MatMulInteger: b_zero_point per column of b [3, 4].
+  test::ModelBuilder mm(13);
+  mm.input("a", {2, 3}, kU8);
+  init_int(mm, "b", {3, 4}, kS8, std::vector<int>(12, 1));
+  init_int(mm, "az", {}, kU8, {1});
+  init_int(mm, "bz", {3}, kS8, {0, 0, 0});
+  mm.node("MatMulInteger", {"a", "b", "az", "bz"}, {"y"}, "mmi");
+  mm.untyped_output("y");
+  expect_load_error(mm, "node 'mmi' (MatMulInteger)",
+                    "b_zero_point 'bz' has shape [3], expected one element or [4]");
+}
+
+TEST(CpuRefQuantModel, ScaleAndZeroPointShapesMustAgree) {
+  expect_load_error(dq_model(kS8, {3}, {1, 1, 1}, kS8, {}), kDq,
+                    "x_scale [3] and x_zero_point [] differ in shape");
+  // A per-tensor scale makes the zero point per tensor too.
+  expect_load_error(dq_model(kS8, {}, {1}, kS8, {3}), kDq,
+                    "x_zero_point 'z' has shape [3], expected a scalar");
+}
+
+TEST(CpuRefQuantModel, ZeroPointDtypeMustBeTheQuantizedDtype) {
+  // An int8 zero point of a uint8 weight, and the reverse.
+  expect_load_error(dq_model(kU8, {}, {0.5f}, kS8, {}), kDq,
+                    "input 'x_zero_point' ('z') has dtype int8 but input 'x' ('w') has uint8");
+  expect_load_error(dq_model(kS8, {3}, {1, 1, 1}, kU8, {3}), kDq,
+                    "input 'x_zero_point' ('z') has dtype uint8 but input 'x' ('w') has int8");
+  // An int32 zero point of an int8 weight.
+  expect_load_error(dq_model(kS8, {}, {0.5f}, kI32, {}), kDq,
+                    "input 'x_zero_point' ('z') has dtype int32 but input 'x' ('w') has int8");
+  // QuantizeLinear's y_zero_point makes the output type: int32 is not one.
+  test::ModelBuilder q(13);
+  q.input("x", {2, 3});
+  q.init_f32("s", {}, {0.1f});
+  init_int(q, "z", {}, kI32, {0});
+  q.node("QuantizeLinear", {"x", "s", "z"}, {"y"}, "q_x");
+  q.untyped_output("y");
+  expect_load_error(q, "node 'q_x' (QuantizeLinear)",
+                    "input 'y_zero_point' ('z') has dtype int32; QuantizeLinear takes");
+  // QLinearConv: a uint8 w_zero_point of an int8 weight, an int32 y_zero_point.
+  const char* node = "node 'qconv' (QLinearConv)";
+  expect_load_error(qlinear_conv({0.5f, 0.25f, 1.0f}, 0.2f, kU8, kU8), node,
+                    "input 'w_zero_point' ('wz') has dtype uint8 but input 'w' ('w') has int8");
+  expect_load_error(qlinear_conv({0.5f, 0.25f, 1.0f}, 0.2f, kI32), node,
+                    "input 'y_zero_point' ('yz') has dtype int32; QLinearConv takes");
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ the attention's two MatMuls of activations stay float): Backplane and ONNX Runti
 agree within 1e-3 of max|output|, and both are within 10% of the float model.
 
 Usage: quantize_qdq_test.py BACKPLANE_CLI MODELS_DIR ORT_MODULE_DIR WORK_DIR
-Exits 77 (skipped) when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
+Fails when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
 """
 import json
 import os
@@ -116,9 +116,9 @@ def check_static_file(path):
 def main():
     cli, models, module, work = sys.argv[1:5]
     if shutil.which("node") is None or not os.path.exists(os.path.join(module, "package.json")):
-        print(f"skipped: needs node and onnxruntime-node in {module} "
-              "(bench/run_bench.py installs it)")
-        return 77
+        print(f"FAILED: needs node and onnxruntime-node in {module} "
+              "(scripts/fetch-corpus.sh installs it)")
+        return 1
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
 

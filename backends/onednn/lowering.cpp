@@ -39,9 +39,10 @@ std::optional<LowerFailure> Lowering::lower() {
   for (size_t k = 0; k < g_.view().num_inputs; ++k) {
     const int v = g_.view().inputs[k];
     const int b = b_.new_buffer(Buffer::kInput, k, bytes(v));
-    // Integer inputs are the indices of gather steps, which read their bytes.
-    const bool f32 = g_.values[v].dtype == BP_DTYPE_FLOAT32;
-    tensors_[v] = b_.add_ref(b, f32 ? plain_md(g_.shape(v)) : bytes_md(bytes(v)));
+    // Other integer inputs are the indices of gather steps, which read their
+    // bytes (and a DequantizeLinear of int32, which describes them again).
+    const std::optional<memory::data_type> dt = data_type_of(v);
+    tensors_[v] = b_.add_ref(b, dt ? plain_md(g_.shape(v), *dt) : bytes_md(bytes(v)));
     c_.input_bytes.push_back(bytes(v));
   }
   std::vector<std::vector<int>> groups_at(f_.nodes.size());
@@ -88,7 +89,9 @@ int Lowering::ref_of(int v) {
   auto it = tensors_.find(v);
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
-    const int r = b_.const_ref(plain_md(g_.shape(v)), g_.f32(v), value_tag(v));
+    const std::optional<memory::data_type> dt = data_type_of(v);
+    if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, uint8 or int8");
+    const int r = b_.const_ref(plain_md(g_.shape(v), *dt), g_.data(v), value_tag(v));
     tensors_[v] = r;
     return r;
   }
@@ -202,6 +205,7 @@ void Lowering::lower_node(int n) {
   if (op == "Gather") return lower_gather(node);
   if (op == "Pad") return lower_pad(node);
   if (op == "Resize") return lower_resize(node);
+  if (op == "QuantizeLinear" || op == "DequantizeLinear") return lower_quant(node);
   if (auto chain = activation_of(g_, node)) return lower_activation(node.in[0], node.out, *chain);
   throw fail("operator '" + op + "' has no lowering");
 }
@@ -951,14 +955,15 @@ void Lowering::bind_outputs() {
     c_.output_bytes.push_back(bytes(v));
     const int r = ref_of(v);
     const int b = c_.refs[r].buffer;
-    if (b >= 0 && c_.buffers[b].kind == Buffer::kArena && !bound.count(b) &&
-        b_.md(r) == plain_md(g_.shape(v)) && c_.buffers[b].size == bytes(v)) {
+    const memory::desc plain = plain_md(g_.shape(v), b_.md(r).data_type());
+    if (b >= 0 && c_.buffers[b].kind == Buffer::kArena && !bound.count(b) && b_.md(r) == plain &&
+        c_.buffers[b].size == bytes(v)) {
       c_.buffers[b].kind = Buffer::kOutput;
       c_.buffers[b].index = k;
       bound.insert(b);
       continue;
     }
-    const int out = b_.add_ref(b_.new_buffer(Buffer::kOutput, k, bytes(v)), plain_md(g_.shape(v)));
+    const int out = b_.add_ref(b_.new_buffer(Buffer::kOutput, k, bytes(v)), plain);
     if (c_.refs[r].constant) throw fail("output '" + g_.value_name(v) + "' is a constant");
     b_.copy(r, out);
   }

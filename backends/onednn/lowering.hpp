@@ -55,6 +55,9 @@ class Lowering {
     return static_cast<size_t>(sdk::element_count(g_.shape(v))) *
            sdk::dtype_size(g_.values[v].dtype);
   }
+  // The oneDNN data type of value v where the plan holds it as data
+  // (float32, uint8, int8); nullopt for other integers.
+  std::optional<dnnl::memory::data_type> data_type_of(int v) const;
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);
   // True if nothing reads `buffer` (through any value sharing it) after the
@@ -101,6 +104,8 @@ class Lowering {
   void lower_transpose(const INode& n);
   // LSTM and RNN (lowering_rnn.cpp): one lstm_forward / vanilla_rnn_forward step.
   void lower_rnn(const INode& n);
+  // QuantizeLinear and DequantizeLinear (lowering_quant.cpp).
+  void lower_quant(const INode& n);
   // Activations, PRelu and data movement (lowering_data.cpp).
   // An eltwise chain: its first step into a new buffer, the rest in place.
   void lower_activation(int x, int y, const std::vector<PostOp>& chain);

@@ -45,7 +45,7 @@ constexpr char kMagic[] = "CpuOneDnn payload";
 // A shape-polymorphic partition's payload: this, the format version and the
 // byte order, nothing else (polymorphic.hpp).
 constexpr char kPolyMagic[] = "CpuOneDnn shape-polymorphic payload";
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 // The size of the operation descriptor of a primitive kind the lowering
@@ -104,8 +104,9 @@ bool eltwise_alg(int64_t a) {
 using Writer = sdk::PayloadWriter;
 using Reader = sdk::PayloadReader;  // CORRUPT_DATA naming where, on anything malformed
 
-// Only what the lowering makes: float32 (or empty; scratchpads are 1-D
-// bytes), plain or blocked, every element inside the bytes the descriptor
+// Only what the lowering makes: float32, uint8 or int8 (quantized tensors),
+// int32 (DequantizeLinear's input), or empty (scratchpads are 1-D bytes),
+// plain or blocked, every element inside the bytes the descriptor
 // claims; or the weights of a Winograd convolution, whose layout is
 // oneDNN's own (check_layouts then requires it to equal what the
 // convolution, made again, wants; bind_constants, a blob of its size).
@@ -120,7 +121,7 @@ void check_md(const Reader& r, const dnnl_memory_desc_t& md, const char* what, b
       md.ndims >= 0 && md.ndims <= DNNL_MAX_NDIMS && md.offset0 >= 0 &&
       md.offset0 <= static_cast<int64_t>(kMaxElements) && md.extra.flags == 0 &&
       (md.ndims == 0 ? dt == dnnl_data_type_undef
-                     : dt == dnnl_f32 || (dt == dnnl_u8 && md.ndims == 1)) &&
+                     : one_of(dt, {dnnl_f32, dnnl_u8, dnnl_s8, dnnl_s32})) &&
       (md.ndims == 0 ? fk == dnnl_format_kind_undef
                      : fk == dnnl_blocked || wino || (!concrete && fk == dnnl_format_kind_any));
   for (int i = 0; ok && i < md.ndims; ++i)
@@ -163,7 +164,7 @@ void check_md(const Reader& r, const dnnl_memory_desc_t& md, const char* what, b
     // lowering_data.cpp), whose bytes touched_bytes() bounds.
     const bool window = md.offset0 != 0 || farthest >= elements;
     if (ok && elements > 0 && !window) {
-      const size_t elem = dt == dnnl_u8 ? 1 : sizeof(float);
+      const size_t elem = dt == dnnl_u8 || dt == dnnl_s8 ? 1 : sizeof(float);
       ok = dnnl::memory::desc(md).get_size() == static_cast<size_t>(elements) * elem;
     }
     ok = ok && (!window || (dt == dnnl_f32 && farthest + md.offset0 < kMaxElements));
@@ -278,6 +279,21 @@ void write_step(Writer& w, const Step& step) {
     }
     w.pod(r);
   }
+  // Output scales and the source's zero point (DequantizeLinear's reorder).
+  dnnl_dim_t count = 0;
+  int mask = 0;
+  const float* scales = nullptr;
+  check(dnnl_primitive_attr_get_output_scales(attr, &count, &mask, &scales),
+        "query output scales");
+  w.pod(static_cast<int32_t>(mask));
+  w.pod(static_cast<uint32_t>(count));
+  for (dnnl_dim_t i = 0; i < count; ++i) w.pod(scales[i]);
+  const int32_t* zero_points = nullptr;
+  check(dnnl_primitive_attr_get_zero_points(attr, DNNL_ARG_SRC, &count, &mask, &zero_points),
+        "query zero points");
+  if (count != 1 || mask != 0)
+    throw sdk::unsupported("CpuOneDnn cannot serialize zero points of more than one value");
+  w.pod(zero_points[0]);
   write_args(w, step);
 }
 
@@ -675,6 +691,26 @@ Recipe read_step(Reader& r, Step& step) {
     }
     rc.attr.set_post_ops(po);
   }
+  // Scales per index along the dims of `mask` (a reorder's only; oneDNN
+  // reads as many as those dims hold, so the count must be that).
+  const int32_t mask = r.pod<int32_t>("scale mask");
+  const size_t count = r.count("scales", sizeof(float));
+  std::vector<float> scales(count);
+  for (float& f : scales) f = r.pod<float>("scale");
+  int64_t want = 1;
+  const dnnl_memory_desc_t& src = rc.src.data;
+  for (int i = 0; i < DNNL_MAX_NDIMS; ++i)
+    if ((mask >> i) & 1) want *= i < src.ndims ? src.dims[i] : 0;
+  const bool defaults = mask == 0 && count == 1 && scales[0] == 1.f;
+  if (mask < 0 || mask >= (1 << DNNL_MAX_NDIMS) || static_cast<int64_t>(count) != want ||
+      (rc.kind != dnnl_reorder && !defaults))
+    r.fail("has scales that do not match their step in " + step.what);
+  if (!defaults) rc.attr.set_output_scales(mask, scales);
+  const int32_t zero_point = r.pod<int32_t>("zero point");
+  if (zero_point != 0) {
+    if (rc.kind != dnnl_reorder) r.fail("has a zero point in " + step.what);
+    rc.attr.set_zero_points(DNNL_ARG_SRC, 0, {zero_point});
+  }
   read_args(r, step);
   return rc;
 }
@@ -830,9 +866,12 @@ void read_sizes(Reader& r, const bp_graph_view_t& view, Compiled& c) {
       r.fail(std::string("has ") + std::to_string(got.size()) + " " + what + ", the view " +
              std::to_string(n));
     for (size_t k = 0; k < n; ++k) {
-      // Inputs may be integers nothing reads as data (a Reshape's target).
+      // Inputs may be integers nothing reads as data (a Reshape's target);
+      // outputs are float32 or quantized.
       const bp_value_t& v = view.values[ids[k]];
-      if ((ids == view.outputs && v.dtype != BP_DTYPE_FLOAT32) || got[k] != sdk::byte_size(v))
+      const bool data = v.dtype == BP_DTYPE_FLOAT32 || v.dtype == BP_DTYPE_UINT8 ||
+                        v.dtype == BP_DTYPE_INT8;
+      if ((ids == view.outputs && !data) || got[k] != sdk::byte_size(v))
         r.fail(std::string("does not match ") + what + " '" + v.name + "' of the view");
     }
   };

@@ -28,7 +28,7 @@ memory::dims to_dims(const Dims& d) {
   return d.empty() ? memory::dims{1} : memory::dims(d.begin(), d.end());
 }
 
-memory::desc plain_md(const Dims& shape) {
+memory::desc plain_md(const Dims& shape, memory::data_type dt) {
   memory::dims dims = to_dims(shape);
   memory::dims strides(dims.size());
   int64_t s = 1;
@@ -36,7 +36,7 @@ memory::desc plain_md(const Dims& shape) {
     strides[i] = s;
     s *= std::max<int64_t>(dims[i], 1);
   }
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return memory::desc(dims, dt, strides);
 }
 memory::desc bytes_md(size_t bytes) {
   return memory::desc({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, memory::data_type::u8,
@@ -292,16 +292,19 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   return dst;
 }
 
-void PlanBuilder::copy(int src, int dst) {
+void PlanBuilder::copy(int src, int dst) { copy(src, dst, attr_, "", "reorder"); }
+
+void PlanBuilder::copy(int src, int dst, const dnnl::primitive_attr& attr,
+                       const std::string& attr_key, const std::string& what) {
   const memory::desc &from = md(src), &to = md(dst);
   auto create = [&] {
-    return std::make_shared<dnnl::reorder::primitive_desc>(engine(), from, engine(), to, attr_);
+    return std::make_shared<dnnl::reorder::primitive_desc>(engine(), from, engine(), to, attr);
   };
   std::string op(reinterpret_cast<const char*>(&from.data), sizeof from.data);
   op.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
   dnnl::primitive prim;
-  dnnl::reorder::primitive_desc pd = made<dnnl::reorder>(op, "", create, &prim);
-  add_step(prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, "reorder");
+  dnnl::reorder::primitive_desc pd = made<dnnl::reorder>(op, attr_key, create, &prim);
+  add_step(prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, pd, what);
 }
 
 dnnl::concat::primitive_desc PlanBuilder::make_concat(int axis,
@@ -316,7 +319,9 @@ dnnl::concat::primitive_desc PlanBuilder::make_concat(int axis,
   return made<dnnl::concat>(op, "", create, prim);
 }
 
-int PlanBuilder::as_plain(int ref, const Dims& shape) { return as_md(ref, plain_md(shape)); }
+int PlanBuilder::as_plain(int ref, const Dims& shape) {
+  return as_md(ref, plain_md(shape, md(ref).data_type()));
+}
 int PlanBuilder::reshaped(int ref, const Dims& shape) {
   const memory::dims dims = to_dims(shape);
   if (md(ref).dims() == dims) return ref;
@@ -330,7 +335,7 @@ int PlanBuilder::reshaped(int ref, const Dims& shape) {
     return alias(as_md(ref, *cl), channels_last_md(shape));
   }
   const int plain = as_plain(ref, dims_of(ref));
-  return alias(plain, plain_md(shape));
+  return alias(plain, plain_md(shape, md(ref).data_type()));
 }
 
 // A strided view that must be copied before it can be reshaped to `shape`

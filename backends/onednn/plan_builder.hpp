@@ -73,8 +73,10 @@ class SharedCache {
 };
 
 dnnl::memory::dims to_dims(const Dims& d);
-// Dense row-major float32 (the ABI's layout); `any` lets the primitive choose.
-dnnl::memory::desc plain_md(const Dims& shape);
+// Dense row-major (the ABI's layout), float32 unless told; `any` lets the
+// primitive choose.
+dnnl::memory::desc plain_md(const Dims& shape,
+                            dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 // `bytes` bytes (u8, 1-D): an integer tensor only a gather step reads.
 dnnl::memory::desc bytes_md(size_t bytes);
 dnnl::memory::desc any_md(const Dims& shape);
@@ -164,6 +166,11 @@ class PlanBuilder {
   int as_md(int ref, const dnnl::memory::desc& want);
   // A reorder step from ref `src` into ref `dst`.
   void copy(int src, int dst);
+  // The same with attributes `attr` (scales, zero points), which `attr_key`
+  // names for the SharedCache.
+  void copy(int src, int dst, const dnnl::primitive_attr& attr, const std::string& attr_key,
+            const std::string& what);
+  // `ref` dense row-major, in its own data type.
   int as_plain(int ref, const Dims& shape);
   // A view of `ref` with another shape (same bytes), reordering to plain first
   // if the layout cannot be reshaped.

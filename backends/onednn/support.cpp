@@ -220,6 +220,60 @@ RnnSpec rnn_spec(ViewInfo& g, int n) {
   return s;
 }
 
+QuantSpec quant_spec(ViewInfo& g, int n) {
+  sdk::NodeRef node = g.node(n);
+  QuantSpec q;
+  q.dequantize = g.op(n) == "DequantizeLinear";
+  const int x = g.in(n, 0), y = g.out(n);
+  if (x < 0 || y < 0 || g.num_in(n) < 2 || g.in(n, 1) < 0) throw fail("x or its scale is missing");
+  const bp_dtype_t xt = g.values[x].dtype, yt = g.values[y].dtype;
+  q.quantized = q.dequantize ? xt : yt;
+  if (q.quantized != BP_DTYPE_UINT8 && q.quantized != BP_DTYPE_INT8 &&
+      !(q.dequantize && q.quantized == BP_DTYPE_INT32))
+    throw fail(std::string(q.dequantize ? "x" : "y") + " is " + sdk::dtype_name(q.quantized) +
+               (q.dequantize ? " (only uint8, int8 and int32 are supported)"
+                             : " (only uint8 and int8 are supported)"));
+  if ((q.dequantize ? yt : xt) != BP_DTYPE_FLOAT32)
+    throw fail(std::string(q.dequantize ? "y" : "x") + " is not float32");
+  if (node.attr_int("block_size", 0) != 0) throw fail("blocked quantization is not supported");
+  for (int v : {x, y})
+    if (sdk::element_count(g.shape(v)) == 0) throw fail("an empty tensor is not supported");
+  const int s = g.in(n, 1), z = g.num_in(n) > 2 ? g.in(n, 2) : -1;
+  if (!g.is_const(s) || g.values[s].dtype != BP_DTYPE_FLOAT32)
+    throw fail("the scale must be a float32 constant");
+  if (z >= 0 && !g.is_const(z)) throw fail("the zero point must be a constant");
+  const Dims& ss = g.shape(s);
+  const int64_t count = sdk::element_count(ss);
+  const float* sv = g.f32(s);
+  q.scales.assign(sv, sv + count);
+  if (count != 1 || ss.size() > 1) {
+    // Per axis (opset 13): the ranks and lengths were checked at load.
+    const int64_t rank = static_cast<int64_t>(g.shape(x).size());
+    int64_t axis = node.attr_int("axis", 1);
+    if (axis < 0) axis += rank;
+    if (ss.size() != 1 || axis < 0 || axis >= rank ||
+        (g.shapes_known() && g.shape(x)[axis] != count))
+      throw fail("the scale does not have one value per index along the axis");
+    q.axis = axis;
+  }
+  if (z >= 0) {
+    if (g.values[z].dtype != q.quantized || sdk::element_count(g.shape(z)) != count)
+      throw fail("the zero point does not match the scale and the quantized type");
+    const void* zd = g.data(z);
+    for (int64_t i = 0; i < count; ++i) {
+      const int32_t v = q.quantized == BP_DTYPE_UINT8  ? static_cast<const uint8_t*>(zd)[i]
+                        : q.quantized == BP_DTYPE_INT8 ? static_cast<const int8_t*>(zd)[i]
+                                                       : static_cast<const int32_t*>(zd)[i];
+      if (i > 0 && v != q.zero_point)
+        throw fail("per-axis zero points that differ are not supported (oneDNN takes one)");
+      q.zero_point = v;
+    }
+  }
+  if (q.quantized == BP_DTYPE_INT32 && q.zero_point != 0)
+    throw fail("an int32 input needs a zero point of 0");
+  return q;
+}
+
 namespace {
 
 // The operator-specific checks: node n, its first input's shape xs, its output y.
@@ -465,6 +519,8 @@ void check_resize(ViewInfo& g, int n, const Dims& xs, int y) {
   }
 }
 
+void check_quant(ViewInfo& g, int n, const Dims&, int) { (void)quant_spec(g, n); }
+
 void check_prelu(ViewInfo& g, int n, const Dims& xs, int) {
   const int s = g.in(n, 1);
   if (!g.is_const(s)) throw fail("PRelu's slope must be a constant");
@@ -498,7 +554,9 @@ const std::map<std::string_view, OpCheck>& op_checks() {
                                              {"Pad", check_pad},
                                              {"Gather", check_gather},
                                              {"PRelu", check_prelu},
-                                             {"Resize", check_resize}};
+                                             {"Resize", check_resize},
+                                             {"QuantizeLinear", check_quant},
+                                             {"DequantizeLinear", check_quant}};
     for (std::string_view op : binary_ops()) m.emplace(op, check_binary);
     return m;
   }();
@@ -550,6 +608,7 @@ void check_dropout(ViewInfo& g, int n) {
 void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
   if (op == "LSTM" || op == "RNN") return (void)rnn_spec(g, n);  // also sequence_lens, outputs
+  if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
       : op == "Clip" || data_movement_ops().count(op)                                      ? 1

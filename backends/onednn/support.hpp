@@ -8,6 +8,7 @@
 
 #include <set>
 #include <string_view>
+#include <vector>
 
 namespace backplane::onednn {
 
@@ -62,6 +63,21 @@ struct RnnSpec {
 };
 // Throws (UNSUPPORTED) what does not fit, naming the attribute or input.
 RnnSpec rnn_spec(ViewInfo& g, int n);
+
+// A QuantizeLinear or DequantizeLinear node as CpuOneDnn runs it
+// (lowering_quant.cpp): float32 to uint8/int8, or uint8/int8/int32 to
+// float32, with a constant scale per tensor or per index along `axis`, and
+// one constant zero point (oneDNN's reorder takes one per tensor, so per-axis
+// zero points must all be equal; int32's is 0).
+struct QuantSpec {
+  bool dequantize = false;
+  bp_dtype_t quantized = BP_DTYPE_UNDEFINED;  // the integer side: UINT8, INT8 (or INT32)
+  int64_t axis = -1;                          // -1: one scale for the tensor
+  std::vector<float> scales;                  // one, or one per index along axis
+  int32_t zero_point = 0;
+};
+// Throws (UNSUPPORTED) what does not fit, naming the input.
+QuantSpec quant_spec(ViewInfo& g, int n);
 
 // Throws sdk::Error(UNSUPPORTED) with the reason if node n cannot run here.
 void check_node(ViewInfo& g, int n);

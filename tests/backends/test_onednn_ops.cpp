@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <array>
@@ -1230,6 +1231,284 @@ TEST(OneDnnOps, MobileNetV3BlockIsOnePartition) {
   ModelOptions mo;
   mo.backends = {"CpuOneDnn", "CpuRef"};
   auto model = runtime()->load_model(b.save(dir), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_EQ((*model)->partitions().size(), 1u) << (*model)->describe_plan(PlanFormat::kText);
+  EXPECT_EQ((*model)->partitions()[0].backend, "CpuOneDnn");
+}
+
+// ---- QuantizeLinear, DequantizeLinear ------------------------------------------
+
+// An initializer of uint8, int8 or int32 (`elem`, ONNX's type) values, as raw data.
+void init_ints(ModelBuilder& b, const std::string& name, int elem, const Dims& dims,
+               const std::vector<int32_t>& values) {
+  auto* t = b.graph().add_initializer();
+  t->set_name(name);
+  t->set_data_type(elem);
+  for (int64_t d : dims) t->add_dims(d);
+  std::string raw;
+  for (int32_t v : values) {
+    if (elem == onnx::TensorProto::INT32) raw.append(reinterpret_cast<const char*>(&v), 4);
+    else raw.push_back(static_cast<char>(v));
+  }
+  t->set_raw_data(raw);
+}
+
+// Runs `b` on `feeds`, on CpuOneDnn alone (every node there) and on CpuRef,
+// and requires the outputs to be the same bytes.
+void expect_bit_exact(const ModelBuilder& b, const std::map<std::string, Tensor>& feeds) {
+  ASSERT_TRUE(runtime());
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  std::vector<std::vector<Tensor>> outs;
+  for (const char* backend : {"CpuOneDnn", "CpuRef"}) {
+    ModelOptions mo;
+    mo.backends = {backend};
+    auto model = runtime()->load_model(path, mo);
+    ASSERT_TRUE(model.ok()) << backend << ": " << model.status().to_string();
+    EXPECT_EQ((*model)->backends_used(), std::vector<std::string>{backend});
+    outs.push_back(e2e::run_once(**model, feeds));
+  }
+  ASSERT_EQ(outs[0].size(), outs[1].size());
+  ASSERT_FALSE(outs[0].empty());
+  for (size_t k = 0; k < outs[0].size(); ++k) {
+    const Tensor &got = outs[0][k], &want = outs[1][k];
+    ASSERT_EQ(got.shape(), want.shape());
+    ASSERT_EQ(got.dtype(), want.dtype());
+    const auto* g = static_cast<const uint8_t*>(got.data());
+    const auto* w = static_cast<const uint8_t*>(want.data());
+    const size_t elem = got.size_bytes() / static_cast<size_t>(got.numel());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size_bytes(); i += elem)
+      if (std::memcmp(g + i, w + i, elem) != 0 && ++differ <= 3)
+        ADD_FAILURE() << "output " << k << " element " << i / elem << " differs from CpuRef's";
+    EXPECT_EQ(differ, 0u) << "output " << k;
+  }
+}
+
+// The k in [-150, 150] for which x = (k + 0.5) * s is a tie (x / s is
+// k + 0.5) that x * (1 / s) misses: a quantizer that multiplies by the
+// reciprocal instead of dividing rounds those the other way.
+std::vector<float> misleading_ties(float s) {
+  std::vector<float> ks;
+  for (int k = -150; k <= 150; ++k) {
+    const float h = static_cast<float>(k) + 0.5f, x = h * s;
+    if (x / s == h && x * (1.f / s) != h) ks.push_back(static_cast<float>(k));
+  }
+  return ks;
+}
+
+// n scales that each have misleading ties.
+std::vector<float> scales_with_misleading_ties(size_t n) {
+  std::vector<float> out;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.001f, 0.05f);
+  while (out.size() < n) {
+    const float s = u(rng);
+    if (!misleading_ties(s).empty()) out.push_back(s);
+  }
+  return out;
+}
+
+// x of `shape` for scale scales[c] along `axis` (c = 0 everywhere for one
+// scale): ties x / scale = k + 0.5 (misleading ones and others), their
+// float neighbours, values from zero to well past saturation, and
+// infinities. Counts the ties the reciprocal gets wrong into *misleading.
+Tensor quantize_input(const Dims& shape, int64_t axis, const std::vector<float>& scales,
+                      int* misleading) {
+  Tensor t(DType::kFloat32, shape);
+  float* x = t.data_as<float>();
+  int64_t inner = 1;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(axis, 0)) + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  const int64_t len = axis < 0 ? 1 : shape[static_cast<size_t>(axis)];
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 150.f);
+  *misleading = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float s = scales[static_cast<size_t>(axis < 0 ? 0 : (i / inner) % len)];
+    const std::vector<float> ks = misleading_ties(s);
+    const float k = i % 6 == 0 ? ks[rng() % ks.size()]
+                               : static_cast<float>(static_cast<int>(rng() % 400) - 200);
+    const float tie = (k + 0.5f) * s;
+    switch (i % 6) {
+      case 0:
+      case 1:
+        x[i] = tie;
+        if (tie / s == k + 0.5f && tie * (1.f / s) != k + 0.5f) ++*misleading;
+        break;
+      case 2:
+        x[i] = std::nextafter(tie, i % 12 < 6 ? 1e30f : -1e30f);
+        break;
+      case 3:
+        x[i] = normal(rng) * s;  // some saturate
+        break;
+      case 4:
+        x[i] = normal(rng) * s * 10.f;  // most saturate
+        break;
+      default:
+        x[i] = i % 30 == 5 ? INFINITY : i % 30 == 11 ? -INFINITY : i % 30 == 17 ? 1e30f : 0.f;
+    }
+  }
+  return t;
+}
+
+struct QuantizeCase {
+  const char* name;
+  Dims shape;
+  int64_t axis;  // -1: one scale
+  int elem;      // UINT8 or INT8
+  int32_t zero_point;
+};
+
+class OneDnnQuantize : public testing::TestWithParam<QuantizeCase> {};
+
+// QuantizeLinear on CpuOneDnn gives CpuRef's bytes, ties and saturation
+// included; then DequantizeLinear of its own output (same scales and zero
+// point) gives CpuRef's floats.
+TEST_P(OneDnnQuantize, BitExactWithCpuRef) {
+  const QuantizeCase& c = GetParam();
+  const int64_t len = c.axis < 0 ? 1 : c.shape[static_cast<size_t>(c.axis)];
+  const std::vector<float> scales = scales_with_misleading_ties(static_cast<size_t>(len));
+  int misleading = 0;
+  const Tensor x = quantize_input(c.shape, c.axis, scales, &misleading);
+  // The data must be able to tell division from multiplication by 1 / scale.
+  EXPECT_GE(misleading, 3);
+  const Dims sdims = c.axis < 0 ? Dims{} : Dims{len};
+  for (bool dequantize : {false, true}) {
+    SCOPED_TRACE(dequantize ? "QuantizeLinear then DequantizeLinear" : "QuantizeLinear");
+    ModelBuilder b(13);
+    b.input("x", test::shape_of(c.shape));
+    b.init_f32("s", sdims, scales);
+    init_ints(b, "z", c.elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), c.zero_point));
+    auto& q = b.node("QuantizeLinear", {"x", "s", "z"}, {dequantize ? "q" : "y"});
+    if (c.axis >= 0) set_int(q, "axis", c.axis);
+    if (dequantize) {
+      auto& dq = b.node("DequantizeLinear", {"q", "s", "z"}, {"y"});
+      if (c.axis >= 0) set_int(dq, "axis", c.axis);
+    }
+    b.output("y", test::shape_of(c.shape), dequantize ? onnx::TensorProto::FLOAT : c.elem);
+    expect_bit_exact(b, {{"x", x}});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OneDnnOps, OneDnnQuantize,
+    testing::Values(
+        QuantizeCase{"PerTensorUint8", {2, 8, 5, 7}, -1, onnx::TensorProto::UINT8, 131},
+        QuantizeCase{"PerTensorInt8", {3, 4, 50}, -1, onnx::TensorProto::INT8, -5},
+        QuantizeCase{"PerTensorUint8NoOffset", {640}, -1, onnx::TensorProto::UINT8, 0},
+        QuantizeCase{"PerChannelUint8", {2, 16, 4, 4}, 1, onnx::TensorProto::UINT8, 100},
+        QuantizeCase{"PerChannelInt8", {1, 24, 3, 5}, 1, onnx::TensorProto::INT8, 3},
+        QuantizeCase{"PerAxis0Int8", {12, 6, 3, 3}, 0, onnx::TensorProto::INT8, 0},
+        QuantizeCase{"PerLastAxisUint8", {4, 5, 9}, 2, onnx::TensorProto::UINT8, 17}),
+    [](const testing::TestParamInfo<QuantizeCase>& info) { return std::string(info.param.name); });
+
+// DequantizeLinear of every uint8 / int8 value, one scale or one per
+// channel, and of int32 (a bias's type) up to where float32 rounds it.
+TEST(OneDnnOps, DequantizeLinearBitExactWithCpuRef) {
+  const std::vector<float> scales = {0.0371f, 1.5f, 3.1e-5f, 0.1f, 7.7f, 0.0123f, 0.999f, 2e-3f};
+  for (int elem : {onnx::TensorProto::UINT8, onnx::TensorProto::INT8, onnx::TensorProto::INT32}) {
+    for (int64_t axis : {-1, 1, 2}) {
+      SCOPED_TRACE("elem " + std::to_string(elem) + " axis " + std::to_string(axis));
+      const Dims shape = {2, 8, 8, 4};
+      const int64_t len = axis < 0 ? 1 : shape[static_cast<size_t>(axis)];
+      const Dims sdims = axis < 0 ? Dims{} : Dims{len};
+      const int32_t zp = elem == onnx::TensorProto::UINT8 ? 77
+                         : elem == onnx::TensorProto::INT8 ? -9
+                                                           : 0;
+      ModelBuilder b(13);
+      const DType dt = elem == onnx::TensorProto::UINT8  ? DType::kUInt8
+                       : elem == onnx::TensorProto::INT8 ? DType::kInt8
+                                                         : DType::kInt32;
+      b.input("x", test::shape_of(shape), elem);
+      b.init_f32("s", sdims, std::vector<float>(scales.begin(), scales.begin() + len));
+      init_ints(b, "z", elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), zp));
+      auto& dq = b.node("DequantizeLinear", {"x", "s", "z"}, {"y"});
+      if (axis >= 0) set_int(dq, "axis", axis);
+      b.output("y", test::shape_of(shape));
+      Tensor x(dt, shape);
+      std::mt19937 rng(3);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if (dt == DType::kInt32)
+          x.data_as<int32_t>()[i] = i % 3 == 0 ? static_cast<int32_t>(rng()) : 16777217 + i;
+        else static_cast<uint8_t*>(x.data())[i] = static_cast<uint8_t>(i);
+      }
+      expect_bit_exact(b, {{"x", x}});
+    }
+  }
+}
+
+// Per-axis zero points that differ (oneDNN's reorder takes one) and scales
+// computed at run time stay with CpuRef, which says why.
+TEST(OneDnnOps, QuantizeLinearOutsideWhatItTakesIsLeftToCpuRef) {
+  ModelBuilder b(13);
+  b.input("x", {1, 4, 3, 3}).init_f32("s", {4}, {0.1f, 0.2f, 0.3f, 0.4f});
+  init_ints(b, "z", onnx::TensorProto::UINT8, {4}, {1, 2, 3, 4});
+  set_int(b.node("QuantizeLinear", {"x", "s", "z"}, {"q"}), "axis", 1);
+  set_int(b.node("DequantizeLinear", {"q", "s", "z"}, {"y"}), "axis", 1);
+  b.output("y");
+  expect_left_to_cpuref(b, "per-axis zero points that differ are not supported");
+  ModelBuilder r(13);
+  r.input("x", {2, 8}).input("s", {1});
+  r.node("QuantizeLinear", {"x", "s"}, {"q"});
+  r.node("Relu", {"x"}, {"y"});
+  r.output("q", {2, 8}, onnx::TensorProto::UINT8).output("y");
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn", "CpuRef"};
+  test::TempDir dir;
+  auto model = runtime()->load_model(r.save(dir), mo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const std::string plan = (*model)->describe_plan(PlanFormat::kText);
+  EXPECT_NE(plan.find("the scale must be a float32 constant"), std::string::npos) << plan;
+}
+
+// A QDQ convolution as scripts/quantize_qdq.py writes it (uint8 activations,
+// per-channel int8 weights, int32 bias, each behind a DequantizeLinear) runs
+// as one CpuOneDnn partition, within one output quantization step of CpuRef
+// (the convolution itself is float, summed in another order).
+TEST(OneDnnOps, QdqConvolutionIsOneCpuOneDnnPartition) {
+  ModelBuilder b(13);
+  b.input("x", {1, 8, 10, 10});
+  b.init_f32("xs", {}, {0.02f});
+  init_ints(b, "xz", onnx::TensorProto::UINT8, {}, {128});
+  std::vector<int32_t> w(16 * 8 * 9), bias(16);
+  std::mt19937 rng(5);
+  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 2001) - 1000;
+  std::vector<float> ws(16), bs(16);
+  for (size_t i = 0; i < 16; ++i) {
+    ws[i] = 0.002f + 0.0005f * static_cast<float>(i);
+    bs[i] = 0.02f * ws[i];
+  }
+  init_ints(b, "w", onnx::TensorProto::INT8, {16, 8, 3, 3}, w);
+  b.init_f32("ws", {16}, ws);
+  init_ints(b, "wz", onnx::TensorProto::INT8, {16}, std::vector<int32_t>(16, 0));
+  init_ints(b, "b", onnx::TensorProto::INT32, {16}, bias);
+  b.init_f32("bs", {16}, bs);
+  b.init_f32("ys", {}, {0.05f});
+  init_ints(b, "yz", onnx::TensorProto::UINT8, {}, {10});
+  b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+  set_int(b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"}), "axis", 0);
+  set_int(b.node("DequantizeLinear", {"b", "bs"}, {"bd"}), "axis", 0);
+  set_ints(b.node("Conv", {"xd", "wd", "bd"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c"}, {"r"});
+  b.node("QuantizeLinear", {"r", "ys", "yz"}, {"yq"});
+  b.node("DequantizeLinear", {"yq", "ys", "yz"}, {"y"});
+  b.output("y");
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  std::vector<std::string> used;
+  std::vector<Tensor> got = run(path, {"CpuOneDnn"}, b.inputs(), &used);
+  EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_GT(e2e::max_abs(want[0]), 1.0);
+  EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 0.05 * 1.001);
+  ModelOptions mo;
+  mo.backends = {"CpuOneDnn", "CpuRef"};
+  auto model = runtime()->load_model(path, mo);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ASSERT_EQ((*model)->partitions().size(), 1u) << (*model)->describe_plan(PlanFormat::kText);
   EXPECT_EQ((*model)->partitions()[0].backend, "CpuOneDnn");

@@ -924,7 +924,7 @@ size_t touched_bytes(const dnnl::memory::desc& m) {
     if (md.padded_dims[i] == 0) return m.get_size();
     farthest += b.strides[i] * (md.padded_dims[i] / blk[i] - 1);
   }
-  const size_t elem = md.data_type == dnnl_u8 ? 1 : sizeof(float);
+  const size_t elem = md.data_type == dnnl_u8 || md.data_type == dnnl_s8 ? 1 : sizeof(float);
   return std::max(m.get_size(), static_cast<size_t>(md.offset0 + farthest + 1) * elem);
 }
 

@@ -414,6 +414,43 @@ TEST_F(OneDnnPayload, LstmLoadsFromThePayload) {
   flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l"));
 }
 
+// QuantizeLinear (a binary division with round and zero-point post-ops)
+// and DequantizeLinear (a reorder whose scales, per tensor or per channel,
+// and zero point are attributes) around a convolution, uint8 and int8
+// tensors between them: the payload keeps the scales and zero points (a
+// reorder made without them would give other bits), and flipped bytes are
+// refused or harmless.
+TEST_F(OneDnnPayload, QuantizeAndDequantizeLoadFromThePayload) {
+  test::ModelBuilder b(13);
+  b.input("x", {1, 8, 6, 6}).random_weight("w", {16, 8, 3, 3});
+  std::vector<float> cs(16);
+  for (size_t i = 0; i < cs.size(); ++i) cs[i] = 0.015f + 0.001f * static_cast<float>(i);
+  b.init_f32("xs", {}, {0.013f}).init_f32("cs", {16}, cs);
+  auto zero_point = [&](const std::string& name, int elem, const std::vector<int64_t>& dims,
+                        int8_t v) {
+    auto* t = b.graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem);
+    for (int64_t d : dims) t->add_dims(d);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    t->set_raw_data(std::string(static_cast<size_t>(n), static_cast<char>(v)));
+  };
+  zero_point("xz", onnx::TensorProto::UINT8, {}, 119);
+  zero_point("cz", onnx::TensorProto::INT8, {16}, -3);
+  b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+  test::set_ints(b.node("Conv", {"xd", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  test::set_int(b.node("QuantizeLinear", {"c", "cs", "cz"}, {"cq"}), "axis", 1);
+  test::set_int(b.node("DequantizeLinear", {"cq", "cs", "cz"}, {"y"}), "axis", 1);
+  b.output("y", {1, 16, 6, 6});
+  const std::string onnx_path = b.save_as(path("qdq.onnx"));
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  expect_payload_round_trip(onnx_path, path("qdq.bpk"), {1, 8, 6, 6}, co);
+  flip_payload_bytes_of(onnx_path, {1, 8, 6, 6}, 0.31f, path("q"));
+}
+
 // A vanilla RNN (ReLU, reversed, with an initial state): a vanilla_rnn_forward
 // step loads from the payload and gives the same bits.
 TEST_F(OneDnnPayload, RnnLoadsFromThePayload) {

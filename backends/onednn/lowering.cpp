@@ -42,7 +42,8 @@ std::optional<LowerFailure> Lowering::lower() {
     // Other integer inputs are the indices of gather steps, which read their
     // bytes (and a DequantizeLinear of int32, which describes them again).
     const std::optional<memory::data_type> dt = data_type_of(v);
-    tensors_[v] = b_.add_ref(b, dt ? plain_md(g_.shape(v), *dt) : bytes_md(bytes(v)));
+    const bool data = dt && *dt != memory::data_type::s32;
+    tensors_[v] = b_.add_ref(b, data ? plain_md(g_.shape(v), *dt) : bytes_md(bytes(v)));
     c_.input_bytes.push_back(bytes(v));
   }
   std::vector<std::vector<int>> groups_at(f_.nodes.size());
@@ -90,7 +91,7 @@ int Lowering::ref_of(int v) {
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
     const std::optional<memory::data_type> dt = data_type_of(v);
-    if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, uint8 or int8");
+    if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, (u)int8 or int32");
     const int r = b_.const_ref(plain_md(g_.shape(v), *dt), g_.data(v), value_tag(v));
     tensors_[v] = r;
     return r;

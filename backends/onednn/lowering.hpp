@@ -55,8 +55,8 @@ class Lowering {
     return static_cast<size_t>(sdk::element_count(g_.shape(v))) *
            sdk::dtype_size(g_.values[v].dtype);
   }
-  // The oneDNN data type of value v where the plan holds it as data
-  // (float32, uint8, int8); nullopt for other integers.
+  // The oneDNN data type of value v where the plan can hold it as data
+  // (float32, uint8, int8, int32); nullopt for other types.
   std::optional<dnnl::memory::data_type> data_type_of(int v) const;
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);

@@ -52,7 +52,8 @@ std::string quant_key(const QuantSpec& q) {
 
 std::optional<memory::data_type> Lowering::data_type_of(int v) const {
   const bp_dtype_t t = g_.values[v].dtype;
-  if (t == BP_DTYPE_FLOAT32 || t == BP_DTYPE_UINT8 || t == BP_DTYPE_INT8) return data_type(t);
+  if (t == BP_DTYPE_FLOAT32 || t == BP_DTYPE_UINT8 || t == BP_DTYPE_INT8 || t == BP_DTYPE_INT32)
+    return data_type(t);
   return std::nullopt;
 }
 

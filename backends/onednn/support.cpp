@@ -237,7 +237,8 @@ QuantSpec quant_spec(ViewInfo& g, int n) {
     throw fail(std::string(q.dequantize ? "y" : "x") + " is not float32");
   if (node.attr_int("block_size", 0) != 0) throw fail("blocked quantization is not supported");
   for (int v : {x, y})
-    if (sdk::element_count(g.shape(v)) == 0) throw fail("an empty tensor is not supported");
+    if (g.shapes_known() && sdk::element_count(g.shape(v)) == 0)
+      throw fail("an empty tensor is not supported");
   const int s = g.in(n, 1), z = g.num_in(n) > 2 ? g.in(n, 2) : -1;
   if (!g.is_const(s) || g.values[s].dtype != BP_DTYPE_FLOAT32)
     throw fail("the scale must be a float32 constant");

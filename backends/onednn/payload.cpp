@@ -252,7 +252,8 @@ void write_step(Writer& w, const Step& step) {
     w.pod(static_cast<uint32_t>(size));
     w.raw(op, size);
   }
-  // Attributes: the scratchpad mode and the post-op chain (all we set).
+  // Attributes: the scratchpad mode, the post-op chain, then (below) the output
+  // scales and the source zero point: all the lowering sets.
   const_dnnl_primitive_attr_t attr = nullptr;
   check(dnnl_primitive_desc_get_attr(pd, &attr), "query attributes");
   dnnl_scratchpad_mode_t mode{};

@@ -330,31 +330,16 @@ TEST(CpuRefQuantModel, QLinearConvShapeAndPerAxisScaleChecks) {
 
 // -------------------- constant scales and zero points checked at load, by node
 
-// An initializer of int8, uint8 or int32 `values`, stored as raw_data.
-void init_int(test::ModelBuilder& b, const std::string& name, const test::Dims& dims, int elem,
-              const std::vector<int>& values) {
-  auto* t = b.graph().add_initializer();
-  t->set_name(name);
-  t->set_data_type(elem);
-  for (int64_t d : dims) t->add_dims(d);
-  std::string raw;
-  for (int v : values) {
-    if (elem == onnx::TensorProto::INT32) raw.append(reinterpret_cast<const char*>(&v), 4);
-    else raw.push_back(static_cast<char>(v));
-  }
-  t->set_raw_data(raw);
-}
-
 // A weight w [4, 3] of `w_elem` (an initializer) -> DequantizeLinear 'dq_w' (opset 13)
 // -> y, with scale 's' and, unless `z_elem` is 0, zero point 'z' (zeros).
 test::ModelBuilder dq_model(int w_elem, const test::Dims& s_dims, const std::vector<float>& s,
                             int z_elem, const test::Dims& z_dims, int64_t axis = 1) {
   test::ModelBuilder b(13);
-  init_int(b, "w", {4, 3}, w_elem, std::vector<int>(12, 1));
+  b.init_ints("w", w_elem, {4, 3}, std::vector<int>(12, 1));
   b.init_f32("s", s_dims, s);
   std::vector<std::string> ins = {"w", "s"};
   if (z_elem != 0) {
-    init_int(b, "z", z_dims, z_elem, std::vector<int>(test::element_count(z_dims), 0));
+    b.init_ints("z", z_elem, z_dims, std::vector<int>(test::element_count(z_dims), 0));
     ins.push_back("z");
   }
   test::set_int(b.node("DequantizeLinear", ins, {"y"}, "dq_w"), "axis", axis);
@@ -393,7 +378,7 @@ TEST(CpuRefQuantModel, ConstantScaleZeroNegativeNanOrInfiniteIsALoadError) {
   test::ModelBuilder q(13);
   q.input("x", {2, 3});
   q.init_f32("s", {3}, {0.1f, 0.0f, 0.2f});
-  init_int(q, "z", {3}, kU8, {0, 0, 0});
+  q.init_ints("z", kU8, {3}, {0, 0, 0});
   test::set_int(q.node("QuantizeLinear", {"x", "s", "z"}, {"y"}, "q_x"), "axis", 1);
   q.untyped_output("y");
   expect_load_error(q, "node 'q_x' (QuantizeLinear)", "y_scale 's' has element 1 = 0");
@@ -404,13 +389,13 @@ test::ModelBuilder qlinear_conv(const std::vector<float>& w_scale, float y_scale
                                 int wz_elem = kS8) {
   test::ModelBuilder b(13);
   b.input("x", {1, 2, 4, 4}, kU8);
-  init_int(b, "w", {3, 2, 1, 1}, kS8, {1, 2, 3, 4, 5, 6});
+  b.init_ints("w", kS8, {3, 2, 1, 1}, {1, 2, 3, 4, 5, 6});
   b.init_f32("xs", {}, {0.1f}).init_f32("ys", {}, {y_scale});
   b.init_f32("ws", {static_cast<int64_t>(w_scale.size())}, w_scale);
-  init_int(b, "xz", {}, kU8, {128});
-  init_int(b, "wz", {static_cast<int64_t>(w_scale.size())}, wz_elem,
-           std::vector<int>(w_scale.size(), 0));
-  init_int(b, "yz", {}, yz_elem, {0});
+  b.init_ints("xz", kU8, {}, {128});
+  b.init_ints("wz", wz_elem, {static_cast<int64_t>(w_scale.size())},
+              std::vector<int>(w_scale.size(), 0));
+  b.init_ints("yz", yz_elem, {}, {0});
   b.node("QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, {"y"}, "qconv");
   b.untyped_output("y");
   return b;
@@ -432,13 +417,13 @@ TEST(CpuRefQuantModel, QLinearMatMulScalesAreChecked) {
   auto build = [](float a_scale, const std::vector<float>& b_scale) {
     test::ModelBuilder b(13);
     b.input("a", {2, 3}, kU8);
-    init_int(b, "b", {3, 4}, kS8, std::vector<int>(12, 3));
+    b.init_ints("b", kS8, {3, 4}, std::vector<int>(12, 3));
     b.init_f32("as", {}, {a_scale}).init_f32("ys", {}, {0.5f});
     b.init_f32("bs", {static_cast<int64_t>(b_scale.size())}, b_scale);
-    init_int(b, "az", {}, kU8, {0});
-    init_int(b, "bz", {static_cast<int64_t>(b_scale.size())}, kS8,
-             std::vector<int>(b_scale.size(), 0));
-    init_int(b, "yz", {}, kU8, {0});
+    b.init_ints("az", kU8, {}, {0});
+    b.init_ints("bz", kS8, {static_cast<int64_t>(b_scale.size())},
+                std::vector<int>(b_scale.size(), 0));
+    b.init_ints("yz", kU8, {}, {0});
     b.node("QLinearMatMul", {"a", "as", "az", "b", "bs", "bz", "ys", "yz"}, {"y"}, "qmm");
     b.untyped_output("y");
     return b;
@@ -469,9 +454,9 @@ TEST(CpuRefQuantModel, PerAxisLengthMustMatchTheAxis) {
   // MatMulInteger: b_zero_point per column of b [3, 4].
   test::ModelBuilder mm(13);
   mm.input("a", {2, 3}, kU8);
-  init_int(mm, "b", {3, 4}, kS8, std::vector<int>(12, 1));
-  init_int(mm, "az", {}, kU8, {1});
-  init_int(mm, "bz", {3}, kS8, {0, 0, 0});
+  mm.init_ints("b", kS8, {3, 4}, std::vector<int>(12, 1));
+  mm.init_ints("az", kU8, {}, {1});
+  mm.init_ints("bz", kS8, {3}, {0, 0, 0});
   mm.node("MatMulInteger", {"a", "b", "az", "bz"}, {"y"}, "mmi");
   mm.untyped_output("y");
   expect_load_error(mm, "node 'mmi' (MatMulInteger)",
@@ -499,7 +484,7 @@ TEST(CpuRefQuantModel, ZeroPointDtypeMustBeTheQuantizedDtype) {
   test::ModelBuilder q(13);
   q.input("x", {2, 3});
   q.init_f32("s", {}, {0.1f});
-  init_int(q, "z", {}, kI32, {0});
+  q.init_ints("z", kI32, {}, {0});
   q.node("QuantizeLinear", {"x", "s", "z"}, {"y"}, "q_x");
   q.untyped_output("y");
   expect_load_error(q, "node 'q_x' (QuantizeLinear)",

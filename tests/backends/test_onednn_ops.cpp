@@ -1238,21 +1238,6 @@ TEST(OneDnnOps, MobileNetV3BlockIsOnePartition) {
 
 // ---- QuantizeLinear, DequantizeLinear ------------------------------------------
 
-// An initializer of uint8, int8 or int32 (`elem`, ONNX's type) values, as raw data.
-void init_ints(ModelBuilder& b, const std::string& name, int elem, const Dims& dims,
-               const std::vector<int32_t>& values) {
-  auto* t = b.graph().add_initializer();
-  t->set_name(name);
-  t->set_data_type(elem);
-  for (int64_t d : dims) t->add_dims(d);
-  std::string raw;
-  for (int32_t v : values) {
-    if (elem == onnx::TensorProto::INT32) raw.append(reinterpret_cast<const char*>(&v), 4);
-    else raw.push_back(static_cast<char>(v));
-  }
-  t->set_raw_data(raw);
-}
-
 // Runs `b` on `feeds`, on CpuOneDnn alone (every node there) and on CpuRef,
 // and requires the outputs to be the same bytes.
 void expect_bit_exact(const ModelBuilder& b, const std::map<std::string, Tensor>& feeds) {
@@ -1379,7 +1364,7 @@ TEST_P(OneDnnQuantize, BitExactWithCpuRef) {
     ModelBuilder b(13);
     b.input("x", test::shape_of(c.shape));
     b.init_f32("s", sdims, scales);
-    init_ints(b, "z", c.elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), c.zero_point));
+    b.init_ints("z", c.elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), c.zero_point));
     auto& q = b.node("QuantizeLinear", {"x", "s", "z"}, {dequantize ? "q" : "y"});
     if (c.axis >= 0) set_int(q, "axis", c.axis);
     if (dequantize) {
@@ -1422,7 +1407,7 @@ TEST(OneDnnOps, DequantizeLinearBitExactWithCpuRef) {
                                                          : DType::kInt32;
       b.input("x", test::shape_of(shape), elem);
       b.init_f32("s", sdims, std::vector<float>(scales.begin(), scales.begin() + len));
-      init_ints(b, "z", elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), zp));
+      b.init_ints("z", elem, sdims, std::vector<int32_t>(static_cast<size_t>(len), zp));
       auto& dq = b.node("DequantizeLinear", {"x", "s", "z"}, {"y"});
       if (axis >= 0) set_int(dq, "axis", axis);
       b.output("y", test::shape_of(shape));
@@ -1443,7 +1428,7 @@ TEST(OneDnnOps, DequantizeLinearBitExactWithCpuRef) {
 TEST(OneDnnOps, QuantizeLinearOutsideWhatItTakesIsLeftToCpuRef) {
   ModelBuilder b(13);
   b.input("x", {1, 4, 3, 3}).init_f32("s", {4}, {0.1f, 0.2f, 0.3f, 0.4f});
-  init_ints(b, "z", onnx::TensorProto::UINT8, {4}, {1, 2, 3, 4});
+  b.init_ints("z", onnx::TensorProto::UINT8, {4}, {1, 2, 3, 4});
   set_int(b.node("QuantizeLinear", {"x", "s", "z"}, {"q"}), "axis", 1);
   set_int(b.node("DequantizeLinear", {"q", "s", "z"}, {"y"}), "axis", 1);
   b.output("y");
@@ -1470,7 +1455,7 @@ TEST(OneDnnOps, QdqConvolutionIsOneCpuOneDnnPartition) {
   ModelBuilder b(13);
   b.input("x", {1, 8, 10, 10});
   b.init_f32("xs", {}, {0.02f});
-  init_ints(b, "xz", onnx::TensorProto::UINT8, {}, {128});
+  b.init_ints("xz", onnx::TensorProto::UINT8, {}, {128});
   std::vector<int32_t> w(16 * 8 * 9), bias(16);
   std::mt19937 rng(5);
   for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
@@ -1480,13 +1465,13 @@ TEST(OneDnnOps, QdqConvolutionIsOneCpuOneDnnPartition) {
     ws[i] = 0.002f + 0.0005f * static_cast<float>(i);
     bs[i] = 0.02f * ws[i];
   }
-  init_ints(b, "w", onnx::TensorProto::INT8, {16, 8, 3, 3}, w);
+  b.init_ints("w", onnx::TensorProto::INT8, {16, 8, 3, 3}, w);
   b.init_f32("ws", {16}, ws);
-  init_ints(b, "wz", onnx::TensorProto::INT8, {16}, std::vector<int32_t>(16, 0));
-  init_ints(b, "b", onnx::TensorProto::INT32, {16}, bias);
+  b.init_ints("wz", onnx::TensorProto::INT8, {16}, std::vector<int32_t>(16, 0));
+  b.init_ints("b", onnx::TensorProto::INT32, {16}, bias);
   b.init_f32("bs", {16}, bs);
   b.init_f32("ys", {}, {0.05f});
-  init_ints(b, "yz", onnx::TensorProto::UINT8, {}, {10});
+  b.init_ints("yz", onnx::TensorProto::UINT8, {}, {10});
   b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
   b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
   set_int(b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"}), "axis", 0);

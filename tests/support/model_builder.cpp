@@ -94,6 +94,21 @@ ModelBuilder& ModelBuilder::init_i64(const std::string& name, const Dims& dims,
   return *this;
 }
 
+ModelBuilder& ModelBuilder::init_ints(const std::string& name, int elem, const Dims& dims,
+                                      const std::vector<int32_t>& data) {
+  auto* t = graph().add_initializer();
+  t->set_name(name);
+  t->set_data_type(elem);
+  for (int64_t d : dims) t->add_dims(d);
+  std::string raw;
+  for (int32_t v : data) {
+    if (elem == onnx::TensorProto::INT32) raw.append(reinterpret_cast<const char*>(&v), 4);
+    else raw.push_back(static_cast<char>(v));
+  }
+  t->set_raw_data(raw);
+  return *this;
+}
+
 ModelBuilder& ModelBuilder::weight(const std::string& name, const Dims& dims, float value) {
   return init_f32(name, dims, std::vector<float>(static_cast<size_t>(element_count(dims)), value));
 }

@@ -77,6 +77,9 @@ class ModelBuilder {
   ModelBuilder& init_f32(const std::string& name, const Dims& dims, const std::vector<float>& data);
   ModelBuilder& init_i64(const std::string& name, const Dims& dims,
                          const std::vector<int64_t>& data);
+  // A uint8, int8 or int32 initializer (`elem`, ONNX's type), stored as raw_data.
+  ModelBuilder& init_ints(const std::string& name, int elem, const Dims& dims,
+                          const std::vector<int32_t>& data);
   // A float32 initializer of `dims` filled with `value`.
   ModelBuilder& weight(const std::string& name, const Dims& dims, float value = 0.5f);
   // A float32 initializer of `dims` uniform in [lo, hi), from this builder's

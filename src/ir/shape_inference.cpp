@@ -404,6 +404,10 @@ namespace {
 bool foldable(const OpSchema& schema, const Node& node, const InferOptions& options) {
   if (schema.is_host_op() || schema.shape_dependence() == ShapeDependence::kData) return false;
   if (nondeterministic(node)) return false;
+  // DequantizeLinear of constant int8 weights stays as it is, as in ONNX
+  // Runtime: a backend with int8 kernels runs the weights as int8 (and they
+  // take a quarter of the memory); one without computes them when it compiles.
+  if (node.domain.empty() && node.op_type == "DequantizeLinear") return false;
   const bool own = node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size" ||
                                            node.op_type == "Constant");
   return own || options.evaluator != nullptr;

@@ -49,10 +49,47 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
     return false;
   };
 
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    std::set<int> deps;
+  // A node that reads only constants (a DequantizeLinear of int8 weights,
+  // which is not folded) waits for its first reader and joins that reader's
+  // group if it has the same backend, so the weights reach the operator
+  // that reads them in the same partition (as constants to its backend).
+  auto reads_only_constants = [&](size_t n) {
     for (int v : graph.nodes[n].inputs)
-      if (v >= 0 && graph.values[v].producer >= 0) deps.insert(group_of[graph.values[v].producer]);
+      if (v >= 0 && !graph.values[v].is_constant()) return false;
+    return true;
+  };
+  std::vector<bool> waiting(graph.nodes.size(), false);
+  auto place = [&](int n, int chosen, const std::set<int>& deps) {
+    groups[chosen].nodes.push_back(n);
+    for (int d : deps)
+      if (d != chosen) groups[chosen].preds.insert(d);
+    group_of[n] = chosen;
+  };
+  auto own_group = [&](int n) {
+    groups.push_back(Group{backend_of_node[n], {}, {}});
+    place(n, static_cast<int>(groups.size()) - 1, {});
+  };
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (reads_only_constants(n)) {
+      waiting[n] = true;
+      continue;
+    }
+    std::set<int> deps;
+    std::vector<int> joining;  // waiting producers of n's backend
+    for (int v : graph.nodes[n].inputs) {
+      const int p = v >= 0 ? graph.values[v].producer : -1;
+      if (p < 0) continue;
+      if (waiting[p]) {
+        waiting[p] = false;
+        if (backend_of_node[p] == backend_of_node[n]) {
+          joining.push_back(p);
+          continue;
+        }
+        own_group(p);
+      }
+      if (group_of[p] >= 0 && std::find(joining.begin(), joining.end(), p) == joining.end())
+        deps.insert(group_of[p]);
+    }
     int chosen = -1;
     for (int candidate : deps) {
       if (groups[candidate].backend != backend_of_node[n]) continue;
@@ -68,11 +105,11 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
       groups.push_back(Group{backend_of_node[n], {}, {}});
       chosen = static_cast<int>(groups.size()) - 1;
     }
-    groups[chosen].nodes.push_back(static_cast<int>(n));
-    for (int d : deps)
-      if (d != chosen) groups[chosen].preds.insert(d);
-    group_of[n] = chosen;
+    for (int p : joining) place(p, chosen, {});
+    place(static_cast<int>(n), chosen, deps);
   }
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    if (waiting[n]) own_group(static_cast<int>(n));
 
   // Kahn over groups, lowest index first: a stable, runnable order.
   std::vector<int> pending(groups.size(), 0);

@@ -269,6 +269,18 @@ Result<Trial> Validator::trial(size_t begin, size_t end) {
   PlacementOptions placement = placement_;
   std::set<int> window;
   for (size_t i = begin; i < end; ++i) window.insert(order_[fast_[i]]);
+  // A node of constants alone (a DequantizeLinear of int8 weights) goes with
+  // the nodes that read it, as the partitioner places it: its reader's
+  // backend takes its output as a constant, not from another partition.
+  for (int n : order_) {
+    if (window.count(n) || backend_[n] == kReference) continue;
+    bool constants = true, read_in_window = false;
+    for (int v : g.nodes[n].inputs) constants = constants && (v < 0 || g.values[v].is_constant());
+    for (int v : g.nodes[n].outputs)
+      if (v >= 0)
+        for (int c : consumers_[v]) read_in_window = read_in_window || window.count(c) > 0;
+    if (constants && read_in_window) window.insert(n);
+  }
   for (int n : order_)
     placement.overrides[g.nodes[n].name] = window.count(n) ? backend_[n] : kReference;
   // The plan's edges, and the values leaving the window: edges of this plan

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -191,32 +192,39 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
                                                           const bp_graph_view_t& view,
                                                           int num_threads, const Tuning& tuning,
                                                           sdk::NodeReport& report) {
-  auto compiled = std::make_unique<Compiled>(host);
-  compiled->threads = threads_to_use(num_threads);
-  compiled->tuning = tuning;
-  compiled->name = view.name;
-  const ScopedOmpThreads omp(compiled->threads);
+  const int threads = threads_to_use(num_threads);
+  const ScopedOmpThreads omp(threads);
   ViewInfo g(host, view);
-  Lowering lowering(g, *compiled);
-  try {
-    lowering.prepare();
-  } catch (const std::exception& e) {
-    for (size_t n = 0; n < view.num_nodes; ++n)
-      report.rejected(n, std::string("pattern analysis failed: ") + e.what());
-    compiled->empty = true;
+  // An int8 group oneDNN has no kernel for runs as the float operators it
+  // stands for (DequantizeLinear, the operator, QuantizeLinear) instead.
+  std::set<int> float_nodes;
+  while (true) {
+    auto compiled = std::make_unique<Compiled>(host);
+    compiled->threads = threads;
+    compiled->tuning = tuning;
+    compiled->name = view.name;
+    Lowering lowering(g, *compiled);
+    try {
+      lowering.prepare(float_nodes);
+    } catch (const std::exception& e) {
+      for (size_t n = 0; n < view.num_nodes; ++n)
+        report.rejected(n, std::string("pattern analysis failed: ") + e.what());
+      compiled->empty = true;
+      return compiled;
+    }
+    if (const int block = convolution_block(g, tuning)) {
+      lowering.block_convolutions(block);
+      lowering.winograd_convolutions(tuning.winograd);
+    }
+    if (std::optional<LowerFailure> failure = lowering.lower()) {
+      if (failure->int8_node >= 0 && float_nodes.insert(failure->int8_node).second) continue;
+      for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
+      compiled->empty = true;
+      compiled->steps.clear();
+    }
+    g.release_constants();  // every weight now lives in oneDNN memory
     return compiled;
   }
-  if (const int block = convolution_block(g, tuning)) {
-    lowering.block_convolutions(block);
-    lowering.winograd_convolutions(tuning.winograd);
-  }
-  if (std::optional<LowerFailure> failure = lowering.lower()) {
-    for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
-    compiled->empty = true;
-    compiled->steps.clear();
-  }
-  g.release_constants();  // every weight now lives in oneDNN memory
-  return compiled;
 }
 
 }  // namespace backplane::onednn

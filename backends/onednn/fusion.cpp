@@ -27,6 +27,8 @@ std::vector<INode> view_nodes(const ViewInfo& g) {
     const bp_node_t& raw = g.view().nodes[n];
     in.in.assign(raw.inputs, raw.inputs + raw.num_inputs);
     in.out = g.out(static_cast<int>(n));
+    // A DequantizeLinear of constants is a constant (ViewInfo::dequantized).
+    in.dead = in.out >= 0 && g.values[in.out].dequantized;
   }
   return nodes;
 }
@@ -297,9 +299,409 @@ void fold_pad(ViewInfo& g, FusedGraph& f, int pad) {
   if (std::find(readers.begin(), readers.end(), k) == readers.end()) readers.push_back(k);
 }
 
+// The live DequantizeLinear INode producing `v` with one scale for the
+// tensor (or one per index along `axis`, when axis >= 0 is given), and its
+// spec; -1 if `v` has no such producer.
+int dequantizer(ViewInfo& g, const FusedGraph& f, int v, int64_t axis, QuantSpec* spec) {
+  if (v < 0) return -1;
+  const int p = g.values[v].producer;
+  if (p < 0 || (f.nodes[p].dead && !g.values[v].dequantized) || f.nodes[p].group >= 0 ||
+      f.nodes[p].op != "DequantizeLinear")
+    return -1;
+  try {
+    check_node(g, p);
+    *spec = quant_spec(g, p);
+  } catch (const sdk::Error&) {
+    return -1;
+  }
+  if (spec->axis >= 0 && spec->axis != axis) return -1;
+  return p;
+}
+
+// The INode after `v` in a chain: its only reader, live, not in a group,
+// reading it first, and supported here; -1 if none.
+int next_in_chain(ViewInfo& g, const FusedGraph& f, int v) {
+  const int k = f.only_consumer(g, v);
+  if (k < 0 || f.nodes[k].dead || f.nodes[k].group >= 0 || f.nodes[k].in.empty() ||
+      f.nodes[k].in[0] != v || f.nodes[k].op == "GeluErf" || f.nodes[k].op == "Swish" ||
+      f.nodes[k].op == "LayerNorm")
+    return -1;
+  try {
+    check_node(g, f.nodes[k].node);
+  } catch (const sdk::Error&) {
+    return -1;
+  }
+  return k;
+}
+
+// True if view node n is a QuantizeLinear or DequantizeLinear to or from
+// uint8/int8 with one scale for the tensor (*spec).
+bool per_tensor_spec(ViewInfo& g, int n, QuantSpec* spec) {
+  try {
+    *spec = quant_spec(g, n);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  return spec->axis < 0 && spec->quantized != BP_DTYPE_INT32;
+}
+
+// After QuantizeLinear INode `quantize` (spec yq): DequantizeLinear (the
+// same scale and zero point), one or more Relu/Clip, QuantizeLinear of one
+// scale, each alone reading the one before: those INodes from the
+// DequantizeLinear on, or none.
+std::vector<int> requantized_activation(ViewInfo& g, const FusedGraph& f, int quantize,
+                                        const QuantSpec& yq) {
+  const int d = next_in_chain(g, f, f.nodes[quantize].out);
+  QuantSpec dq;
+  if (d < 0 || f.nodes[d].op != "DequantizeLinear" || !per_tensor_spec(g, f.nodes[d].node, &dq) ||
+      dq.scales != yq.scales || dq.zero_point != yq.zero_point || dq.quantized != yq.quantized)
+    return {};
+  std::vector<int> chain = {d};
+  int cur = f.nodes[d].out;
+  while (true) {
+    const int k = next_in_chain(g, f, cur);
+    if (k < 0) return {};
+    const std::string& op = f.nodes[k].op;
+    chain.push_back(k);
+    if (op == "QuantizeLinear") {
+      QuantSpec zq;
+      if (chain.size() < 3 || !per_tensor_spec(g, f.nodes[k].node, &zq)) return {};
+      return chain;
+    }
+    if (op != "Relu" && op != "Clip") return {};
+    for (size_t i = 1; op == "Clip" && i < f.nodes[k].in.size(); ++i)
+      if (f.nodes[k].in[i] >= 0 && !g.scalar(f.nodes[k].in[i])) return {};
+    cur = f.nodes[k].out;
+  }
+}
+
+// The quantized result of an int8 group whose float result is `value`:
+// the QuantizeLinear (of one scale) reached from it through activations
+// (only if `float_acts`), and, where that result is dequantized only to go
+// through Relu/Clip and be quantized again, those too. Sets q's output
+// fields, the post-ops that make the group's int8 result from its float
+// one divided by q.out_scale, and the INodes it absorbs (`chain`).
+bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_acts,
+                      QuantGroup& q, std::vector<PostOp>& post, std::vector<int>& chain) {
+  // Activations up to the QuantizeLinear.
+  int cur = value;
+  QuantSpec yq;
+  while (true) {
+    const int k = next_in_chain(g, f, cur);
+    if (k < 0) return false;
+    const INode& follower = f.nodes[k];
+    chain.push_back(k);
+    if (follower.op == "QuantizeLinear") {
+      if (!per_tensor_spec(g, follower.node, &yq)) return false;
+      break;
+    }
+    if (!float_acts || (follower.in.size() > 1 && follower.op != "Clip")) return false;
+    std::optional<std::vector<PostOp>> p = activation_of(g, follower);
+    if (!p || !append_post_ops(post, *p)) return false;
+    cur = follower.out;
+  }
+  q.y_scale = yq.scales[0];
+  q.y_zero = yq.zero_point;
+  PostOp to_int;
+  to_int.alg = algorithm::eltwise_linear;
+  if (!post.empty()) {
+    // The activations on the float product, then y / y_scale + y_zero.
+    to_int.alpha = 1.f / q.y_scale;
+    to_int.beta = static_cast<float>(q.y_zero);
+    if (!append_post_ops(post, {to_int})) return false;
+  } else {
+    // The product in units of y_scale; and where the quantized result is
+    // dequantized again only to go through Relu/Clip and be quantized once
+    // more (a quantizer's QDQ pair around each activation), those steps on
+    // it as well: round (the first quantization), clamp to its type's range
+    // and the activation's, both in those units less y_zero, then scale to
+    // the second quantization's units and add its zero point.
+    q.out_scale = 1.f / q.y_scale;
+    const std::vector<int> act = requantized_activation(g, f, chain.back(), yq);
+    if (act.empty()) {
+      to_int.alpha = 1.f;
+      to_int.beta = static_cast<float>(q.y_zero);
+      post = {to_int};
+    } else {
+      const bool u8 = yq.quantized == BP_DTYPE_UINT8;
+      float lo = (u8 ? 0.f : -128.f) - static_cast<float>(q.y_zero);
+      float hi = (u8 ? 255.f : 127.f) - static_cast<float>(q.y_zero);
+      for (size_t i = 1; i + 1 < act.size(); ++i) {  // act[0] is the DequantizeLinear
+        const std::optional<PostOp> a = eltwise_of(g, f.nodes[act[i]]);
+        if (!a) return false;
+        const float amin = a->alg == algorithm::eltwise_relu ? 0.f : a->alpha;
+        const float amax = a->alg == algorithm::eltwise_relu ? kInf : a->beta;
+        lo = std::max(lo, amin / q.y_scale);
+        hi = std::min(hi, amax / q.y_scale);
+      }
+      QuantSpec zq;
+      per_tensor_spec(g, f.nodes[act.back()].node, &zq);
+      PostOp round, clamp;
+      round.alg = algorithm::eltwise_round;
+      clamp.alg = algorithm::eltwise_clip;
+      clamp.alpha = lo;
+      clamp.beta = std::max(lo, hi);
+      to_int.alpha = q.y_scale / zq.scales[0];
+      to_int.beta = static_cast<float>(zq.zero_point);
+      post = {round, clamp, to_int};
+      chain.insert(chain.end(), act.begin(), act.end());
+    }
+  }
+  return true;
+}
+
+// Makes INode n the int8 group q whose post-ops are `post`, absorbing `chain`.
+void commit_group(FusedGraph& f, int n, std::shared_ptr<QuantGroup> q, std::vector<PostOp> post,
+                  const std::vector<int>& chain) {
+  INode& m = f.nodes[n];
+  for (int k : chain) f.nodes[k].group = n;
+  m.post = std::move(post);
+  m.out = f.nodes[chain.back()].out;
+  m.anchor = chain.back();
+  m.quant = std::move(q);
+}
+
+// Makes Add INode n an int8 group: both operands dequantized int8 of one
+// scale each and the same shape as the result, which is quantized.
+bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if (m.op != "Add" || m.in.size() != 2 || m.in[0] == m.in[1] || m.in[0] < 0 || m.in[1] < 0)
+    return false;
+  if (g.shape(m.in[0]) != g.shape(m.out) || g.shape(m.in[1]) != g.shape(m.out)) return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  QuantSpec aq, bq;
+  const int da = dequantizer(g, f, m.in[0], -1, &aq);
+  const int db = dequantizer(g, f, m.in[1], -1, &bq);
+  if (da < 0 || db < 0 || g.values[m.in[0]].dequantized || g.values[m.in[1]].dequantized ||
+      aq.quantized == BP_DTYPE_INT32 || bq.quantized == BP_DTYPE_INT32)
+    return false;
+  auto q = std::make_shared<QuantGroup>();
+  q->x = f.nodes[da].in[0];
+  q->x_scale = aq.scales[0];
+  q->x_zero = aq.zero_point;
+  q->x2 = f.nodes[db].in[0];
+  q->x2_scale = bq.scales[0];
+  q->x2_zero = bq.zero_point;
+  q->dequantize = {da, db};
+  std::vector<PostOp> post;
+  std::vector<int> chain;
+  if (!quantized_output(g, f, m.out, false, *q, post, chain)) return false;
+  commit_group(f, n, q, std::move(post), chain);
+  return true;
+}
+
+// Makes MaxPool/GlobalMaxPool INode n an int8 group: the maximum of
+// dequantized int8 of one scale, quantized. The maximum commutes with
+// dequantization: the pooling runs on the integers, and a reorder after it
+// quantizes again where the scale or zero point changes.
+bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if ((m.op != "MaxPool" && m.op != "GlobalMaxPool") || m.in.empty() || m.in[0] < 0 ||
+      !m.pad_before.empty() || g.num_out(m.node) != 1)
+    return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  QuantSpec xq;
+  const int dx = dequantizer(g, f, m.in[0], -1, &xq);
+  if (dx < 0 || g.values[m.in[0]].dequantized || xq.quantized == BP_DTYPE_INT32) return false;
+  auto q = std::make_shared<QuantGroup>();
+  q->x = f.nodes[dx].in[0];
+  q->x_scale = xq.scales[0];
+  q->x_zero = xq.zero_point;
+  q->dequantize = {dx};
+  std::vector<PostOp> post;
+  std::vector<int> chain;
+  if (!quantized_output(g, f, m.out, false, *q, post, chain) || chain.size() != 1) return false;
+  commit_group(f, n, q, {}, chain);
+  return true;
+}
+
+// The DequantizeLinear (of one scale, uint8/int8, not of constants) whose
+// result `v` is, directly or through one Flatten/Reshape/Squeeze/Unsqueeze
+// (*reshape: that INode, else -1); -1 if none.
+int dequantized_source(ViewInfo& g, const FusedGraph& f, int v, QuantSpec* spec, int* reshape) {
+  *reshape = -1;
+  if (v < 0 || g.values[v].dequantized) return -1;
+  const int p = g.values[v].producer;
+  const std::string& op = p >= 0 ? f.nodes[p].op : "";
+  const bool reshape_op =
+      op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+  if (reshape_op && !f.nodes[p].dead && f.nodes[p].group < 0 && !f.nodes[p].in.empty()) {
+    const int u = f.nodes[p].in[0];
+    if (u < 0 || g.values[u].dequantized) return -1;
+    try {
+      check_node(g, f.nodes[p].node);
+    } catch (const sdk::Error&) {
+      return -1;
+    }
+    const int d = dequantizer(g, f, u, -1, spec);
+    if (d < 0 || spec->quantized == BP_DTYPE_INT32) return -1;
+    *reshape = p;
+    return d;
+  }
+  const int d = dequantizer(g, f, v, -1, spec);
+  return d >= 0 && spec->quantized != BP_DTYPE_INT32 ? d : -1;
+}
+
+// Makes Gemm or MatMul INode n an int8 group: a product of a dequantized
+// uint8/int8 activation (one scale) by dequantized constant int8 weights
+// (zero point 0, one scale or one per output column), Gemm's bias float or
+// dequantized int32, quantized after activations. Runs as a matmul of the
+// activation's rows.
+bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if ((m.op != "Gemm" && m.op != "MatMul") || m.in.size() < 2 || m.in[0] < 0 || m.in[1] < 0)
+    return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  const Dims& ws = g.shape(m.in[1]);
+  if (ws.size() != 2) return false;
+  bool trans_b = false;
+  if (m.op == "Gemm") {
+    sdk::NodeRef node = g.node(m.node);
+    if (node.attr_int("transA", 0) != 0 || node.attr_float("alpha", 1.f) != 1.f ||
+        node.attr_float("beta", 1.f) != 1.f)
+      return false;
+    trans_b = node.attr_int("transB", 0) != 0;
+  }
+  const int64_t columns = trans_b ? ws[0] : ws[1];
+  QuantSpec xq, wq;
+  int reshape = -1;
+  const int dx = dequantized_source(g, f, m.in[0], &xq, &reshape);
+  const int dw = dequantizer(g, f, m.in[1], trans_b ? 0 : 1, &wq);
+  if (dx < 0 || dw < 0 || !g.is_const(f.nodes[dw].in[0]) || wq.quantized != BP_DTYPE_INT8 ||
+      wq.zero_point != 0)
+    return false;
+  auto q = std::make_shared<QuantGroup>();
+  q->x = f.nodes[dx].in[0];
+  q->x_scale = xq.scales[0];
+  q->x_zero = xq.zero_point;
+  q->w = f.nodes[dw].in[0];
+  q->w_scales = wq.scales;
+  q->trans_b = trans_b;
+  q->x_shape = g.shape(m.in[0]);
+  q->dequantize = {dw, dx};
+  if (reshape >= 0) q->dequantize.insert(q->dequantize.begin(), reshape);
+  auto w_scale = [&](int64_t c) { return q->w_scales[q->w_scales.size() == 1 ? 0 : c]; };
+  const int b = m.in.size() > 2 ? m.in[2] : -1;
+  if (b >= 0) {
+    if (!g.is_const(b) || g.values[b].dtype != BP_DTYPE_FLOAT32 ||
+        sdk::element_count(g.shape(b)) != columns)
+      return false;
+    const float* bv = g.f32(b);  // dequantized at compile time if it is int32
+    q->bias.resize(static_cast<size_t>(columns));
+    for (int64_t c = 0; c < columns; ++c) q->bias[c] = bv[c] / (q->x_scale * w_scale(c));
+    const int db = g.values[b].producer;
+    if (db >= 0 && g.values[b].dequantized) q->dequantize.push_back(db);
+  }
+  std::vector<PostOp> post;
+  std::vector<int> chain;
+  if (!quantized_output(g, f, m.out, true, *q, post, chain)) return false;
+  commit_group(f, n, q, std::move(post), chain);
+  return true;
+}
+
+// Makes Conv INode n an int8 group (QuantGroup) if its input and weights
+// are dequantized int8 (uint8/int8 activations with one scale, int8
+// weights with a zero point of 0 and one scale per tensor or per output
+// channel, a float or dequantized int32 bias) and its result reaches a
+// QuantizeLinear of one scale through nothing but activations. The
+// DequantizeLinear nodes stay: fuse() drops those nothing reads any more.
+bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if (m.op != "Conv" || m.weights || m.in.size() < 2) return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  auto q = std::make_shared<QuantGroup>();
+  QuantSpec xq, wq;
+  const int dx = dequantizer(g, f, m.in[0], -1, &xq);
+  const int dw = dequantizer(g, f, m.in[1], 0, &wq);
+  if (dx < 0 || dw < 0 || !g.is_const(f.nodes[dw].in[0]) || wq.quantized != BP_DTYPE_INT8 ||
+      wq.zero_point != 0 || xq.quantized == BP_DTYPE_INT32)
+    return false;
+  q->x = f.nodes[dx].in[0];
+  q->x_scale = xq.scales[0];
+  q->x_zero = xq.zero_point;
+  q->w = f.nodes[dw].in[0];
+  q->w_scales = wq.scales;
+  q->dequantize = {dx, dw};
+  const int64_t channels = g.shape(m.in[1])[0];
+  auto w_scale = [&](int64_t c) { return q->w_scales[q->w_scales.size() == 1 ? 0 : c]; };
+  const int b = m.in.size() > 2 ? m.in[2] : -1;
+  if (b >= 0) {
+    // ONNX adds the float bias (or int32 * its scale) to the float product;
+    // the accumulator counts units of x_scale * w_scale.
+    q->bias.resize(static_cast<size_t>(channels));
+    QuantSpec bq;
+    const int db = dequantizer(g, f, b, 0, &bq);
+    if (db >= 0 && g.is_const(f.nodes[db].in[0]) && bq.quantized == BP_DTYPE_INT32) {
+      const int32_t* bv = static_cast<const int32_t*>(g.data(f.nodes[db].in[0]));
+      for (int64_t c = 0; c < channels; ++c) {
+        const float real = static_cast<float>(bv[c]) * bq.scales[bq.scales.size() == 1 ? 0 : c];
+        q->bias[c] = real / (q->x_scale * w_scale(c));
+      }
+      q->dequantize.push_back(db);
+    } else if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32) {
+      const float* bv = g.f32(b);
+      for (int64_t c = 0; c < channels; ++c) q->bias[c] = bv[c] / (q->x_scale * w_scale(c));
+    } else {
+      return false;
+    }
+  }
+  std::vector<PostOp> post;
+  std::vector<int> chain;
+  if (!quantized_output(g, f, m.out, true, *q, post, chain)) return false;
+  commit_group(f, n, q, std::move(post), chain);
+  return true;
+}
+
+// Drops the DequantizeLinear INodes only int8 groups read through (their
+// groups read the quantized tensors) and gives their view nodes to the
+// first group that read them.
+void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
+  std::vector<int> owner(f.nodes.size(), -1);
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    INode& m = f.nodes[n];
+    if (m.dead || !m.quant) continue;
+    for (int d : m.quant->dequantize)
+      if (owner[d] < 0) owner[d] = static_cast<int>(n);
+    // It reads the quantized tensors, not the dequantized ones.
+    m.in = {m.quant->x};
+    for (int v : {m.quant->x2, m.quant->w})
+      if (v >= 0) m.in.push_back(v);
+  }
+  // A reshape between a DequantizeLinear and the group goes first, then the
+  // DequantizeLinear it read.
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    f.consumers = live_consumers(g, f.nodes);
+    for (size_t d = 0; d < f.nodes.size(); ++d) {
+      INode& dq = f.nodes[d];
+      if (owner[d] < 0 || dq.dead || g.values[dq.out].output || !f.consumers[dq.out].empty())
+        continue;
+      dq.dead = dropped = true;
+      std::vector<int>& covers = f.nodes[owner[d]].covers;
+      covers.insert(covers.end(), dq.covers.begin(), dq.covers.end());
+    }
+  }
+}
+
 }  // namespace
 
-FusedGraph fuse(ViewInfo& g) {
+FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
   FusedGraph f;
   f.nodes = view_nodes(g);
   replace_patterns(g, f.nodes);
@@ -313,6 +715,12 @@ FusedGraph fuse(ViewInfo& g) {
     INode& in = f.nodes[n];
     if (in.dead || in.group >= 0) continue;
     in.anchor = static_cast<int>(n);
+    if (!float_nodes.count(in.node)) {
+      if (in.op == "Conv" && quantize_conv(g, f, static_cast<int>(n))) continue;
+      if (in.op == "Add" && quantize_add(g, f, static_cast<int>(n))) continue;
+      if (quantize_product(g, f, static_cast<int>(n))) continue;
+      if (quantize_pool(g, f, static_cast<int>(n))) continue;
+    }
     if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")
       build_group(g, f, static_cast<int>(n));
     else if (in.op == "BatchNormalization") {
@@ -320,6 +728,7 @@ FusedGraph fuse(ViewInfo& g) {
       absorb_concat(g, f, static_cast<int>(n));
     }
   }
+  drop_dequantizers(g, f);
   return f;
 }
 

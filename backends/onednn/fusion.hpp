@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,35 @@ struct PostOp {
   dnnl::algorithm alg = dnnl::algorithm::eltwise_linear;
   float alpha = 0, beta = 0;
   int residual = -1;  // kSum: the value added
+};
+
+// An operator whose operands are dequantized int8 and whose result is
+// quantized again (the QDQ form: DequantizeLinear -> op -> [activations] ->
+// QuantizeLinear), run as one int8 primitive on the quantized tensors.
+// Conv: accumulator = sum((x - x_zero) * w) + bias, in int32; y = the
+// accumulator times x_scale * w_scale[oc] * out_scale, through the post-ops
+// (fusion.cpp: quantized_output), rounded and saturated to y's type. Add:
+// x_scale * (x - x_zero) + x2_scale * (x2 - x2_zero), the same way after.
+// Gemm/MatMul: the Conv's arithmetic on the rows of x by w.
+// MaxPool: of x, then (if the scale or zero point changes) a reorder with
+// y = x_scale / y_scale * (x - x_zero) + y_zero.
+struct QuantGroup {
+  int x = -1;  // the quantized source (the DequantizeLinear's input)
+  float x_scale = 1;
+  int32_t x_zero = 0;
+  int x2 = -1;  // Add: the second quantized operand
+  float x2_scale = 1;
+  int32_t x2_zero = 0;
+  int w = -1;                    // the int8 weights (a constant)
+  std::vector<float> w_scales;   // one, or one per output channel
+  bool trans_b = false;          // Gemm: w is [N, K]
+  Dims x_shape;                  // Gemm/MatMul: x as the product reads it
+  std::vector<float> bias;       // in accumulator units; empty: none
+  float y_scale = 1;
+  int32_t y_zero = 0;
+  float out_scale = 1;  // the output scales' factor besides x_scale * w_scales
+  // The DequantizeLinear INodes it reads through (and a reshape after one).
+  std::vector<int> dequantize;
 };
 
 struct INode {
@@ -36,6 +66,8 @@ struct INode {
   // Main ops (Conv/Gemm/MatMul): fused followers.
   std::vector<PostOp> post;
   int bias_value = -1;  // MatMul: a fused Add of a per-column constant
+  // Conv in int8 (its post-ops end with the quantization's linear step).
+  std::shared_ptr<QuantGroup> quant;
   // Conv/AveragePool with a folded Pad (in[0] is then the Pad's input): the
   // padding it adds at the start of each spatial axis; the pool counts the
   // padded cells.
@@ -60,8 +92,9 @@ struct FusedGraph {
   }
 };
 
-// Builds the internal nodes of `g`: patterns, BatchNorm folding, fusion groups.
-FusedGraph fuse(ViewInfo& g);
+// Builds the internal nodes of `g`: patterns, BatchNorm folding, fusion
+// groups, int8 groups (QuantGroup) but of the view nodes in `float_nodes`.
+FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes = {});
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);

@@ -56,6 +56,7 @@ std::optional<LowerFailure> Lowering::lower() {
         lower_node_checked(n);
       } catch (const std::exception& e) {
         LowerFailure failure{f_.nodes[n].covers, e.what()};
+        if (f_.nodes[n].quant) failure.int8_node = f_.nodes[n].node;
         for (size_t k = 0; k < f_.nodes.size(); ++k)
           if (f_.nodes[k].group == n)
             for (int j : f_.nodes[k].covers) failure.nodes.push_back(j);
@@ -183,7 +184,9 @@ void Lowering::lower_node(int n) {
   const INode& node = f_.nodes[n];
   const std::string& op = node.op;
   if (op != "GeluErf" && op != "LayerNorm" && op != "Swish") check_node(g_, node.node);
-  if (op == "Conv") return lower_conv(node);
+  if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
+  if (op == "Add" && node.quant) return lower_qadd(node);
+  if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
@@ -561,7 +564,10 @@ bool Lowering::lower_matmul_any_shape(const INode& n, int src, int wref,
 
 void Lowering::lower_pool(const INode& n) {
   sdk::NodeRef node = g_.node(n.node);
-  const Dims& xs = g_.shape(n.in[0]);
+  // An int8 group (QuantGroup) pools the quantized input into its output's
+  // type; its post-ops dequantize and quantize again.
+  const int x = n.quant ? n.quant->x : n.in[0];
+  const Dims& xs = g_.shape(x);
   const Dims& ys = g_.shape(n.out);
   const bool global = n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool";
   Window w;
@@ -582,12 +588,15 @@ void Lowering::lower_pool(const INode& n) {
                             ? algorithm::pooling_avg_include_padding
                             : algorithm::pooling_avg_exclude_padding;
   dnnl::primitive prim;
+  const memory::desc dst_md =
+      n.quant ? memory::desc(to_dims(ys), *data_type_of(n.quant->x), memory::format_tag::any)
+              : any_md(ys);
   auto make = [&](int src) {
-    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src),
-                                     any_md(ys), w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src), dst_md,
+                                     w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
     return b_.make<dnnl::pooling_v2_forward>(d, b_.attr(), "", &prim);
   };
-  int src = ref_of(n.in[0]);
+  int src = ref_of(x);
   dnnl::pooling_v2_forward::primitive_desc pd;
   try {
     pd = make(src);
@@ -595,7 +604,9 @@ void Lowering::lower_pool(const INode& n) {
     src = b_.as_plain(src, xs);
     pd = make(src);
   }
-  add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd, g_.describe(n.node));
+  const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd,
+                                  g_.describe(n.node) + (n.quant ? " (int8)" : ""));
+  if (n.quant) requantize(n, dst);
 }
 
 void Lowering::lower_batch_norm(const INode& n) {

@@ -21,6 +21,7 @@ namespace backplane::onednn {
 struct LowerFailure {
   std::vector<int> nodes;
   std::string why;
+  int int8_node = -1;  // the view node of the int8 group that failed, if one did
 };
 
 // Lowers one view into one Compiled; both (and `weights`) must outlive it.
@@ -30,8 +31,9 @@ class Lowering {
   // (weights, primitives); NULL: none.
   Lowering(ViewInfo& g, Compiled& c, SharedCache* shared = nullptr) : g_(g), c_(c), b_(c, shared) {}
 
-  // Builds the internal nodes: patterns, BatchNorm folding, fusion groups.
-  void prepare() { f_ = fuse(g_); }
+  // Builds the internal nodes: patterns, BatchNorm folding, fusion groups,
+  // int8 groups but of the view nodes in `float_nodes`.
+  void prepare(const std::set<int>& float_nodes = {}) { f_ = fuse(g_, float_nodes); }
 
   // Convolutions over 4-D and 5-D tensors in oneDNN's blocked layout of
   // `block` channels (nChw16c / nCdhw16c for 16), where a kernel exists for
@@ -106,6 +108,15 @@ class Lowering {
   void lower_rnn(const INode& n);
   // QuantizeLinear and DequantizeLinear (lowering_quant.cpp).
   void lower_quant(const INode& n);
+  // A Conv in int8 (fusion.hpp: QuantGroup).
+  void lower_qconv(const INode& n);
+  // An Add in int8 (QuantGroup): a binary of the quantized operands.
+  void lower_qadd(const INode& n);
+  // A Gemm or MatMul in int8 (QuantGroup): a matmul of x's rows.
+  void lower_qproduct(const INode& n);
+  // The int8 result `ref` of group n (in its input's scale and zero point)
+  // quantized again to its output's, as n's output.
+  void requantize(const INode& n, int ref);
   // Activations, PRelu and data movement (lowering_data.cpp).
   // An eltwise chain: its first step into a new buffer, the rest in place.
   void lower_activation(int x, int y, const std::vector<PostOp>& chain);

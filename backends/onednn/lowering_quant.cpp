@@ -48,6 +48,13 @@ std::string quant_key(const QuantSpec& q) {
   return k;
 }
 
+// A SharedCache tag: `what` and a number (built from the number: GCC 12's
+// -Wrestrict is wrong about "literal" + std::to_string, bug 105329).
+std::string tagged(const char* what, int number) {
+  std::string tag = std::to_string(number);
+  return tag.insert(0, what);
+}
+
 }  // namespace
 
 std::optional<memory::data_type> Lowering::data_type_of(int v) const {
@@ -112,6 +119,157 @@ void Lowering::lower_quant(const INode& n) {
   const int64_t len = xs[static_cast<size_t>(q.axis)];
   const Dims shape = {outer, len, count / (outer * len)};
   divide(b_.reshaped(plain, shape), shape, {1, len, 1});
+}
+
+void Lowering::lower_qconv(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const Dims& xs = g_.shape(q.x);
+  const Dims& ws = g_.shape(q.w);
+  const Dims& ys = g_.shape(n.out);
+  const int64_t group = g_.node(n.node).attr_int("group", 1);
+  const Dims ks(ws.begin() + 2, ws.end());
+  if (g_.node(n.node).attr_ints("kernel_shape", ks) != ks)
+    throw fail("kernel_shape does not match the weights");
+  const Window w = window(g_, n.node, xs, ys, ks, n.pad_before);
+  if (ws[0] % group != 0 || xs[1] != ws[1] * group)
+    throw fail("group does not divide the channels");
+  Dims wdims = ws;
+  if (group > 1) {
+    wdims = {group, ws[0] / group};
+    wdims.insert(wdims.end(), ws.begin() + 1, ws.end());
+  }
+  const memory::data_type src_dt = data_type(g_.values[q.x].dtype);
+  const memory::data_type dst_dt = data_type(g_.values[n.out].dtype);
+  auto md = [](const Dims& d, memory::data_type t) {
+    return memory::desc(to_dims(d), t, memory::format_tag::any);
+  };
+  const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({ws[0]});
+  dnnl::convolution_forward::desc d(
+      dnnl::prop_kind::forward_inference, algorithm::convolution_direct, md(xs, src_dt),
+      md(wdims, memory::data_type::s8), bias_md, md(ys, dst_dt), w.strides, w.dilation, w.pad_l,
+      w.pad_r);
+  // The product's scale per output channel, the source's zero point, then the
+  // activations and the quantization (n.post).
+  std::vector<float> scales(q.w_scales.size());
+  for (size_t c = 0; c < scales.size(); ++c) scales[c] = q.x_scale * q.w_scales[c] * q.out_scale;
+  dnnl::primitive_attr attr = attr_with(n.post);
+  attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
+  QuantSpec key_spec;
+  key_spec.scales = scales;
+  key_spec.zero_point = q.x_zero;
+  std::string key = quant_key(key_spec);
+  for (const PostOp& p : n.post)
+    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::convolution_forward>(d, attr, key, &prim);
+  const int wref = b_.const_reordered(plain_md(wdims, memory::data_type::s8), g_.data(q.w),
+                                      pd.weights_desc(), tagged("q", q.w));
+  const int src = b_.as_md(ref_of(q.x), pd.src_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
+                                                tagged("qbias", n.node))});
+  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+}
+
+void Lowering::lower_qproduct(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const Dims& ws = g_.shape(q.w);
+  const Dims& ys = g_.shape(n.out);
+  const int64_t k = q.x_shape.back(), cols = q.trans_b ? ws[0] : ws[1];
+  const int64_t rows = sdk::element_count(q.x_shape) / k;
+  const memory::data_type src_dt = data_type(g_.values[q.x].dtype);
+  const memory::data_type dst_dt = data_type(g_.values[n.out].dtype);
+  const int src = b_.alias(b_.as_plain(ref_of(q.x), g_.shape(q.x)), plain_md({rows, k}, src_dt));
+  const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({1, cols});
+  const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
+  dnnl::matmul::desc d(b_.md(src), wmd, bias_md, plain_md({rows, cols}, dst_dt));
+  std::vector<float> scales(q.w_scales.size());
+  for (size_t c = 0; c < scales.size(); ++c) scales[c] = q.x_scale * q.w_scales[c] * q.out_scale;
+  dnnl::primitive_attr attr = attr_with(n.post);
+  attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
+  QuantSpec key_spec;
+  key_spec.scales = scales;
+  key_spec.zero_point = q.x_zero;
+  std::string key = quant_key(key_spec);
+  for (const PostOp& p : n.post)
+    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::matmul>(d, attr, key, &prim);
+  // The constant as stored: [K, N], or [N, K] read transposed.
+  const memory::desc user(to_dims({k, cols}), memory::data_type::s8,
+                          q.trans_b ? memory::format_tag::ba : memory::format_tag::ab);
+  const int wref = b_.const_reordered(user, g_.data(q.w), pd.weights_desc(), tagged("q", q.w));
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
+  const int dst = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  tensors_[n.out] = b_.alias(dst, plain_md(ys, dst_dt));
+}
+
+void Lowering::requantize(const INode& n, int ref) {
+  const QuantGroup& q = *n.quant;
+  if (q.x_scale == q.y_scale && q.x_zero == q.y_zero && g_.values[q.x].dtype == g_.values[n.out].dtype)
+    return;
+  dnnl::primitive_attr attr = attr_with({});
+  attr.set_output_scales(0, {q.x_scale / q.y_scale});
+  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
+  if (q.y_zero != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {q.y_zero});
+  const int dst = b_.new_arena(with_data_type(b_.md(ref), data_type(g_.values[n.out].dtype)));
+  std::string key;
+  for (float v : {q.x_scale / q.y_scale, static_cast<float>(q.x_zero), static_cast<float>(q.y_zero)})
+    key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  b_.copy(ref, dst, attr, key, "requantize");
+  tensors_[n.out] = dst;
+}
+
+void Lowering::lower_qadd(const INode& n) {
+  QuantGroup q = *n.quant;
+  // The operands in the layout of the one not plain (a convolution's
+  // result, channels-last), so that no reorder comes before or after.
+  if (b_.md(ref_of(q.x)) == plain_md(g_.shape(q.x), *data_type_of(q.x))) {
+    std::swap(q.x, q.x2);
+    std::swap(q.x_scale, q.x2_scale);
+    std::swap(q.x_zero, q.x2_zero);
+  }
+  const int a = b_.dense(ref_of(q.x));
+  const memory::desc& amd = b_.md(a);
+  // The second operand in the first's layout, each in its own type.
+  const int b = b_.as_md(ref_of(q.x2), with_data_type(amd, data_type(g_.values[q.x2].dtype)));
+  const memory::desc dst_md = with_data_type(amd, data_type(g_.values[n.out].dtype));
+  dnnl::binary::desc d(algorithm::binary_add, amd, b_.md(b), dst_md);
+  // x_scale * x + x2_scale * x2 (in units of out_scale), less the zero
+  // points' share: a binary post-op adding that constant, then n.post.
+  const float sa = q.x_scale * q.out_scale, sb = q.x2_scale * q.out_scale;
+  const float offset = -(sa * static_cast<float>(q.x_zero) + sb * static_cast<float>(q.x2_zero));
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_scales(DNNL_ARG_SRC_0, 0, {sa});
+  attr.set_scales(DNNL_ARG_SRC_1, 0, {sb});
+  const memory::desc offset_md = plain_md(Dims(static_cast<size_t>(amd.data.ndims), 1));
+  dnnl::post_ops po;
+  if (offset != 0.f) po.append_binary(algorithm::binary_add, offset_md);
+  for (const PostOp& p : n.post) po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
+  attr.set_post_ops(po);
+  std::string key;
+  for (float v : {sa, sb, offset}) key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  for (const PostOp& p : n.post)
+    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::binary>(d, attr, key, &prim);
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}};
+  if (offset != 0.f)
+    args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                    b_.const_ref(offset_md, &offset)});
+  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
 }
 
 }  // namespace backplane::onednn

@@ -96,7 +96,7 @@ memory::desc unit_dims_in_place(const memory::desc& md) {
 bool is_dense(const memory::desc& md) {
   int64_t n = 1;
   for (int i = 0; i < md.data.ndims; ++i) n *= md.data.dims[i];
-  return md.get_size() == static_cast<size_t>(n) * sizeof(float);
+  return md.get_size() == static_cast<size_t>(n) * dnnl_data_type_size(md.data.data_type);
 }
 
 std::string SharedCache::weight_key(const std::string& tag, const memory::desc& from,

@@ -35,9 +35,78 @@ ViewInfo::ViewInfo(const sdk::Host& host, const bp_graph_view_t& view) : view_(v
       if (c.empty() || c.back() != static_cast<int>(n)) c.push_back(static_cast<int>(n));
     }
   }
+  for (size_t n = 0; n < view.num_nodes; ++n) {
+    const bp_node_t& node = view.nodes[n];
+    if (std::string_view(node.op_type) != "DequantizeLinear" || (node.domain != nullptr && *node.domain != '\0') ||
+        node.num_outputs != 1 || node.num_inputs < 2 || node.outputs[0] < 0)
+      continue;
+    ValueInfo& y = values[node.outputs[0]];
+    bool constant = !y.output && y.dtype == BP_DTYPE_FLOAT32 &&
+                    this->node(static_cast<int>(n)).attr_int("block_size", 0) == 0;
+    for (size_t i = 0; i < node.num_inputs; ++i)
+      constant = constant && (node.inputs[i] < 0 || values[node.inputs[i]].constant);
+    const bp_dtype_t xt = values[node.inputs[0]].dtype;
+    if (constant && (xt == BP_DTYPE_UINT8 || xt == BP_DTYPE_INT8 || xt == BP_DTYPE_INT32))
+      y.constant = y.dequantized = true;
+  }
+}
+
+namespace {
+
+template <class T>
+void dequantize(const T* x, const void* zero_point, const float* scale, int64_t count,
+                int64_t len, int64_t inner, float* y) {
+  const T* zp = static_cast<const T*>(zero_point);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t k = len == 1 ? 0 : (i / inner) % len;
+    const int32_t z = zp != nullptr ? static_cast<int32_t>(zp[k]) : 0;
+    // As ONNX (and CpuRef): the difference in integers, then one product.
+    y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - z) * scale[k];
+  }
+}
+
+}  // namespace
+
+const float* ViewInfo::dequantized(int v) {
+  auto it = dequantized_.find(v);
+  if (it != dequantized_.end()) return it->second.data();
+  const int n = values[v].producer;
+  const int x = in(n, 0), s = in(n, 1), z = in(n, 2);
+  const Dims& xs = shape(x);
+  const int64_t count = sdk::element_count(xs);
+  const int64_t len = sdk::element_count(shape(s));
+  int64_t inner = 1;
+  if (len != 1) {
+    const int64_t rank = static_cast<int64_t>(xs.size());
+    int64_t axis = node(n).attr_int("axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || xs[axis] != len)
+      throw fail("the scale of " + describe(n) + " does not have one value per index along axis");
+    for (int64_t a = axis + 1; a < rank; ++a) inner *= xs[a];
+  }
+  if (values[s].dtype != BP_DTYPE_FLOAT32)
+    throw fail("the scale of " + describe(n) + " is not float32");
+  if (z >= 0 && (values[z].dtype != values[x].dtype || sdk::element_count(shape(z)) != len))
+    throw fail("the zero point of " + describe(n) + " does not match its scale and input");
+  std::vector<float> y(static_cast<size_t>(count));
+  const void* xd = data(x);
+  const void* zd = z >= 0 ? data(z) : nullptr;
+  const float* sd = static_cast<const float*>(data(s));
+  switch (values[x].dtype) {
+    case BP_DTYPE_UINT8:
+      dequantize(static_cast<const uint8_t*>(xd), zd, sd, count, len, inner, y.data());
+      break;
+    case BP_DTYPE_INT8:
+      dequantize(static_cast<const int8_t*>(xd), zd, sd, count, len, inner, y.data());
+      break;
+    default:
+      dequantize(static_cast<const int32_t*>(xd), zd, sd, count, len, inner, y.data());
+  }
+  return dequantized_.emplace(v, std::move(y)).first->second.data();
 }
 
 const void* ViewInfo::data(int v) {
+  if (values[v].dequantized) return dequantized(v);
   auto it = held_.find(v);
   if (it == held_.end()) {
     const bp_value_t& bv = view_.values[v];

@@ -27,6 +27,9 @@ struct ValueInfo {
   bp_dtype_t dtype = BP_DTYPE_UNDEFINED;
   bool constant = false, input = false, output = false;
   int producer = -1;           // view node
+  // A DequantizeLinear of constants (the host keeps them, so that int8
+  // weights stay int8): its output is a constant here, computed on demand.
+  bool dequantized = false;
   std::vector<int> consumers;  // view nodes (once per node)
 };
 
@@ -85,7 +88,12 @@ class ViewInfo {
   std::optional<float> scalar(int v);
   // An int64/int32 constant as int64s, if `v` is one.
   std::optional<std::vector<int64_t>> ints(int v);
-  void release_constants() { held_.clear(); }
+  // The float32 values of a `dequantized` constant.
+  const float* dequantized(int v);
+  void release_constants() {
+    held_.clear();
+    dequantized_.clear();
+  }
 
   std::vector<ValueInfo> values;
   // Nodes check_node passed: fusion and lowering ask again, and a node's
@@ -96,6 +104,7 @@ class ViewInfo {
   const bp_graph_view_t& view_;
   const sdk::Host& host_;
   std::map<int, sdk::Weight> held_;
+  std::map<int, std::vector<float>> dequantized_;
   bool shapes_known_ = true;
 };
 

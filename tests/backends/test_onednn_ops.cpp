@@ -1499,5 +1499,227 @@ TEST(OneDnnOps, QdqConvolutionIsOneCpuOneDnnPartition) {
   EXPECT_EQ((*model)->partitions()[0].backend, "CpuOneDnn");
 }
 
+// ---- int8 groups ---------------------------------------------------------------
+
+// QDQ models as quantizers write them: the float input quantized to
+// uint8 (scale 0.02, zero point 128) and dequantized, then the pattern, its
+// result quantized and dequantized into the output "y".
+struct Int8Case {
+  const char* name;
+  // Adds the pattern reading "xd" (and "x2d", a second dequantized input of
+  // the same shape) and ending in the QuantizeLinear "yq" whose scale and zero
+  // point are "ys"/"yz"; the case adds the input side and the final DQ.
+  void (*build)(ModelBuilder& b);
+  Dims x;
+  const char* kind;  // the primitive kind of the int8 step
+  float y_scale;
+};
+
+// Per-channel int8 weights [oc, ic/group, k, k] with an int32 bias (scale
+// x_scale * w_scale), each behind a DequantizeLinear, named w/wd and b/bd.
+void qdq_conv_weights(ModelBuilder& b, int64_t oc, int64_t icg, int64_t k, bool per_channel) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> w(static_cast<size_t>(oc * icg * k * k)), bias(static_cast<size_t>(oc));
+  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+  const size_t ns = per_channel ? static_cast<size_t>(oc) : 1;
+  std::vector<float> ws(ns), bs(static_cast<size_t>(oc));
+  for (size_t i = 0; i < ns; ++i) ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < bs.size(); ++i) bs[i] = 0.02f * ws[per_channel ? i : 0];
+  b.init_ints("w", onnx::TensorProto::INT8, {oc, icg, k, k}, w);
+  const Dims sd = per_channel ? Dims{oc} : Dims{};
+  b.init_f32("ws", sd, ws);
+  b.init_ints("wz", onnx::TensorProto::INT8, sd, std::vector<int32_t>(ns, 0));
+  b.init_ints("b", onnx::TensorProto::INT32, {oc}, bias);
+  b.init_f32("bs", {oc}, bs);
+  auto& wd = b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"});
+  if (per_channel) set_int(wd, "axis", 0);
+  set_int(b.node("DequantizeLinear", {"b", "bs"}, {"bd"}), "axis", 0);
+}
+
+// Int8 weights of a product, [rows, cols], one scale per column of the
+// result (`axis`: 0 for Gemm's transposed [N, K], 1 for [K, N]), behind a
+// DequantizeLinear named w/wd; and an int32 bias of the result's columns,
+// b/bd.
+void qdq_product_weights(ModelBuilder& b, int64_t rows, int64_t cols, int64_t axis) {
+  std::mt19937 rng(9);
+  std::vector<int32_t> w(static_cast<size_t>(rows * cols));
+  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+  const int64_t n = axis == 0 ? rows : cols;
+  std::vector<int32_t> bias(static_cast<size_t>(n));
+  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+  std::vector<float> ws(static_cast<size_t>(n)), bs(static_cast<size_t>(n));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    ws[i] = 0.0008f + 0.0002f * static_cast<float>(i % 5);
+    bs[i] = 0.02f * ws[i];
+  }
+  b.init_ints("w", onnx::TensorProto::INT8, {rows, cols}, w);
+  b.init_f32("ws", {n}, ws);
+  set_int(b.node("DequantizeLinear", {"w", "ws"}, {"wd"}), "axis", axis);
+  b.init_ints("b", onnx::TensorProto::INT32, {n}, bias);
+  b.init_f32("bs", {n}, bs);
+  set_int(b.node("DequantizeLinear", {"b", "bs"}, {"bd"}), "axis", 0);
+}
+
+// y quantized to "yq" with scale `s` and zero point `z`, from float "v".
+void quantize_to(ModelBuilder& b, const std::string& v, const std::string& out, float s, int z) {
+  b.init_f32(out + "_s", {}, {s});
+  b.init_ints(out + "_z", onnx::TensorProto::UINT8, {}, {z});
+  b.node("QuantizeLinear", {v, out + "_s", out + "_z"}, {out});
+}
+void dequantize_from(ModelBuilder& b, const std::string& q, const std::string& out) {
+  b.node("DequantizeLinear", {q, q + "_s", q + "_z"}, {out});
+}
+
+const Int8Case kInt8Cases[] = {
+    {"ConvPaddedPerChannel",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 24, 16, 3, true);
+       set_ints(b.node("Conv", {"xd", "wd", "bd"}, {"c"}), "pads", {1, 1, 1, 1});
+       quantize_to(b, "c", "yq", 0.05f, 120);
+     },
+     {1, 16, 12, 12}, "convolution", 0.05f},
+    {"ConvReluAsFloatPostOp",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 16, 16, 1, false);
+       b.node("Conv", {"xd", "wd", "bd"}, {"c"});
+       b.node("Relu", {"c"}, {"r"});
+       quantize_to(b, "r", "yq", 0.03f, 0);
+     },
+     {1, 16, 9, 9}, "convolution", 0.03f},
+    {"ConvThenQdqReluRequantized",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 32, 16, 3, true);
+       auto& c = b.node("Conv", {"xd", "wd", "bd"}, {"c"});
+       set_ints(c, "strides", {2, 2});
+       set_ints(c, "pads", {1, 1, 1, 1});
+       quantize_to(b, "c", "cq", 0.06f, 131);
+       dequantize_from(b, "cq", "cd");
+       b.node("Relu", {"cd"}, {"r"});
+       quantize_to(b, "r", "yq", 0.035f, 0);
+     },
+     {1, 16, 14, 14}, "convolution", 0.035f},
+    {"DepthwiseConvThenQdqClip",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 16, 1, 3, true);
+       auto& c = b.node("Conv", {"xd", "wd", "bd"}, {"c"});
+       set_int(c, "group", 16);
+       set_ints(c, "pads", {1, 1, 1, 1});
+       quantize_to(b, "c", "cq", 0.04f, 100);
+       dequantize_from(b, "cq", "cd");
+       b.init_f32("lo", {}, {0.f});
+       b.init_f32("hi", {}, {3.f});
+       b.node("Clip", {"cd", "lo", "hi"}, {"r"});
+       quantize_to(b, "r", "yq", 0.02f, 0);
+     },
+     {1, 16, 10, 10}, "convolution", 0.02f},
+    {"ResidualAddThenQdqRelu",
+     [](ModelBuilder& b) {
+       b.node("Add", {"xd", "x2d"}, {"a"});
+       quantize_to(b, "a", "aq", 0.045f, 125);
+       dequantize_from(b, "aq", "ad");
+       b.node("Relu", {"ad"}, {"r"});
+       quantize_to(b, "r", "yq", 0.025f, 0);
+     },
+     {1, 16, 8, 8}, "binary", 0.025f},
+    {"MaxPoolRequantized",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 16, 16, 1, true);
+       b.node("Conv", {"xd", "wd", "bd"}, {"c"});
+       quantize_to(b, "c", "cq", 0.05f, 128);
+       dequantize_from(b, "cq", "cd");
+       auto& p = b.node("MaxPool", {"cd"}, {"p"});
+       set_ints(p, "kernel_shape", {3, 3});
+       set_ints(p, "strides", {2, 2});
+       set_ints(p, "pads", {1, 1, 1, 1});
+       quantize_to(b, "p", "yq", 0.04f, 110);
+     },
+     {1, 16, 11, 11}, "pooling_v2", 0.04f},
+    {"GemmTransBAfterFlatten",
+     [](ModelBuilder& b) {
+       qdq_product_weights(b, 10, 256, 0);
+       b.node("Flatten", {"xd"}, {"flat"});
+       set_int(b.node("Gemm", {"flat", "wd", "bd"}, {"g"}), "transB", 1);
+       quantize_to(b, "g", "yq", 0.08f, 128);
+     },
+     {2, 16, 4, 4}, "matmul", 0.08f},
+    {"MatMulPerColumnThenQdqRelu",
+     [](ModelBuilder& b) {
+       qdq_product_weights(b, 32, 24, 1);
+       b.node("MatMul", {"xd", "wd"}, {"m"});
+       quantize_to(b, "m", "mq", 0.06f, 125);
+       dequantize_from(b, "mq", "md");
+       b.node("Relu", {"md"}, {"r"});
+       quantize_to(b, "r", "yq", 0.04f, 0);
+     },
+     {2, 6, 32}, "matmul", 0.04f},
+};
+
+class OneDnnInt8 : public testing::TestWithParam<Int8Case> {};
+
+// The pattern runs as an int8 primitive (the plan report names it), all of
+// it on CpuOneDnn, and its output is within one quantization step of
+// CpuRef's (which dequantizes, computes in float and quantizes).
+TEST_P(OneDnnInt8, WithinOneStepOfCpuRef) {
+  const Int8Case& c = GetParam();
+  ModelBuilder b(13);
+  b.input("x", test::shape_of(c.x));
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  // A second operand from the first (so that both are in one partition).
+  b.node("Sigmoid", {"xd"}, {"x2"});
+  quantize_to(b, "x2", "x2q", 0.03f, 120);
+  dequantize_from(b, "x2q", "x2d");
+  c.build(b);
+  dequantize_from(b, "yq", "y");
+  b.output("y");
+  // x2 is read only by the Add; elsewhere it is an output of its own.
+  if (std::string(c.name).find("Add") == std::string::npos) b.output("x2d");
+  int int8_steps = 0;
+  std::string kind(c.kind);  // "\tKIND\t"
+  kind.insert(0, 1, '\t').push_back('\t');
+  for (const std::string& line : plan_report(b, {}))
+    if (line.find(kind) != std::string::npos &&
+        line.find("(int8)") != std::string::npos)
+      ++int8_steps;
+  EXPECT_EQ(int8_steps, 1) << "no int8 " << c.kind << " step";
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  std::vector<std::string> used;
+  std::vector<Tensor> got = run(path, {"CpuOneDnn"}, b.inputs(), &used);
+  EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+  std::vector<Tensor> want = run(path, {"CpuRef"}, b.inputs(), nullptr);
+  ASSERT_FALSE(got.empty());
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_GT(e2e::max_abs(want[0]), 20 * c.y_scale);  // not all saturated or zero
+  EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), c.y_scale * 1.001);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneDnnOps, OneDnnInt8, testing::ValuesIn(kInt8Cases),
+                         [](const testing::TestParamInfo<Int8Case>& i) { return i.param.name; });
+
+// A MaxPool of a plain uint8 tensor has only oneDNN's reference int8
+// kernel: the group runs as its float operators instead, still on CpuOneDnn
+// and exactly as CpuRef.
+TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
+  ModelBuilder b(13);
+  b.input("x", {1, 8, 9, 9});
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  set_ints(b.node("MaxPool", {"xd"}, {"p"}), "kernel_shape", {2, 2});
+  quantize_to(b, "p", "yq", 0.02f, 128);
+  dequantize_from(b, "yq", "y");
+  b.output("y");
+  for (const std::string& line : plan_report(b, {}))
+    EXPECT_EQ(line.find("(int8)"), std::string::npos) << line;
+  std::map<std::string, Tensor> feeds;
+  Tensor x(DType::kFloat32, {1, 8, 9, 9});
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+  feeds["x"] = x;
+  expect_bit_exact(b, feeds);
+}
+
 }  // namespace
 }  // namespace backplane

@@ -14,10 +14,16 @@ does, which the benchmark divides by the latency and compares with the
 machine's sgemm rate. Element-wise work, pooling and normalisation are not
 counted (they are memory-bound and small in FLOPs); a model whose shapes
 cannot be inferred gets None.
+
+quantize(name, onnx_path, out_dir, cli) makes the int8 model of the int8
+table (bench/int8_bench.py) from a float one with scripts/quantize_qdq.py:
+static QDQ calibrated on a few seeded inputs, or dynamic for the encoder
+(QUANTIZED), cached like the float models.
 """
 import hashlib
 import importlib.util
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -219,6 +225,60 @@ def user_model(path, out_dir):
     input_path = os.path.join(out_dir, stem + ".user.input.npy")
     np.save(input_path, x)
     return os.path.abspath(path), input_path
+
+
+# The int8 table's models and how scripts/quantize_qdq.py quantizes each:
+# static QDQ (per-channel int8 weights, per-tensor uint8 activations,
+# calibrated) as ONNX Runtime's quantize_static writes it, or dynamic
+# (DynamicQuantizeLinear + MatMulInteger) as its quantize_dynamic does for
+# transformer encoders. Other models are quantized statically unless named
+# NAME:dynamic.
+QUANTIZED = {"resnet50": "static", "mobilenet_v2": "static", "efficientnet_b0": "static",
+             "transformer": "dynamic"}
+QUANTIZE_SAMPLES = 4  # calibration inputs: enough for ranges of seeded random data
+QUANTIZE_SEED = 0
+
+
+def _file_hash(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def quantize(name, onnx_path, out_dir, cli, mode="static"):
+    """out_dir/NAME.qdq.onnx (static) or NAME.dynamic.onnx: the float model at
+    `onnx_path` quantized by scripts/quantize_qdq.py, calibrated through
+    Backplane (`cli`, or the Python module of its build, in process). Cached
+    by a stamp of the float model's bytes, the script's and the options: made
+    again when any changes, not when only Backplane's build does (its float
+    ranges move by rounding at most). Symbolic input dims calibrate at 1."""
+    import onnx
+    script = os.path.join(ROOT, "scripts", "quantize_qdq.py")
+    out_path = os.path.join(out_dir, f"{name}.{'dynamic' if mode == 'dynamic' else 'qdq'}.onnx")
+    stamp_path = out_path + ".stamp"
+    argv = ["--dynamic"] if mode == "dynamic" else \
+        ["--samples", str(QUANTIZE_SAMPLES), "--seed", str(QUANTIZE_SEED)]
+    model = onnx.load(onnx_path, load_external_data=False)
+    dims = sorted({d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim
+                   if d.dim_param})
+    argv += [a for d in dims for a in ("--shape", f"{d}=1")]
+    stamp = hashlib.sha256(f"{_file_hash(onnx_path)}|{_file_hash(script)}|{argv}".encode()).hexdigest()
+    if _up_to_date([out_path], stamp_path, stamp):
+        return out_path
+    tmp = out_path + ".tmp.onnx"
+    proc = subprocess.run([sys.executable, script, onnx_path, tmp, "--backplane", cli] + argv,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_models: {name}: scripts/quantize_qdq.py failed:\n"
+                           f"{proc.stdout}{proc.stderr}")
+    os.replace(tmp, out_path)
+    with open(stamp_path, "w") as f:
+        f.write(stamp + "\n")
+    for line in proc.stdout.splitlines():
+        print(f"bench_models: {name}: {line.replace(tmp, out_path)}", file=sys.stderr)
+    return out_path
 
 
 def flops(path):

@@ -20,12 +20,17 @@ Static mode (the default), as onnxruntime.quantization.quantize_static(quant_for
   own QDQ pairs) rather than removed, and no graph optimisation runs first.
 
 Calibration runs the float model, with the activations to quantize added as graph outputs,
-through Backplane (`backplane run`, --backplane) on --samples seeded inputs: float inputs
-are standard normal, integer inputs uniform in [0, --int-high); dims given as names in the
-model take --shape. Ranges are the min and max over the samples (--method minmax, ONNX
-Runtime's default) or the --percentile of a seeded sample of each tensor's values
-(--method percentile); a range always includes 0. Scale = (max - min) / (qmax - qmin), zero
-point = round(qmin - min / scale).
+through Backplane on --samples seeded inputs: float inputs are standard normal, integer
+inputs uniform in [0, --int-high); dims given as names in the model take --shape. By default
+(--calibrate auto) it loads the model once and runs every sample in this process through
+Backplane's Python module when it can import it: the build tree's python/ beside the
+--backplane CLI (BUILD/bin/backplane -> BUILD/python, the `_backplane` target), else an
+installed `backplane` package; otherwise (or with --calibrate cli) it starts `backplane run`
+(--backplane) once per sample, which loads and compiles the model each time. Both run the
+same backends and give the same ranges. Ranges are the min and max over the samples
+(--method minmax, ONNX Runtime's default) or the --percentile of a seeded sample of each
+tensor's values (--method percentile); a range always includes 0. Scale = (max - min) /
+(qmax - qmin), zero point = round(qmin - min / scale).
 
 Dynamic mode (--dynamic), as onnxruntime.quantization.quantize_dynamic for transformer
 encoders: each MatMul with a constant 2-D weight becomes
@@ -34,10 +39,13 @@ encoders: each MatMul with a constant 2-D weight becomes
 with W int8, symmetric per tensor (--per-channel: per column). No calibration.
 
 Usage: quantize_qdq.py MODEL.onnx OUT.onnx [--backplane build/bin/backplane] [--dynamic]
+  [--calibrate auto|python|cli]
 Needs numpy and onnx (Debian's /usr/bin/python3).
 """
 import argparse
+import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -190,6 +198,49 @@ def calibration_inputs(gr, args, rng):
     return feeds
 
 
+def python_module(cli):
+    """Backplane's Python module and the backend directory to give it, for in-process
+    calibration: the build tree's (BUILD/python beside BUILD/bin/backplane, with
+    BUILD/lib/backplane/backends) when `cli` is in one, else an importable `backplane`
+    package with its default backends; (None, reason) when there is neither."""
+    exe = shutil.which(cli) or cli
+    build = os.path.dirname(os.path.dirname(os.path.realpath(exe)))
+    backend_dir = os.path.join(build, "lib", "backplane", "backends")
+    package = os.path.join(build, "python")
+    if os.path.exists(os.path.join(package, "backplane", "__init__.py")):
+        sys.path.insert(0, package)
+    else:
+        backend_dir = None
+    try:
+        return importlib.import_module("backplane"), backend_dir
+    except ImportError as e:
+        return None, f"no importable backplane module ({e})"
+
+
+def runs_in_process(module, backend_dir, path, feeds, outputs):
+    """Each sample's `outputs`, one session of the model in this process."""
+    kw = {"backend_path": backend_dir} if backend_dir else {}
+    sess = module.InferenceSession(path, warm_up=False, **kw)
+    for feed in feeds:
+        yield sess.run(outputs, feed)
+
+
+def runs_with_cli(cli, path, feeds, outputs, tmp):
+    """Each sample's `outputs`, one `backplane run` process per sample."""
+    for k, feed in enumerate(feeds):
+        out = os.path.join(tmp, f"out{k}")
+        cmd = [cli, "run", path, "--output-dir", out]
+        for name, value in feed.items():
+            f = os.path.join(tmp, f"in{k}_{len(cmd)}.npy")
+            np.save(f, value)
+            cmd += ["--input", f"{name}={f}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"quantize_qdq: calibration run failed: {' '.join(cmd)}\n"
+                     f"{proc.stderr}")
+        yield [np.load(os.path.join(out, f"{o}.npy")) for o in outputs]
+
+
 def calibrate(gr, tensors, args):
     """{tensor: (min, max)} of `tensors` over the calibration samples, run by Backplane."""
     # Each tensor is copied to an output of its own, calib_K, so that output files have
@@ -200,33 +251,36 @@ def calibrate(gr, tensors, args):
         model.graph.node.append(helper.make_node("Identity", [name], [f"calib_{k}"]))
         model.graph.output.append(helper.make_tensor_value_info(f"calib_{k}", TensorProto.FLOAT,
                                                                 None))
+    outputs = [f"calib_{k}" for k in range(len(tensors))]
     rng = np.random.default_rng(args.seed)
     feeds = calibration_inputs(gr, args, rng)
     pick = np.random.default_rng(args.seed + 1)
     mins = {t: np.inf for t in tensors}
     maxs = {t: -np.inf for t in tensors}
     kept = {t: [] for t in tensors}  # sampled values, for --method percentile
+    module, backend_dir = None, None
+    if args.calibrate != "cli":
+        module, backend_dir = python_module(args.backplane)
+        if module is None and args.calibrate == "python":
+            sys.exit(f"quantize_qdq: --calibrate python: {backend_dir}")
     with tempfile.TemporaryDirectory(prefix="quantize_qdq_") as tmp:
         path = os.path.join(tmp, "calibration.onnx")
         onnx.save(model, path)
-        for k, feed in enumerate(feeds):
-            out = os.path.join(tmp, f"out{k}")
-            cmd = [args.backplane, "run", path, "--output-dir", out]
-            for name, value in feed.items():
-                f = os.path.join(tmp, f"in{k}_{len(cmd)}.npy")
-                np.save(f, value)
-                cmd += ["--input", f"{name}={f}"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                sys.exit(f"quantize_qdq: calibration run failed: {' '.join(cmd)}\n"
-                         f"{proc.stderr}")
-            for i, t in enumerate(tensors):
-                v = np.load(os.path.join(out, f"calib_{i}.npy")).astype(np.float32).ravel()
+        if module is not None:
+            how = "in process (backplane Python module)"
+            samples = runs_in_process(module, backend_dir, path, feeds, outputs)
+        else:
+            how = "with `backplane run`" + (f" ({backend_dir})" if backend_dir else "")
+            samples = runs_with_cli(args.backplane, path, feeds, outputs, tmp)
+        for values in samples:
+            for t, v in zip(tensors, values):
+                v = np.asarray(v, dtype=np.float32).ravel()
                 mins[t] = min(mins[t], float(v.min()))
                 maxs[t] = max(maxs[t], float(v.max()))
                 if args.method == "percentile":
                     n = min(v.size, 1 << 16)
                     kept[t].append(pick.choice(v, n, replace=False) if n < v.size else v)
+    print(f"quantize_qdq: calibrated {len(tensors)} tensors on {len(feeds)} samples {how}")
     if args.method == "percentile":
         p = args.percentile
         return {t: (float(np.percentile(np.concatenate(kept[t]), 100 - p)),
@@ -389,6 +443,10 @@ def main():
     ap.add_argument("--per-channel", action="store_true",
                     help="--dynamic: one weight scale per output column")
     ap.add_argument("--backplane", default="backplane", help="the `backplane` CLI")
+    ap.add_argument("--calibrate", choices=["auto", "python", "cli"], default="auto",
+                    help="run the calibration samples in this process through Backplane's "
+                         "Python module (python), one `backplane run` each (cli), or the first "
+                         "when the module can be imported (auto)")
     ap.add_argument("--samples", type=int, default=8, help="calibration inputs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--method", choices=["minmax", "percentile"], default="minmax")

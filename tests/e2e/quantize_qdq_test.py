@@ -1,19 +1,24 @@
 #!/usr/bin/python3
 """scripts/quantize_qdq.py on models of the e2e_models fixture, checked end to end.
 
-tiny_cnn, static QDQ (calibrated through `backplane run`):
+tiny_cnn, static QDQ, calibrated in process through the build's Python module when the
+build has one (CALIBRATION = python), else with `backplane run` (cli), as the script's
+output says:
   - the file has per-channel int8 Conv / Gemm weights (DequantizeLinear with `axis`, one
     scale per output channel), int32 biases with scale = input scale * weight scale, and a
     QuantizeLinear -> DequantizeLinear pair on the inputs of every Conv;
   - ONNX Runtime loads and runs it, and Backplane's output is within 3 steps of the output
     scale of ONNX Runtime's (ONNX Runtime runs int8 kernels and requantizes at each layer,
     Backplane dequantizes and computes in float: they may round differently);
-  - the quantized output is close to the float model's: max error <= 10% of max|float|.
+  - the quantized output is close to the float model's: max error <= 10% of max|float|;
+  - with the Python module, --calibrate cli writes the same model: the same nodes, scales
+    within 1e-5 (relative) and integers within 1 (a bias rounded the other way) of the
+    in-process calibration's.
 transformer, dynamic (DynamicQuantizeLinear + MatMulInteger on the 12 MatMuls of a weight;
 the attention's two MatMuls of activations stay float): Backplane and ONNX Runtime
 agree within 1e-3 of max|output|, and both are within 10% of the float model.
 
-Usage: quantize_qdq_test.py BACKPLANE_CLI MODELS_DIR ORT_MODULE_DIR WORK_DIR
+Usage: quantize_qdq_test.py BACKPLANE_CLI MODELS_DIR ORT_MODULE_DIR WORK_DIR [CALIBRATION]
 Fails when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
 """
 import json
@@ -113,8 +118,31 @@ def check_static_file(path):
     return float(values[out_dq.input[1]])
 
 
+def same_model(a_path, b_path):
+    """'' if the two quantized models have the same nodes, float initializers within 1e-5
+    (relative) and integer ones within 1; else what differs."""
+    a, b = onnx.load(a_path), onnx.load(b_path)
+    if [(n.op_type, list(n.input)) for n in a.graph.node] != \
+            [(n.op_type, list(n.input)) for n in b.graph.node]:
+        return "the nodes differ"
+    va, vb = inits(a), inits(b)
+    if set(va) != set(vb):
+        return "the initializers differ"
+    for name, x in va.items():
+        y = vb[name]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return f"'{name}': {x.dtype}{x.shape} against {y.dtype}{y.shape}"
+        if x.dtype.kind == "f":
+            if not np.allclose(x, y, rtol=1e-5, atol=0):
+                return f"'{name}': {x.ravel()[:4]} against {y.ravel()[:4]}"
+        elif np.abs(x.astype(np.int64) - y.astype(np.int64)).max(initial=0) > 1:
+            return f"'{name}': integers more than 1 apart"
+    return ""
+
+
 def main():
     cli, models, module, work = sys.argv[1:5]
+    calibration = sys.argv[5] if len(sys.argv) > 5 else "cli"
     if shutil.which("node") is None or not os.path.exists(os.path.join(module, "package.json")):
         print(f"FAILED: needs node and onnxruntime-node in {module} "
               "(scripts/fetch-corpus.sh installs it)")
@@ -125,7 +153,17 @@ def main():
     # ---- tiny_cnn, static
     src = os.path.join(models, "tiny_cnn.onnx")
     qdq = os.path.join(work, "tiny_cnn.qdq.onnx")
-    print(run([sys.executable, QUANTIZE, src, qdq, "--backplane", cli]).strip())
+    said = run([sys.executable, QUANTIZE, src, qdq, "--backplane", cli]).strip()
+    print(said)
+    how = "in process" if calibration == "python" else "with `backplane run`"
+    check(f"samples {how}" in said, f"tiny_cnn: calibrated {how}")
+    if calibration == "python":
+        qdq_cli = os.path.join(work, "tiny_cnn.qdq.cli.onnx")
+        print(run([sys.executable, QUANTIZE, src, qdq_cli, "--backplane", cli,
+                   "--calibrate", "cli"]).strip())
+        differs = same_model(qdq, qdq_cli)
+        check(not differs, "tiny_cnn: in-process and `backplane run` calibration write the "
+              f"same model {differs}".rstrip())
     out_scale = check_static_file(qdq)
     x = os.path.join(models, "tiny_cnn.input.npy")
     name = onnx.load(src).graph.input[0].name

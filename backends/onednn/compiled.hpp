@@ -225,6 +225,9 @@ class Compiled : public sdk::CompiledPartition {
 
   std::string name;    // the view's (blob keys of serialize are made from it)
   bool empty = false;  // compile rejected a node; never executed
+  // Steps run in int8 (QuantGroup): serialize declines them (their weights'
+  // compensation and the attributes' scales are not in the payload format).
+  bool int8 = false;
   int threads = 1;     // OpenMP threads every step runs on (and was created for)
   Tuning tuning;       // as configured when it was compiled
   std::vector<Buffer> buffers;

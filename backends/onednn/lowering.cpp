@@ -64,6 +64,7 @@ std::optional<LowerFailure> Lowering::lower() {
       }
     }
   }
+  for (const INode& n : f_.nodes) c_.int8 = c_.int8 || (!n.dead && n.quant);
   bind_outputs();
   b_.concat_in_place();
   b_.plan_arena();

@@ -774,6 +774,9 @@ void run_tasks(size_t n, const Task& task) {
 void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
   if (empty)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a rejected partition cannot be serialized");
+  if (int8)
+    throw sdk::unsupported("CpuOneDnn partition '" + name +
+                           "' runs int8 steps, which its payload format does not hold yet");
   Writer w;
   w.raw(kMagic, sizeof kMagic);
   w.pod(kFormatVersion);

@@ -686,7 +686,9 @@ typedef struct bp_backend_api {
                           size_t num_outputs, const bp_tensor_t* outputs);
 
   /* Ahead of time: write what deserialize needs to `writer`; large data goes
-   * to host->blob_store_add so it is shared and mmap-able. */
+   * to host->blob_store_add so it is shared and mmap-able. UNSUPPORTED: this
+   * partition's compiled form cannot be written (the host then keeps its
+   * portable graph in the artifact and compiles it at load). */
   bp_status_t* (*serialize)(bp_compiled_t* compiled, bp_blob_store_t* store,
                             bp_byte_writer_t* writer);
   /* Rebuild a compiled partition from a payload. `view` is the same

@@ -350,12 +350,20 @@ Result<ArtifactSpecialization> serialize_spec(const SpecWork& w, const ir::Graph
     } else if (w.compiled[i] && backend.has_flag(BP_BACKEND_FLAG_SERIALIZE) &&
                BP_TABLE_HAS(backend.api(), serialize)) {
       bp_byte_writer writer;
-      BP_RETURN_IF_ERROR(backend.check(backend.call([&] {
+      Status s = backend.check(backend.call([&] {
         return backend.api()->serialize(w.compiled[i].get(), store.as_abi(), &writer);
       }),
-                                       "serialize " + name));
-      stored.has_payload = true;
-      stored.payload = std::move(writer.bytes);
+                               "serialize " + name);
+      if (s.code() == StatusCode::kUnsupported) {
+        // This partition's compiled form has something the backend does not
+        // write: the artifact keeps its portable graph, compiled at load.
+        log::info(s.message() +
+                  "; the artifact keeps the portable graph and it is compiled at load");
+      } else {
+        BP_RETURN_IF_ERROR(s);
+        stored.has_payload = true;
+        stored.payload = std::move(writer.bytes);
+      }
     } else if (!p.imperative) {
       log::info(
           name + ": backend '" + backend.id() +

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -366,6 +369,7 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                        : t.gather      ? "gather"
                        : t.row_softmax ? "softmax"
                        : t.small_binary ? "binary"
+                       : t.dynamic_quantize ? "dynamic_quantize"
                                        : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
     profiled->profile_node(BP_PROFILE_NO_NODE, kind, t.what.c_str(), begin, profiled->clock_ns());
   }
@@ -524,12 +528,107 @@ void Binder::run_small_binary(size_t s) {
   }
 }
 
+namespace {
+// The range of x[0, n) widened to include 0 (*lo <= 0 <= *hi), NaN left
+// out, and the scale that spans it in uint8, as ONNX's (and CpuRef's)
+// DynamicQuantizeLinear computes them. minps(v, lo) is v < lo ? v : lo,
+// which a NaN v leaves lo.
+float dynamic_range(const float* x, size_t n, float* lo, float* hi) {
+  size_t i = 0;
+  float l = 0.f, h = 0.f;
+#ifdef __SSE2__
+  __m128 lo4 = _mm_setzero_ps(), hi4 = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    lo4 = _mm_min_ps(v, lo4);
+    hi4 = _mm_max_ps(v, hi4);
+  }
+  float ls[4], hs[4];
+  _mm_storeu_ps(ls, lo4);
+  _mm_storeu_ps(hs, hi4);
+  l = std::min({ls[0], ls[1], ls[2], ls[3]});
+  h = std::max({hs[0], hs[1], hs[2], hs[3]});
+#endif
+  for (; i < n; ++i) {
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
+  }
+  *lo = l;
+  *hi = h;
+  return (h - l) / 255.f;
+}
+
+// y = saturate(round_half_to_even(x / scale) + zero_point) as uint8, NaN to
+// the zero point (and everything to it when scale is 0). x / scale lies in
+// [-255, 255]: adding and taking away 1.5 * 2^23 rounds it half to even.
+void quantize_u8(const float* x, size_t n, float scale, float zero_point, uint8_t* y) {
+  constexpr float kRound = 12582912.f;
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 s4 = _mm_set1_ps(scale), z4 = _mm_set1_ps(zero_point), r4 = _mm_set1_ps(kRound);
+  const __m128 top = _mm_set1_ps(255.f), bottom = _mm_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    __m128i q[4];
+    for (size_t k = 0; k < 4; ++k) {
+      const __m128 v = _mm_div_ps(_mm_loadu_ps(x + i + 4 * k), s4);
+      const __m128 number = _mm_cmpord_ps(v, v);
+      __m128 r = _mm_add_ps(_mm_sub_ps(_mm_add_ps(v, r4), r4), z4);
+      r = _mm_or_ps(_mm_and_ps(number, r), _mm_andnot_ps(number, z4));
+      q[k] = _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(r, bottom), top));
+    }
+    const __m128i a = _mm_packs_epi32(q[0], q[1]), b = _mm_packs_epi32(q[2], q[3]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm_packus_epi16(a, b));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i] / scale;
+    const float q = v == v ? (v + kRound) - kRound + zero_point : zero_point;
+    y[i] = static_cast<uint8_t>(std::clamp(q, 0.f, 255.f));
+  }
+}
+}  // namespace
+
+void Binder::run_dynamic_quantize(size_t s) {
+  const Step& step = c_.steps[s];
+  const float *x = nullptr, *w_scales = nullptr;
+  uint8_t* y = nullptr;
+  int32_t* zero_point = nullptr;
+  float* scales = nullptr;
+  size_t n = 0, count = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    void* handle = nullptr;
+    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    const auto [arg, ref] = step.args[k];
+    const size_t bytes = c_.refs[ref].md->get_size();
+    if (arg == DNNL_ARG_SRC) {
+      x = static_cast<const float*>(handle);
+      n = bytes / sizeof(float);
+    } else if (arg == DNNL_ARG_DST) {
+      y = static_cast<uint8_t*>(handle);
+    } else if (arg == DNNL_ARG_DST_1) {
+      zero_point = static_cast<int32_t*>(handle);
+    } else if (arg == DNNL_ARG_DST_2) {
+      scales = static_cast<float*>(handle);
+      count = bytes / sizeof(float);
+    } else {
+      w_scales = static_cast<const float*>(handle);
+    }
+  }
+  float lo = 0.f, hi = 0.f, zp = 0.f;
+  const float scale = dynamic_range(x, n, &lo, &hi);
+  if (scale > 0.f) zp = std::clamp(std::nearbyint((0.f - lo) / scale), 0.f, 255.f);
+  quantize_u8(x, n, scale, zp, y);
+  *zero_point = static_cast<int32_t>(zp);
+  for (size_t c = 0; c < count; ++c) scales[c] = scale * w_scales[c];
+}
+
 void Binder::run_step(size_t s, dnnl::stream& stream) {
   if (c_.steps[s].concat_norm) return run_concat_norm(s);
   if (c_.steps[s].copy_concat) return run_copy(s);
   if (c_.steps[s].gather) return run_gather(s);
   if (c_.steps[s].row_softmax) return run_row_softmax(s);
   if (c_.steps[s].small_binary) return run_small_binary(s);
+  if (c_.steps[s].dynamic_quantize) return run_dynamic_quantize(s);
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
                                             static_cast<int>(args_[s].size()), args_[s].data());
   if (st != dnnl_success)

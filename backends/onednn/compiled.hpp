@@ -109,6 +109,14 @@ struct Step {
   // shape-polymorphic partition have it (Lowering::lower_binary).
   bool small_binary = false;
   int binary_alg = 0;
+  // ONNX DynamicQuantizeLinear of DNNL_ARG_SRC (dense float32, any shape),
+  // done here: the range of its values (widened to include 0) gives the
+  // scale and the zero point; DNNL_ARG_DST gets the uint8 values,
+  // DNNL_ARG_DST_1 the zero point (int32, one), DNNL_ARG_DST_2 the scale
+  // times each of the DNNL_ARG_SCALE constants (float32): the runtime
+  // zero point and output scales of the int8 matmul that follows
+  // (Lowering::lower_qdynamic).
+  bool dynamic_quantize = false;
 };
 
 class Compiled;
@@ -204,6 +212,7 @@ class Binder {
   void run_gather(size_t step);
   void run_row_softmax(size_t step);
   void run_small_binary(size_t step);
+  void run_dynamic_quantize(size_t step);
 
   const Compiled& c_;
   char* memory_;  // the context's block the arena refs point into

@@ -13,6 +13,7 @@
 #include "onednn/compiler.hpp"
 
 #include "onednn/compiled.hpp"
+#include "onednn/fusion.hpp"
 #include "onednn/lowering.hpp"
 #include "onednn/patterns.hpp"
 #include "onednn/support.hpp"
@@ -184,6 +185,20 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
       reasons[n] = e.what();
       if (reasons[n].empty()) reasons[n] = "unsupported";
     }
+  }
+  // DynamicQuantizeLinear, MatMulInteger and Cast run here only as a
+  // dynamically quantized product (fusion.cpp: dynamic_product).
+  try {
+    const FusedGraph f = fuse(g);
+    for (size_t k = 0; k < f.nodes.size(); ++k) {
+      const INode& m = f.nodes[k];
+      if (m.dead || !m.quant || !m.quant->dynamic) continue;
+      for (int v : m.covers) reasons[v].clear();
+      for (const INode& member : f.nodes)
+        if (member.group == static_cast<int>(k))
+          for (int v : member.covers) reasons[v].clear();
+    }
+  } catch (const std::exception&) {  // the nodes keep their reasons
   }
   return reasons;
 }

@@ -611,6 +611,94 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// Makes MatMulInteger INode n a dynamically quantized int8 product, as
+// ONNX Runtime's dynamic quantizer writes it: DynamicQuantizeLinear(x) ->
+// MatMulInteger(x_q, w, x_zero_point, w_zero_point) -> Cast(float) ->
+// Mul by (x_scale * w_scale), with w constant int8 [K, N] of zero point 0
+// and w_scale constant (one, or one per column). The group reads x and
+// writes the Mul's result (QuantGroup::dynamic).
+bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if (m.op != "MatMulInteger" || m.in.size() < 2 || m.in[0] < 0 || m.in[1] < 0) return false;
+  const int w = m.in[1];
+  const int x_zp = m.in.size() > 2 ? m.in[2] : -1, w_zp = m.in.size() > 3 ? m.in[3] : -1;
+  const int d = g.values[m.in[0]].producer;
+  if (d < 0 || f.nodes[d].dead || f.nodes[d].group >= 0 ||
+      f.nodes[d].op != "DynamicQuantizeLinear" || g.num_out(d) != 3)
+    return false;
+  const int xq = g.out(d, 0), xs = g.out(d, 1), xz = g.out(d, 2);
+  if (xq != m.in[0] || (x_zp >= 0 && x_zp != xz) || g.only_consumer(xq) != m.node ||
+      (xz >= 0 && g.used(xz) && g.only_consumer(xz) != m.node))
+    return false;
+  if (!g.is_const(w) || g.values[w].dtype != BP_DTYPE_INT8 || g.shape(w).size() != 2) return false;
+  const int64_t cols = g.shape(w)[1];
+  if (w_zp >= 0) {
+    if (!g.is_const(w_zp) || g.values[w_zp].dtype != BP_DTYPE_INT8) return false;
+    const int8_t* z = static_cast<const int8_t*>(g.data(w_zp));
+    const int64_t count = sdk::element_count(g.shape(w_zp));
+    if (count != 1 && count != cols) return false;
+    for (int64_t i = 0; i < count; ++i)
+      if (z[i] != 0) return false;
+  }
+  // Cast to float, then Mul by the product of the scales.
+  const int cast = g.only_consumer(m.out);
+  if (cast < 0 || f.nodes[cast].op != "Cast" || f.nodes[cast].dead || f.nodes[cast].group >= 0 ||
+      g.values[f.nodes[cast].out].dtype != BP_DTYPE_FLOAT32)
+    return false;
+  const int mul = g.only_consumer(f.nodes[cast].out);
+  if (mul < 0 || f.nodes[mul].op != "Mul" || f.nodes[mul].dead || f.nodes[mul].group >= 0 ||
+      f.nodes[mul].in.size() != 2)
+    return false;
+  const int prod = f.nodes[mul].in[0] == f.nodes[cast].out ? f.nodes[mul].in[1]
+                                                           : f.nodes[mul].in[0];
+  const int p = prod >= 0 ? g.values[prod].producer : -1;
+  if (p < 0 || f.nodes[p].op != "Mul" || f.nodes[p].dead || f.nodes[p].group >= 0 ||
+      g.only_consumer(prod) != mul || f.nodes[p].in.size() != 2 || g.only_consumer(xs) != p)
+    return false;
+  const int ws = f.nodes[p].in[0] == xs ? f.nodes[p].in[1] : f.nodes[p].in[0];
+  if (!g.is_const(ws) || g.values[ws].dtype != BP_DTYPE_FLOAT32) return false;
+  const int64_t count = sdk::element_count(g.shape(ws));
+  if ((count != 1 && count != cols) || g.shape(f.nodes[mul].out) != g.shape(m.out)) return false;
+  // CpuOneDnn runs DynamicQuantizeLinear, MatMulInteger and Cast only so:
+  // no check_node for them, their types are checked here.
+  if (g.values[f.nodes[d].in[0]].dtype != BP_DTYPE_FLOAT32 ||
+      g.values[xq].dtype != BP_DTYPE_UINT8 || g.values[m.out].dtype != BP_DTYPE_INT32 ||
+      g.shape(f.nodes[d].in[0]).empty() || g.shape(f.nodes[d].in[0]).back() != g.shape(w)[0])
+    return false;
+  try {
+    for (int k : {mul, p}) check_node(g, f.nodes[k].node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  auto q = std::make_shared<QuantGroup>();
+  q->dynamic = true;
+  q->x = f.nodes[d].in[0];
+  q->x_shape = g.shape(q->x);
+  q->w = w;
+  const float* wsv = g.f32(ws);
+  q->w_scales.assign(wsv, wsv + count);
+  for (int k : {d, p, cast, mul}) f.nodes[k].group = n;
+  m.out = f.nodes[mul].out;
+  m.anchor = std::max(mul, p);
+  // The bias Add after it (a constant of one value per column).
+  const int add = g.only_consumer(m.out);
+  if (add >= 0 && f.nodes[add].op == "Add" && !f.nodes[add].dead && f.nodes[add].group < 0 &&
+      f.nodes[add].in.size() == 2 && g.shape(f.nodes[add].out) == g.shape(m.out)) {
+    const int b = f.nodes[add].in[0] == m.out ? f.nodes[add].in[1] : f.nodes[add].in[0];
+    const Dims& bs = g.shape(b);
+    if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32 &&
+        sdk::element_count(bs) == cols && !bs.empty() && bs.back() == cols) {
+      const float* bv = g.f32(b);
+      q->bias.assign(bv, bv + cols);
+      f.nodes[add].group = n;
+      m.out = f.nodes[add].out;
+      m.anchor = add;
+    }
+  }
+  m.quant = q;
+  return true;
+}
+
 // Makes Conv INode n an int8 group (QuantGroup) if its input and weights
 // are dequantized int8 (uint8/int8 activations with one scale, int8
 // weights with a zero point of 0 and one scale per tensor or per output
@@ -719,6 +807,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       if (in.op == "Conv" && quantize_conv(g, f, static_cast<int>(n))) continue;
       if (in.op == "Add" && quantize_add(g, f, static_cast<int>(n))) continue;
       if (quantize_product(g, f, static_cast<int>(n))) continue;
+      if (dynamic_product(g, f, static_cast<int>(n))) continue;
       if (quantize_pool(g, f, static_cast<int>(n))) continue;
     }
     if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")

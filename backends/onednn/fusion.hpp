@@ -44,7 +44,10 @@ struct QuantGroup {
   std::vector<float> w_scales;   // one, or one per output channel
   bool trans_b = false;          // Gemm: w is [N, K]
   Dims x_shape;                  // Gemm/MatMul: x as the product reads it
-  std::vector<float> bias;       // in accumulator units; empty: none
+  // MatMulInteger of a DynamicQuantizeLinear (fusion.cpp: dynamic_product):
+  // x is float, quantized at run time; the result is float.
+  bool dynamic = false;
+  std::vector<float> bias;       // in accumulator units (dynamic: float); empty: none
   float y_scale = 1;
   int32_t y_zero = 0;
   float out_scale = 1;  // the output scales' factor besides x_scale * w_scales

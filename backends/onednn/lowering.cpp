@@ -184,10 +184,13 @@ int Lowering::add_step_to_new(int y, dnnl::primitive prim, std::vector<std::pair
 void Lowering::lower_node(int n) {
   const INode& node = f_.nodes[n];
   const std::string& op = node.op;
-  if (op != "GeluErf" && op != "LayerNorm" && op != "Swish") check_node(g_, node.node);
+  const bool dynamic = node.quant && node.quant->dynamic;  // checked by fusion.cpp
+  if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic)
+    check_node(g_, node.node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
   if (op == "Add" && node.quant) return lower_qadd(node);
   if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
+  if (op == "MatMulInteger" && node.quant) return lower_qdynamic(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")

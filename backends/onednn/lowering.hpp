@@ -114,6 +114,9 @@ class Lowering {
   void lower_qadd(const INode& n);
   // A Gemm or MatMul in int8 (QuantGroup): a matmul of x's rows.
   void lower_qproduct(const INode& n);
+  // A MatMulInteger of a DynamicQuantizeLinear, to the float result
+  // (QuantGroup::dynamic): a dynamic_quantize step, then an int8 matmul.
+  void lower_qdynamic(const INode& n);
   // The int8 result `ref` of group n (in its input's scale and zero point)
   // quantized again to its output's, as n's output.
   void requantize(const INode& n, int ref);

@@ -213,6 +213,52 @@ void Lowering::lower_qproduct(const INode& n) {
   tensors_[n.out] = b_.alias(dst, plain_md(ys, dst_dt));
 }
 
+void Lowering::lower_qdynamic(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const Dims& ws = g_.shape(q.w);
+  const Dims& ys = g_.shape(n.out);
+  const int64_t k = ws[0], cols = ws[1];
+  const int64_t rows = sdk::element_count(q.x_shape) / k;
+  const int64_t nscales = static_cast<int64_t>(q.w_scales.size());
+  const int src = b_.alias(b_.as_plain(ref_of(q.x), q.x_shape), plain_md({rows, k}));
+  // x quantized here, at run time: its zero point and the output scales
+  // (its scale times w's) are the matmul's run-time attributes.
+  const int xq = b_.new_arena(plain_md({rows, k}, memory::data_type::u8));
+  const int zero_point = b_.new_arena(plain_md({1}, memory::data_type::s32));
+  const int scales = b_.new_arena(plain_md({1, nscales}));
+  const int w_scales = b_.const_ref(plain_md({nscales}), q.w_scales.data(), tagged("qws", n.node));
+  b_.add_dynamic_quantize(src, xq, zero_point, scales, w_scales,
+                          g_.describe(n.node) + " (its DynamicQuantizeLinear)");
+  const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
+  dnnl::matmul::desc d(b_.md(xq), wmd, plain_md({rows, cols}));
+  // The scales as a binary post-op on a run-time tensor rather than run-time
+  // output scales: oneDNN's brgemm matmul takes the former (its gemm, slower
+  // here, the latter).
+  dnnl::primitive_attr attr = attr_with({});
+  attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::post_ops po;
+  po.append_binary(algorithm::binary_mul, b_.md(scales));
+  const memory::desc bias_md = plain_md({1, cols});
+  if (!q.bias.empty()) po.append_binary(algorithm::binary_add, bias_md);
+  attr.set_post_ops(po);
+  dnnl::primitive prim;
+  std::string key = nscales > 1 ? "dynamic per column" : "dynamic";
+  if (!q.bias.empty()) key += ", bias";
+  auto pd = b_.make<dnnl::matmul>(d, attr, key, &prim);
+  const int wref = b_.const_reordered(plain_md({k, cols}, memory::data_type::s8), g_.data(q.w),
+                                      pd.weights_desc(), tagged("q", q.w));
+  std::vector<std::pair<int, int>> args = {
+      {DNNL_ARG_SRC, xq},
+      {DNNL_ARG_WEIGHTS, wref},
+      {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scales},
+      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+                    b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
+  const int dst = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  tensors_[n.out] = b_.alias(dst, plain_md(ys));
+}
+
 void Lowering::requantize(const INode& n, int ref) {
   const QuantGroup& q = *n.quant;
   if (q.x_scale == q.y_scale && q.x_zero == q.y_zero && g_.values[q.x].dtype == g_.values[n.out].dtype)

@@ -252,6 +252,18 @@ void PlanBuilder::add_small_binary(int a, int b, int dst, dnnl::algorithm alg,
   c_.steps.back().binary_alg = static_cast<int>(dnnl::convert_to_c(alg));
 }
 
+void PlanBuilder::add_dynamic_quantize(int src, int dst, int zero_point, int scales,
+                                       int w_scales, const std::string& what) {
+  push_step(dnnl::primitive(),
+            {{DNNL_ARG_SRC, src},
+             {DNNL_ARG_SCALE, w_scales},
+             {DNNL_ARG_DST, dst},
+             {DNNL_ARG_DST_1, zero_point},
+             {DNNL_ARG_DST_2, scales}},
+            what);
+  c_.steps.back().dynamic_quantize = true;
+}
+
 void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
   push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what);
   c_.steps.back().row_softmax = true;

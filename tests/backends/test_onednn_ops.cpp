@@ -1698,6 +1698,48 @@ TEST_P(OneDnnInt8, WithinOneStepOfCpuRef) {
 INSTANTIATE_TEST_SUITE_P(OneDnnOps, OneDnnInt8, testing::ValuesIn(kInt8Cases),
                          [](const testing::TestParamInfo<Int8Case>& i) { return i.param.name; });
 
+// A MatMul quantized dynamically, as ONNX Runtime's quantize_dynamic writes
+// it (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the product
+// of the scales, then the bias Add), runs on CpuOneDnn as one int8 matmul
+// after a quantizing step, and gives CpuRef's result but for float
+// rounding: the integer product is exact and the scales multiply it once.
+TEST(OneDnnOps, DynamicallyQuantizedMatMulIsOneInt8Step) {
+  for (const int64_t per_column : {0, 1}) {
+    SCOPED_TRACE(per_column ? "one weight scale per column" : "one weight scale");
+    ModelBuilder b(13);
+    b.input("x", {2, 7, 50});  // 700 values: the quantizing loop's tail too
+    std::mt19937 rng(13);
+    std::vector<int32_t> w(50 * 40);
+    for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+    b.init_ints("w", onnx::TensorProto::INT8, {50, 40}, w);
+    const int64_t ns = per_column ? 40 : 1;
+    const Dims sd = per_column ? Dims{40} : Dims{};
+    b.init_ints("wz", onnx::TensorProto::INT8, sd, std::vector<int32_t>(ns, 0));
+    std::vector<float> ws(ns), bias(40);
+    for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.01f + 0.001f * static_cast<float>(i % 9);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i % 11) - 0.5f;
+    b.init_f32("ws", sd, ws);
+    b.init_f32("bias", {40}, bias);
+    b.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+    b.node("MatMulInteger", {"xq", "w", "xz", "wz"}, {"acc"});
+    set_int(b.node("Cast", {"acc"}, {"accf"}), "to", onnx::TensorProto::FLOAT);
+    b.node("Mul", {"xs", "ws"}, {"s"});
+    b.node("Mul", {"accf", "s"}, {"m"});
+    b.node("Add", {"bias", "m"}, {"y"});
+    b.output("y");
+    int int8 = 0, quantizing = 0, steps = 0;
+    for (const std::string& line : plan_report(b, {})) {
+      ++steps;
+      int8 += line.find("\tmatmul\t") != std::string::npos && line.find("(int8)") != std::string::npos;
+      quantizing += line.find("(its DynamicQuantizeLinear)") != std::string::npos;
+    }
+    EXPECT_EQ(int8, 1);
+    EXPECT_EQ(quantizing, 1);
+    EXPECT_EQ(steps, 2);  // the bias too is the matmul's
+    expect_matches_cpuref(b, 1e-5);
+  }
+}
+
 // A MaxPool of a plain uint8 tensor has only oneDNN's reference int8
 // kernel: the group runs as its float operators instead, still on CpuOneDnn
 // and exactly as CpuRef.

@@ -494,14 +494,16 @@ bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
-// Makes MaxPool/GlobalMaxPool INode n an int8 group: the maximum of
-// dequantized int8 of one scale, quantized. The maximum commutes with
-// dequantization: the pooling runs on the integers, and a reorder after it
-// quantizes again where the scale or zero point changes.
+// Makes a pooling INode n an int8 group: the pooling of dequantized int8
+// of one scale, quantized. The maximum commutes with dequantization: the
+// pooling runs on the integers, and a reorder after it quantizes again
+// where the scale or zero point changes. The average is linear in it: the
+// pooling's post-op dequantizes its average and quantizes it again.
 bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
   INode& m = f.nodes[n];
-  if ((m.op != "MaxPool" && m.op != "GlobalMaxPool") || m.in.empty() || m.in[0] < 0 ||
-      !m.pad_before.empty() || g.num_out(m.node) != 1)
+  const bool max = m.op == "MaxPool" || m.op == "GlobalMaxPool";
+  if ((!max && m.op != "AveragePool" && m.op != "GlobalAveragePool") || m.in.empty() ||
+      m.in[0] < 0 || !m.pad_before.empty() || g.num_out(m.node) != 1)
     return false;
   try {
     check_node(g, m.node);
@@ -511,15 +513,32 @@ bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
   QuantSpec xq;
   const int dx = dequantizer(g, f, m.in[0], -1, &xq);
   if (dx < 0 || g.values[m.in[0]].dequantized || xq.quantized == BP_DTYPE_INT32) return false;
+  if (m.op == "AveragePool" && xq.zero_point != 0 &&
+      g.node(m.node).attr_int("count_include_pad", 0) != 0) {
+    // oneDNN pads the integers with 0, ONNX the dequantized values.
+    const std::vector<int64_t> pads = g.node(m.node).attr_ints("pads", {});
+    if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; })) return false;
+  }
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[dx].in[0];
   q->x_scale = xq.scales[0];
   q->x_zero = xq.zero_point;
   q->dequantize = {dx};
-  std::vector<PostOp> post;
+  std::vector<PostOp> tail;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, false, *q, post, chain) || chain.size() != 1) return false;
-  commit_group(f, n, q, {}, chain);
+  if (!quantized_output(g, f, m.out, false, *q, tail, chain)) return false;
+  if (max) {
+    if (chain.size() != 1) return false;
+    commit_group(f, n, q, {}, chain);
+    return true;
+  }
+  PostOp deq;
+  deq.alg = algorithm::eltwise_linear;
+  deq.alpha = q->x_scale * q->out_scale;
+  deq.beta = -static_cast<float>(q->x_zero) * deq.alpha;
+  std::vector<PostOp> post = {deq};
+  if (!append_post_ops(post, tail)) return false;
+  commit_group(f, n, q, std::move(post), chain);
   return true;
 }
 

@@ -32,7 +32,8 @@ struct PostOp {
 // x_scale * (x - x_zero) + x2_scale * (x2 - x2_zero), the same way after.
 // Gemm/MatMul: the Conv's arithmetic on the rows of x by w.
 // MaxPool: of x, then (if the scale or zero point changes) a reorder with
-// y = x_scale / y_scale * (x - x_zero) + y_zero.
+// y = x_scale / y_scale * (x - x_zero) + y_zero. AveragePool: of x, whose
+// post-ops dequantize and quantize.
 struct QuantGroup {
   int x = -1;  // the quantized source (the DequantizeLinear's input)
   float x_scale = 1;

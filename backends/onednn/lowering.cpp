@@ -592,12 +592,18 @@ void Lowering::lower_pool(const INode& n) {
                             ? algorithm::pooling_avg_include_padding
                             : algorithm::pooling_avg_exclude_padding;
   dnnl::primitive prim;
+  // int8: a maximum in the input's type (requantized after), an average
+  // straight to the output's through its post-ops.
+  const bool requantized = n.quant && n.post.empty();
   const memory::desc dst_md =
-      n.quant ? memory::desc(to_dims(ys), *data_type_of(n.quant->x), memory::format_tag::any)
+      n.quant ? memory::desc(to_dims(ys), *data_type_of(requantized ? n.quant->x : n.out),
+                             memory::format_tag::any)
               : any_md(ys);
   auto make = [&](int src) {
     dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src), dst_md,
                                      w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
+    if (!n.post.empty())
+      return b_.make<dnnl::pooling_v2_forward>(d, attr_with(n.post), post_key(n.post), &prim);
     return b_.make<dnnl::pooling_v2_forward>(d, b_.attr(), "", &prim);
   };
   int src = ref_of(x);
@@ -610,7 +616,7 @@ void Lowering::lower_pool(const INode& n) {
   }
   const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd,
                                   g_.describe(n.node) + (n.quant ? " (int8)" : ""));
-  if (n.quant) requantize(n, dst);
+  if (requantized) requantize(n, dst);
 }
 
 void Lowering::lower_batch_norm(const INode& n) {

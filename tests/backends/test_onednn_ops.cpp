@@ -1635,6 +1635,16 @@ const Int8Case kInt8Cases[] = {
        quantize_to(b, "p", "yq", 0.04f, 110);
      },
      {1, 16, 11, 11}, "pooling_v2", 0.04f},
+    {"GlobalAveragePoolRequantized",
+     [](ModelBuilder& b) {
+       qdq_conv_weights(b, 16, 16, 1, true);
+       b.node("Conv", {"xd", "wd", "bd"}, {"c"});
+       quantize_to(b, "c", "cq", 0.05f, 128);
+       dequantize_from(b, "cq", "cd");
+       b.node("GlobalAveragePool", {"cd"}, {"p"});
+       quantize_to(b, "p", "yq", 0.002f, 120);
+     },
+     {1, 16, 9, 9}, "pooling_v2", 0.002f},
     {"GemmTransBAfterFlatten",
      [](ModelBuilder& b) {
        qdq_product_weights(b, 10, 256, 0);

@@ -370,6 +370,7 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                        : t.row_softmax ? "softmax"
                        : t.small_binary ? "binary"
                        : t.dynamic_quantize ? "dynamic_quantize"
+                       : t.table ? "table"
                                        : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
     profiled->profile_node(BP_PROFILE_NO_NODE, kind, t.what.c_str(), begin, profiled->clock_ns());
   }
@@ -622,6 +623,27 @@ void Binder::run_dynamic_quantize(size_t s) {
   for (size_t c = 0; c < count; ++c) scales[c] = scale * w_scales[c];
 }
 
+void Binder::run_table(size_t s) {
+  const Step& step = c_.steps[s];
+  const uint8_t *x = nullptr, *table = nullptr;
+  uint8_t* y = nullptr;
+  size_t n = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    void* handle = nullptr;
+    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    const auto [arg, ref] = step.args[k];
+    if (arg == DNNL_ARG_SRC) {
+      x = static_cast<const uint8_t*>(handle);
+      n = c_.refs[ref].md->get_size();
+    } else if (arg == DNNL_ARG_WEIGHTS) {
+      table = static_cast<const uint8_t*>(handle);
+    } else {
+      y = static_cast<uint8_t*>(handle);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
 void Binder::run_step(size_t s, dnnl::stream& stream) {
   if (c_.steps[s].concat_norm) return run_concat_norm(s);
   if (c_.steps[s].copy_concat) return run_copy(s);
@@ -629,6 +651,7 @@ void Binder::run_step(size_t s, dnnl::stream& stream) {
   if (c_.steps[s].row_softmax) return run_row_softmax(s);
   if (c_.steps[s].small_binary) return run_small_binary(s);
   if (c_.steps[s].dynamic_quantize) return run_dynamic_quantize(s);
+  if (c_.steps[s].table) return run_table(s);
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
                                             static_cast<int>(args_[s].size()), args_[s].data());
   if (st != dnnl_success)

@@ -117,6 +117,11 @@ struct Step {
   // zero point and output scales of the int8 matmul that follows
   // (Lowering::lower_qdynamic).
   bool dynamic_quantize = false;
+  // A table lookup, done here: DNNL_ARG_DST byte i = DNNL_ARG_WEIGHTS byte
+  // (DNNL_ARG_SRC byte i), over the bytes of DNNL_ARG_SRC (dense, one byte
+  // per element; DST in the same layout): an elementwise function of a
+  // quantized tensor (Lowering::lower_table).
+  bool table = false;
 };
 
 class Compiled;
@@ -213,6 +218,7 @@ class Binder {
   void run_row_softmax(size_t step);
   void run_small_binary(size_t step);
   void run_dynamic_quantize(size_t step);
+  void run_table(size_t step);
 
   const Compiled& c_;
   char* memory_;  // the context's block the arena refs point into

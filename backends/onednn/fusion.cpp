@@ -7,7 +7,10 @@
 #include "onednn/support.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 
 namespace backplane::onednn {
 namespace {
@@ -718,6 +721,188 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// ---- tables ------------------------------------------------------------------
+
+// CpuRef's float arithmetic for the operators a table stands for
+// (backends/reference: kernels_elementwise.cpp, kernels_quant.cpp).
+float reference_sigmoid(float x) {
+  if (x >= 0) return 1.f / (1.f + std::exp(-x));
+  const float e = std::exp(x);
+  return e / (1.f + e);
+}
+
+// The operators a table may stand for: elementwise on float, one result.
+bool tabulable(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Identity",
+      "Add", "Sub", "Mul", "Div", "QuantizeLinear", "DequantizeLinear"};
+  return ops.count(op) > 0;
+}
+
+// Node k's result from its operands' (`val`: value -> float; an integer
+// for the quantized ones), as CpuRef computes it; nullopt if it cannot.
+std::optional<float> tabulate(ViewInfo& g, const INode& k, const std::map<int, float>& val) {
+  auto in = [&](size_t i) -> std::optional<float> {
+    if (i >= k.in.size() || k.in[i] < 0) return std::nullopt;
+    auto it = val.find(k.in[i]);
+    if (it != val.end()) return it->second;
+    return g.scalar(k.in[i]);
+  };
+  const std::optional<float> x = in(0);
+  if (!x) return std::nullopt;
+  const std::string& op = k.op;
+  sdk::NodeRef node = g.node(k.node);
+  if (op == "DequantizeLinear" || op == "QuantizeLinear") {
+    QuantSpec q;
+    if (!per_tensor_spec(g, k.node, &q)) return std::nullopt;
+    const float s = q.scales[0], z = static_cast<float>(q.zero_point);
+    if (op == "DequantizeLinear") return (*x - z) * s;
+    const double lo = q.quantized == BP_DTYPE_INT8 ? -128.0 : 0.0;
+    const double hi = q.quantized == BP_DTYPE_INT8 ? 127.0 : 255.0;
+    const double v = static_cast<double>(*x / s);
+    const double r = std::isnan(v) ? 0.0 : std::nearbyint(v);
+    return static_cast<float>(std::clamp(r + z, lo, hi));
+  }
+  if (op == "Sigmoid") return reference_sigmoid(*x);
+  if (op == "Tanh") return std::tanh(*x);
+  if (op == "Relu") return *x > 0 ? *x : 0.f;
+  if (op == "Identity") return *x;
+  if (op == "LeakyRelu") return *x >= 0 ? *x : node.attr_float("alpha", 0.01f) * *x;
+  if (op == "HardSigmoid")
+    return std::fmax(0.f, std::fmin(1.f, node.attr_float("alpha", 0.2f) * *x +
+                                             node.attr_float("beta", 0.5f)));
+  if (op == "HardSwish") return *x * std::fmax(0.f, std::fmin(1.f, *x / 6.f + 0.5f));
+  if (op == "Clip") {
+    float lo = -kInf, hi = kInf;
+    if (node.opset() < 11) {
+      lo = node.attr_float("min", -kInf);
+      hi = node.attr_float("max", kInf);
+    } else {
+      if (k.in.size() > 1 && k.in[1] >= 0) {
+        const std::optional<float> v = g.scalar(k.in[1]);
+        if (!v) return std::nullopt;
+        lo = *v;
+      }
+      if (k.in.size() > 2 && k.in[2] >= 0) {
+        const std::optional<float> v = g.scalar(k.in[2]);
+        if (!v) return std::nullopt;
+        hi = *v;
+      }
+    }
+    return std::min(std::max(*x, lo), hi);
+  }
+  const std::optional<float> y = in(1);
+  if (!y) return std::nullopt;
+  if (op == "Add") return *x + *y;
+  if (op == "Sub") return *x - *y;
+  if (op == "Mul") return *x * *y;
+  if (op == "Div") return *x / *y;
+  return std::nullopt;
+}
+
+// Makes QuantizeLinear INode n a table (QuantGroup::table) when what it
+// quantizes is a function of one quantized tensor alone, elementwise:
+// DequantizeLinear -> Sigmoid -> QuantizeLinear, or SiLU as a quantizer
+// writes it, x * Q/DQ(sigmoid(x)) with x dequantized from one tensor. The
+// 256 results are computed now with CpuRef's arithmetic, so the table is
+// exact; the group is one lookup per element.
+bool table_group(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  QuantSpec yq;
+  if (m.op != "QuantizeLinear" || !per_tensor_spec(g, m.node, &yq)) return false;
+  std::set<int> region = {n}, sources_dq;
+  std::vector<int> stack = {n};
+  int source = -1;
+  while (!stack.empty()) {
+    const INode& k = f.nodes[stack.back()];
+    stack.pop_back();
+    const size_t operands = k.op == "QuantizeLinear" || k.op == "DequantizeLinear" ? 1 : 2;
+    for (size_t i = 0; i < k.in.size() && i < operands; ++i) {
+      const int v = k.in[i];
+      if (v < 0 || g.is_const(v)) continue;
+      const int p = g.values[v].producer;
+      if (p < 0 || f.nodes[p].dead || f.nodes[p].group >= 0 || !tabulable(f.nodes[p].op))
+        return false;
+      if (region.count(p)) continue;
+      if (g.shape(v) != g.shape(m.out)) return false;  // elementwise, no broadcast
+      if (f.nodes[p].op == "DequantizeLinear") {
+        QuantSpec dq;
+        if (!per_tensor_spec(g, f.nodes[p].node, &dq) || g.values[v].dequantized) return false;
+        const int q = f.nodes[p].in[0];
+        const int qp = g.values[q].producer;
+        const bool inner = qp >= 0 && !f.nodes[qp].dead && f.nodes[qp].group < 0 &&
+                           f.nodes[qp].op == "QuantizeLinear" && !f.nodes[qp].in.empty() &&
+                           f.nodes[qp].in[0] >= 0 && g.values[f.nodes[qp].in[0]].producer >= 0 &&
+                           f.nodes[g.values[f.nodes[qp].in[0]].producer].op != "DequantizeLinear" &&
+                           tabulable(f.nodes[g.values[f.nodes[qp].in[0]].producer].op);
+        region.insert(p);
+        if (inner) {
+          if (!region.count(qp)) {
+            region.insert(qp);
+            stack.push_back(qp);
+          }
+        } else {
+          if (source >= 0 && source != q) return false;
+          source = q;
+          sources_dq.insert(p);
+        }
+        continue;
+      }
+      region.insert(p);
+      stack.push_back(p);
+    }
+    if (region.size() > 12) return false;
+  }
+  if (source < 0) return false;
+  const bp_dtype_t st = g.values[source].dtype;
+  if (st != BP_DTYPE_UINT8 && st != BP_DTYPE_INT8) return false;
+  bool computes = false;
+  for (int k : region) {
+    const std::string& op = f.nodes[k].op;
+    computes = computes || (op != "QuantizeLinear" && op != "DequantizeLinear" && op != "Identity");
+    if (k == n) continue;
+    // Nothing outside reads what the region computes (but its sources).
+    const int v = f.nodes[k].out;
+    if (g.values[v].output && !sources_dq.count(k)) return false;
+    for (int c : f.consumers[v])
+      if (!region.count(c) && !sources_dq.count(k)) return false;
+    if (g.num_out(f.nodes[k].node) != 1) return false;
+  }
+  if (!computes) return false;
+  std::vector<uint8_t> table(256);
+  for (int byte = 0; byte < 256; ++byte) {
+    std::map<int, float> val;
+    val[source] = st == BP_DTYPE_INT8 ? static_cast<float>(static_cast<int8_t>(byte))
+                                      : static_cast<float>(byte);
+    for (int k : region) {  // node order is the view's, topological
+      const std::optional<float> r = tabulate(g, f.nodes[k], val);
+      if (!r) return false;
+      val[f.nodes[k].out] = *r;
+    }
+    const float y = val[m.out];
+    table[static_cast<size_t>(byte)] =
+        yq.quantized == BP_DTYPE_INT8 ? static_cast<uint8_t>(static_cast<int8_t>(y))
+                                      : static_cast<uint8_t>(y);
+  }
+  auto q = std::make_shared<QuantGroup>();
+  q->x = source;
+  q->table = std::move(table);
+  // The table stands for the region: its nodes go (their reads of the
+  // source's DequantizeLinear with them), their view nodes are the table's.
+  for (int k : region) {
+    if (k == n) continue;
+    if (sources_dq.count(k)) {
+      q->dequantize.push_back(k);
+      continue;
+    }
+    f.nodes[k].dead = true;
+    m.covers.insert(m.covers.end(), f.nodes[k].covers.begin(), f.nodes[k].covers.end());
+  }
+  m.anchor = n;
+  m.quant = q;
+  return true;
+}
+
 // Makes Conv INode n an int8 group (QuantGroup) if its input and weights
 // are dequantized int8 (uint8/int8 activations with one scale, int8
 // weights with a zero point of 0 and one scale per tensor or per output
@@ -835,6 +1020,13 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       absorb_relu(g, f, static_cast<int>(n));
       absorb_concat(g, f, static_cast<int>(n));
     }
+  }
+  // Tables last (what the groups above take, they do better) and from the
+  // end, so that a table takes all it can (SiLU's Mul before its Sigmoid).
+  for (size_t n = nn; n-- > 0;) {
+    INode& in = f.nodes[n];
+    if (!in.dead && in.group < 0 && !in.quant && !float_nodes.count(in.node))
+      table_group(g, f, static_cast<int>(n));
   }
   drop_dequantizers(g, f);
   return f;

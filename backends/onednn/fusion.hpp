@@ -48,6 +48,9 @@ struct QuantGroup {
   // MatMulInteger of a DynamicQuantizeLinear (fusion.cpp: dynamic_product):
   // x is float, quantized at run time; the result is float.
   bool dynamic = false;
+  // QuantizeLinear of a function of x alone (fusion.cpp: table_group): the
+  // result for each of x's 256 byte values.
+  std::vector<uint8_t> table;
   std::vector<float> bias;       // in accumulator units (dynamic: float); empty: none
   float y_scale = 1;
   int32_t y_zero = 0;

@@ -191,6 +191,7 @@ void Lowering::lower_node(int n) {
   if (op == "Add" && node.quant) return lower_qadd(node);
   if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
   if (op == "MatMulInteger" && node.quant) return lower_qdynamic(node);
+  if (op == "QuantizeLinear" && node.quant) return lower_table(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")

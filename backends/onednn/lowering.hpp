@@ -117,6 +117,8 @@ class Lowering {
   // A MatMulInteger of a DynamicQuantizeLinear, to the float result
   // (QuantGroup::dynamic): a dynamic_quantize step, then an int8 matmul.
   void lower_qdynamic(const INode& n);
+  // A QuantizeLinear of a function of one quantized tensor, as a table.
+  void lower_table(const INode& n);
   // The int8 result `ref` of group n (in its input's scale and zero point)
   // quantized again to its output's, as n's output.
   void requantize(const INode& n, int ref);

@@ -259,6 +259,20 @@ void Lowering::lower_qdynamic(const INode& n) {
   tensors_[n.out] = b_.alias(dst, plain_md(ys));
 }
 
+void Lowering::lower_table(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  int src = ref_of(q.x);
+  const Dims& xs = g_.shape(q.x);
+  // Every byte an element (no gaps, no padded blocks, whose zeros the table
+  // would overwrite).
+  if (b_.md(src).get_size() != static_cast<size_t>(sdk::element_count(xs)))
+    src = b_.as_plain(src, xs);
+  const int dst = b_.new_arena(with_data_type(b_.md(src), data_type(g_.values[n.out].dtype)));
+  const int table = b_.const_ref(bytes_md(q.table.size()), q.table.data());
+  b_.add_table(src, table, dst, g_.describe(n.node) + " (int8 table)");
+  tensors_[n.out] = dst;
+}
+
 void Lowering::requantize(const INode& n, int ref) {
   const QuantGroup& q = *n.quant;
   if (q.x_scale == q.y_scale && q.x_zero == q.y_zero && g_.values[q.x].dtype == g_.values[n.out].dtype)

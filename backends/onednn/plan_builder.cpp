@@ -264,6 +264,12 @@ void PlanBuilder::add_dynamic_quantize(int src, int dst, int zero_point, int sca
   c_.steps.back().dynamic_quantize = true;
 }
 
+void PlanBuilder::add_table(int src, int table, int dst, const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}},
+            what);
+  c_.steps.back().table = true;
+}
+
 void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
   push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what);
   c_.steps.back().row_softmax = true;

@@ -159,6 +159,8 @@ class PlanBuilder {
   void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
   // Appends a row_softmax step (compiled.hpp) from `src` into `dst`.
   void add_row_softmax(int src, int dst, const std::string& what);
+  // Appends a table step (compiled.hpp): dst = table[src], bytewise.
+  void add_table(int src, int table, int dst, const std::string& what);
   // Appends a dynamic_quantize step (compiled.hpp) of `src` into `dst`,
   // `zero_point` and `scales` (= its scale times `w_scales`).
   void add_dynamic_quantize(int src, int dst, int zero_point, int scales, int w_scales,

@@ -903,6 +903,119 @@ bool table_group(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// Makes QLinearConv or QLinearMatMul INode n an int8 group: the operator is
+// the group (constant scales and zero points; weights as a Conv's or
+// MatMul's in a QDQ group; QLinearConv's bias int32 in accumulator units),
+// and a DequantizeLinear -> Relu/Clip -> QuantizeLinear after it joins it
+// as after a QDQ group.
+bool qlinear_group(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  const bool conv = m.op == "QLinearConv";
+  if ((!conv && m.op != "QLinearMatMul") || m.in.size() < 8 || m.out < 0) return false;
+  for (size_t i = 0; i < 8; ++i)
+    if (m.in[i] < 0 && i != 2 && i != 5 && i != 7) return false;
+  const int x = m.in[0], w = m.in[3];
+  const bp_dtype_t xt = g.values[x].dtype, yt = g.values[m.out].dtype;
+  const bool q8 = (xt == BP_DTYPE_UINT8 || xt == BP_DTYPE_INT8) &&
+                  (yt == BP_DTYPE_UINT8 || yt == BP_DTYPE_INT8);
+  if (!q8 || !g.is_const(w) || g.values[w].dtype != BP_DTYPE_INT8) return false;
+  // A zero point: absent (0) or a constant of one value of type `t`.
+  auto zero_of = [&](int v, bp_dtype_t t, int32_t* z) {
+    *z = 0;
+    if (v < 0) return true;
+    if (!g.is_const(v) || g.values[v].dtype != t || sdk::element_count(g.shape(v)) != 1)
+      return false;
+    *z = t == BP_DTYPE_UINT8 ? *static_cast<const uint8_t*>(g.data(v))
+                             : *static_cast<const int8_t*>(g.data(v));
+    return true;
+  };
+  const Dims& ws = g.shape(w);
+  if (conv ? ws.size() < 3 : ws.size() != 2) return false;
+  const int64_t channels = conv ? ws[0] : ws[1];
+  auto q = std::make_shared<QuantGroup>();
+  const std::optional<float> xs = g.scalar(m.in[1]), ys = g.scalar(m.in[6]);
+  if (!xs || !ys || !(*xs > 0) || !(*ys > 0) || !zero_of(m.in[2], xt, &q->x_zero) ||
+      !zero_of(m.in[7], yt, &q->y_zero))
+    return false;
+  const int wsv = m.in[4];
+  const int64_t nscales = sdk::element_count(g.shape(wsv));
+  if (!g.is_const(wsv) || g.values[wsv].dtype != BP_DTYPE_FLOAT32 ||
+      (nscales != 1 && nscales != channels))
+    return false;
+  if (m.in[5] >= 0) {
+    const int wz = m.in[5];
+    if (!g.is_const(wz) || g.values[wz].dtype != BP_DTYPE_INT8) return false;
+    const int8_t* z = static_cast<const int8_t*>(g.data(wz));
+    for (int64_t i = 0; i < sdk::element_count(g.shape(wz)); ++i)
+      if (z[i] != 0) return false;
+  }
+  q->x = x;
+  q->x_scale = *xs;
+  q->w = w;
+  const float* wsd = g.f32(wsv);
+  q->w_scales.assign(wsd, wsd + nscales);
+  q->x_shape = g.shape(x);
+  if (!conv && (q->x_shape.empty() || q->x_shape.back() != ws[0])) return false;
+  if (conv && m.in.size() > 8 && m.in[8] >= 0) {
+    const int b = m.in[8];
+    if (!g.is_const(b) || g.values[b].dtype != BP_DTYPE_INT32 ||
+        sdk::element_count(g.shape(b)) != channels)
+      return false;
+    const int32_t* bv = static_cast<const int32_t*>(g.data(b));
+    q->bias.assign(bv, bv + channels);  // int32 in units of x_scale * w_scale already
+  }
+  if (conv) {
+    try {  // the Conv attributes and window, as a Conv's
+      const Dims& xsh = g.shape(x);
+      (void)window(g, m.node, xsh, g.shape(m.out), Dims(ws.begin() + 2, ws.end()));
+    } catch (const sdk::Error&) {
+      return false;
+    }
+  }
+  q->y_scale = *ys;
+  q->out_scale = 1.f / *ys;
+  QuantSpec yq;
+  yq.quantized = yt;
+  yq.scales = {*ys};
+  yq.zero_point = q->y_zero;
+  std::vector<int> chain = requantized_activation(g, f, n, yq);
+  std::vector<PostOp> post;
+  PostOp to_int;
+  to_int.alg = algorithm::eltwise_linear;
+  if (chain.empty()) {
+    to_int.alpha = 1.f;
+    to_int.beta = static_cast<float>(q->y_zero);
+    post = {to_int};
+  } else {
+    const bool u8 = yt == BP_DTYPE_UINT8;
+    float lo = (u8 ? 0.f : -128.f) - static_cast<float>(q->y_zero);
+    float hi = (u8 ? 255.f : 127.f) - static_cast<float>(q->y_zero);
+    for (size_t i = 1; i + 1 < chain.size(); ++i) {  // chain[0] is the DequantizeLinear
+      const std::optional<PostOp> a = eltwise_of(g, f.nodes[chain[i]]);
+      if (!a) return false;
+      lo = std::max(lo, (a->alg == algorithm::eltwise_relu ? 0.f : a->alpha) / *ys);
+      hi = std::min(hi, (a->alg == algorithm::eltwise_relu ? kInf : a->beta) / *ys);
+    }
+    QuantSpec zq;
+    per_tensor_spec(g, f.nodes[chain.back()].node, &zq);
+    PostOp round, clamp;
+    round.alg = algorithm::eltwise_round;
+    clamp.alg = algorithm::eltwise_clip;
+    clamp.alpha = lo;
+    clamp.beta = std::max(lo, hi);
+    to_int.alpha = *ys / zq.scales[0];
+    to_int.beta = static_cast<float>(zq.zero_point);
+    post = {round, clamp, to_int};
+  }
+  if (chain.empty()) {
+    m.quant = q;
+    m.post = std::move(post);
+    return true;
+  }
+  commit_group(f, n, q, std::move(post), chain);
+  return true;
+}
+
 // Makes Conv INode n an int8 group (QuantGroup) if its input and weights
 // are dequantized int8 (uint8/int8 activations with one scale, int8
 // weights with a zero point of 0 and one scale per tensor or per output
@@ -1012,6 +1125,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       if (in.op == "Add" && quantize_add(g, f, static_cast<int>(n))) continue;
       if (quantize_product(g, f, static_cast<int>(n))) continue;
       if (dynamic_product(g, f, static_cast<int>(n))) continue;
+      if (qlinear_group(g, f, static_cast<int>(n))) continue;
       if (quantize_pool(g, f, static_cast<int>(n))) continue;
     }
     if (in.op == "Conv" || in.op == "Gemm" || in.op == "MatMul")

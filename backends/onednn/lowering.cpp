@@ -184,10 +184,14 @@ int Lowering::add_step_to_new(int y, dnnl::primitive prim, std::vector<std::pair
 void Lowering::lower_node(int n) {
   const INode& node = f_.nodes[n];
   const std::string& op = node.op;
-  const bool dynamic = node.quant && node.quant->dynamic;  // checked by fusion.cpp
+  // Operators CpuOneDnn runs only as int8 groups, which fusion.cpp checked.
+  const bool dynamic = node.quant && (node.quant->dynamic || op == "QLinearConv" ||
+                                      op == "QLinearMatMul");
   if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic)
     check_node(g_, node.node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
+  if (op == "QLinearConv" && node.quant) return lower_qconv(node);
+  if (op == "QLinearMatMul" && node.quant) return lower_qproduct(node);
   if (op == "Add" && node.quant) return lower_qadd(node);
   if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
   if (op == "MatMulInteger" && node.quant) return lower_qdynamic(node);

@@ -1664,6 +1664,43 @@ const Int8Case kInt8Cases[] = {
        quantize_to(b, "m", "yq", 0.03f, 10);
      },
      {1, 16, 6, 6}, "", 0.03f},
+    {"QLinearConvThenQdqRelu",
+     [](ModelBuilder& b) {
+       std::mt19937 rng(21);
+       std::vector<int32_t> w(24 * 16 * 9), bias(24);
+       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+       for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+       std::vector<float> ws(24);
+       for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.001f + 0.0002f * static_cast<float>(i % 5);
+       b.init_ints("w", onnx::TensorProto::INT8, {24, 16, 3, 3}, w);
+       b.init_f32("ws", {24}, ws);
+       b.init_ints("wz", onnx::TensorProto::INT8, {24}, std::vector<int32_t>(24, 0));
+       b.init_ints("b", onnx::TensorProto::INT32, {24}, bias);
+       b.init_f32("cq_s", {}, {0.05f});
+       b.init_ints("cq_z", onnx::TensorProto::UINT8, {}, {130});
+       auto& c = b.node("QLinearConv",
+                        {"xq", "xq_s", "xq_z", "w", "ws", "wz", "cq_s", "cq_z", "b"}, {"cq"});
+       set_ints(c, "pads", {1, 1, 1, 1});
+       dequantize_from(b, "cq", "cd");
+       b.node("Relu", {"cd"}, {"r"});
+       quantize_to(b, "r", "yq", 0.03f, 0);
+     },
+     {1, 16, 8, 8}, "convolution", 0.03f},
+    {"QLinearMatMulPerColumn",
+     [](ModelBuilder& b) {
+       std::mt19937 rng(23);
+       std::vector<int32_t> w(32 * 20);
+       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+       std::vector<float> ws(20);
+       for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 4);
+       b.init_ints("w", onnx::TensorProto::INT8, {32, 20}, w);
+       b.init_f32("ws", {20}, ws);
+       b.init_ints("wz", onnx::TensorProto::INT8, {20}, std::vector<int32_t>(20, 0));
+       b.init_f32("yq_s", {}, {0.04f});
+       b.init_ints("yq_z", onnx::TensorProto::UINT8, {}, {128});
+       b.node("QLinearMatMul", {"xq", "xq_s", "xq_z", "w", "ws", "wz", "yq_s", "yq_z"}, {"yq"});
+     },
+     {2, 5, 32}, "matmul", 0.04f},
     {"GemmTransBAfterFlatten",
      [](ModelBuilder& b) {
        qdq_product_weights(b, 10, 256, 0);

@@ -378,6 +378,44 @@ std::vector<int> requantized_activation(ViewInfo& g, const FusedGraph& f, int qu
   }
 }
 
+// The post-ops that make a quantized result (scale and zero point of `yq`)
+// from the float one divided by yq's scale: y + zero point; or, with
+// `act` (requantized_activation: DequantizeLinear, Relu/Clip...,
+// QuantizeLinear), round (the first quantization), clamp to its type's
+// range and the activations', both in those units less its zero point,
+// then scale to the second quantization's units and add its zero point.
+std::optional<std::vector<PostOp>> quantized_tail(ViewInfo& g, const FusedGraph& f,
+                                                  const std::vector<int>& act,
+                                                  const QuantSpec& yq) {
+  const float scale = yq.scales[0], zero = static_cast<float>(yq.zero_point);
+  PostOp to_int;
+  to_int.alg = algorithm::eltwise_linear;
+  if (act.empty()) {
+    to_int.alpha = 1.f;
+    to_int.beta = zero;
+    return std::vector<PostOp>{to_int};
+  }
+  const bool u8 = yq.quantized == BP_DTYPE_UINT8;
+  float lo = (u8 ? 0.f : -128.f) - zero, hi = (u8 ? 255.f : 127.f) - zero;
+  for (size_t i = 1; i + 1 < act.size(); ++i) {  // act[0] is the DequantizeLinear
+    const std::optional<PostOp> a = eltwise_of(g, f.nodes[act[i]]);
+    if (!a) return std::nullopt;
+    const bool relu = a->alg == algorithm::eltwise_relu;
+    lo = std::max(lo, (relu ? 0.f : a->alpha) / scale);
+    hi = std::min(hi, (relu ? kInf : a->beta) / scale);
+  }
+  QuantSpec zq;
+  if (!per_tensor_spec(g, f.nodes[act.back()].node, &zq)) return std::nullopt;
+  PostOp round, clamp;
+  round.alg = algorithm::eltwise_round;
+  clamp.alg = algorithm::eltwise_clip;
+  clamp.alpha = lo;
+  clamp.beta = std::max(lo, hi);
+  to_int.alpha = scale / zq.scales[0];
+  to_int.beta = static_cast<float>(zq.zero_point);
+  return std::vector<PostOp>{round, clamp, to_int};
+}
+
 // The quantized result of an int8 group whose float result is `value`:
 // the QuantizeLinear (of one scale) reached from it through activations
 // (only if `float_acts`), and, where that result is dequantized only to go
@@ -413,42 +451,15 @@ bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_ac
     to_int.beta = static_cast<float>(q.y_zero);
     if (!append_post_ops(post, {to_int})) return false;
   } else {
-    // The product in units of y_scale; and where the quantized result is
+    // The product in units of y_scale, and where the quantized result is
     // dequantized again only to go through Relu/Clip and be quantized once
-    // more (a quantizer's QDQ pair around each activation), those steps on
-    // it as well: round (the first quantization), clamp to its type's range
-    // and the activation's, both in those units less y_zero, then scale to
-    // the second quantization's units and add its zero point.
+    // more (a quantizer's QDQ pair around each activation), those steps too.
     q.out_scale = 1.f / q.y_scale;
     const std::vector<int> act = requantized_activation(g, f, chain.back(), yq);
-    if (act.empty()) {
-      to_int.alpha = 1.f;
-      to_int.beta = static_cast<float>(q.y_zero);
-      post = {to_int};
-    } else {
-      const bool u8 = yq.quantized == BP_DTYPE_UINT8;
-      float lo = (u8 ? 0.f : -128.f) - static_cast<float>(q.y_zero);
-      float hi = (u8 ? 255.f : 127.f) - static_cast<float>(q.y_zero);
-      for (size_t i = 1; i + 1 < act.size(); ++i) {  // act[0] is the DequantizeLinear
-        const std::optional<PostOp> a = eltwise_of(g, f.nodes[act[i]]);
-        if (!a) return false;
-        const float amin = a->alg == algorithm::eltwise_relu ? 0.f : a->alpha;
-        const float amax = a->alg == algorithm::eltwise_relu ? kInf : a->beta;
-        lo = std::max(lo, amin / q.y_scale);
-        hi = std::min(hi, amax / q.y_scale);
-      }
-      QuantSpec zq;
-      per_tensor_spec(g, f.nodes[act.back()].node, &zq);
-      PostOp round, clamp;
-      round.alg = algorithm::eltwise_round;
-      clamp.alg = algorithm::eltwise_clip;
-      clamp.alpha = lo;
-      clamp.beta = std::max(lo, hi);
-      to_int.alpha = q.y_scale / zq.scales[0];
-      to_int.beta = static_cast<float>(zq.zero_point);
-      post = {round, clamp, to_int};
-      chain.insert(chain.end(), act.begin(), act.end());
-    }
+    std::optional<std::vector<PostOp>> tail = quantized_tail(g, f, act, yq);
+    if (!tail) return false;
+    post = std::move(*tail);
+    chain.insert(chain.end(), act.begin(), act.end());
   }
   return true;
 }
@@ -979,40 +990,14 @@ bool qlinear_group(ViewInfo& g, FusedGraph& f, int n) {
   yq.scales = {*ys};
   yq.zero_point = q->y_zero;
   std::vector<int> chain = requantized_activation(g, f, n, yq);
-  std::vector<PostOp> post;
-  PostOp to_int;
-  to_int.alg = algorithm::eltwise_linear;
-  if (chain.empty()) {
-    to_int.alpha = 1.f;
-    to_int.beta = static_cast<float>(q->y_zero);
-    post = {to_int};
-  } else {
-    const bool u8 = yt == BP_DTYPE_UINT8;
-    float lo = (u8 ? 0.f : -128.f) - static_cast<float>(q->y_zero);
-    float hi = (u8 ? 255.f : 127.f) - static_cast<float>(q->y_zero);
-    for (size_t i = 1; i + 1 < chain.size(); ++i) {  // chain[0] is the DequantizeLinear
-      const std::optional<PostOp> a = eltwise_of(g, f.nodes[chain[i]]);
-      if (!a) return false;
-      lo = std::max(lo, (a->alg == algorithm::eltwise_relu ? 0.f : a->alpha) / *ys);
-      hi = std::min(hi, (a->alg == algorithm::eltwise_relu ? kInf : a->beta) / *ys);
-    }
-    QuantSpec zq;
-    per_tensor_spec(g, f.nodes[chain.back()].node, &zq);
-    PostOp round, clamp;
-    round.alg = algorithm::eltwise_round;
-    clamp.alg = algorithm::eltwise_clip;
-    clamp.alpha = lo;
-    clamp.beta = std::max(lo, hi);
-    to_int.alpha = *ys / zq.scales[0];
-    to_int.beta = static_cast<float>(zq.zero_point);
-    post = {round, clamp, to_int};
-  }
+  std::optional<std::vector<PostOp>> post = quantized_tail(g, f, chain, yq);
+  if (!post) return false;
   if (chain.empty()) {
     m.quant = q;
-    m.post = std::move(post);
+    m.post = std::move(*post);
     return true;
   }
-  commit_group(f, n, q, std::move(post), chain);
+  commit_group(f, n, q, std::move(*post), chain);
   return true;
 }
 

@@ -108,6 +108,10 @@ class Lowering {
   void lower_rnn(const INode& n);
   // QuantizeLinear and DequantizeLinear (lowering_quant.cpp).
   void lower_quant(const INode& n);
+  // The attributes of int8 Conv/Gemm/MatMul n (QuantGroup): the product's
+  // scale per output channel, the source's zero point, then n.post; *key
+  // names them for the SharedCache.
+  dnnl::primitive_attr product_attr(const INode& n, std::string* key) const;
   // A Conv in int8 (fusion.hpp: QuantGroup).
   void lower_qconv(const INode& n);
   // An Add in int8 (QuantGroup): a binary of the quantized operands.

@@ -121,6 +121,24 @@ void Lowering::lower_quant(const INode& n) {
   divide(b_.reshaped(plain, shape), shape, {1, len, 1});
 }
 
+dnnl::primitive_attr Lowering::product_attr(const INode& n, std::string* key) const {
+  const QuantGroup& q = *n.quant;
+  std::vector<float> scales(q.w_scales.size());
+  for (size_t c = 0; c < scales.size(); ++c) scales[c] = q.x_scale * q.w_scales[c] * q.out_scale;
+  dnnl::primitive_attr attr = attr_with(n.post);
+  attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
+  QuantSpec key_spec;
+  key_spec.scales = scales;
+  key_spec.zero_point = q.x_zero;
+  *key = quant_key(key_spec);
+  for (const PostOp& p : n.post)
+    key->append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+  return attr;
+}
+
 void Lowering::lower_qconv(const INode& n) {
   const QuantGroup& q = *n.quant;
   const Dims& xs = g_.shape(q.x);
@@ -148,21 +166,8 @@ void Lowering::lower_qconv(const INode& n) {
       dnnl::prop_kind::forward_inference, algorithm::convolution_direct, md(xs, src_dt),
       md(wdims, memory::data_type::s8), bias_md, md(ys, dst_dt), w.strides, w.dilation, w.pad_l,
       w.pad_r);
-  // The product's scale per output channel, the source's zero point, then the
-  // activations and the quantization (n.post).
-  std::vector<float> scales(q.w_scales.size());
-  for (size_t c = 0; c < scales.size(); ++c) scales[c] = q.x_scale * q.w_scales[c] * q.out_scale;
-  dnnl::primitive_attr attr = attr_with(n.post);
-  attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
-  QuantSpec key_spec;
-  key_spec.scales = scales;
-  key_spec.zero_point = q.x_zero;
-  std::string key = quant_key(key_spec);
-  for (const PostOp& p : n.post)
-    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
-        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
-        .append(std::to_string(static_cast<int>(p.alg)));
+  std::string key;
+  const dnnl::primitive_attr attr = product_attr(n, &key);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::convolution_forward>(d, attr, key, &prim);
   const int wref = b_.const_reordered(plain_md(wdims, memory::data_type::s8), g_.data(q.w),
@@ -187,19 +192,8 @@ void Lowering::lower_qproduct(const INode& n) {
   const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({1, cols});
   const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
   dnnl::matmul::desc d(b_.md(src), wmd, bias_md, plain_md({rows, cols}, dst_dt));
-  std::vector<float> scales(q.w_scales.size());
-  for (size_t c = 0; c < scales.size(); ++c) scales[c] = q.x_scale * q.w_scales[c] * q.out_scale;
-  dnnl::primitive_attr attr = attr_with(n.post);
-  attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-  if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
-  QuantSpec key_spec;
-  key_spec.scales = scales;
-  key_spec.zero_point = q.x_zero;
-  std::string key = quant_key(key_spec);
-  for (const PostOp& p : n.post)
-    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
-        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
-        .append(std::to_string(static_cast<int>(p.alg)));
+  std::string key;
+  const dnnl::primitive_attr attr = product_attr(n, &key);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr, key, &prim);
   // The constant as stored: [K, N], or [N, K] read transposed.

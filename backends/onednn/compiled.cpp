@@ -670,7 +670,15 @@ void Binder::run_table(size_t s) {
       y = static_cast<uint8_t*>(handle);
     }
   }
-  lookup(x, n, table, y);
+  // In blocks of 16 KiB across the step's OpenMP team (its other threads
+  // would otherwise spin beside one doing it all).
+  constexpr size_t kBlock = size_t{1} << 14;
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t at = static_cast<size_t>(b) * kBlock;
+    lookup(x + at, std::min(kBlock, n - at), table, y + at);
+  }
 }
 
 void Binder::run_step(size_t s, dnnl::stream& stream) {

@@ -508,6 +508,51 @@ bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// Makes Mul INode n an int8 group: x * s with both dequantized int8 of one
+// scale, s broadcast along some dims of x (a squeeze-and-excitation's
+// channel weights) with a zero point of 0, quantized. x_scale * x_s_scale *
+// (x - x_zero) * s, one binary pass (Lowering::lower_qmul).
+bool quantize_mul(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  if (m.op != "Mul" || m.in.size() != 2 || m.in[0] < 0 || m.in[1] < 0 || m.in[0] == m.in[1])
+    return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  const Dims& ys = g.shape(m.out);
+  int a = m.in[0], b = m.in[1];
+  if (g.shape(a) != ys) std::swap(a, b);
+  const Dims& bs = g.shape(b);
+  if (g.shape(a) != ys || bs == ys || bs.size() > ys.size()) return false;
+  const Dims padded = left_pad(bs, ys.size());
+  for (size_t i = 0; i < ys.size(); ++i)
+    if (padded[i] != 1 && padded[i] != ys[i]) return false;
+  QuantSpec aq, bq;
+  const int da = dequantizer(g, f, a, -1, &aq), db = dequantizer(g, f, b, -1, &bq);
+  if (da < 0 || db < 0 || g.values[a].dequantized || g.values[b].dequantized ||
+      aq.quantized == BP_DTYPE_INT32 || bq.quantized == BP_DTYPE_INT32 || bq.zero_point != 0)
+    return false;
+  auto q = std::make_shared<QuantGroup>();
+  q->x = f.nodes[da].in[0];
+  q->x_scale = aq.scales[0];
+  q->x_zero = aq.zero_point;
+  q->x2 = f.nodes[db].in[0];
+  q->x2_scale = bq.scales[0];
+  q->dequantize = {da, db};
+  std::vector<PostOp> tail;
+  std::vector<int> chain;
+  if (!quantized_output(g, f, m.out, false, *q, tail, chain)) return false;
+  PostOp scale;
+  scale.alg = algorithm::eltwise_linear;
+  scale.alpha = q->x_scale * q->x2_scale * q->out_scale;
+  std::vector<PostOp> post = {scale};
+  if (!append_post_ops(post, tail)) return false;
+  commit_group(f, n, q, std::move(post), chain);
+  return true;
+}
+
 // Makes a pooling INode n an int8 group: the pooling of dequantized int8
 // of one scale, quantized. The maximum commutes with dequantization: the
 // pooling runs on the integers, and a reorder after it quantizes again
@@ -1108,6 +1153,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
     if (!float_nodes.count(in.node)) {
       if (in.op == "Conv" && quantize_conv(g, f, static_cast<int>(n))) continue;
       if (in.op == "Add" && quantize_add(g, f, static_cast<int>(n))) continue;
+      if (in.op == "Mul" && quantize_mul(g, f, static_cast<int>(n))) continue;
       if (quantize_product(g, f, static_cast<int>(n))) continue;
       if (dynamic_product(g, f, static_cast<int>(n))) continue;
       if (qlinear_group(g, f, static_cast<int>(n))) continue;

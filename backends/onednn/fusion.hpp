@@ -30,6 +30,7 @@ struct PostOp {
 // accumulator times x_scale * w_scale[oc] * out_scale, through the post-ops
 // (fusion.cpp: quantized_output), rounded and saturated to y's type. Add:
 // x_scale * (x - x_zero) + x2_scale * (x2 - x2_zero), the same way after.
+// Mul: x_scale * x2_scale * (x - x_zero) * x2, x2 broadcast (zero point 0).
 // Gemm/MatMul: the Conv's arithmetic on the rows of x by w.
 // MaxPool: of x, then (if the scale or zero point changes) a reorder with
 // y = x_scale / y_scale * (x - x_zero) + y_zero. AveragePool: of x, whose

@@ -193,6 +193,7 @@ void Lowering::lower_node(int n) {
   if (op == "QLinearConv" && node.quant) return lower_qconv(node);
   if (op == "QLinearMatMul" && node.quant) return lower_qproduct(node);
   if (op == "Add" && node.quant) return lower_qadd(node);
+  if (op == "Mul" && node.quant) return lower_qmul(node);
   if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
   if (op == "MatMulInteger" && node.quant) return lower_qdynamic(node);
   if (op == "QuantizeLinear" && node.quant) return lower_table(node);

@@ -116,6 +116,8 @@ class Lowering {
   void lower_qconv(const INode& n);
   // An Add in int8 (QuantGroup): a binary of the quantized operands.
   void lower_qadd(const INode& n);
+  // A Mul in int8 (QuantGroup): (x - x_zero) times the broadcast x2.
+  void lower_qmul(const INode& n);
   // A Gemm or MatMul in int8 (QuantGroup): a matmul of x's rows.
   void lower_qproduct(const INode& n);
   // A MatMulInteger of a DynamicQuantizeLinear, to the float result

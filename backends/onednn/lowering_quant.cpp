@@ -283,6 +283,41 @@ void Lowering::requantize(const INode& n, int ref) {
   tensors_[n.out] = dst;
 }
 
+void Lowering::lower_qmul(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const int a = b_.dense(ref_of(q.x));
+  const memory::desc& amd = b_.md(a);
+  const Dims& ys = g_.shape(n.out);
+  const Dims bs = left_pad(g_.shape(q.x2), ys.size());
+  const memory::data_type bt = data_type(g_.values[q.x2].dtype);
+  const int b = b_.as_md(b_.reshaped(ref_of(q.x2), bs), with_data_type(layout_like(amd, bs), bt));
+  // (x - x_zero): a binary add of the constant -x_zero; then times x2 (a
+  // binary post-op) and the scales with the quantization (n.post).
+  const float offset = -static_cast<float>(q.x_zero);
+  const memory::desc offset_md = plain_md(Dims(ys.size(), 1));
+  dnnl::binary::desc d(algorithm::binary_add, amd, offset_md,
+                       with_data_type(amd, data_type(g_.values[n.out].dtype)));
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  po.append_binary(algorithm::binary_mul, b_.md(b));
+  for (const PostOp& p : n.post) po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
+  attr.set_post_ops(po);
+  std::string key = "mul";
+  key.append(reinterpret_cast<const char*>(&offset), sizeof offset);
+  for (const PostOp& p : n.post)
+    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::binary>(d, attr, key, &prim);
+  add_step_to_new(n.out, prim,
+                  {{DNNL_ARG_SRC_0, a},
+                   {DNNL_ARG_SRC_1, b_.const_ref(offset_md, &offset)},
+                   {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, b}},
+                  pd, g_.describe(n.node) + " (int8)");
+}
+
 void Lowering::lower_qadd(const INode& n) {
   QuantGroup q = *n.quant;
   // The operands in the layout of the one not plain (a convolution's

@@ -1701,6 +1701,16 @@ const Int8Case kInt8Cases[] = {
        b.node("QLinearMatMul", {"xq", "xq_s", "xq_z", "w", "ws", "wz", "yq_s", "yq_z"}, {"yq"});
      },
      {2, 5, 32}, "matmul", 0.04f},
+    {"SqueezeExcitationMulBroadcast",
+     [](ModelBuilder& b) {
+       b.node("GlobalAveragePool", {"xd"}, {"p"});
+       b.node("Sigmoid", {"p"}, {"s"});
+       quantize_to(b, "s", "sq", 1.f / 255.f, 0);
+       dequantize_from(b, "sq", "sd");
+       b.node("Mul", {"xd", "sd"}, {"m"});
+       quantize_to(b, "m", "yq", 0.015f, 128);
+     },
+     {1, 16, 7, 7}, "binary", 0.015f},
     {"GemmTransBAfterFlatten",
      [](ModelBuilder& b) {
        qdq_product_weights(b, 10, 256, 0);

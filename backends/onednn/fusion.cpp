@@ -860,7 +860,7 @@ std::optional<float> tabulate(ViewInfo& g, const INode& k, const std::map<int, f
 // quantizes is a function of one quantized tensor alone, elementwise:
 // DequantizeLinear -> Sigmoid -> QuantizeLinear, or SiLU as a quantizer
 // writes it, x * Q/DQ(sigmoid(x)) with x dequantized from one tensor. The
-// 256 results are computed now with CpuRef's arithmetic, so the table is
+// 256 results are computed at compile time with CpuRef's arithmetic, so the table is
 // exact; the group is one lookup per element.
 bool table_group(ViewInfo& g, FusedGraph& f, int n) {
   INode& m = f.nodes[n];

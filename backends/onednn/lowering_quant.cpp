@@ -203,7 +203,8 @@ void Lowering::lower_qproduct(const INode& n) {
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (!q.bias.empty())
     args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
-  const int dst = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  const int dst =
+      add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
   tensors_[n.out] = b_.alias(dst, plain_md(ys, dst_dt));
 }
 
@@ -249,7 +250,8 @@ void Lowering::lower_qdynamic(const INode& n) {
   if (!q.bias.empty())
     args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
                     b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
-  const int dst = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  const int dst =
+      add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
   tensors_[n.out] = b_.alias(dst, plain_md(ys));
 }
 
@@ -269,15 +271,16 @@ void Lowering::lower_table(const INode& n) {
 
 void Lowering::requantize(const INode& n, int ref) {
   const QuantGroup& q = *n.quant;
-  if (q.x_scale == q.y_scale && q.x_zero == q.y_zero && g_.values[q.x].dtype == g_.values[n.out].dtype)
-    return;
+  const bool same_type = g_.values[q.x].dtype == g_.values[n.out].dtype;
+  if (q.x_scale == q.y_scale && q.x_zero == q.y_zero && same_type) return;
+  const float ratio = q.x_scale / q.y_scale;
   dnnl::primitive_attr attr = attr_with({});
-  attr.set_output_scales(0, {q.x_scale / q.y_scale});
+  attr.set_output_scales(0, {ratio});
   if (q.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.x_zero});
   if (q.y_zero != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {q.y_zero});
   const int dst = b_.new_arena(with_data_type(b_.md(ref), data_type(g_.values[n.out].dtype)));
   std::string key;
-  for (float v : {q.x_scale / q.y_scale, static_cast<float>(q.x_zero), static_cast<float>(q.y_zero)})
+  for (float v : {ratio, static_cast<float>(q.x_zero), static_cast<float>(q.y_zero)})
     key.append(reinterpret_cast<const char*>(&v), sizeof v);
   b_.copy(ref, dst, attr, key, "requantize");
   tensors_[n.out] = dst;

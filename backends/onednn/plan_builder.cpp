@@ -265,8 +265,8 @@ void PlanBuilder::add_dynamic_quantize(int src, int dst, int zero_point, int sca
 }
 
 void PlanBuilder::add_table(int src, int table, int dst, const std::string& what) {
-  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}},
-            what);
+  push_step(dnnl::primitive(),
+            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}}, what);
   c_.steps.back().table = true;
 }
 

@@ -37,8 +37,9 @@ ViewInfo::ViewInfo(const sdk::Host& host, const bp_graph_view_t& view) : view_(v
   }
   for (size_t n = 0; n < view.num_nodes; ++n) {
     const bp_node_t& node = view.nodes[n];
-    if (std::string_view(node.op_type) != "DequantizeLinear" || (node.domain != nullptr && *node.domain != '\0') ||
-        node.num_outputs != 1 || node.num_inputs < 2 || node.outputs[0] < 0)
+    const bool onnx = node.domain == nullptr || *node.domain == '\0';
+    if (std::string_view(node.op_type) != "DequantizeLinear" || !onnx || node.num_outputs != 1 ||
+        node.num_inputs < 2 || node.outputs[0] < 0)
       continue;
     ValueInfo& y = values[node.outputs[0]];
     bool constant = !y.output && y.dtype == BP_DTYPE_FLOAT32 &&

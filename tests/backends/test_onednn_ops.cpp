@@ -1807,7 +1807,8 @@ TEST(OneDnnOps, DynamicallyQuantizedMatMulIsOneInt8Step) {
     int int8 = 0, quantizing = 0, steps = 0;
     for (const std::string& line : plan_report(b, {})) {
       ++steps;
-      int8 += line.find("\tmatmul\t") != std::string::npos && line.find("(int8)") != std::string::npos;
+      const bool matmul = line.find("\tmatmul\t") != std::string::npos;
+      int8 += matmul && line.find("(int8)") != std::string::npos;
       quantizing += line.find("(its DynamicQuantizeLinear)") != std::string::npos;
     }
     EXPECT_EQ(int8, 1);

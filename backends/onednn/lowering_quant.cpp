@@ -55,6 +55,14 @@ std::string tagged(const char* what, int number) {
   return tag.insert(0, what);
 }
 
+// Appends what the eltwise chain `post` holds to SharedCache key *key.
+void append_key(const std::vector<PostOp>& post, std::string* key) {
+  for (const PostOp& p : post)
+    key->append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
+        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
+        .append(std::to_string(static_cast<int>(p.alg)));
+}
+
 }  // namespace
 
 std::optional<memory::data_type> Lowering::data_type_of(int v) const {
@@ -132,10 +140,7 @@ dnnl::primitive_attr Lowering::product_attr(const INode& n, std::string* key) co
   key_spec.scales = scales;
   key_spec.zero_point = q.x_zero;
   *key = quant_key(key_spec);
-  for (const PostOp& p : n.post)
-    key->append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
-        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
-        .append(std::to_string(static_cast<int>(p.alg)));
+  append_key(n.post, key);
   return attr;
 }
 
@@ -308,10 +313,7 @@ void Lowering::lower_qmul(const INode& n) {
   attr.set_post_ops(po);
   std::string key = "mul";
   key.append(reinterpret_cast<const char*>(&offset), sizeof offset);
-  for (const PostOp& p : n.post)
-    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
-        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
-        .append(std::to_string(static_cast<int>(p.alg)));
+  append_key(n.post, &key);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::binary>(d, attr, key, &prim);
   add_step_to_new(n.out, prim,
@@ -351,10 +353,7 @@ void Lowering::lower_qadd(const INode& n) {
   attr.set_post_ops(po);
   std::string key;
   for (float v : {sa, sb, offset}) key.append(reinterpret_cast<const char*>(&v), sizeof v);
-  for (const PostOp& p : n.post)
-    key.append(reinterpret_cast<const char*>(&p.alpha), sizeof p.alpha)
-        .append(reinterpret_cast<const char*>(&p.beta), sizeof p.beta)
-        .append(std::to_string(static_cast<int>(p.alg)));
+  append_key(n.post, &key);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::binary>(d, attr, key, &prim);
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}};

@@ -233,22 +233,31 @@ void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
   add_step_to_new(y, prim, {{DNNL_ARG_SRC, src}}, pd, "eltwise");
 }
 
+Window Lowering::conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys,
+                             Dims* wdims) {
+  const int64_t group = g_.node(n.node).attr_int("group", 1);
+  const Dims ks(ws.begin() + 2, ws.end());
+  if (g_.node(n.node).attr_ints("kernel_shape", ks) != ks)
+    throw fail("kernel_shape does not match the weights");
+  Window w = window(g_, n.node, xs, ys, ks, n.pad_before);
+  if (group < 1 || ws[0] % group != 0 || xs[1] != ws[1] * group)
+    throw fail("group does not divide the channels");
+  *wdims = ws;
+  if (group > 1) {
+    *wdims = {group, ws[0] / group};
+    wdims->insert(wdims->end(), ws.begin() + 1, ws.end());
+  }
+  return w;
+}
+
 void Lowering::lower_conv(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const Dims& ws = g_.shape(n.in[1]);
   const Dims& ys = g_.shape(n.out);
+  const Dims ks(ws.begin() + 2, ws.end());
+  Dims wdims;
+  const Window w = conv_window(n, xs, ws, ys, &wdims);
   const int64_t group = g_.node(n.node).attr_int("group", 1);
-  const std::vector<int64_t> ks =
-      g_.node(n.node).attr_ints("kernel_shape", Dims(ws.begin() + 2, ws.end()));
-  if (ks != Dims(ws.begin() + 2, ws.end())) throw fail("kernel_shape does not match the weights");
-  Window w = window(g_, n.node, xs, ys, ks, n.pad_before);
-  if (ws[0] % group != 0 || xs[1] != ws[1] * group)
-    throw fail("group does not divide the channels");
-  Dims wdims = ws;
-  if (group > 1) {
-    wdims = {group, ws[0] / group};
-    wdims.insert(wdims.end(), ws.begin() + 1, ws.end());
-  }
   const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);

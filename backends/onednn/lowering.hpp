@@ -6,6 +6,7 @@
 #include "onednn/compiled.hpp"
 #include "onednn/fusion.hpp"
 #include "onednn/plan_builder.hpp"
+#include "onednn/support.hpp"
 #include "onednn/view_info.hpp"
 
 #include <map>
@@ -85,6 +86,11 @@ class Lowering {
   // node, except in an instance of a shape-polymorphic partition.
   void lower_node_checked(int n);
   void lower_eltwise(int x, int y, const PostOp& p);
+  // The window of Conv-like node n (input xs, weights ws, output ys) and,
+  // in *wdims, the weights' dims as oneDNN takes them ([group, oc/group, ...]
+  // when grouped); throws what does not fit.
+  Window conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys,
+                     Dims* wdims);
   void lower_conv(const INode& n);
   void lower_gemm(const INode& n);
   void lower_matmul(const INode& n);

@@ -149,18 +149,8 @@ void Lowering::lower_qconv(const INode& n) {
   const Dims& xs = g_.shape(q.x);
   const Dims& ws = g_.shape(q.w);
   const Dims& ys = g_.shape(n.out);
-  const int64_t group = g_.node(n.node).attr_int("group", 1);
-  const Dims ks(ws.begin() + 2, ws.end());
-  if (g_.node(n.node).attr_ints("kernel_shape", ks) != ks)
-    throw fail("kernel_shape does not match the weights");
-  const Window w = window(g_, n.node, xs, ys, ks, n.pad_before);
-  if (ws[0] % group != 0 || xs[1] != ws[1] * group)
-    throw fail("group does not divide the channels");
-  Dims wdims = ws;
-  if (group > 1) {
-    wdims = {group, ws[0] / group};
-    wdims.insert(wdims.end(), ws.begin() + 1, ws.end());
-  }
+  Dims wdims;
+  const Window w = conv_window(n, xs, ws, ys, &wdims);
   const memory::data_type src_dt = data_type(g_.values[q.x].dtype);
   const memory::data_type dst_dt = data_type(g_.values[n.out].dtype);
   auto md = [](const Dims& d, memory::data_type t) {

@@ -238,6 +238,10 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
       for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
       compiled->empty = true;
       compiled->steps.clear();
+    } else if (report.active()) {
+      const std::vector<std::string> notes = quant_notes(g, lowering.fused(), float_nodes);
+      for (size_t n = 0; n < notes.size(); ++n)
+        if (!notes[n].empty()) report.note(n, notes[n]);
     }
     g.release_constants();  // every weight now lives in oneDNN memory
     return compiled;

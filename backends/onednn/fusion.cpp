@@ -302,6 +302,13 @@ void fold_pad(ViewInfo& g, FusedGraph& f, int pad) {
   if (std::find(readers.begin(), readers.end(), k) == readers.end()) readers.push_back(k);
 }
 
+// Records why INode n is no int8 group (the first reason given stays), for
+// the notes of the plan (quant_notes); returns false.
+bool refuse(FusedGraph& f, int n, std::string why) {
+  f.why.emplace(n, std::move(why));
+  return false;
+}
+
 // The live DequantizeLinear INode producing `v` with one scale for the
 // tensor (or one per index along `axis`, when axis >= 0 is given), and its
 // spec; -1 if `v` has no such producer.
@@ -423,22 +430,31 @@ std::optional<std::vector<PostOp>> quantized_tail(ViewInfo& g, const FusedGraph&
 // fields, the post-ops that make the group's int8 result from its float
 // one divided by q.out_scale, and the INodes it absorbs (`chain`).
 bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_acts,
-                      QuantGroup& q, std::vector<PostOp>& post, std::vector<int>& chain) {
+                      QuantGroup& q, std::vector<PostOp>& post, std::vector<int>& chain,
+                      std::string* why) {
   // Activations up to the QuantizeLinear.
   int cur = value;
   QuantSpec yq;
   while (true) {
     const int k = next_in_chain(g, f, cur);
-    if (k < 0) return false;
+    if (k < 0) {
+      *why = "its result does not go to one QuantizeLinear that alone reads it";
+      return false;
+    }
     const INode& follower = f.nodes[k];
     chain.push_back(k);
     if (follower.op == "QuantizeLinear") {
-      if (!per_tensor_spec(g, follower.node, &yq)) return false;
-      break;
+      if (per_tensor_spec(g, follower.node, &yq)) break;
+      *why = "its QuantizeLinear has more than one scale";
+      return false;
     }
-    if (!float_acts || (follower.in.size() > 1 && follower.op != "Clip")) return false;
-    std::optional<std::vector<PostOp>> p = activation_of(g, follower);
-    if (!p || !append_post_ops(post, *p)) return false;
+    std::optional<std::vector<PostOp>> p;
+    if (float_acts && (follower.in.size() == 1 || follower.op == "Clip"))
+      p = activation_of(g, follower);
+    if (!p || !append_post_ops(post, *p)) {
+      *why = "the " + follower.op + " between it and its QuantizeLinear is not a post-op it takes";
+      return false;
+    }
     cur = follower.out;
   }
   q.y_scale = yq.scales[0];
@@ -449,7 +465,10 @@ bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_ac
     // The activations on the float product, then y / y_scale + y_zero.
     to_int.alpha = 1.f / q.y_scale;
     to_int.beta = static_cast<float>(q.y_zero);
-    if (!append_post_ops(post, {to_int})) return false;
+    if (!append_post_ops(post, {to_int})) {
+      *why = "its activations and quantization do not compose as post-ops";
+      return false;
+    }
   } else {
     // The product in units of y_scale, and where the quantized result is
     // dequantized again only to go through Relu/Clip and be quantized once
@@ -457,7 +476,10 @@ bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_ac
     q.out_scale = 1.f / q.y_scale;
     const std::vector<int> act = requantized_activation(g, f, chain.back(), yq);
     std::optional<std::vector<PostOp>> tail = quantized_tail(g, f, act, yq);
-    if (!tail) return false;
+    if (!tail) {
+      *why = "the activations after its QuantizeLinear are not post-ops it takes";
+      return false;
+    }
     post = std::move(*tail);
     chain.insert(chain.end(), act.begin(), act.end());
   }
@@ -481,7 +503,8 @@ bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
   INode& m = f.nodes[n];
   if (m.op != "Add" || m.in.size() != 2 || m.in[0] == m.in[1] || m.in[0] < 0 || m.in[1] < 0)
     return false;
-  if (g.shape(m.in[0]) != g.shape(m.out) || g.shape(m.in[1]) != g.shape(m.out)) return false;
+  if (g.shape(m.in[0]) != g.shape(m.out) || g.shape(m.in[1]) != g.shape(m.out))
+    return refuse(f, n, "an operand is broadcast (an int8 Add takes two of the result's shape)");
   try {
     check_node(g, m.node);
   } catch (const sdk::Error&) {
@@ -492,7 +515,7 @@ bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
   const int db = dequantizer(g, f, m.in[1], -1, &bq);
   if (da < 0 || db < 0 || g.values[m.in[0]].dequantized || g.values[m.in[1]].dequantized ||
       aq.quantized == BP_DTYPE_INT32 || bq.quantized == BP_DTYPE_INT32)
-    return false;
+    return refuse(f, n, "an operand is not a uint8/int8 tensor dequantized with one scale");
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[da].in[0];
   q->x_scale = aq.scales[0];
@@ -503,7 +526,8 @@ bool quantize_add(ViewInfo& g, FusedGraph& f, int n) {
   q->dequantize = {da, db};
   std::vector<PostOp> post;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, false, *q, post, chain)) return false;
+  std::string why;
+  if (!quantized_output(g, f, m.out, false, *q, post, chain, &why)) return refuse(f, n, why);
   commit_group(f, n, q, std::move(post), chain);
   return true;
 }
@@ -525,15 +549,19 @@ bool quantize_mul(ViewInfo& g, FusedGraph& f, int n) {
   int a = m.in[0], b = m.in[1];
   if (g.shape(a) != ys) std::swap(a, b);
   const Dims& bs = g.shape(b);
-  if (g.shape(a) != ys || bs == ys || bs.size() > ys.size()) return false;
+  const char* shapes =
+      "its operands are not a tensor and one broadcast along some of its dims (an int8 Mul "
+      "scales a tensor, as squeeze-and-excitation does)";
+  if (g.shape(a) != ys || bs == ys || bs.size() > ys.size()) return refuse(f, n, shapes);
   const Dims padded = left_pad(bs, ys.size());
   for (size_t i = 0; i < ys.size(); ++i)
-    if (padded[i] != 1 && padded[i] != ys[i]) return false;
+    if (padded[i] != 1 && padded[i] != ys[i]) return refuse(f, n, shapes);
   QuantSpec aq, bq;
   const int da = dequantizer(g, f, a, -1, &aq), db = dequantizer(g, f, b, -1, &bq);
   if (da < 0 || db < 0 || g.values[a].dequantized || g.values[b].dequantized ||
-      aq.quantized == BP_DTYPE_INT32 || bq.quantized == BP_DTYPE_INT32 || bq.zero_point != 0)
-    return false;
+      aq.quantized == BP_DTYPE_INT32 || bq.quantized == BP_DTYPE_INT32)
+    return refuse(f, n, "an operand is not a uint8/int8 tensor dequantized with one scale");
+  if (bq.zero_point != 0) return refuse(f, n, "the broadcast operand's zero point is not 0");
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[da].in[0];
   q->x_scale = aq.scales[0];
@@ -543,7 +571,8 @@ bool quantize_mul(ViewInfo& g, FusedGraph& f, int n) {
   q->dequantize = {da, db};
   std::vector<PostOp> tail;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, false, *q, tail, chain)) return false;
+  std::string why;
+  if (!quantized_output(g, f, m.out, false, *q, tail, chain, &why)) return refuse(f, n, why);
   PostOp scale;
   scale.alg = algorithm::eltwise_linear;
   scale.alpha = q->x_scale * q->x2_scale * q->out_scale;
@@ -571,12 +600,14 @@ bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
   }
   QuantSpec xq;
   const int dx = dequantizer(g, f, m.in[0], -1, &xq);
-  if (dx < 0 || g.values[m.in[0]].dequantized || xq.quantized == BP_DTYPE_INT32) return false;
+  if (dx < 0 || g.values[m.in[0]].dequantized || xq.quantized == BP_DTYPE_INT32)
+    return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
   if (m.op == "AveragePool" && xq.zero_point != 0 &&
       g.node(m.node).attr_int("count_include_pad", 0) != 0) {
     // oneDNN pads the integers with 0, ONNX the dequantized values.
     const std::vector<int64_t> pads = g.node(m.node).attr_ints("pads", {});
-    if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; })) return false;
+    if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; }))
+      return refuse(f, n, "it counts padding, and its input's zero point is not 0");
   }
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[dx].in[0];
@@ -585,9 +616,10 @@ bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
   q->dequantize = {dx};
   std::vector<PostOp> tail;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, false, *q, tail, chain)) return false;
+  std::string why;
+  if (!quantized_output(g, f, m.out, false, *q, tail, chain, &why)) return refuse(f, n, why);
   if (max) {
-    if (chain.size() != 1) return false;
+    if (chain.size() != 1) return refuse(f, n, "activations come before its QuantizeLinear");
     commit_group(f, n, q, {}, chain);
     return true;
   }
@@ -599,6 +631,17 @@ bool quantize_pool(ViewInfo& g, FusedGraph& f, int n) {
   if (!append_post_ops(post, tail)) return false;
   commit_group(f, n, q, std::move(post), chain);
   return true;
+}
+
+// Why dequantized weights (DequantizeLinear INode dw, spec wq, or -1) are
+// not an int8 group's: constant int8 of zero point 0, one scale or one per
+// output channel; nullptr if they are.
+const char* weights_refusal(ViewInfo& g, const FusedGraph& f, int dw, const QuantSpec& wq) {
+  if (dw < 0) return "its weights are not int8 dequantized with one scale, or one per channel";
+  if (!g.is_const(f.nodes[dw].in[0])) return "its weights are computed at run time";
+  if (wq.quantized != BP_DTYPE_INT8) return "its weights are not int8";
+  if (wq.zero_point != 0) return "its weights' zero point is not 0";
+  return nullptr;
 }
 
 // The DequantizeLinear (of one scale, uint8/int8, not of constants) whose
@@ -643,13 +686,13 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
     return false;
   }
   const Dims& ws = g.shape(m.in[1]);
-  if (ws.size() != 2) return false;
+  if (ws.size() != 2) return refuse(f, n, "its weights are not a 2-D constant");
   bool trans_b = false;
   if (m.op == "Gemm") {
     sdk::NodeRef node = g.node(m.node);
     if (node.attr_int("transA", 0) != 0 || node.attr_float("alpha", 1.f) != 1.f ||
         node.attr_float("beta", 1.f) != 1.f)
-      return false;
+      return refuse(f, n, "it has transA, or alpha or beta other than 1");
     trans_b = node.attr_int("transB", 0) != 0;
   }
   const int64_t columns = trans_b ? ws[0] : ws[1];
@@ -657,9 +700,8 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   int reshape = -1;
   const int dx = dequantized_source(g, f, m.in[0], &xq, &reshape);
   const int dw = dequantizer(g, f, m.in[1], trans_b ? 0 : 1, &wq);
-  if (dx < 0 || dw < 0 || !g.is_const(f.nodes[dw].in[0]) || wq.quantized != BP_DTYPE_INT8 ||
-      wq.zero_point != 0)
-    return false;
+  if (dx < 0) return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
+  if (const char* why = weights_refusal(g, f, dw, wq)) return refuse(f, n, why);
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[dx].in[0];
   q->x_scale = xq.scales[0];
@@ -675,7 +717,7 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   if (b >= 0) {
     if (!g.is_const(b) || g.values[b].dtype != BP_DTYPE_FLOAT32 ||
         sdk::element_count(g.shape(b)) != columns)
-      return false;
+      return refuse(f, n, "its bias is not one constant per column");
     const float* bv = g.f32(b);  // dequantized at compile time if it is int32
     q->bias.resize(static_cast<size_t>(columns));
     for (int64_t c = 0; c < columns; ++c) q->bias[c] = bv[c] / (q->x_scale * w_scale(c));
@@ -684,7 +726,8 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   }
   std::vector<PostOp> post;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, true, *q, post, chain)) return false;
+  std::string why;
+  if (!quantized_output(g, f, m.out, true, *q, post, chain, &why)) return refuse(f, n, why);
   commit_group(f, n, q, std::move(post), chain);
   return true;
 }
@@ -1064,9 +1107,9 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
   QuantSpec xq, wq;
   const int dx = dequantizer(g, f, m.in[0], -1, &xq);
   const int dw = dequantizer(g, f, m.in[1], 0, &wq);
-  if (dx < 0 || dw < 0 || !g.is_const(f.nodes[dw].in[0]) || wq.quantized != BP_DTYPE_INT8 ||
-      wq.zero_point != 0 || xq.quantized == BP_DTYPE_INT32)
-    return false;
+  if (dx < 0 || xq.quantized == BP_DTYPE_INT32)
+    return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
+  if (const char* why = weights_refusal(g, f, dw, wq)) return refuse(f, n, why);
   q->x = f.nodes[dx].in[0];
   q->x_scale = xq.scales[0];
   q->x_zero = xq.zero_point;
@@ -1093,12 +1136,13 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
       const float* bv = g.f32(b);
       for (int64_t c = 0; c < channels; ++c) q->bias[c] = bv[c] / (q->x_scale * w_scale(c));
     } else {
-      return false;
+      return refuse(f, n, "its bias is neither float nor dequantized int32 constants");
     }
   }
   std::vector<PostOp> post;
   std::vector<int> chain;
-  if (!quantized_output(g, f, m.out, true, *q, post, chain)) return false;
+  std::string why;
+  if (!quantized_output(g, f, m.out, true, *q, post, chain, &why)) return refuse(f, n, why);
   commit_group(f, n, q, std::move(post), chain);
   return true;
 }
@@ -1175,6 +1219,92 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
   }
   drop_dequantizers(g, f);
   return f;
+}
+
+namespace {
+
+// What an int8 group computes, in a few words.
+std::string group_kind(const INode& m) {
+  const QuantGroup& q = *m.quant;
+  if (!q.table.empty()) return "table";
+  if (q.dynamic) return "matmul, quantized at run time";
+  if (m.op == "Conv" || m.op == "QLinearConv") return "convolution";
+  if (m.op == "Gemm" || m.op == "MatMul" || m.op == "QLinearMatMul") return "matmul";
+  if (m.op == "Add") return "addition";
+  if (m.op == "Mul") return "multiplication";
+  return "pooling";
+}
+
+// The operators some int8 group starts from (tables aside).
+bool has_int8_group(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Conv", "Gemm", "MatMul", "Add", "Mul", "MaxPool", "GlobalMaxPool", "AveragePool",
+      "GlobalAveragePool"};
+  return ops.count(op) > 0;
+}
+
+}  // namespace
+
+std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
+                                     const std::set<int>& float_nodes) {
+  std::vector<std::string> notes(g.num_nodes());
+  std::vector<bool> int8(g.num_nodes(), false);
+  auto name = [&](int n) { return std::string(g.node(n).name()); };
+  for (size_t k = 0; k < f.nodes.size(); ++k) {
+    const INode& m = f.nodes[k];
+    if (m.dead || !m.quant) continue;
+    const std::string kind = group_kind(m);
+    auto mark = [&](int v) {
+      int8[v] = true;
+      notes[v] = v == m.node ? "int8 " + kind : "int8, in the " + kind + " of '" + name(m.node) + "'";
+    };
+    for (int v : m.covers) mark(v);
+    for (int d : m.quant->dequantize)  // with those of constants, dequantized when compiled
+      for (int v : f.nodes[d].covers) mark(v);
+    for (const INode& member : f.nodes)
+      if (member.group == static_cast<int>(k))
+        for (int v : member.covers) mark(v);
+  }
+  auto is_quantizer = [&](int n, std::string_view op) { return n >= 0 && g.op(n) == op; };
+  for (size_t k = 0; k < g.num_nodes() && k < f.nodes.size(); ++k) {
+    const int n = static_cast<int>(k);
+    const INode& m = f.nodes[k];
+    if (int8[n] || m.dead || m.node != n) continue;
+    if (m.op == "DequantizeLinear") {
+      if (!g.values[m.out].dequantized)
+        notes[n] = g.values[m.out].output ? "float: dequantizes the partition's output"
+                                          : "float: dequantizes for float operators";
+      continue;
+    }
+    if (m.op == "QuantizeLinear") {
+      notes[n] = "float: quantizes a float result";
+      continue;
+    }
+    bool quantized = false;  // between a DequantizeLinear and a QuantizeLinear
+    for (size_t i = 0; i < g.num_in(n); ++i)
+      quantized = quantized || (g.in(n, i) >= 0 &&
+                                is_quantizer(g.values[g.in(n, i)].producer, "DequantizeLinear"));
+    for (size_t i = 0; i < g.num_out(n); ++i)
+      if (g.out(n, i) >= 0)
+        for (int c : g.values[g.out(n, i)].consumers)
+          quantized = quantized || is_quantizer(c, "QuantizeLinear");
+    if (!quantized) continue;
+    std::string why;
+    if (float_nodes.count(n)) {
+      why = "oneDNN has only its reference kernel for this int8 " + m.op + " here";
+    } else if (auto w = f.why.find(n); w != f.why.end()) {
+      why = w->second;
+    } else if (has_int8_group(m.op)) {
+      why = "it does not fit an int8 group (docs/numerics.md, Quantized models)";
+    } else if (tabulable(m.op)) {
+      why = "it is not in a table (a QuantizeLinear of an elementwise function of one "
+            "quantized tensor)";
+    } else {
+      why = "CpuOneDnn has no int8 form of " + m.op;
+    }
+    notes[n] = "float, not int8: " + why;
+  }
+  return notes;
 }
 
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {

@@ -8,6 +8,7 @@
 
 #include <dnnl.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -92,6 +93,9 @@ struct INode {
 struct FusedGraph {
   std::vector<INode> nodes;
   std::vector<std::vector<int>> consumers;  // per value: INodes reading it
+  // Per INode that reads a dequantized tensor but is no int8 group: why not
+  // (the first reason its matcher gave), for quant_notes.
+  std::map<int, std::string> why;
 
   // The only INode reading `v`, if `v` is not also a partition output.
   int only_consumer(const ViewInfo& g, int v) const {
@@ -103,6 +107,14 @@ struct FusedGraph {
 // Builds the internal nodes of `g`: patterns, BatchNorm folding, fusion
 // groups, int8 groups (QuantGroup) but of the view nodes in `float_nodes`.
 FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes = {});
+
+// Per view node, how it runs where quantization is concerned: "int8 ..." for
+// the nodes of an int8 group, "float, not int8: why" for an operator
+// between a DequantizeLinear and a QuantizeLinear that is not in one, or a
+// QuantizeLinear/DequantizeLinear left in float; "" elsewhere. `float_nodes`
+// are the groups oneDNN had no int8 kernel for (fuse's argument).
+std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
+                                     const std::set<int>& float_nodes);
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);

@@ -35,6 +35,7 @@ class Lowering {
   // Builds the internal nodes: patterns, BatchNorm folding, fusion groups,
   // int8 groups but of the view nodes in `float_nodes`.
   void prepare(const std::set<int>& float_nodes = {}) { f_ = fuse(g_, float_nodes); }
+  const FusedGraph& fused() const { return f_; }
 
   // Convolutions over 4-D and 5-D tensors in oneDNN's blocked layout of
   // `block` channels (nChw16c / nCdhw16c for 16), where a kernel exists for

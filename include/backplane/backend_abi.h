@@ -521,7 +521,10 @@ typedef struct bp_host_api {
   bp_status_t* (*writer_append)(bp_byte_writer_t* writer, const void* data, size_t size);
 
   /* Records the outcome of node `node_index` of the view being queried or
-   * compiled; `reason` (copied, may be NULL) says why it was rejected. */
+   * compiled; `reason` (copied, may be NULL) says why it was rejected. With
+   * BP_NODE_SUPPORTED during compile, a non-empty `reason` is a note on how
+   * the node runs ("int8 convolution", "float: no int8 form of Concat"),
+   * which hosts from API 1.6 show in their plan (`backplane partition`). */
   void (*report_node)(bp_node_report_t* report, size_t node_index, bp_node_outcome_t outcome,
                       const char* reason);
 

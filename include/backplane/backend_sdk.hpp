@@ -569,6 +569,11 @@ class NodeReport {
   void rejected(size_t node, const std::string& reason) const {
     host_->report_node(report_, node, BP_NODE_REJECTED, reason.c_str());
   }
+  // Compile: the node is taken, and `note` says how it runs (API 1.6 hosts
+  // show it with the plan).
+  void note(size_t node, const std::string& note) const {
+    host_->report_node(report_, node, BP_NODE_SUPPORTED, note.c_str());
+  }
   void untouched(size_t node) const {
     host_->report_node(report_, node, BP_NODE_UNTOUCHED, nullptr);
   }

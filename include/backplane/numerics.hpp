@@ -38,9 +38,19 @@ struct Comparison {
   double got_at_worst = 0;   // got[worst_index]
   double ref_at_worst = 0;   // ref[worst_index]
   bool exact = false;        // integer or bool dtype: judged by equality
+  // The int8 rule (docs/numerics.md): the quantization steps a value of a
+  // quantized model may differ by, and that many steps in its own units
+  // (the steps themselves for a uint8/int8 tensor, steps times the scale for
+  // a dequantized one). Set by the caller that knows the graph (validate);
+  // 0 for a value no quantizer's rounding reaches.
+  int int8_steps = 0;
+  double int8_allowance = 0;
 
-  // The error allowed: kRelative * max_abs_ref + kAbsolute (0 when exact).
-  double bound() const { return exact ? 0.0 : kRelative * max_abs_ref + kAbsolute; }
+  // The error allowed: kRelative * max_abs_ref + kAbsolute (0 when exact),
+  // plus int8_allowance.
+  double bound() const {
+    return (exact ? 0.0 : kRelative * max_abs_ref + kAbsolute) + int8_allowance;
+  }
   // True when the tensors match under the policy.
   bool within() const { return comparable && max_abs_error <= bound(); }
   // max_abs_error / bound(): below 1 passes; the figure reports print.

@@ -10,7 +10,8 @@
 // The model runs twice on the same inputs: as planned (the placement
 // options) and on CpuRef alone, the oracle. Every model output and every
 // tensor that crosses a partition edge of the plan is compared under the
-// numerics policy (numerics.hpp). When one differs, the model is planned
+// numerics policy (numerics.hpp), with the int8 rule's allowance for the
+// values of a quantized model (Comparison::int8_allowance). When one differs, the model is planned
 // again with nodes pinned to CpuRef until the first node whose result is
 // wrong is found: a bisection over the nodes the other backends run, in
 // execution order (the longest prefix of them that still matches; the node

@@ -94,6 +94,7 @@ std::string Comparison::describe(const Shape& shape) const {
        << " (got " << got_at_worst << ", ref " << ref_at_worst << ")";
   }
   os << std::scientific << std::setprecision(2) << ", bound " << bound();
+  if (int8_steps > 0) os << " (" << int8_steps << " int8 step" << (int8_steps > 1 ? "s" : "") << ")";
   return os.str();
 }
 

@@ -42,6 +42,13 @@ bool exclude_failed_nodes(const ir::Graph& graph, const Partition& partition,
   return any;
 }
 
+std::vector<std::string> compile_notes(const bp_node_report& report) {
+  std::vector<std::string> notes(report.reported.size());
+  for (size_t k = 0; k < notes.size(); ++k)
+    if (report.reported[k] && report.outcome[k] == BP_NODE_SUPPORTED) notes[k] = report.reason[k];
+  return notes;
+}
+
 namespace {
 
 // Compiles or deserializes one symbolic partition into `ep`. Returns false
@@ -81,6 +88,7 @@ Result<bool> compile_partition(const ir::Graph& graph, const Partition& p, const
     return false;  // the handle is discarded with ep
   if (!ep->compiled)
     return internal_error("backend '" + backend.id() + "' compiled " + name + " into nothing");
+  ep->notes = compile_notes(report);
   return true;
 }
 

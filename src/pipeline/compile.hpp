@@ -46,7 +46,13 @@ struct ExecutablePartition {
   // whose polymorphic view is the same.
   bool polymorphic = false;
   std::vector<int> inputs, outputs;  // graph value ids, in execute order (-1 = omitted)
+  // Per node of the view: what the backend said about how it runs it when
+  // it compiled it ("" = nothing), shown with the plan.
+  std::vector<std::string> notes;
 };
+
+// The notes a compile report holds (the reasons given with nodes taken).
+std::vector<std::string> compile_notes(const bp_node_report& report);
 
 // Where a shape-polymorphic compile of a partition comes from (the model's
 // cache, or the backend): the executable, or null when the backend does not

@@ -516,6 +516,7 @@ Result<std::shared_ptr<ExecutablePartition>> CompiledModel::polymorphic(const ir
   BP_RETURN_IF_ERROR(s);
   ep->inputs = ep->view->input_values();
   ep->outputs = ep->view->output_values();
+  ep->notes = compile_notes(report);
   std::lock_guard<std::mutex> lock(mu_);
   polymorphic_.emplace_front(key, ep);
   while (polymorphic_.size() > polymorphic_bound())

@@ -30,6 +30,7 @@ struct PlanReport {
   const std::vector<CopyDescription>& copies;
   std::vector<std::vector<int>> nodes_of;  // node ids per partition
   std::vector<int> partition_of;           // per node
+  std::vector<std::string> note_of;        // per node: its backend's note, or ""
 };
 
 std::string as_json(const PlanReport& r) {
@@ -45,6 +46,7 @@ std::string as_json(const PlanReport& r) {
                           {"backend", p.backend},
                           {"why", p.why},
                           {"partition", r.partition_of[n]},
+                          {"note", r.note_of[n]},
                           {"rejected_by", p.rejections}});
   }
   j["partitions"] = nlohmann::json::array();
@@ -131,6 +133,7 @@ std::string as_text(const PlanReport& r) {
     const NodePlacement& p = r.plan.placement[n];
     os << "  " << g.nodes[n].name << " (" << g.nodes[n].op_type << ") -> " << p.backend << " ["
        << p.why << ", partition " << r.partition_of[n] << "]\n";
+    if (!r.note_of[n].empty()) os << "      " << r.note_of[n] << "\n";
     for (const std::string& why : p.rejections) os << "      not on " << why << "\n";
   }
   os << "partitions  " << r.partitions.size() << "\n";
@@ -150,11 +153,22 @@ std::string as_text(const PlanReport& r) {
 }  // namespace
 
 std::string Specialization::describe_plan(PlanFormat format) const {
-  PlanReport report{*graph_,    plan_, partition_desc_,
-                    copy_desc_, {},    std::vector<int>(graph_->nodes.size(), -1)};
+  const size_t num_nodes = graph_->nodes.size();
+  PlanReport report{*graph_,
+                    plan_,
+                    partition_desc_,
+                    copy_desc_,
+                    {},
+                    std::vector<int>(num_nodes, -1),
+                    std::vector<std::string>(num_nodes)};
   for (size_t i = 0; i < executable_.size(); ++i) {
     report.nodes_of.push_back(plan_.partitions[i].nodes);
-    for (int n : report.nodes_of.back()) report.partition_of[n] = static_cast<int>(i);
+    const std::vector<std::string>& notes = executable_[i]->notes;
+    for (size_t k = 0; k < report.nodes_of.back().size(); ++k) {
+      const int n = report.nodes_of.back()[k];
+      report.partition_of[n] = static_cast<int>(i);
+      if (k < notes.size()) report.note_of[n] = notes[k];
+    }
   }
   switch (format) {
     case PlanFormat::kJson:

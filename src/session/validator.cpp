@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -129,6 +130,83 @@ std::string TensorCheck::describe() const {
 namespace {
 
 constexpr const char* kReference = "CpuRef";
+
+// The int8 rule over a trial (docs/numerics.md): an int8 group's result may
+// differ from CpuRef's by one quantization step, and once a value differs, a
+// quantizer after it may round the other way too, even on CpuRef. So a
+// value may differ by one step per quantizing node on the longest path to
+// it from a node off CpuRef (`window`). In the value's units: those steps
+// for a uint8/int8 tensor, times the scale once dequantized, carried
+// through operators that move, pool or squash values (no wider difference
+// out than in) and added up by Add and Sub. Elsewhere none: the float rule.
+struct Int8Allowance {
+  std::vector<int> steps;      // per value
+  std::vector<double> units;   // per value, in its own units
+};
+
+bool quantizes(const std::string& op) {
+  return op == "QuantizeLinear" || op == "QLinearConv" || op == "QLinearMatMul" ||
+         op == "DynamicQuantizeLinear" || op == "QLinearAdd" || op == "QLinearMul" ||
+         op == "QLinearSigmoid" || op == "QLinearLeakyRelu" || op == "QLinearConcat" ||
+         op == "QLinearAveragePool" || op == "QLinearGlobalAveragePool";
+}
+
+// Operators whose result differs from the reference's by no more than
+// their inputs' largest difference does.
+bool carries_difference(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+      "Slice", "Split", "Gather", "Pad", "Resize", "Upsample", "Expand", "Tile",
+      "DepthToSpace", "SpaceToDepth", "MaxPool", "GlobalMaxPool", "AveragePool",
+      "GlobalAveragePool", "ReduceMax", "ReduceMin", "ReduceMean", "Relu", "Clip",
+      "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "Softmax", "Max", "Min"};
+  return ops.count(op) > 0;
+}
+
+Int8Allowance int8_allowance(const ir::Graph& g, const std::vector<int>& order,
+                             const std::set<int>& window) {
+  Int8Allowance a{std::vector<int>(g.values.size(), 0),
+                  std::vector<double>(g.values.size(), 0.0)};
+  std::vector<bool> reached(g.values.size(), false);  // a node off CpuRef is upstream
+  for (int n : order) {
+    const ir::Node& node = g.nodes[n];
+    bool reached_in = window.count(n) > 0;
+    int steps = 0;
+    double max_units = 0, sum_units = 0;
+    for (int v : node.inputs) {
+      if (v < 0) continue;
+      reached_in = reached_in || reached[v];
+      steps = std::max(steps, a.steps[v]);
+      max_units = std::max(max_units, a.units[v]);
+      sum_units += a.units[v];
+    }
+    double units = 0;
+    if (quantizes(node.op_type) && reached_in) {
+      units = ++steps;
+    } else if (node.op_type == "DequantizeLinear") {
+      const Tensor* scale = node.inputs.size() > 1 && node.inputs[1] >= 0
+                                ? g.constant(node.inputs[1]) : nullptr;
+      double largest = 0;
+      if (scale != nullptr && scale->dtype() == DType::kFloat32)
+        for (int64_t i = 0; i < scale->numel(); ++i)
+          largest = std::max(largest, std::fabs(double{scale->data_as<float>()[i]}));
+      units = steps * largest;
+    } else if (node.op_type == "Add" || node.op_type == "Sub") {
+      units = sum_units;
+    } else if (carries_difference(node.op_type)) {
+      units = max_units;
+    }
+    for (int v : node.outputs) {
+      if (v < 0) continue;
+      reached[v] = reached_in;
+      a.steps[v] = steps;
+      // A quantizer's float outputs (DynamicQuantizeLinear's scale) have none.
+      const bool float_of_quantizer = quantizes(node.op_type) && g.values[v].dtype == DType::kFloat32;
+      a.units[v] = float_of_quantizer ? 0 : units;
+    }
+  }
+  return a;
+}
 
 // One planned run compared with CpuRef's.
 struct Trial {
@@ -308,6 +386,7 @@ Result<Trial> Validator::trial(size_t begin, size_t end) {
   });
   compared.insert(compared.end(), inner.begin(), inner.end());
 
+  const Int8Allowance allowance = int8_allowance(g, order_, window);
   Trial t;
   for (int v : compared) {
     const std::string& name = g.values[v].name;
@@ -323,6 +402,8 @@ Result<Trial> Validator::trial(size_t begin, size_t end) {
     }
     c.model_output = model_outputs_.count(v) > 0;
     c.comparison = numerics::compare(o->second, r->second);
+    c.comparison.int8_steps = allowance.units[v] > 0 ? allowance.steps[v] : 0;
+    c.comparison.int8_allowance = allowance.units[v];
     c.shape = r->second.shape();
     t.wrong |= !c.within();
     t.checks.push_back(std::move(c));

@@ -11,6 +11,7 @@
 #include "support/model_builder.hpp"
 
 #include <backplane/runtime.hpp>
+#include <backplane/validate.hpp>
 
 #include <onnx/onnx_pb.h>
 
@@ -1839,6 +1840,89 @@ TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
   feeds["x"] = x;
   expect_bit_exact(b, feeds);
+}
+
+// `backplane partition` (describe_plan) says for each node of a quantized
+// model whether it ran in an int8 group, and if not, why not: the notes
+// CpuOneDnn gives with the nodes it compiles.
+TEST(OneDnnOps, PlanSaysWhichQuantizedNodesRanAsInt8AndWhyNot) {
+  ModelBuilder b(13);
+  b.input("x", {1, 16, 8, 8});
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  qdq_conv_weights(b, 16, 16, 1, true);
+  b.node("Conv", {"xd", "wd", "bd"}, {"c"}).set_name("int8_conv");
+  quantize_to(b, "c", "cq", 0.05f, 120);
+  dequantize_from(b, "cq", "cd");
+  // Weights with a zero point other than 0: no int8 convolution takes them.
+  std::vector<int32_t> w(16 * 16, 3);
+  b.init_ints("w2", onnx::TensorProto::INT8, {16, 16, 1, 1}, w);
+  b.init_f32("w2s", {}, {0.01f});
+  b.init_ints("w2z", onnx::TensorProto::INT8, {}, {1});
+  b.node("DequantizeLinear", {"w2", "w2s", "w2z"}, {"w2d"});
+  b.node("Conv", {"cd", "w2d"}, {"c2"}).set_name("float_conv");
+  quantize_to(b, "c2", "c2q", 0.05f, 120);
+  dequantize_from(b, "c2q", "c2d");
+  auto& concat = b.node("Concat", {"cd", "c2d"}, {"cat"});
+  concat.set_name("float_concat");
+  set_int(concat, "axis", 1);
+  quantize_to(b, "cat", "yq", 0.05f, 120);
+  dequantize_from(b, "yq", "y");
+  b.output("y");
+  test::TempDir dir;
+  std::string plan;
+  std::vector<std::string> used;
+  run(b.save(dir), {"CpuOneDnn"}, b.inputs(), &used, &plan);
+  EXPECT_EQ(used, std::vector<std::string>{"CpuOneDnn"});
+  // The line after the node's is its note.
+  auto note = [&](const std::string& node) {
+    const size_t at = plan.find("  " + node + " (");
+    if (at == std::string::npos) return std::string("(no node " + node + ")");
+    const size_t begin = plan.find('\n', at) + 1, end = plan.find('\n', begin);
+    return plan.substr(begin, end - begin);
+  };
+  EXPECT_EQ(note("int8_conv"), "      int8 convolution") << plan;
+  EXPECT_EQ(note("float_conv"), "      float, not int8: its weights' zero point is not 0") << plan;
+  EXPECT_EQ(note("float_concat"), "      float, not int8: CpuOneDnn has no int8 form of Concat")
+      << plan;
+  EXPECT_NE(plan.find("int8, in the convolution of 'int8_conv'"), std::string::npos) << plan;
+}
+
+// validate judges a quantized model by the int8 rule: a value may differ
+// from CpuRef's by one step of its scale per quantizer on the longest path
+// to it from a node off CpuRef (here x's and the convolution's: 2), in
+// integers for the quantized tensor and times the scale once dequantized.
+TEST(OneDnnOps, ValidateJudgesQuantizedValuesByTheInt8Rule) {
+  ModelBuilder b(13);
+  b.input("x", {1, 16, 10, 10});
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  qdq_conv_weights(b, 24, 16, 3, true);
+  set_ints(b.node("Conv", {"xd", "wd", "bd"}, {"c"}), "pads", {1, 1, 1, 1});
+  quantize_to(b, "c", "yq", 0.05f, 120);
+  dequantize_from(b, "yq", "y");
+  b.output("y");
+  b.output("yq", std::nullopt, onnx::TensorProto::UINT8);
+  test::TempDir dir;
+  ValidateOptions o;
+  o.backends = {"CpuOneDnn"};
+  Result<ValidationReport> r = validate(*runtime(), b.save(dir), o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->ok);
+  ASSERT_EQ(r->checks.size(), 2u);
+  for (const TensorCheck& c : r->checks) {
+    SCOPED_TRACE(c.name + ": " + c.describe());
+    EXPECT_EQ(c.comparison.int8_steps, 2);
+    EXPECT_NEAR(c.comparison.int8_allowance, c.name == "y" ? 2 * 0.05 : 2.0, 1e-6);
+    EXPECT_NE(c.describe().find("(2 int8 steps)"), std::string::npos);
+  }
+  // The bound is the float rule's plus the allowance, for a uint8 tensor
+  // (judged exactly otherwise) too.
+  numerics::Comparison c = r->checks[1].comparison;
+  c.max_abs_error = 2;
+  EXPECT_TRUE(c.within());
+  c.max_abs_error = 3;
+  EXPECT_FALSE(c.within());
 }
 
 }  // namespace

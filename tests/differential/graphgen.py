@@ -593,6 +593,9 @@ def _build_step(b, idx, st, values):
 def build(spec):
     """The ONNX model of `spec` (raises InvalidSpec) and the names of the
     nodes to pin to CpuRef."""
+    if spec.get("quantized"):
+        import qgraphgen  # the quantized graphs (qgraphgen.py), built their own way
+        return qgraphgen.build(spec)
     b = Builder(spec)
     values = {}
     graph_inputs = []
@@ -1222,11 +1225,16 @@ class Gen:
         return spec
 
 
-def generate(seed, backend="CpuOneDnn"):
+def generate(seed, backend="CpuOneDnn", quantized=False):
     """A spec drawn from `seed`; build() of it is valid (else another
-    draw from the same seed's generator)."""
+    draw from the same seed's generator). `quantized`: a QDQ graph
+    (qgraphgen.py) instead of a float one."""
+    make = Gen
+    if quantized:
+        import qgraphgen
+        make = qgraphgen.QGen
     for attempt in range(20):
-        g = Gen(seed if attempt == 0 else zlib.crc32(f"{seed}/{attempt}".encode()), backend)
+        g = make(seed if attempt == 0 else zlib.crc32(f"{seed}/{attempt}".encode()), backend)
         try:
             spec = g.generate()
             if all(o in spec_input_names(spec) for o in spec["outputs"]):

@@ -8,6 +8,11 @@ under the numerics policy (backplane.numerics; docs/numerics.md).
   run_differential.py --backend GpuOcl --backend-config GpuOcl.device=0 \
       --seconds 600                                            # random seeds
 
+--quantized draws int8 (QDQ) graphs instead (qgraphgen.py), each output
+judged by the int8 rule with the bound in steps its model's metadata gives;
+on CpuOneDnn the run also counts the graphs that ran an int8 step (its plan
+report) and fails if none did.
+
 --backend-config BACKEND.KEY=VALUE (repeatable) sets a backend's key, as the
 CLI's option of that name does (GpuOcl on a CPU OpenCL device needs
 GpuOcl.device; docs/performance.md lists the keys).
@@ -39,6 +44,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graphgen  # noqa: E402
+import qgraphgen  # noqa: E402
 import shrink  # noqa: E402
 
 import backplane  # noqa: E402
@@ -57,6 +63,10 @@ class Checker:
         self.worst = (0.0, "")  # largest error / bound among passing outputs, and where
         self.current = ""
         self.path = os.path.join(workdir, "graph.onnx")
+        # The plan report CpuOneDnn appends to (when it is asked for one):
+        # which graphs ran an int8 step.
+        self.report = self.config.get(backend, {}).get("plan_report")
+        self.ran_int8 = False  # the last graph checked had an int8 step
 
     def session(self, path, backends, pins=()):
         return backplane.InferenceSession(path, backends=backends,
@@ -73,17 +83,31 @@ class Checker:
             ref = self.session(data, ["CpuRef"]).run(None, feeds)
         except backplane.Error as e:
             raise GeneratorError(f"CpuRef rejects the graph: {e}") from None
+        self.ran_int8 = False
+        seen = os.path.getsize(self.report) if self.report and os.path.exists(self.report) else 0
         try:
             sess = self.session(data, [self.backend, "CpuRef"], pins)
             got = sess.run(None, feeds)
         except backplane.Error as e:
             return f"{type(e).__name__}: {e}"
+        if self.report and os.path.exists(self.report):
+            with open(self.report, "rb") as f:
+                f.seek(seen)
+                self.ran_int8 = b"(int8" in f.read()
         on_fast = sum(len(p.nodes) for p in sess.partitions if p.backend == self.backend)
         self.fast_nodes += on_fast
         self.total_nodes += len(model.graph.node)
         names = [o.name for o in model.graph.output]
+        bounds = qgraphgen.bounds_of(model)
         bad = []
         for name, g, r in zip(names, got, ref):
+            if name in bounds:  # the int8 rule, in steps (qgraphgen.py)
+                ok, what, err, limit = qgraphgen.compare(g, r, bounds[name], feeds, numerics)
+                if not ok:
+                    bad.append(f"output '{name}': {what}")
+                elif err > 0 and limit > 0 and err / limit > self.worst[0]:
+                    self.worst = (err / limit, f"{self.current} output '{name}'")
+                continue
             c = numerics.compare(g, r)
             if not c.within:
                 bad.append(f"output '{name}': {c.describe()}")
@@ -166,6 +190,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend-config", action="append", default=[], metavar="BACKEND.KEY=VALUE",
                     help="a backend's setting (repeatable)")
+    ap.add_argument("--quantized", action="store_true",
+                    help="quantized (QDQ) graphs, judged by the int8 rule (qgraphgen.py)")
     ap.add_argument("--print-model", action="store_true", help="print each graph's steps")
     ap.add_argument("--seed-file", default="",
                     help="write each seed here before running it (what a crash leaves behind)")
@@ -191,6 +217,10 @@ def main():
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     workdir = tempfile.mkdtemp(prefix="backplane-differential-", dir=shm)
     atexit.register(shutil.rmtree, workdir, True)
+    if args.quantized and args.backend == "CpuOneDnn":
+        # Its plan report marks int8 steps: how many graphs ran one.
+        config.setdefault("CpuOneDnn", {}).setdefault("plan_report",
+                                                      os.path.join(workdir, "plan.tsv"))
     checker = Checker(args.backend, args.threads, workdir, config)
     failures = run_regressions(checker, args.regressions, log)
 
@@ -204,7 +234,7 @@ def main():
         seeds = iter(range(args.first_seed, args.first_seed + args.count))
 
     start = time.monotonic()
-    graphs = generator_errors = 0
+    graphs = generator_errors = int8_graphs = 0
     last = None
     for seed in seeds:
         if args.seconds > 0 and time.monotonic() - start > args.seconds:
@@ -213,14 +243,15 @@ def main():
         if args.seed_file:
             with open(args.seed_file, "w") as f:
                 f.write(f"{seed}\n")
-        spec = graphgen.generate(seed, args.backend)
-        model, pins = graphgen.build(spec)
+        spec = graphgen.generate(seed, args.backend, quantized=args.quantized)
         checker.current = f"seed {seed}"
         if args.print_model:
             log(f"seed {seed}: {graphgen.describe(spec)}")
         try:
+            # A quantized spec's build runs its calibration, which may refuse it.
+            model, pins = graphgen.build(spec)
             err = checker.check(model, pins, graphgen.feeds_for(model))
-        except GeneratorError as e:
+        except (GeneratorError, graphgen.InvalidSpec) as e:
             generator_errors += 1
             log(f"GENERATOR seed {seed}: {e}\n  {graphgen.describe(spec)}")
             continue
@@ -230,6 +261,7 @@ def main():
             return 1
         finally:
             graphs += 1
+        int8_graphs += checker.ran_int8
         if err:
             failures += 1
             log(f"FAIL {args.backend} seed {seed}: {err}\n  graph: {graphgen.describe(spec)}")
@@ -246,8 +278,13 @@ def main():
     if checker.worst[0] > 0:
         log(f"{args.backend}: largest error of a passing output: {checker.worst[0]:.3f} of the bound "
             f"({checker.worst[1]})")
+    if checker.report:
+        log(f"{args.backend}: {int8_graphs} of {graphs} graphs ran an int8 step")
     if graphs and checker.fast_nodes == 0:
         log(f"FAIL {args.backend} ran no node of any graph")
+        return 1
+    if args.quantized and checker.report and graphs and int8_graphs == 0:
+        log(f"FAIL {args.backend} ran no int8 step in any graph")
         return 1
     return 1 if failures or generator_errors else 0
 

@@ -80,7 +80,7 @@ def candidates(spec):
     # Plainer parameters.
     plain = {"oc": 1, "n": 1, "group": 1, "depthwise": False, "bias": False, "auto_pad": None,
              "ceil": 0, "cip": 0, "wbatch": 0, "transB": 0, "alpha": 1.0, "beta": 1.0, "c": "none",
-             "affine": 0}
+             "affine": 0, "acts": [], "pc": False, "qlinear": False, "wzp": False, "same": False}
     for i, st in enumerate(spec["steps"]):
         for key, value in plain.items():
             if key in st and st[key] != value and not (key == "c" and st["k"] != "gemm"):

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <memory>
 #include <optional>
@@ -215,6 +216,7 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
   // An int8 group oneDNN has no kernel for runs as the float operators it
   // stands for (DequantizeLinear, the operator, QuantizeLinear) instead.
   std::set<int> float_nodes;
+  std::map<int, std::string> int8_failures;  // why each of those is not
   while (true) {
     auto compiled = std::make_unique<Compiled>(host);
     compiled->threads = threads;
@@ -234,12 +236,15 @@ std::unique_ptr<sdk::CompiledPartition> compile_partition(const sdk::Host& host,
       lowering.winograd_convolutions(tuning.winograd);
     }
     if (std::optional<LowerFailure> failure = lowering.lower()) {
-      if (failure->int8_node >= 0 && float_nodes.insert(failure->int8_node).second) continue;
+      if (failure->int8_node >= 0 && float_nodes.insert(failure->int8_node).second) {
+        int8_failures[failure->int8_node] = failure->why;
+        continue;
+      }
       for (int n : failure->nodes) report.rejected(static_cast<size_t>(n), failure->why);
       compiled->empty = true;
       compiled->steps.clear();
     } else if (report.active()) {
-      const std::vector<std::string> notes = quant_notes(g, lowering.fused(), float_nodes);
+      const std::vector<std::string> notes = quant_notes(g, lowering.fused(), int8_failures);
       for (size_t n = 0; n < notes.size(); ++n)
         if (!notes[n].empty()) report.note(n, notes[n]);
     }

@@ -1246,7 +1246,7 @@ bool has_int8_group(const std::string& op) {
 }  // namespace
 
 std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
-                                     const std::set<int>& float_nodes) {
+                                     const std::map<int, std::string>& failed) {
   std::vector<std::string> notes(g.num_nodes());
   std::vector<bool> int8(g.num_nodes(), false);
   auto name = [&](int n) { return std::string(g.node(n).name()); };
@@ -1290,8 +1290,8 @@ std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
           quantized = quantized || is_quantizer(c, "QuantizeLinear");
     if (!quantized) continue;
     std::string why;
-    if (float_nodes.count(n)) {
-      why = "oneDNN has only its reference kernel for this int8 " + m.op + " here";
+    if (auto fail = failed.find(n); fail != failed.end()) {
+      why = fail->second;
     } else if (auto w = f.why.find(n); w != f.why.end()) {
       why = w->second;
     } else if (has_int8_group(m.op)) {

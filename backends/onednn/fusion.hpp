@@ -111,10 +111,10 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes = {});
 // Per view node, how it runs where quantization is concerned: "int8 ..." for
 // the nodes of an int8 group, "float, not int8: why" for an operator
 // between a DequantizeLinear and a QuantizeLinear that is not in one, or a
-// QuantizeLinear/DequantizeLinear left in float; "" elsewhere. `float_nodes`
-// are the groups oneDNN had no int8 kernel for (fuse's argument).
+// QuantizeLinear/DequantizeLinear left in float; "" elsewhere. `failed`:
+// the groups that failed to lower in int8 (fuse's `float_nodes`), and why.
 std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
-                                     const std::set<int>& float_nodes);
+                                     const std::map<int, std::string>& failed);
 
 // Eltwise algorithm for a one-input activation node, if it is one.
 std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);

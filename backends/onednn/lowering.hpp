@@ -121,6 +121,11 @@ class Lowering {
   dnnl::primitive_attr product_attr(const INode& n, std::string* key) const;
   // A Conv in int8 (fusion.hpp: QuantGroup).
   void lower_qconv(const INode& n);
+  // Throws if the compensation oneDNN's reorder wrote with int8 weights
+  // (constant `ref`) is not `sums` (per output channel; the channels' dims
+  // are `channels`, the weights' dims from `first_dim` on).
+  void check_compensation(int ref, const std::vector<int64_t>& sums, const Dims& channels,
+                          int first_dim);
   // An Add in int8 (QuantGroup): a binary of the quantized operands.
   void lower_qadd(const INode& n);
   // A Mul in int8 (QuantGroup): (x - x_zero) times the broadcast x2.

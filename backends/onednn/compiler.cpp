@@ -188,14 +188,16 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
     }
   }
   // DynamicQuantizeLinear, MatMulInteger and Cast run here only as a
-  // dynamically quantized product (fusion.cpp: dynamic_product), QLinearConv
-  // and QLinearMatMul only as int8 groups.
+  // dynamically quantized product (fusion.cpp: dynamic_product), QLinearConv,
+  // QLinearMatMul, ConvInteger and MatMulInteger only as int8 groups.
   try {
     const FusedGraph f = fuse(g);
     for (size_t k = 0; k < f.nodes.size(); ++k) {
       const INode& m = f.nodes[k];
       if (m.dead || !m.quant) continue;
-      if (m.op != "QLinearConv" && m.op != "QLinearMatMul" && !m.quant->dynamic) continue;
+      if (m.op != "QLinearConv" && m.op != "QLinearMatMul" && m.op != "ConvInteger" &&
+          m.op != "MatMulInteger")
+        continue;
       for (int v : m.covers) reasons[v].clear();
       for (const INode& member : f.nodes)
         if (member.group == static_cast<int>(k))

@@ -1089,6 +1089,59 @@ bool qlinear_group(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// Makes ConvInteger or MatMulInteger INode n (not a dynamically quantized
+// product's) an int8 group of int32 result: a uint8/int8 input with one
+// constant zero point (or none), constant int8 weights of zero point 0
+// (2-D for MatMulInteger). A convolution or matmul whose output scales are
+// 1 and whose output is the accumulator.
+bool integer_product(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  const bool conv = m.op == "ConvInteger";
+  if ((!conv && m.op != "MatMulInteger") || m.in.size() < 2 || m.in[0] < 0 || m.in[1] < 0 ||
+      m.out < 0)
+    return false;
+  const int x = m.in[0], w = m.in[1];
+  const bp_dtype_t xt = g.values[x].dtype;
+  if (xt != BP_DTYPE_UINT8 && xt != BP_DTYPE_INT8)
+    return refuse(f, n, "its input is not uint8 or int8");
+  if (!g.is_const(w) || g.values[w].dtype != BP_DTYPE_INT8)
+    return refuse(f, n, "its weights are not constant int8");
+  const Dims& ws = g.shape(w);
+  if (conv ? ws.size() < 3 : ws.size() != 2)
+    return refuse(f, n, conv ? "its weights have no window" : "its weights are not 2-D");
+  auto q = std::make_shared<QuantGroup>();
+  if (m.in.size() > 2 && m.in[2] >= 0) {
+    const int z = m.in[2];
+    if (!g.is_const(z) || g.values[z].dtype != xt || sdk::element_count(g.shape(z)) != 1)
+      return refuse(f, n, "its input's zero point is not one constant");
+    q->x_zero = xt == BP_DTYPE_UINT8 ? *static_cast<const uint8_t*>(g.data(z))
+                                     : *static_cast<const int8_t*>(g.data(z));
+  }
+  if (m.in.size() > 3 && m.in[3] >= 0) {
+    const int z = m.in[3];
+    if (!g.is_const(z) || g.values[z].dtype != BP_DTYPE_INT8)
+      return refuse(f, n, "its weights' zero point is not 0");
+    const auto* zv = static_cast<const int8_t*>(g.data(z));
+    for (int64_t i = 0; i < sdk::element_count(g.shape(z)); ++i)
+      if (zv[i] != 0) return refuse(f, n, "its weights' zero point is not 0");
+  }
+  q->x = x;
+  q->w = w;
+  q->w_scales = {1.f};
+  q->x_shape = g.shape(x);
+  if (!conv && (q->x_shape.empty() || q->x_shape.back() != ws[0]))
+    return refuse(f, n, "its input's last dim is not the weights' first");
+  if (conv) {
+    try {  // the attributes and window, as a Conv's
+      (void)window(g, m.node, q->x_shape, g.shape(m.out), Dims(ws.begin() + 2, ws.end()));
+    } catch (const sdk::Error& e) {
+      return refuse(f, n, e.what());
+    }
+  }
+  m.quant = q;
+  return true;
+}
+
 // Makes Conv INode n an int8 group (QuantGroup) if its input and weights
 // are dequantized int8 (uint8/int8 activations with one scale, int8
 // weights with a zero point of 0 and one scale per tensor or per output
@@ -1200,6 +1253,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       if (in.op == "Mul" && quantize_mul(g, f, static_cast<int>(n))) continue;
       if (quantize_product(g, f, static_cast<int>(n))) continue;
       if (dynamic_product(g, f, static_cast<int>(n))) continue;
+      if (integer_product(g, f, static_cast<int>(n))) continue;
       if (qlinear_group(g, f, static_cast<int>(n))) continue;
       if (quantize_pool(g, f, static_cast<int>(n))) continue;
     }
@@ -1228,8 +1282,9 @@ std::string group_kind(const INode& m) {
   const QuantGroup& q = *m.quant;
   if (!q.table.empty()) return "table";
   if (q.dynamic) return "matmul, quantized at run time";
-  if (m.op == "Conv" || m.op == "QLinearConv") return "convolution";
-  if (m.op == "Gemm" || m.op == "MatMul" || m.op == "QLinearMatMul") return "matmul";
+  if (m.op == "Conv" || m.op == "QLinearConv" || m.op == "ConvInteger") return "convolution";
+  if (m.op == "Gemm" || m.op == "MatMul" || m.op == "QLinearMatMul" || m.op == "MatMulInteger")
+    return "matmul";
   if (m.op == "Add") return "addition";
   if (m.op == "Mul") return "multiplication";
   return "pooling";

@@ -186,7 +186,8 @@ void Lowering::lower_node(int n) {
   const std::string& op = node.op;
   // Operators CpuOneDnn runs only as int8 groups, which fusion.cpp checked.
   const bool dynamic = node.quant && (node.quant->dynamic || op == "QLinearConv" ||
-                                      op == "QLinearMatMul");
+                                      op == "QLinearMatMul" || op == "ConvInteger" ||
+                                      op == "MatMulInteger");
   if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic)
     check_node(g_, node.node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
@@ -195,7 +196,9 @@ void Lowering::lower_node(int n) {
   if (op == "Add" && node.quant) return lower_qadd(node);
   if (op == "Mul" && node.quant) return lower_qmul(node);
   if ((op == "Gemm" || op == "MatMul") && node.quant) return lower_qproduct(node);
-  if (op == "MatMulInteger" && node.quant) return lower_qdynamic(node);
+  if (op == "MatMulInteger" && node.quant)
+    return node.quant->dynamic ? lower_qdynamic(node) : lower_qproduct(node);
+  if (op == "ConvInteger" && node.quant) return lower_qconv(node);
   if (op == "QuantizeLinear" && node.quant) return lower_table(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);

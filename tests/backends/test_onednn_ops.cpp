@@ -1842,6 +1842,41 @@ TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
   expect_bit_exact(b, feeds);
 }
 
+// ConvInteger and MatMulInteger of constant int8 weights (zero point 0) run
+// on CpuOneDnn as one int8 primitive each, whose int32 result is CpuRef's
+// exactly (an integer sum, no rounding).
+TEST(OneDnnOps, ConvIntegerAndMatMulIntegerAreInt8StepsExactlyAsCpuRef) {
+  for (const bool conv : {true, false}) {
+    SCOPED_TRACE(conv ? "ConvInteger" : "MatMulInteger");
+    ModelBuilder b(13);
+    const Dims xs = conv ? Dims{1, 12, 7, 7} : Dims{2, 3, 40};
+    b.input("x", test::shape_of(xs));
+    quantize_to(b, "x", "xq", 0.02f, 131);
+    std::mt19937 rng(31);
+    const Dims ws = conv ? Dims{21, 4, 3, 3} : Dims{40, 24};
+    std::vector<int32_t> w(static_cast<size_t>(Tensor(DType::kInt8, ws).numel()));
+    for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+    b.init_ints("w", onnx::TensorProto::INT8, ws, w);
+    b.init_ints("wz", onnx::TensorProto::INT8, {}, {0});
+    auto& node = b.node(conv ? "ConvInteger" : "MatMulInteger", {"xq", "w", "xq_z", "wz"}, {"y"});
+    if (conv) {
+      set_int(node, "group", 3);
+      set_ints(node, "pads", {1, 1, 1, 1});
+    }
+    b.output("y", std::nullopt, onnx::TensorProto::INT32);
+    int int8 = 0;
+    for (const std::string& line : plan_report(b, {}))
+      int8 += line.find("(int8)") != std::string::npos;
+    EXPECT_EQ(int8, 1);
+    std::map<std::string, Tensor> feeds;
+    Tensor x(DType::kFloat32, xs);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+    feeds["x"] = x;
+    expect_bit_exact(b, feeds);
+  }
+}
+
 // `backplane partition` (describe_plan) says for each node of a quantized
 // model whether it ran in an int8 group, and if not, why not: the notes
 // CpuOneDnn gives with the nodes it compiles.

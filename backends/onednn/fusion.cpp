@@ -7,6 +7,7 @@
 #include "onednn/support.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -1089,6 +1090,54 @@ bool qlinear_group(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
+// Makes INode n an int8 group that moves integers (QuantGroup::passthrough)
+// if it is a Reshape, Flatten, Squeeze, Unsqueeze, Transpose or Concat of
+// dequantized uint8/int8 tensors whose result only a QuantizeLinear of the
+// same type, scale and zero point reads (as quantizers write around such
+// operators): moving the integers is the same, without a float pass.
+bool passthrough_group(ViewInfo& g, FusedGraph& f, int n) {
+  INode& m = f.nodes[n];
+  const bool concat = m.op == "Concat";
+  if (!concat && m.op != "Reshape" && m.op != "Flatten" && m.op != "Squeeze" &&
+      m.op != "Unsqueeze" && m.op != "Transpose")
+    return false;
+  if (m.in.empty() || m.in[0] < 0 || m.out < 0 || g.num_out(m.node) != 1) return false;
+  try {
+    check_node(g, m.node);
+  } catch (const sdk::Error&) {
+    return false;
+  }
+  auto q = std::make_shared<QuantGroup>();
+  QuantSpec common;
+  const size_t count = concat ? m.in.size() : 1;
+  for (size_t i = 0; i < count; ++i) {
+    QuantSpec spec;
+    const int v = m.in[i];
+    const int d = dequantizer(g, f, v, -1, &spec);
+    if (d < 0 || g.values[v].dequantized || spec.quantized == BP_DTYPE_INT32)
+      return refuse(f, n, "an input is not a uint8/int8 tensor dequantized with one scale");
+    if (i > 0 && (spec.scales != common.scales || spec.zero_point != common.zero_point ||
+                  spec.quantized != common.quantized))
+      return refuse(f, n, "its inputs differ in scale, zero point or type");
+    common = spec;
+    q->sources.push_back(f.nodes[d].in[0]);
+    q->dequantize.push_back(d);
+  }
+  const int k = next_in_chain(g, f, m.out);
+  QuantSpec yq;
+  if (k < 0 || f.nodes[k].op != "QuantizeLinear" || !per_tensor_spec(g, f.nodes[k].node, &yq))
+    return refuse(f, n, "its result does not go to one QuantizeLinear that alone reads it");
+  if (yq.scales != common.scales || yq.zero_point != common.zero_point ||
+      yq.quantized != common.quantized)
+    return refuse(f, n, "its QuantizeLinear's scale, zero point or type is not its input's");
+  q->passthrough = true;
+  q->x = q->sources[0];
+  q->x_scale = q->y_scale = common.scales[0];
+  q->x_zero = q->y_zero = common.zero_point;
+  commit_group(f, n, q, {}, {k});
+  return true;
+}
+
 // Makes ConvInteger or MatMulInteger INode n (not a dynamically quantized
 // product's) an int8 group of int32 result: a uint8/int8 input with one
 // constant zero point (or none), constant int8 weights of zero point 0
@@ -1214,6 +1263,7 @@ void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
     m.in = {m.quant->x};
     for (int v : {m.quant->x2, m.quant->w})
       if (v >= 0) m.in.push_back(v);
+    if (m.quant->passthrough) m.in = m.quant->sources;
   }
   // A reshape between a DequantizeLinear and the group goes first, then the
   // DequantizeLinear it read.
@@ -1254,6 +1304,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       if (quantize_product(g, f, static_cast<int>(n))) continue;
       if (dynamic_product(g, f, static_cast<int>(n))) continue;
       if (integer_product(g, f, static_cast<int>(n))) continue;
+      if (passthrough_group(g, f, static_cast<int>(n))) continue;
       if (qlinear_group(g, f, static_cast<int>(n))) continue;
       if (quantize_pool(g, f, static_cast<int>(n))) continue;
     }
@@ -1282,6 +1333,12 @@ std::string group_kind(const INode& m) {
   const QuantGroup& q = *m.quant;
   if (!q.table.empty()) return "table";
   if (q.dynamic) return "matmul, quantized at run time";
+  if (q.passthrough) {  // "concat", "transpose"...: the op's own name, in lower case
+    std::string name = m.op;
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return name;
+  }
   if (m.op == "Conv" || m.op == "QLinearConv" || m.op == "ConvInteger") return "convolution";
   if (m.op == "Gemm" || m.op == "MatMul" || m.op == "QLinearMatMul" || m.op == "MatMulInteger")
     return "matmul";
@@ -1293,8 +1350,9 @@ std::string group_kind(const INode& m) {
 // The operators some int8 group starts from (tables aside).
 bool has_int8_group(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "Gemm", "MatMul", "Add", "Mul", "MaxPool", "GlobalMaxPool", "AveragePool",
-      "GlobalAveragePool"};
+      "Conv",       "Gemm",     "MatMul",    "Add",       "Mul",
+      "MaxPool",    "GlobalMaxPool",         "AveragePool", "GlobalAveragePool",
+      "Reshape",    "Flatten",  "Squeeze",   "Unsqueeze", "Transpose", "Concat"};
   return ops.count(op) > 0;
 }
 

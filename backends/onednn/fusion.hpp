@@ -50,6 +50,12 @@ struct QuantGroup {
   // MatMulInteger of a DynamicQuantizeLinear (fusion.cpp: dynamic_product):
   // x is float, quantized at run time; the result is float.
   bool dynamic = false;
+  // An operator that only moves values (Reshape, Flatten, Squeeze,
+  // Unsqueeze, Transpose, Concat) between dequantizers and a quantizer of
+  // one scale and zero point: it moves the integers of its `sources`
+  // (fusion.cpp: passthrough_group).
+  bool passthrough = false;
+  std::vector<int> sources;
   // QuantizeLinear of a function of x alone (fusion.cpp: table_group): the
   // result for each of x's 256 byte values.
   std::vector<uint8_t> table;

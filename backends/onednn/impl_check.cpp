@@ -98,10 +98,10 @@ std::vector<std::pair<Dims, Dims>> binary_shapes(const Dims& full, const Dims& b
   return out;
 }
 
-dnnl::memory::desc channels_last_md(const Dims& shape) {
+dnnl::memory::desc channels_last_md(const Dims& shape, dnnl::memory::data_type dt) {
   using tag = dnnl::memory::format_tag;
   const tag t = shape.size() == 3 ? tag::nwc : shape.size() == 4 ? tag::nhwc : tag::ndhwc;
-  return dnnl::memory::desc(to_dims(shape), dnnl::memory::data_type::f32, t);
+  return dnnl::memory::desc(to_dims(shape), dt, t);
 }
 
 std::string binary_kernel_problem(const std::string& op, const Dims& full, const Dims& bcast) {

@@ -67,7 +67,8 @@ dnnl::algorithm binary_algorithm(const std::string& op);
 std::vector<std::pair<Dims, Dims>> binary_shapes(const Dims& full, const Dims& bcast);
 
 // Channels-last (nwc, nhwc, ndhwc) for a 3- to 5-D shape.
-dnnl::memory::desc channels_last_md(const Dims& shape);
+dnnl::memory::desc channels_last_md(const Dims& shape,
+                                    dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 
 // "" if oneDNN has an optimised binary kernel for `op` of plain tensors of
 // these shapes (as they are or as binary_shapes gives them), else why not.

@@ -190,6 +190,7 @@ void Lowering::lower_node(int n) {
                                       op == "MatMulInteger");
   if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic)
     check_node(g_, node.node);
+  if (node.quant && node.quant->passthrough) return lower_qmove(node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
   if (op == "QLinearConv" && node.quant) return lower_qconv(node);
   if (op == "QLinearMatMul" && node.quant) return lower_qproduct(node);
@@ -784,9 +785,10 @@ namespace {
 // (each input laid out as the first), else row-major.
 memory::desc common_order_md(const std::vector<memory::desc>& mds, const std::vector<Dims>& shapes,
                              const Dims& out) {
-  if (mds.empty() || is_blocked(mds[0])) return plain_md(out);
+  if (mds.empty()) return plain_md(out);
+  if (is_blocked(mds[0])) return plain_md(out, mds[0].data_type());
   for (size_t i = 0; i < mds.size(); ++i)
-    if (layout_like(mds[0], shapes[i]) != mds[i]) return plain_md(out);
+    if (layout_like(mds[0], shapes[i]) != mds[i]) return plain_md(out, mds[0].data_type());
   return layout_like(mds[0], out);
 }
 }  // namespace
@@ -825,6 +827,9 @@ void Lowering::lower_concat(const INode& n) {
   // the inputs' common dim order (channels-last stays channels-last: the
   // next convolution needs no reorder), else row-major.
   auto copy_concat = [&] {
+    // (Its copies move floats: an int8 Concat runs as its float operators.)
+    if (mds[0].data_type() != memory::data_type::f32)
+      throw fail("concatenating by copies takes float tensors");
     std::vector<Dims> shapes;
     for (int v : n.in) shapes.push_back(g_.shape(v));
     const int dst = b_.new_arena(common_order_md(mds, shapes, g_.shape(n.out)));
@@ -846,7 +851,7 @@ void Lowering::lower_concat(const INode& n) {
     // equal to plain, so as_plain keeps them): plain, described as plain.
     for (size_t j = 0; j < srcs.size(); ++j) {
       const Dims& shape = g_.shape(n.in[j]);
-      srcs[j] = b_.alias(b_.as_plain(srcs[j], shape), plain_md(shape));
+      srcs[j] = b_.alias(b_.as_plain(srcs[j], shape), plain_md(shape, mds[j].data_type()));
       mds[j] = b_.md(srcs[j]);
     }
     try {

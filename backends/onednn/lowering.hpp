@@ -121,6 +121,8 @@ class Lowering {
   dnnl::primitive_attr product_attr(const INode& n, std::string* key) const;
   // A Conv in int8 (fusion.hpp: QuantGroup).
   void lower_qconv(const INode& n);
+  // An int8 group that only moves its source's integers (QuantGroup::passthrough).
+  void lower_qmove(const INode& n);
   // Throws if the compensation oneDNN's reorder wrote with int8 weights
   // (constant `ref`) is not `sums` (per output channel; the channels' dims
   // are `channels`, the weights' dims from `first_dim` on).

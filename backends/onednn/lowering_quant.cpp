@@ -241,6 +241,17 @@ void Lowering::lower_qconv(const INode& n) {
   add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
 }
 
+void Lowering::lower_qmove(const INode& n) {
+  if (n.op == "Concat") {
+    const size_t steps = c_.steps.size();
+    lower_concat(n);
+    if (c_.steps.size() > steps) c_.steps.back().what += " (int8)";
+    return;
+  }
+  if (n.op == "Transpose") return lower_transpose(n);
+  tensors_[n.out] = b_.reshaped(ref_of(n.in[0]), g_.shape(n.out));
+}
+
 void Lowering::lower_qproduct(const INode& n) {
   const QuantGroup& q = *n.quant;
   const Dims& ws = g_.shape(q.w);

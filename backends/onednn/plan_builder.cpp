@@ -50,7 +50,7 @@ memory::desc layout_like(const memory::desc& pattern, const Dims& shape) {
   const memory::dims dims = to_dims(shape);
   dnnl_memory_desc_t d = pattern.data;
   if (d.format_kind != dnnl_blocked || d.ndims != static_cast<int>(dims.size()))
-    return plain_md(shape);
+    return plain_md(shape, pattern.data_type());
   auto& blk = d.format_desc.blocking;
   std::vector<int64_t> block(dims.size(), 1);
   int64_t inner = 1;
@@ -350,7 +350,7 @@ int PlanBuilder::reshaped(int ref, const Dims& shape) {
     }
   }
   if (std::optional<memory::desc> cl = channels_last_source(md(ref), shape)) {
-    return alias(as_md(ref, *cl), channels_last_md(shape));
+    return alias(as_md(ref, *cl), channels_last_md(shape, md(ref).data_type()));
   }
   const int plain = as_plain(ref, dims_of(ref));
   return alias(plain, plain_md(shape, md(ref).data_type()));
@@ -382,7 +382,7 @@ std::optional<memory::desc> PlanBuilder::channels_last_source(const memory::desc
   const int64_t unit_extent = inner * from.data.dims[unit];
   if (inner < shape_inner || unit_extent > shape_inner * shape[1]) return std::nullopt;
   try {
-    return channels_last_md(shape).reshape(from.dims());
+    return channels_last_md(shape, from.data_type()).reshape(from.dims());
   } catch (const dnnl::error&) {
     return std::nullopt;
   }

@@ -1755,10 +1755,13 @@ TEST_P(OneDnnInt8, WithinOneStepOfCpuRef) {
   int int8_steps = 0;
   std::string kind(c.kind);  // "\tKIND\t"
   kind.insert(0, 1, '\t').push_back('\t');
-  for (const std::string& line : plan_report(b, {}))
+  std::string report;
+  for (const std::string& line : plan_report(b, {})) {
+    report += line + "\n";
     if (line.find(kind) != std::string::npos && line.find("(int8") != std::string::npos)
       ++int8_steps;
-  EXPECT_EQ(int8_steps, 1) << "no int8 " << c.kind << " step";
+  }
+  EXPECT_EQ(int8_steps, 1) << "no int8 " << c.kind << " step in\n" << report;
   // A table holds CpuRef's results: nothing to round differently.
   const double bound = *c.kind == '\0' ? 0.0 : c.y_scale * 1.001;
   test::TempDir dir;
@@ -1877,6 +1880,57 @@ TEST(OneDnnOps, ConvIntegerAndMatMulIntegerAreInt8StepsExactlyAsCpuRef) {
   }
 }
 
+// A Transpose, Reshape or Concat between dequantizers and a quantizer of the
+// same scale and zero point moves the integers, exactly as CpuRef moves the
+// dequantized values and quantizes them again.
+TEST(OneDnnOps, MovingQuantizedValuesMovesTheirIntegers) {
+  ModelBuilder b(13);
+  b.input("x", {1, 8, 5, 6});
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  auto& t = b.node("Transpose", {"xd"}, {"t"});
+  t.set_name("transpose");
+  set_ints(t, "perm", {0, 2, 3, 1});
+  b.node("QuantizeLinear", {"t", "xq_s", "xq_z"}, {"tq"});
+  b.node("DequantizeLinear", {"tq", "xq_s", "xq_z"}, {"td"});
+  b.init_i64("shape", {2}, {1, -1});
+  b.node("Reshape", {"td", "shape"}, {"r"}).set_name("reshape");
+  b.node("QuantizeLinear", {"r", "xq_s", "xq_z"}, {"rq"});
+  b.node("DequantizeLinear", {"rq", "xq_s", "xq_z"}, {"y"});
+  b.output("y");
+  b.node("Relu", {"xd"}, {"x2"});
+  b.node("QuantizeLinear", {"x2", "xq_s", "xq_z"}, {"x2q"});
+  b.node("DequantizeLinear", {"x2q", "xq_s", "xq_z"}, {"x2d"});
+  auto& c = b.node("Concat", {"xd", "x2d"}, {"c"});
+  c.set_name("concat");
+  set_int(c, "axis", 1);
+  b.node("QuantizeLinear", {"c", "xq_s", "xq_z"}, {"cq"});
+  b.node("DequantizeLinear", {"cq", "xq_s", "xq_z"}, {"y2"});
+  b.output("y2");
+  test::TempDir dir;
+  std::string plan;
+  run(b.save(dir), {"CpuOneDnn"}, b.inputs(), nullptr, &plan);
+  EXPECT_NE(plan.find("  concat (Concat) -> CpuOneDnn [preferred, partition 0]\n"
+                      "      int8 concat\n"),
+            std::string::npos)
+      << plan;
+  EXPECT_NE(plan.find("  transpose (Transpose) -> CpuOneDnn [preferred, partition 0]\n"
+                      "      int8 transpose\n"),
+            std::string::npos)
+      << plan;
+  EXPECT_NE(plan.find("  reshape (Reshape) -> CpuOneDnn [preferred, partition 0]\n"
+                      "      int8 reshape\n"),
+            std::string::npos)
+      << plan;
+  std::map<std::string, Tensor> feeds;
+  Tensor x(DType::kFloat32, {1, 8, 5, 6});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+  feeds["x"] = x;
+  expect_bit_exact(b, feeds);
+}
+
 // `backplane partition` (describe_plan) says for each node of a quantized
 // model whether it ran in an int8 group, and if not, why not: the notes
 // CpuOneDnn gives with the nodes it compiles.
@@ -1901,7 +1955,7 @@ TEST(OneDnnOps, PlanSaysWhichQuantizedNodesRanAsInt8AndWhyNot) {
   auto& concat = b.node("Concat", {"cd", "c2d"}, {"cat"});
   concat.set_name("float_concat");
   set_int(concat, "axis", 1);
-  quantize_to(b, "cat", "yq", 0.05f, 120);
+  quantize_to(b, "cat", "yq", 0.06f, 120);  // not its inputs' scale
   dequantize_from(b, "yq", "y");
   b.output("y");
   test::TempDir dir;
@@ -1918,7 +1972,9 @@ TEST(OneDnnOps, PlanSaysWhichQuantizedNodesRanAsInt8AndWhyNot) {
   };
   EXPECT_EQ(note("int8_conv"), "      int8 convolution") << plan;
   EXPECT_EQ(note("float_conv"), "      float, not int8: its weights' zero point is not 0") << plan;
-  EXPECT_EQ(note("float_concat"), "      float, not int8: CpuOneDnn has no int8 form of Concat")
+  EXPECT_EQ(note("float_concat"),
+            "      float, not int8: its QuantizeLinear's scale, zero point or type is not its "
+            "input's")
       << plan;
   EXPECT_NE(plan.find("int8, in the convolution of 'int8_conv'"), std::string::npos) << plan;
 }

@@ -17,7 +17,9 @@ table in docs/numerics.md, each written as a quantizer writes it
   qpool   MaxPool/AveragePool/GlobalAveragePool/GlobalMaxPool
   qtable  an elementwise function of one dequantized tensor (Sigmoid, Tanh,
           HardSwish, SiLU with its inner QDQ pair...)
-  qconcat, qresize  what runs in float between a DQ and a Q
+  qconcat, qresize  what runs in float between a DQ and a Q (a Concat of one scale
+          in and out, "same", moves the integers on CpuOneDnn)
+  qmove   Transpose or Reshape between a DQ and a Q (of the input's scale: "same")
   qdyn    DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add]:
           float out, from a float graph input
   dq      DequantizeLinear: a float graph output
@@ -570,7 +572,20 @@ def _step(b, idx, st, values, graph_inputs):
         o = list(shapes[0])
         o[axis] = sum(s[axis] for s in shapes)
         v = b.node("Concat", [b.dequantize(u) for u in ins], o, axis=axis)
-        return _finish(b, v, dt, sym, [p.steps * p.scale for p in ps])
+        return _finish(b, v, dt, sym, [p.steps * p.scale for p in ps], fixed=_same(b, st, ps, dt))
+
+    if k == "qmove":  # Transpose or Reshape, quantized again as its input (integers moved)
+        xs = b.shape(x)
+        if st["op"] == "Transpose":
+            perm = [i % len(xs) for i in st["perm"]]
+            if sorted(perm) != list(range(len(xs))):
+                raise InvalidSpec("transpose perm")
+            v = b.node("Transpose", [b.dequantize(x)], tuple(xs[i] for i in perm), perm=perm)
+        else:
+            flat = int(np.prod(xs[1:]))
+            shape = b.const(np.asarray([xs[0], -1], np.int64), "shape")
+            v = b.node("Reshape", [b.dequantize(x), shape], (xs[0], flat))
+        return _finish(b, v, dt, sym, [ps[0].steps * ps[0].scale], fixed=_same(b, st, ps, dt))
 
     if k == "qresize":
         xs = b.shape(x)
@@ -585,6 +600,17 @@ def _step(b, idx, st, values, graph_inputs):
         return _finish(b, v, dt, sym, [ps[0].steps * ps[0].scale])
 
     raise InvalidSpec(f"unknown step kind {k}")
+
+
+def _same(b, st, ps, dtype):
+    """With st["same"]: the (scale, zero) of the operands, which must all have
+    them and the step's type (a quantizer gives a Concat or Transpose its
+    input's), for the Q after the step; else None (calibrated)."""
+    if not st.get("same") or b.mode == "calib":
+        return None
+    if any((p.scale, p.zero, p.dtype) != (ps[0].scale, ps[0].zero, dtype) for p in ps):
+        raise InvalidSpec("same scale: the operands differ")
+    return ps[0].scale, ps[0].zero
 
 
 def _finish(b, v, dtype, symmetric, errors, fixed=None):
@@ -756,6 +782,11 @@ class QGen(graphgen.Gen):
             self.count -= 1
             return fallback
 
+    def keep_type(self, st, x):
+        """The step's type is x's (a quantizer keeps it where it keeps the scale)."""
+        st["dt"], st["sym"] = self.b.q[self.values[x]].dtype, False
+        return st
+
     def qtype(self, st):
         """Activations uint8 mostly (a quantizer's default), else int8 with
         or without a zero point."""
@@ -894,8 +925,19 @@ class QGen(graphgen.Gen):
             elif r < 0.37 and shape[2:] == self.vals[before][0][2:] and shape[0] == \
                     self.vals[before][0][0]:
                 x = self.add(self.qtype({"k": "qconcat", "xs": [x, before], "axis": 1}))
-            elif r < 0.42 and len(shape) == 4:
+            elif r < 0.4:  # one scale in and out, as a quantizer writes them
+                x = self.try_add(self.keep_type({"k": "qconcat", "xs": [x, x], "axis": 1,
+                                                 "same": True}, x), x)
+            elif r < 0.45 and len(shape) == 4:
                 x = self.add(self.qtype({"k": "qresize", "x": x, "f": self.pick([2, 3])}))
+            elif r < 0.52:
+                st = {"k": "qmove", "x": x, "same": self.chance(0.8)}
+                if len(shape) >= 3 and self.chance(0.5):
+                    st.update(op="Transpose", perm=[0] + [2 + i for i in range(len(shape) - 2)]
+                              + [1])
+                else:
+                    st["op"] = "Reshape"
+                x = self.try_add(self.keep_type(st, x), x)
         if self.chance(0.25):  # a classifier's head
             x = self.add(self.qtype({"k": "qpool", "op": "GlobalAveragePool", "x": x}))
             x = self.qgemm(x, flat=True)

@@ -701,7 +701,8 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   int reshape = -1;
   const int dx = dequantized_source(g, f, m.in[0], &xq, &reshape);
   const int dw = dequantizer(g, f, m.in[1], trans_b ? 0 : 1, &wq);
-  if (dx < 0) return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
+  if (dx < 0)
+    return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
   if (const char* why = weights_refusal(g, f, dw, wq)) return refuse(f, n, why);
   auto q = std::make_shared<QuantGroup>();
   q->x = f.nodes[dx].in[0];
@@ -1199,7 +1200,10 @@ bool integer_product(ViewInfo& g, FusedGraph& f, int n) {
 // DequantizeLinear nodes stay: fuse() drops those nothing reads any more.
 bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
   INode& m = f.nodes[n];
-  if (m.op != "Conv" || m.weights || m.in.size() < 2) return false;
+  // ConvTranspose's weights are [C_in, C_out / group, ...]: one scale per
+  // output channel is along axis 1, which holds all of them if ungrouped.
+  const bool transposed = m.op == "ConvTranspose";
+  if ((m.op != "Conv" && !transposed) || m.weights || m.in.size() < 2) return false;
   try {
     check_node(g, m.node);
   } catch (const sdk::Error&) {
@@ -1208,7 +1212,32 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
   auto q = std::make_shared<QuantGroup>();
   QuantSpec xq, wq;
   const int dx = dequantizer(g, f, m.in[0], -1, &xq);
-  const int dw = dequantizer(g, f, m.in[1], 0, &wq);
+  const int dw = dequantizer(g, f, m.in[1], transposed ? 1 : 0, &wq);
+  if (transposed && wq.scales.size() > 1 && g.node(m.node).attr_int("group", 1) != 1)
+    return refuse(f, n, "its weights have one scale per channel of a group");
+  if (transposed) {
+    // oneDNN 2.6's int8 deconvolution writes input-dependent values where no
+    // input reaches (a stride over the kernel's reach, output padding past
+    // it), which the differential tests found; the float one does not.
+    const Dims& xs = g.shape(m.in[0]);
+    const Dims& ws = g.shape(m.in[1]);
+    try {
+      const Dims& ys = g.shape(m.out);
+      const Window w = deconv_window(g, m.node, xs, ys, Dims(ws.begin() + 2, ws.end()));
+      for (size_t i = 0; i < w.kernel.size(); ++i) {
+        std::vector<bool> reached(static_cast<size_t>(ys[i + 2]), false);
+        for (int64_t x = 0; x < xs[i + 2]; ++x)
+          for (int64_t k = 0; k < w.kernel[i]; ++k) {
+            const int64_t o = x * w.strides[i] + k * (w.dilation[i] + 1) - w.pad_l[i];
+            if (o >= 0 && o < ys[i + 2]) reached[static_cast<size_t>(o)] = true;
+          }
+        if (std::find(reached.begin(), reached.end(), false) != reached.end())
+          return refuse(f, n, "an output no input reaches (oneDNN's int8 form gets it wrong)");
+      }
+    } catch (const sdk::Error& e) {
+      return refuse(f, n, e.what());
+    }
+  }
   if (dx < 0 || xq.quantized == BP_DTYPE_INT32)
     return refuse(f, n, "its input is not a uint8/int8 tensor dequantized with one scale");
   if (const char* why = weights_refusal(g, f, dw, wq)) return refuse(f, n, why);
@@ -1218,7 +1247,8 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
   q->w = f.nodes[dw].in[0];
   q->w_scales = wq.scales;
   q->dequantize = {dx, dw};
-  const int64_t channels = g.shape(m.in[1])[0];
+  const Dims& ws = g.shape(m.in[1]);
+  const int64_t channels = transposed ? ws[1] * g.node(m.node).attr_int("group", 1) : ws[0];
   auto w_scale = [&](int64_t c) { return q->w_scales[q->w_scales.size() == 1 ? 0 : c]; };
   const int b = m.in.size() > 2 ? m.in[2] : -1;
   if (b >= 0) {
@@ -1298,7 +1328,8 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
     if (in.dead || in.group >= 0) continue;
     in.anchor = static_cast<int>(n);
     if (!float_nodes.count(in.node)) {
-      if (in.op == "Conv" && quantize_conv(g, f, static_cast<int>(n))) continue;
+      if ((in.op == "Conv" || in.op == "ConvTranspose") && quantize_conv(g, f, static_cast<int>(n)))
+        continue;
       if (in.op == "Add" && quantize_add(g, f, static_cast<int>(n))) continue;
       if (in.op == "Mul" && quantize_mul(g, f, static_cast<int>(n))) continue;
       if (quantize_product(g, f, static_cast<int>(n))) continue;
@@ -1340,6 +1371,7 @@ std::string group_kind(const INode& m) {
     return name;
   }
   if (m.op == "Conv" || m.op == "QLinearConv" || m.op == "ConvInteger") return "convolution";
+  if (m.op == "ConvTranspose") return "transposed convolution";
   if (m.op == "Gemm" || m.op == "MatMul" || m.op == "QLinearMatMul" || m.op == "MatMulInteger")
     return "matmul";
   if (m.op == "Add") return "addition";
@@ -1350,7 +1382,7 @@ std::string group_kind(const INode& m) {
 // The operators some int8 group starts from (tables aside).
 bool has_int8_group(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv",       "Gemm",     "MatMul",    "Add",       "Mul",
+      "Conv",       "ConvTranspose",         "Gemm",      "MatMul",    "Add",       "Mul",
       "MaxPool",    "GlobalMaxPool",         "AveragePool", "GlobalAveragePool",
       "Reshape",    "Flatten",  "Squeeze",   "Unsqueeze", "Transpose", "Concat"};
   return ops.count(op) > 0;
@@ -1369,7 +1401,8 @@ std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
     const std::string kind = group_kind(m);
     auto mark = [&](int v) {
       int8[v] = true;
-      notes[v] = v == m.node ? "int8 " + kind : "int8, in the " + kind + " of '" + name(m.node) + "'";
+      notes[v] = v == m.node ? "int8 " + kind
+                             : "int8, in the " + kind + " of '" + name(m.node) + "'";
     };
     for (int v : m.covers) mark(v);
     for (int d : m.quant->dequantize)  // with those of constants, dequantized when compiled

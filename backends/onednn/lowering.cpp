@@ -192,6 +192,7 @@ void Lowering::lower_node(int n) {
     check_node(g_, node.node);
   if (node.quant && node.quant->passthrough) return lower_qmove(node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
+  if (op == "ConvTranspose") return node.quant ? lower_qdeconv(node) : lower_conv_transpose(node);
   if (op == "QLinearConv" && node.quant) return lower_qconv(node);
   if (op == "QLinearMatMul" && node.quant) return lower_qproduct(node);
   if (op == "Add" && node.quant) return lower_qadd(node);
@@ -252,6 +253,52 @@ Window Lowering::conv_window(const INode& n, const Dims& xs, const Dims& ws, con
     wdims->insert(wdims->end(), ws.begin() + 1, ws.end());
   }
   return w;
+}
+
+memory::desc Lowering::deconv_weights_md(const Dims& ws, int64_t group, memory::data_type dt) {
+  const Dims ks(ws.begin() + 2, ws.end());
+  const int64_t icg = ws[0] / group, ocg = ws[1];
+  int64_t window = 1;
+  for (int64_t k : ks) window *= k;
+  Dims wdims, wstrides;
+  if (group > 1) {
+    wdims = {group, ocg, icg};
+    wstrides = {icg * ocg * window, window, ocg * window};
+  } else {
+    wdims = {ocg, icg};
+    wstrides = {window, ocg * window};
+  }
+  int64_t stride = window;
+  for (int64_t k : ks) {
+    stride /= k;
+    wdims.push_back(k);
+    wstrides.push_back(stride);
+  }
+  return memory::desc(to_dims(wdims), dt, to_dims(wstrides));
+}
+
+void Lowering::lower_conv_transpose(const INode& n) {
+  const Dims& xs = g_.shape(n.in[0]);
+  const Dims& ws = g_.shape(n.in[1]);
+  const Dims& ys = g_.shape(n.out);
+  const Window w = deconv_window(g_, n.node, xs, ys, Dims(ws.begin() + 2, ws.end()));
+  const memory::desc user =
+      deconv_weights_md(ws, g_.node(n.node).attr_int("group", 1), memory::data_type::f32);
+  const memory::dims wdims = user.dims();
+  const bool has_bias = n.in.size() > 2 && n.in[2] >= 0;
+  const memory::desc bias_md = has_bias ? any_md({ys[1]}) : memory::desc();
+  dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                      algorithm::deconvolution_direct, any_md(xs), any_md(wdims),
+                                      bias_md, any_md(ys), w.strides, w.dilation, w.pad_l, w.pad_r);
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::deconvolution_forward>(d, attr_with(n.post), post_key(n.post), &prim);
+  const int wref = b_.const_reordered(user, g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
+  const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (has_bias)
+    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ys[1]}), g_.f32(n.in[2]),
+                                                      pd.bias_desc(), value_tag(n.in[2]))});
+  add_main_step(n, prim, std::move(args), pd);
 }
 
 void Lowering::lower_conv(const INode& n) {

@@ -93,6 +93,14 @@ class Lowering {
   Window conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys,
                      Dims* wdims);
   void lower_conv(const INode& n);
+  void lower_conv_transpose(const INode& n);
+  // ONNX's ConvTranspose weights ([C_in, C_out / group, kernel...]) as
+  // oneDNN's deconvolution takes them ([C_out, C_in, kernel...], with groups
+  // [group, C_out / group, C_in / group, kernel...]): the same bytes,
+  // described with those dims' strides.
+  static dnnl::memory::desc deconv_weights_md(const Dims& ws, int64_t group,
+                                              dnnl::memory::data_type dt);
+  void lower_qdeconv(const INode& n);
   void lower_gemm(const INode& n);
   void lower_matmul(const INode& n);
   bool lower_matmul_any_shape(const INode& n, int src, int wref, const dnnl::memory::desc& dst_md);

@@ -241,6 +241,50 @@ void Lowering::lower_qconv(const INode& n) {
   add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
 }
 
+void Lowering::lower_qdeconv(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const Dims& xs = g_.shape(q.x);
+  const Dims& ws = g_.shape(q.w);
+  const Dims& ys = g_.shape(n.out);
+  const int64_t group = g_.node(n.node).attr_int("group", 1);
+  const Window w = deconv_window(g_, n.node, xs, ys, Dims(ws.begin() + 2, ws.end()));
+  const memory::desc user = deconv_weights_md(ws, group, memory::data_type::s8);
+  const memory::dims wdims = user.dims();
+  auto md = [](const memory::dims& d, memory::data_type t) {
+    return memory::desc(d, t, memory::format_tag::any);
+  };
+  const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({ys[1]});
+  dnnl::deconvolution_forward::desc d(
+      dnnl::prop_kind::forward_inference, algorithm::deconvolution_direct,
+      md(to_dims(xs), data_type(g_.values[q.x].dtype)), md(wdims, memory::data_type::s8), bias_md,
+      md(to_dims(ys), data_type(g_.values[n.out].dtype)), w.strides, w.dilation, w.pad_l,
+      w.pad_r);
+  std::string key;
+  const dnnl::primitive_attr attr = product_attr(n, &key);
+  dnnl::primitive prim;
+  auto pd = b_.make<dnnl::deconvolution_forward>(d, attr, key, &prim);
+  const int wref = b_.const_reordered(user, g_.data(q.w), pd.weights_desc(), tagged("q", q.w));
+  {
+    // Output channel (g, o)'s weights: [g * C_in / group + i][o][kernel...].
+    const auto* wv = static_cast<const int8_t*>(g_.data(q.w));
+    const int64_t icg = ws[0] / group, ocg = ws[1];
+    const int64_t window = sdk::element_count(ws) / (ws[0] * ws[1]);
+    std::vector<int64_t> sums(static_cast<size_t>(group * ocg), 0);
+    for (int64_t gi = 0; gi < group; ++gi)
+      for (int64_t i = 0; i < icg; ++i)
+        for (int64_t o = 0; o < ocg; ++o)
+          for (int64_t k = 0; k < window; ++k)
+            sums[gi * ocg + o] += wv[((gi * icg + i) * ocg + o) * window + k];
+    check_compensation(wref, sums, group > 1 ? Dims{group, ocg} : Dims{ocg}, 0);
+  }
+  const int src = b_.as_md(ref_of(q.x), pd.src_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
+                                                tagged("qbias", n.node))});
+  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+}
+
 void Lowering::lower_qmove(const INode& n) {
   if (n.op == "Concat") {
     const size_t steps = c_.steps.size();

@@ -363,14 +363,20 @@ class DescCheck {
 dnnl_status_t reinit(DescCheck& c, const dnnl_convolution_desc_t& d, dnnl_convolution_desc_t& f) {
   c.mds({&d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc});
   c.inference(d);
-  c.need(raw(d.alg_kind) == dnnl_convolution_direct ||
-         raw(d.alg_kind) == dnnl_convolution_winograd);
+  const bool deconvolution = d.primitive_kind == dnnl_deconvolution;
+  c.need(deconvolution ? raw(d.alg_kind) == dnnl_deconvolution_direct
+                       : raw(d.alg_kind) == dnnl_convolution_direct ||
+                             raw(d.alg_kind) == dnnl_convolution_winograd);
   c.rank(d.src_desc, 3, 5);
   c.same_rank({&d.src_desc, &d.dst_desc});
   c.need(d.weights_desc.ndims == d.src_desc.ndims || d.weights_desc.ndims == d.src_desc.ndims + 1);
   c.need(d.bias_desc.ndims == 0 || d.bias_desc.ndims == 1);
   c.window(d.src_desc.ndims - 2, {d.strides}, {d.dilates, d.padding[0], d.padding[1]});
   c.with_bias(d.bias_desc);
+  if (deconvolution)
+    return dnnl_dilated_deconvolution_forward_desc_init(
+        &f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc,
+        d.strides, d.dilates, d.padding[0], d.padding[1]);
   return dnnl_dilated_convolution_forward_desc_init(
       &f, d.prop_kind, d.alg_kind, &d.src_desc, &d.weights_desc, &d.bias_desc, &d.dst_desc,
       d.strides, d.dilates, d.padding[0], d.padding[1]);
@@ -557,6 +563,7 @@ constexpr OpKind op_kind(dnnl_primitive_kind_t kind) {
 }
 constexpr OpKind kOpKinds[] = {
     op_kind<dnnl_convolution_desc_t>(dnnl_convolution),
+    op_kind<dnnl_convolution_desc_t>(dnnl_deconvolution),
     op_kind<dnnl_eltwise_desc_t>(dnnl_eltwise),
     op_kind<dnnl_softmax_desc_t>(dnnl_softmax),
     op_kind<dnnl_pooling_v2_desc_t>(dnnl_pooling_v2),

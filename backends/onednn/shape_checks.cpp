@@ -273,6 +273,11 @@ void check_shapes(ViewInfo& g, int n) {
   if (op == "MatMul") return c.matmul();
   if (op == "Gemm") return c.gemm();
   if (op == "Conv") return c.conv();
+  if (op == "ConvTranspose") {  // support.cpp's check_conv_transpose checks its window
+    c.expect(c.y().size() == c.x().size() && !c.x().empty() && c.y()[0] == c.x()[0],
+             "the output's rank or batch differs from the input's");
+    return;
+  }
   if (op == "MaxPool" || op == "AveragePool") return c.pool(false);
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return c.pool(true);
   if (op == "Concat") return c.concat();

@@ -77,6 +77,35 @@ Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kern
   return w;
 }
 
+Window deconv_window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel) {
+  sdk::NodeRef node = g.node(n);
+  const size_t sp = x.size() - 2;
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID")
+    throw fail("ConvTranspose with auto_pad '" + auto_pad + "' is not supported");
+  if (node.has_attr("output_shape")) throw fail("ConvTranspose with output_shape is not supported");
+  std::vector<int64_t> strides = node.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  std::vector<int64_t> dil = node.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  std::vector<int64_t> pads = node.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  if (auto_pad == "VALID") pads.assign(2 * sp, 0);
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || kernel.size() != sp)
+    throw fail(g.describe(n) + ": strides/dilations/pads/kernel do not match " +
+               std::to_string(sp) + " spatial dims");
+  Window w;
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t ext = (kernel[i] - 1) * dil[i] + 1;
+    // y = (x - 1) * stride + ext - pad_l - pad_r, output_padding in pad_r.
+    const int64_t pr = (x[i + 2] - 1) * strides[i] + ext - pads[i] - y[i + 2];
+    if (pr < 0) throw fail("ConvTranspose's output_padding exceeds its end padding");
+    w.kernel.push_back(kernel[i]);
+    w.strides.push_back(strides[i]);
+    w.dilation.push_back(dil[i] - 1);
+    w.pad_l.push_back(pads[i]);
+    w.pad_r.push_back(pr);
+  }
+  return w;
+}
+
 PadSpec pad_spec(ViewInfo& g, int n, size_t rank) {
   sdk::NodeRef node = g.node(n);
   std::vector<int64_t> pads, axes;
@@ -288,6 +317,19 @@ void check_conv(ViewInfo& g, int n, const Dims& xs, int y) {
     throw fail("the bias must be a constant");
   const Dims& ws = g.shape(g.in(n, 1));
   (void)window(g, n, xs, g.shape(y), Dims(ws.begin() + 2, ws.end()));
+}
+
+void check_conv_transpose(ViewInfo& g, int n, const Dims& xs, int y) {
+  if (xs.size() < 3 || xs.size() > 5)
+    throw fail("only 1-D, 2-D and 3-D transposed convolutions are supported");
+  if (!g.is_const(g.in(n, 1))) throw fail("the weights must be a constant");
+  if (g.num_in(n) > 2 && g.in(n, 2) >= 0 && !g.is_const(g.in(n, 2)))
+    throw fail("the bias must be a constant");
+  const Dims& ws = g.shape(g.in(n, 1));
+  const int64_t group = g.node(n).attr_int("group", 1);
+  if (ws.size() != xs.size() || group < 1 || ws[0] % group != 0 || xs[1] != ws[0])
+    throw fail("the weights do not fit the input and group");
+  (void)deconv_window(g, n, xs, g.shape(y), Dims(ws.begin() + 2, ws.end()));
 }
 
 void check_gemm(ViewInfo& g, int n, const Dims&, int y) {
@@ -532,6 +574,7 @@ void check_prelu(ViewInfo& g, int n, const Dims& xs, int) {
 const std::map<std::string_view, OpCheck>& op_checks() {
   static const std::map<std::string_view, OpCheck> checks = [] {
     std::map<std::string_view, OpCheck> m = {{"Conv", check_conv},
+                                             {"ConvTranspose", check_conv_transpose},
                                              {"Gemm", check_gemm},
                                              {"MatMul", check_matmul},
                                              {"MaxPool", check_pool},

@@ -39,6 +39,11 @@ struct Window {
 bool winograd_fits(const Dims& x, const Dims& kernel, const Dims& strides, const Dims& dilations,
                    int64_t group);
 
+// ConvTranspose node n's window as oneDNN's deconvolution takes it (pad_r
+// from the output's dims, so output_padding is in it): x and y as above.
+// Throws for auto_pad SAME_* or output_shape (CpuRef runs those), and for an
+// output_padding wider than the end padding.
+Window deconv_window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel);
 Window window(ViewInfo& g, int n, const Dims& x, const Dims& y, const Dims& kernel,
               const Dims& before = {});
 

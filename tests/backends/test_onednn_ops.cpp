@@ -104,6 +104,49 @@ void expect_matches_cpuref(const ModelBuilder& b, double tolerance = 1e-4,
 
 // ---- convolution -------------------------------------------------------------
 
+struct ConvTransposeCase {
+  const char* name;
+  Dims x;
+  int64_t oc_per_group, k, group, stride, dilation;
+  std::vector<int64_t> pads, output_padding;
+  bool bias;
+};
+
+class OneDnnConvTranspose : public testing::TestWithParam<ConvTransposeCase> {};
+
+// ConvTranspose runs on CpuOneDnn (a oneDNN deconvolution, weights read in
+// ONNX's [C_in, C_out / group, kernel...] order) and matches CpuRef.
+TEST_P(OneDnnConvTranspose, MatchesCpuRef) {
+  const ConvTransposeCase& c = GetParam();
+  const size_t sp = c.x.size() - 2;
+  ModelBuilder b;
+  Dims ws = {c.x[1], c.oc_per_group};
+  for (size_t i = 0; i < sp; ++i) ws.push_back(c.k);
+  b.input("x", test::shape_of(c.x)).random_weight("w", ws);
+  if (c.bias) b.random_weight("b", {c.oc_per_group * c.group});
+  auto& n = c.bias ? b.node("ConvTranspose", {"x", "w", "b"}, {"y"})
+                   : b.node("ConvTranspose", {"x", "w"}, {"y"});
+  set_int(n, "group", c.group);
+  set_ints(n, "strides", std::vector<int64_t>(sp, c.stride));
+  set_ints(n, "dilations", std::vector<int64_t>(sp, c.dilation));
+  set_ints(n, "kernel_shape", std::vector<int64_t>(sp, c.k));
+  if (!c.pads.empty()) set_ints(n, "pads", c.pads);
+  if (!c.output_padding.empty()) set_ints(n, "output_padding", c.output_padding);
+  b.output("y");
+  expect_matches_cpuref(b);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OneDnnOps, OneDnnConvTranspose,
+    testing::Values(
+        ConvTransposeCase{"Upsample2x", {1, 16, 7, 7}, 8, 3, 1, 2, 1, {1, 1, 1, 1}, {1, 1}, true},
+        ConvTransposeCase{"Kernel4Stride2", {2, 8, 5, 6}, 12, 4, 1, 2, 1, {1, 1, 1, 1}, {}, false},
+        ConvTransposeCase{"Grouped", {1, 12, 6, 6}, 5, 3, 3, 1, 1, {1, 1, 1, 1}, {}, true},
+        ConvTransposeCase{"Dilated", {1, 4, 5, 5}, 6, 3, 1, 1, 2, {}, {}, true},
+        ConvTransposeCase{"OneD", {1, 6, 9}, 4, 5, 1, 3, 1, {2, 1}, {}, true},
+        ConvTransposeCase{"ThreeD", {1, 4, 3, 4, 5}, 3, 2, 1, 2, 1, {}, {}, false}),
+    [](const testing::TestParamInfo<ConvTransposeCase>& i) { return i.param.name; });
+
 ModelBuilder conv_model(const Dims& x, int64_t oc, int64_t k, int64_t group, int64_t stride,
                         const std::vector<int64_t>& pads, int64_t dilation, bool bias) {
   ModelBuilder b;
@@ -1720,6 +1763,32 @@ const Int8Case kInt8Cases[] = {
        quantize_to(b, "g", "yq", 0.08f, 128);
      },
      {2, 16, 4, 4}, "matmul", 0.08f},
+    {"ConvTransposeUpsamplePerChannel",
+     [](ModelBuilder& b) {
+       // Weights [C_in, C_out, 3, 3], one scale per output channel (axis 1).
+       std::mt19937 rng(17);
+       std::vector<int32_t> w(16 * 8 * 9), bias(8);
+       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+       for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 2001) - 1000;
+       std::vector<float> ws(8), bs(8);
+       for (size_t i = 0; i < ws.size(); ++i) {
+         ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 5);
+         bs[i] = 0.02f * ws[i];
+       }
+       b.init_ints("w", onnx::TensorProto::INT8, {16, 8, 3, 3}, w);
+       b.init_f32("ws", {8}, ws);
+       set_int(b.node("DequantizeLinear", {"w", "ws"}, {"wd"}), "axis", 1);
+       b.init_ints("b", onnx::TensorProto::INT32, {8}, bias);
+       b.init_f32("bs", {8}, bs);
+       set_int(b.node("DequantizeLinear", {"b", "bs"}, {"bd"}), "axis", 0);
+       auto& c = b.node("ConvTranspose", {"xd", "wd", "bd"}, {"c"});
+       set_ints(c, "strides", {2, 2});
+       set_ints(c, "pads", {1, 1, 1, 1});
+       set_ints(c, "output_padding", {1, 1});
+       b.node("Relu", {"c"}, {"r"});
+       quantize_to(b, "r", "yq", 0.02f, 0);
+     },
+     {1, 16, 6, 6}, "deconvolution", 0.02f},
     {"MatMulPerColumnThenQdqRelu",
      [](ModelBuilder& b) {
        qdq_product_weights(b, 32, 24, 1);

@@ -9,7 +9,8 @@ table in docs/numerics.md, each written as a quantizer writes it
 (DequantizeLinear of its operands, the float operator, QuantizeLinear):
 
   qconv   Conv by int8 weights (symmetric, per tensor or per output channel),
-          no/int32/float bias, float activations, then Q; or QLinearConv
+          no/int32/float bias, float activations, then Q; or QLinearConv; or
+          ConvTranspose ("transposed", with output_padding)
   qgemm   Gemm/MatMul by constant 2-D int8 weights (through Flatten), or
           QLinearMatMul
   qact    Q -> DQ -> Relu/Clip -> Q, the requantized tail of a group
@@ -389,6 +390,33 @@ def _step(b, idx, st, values, graph_inputs):
     operands = [values[r] for r in ([st["x"]] if "x" in st else []) +
                 [st[r] for r in ("a", "b") if r in st] + st.get("xs", [])]
     ps = [b.qp(v) for v in operands]  # raises InvalidSpec for a float operand
+
+    if k == "qconv" and st.get("transposed"):  # ConvTranspose: weights [C_in, C_out / group, ...]
+        xs = b.shape(x)
+        if st.get("qlinear") or st.get("depthwise"):
+            raise InvalidSpec("transposed: no QLinear or depthwise form")
+        g, oc, attrs, _ = _conv_attrs(st, xs)
+        sp = len(xs) - 2
+        opad = [min(p, s - 1) for p, s in zip(st.get("opad", [0] * sp), attrs["strides"])]
+        out = [(xs[2 + i] - 1) * attrs["strides"][i] + opad[i] +
+               (attrs["kernel_shape"][i] - 1) * attrs["dilations"][i] + 1 -
+               attrs["pads"][i] - attrs["pads"][sp + i] for i in range(sp)]
+        if min(out) < 1:
+            raise InvalidSpec("transposed output")
+        if any(opad):
+            attrs["output_padding"] = opad
+        fan = xs[1] // g * int(np.prod(st["ks"][:sp]))
+        w = (rng.normal(0, 1, (xs[1], oc // g) + tuple(st["ks"][:sp])) /
+             np.sqrt(fan)).astype(np.float32)
+        wname, scales, wq = b.weights(w, 1, st.get("pc", False) and g == 1)
+        xp = ps[0]
+        ins = [b.dequantize(x), b.dq_weights(wname, scales, 1)]
+        bias = _bias(b, rng, st.get("bias"), oc, xp.scale, scales)
+        if bias is not None:
+            ins.append(bias)
+        v, lip = _acts(b, b.node("ConvTranspose", ins, (xs[0], oc) + tuple(out), **attrs),
+                       st.get("acts", []))
+        return _finish(b, v, dt, sym, [xp.steps * xp.scale * lip * _product_carry(wq, scales)])
 
     if k == "qconv":
         xs = b.shape(x)
@@ -829,6 +857,9 @@ class QGen(graphgen.Gen):
                          "acts": [] if qlinear else self.acts(), "qlinear": qlinear})
         if qlinear and st["bias"] == "float":
             st["bias"] = "int32"
+        if not qlinear and not depthwise and self.chance(0.12):  # ConvTranspose
+            st["transposed"] = True
+            st["opad"] = [self.r(2) for _ in range(sp)]
         one = dict(st, ks=[1] * sp, st=[1] * sp, dil=[1] * sp, pads=[0] * (2 * sp), group=1,
                    depthwise=False)
         return self.try_add(st, None) or self.add(one)

@@ -101,6 +101,10 @@ class Lowering {
   static dnnl::memory::desc deconv_weights_md(const Dims& ws, int64_t group,
                                               dnnl::memory::data_type dt);
   void lower_qdeconv(const INode& n);
+  // The step of an int8 (de)convolution: its source as `pd` takes it, the
+  // weights `wref`, the group's bias in accumulator units (`bias_md`).
+  void add_qwindow_step(const INode& n, dnnl::primitive prim, const dnnl::primitive_desc_base& pd,
+                        int wref, const dnnl::memory::desc& bias_md);
   void lower_gemm(const INode& n);
   void lower_matmul(const INode& n);
   bool lower_matmul_any_shape(const INode& n, int src, int wref, const dnnl::memory::desc& dst_md);

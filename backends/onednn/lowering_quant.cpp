@@ -201,6 +201,18 @@ void Lowering::check_compensation(int ref, const std::vector<int64_t>& sums,
   }
 }
 
+void Lowering::add_qwindow_step(const INode& n, dnnl::primitive prim,
+                                const dnnl::primitive_desc_base& pd, int wref,
+                                const memory::desc& bias_md) {
+  const QuantGroup& q = *n.quant;
+  const int src = b_.as_md(ref_of(q.x), pd.query_md(dnnl::query::src_md));
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
+                                                tagged("qbias", n.node))});
+  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+}
+
 void Lowering::lower_qconv(const INode& n) {
   const QuantGroup& q = *n.quant;
   const Dims& xs = g_.shape(q.x);
@@ -233,12 +245,7 @@ void Lowering::lower_qconv(const INode& n) {
       for (int64_t i = 0; i < per; ++i) sums[c] += w[c * per + i];
     check_compensation(wref, sums, Dims(wdims.begin(), wdims.end() - (ws.size() - 1)), 0);
   }
-  const int src = b_.as_md(ref_of(q.x), pd.src_desc());
-  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (!q.bias.empty())
-    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
-                                                tagged("qbias", n.node))});
-  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  add_qwindow_step(n, prim, pd, wref, bias_md);
 }
 
 void Lowering::lower_qdeconv(const INode& n) {
@@ -277,12 +284,7 @@ void Lowering::lower_qdeconv(const INode& n) {
             sums[gi * ocg + o] += wv[((gi * icg + i) * ocg + o) * window + k];
     check_compensation(wref, sums, group > 1 ? Dims{group, ocg} : Dims{ocg}, 0);
   }
-  const int src = b_.as_md(ref_of(q.x), pd.src_desc());
-  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (!q.bias.empty())
-    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
-                                                tagged("qbias", n.node))});
-  add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  add_qwindow_step(n, prim, pd, wref, bias_md);
 }
 
 void Lowering::lower_qmove(const INode& n) {

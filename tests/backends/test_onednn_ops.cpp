@@ -1559,6 +1559,15 @@ struct Int8Case {
   float y_scale;
 };
 
+// Input "x" of `shape`, standard normal from `seed`.
+std::map<std::string, Tensor> normal_x(const Dims& shape, uint32_t seed) {
+  Tensor x(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+  return {{"x", x}};
+}
+
 // Per-channel int8 weights [oc, ic/group, k, k] with an int32 bias (scale
 // x_scale * w_scale), each behind a DequantizeLinear, named w/wd and b/bd.
 void qdq_conv_weights(ModelBuilder& b, int64_t oc, int64_t icg, int64_t k, bool per_channel) {
@@ -1905,13 +1914,7 @@ TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
   b.output("y");
   for (const std::string& line : plan_report(b, {}))
     EXPECT_EQ(line.find("(int8)"), std::string::npos) << line;
-  std::map<std::string, Tensor> feeds;
-  Tensor x(DType::kFloat32, {1, 8, 9, 9});
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
-  feeds["x"] = x;
-  expect_bit_exact(b, feeds);
+  expect_bit_exact(b, normal_x({1, 8, 9, 9}, 3));
 }
 
 // ConvInteger and MatMulInteger of constant int8 weights (zero point 0) run
@@ -1940,12 +1943,7 @@ TEST(OneDnnOps, ConvIntegerAndMatMulIntegerAreInt8StepsExactlyAsCpuRef) {
     for (const std::string& line : plan_report(b, {}))
       int8 += line.find("(int8)") != std::string::npos;
     EXPECT_EQ(int8, 1);
-    std::map<std::string, Tensor> feeds;
-    Tensor x(DType::kFloat32, xs);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
-    feeds["x"] = x;
-    expect_bit_exact(b, feeds);
+    expect_bit_exact(b, normal_x(xs, 37));
   }
 }
 
@@ -1991,13 +1989,7 @@ TEST(OneDnnOps, MovingQuantizedValuesMovesTheirIntegers) {
                       "      int8 reshape\n"),
             std::string::npos)
       << plan;
-  std::map<std::string, Tensor> feeds;
-  Tensor x(DType::kFloat32, {1, 8, 5, 6});
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
-  feeds["x"] = x;
-  expect_bit_exact(b, feeds);
+  expect_bit_exact(b, normal_x({1, 8, 5, 6}, 5));
 }
 
 // `backplane partition` (describe_plan) says for each node of a quantized

@@ -296,6 +296,17 @@ def table_carry(f, xp, yp, inner_q):
     return int(jump) + 1
 
 
+def _qlinear_inputs(b, x, xp, wname, scales, ys, yz, dtype):
+    """QLinearConv's and QLinearMatMul's first eight inputs: x and its scale and
+    zero point, the int8 weights and theirs (zero), the output's."""
+    def scale(v):
+        return b.const(np.asarray(v, np.float32), "s")
+    return [x, scale(xp.scale), b.const(np.asarray(xp.zero, _NPQ[xp.dtype]), "z"), wname,
+            b.const(scales if len(scales) > 1 else np.asarray(scales[0]), "ws"),
+            b.const(np.zeros(scales.shape if len(scales) > 1 else (), np.int8), "wz"),
+            scale(ys), b.const(np.asarray(yz, _NPQ[dtype]), "z")]
+
+
 def _product_carry(wq, scales):
     """The largest w_scale * |w| of any one weight: how far a product moves
     per unit of difference in one input element. Differences between two
@@ -438,11 +449,7 @@ def _step(b, idx, st, values, graph_inputs):
                 return b.quantize(b.node("Conv", ins, oshape, **attrs), 0, dt, sym)
             lo, hi = b.ranges.get(b.keyed(0), (-1.0, 1.0))
             ys, yz = qparams(lo, hi, dt, sym)
-            sc = lambda v: b.const(np.asarray(v, np.float32), "s")  # noqa: E731
-            ins = [x, sc(xp.scale), b.const(np.asarray(xp.zero, _NPQ[xp.dtype]), "z"), wname,
-                   b.const(scales if len(scales) > 1 else np.asarray(scales[0]), "ws"),
-                   b.const(np.zeros(scales.shape if len(scales) > 1 else (), np.int8), "wz"),
-                   sc(ys), b.const(np.asarray(yz, _NPQ[dt]), "z")]
+            ins = _qlinear_inputs(b, x, xp, wname, scales, ys, yz, dt)
             if real is not None:
                 ins.append(b.const(np.rint(real / (np.float32(xp.scale) * scales)).astype(np.int32)
                                    if len(scales) > 1 else
@@ -483,11 +490,7 @@ def _step(b, idx, st, values, graph_inputs):
                 return b.quantize(b.node("MatMul", [x, wname], oshape), 0, dt, sym)
             lo, hi = b.ranges.get(b.keyed(0), (-1.0, 1.0))
             ys, yz = qparams(lo, hi, dt, sym)
-            sc = lambda v: b.const(np.asarray(v, np.float32), "s")  # noqa: E731
-            ins = [x, sc(xp.scale), b.const(np.asarray(xp.zero, _NPQ[xp.dtype]), "z"), wname,
-                   b.const(scales if len(scales) > 1 else np.asarray(scales[0]), "ws"),
-                   b.const(np.zeros(scales.shape if len(scales) > 1 else (), np.int8), "wz"),
-                   sc(ys), b.const(np.asarray(yz, _NPQ[dt]), "z")]
+            ins = _qlinear_inputs(b, x, xp, wname, scales, ys, yz, dt)
             y = b.node("QLinearMatMul", ins, oshape, dt)
             delta = xp.steps * xp.scale * _product_carry(wq, scales) / ys
             b.q[y] = QParams(ys, yz, dt, 1 + carried(delta))

@@ -590,6 +590,21 @@ def _build_step(b, idx, st, values):
     raise InvalidSpec(f"unknown step kind {k}")
 
 
+def declare_inputs(b, spec):
+    """The spec's inputs as (name, shape, dtype), their shapes and dtypes
+    recorded in builder b; InvalidSpec for an empty one."""
+    out = []
+    for inp in spec["inputs"]:
+        name = inp["name"]
+        shape = tuple(int(d) for d in inp["shape"])
+        if any(d < 1 for d in shape):
+            raise InvalidSpec("empty input")
+        b.shapes[name] = shape
+        b.dtypes[name] = inp["dtype"]
+        out.append((name, shape, inp["dtype"]))
+    return out
+
+
 def build(spec):
     """The ONNX model of `spec` (raises InvalidSpec) and the names of the
     nodes to pin to CpuRef."""
@@ -599,18 +614,12 @@ def build(spec):
     b = Builder(spec)
     values = {}
     graph_inputs = []
-    for inp in spec["inputs"]:
-        name = inp["name"]
-        shape = tuple(int(d) for d in inp["shape"])
-        if any(d < 1 for d in shape):
-            raise InvalidSpec("empty input")
-        b.shapes[name] = shape
-        b.dtypes[name] = inp["dtype"]
+    for name, shape, dtype in declare_inputs(b, spec):
         values[name] = name
         # A symbolic batch: the partitions are compiled for any batch
         # (shape-polymorphic where the backend can) and run at this one.
         dims = ["N"] + list(shape[1:]) if spec.get("symbolic") else list(shape)
-        graph_inputs.append(helper.make_tensor_value_info(name, _ONNX[inp["dtype"]], dims))
+        graph_inputs.append(helper.make_tensor_value_info(name, _ONNX[dtype], dims))
     pins = []
     for idx, st in enumerate(spec["steps"]):
         first = len(b.nodes)

@@ -658,15 +658,9 @@ def _build(spec, mode, ranges=None):
     b = QBuilder(spec, mode, ranges)
     values = {}
     graph_inputs = []
-    for inp in spec["inputs"]:
-        name = inp["name"]
-        shape = tuple(int(d) for d in inp["shape"])
-        if any(d < 1 for d in shape):
-            raise InvalidSpec("empty input")
-        b.shapes[name] = shape
-        b.dtypes[name] = inp["dtype"]
+    for name, shape, dtype in graphgen.declare_inputs(b, spec):
         values[name] = name
-        graph_inputs.append(helper.make_tensor_value_info(name, _ONNX[inp["dtype"]], list(shape)))
+        graph_inputs.append(helper.make_tensor_value_info(name, _ONNX[dtype], list(shape)))
     names = graphgen.spec_input_names(spec)
     for idx, st in enumerate(spec["steps"]):
         try:

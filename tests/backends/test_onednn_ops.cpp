@@ -54,6 +54,12 @@ std::shared_ptr<Runtime> runtime(const Config& config = {}) {
   return rt;
 }
 
+// Each of `values` uniform in [lo, hi] (lo + rng() % (hi - lo + 1)).
+void fill_uniform(std::vector<int32_t>& values, std::mt19937& rng, int32_t lo, int32_t hi) {
+  const auto span = static_cast<uint32_t>(hi - lo + 1);
+  for (int32_t& v : values) v = static_cast<int32_t>(rng() % span) + lo;
+}
+
 std::vector<Tensor> run(const std::string& path, const std::vector<std::string>& backends,
                         const std::vector<std::pair<std::string, Dims>>& inputs,
                         std::vector<std::string>* used, std::string* plan = nullptr,
@@ -1502,8 +1508,8 @@ TEST(OneDnnOps, QdqConvolutionIsOneCpuOneDnnPartition) {
   b.init_ints("xz", onnx::TensorProto::UINT8, {}, {128});
   std::vector<int32_t> w(16 * 8 * 9), bias(16);
   std::mt19937 rng(5);
-  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
-  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 2001) - 1000;
+  fill_uniform(w, rng, -127, 127);
+  fill_uniform(bias, rng, -1000, 1000);
   std::vector<float> ws(16), bs(16);
   for (size_t i = 0; i < 16; ++i) {
     ws[i] = 0.002f + 0.0005f * static_cast<float>(i);
@@ -1573,8 +1579,8 @@ std::map<std::string, Tensor> normal_x(const Dims& shape, uint32_t seed) {
 void qdq_conv_weights(ModelBuilder& b, int64_t oc, int64_t icg, int64_t k, bool per_channel) {
   std::mt19937 rng(7);
   std::vector<int32_t> w(static_cast<size_t>(oc * icg * k * k)), bias(static_cast<size_t>(oc));
-  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
-  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+  fill_uniform(w, rng, -127, 127);
+  fill_uniform(bias, rng, -2000, 2000);
   const size_t ns = per_channel ? static_cast<size_t>(oc) : 1;
   std::vector<float> ws(ns), bs(static_cast<size_t>(oc));
   for (size_t i = 0; i < ns; ++i) ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 7);
@@ -1597,10 +1603,10 @@ void qdq_conv_weights(ModelBuilder& b, int64_t oc, int64_t icg, int64_t k, bool 
 void qdq_product_weights(ModelBuilder& b, int64_t rows, int64_t cols, int64_t axis) {
   std::mt19937 rng(9);
   std::vector<int32_t> w(static_cast<size_t>(rows * cols));
-  for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+  fill_uniform(w, rng, -127, 127);
   const int64_t n = axis == 0 ? rows : cols;
   std::vector<int32_t> bias(static_cast<size_t>(n));
-  for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+  fill_uniform(bias, rng, -2000, 2000);
   std::vector<float> ws(static_cast<size_t>(n)), bs(static_cast<size_t>(n));
   for (size_t i = 0; i < ws.size(); ++i) {
     ws[i] = 0.0008f + 0.0002f * static_cast<float>(i % 5);
@@ -1721,8 +1727,8 @@ const Int8Case kInt8Cases[] = {
      [](ModelBuilder& b) {
        std::mt19937 rng(21);
        std::vector<int32_t> w(24 * 16 * 9), bias(24);
-       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
-       for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 4001) - 2000;
+       fill_uniform(w, rng, -127, 127);
+       fill_uniform(bias, rng, -2000, 2000);
        std::vector<float> ws(24);
        for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.001f + 0.0002f * static_cast<float>(i % 5);
        b.init_ints("w", onnx::TensorProto::INT8, {24, 16, 3, 3}, w);
@@ -1743,7 +1749,7 @@ const Int8Case kInt8Cases[] = {
      [](ModelBuilder& b) {
        std::mt19937 rng(23);
        std::vector<int32_t> w(32 * 20);
-       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+       fill_uniform(w, rng, -127, 127);
        std::vector<float> ws(20);
        for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 4);
        b.init_ints("w", onnx::TensorProto::INT8, {32, 20}, w);
@@ -1777,8 +1783,8 @@ const Int8Case kInt8Cases[] = {
        // Weights [C_in, C_out, 3, 3], one scale per output channel (axis 1).
        std::mt19937 rng(17);
        std::vector<int32_t> w(16 * 8 * 9), bias(8);
-       for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
-       for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 2001) - 1000;
+       fill_uniform(w, rng, -127, 127);
+       fill_uniform(bias, rng, -1000, 1000);
        std::vector<float> ws(8), bs(8);
        for (size_t i = 0; i < ws.size(); ++i) {
          ws[i] = 0.001f + 0.0003f * static_cast<float>(i % 5);
@@ -1869,7 +1875,7 @@ TEST(OneDnnOps, DynamicallyQuantizedMatMulIsOneInt8Step) {
     b.input("x", {2, 7, 50});  // 700 values: the quantizing loop's tail too
     std::mt19937 rng(13);
     std::vector<int32_t> w(50 * 40);
-    for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+    fill_uniform(w, rng, -127, 127);
     b.init_ints("w", onnx::TensorProto::INT8, {50, 40}, w);
     const int64_t ns = per_column ? 40 : 1;
     const Dims sd = per_column ? Dims{40} : Dims{};
@@ -1930,7 +1936,7 @@ TEST(OneDnnOps, ConvIntegerAndMatMulIntegerAreInt8StepsExactlyAsCpuRef) {
     std::mt19937 rng(31);
     const Dims ws = conv ? Dims{21, 4, 3, 3} : Dims{40, 24};
     std::vector<int32_t> w(static_cast<size_t>(Tensor(DType::kInt8, ws).numel()));
-    for (int32_t& v : w) v = static_cast<int32_t>(rng() % 255) - 127;
+    fill_uniform(w, rng, -127, 127);
     b.init_ints("w", onnx::TensorProto::INT8, ws, w);
     b.init_ints("wz", onnx::TensorProto::INT8, {}, {0});
     auto& node = b.node(conv ? "ConvInteger" : "MatMulInteger", {"xq", "w", "xq_z", "wz"}, {"y"});

@@ -411,23 +411,8 @@ def _build_step(b, idx, st, values):
                       axis=-1, epsilon=1e-5)
 
     if k == "pool":
-        if len(xs) != 4:
-            raise InvalidSpec("pool rank")
-        op = st["op"]
-        ks, strides, pads = st["ks"], st["st"], st["pads"]
-        for i in range(2):
-            if pads[i] >= ks[i] or pads[2 + i] >= ks[i]:
-                raise InvalidSpec("pool pads")
-        attrs = dict(kernel_shape=list(ks), strides=list(strides), pads=list(pads))
-        if st["ceil"]:
-            if b.opset < 10:
-                raise InvalidSpec("ceil_mode before opset 10")
-            attrs["ceil_mode"] = 1
-        if op == "AveragePool" and st["cip"]:
-            attrs["count_include_pad"] = 1
-        out = [_pool_out(xs[2 + i], ks[i], strides[i], pads[i], pads[2 + i], st["ceil"])
-               for i in range(2)]
-        return b.node(op, [x], (xs[0], xs[1]) + tuple(out), **attrs)
+        attrs, out = pool_window(st, xs, b.opset)
+        return b.node(st["op"], [x], out, **attrs)
 
     if k == "gpool":
         if len(xs) < 3:
@@ -588,6 +573,28 @@ def _build_step(b, idx, st, values):
         return b.node("Where", [c, a, y], shape, b.dtypes[a])
 
     raise InvalidSpec(f"unknown step kind {k}")
+
+
+def pool_window(st, xs, opset):
+    """A 2-D MaxPool/AveragePool step's attributes (ks, st, pads, ceil, cip)
+    and output shape for input shape xs; InvalidSpec where ONNX does not
+    take them."""
+    if len(xs) != 4:
+        raise InvalidSpec("pool rank")
+    ks, strides, pads = st["ks"], st["st"], st["pads"]
+    for i in range(2):
+        if pads[i] >= ks[i] or pads[2 + i] >= ks[i]:
+            raise InvalidSpec("pool pads")
+    attrs = dict(kernel_shape=list(ks), strides=list(strides), pads=list(pads))
+    if st["ceil"]:
+        if opset < 10:
+            raise InvalidSpec("ceil_mode before opset 10")
+        attrs["ceil_mode"] = 1
+    if st["op"] == "AveragePool" and st["cip"]:
+        attrs["count_include_pad"] = 1
+    out = [_pool_out(xs[2 + i], ks[i], strides[i], pads[i], pads[2 + i], st["ceil"])
+           for i in range(2)]
+    return attrs, (xs[0], xs[1]) + tuple(out)
 
 
 def declare_inputs(b, spec):

@@ -545,20 +545,8 @@ def _step(b, idx, st, values, graph_inputs):
                 raise InvalidSpec("gpool rank")
             v = b.node(op, [v], tuple(xs[:2]) + (1,) * (len(xs) - 2))
         else:
-            if len(xs) != 4:
-                raise InvalidSpec("pool rank")
-            ks, strides, pads = st["ks"], st["st"], st["pads"]
-            for i in range(2):
-                if pads[i] >= ks[i] or pads[2 + i] >= ks[i]:
-                    raise InvalidSpec("pool pads")
-            attrs = dict(kernel_shape=list(ks), strides=list(strides), pads=list(pads))
-            if st["ceil"]:
-                attrs["ceil_mode"] = 1
-            if op == "AveragePool" and st["cip"]:
-                attrs["count_include_pad"] = 1
-            o = [graphgen._pool_out(xs[2 + i], ks[i], strides[i], pads[i], pads[2 + i],
-                                    st["ceil"]) for i in range(2)]
-            v = b.node(op, [v], (xs[0], xs[1]) + tuple(o), **attrs)
+            attrs, out = graphgen.pool_window(st, xs, b.opset)
+            v = b.node(op, [v], out, **attrs)
         # A quantizer gives a max pooling its input's scale; "same" does.
         fixed = None
         if st.get("same") and b.mode != "calib":

@@ -1382,9 +1382,9 @@ std::string group_kind(const INode& m) {
 // The operators some int8 group starts from (tables aside).
 bool has_int8_group(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv",       "ConvTranspose",         "Gemm",      "MatMul",    "Add",       "Mul",
-      "MaxPool",    "GlobalMaxPool",         "AveragePool", "GlobalAveragePool",
-      "Reshape",    "Flatten",  "Squeeze",   "Unsqueeze", "Transpose", "Concat"};
+      "Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul",
+      "MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool",
+      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat"};
   return ops.count(op) > 0;
 }
 

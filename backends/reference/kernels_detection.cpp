@@ -212,6 +212,8 @@ class RoiAlignKernel final : public Kernel {
     const T* rois = static_cast<const T*>(inputs[1]);
     const int64_t* batch = static_cast<const int64_t*>(inputs[2]);
     T* y = static_cast<T*>(outputs[0]);
+    // Every region is checked before any is sampled.
+    std::vector<Region> regions(static_cast<size_t>(rois_));
     for (int64_t r = 0; r < rois_; ++r) {
       const int64_t b = batch[r];
       if (b < 0 || b >= n_)
@@ -224,17 +226,70 @@ class RoiAlignKernel final : public Kernel {
         if (!std::isfinite(static_cast<double>(box[k])))
           throw sdk::invalid(who_ + ": roi " + std::to_string(r) + " has a non-finite coordinate");
       }
-      one_roi(x + b * c_ * h_ * w_, box, y + r * c_ * oh_ * ow_);
+      regions[static_cast<size_t>(r)] = region(box, b);
     }
+    // Work in parts of a region and a block of channels: each part works out
+    // its region's sampling taps once and applies them to every channel of
+    // its block, so the coordinate arithmetic is not repeated per channel.
+    const int64_t blocks = (c_ + kChannelBlock - 1) / kChannelBlock;
+    sdk::parallel_for(static_cast<size_t>(rois_ * blocks), 1, [&](size_t begin, size_t end) {
+      std::vector<Tap> taps;
+      for (size_t part = begin; part < end; ++part) {
+        const int64_t r = static_cast<int64_t>(part) / blocks;
+        const int64_t c0 = static_cast<int64_t>(part) % blocks * kChannelBlock;
+        const Region& g = regions[static_cast<size_t>(r)];
+        one_region(x + g.batch * c_ * h_ * w_, g, c0, std::min(c_, c0 + kChannelBlock),
+                   y + r * c_ * oh_ * ow_, taps);
+      }
+    });
   }
 
  private:
-  // Bilinear sample of one channel plane at (y, x), Caffe2/ONNX Runtime
-  // style: outside [-1, size] gives 0, the last row/column is clamped. In
-  // max mode the four weighted corners are reduced with max, as ONNX
-  // Runtime (the reference ONNX's tests came from) does.
-  C sample(const T* plane, C y, C x) const {
-    if (y < -1 || y > static_cast<C>(h_) || x < -1 || x > static_cast<C>(w_)) return 0;
+  static constexpr int64_t kChannelBlock = 32;
+
+  // A region in feature-map coordinates and its sampling grid per bin.
+  struct Region {
+    int64_t batch = 0, gh = 0, gw = 0;
+    C sy = 0, sx = 0, bin_h = 0, bin_w = 0, count = 1;
+  };
+  // One bilinear sample, Caffe2/ONNX Runtime style: the offsets of its four
+  // corners in a channel plane and their weights. Outside [-1, size] it is
+  // 0 (`inside` false); the last row/column is clamped.
+  struct Tap {
+    int64_t at[4];
+    C w[4];
+    bool inside;
+  };
+
+  Region region(const C* box, int64_t batch) const {
+    Region g;
+    g.batch = batch;
+    const C offset = half_pixel_ ? C(0.5) : C(0);
+    g.sx = box[0] * scale_ - offset;
+    g.sy = box[1] * scale_ - offset;
+    C rw = box[2] * scale_ - offset - g.sx, rh = box[3] * scale_ - offset - g.sy;
+    if (!half_pixel_) {  // output_half_pixel: regions at least one pixel
+      rw = std::max(rw, C(1));
+      rh = std::max(rh, C(1));
+    }
+    g.bin_h = rh / static_cast<C>(oh_);
+    g.bin_w = rw / static_cast<C>(ow_);
+    const double gh_d = ratio_ > 0 ? static_cast<double>(ratio_) : std::ceil(double(rh) / oh_);
+    const double gw_d = ratio_ > 0 ? static_cast<double>(ratio_) : std::ceil(double(rw) / ow_);
+    // A region far larger than any image would sample forever: reject it.
+    if (!(gh_d * gw_d <= double(1 << 24)))
+      throw sdk::invalid(who_ + ": a region of " + std::to_string(double(rh)) + " x " +
+                         std::to_string(double(rw)) + " needs too many samples per bin");
+    g.gh = std::max<int64_t>(static_cast<int64_t>(gh_d), 0);
+    g.gw = std::max<int64_t>(static_cast<int64_t>(gw_d), 0);
+    g.count = static_cast<C>(std::max<int64_t>(g.gh * g.gw, 1));
+    return g;
+  }
+
+  Tap tap(C y, C x) const {
+    Tap t{};
+    t.inside = !(y < -1 || y > static_cast<C>(h_) || x < -1 || x > static_cast<C>(w_));
+    if (!t.inside) return t;
     if (y <= 0) y = 0;
     if (x <= 0) x = 0;
     int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
@@ -252,52 +307,75 @@ class RoiAlignKernel final : public Kernel {
     }
     const C ly = y - static_cast<C>(y0), lx = x - static_cast<C>(x0);
     const C hy = 1 - ly, hx = 1 - lx;
-    const C v00 = hy * hx * Real<T>::load(plane[y0 * w_ + x0]);
-    const C v01 = hy * lx * Real<T>::load(plane[y0 * w_ + x1]);
-    const C v10 = ly * hx * Real<T>::load(plane[y1 * w_ + x0]);
-    const C v11 = ly * lx * Real<T>::load(plane[y1 * w_ + x1]);
+    t.at[0] = y0 * w_ + x0, t.at[1] = y0 * w_ + x1, t.at[2] = y1 * w_ + x0, t.at[3] = y1 * w_ + x1;
+    t.w[0] = hy * hx, t.w[1] = hy * lx, t.w[2] = ly * hx, t.w[3] = ly * lx;
+    return t;
+  }
+
+  // In max mode the four weighted corners are reduced with max, as ONNX
+  // Runtime (the reference ONNX's tests came from) does.
+  C sample(const T* plane, const Tap& t) const {
+    if (!t.inside) return 0;
+    const C v00 = t.w[0] * Real<T>::load(plane[t.at[0]]);
+    const C v01 = t.w[1] * Real<T>::load(plane[t.at[1]]);
+    const C v10 = t.w[2] * Real<T>::load(plane[t.at[2]]);
+    const C v11 = t.w[3] * Real<T>::load(plane[t.at[3]]);
     if (max_) return std::max(std::max(v00, v01), std::max(v10, v11));
     return v00 + v01 + v10 + v11;
   }
 
-  void one_roi(const T* x, const C* box, T* y) const {
-    const C offset = half_pixel_ ? C(0.5) : C(0);
-    const C sx = box[0] * scale_ - offset, sy = box[1] * scale_ - offset;
-    C rw = box[2] * scale_ - offset - sx, rh = box[3] * scale_ - offset - sy;
-    if (!half_pixel_) {  // output_half_pixel: regions at least one pixel
-      rw = std::max(rw, C(1));
-      rh = std::max(rh, C(1));
+  // Calls f(tap) for each sample of bin (ph, pw) of region g, in order.
+  template <class F>
+  void each_sample(const Region& g, int64_t ph, int64_t pw, F&& f) const {
+    for (int64_t iy = 0; iy < g.gh; ++iy) {
+      const C yy = g.sy + static_cast<C>(ph) * g.bin_h +
+                   (static_cast<C>(iy) + C(0.5)) * g.bin_h / static_cast<C>(g.gh);
+      for (int64_t ix = 0; ix < g.gw; ++ix) {
+        const C xx = g.sx + static_cast<C>(pw) * g.bin_w +
+                     (static_cast<C>(ix) + C(0.5)) * g.bin_w / static_cast<C>(g.gw);
+        f(tap(yy, xx));
+      }
     }
-    const C bin_h = rh / static_cast<C>(oh_), bin_w = rw / static_cast<C>(ow_);
-    const double gh_d = ratio_ > 0 ? static_cast<double>(ratio_) : std::ceil(double(rh) / oh_);
-    const double gw_d = ratio_ > 0 ? static_cast<double>(ratio_) : std::ceil(double(rw) / ow_);
-    // A region far larger than any image would sample forever: reject it.
-    if (!(gh_d * gw_d <= double(1 << 24)))
-      throw sdk::invalid(who_ + ": a region of " + std::to_string(double(rh)) + " x " +
-                         std::to_string(double(rw)) + " needs too many samples per bin");
-    const int64_t gh = std::max<int64_t>(static_cast<int64_t>(gh_d), 0);
-    const int64_t gw = std::max<int64_t>(static_cast<int64_t>(gw_d), 0);
-    const C count = static_cast<C>(std::max<int64_t>(gh * gw, 1));
-    for (int64_t ch = 0; ch < c_; ++ch) {
-      const T* plane = x + ch * h_ * w_;
-      for (int64_t ph = 0; ph < oh_; ++ph)
+  }
+
+  // A bin's samples reduced: averaged, or their maximum.
+  struct Reduce {
+    bool max;
+    C acc = 0;
+    bool first = true;
+    void add(C v) {
+      acc = max ? (first ? v : std::max(acc, v)) : acc + v;
+      first = false;
+    }
+    C result(C count) const { return max ? acc : acc / count; }
+  };
+
+  // Channels [c0, c1) of one region. The taps of an output row are worked
+  // out once for all those channels; a region whose row has more than
+  // kMaxTaps samples works each out as it goes.
+  void one_region(const T* x, const Region& g, int64_t c0, int64_t c1, T* y,
+                  std::vector<Tap>& taps) const {
+    constexpr int64_t kMaxTaps = int64_t{1} << 16;
+    const int64_t per_bin = g.gh * g.gw;
+    for (int64_t ph = 0; ph < oh_; ++ph) {
+      const bool kept = ow_ * per_bin <= kMaxTaps;
+      if (kept) {
+        taps.clear();
+        for (int64_t pw = 0; pw < ow_; ++pw)
+          each_sample(g, ph, pw, [&](const Tap& t) { taps.push_back(t); });
+      }
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const T* plane = x + ch * h_ * w_;
         for (int64_t pw = 0; pw < ow_; ++pw) {
-          C acc = 0;
-          bool first = true;
-          for (int64_t iy = 0; iy < gh; ++iy) {
-            const C yy = sy + static_cast<C>(ph) * bin_h +
-                         (static_cast<C>(iy) + C(0.5)) * bin_h / static_cast<C>(gh);
-            for (int64_t ix = 0; ix < gw; ++ix) {
-              const C xx = sx + static_cast<C>(pw) * bin_w +
-                           (static_cast<C>(ix) + C(0.5)) * bin_w / static_cast<C>(gw);
-              const C v = sample(plane, yy, xx);
-              if (max_) acc = first ? v : std::max(acc, v);
-              else acc += v;
-              first = false;
-            }
-          }
-          y[(ch * oh_ + ph) * ow_ + pw] = Real<T>::store(max_ ? acc : acc / count);
+          Reduce r{max_};
+          if (kept)
+            for (int64_t k = pw * per_bin; k < (pw + 1) * per_bin; ++k)
+              r.add(sample(plane, taps[static_cast<size_t>(k)]));
+          else
+            each_sample(g, ph, pw, [&](const Tap& t) { r.add(sample(plane, t)); });
+          y[(ch * oh_ + ph) * ow_ + pw] = Real<T>::store(r.result(g.count));
         }
+      }
     }
   }
 

@@ -155,19 +155,26 @@ struct ElementwiseIndexPlan {
   bool is64 = true;
   std::string who;
 
-  // Calls f(k, data_offset) for every element k of indices.
+  // Calls f(k, data_offset) for every element k of indices, a row of the
+  // last dim at a time (the odometer moves once per row).
   template <class F>
   void for_each(const void* indices, F&& f) const {
     const size_t rank = idx_shape.size();
-    int64_t pos[kMaxRank] = {};
     const int64_t n = numel(idx_shape);
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t off = 0;
-      for (size_t d = 0; d < rank; ++d)
-        if (static_cast<int64_t>(d) != axis) off += pos[d] * data_strides[d];
-      off += checked_index(load_index(indices, is64, k), axis_dim, who) * data_strides[axis];
-      f(k, off);
-      for (size_t d = rank; d-- > 0;) {  // advance the odometer
+    if (n == 0) return;
+    const int64_t row = idx_shape[rank - 1];
+    const bool along_row = axis == static_cast<int64_t>(rank) - 1;
+    const int64_t axis_stride = data_strides[axis], last_stride = data_strides[rank - 1];
+    int64_t pos[kMaxRank] = {};
+    for (int64_t k0 = 0; k0 < n; k0 += row) {
+      int64_t base = 0;  // the row's offset, its last and axis dims left out
+      for (size_t d = 0; d + 1 < rank; ++d)
+        if (static_cast<int64_t>(d) != axis) base += pos[d] * data_strides[d];
+      for (int64_t j = 0; j < row; ++j) {
+        const int64_t at = checked_index(load_index(indices, is64, k0 + j), axis_dim, who);
+        f(k0 + j, base + (along_row ? 0 : j * last_stride) + at * axis_stride);
+      }
+      for (size_t d = rank - 1; d-- > 0;) {  // advance the odometer over the rows
         if (++pos[d] < idx_shape[d]) break;
         pos[d] = 0;
       }
@@ -292,8 +299,11 @@ class ScatterElementsKernel final : public Kernel {
     copy_through(inputs[0], outputs[0], data_bytes_);
     const T* updates = static_cast<const T*>(inputs[2]);
     T* out = static_cast<T*>(outputs[0]);
-    plan_.for_each(inputs[1],
-                   [&](int64_t k, int64_t off) { reduce_into<T>(out + off, updates + k, 1, r_); });
+    if (r_ == Reduction::kNone)
+      plan_.for_each(inputs[1], [&](int64_t k, int64_t off) { out[off] = updates[k]; });
+    else
+      plan_.for_each(inputs[1],
+                     [&](int64_t k, int64_t off) { reduce_into<T>(out + off, updates + k, 1, r_); });
   }
 
  private:

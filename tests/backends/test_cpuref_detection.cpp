@@ -215,6 +215,35 @@ TEST(CpuRefDetection, RoiAlignPicksTheBatchAndScalesTheRegion) {
   expect_floats(run_f32(t, in, 36), want, 1e-6f);
 }
 
+TEST(CpuRefDetection, RoiAlignAveragesARampToEachBinsCentre) {
+  // 40 channels (two blocks of 32), each a ramp along x: channel c holds
+  // c + x / 64. Bilinear sampling of a ramp is exact, and a bin's samples
+  // lie symmetrically about its centre, so each output is c + the bin's
+  // centre x / 64. Sampling ratio 2 keeps a row's taps; 100 (10,000 samples per
+  // bin) works them out as it goes.
+  const int64_t c = 40, h = 64, w = 64;
+  std::vector<float> x(static_cast<size_t>(c * h * w));
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < h * w; ++i) x[ch * h * w + i] = float(ch) + float(i % w) / 64.0f;
+  for (int64_t ratio : {2, 100}) {
+    const std::vector<TensorSpec> in{f32({1, c, h, w}, x),
+                                     f32({2, 4}, {8, 8, 40, 40, 20, 4, 48, 60}), i64({2}, {0, 0})};
+    OpTest t("RoiAlign", 16, in, {{F32, {2, c, 7, 7}}},
+             {attr_i("output_height", 7), attr_i("output_width", 7),
+              attr_i("sampling_ratio", ratio)});
+    std::vector<float> want;
+    for (const float x1 : {8.0f, 20.0f}) {
+      const float x2 = x1 == 8.0f ? 40.0f : 48.0f;
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t ph = 0; ph < 7; ++ph)
+          for (int64_t pw = 0; pw < 7; ++pw)
+            want.push_back(float(ch) + ((x1 - 0.5f) + (pw + 0.5f) * (x2 - x1) / 7.0f) / 64.0f);
+    }
+    SCOPED_TRACE("sampling_ratio " + std::to_string(ratio));
+    expect_floats(run_f32(t, in, want.size()), want, 2e-5f);
+  }
+}
+
 TEST(CpuRefDetection, RoiAlignRejectsBadBatchIndicesAndCoordinates) {
   auto expect_run_error = [](const std::vector<TensorSpec>& in, const std::string& fragment) {
     OpTest t("RoiAlign", 16, in, {{F32, {1, 1, 1, 1}}});

@@ -102,6 +102,8 @@ Options parse(int argc, char** argv) {
       }
     } else die("unknown option '" + flag + "'");
   }
+  if (o.step_runs < 1 || o.gen_runs < 1 || o.gen_tokens < 1 || o.encoder_rounds < 1)
+    die("--step-runs, --gen-runs, --gen-tokens and --encoder-rounds must be at least 1");
   return o;
 }
 

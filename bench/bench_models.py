@@ -2,8 +2,10 @@
 """The models of `make bench`, generated at bench time, and their FLOP counts.
 
 A benchmark model is either a name of CATALOG (a torchvision 0.14 model with
-seeded random weights, exported to ONNX here, or one of the models of
-scripts/gen_models.py) or the path of any .onnx file a user brings, for which
+seeded random weights, exported to ONNX here; one of the models of
+scripts/gen_models.py; a detector of scripts/gen_zoo.py at its own image
+size, its heads calibrated as the zoo does so that it finds objects; or a
+recurrent model built here) or the path of any .onnx file a user brings, for which
 a seeded random input is made from the model's first input (symbolic dims
 become 1). Each gives MODELS_DIR/NAME.onnx and MODELS_DIR/NAME.input.npy, the
 files bench/backplane_bench.cpp and bench/ort_runner.js read.
@@ -42,17 +44,37 @@ def _gen_models():
 
 class Entry:
     """One catalog model: family (for the table), torchvision constructor
-    (None: scripts/gen_models.py builds it), input shape, constructor
-    arguments, and whether the output is a segmentation dict's "out"."""
+    (None: scripts/gen_models.py builds it, unless `zoo` or `build` says
+    otherwise), input shape, constructor arguments, and whether the output
+    is a segmentation dict's "out". zoo: the scripts/gen_zoo.py model made
+    at `shape`; build: a function returning the torch module."""
 
-    def __init__(self, family, ctor, shape=(1, 3, 224, 224), kwargs=None, seg=False):
+    def __init__(self, family, ctor, shape=(1, 3, 224, 224), kwargs=None, seg=False, zoo=None, build=None):
         self.family, self.ctor, self.shape, self.kwargs, self.seg = family, ctor, shape, kwargs or {}, seg
+        self.zoo, self.build = zoo, build
+
+
+def _lstm_tagger():
+    """A sequence tagger: a 2-layer bidirectional LSTM (128 in, 256 hidden)
+    and a linear layer over every step, as speech and text models have."""
+    import torch
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(128, 256, num_layers=2, bidirectional=True)
+            self.head = torch.nn.Linear(512, 32)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0])
+    return Tagger()
 
 
 # The default set covers the families users bring: residual, SE (RegNet-Y,
 # EfficientNet, MobileNetV3), depthwise, dense, channel shuffle, inception,
 # plain VGG, ConvNeXt, attention (ViT, Swin, the BERT-style encoder),
-# segmentation at 320x320, video and a batch of 4.
+# segmentation at 320x320, video, detection heads (RoIAlign, NMS), a
+# recurrent tagger and a batch of 4.
 CATALOG = {
     "resnet18": Entry("ResNet", None),
     "resnet50": Entry("ResNet", None),
@@ -72,10 +94,16 @@ CATALOG = {
     "convnext_tiny": Entry("ConvNeXt", "convnext_tiny"),
     "vit_b_16": Entry("ViT", "vit_b_16"),
     "swin_t": Entry("Swin", "swin_t"),
+    "maxvit_t": Entry("MaxViT (einsum attention)", "maxvit_t"),
     "deeplabv3_mobilenet_v3_large": Entry("segmentation 320x320", "deeplabv3_mobilenet_v3_large", (1, 3, 320, 320),
                                           {"aux_loss": False, "weights_backbone": None}, seg=True),
     "r3d_18": Entry("video (3D conv), 8x112x112", "r3d_18", (1, 3, 8, 112, 112)),
     "transformer": Entry("BERT-style encoder", None),
+    "ssdlite320": Entry("detection (SSDlite, NMS) 320x320", None, (3, 320, 320),
+                        zoo="ssdlite320_mobilenet_v3_large"),
+    "fasterrcnn_mobilenet_320": Entry("detection (Faster R-CNN, RoIAlign) 320x320", None, (3, 320, 320),
+                                      zoo="fasterrcnn_mobilenet_v3_large_320_fpn"),
+    "lstm_tagger": Entry("LSTM, 2 bidirectional layers, 100 steps", None, (100, 1, 128), build=_lstm_tagger),
 }
 DEFAULT = list(CATALOG)
 
@@ -96,8 +124,12 @@ def _stamp(name):
     import torch
     import torchvision
     e = CATALOG[name]
-    key = f"{name}|{e.ctor}|{e.shape}|{sorted(e.kwargs.items())}|{e.seg}|{OPSET}|{GENERATION}|" \
+    key = f"{name}|{e.ctor}|{e.shape}|{sorted(e.kwargs.items())}|{e.seg}|{e.zoo}|{OPSET}|{GENERATION}|" \
           f"{torch.__version__}|{torchvision.__version__}"
+    if e.zoo:
+        key += "|" + _gen_zoo()._stamp()
+    if e.build:
+        key += "|" + hashlib.sha256(open(__file__, "rb").read()).hexdigest()
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -106,6 +138,30 @@ def _up_to_date(paths, stamp_path, stamp):
         return False
     with open(stamp_path) as f:
         return f.read().strip() == stamp
+
+
+def _gen_zoo():
+    spec = importlib.util.spec_from_file_location("gen_zoo", os.path.join(ROOT, "scripts", "gen_zoo.py"))
+    gz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gz)
+    return gz
+
+
+def _generate_zoo(name, entry, out_dir, onnx_path, input_path):
+    """gen_zoo.py's model entry.zoo with its one image input at entry.shape,
+    written as NAME.onnx and NAME.input.npy."""
+    gz = _gen_zoo()
+    spec = dict(gz.MODELS[entry.zoo])
+    if len(spec["inputs"]) != 1:
+        raise RuntimeError(f"bench_models: {name}: the benchmark feeds one input; zoo model "
+                           f"{entry.zoo} has {len(spec['inputs'])}")
+    spec["name"] = name
+    spec["inputs"] = [(spec["inputs"][0][0], tuple(entry.shape))]
+    import torch
+    torch.set_num_threads(1)
+    gz.generate(spec, out_dir, True, gz._stamp())
+    os.replace(os.path.join(out_dir, f"{name}.input.{spec['inputs'][0][0]}.npy"), input_path)
+    print(f"bench_models: {name}: wrote {onnx_path} (gen_zoo.py's {entry.zoo})", file=sys.stderr)
 
 
 def _build_torchvision(entry):
@@ -168,7 +224,7 @@ def generate(name, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     onnx_path = os.path.join(out_dir, name + ".onnx")
     input_path = os.path.join(out_dir, name + ".input.npy")
-    if entry.ctor is None:  # one of gen_models.py's models, exported as the tests export it
+    if entry.ctor is None and not entry.zoo and not entry.build:  # one of gen_models.py's, as the tests export it
         gm = _gen_models()
         gm.generate(name, out_dir, gm._script_hash())
         return onnx_path, input_path
@@ -176,9 +232,18 @@ def generate(name, out_dir):
     stamp = _stamp(name)
     if _up_to_date([onnx_path, input_path], stamp_path, stamp):
         return onnx_path, input_path
+    if entry.zoo:
+        _generate_zoo(name, entry, out_dir, onnx_path, input_path)
+        with open(stamp_path, "w") as f:
+            f.write(stamp + "\n")
+        return onnx_path, input_path
     import torch
     torch.set_num_threads(1)
-    model = _build_torchvision(entry)
+    if entry.build:
+        torch.manual_seed(0)
+        model = entry.build().eval()
+    else:
+        model = _build_torchvision(entry)
     x = np.random.default_rng(12345).standard_normal(entry.shape).astype(np.float32)
     with torch.no_grad():
         y = model(torch.from_numpy(x))

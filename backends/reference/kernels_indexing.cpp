@@ -431,9 +431,14 @@ class ScatterNDKernel final : public Kernel {
     const T* updates = static_cast<const T*>(inputs[2]);
     T* out = static_cast<T*>(outputs[0]);
     const size_t n = static_cast<size_t>(plan_.slice);
-    plan_.for_each(indices, [&](int64_t t, int64_t off) {
-      reduce_into<T>(out + off, updates + static_cast<size_t>(t) * n, n, r_);
-    });
+    if (r_ == Reduction::kNone)
+      plan_.for_each(indices, [&](int64_t t, int64_t off) {
+        std::copy_n(updates + static_cast<size_t>(t) * n, n, out + off);
+      });
+    else
+      plan_.for_each(indices, [&](int64_t t, int64_t off) {
+        reduce_into<T>(out + off, updates + static_cast<size_t>(t) * n, n, r_);
+      });
   }
 
  private:

@@ -283,10 +283,15 @@ int rewrite_graph(onnx::GraphProto& g, int64_t opset, const Types& types) {
     }
     // float32 only: what it becomes runs on CpuOneDnn, which takes float32;
     // another dtype's Einsum runs whole on CpuRef, which takes every type
-    // Einsum does (MatMul takes fewer: no 8- or 16-bit integers).
-    const bool float32 =
-        std::all_of(n.input().begin(), n.input().end(),
-                    [&](const std::string& v) { return types.of(v) == onnx::TensorProto::FLOAT; });
+    // Einsum does (MatMul takes fewer: no 8- or 16-bit integers). ONNX gives
+    // every operand and the result one type, so one whose type is found
+    // tells the others' (an operand read from a sequence, say); types found
+    // to differ leave the node whole, for type checking to reject.
+    int32_t type = 0;
+    bool differ = false;
+    for (const std::string& v : n.input())
+      if (const int32_t t = types.of(v); t != 0) differ |= type != 0 && t != type, type = t;
+    const bool float32 = type == onnx::TensorProto::FLOAT && !differ;
     if (n.op_type() == "Einsum" && (n.domain().empty() || n.domain() == "ai.onnx") && float32)
       parts[static_cast<size_t>(i)] = rewrite(n, opset);
   }

@@ -196,6 +196,48 @@ TEST(EinsumRewrite, SubgraphsAreRewrittenToo) {
     for (const onnx::NodeProto& inner : a.g().node()) EXPECT_NE(inner.op_type(), "Einsum");
 }
 
+// An operand whose type is not found (it comes from an operator the type
+// walk does not follow) takes the other's: ONNX gives both one type. Types
+// found to differ leave the Einsum whole.
+TEST(EinsumRewrite, AnOperandOfUnknownTypeTakesTheOthers) {
+  ModelBuilder b(13);
+  b.input("x", {3, 4});
+  b.input("w", {4, 5});
+  b.node("Sign", {"x"}, {"s"}, "sign");
+  set_string(b.node("Einsum", {"s", "w"}, {"y"}, "e"), "equation", "ij,jk->ik");
+  b.untyped_output("y");
+  onnx::ModelProto m = b.model;
+  EXPECT_EQ(onnx_import::decompose_einsums(m), 1);
+  TempDir dir;
+  auto rt = Runtime::create({});
+  ASSERT_TRUE(rt.ok());
+  auto model = (*rt)->load_model(b.save(dir));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  std::vector<float> x(12), w(20, 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? -2.0f : 3.0f;
+  ASSERT_TRUE((*session)->set_input(size_t{0}, Tensor::copy_of(DType::kFloat32, {3, 4}, x.data())).ok());
+  ASSERT_TRUE((*session)->set_input(size_t{1}, Tensor::copy_of(DType::kFloat32, {4, 5}, w.data())).ok());
+  ASSERT_TRUE((*session)->run().ok());
+  const Tensor& y = (*session)->output(0);
+  ASSERT_EQ(y.shape(), (Dims{3, 5}));
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t k = 0; k < 5; ++k) {
+      float want = 0;
+      for (int64_t j = 0; j < 4; ++j) want += (x[i * 4 + j] < 0 ? -1.0f : 1.0f) * 0.5f;
+      EXPECT_EQ(y.data_as<float>()[i * 5 + k], want) << i << "," << k;
+    }
+
+  ModelBuilder mixed(13);
+  mixed.input("x", {3, 4});
+  mixed.input("w", {4, 5}, onnx::TensorProto::DOUBLE);
+  set_string(mixed.node("Einsum", {"x", "w"}, {"y"}, "e"), "equation", "ij,jk->ik");
+  mixed.untyped_output("y");
+  onnx::ModelProto mm = mixed.model;
+  EXPECT_EQ(onnx_import::decompose_einsums(mm), 0);
+}
+
 // Only a float32 Einsum is decomposed (for CpuOneDnn): another dtype's
 // stays whole, and runs on CpuRef.
 TEST(EinsumRewrite, OtherDtypesStayWhole) {

@@ -196,6 +196,22 @@ TEST(EinsumRewrite, SubgraphsAreRewrittenToo) {
     for (const onnx::NodeProto& inner : a.g().node()) EXPECT_NE(inner.op_type(), "Einsum");
 }
 
+// The model of `b` run through the public API on `inputs`: a copy of its
+// first output (the session's own lives only as long as the session).
+Tensor run_model(const ModelBuilder& b, const std::vector<Tensor>& inputs) {
+  TempDir dir;
+  auto rt = Runtime::create({});
+  EXPECT_TRUE(rt.ok());
+  auto model = (*rt)->load_model(b.save(dir));
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return {};
+  auto session = (*model)->create_session();
+  EXPECT_TRUE(session.ok());
+  for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE((*session)->set_input(i, inputs[i]).ok());
+  EXPECT_TRUE((*session)->run().ok());
+  return (*session)->output(0).clone();
+}
+
 // An operand whose type is not found (it comes from an operator the type
 // walk does not follow) takes the other's: ONNX gives both one type. Types
 // found to differ leave the Einsum whole.
@@ -208,19 +224,10 @@ TEST(EinsumRewrite, AnOperandOfUnknownTypeTakesTheOthers) {
   b.untyped_output("y");
   onnx::ModelProto m = b.model;
   EXPECT_EQ(onnx_import::decompose_einsums(m), 1);
-  TempDir dir;
-  auto rt = Runtime::create({});
-  ASSERT_TRUE(rt.ok());
-  auto model = (*rt)->load_model(b.save(dir));
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  auto session = (*model)->create_session();
-  ASSERT_TRUE(session.ok());
   std::vector<float> x(12), w(20, 0.5f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? -2.0f : 3.0f;
-  ASSERT_TRUE((*session)->set_input(size_t{0}, Tensor::copy_of(DType::kFloat32, {3, 4}, x.data())).ok());
-  ASSERT_TRUE((*session)->set_input(size_t{1}, Tensor::copy_of(DType::kFloat32, {4, 5}, w.data())).ok());
-  ASSERT_TRUE((*session)->run().ok());
-  const Tensor& y = (*session)->output(0);
+  const Tensor y = run_model(b, {Tensor::copy_of(DType::kFloat32, {3, 4}, x.data()),
+                                 Tensor::copy_of(DType::kFloat32, {4, 5}, w.data())});
   ASSERT_EQ(y.shape(), (Dims{3, 5}));
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t k = 0; k < 5; ++k) {
@@ -248,18 +255,9 @@ TEST(EinsumRewrite, OtherDtypesStayWhole) {
   b.untyped_output("y");
   onnx::ModelProto m = b.model;
   EXPECT_EQ(onnx_import::decompose_einsums(m), 0);
-  TempDir dir;
-  auto rt = Runtime::create({});
-  ASSERT_TRUE(rt.ok());
-  auto model = (*rt)->load_model(b.save(dir));
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  auto session = (*model)->create_session();
-  ASSERT_TRUE(session.ok());
   std::vector<double> x0(12, 0.5), x1(20, 2.0);
-  ASSERT_TRUE((*session)->set_input(size_t{0}, Tensor::copy_of(DType::kFloat64, {3, 4}, x0.data())).ok());
-  ASSERT_TRUE((*session)->set_input(size_t{1}, Tensor::copy_of(DType::kFloat64, {4, 5}, x1.data())).ok());
-  ASSERT_TRUE((*session)->run().ok());
-  const Tensor& y = (*session)->output(0);
+  const Tensor y = run_model(b, {Tensor::copy_of(DType::kFloat64, {3, 4}, x0.data()),
+                                 Tensor::copy_of(DType::kFloat64, {4, 5}, x1.data())});
   ASSERT_EQ(y.shape(), (Dims{3, 5}));
   for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.data_as<double>()[i], 4.0);
 }

@@ -19,7 +19,8 @@ each times its own inference. Reported: median latencies,
 Backplane/ORT and dynamic/static (each the median over turns of a turn's
 median over its neighbour's: the machine's speed changes for seconds at a
 time), max |bp - ort| / max |ort| on the outputs, load-to-first-result
-and peak RSS above the process's RSS before loading (node itself is ~40 MB).
+and peak and steady RSS (after its timed runs) above the process's RSS before loading (node
+itself is ~40 MB).
 
 Then a load table for resnet50 (`--load-model`): compiled with `backplane
 compile --external-data` and loaded from the .bpk (checksums at load, and
@@ -180,6 +181,10 @@ class Runner:
 
     def peak_rss_mb(self):
         return (self._status("VmHWM") - (self.base_rss_kb or 0)) / 1024.0
+
+    def steady_rss_mb(self):
+        """Resident memory now (after the timed runs), above the process's own before loading."""
+        return (self._status("VmRSS") - (self.base_rss_kb or 0)) / 1024.0
 
     def close(self):
         try:
@@ -356,10 +361,11 @@ def bench_one(args, files, threads, paths, first=True):
                     r.send(f"save {path}")
                     out[k] = np.load(path).astype(np.float64)
                 first_set = {"out": out, "load_ms": bp.load_ms, "ready_ms": bp.info["ready_ms"],
-                             "rss_mb": bp.peak_rss_mb(), "backends": bp.info.get("backends", ""),
+                             "rss_mb": bp.peak_rss_mb(), "steady_rss_mb": bp.steady_rss_mb(),
+                             "backends": bp.info.get("backends", ""),
                              "partitions": bp.info.get("partitions"), "ort_load_ms": ort.load_ms,
                              "ort_ready_ms": ort.info["ready_ms"], "ort_first_ms": ort.info["first_ms"],
-                             "ort_rss_mb": ort.peak_rss_mb()}
+                             "ort_rss_mb": ort.peak_rss_mb(), "ort_steady_rss_mb": ort.steady_rss_mb()}
             for k in list(runners):
                 runners.pop(k).close()
         bp_out, ort_out = first_set["out"]["bp"], first_set["out"]["ort"]
@@ -386,6 +392,7 @@ def bench_one(args, files, threads, paths, first=True):
             "ort_first_ratio": first_set["ort_first_ms"] / med["ort"],
             "bpk_ready_ms": bpk_ready, "bpk_first_ms": bpk_first, "bpk_first_ratio": bpk_first_ratio,
             "bp_rss_mb": first_set["rss_mb"], "ort_rss_mb": first_set["ort_rss_mb"],
+            "bp_steady_rss_mb": first_set["steady_rss_mb"], "ort_steady_rss_mb": first_set["ort_steady_rss_mb"],
             "backends": first_set["backends"], "partitions": first_set["partitions"],
             "runs": args.runs,
         }
@@ -529,12 +536,14 @@ def table(results, ort_version, args, peaks):
         "",
         "Loading and memory, same processes:",
         "",
-        "| model | threads | load-to-first Backplane ms | load-to-first ORT ms | peak RSS Backplane MB | peak RSS ORT MB |",
-        "|---|---|---|---|---|---|",
+        "| model | threads | load-to-first Backplane ms | load-to-first ORT ms | peak RSS Backplane MB | "
+        "peak RSS ORT MB | steady RSS Backplane MB | steady RSS ORT MB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(f"| {r['model']} | {r['threads']} | {r['bp_load_ms']:.0f} | {r['ort_load_ms']:.0f} | "
-                     f"{r['bp_rss_mb']:.0f} | {r['ort_rss_mb']:.0f} |")
+                     f"{r['bp_rss_mb']:.0f} | {r['ort_rss_mb']:.0f} | {r['bp_steady_rss_mb']:.0f} | "
+                     f"{r['ort_steady_rss_mb']:.0f} |")
     lines += [
         "",
         "Time to first result, fresh processes (ms from before the runtime is created / ONNX Runtime's library is "

@@ -213,7 +213,7 @@ void Lowering::lower_node(int n) {
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return lower_reduce(node);
   if (binary_ops().count(op)) return lower_binary(node);
   if (op == "Transpose") return lower_transpose(node);
-  if (op == "LSTM" || op == "RNN") return lower_rnn(node);
+  if (op == "LSTM" || op == "GRU" || op == "RNN") return lower_rnn(node);
   if (view_ops().count(op)) {
     tensors_[node.out] = b_.reshaped(ref_of(node.in[0]), g_.shape(node.out));
     return;

@@ -491,22 +491,23 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_reduction_desc_t& d, dnnl_reductio
   return dnnl_reduction_desc_init(&f, d.alg_kind, &d.src_desc, &d.dst_desc, d.p, d.eps);
 }
 
-// LSTM (lowering_rnn.cpp: peepholes optional, no projection) and vanilla
-// RNN, one layer, time-major; every state the descriptor names is an
-// argument the step must give.
+// LSTM (lowering_rnn.cpp: peepholes optional, no projection), GRU (either
+// kind) and vanilla RNN, one layer, time-major; every state the descriptor
+// names is an argument the step must give.
 dnnl_status_t reinit(DescCheck& c, const dnnl_rnn_desc_t& d, dnnl_rnn_desc_t& f) {
   c.mds({&d.src_layer_desc, &d.src_iter_desc, &d.src_iter_c_desc, &d.weights_layer_desc,
          &d.weights_iter_desc, &d.bias_desc, &d.dst_layer_desc, &d.dst_iter_desc,
          &d.dst_iter_c_desc, &d.weights_peephole_desc, &d.weights_projection_desc});
   c.inference(d);
   const bool lstm = raw(d.cell_kind) == dnnl_vanilla_lstm;
-  c.need(lstm || raw(d.cell_kind) == dnnl_vanilla_rnn);
+  const bool gru = raw(d.cell_kind) == dnnl_vanilla_gru, lbr = raw(d.cell_kind) == dnnl_lbr_gru;
+  c.need(lstm || gru || lbr || raw(d.cell_kind) == dnnl_vanilla_rnn);
   c.need(one_of(raw(d.direction), {dnnl_unidirectional_left2right, dnnl_unidirectional_right2left,
                                    dnnl_bidirectional_concat}));
   c.need(d.flags == 0 && d.alpha == 0.f && d.beta == 0.f);
-  c.need(lstm ? raw(d.activation_kind) == dnnl_alg_kind_undef
-              : one_of(raw(d.activation_kind),
-                       {dnnl_eltwise_tanh, dnnl_eltwise_relu, dnnl_eltwise_logistic}));
+  c.need(lstm || gru || lbr ? raw(d.activation_kind) == dnnl_alg_kind_undef
+                           : one_of(raw(d.activation_kind),
+                                    {dnnl_eltwise_tanh, dnnl_eltwise_relu, dnnl_eltwise_logistic}));
   c.rank(d.src_layer_desc, 3, 3);
   c.rank(d.dst_layer_desc, 3, 3);
   c.rank(d.weights_layer_desc, 5, 5);
@@ -534,6 +535,10 @@ dnnl_status_t reinit(DescCheck& c, const dnnl_rnn_desc_t& d, dnnl_rnn_desc_t& f)
         &d.weights_layer_desc, &d.weights_iter_desc, &d.weights_peephole_desc,
         &d.weights_projection_desc, &d.bias_desc, &d.dst_layer_desc, &d.dst_iter_desc,
         &d.dst_iter_c_desc, d.flags);
+  if (gru || lbr)
+    return (gru ? dnnl_gru_forward_desc_init : dnnl_lbr_gru_forward_desc_init)(
+        &f, d.prop_kind, d.direction, &d.src_layer_desc, &d.src_iter_desc, &d.weights_layer_desc,
+        &d.weights_iter_desc, &d.bias_desc, &d.dst_layer_desc, &d.dst_iter_desc, d.flags);
   return dnnl_vanilla_rnn_forward_desc_init(
       &f, d.prop_kind, d.activation_kind, d.direction, &d.src_layer_desc, &d.src_iter_desc,
       &d.weights_layer_desc, &d.weights_iter_desc, &d.bias_desc, &d.dst_layer_desc,

@@ -163,13 +163,19 @@ dnnl::algorithm rnn_activation(const std::vector<std::string>& names, int64_t di
   throw fail("RNN: activation '" + names[0] + "' is not supported (Tanh, Relu or Sigmoid)");
 }
 
-// Absent, or Sigmoid, Tanh, Tanh for one or for each direction.
-void check_lstm_activations(const std::vector<std::string>& names, int64_t dirs) {
-  const std::vector<std::string> one = {"sigmoid", "tanh", "tanh"};
-  bool ok = names.empty() || names.size() == 3 || names.size() == static_cast<size_t>(3 * dirs);
-  for (size_t i = 0; ok && i < names.size(); ++i) ok = names[i] == one[i % 3];
+// Absent, or the defaults (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh) for
+// one or for each direction.
+void check_gate_activations(const std::string& op, const std::vector<std::string>& names,
+                            int64_t dirs) {
+  const std::vector<std::string> one =
+      op == "LSTM" ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                   : std::vector<std::string>{"sigmoid", "tanh"};
+  const size_t k = one.size();
+  bool ok = names.empty() || names.size() == k || names.size() == k * static_cast<size_t>(dirs);
+  for (size_t i = 0; ok && i < names.size(); ++i) ok = names[i] == one[i % k];
   if (!ok)
-    throw fail("LSTM: activations other than the default (Sigmoid, Tanh, Tanh) are not supported");
+    throw fail(op + ": activations other than the default (" +
+               (op == "LSTM" ? "Sigmoid, Tanh, Tanh" : "Sigmoid, Tanh") + ") are not supported");
 }
 
 // A float32 input i of node n with shape `want`; `constant`: must be one.
@@ -189,6 +195,8 @@ RnnSpec rnn_spec(ViewInfo& g, int n) {
   const std::string op(g.op(n));
   RnnSpec s;
   s.lstm = op == "LSTM";
+  s.gru = op == "GRU";
+  s.linear_before_reset = s.gru && node.attr_int("linear_before_reset", 0) != 0;
   if (!g.shapes_known()) throw fail(op + " in a shape-polymorphic partition is not supported");
   if (node.attr_int("layout", 0) != 0) throw fail(op + ": layout=1 (batch-major) is not supported");
   if (node.has_attr("clip")) throw fail(op + ": clip is not supported");
@@ -214,9 +222,9 @@ RnnSpec rnn_spec(ViewInfo& g, int n) {
   if (s.seq < 1 || s.batch < 1 || s.input < 1 || s.hidden < 1) throw fail(op + ": empty tensor");
   if (node.attr_int("hidden_size", s.hidden) != s.hidden)
     throw fail(op + ": hidden_size does not match R");
-  const int64_t gh = (s.lstm ? 4 : 1) * s.hidden;
+  const int64_t gh = s.gates() * s.hidden;
   const std::vector<std::string> acts = rnn_activations(g, n);
-  if (s.lstm) check_lstm_activations(acts, s.dirs);
+  if (s.lstm || s.gru) check_gate_activations(op, acts, s.dirs);
   else s.activation = rnn_activation(acts, s.dirs);
   expect_input(g, n, 1, {s.dirs, gh, s.input}, true, op + ": W");
   expect_input(g, n, 2, {s.dirs, gh, s.hidden}, true, op + ": R");
@@ -226,7 +234,7 @@ RnnSpec rnn_spec(ViewInfo& g, int n) {
     expect_input(g, n, 6, {s.dirs, s.batch, s.hidden}, false, "LSTM: initial_c");
     expect_input(g, n, 7, {s.dirs, 3 * s.hidden}, true, "LSTM: P");
   } else if (g.num_in(n) > 6) {
-    throw fail("RNN: more than 6 inputs");
+    throw fail(op + ": more than 6 inputs");
   }
   if (const int lens = g.in(n, 4); lens >= 0) {
     if (!g.is_const(lens)) throw fail(op + ": sequence_lens must be a constant");
@@ -615,8 +623,7 @@ void check_known(ViewInfo& g, int n) {
       !(op == "Gelu" && node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
   const bool known = op_checks().count(op) || eltwise_ops().count(op) || view_ops().count(op) ||
-                     activation_ops().count(op) || op == "LSTM" || op == "RNN";
-  if (op == "GRU") throw fail("GRU: oneDNN 2.6 has no optimised GRU implementation (only 'ref')");
+                     activation_ops().count(op) || op == "LSTM" || op == "GRU" || op == "RNN";
   if (!known) throw fail("operator '" + std::string(op) + "' is not implemented by CpuOneDnn");
   // Binary primitives take exactly two operands (Max/Min/Sum are variadic in ONNX).
   if (binary_ops().count(op) && g.num_in(n) != 2)
@@ -651,7 +658,8 @@ void check_dropout(ViewInfo& g, int n) {
 // integers. One output, float32 (optional outputs nobody reads are fine).
 void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
-  if (op == "LSTM" || op == "RNN") return (void)rnn_spec(g, n);  // also sequence_lens, outputs
+  if (op == "LSTM" || op == "GRU" || op == "RNN")
+    return (void)rnn_spec(g, n);  // also sequence_lens, outputs
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1

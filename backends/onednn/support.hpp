@@ -55,13 +55,16 @@ struct PadSpec {
 };
 PadSpec pad_spec(ViewInfo& g, int n, size_t rank);
 
-// An ONNX LSTM or RNN node as oneDNN's lstm_forward / vanilla_rnn_forward
-// runs it: time-major (layout 0), default activations (an RNN's one
-// activation may be Tanh, Relu or Sigmoid), no clip, no input_forget,
-// constant weights, every sequence as long as X. Shapes are checked against
-// each other, so the lowering may index the weights by them.
+// An ONNX LSTM, GRU or RNN node as oneDNN's lstm_forward, gru_forward /
+// lbr_gru_forward (linear_before_reset) or vanilla_rnn_forward runs it:
+// time-major (layout 0), default activations (an RNN's one activation may be
+// Tanh, Relu or Sigmoid), no clip, no input_forget, constant weights, every
+// sequence as long as X. Shapes are checked against each other, so the
+// lowering may index the weights by them.
 struct RnnSpec {
-  bool lstm = false;
+  bool lstm = false, gru = false;
+  bool linear_before_reset = false;  // GRU only
+  int64_t gates() const { return lstm ? 4 : gru ? 3 : 1; }
   int64_t seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1;
   dnnl::rnn_direction direction = dnnl::rnn_direction::unidirectional_left2right;
   dnnl::algorithm activation = dnnl::algorithm::eltwise_tanh;  // RNN only

@@ -815,7 +815,7 @@ TEST(OneDnnOps, UnsupportedNodesFallBackWithAReason) {
   expect_falls_back(b, {"CpuOneDnn", "CpuRef"}, "Erf is supported only inside", 1e-5);
 }
 
-// ---- recurrent (LSTM, RNN; GRU stays on CpuRef) ---------------------------------------
+// ---- recurrent (LSTM, GRU, RNN) ------------------------------------------------------
 
 // One ONNX LSTM / RNN / GRU over X [T, N, C] (time-major; batch-major with
 // `batch_major`), hidden H, random W, R, B; initial states as inputs with
@@ -882,7 +882,8 @@ void set_sequence_lens(ModelBuilder& b, onnx::NodeProto& node, const std::vector
 
 // Each within 1e-5 of CpuRef: op, direction, initial states, peepholes,
 // batch, sequence length, activations named (none: the defaults),
-// sequence_lens given (all of the full length).
+// sequence_lens given (all of the full length), a GRU's linear_before_reset
+// (-1: absent).
 struct RecurrentRow {
   const char* name;
   const char* op;
@@ -891,6 +892,7 @@ struct RecurrentRow {
   int64_t n, t;
   std::vector<std::string> activations;
   bool full_lens;
+  int64_t linear_before_reset = -1;
 };
 
 class OneDnnRecurrent : public testing::TestWithParam<RecurrentRow> {};
@@ -907,6 +909,7 @@ TEST_P(OneDnnRecurrent, MatchesCpuRef) {
   s.tweak = [row](ModelBuilder& b, onnx::NodeProto& n) {
     if (row.full_lens) set_sequence_lens(b, n, std::vector<int32_t>(size_t(row.n), int32_t(row.t)));
     if (!row.activations.empty()) set_strings(n, "activations", row.activations);
+    if (row.linear_before_reset >= 0) set_int(n, "linear_before_reset", row.linear_before_reset);
   };
   expect_matches_cpuref(recurrent_model(s), 1e-5);
 }
@@ -939,7 +942,15 @@ INSTANTIATE_TEST_SUITE_P(
                      true},
         RecurrentRow{"RnnTanhBidirectional", "RNN", "bidirectional", true, false, 3, 5, {}, false},
         RecurrentRow{"RnnReluForward", "RNN", "forward", false, false, 2, 5, {"Relu"}, false},
-        RecurrentRow{"RnnSigmoidReverse", "RNN", "reverse", true, false, 3, 5, {"Sigmoid"}, false}),
+        RecurrentRow{"RnnSigmoidReverse", "RNN", "reverse", true, false, 3, 5, {"Sigmoid"}, false},
+        RecurrentRow{"GruForward", "GRU", "forward", false, false, 3, 5, {}, false},
+        RecurrentRow{"GruLinearBeforeResetBidirectionalWithStates", "GRU", "bidirectional", true,
+                     false, 3, 5, {}, false, 1},
+        RecurrentRow{"GruReverseWithStatesAndActivationsNamed", "GRU", "reverse", true, false, 2,
+                     6, {"Sigmoid", "Tanh"}, true, 0},
+        RecurrentRow{"GruLinearBeforeResetForwardBatchOne", "GRU", "forward", false, false, 1, 7,
+                     {}, false, 1},
+        RecurrentRow{"GruBidirectional", "GRU", "bidirectional", false, false, 3, 5, {}, false}),
     [](const testing::TestParamInfo<RecurrentRow>& info) { return std::string(info.param.name); });
 
 // With CpuRef allowed too, the node goes there with `reason` in the plan, and
@@ -980,12 +991,15 @@ TEST(OneDnnOps, LstmShortSequenceLensAreLeftToCpuRef) {
   expect_left_to_cpuref(recurrent_model(s),
                         "LSTM: sequence_lens shorter than the sequence are not supported");
 }
-TEST(OneDnnOps, GruIsLeftToCpuRef) {
+TEST(OneDnnOps, GruOtherActivationsAreLeftToCpuRef) {
   RecurrentSpec s;
   s.op = "GRU";
   s.direction = "bidirectional";
+  s.tweak = [](ModelBuilder&, onnx::NodeProto& n) {
+    set_strings(n, "activations", {"Sigmoid", "Tanh", "Sigmoid", "Relu"});
+  };
   expect_left_to_cpuref(recurrent_model(s),
-                        "GRU: oneDNN 2.6 has no optimised GRU implementation (only 'ref')");
+                        "GRU: activations other than the default (Sigmoid, Tanh)");
 }
 
 // ---- activations as eltwise chains and post-ops (no fragmentation) -------------------

@@ -82,15 +82,15 @@ bool is_op_node(const std::string& node, const std::string& op) {
 }
 
 #ifdef BACKPLANE_ONEDNN_BACKEND_DIR
-// With CpuOneDnn built, its lstm_forward / vanilla_rnn_forward run every LSTM
-// and RNN node; GRU (only a reference kernel in oneDNN 2.6) stays on CpuRef.
+// With CpuOneDnn built, its lstm_forward / gru_forward / lbr_gru_forward /
+// vanilla_rnn_forward run every LSTM, GRU and RNN node.
 TEST_P(RecurrentTest, RecurrentNodesOnTheExpectedBackend) {
   const RecurrentCase& c = GetParam();
   auto rt = onednn_runtime(0);
   ASSERT_TRUE(rt);
   auto model = rt->load_model(model_path(c.name), ModelOptions{});
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const std::string want = std::string(c.op) == "GRU" ? "CpuRef" : "CpuOneDnn";
+  const std::string want = "CpuOneDnn";
   int nodes = 0;
   for (const auto& p : (*model)->partitions())
     for (const auto& n : p.nodes)

@@ -11,7 +11,7 @@ become 1). Each gives MODELS_DIR/NAME.onnx and MODELS_DIR/NAME.input.npy, the
 files bench/backplane_bench.cpp and bench/ort_runner.js read.
 
 flops(path) counts the multiply-adds of the model's Conv, ConvTranspose,
-MatMul and Gemm nodes (x2) from ONNX shape inference: the work a matrix unit
+MatMul and Gemm nodes and of LSTM/GRU/RNN gates (x2) from ONNX shape inference: the work a matrix unit
 does, which the benchmark divides by the latency and compares with the
 machine's sgemm rate. Element-wise work, pooling and normalisation are not
 counted (they are memory-bound and small in FLOPs); a model whose shapes
@@ -54,27 +54,30 @@ class Entry:
         self.zoo, self.build = zoo, build
 
 
-def _lstm_tagger():
-    """A sequence tagger: a 2-layer bidirectional LSTM (128 in, 256 hidden)
-    and a linear layer over every step, as speech and text models have."""
-    import torch
+def _tagger(kind):
+    """A sequence tagger: a 2-layer bidirectional LSTM or GRU (128 in, 256
+    hidden) and a linear layer over every step, as speech and text models
+    have."""
+    def build():
+        import torch
 
-    class Tagger(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rnn = torch.nn.LSTM(128, 256, num_layers=2, bidirectional=True)
-            self.head = torch.nn.Linear(512, 32)
+        class Tagger(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = getattr(torch.nn, kind)(128, 256, num_layers=2, bidirectional=True)
+                self.head = torch.nn.Linear(512, 32)
 
-        def forward(self, x):
-            return self.head(self.rnn(x)[0])
-    return Tagger()
+            def forward(self, x):
+                return self.head(self.rnn(x)[0])
+        return Tagger()
+    return build
 
 
 # The default set covers the families users bring: residual, SE (RegNet-Y,
 # EfficientNet, MobileNetV3), depthwise, dense, channel shuffle, inception,
 # plain VGG, ConvNeXt, attention (ViT, Swin, the BERT-style encoder),
-# segmentation at 320x320, video, detection heads (RoIAlign, NMS), a
-# recurrent tagger and a batch of 4.
+# segmentation at 320x320, video, detection heads (RoIAlign, NMS),
+# recurrent taggers and a batch of 4.
 CATALOG = {
     "resnet18": Entry("ResNet", None),
     "resnet50": Entry("ResNet", None),
@@ -103,7 +106,8 @@ CATALOG = {
                         zoo="ssdlite320_mobilenet_v3_large"),
     "fasterrcnn_mobilenet_320": Entry("detection (Faster R-CNN, RoIAlign) 320x320", None, (3, 320, 320),
                                       zoo="fasterrcnn_mobilenet_v3_large_320_fpn"),
-    "lstm_tagger": Entry("LSTM, 2 bidirectional layers, 100 steps", None, (100, 1, 128), build=_lstm_tagger),
+    "lstm_tagger": Entry("LSTM, 2 bidirectional layers, 100 steps", None, (100, 1, 128), build=_tagger("LSTM")),
+    "gru_tagger": Entry("GRU, 2 bidirectional layers, 100 steps", None, (100, 1, 128), build=_tagger("GRU")),
 }
 DEFAULT = list(CATALOG)
 
@@ -347,8 +351,8 @@ def quantize(name, onnx_path, out_dir, cli, mode="static"):
 
 
 def flops(path):
-    """2 x multiply-adds of Conv/ConvTranspose/MatMul/Gemm, or None when a
-    shape is unknown."""
+    """2 x multiply-adds of Conv/ConvTranspose/MatMul/Gemm and of the gate
+    products of LSTM/GRU/RNN, or None when a shape is unknown."""
     import onnx
     model = onnx.shape_inference.infer_shapes(onnx.load(path))
     shapes = {}
@@ -380,6 +384,9 @@ def flops(path):
                 if not a:
                     raise KeyError(n.input[0])
                 total += int(np.prod(y)) * a[-1]
+            elif n.op_type in ("LSTM", "GRU", "RNN"):
+                x, w, r = shape(n.input[0]), shape(n.input[1]), shape(n.input[2])
+                total += x[0] * x[1] * (int(np.prod(w)) + int(np.prod(r)))
             elif n.op_type == "Gemm":
                 a, y = shape(n.input[0]), shape(n.output[0])
                 trans_a = any(at.name == "transA" and at.i for at in n.attribute)

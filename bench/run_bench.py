@@ -29,8 +29,8 @@ creation, in fresh processes.
 
 Models (`--models`, or BENCH_MODELS=a,b,c for `make bench`): names of
 bench/bench_models.py's catalog (22 torchvision 0.14 models across families,
-two of scripts/gen_zoo.py's detectors at 320x320, an LSTM tagger and the
-BERT-style encoder, seeded random weights, generated here; the default is
+two of scripts/gen_zoo.py's detectors at 320x320, LSTM and GRU taggers and
+the BERT-style encoder, seeded random weights, generated here; the default is
 all of them) or paths of .onnx files a user brings (one input;
 a seeded random input is made for it). Per model also: its partitions and
 backends in Backplane, and its achieved GFLOP/s (Conv/MatMul/Gemm work over

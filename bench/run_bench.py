@@ -28,7 +28,7 @@ lazy), against importing the .onnx and against ONNX Runtime's session
 creation, in fresh processes.
 
 Models (`--models`, or BENCH_MODELS=a,b,c for `make bench`): names of
-bench/bench_models.py's catalog (22 torchvision 0.14 models across families,
+bench/bench_models.py's catalog (torchvision 0.14 models across families,
 two of scripts/gen_zoo.py's detectors at 320x320, LSTM and GRU taggers and
 the BERT-style encoder, seeded random weights, generated here; the default is
 all of them) or paths of .onnx files a user brings (one input;
@@ -740,12 +740,12 @@ def main():
     print(text)
     with open(os.path.join(bench_dir, "results.md"), "w") as f:
         f.write(text + "\n")
+    with open(os.path.join(bench_dir, "results.json"), "w") as f:
+        json.dump({"latency": results, "contended": contended, "load": load, "sgemm_gflops": peaks}, f, indent=1)
     chart_path = os.path.join(bench_dir, "ratios.png")
     if results:  # (a contended-only run has no latency rows to chart)
         chart(results, chart_path)
         log(f"chart: {chart_path}")
-    with open(os.path.join(bench_dir, "results.json"), "w") as f:
-        json.dump({"latency": results, "contended": contended, "load": load, "sgemm_gflops": peaks}, f, indent=1)
     if args.write_doc and not results:
         log("--write-doc: no latency rows, the document is left as it is")
     elif args.write_doc:

@@ -613,7 +613,8 @@ def chart(results, path):
                              sharey=True, squeeze=False)
     series = [("steady latency", lambda r: r["ratio"]),
               ("first result, .onnx", lambda r: r["bp_load_ms"] / r["ort_load_ms"]),
-              ("first result, .bpk", lambda r: r["bpk_first_ms"] / r["ort_load_ms"])]
+              ("first result, .bpk",  # none where a .bpk does not apply: no bar
+               lambda r: r["bpk_first_ms"] / r["ort_load_ms"] if r["bpk_first_ms"] else float("nan"))]
     for ax, t in zip(axes[0], threads):
         rows = [r for r in results if r["threads"] == t]
         ys = np.arange(len(rows))

@@ -29,13 +29,6 @@ import bench_models  # noqa: E402
 import run_bench  # noqa: E402
 
 
-def input_name(onnx_path):
-    import onnx
-    model = onnx.load(onnx_path, load_external_data=False)
-    constants = {t.name for t in model.graph.initializer}
-    return next(i.name for i in model.graph.input if i.name not in constants)
-
-
 def run(cli, backend_dir, model_path, name, input_path, out_dir, threads, backends=None):
     """The outputs of one `backplane run` (name -> array) and the backends
     its plan used."""
@@ -92,14 +85,15 @@ def main():
     print("|---|---|---|---|---|---|")
     misses = []
     for model, onnx_path, input_path in files:
-        name = input_name(onnx_path)
+        name = run_bench.input_name(onnx_path)
         with tempfile.TemporaryDirectory() as tmp:
             ref, used = run(cli, backend_dir, onnx_path, name, input_path, os.path.join(tmp, "ref"), max(threads),
                             "CpuRef")
             if used != ["CpuRef"]:
                 raise RuntimeError(f"{model}: the reference run used {used}, not CpuRef alone")
             for t in threads:
-                bpk = run_bench.compiled(paths, model, onnx_path, t)
+                # The .bpk, as make bench runs it; the .onnx for a model that has none.
+                bpk = run_bench.compiled(paths, model, onnx_path, input_path, t) or onnx_path
                 ours, used = run(cli, backend_dir, bpk, name, input_path, os.path.join(tmp, f"t{t}"), t)
                 if "CpuOneDnn" not in used:
                     raise RuntimeError(f"{model}: the default backends ran {used}, without CpuOneDnn (is its "

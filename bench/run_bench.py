@@ -195,21 +195,36 @@ class Runner:
         self.proc.wait(timeout=30)
 
 
-def compiled(paths, model, onnx_path, threads):
-    """MODEL.tN.bpk compiled by `backplane compile --threads N` (weights
-    inside; oneDNN may choose other layouts at another thread count, and a
-    payload loaded at another count is recompiled), cached by mtime: made
-    again when older than the model, the CLI or any backend file (a .bpk from
-    an older build may be read, but is not what this build compiles)."""
+def compiled(paths, model, onnx_path, input_path, threads):
+    """MODEL.tN.bpk compiled by `backplane compile --threads N` at the input's
+    shape (weights inside; oneDNN may choose other layouts at another thread
+    count, and a payload loaded at another count is recompiled), cached by
+    mtime: made again when older than the model, the CLI or any backend file
+    (a .bpk from an older build may be read, but is not what this build
+    compiles). None for a model that cannot be compiled ahead of time (shapes
+    that depend on data, as a detector's after NMS): it runs from its .onnx."""
     bpk = os.path.join(paths["models"], f"{model}.t{threads}.bpk")
+    shape = ",".join(str(d) for d in np.load(input_path, mmap_mode="r").shape)
     sources = [onnx_path, paths["cli"]] + [os.path.join(paths["backend_dir"], f)
                                            for f in os.listdir(paths["backend_dir"])]
     sources += [os.path.join(d, f) for d in [os.path.join(paths["backend_dir"], "..", "onednn")]
                 if os.path.isdir(d) for f in os.listdir(d)]
     if not os.path.exists(bpk) or os.path.getmtime(bpk) < max(os.path.getmtime(f) for f in sources):
-        subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o", bpk,
-                        "--threads", str(threads)], check=True, capture_output=True, text=True)
+        done = subprocess.run([paths["cli"], "--backend-path", paths["backend_dir"], "compile", onnx_path, "-o",
+                               bpk, "--threads", str(threads), "--shape", f"{input_name(onnx_path)}={shape}"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            log(f"{model}: no .bpk ({done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'})")
+            return None
     return bpk
+
+
+def input_name(onnx_path):
+    """The model's first input that is not an initializer."""
+    import onnx
+    model = onnx.load(onnx_path, load_external_data=False)
+    constants = {t.name for t in model.graph.initializer}
+    return next(i.name for i in model.graph.input if i.name not in constants)
 
 
 def first_result(paths, model, onnx_path, input_path, threads, processes=5, after=5, budget_s=5.0,
@@ -227,7 +242,9 @@ def first_result(paths, model, onnx_path, input_path, threads, processes=5, afte
     guest's steal time (seen by two OpenMP threads each timing an equal share
     of one loop); runs next to each other in one process share that state, the steady
     median of the alternating turns does not."""
-    bpk = compiled(paths, model, onnx_path, threads)
+    bpk = compiled(paths, model, onnx_path, input_path, threads)
+    if bpk is None:
+        return None, None, None, 0
     samples = []
     start = time.monotonic()
     while len(samples) < processes or (len(samples) < most and time.monotonic() - start < budget_s):

@@ -19,10 +19,10 @@
 // and RssAnon with the session ready, read outside both spans), then answers
 // "run K", "save PATH" and "quit".
 #include "ir/graph.hpp"
-#include "onnx/importer.hpp"
-#include "pipeline/constant_folding.hpp"
+#include "pipeline/front_end.hpp"
 #include "registry/registry.hpp"
 #include "session/compiled_model.hpp"
+#include "session/staged_model.hpp"
 
 #include <backplane/backend_abi.h>
 #include <backplane/runtime.hpp>
@@ -111,14 +111,18 @@ std::shared_ptr<Model> load_static(const std::string& path, int threads, StaticH
   };
   add("CpuOneDnn", onednn::static_table());
   add("CpuRef", cpuref::static_table());
-  auto imported = onnx_import::import_file(path);
-  if (!imported.ok()) die(imported.status().to_string());
-  auto graph = std::make_unique<ir::Graph>(std::move(*imported));
-  if (graph->source.empty()) graph->source = path;
-  Status st = ir::infer_shapes(*graph, {}, infer_options());  // folds on CpuRef
-  if (!st.ok()) die(st.to_string());
-  graph->remove_dead();
-  auto model = CompiledModel::create(std::move(graph), h.registry, ModelOptions{}, 1, threads);
+  // As Runtime::load_model does: the portable graph, run in stages when it
+  // has control flow or shapes that depend on data.
+  auto graph = import_portable_model(path, &h.registry);
+  if (!graph.ok()) die(graph.status().to_string());
+  CompiledModel::Options options;
+  options.num_threads = threads;
+  if (Program::needs_staging(**graph)) {
+    auto staged = StagedModel::create(std::move(*graph), h.registry, options);
+    if (!staged.ok()) die(staged.status().to_string());
+    return *staged;
+  }
+  auto model = CompiledModel::create(std::move(*graph), h.registry, options);
   if (!model.ok()) die(model.status().to_string());
   return *model;
 }

@@ -357,8 +357,8 @@ class RoiAlignKernel final : public Kernel {
                   std::vector<Tap>& taps) const {
     constexpr int64_t kMaxTaps = int64_t{1} << 16;
     const int64_t per_bin = g.gh * g.gw;
+    const bool kept = ow_ * per_bin <= kMaxTaps;
     for (int64_t ph = 0; ph < oh_; ++ph) {
-      const bool kept = ow_ * per_bin <= kMaxTaps;
       if (kept) {
         taps.clear();
         for (int64_t pw = 0; pw < ow_; ++pw)

@@ -290,7 +290,10 @@ int rewrite_graph(onnx::GraphProto& g, int64_t opset, const Types& types) {
     int32_t type = 0;
     bool differ = false;
     for (const std::string& v : n.input())
-      if (const int32_t t = types.of(v); t != 0) differ |= type != 0 && t != type, type = t;
+      if (const int32_t t = types.of(v); t != 0) {
+        differ = differ || (type != 0 && t != type);
+        type = t;
+      }
     const bool float32 = type == onnx::TensorProto::FLOAT && !differ;
     if (n.op_type() == "Einsum" && (n.domain().empty() || n.domain() == "ai.onnx") && float32)
       parts[static_cast<size_t>(i)] = rewrite(n, opset);

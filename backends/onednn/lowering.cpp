@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace backplane::onednn {
@@ -50,6 +51,26 @@ std::optional<LowerFailure> Lowering::lower() {
   for (size_t n = 0; n < f_.nodes.size(); ++n)
     if (!f_.nodes[n].dead && f_.nodes[n].group < 0)
       groups_at[f_.nodes[n].anchor].push_back(static_cast<int>(n));
+  // Each weight is let go of once the last node reading it is lowered: the
+  // host may then drop its copy while the rest are packed, so that a model's
+  // weights are not in memory twice over.
+  std::vector<std::vector<int>> last_read_at(f_.nodes.size());
+  {
+    std::map<int, size_t> last;
+    for (size_t n = 0; n < f_.nodes.size(); ++n) {
+      const INode& node = f_.nodes[n];
+      if (node.dead) continue;
+      const int at = node.group < 0 ? node.anchor : f_.nodes[node.group].anchor;
+      if (at < 0) continue;
+      for (int j : node.covers) {
+        const bp_node_t& vn = g_.view().nodes[j];
+        for (size_t i = 0; i < vn.num_inputs; ++i)
+          if (g_.is_const(vn.inputs[i]))
+            last[vn.inputs[i]] = std::max(last[vn.inputs[i]], static_cast<size_t>(at));
+      }
+    }
+    for (const auto& [v, at] : last) last_read_at[at].push_back(v);
+  }
   for (size_t a = 0; a < f_.nodes.size(); ++a) {
     for (int n : groups_at[a]) {
       try {
@@ -63,6 +84,7 @@ std::optional<LowerFailure> Lowering::lower() {
         return failure;
       }
     }
+    for (int v : last_read_at[a]) g_.release(v);
   }
   for (const INode& n : f_.nodes) c_.int8 = c_.int8 || (!n.dead && n.quant);
   bind_outputs();
@@ -453,8 +475,15 @@ void Lowering::lower_gemm(const INode& n) {
   // B transposed and scaled by alpha: computed only if no other instance of
   // the partition has it in this layout already.
   const std::string wtag = node_tag("gemmw", n.node), btag = node_tag("gemmb", n.node);
-  int wref = b_.cached_const(wtag, plain_md({nout, k}), pd.weights_desc());
-  if (wref < 0) {
+  // With alpha 1, B as it is ([N, K] or [K, N]): the reorder reads it in place.
+  const memory::desc user =
+      alpha == 1.f ? memory::desc({nout, k}, memory::data_type::f32,
+                                  trans_b ? memory::format_tag::ab : memory::format_tag::ba)
+                   : plain_md({nout, k});
+  int wref = b_.cached_const(wtag, user, pd.weights_desc());
+  if (wref < 0 && alpha == 1.f) {
+    wref = b_.const_reordered(user, g_.f32(n.in[1]), pd.weights_desc(), wtag);
+  } else if (wref < 0) {
     const float* b = g_.f32(n.in[1]);
     std::vector<float> w(static_cast<size_t>(nout * k));  // [N, K]
     for (int64_t i = 0; i < nout; ++i)

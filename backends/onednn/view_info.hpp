@@ -26,7 +26,7 @@ struct ValueInfo {
   Dims shape;
   bp_dtype_t dtype = BP_DTYPE_UNDEFINED;
   bool constant = false, input = false, output = false;
-  int producer = -1;           // view node
+  int producer = -1;  // view node
   // A DequantizeLinear of constants (the host keeps them, so that int8
   // weights stay int8): its output is a constant here, computed on demand.
   bool dequantized = false;
@@ -93,6 +93,11 @@ class ViewInfo {
   void release_constants() {
     held_.clear();
     dequantized_.clear();
+  }
+  // Lets go of constant `v` (data() asks the host for it again).
+  void release(int v) {
+    held_.erase(v);
+    dequantized_.erase(v);
   }
 
   std::vector<ValueInfo> values;

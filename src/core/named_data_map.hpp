@@ -12,6 +12,7 @@
 #include <backplane/status.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace backplane {
@@ -21,6 +22,19 @@ class NamedDataMap {
   virtual ~NamedDataMap() = default;
   // Pointer and size of `key`'s bytes; they live as long as the map.
   virtual Status get(const std::string& key, const void** data, size_t* size) const = 0;
+
+  // What a reader that says when it is done holds (a backend's buffer until
+  // buffer_free): deleting it ends the hold, after which the map may let the
+  // bytes leave memory until asked for again.
+  struct Hold {
+    virtual ~Hold() = default;
+  };
+  // get() for such a reader; `*hold` is null when there is nothing to end.
+  virtual Status hold(const std::string& key, const void** data, size_t* size,
+                      std::unique_ptr<Hold>* hold) const {
+    hold->reset();
+    return get(key, data, size);
+  }
   virtual size_t num_keys() const = 0;
   // Key number `index` in a stable order; null when out of range.
   virtual const std::string* key_at(size_t index) const = 0;

@@ -4,18 +4,98 @@
 
 namespace backplane {
 
-TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors)
+namespace {
+
+struct BlockHold : NamedDataMap::Hold {
+  explicit BlockHold(std::shared_ptr<ConstantBlock> b) : block(std::move(b)) {}
+  ~BlockHold() override { block->release(); }
+  std::shared_ptr<ConstantBlock> block;
+};
+
+}  // namespace
+
+TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors,
+                             const Blocks* blocks)
     : tensors_(tensors) {
   for (const auto& kv : *tensors) keys_.push_back(kv.first);
   std::sort(keys_.begin(), keys_.end());
+  if (blocks == nullptr) return;
+  for (const auto& [key, weak] : *blocks)
+    if (std::shared_ptr<ConstantBlock> b = weak.lock()) {
+      const auto* begin = static_cast<const unsigned char*>(b->data());
+      blocks_.push_back({begin, begin + b->size(), weak});
+    }
+  std::sort(blocks_.begin(), blocks_.end(),
+            [](const Indexed& a, const Indexed& b) { return a.begin < b.begin; });
+}
+
+std::shared_ptr<ConstantBlock> TensorDataMap::block_containing(const void* data,
+                                                               size_t size) const {
+  const auto* p = static_cast<const unsigned char*>(data);
+  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), p,
+                             [](const unsigned char* q, const Indexed& b) { return q < b.begin; });
+  if (p == nullptr || it == blocks_.begin()) return nullptr;
+  --it;
+  if (p + size > it->end) return nullptr;
+  return it->block.lock();
 }
 
 Status TensorDataMap::get(const std::string& key, const void** data, size_t* size) const {
   auto it = tensors_->find(key);
   if (it == tensors_->end()) return not_found("no weight named '" + key + "'");
+  const Tensor& t = it->second;
+  if (std::shared_ptr<ConstantBlock> b = block_containing(t.data(), t.size_bytes()))
+    BP_RETURN_IF_ERROR(b->touch(), "weight '" + key + "'");
+  *data = t.data();
+  *size = t.size_bytes();
+  return ok_status();
+}
+
+Status TensorDataMap::hold_tensor(const Tensor& tensor, const std::string& key,
+                                  std::unique_ptr<Hold>* hold) const {
+  hold->reset();
+  if (std::shared_ptr<ConstantBlock> b = block_containing(tensor.data(), tensor.size_bytes())) {
+    BP_RETURN_IF_ERROR(b->acquire(), "weight '" + key + "'");
+    *hold = std::make_unique<BlockHold>(std::move(b));
+  }
+  return ok_status();
+}
+
+Status TensorDataMap::hold(const std::string& key, const void** data, size_t* size,
+                           std::unique_ptr<Hold>* hold) const {
+  auto it = tensors_->find(key);
+  if (it == tensors_->end()) return not_found("no weight named '" + key + "'");
+  BP_RETURN_IF_ERROR(hold_tensor(it->second, key, hold));
   *data = it->second.data();
   *size = it->second.size_bytes();
   return ok_status();
+}
+
+void TensorDataMap::drop_when_free() const {
+  for (const Indexed& i : blocks_)
+    if (std::shared_ptr<ConstantBlock> b = i.block.lock()) b->set_drop_when_free(true);
+}
+
+Result<size_t> TensorDataMap::settle(const std::vector<const Tensor*>& keep) const {
+  std::vector<bool> kept(blocks_.size(), false);
+  for (const Tensor* t : keep) {
+    const auto* p = static_cast<const unsigned char*>(t->data());
+    const auto* end = p + t->size_bytes();
+    for (size_t i = 0; i < blocks_.size() && p != nullptr; ++i)
+      if (p < blocks_[i].end && blocks_[i].begin < end) kept[i] = true;
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock();
+    if (b == nullptr) continue;
+    if (!kept[i]) {
+      if (b->drop()) out += b->size();
+      continue;
+    }
+    b->set_drop_when_free(false);
+    BP_RETURN_IF_ERROR(b->touch(), "a weight read in place");
+  }
+  return out;
 }
 
 }  // namespace backplane

@@ -16,7 +16,8 @@
 
 namespace backplane {
 struct ModelMetadata;  // backplane/runtime.hpp
-}
+class ConstantBlock;   // core/constant_block.hpp
+}  // namespace backplane
 
 namespace backplane::ir {
 
@@ -132,6 +133,11 @@ class Graph {
   size_t captured = 0;
   std::map<std::string, int64_t> opsets;              // domain -> version ("" = ai.onnx)
   std::unordered_map<std::string, Tensor> constants;  // constant key -> bytes
+  // The constants whose bytes came from a mapped file in a block that can be
+  // dropped and read again (core/constant_block.hpp): key -> the block its
+  // tensor views. A key whose tensor no longer views its block's bytes
+  // (replaced since) is ignored.
+  std::unordered_map<std::string, std::weak_ptr<ConstantBlock>> constant_blocks;
   // Graph inputs that ONNX gives a default (an initializer listed among the
   // inputs, IR version 4 on): input name -> the value a run takes when no
   // feed gives one.

@@ -1,5 +1,6 @@
 #include "onnx/importer.hpp"
 
+#include "core/constant_block.hpp"
 #include "core/mapped_file.hpp"
 
 #include <backplane/runtime.hpp>
@@ -180,7 +181,7 @@ struct Context {
   // The model's own bytes, and the raw_data of the main graph's
   // initializers left in them (wire_split.hpp), by initializer.
   const unsigned char* model_bytes = nullptr;
-  const MappedFile* model_file = nullptr;  // when the bytes are a mapped file
+  std::shared_ptr<const MappedFile> model_file;  // when the bytes are a mapped file
   std::map<const onnx::TensorProto*, ByteRange> raw_in_model;
   Scope* scope = nullptr;  // of the graph being read (a body's: see convert_subgraph)
 };
@@ -276,7 +277,12 @@ Result<TensorLayout> tensor_layout(const onnx::TensorProto& tp, const std::strin
 }
 
 // data_location = EXTERNAL: a range of a file next to the model, mapped.
-Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const TensorLayout& l) {
+// Initializers at least this large are kept in a ConstantBlock (when `block`
+// asks for one), so that their bytes can leave memory once packed.
+constexpr size_t kBlockBytes = size_t{64} << 10;
+
+Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const TensorLayout& l,
+                             std::shared_ptr<ConstantBlock>* block) {
   const std::string& what = l.what;
   std::string location;
   int64_t offset = 0, length = -1;
@@ -314,6 +320,10 @@ Result<Tensor> read_external(Context& ctx, const onnx::TensorProto& tp, const Te
   // copied; an aligned one is used in place and keeps the mapping alive.
   if (reinterpret_cast<uintptr_t>(p) % dtype_size(l.dtype) != 0)
     return Tensor::copy_of(l.dtype, l.shape, p);
+  if (block != nullptr && l.bytes >= kBlockBytes) {
+    *block = ConstantBlock::view(file, static_cast<size_t>(offset), l.bytes);
+    return Tensor::view(l.dtype, l.shape, (*block)->data(), *block);
+  }
   return Tensor::view(l.dtype, l.shape, const_cast<unsigned char*>(p), file);
 }
 
@@ -379,24 +389,25 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
   return t;
 }
 
-Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
+// `block`: where to put the ConstantBlock the bytes are kept in, if they
+// are large and come from a mapped file; null for no block.
+Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what,
+                              std::shared_ptr<ConstantBlock>* block = nullptr) {
   BP_ASSIGN_OR_RETURN(TensorLayout layout, tensor_layout(tp, what));
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return read_external(ctx, tp, layout);
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL)
+    return read_external(ctx, tp, layout, block);
   if (auto in_model = ctx.raw_in_model.find(&tp); in_model != ctx.raw_in_model.end()) {
     const ByteRange r = in_model->second;
     if (r.size != layout.bytes) return layout.mismatch("raw_data", r.size, true);
     if (ctx.model_file == nullptr)
       return Tensor::copy_of(layout.dtype, layout.shape, ctx.model_bytes + r.offset);
-    // From a mapped file, a piece at a time, each piece's pages dropped once
-    // copied, so that a large weight is not in memory twice at any moment.
-    Tensor t(layout.dtype, layout.shape);
-    auto* dst = static_cast<unsigned char*>(t.data());
-    constexpr size_t kPiece = size_t{4} << 20;
-    for (size_t done = 0; done < r.size; done += kPiece) {
-      const size_t n = std::min(kPiece, static_cast<size_t>(r.size) - done);
-      std::memcpy(dst + done, ctx.model_bytes + r.offset + done, n);
-      ctx.model_file->release(r.offset + done, n);
+    if (block != nullptr && r.size >= kBlockBytes) {
+      BP_ASSIGN_OR_RETURN(*block, ConstantBlock::copy(ctx.model_file, r.offset, r.size));
+      return Tensor::view(layout.dtype, layout.shape, (*block)->data(), *block);
     }
+    // A small weight: copied, and the file's pages it lay in dropped.
+    Tensor t = Tensor::copy_of(layout.dtype, layout.shape, ctx.model_bytes + r.offset);
+    ctx.model_file->release(r.offset, r.size);
     return t;
   }
   if (tp.has_raw_data()) {
@@ -664,12 +675,14 @@ Status read_initializers_and_inputs(Context& ctx, const onnx::GraphProto& gp, Gr
     if (tp.name().empty()) return invalid_argument("an initializer has no name");
     if (g.find_value(tp.name()) >= 0 || defaults.count(tp.name()))
       return invalid_argument("duplicate value name '" + tp.name() + "' (two initializers)");
-    BP_ASSIGN_OR_RETURN(Tensor t, convert_tensor(ctx, tp, what));
+    std::shared_ptr<ConstantBlock> block;
+    BP_ASSIGN_OR_RETURN(Tensor t, convert_tensor(ctx, tp, what, &block));
     if (overridable && input_names.count(tp.name())) {
       defaults.emplace(tp.name(), std::move(t));
       continue;
     }
     g.add_constant(tp.name(), std::move(t));
+    if (block != nullptr) g.constant_blocks[tp.name()] = block;
   }
   for (const auto& vi : gp.input()) {
     auto d = defaults.find(vi.name());
@@ -919,7 +932,7 @@ bool parse_model(const void* data, size_t size, onnx::ModelProto& model) {
 // `file`: the mapping `data` lies in, if it is one.
 Result<Graph> import_impl(const void* data, size_t size, const std::string& source,
                           const std::string& base_dir, const ir::OpRegistry& registry,
-                          const MappedFile* file) {
+                          std::shared_ptr<const MappedFile> file) {
   if (size == 0) return corrupt_data("not an ONNX model: the file is empty");
   if (size > static_cast<size_t>(INT_MAX))
     return unsupported("the model file is " + std::to_string(size) +
@@ -967,9 +980,12 @@ Result<ir::Graph> import_file(const std::string& path, const ir::OpRegistry& reg
   Result<std::shared_ptr<MappedFile>> file = MappedFile::open(path);
   if (!file.ok()) return std::move(file).take_status();  // already names the path
   std::string dir = fs::path(path).parent_path().string();
-  return import_impl((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir, registry,
-                     file->get())
-      .with_context(path);
+  Result<ir::Graph> g =
+      import_impl((*file)->data(), (*file)->size(), path, dir.empty() ? "." : dir, registry, *file);
+  // The model's structure was parsed from these pages; the weights' blocks
+  // read the file through them again only if asked.
+  (*file)->release(0, (*file)->size());
+  return std::move(g).with_context(path);
 }
 
 }  // namespace backplane::onnx_import

@@ -62,19 +62,28 @@ bp_status_t* data_map_get(const bp_named_data_map_t* map, const char* key, bp_bu
     return status_create(BP_STATUS_INVALID_ARGUMENT, "data_map_get: NULL argument");
   const void* data = nullptr;
   size_t size = 0;
-  Status s = NamedDataMap::from_abi(map)->get(key, &data, &size);
+  std::unique_ptr<NamedDataMap::Hold> hold;
+  Status s = ok_status();
+  try {
+    s = NamedDataMap::from_abi(map)->hold(key, &data, &size, &hold);
+  } catch (const std::bad_alloc&) {
+    return status_create(BP_STATUS_OUT_OF_MEMORY, "data_map_get: out of memory");
+  }
   // The code goes through as it is: a checksum that fails on first use stays
   // "corrupt", an unreadable data file stays an i/o error.
   if (!s.ok()) return status_create(code_to_abi(s.code()), s.message().c_str());
   out->struct_size = BP_STRUCT_SIZE(bp_buffer_t, host_private);
   out->data = data;
   out->size = size;
-  out->host_private = nullptr;  // the map owns the bytes; nothing to free
+  // The map owns the bytes; the hold, if any, lets it drop them once freed.
+  out->host_private = hold.release();
   return nullptr;
 }
 
 void buffer_free(bp_buffer_t* buffer) {
   if (buffer != nullptr) {
+    delete static_cast<NamedDataMap::Hold*>(buffer->host_private);
+    buffer->host_private = nullptr;
     buffer->data = nullptr;
     buffer->size = 0;
   }

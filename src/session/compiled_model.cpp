@@ -49,7 +49,7 @@ Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir:
                                                              const Options& options) {
   std::shared_ptr<CompiledModel> m(new CompiledModel());
   m->registry_ = registry;
-  m->weights_ = std::make_shared<TensorDataMap>(&graph->constants);
+  m->weights_ = std::make_shared<TensorDataMap>(&graph->constants, &graph->constant_blocks);
   const std::string source = graph->source;
   BP_RETURN_IF_ERROR(m->init(std::move(graph), options), source);
   return m;
@@ -144,12 +144,45 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
         return invalid_argument("input '" + inputs_[i].name + "': given shape " +
                                 shape_to_string(signature[i]) + " has a negative dim");
   BP_RETURN_IF_ERROR(check_signature(signature));
+  // A model whose every input dim is fixed runs at one signature (shapes
+  // given can only restate them, check_signature) and has fixed outputs.
+  const bool one_signature = std::all_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
+    return has_shape(g.values[v]) && g.values[v].shape_is_static();
+  });
+  const auto* blocks = dynamic_cast<const TensorDataMap*>(weights_.get());
+  if (!one_signature || !options_.release_packed_weights) blocks = nullptr;
+  // Such a model compiles nothing more after this build, so a weight whose
+  // backends have packed it needs no copy of the host's: each leaves memory
+  // as soon as its backends let go of it (read again from the model file
+  // if one asks later).
+  if (blocks != nullptr) blocks->drop_when_free();
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> first, specialization(signature));
-  // A model whose every input dim is fixed has fixed outputs too.
-  const bool fixed = hints.empty() && std::all_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
-                       return has_shape(g.values[v]) && g.values[v].shape_is_static();
-                     });
-  if (fixed) outputs_ = first->outputs();
+  if (one_signature && hints.empty()) outputs_ = first->outputs();
+  if (blocks != nullptr) BP_RETURN_IF_ERROR(keep_read_in_place(*blocks, *first));
+  return ok_status();
+}
+
+// The weights the host reads in place at run time (a partition's input, an
+// output) come back into memory for good; the rest stay out while nobody
+// holds them. A partition compiled shape-polymorphic may be compiled again
+// for its shapes (respecialize), reading the graph: then everything stays.
+Status CompiledModel::keep_read_in_place(const TensorDataMap& blocks, const Specialization& spec) {
+  const ir::Graph& g = spec.graph();
+  std::vector<const Tensor*> keep;
+  auto pin = [&](int v) {
+    if (const Tensor* t = g.constant(v)) keep.push_back(t);
+  };
+  if (spec.polymorphic_partitions() > 0) {
+    for (const auto& [key, tensor] : portable_->constants) keep.push_back(&tensor);
+  } else {
+    for (const auto& ep : spec.executable())
+      for (int v : ep->inputs) pin(v);
+    for (int v : g.outputs) pin(v);
+  }
+  BP_ASSIGN_OR_RETURN(const size_t out, blocks.settle(keep));
+  if (out > 0)
+    log::info(portable_->source + ": " + std::to_string(out >> 20) +
+              " MB of weights are held packed by their backends alone");
   return ok_status();
 }
 
@@ -284,6 +317,16 @@ class SpecializedDataMap : public NamedDataMap {
     *data = it->second->data();
     *size = it->second->size_bytes();
     return ok_status();
+  }
+  Status hold(const std::string& key, const void** data, size_t* size,
+              std::unique_ptr<Hold>* hold) const override {
+    auto it = own_.find(key);
+    if (it == own_.end()) return base_->hold(key, data, size, hold);
+    // A constant the signature folded may view a weight's block (a Reshape of it).
+    hold->reset();
+    if (const auto* blocks = dynamic_cast<const TensorDataMap*>(base_.get()))
+      BP_RETURN_IF_ERROR(blocks->hold_tensor(*it->second, key, hold));
+    return get(key, data, size);
   }
   size_t num_keys() const override { return keys_.size(); }
   const std::string* key_at(size_t index) const override {

@@ -34,6 +34,8 @@
 
 namespace backplane {
 
+class TensorDataMap;
+
 class CompiledModel : public Model, public std::enable_shared_from_this<CompiledModel> {
  public:
   struct Options {
@@ -42,6 +44,11 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
     int num_threads = 0;
     size_t max_specializations = 16;
     bool warm_up = false;  // ModelOptions::warm_up
+    // With one signature, the weights in the graph's blocks that the
+    // backends hold packed leave the host's memory (read again from the
+    // file if asked for). Only for a graph no other model shares: another
+    // model's host could read a dropped weight in place.
+    bool release_packed_weights = false;
     // The runtime's pool, lent to backends at execute (API 1.5); null: none.
     std::shared_ptr<ThreadPool> thread_pool;
   };
@@ -132,6 +139,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   bool runnable_here(const std::shared_ptr<ExecutablePartition>& ep) const;
   // Under mu_.
   void remember_place(const std::string& place, const std::shared_ptr<ExecutablePartition>& ep);
+  Status keep_read_in_place(const TensorDataMap& blocks, const Specialization& spec);
   Status notify_before_load(const Plan& plan);
   Status notify_after_load();
   void set_primary(const std::shared_ptr<const Specialization>& spec);

@@ -132,6 +132,8 @@ class RuntimeImpl : public Runtime {
                             StagedModel::create(std::move(graph), registry_, model, bounds), path);
         return std::shared_ptr<Model>(std::move(staged));
       }
+      // The graph is this model's alone: its packed weights may leave memory.
+      model.release_packed_weights = true;
       BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create(std::move(graph), registry_, model));
     }
     return std::shared_ptr<Model>(std::move(loaded));

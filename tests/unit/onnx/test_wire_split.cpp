@@ -4,25 +4,23 @@
 #include "onnx/importer.hpp"
 #include "onnx/wire_split.hpp"
 #include "support/expect_error.hpp"
+#include "support/memory.hpp"
 #include "support/model_builder.hpp"
 
 #include <onnx/onnx_pb.h>
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 namespace backplane {
 namespace {
 
 using namespace test;  // ModelBuilder, Dim, TempDir
+using onnx_import::ByteRange;
 using onnx_import::import_bytes;
 using onnx_import::import_file;
-using onnx_import::ByteRange;
 using onnx_import::split_raw_data;
 
 // y = (x + a) * b, with `a` as raw_data and `b` as float_data.
@@ -143,18 +141,8 @@ TEST(WireSplit, RawDataOfTheWrongSizeNamesTheInitializer) {
   EXPECT_ERROR_HAS(g.status(), "model.onnx", "initializer 'a'", "raw_data");
 }
 
-long status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0 && line[n] == ':') return std::stol(line.substr(n + 1));
-  return -1;
-}
-
 // Loading a model holds its weights once: not the file's pages, protobuf's
-// copy and the graph's tensors at the same time. Measured in a child process,
-// whose peak resident memory starts where its parent's is now.
+// copy and the graph's tensors at the same time.
 TEST(WireSplit, ImportHoldsTheWeightsOnce) {
   TempDir dir;
   constexpr int64_t kFloats = int64_t{16} << 20;  // 64 MiB
@@ -167,30 +155,12 @@ TEST(WireSplit, ImportHoldsTheWeightsOnce) {
   const std::string path = b.save(dir);
   b.model.Clear();
 
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(fds[0]);
-    const long before = status_kb("VmRSS");
-    auto g = import_file(path);
-    long grown = g.ok() ? status_kb("VmHWM") - before : -1;
-    if (::write(fds[1], &grown, sizeof grown) != sizeof grown) ::_exit(2);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  long grown = -2;
-  ASSERT_EQ(::read(fds[0], &grown, sizeof grown), static_cast<ssize_t>(sizeof grown));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_GE(grown, 0) << "the child could not import the model";
+  const test::MemoryGrowth grown =
+      test::memory_growth_in_child([&] { return import_file(path).ok(); });
+  ASSERT_TRUE(grown.ok) << "the child could not import the model";
   const long weights_kb = (kFloats * 4) >> 10;
-  // The child's peak starts at the parent's, which may be above the child's
-  // RSS: then the growth reads low, never high.
-  EXPECT_LT(grown, weights_kb * 3 / 2) << "peak grew by " << grown << " kB for " << weights_kb
-                                       << " kB of weights";
+  EXPECT_LT(grown.peak_kb, weights_kb * 3 / 2)
+      << "peak grew by " << grown.peak_kb << " kB for " << weights_kb << " kB of weights";
 }
 
 }  // namespace

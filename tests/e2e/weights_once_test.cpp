@@ -1,0 +1,158 @@
+// weights_once_test.cpp — a model's weights are in memory once.
+//
+// A model of one signature loaded from a .onnx on CpuOneDnn: each weight
+// leaves the host's memory as soon as CpuOneDnn has packed it, so loading
+// never holds the host's copy and the packed one of every weight at once,
+// and the model answers right from its packed weights alone. A weight the
+// host reads in place (here a graph output) stays.
+#include "core/constant_block.hpp"
+#include "session/compiled_model.hpp"
+#include "support/e2e_util.hpp"
+#include "support/files.hpp"
+#include "support/memory.hpp"
+#include "support/model_builder.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace backplane::e2e {
+namespace {
+
+using test::ModelBuilder;
+using test::TempDir;
+
+constexpr int kLayers = 8;
+constexpr int64_t kWidth = 2048;  // a weight is 16 MiB
+
+float weight(int layer, int64_t n, int64_t k) {
+  return static_cast<float>((n * 31 + k * 17 + layer * 7) % 97 - 48) / 256.f;
+}
+float input(int64_t k) { return static_cast<float>(k % 11 - 5) / 8.f; }
+
+// y = the sum over layers of Gemm(x, W_l, transB); `w0_out`: W_0 is an output too.
+std::string write_model(const TempDir& dir, bool w0_out) {
+  ModelBuilder b;
+  b.input("x", {1, kWidth});
+  std::vector<std::string> terms;
+  for (int l = 0; l < kLayers; ++l) {
+    std::vector<float> w(static_cast<size_t>(kWidth * kWidth));
+    for (int64_t n = 0; n < kWidth; ++n)
+      for (int64_t k = 0; k < kWidth; ++k) w[n * kWidth + k] = weight(l, n, k);
+    const std::string name = "w" + std::to_string(l);
+    b.init_f32(name, {kWidth, kWidth}, w);
+    auto& gemm = b.node("Gemm", {"x", name}, {"t" + std::to_string(l)});
+    auto* a = gemm.add_attribute();
+    a->set_name("transB");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+    terms.push_back("t" + std::to_string(l));
+  }
+  std::string sum = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) {
+    const std::string next = i + 1 == terms.size() ? "y" : "s" + std::to_string(i);
+    b.node("Add", {sum, terms[i]}, {next});
+    sum = next;
+  }
+  b.output("y", {1, kWidth});
+  if (w0_out) b.output("w0", {kWidth, kWidth});
+  return b.save(dir);
+}
+
+std::vector<double> expected_y() {
+  std::vector<double> y(kWidth, 0.0);
+  for (int l = 0; l < kLayers; ++l)
+    for (int64_t n = 0; n < kWidth; ++n)
+      for (int64_t k = 0; k < kWidth; ++k) y[n] += double(input(k)) * weight(l, n, k);
+  return y;
+}
+
+Tensor x_tensor() {
+  Tensor x(DType::kFloat32, {1, kWidth});
+  for (int64_t k = 0; k < kWidth; ++k) x.data_as<float>()[k] = input(k);
+  return x;
+}
+
+void expect_y(const Tensor& y, const std::vector<double>& want) {
+  ASSERT_EQ(y.numel(), kWidth);
+  double worst = 0, scale = 0;
+  for (int64_t n = 0; n < kWidth; ++n) {
+    worst = std::max(worst, std::abs(y.data_as<float>()[n] - want[n]));
+    scale = std::max(scale, std::abs(want[n]));
+  }
+  EXPECT_LT(worst, 1e-4 * scale) << "largest difference " << worst << " of " << scale;
+}
+
+// The blocks of the model's weights that are in memory now.
+int resident_blocks(const Model& model) {
+  const auto* m = dynamic_cast<const CompiledModel*>(&model);
+  if (m == nullptr) return -1;
+  int n = 0;
+  for (const auto& [key, weak] : m->portable().constant_blocks)
+    if (auto b = weak.lock(); b != nullptr && b->resident()) ++n;
+  return n;
+}
+
+// The model at `path` as Runtime::load_model gives it, with CpuOneDnn.
+struct Loaded {
+  std::shared_ptr<Runtime> rt;
+  std::shared_ptr<Model> model;  // destroyed first
+};
+Loaded load(const std::string& path) {
+  Loaded l;
+  l.rt = onednn_runtime(1);
+  if (l.rt == nullptr) return l;
+  Result<std::shared_ptr<Model>> model = l.rt->load_model(path);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (model.ok()) l.model = *model;
+  return l;
+}
+
+TEST(WeightsOnce, PackedWeightsLeaveTheHostAndTheModelStillAnswers) {
+  TempDir dir;
+  const Loaded l = load(write_model(dir, false));
+  ASSERT_NE(l.model, nullptr);
+  Model* model = l.model.get();
+  EXPECT_EQ(model->backends_used(), std::vector<std::string>{"CpuOneDnn"});
+  EXPECT_EQ(resident_blocks(*model), 0);
+  const std::vector<double> want = expected_y();
+  for (int session = 0; session < 2; ++session) {
+    std::vector<Tensor> out = run_once(*model, {{"x", x_tensor()}});
+    ASSERT_EQ(out.size(), 1u);
+    expect_y(out[0], want);
+  }
+  EXPECT_EQ(resident_blocks(*model), 0);
+}
+
+TEST(WeightsOnce, AWeightTheHostReadsInPlaceStays) {
+  TempDir dir;
+  const Loaded l = load(write_model(dir, true));
+  ASSERT_NE(l.model, nullptr);
+  Model* model = l.model.get();
+  EXPECT_EQ(resident_blocks(*model), 1);
+  std::vector<Tensor> out = run_once(*model, {{"x", x_tensor()}});
+  ASSERT_EQ(out.size(), 2u);
+  expect_y(out[0], expected_y());
+  ASSERT_EQ(out[1].numel(), kWidth * kWidth);
+  for (int64_t i = 0; i < kWidth * kWidth; i += 4099)
+    ASSERT_EQ(out[1].data_as<float>()[i], weight(0, i / kWidth, i % kWidth)) << i;
+}
+
+// Loading holds each weight twice (the host's copy and the packed one) for a
+// moment, never all of them; once loaded, the packed ones alone.
+TEST(WeightsOnceMemory, LoadingNeverHoldsEveryWeightTwice) {
+  TempDir dir;
+  const std::string path = write_model(dir, false);
+  std::shared_ptr<Runtime> rt;
+  const test::MemoryGrowth grown = test::memory_growth_in_child(
+      [&] { return rt != nullptr && rt->load_model(path).ok(); }, [&] { rt = onednn_runtime(1); });
+  ASSERT_TRUE(grown.ok) << "the child could not load the model";
+  const long weights_kb = kLayers * (kWidth * kWidth * 4 >> 10);
+  EXPECT_LT(grown.peak_kb, weights_kb * 3 / 2)
+      << "peak grew by " << grown.peak_kb << " kB for " << weights_kb << " kB of weights";
+  EXPECT_LT(grown.now_kb, weights_kb * 5 / 4)
+      << "resident memory grew by " << grown.now_kb << " kB for " << weights_kb << " kB of weights";
+}
+
+}  // namespace
+}  // namespace backplane::e2e

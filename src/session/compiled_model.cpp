@@ -152,13 +152,16 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   const auto* blocks = dynamic_cast<const TensorDataMap*>(weights_.get());
   if (!one_signature || !options_.release_packed_weights) blocks = nullptr;
   // Such a model compiles nothing more after this build, so a weight whose
-  // backends have packed it needs no copy of the host's: each leaves memory
-  // as soon as its backends let go of it (read again from the model file
-  // if one asks later).
-  if (blocks != nullptr) blocks->drop_when_free();
-  BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> first, specialization(signature));
-  if (one_signature && hints.empty()) outputs_ = first->outputs();
-  if (blocks != nullptr) BP_RETURN_IF_ERROR(keep_read_in_place(*blocks, *first));
+  // backends have packed it needs no copy of the host's: once the plan is
+  // made (the backends' support queries read weights too), each leaves
+  // memory as soon as its backends let go of it (read again from the model
+  // file if one asks later).
+  dropping_ = blocks;
+  Result<std::shared_ptr<const Specialization>> first = specialization(signature);
+  dropping_ = nullptr;
+  if (!first.ok()) return std::move(first).take_status();
+  if (one_signature && hints.empty()) outputs_ = (*first)->outputs();
+  if (blocks != nullptr) BP_RETURN_IF_ERROR(keep_read_in_place(*blocks, **first));
   return ok_status();
 }
 
@@ -478,7 +481,10 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     build.polymorphic = [this](const ir::Graph& g, const Partition& p, const std::string& name) {
       return polymorphic(g, p, name);
     };
-  build.before_compile = [this](const Plan& plan) { return notify_before_load(plan); };
+  build.before_compile = [this](const Plan& plan) {
+    if (dropping_ != nullptr) dropping_->drop_when_free();
+    return notify_before_load(plan);
+  };
   Result<std::shared_ptr<Specialization>> built =
       Specialization::build(signature, std::move(graph), std::move(weights), planner, build);
   if (!built.ok()) {

@@ -153,6 +153,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   };
 
   std::shared_ptr<const void> keep_alive_;  // destroyed last
+  // The weights whose blocks leave memory once packed, while the first
+  // build of a model of one signature compiles (see init); else null.
+  const TensorDataMap* dropping_ = nullptr;
   std::shared_ptr<const ir::Graph> portable_;
   std::shared_ptr<const NamedDataMap>
       weights_;  // the portable graph's constants (or the artifact's)

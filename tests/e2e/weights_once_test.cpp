@@ -141,27 +141,34 @@ TEST(WeightsOnce, AWeightTheHostReadsInPlaceStays) {
     ASSERT_EQ(out[1].data_as<float>()[i], weight(0, i / kWidth, i % kWidth)) << i;
 }
 
+constexpr long kWeightsKb = kLayers * (kWidth * kWidth * 4 >> 10);
+
+// The memory a child process grows by loading `path` on CpuOneDnn (and
+// running it once if `run`), the model alive when it measures.
+test::MemoryGrowth load_in_child(const std::string& path, bool run) {
+  std::shared_ptr<Runtime> rt;
+  std::shared_ptr<Model> model;
+  return test::memory_growth_in_child(
+      [&] {
+        Result<std::shared_ptr<Model>> loaded =
+            rt != nullptr ? rt->load_model(path) : internal_error("no runtime");
+        if (!loaded.ok()) return false;
+        model = *loaded;
+        return !run || run_once(*model, {{"x", x_tensor()}}).size() == 1;
+      },
+      [&] { rt = onednn_runtime(1); });
+}
+
 // Loading holds each weight twice (the host's copy and the packed one) for a
 // moment, never all of them; once loaded, the packed ones alone.
 TEST(WeightsOnceMemory, LoadingNeverHoldsEveryWeightTwice) {
   TempDir dir;
-  const std::string path = write_model(dir, false);
-  std::shared_ptr<Runtime> rt;
-  std::shared_ptr<Model> model;  // alive when the child measures
-  const test::MemoryGrowth grown = test::memory_growth_in_child(
-      [&] {
-        if (rt == nullptr) return false;
-        Result<std::shared_ptr<Model>> loaded = rt->load_model(path);
-        if (loaded.ok()) model = *loaded;
-        return loaded.ok();
-      },
-      [&] { rt = onednn_runtime(1); });
+  const test::MemoryGrowth grown = load_in_child(write_model(dir, false), false);
   ASSERT_TRUE(grown.ok) << "the child could not load the model";
-  const long weights_kb = kLayers * (kWidth * kWidth * 4 >> 10);
-  EXPECT_LT(grown.peak_kb, weights_kb * 3 / 2)
-      << "peak grew by " << grown.peak_kb << " kB for " << weights_kb << " kB of weights";
-  EXPECT_LT(grown.now_kb, weights_kb * 5 / 4)
-      << "resident memory grew by " << grown.now_kb << " kB for " << weights_kb << " kB of weights";
+  EXPECT_LT(grown.peak_kb, kWeightsKb * 3 / 2)
+      << "peak grew by " << grown.peak_kb << " kB for " << kWeightsKb << " kB of weights";
+  EXPECT_LT(grown.now_kb, kWeightsKb * 5 / 4)
+      << "resident memory grew by " << grown.now_kb << " kB for " << kWeightsKb << " kB of weights";
 }
 
 // A .bpk keeps the portable weights beside CpuOneDnn's packed ones; once
@@ -177,21 +184,10 @@ TEST(WeightsOnceMemory, ACompiledModelHoldsItsPackedWeightsOnly) {
     Result<CompileReport> compiled = rt->compile({{"main", onnx}}, bpk, CompileOptions());
     ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
   }
-  std::shared_ptr<Runtime> rt;
-  std::shared_ptr<Model> model;  // alive when the child measures
-  const test::MemoryGrowth grown = test::memory_growth_in_child(
-      [&] {
-        if (rt == nullptr) return false;
-        Result<std::shared_ptr<Model>> loaded = rt->load_model(bpk);
-        if (!loaded.ok()) return false;
-        model = *loaded;
-        return run_once(*model, {{"x", x_tensor()}}).size() == 1;
-      },
-      [&] { rt = onednn_runtime(1); });
+  const test::MemoryGrowth grown = load_in_child(bpk, true);
   ASSERT_TRUE(grown.ok) << "the child could not load and run the artifact";
-  const long weights_kb = kLayers * (kWidth * kWidth * 4 >> 10);
-  EXPECT_LT(grown.now_kb, weights_kb * 5 / 4)
-      << "resident memory grew by " << grown.now_kb << " kB for " << weights_kb << " kB of weights";
+  EXPECT_LT(grown.now_kb, kWeightsKb * 5 / 4)
+      << "resident memory grew by " << grown.now_kb << " kB for " << kWeightsKb << " kB of weights";
 }
 
 }  // namespace

@@ -99,15 +99,14 @@ bool is_dense(const memory::desc& md) {
   return md.get_size() == static_cast<size_t>(n) * dnnl_data_type_size(md.data.data_type);
 }
 
-std::string SharedCache::weight_key(const std::string& tag, const memory::desc& from,
-                                    const memory::desc& to) {
+void SharedCache::weight_key(const std::string& tag, const memory::desc& from,
+                             const memory::desc& to, std::string* key) {
   // The descriptors' bytes: equal bytes are equal descriptors (a difference
   // in padding bytes alone would only cost a miss).
-  std::string k = tag;
-  k.push_back('\0');
-  k.append(reinterpret_cast<const char*>(&from.data), sizeof from.data);
-  k.append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
-  return k;
+  key->assign(tag);
+  key->push_back('\0');
+  key->append(reinterpret_cast<const char*>(&from.data), sizeof from.data);
+  key->append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
 }
 
 dnnl::memory SharedCache::find_weight(const std::string& key) const {
@@ -174,7 +173,8 @@ int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const 
 int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
                               const memory::desc& want) {
   if (shared_ == nullptr || tag.empty()) return -1;
-  dnnl::memory m = shared_->find_weight(SharedCache::weight_key(tag, user, want));
+  SharedCache::weight_key(tag, user, want, &shared_->key);
+  dnnl::memory m = shared_->find_weight(shared_->key);
   if (!m) return -1;
   ++shared_->reused;
   return add_const(want, m, tag);
@@ -184,8 +184,10 @@ int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::
   if (int r = cached_const(tag, md, md); r >= 0) return r;
   dnnl::memory m(md, engine());
   std::memcpy(m.get_data_handle(), data, md.get_size());
-  if (shared_ != nullptr && !tag.empty())
-    shared_->add_weight(SharedCache::weight_key(tag, md, md), m);
+  if (shared_ != nullptr && !tag.empty()) {
+    SharedCache::weight_key(tag, md, md, &shared_->key);
+    shared_->add_weight(shared_->key, m);
+  }
   return add_const(md, m, tag);
 }
 
@@ -197,8 +199,10 @@ int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
   dnnl::memory m(want, engine());
   dnnl::reorder(src, m).execute(stream_, src, m);
   stream_.wait();
-  if (shared_ != nullptr && !tag.empty())
-    shared_->add_weight(SharedCache::weight_key(tag, user, want), m);
+  if (shared_ != nullptr && !tag.empty()) {
+    SharedCache::weight_key(tag, user, want, &shared_->key);
+    shared_->add_weight(shared_->key, m);
+  }
   return add_const(want, m, tag);
 }
 

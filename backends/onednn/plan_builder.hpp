@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 #include <unordered_map>
 #include <utility>
@@ -40,8 +41,11 @@ namespace backplane::onednn {
 // costs: a decoder step whose projections keep their shapes takes them here.
 class SharedCache {
  public:
-  static std::string weight_key(const std::string& tag, const dnnl::memory::desc& from,
-                                const dnnl::memory::desc& to);
+  // The key of weight `tag` reordered from `from` to `to`, written into
+  // `key` (reused from call to call: keys hold two descriptors' bytes, too
+  // many for the allocator's small-block cache).
+  static void weight_key(const std::string& tag, const dnnl::memory::desc& from,
+                         const dnnl::memory::desc& to, std::string* key);
   // The memory for `key`, or an empty one.
   dnnl::memory find_weight(const std::string& key) const;
   void add_weight(const std::string& key, const dnnl::memory& m) { weights_[key] = m; }
@@ -64,6 +68,9 @@ class SharedCache {
   size_t weights() const { return weights_.size(); }
   size_t primitives() const { return prims_.size(); }
   size_t reused = 0;  // weights and primitives taken from here
+  // Where lookups build their keys: a descriptor's bytes run to kilobytes,
+  // so a key is written over the last one rather than allocated anew.
+  std::string key;
 
  private:
   std::map<std::string, dnnl::memory> weights_;
@@ -141,8 +148,8 @@ class PlanBuilder {
                                   const std::string& attr_key, dnnl::primitive* prim) {
     using PD = typename P::primitive_desc;
     auto create = [&] { return std::make_shared<PD>(d, attr, engine()); };
-    return made<P>(std::string(reinterpret_cast<const char*>(&d.data), sizeof d.data), attr_key,
-                   create, prim);
+    return made<P>(std::string_view(reinterpret_cast<const char*>(&d.data), sizeof d.data),
+                   attr_key, create, prim);
   }
   // The same for a concat of `srcs` along `axis` (attr()).
   dnnl::concat::primitive_desc make_concat(int axis, const std::vector<dnnl::memory::desc>& srcs,
@@ -207,7 +214,7 @@ class PlanBuilder {
   // make()'s body: `op` is what the primitive is made from, `create` makes
   // its descriptor.
   template <class P, class Create>
-  typename P::primitive_desc made(const std::string& op, const std::string& attr_key,
+  typename P::primitive_desc made(std::string_view op, const std::string& attr_key,
                                   Create&& create, dnnl::primitive* prim) {
     using PD = typename P::primitive_desc;
     if (shared_ == nullptr) {
@@ -216,9 +223,10 @@ class PlanBuilder {
       *prim = P(pd);
       return pd;
     }
-    std::string key = typeid(P).name();
+    std::string& key = shared_->key;
+    key.assign(typeid(P).name());
     key.push_back('\0');
-    key += op;
+    key.append(op);
     key.push_back('\0');
     key += attr_key;
     if (const SharedCache::Made* m = shared_->find_primitive(key)) {

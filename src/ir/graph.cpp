@@ -312,15 +312,19 @@ void Graph::assign_pruned(const Graph& from, const std::vector<bool>& drop) {
   auto is_dead = [&](const std::string& key) {
     return std::binary_search(dead.begin(), dead.end(), std::string_view(key));
   };
-  for (auto it = constants.begin(); it != constants.end();)
-    it = from.constants.count(it->first) == 0 || is_dead(it->first) ? constants.erase(it)
-                                                                    : std::next(it);
+  // One lookup per constant: this storage usually held a specialisation of
+  // the same graph, so most keys are here already.
+  size_t kept_constants = 0;
   for (const auto& [key, tensor] : from.constants) {
     if (is_dead(key)) continue;
-    auto it = constants.find(key);
-    if (it == constants.end()) constants.emplace(key, tensor);
-    else it->second = tensor;
+    ++kept_constants;
+    auto [it, added] = constants.try_emplace(key, tensor);
+    if (!added) it->second = tensor;
   }
+  if (constants.size() != kept_constants)
+    for (auto it = constants.begin(); it != constants.end();)
+      it = from.constants.count(it->first) == 0 || is_dead(it->first) ? constants.erase(it)
+                                                                      : std::next(it);
   for (Value& v : values) v.producer = -1;
   for (size_t i = 0; i < nodes.size(); ++i)
     for (int v : nodes[i].outputs)

@@ -306,13 +306,8 @@ class SpecializedDataMap : public NamedDataMap {
   SpecializedDataMap(std::shared_ptr<const NamedDataMap> base,
                      std::shared_ptr<const ir::Graph> graph, const ir::Graph& portable)
       : base_(std::move(base)), graph_(std::move(graph)) {
-    for (size_t i = 0; i < base_->num_keys(); ++i) keys_.push_back(*base_->key_at(i));
     for (const auto& [key, tensor] : graph_->constants)
-      if (portable.constants.count(key) == 0) {
-        own_.emplace(key, &tensor);
-        keys_.push_back(key);
-      }
-    std::sort(keys_.begin(), keys_.end());
+      if (portable.constants.count(key) == 0) own_.emplace(key, &tensor);
   }
   Status get(const std::string& key, const void** data, size_t* size) const override {
     auto it = own_.find(key);
@@ -331,16 +326,28 @@ class SpecializedDataMap : public NamedDataMap {
       BP_RETURN_IF_ERROR(blocks->hold_tensor(*it->second, key, hold));
     return get(key, data, size);
   }
-  size_t num_keys() const override { return keys_.size(); }
+  size_t num_keys() const override { return keys().size(); }
   const std::string* key_at(size_t index) const override {
-    return index < keys_.size() ? &keys_[index] : nullptr;
+    return index < keys().size() ? &keys()[index] : nullptr;
   }
 
  private:
+  // The base's keys and own_'s, sorted; listed when first asked for (a
+  // decoder makes one of these maps per token, and nobody lists most).
+  const std::vector<std::string>& keys() const {
+    std::call_once(listed_, [this] {
+      for (size_t i = 0; i < base_->num_keys(); ++i) keys_.push_back(*base_->key_at(i));
+      for (const auto& [key, tensor] : own_) keys_.push_back(key);
+      std::sort(keys_.begin(), keys_.end());
+    });
+    return keys_;
+  }
+
   std::shared_ptr<const NamedDataMap> base_;
   std::shared_ptr<const ir::Graph> graph_;  // holds the tensors own_ points to
   std::unordered_map<std::string, const Tensor*> own_;
-  std::vector<std::string> keys_;
+  mutable std::once_flag listed_;
+  mutable std::vector<std::string> keys_;
 };
 
 }  // namespace

@@ -156,8 +156,8 @@ std::string Specialization::describe_plan(PlanFormat format) const {
   const size_t num_nodes = graph_->nodes.size();
   PlanReport report{*graph_,
                     plan_,
-                    partition_desc_,
-                    copy_desc_,
+                    partitions(),
+                    copies(),
                     {},
                     std::vector<int>(num_nodes, -1),
                     std::vector<std::string>(num_nodes)};

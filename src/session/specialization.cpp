@@ -67,7 +67,7 @@ Status Specialization::compile(const Planner& planner, const BuildOptions& optio
   steps_ = plan_steps(*graph_, executable_, space_of_);
   memory_ = plan_memory(*graph_, executable_, space_of_, steps_,
                         [this](int v) { return value_bytes(v); });
-  describe();
+  describe_outputs();
   return ok_status();
 }
 
@@ -100,10 +100,16 @@ Status Specialization::check_dynamic_values() const {
 }
 
 // The public descriptions (outputs, partitions, copies).
-void Specialization::describe() {
+void Specialization::describe_outputs() {
   const ir::Graph& g = *graph_;
   for (int v : g.outputs)
     outputs_.push_back({g.values[v].name, g.values[v].dtype, g.values[v].shape, {}});
+}
+
+// Partitions and copies are described when first asked for: a decoder builds
+// a specialisation per token, and nobody reads those of most of them.
+void Specialization::describe_plan_parts() const {
+  const ir::Graph& g = *graph_;
   for (size_t i = 0; i < executable_.size(); ++i) {
     const auto& ep = executable_[i];
     PartitionDescription d;
@@ -124,6 +130,16 @@ void Specialization::describe() {
   for (const ExecStep& s : steps_.init_copies) describe_copy(s, true);
   for (const ExecStep& s : steps_.steps)
     if (s.kind == ExecStep::kCopy) describe_copy(s, false);
+}
+
+const std::vector<PartitionDescription>& Specialization::partitions() const {
+  std::call_once(described_, [this] { describe_plan_parts(); });
+  return partition_desc_;
+}
+
+const std::vector<CopyDescription>& Specialization::copies() const {
+  std::call_once(described_, [this] { describe_plan_parts(); });
+  return copy_desc_;
 }
 
 std::vector<std::string> Specialization::backends_used() const {

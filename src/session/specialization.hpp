@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,8 @@ class Specialization {
   bool is_dynamic(int value) const { return !graph_->values[value].shape_is_static(); }
 
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
-  const std::vector<PartitionDescription>& partitions() const { return partition_desc_; }
-  const std::vector<CopyDescription>& copies() const { return copy_desc_; }
+  const std::vector<PartitionDescription>& partitions() const;
+  const std::vector<CopyDescription>& copies() const;
   const std::vector<std::string>& notes() const { return notes_; }
   // Distinct backends used, in order of first use.
   std::vector<std::string> backends_used() const;
@@ -89,7 +90,8 @@ class Specialization {
   Specialization() = default;
   Status compile(const Planner& planner, const BuildOptions& options);
   Status check_dynamic_values() const;
-  void describe();
+  void describe_outputs();
+  void describe_plan_parts() const;
 
   Signature signature_;
   std::shared_ptr<const ir::Graph> graph_;
@@ -103,8 +105,10 @@ class Specialization {
   StepPlan steps_;
   MemoryPlan memory_;
   std::vector<TensorInfo> outputs_;
-  std::vector<PartitionDescription> partition_desc_;
-  std::vector<CopyDescription> copy_desc_;
+  // Made on first use (describe_plan_parts).
+  mutable std::once_flag described_;
+  mutable std::vector<PartitionDescription> partition_desc_;
+  mutable std::vector<CopyDescription> copy_desc_;
 };
 
 }  // namespace backplane

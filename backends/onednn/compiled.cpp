@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -362,8 +363,13 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   const ScopedOmpThreads team(c_.threads);
   for (size_t s = 0; s < args_.size(); ++s) {
     const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
-    run_step(s, stream);
-    if (profiled == nullptr) continue;
+    const bool beside = c_.steps[s].beside_next && c_.threads > 1 && s + 1 < args_.size();
+    if (beside) run_beside(s, stream);
+    else run_step(s, stream);
+    if (profiled == nullptr) {
+      s += beside ? 1 : 0;
+      continue;
+    }
     stream.wait();  // then reported under the primitive's kind, labelled with its node
     const Step& t = c_.steps[s];
     const char* kind = t.concat_norm   ? "concat+normalize"
@@ -374,9 +380,36 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                        : t.dynamic_quantize ? "dynamic_quantize"
                        : t.table ? "table"
                                        : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
-    profiled->profile_node(BP_PROFILE_NO_NODE, kind, t.what.c_str(), begin, profiled->clock_ns());
+    // Two steps side by side are one span: their time is the pair's.
+    const std::string what = beside ? t.what + " | " + c_.steps[s + 1].what : std::string();
+    profiled->profile_node(BP_PROFILE_NO_NODE, kind, beside ? what.c_str() : t.what.c_str(),
+                           begin, profiled->clock_ns());
+    s += beside ? 1 : 0;
   }
   stream.wait();
+}
+
+void Binder::run_beside(size_t s, dnnl::stream& stream) {
+  if (!side_) side_ = dnnl::stream(engine());
+  stream.wait();  // what the pair reads is written
+  // A oneDNN primitive called inside a parallel region runs on the calling
+  // thread alone (the nested region has one thread).
+  std::exception_ptr failed[2];
+#pragma omp parallel num_threads(2)
+  {
+    // (A team of one, should OpenMP give no more, runs both.)
+    for (int k = omp_get_thread_num(); k < 2; k += omp_get_num_threads()) {
+      dnnl::stream& on = k == 0 ? stream : side_;
+      try {
+        run_step(s + static_cast<size_t>(k), on);
+        on.wait();
+      } catch (...) {
+        failed[k] = std::current_exception();
+      }
+    }
+  }
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
 }
 
 namespace {

@@ -122,6 +122,12 @@ struct Step {
   // per element; DST in the same layout): an elementwise function of a
   // quantized tensor (Lowering::lower_table).
   bool table = false;
+  // This step and the next run at the same time, each on one thread of the
+  // team, when the plan has two or more (Binder::run; one after the other
+  // otherwise): the two directions of a bidirectional recurrent layer.
+  // Neither touches what the other writes; the second has its scratchpad in
+  // an arena buffer of its own (PlanBuilder::run_beside).
+  bool beside_next = false;
 };
 
 class Compiled;
@@ -213,6 +219,8 @@ class Binder {
   // first output channel, dims {pixels, its channels}.
   void plan_concat_norm(size_t step);
   void run_step(size_t s, dnnl::stream& stream);
+  // Steps s and s + 1 at the same time, one thread each (Step::beside_next).
+  void run_beside(size_t s, dnnl::stream& stream);
   void run_concat_norm(size_t step);
   void run_gather(size_t step);
   void run_row_softmax(size_t step);
@@ -226,6 +234,7 @@ class Binder {
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
+  dnnl::stream side_;  // the second thread's of two steps side by side; made at first use
 };
 
 class Compiled : public sdk::CompiledPartition {

@@ -123,8 +123,15 @@ class Lowering {
   void lower_reduce(const INode& n);
   void lower_binary(const INode& n);
   void lower_transpose(const INode& n);
-  // LSTM and RNN (lowering_rnn.cpp): one lstm_forward / vanilla_rnn_forward step.
+  // LSTM, GRU and RNN (lowering_rnn.cpp): one lstm_forward / gru_forward /
+  // vanilla_rnn_forward step, or for a bidirectional layer on a team of
+  // threads, a step per direction, the two run side by side.
   void lower_rnn(const INode& n);
+  // The two directions of `both`'s node over source `x`, beside each other
+  // (PlanBuilder::run_beside), then joined as one step would write them.
+  void lower_rnn_beside(const INode& n, const RnnSpec& both, int x, bool dst_iter);
+  // Node n's outputs from its steps' Y [T, N, D*H] and final states [1, D, N, H].
+  void bind_rnn_outputs(const INode& n, const RnnSpec& s, int y, int yh, int yc);
   // QuantizeLinear and DequantizeLinear (lowering_quant.cpp).
   void lower_quant(const INode& n);
   // The attributes of int8 Conv/Gemm/MatMul n (QuantGroup): the product's

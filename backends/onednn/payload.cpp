@@ -45,7 +45,7 @@ constexpr char kMagic[] = "CpuOneDnn payload";
 // A shape-polymorphic partition's payload: this, the format version and the
 // byte order, nothing else (polymorphic.hpp).
 constexpr char kPolyMagic[] = "CpuOneDnn shape-polymorphic payload";
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 // The size of the operation descriptor of a primitive kind the lowering
@@ -230,6 +230,7 @@ void write_step(Writer& w, const Step& step) {
   check(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
   w.pod(static_cast<int32_t>(kind));
   w.str(step.what);
+  w.pod(static_cast<uint8_t>(step.beside_next ? 1 : 0));
   if (kind == dnnl_reorder) {
     w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
     w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
@@ -660,6 +661,9 @@ Recipe read_step(Reader& r, Step& step) {
   }
   if (kind != dnnl_reorder && kind != dnnl_concat && !find_op_kind(kind))
     r.fail("names an unknown primitive kind " + std::to_string(kind));
+  const uint8_t beside = r.pod<uint8_t>("beside flag");
+  if (beside > 1) r.fail("has a bad beside flag in " + step.what);
+  step.beside_next = beside == 1;
   rc.kind = static_cast<dnnl_primitive_kind_t>(kind);
   if (rc.kind == dnnl_reorder) {
     rc.src = read_md(r, "reorder source");
@@ -1014,6 +1018,12 @@ std::vector<Recipe> read_steps(Reader& r, Compiled& c) {
         r.fail("has an argument of " + step.what + " out of range");
     c.steps.push_back(std::move(step));
   }
+  // Two steps side by side are two primitives, neither beside a third.
+  for (size_t s = 0; s < c.steps.size(); ++s)
+    if (c.steps[s].beside_next &&
+        (s + 1 == c.steps.size() || recipes[s + 1].copy || c.steps[s + 1].beside_next ||
+         (s > 0 && c.steps[s - 1].beside_next)))
+      r.fail("has " + c.steps[s].what + " beside a step it cannot run beside");
   if (!r.done()) r.fail("has bytes after its end");
   return recipes;
 }
@@ -1177,18 +1187,29 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
     r.fail("has a bad gather in " + step.what);
 }
 
-void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe) {
+// DNNL_ARG_DST is also an RNN's DST_LAYER; its states are written too.
+bool writes(int arg) {
+  return arg == DNNL_ARG_DST || arg == DNNL_ARG_DST_ITER || arg == DNNL_ARG_DST_ITER_C ||
+         arg == DNNL_ARG_WORKSPACE || arg == DNNL_ARG_SCRATCHPAD;
+}
+
+// `own_scratch`: the second of two steps side by side, whose scratchpad is an
+// arena buffer of its own (PlanBuilder::run_beside).
+void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe,
+                     bool own_scratch) {
   if (step.gather) return check_gather(r, c, step);
   if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {
     const MemRef& m = c.refs[ref];
-    // DNNL_ARG_DST is also an RNN's DST_LAYER; its states are written too.
-    const bool writes = arg == DNNL_ARG_DST || arg == DNNL_ARG_DST_ITER ||
-                        arg == DNNL_ARG_DST_ITER_C || arg == DNNL_ARG_WORKSPACE;
+    const bool arena = m.buffer >= 0 && c.buffers[m.buffer].kind == Buffer::kArena;
+    const bool scratch_ok = arg != DNNL_ARG_SCRATCHPAD ? !m.scratch
+                            : own_scratch             ? arena && !m.scratch
+                                                      : m.scratch;
     const bool ok =
-        given.insert(arg).second && (arg == DNNL_ARG_SCRATCHPAD) == m.scratch &&
-        (!writes || (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
+        given.insert(arg).second && scratch_ok &&
+        (!writes(arg) || m.scratch ||
+         (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
     if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
   }
   for (int arg : recipe.required)
@@ -1197,6 +1218,15 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
       dnnl_primitive_desc_query_md(step.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
   if (sp != nullptr && dnnl::memory::desc(*sp).get_size() > 0 && !given.count(DNNL_ARG_SCRATCHPAD))
     r.fail("leaves the scratchpad of " + step.what + " out");
+}
+
+// Two steps side by side: neither writes what the other reads or writes.
+void check_beside(Reader& r, const Compiled& c, size_t s) {
+  const Step &a = c.steps[s], &b = c.steps[s + 1];
+  for (auto [x, p] : a.args)
+    for (auto [y, q] : b.args)
+      if ((writes(x) || writes(y)) && may_overlap(c, p, q))
+        r.fail("runs " + a.what + " beside " + b.what + ", which share memory");
 }
 
 // Each argument must be in the layout the primitive, as made now, wants.
@@ -1208,8 +1238,9 @@ void check_layouts(const Compiled& c, const Step& step, const std::string& where
         arg == DNNL_ARG_SCRATCHPAD ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)
                                    : dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
     const MemRef& m = c.refs[ref];
+    const size_t room = m.scratch ? c.scratch_bytes : m.md->get_size();  // (or its own buffer)
     const bool ok = arg == DNNL_ARG_SCRATCHPAD
-                        ? want != nullptr && dnnl::memory::desc(*want).get_size() <= c.scratch_bytes
+                        ? want != nullptr && dnnl::memory::desc(*want).get_size() <= room
                         : want != nullptr && dnnl_memory_desc_equal(want, &m.md->data) != 0;
     if (!ok)
       throw sdk::Error(
@@ -1262,8 +1293,9 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
   });
   bind_constants(r, *c, keys);
   for (size_t s = 0; s < c->steps.size(); ++s) {
-    check_arguments(r, *c, c->steps[s], recipes[s]);
+    check_arguments(r, *c, c->steps[s], recipes[s], s > 0 && c->steps[s - 1].beside_next);
     check_layouts(*c, c->steps[s], where);
+    if (c->steps[s].beside_next) check_beside(r, *c, s);
   }
   for (const Step& step : c->steps) {
     const char* impl = nullptr;

@@ -301,6 +301,19 @@ void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int
   c_.steps.push_back(std::move(step));
 }
 
+void PlanBuilder::run_beside(int first) {
+  for (auto& [arg, r] : c_.steps[static_cast<size_t>(first) + 1].args)
+    if (arg == DNNL_ARG_SCRATCHPAD) {
+      const memory::desc scratch = md(r);
+      r = new_arena(scratch);
+    }
+  for (int s : {first, first + 1}) {
+    mark_uses(c_, c_.steps[static_cast<size_t>(s)].args, first);
+    mark_uses(c_, c_.steps[static_cast<size_t>(s)].args, first + 1);
+  }
+  c_.steps[static_cast<size_t>(first)].beside_next = true;
+}
+
 int PlanBuilder::as_md(int ref, const memory::desc& want) {
   if (md(ref) == want) return ref;
   for (const auto& [src, dst] : reorders_)

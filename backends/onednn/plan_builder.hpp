@@ -158,6 +158,11 @@ class PlanBuilder {
   // Appends a step (and its scratchpad); records which steps use each buffer.
   void add_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
                 const dnnl::primitive_desc_base& pd, const std::string& what);
+  // Makes step `first` and the one after it run at the same time, each on
+  // one thread of the team (Step::beside_next): the second gets a scratchpad
+  // in a buffer of its own, and every buffer either one touches lives through
+  // both.
+  void run_beside(int first);
   // Appends a copy_concat step (compiled.hpp) of `args` along `axis`.
   void add_copy_concat(std::vector<std::pair<int, int>> args, int axis, const std::string& what);
   // Appends a gather step (compiled.hpp): rows of plain `data` along `axis`

@@ -9,6 +9,8 @@ void omp_set_num_threads(int num_threads);
 int omp_get_max_threads(void);
 void omp_set_dynamic(int dynamic_threads);
 int omp_get_dynamic(void);
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
 #ifdef __cplusplus
 }
 #endif

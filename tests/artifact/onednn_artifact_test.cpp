@@ -105,9 +105,10 @@ class OneDnnPayload : public TempDirTest {
 // compiles it with `co` into `bpk` and checks the .bpk loads from its
 // payloads (no recompile, so no note) and computes the same bits.
 void expect_payload_round_trip(const std::string& onnx_path, const std::string& bpk,
-                               const std::vector<int64_t>& shape, const CompileOptions& co) {
+                               const std::vector<int64_t>& shape, const CompileOptions& co,
+                               int threads = 1) {
   const std::string name = fs::path(onnx_path).stem().string();
-  auto rt = onednn_runtime(1);
+  auto rt = onednn_runtime(threads);
   ASSERT_NE(rt, nullptr);
   Tensor input(DType::kFloat32, shape);
   for (int64_t i = 0; i < input.numel(); ++i)
@@ -342,11 +343,11 @@ void flip_payload_bytes(Runtime& rt, const std::string& onnx_path, const std::st
   EXPECT_GT(refused, 0u);
 }
 
-// flip_payload_bytes on one thread with an input x of `shape` filled with
-// cos(step * i), the .bpk files named after `stem` in `dir`.
+// flip_payload_bytes on `threads` threads with an input x of `shape` filled
+// with cos(step * i), the .bpk files named after `stem` in `dir`.
 void flip_payload_bytes_of(const std::string& onnx_path, const Shape& shape, float step,
-                           const std::string& stem) {
-  auto rt = onednn_runtime(1);
+                           const std::string& stem, int threads = 1) {
+  auto rt = onednn_runtime(threads);
   ASSERT_NE(rt, nullptr);
   Tensor input(DType::kFloat32, shape);
   for (int64_t i = 0; i < input.numel(); ++i)
@@ -412,6 +413,27 @@ TEST_F(OneDnnPayload, LstmLoadsFromThePayload) {
   co.shape_polymorphic = false;
   expect_payload_round_trip(onnx_path, path("lstm.bpk"), {t, n, c}, co);
   flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l"));
+}
+
+// The same at batch 1 on two threads: the directions are two steps run side
+// by side (Step::beside_next), the second with a scratchpad of its own. The
+// payload keeps them so; the loader checks that the pair shares no memory
+// it writes.
+TEST_F(OneDnnPayload, LstmDirectionsBesideEachOtherLoadFromThePayload) {
+  test::ModelBuilder b(17);
+  const int64_t t = 6, n = 1, c = 5, h = 8;
+  b.input("x", {t, n, c});
+  b.random_weight("w", {2, 4 * h, c}, -0.5f, 0.5f).random_weight("r", {2, 4 * h, h}, -0.5f, 0.5f);
+  b.random_weight("b", {2, 8 * h}, -0.5f, 0.5f).random_weight("h0", {2, n, h});
+  auto& lstm = b.node("LSTM", {"x", "w", "r", "b", "", "h0"}, {"y", "yh", "yc"}, "lstm");
+  test::set_string(lstm, "direction", "bidirectional");
+  test::set_int(lstm, "hidden_size", h);
+  b.output("y", {t, 2, n, h}).output("yh", {2, n, h}).output("yc", {2, n, h});
+  const std::string onnx_path = b.save_as(path("lstm1.onnx"));
+  CompileOptions co;
+  co.shape_polymorphic = false;
+  expect_payload_round_trip(onnx_path, path("lstm1.bpk"), {t, n, c}, co, 2);
+  flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l1"), 2);
 }
 
 // QuantizeLinear (a binary division with round and zero-point post-ops)

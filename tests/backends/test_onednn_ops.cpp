@@ -650,14 +650,16 @@ ModelBuilder fire_modules() {
 
 // The plan report's lines (impl_check.hpp) of the model loaded on CpuOneDnn
 // configured with `config`: "partition<TAB>kind<TAB>impl<TAB>layouts<TAB>what".
-std::vector<std::string> plan_report(const ModelBuilder& b, const Config& config) {
+// `threads`: the runtime's (0: the default).
+std::vector<std::string> plan_report(const ModelBuilder& b, const Config& config,
+                                     int threads = 0) {
   test::TempDir dir;
   const std::string report = dir.file("plan.tsv"), path = b.save(dir);
   Config with_report = config;
   with_report["plan_report"] = report;
   ModelOptions mo;
   mo.backends = {"CpuOneDnn"};
-  const bool loaded = e2e::onednn_runtime(0, with_report)->load_model(path, mo).ok();
+  const bool loaded = e2e::onednn_runtime(threads, with_report)->load_model(path, mo).ok();
   EXPECT_TRUE(loaded);
   std::ifstream in(report);
   std::vector<std::string> lines;
@@ -952,6 +954,80 @@ INSTANTIATE_TEST_SUITE_P(
                      {}, false, 1},
         RecurrentRow{"GruBidirectional", "GRU", "bidirectional", false, false, 3, 5, {}, false}),
     [](const testing::TestParamInfo<RecurrentRow>& info) { return std::string(info.param.name); });
+
+// At batch 1 on two threads, a bidirectional layer runs as its two
+// directions side by side, one thread each (lowering_rnn.cpp): a step per
+// direction in the plan, every output (Y, Y_h, Y_c) as CpuRef's. Initial
+// states the caller gives, or a batch of 3, keep it one step.
+TEST(OneDnnOps, BidirectionalLayersRunTheirDirectionsBesideEachOther) {
+  struct Row {
+    const char* name;
+    const char* op;
+    int64_t n;
+    bool constant_states, input_states, peepholes;
+    int64_t linear_before_reset;
+    int steps;  // recurrent steps in the plan
+  };
+  for (const Row& row : std::vector<Row>{{"lstm", "LSTM", 1, false, false, false, -1, 2},
+                                         {"lstm states peepholes", "LSTM", 1, true, false, true,
+                                          -1, 2},
+                                         {"gru lbr states", "GRU", 1, true, false, false, 1, 2},
+                                         {"gru", "GRU", 1, false, false, false, 0, 2},
+                                         {"rnn states", "RNN", 1, true, false, false, -1, 2},
+                                         {"lstm caller's states", "LSTM", 1, false, true, false,
+                                          -1, 1},
+                                         {"lstm batch 3", "LSTM", 3, false, false, false, -1,
+                                          1}}) {
+    SCOPED_TRACE(row.name);
+    RecurrentSpec s;
+    s.op = row.op;
+    s.direction = "bidirectional";
+    s.n = row.n;
+    s.t = 6;
+    s.states = row.input_states;
+    s.peepholes = row.peepholes;
+    s.tweak = [row](ModelBuilder& b, onnx::NodeProto& node) {
+      if (row.linear_before_reset >= 0) set_int(node, "linear_before_reset", row.linear_before_reset);
+      if (!row.constant_states) return;
+      b.random_weight("h0c", {2, row.n, 6}, -0.5f, 0.5f);
+      node.set_input(5, "h0c");
+      if (std::string(row.op) == "LSTM") {
+        b.random_weight("c0c", {2, row.n, 6}, -0.5f, 0.5f);
+        node.set_input(6, "c0c");
+      }
+    };
+    const ModelBuilder b = recurrent_model(s);
+    int steps = 0;
+    for (const std::string& line : plan_report(b, {}, 2))
+      if (line.find("\trnn\t") != std::string::npos) ++steps;
+    EXPECT_EQ(steps, row.steps);
+
+    test::TempDir dir;
+    const std::string path = b.save(dir);
+    ModelOptions mo;
+    mo.backends = {"CpuOneDnn"};
+    auto model = e2e::onednn_runtime(2)->load_model(path, mo);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    std::map<std::string, Tensor> feeds;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (const auto& [name, shape] : b.inputs()) {
+      Tensor t(DType::kFloat32, shape);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(rng);
+      feeds[name] = t;
+    }
+    const std::vector<Tensor> got = e2e::run_once(**model, feeds);
+    auto ref = runtime()->load_model(path, e2e::cpuref_only());
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const std::vector<Tensor> want = e2e::run_once(**ref, feeds);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].shape(), want[k].shape()) << "output " << k;
+      EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-5 * e2e::max_abs(want[k]))
+          << "output " << k;
+    }
+  }
+}
 
 // With CpuRef allowed too, the node goes there with `reason` in the plan, and
 // the model runs as on CpuRef alone.

@@ -86,8 +86,8 @@ std::string rnn_tag(const char* what, int n, int64_t dir) {
 // The constant arguments of node n's step `pd`: W and R in the layouts pd
 // wants, the bias (Wb + Rb) and any peepholes. `dir` >= 0: those of that
 // direction of a bidirectional node alone (s.dirs is 1).
-void add_rnn_constants(PlanBuilder& pb, ViewInfo& vi, const INode& n, const RnnSpec& s,
-                       int64_t dir, const dnnl::rnn_primitive_desc_base& pd,
+void add_rnn_constants(PlanBuilder& pb, ViewInfo& vi, const INode& n, const RnnSpec& s, int64_t dir,
+                       const dnnl::rnn_primitive_desc_base& pd,
                        std::vector<std::pair<int, int>>& args) {
   const int64_t g = s.gates(), d = s.dirs, h = s.hidden;
   const int64_t first = std::max<int64_t>(dir, 0);  // in directions of the node's tensors
@@ -114,8 +114,8 @@ void add_rnn_constants(PlanBuilder& pb, ViewInfo& vi, const INode& n, const RnnS
                                               rnn_tag("rnnb", n.node, dir))});
   if (s.lstm && in(7) >= 0) {
     const std::vector<float> p = to_ldgo(vi.f32(in(7)) + first * 3 * h, s, 1, kPeepholes, 3);
-    args.push_back({DNNL_ARG_WEIGHTS_PEEPHOLE, pb.const_ref(plain_md({1, d, 3, h}), p.data(),
-                                                            rnn_tag("rnnp", n.node, dir))});
+    args.push_back({DNNL_ARG_WEIGHTS_PEEPHOLE,
+                    pb.const_ref(plain_md({1, d, 3, h}), p.data(), rnn_tag("rnnp", n.node, dir))});
   }
 }
 
@@ -227,8 +227,8 @@ void Lowering::lower_rnn_beside(const INode& n, const RnnSpec& both, int x, bool
       s.direction = k == 0 ? dnnl::rnn_direction::unidirectional_left2right
                            : dnnl::rnn_direction::unidirectional_right2left;
       dnnl::primitive prim;
-      const dnnl::rnn_primitive_desc_base pd = make_rnn(b_, s, src_iter, dst_iter, in(7) >= 0,
-                                                        &prim);
+      const dnnl::rnn_primitive_desc_base pd =
+          make_rnn(b_, s, src_iter, dst_iter, in(7) >= 0, &prim);
       std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC_LAYER, x}};
       add_rnn_constants(b_, g_, n, s, k, pd, args);
       if (src_iter) args.push_back({DNNL_ARG_SRC_ITER, initial(in(5), k)});

@@ -1204,12 +1204,11 @@ void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recip
     const MemRef& m = c.refs[ref];
     const bool arena = m.buffer >= 0 && c.buffers[m.buffer].kind == Buffer::kArena;
     const bool scratch_ok = arg != DNNL_ARG_SCRATCHPAD ? !m.scratch
-                            : own_scratch             ? arena && !m.scratch
-                                                      : m.scratch;
-    const bool ok =
-        given.insert(arg).second && scratch_ok &&
-        (!writes(arg) || m.scratch ||
-         (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
+                            : own_scratch              ? arena && !m.scratch
+                                                       : m.scratch;
+    const bool ok = given.insert(arg).second && scratch_ok &&
+                    (!writes(arg) || m.scratch ||
+                     (!m.constant && m.buffer >= 0 && c.buffers[m.buffer].kind != Buffer::kInput));
     if (!ok) r.fail("gives " + step.what + " an argument it cannot take");
   }
   for (int arg : recipe.required)

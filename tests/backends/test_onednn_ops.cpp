@@ -651,8 +651,7 @@ ModelBuilder fire_modules() {
 // The plan report's lines (impl_check.hpp) of the model loaded on CpuOneDnn
 // configured with `config`: "partition<TAB>kind<TAB>impl<TAB>layouts<TAB>what".
 // `threads`: the runtime's (0: the default).
-std::vector<std::string> plan_report(const ModelBuilder& b, const Config& config,
-                                     int threads = 0) {
+std::vector<std::string> plan_report(const ModelBuilder& b, const Config& config, int threads = 0) {
   test::TempDir dir;
   const std::string report = dir.file("plan.tsv"), path = b.save(dir);
   Config with_report = config;
@@ -968,16 +967,14 @@ TEST(OneDnnOps, BidirectionalLayersRunTheirDirectionsBesideEachOther) {
     int64_t linear_before_reset;
     int steps;  // recurrent steps in the plan
   };
-  for (const Row& row : std::vector<Row>{{"lstm", "LSTM", 1, false, false, false, -1, 2},
-                                         {"lstm states peepholes", "LSTM", 1, true, false, true,
-                                          -1, 2},
-                                         {"gru lbr states", "GRU", 1, true, false, false, 1, 2},
-                                         {"gru", "GRU", 1, false, false, false, 0, 2},
-                                         {"rnn states", "RNN", 1, true, false, false, -1, 2},
-                                         {"lstm caller's states", "LSTM", 1, false, true, false,
-                                          -1, 1},
-                                         {"lstm batch 3", "LSTM", 3, false, false, false, -1,
-                                          1}}) {
+  for (const Row& row :
+       std::vector<Row>{{"lstm", "LSTM", 1, false, false, false, -1, 2},
+                        {"lstm states peepholes", "LSTM", 1, true, false, true, -1, 2},
+                        {"gru lbr states", "GRU", 1, true, false, false, 1, 2},
+                        {"gru", "GRU", 1, false, false, false, 0, 2},
+                        {"rnn states", "RNN", 1, true, false, false, -1, 2},
+                        {"lstm caller's states", "LSTM", 1, false, true, false, -1, 1},
+                        {"lstm batch 3", "LSTM", 3, false, false, false, -1, 1}}) {
     SCOPED_TRACE(row.name);
     RecurrentSpec s;
     s.op = row.op;
@@ -987,7 +984,8 @@ TEST(OneDnnOps, BidirectionalLayersRunTheirDirectionsBesideEachOther) {
     s.states = row.input_states;
     s.peepholes = row.peepholes;
     s.tweak = [row](ModelBuilder& b, onnx::NodeProto& node) {
-      if (row.linear_before_reset >= 0) set_int(node, "linear_before_reset", row.linear_before_reset);
+      if (row.linear_before_reset >= 0)
+        set_int(node, "linear_before_reset", row.linear_before_reset);
       if (!row.constant_states) return;
       b.random_weight("h0c", {2, row.n, 6}, -0.5f, 0.5f);
       node.set_input(5, "h0c");
@@ -1023,8 +1021,7 @@ TEST(OneDnnOps, BidirectionalLayersRunTheirDirectionsBesideEachOther) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < got.size(); ++k) {
       ASSERT_EQ(got[k].shape(), want[k].shape()) << "output " << k;
-      EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-5 * e2e::max_abs(want[k]))
-          << "output " << k;
+      EXPECT_LE(e2e::max_abs_diff(got[k], want[k]), 1e-5 * e2e::max_abs(want[k])) << "output " << k;
     }
   }
 }

@@ -1,8 +1,10 @@
 // compiled.cpp — running a compiled CpuOneDnn partition.
 #include "onednn/compiled.hpp"
 
-#include <oneapi/dnnl/dnnl_debug.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -382,8 +384,8 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
                                        : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
     // Two steps side by side are one span: their time is the pair's.
     const std::string what = beside ? t.what + " | " + c_.steps[s + 1].what : std::string();
-    profiled->profile_node(BP_PROFILE_NO_NODE, kind, beside ? what.c_str() : t.what.c_str(),
-                           begin, profiled->clock_ns());
+    profiled->profile_node(BP_PROFILE_NO_NODE, kind, beside ? what.c_str() : t.what.c_str(), begin,
+                           profiled->clock_ns());
     s += beside ? 1 : 0;
   }
   stream.wait();
@@ -730,6 +732,30 @@ void Binder::run_step(size_t s, dnnl::stream& stream) {
                                                   std::to_string(static_cast<int>(st)) + ")");
 }
 
+std::shared_ptr<char> allocate_block(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes < kHuge) {
+    void* p = std::aligned_alloc(kAlign, align_up(std::max<size_t>(bytes, 1)));
+    if (p == nullptr) throw std::bad_alloc();
+    return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
+  }
+  // Mapped with a huge page's worth to spare, then trimmed to start on a
+  // huge page boundary. The end stays where the bytes end: a last part
+  // shorter than a huge page is small pages, not a huge page half unused.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t size = (bytes + page - 1) / page * page;
+  void* raw =
+      mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  char* base = static_cast<char*>(raw);
+  char* at = base + (kHuge - reinterpret_cast<uintptr_t>(base) % kHuge) % kHuge;
+  if (at > base) munmap(base, static_cast<size_t>(at - base));
+  if (base + size + kHuge > at + size)
+    munmap(at + size, static_cast<size_t>(base + size + kHuge - (at + size)));
+  madvise(at, size, MADV_HUGEPAGE);  // advice: without transparent huge pages, small ones
+  return std::shared_ptr<char>(at, [size](char* q) { munmap(q, size); });
+}
+
 ScopedOmpThreads::ScopedOmpThreads(int threads) : before_(omp_get_max_threads()) {
   if (before_ != threads) omp_set_num_threads(threads);
 }
@@ -771,17 +797,16 @@ class Context : public sdk::ExecContext {
   explicit Context(const Compiled& c) : stream_(engine()) {
     const size_t bytes = c.empty ? 0 : context_bytes(c);  // (empty: Binder::run says why)
     if (bytes > 0) {
-      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
-      if (memory_ == nullptr) throw std::bad_alloc();
+      block_ = allocate_block(bytes);
+      memory_ = block_.get();
       // Touched now, while the session is made: its pages would otherwise
-      // fault in one by one during the first run.
+      // fault in during the first run.
       std::memset(memory_, 0, bytes);
     }
     binder_ = std::make_unique<Binder>(c, memory_);
     // The OpenMP team the steps run on, started now for the same reason.
     if (!c.empty) start_openmp_team(c.threads);
   }
-  ~Context() override { std::free(memory_); }
 
   void execute(size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
                const bp_tensor_t* outputs) override {
@@ -794,6 +819,7 @@ class Context : public sdk::ExecContext {
 
  private:
   dnnl::stream stream_;
+  std::shared_ptr<char> block_;
   char* memory_ = nullptr;
   std::unique_ptr<Binder> binder_;
 };

@@ -27,6 +27,14 @@ inline size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // The CPU engine, one per process.
 const dnnl::engine& engine();
 
+// `bytes` of memory, kAlign-aligned, for a partition's weights or a
+// context's block; freed when the last holder lets go. From 2 MiB on it is
+// pages of its own, 2 MiB-aligned, that the kernel is asked to back with
+// transparent huge pages (madvise MADV_HUGEPAGE, where the system allows it):
+// one fault then brings in 512 small pages' worth, and faults are what most
+// of a large model's load spent (ResNet-50 at batch 4: about half its load).
+std::shared_ptr<char> allocate_block(size_t bytes);
+
 struct Buffer {
   enum Kind { kArena, kInput, kOutput } kind = kArena;
   size_t index = 0;  // kInput/kOutput: position in execute()'s arrays
@@ -63,6 +71,7 @@ struct MemRef {
   int buffer = -1;  // -1: a constant or the scratchpad
   SharedMd md;
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
+  std::shared_ptr<char> owned;  // the bytes `constant` is over, when the partition made them
   bool scratch = false;
   std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only
 };

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 
 namespace backplane::onednn {
 
@@ -109,9 +110,9 @@ void SharedCache::weight_key(const std::string& tag, const memory::desc& from,
   key->append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
 }
 
-dnnl::memory SharedCache::find_weight(const std::string& key) const {
+const SharedCache::Weight* SharedCache::find_weight(const std::string& key) const {
   auto it = weights_.find(key);
-  return it == weights_.end() ? dnnl::memory() : it->second;
+  return it == weights_.end() ? nullptr : &it->second;
 }
 
 const SharedCache::Made* SharedCache::find_primitive(const std::string& key) const {
@@ -135,7 +136,8 @@ void SharedCache::keep_only(const std::set<const void*>& live_weights,
   for (auto it = mds_.begin(); it != mds_.end();)
     it = it->second.use_count() == 1 ? mds_.erase(it) : std::next(it);
   for (auto it = weights_.begin(); it != weights_.end();)
-    it = live_weights.count(it->second.get_data_handle()) ? std::next(it) : weights_.erase(it);
+    it = live_weights.count(it->second.memory.get_data_handle()) ? std::next(it)
+                                                                 : weights_.erase(it);
   for (auto it = prims_.begin(); it != prims_.end();)
     it = live_prims.count(it->second.prim.get()) ? std::next(it) : prims_.erase(it);
 }
@@ -163,9 +165,11 @@ int PlanBuilder::add_ref(int buffer, const memory::desc& md) {
 int PlanBuilder::new_arena(const memory::desc& md) {
   return add_ref(new_buffer(Buffer::kArena, 0, md.get_size()), md);
 }
-int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const std::string& tag) {
+int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const std::string& tag,
+                           std::shared_ptr<char> owned) {
   const int r = add_ref(-1, md);
   c_.refs[r].constant = m;
+  c_.refs[r].owned = std::move(owned);
   c_.refs[r].tag = tag;
   return r;
 }
@@ -174,21 +178,22 @@ int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
                               const memory::desc& want) {
   if (shared_ == nullptr || tag.empty()) return -1;
   SharedCache::weight_key(tag, user, want, &shared_->key);
-  dnnl::memory m = shared_->find_weight(shared_->key);
-  if (!m) return -1;
+  const SharedCache::Weight* w = shared_->find_weight(shared_->key);
+  if (w == nullptr) return -1;
   ++shared_->reused;
-  return add_const(want, m, tag);
+  return add_const(want, w->memory, tag, w->owned);
 }
 
 int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::string& tag) {
   if (int r = cached_const(tag, md, md); r >= 0) return r;
-  dnnl::memory m(md, engine());
+  std::shared_ptr<char> bytes = allocate_block(md.get_size());
+  dnnl::memory m(md, engine(), bytes.get());
   std::memcpy(m.get_data_handle(), data, md.get_size());
   if (shared_ != nullptr && !tag.empty()) {
     SharedCache::weight_key(tag, md, md, &shared_->key);
-    shared_->add_weight(shared_->key, m);
+    shared_->add_weight(shared_->key, {m, bytes});
   }
-  return add_const(md, m, tag);
+  return add_const(md, m, tag, std::move(bytes));
 }
 
 int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
@@ -196,14 +201,34 @@ int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
   if (user == want) return const_ref(user, data, tag);
   if (int r = cached_const(tag, user, want); r >= 0) return r;
   dnnl::memory src(user, engine(), const_cast<void*>(data));
-  dnnl::memory m(want, engine());
-  dnnl::reorder(src, m).execute(stream_, src, m);
+  std::shared_ptr<char> bytes = allocate_block(want.get_size());
+  dnnl::memory m(want, engine(), bytes.get());
+  // The reorder's scratchpad (Winograd weights are transformed through one
+  // as large as they are) is the builder's, kept from weight to weight:
+  // oneDNN's own would be allocated and its pages faulted in for each.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::reorder::primitive_desc pd(engine(), user, engine(), want, attr);
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}};
+  if (const size_t need = pd.scratchpad_desc().get_size(); need > 0) {
+    if (need > reorder_scratch_bytes_) {
+      reorder_scratch_.reset();
+      reorder_scratch_ = allocate_block(need);
+      reorder_scratch_bytes_ = need;
+    }
+    args[DNNL_ARG_SCRATCHPAD] =
+        dnnl::memory(pd.scratchpad_desc(), engine(), reorder_scratch_.get());
+  } else {
+    reorder_scratch_.reset();  // not held beside weights that need none
+    reorder_scratch_bytes_ = 0;
+  }
+  dnnl::reorder(pd).execute(stream_, args);
   stream_.wait();
   if (shared_ != nullptr && !tag.empty()) {
     SharedCache::weight_key(tag, user, want, &shared_->key);
-    shared_->add_weight(shared_->key, m);
+    shared_->add_weight(shared_->key, {m, bytes});
   }
-  return add_const(want, m, tag);
+  return add_const(want, m, tag, std::move(bytes));
 }
 
 const memory::desc& PlanBuilder::md(int ref) const { return c_.refs[ref].md; }

@@ -46,9 +46,14 @@ class SharedCache {
   // many for the allocator's small-block cache).
   static void weight_key(const std::string& tag, const dnnl::memory::desc& from,
                          const dnnl::memory::desc& to, std::string* key);
-  // The memory for `key`, or an empty one.
-  dnnl::memory find_weight(const std::string& key) const;
-  void add_weight(const std::string& key, const dnnl::memory& m) { weights_[key] = m; }
+  // A weight's memory and the bytes it is over.
+  struct Weight {
+    dnnl::memory memory;
+    std::shared_ptr<char> owned;
+  };
+  // The weight for `key`, or null.
+  const Weight* find_weight(const std::string& key) const;
+  void add_weight(const std::string& key, Weight w) { weights_[key] = std::move(w); }
 
   struct Made {
     std::shared_ptr<void> pd;  // the typed primitive descriptor (the key names its type)
@@ -73,7 +78,7 @@ class SharedCache {
   std::string key;
 
  private:
-  std::map<std::string, dnnl::memory> weights_;
+  std::map<std::string, Weight> weights_;
   std::map<std::string, Made> prims_;
   // Interned descriptors by a hash of their bytes.
   std::unordered_multimap<size_t, std::shared_ptr<const dnnl::memory::desc>> mds_;
@@ -213,14 +218,15 @@ class PlanBuilder {
   void plan_arena();
 
  private:
-  int add_const(const dnnl::memory::desc& md, const dnnl::memory& m, const std::string& tag);
+  int add_const(const dnnl::memory::desc& md, const dnnl::memory& m, const std::string& tag,
+                std::shared_ptr<char> owned = nullptr);
   void push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
                  const std::string& what);
   // make()'s body: `op` is what the primitive is made from, `create` makes
   // its descriptor.
   template <class P, class Create>
-  typename P::primitive_desc made(std::string_view op, const std::string& attr_key,
-                                  Create&& create, dnnl::primitive* prim) {
+  typename P::primitive_desc made(std::string_view op, const std::string& attr_key, Create&& create,
+                                  dnnl::primitive* prim) {
     using PD = typename P::primitive_desc;
     if (shared_ == nullptr) {
       PD pd = *create();
@@ -249,6 +255,8 @@ class PlanBuilder {
   Compiled& c_;
   SharedCache* shared_;
   dnnl::stream stream_;
+  std::shared_ptr<char> reorder_scratch_;  // const_reordered's scratchpad, grown as needed
+  size_t reorder_scratch_bytes_ = 0;
   dnnl::primitive_attr attr_;
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
   bool allow_reference_ = false;

@@ -36,10 +36,7 @@ Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }
 class PolyContext : public sdk::ExecContext {
  public:
   explicit PolyContext(PolyCompiled& p) : p_(p), stream_(engine()) {}
-  ~PolyContext() override {
-    bound_.clear();
-    std::free(memory_);
-  }
+  ~PolyContext() override { bound_.clear(); }
 
   void execute(size_t, const bp_tensor_t*, size_t, const bp_tensor_t*) override {
     throw sdk::invalid(p_.where() +
@@ -102,14 +99,14 @@ class PolyContext : public sdk::ExecContext {
     const size_t need = context_bytes(*plan);
     if (need > capacity_) {
       bound_.clear();  // every binding points into the old block
-      std::free(memory_);
+      block_.reset();
       memory_ = nullptr;
       // Half as much again: a growing cache grows the arena a little per
       // token, and fresh pages cost a fault each on first use.
       const size_t bytes = align_up(std::max(need, capacity_ + capacity_ / 2));
       capacity_ = 0;
-      memory_ = static_cast<char*>(std::aligned_alloc(kAlign, bytes));
-      if (memory_ == nullptr) throw std::bad_alloc();
+      block_ = allocate_block(bytes);
+      memory_ = block_.get();
       capacity_ = bytes;
     }
     if (bound_.size() >= p_.max_instances())
@@ -124,6 +121,7 @@ class PolyContext : public sdk::ExecContext {
   PolyCompiled& p_;
   dnnl::stream stream_;
   std::vector<int64_t> key_;  // reused: a steady run allocates nothing for it
+  std::shared_ptr<char> block_;
   char* memory_ = nullptr;
   size_t capacity_ = 0;
   std::vector<Bound> bound_;

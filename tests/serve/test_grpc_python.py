@@ -516,6 +516,14 @@ def test_a_cancelled_call_is_not_run(pb):
         assert m, text
         return float(m.group(1))
 
+    def pending(s, name):
+        with urllib.request.urlopen(s.http_url + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        m = re.search(r'^nv_inference_pending_request_count\{[^}]*model="%s"[^}]*\} ([0-9.e+]+)$'
+                      % name, text, re.M)
+        assert m, text
+        return float(m.group(1))
+
     with Server(["--model", "enc=" + model("encoder_dyn.onnx")]) as s:
         channel = grpc.insecure_channel(s.grpc_target)
         stub = pb[1].GRPCInferenceServiceStub(channel)
@@ -523,14 +531,23 @@ def test_a_cancelled_call_is_not_run(pb):
         slow = infer_request(pb, "enc", {"input_ids": rng.integers(0, 100, (16, 512))})
         small = infer_request(pb, "enc", {"input_ids": rng.integers(0, 100, (1, 7))})
         stub.ModelInfer(small, timeout=60)
-        # The one instance is busy with a slow call while a second waits
-        # behind it and is cancelled by its client.
-        busy = stub.ModelInfer.future(slow, timeout=60)
-        time.sleep(0.2)
+        # The one instance is kept busy for about a second, however fast the
+        # machine, by as many slow calls as that takes; a last call waits
+        # behind them and is cancelled by its client.
+        stub.ModelInfer(slow, timeout=60)  # its shape built
+        start = time.monotonic()
+        stub.ModelInfer(slow, timeout=60)
+        n = max(2, int(1.0 / max(time.monotonic() - start, 1e-3)) + 1)
+        busy = [stub.ModelInfer.future(slow, timeout=60) for _ in range(n)]
+        for _ in range(600):
+            if pending(s, "enc") >= n:
+                break
+            time.sleep(0.01)
         waiting = stub.ModelInfer.future(small, timeout=60)
         time.sleep(0.1)
         assert waiting.cancel()
-        assert busy.result().outputs
+        assert all(b.result().outputs for b in busy)
         assert stub.ModelInfer(small, timeout=60).outputs
-        assert exec_count(s, "enc") == 3  # the first, the slow one and the last
+        # The first, the two timing the slow shape, the slow ones and the last.
+        assert exec_count(s, "enc") == 4 + n
         channel.close()

@@ -419,31 +419,54 @@ def test_chunked_body_over_a_small_limit_is_refused():
         assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
 
 
+def slow_requests_for(seconds, one):
+    """How many requests of `one` seconds each keep an instance busy for `seconds`."""
+    return max(2, int(seconds / max(one, 1e-3)) + 1)
+
+
+def wait_for_pending(s, name, n):
+    """Until `n` requests of model `name` are waiting or running."""
+    for _ in range(600):
+        if metric(http("GET", s.http_url + "/metrics")[2].decode(),
+                  "nv_inference_pending_request_count", name) >= n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{n} requests of {name} never pending at once")
+
+
 def test_a_request_whose_client_went_away_is_not_run():
     with Server(["--model", "enc=" + model("encoder_dyn.onnx")]) as s:
         rng = np.random.default_rng(0)
         slow = rng.integers(0, 100, (16, 512)).astype(np.int64)
         small = rng.integers(0, 100, (1, 7)).astype(np.int64)
         decode(*infer_binary(s, "enc", {"input_ids": small}))  # built, counted once
-        # The one instance is busy with a slow request while a second one
-        # waits behind it; that one's client gives up and closes.
-        busy = threading.Thread(target=lambda: decode(*infer_binary(s, "enc",
-                                                                    {"input_ids": slow})))
-        busy.start()
-        time.sleep(0.2)
+        # The one instance is kept busy for about a second, however fast the
+        # machine, by as many slow requests as that takes; a last request
+        # waits behind them and its client gives up and closes.
+        decode(*infer_binary(s, "enc", {"input_ids": slow}))  # its shape built
+        start = time.monotonic()
+        decode(*infer_binary(s, "enc", {"input_ids": slow}))
+        n = slow_requests_for(1.0, time.monotonic() - start)
+        def run_slow():
+            decode(*infer_binary(s, "enc", {"input_ids": slow}))
+        busy = [threading.Thread(target=run_slow) for _ in range(n)]
+        for t in busy:
+            t.start()
+        wait_for_pending(s, "enc", n)
         body, json_len = binary_request({"input_ids": small}, True)
         with socket.create_connection(("127.0.0.1", s.http_port), timeout=60) as c:
             c.sendall(b"POST /v2/models/enc/infer HTTP/1.1\r\nHost: x\r\n"
                       b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
                       % (json_len, len(body)) + body)
             time.sleep(0.1)
-        busy.join()
+        for t in busy:
+            t.join()
         text = ""
-        for _ in range(100):  # the abandoned request's handler answers after the slow one
+        for _ in range(100):  # the abandoned request's handler answers after the slow ones
             text = http("GET", s.http_url + "/metrics")[2].decode()
             if metric(text, "nv_inference_pending_request_count", "enc") == 0:
                 break
             time.sleep(0.05)
-        assert metric(text, "nv_inference_exec_count", "enc") == 2, text
+        assert metric(text, "nv_inference_exec_count", "enc") == 3 + n, text
         assert metric(text, "nv_inference_request_failure", "enc") == 1, text
         decode(*infer_binary(s, "enc", {"input_ids": small}))

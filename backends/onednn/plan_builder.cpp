@@ -204,8 +204,8 @@ int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
   std::shared_ptr<char> bytes = allocate_block(want.get_size());
   dnnl::memory m(want, engine(), bytes.get());
   // The reorder's scratchpad (Winograd weights are transformed through one
-  // as large as they are) is the builder's, kept from weight to weight:
-  // oneDNN's own would be allocated and its pages faulted in for each.
+  // as large as they are) is the builder's, kept while consecutive reorders
+  // need one: oneDNN's own would be allocated and faulted in for each.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::reorder::primitive_desc pd(engine(), user, engine(), want, attr);

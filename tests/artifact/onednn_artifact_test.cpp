@@ -392,48 +392,43 @@ TEST_F(OneDnnPayload, WinogradConvolutionsLoadFromThePayload) {
   flip_payload_bytes_of(onnx_path, {1, 16, 12, 12}, 0.11f, path("w"));
 }
 
-// A bidirectional LSTM with peepholes and initial states (lowering_rnn.cpp):
-// one lstm_forward step, its weights in the layout oneDNN picked, its output
-// Y an alias with swapped axes. The loader checks the RNN descriptor (cell,
-// direction, every memory descriptor, the states it must be given): the
-// round trip gives the same bits, and flipped bytes are refused or harmless.
-TEST_F(OneDnnPayload, LstmLoadsFromThePayload) {
+// A bidirectional LSTM over x [6, batch, 5], hidden 8, with initial states
+// h0 (and c0 and peepholes with `full`), compiled into `stem`.bpk on
+// `threads` threads: the round trip gives the same bits, and flipped bytes
+// are refused or harmless.
+void expect_lstm_payload(const std::string& stem, int64_t batch, bool full, int threads) {
   test::ModelBuilder b(17);
-  const int64_t t = 6, n = 2, c = 5, h = 8;
-  b.input("x", {t, n, c});
-  b.random_weight("w", {2, 4 * h, c}, -0.5f, 0.5f).random_weight("r", {2, 4 * h, h}, -0.5f, 0.5f);
-  b.random_weight("b", {2, 8 * h}, -0.5f, 0.5f).random_weight("p", {2, 3 * h}, -0.5f, 0.5f);
-  b.random_weight("h0", {2, n, h}).random_weight("c0", {2, n, h});
-  auto& lstm = b.node("LSTM", {"x", "w", "r", "b", "", "h0", "c0", "p"}, {"y", "yh", "yc"}, "lstm");
-  test::set_string(lstm, "direction", "bidirectional");
-  test::set_int(lstm, "hidden_size", h);
-  b.output("y", {t, 2, n, h}).output("yh", {2, n, h}).output("yc", {2, n, h});
-  const std::string onnx_path = b.save_as(path("lstm.onnx"));
-  CompileOptions co;
-  co.shape_polymorphic = false;
-  expect_payload_round_trip(onnx_path, path("lstm.bpk"), {t, n, c}, co);
-  flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l"));
-}
-
-// The same at batch 1 on two threads: the directions are two steps run side
-// by side (Step::beside_next), the second with a scratchpad of its own. The
-// payload keeps them so; the loader checks that the pair shares no memory
-// it writes.
-TEST_F(OneDnnPayload, LstmDirectionsBesideEachOtherLoadFromThePayload) {
-  test::ModelBuilder b(17);
-  const int64_t t = 6, n = 1, c = 5, h = 8;
+  const int64_t t = 6, n = batch, c = 5, h = 8;
   b.input("x", {t, n, c});
   b.random_weight("w", {2, 4 * h, c}, -0.5f, 0.5f).random_weight("r", {2, 4 * h, h}, -0.5f, 0.5f);
   b.random_weight("b", {2, 8 * h}, -0.5f, 0.5f).random_weight("h0", {2, n, h});
-  auto& lstm = b.node("LSTM", {"x", "w", "r", "b", "", "h0"}, {"y", "yh", "yc"}, "lstm");
+  std::vector<std::string> ins = {"x", "w", "r", "b", "", "h0"};
+  if (full) {
+    b.random_weight("c0", {2, n, h}).random_weight("p", {2, 3 * h}, -0.5f, 0.5f);
+    ins.insert(ins.end(), {"c0", "p"});
+  }
+  auto& lstm = b.node("LSTM", ins, {"y", "yh", "yc"}, "lstm");
   test::set_string(lstm, "direction", "bidirectional");
   test::set_int(lstm, "hidden_size", h);
   b.output("y", {t, 2, n, h}).output("yh", {2, n, h}).output("yc", {2, n, h});
-  const std::string onnx_path = b.save_as(path("lstm1.onnx"));
+  const std::string onnx_path = b.save_as(stem + ".onnx");
   CompileOptions co;
   co.shape_polymorphic = false;
-  expect_payload_round_trip(onnx_path, path("lstm1.bpk"), {t, n, c}, co, 2);
-  flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, path("l1"), 2);
+  expect_payload_round_trip(onnx_path, stem + ".bpk", {t, n, c}, co, threads);
+  flip_payload_bytes_of(onnx_path, {t, n, c}, 0.23f, stem + "_flipped", threads);
+}
+
+// At batch 2, with peepholes and both initial states (lowering_rnn.cpp):
+// one lstm_forward step, its weights in the layout oneDNN picked, its output
+// Y an alias with swapped axes. The loader checks the RNN descriptor (cell,
+// direction, every memory descriptor, the states it must be given).
+TEST_F(OneDnnPayload, LstmLoadsFromThePayload) { expect_lstm_payload(path("lstm"), 2, true, 1); }
+
+// At batch 1 on two threads: the directions are two steps run side by side
+// (Step::beside_next), the second with a scratchpad of its own. The payload
+// keeps them so; the loader checks that the pair shares no memory it writes.
+TEST_F(OneDnnPayload, LstmDirectionsBesideEachOtherLoadFromThePayload) {
+  expect_lstm_payload(path("lstm1"), 1, false, 2);
 }
 
 // QuantizeLinear (a binary division with round and zero-point post-ops)

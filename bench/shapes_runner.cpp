@@ -141,6 +141,7 @@ json stats_json(const bp::Model& model) {
           {"misses", s.misses},
           {"evictions", s.evictions},
           {"cached", s.cached},
+          {"variants", s.variants},
           {"capacity", s.capacity},
           {"polymorphic_partitions", s.polymorphic_partitions},
           {"build_ms", s.build_ms}};

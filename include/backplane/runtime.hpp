@@ -96,6 +96,9 @@ struct ModelOptions : PlacementOptions {
   bool lazy_checksums = false;
   // How many specialisations (a plan compiled for one set of input shapes)
   // the model keeps, least recently used dropped first; at least 1.
+  // Specialisations that differ from a kept one in shapes only (every
+  // partition compiled shape-polymorphic, as a decoder's cache lengths) hold
+  // only their shapes; 32 times as many of those are kept besides.
   size_t max_specializations = 16;
   // A Loop (control flow) that runs more iterations than this, or whose scan
   // outputs grow past this many bytes, stops the run with an error naming
@@ -117,6 +120,7 @@ struct SpecializationStats {
   uint64_t builds = 0;     // specialisations built (failed builds included)
   uint64_t evictions = 0;  // dropped to stay within capacity
   size_t cached = 0;       // held now
+  size_t variants = 0;     // of those, shape variants (see max_specializations)
   size_t capacity = 0;     // ModelOptions::max_specializations
   size_t polymorphic_partitions = 0;  // compiled once for every shape (API 1.2), held now
   // Wall-clock milliseconds spent building specialisations on the host

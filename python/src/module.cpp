@@ -580,6 +580,7 @@ class InferenceSession {
     d["builds"] = s.builds;
     d["evictions"] = s.evictions;
     d["cached"] = s.cached;
+    d["variants"] = s.variants;
     d["capacity"] = s.capacity;
     d["polymorphic_partitions"] = s.polymorphic_partitions;
     d["build_ms"] = s.build_ms;

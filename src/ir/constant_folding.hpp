@@ -137,6 +137,11 @@ class IncrementalInference {
                   const std::function<std::string(const Value&)>& rename = nullptr) const;
   // How many nodes the last call inferred again (the rest kept theirs).
   size_t reinferred() const;
+  // What the last successful call found, before prune_into: the graph
+  // sorted, every value as inferred (value ids as in prune_into's result),
+  // folded nodes kept, and which nodes are folded. Valid until the next call.
+  const Graph& inferred() const;
+  const std::vector<bool>& folded() const;
 
  private:
   struct State;

@@ -273,28 +273,37 @@ void Graph::remove_dead() {
       if (v >= 0) values[v].producer = static_cast<int>(i);
 }
 
-void Graph::assign_pruned(const Graph& from, const std::vector<bool>& drop) {
+std::vector<size_t> Graph::kept_nodes(const Graph& from, const std::vector<bool>& drop,
+                                      std::vector<bool>* live_value) {
   // remove_dead's liveness, over the nodes `drop` leaves.
-  std::vector<bool> live_value(from.values.size(), false);
-  for (int v : from.outputs) live_value[v] = true;
+  std::vector<bool>& live = *live_value;
+  live.assign(from.values.size(), false);
+  for (int v : from.outputs) live[v] = true;
   std::vector<size_t> kept;  // last first
   for (size_t k = from.nodes.size(); k-- > 0;) {
     if (drop[k]) continue;
     const Node& node = from.nodes[k];
     bool needed = false;
     for (int v : node.outputs)
-      if (v >= 0 && live_value[v]) needed = true;
+      if (v >= 0 && live[v]) needed = true;
     if (!needed) continue;
     kept.push_back(k);
     for (int v : node.inputs)
-      if (v >= 0) live_value[v] = true;
+      if (v >= 0) live[v] = true;
   }
+  std::reverse(kept.begin(), kept.end());
+  return kept;
+}
+
+void Graph::assign_pruned(const Graph& from, const std::vector<bool>& drop) {
+  std::vector<bool> live_value;
+  const std::vector<size_t> kept = kept_nodes(from, drop, &live_value);
   name = from.name;
   source = from.source;
   metadata = from.metadata;
   values = from.values;
   nodes.resize(kept.size());
-  for (size_t i = 0; i < kept.size(); ++i) nodes[i] = from.nodes[kept[kept.size() - 1 - i]];
+  for (size_t i = 0; i < kept.size(); ++i) nodes[i] = from.nodes[kept[i]];
   inputs = from.inputs;
   outputs = from.outputs;
   captured = from.captured;

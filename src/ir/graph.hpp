@@ -166,6 +166,10 @@ class Graph {
   // remove_dead() gives, with this graph's storage reused (strings and
   // vectors assigned in place where they fit).
   void assign_pruned(const Graph& from, const std::vector<bool>& drop);
+  // The nodes assign_pruned keeps of `from` (in order) and, per value of
+  // `from`, whether it is live among them.
+  static std::vector<size_t> kept_nodes(const Graph& from, const std::vector<bool>& drop,
+                                        std::vector<bool>* live_value);
 
  private:
   std::unordered_map<std::string, int> by_name_;

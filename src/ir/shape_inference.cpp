@@ -810,6 +810,10 @@ void IncrementalInference::prune_into(
 
 size_t IncrementalInference::reinferred() const { return s_->reinferred; }
 
+const Graph& IncrementalInference::inferred() const { return s_->g; }
+
+const std::vector<bool>& IncrementalInference::folded() const { return s_->folded; }
+
 bool is_known_op(const std::string& domain, const std::string& op_type) {
   return OpRegistry::builtin().knows(domain, op_type);
 }

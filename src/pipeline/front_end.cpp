@@ -155,8 +155,20 @@ Specializer::Specializer(const ir::Graph& portable, std::string key_prefix,
 
 Result<std::unique_ptr<ir::Graph>> Specializer::specialize(
     const std::map<std::string, Shape>& shapes, std::unique_ptr<ir::Graph> storage) {
-  if (!inference_.infer(shapes).ok())  // the error again, with its context
-    return specialize_graph(portable_, shapes, key_prefix_, backends_, &memo_);
+  BP_RETURN_IF_ERROR(infer(shapes));
+  return prune(std::move(storage));
+}
+
+Status Specializer::infer(const std::map<std::string, Shape>& shapes) {
+  if (inference_.infer(shapes).ok()) return ok_status();
+  // The error again, with its context.
+  Result<std::unique_ptr<ir::Graph>> again =
+      specialize_graph(portable_, shapes, key_prefix_, backends_, &memo_);
+  if (!again.ok()) return std::move(again).take_status();
+  return inference_.infer(shapes);  // it starts afresh after a failure
+}
+
+Result<std::unique_ptr<ir::Graph>> Specializer::prune(std::unique_ptr<ir::Graph> storage) {
   if (storage == nullptr) storage = std::make_unique<ir::Graph>();
   std::string tag;
   inference_.prune_into(*storage, [&](const ir::Value& value) -> std::string {

@@ -76,6 +76,13 @@ class Specializer {
   // (or null): its strings and vectors are reused.
   Result<std::unique_ptr<ir::Graph>> specialize(const std::map<std::string, Shape>& shapes,
                                                 std::unique_ptr<ir::Graph> storage = nullptr);
+  // specialize() in two halves: infer() the shapes (inferred() and
+  // folded() then tell what it found, without a copy), then prune() into a
+  // graph of its own.
+  Status infer(const std::map<std::string, Shape>& shapes);
+  const ir::Graph& inferred() const { return inference_.inferred(); }
+  const std::vector<bool>& folded() const { return inference_.folded(); }
+  Result<std::unique_ptr<ir::Graph>> prune(std::unique_ptr<ir::Graph> storage = nullptr);
   // Nodes the last call inferred again.
   size_t reinferred() const { return inference_.reinferred(); }
 

@@ -42,6 +42,11 @@ std::string structure_of(const ir::Graph& g) {
 
 constexpr size_t kPlansKept = 8;
 
+// Shape variants kept per ModelOptions::max_specializations: a variant holds
+// only its shapes, so a generation loop's lengths fit (512 by default, the
+// number of shapes CpuOneDnn keeps lowered per partition).
+constexpr size_t kVariantsPerSpecialization = 32;
+
 }  // namespace
 
 Result<std::shared_ptr<CompiledModel>> CompiledModel::create(std::unique_ptr<ir::Graph> graph,
@@ -237,7 +242,8 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
   if (it != cache_.end()) {
     if (it->second.done) {
       ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      std::list<Signature>& lru = lru_[it->second.variant];
+      lru.splice(lru.begin(), lru, it->second.lru);
     } else {
       ++stats_.misses;  // being built by another thread: wait for it
     }
@@ -279,15 +285,18 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::specialization(
     return built;
   }
   mine->second.done = true;
-  lru_.push_front(signature);
-  mine->second.lru = lru_.begin();
+  const bool variant = built.value()->is_variant();
+  std::list<Signature>& lru = lru_[variant];
+  mine->second.variant = variant;
+  lru.push_front(signature);
+  mine->second.lru = lru.begin();
   if (primary_ == nullptr) set_primary(built.value());
-  else add_notes_locked(built.value()->notes());
-  while (lru_.size() > options_.max_specializations) {
-    auto victim = cache_.find(lru_.back());
+  else if (!variant) add_notes_locked(built.value()->notes());
+  while (lru.size() > (variant ? max_variants() : options_.max_specializations)) {
+    auto victim = cache_.find(lru.back());
     evicted.push_back(victim->second.ready.get().value());
     cache_.erase(victim);
-    lru_.pop_back();
+    lru.pop_back();
     ++stats_.evictions;
   }
   lock.unlock();
@@ -375,24 +384,27 @@ Status CompiledModel::verify_constants(ConstantsRead which, const ir::Graph* spe
   return ok_status();
 }
 
-// The portable graph specialised for `signature`, with an artifact's
-// constants verified as specialising reads them.
-Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signature& signature) {
+// The portable graph inferred at `signature`, with an artifact's constants
+// verified as inference reads them.
+Status CompiledModel::infer(const Signature& signature) {
   std::map<std::string, Shape> shapes;
   for (size_t i = 0; i < signature.size(); ++i) shapes[inputs_[i].name] = signature[i];
   if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kByInference));
   if (specializer_ == nullptr)
     specializer_ = std::make_unique<Specializer>(*portable_, stored_.key_prefix, &registry_);
-  Result<std::unique_ptr<ir::Graph>> specialized =
-      specializer_->specialize(shapes, spare_graphs_->take());
-  if (!specialized.ok()) {
-    if (from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
-    return std::move(specialized).take_status();
-  }
+  Status inferred = specializer_->infer(shapes);
+  if (!inferred.ok() && from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
+  return inferred;
+}
+
+// What infer() found, as a graph of its own.
+Result<std::shared_ptr<const ir::Graph>> CompiledModel::pruned() {
+  BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> specialized,
+                      specializer_->prune(spare_graphs_->take()));
   // Back to the spares when the last holder lets go (an evicted
   // specialisation, usually), unless the model is gone by then.
   std::shared_ptr<const ir::Graph> graph(
-      std::move(specialized).value().release(),
+      specialized.release(),
       [spares = std::weak_ptr<SpareGraphs>(spare_graphs_)](const ir::Graph* g) {
         std::unique_ptr<ir::Graph> owned(const_cast<ir::Graph*>(g));
         if (auto kept = spares.lock()) kept->give(std::move(owned));
@@ -400,6 +412,39 @@ Result<std::shared_ptr<const ir::Graph>> CompiledModel::specialize(const Signatu
   if (from_artifact())
     BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kFoldedAway, graph.get()));
   return graph;
+}
+
+std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) {
+  const ir::Graph& g = specializer_->inferred();
+  const std::vector<size_t> kept = ir::Graph::kept_nodes(g, specializer_->folded(), &live_);
+  shape_key_.assign(kept.begin(), kept.end());
+  shape_key_.push_back(-1);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (live_[v] && g.values[v].has_shape && !g.values[v].is_constant() &&
+        shape_numel(g.values[v].shape) == 0)
+      shape_key_.push_back(static_cast<int64_t>(v));
+  // An artifact's stored specialisations are not shape-polymorphic.
+  if (from_artifact()) return nullptr;
+  std::shared_ptr<const Specialization> base;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = bases_.begin(); it != bases_.end(); ++it)
+      if (it->first == shape_key_) {
+        bases_.splice(bases_.begin(), bases_, it);
+        base = it->second;
+        break;
+      }
+    // A partition that could not run at these shapes is compiled for them.
+    if (base != nullptr)
+      for (const auto& ep : base->executable())
+        if (!runnable_here(ep)) return nullptr;
+  }
+  if (base == nullptr) return nullptr;
+  return Specialization::vary(std::move(base), signature, g, live_);
+}
+
+size_t CompiledModel::max_variants() const {
+  return kVariantsPerSpecialization * options_.max_specializations;
 }
 
 // A signature a compiled artifact stores: its stored partitions, over the
@@ -470,9 +515,11 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
 }
 
 Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {
-  BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, specialize(signature));
-  structure_ = structure_of(*graph);  // for polymorphic() (builds are one at a time)
   building_ = signature;
+  BP_RETURN_IF_ERROR(infer(signature));
+  if (std::shared_ptr<Specialization> variant = vary(signature)) return variant;
+  BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, pruned());
+  structure_ = structure_of(*graph);  // for polymorphic() (builds are one at a time)
   std::string note;
   BP_ASSIGN_OR_RETURN(Planner planner, stored_planner(signature, *graph, &note));
   std::shared_ptr<const NamedDataMap> weights = weights_;
@@ -503,6 +550,11 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     log::info(portable_->source + ": " + note);
     std::lock_guard<std::mutex> lock(mu_);
     add_notes_locked({note});
+  }
+  if (!from_artifact() && Specialization::can_vary(*built.value())) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bases_.emplace_front(shape_key_, built.value());
+    if (bases_.size() > kPlansKept) bases_.pop_back();
   }
   return built;
 }
@@ -609,7 +661,7 @@ Result<std::shared_ptr<const Specialization>> CompiledModel::respecialize(
                       [&](const auto& ep) { return ep.get() == &failed; });
       if (uses_failed) {
         dropped = held.value();
-        lru_.erase(it->second.lru);
+        lru_[it->second.variant].erase(it->second.lru);
         cache_.erase(it);
       }
     }
@@ -737,7 +789,8 @@ const std::vector<std::string>& CompiledModel::notes() const {
 SpecializationStats CompiledModel::specialization_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SpecializationStats s = stats_;
-  s.cached = lru_.size();
+  s.cached = lru_[0].size() + lru_[1].size();
+  s.variants = lru_[1].size();
   std::set<const ExecutablePartition*> held;
   for (const auto& [key, ep] : polymorphic_)
     if (ep != nullptr) held.insert(ep.get());
@@ -753,7 +806,9 @@ CompiledModel::~CompiledModel() {
       }),
                      "before_unload_network");
   cache_.clear();
-  lru_.clear();
+  lru_[0].clear();
+  lru_[1].clear();
+  bases_.clear();
   primary_.reset();
   polymorphic_.clear();
   polymorphic_by_place_.clear();

@@ -124,7 +124,16 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   CompiledModel() = default;
   Status init(std::unique_ptr<ir::Graph> graph, const Options& options);
   Result<std::shared_ptr<Specialization>> build(const Signature& signature);
-  Result<std::shared_ptr<const ir::Graph>> specialize(const Signature& signature);
+  // Infers the portable graph at `signature` (specializer_), then prunes
+  // what it found into a graph of the specialisation's own.
+  Status infer(const Signature& signature);
+  Result<std::shared_ptr<const ir::Graph>> pruned();
+  // The shape variant (Specialization::vary) of a kept specialisation of the
+  // structure infer() just found, or null if there is none to vary.
+  std::shared_ptr<Specialization> vary(const Signature& signature);
+  // How many shape variants the cache keeps (beside max_specializations
+  // others).
+  size_t max_variants() const;
   Result<Planner> stored_planner(const Signature& signature, const ir::Graph& graph,
                                  std::string* note);
   Planner jit_planner(const std::shared_ptr<const ir::Graph>& graph,
@@ -149,6 +158,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   struct Entry {
     std::shared_future<Result<std::shared_ptr<const Specialization>>> ready;
     bool done = false;
+    bool variant = false;                // a shape variant: in lru_[1], else lru_[0]
     std::list<Signature>::iterator lru;  // valid when done
   };
 
@@ -193,7 +203,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
 
   mutable std::mutex mu_;  // guards everything below
   std::map<Signature, Entry> cache_;
-  std::list<Signature> lru_;  // most recent first; built entries only
+  // Most recent first, built entries only: [0] specialisations of their
+  // own (at most max_specializations), [1] shape variants (max_variants()).
+  std::list<Signature> lru_[2];
   SpecializationStats stats_;
   std::shared_ptr<const Specialization> primary_;
   // The model's notes, then the primary's, then those of later
@@ -209,6 +221,13 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // The same by place: structure, backend and node ids of the partition.
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_by_place_;
   std::string structure_;  // of the specialisation being built (under build_mu_)
+  // What vary() found of the shapes being built: the kept nodes and the
+  // empty values (the structure), and which values are live (under build_mu_).
+  std::vector<int64_t> shape_key_;
+  std::vector<bool> live_;
+  // Specialisations shape variants are made of, by shape_key_, most recent
+  // first (Specialization::can_vary ones only).
+  std::list<std::pair<std::vector<int64_t>, std::shared_ptr<const Specialization>>> bases_;
   Signature building_;     // the signature being built (under build_mu_)
   // Shape-polymorphic partitions that could not run at a signature
   // (respecialize): compiled for its shapes there. Bounded; oldest first.

@@ -155,15 +155,15 @@ std::string as_text(const PlanReport& r) {
 std::string Specialization::describe_plan(PlanFormat format) const {
   const size_t num_nodes = graph_->nodes.size();
   PlanReport report{*graph_,
-                    plan_,
+                    plan(),
                     partitions(),
                     copies(),
                     {},
                     std::vector<int>(num_nodes, -1),
                     std::vector<std::string>(num_nodes)};
-  for (size_t i = 0; i < executable_.size(); ++i) {
-    report.nodes_of.push_back(plan_.partitions[i].nodes);
-    const std::vector<std::string>& notes = executable_[i]->notes;
+  for (size_t i = 0; i < executable().size(); ++i) {
+    report.nodes_of.push_back(plan().partitions[i].nodes);
+    const std::vector<std::string>& notes = executable()[i]->notes;
     for (size_t k = 0; k < report.nodes_of.back().size(); ++k) {
       const int n = report.nodes_of.back()[k];
       report.partition_of[n] = static_cast<int>(i);

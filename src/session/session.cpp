@@ -195,9 +195,10 @@ class SessionImpl : public Session {
       if (bound.empty()) continue;
       const ir::Value& v = g.values[g.outputs[i]];
       if (spec.is_dynamic(g.outputs[i])) continue;  // checked once its shape is known
-      if (bound.dtype() != v.dtype || bound.shape() != v.shape)
+      const Shape& shape = spec.shape(g.outputs[i]);
+      if (bound.dtype() != v.dtype || bound.shape() != shape)
         return invalid_argument("output '" + v.name + "' is " + dtype_name(v.dtype) + " " +
-                                shape_to_string(v.shape) + " in this run, the bound tensor " +
+                                shape_to_string(shape) + " in this run, the bound tensor " +
                                 dtype_name(bound.dtype()) + " " + shape_to_string(bound.shape()));
     }
 
@@ -234,9 +235,10 @@ class SessionImpl : public Session {
         std::memcpy(const_cast<void*>(bound.data()), at,
                     bound.size_bytes());  // a constant or an input
       void* data = bound.empty() ? at : const_cast<void*>(bound.data());
+      const Shape& shape = spec.shape(v);
       if (outputs_[i].data() != data || outputs_[i].dtype() != value.dtype ||
-          outputs_[i].shape() != value.shape)
-        outputs_[i] = Tensor::view(value.dtype, value.shape, data);
+          outputs_[i].shape() != shape)
+        outputs_[i] = Tensor::view(value.dtype, shape, data);
     }
     return ok_status();
   }
@@ -494,7 +496,7 @@ class SessionImpl : public Session {
       auto w = std::find_if(feed_writes_.begin(), feed_writes_.end(),
                             [&](const FeedWrite& x) { return x.output == f.output; });
       f.ready = true;
-      f.shape = g.values[v].shape;
+      f.shape = spec_->shape(v);
       f.bytes = spec_->value_bytes(v);
       if (w != feed_writes_.end()) {
         f.space = w->space;
@@ -743,7 +745,7 @@ class SessionImpl : public Session {
           g.inputs[i] == v)
         return fed_[i].data;
     if (space == 0) {
-      if (g.values[v].is_constant()) return const_cast<void*>(g.constant(v)->data());
+      if (g.values[v].is_constant()) return const_cast<void*>(spec_->constant(v)->data());
       for (size_t i = 0; i < g.inputs.size(); ++i)
         if (g.inputs[i] == v) return const_cast<void*>(inputs_[i].data());
       for (size_t i = 0; i < g.outputs.size(); ++i)
@@ -791,10 +793,10 @@ class SessionImpl : public Session {
       t.struct_size = BP_STRUCT_SIZE(bp_tensor_t, device);
       const int v = values[k];
       if (v < 0) continue;  // an omitted optional input/output: dtype undefined, no data
-      const ir::Value& value = spec_->graph().values[v];
-      t.dtype = static_cast<bp_dtype_t>(value.dtype);
-      t.rank = value.shape.size();
-      t.shape = value.shape.data();
+      const Shape& shape = spec_->shape(v);
+      t.dtype = static_cast<bp_dtype_t>(spec_->graph().values[v].dtype);
+      t.rank = shape.size();
+      t.shape = shape.data();
       if (spec_->is_dynamic(v)) continue;  // allocated through the output sink
       t.data = address_of(v, space);
       t.size_bytes = spec_->value_bytes(v);

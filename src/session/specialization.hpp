@@ -7,6 +7,14 @@
 // sessions. Partitions compiled shape-polymorphic (API 1.2) are shared
 // between specialisations; the others belong to one.
 //
+// A shape variant (vary) is a specialisation of the same structure as one
+// built before (the same nodes left after folding, every partition
+// shape-polymorphic): it shares that one's graph, plan, partitions and
+// steps, and holds only what its shapes change: the shapes that differ,
+// the folded constants that differ, the memory plan. A decoder's cache
+// lengths are variants of one another: each costs its shape inference and a
+// memory plan, and a few kilobytes while kept.
+//
 // Thread-safety: immutable once built.
 #pragma once
 
@@ -58,17 +66,37 @@ class Specialization {
                                                        const Planner& planner,
                                                        const BuildOptions& options);
 
+  // Whether a shape variant of `base` can be made: every partition
+  // shape-polymorphic, no value whose shape depends on data, and a plan
+  // that no backend's refusal of a node at base's shapes changed.
+  static bool can_vary(const Specialization& base);
+  // A shape variant of `base` (can_vary) at `signature`: `inferred` is the
+  // graph as shape inference left it at these shapes, before pruning, with
+  // the value ids of base's graph; `live` says which of its values the
+  // pruned graph keeps (ir::Graph::kept_nodes), the same as for base's.
+  // Null if a live value differs from base's in more than its shape or a
+  // folded constant's value (a dtype, a shape that is not static).
+  static std::shared_ptr<Specialization> vary(std::shared_ptr<const Specialization> base,
+                                              Signature signature, const ir::Graph& inferred,
+                                              const std::vector<bool>& live);
+
   const Signature& signature() const { return signature_; }
+  // Node and value ids, names, dtypes: shapes are shape(v)'s, constants constant(v)'s.
   const ir::Graph& graph() const { return *graph_; }
-  const Plan& plan() const { return plan_; }
+  // The shape of value v at this specialisation's shapes.
+  const Shape& shape(int v) const;
+  // The data of constant value v (graph().values[v].is_constant()).
+  const Tensor* constant(int v) const;
+  bool is_variant() const { return base_ != nullptr; }
+  const Plan& plan() const { return core().plan_; }
   const std::vector<std::shared_ptr<ExecutablePartition>>& executable() const {
-    return executable_;
+    return core().executable_;
   }
   const PartitionShapes& shapes_of(size_t partition) const { return shapes_[partition]; }
-  int space_of(size_t partition) const { return space_of_[partition]; }
-  const std::vector<MemorySpace>& spaces() const { return spaces_; }
-  const std::vector<ExecStep>& steps() const { return steps_.steps; }
-  const std::vector<ExecStep>& init_copies() const { return steps_.init_copies; }
+  int space_of(size_t partition) const { return core().space_of_[partition]; }
+  const std::vector<MemorySpace>& spaces() const { return core().spaces_; }
+  const std::vector<ExecStep>& steps() const { return core().steps_.steps; }
+  const std::vector<ExecStep>& init_copies() const { return core().steps_.init_copies; }
   const MemoryPlan& memory() const { return memory_; }
   // 0 for a value whose shape depends on data (see is_dynamic).
   size_t value_bytes(int value) const;
@@ -90,10 +118,22 @@ class Specialization {
   Specialization() = default;
   Status compile(const Planner& planner, const BuildOptions& options);
   Status check_dynamic_values() const;
+  // shapes_, memory_ and outputs_, for the shapes of shape(v).
+  void plan_shapes();
   void describe_outputs();
   void describe_plan_parts() const;
+  // What plan, partitions and steps come from: base_ for a variant.
+  const Specialization& core() const { return base_ != nullptr ? *base_ : *this; }
 
   Signature signature_;
+  // A shape variant's: what it was made from (never a variant itself), the
+  // shapes that differ from its (by value id, ascending) and the folded
+  // constants that differ (the same).
+  std::shared_ptr<const Specialization> base_;
+  std::vector<std::pair<int, Shape>> shapes_changed_;
+  std::vector<std::pair<int, Tensor>> constants_changed_;
+  // The plan left nodes a backend refused at these shapes to others.
+  bool shaped_plan_ = false;
   std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<const NamedDataMap> weights_;
   std::vector<std::string> notes_;

@@ -540,6 +540,7 @@ void Program::add_stats(SpecializationStats* stats) const {
       stats->builds += s.builds;
       stats->evictions += s.evictions;
       stats->cached += s.cached;
+      stats->variants += s.variants;
       stats->polymorphic_partitions += s.polymorphic_partitions;
       stats->build_ms += s.build_ms;
     }

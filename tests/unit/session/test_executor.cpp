@@ -384,5 +384,35 @@ TEST(Executor, PolymorphicPartitionThatCannotRunAtTheseShapesIsCompiledForThem) 
   EXPECT_EQ(g_picky_refusals.load(), 1);
 }
 
+// A backend that compiles for concrete shapes only: every new signature is a
+// specialisation of its own (no shape variants), at most max_specializations
+// of them kept.
+TEST(Executor, SpecialisationsCompiledPerShapeKeepTheirBound) {
+  BackendRegistry r = registry_with(sdk::backend_table<ReluOnly>(), "TestRelu");
+  CompiledModel::Options options;
+  options.placement.backends = {"TestRelu"};
+  options.num_threads = 1;
+  options.max_specializations = 2;
+  auto model = CompiledModel::create(open_relu_graph(), r, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  for (int64_t n : {2, 3, 4, 5, 2}) {
+    std::vector<float> x(static_cast<size_t>(n), -1.f);
+    x[0] = 3.f;
+    ASSERT_TRUE(
+        (*session)->set_input("x", Tensor::copy_of(DType::kFloat32, {1, n}, x.data())).ok());
+    Status st = (*session)->run();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ((*session)->output(0).data_as<float>()[0], 3.f);
+    EXPECT_EQ((*session)->output(0).data_as<float>()[n - 1], 0.f);
+  }
+  const SpecializationStats stats = (*model)->specialization_stats();
+  EXPECT_EQ(stats.builds, 5u);  // the last [1,2] was evicted by [1,4]
+  EXPECT_EQ(stats.evictions, 3u);
+  EXPECT_EQ(stats.cached, 2u);
+  EXPECT_EQ(stats.variants, 0u);
+}
+
 }  // namespace
 }  // namespace backplane

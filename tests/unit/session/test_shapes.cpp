@@ -270,13 +270,18 @@ TEST(ShapesCache, LruBoundHoldsOverAThousandLengths) {
     ASSERT_TRUE((*session)->set_input("mask", filled({1, seq}, 2)).ok());
     Status st = (*session)->run();
     ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_LE((*model)->specialization_stats().cached, 4u);
+    const SpecializationStats now = (*model)->specialization_stats();
+    ASSERT_LE(now.cached - now.variants, 4u);
+    ASSERT_LE(now.variants, 32u * 4u);
     if (seq == 200) rss_at_200 = resident_kb();
   }
+  // Every length after the first is a shape variant of it (CpuRef compiles
+  // the model shape-polymorphic): 128 of those are kept beside it.
   SpecializationStats stats = (*model)->specialization_stats();
   EXPECT_EQ(stats.builds, 1000u);
-  EXPECT_EQ(stats.evictions, 996u);
-  EXPECT_EQ(stats.cached, 4u);
+  EXPECT_EQ(stats.cached, 1u + 128u);
+  EXPECT_EQ(stats.variants, 128u);
+  EXPECT_EQ(stats.evictions, 1000u - stats.cached);
   // Inputs grow with the length (1000 x 8 floats = 32 KB at the end); what
   // a specialisation holds must not accumulate: 800 more lengths stay
   // within a few MB (one kept specialisation is a few KB). Not in sanitizer
@@ -287,6 +292,72 @@ TEST(ShapesCache, LruBoundHoldsOverAThousandLengths) {
   (void)rss_at_200;
 #endif
 }
+
+// x[1,seq,8] -> y = x * seq + Range(0, seq)[None,:,None]: the length reaches
+// the data through constants the shapes fold (Shape, Gather, Cast, Range),
+// a new value at each length.
+std::string write_length_model(const bt::TempDir& dir) {
+  bt::ModelBuilder b;
+  b.input("x", {1, "seq", kHidden});
+  b.init_i64("one", {}, {1});
+  b.init_i64("zero", {}, {0});
+  b.init_i64("axes", {2}, {0, 2});
+  b.node("Shape", {"x"}, {"x_shape"}, "shape");
+  bt::set_int(b.node("Gather", {"x_shape", "one"}, {"seq_len"}, "gather"), "axis", 0);
+  b.node("Range", {"zero", "seq_len", "one"}, {"positions_i"}, "range");
+  bt::set_int(b.node("Cast", {"positions_i"}, {"positions"}, "cast_positions"), "to",
+              onnx::TensorProto::FLOAT);
+  b.node("Unsqueeze", {"positions", "axes"}, {"positions3"}, "unsqueeze");
+  bt::set_int(b.node("Cast", {"seq_len"}, {"len_f"}, "cast_len"), "to", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"x", "len_f"}, {"scaled"}, "scale");
+  b.node("Add", {"scaled", "positions3"}, {"y"}, "add_positions");
+  b.output("y", {1, "seq", kHidden});
+  return b.save(dir);
+}
+
+// A generation loop's shapes: every length after the first is a shape
+// variant of the first specialisation (its plan, partitions and steps, its
+// own shapes and folded constants), all kept with the default options, so a
+// second pass over the lengths builds nothing. Each length's output is the
+// one its own folded constants give.
+class ShapeVariants : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(ShapeVariants, ALoopOverFortyLengthsIsKeptAndEachLengthUsesItsOwnConstants) {
+  bt::TempDir dir;
+  ModelOptions mo;
+  mo.backends = GetParam();
+  auto model = runtime()->load_model(write_length_model(dir), mo);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  constexpr int64_t kLengths = 40;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t seq = 1; seq <= kLengths; ++seq) {
+      const Tensor x = filled({1, seq, kHidden}, static_cast<uint32_t>(seq));
+      ASSERT_TRUE((*session)->set_input("x", x).ok());
+      Status st = (*session)->run();
+      ASSERT_TRUE(st.ok()) << st.message();
+      std::vector<float> want(static_cast<size_t>(x.numel()));
+      for (size_t i = 0; i < want.size(); ++i)
+        want[i] = x.data_as<float>()[i] * static_cast<float>(seq) +
+                  static_cast<float>(static_cast<int64_t>(i) / kHidden);
+      expect_close((*session)->output(0), want,
+                   "pass " + std::to_string(pass) + ", length " + std::to_string(seq));
+    }
+  const SpecializationStats stats = (*model)->specialization_stats();
+  EXPECT_EQ(stats.builds, static_cast<uint64_t>(kLengths));
+  EXPECT_EQ(stats.hits, static_cast<uint64_t>(kLengths));
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.variants, static_cast<size_t>(kLengths - 1));
+  EXPECT_EQ(stats.cached, static_cast<size_t>(kLengths));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ShapeVariants,
+                         ::testing::Values(std::vector<std::string>{"CpuRef"},
+                                           std::vector<std::string>{}),
+                         [](const auto& info) {
+                           return info.param.empty() ? std::string("Default") : info.param[0];
+                         });
 
 TEST(ShapesConcurrency, EightThreadsAtDifferentLengthsOnOneModel) {
   bt::TempDir dir;

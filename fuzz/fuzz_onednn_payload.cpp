@@ -116,7 +116,8 @@ void add_model(const std::string& path, const char* seed_dir) {
   // would only exercise refusals.
   try {
     (void)onednn::deserialize_partition(host(), *m.view->get(), writer.bytes.data(),
-                                        writer.bytes.size(), 1, {}, onednn::kDefaultMaxInstances);
+                                        writer.bytes.size(), 1, {}, onednn::kDefaultMaxInstances,
+                                        nullptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_onednn_payload: %s: the valid payload is refused: %s\n",
                  path.c_str(), e.what());
@@ -162,8 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || models().empty()) return 0;
   const Model& m = models()[data[0] % models().size()];
   try {
-    auto compiled = onednn::deserialize_partition(host(), *m.view->get(), data + 1, size - 1, 1,
-                                                  {}, onednn::kDefaultMaxInstances);
+    auto compiled = onednn::deserialize_partition(host(), *m.view->get(), data + 1, size - 1, 1, {},
+                                                  onednn::kDefaultMaxInstances, nullptr);
     auto context = compiled->create_context();
     const bp_graph_view_t& v = *m.view->get();
     std::vector<std::vector<float>> in(v.num_inputs), out(v.num_outputs);

@@ -72,7 +72,7 @@ class OneDnnBackend : public sdk::Backend {
     const int threads = static_cast<int>(num_threads(options));
     // Once for every shape (polymorphic.hpp), or for the view's shapes.
     if (sdk::shape_polymorphic(options))
-      return compile_polymorphic(host(), view, threads, shape_instances_, tuning_);
+      return compile_polymorphic(host(), view, threads, shape_instances_, tuning_, weight_pool_);
     return compile_partition(host(), view, threads, tuning_, report);
   }
 
@@ -80,13 +80,16 @@ class OneDnnBackend : public sdk::Backend {
       const bp_graph_view_t& view, const void* payload, size_t size,
       const bp_compile_options_t& options) override {
     const int threads = static_cast<int>(num_threads(options));
-    return deserialize_partition(host(), view, payload, size, threads, tuning_, shape_instances_);
+    return deserialize_partition(host(), view, payload, size, threads, tuning_, shape_instances_,
+                                 weight_pool_);
   }
 
  private:
   std::string description_;
   size_t shape_instances_ = kDefaultMaxInstances;
   Tuning tuning_;
+  // Reordered weights its shape-polymorphic partitions share (plan_builder.hpp).
+  std::shared_ptr<WeightPool> weight_pool_ = std::make_shared<WeightPool>();
 };
 
 }  // namespace

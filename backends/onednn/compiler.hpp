@@ -19,6 +19,8 @@
 
 namespace backplane::onednn {
 
+class WeightPool;  // plan_builder.hpp
+
 class ViewInfo;
 
 // For each node of `view`, why CpuOneDnn cannot run it, or "" if it can.
@@ -52,12 +54,9 @@ std::string library_version();
 // same view (payload.cpp). Throws BP_STATUS_VERSION_MISMATCH when the payload
 // was made by another oneDNN build or for another CPU ISA (the runtime then
 // compiles the view again), BP_STATUS_CORRUPT_DATA when it is malformed.
-std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
-                                                              const bp_graph_view_t& view,
-                                                              const void* payload, size_t size,
-                                                              int num_threads,
-                                                              const Tuning& tuning,
-                                                              size_t max_instances);
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(
+    const sdk::Host& host, const bp_graph_view_t& view, const void* payload, size_t size,
+    int num_threads, const Tuning& tuning, size_t max_instances, std::shared_ptr<WeightPool> pool);
 
 // The OpenMP thread count a partition runs on: `requested`, or (0) the
 // process's default as it was before this backend changed any setting.

@@ -16,8 +16,12 @@ using dnnl::algorithm;
 using dnnl::memory;
 
 namespace {
-// The SharedCache tag of view value v as it is.
-std::string value_tag(int v) {
+// The SharedCache tag of view value v as it is: by its data key where it
+// has one (the same constant in every view of the model), else by its id.
+std::string value_tag(const ViewInfo& g, int v) {
+  const bp_value_t& value = g.view().values[v];
+  if ((value.flags & BP_VALUE_CONSTANT) && value.data_key != nullptr && value.data_key[0] != '\0')
+    return SharedCache::data_key_tag(value.data_key);
   std::string tag = std::to_string(v);  // not "v" + ...: GCC 12's false -Wrestrict (bug 105329)
   return tag.insert(0, 1, 'v');
 }
@@ -116,7 +120,7 @@ int Lowering::ref_of(int v) {
   if (g_.is_const(v)) {
     const std::optional<memory::data_type> dt = data_type_of(v);
     if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, (u)int8 or int32");
-    const int r = b_.const_ref(plain_md(g_.shape(v), *dt), g_.data(v), value_tag(v));
+    const int r = b_.const_ref(plain_md(g_.shape(v), *dt), g_.data(v), value_tag(g_, v));
     tensors_[v] = r;
     return r;
   }
@@ -314,12 +318,13 @@ void Lowering::lower_conv_transpose(const INode& n) {
                                       bias_md, any_md(ys), w.strides, w.dilation, w.pad_l, w.pad_r);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::deconvolution_forward>(d, attr_with(n.post), post_key(n.post), &prim);
-  const int wref = b_.const_reordered(user, g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
+  const int wref =
+      b_.const_reordered(user, g_.f32(n.in[1]), pd.weights_desc(), value_tag(g_, n.in[1]));
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias)
     args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ys[1]}), g_.f32(n.in[2]),
-                                                      pd.bias_desc(), value_tag(n.in[2]))});
+                                                      pd.bias_desc(), value_tag(g_, n.in[2]))});
   add_main_step(n, prim, std::move(args), pd);
 }
 
@@ -427,12 +432,12 @@ void Lowering::lower_conv(const INode& n) {
   if (!made) pd = make(any_md(xs), any_md(ys));
   const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
   const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),
-                                      n.weights ? node_tag("bnw", n.node) : value_tag(n.in[1]));
+                                      n.weights ? node_tag("bnw", n.node) : value_tag(g_, n.in[1]));
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
     const float* b = n.bias ? n.bias->data() : g_.f32(n.in[2]);
-    const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(n.in[2]);
+    const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(g_, n.in[2]);
     args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc(), tag)});
   }
   if (!split_post) return add_main_step(n, prim, std::move(args), pd);
@@ -527,11 +532,12 @@ void Lowering::lower_matmul(const INode& n) {
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
   if (const_b)
-    wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
+    wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc(),
+                              value_tag(g_, n.in[1]));
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (n.bias_value >= 0)
     args.push_back(
-        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
+        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(g_, n.bias_value))});
   add_main_step(n, prim, std::move(args), pd);
 }
 
@@ -560,11 +566,11 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
   const int wref =
-      b_.const_reordered(plain_md(ws), g_.f32(n.in[1]), pd.weights_desc(), value_tag(n.in[1]));
+      b_.const_reordered(plain_md(ws), g_.f32(n.in[1]), pd.weights_desc(), value_tag(g_, n.in[1]));
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wref}};
   if (n.bias_value >= 0)
     args.push_back(
-        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(n.bias_value))});
+        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(g_, n.bias_value))});
   const int dst = main_dst(n, dst_nd);
   args.push_back({DNNL_ARG_DST, b_.alias(dst, plain_md({rows, cols}))});
   b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
@@ -732,10 +738,10 @@ void Lowering::lower_batch_norm(const INode& n) {
   const memory::desc c = plain_md({xs[1]});
   add_step_to_new(n.out, prim,
                   {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]), value_tag(n.in[1]))},
-                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]), value_tag(n.in[2]))},
-                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(n.in[3]))},
-                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(n.in[4]))}},
+                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]), value_tag(g_, n.in[1]))},
+                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]), value_tag(g_, n.in[2]))},
+                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(g_, n.in[3]))},
+                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(g_, n.in[4]))}},
                   pd, g_.describe(n.node));
 }
 

@@ -1250,11 +1250,9 @@ void check_layouts(const Compiled& c, const Step& step, const std::string& where
 
 }  // namespace
 
-std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& host,
-                                                              const bp_graph_view_t& view,
-                                                              const void* payload, size_t size,
-                                                              int num_threads, const Tuning& tuning,
-                                                              size_t max_instances) {
+std::unique_ptr<sdk::CompiledPartition> deserialize_partition(
+    const sdk::Host& host, const bp_graph_view_t& view, const void* payload, size_t size,
+    int num_threads, const Tuning& tuning, size_t max_instances, std::shared_ptr<WeightPool> pool) {
   const std::string where = std::string("CpuOneDnn partition '") + view.name + "'";
   Reader r(payload, size, where);
   if (size >= sizeof kPolyMagic && std::memcmp(payload, kPolyMagic, sizeof kPolyMagic) == 0) {
@@ -1269,7 +1267,7 @@ std::unique_ptr<sdk::CompiledPartition> deserialize_partition(const sdk::Host& h
                        where + ": payload written on a machine of the other byte order");
     if (!r.done()) r.fail("has bytes after its end");
     // Nothing in it depends on the oneDNN build: the view is compiled again.
-    return compile_polymorphic(host, view, num_threads, max_instances, tuning);
+    return compile_polymorphic(host, view, num_threads, max_instances, tuning, std::move(pool));
   }
   read_header(r, where);
   auto c = std::make_unique<Compiled>(host);

@@ -110,9 +110,51 @@ void SharedCache::weight_key(const std::string& tag, const memory::desc& from,
   key->append(reinterpret_cast<const char*>(&to.data), sizeof to.data);
 }
 
-const SharedCache::Weight* SharedCache::find_weight(const std::string& key) const {
+void SharedCache::share_through(std::shared_ptr<WeightPool> pool, const void* weight_map) {
+  pool_ = std::move(pool);
+  pool_scope_.assign(reinterpret_cast<const char*>(&weight_map), sizeof weight_map);
+}
+
+bool SharedCache::pool_key(const std::string& key) {
+  if (pool_ == nullptr || key.empty() || key[0] != 'k') return false;
+  pool_key_.assign(pool_scope_);
+  pool_key_.append(key);
+  return true;
+}
+
+const SharedCache::Weight* SharedCache::find_weight(const std::string& key) {
   auto it = weights_.find(key);
-  return it == weights_.end() ? nullptr : &it->second;
+  if (it != weights_.end()) return &it->second;
+  if (!pool_key(key)) return nullptr;
+  std::optional<Weight> shared = pool_->find(pool_key_);
+  if (!shared) return nullptr;
+  return &weights_.emplace(key, std::move(*shared)).first->second;
+}
+
+void SharedCache::add_weight(const std::string& key, Weight w) {
+  if (pool_key(key)) pool_->add(pool_key_, w);
+  weights_[key] = std::move(w);
+}
+
+std::optional<SharedCache::Weight> WeightPool::find(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  std::shared_ptr<char> owned = it->second.owned.lock();
+  if (owned == nullptr) {
+    entries_.erase(it);
+    return std::nullopt;
+  }
+  return SharedCache::Weight{it->second.memory, std::move(owned)};
+}
+
+void WeightPool::add(const std::string& key, const SharedCache::Weight& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[key] = Entry{w.memory, w.owned};
+  if (entries_.size() < sweep_at_) return;
+  for (auto it = entries_.begin(); it != entries_.end();)
+    it = it->second.owned.expired() ? entries_.erase(it) : std::next(it);
+  sweep_at_ = 2 * entries_.size() + 64;
 }
 
 const SharedCache::Made* SharedCache::find_primitive(const std::string& key) const {

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -29,9 +30,11 @@ namespace backplane::onednn {
 // Weights: constants in the layouts their primitives want. An instance whose
 // primitive wants a weight in a layout an earlier instance already made takes
 // that memory instead of copying or reordering the weight again. Found by the
-// constant's tag (which weight, transformed how: "v12" is view value 12 as it
-// is, "gemmw3" node 3's Gemm weights), its source layout and the layout
-// wanted.
+// constant's tag (which weight, transformed how: "kW.q" is the constant of
+// data key W.q as it is, "v12" view value 12 as it is where it has no key,
+// "gemmw3" node 3's Gemm weights), its source layout and the layout wanted.
+// Weights of data-keyed constants are shared with the model's other
+// partitions too (WeightPool).
 //
 // Primitives: each primitive descriptor with its primitive, by what it was
 // made from (the operation descriptor's bytes and the attributes). oneDNN's
@@ -39,8 +42,15 @@ namespace backplane::onednn {
 // seen before, but not the descriptor's creation (choosing an implementation
 // and its blocking), which is most of what lowering an unchanged operation
 // costs: a decoder step whose projections keep their shapes takes them here.
+class WeightPool;
+
 class SharedCache {
  public:
+  // The tag of a constant with data key `key`, as it is ("k" + key).
+  static std::string data_key_tag(const char* key) { return std::string("k") + key; }
+  // Shares the weights of data-keyed constants ("k" tags) through `pool`
+  // with the other partitions whose views read the same weight map.
+  void share_through(std::shared_ptr<WeightPool> pool, const void* weight_map);
   // The key of weight `tag` reordered from `from` to `to`, written into
   // `key` (reused from call to call: keys hold two descriptors' bytes, too
   // many for the allocator's small-block cache).
@@ -51,9 +61,9 @@ class SharedCache {
     dnnl::memory memory;
     std::shared_ptr<char> owned;
   };
-  // The weight for `key`, or null.
-  const Weight* find_weight(const std::string& key) const;
-  void add_weight(const std::string& key, Weight w) { weights_[key] = std::move(w); }
+  // The weight for `key`, or null: this cache's, or one the pool shares.
+  const Weight* find_weight(const std::string& key);
+  void add_weight(const std::string& key, Weight w);
 
   struct Made {
     std::shared_ptr<void> pd;  // the typed primitive descriptor (the key names its type)
@@ -78,10 +88,36 @@ class SharedCache {
   std::string key;
 
  private:
+  // The key `key` has in pool_ (the weight map's address, then `key`), or
+  // false when it is not shared.
+  bool pool_key(const std::string& key);
+
   std::map<std::string, Weight> weights_;
   std::map<std::string, Made> prims_;
+  std::shared_ptr<WeightPool> pool_;
+  std::string pool_scope_, pool_key_;
   // Interned descriptors by a hash of their bytes.
   std::unordered_multimap<size_t, std::shared_ptr<const dnnl::memory::desc>> mds_;
+};
+
+// Weights that shape-polymorphic partitions of one model reordered, shared
+// between them. A decoder's first call (an empty cache) is partitioned
+// apart from its later steps, and each partition would otherwise hold the
+// model's weights packed once more. Entries hold no bytes alive: a weight
+// lives while an instance of some partition uses it. Thread-safe.
+class WeightPool {
+ public:
+  std::optional<SharedCache::Weight> find(const std::string& key);
+  void add(const std::string& key, const SharedCache::Weight& w);
+
+ private:
+  struct Entry {
+    dnnl::memory memory;
+    std::weak_ptr<char> owned;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  size_t sweep_at_ = 64;  // entries_'s size that makes add() drop expired ones
 };
 
 dnnl::memory::dims to_dims(const Dims& d);

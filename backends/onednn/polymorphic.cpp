@@ -131,13 +131,15 @@ class PolyContext : public sdk::ExecContext {
 }  // namespace
 
 PolyCompiled::PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
-                           size_t max_instances, const Tuning& tuning)
+                           size_t max_instances, const Tuning& tuning,
+                           std::shared_ptr<WeightPool> pool)
     : host_(host),
       view_(view),
       threads_(threads),
       max_instances_(std::max<size_t>(max_instances, 1)),
       tuning_(tuning),
       where_(std::string("CpuOneDnn partition '") + view_.view().name + "'") {
+  if (pool != nullptr) shared_.share_through(std::move(pool), view.weights);
   size_t at = 0;
   for (size_t v = 0; v < view_.view().num_values; ++v) {
     offsets_.push_back(at);
@@ -332,7 +334,8 @@ void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const C
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& host,
                                                             const bp_graph_view_t& view,
                                                             int num_threads, size_t max_instances,
-                                                            const Tuning& tuning) {
+                                                            const Tuning& tuning,
+                                                            std::shared_ptr<WeightPool> pool) {
   const int threads = threads_to_use(num_threads);
   const std::vector<std::string> reasons = unsupported_reasons(host, view);
   for (size_t n = 0; n < view.num_nodes; ++n)
@@ -342,7 +345,8 @@ std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(const sdk::Host& hos
                              view.nodes[n].op_type + "): " + reasons[n]);
   for (size_t n = 0; n < view.num_nodes; ++n)
     if (std::strcmp(view.nodes[n].op_type, "MatMul") == 0) make_sgemm_kernels();
-  return std::make_unique<PolyCompiled>(host, view, threads, max_instances, tuning);
+  return std::make_unique<PolyCompiled>(host, view, threads, max_instances, tuning,
+                                        std::move(pool));
 }
 
 }  // namespace backplane::onednn

@@ -59,7 +59,7 @@ inline constexpr size_t kDefaultMaxInstances = 512;
 class PolyCompiled : public sdk::CompiledPartition {
  public:
   PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
-               size_t max_instances, const Tuning& tuning);
+               size_t max_instances, const Tuning& tuning, std::shared_ptr<WeightPool> pool);
   size_t max_instances() const { return max_instances_; }
 
   std::unique_ptr<sdk::ExecContext> create_context() override;
@@ -129,9 +129,11 @@ class PolyCompiled : public sdk::CompiledPartition {
 
 // Checks that every node of `view` (dims open) can run here at some shapes
 // and keeps the view: BP_STATUS_UNSUPPORTED, naming the node, if one cannot.
-// num_threads: 0 = the OpenMP default.
+// num_threads: 0 = the OpenMP default. `pool` (optional) shares reordered
+// weights with the backend's other partitions of the same model.
 std::unique_ptr<sdk::CompiledPartition> compile_polymorphic(
     const sdk::Host& host, const bp_graph_view_t& view, int num_threads,
-    size_t max_instances = kDefaultMaxInstances, const Tuning& tuning = {});
+    size_t max_instances = kDefaultMaxInstances, const Tuning& tuning = {},
+    std::shared_ptr<WeightPool> pool = nullptr);
 
 }  // namespace backplane::onednn

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -330,6 +331,9 @@ class View {
 
   const bp_graph_view_t* get() const { return &view_; }
   const std::string& name() const { return name_; }
+  // Reads its constants through `other`'s weight map (the same model's, as
+  // a host gives every partition of one model); `other` must outlive it.
+  void share_weights_of(const View& other) { view_.weights = other.view_.weights; }
   const std::vector<int32_t>& inputs() const { return inputs_; }
 
  private:
@@ -838,6 +842,61 @@ TEST_F(OneDnnPolymorphic, PlainExecuteIsRefused) {
 
 // Serialized, a polymorphic partition is a marker: loading compiles the view
 // again, and it runs every shape as the original does.
+// What the instance lowered for partition `name` says it shares: weights,
+// primitives, and how many times one was taken instead of made.
+struct SharedCount {
+  size_t weights = 0, primitives = 0, taken = 0;
+};
+SharedCount shared_count(const std::string& name) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  const std::regex counts(R"(shared: (\d+) weights, (\d+) primitives \((\d+) times taken\))");
+  for (const std::string& line : log_lines) {
+    std::smatch m;
+    if (line.find("partition '" + name + "': instance") == std::string::npos ||
+        !std::regex_search(line, m, counts))
+      continue;
+    return {std::stoul(m[1]), std::stoul(m[2]), std::stoul(m[3])};
+  }
+  ADD_FAILURE() << "no instance line for " << name;
+  return {};
+}
+
+// Two shape-polymorphic partitions over one weight map (one model, as a
+// decoder's first call and its later steps are) reorder each weight once:
+// the second takes every weight of the model's the first made. A partition
+// over a map of its own makes its own. All three compute the same.
+TEST_F(OneDnnPolymorphic, PartitionsOfOneModelShareTheirReorderedWeights) {
+  View first(spec_, "decoder_share_first", nullptr);
+  View second(spec_, "decoder_share_second", nullptr);
+  second.share_weights_of(first);
+  View apart(spec_, "decoder_share_apart", nullptr);
+  const Env env{1, 1, 4};
+  std::vector<std::vector<Tensor>> outputs;
+  std::vector<std::unique_ptr<Part>> parts;  // all alive together, as a model's are
+  for (const View* view : {&first, &second, &apart}) {
+    parts.push_back(std::make_unique<Part>(onednn(), *view, true));
+    const Part& part = *parts.back();
+    ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+    Context ctx(onednn(), part);
+    Call call = make_call(spec_, *view, env);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << o.message;
+    outputs.push_back(call.outputs);
+  }
+  const SharedCount a = shared_count("decoder_share_first");
+  const SharedCount b = shared_count("decoder_share_second");
+  const SharedCount c = shared_count("decoder_share_apart");
+  EXPECT_GT(b.weights, 0u);
+  EXPECT_EQ(a.taken, c.taken);
+  // Every weight from the first, but the scale and shift each layer norm
+  // derives from its weights (tagged by node, not by data key): 2 x 2.
+  EXPECT_EQ(b.taken, c.taken + b.weights - 4);
+  for (size_t k = 0; k < outputs[0].size(); ++k) {
+    EXPECT_EQ(rel_diff(outputs[1][k], outputs[0][k]), 0.0) << "output " << k;
+    EXPECT_EQ(rel_diff(outputs[2][k], outputs[0][k]), 0.0) << "output " << k;
+  }
+}
+
 TEST_F(OneDnnPolymorphic, SerializeAndDeserialize) {
   View view(spec_, "decoder_aot", nullptr);
   Part part(onednn(), view, true);

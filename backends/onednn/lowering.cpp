@@ -114,13 +114,22 @@ void Lowering::lower_node_checked(int n) {
 
 // ---- values, destinations and post-ops ---------------------------------------
 
+int Lowering::weight(int v, const memory::desc& user, const memory::desc& want) {
+  const std::string tag = value_tag(g_, v);
+  if (const int r = b_.cached_const(tag, user, want); r >= 0) return r;
+  return b_.const_reordered(user, g_.f32(v), want, tag);
+}
+
 int Lowering::ref_of(int v) {
   auto it = tensors_.find(v);
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
     const std::optional<memory::data_type> dt = data_type_of(v);
     if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, (u)int8 or int32");
-    const int r = b_.const_ref(plain_md(g_.shape(v), *dt), g_.data(v), value_tag(g_, v));
+    const memory::desc md = plain_md(g_.shape(v), *dt);
+    const std::string tag = value_tag(g_, v);
+    int r = b_.cached_const(tag, md, md);
+    if (r < 0) r = b_.const_ref(md, g_.data(v), tag);
     tensors_[v] = r;
     return r;
   }
@@ -318,13 +327,10 @@ void Lowering::lower_conv_transpose(const INode& n) {
                                       bias_md, any_md(ys), w.strides, w.dilation, w.pad_l, w.pad_r);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::deconvolution_forward>(d, attr_with(n.post), post_key(n.post), &prim);
-  const int wref =
-      b_.const_reordered(user, g_.f32(n.in[1]), pd.weights_desc(), value_tag(g_, n.in[1]));
+  const int wref = weight(n.in[1], user, pd.weights_desc());
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (has_bias)
-    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ys[1]}), g_.f32(n.in[2]),
-                                                      pd.bias_desc(), value_tag(g_, n.in[2]))});
+  if (has_bias) args.push_back({DNNL_ARG_BIAS, weight(n.in[2], plain_md({ys[1]}), pd.bias_desc())});
   add_main_step(n, prim, std::move(args), pd);
 }
 
@@ -430,15 +436,16 @@ void Lowering::lower_conv(const INode& n) {
     made = split_post = true;
   }
   if (!made) pd = make(any_md(xs), any_md(ys));
-  const float* wdata = n.weights ? n.weights->data() : g_.f32(n.in[1]);
-  const int wref = b_.const_reordered(plain_md(wdims), wdata, pd.weights_desc(),
-                                      n.weights ? node_tag("bnw", n.node) : value_tag(g_, n.in[1]));
+  const int wref = n.weights ? b_.const_reordered(plain_md(wdims), n.weights->data(),
+                                                  pd.weights_desc(), node_tag("bnw", n.node))
+                             : weight(n.in[1], plain_md(wdims), pd.weights_desc());
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
-    const float* b = n.bias ? n.bias->data() : g_.f32(n.in[2]);
-    const std::string tag = n.bias ? node_tag("bnb", n.node) : value_tag(g_, n.in[2]);
-    args.push_back({DNNL_ARG_BIAS, b_.const_reordered(plain_md({ws[0]}), b, pd.bias_desc(), tag)});
+    const memory::desc user = plain_md({ws[0]});
+    args.push_back({DNNL_ARG_BIAS, n.bias ? b_.const_reordered(user, n.bias->data(), pd.bias_desc(),
+                                                               node_tag("bnb", n.node))
+                                          : weight(n.in[2], user, pd.bias_desc())});
   }
   if (!split_post) return add_main_step(n, prim, std::move(args), pd);
   int at = add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node));
@@ -531,13 +538,9 @@ void Lowering::lower_matmul(const INode& n) {
   dnnl::matmul::desc d(b_.md(src), wmd, bias_md, dst_md);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
-  if (const_b)
-    wref = b_.const_reordered(plain_md(bs), g_.f32(n.in[1]), pd.weights_desc(),
-                              value_tag(g_, n.in[1]));
+  if (const_b) wref = weight(n.in[1], plain_md(bs), pd.weights_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
-  if (n.bias_value >= 0)
-    args.push_back(
-        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(g_, n.bias_value))});
+  if (n.bias_value >= 0) args.push_back({DNNL_ARG_BIAS, weight(n.bias_value, bias_md)});
   add_main_step(n, prim, std::move(args), pd);
 }
 
@@ -565,12 +568,9 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
-  const int wref =
-      b_.const_reordered(plain_md(ws), g_.f32(n.in[1]), pd.weights_desc(), value_tag(g_, n.in[1]));
+  const int wref = weight(n.in[1], plain_md(ws), pd.weights_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wref}};
-  if (n.bias_value >= 0)
-    args.push_back(
-        {DNNL_ARG_BIAS, b_.const_ref(bias_md, g_.f32(n.bias_value), value_tag(g_, n.bias_value))});
+  if (n.bias_value >= 0) args.push_back({DNNL_ARG_BIAS, weight(n.bias_value, bias_md)});
   const int dst = main_dst(n, dst_nd);
   args.push_back({DNNL_ARG_DST, b_.alias(dst, plain_md({rows, cols}))});
   b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
@@ -738,10 +738,10 @@ void Lowering::lower_batch_norm(const INode& n) {
   const memory::desc c = plain_md({xs[1]});
   add_step_to_new(n.out, prim,
                   {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, b_.const_ref(c, g_.f32(n.in[1]), value_tag(g_, n.in[1]))},
-                   {DNNL_ARG_SHIFT, b_.const_ref(c, g_.f32(n.in[2]), value_tag(g_, n.in[2]))},
-                   {DNNL_ARG_MEAN, b_.const_ref(c, g_.f32(n.in[3]), value_tag(g_, n.in[3]))},
-                   {DNNL_ARG_VARIANCE, b_.const_ref(c, g_.f32(n.in[4]), value_tag(g_, n.in[4]))}},
+                   {DNNL_ARG_SCALE, weight(n.in[1], c)},
+                   {DNNL_ARG_SHIFT, weight(n.in[2], c)},
+                   {DNNL_ARG_MEAN, weight(n.in[3], c)},
+                   {DNNL_ARG_VARIANCE, weight(n.in[4], c)}},
                   pd, g_.describe(n.node));
 }
 

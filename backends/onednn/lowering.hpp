@@ -62,6 +62,13 @@ class Lowering {
   // The oneDNN data type of value v where the plan can hold it as data
   // (float32, uint8, int8, int32); nullopt for other types.
   std::optional<dnnl::memory::data_type> data_type_of(int v) const;
+  // Float32 constant v in layout `want`, from `user`: a weight this
+  // partition or another of the model's made already (SharedCache), else
+  // read from the host now. Read only when missing, so that a host that let
+  // the weight's bytes go (they are packed here) is not asked for them again
+  // at every new shape.
+  int weight(int v, const dnnl::memory::desc& user, const dnnl::memory::desc& want);
+  int weight(int v, const dnnl::memory::desc& md) { return weight(v, md, md); }
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);
   // True if nothing reads `buffer` (through any value sharing it) after the

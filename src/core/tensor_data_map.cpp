@@ -76,26 +76,43 @@ void TensorDataMap::drop_when_free() const {
     if (std::shared_ptr<ConstantBlock> b = i.block.lock()) b->set_drop_when_free(true);
 }
 
-Result<size_t> TensorDataMap::settle(const std::vector<const Tensor*>& keep) const {
-  std::vector<bool> kept(blocks_.size(), false);
-  for (const Tensor* t : keep) {
+std::vector<bool> TensorDataMap::blocks_of(const std::vector<const Tensor*>& tensors) const {
+  std::vector<bool> in(blocks_.size(), false);
+  for (const Tensor* t : tensors) {
     const auto* p = static_cast<const unsigned char*>(t->data());
     const auto* end = p + t->size_bytes();
     for (size_t i = 0; i < blocks_.size() && p != nullptr; ++i)
-      if (p < blocks_[i].end && blocks_[i].begin < end) kept[i] = true;
+      if (p < blocks_[i].end && blocks_[i].begin < end) in[i] = true;
   }
+  return in;
+}
+
+Result<size_t> TensorDataMap::settle(const std::vector<const Tensor*>& keep, bool now) const {
+  const std::vector<bool> kept = blocks_of(keep);
   size_t out = 0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock();
     if (b == nullptr) continue;
     if (!kept[i]) {
-      if (b->drop()) out += b->size();
+      b->set_drop_when_free(true);
+      if (now && b->drop()) out += b->size();
       continue;
     }
     b->set_drop_when_free(false);
     BP_RETURN_IF_ERROR(b->touch(), "a weight read in place");
   }
   return out;
+}
+
+Status TensorDataMap::pin(const std::vector<const Tensor*>& keep) const {
+  const std::vector<bool> kept = blocks_of(keep);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    std::shared_ptr<ConstantBlock> b = kept[i] ? blocks_[i].block.lock() : nullptr;
+    if (b == nullptr) continue;
+    b->set_drop_when_free(false);
+    BP_RETURN_IF_ERROR(b->touch(), "a weight read in place");
+  }
+  return ok_status();
 }
 
 }  // namespace backplane

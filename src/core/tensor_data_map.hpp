@@ -43,8 +43,12 @@ class TensorDataMap : public NamedDataMap {
   // the backends compile, each weight as soon as it is packed).
   void drop_when_free() const;
   // Then: the blocks that any of `keep` lies in back in memory for good;
-  // every other block nobody holds dropped. Returns the bytes out of memory.
-  Result<size_t> settle(const std::vector<const Tensor*>& keep) const;
+  // every other block dropped when its last holder lets go, and (`now`)
+  // now if nobody holds it. Returns the bytes out of memory now.
+  Result<size_t> settle(const std::vector<const Tensor*>& keep, bool now = true) const;
+  // The blocks that any of `keep` lies in back in memory for good (read
+  // again if dropped); the others as they were.
+  Status pin(const std::vector<const Tensor*>& keep) const;
 
  private:
   struct Indexed {
@@ -52,6 +56,9 @@ class TensorDataMap : public NamedDataMap {
     const unsigned char* end;
     std::weak_ptr<ConstantBlock> block;
   };
+
+  // Per block: whether any of `tensors` lies in it.
+  std::vector<bool> blocks_of(const std::vector<const Tensor*>& tensors) const;
 
   const std::unordered_map<std::string, Tensor>* tensors_;
   std::vector<Indexed> blocks_;    // sorted by begin, not overlapping

@@ -106,6 +106,14 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
     outputs_.push_back({value.name, value.dtype, value.shape, value.dim_params});
   }
 
+  // A model with open dims keeps only the weights the host reads in place
+  // once its backends have packed the rest (release_packed).
+  const bool open_dims = std::any_of(g.inputs.begin(), g.inputs.end(), [&](int v) {
+    return !has_shape(g.values[v]) || !g.values[v].shape_is_static();
+  });
+  if (open_dims && options_.release_packed_weights && !from_artifact())
+    open_blocks_ = dynamic_cast<const TensorDataMap*>(weights_.get());
+
   // The shapes to specialise for now: given, or fixed in the model.
   const auto& hints = options_.placement.input_shapes;
   for (const auto& [name, shape] : hints) {
@@ -168,6 +176,89 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   if (one_signature && hints.empty()) outputs_ = (*first)->outputs();
   if (blocks != nullptr) BP_RETURN_IF_ERROR(keep_read_in_place(*blocks, **first));
   return ok_status();
+}
+
+namespace {
+
+// The keys of the constants of `g` (an imported graph, constants folded)
+// that no shape inference or folding of any signature reads: large
+// non-integer ones whose every consumer also reads a value that depends on
+// the data of a graph input (not only on input shapes), so is never folded.
+std::set<std::string> packed_only_constants(const ir::Graph& g) {
+  std::vector<bool> data(g.values.size(), false);
+  for (int v : g.inputs) data[v] = true;
+  for (bool changed = true; changed;) {  // nodes are in order: one pass, usually
+    changed = false;
+    for (const ir::Node& n : g.nodes) {
+      if (n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size")) continue;
+      const bool reads_data =
+          std::any_of(n.inputs.begin(), n.inputs.end(), [&](int v) { return v >= 0 && data[v]; });
+      for (int v : n.outputs)
+        if (reads_data && v >= 0 && !data[v]) data[v] = changed = true;
+    }
+  }
+  const std::vector<std::vector<int>> consumers = g.consumers();
+  std::set<std::string> keys;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const ir::Value& value = g.values[v];
+    const Tensor* t = g.constant(static_cast<int>(v));
+    if (t == nullptr || consumers[v].empty() || t->dtype() == DType::kInt64 ||
+        t->dtype() == DType::kInt32 || t->dtype() == DType::kBool)
+      continue;
+    if (std::find(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)) != g.outputs.end())
+      continue;
+    const bool packed_only = std::all_of(consumers[v].begin(), consumers[v].end(), [&](int n) {
+      const auto& in = g.nodes[n].inputs;
+      return std::any_of(in.begin(), in.end(), [&](int u) { return u >= 0 && data[u]; });
+    });
+    if (packed_only) keys.insert(value.constant_key);
+  }
+  return keys;
+}
+
+}  // namespace
+
+// The portable constants `spec` reads in place (a partition's input, an
+// output) are in memory for good, before any run of it.
+Status CompiledModel::pin_read_in_place(const Specialization& spec) {
+  const ir::Graph& g = spec.graph();
+  std::vector<const Tensor*> pins;
+  auto pin = [&](int v) {
+    if (v < 0 || !g.values[v].is_constant()) return;
+    auto it = portable_->constants.find(g.values[v].constant_key);
+    if (it != portable_->constants.end()) pins.push_back(&it->second);
+  };
+  for (const auto& ep : spec.executable())
+    for (int v : ep->inputs) pin(v);
+  for (int v : g.outputs) pin(v);
+  std::lock_guard<std::mutex> lock(release_mu_);
+  pinned_.insert(pins.begin(), pins.end());
+  BP_RETURN_IF_ERROR(open_blocks_->pin(pins));
+  // Each other weight leaves as its backends let go of it, packed, at the
+  // first run (a shape-polymorphic partition lowers then).
+  return release_packed(false).status();
+}
+
+void CompiledModel::ran(const Specialization& spec) {
+  if (open_blocks_ == nullptr || spec.is_variant() || !spec.first_run()) return;
+  // Its backends have read (and packed) what they need by now: the
+  // weights only they read leave the host's memory, read again from the
+  // model file if a backend asks later (a new shape needing a new layout).
+  std::lock_guard<std::mutex> lock(release_mu_);
+  Result<size_t> out = release_packed(true);
+  if (!out.ok()) log::warn(portable_->source + ": " + out.status().message());
+  else if (*out > 0)
+    log::info(portable_->source + ": " + std::to_string(*out >> 20) +
+              " MB of weights are held packed by their backends alone");
+}
+
+Result<size_t> CompiledModel::release_packed(bool now) {
+  if (packed_only_ == nullptr)
+    packed_only_ = std::make_unique<std::set<std::string>>(packed_only_constants(*portable_));
+  std::vector<const Tensor*> keep(pinned_.begin(), pinned_.end());
+  for (const auto& [key, tensor] : portable_->constants)
+    if (packed_only_->count(key) == 0) keep.push_back(&tensor);
+  return open_blocks_->settle(keep, now);
 }
 
 // The weights the host reads in place at run time (a partition's input, an
@@ -551,6 +642,7 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
     std::lock_guard<std::mutex> lock(mu_);
     add_notes_locked({note});
   }
+  if (open_blocks_ != nullptr) BP_RETURN_IF_ERROR(pin_read_in_place(*built.value()));
   if (!from_artifact() && Specialization::can_vary(*built.value())) {
     std::lock_guard<std::mutex> lock(mu_);
     bases_.emplace_front(shape_key_, built.value());

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,10 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   Result<std::shared_ptr<const Specialization>> respecialize(const Signature& signature,
                                                              const ExecutablePartition& failed);
 
+  // After a run at `spec`: the first run of a specialisation of a model with
+  // open dims lets the weights only its backends read leave the host's memory.
+  void ran(const Specialization& spec);
+
   // The first specialisation (see Model), or null before it. Tests read the
   // plan and memory of a model with fixed shapes through it.
   const Specialization* primary() const;
@@ -149,6 +154,10 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Under mu_.
   void remember_place(const std::string& place, const std::shared_ptr<ExecutablePartition>& ep);
   Status keep_read_in_place(const TensorDataMap& blocks, const Specialization& spec);
+  Status pin_read_in_place(const Specialization& spec);
+  // Every weight block but those the host reads leaves memory when its last
+  // holder lets go, and (`now`) now if nobody holds it (under release_mu_).
+  Result<size_t> release_packed(bool now);
   Status notify_before_load(const Plan& plan);
   Status notify_after_load();
   void set_primary(const std::shared_ptr<const Specialization>& spec);
@@ -236,6 +245,15 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::vector<std::shared_ptr<LoadedBackend>> after_loaded_;  // got after_load_network
 
   std::mutex build_mu_;  // one specialisation is built at a time
+
+  // A model with open dims loaded from its own file: its weight blocks, which
+  // leave memory once packed (ran); else null.
+  const TensorDataMap* open_blocks_ = nullptr;
+  std::mutex release_mu_;  // guards what follows
+  // Constants the host reads in place in some specialisation built so far.
+  std::set<const Tensor*> pinned_;
+  // Constants only backends read (packed_only_constants), made at the first release.
+  std::unique_ptr<std::set<std::string>> packed_only_;
 };
 
 }  // namespace backplane

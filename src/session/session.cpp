@@ -175,6 +175,7 @@ class SessionImpl : public Session {
     // the runs before changed nothing the run reads.
     const bool fed =
         std::any_of(fed_.begin(), fed_.end(), [](const Fed& f) { return f.output >= 0; });
+    if (ran.ok()) model_->ran(*spec_);
     if (ran.ok() || ran.code() != StatusCode::kUnsupported || fed || failed_ < 0) return ran;
     const ExecutablePartition& failed = *spec_->executable()[static_cast<size_t>(failed_)];
     if (!failed.polymorphic) return ran;
@@ -182,7 +183,9 @@ class SessionImpl : public Session {
     BP_ASSIGN_OR_RETURN(std::shared_ptr<const Specialization> again,
                         model_->respecialize(spec_->signature(), failed), ran.message());
     BP_RETURN_IF_ERROR(switch_to(std::move(again)));
-    return run_steps();
+    BP_RETURN_IF_ERROR(run_steps());
+    model_->ran(*spec_);
+    return ok_status();
   }
 
   // One run of the current specialisation's steps, the outputs taken.

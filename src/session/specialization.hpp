@@ -26,6 +26,7 @@
 
 #include <backplane/runtime.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -88,6 +89,8 @@ class Specialization {
   // The data of constant value v (graph().values[v].is_constant()).
   const Tensor* constant(int v) const;
   bool is_variant() const { return base_ != nullptr; }
+  // True the first time it is asked (after the first run at these shapes).
+  bool first_run() const { return !ran_.exchange(true); }
   const Plan& plan() const { return core().plan_; }
   const std::vector<std::shared_ptr<ExecutablePartition>>& executable() const {
     return core().executable_;
@@ -134,6 +137,7 @@ class Specialization {
   std::vector<std::pair<int, Tensor>> constants_changed_;
   // The plan left nodes a backend refused at these shapes to others.
   bool shaped_plan_ = false;
+  mutable std::atomic<bool> ran_{false};
   std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<const NamedDataMap> weights_;
   std::vector<std::string> notes_;

@@ -27,19 +27,6 @@ std::string declared_shape(const TensorInfo& info) {
 
 bool has_shape(const ir::Value& v) { return v.has_shape; }
 
-// What partitioning depends on besides sizes: which nodes are left once a
-// signature's constants are folded (node names, in order), and which values
-// are empty (backends commonly refuse empty tensors, e.g. a decoder's first
-// step with no cache yet, which must not decide the plan of every later step).
-std::string structure_of(const ir::Graph& g) {
-  std::string key;
-  for (const ir::Node& n : g.nodes) key.append(n.name).push_back('\0');
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (g.values[v].has_shape && !g.values[v].is_constant() && shape_numel(g.values[v].shape) == 0)
-      key.append(std::to_string(v)).push_back(',');
-  return key;
-}
-
 constexpr size_t kPlansKept = 8;
 
 // Shape variants kept per ModelOptions::max_specializations: a variant holds
@@ -506,6 +493,10 @@ Result<std::shared_ptr<const ir::Graph>> CompiledModel::pruned() {
 }
 
 std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) {
+  // What partitioning depends on besides sizes: which nodes are left once the
+  // signature's constants are folded, and which values are empty (backends
+  // commonly refuse empty tensors, e.g. a decoder's first step with no cache
+  // yet, which must not decide the plan of every later step).
   const ir::Graph& g = specializer_->inferred();
   const std::vector<size_t> kept = ir::Graph::kept_nodes(g, specializer_->folded(), &live_);
   shape_key_.assign(kept.begin(), kept.end());
@@ -610,7 +601,9 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
   BP_RETURN_IF_ERROR(infer(signature));
   if (std::shared_ptr<Specialization> variant = vary(signature)) return variant;
   BP_ASSIGN_OR_RETURN(std::shared_ptr<const ir::Graph> graph, pruned());
-  structure_ = structure_of(*graph);  // for polymorphic() (builds are one at a time)
+  // For the plan cache and polymorphic() (builds are one at a time).
+  structure_.clear();
+  for (int64_t k : shape_key_) structure_.append(std::to_string(k)).push_back(',');
   std::string note;
   BP_ASSIGN_OR_RETURN(Planner planner, stored_planner(signature, *graph, &note));
   std::shared_ptr<const NamedDataMap> weights = weights_;

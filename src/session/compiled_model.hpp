@@ -229,7 +229,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_;
   // The same by place: structure, backend and node ids of the partition.
   std::list<std::pair<std::string, std::shared_ptr<ExecutablePartition>>> polymorphic_by_place_;
-  std::string structure_;  // of the specialisation being built (under build_mu_)
+  std::string structure_;  // shape_key_ as text, of the full build under way (build_mu_)
   // What vary() found of the shapes being built: the kept nodes and the
   // empty values (the structure), and which values are live (under build_mu_).
   std::vector<int64_t> shape_key_;

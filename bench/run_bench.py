@@ -697,6 +697,11 @@ def main():
     if args.runs < 30:
         log("note: fewer than 30 timed runs")
 
+    try:  # the chart at the end: fail now, not after the whole run
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.exit("bench: matplotlib is missing (scripts/install-deps.sh --bench, which `make bench` runs)")
+
     build = os.path.abspath(args.build_dir)
     bench_dir = os.path.join(build, "bench")
     paths = {

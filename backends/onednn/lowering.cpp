@@ -484,9 +484,13 @@ void Lowering::lower_gemm(const INode& n) {
                                       dst_hint(n, ys));
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::inner_product_forward>(d, attr_with(n.post), post_key(n.post), &prim);
-  // B transposed and scaled by alpha: computed only if no other instance of
-  // the partition has it in this layout already.
-  const std::string wtag = node_tag("gemmw", n.node), btag = node_tag("gemmb", n.node);
+  // B transposed and scaled by alpha, C scaled by beta: computed only if no
+  // other instance or partition of the model has them in this layout already
+  // (tagged by their constants' data and the scale).
+  auto scaled_tag = [&](int v, float scale) {
+    return value_tag(g_, v) + (scale == 1.f ? "" : "*" + std::to_string(scale));
+  };
+  const std::string wtag = scaled_tag(n.in[1], alpha);
   // With alpha 1, B as it is ([N, K] or [K, N]): the reorder reads it in place.
   const memory::desc user =
       alpha == 1.f ? memory::desc({nout, k}, memory::data_type::f32,
@@ -506,11 +510,15 @@ void Lowering::lower_gemm(const INode& n) {
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
-    const float* c = g_.f32(n.in[2]);
-    std::vector<float> bias;
-    for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
-    args.push_back(
-        {DNNL_ARG_BIAS, b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc(), btag)});
+    const std::string btag = scaled_tag(n.in[2], beta);
+    int bref = b_.cached_const(btag, plain_md({nout}), pd.bias_desc());
+    if (bref < 0) {
+      const float* c = g_.f32(n.in[2]);
+      std::vector<float> bias;
+      for (int64_t i = 0; i < nout; ++i) bias.push_back(beta * c[i]);
+      bref = b_.const_reordered(plain_md({nout}), bias.data(), pd.bias_desc(), btag);
+    }
+    args.push_back({DNNL_ARG_BIAS, bref});
   }
   add_main_step(n, prim, std::move(args), pd);
 }

@@ -51,10 +51,24 @@ bool domain_ok(const sdk::NodeRef& node) {
   return node.domain().empty() || node.domain() == "ai.onnx" || node.op_type() == "Gelu";
 }
 
+// A floating-point constant this large is a weight: no kernel reads one to
+// decide whether it can run the node (the inputs kernels read when they are
+// made are shapes, axes, indices and scalars).
+constexpr size_t kWeightBytes = size_t{64} << 10;
+
+bool is_weight(const bp_value_t& v) {
+  const bool floating = v.dtype == BP_DTYPE_FLOAT32 || v.dtype == BP_DTYPE_FLOAT16 ||
+                        v.dtype == BP_DTYPE_BFLOAT16 || v.dtype == BP_DTYPE_FLOAT64;
+  return floating && sdk::byte_size(v) >= kWeightBytes;
+}
+
 // Builds the NodeInfo for node `index`; constant inputs are read through the
 // NamedDataMap and the buffers appended to `held` (kept for the kernel's life).
+// `read_weights` false: weights (is_weight) are not read and are given as
+// inputs known at run time (nullptr), for a support query, which must not
+// bring a weight its owner let go of back into memory.
 NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t index,
-                   std::vector<sdk::Weight>& held) {
+                   std::vector<sdk::Weight>& held, bool read_weights = true) {
   NodeInfo info{sdk::NodeRef(&view, index), {}, {}, {}, {}, {}};
   const bp_node_t& node = view.nodes[index];
   for (size_t i = 0; i < node.num_inputs; ++i) {
@@ -68,7 +82,8 @@ NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t in
     const bp_value_t& v = view.values[id];
     info.in_dtypes.push_back(v.dtype);
     info.in_shapes.push_back(sdk::shape_of(v));
-    if ((v.flags & BP_VALUE_CONSTANT) != 0 && v.data_key != nullptr) {
+    if ((v.flags & BP_VALUE_CONSTANT) != 0 && v.data_key != nullptr &&
+        (read_weights || !is_weight(v))) {
       held.push_back(host.weight(view.weights, v.data_key));
       if (held.back().size() != sdk::byte_size(v))
         throw sdk::Error(BP_STATUS_CORRUPT_DATA, info.describe() + ": constant '" + v.name +
@@ -820,7 +835,7 @@ class RefBackend : public sdk::Backend {
           report.supported(n);
           continue;
         }
-        NodeInfo info = make_info(host(), view, n, held);
+        NodeInfo info = make_info(host(), view, n, held, /*read_weights=*/false);
         (void)make_kernel(info);
         report.supported(n);
       } catch (const sdk::Error& e) {

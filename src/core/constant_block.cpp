@@ -63,6 +63,7 @@ ConstantBlock::~ConstantBlock() {
 // A piece at a time, each piece's file pages dropped once copied, so that a
 // large weight is not in memory twice at any moment.
 Status ConstantBlock::fill_locked() {
+  if (!resident_) ++reads_back_;
   if (pages_ != nullptr && !resident_ && ::mprotect(pages_, mapped_, PROT_READ | PROT_WRITE) != 0)
     return Status(StatusCode::kOutOfMemory, "cannot make a constant of '" + file_->path() +
                                                 "' readable again: " + std::strerror(errno));
@@ -119,6 +120,11 @@ bool ConstantBlock::drop_locked() {
   ::madvise(pages_, mapped_, MADV_DONTNEED);
   resident_ = false;
   return true;
+}
+
+int ConstantBlock::reads_back() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reads_back_;
 }
 
 bool ConstantBlock::resident() const {

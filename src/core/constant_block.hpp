@@ -59,6 +59,8 @@ class ConstantBlock {
   void set_drop_when_free(bool on);
   bool resident() const;
   int holds() const;
+  // How many times the bytes were read from the file again after a drop.
+  int reads_back() const;
 
  private:
   ConstantBlock(std::shared_ptr<const MappedFile> file, size_t offset, size_t size)
@@ -76,6 +78,7 @@ class ConstantBlock {
   int holds_ = 0;
   bool resident_ = true;
   bool drop_when_free_ = false;
+  int reads_back_ = 0;
 };
 
 }  // namespace backplane

@@ -413,13 +413,29 @@ bool foldable(const OpSchema& schema, const Node& node, const InferOptions& opti
   return own || options.evaluator != nullptr;
 }
 
+// Whether every output of the node is present and empty: it computes
+// nothing, whatever its inputs hold.
+bool outputs_empty(const Node& node, const InferCtx& c) {
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    if (node.outputs[i] < 0 || detail::sat_numel(c.out[i].shape) != 0) return false;
+  return !node.outputs.empty();
+}
+
 // Folds node `c.node`, whose outputs `c.out` are inferred, when it can be:
 // every input constant (a Shape or Size only needs its input's static shape)
-// and its outputs within the size bound. Returns whether it did.
+// and its outputs within the size bound, or every output empty (a batch of
+// none: no backend is asked to run it, nor reads its weights). Returns
+// whether it did.
 Result<bool> fold_node(Graph& g, const OpSchema& schema, const InferCtx& c,
                        const InferOptions& options) {
   const Node& node = c.node;
-  if (c.out.empty() || !foldable(schema, node, options)) return false;
+  if (c.out.empty()) return false;
+  if (!schema.is_host_op() && !nondeterministic(node) && outputs_empty(node, c)) {
+    for (size_t i = 0; i < node.outputs.size(); ++i)
+      g.make_constant(node.outputs[i], Tensor(c.out[i].dtype, c.out[i].shape));
+    return true;
+  }
+  if (!foldable(schema, node, options)) return false;
   bool all_const = true;
   for (int v : node.inputs)
     if (v >= 0 && !g.values[v].is_constant()) all_const = false;

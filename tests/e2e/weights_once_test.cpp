@@ -34,11 +34,21 @@ float weight(int layer, int64_t n, int64_t k) {
 float input(int64_t k) { return static_cast<float>(k % 11 - 5) / 8.f; }
 
 // y = the sum over layers of x W_l^T (Gemm); `w0_out`: W_0 is an output too;
-// `open_batch`: x and y are [batch, width].
-std::string write_model(const TempDir& dir, bool w0_out, bool open_batch = false) {
+// `open_batch`: x and y are [batch, width]; `more_rows`: a second input e
+// [rows, width] and a second output, x's rows then e's (a Concat).
+std::string write_model(const TempDir& dir, bool w0_out, bool open_batch = false,
+                        bool more_rows = false) {
   ModelBuilder b;
   if (open_batch) b.input("x", {"batch", kWidth});
   else b.input("x", {1, kWidth});
+  if (more_rows) {
+    b.input("e", {"rows", kWidth});
+    auto& concat = b.node("Concat", {"x", "e"}, {"xe"});
+    auto* axis = concat.add_attribute();
+    axis->set_name("axis");
+    axis->set_type(onnx::AttributeProto::INT);
+    axis->set_i(0);
+  }
   std::vector<std::string> terms;
   for (int l = 0; l < kLayers; ++l) {
     // Odd layers store W_l as [K, N] (transB 0), even ones as [N, K].
@@ -64,6 +74,7 @@ std::string write_model(const TempDir& dir, bool w0_out, bool open_batch = false
   }
   if (open_batch) b.output("y", {"batch", kWidth});
   else b.output("y", {1, kWidth});
+  if (more_rows) b.output("xe", {"total", kWidth});
   if (w0_out) b.output("w0", {kWidth, kWidth});
   return b.save(dir);
 }
@@ -164,6 +175,59 @@ TEST(WeightsOnce, WithAnOpenBatchPackedWeightsLeaveTheHostAtTheFirstRun) {
     EXPECT_EQ(resident_blocks(*model), 0) << "after a run at batch " << batch;
   }
   EXPECT_EQ(model->backends_used(), std::vector<std::string>{"CpuOneDnn"});
+}
+
+// How many times the model's weights were read back from the file after
+// leaving memory.
+int reads_back(const Model& model) {
+  const auto* m = dynamic_cast<const CompiledModel*>(&model);
+  if (m == nullptr) return -1;
+  int n = 0;
+  for (const auto& [key, weak] : m->portable().constant_blocks)
+    if (auto b = weak.lock(); b != nullptr) n += b->reads_back();
+  return n;
+}
+
+// A batch of none: every node's result is empty, so nothing is left to run
+// and no weight is read back to run it.
+TEST(WeightsOnce, AnEmptyBatchRunsNothingAndReadsNoWeightBack) {
+  TempDir dir;
+  const Loaded l = load(write_model(dir, false, /*open_batch=*/true));
+  ASSERT_NE(l.model, nullptr);
+  Model* model = l.model.get();
+  const std::vector<double> want = expected_y();
+  expect_y(run_once(*model, {{"x", x_tensor(1)}}).at(0), want);
+  ASSERT_EQ(resident_blocks(*model), 0);
+  const std::vector<Tensor> empty = run_once(*model, {{"x", x_tensor(0)}});
+  ASSERT_EQ(empty.size(), 1u);
+  EXPECT_EQ(empty[0].shape(), (Shape{0, kWidth}));
+  EXPECT_EQ(reads_back(*model), 0);
+  EXPECT_EQ(resident_blocks(*model), 0);
+  expect_y(run_once(*model, {{"x", x_tensor(2)}}).at(0), want);
+  EXPECT_EQ(reads_back(*model), 0);
+}
+
+// No rows in e makes another structure (an empty input), which the host
+// plans anew, asking every backend which nodes it takes: none reads the
+// weights that left memory back to answer (the Gemms' shapes are all known,
+// so a backend could check them in full), and CpuOneDnn's partitions of it
+// take the weights the first structure's packed.
+TEST(WeightsOnce, PlanningAnotherStructureReadsNoWeightBack) {
+  TempDir dir;
+  const Loaded l = load(write_model(dir, false, /*open_batch=*/false, /*more_rows=*/true));
+  ASSERT_NE(l.model, nullptr);
+  Model* model = l.model.get();
+  const std::vector<double> want = expected_y();
+  expect_y(run_once(*model, {{"x", x_tensor()}, {"e", x_tensor(2)}}).at(0), want);
+  ASSERT_EQ(resident_blocks(*model), 0);
+  const std::vector<Tensor> out = run_once(*model, {{"x", x_tensor()}, {"e", x_tensor(0)}});
+  ASSERT_EQ(out.size(), 2u);
+  expect_y(out[0], want);
+  ASSERT_EQ(out[1].shape(), (Shape{1, kWidth}));
+  for (int64_t k = 0; k < kWidth; ++k) ASSERT_EQ(out[1].data_as<float>()[k], input(k)) << k;
+  EXPECT_EQ(model->backends_used(), std::vector<std::string>{"CpuOneDnn"});
+  EXPECT_EQ(reads_back(*model), 0);
+  EXPECT_EQ(resident_blocks(*model), 0);
 }
 
 constexpr long kWeightsKb = kLayers * (kWidth * kWidth * 4 >> 10);

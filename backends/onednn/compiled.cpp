@@ -105,8 +105,8 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
   copies_.resize(c.steps.size());
   for (size_t s = 0; s < c.steps.size(); ++s) {
     for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
-    if (c.steps[s].concat_norm) plan_concat_norm(s);
-    else if (c.steps[s].copy_concat) plan_copy(s);
+    if (c.steps[s].as<steps::ConcatNorm>()) plan_concat_norm(s);
+    else if (c.steps[s].as<steps::CopyConcat>()) plan_copy(s);
   }
 }
 
@@ -156,7 +156,7 @@ std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
 
 void Binder::plan_copy(size_t s) {
   const Step& step = c_.steps[s];
-  const int axis = step.concat_axis;
+  const int axis = step.concat_axis();
   size_t dst_arg = 0;
   for (size_t a = 0; a < step.args.size(); ++a)
     if (step.args[a].first == DNNL_ARG_DST) dst_arg = a;
@@ -219,7 +219,7 @@ void Binder::run_concat_norm(size_t s) {
     srcs[i] = static_cast<const float*>(h);
     channels += parts[i].dims[1];
   }
-  const bool relu = step.concat_relu;
+  const bool relu = step.as<steps::ConcatNorm>()->relu;
 #if defined(_OPENMP)  // (the fuzz build has no OpenMP)
 #pragma omp parallel for if (pixels * channels > (int64_t{1} << 15))
 #endif
@@ -277,6 +277,7 @@ void Binder::run_copy(size_t s) {
 
 void Binder::run_gather(size_t s) {
   const Step& step = c_.steps[s];
+  const steps::Gather& gather = *step.as<steps::Gather>();
   const dnnl::memory::desc* data_md = nullptr;
   void *data = nullptr, *indices = nullptr, *dst = nullptr;
   size_t index_count = 0, data_bytes = 0, index_bytes = 0, dst_bytes = 0;
@@ -291,7 +292,7 @@ void Binder::run_gather(size_t s) {
     } else if (arg == DNNL_ARG_SRC_1) {
       indices = handle;
       index_bytes = c_.refs[ref].md->get_size();
-      index_count = index_bytes / static_cast<size_t>(step.index_bytes);
+      index_count = index_bytes / static_cast<size_t>(gather.index_bytes);
     } else if (arg == DNNL_ARG_DST) {
       dst = handle;
       dst_bytes = c_.refs[ref].md->get_size();
@@ -308,15 +309,15 @@ void Binder::run_gather(size_t s) {
     throw sdk::invalid("CpuOneDnn: " + step.what +
                        ": the destination shares memory with the data or the indices");
   const std::vector<int64_t> dims = data_md->dims();
-  const size_t axis = static_cast<size_t>(step.gather_axis);
+  const size_t axis = static_cast<size_t>(gather.axis);
   int64_t outer = 1, row = 1;
   for (size_t d = 0; d < axis; ++d) outer *= dims[d];
   for (size_t d = axis + 1; d < dims.size(); ++d) row *= dims[d];
   const int64_t n = dims[axis];
   const int64_t count = static_cast<int64_t>(index_count);
   auto index = [&](int64_t j) {
-    return step.index_bytes == 8 ? static_cast<const int64_t*>(indices)[j]
-                                 : int64_t{static_cast<const int32_t*>(indices)[j]};
+    return gather.index_bytes == 8 ? static_cast<const int64_t*>(indices)[j]
+                                   : int64_t{static_cast<const int32_t*>(indices)[j]};
   };
   // Checked before any copy: nothing may throw inside the parallel loop.
   for (int64_t j = 0; j < count; ++j) {
@@ -374,18 +375,10 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
     }
     stream.wait();  // then reported under the primitive's kind, labelled with its node
     const Step& t = c_.steps[s];
-    const char* kind = t.concat_norm   ? "concat+normalize"
-                       : t.copy_concat ? "concat"
-                       : t.gather      ? "gather"
-                       : t.row_softmax ? "softmax"
-                       : t.small_binary ? "binary"
-                       : t.dynamic_quantize ? "dynamic_quantize"
-                       : t.table ? "table"
-                                       : dnnl_prim_kind2str(dnnl::convert_to_c(t.prim.get_kind()));
     // Two steps side by side are one span: their time is the pair's.
     const std::string what = beside ? t.what + " | " + c_.steps[s + 1].what : std::string();
-    profiled->profile_node(BP_PROFILE_NO_NODE, kind, beside ? what.c_str() : t.what.c_str(), begin,
-                           profiled->clock_ns());
+    profiled->profile_node(BP_PROFILE_NO_NODE, t.kind_name(),
+                           beside ? what.c_str() : t.what.c_str(), begin, profiled->clock_ns());
     s += beside ? 1 : 0;
   }
   stream.wait();
@@ -548,7 +541,7 @@ void Binder::run_small_binary(size_t s) {
   }
   const int rank = ymd->ndims;
   const int64_t *ys = ymd->dims, *bs = bmd->dims;
-  switch (static_cast<dnnl_alg_kind_t>(step.binary_alg)) {
+  switch (step.as<steps::SmallBinary>()->alg) {
     case dnnl_binary_add:
       return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p + q; });
     case dnnl_binary_sub:
@@ -716,20 +709,63 @@ void Binder::run_table(size_t s) {
   }
 }
 
+// Each kind of step to its runner: a kind without one does not compile.
+struct Binder::RunStep {
+  Binder& b;
+  size_t s;
+  dnnl::stream& stream;
+  void operator()(const steps::Primitive&) const { b.run_primitive(s, stream); }
+  void operator()(const steps::CopyConcat&) const { b.run_copy(s); }
+  void operator()(const steps::ConcatNorm&) const { b.run_concat_norm(s); }
+  void operator()(const steps::Gather&) const { b.run_gather(s); }
+  void operator()(const steps::RowSoftmax&) const { b.run_row_softmax(s); }
+  void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
+  void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
+  void operator()(const steps::Table&) const { b.run_table(s); }
+};
+
 void Binder::run_step(size_t s, dnnl::stream& stream) {
-  if (c_.steps[s].concat_norm) return run_concat_norm(s);
-  if (c_.steps[s].copy_concat) return run_copy(s);
-  if (c_.steps[s].gather) return run_gather(s);
-  if (c_.steps[s].row_softmax) return run_row_softmax(s);
-  if (c_.steps[s].small_binary) return run_small_binary(s);
-  if (c_.steps[s].dynamic_quantize) return run_dynamic_quantize(s);
-  if (c_.steps[s].table) return run_table(s);
+  std::visit(RunStep{*this, s, stream}, c_.steps[s].op);
+}
+
+void Binder::run_primitive(size_t s, dnnl::stream& stream) {
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
                                             static_cast<int>(args_[s].size()), args_[s].data());
   if (st != dnnl_success)
     throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
                                                   " failed (oneDNN status " +
                                                   std::to_string(static_cast<int>(st)) + ")");
+}
+
+namespace {
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+}  // namespace
+
+int Step::concat_axis() const {
+  return std::visit(
+      Overloaded{[](const steps::Primitive& p) { return p.concat_axis; },
+                 [](const steps::CopyConcat& c) { return c.axis; },
+                 [](const steps::ConcatNorm&) { return 1; }, [](const auto&) { return -1; }},
+      op);
+}
+
+const char* Step::kind_name() const {
+  return std::visit(Overloaded{[&](const steps::Primitive&) {
+                                 return dnnl_prim_kind2str(dnnl::convert_to_c(prim.get_kind()));
+                               },
+                               [](const steps::CopyConcat&) { return "concat"; },
+                               [](const steps::ConcatNorm&) { return "concat+normalize"; },
+                               [](const steps::Gather&) { return "gather"; },
+                               [](const steps::RowSoftmax&) { return "softmax"; },
+                               [](const steps::SmallBinary&) { return "binary"; },
+                               [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
+                               [](const steps::Table&) { return "table"; }},
+                    op);
 }
 
 std::shared_ptr<char> allocate_block(size_t bytes) {

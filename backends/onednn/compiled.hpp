@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace backplane::onednn {
@@ -76,67 +77,92 @@ struct MemRef {
   std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only
 };
 
+// What a step runs: a oneDNN primitive, or a loop of the backend's own.
+namespace steps {
+// Step::prim over Step::args. A oneDNN concat keeps its axis, which oneDNN
+// cannot be asked for (the payload and concat_in_place need it); -1 for any
+// other primitive.
+struct Primitive {
+  int concat_axis = -1;
+};
+// A Concat of plain (strided) tensors: its DNNL_ARG_MULTIPLE_SRC + i copied
+// side by side along `axis` into its DNNL_ARG_DST. In instances of
+// shape-polymorphic partitions, which would otherwise make a oneDNN concat
+// for every cache length, and where oneDNN has only its reference concat for
+// plain inputs.
+struct CopyConcat {
+  int axis = 0;
+};
+// A Concat along the channels and the BatchNormalization reading it, fused
+// (Lowering::lower_concat_norm): every layout dense channels-last, and per
+// output channel c dst = x * scale[c] + shift[c] (DNNL_ARG_SCALE /
+// DNNL_ARG_SHIFT, constants), then max(0, .) if `relu`.
+struct ConcatNorm {
+  bool relu = false;
+};
+// A Gather by indices known only at run time (an embedding lookup: a
+// constant table, token ids from the caller): oneDNN has no gather.
+// DNNL_ARG_SRC_0 is the data (plain float32), DNNL_ARG_SRC_1 the indices
+// (index_bytes each: int32 or int64, any rank; its md is their bytes),
+// DNNL_ARG_DST the plain result, rows of the data along `axis` in index
+// order. An index outside [-n, n) fails the run.
+struct Gather {
+  int axis = 0;
+  int index_bytes = 0;
+};
+// A Softmax over the innermost dim: DNNL_ARG_SRC and DNNL_ARG_DST dense
+// row-major float32 of one shape. Only instances of a shape-polymorphic
+// partition have it (Lowering::lower_softmax), never a payload.
+struct RowSoftmax {};
+// An elementwise Add, Sub, Mul, Div, Max or Min: DNNL_ARG_SRC_0 and
+// DNNL_ARG_DST dense row-major float32 of the result's shape, DNNL_ARG_SRC_1
+// dense row-major of the same rank, broadcast where its dim is 1. Only
+// instances of a shape-polymorphic partition have it (Lowering::lower_binary).
+struct SmallBinary {
+  dnnl_alg_kind_t alg = dnnl_binary_add;
+};
+// ONNX DynamicQuantizeLinear of DNNL_ARG_SRC (dense float32, any shape): the
+// range of its values (widened to include 0) gives the scale and the zero
+// point; DNNL_ARG_DST gets the uint8 values, DNNL_ARG_DST_1 the zero point
+// (int32, one), DNNL_ARG_DST_2 the scale times each of the DNNL_ARG_SCALE
+// constants (float32): the runtime zero point and output scales of the int8
+// matmul that follows (Lowering::lower_qdynamic).
+struct DynamicQuantize {};
+// A table lookup: DNNL_ARG_DST byte i = DNNL_ARG_WEIGHTS byte (DNNL_ARG_SRC
+// byte i), over the bytes of DNNL_ARG_SRC (dense, one byte per element; DST
+// in the same layout): an elementwise function of a quantized tensor
+// (Lowering::lower_table).
+struct Table {};
+}  // namespace steps
+
+using StepOp =
+    std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
+                 steps::RowSoftmax, steps::SmallBinary, steps::DynamicQuantize, steps::Table>;
+
 struct Step {
-  dnnl::primitive prim;                   // empty for a copy_concat step
+  dnnl::primitive prim;                   // steps::Primitive only
   std::vector<std::pair<int, int>> args;  // (DNNL_ARG_*, MemRef index)
   std::string what;                       // for error messages
   // The primitive's kind, oneDNN implementation (impl_info_str) and layouts,
   // for the plan report (impl_check.hpp); compile time only, not serialized.
   std::string kind, impl, layouts;
-  int concat_axis = -1;  // concat steps: the axis (oneDNN cannot be asked for it)
-  // A Concat of plain (strided) tensors done here, not by oneDNN: its
-  // DNNL_ARG_MULTIPLE_SRC + i copied side by side along concat_axis into its
-  // DNNL_ARG_DST. In instances of shape-polymorphic partitions, which would
-  // otherwise make a oneDNN concat for every cache length, and where oneDNN
-  // has only its reference concat for plain inputs.
-  bool copy_concat = false;
-  // A copy_concat that normalizes on the way (a Concat along the channels
-  // and the BatchNormalization reading it, fused; lower_concat_norm): every
-  // layout dense channels-last, concat_axis 1, and per output channel c
-  // dst = x * scale[c] + shift[c] (DNNL_ARG_SCALE / DNNL_ARG_SHIFT,
-  // constants), then max(0, .) if concat_relu.
-  bool concat_norm = false;
-  bool concat_relu = false;
-  // A Gather by indices known only at run time (an embedding lookup: a
-  // constant table, token ids from the caller), done here: oneDNN has no
-  // gather. DNNL_ARG_SRC_0 is the data (plain float32), DNNL_ARG_SRC_1 the
-  // indices (index_bytes each: int32 or int64, any rank; its md is their
-  // bytes), DNNL_ARG_DST the plain result, rows of the data along
-  // gather_axis in index order. An index outside [-n, n) fails the run.
-  bool gather = false;
-  int gather_axis = -1;
-  int index_bytes = 0;
-  // A Softmax over the innermost dim, done here: DNNL_ARG_SRC and
-  // DNNL_ARG_DST dense row-major float32 of one shape. Only instances of a
-  // shape-polymorphic partition have it (Lowering::lower_softmax), never a
-  // payload.
-  bool row_softmax = false;
-  // An elementwise Add, Sub, Mul, Div, Max or Min (binary_alg, a
-  // dnnl_alg_kind_t) done here: DNNL_ARG_SRC_0 and DNNL_ARG_DST dense
-  // row-major float32 of the result's shape, DNNL_ARG_SRC_1 dense row-major
-  // of the same rank, broadcast where its dim is 1. Only instances of a
-  // shape-polymorphic partition have it (Lowering::lower_binary).
-  bool small_binary = false;
-  int binary_alg = 0;
-  // ONNX DynamicQuantizeLinear of DNNL_ARG_SRC (dense float32, any shape),
-  // done here: the range of its values (widened to include 0) gives the
-  // scale and the zero point; DNNL_ARG_DST gets the uint8 values,
-  // DNNL_ARG_DST_1 the zero point (int32, one), DNNL_ARG_DST_2 the scale
-  // times each of the DNNL_ARG_SCALE constants (float32): the runtime
-  // zero point and output scales of the int8 matmul that follows
-  // (Lowering::lower_qdynamic).
-  bool dynamic_quantize = false;
-  // A table lookup, done here: DNNL_ARG_DST byte i = DNNL_ARG_WEIGHTS byte
-  // (DNNL_ARG_SRC byte i), over the bytes of DNNL_ARG_SRC (dense, one byte
-  // per element; DST in the same layout): an elementwise function of a
-  // quantized tensor (Lowering::lower_table).
-  bool table = false;
+  StepOp op;
   // This step and the next run at the same time, each on one thread of the
   // team, when the plan has two or more (Binder::run; one after the other
   // otherwise): the two directions of a bidirectional recurrent layer.
   // Neither touches what the other writes; the second has its scratchpad in
   // an arena buffer of its own (PlanBuilder::run_beside).
   bool beside_next = false;
+
+  template <class T>
+  const T* as() const {
+    return std::get_if<T>(&op);
+  }
+  // The axis a concatenation joins along (a oneDNN concat's, a CopyConcat's,
+  // 1 for a ConcatNorm); -1 for any other step.
+  int concat_axis() const;
+  // What the step is, for a profile: the primitive's kind or the loop's.
+  const char* kind_name() const;
 };
 
 class Compiled;
@@ -214,7 +240,7 @@ class Binder {
     bool input;
     size_t index;
   };
-  // One source of a copy_concat step: copied from `arg` (its memory in
+  // One source of a CopyConcat step: copied from `arg` (its memory in
   // args_) to the destination, `offset` elements in; dims and strides in
   // elements, coalesced.
   struct CopyPart {
@@ -224,10 +250,12 @@ class Binder {
   };
   void plan_copy(size_t step);
   void run_copy(size_t step);
-  // A concat_norm step: copies_ holds one part per source, `offset` its
+  // A ConcatNorm step: copies_ holds one part per source, `offset` its
   // first output channel, dims {pixels, its channels}.
   void plan_concat_norm(size_t step);
+  struct RunStep;
   void run_step(size_t s, dnnl::stream& stream);
+  void run_primitive(size_t s, dnnl::stream& stream);
   // Steps s and s + 1 at the same time, one thread each (Step::beside_next).
   void run_beside(size_t s, dnnl::stream& stream);
   void run_concat_norm(size_t step);
@@ -242,7 +270,7 @@ class Binder {
   std::vector<dnnl::memory> mems_;
   std::vector<Binding> bindings_;
   std::vector<std::vector<dnnl_exec_arg_t>> args_;
-  std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless copy_concat)
+  std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless a CopyConcat or ConcatNorm)
   dnnl::stream side_;  // the second thread's of two steps side by side; made at first use
 };
 

@@ -88,7 +88,7 @@ struct INode {
   // padded cells.
   Dims pad_before;
   // BatchNormalization: the Concat INode (along the channels) it absorbed,
-  // whose inputs it normalizes straight into one output (concat_norm).
+  // whose inputs it normalizes straight into one output (steps::ConcatNorm).
   int concat = -1;
   int anchor = -1;  // index of the INode where this group executes
   int group = -1;   // absorbed node: the INode it was fused into

@@ -129,13 +129,14 @@ void report_plan(const Compiled& c) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   std::ofstream out(c.tuning.plan_report, std::ios::app);
-  for (const Step& s : c.steps)
+  for (const Step& s : c.steps) {
+    const bool copy = s.as<steps::CopyConcat>() || s.as<steps::ConcatNorm>();
     out << c.name << '\t'
-        << (s.concat_norm   ? "concat_norm"
-            : s.copy_concat ? "copy_concat"
-                            : s.kind)
-        << '\t' << (s.copy_concat ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what
-        << '\n';
+        << (s.as<steps::ConcatNorm>() ? "concat_norm"
+            : copy                    ? "copy_concat"
+                                      : s.kind)
+        << '\t' << (copy ? "backplane" : s.impl) << '\t' << s.layouts << '\t' << s.what << '\n';
+  }
 }
 
 }  // namespace backplane::onednn

@@ -783,10 +783,8 @@ bool Lowering::lower_concat_norm(const INode& n) {
   args.push_back({DNNL_ARG_SHIFT, b_.const_ref(cmd, shift.data(), node_tag("cnb", n.node))});
   const int dst = b_.new_arena(channels_last_md(out));
   args.push_back({DNNL_ARG_DST, dst});
-  b_.add_copy_concat(std::move(args), 1, g_.describe(cat.node) + " + " + g_.describe(n.node));
-  Step& step = c_.steps.back();
-  step.concat_norm = true;
-  step.concat_relu = !n.post.empty();  // absorb_relu's
+  b_.add_concat_norm(std::move(args), /*relu=*/!n.post.empty(),  // absorb_relu's
+                     g_.describe(cat.node) + " + " + g_.describe(n.node));
   tensors_[n.out] = dst;
   return true;
 }
@@ -958,7 +956,7 @@ void Lowering::lower_concat(const INode& n) {
     args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
   args.push_back({DNNL_ARG_DST, dst});
   b_.add_step(prim, std::move(args), pd, g_.describe(n.node));
-  c_.steps.back().concat_axis = static_cast<int>(axis);
+  c_.steps.back().op = steps::Primitive{static_cast<int>(axis)};
   tensors_[n.out] = dst;
 }
 

@@ -161,7 +161,7 @@ class Lowering {
   // A Gemm or MatMul in int8 (QuantGroup): a matmul of x's rows.
   void lower_qproduct(const INode& n);
   // A MatMulInteger of a DynamicQuantizeLinear, to the float result
-  // (QuantGroup::dynamic): a dynamic_quantize step, then an int8 matmul.
+  // (QuantGroup::dynamic): a DynamicQuantize step, then an int8 matmul.
   void lower_qdynamic(const INode& n);
   // A QuantizeLinear of a function of one quantized tensor, as a table.
   void lower_table(const INode& n);

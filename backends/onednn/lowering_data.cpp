@@ -285,7 +285,7 @@ int Lowering::pad_axis(int cur, int axis, int64_t lo, int64_t hi, float value, i
     args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]});
   args.push_back({DNNL_ARG_DST, dst});
   b_.add_step(prim, std::move(args), pd, g_.describe(node));
-  c_.steps.back().concat_axis = axis;
+  c_.steps.back().op = steps::Primitive{axis};
   return dst;
 }
 

@@ -216,7 +216,7 @@ void Lowering::lower_rnn_beside(const INode& n, const RnnSpec& both, int x, bool
     return b_.const_ref(state, slice.data());
   };
   const bool src_iter = in(5) >= 0 || in(6) >= 0;
-  std::vector<std::pair<int, int>> ys, yhs, ycs;  // copy_concat sources, per direction
+  std::vector<std::pair<int, int>> ys, yhs, ycs;  // CopyConcat sources, per direction
   const int first = static_cast<int>(c_.steps.size());
   {
     // Each runs on one thread: made for one.

@@ -190,12 +190,12 @@ struct PostOpRecord {
   float alpha = 0.f, beta = 0.f;
 };
 
-// The step kind of a copy_concat step (compiled.hpp): no oneDNN primitive,
+// The step kind of a CopyConcat step (compiled.hpp): no oneDNN primitive,
 // so none of oneDNN's kinds (which are all >= 0).
 constexpr int32_t kCopyConcatKind = -1;
 // The step kind of a gather step (compiled.hpp): no oneDNN primitive either.
 constexpr int32_t kGatherKind = -2;
-// A copy_concat step that normalizes on the way (concat_norm).
+// A ConcatNorm step.
 constexpr int32_t kConcatNormKind = -3;
 
 void write_args(Writer& w, const Step& step) {
@@ -207,23 +207,24 @@ void write_args(Writer& w, const Step& step) {
 }
 
 void write_step(Writer& w, const Step& step) {
-  if (step.copy_concat) {
-    w.pod(step.concat_norm ? kConcatNormKind : kCopyConcatKind);
+  const auto* norm = step.as<steps::ConcatNorm>();
+  if (norm != nullptr || step.as<steps::CopyConcat>()) {
+    w.pod(norm != nullptr ? kConcatNormKind : kCopyConcatKind);
     w.str(step.what);
-    w.pod(static_cast<int32_t>(step.concat_axis));
-    if (step.concat_norm) w.pod(static_cast<uint8_t>(step.concat_relu ? 1 : 0));
+    w.pod(static_cast<int32_t>(step.concat_axis()));
+    if (norm != nullptr) w.pod(static_cast<uint8_t>(norm->relu ? 1 : 0));
     write_args(w, step);
     return;
   }
-  if (step.gather) {
+  if (const auto* gather = step.as<steps::Gather>()) {
     w.pod(kGatherKind);
     w.str(step.what);
-    w.pod(static_cast<int32_t>(step.gather_axis));
-    w.pod(static_cast<int32_t>(step.index_bytes));
+    w.pod(static_cast<int32_t>(gather->axis));
+    w.pod(static_cast<int32_t>(gather->index_bytes));
     write_args(w, step);
     return;
   }
-  if (!step.prim)
+  if (!step.as<steps::Primitive>() || !step.prim)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + " is not a oneDNN primitive");
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   dnnl_primitive_kind_t kind{};
@@ -238,7 +239,7 @@ void write_step(Writer& w, const Step& step) {
     int32_t n = 0;
     check(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n),
           "query concat inputs");
-    w.pod(static_cast<int32_t>(step.concat_axis));
+    w.pod(static_cast<int32_t>(step.concat_axis()));
     w.pod(static_cast<uint32_t>(n));
     for (int i = 0; i < n; ++i)
       w.pod(*dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, i));
@@ -621,7 +622,7 @@ struct Recipe {
   std::vector<uint8_t> op;               // everything else: the operation descriptor
   dnnl::primitive_attr attr;
   std::vector<int> required;  // the arguments the primitive reads or writes
-  bool copy = false;          // a copy_concat or gather step: no primitive
+  bool copy = false;          // a CopyConcat, ConcatNorm or Gather step: no primitive
 };
 
 void read_args(Reader& r, Step& step) {
@@ -640,22 +641,21 @@ Recipe read_step(Reader& r, Step& step) {
   step.what = r.str("step name");
   if (kind == kCopyConcatKind || kind == kConcatNormKind) {
     rc.copy = true;
-    step.copy_concat = true;
-    step.concat_norm = kind == kConcatNormKind;
-    step.concat_axis = r.pod<int32_t>("concat axis");
-    if (step.concat_norm) {
+    const int32_t axis = r.pod<int32_t>("concat axis");
+    if (kind == kConcatNormKind) {
       const uint8_t relu = r.pod<uint8_t>("concat relu");
-      if (relu > 1) r.fail("has a bad concat in " + step.what);
-      step.concat_relu = relu == 1;
+      if (relu > 1 || axis != 1) r.fail("has a bad concat in " + step.what);
+      step.op = steps::ConcatNorm{relu == 1};
+    } else {
+      step.op = steps::CopyConcat{axis};
     }
     read_args(r, step);
     return rc;  // its arguments are checked by check_copy_concat
   }
   if (kind == kGatherKind) {
     rc.copy = true;
-    step.gather = true;
-    step.gather_axis = r.pod<int32_t>("gather axis");
-    step.index_bytes = r.pod<int32_t>("index size");
+    const int32_t axis = r.pod<int32_t>("gather axis");
+    step.op = steps::Gather{axis, r.pod<int32_t>("index size")};
     read_args(r, step);
     return rc;  // its arguments are checked by check_gather
   }
@@ -670,14 +670,14 @@ Recipe read_step(Reader& r, Step& step) {
     rc.dst = read_md(r, "reorder destination");
     rc.required = {DNNL_ARG_SRC, DNNL_ARG_DST};
   } else if (rc.kind == dnnl_concat) {
-    step.concat_axis = r.pod<int32_t>("concat axis");
+    step.op = steps::Primitive{r.pod<int32_t>("concat axis")};
     const size_t n = r.count("concat inputs", sizeof(dnnl_memory_desc_t));
     for (size_t i = 0; i < n; ++i) rc.srcs.push_back(read_md(r, "concat input"));
     rc.dst = read_md(r, "concat destination");
     for (size_t i = 0; i < n; ++i)
       rc.required.push_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
     rc.required.push_back(DNNL_ARG_DST);
-    if (n == 0 || step.concat_axis < 0 || step.concat_axis >= rc.dst.data.ndims)
+    if (n == 0 || step.concat_axis() < 0 || step.concat_axis() >= rc.dst.data.ndims)
       r.fail("has a bad concat in " + step.what);
   } else {
     const size_t size = op_desc_size(rc.kind);
@@ -743,7 +743,7 @@ dnnl::primitive create(const Recipe& rc, const Step& step, int threads) {
           dnnl::reorder::primitive_desc(engine(), rc.src, engine(), rc.dst, rc.attr));
     if (rc.kind == dnnl_concat)
       return dnnl::concat(
-          dnnl::concat::primitive_desc(rc.dst, step.concat_axis, rc.srcs, engine(), rc.attr));
+          dnnl::concat::primitive_desc(rc.dst, step.concat_axis(), rc.srcs, engine(), rc.attr));
     PdHolder h;
     const dnnl_status_t st =
         dnnl_primitive_desc_create(&h.pd, rc.op.data(), rc.attr.get(), engine().get(), nullptr);
@@ -1045,7 +1045,7 @@ void bind_constants(Reader& r, Compiled& c, const ConstantKeys& k) {
 // Every argument once; what a step writes is arena or output memory (never a
 // weight in the read-only mapping, never the caller's input); the scratchpad
 // is the scratchpad; every argument the primitive uses is given.
-// A copy_concat step copies each source, by its strides, into its window of
+// A CopyConcat step copies each source, by its strides, into its window of
 // the destination: every layout plain (strided, no blocks), the sources
 // MULTIPLE_SRC 0..n-1 equal to the destination but along the axis, where
 // they add up to it, so no copy reaches outside a reference's bytes.
@@ -1063,7 +1063,7 @@ bool may_overlap(const Compiled& c, int a, int b) {
 }
 
 // Whether reference `ref` starts where values of `bytes` may be read in
-// place: the steps done here (copy_concat, concat_norm, gather) read floats
+// place: the steps done here (CopyConcat, ConcatNorm, Gather) read floats
 // and indices as such, not byte by byte. An arena buffer's offset comes from
 // the payload (the plan builder aligns each at 64 bytes, a window inside one
 // at whole elements; a fuzzed payload put one at an odd offset), a constant
@@ -1078,6 +1078,7 @@ bool starts_aligned(const Compiled& c, int ref, size_t bytes) {
 }
 
 void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
+  const bool norm = step.as<steps::ConcatNorm>() != nullptr;
   auto plain = [](const dnnl::memory::desc& md) {
     return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
   };
@@ -1086,11 +1087,11 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   for (auto [arg, ref] : step.args) {
     if (arg == DNNL_ARG_DST && dst < 0) dst = ref;
     else if (arg == DNNL_ARG_MULTIPLE_SRC + static_cast<int>(srcs.size())) srcs.push_back(ref);
-    else if (step.concat_norm && arg == DNNL_ARG_SCALE && scale < 0) scale = ref;
-    else if (step.concat_norm && arg == DNNL_ARG_SHIFT && shift < 0) shift = ref;
+    else if (norm && arg == DNNL_ARG_SCALE && scale < 0) scale = ref;
+    else if (norm && arg == DNNL_ARG_SHIFT && shift < 0) shift = ref;
     else r.fail("gives " + step.what + " an argument it cannot take");
   }
-  if (dst < 0 || srcs.empty() || (step.concat_norm && (scale < 0 || shift < 0)))
+  if (dst < 0 || srcs.empty() || (norm && (scale < 0 || shift < 0)))
     r.fail("leaves an argument of " + step.what + " out");
   for (auto [arg, ref] : step.args)
     if (!starts_aligned(c, ref, sizeof(float)))
@@ -1099,7 +1100,7 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
   if (out.constant || out.scratch || out.buffer < 0 || c.buffers[out.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
   const int rank = out.md->data.ndims;
-  const int axis = step.concat_axis;
+  const int axis = step.concat_axis();
   if (!plain(out.md) || axis < 0 || axis >= rank) r.fail("has a bad concat in " + step.what);
   int64_t along = 0;
   for (int ref : srcs) {
@@ -1112,7 +1113,7 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
     along += in.md->data.dims[axis];
   }
   if (along != out.md->data.dims[axis]) r.fail("has a bad concat in " + step.what);
-  if (!step.concat_norm) return;
+  if (!norm) return;
   // Normalized on the way: channels along axis 1, every layout dense
   // channels-last (the run's addressing), a float per channel in each of
   // the two constants.
@@ -1136,6 +1137,7 @@ void check_copy_concat(Reader& r, const Compiled& c, const Step& step) {
 // size must be exactly that (the run checks every index against the axis);
 // its indices (SRC_1) are int32 or int64, whole ones, never the scratchpad.
 void check_gather(Reader& r, const Compiled& c, const Step& step) {
+  const steps::Gather& gather = *step.as<steps::Gather>();
   auto plain_f32 = [](const dnnl::memory::desc& md) {
     return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0 &&
            md.data.data_type == dnnl_f32 && md.data.ndims > 0;
@@ -1152,8 +1154,8 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
   }
   if (data < 0 || indices < 0 || dst < 0) r.fail("leaves an argument of " + step.what + " out");
   if (!starts_aligned(c, data, sizeof(float)) || !starts_aligned(c, dst, sizeof(float)) ||
-      ((step.index_bytes == 4 || step.index_bytes == 8) &&
-       !starts_aligned(c, indices, size_t(step.index_bytes))))
+      ((gather.index_bytes == 4 || gather.index_bytes == 8) &&
+       !starts_aligned(c, indices, size_t(gather.index_bytes))))
     r.fail("places an argument of " + step.what + " at a byte offset not of whole elements");
   const MemRef &x = c.refs[data], &idx = c.refs[indices], &y = c.refs[dst];
   if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
@@ -1161,8 +1163,8 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
   if (x.scratch || idx.scratch || !plain_f32(x.md) || !plain_f32(y.md) ||
       may_overlap(c, data, dst) || may_overlap(c, indices, dst))
     r.fail("has a bad gather in " + step.what);
-  const int rank = x.md->data.ndims, axis = step.gather_axis;
-  if (axis < 0 || axis >= rank || (step.index_bytes != 4 && step.index_bytes != 8))
+  const int rank = x.md->data.ndims, axis = gather.axis;
+  if (axis < 0 || axis >= rank || (gather.index_bytes != 4 && gather.index_bytes != 8))
     r.fail("has a bad gather in " + step.what);
   // The data is dense row-major: rows are contiguous, as the run reads them.
   // Every product is checked: the run indexes the data as outer x axis x row
@@ -1179,9 +1181,9 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
       x.md->get_size() != static_cast<size_t>(stride) * sizeof(float))
     r.fail("has a bad gather in " + step.what);
   const size_t index_bytes = idx.md->get_size();
-  if (index_bytes == 0 || index_bytes % static_cast<size_t>(step.index_bytes) != 0)
+  if (index_bytes == 0 || index_bytes % static_cast<size_t>(gather.index_bytes) != 0)
     r.fail("has a bad gather in " + step.what);
-  count = static_cast<int64_t>(index_bytes / static_cast<size_t>(step.index_bytes));
+  count = static_cast<int64_t>(index_bytes / static_cast<size_t>(gather.index_bytes));
   if (rows > INT64_MAX / static_cast<int64_t>(sizeof(float)) / count ||
       y.md->get_size() != static_cast<size_t>(rows * count) * sizeof(float))
     r.fail("has a bad gather in " + step.what);
@@ -1197,7 +1199,7 @@ bool writes(int arg) {
 // arena buffer of its own (PlanBuilder::run_beside).
 void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe,
                      bool own_scratch) {
-  if (step.gather) return check_gather(r, c, step);
+  if (step.as<steps::Gather>()) return check_gather(r, c, step);
   if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {
@@ -1230,7 +1232,7 @@ void check_beside(Reader& r, const Compiled& c, size_t s) {
 
 // Each argument must be in the layout the primitive, as made now, wants.
 void check_layouts(const Compiled& c, const Step& step, const std::string& where) {
-  if (step.copy_concat || step.gather) return;  // check_copy_concat / check_gather took them
+  if (!step.as<steps::Primitive>()) return;  // check_copy_concat / check_gather took them
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();
   for (auto [arg, ref] : step.args) {
     const dnnl_memory_desc_t* want =

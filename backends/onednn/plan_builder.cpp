@@ -300,27 +300,25 @@ void PlanBuilder::add_step(dnnl::primitive prim, std::vector<std::pair<int, int>
 
 void PlanBuilder::add_copy_concat(std::vector<std::pair<int, int>> args, int axis,
                                   const std::string& what) {
-  push_step(dnnl::primitive(), std::move(args), what);
-  c_.steps.back().copy_concat = true;
-  c_.steps.back().concat_axis = axis;
+  push_step(dnnl::primitive(), std::move(args), what, steps::CopyConcat{axis});
+}
+
+void PlanBuilder::add_concat_norm(std::vector<std::pair<int, int>> args, bool relu,
+                                  const std::string& what) {
+  push_step(dnnl::primitive(), std::move(args), what, steps::ConcatNorm{relu});
 }
 
 void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index_bytes,
                              const std::string& what) {
   push_step(dnnl::primitive(),
-            {{DNNL_ARG_SRC_0, data}, {DNNL_ARG_SRC_1, indices}, {DNNL_ARG_DST, dst}}, what);
-  Step& step = c_.steps.back();
-  step.gather = true;
-  step.gather_axis = axis;
-  step.index_bytes = index_bytes;
+            {{DNNL_ARG_SRC_0, data}, {DNNL_ARG_SRC_1, indices}, {DNNL_ARG_DST, dst}}, what,
+            steps::Gather{axis, index_bytes});
 }
 
 void PlanBuilder::add_small_binary(int a, int b, int dst, dnnl::algorithm alg,
                                    const std::string& what) {
   push_step(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, dst}},
-            what);
-  c_.steps.back().small_binary = true;
-  c_.steps.back().binary_alg = static_cast<int>(dnnl::convert_to_c(alg));
+            what, steps::SmallBinary{dnnl::convert_to_c(alg)});
 }
 
 void PlanBuilder::add_dynamic_quantize(int src, int dst, int zero_point, int scales,
@@ -331,19 +329,18 @@ void PlanBuilder::add_dynamic_quantize(int src, int dst, int zero_point, int sca
              {DNNL_ARG_DST, dst},
              {DNNL_ARG_DST_1, zero_point},
              {DNNL_ARG_DST_2, scales}},
-            what);
-  c_.steps.back().dynamic_quantize = true;
+            what, steps::DynamicQuantize{});
 }
 
 void PlanBuilder::add_table(int src, int table, int dst, const std::string& what) {
   push_step(dnnl::primitive(),
-            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}}, what);
-  c_.steps.back().table = true;
+            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}}, what,
+            steps::Table{});
 }
 
 void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
-  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what);
-  c_.steps.back().row_softmax = true;
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what,
+            steps::RowSoftmax{});
 }
 
 namespace {
@@ -359,12 +356,13 @@ void mark_uses(Compiled& c, const std::vector<std::pair<int, int>>& args, int s)
 }  // namespace
 
 void PlanBuilder::push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
-                            const std::string& what) {
+                            const std::string& what, StepOp op) {
   mark_uses(c_, args, static_cast<int>(c_.steps.size()));
   Step step;
   step.prim = std::move(prim);
   step.args = std::move(args);
   step.what = what;
+  step.op = op;
   c_.steps.push_back(std::move(step));
 }
 
@@ -544,10 +542,8 @@ void PlanBuilder::concat_in_place() {
   std::vector<size_t> drop;
   for (size_t s = 0; s < c_.steps.size(); ++s) {
     const Step& step = c_.steps[s];
-    const bool concat = step.concat_axis >= 0 && !step.concat_norm &&
-                        (step.copy_concat ||
-                         (step.prim && step.prim.get_kind() == dnnl::primitive::kind::concat));
-    if (!concat) continue;
+    const int axis = step.concat_axis();
+    if (axis < 0 || step.as<steps::ConcatNorm>()) continue;
     int dst = -1;
     std::vector<int> srcs;
     for (auto [arg, r] : step.args) {
@@ -575,10 +571,10 @@ void PlanBuilder::concat_in_place() {
       if (buf.kind != Buffer::kArena || buf.parent >= 0 ||
           written[b] != 1 || m.md->get_size() != buf.size)
         break;
-      std::optional<size_t> off = window_offset(c_.refs[dst].md, m.md, step.concat_axis, along);
+      std::optional<size_t> off = window_offset(c_.refs[dst].md, m.md, axis, along);
       if (!off) break;
       at.push_back(*off);
-      along += m.md->data.dims[step.concat_axis];
+      along += m.md->data.dims[axis];
       total += buf.size;
     }
     if (at.size() != srcs.size() || total != c_.buffers[out].size) continue;

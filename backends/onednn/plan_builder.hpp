@@ -204,22 +204,20 @@ class PlanBuilder {
   // in a buffer of its own, and every buffer either one touches lives through
   // both.
   void run_beside(int first);
-  // Appends a copy_concat step (compiled.hpp) of `args` along `axis`.
+  // Append a step of the backend's own (compiled.hpp, steps::*).
   void add_copy_concat(std::vector<std::pair<int, int>> args, int axis, const std::string& what);
-  // Appends a gather step (compiled.hpp): rows of plain `data` along `axis`
-  // picked by the run-time `indices` (index_bytes each) into plain `dst`.
-  // Appends a small_binary step (compiled.hpp) of `alg` over `a` and `b` into `dst`.
-  void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
-  // Appends a row_softmax step (compiled.hpp) from `src` into `dst`.
-  void add_row_softmax(int src, int dst, const std::string& what);
-  // Appends a table step (compiled.hpp): dst = table[src], bytewise.
-  void add_table(int src, int table, int dst, const std::string& what);
-  // Appends a dynamic_quantize step (compiled.hpp) of `src` into `dst`,
-  // `zero_point` and `scales` (= its scale times `w_scales`).
-  void add_dynamic_quantize(int src, int dst, int zero_point, int scales, int w_scales,
-                            const std::string& what);
+  void add_concat_norm(std::vector<std::pair<int, int>> args, bool relu, const std::string& what);
+  // Rows of plain `data` along `axis` picked by the run-time `indices`
+  // (index_bytes each) into plain `dst`.
   void add_gather(int data, int indices, int dst, int axis, int index_bytes,
                   const std::string& what);
+  void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
+  void add_row_softmax(int src, int dst, const std::string& what);
+  // dst = table[src], bytewise.
+  void add_table(int src, int table, int dst, const std::string& what);
+  // `src` into `dst`, `zero_point` and `scales` (= its scale times `w_scales`).
+  void add_dynamic_quantize(int src, int dst, int zero_point, int scales, int w_scales,
+                            const std::string& what);
 
   // `ref` in layout `want`: itself, or a (cached) reorder into a new buffer.
   int as_md(int ref, const dnnl::memory::desc& want);
@@ -257,7 +255,7 @@ class PlanBuilder {
   int add_const(const dnnl::memory::desc& md, const dnnl::memory& m, const std::string& tag,
                 std::shared_ptr<char> owned = nullptr);
   void push_step(dnnl::primitive prim, std::vector<std::pair<int, int>> args,
-                 const std::string& what);
+                 const std::string& what, StepOp op = steps::Primitive{});
   // make()'s body: `op` is what the primitive is made from, `create` makes
   // its descriptor.
   template <class P, class Create>

@@ -431,10 +431,7 @@ void check_binary(ViewInfo& g, int n, const Dims&, int y) {
   if (!a_full && !b_full) throw fail("broadcasting both operands is not supported");
   if (!a_full && !commutative && !a_const_scalar)
     throw fail("broadcasting the first operand of " + std::string(op) + " is not supported");
-  // A broadcast oneDNN has only a reference kernel for stays with CpuRef. An
-  // instance of a shape-polymorphic partition is past placement: its
-  // lowering tries the kernels itself, or runs small ones in its own loop.
-  if (g.instance) return;
+  // A broadcast oneDNN has only a reference kernel for stays with CpuRef.
   const int other = g.in(n, a_full ? 1 : 0);
   const Dims bs = left_pad(g.shape(other), ys.size());
   if (bs == ys || g.scalar(other)) return;

@@ -1,5 +1,6 @@
 #include <backplane/tensor.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -138,8 +139,18 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> 
 }
 
 Tensor Tensor::copy_of(DType dtype, Shape shape, const void* data) {
-  Tensor t(dtype, std::move(shape));
-  if (t.size_bytes() > 0) std::memcpy(t.data_, data, t.size_bytes());
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  const size_t bytes = t.size_bytes();
+  // (Not zero-filled first: every byte is written.)
+  const size_t alloc = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, alloc);
+  if (p == nullptr) throw std::bad_alloc();
+  if (bytes > 0) std::memcpy(p, data, bytes);
+  if (alloc > bytes) std::memset(static_cast<char*>(p) + bytes, 0, alloc - bytes);
+  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.data_ = p;
   return t;
 }
 

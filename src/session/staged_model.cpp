@@ -7,6 +7,7 @@
 #include "ir/op_registry.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -602,6 +603,8 @@ class StagedSession : public Session {
       : model_(std::move(model)), state_(model_->program().new_state()) {
     inputs_.resize(model_->inputs().size());
     set_.assign(inputs_.size(), false);
+    input_bytes_.resize(inputs_.size());
+    input_capacity_.assign(inputs_.size(), 0);
     outputs_.resize(model_->outputs().size());
     tensors_.resize(outputs_.size());
     bound_.resize(outputs_.size());
@@ -621,7 +624,22 @@ class StagedSession : public Session {
   }
   Status set_input(size_t index, const Tensor& tensor) override {
     BP_RETURN_IF_ERROR(check_tensor(index, tensor));
-    inputs_[index] = AnyValue::of(tensor.clone());
+    // Into this input's buffer, kept from run to run unless something still
+    // holds the last run's bytes (an output that is this input): a fresh
+    // allocation per run cost page faults on every run.
+    inputs_[index] = AnyValue();
+    std::shared_ptr<void>& bytes = input_bytes_[index];
+    const size_t size = tensor.size_bytes();
+    if (bytes == nullptr || bytes.use_count() > 1 || input_capacity_[index] < size) {
+      const size_t capacity = std::max<size_t>(64, (size + 63) / 64 * 64);
+      void* p = std::aligned_alloc(64, capacity);
+      if (p == nullptr)
+        return Status(StatusCode::kOutOfMemory, "input of " + std::to_string(size) + " bytes");
+      bytes = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      input_capacity_[index] = capacity;
+    }
+    if (size > 0) std::memcpy(bytes.get(), tensor.data(), size);
+    inputs_[index] = AnyValue::of(Tensor::view(tensor.dtype(), tensor.shape(), bytes.get(), bytes));
     set_[index] = true;
     return ok_status();
   }
@@ -767,6 +785,9 @@ class StagedSession : public Session {
   std::unique_ptr<ProgramState> state_;
   std::vector<AnyValue> inputs_;
   std::vector<bool> set_;
+  // Per input: the bytes set_input copies into, and how many there are.
+  std::vector<std::shared_ptr<void>> input_bytes_;
+  std::vector<size_t> input_capacity_;
   std::vector<AnyValue> outputs_;
   std::vector<Tensor> tensors_;  // the tensor outputs, for output(index)
   std::vector<Tensor> bound_;

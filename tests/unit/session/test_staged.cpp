@@ -114,6 +114,41 @@ TEST_P(Backends, NonZeroOutputsOfUnknownSizeReachTheUserAndFeedLaterStages) {
   EXPECT_FALSE((*model)->backends_used().empty());
 }
 
+// set_input copies into the session's buffer for the input, kept from run
+// to run; an output the user still holds that is that very input (the
+// graph's output "x" is its input) keeps the bytes of its own run.
+TEST(Staged, AnOutputThatIsTheInputKeepsItsRunsBytesAfterTheNextSetInput) {
+  bt::TempDir dir;
+  bt::ModelBuilder b(13, "input_out");
+  b.input("x", {3, 4});
+  b.node("NonZero", {"x"}, {"nz"}, "nonzero");
+  b.output("nz", {2, "k"}, onnx::TensorProto::INT64);
+  b.output("x", {3, 4});
+  auto model = runtime()->load_model(b.save(dir));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE((*model)->runs_in_stages());
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  const std::vector<float> first = {0, 1, 0, 2, 0, 0, 0, 0, 3, 0, 0, 4};
+  const std::vector<float> second = {5, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0};
+  const std::vector<float> third = {0, 0, 7, 0, 8, 0, 0, 9, 0, 0, 0, 1};
+  Tensor held;
+  for (const auto* p : {&first, &second, &third}) {
+    Tensor x = floats({3, 4}, *p);
+    ASSERT_TRUE((*session)->set_input("x", x).ok());
+    x.data_as<float>()[0] = 99;  // the caller's tensor is the caller's
+    ASSERT_TRUE((*session)->run().ok());
+    auto out = (*session)->get_output("x");
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(values_f(*out), *p);
+    if (held.empty()) held = *out;
+    auto nz = (*session)->get_output("nz");
+    ASSERT_TRUE(nz.ok());
+    EXPECT_EQ(nz->shape()[1], p == &second ? 2 : 4);
+  }
+  EXPECT_EQ(values_f(held), first);  // the first run's, though two runs came after
+}
+
 INSTANTIATE_TEST_SUITE_P(Staged, Backends,
                          ::testing::Values(std::vector<std::string>{"CpuRef"},
                                            std::vector<std::string>{}),  // the default order

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -488,7 +489,10 @@ void Lowering::lower_gemm(const INode& n) {
   // other instance or partition of the model has them in this layout already
   // (tagged by their constants' data and the scale).
   auto scaled_tag = [&](int v, float scale) {
-    return value_tag(g_, v) + (scale == 1.f ? "" : "*" + std::to_string(scale));
+    if (scale == 1.f) return value_tag(g_, v);
+    char exact[32];  // %a: every float its own text (to_string rounds to 6 decimals)
+    std::snprintf(exact, sizeof exact, "*%a", static_cast<double>(scale));
+    return value_tag(g_, v) + exact;
   };
   const std::string wtag = scaled_tag(n.in[1], alpha);
   // With alpha 1, B as it is ([N, K] or [K, N]): the reorder reads it in place.

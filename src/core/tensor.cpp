@@ -117,16 +117,23 @@ std::string shape_to_string(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  size_t bytes = size_bytes();
-  // Round up so aligned_alloc's size is a multiple of the alignment; never 0.
-  size_t alloc = ((bytes + 63) / 64) * 64;
-  if (alloc == 0) alloc = 64;
+namespace {
+// 64-byte aligned memory for `bytes` bytes, those past them (to the next
+// multiple of 64, and at least 64) zeroed; the first `bytes` are left as
+// they are unless `zero`.
+std::shared_ptr<void> aligned_bytes(size_t bytes, bool zero) {
+  const size_t alloc = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, alloc);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, alloc);
-  storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  data_ = p;
+  const size_t from = zero ? 0 : bytes;
+  std::memset(static_cast<char*>(p) + from, 0, alloc - from);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  storage_ = aligned_bytes(size_bytes(), /*zero=*/true);
+  data_ = storage_.get();
 }
 
 Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> keep_alive) {
@@ -143,14 +150,9 @@ Tensor Tensor::copy_of(DType dtype, Shape shape, const void* data) {
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   const size_t bytes = t.size_bytes();
-  // (Not zero-filled first: every byte is written.)
-  const size_t alloc = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, alloc);
-  if (p == nullptr) throw std::bad_alloc();
-  if (bytes > 0) std::memcpy(p, data, bytes);
-  if (alloc > bytes) std::memset(static_cast<char*>(p) + bytes, 0, alloc - bytes);
-  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  t.data_ = p;
+  t.storage_ = aligned_bytes(bytes, /*zero=*/false);  // every byte is written next
+  t.data_ = t.storage_.get();
+  if (bytes > 0) std::memcpy(t.data_, data, bytes);
   return t;
 }
 

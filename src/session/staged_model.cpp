@@ -7,7 +7,6 @@
 #include "ir/op_registry.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -603,8 +602,7 @@ class StagedSession : public Session {
       : model_(std::move(model)), state_(model_->program().new_state()) {
     inputs_.resize(model_->inputs().size());
     set_.assign(inputs_.size(), false);
-    input_bytes_.resize(inputs_.size());
-    input_capacity_.assign(inputs_.size(), 0);
+    input_buffers_.resize(inputs_.size());
     outputs_.resize(model_->outputs().size());
     tensors_.resize(outputs_.size());
     bound_.resize(outputs_.size());
@@ -628,18 +626,13 @@ class StagedSession : public Session {
     // holds the last run's bytes (an output that is this input): a fresh
     // allocation per run cost page faults on every run.
     inputs_[index] = AnyValue();
-    std::shared_ptr<void>& bytes = input_bytes_[index];
+    std::shared_ptr<Tensor>& buffer = input_buffers_[index];
     const size_t size = tensor.size_bytes();
-    if (bytes == nullptr || bytes.use_count() > 1 || input_capacity_[index] < size) {
-      const size_t capacity = std::max<size_t>(64, (size + 63) / 64 * 64);
-      void* p = std::aligned_alloc(64, capacity);
-      if (p == nullptr)
-        return Status(StatusCode::kOutOfMemory, "input of " + std::to_string(size) + " bytes");
-      bytes = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-      input_capacity_[index] = capacity;
-    }
-    if (size > 0) std::memcpy(bytes.get(), tensor.data(), size);
-    inputs_[index] = AnyValue::of(Tensor::view(tensor.dtype(), tensor.shape(), bytes.get(), bytes));
+    if (buffer == nullptr || buffer.use_count() > 1 || buffer->size_bytes() < size)
+      buffer = std::make_shared<Tensor>(DType::kUInt8, Shape{static_cast<int64_t>(size)});
+    if (size > 0) std::memcpy(buffer->data(), tensor.data(), size);
+    inputs_[index] =
+        AnyValue::of(Tensor::view(tensor.dtype(), tensor.shape(), buffer->data(), buffer));
     set_[index] = true;
     return ok_status();
   }
@@ -785,9 +778,8 @@ class StagedSession : public Session {
   std::unique_ptr<ProgramState> state_;
   std::vector<AnyValue> inputs_;
   std::vector<bool> set_;
-  // Per input: the bytes set_input copies into, and how many there are.
-  std::vector<std::shared_ptr<void>> input_bytes_;
-  std::vector<size_t> input_capacity_;
+  // Per input: the bytes set_input copies into (a view of them is the input).
+  std::vector<std::shared_ptr<Tensor>> input_buffers_;
   std::vector<AnyValue> outputs_;
   std::vector<Tensor> tensors_;  // the tensor outputs, for output(index)
   std::vector<Tensor> bound_;

@@ -89,7 +89,19 @@ Status ConstantBlock::acquire() {
 
 void ConstantBlock::release() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (holds_ > 0 && --holds_ == 0 && drop_when_free_) drop_locked();
+  if (holds_ > 0 && --holds_ == 0 && pins_ == 0 && drop_when_free_) drop_locked();
+}
+
+Status ConstantBlock::pin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!resident_) BP_RETURN_IF_ERROR(fill_locked());
+  ++pins_;
+  return ok_status();
+}
+
+void ConstantBlock::unpin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pins_ > 0 && --pins_ == 0 && holds_ == 0 && drop_when_free_) drop_locked();
 }
 
 void ConstantBlock::set_drop_when_free(bool on) {
@@ -108,7 +120,7 @@ bool ConstantBlock::drop() {
 }
 
 bool ConstantBlock::drop_locked() {
-  if (holds_ > 0) return false;
+  if (holds_ > 0 || pins_ > 0) return false;
   if (!resident_) return true;
   if (pages_ == nullptr) {
     file_->release(offset_, size_);  // the kernel reads them again on a touch
@@ -135,6 +147,11 @@ bool ConstantBlock::resident() const {
 int ConstantBlock::holds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return holds_;
+}
+
+int ConstantBlock::pins() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pins_;
 }
 
 }  // namespace backplane

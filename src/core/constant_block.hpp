@@ -53,12 +53,18 @@ class ConstantBlock {
   // Makes the bytes readable without holding them (a reader that cannot say
   // when it is done, such as the host reading a weight it passes on).
   Status touch();
-  // Frees the bytes if nobody holds them; true when they are gone.
+  // Pinned bytes stay in memory, whatever drop_when_free says, until the
+  // matching unpin(): a model that may read them in place pins them for as
+  // long as it may, so another model sharing the block cannot drop them.
+  Status pin();
+  void unpin();
+  // Frees the bytes if nobody holds or pins them; true when they are gone.
   bool drop();
   // Whether the last release() drops the bytes too (off at first).
   void set_drop_when_free(bool on);
   bool resident() const;
   int holds() const;
+  int pins() const;
   // How many times the bytes were read from the file again after a drop.
   int reads_back() const;
 
@@ -76,6 +82,7 @@ class ConstantBlock {
   void* data_ = nullptr;
   mutable std::mutex mu_;
   int holds_ = 0;
+  int pins_ = 0;
   bool resident_ = true;
   bool drop_when_free_ = false;
   int reads_back_ = 0;

@@ -27,6 +27,38 @@ TensorDataMap::TensorDataMap(const std::unordered_map<std::string, Tensor>* tens
     }
   std::sort(blocks_.begin(), blocks_.end(),
             [](const Indexed& a, const Indexed& b) { return a.begin < b.begin; });
+  blocks_.erase(std::unique(blocks_.begin(), blocks_.end(),
+                            [](const Indexed& a, const Indexed& b) { return a.begin == b.begin; }),
+                blocks_.end());
+  std::vector<const Tensor*> all;
+  for (const auto& kv : *tensors) all.push_back(&kv.second);
+  const std::vector<bool> used = blocks_of(all);
+  size_t kept = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    if (used[i]) blocks_[kept++] = blocks_[i];
+  blocks_.resize(kept);
+  pinned_.assign(blocks_.size(), false);
+}
+
+TensorDataMap::~TensorDataMap() {
+  for (size_t i = 0; i < blocks_.size(); ++i) unpin_block(i);
+}
+
+Status TensorDataMap::pin_block(size_t i) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pinned_[i]) return ok_status();
+  std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock();
+  if (b == nullptr) return ok_status();
+  BP_RETURN_IF_ERROR(b->pin(), "a weight read in place");
+  pinned_[i] = true;
+  return ok_status();
+}
+
+void TensorDataMap::unpin_block(size_t i) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pinned_[i]) return;
+  pinned_[i] = false;
+  if (std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock()) b->unpin();
 }
 
 std::shared_ptr<ConstantBlock> TensorDataMap::block_containing(const void* data,
@@ -72,8 +104,10 @@ Status TensorDataMap::hold(const std::string& key, const void** data, size_t* si
 }
 
 void TensorDataMap::drop_when_free() const {
-  for (const Indexed& i : blocks_)
-    if (std::shared_ptr<ConstantBlock> b = i.block.lock()) b->set_drop_when_free(true);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    unpin_block(i);
+    if (std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock()) b->set_drop_when_free(true);
+  }
 }
 
 std::vector<bool> TensorDataMap::blocks_of(const std::vector<const Tensor*>& tensors) const {
@@ -91,27 +125,23 @@ Result<size_t> TensorDataMap::settle(const std::vector<const Tensor*>& keep, boo
   const std::vector<bool> kept = blocks_of(keep);
   size_t out = 0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock();
-    if (b == nullptr) continue;
-    if (!kept[i]) {
-      b->set_drop_when_free(true);
-      if (now && b->drop()) out += b->size();
+    if (kept[i]) {
+      BP_RETURN_IF_ERROR(pin_block(i));
       continue;
     }
-    b->set_drop_when_free(false);
-    BP_RETURN_IF_ERROR(b->touch(), "a weight read in place");
+    unpin_block(i);
+    std::shared_ptr<ConstantBlock> b = blocks_[i].block.lock();
+    if (b == nullptr) continue;
+    b->set_drop_when_free(true);
+    if (now && b->drop()) out += b->size();
   }
   return out;
 }
 
 Status TensorDataMap::pin(const std::vector<const Tensor*>& keep) const {
   const std::vector<bool> kept = blocks_of(keep);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    std::shared_ptr<ConstantBlock> b = kept[i] ? blocks_[i].block.lock() : nullptr;
-    if (b == nullptr) continue;
-    b->set_drop_when_free(false);
-    BP_RETURN_IF_ERROR(b->touch(), "a weight read in place");
-  }
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    if (kept[i]) BP_RETURN_IF_ERROR(pin_block(i));
   return ok_status();
 }
 

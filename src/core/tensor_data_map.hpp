@@ -10,6 +10,7 @@
 
 #include <backplane/tensor.hpp>
 
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,9 +23,16 @@ class TensorDataMap : public NamedDataMap {
   // `tensors` is borrowed: it must outlive the map and not change while the
   // map lives. `blocks` (optional): blocks some of them view, by any key; a
   // tensor whose bytes lie in a block (its own, or another's it aliases) is
-  // read through that block.
+  // read through that block. Blocks no tensor lies in are not this map's.
+  //
+  // Several maps may share a block (the stages of one model): what a map
+  // keeps in memory (settle, pin) it pins, so no other map drops it, until
+  // it lets it go or is destroyed.
   explicit TensorDataMap(const std::unordered_map<std::string, Tensor>* tensors,
                          const Blocks* blocks = nullptr);
+  ~TensorDataMap() override;
+  TensorDataMap(const TensorDataMap&) = delete;
+  TensorDataMap& operator=(const TensorDataMap&) = delete;
   // A dropped block is read again first.
   Status get(const std::string& key, const void** data, size_t* size) const override;
   Status hold(const std::string& key, const void** data, size_t* size,
@@ -59,10 +67,15 @@ class TensorDataMap : public NamedDataMap {
 
   // Per block: whether any of `tensors` lies in it.
   std::vector<bool> blocks_of(const std::vector<const Tensor*>& tensors) const;
+  // Pins block i for this map, once; or lets this map's pin of it go.
+  Status pin_block(size_t i) const;
+  void unpin_block(size_t i) const;
 
   const std::unordered_map<std::string, Tensor>* tensors_;
   std::vector<Indexed> blocks_;    // sorted by begin, not overlapping
   std::vector<std::string> keys_;  // sorted, for stable key_at
+  mutable std::mutex mu_;
+  mutable std::vector<bool> pinned_;  // per block: pinned by this map
 };
 
 }  // namespace backplane

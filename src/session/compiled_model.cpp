@@ -100,6 +100,13 @@ Status CompiledModel::init(std::unique_ptr<ir::Graph> graph, const Options& opti
   });
   if (open_dims && options_.release_packed_weights && !from_artifact())
     open_blocks_ = dynamic_cast<const TensorDataMap*>(weights_.get());
+  // What the host may read directly is in memory from the start: another
+  // model may share the blocks (the stages of a staged model) and drop what
+  // it has packed.
+  if (open_blocks_ != nullptr) {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    BP_RETURN_IF_ERROR(open_blocks_->pin(host_read_constants()));
+  }
 
   // The shapes to specialise for now: given, or fixed in the model.
   const auto& hints = options_.placement.input_shapes;
@@ -239,13 +246,17 @@ void CompiledModel::ran(const Specialization& spec) {
               " MB of weights are held packed by their backends alone");
 }
 
-Result<size_t> CompiledModel::release_packed(bool now) {
+std::vector<const Tensor*> CompiledModel::host_read_constants() {
   if (packed_only_ == nullptr)
     packed_only_ = std::make_unique<std::set<std::string>>(packed_only_constants(*portable_));
   std::vector<const Tensor*> keep(pinned_.begin(), pinned_.end());
   for (const auto& [key, tensor] : portable_->constants)
     if (packed_only_->count(key) == 0) keep.push_back(&tensor);
-  return open_blocks_->settle(keep, now);
+  return keep;
+}
+
+Result<size_t> CompiledModel::release_packed(bool now) {
+  return open_blocks_->settle(host_read_constants(), now);
 }
 
 // The weights the host reads in place at run time (a partition's input, an

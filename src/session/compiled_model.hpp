@@ -45,10 +45,10 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
     int num_threads = 0;
     size_t max_specializations = 16;
     bool warm_up = false;  // ModelOptions::warm_up
-    // With one signature, the weights in the graph's blocks that the
-    // backends hold packed leave the host's memory (read again from the
-    // file if asked for). Only for a graph no other model shares: another
-    // model's host could read a dropped weight in place.
+    // The weights in the graph's blocks that the backends hold packed leave
+    // the host's memory (read again from the file if asked for). Only for
+    // a graph whose blocks no other model reads but through a TensorDataMap
+    // (the stages of one model do: what each reads directly it pins).
     bool release_packed_weights = false;
     // The runtime's pool, lent to backends at execute (API 1.5); null: none.
     std::shared_ptr<ThreadPool> thread_pool;
@@ -158,6 +158,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // Every weight block but those the host reads leaves memory when its last
   // holder lets go, and (`now`) now if nobody holds it (under release_mu_).
   Result<size_t> release_packed(bool now);
+  // The constants shape inference or folding may read (all but
+  // packed_only_constants), and those read in place so far (under release_mu_).
+  std::vector<const Tensor*> host_read_constants();
   Status notify_before_load(const Plan& plan);
   Status notify_after_load();
   void set_primary(const std::shared_ptr<const Specialization>& spec);
@@ -252,7 +255,7 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   std::mutex release_mu_;  // guards what follows
   // Constants the host reads in place in some specialisation built so far.
   std::set<const Tensor*> pinned_;
-  // Constants only backends read (packed_only_constants), made at the first release.
+  // Constants only backends read (packed_only_constants), made when first asked.
   std::unique_ptr<std::set<std::string>> packed_only_;
 };
 

@@ -123,6 +123,9 @@ class RuntimeImpl : public Runtime {
     } else {
       BP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
                           import_portable_model(path, &registry_));
+      // The graph is this model's alone (its stages', if staged): its packed
+      // weights may leave memory.
+      model.release_packed_weights = true;
       // Control flow, sequences, data-dependent shapes: run in stages.
       if (Program::needs_staging(*graph)) {
         LoopBounds bounds;
@@ -132,8 +135,6 @@ class RuntimeImpl : public Runtime {
                             StagedModel::create(std::move(graph), registry_, model, bounds), path);
         return std::shared_ptr<Model>(std::move(staged));
       }
-      // The graph is this model's alone: its packed weights may leave memory.
-      model.release_packed_weights = true;
       BP_ASSIGN_OR_RETURN(loaded, CompiledModel::create(std::move(graph), registry_, model));
     }
     return std::shared_ptr<Model>(std::move(loaded));

@@ -83,6 +83,18 @@ Result<std::shared_ptr<Program>> Program::build(std::shared_ptr<const ir::Graph>
   p->graph_ = std::move(graph);
   p->env_ = std::move(env);
   BP_RETURN_IF_ERROR(p->plan());
+  const ir::Graph& g = *p->graph_;
+  p->blocks_ = std::make_unique<TensorDataMap>(&g.constants, &g.constant_blocks);
+  std::vector<const Tensor*> direct;
+  auto read = [&](int v) {
+    if (const Tensor* t = g.constant(v)) direct.push_back(t);
+  };
+  for (const auto& step : p->steps_)
+    if (step->kind == Step::kHost)
+      for (int n : step->nodes)
+        for (int v : g.nodes[n].inputs) read(v);
+  for (int v : g.outputs) read(v);
+  BP_RETURN_IF_ERROR(p->blocks_->pin(direct));
   return p;
 }
 
@@ -339,6 +351,8 @@ static Result<std::unique_ptr<ir::Graph>> stage_graph(const ir::Graph& g, const 
   sg->name = name;
   sg->source = g.source;
   sg->opsets = g.opsets;
+  // Its constants view the graph's: its model drops what it has packed.
+  sg->constant_blocks = g.constant_blocks;
   std::vector<int> map(g.values.size(), -1);
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (k < fixed.size() && fixed[k] != nullptr) {
@@ -444,6 +458,17 @@ Result<std::shared_ptr<CompiledModel>> Program::value_model(const Step& step, si
   BP_ASSIGN_OR_RETURN(
       std::unique_ptr<ir::Graph> sg,
       stage_graph(*graph_, name, step.nodes, step.inputs, step.outputs, dtypes, values));
+  // Folding reads weights directly: in memory until the model is made (and
+  // has pinned what its own shape inference reads).
+  std::vector<std::unique_ptr<NamedDataMap::Hold>> held;
+  {
+    const TensorDataMap blocks(&sg->constants, &sg->constant_blocks);
+    for (const auto& [key, tensor] : sg->constants) {
+      std::unique_ptr<NamedDataMap::Hold> hold;
+      BP_RETURN_IF_ERROR(blocks.hold_tensor(tensor, key, &hold));
+      if (hold != nullptr) held.push_back(std::move(hold));
+    }
+  }
   BP_RETURN_IF_ERROR(ir::fold_constants(*sg));
   BP_ASSIGN_OR_RETURN(std::shared_ptr<CompiledModel> model,
                       CompiledModel::create(std::move(sg), env_->registry, env_->options));

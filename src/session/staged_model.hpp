@@ -24,6 +24,7 @@
 // and a state per body. Programs are shared by every session of a model.
 #pragma once
 
+#include "core/tensor_data_map.hpp"
 #include "ir/graph.hpp"
 #include "registry/registry.hpp"
 #include "session/compiled_model.hpp"
@@ -138,6 +139,10 @@ class Program {
   std::shared_ptr<const Env> env_;
   std::vector<ir::ValueKind> kinds_;  // per value, propagated through host ops
   std::vector<std::unique_ptr<Step>> steps_;
+  // The graph's weight blocks: those the host reads directly (a host op's
+  // operand, what a body captures, a graph output) pinned for as long as the
+  // program lives; the stage models drop the rest once packed.
+  std::unique_ptr<TensorDataMap> blocks_;
 };
 
 // The Model of a staged graph (Runtime::load_model picks it when

@@ -10,6 +10,7 @@
 // other batch sizes after.
 #include "core/constant_block.hpp"
 #include "session/compiled_model.hpp"
+#include "session/staged_model.hpp"
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
 #include "support/memory.hpp"
@@ -105,12 +106,19 @@ void expect_y(const Tensor& y, const std::vector<double>& want) {
   EXPECT_LT(worst, 1e-4 * scale) << "largest difference " << worst << " of " << scale;
 }
 
+// The graph a model was loaded into (a staged model's whole graph).
+const ir::Graph* graph_of(const Model& model) {
+  if (const auto* m = dynamic_cast<const CompiledModel*>(&model)) return &m->portable();
+  if (const auto* m = dynamic_cast<const StagedModel*>(&model)) return &m->program().graph();
+  return nullptr;
+}
+
 // The blocks of the model's weights that are in memory now.
 int resident_blocks(const Model& model) {
-  const auto* m = dynamic_cast<const CompiledModel*>(&model);
-  if (m == nullptr) return -1;
+  const ir::Graph* g = graph_of(model);
+  if (g == nullptr) return -1;
   int n = 0;
-  for (const auto& [key, weak] : m->portable().constant_blocks)
+  for (const auto& [key, weak] : g->constant_blocks)
     if (auto b = weak.lock(); b != nullptr && b->resident()) ++n;
   return n;
 }
@@ -180,10 +188,10 @@ TEST(WeightsOnce, WithAnOpenBatchPackedWeightsLeaveTheHostAtTheFirstRun) {
 // How many times the model's weights were read back from the file after
 // leaving memory.
 int reads_back(const Model& model) {
-  const auto* m = dynamic_cast<const CompiledModel*>(&model);
-  if (m == nullptr) return -1;
+  const ir::Graph* g = graph_of(model);
+  if (g == nullptr) return -1;
   int n = 0;
-  for (const auto& [key, weak] : m->portable().constant_blocks)
+  for (const auto& [key, weak] : g->constant_blocks)
     if (auto b = weak.lock(); b != nullptr) n += b->reads_back();
   return n;
 }
@@ -228,6 +236,98 @@ TEST(WeightsOnce, PlanningAnotherStructureReadsNoWeightBack) {
   EXPECT_EQ(model->backends_used(), std::vector<std::string>{"CpuOneDnn"});
   EXPECT_EQ(reads_back(*model), 0);
   EXPECT_EQ(resident_blocks(*model), 0);
+}
+
+// A model run in stages (a NonZero decides shapes): its stages share the
+// graph's weights. W0 is packed by two stages' Gemms and also sliced by a
+// length that x's values give, which a stage of its own folds when it is
+// built for that length (reading W0 after the stages before have let it go);
+// a host op (SequenceConstruct) reads W1 and hands it back as an output.
+std::string write_staged_model(const TempDir& dir) {
+  ModelBuilder b;
+  b.input("x", {1, kWidth});
+  for (int l = 0; l < 3; ++l) {
+    std::vector<float> w(static_cast<size_t>(kWidth * kWidth));
+    for (int64_t n = 0; n < kWidth; ++n)
+      for (int64_t k = 0; k < kWidth; ++k) w[n * kWidth + k] = weight(l, n, k);
+    b.init_f32("w" + std::to_string(l), {kWidth, kWidth}, w);
+  }
+  auto gemm = [&](const std::string& a, const std::string& w, const std::string& out) {
+    auto* t = b.node("Gemm", {a, w}, {out}).add_attribute();
+    t->set_name("transB");
+    t->set_type(onnx::AttributeProto::INT);
+    t->set_i(1);
+  };
+  gemm("x", "w0", "a0");
+  gemm("x", "w1", "a1");
+  b.node("NonZero", {"x"}, {"nz"});
+  // x2 = x + 0 * sum(nz): the same rows, known only once the NonZero ran.
+  auto* keep = b.node("ReduceSum", {"nz"}, {"count"}).add_attribute();
+  keep->set_name("keepdims");
+  keep->set_type(onnx::AttributeProto::INT);
+  keep->set_i(0);
+  auto* to = b.node("Cast", {"count"}, {"fcount"}).add_attribute();
+  to->set_name("to");
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::FLOAT);
+  b.init_f32("zero", {}, {0.f});
+  b.node("Mul", {"fcount", "zero"}, {"nothing"});
+  b.node("Add", {"x", "nothing"}, {"x2"});
+  gemm("x2", "w2", "b2");
+  gemm("x2", "w0", "b0");
+  b.node("Add", {"a0", "a1"}, {"s1"});
+  b.node("Add", {"s1", "b2"}, {"s2"});
+  b.node("Add", {"s2", "b0"}, {"y"});
+  // z = x2 W0[:k]^T, k the position of x's largest element (a value of x's
+  // data, so the Slice is built for each k it meets).
+  auto* axis = b.node("ArgMax", {"x"}, {"k"}).add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  b.init_i64("first", {1}, {0});
+  b.node("Slice", {"w0", "first", "k", "first"}, {"w0_rows"});
+  gemm("x2", "w0_rows", "z");
+  b.node("SequenceConstruct", {"w1"}, {"seq"});
+  b.init_i64("at", {}, {0});
+  b.node("SequenceAt", {"seq", "at"}, {"w1_again"});
+  b.output("y", {1, kWidth});
+  b.output("z", {1, "k"});
+  b.output("w1_again", {kWidth, kWidth});
+  return b.save(dir);
+}
+
+TEST(WeightsOnce, AModelRunInStagesKeepsOnlyTheWeightsItsHostReads) {
+  TempDir dir;
+  const Loaded l = load(write_staged_model(dir));
+  ASSERT_NE(l.model, nullptr);
+  Model* model = l.model.get();
+  ASSERT_TRUE(model->runs_in_stages());
+  std::vector<double> want_y(kWidth, 0.0);
+  for (int l : {0, 1, 2, 0})
+    for (int64_t n = 0; n < kWidth; ++n)
+      for (int64_t k = 0; k < kWidth; ++k) want_y[n] += double(input(k)) * weight(l, n, k);
+  int64_t rows = 0;  // ArgMax: the first largest
+  for (int64_t k = 0; k < kWidth; ++k)
+    if (input(k) > input(rows)) rows = k;
+  int after_first = -1;
+  for (int run = 0; run < 3; ++run) {
+    const std::vector<Tensor> out = run_once(*model, {{"x", x_tensor()}});
+    ASSERT_EQ(out.size(), 3u);
+    expect_y(out[0], want_y);
+    ASSERT_EQ(out[1].shape(), (Shape{1, rows}));
+    for (int64_t n = 0; n < rows; ++n) {
+      double z = 0;
+      for (int64_t k = 0; k < kWidth; ++k) z += double(input(k)) * weight(0, n, k);
+      ASSERT_NEAR(out[1].data_as<float>()[n], z, 1e-4 * (1 + std::abs(z))) << n;
+    }
+    ASSERT_EQ(out[2].numel(), kWidth * kWidth);
+    for (int64_t i = 0; i < kWidth * kWidth; i += 4099)
+      ASSERT_EQ(out[2].data_as<float>()[i], weight(1, i / kWidth, i % kWidth)) << i;
+    // W1 (read by the host op) alone stays in memory.
+    EXPECT_EQ(resident_blocks(*model), 1) << "after run " << run;
+    if (run == 0) after_first = reads_back(*model);
+  }
+  EXPECT_EQ(reads_back(*model), after_first) << "runs after the first read weights back";
 }
 
 constexpr long kWeightsKb = kLayers * (kWidth * kWidth * 4 >> 10);

@@ -146,5 +146,42 @@ TEST_F(ConstantBlockTest, TheMapHoldsTheBlockATensorLiesInWhateverItsKey) {
   EXPECT_FALSE(block->resident());
 }
 
+// Two maps over one block (the stages of one model): what one keeps (and
+// reads in place) the other's settle cannot drop, until the first lets it
+// go; a map holds no block that none of its tensors lies in.
+TEST_F(ConstantBlockTest, WhatOneMapKeepsAnotherSharingTheBlockCannotDrop) {
+  Result<std::shared_ptr<ConstantBlock>> made =
+      ConstantBlock::copy(file_, kHeader, kFloats * sizeof(float));
+  ASSERT_TRUE(made.ok());
+  std::shared_ptr<ConstantBlock> block = *made;
+  std::unordered_map<std::string, Tensor> a_tensors, b_tensors, none;
+  a_tensors["w"] =
+      Tensor::view(DType::kFloat32, {static_cast<int64_t>(kFloats)}, block->data(), block);
+  b_tensors["w"] = a_tensors["w"];
+  none["other"] = Tensor(DType::kFloat32, {4});
+  const TensorDataMap::Blocks blocks{{"w", block}};
+  auto a = std::make_unique<TensorDataMap>(&a_tensors, &blocks);
+  TensorDataMap b(&b_tensors, &blocks);
+  TensorDataMap c(&none, &blocks);
+
+  ASSERT_TRUE(a->settle({&a_tensors["w"]}).ok());
+  ASSERT_TRUE(a->settle({&a_tensors["w"]}).ok());
+  EXPECT_EQ(block->pins(), 1) << "a map pins a block once";
+  Result<size_t> out = b.settle({});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, 0u);
+  EXPECT_TRUE(block->resident()) << "the other map keeps it";
+  ASSERT_TRUE(c.settle({}).ok());
+  EXPECT_TRUE(block->resident());
+  EXPECT_EQ(c.block_containing(block->data(), 4), nullptr) << "no tensor of c lies in it";
+
+  a.reset();  // its pin goes; b asked for the block to leave when free
+  EXPECT_EQ(block->pins(), 0);
+  EXPECT_FALSE(block->resident());
+  ASSERT_TRUE(b.pin({&b_tensors["w"]}).ok());
+  EXPECT_TRUE(block->resident());
+  EXPECT_TRUE(same_as_file(block->data()));
+}
+
 }  // namespace
 }  // namespace backplane

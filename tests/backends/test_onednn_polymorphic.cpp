@@ -977,8 +977,8 @@ TEST_F(OneDnnPolymorphic, ConcatOfPlainAndTransposedTensorsIsExact) {
 // added to [B,H,T,P], then Sub, Mul, Div, Max and Min against operands
 // broadcast along other dims (one of rank 1), then a Softmax over the last
 // axis, at many shapes. A small instance does these by loops that take any
-// shape; a large one (more than 4,096 elements) by oneDNN kernels made for
-// it. Every run equals the partition compiled for its shapes by CpuOneDnn
+// shape; a large one (more than 65,536 elements) by oneDNN kernels made
+// for it. Every run equals the partition compiled for its shapes by CpuOneDnn
 // and by CpuRef.
 TEST_F(OneDnnPolymorphic, BroadcastElementwiseAndSoftmaxAtEveryShape) {
   Spec s;
@@ -1005,7 +1005,8 @@ TEST_F(OneDnnPolymorphic, BroadcastElementwiseAndSoftmaxAtEveryShape) {
   Context ctx(onednn(), part);
   std::vector<Env> envs;
   for (int64_t p = 1; p <= 9; ++p) envs.push_back({1, 1, p});
-  envs.insert(envs.end(), {{2, 3, 7}, {3, 1, 1}, {1, 4, 300}, {2, 2, 600}, {1, 1, 10}});
+  envs.insert(envs.end(),
+              {{2, 3, 7}, {3, 1, 1}, {1, 4, 300}, {2, 2, 600}, {2, 16, 600}, {1, 1, 10}});
   for (const Env& e : envs) {
     Call call = make_call(s, poly, e);
     Outcome o = execute(onednn(), ctx, call);

@@ -74,7 +74,6 @@ struct MemRef {
   dnnl::memory constant;  // set for constants (owned by the partition, or over a mapped blob)
   std::shared_ptr<char> owned;  // the bytes `constant` is over, when the partition made them
   bool scratch = false;
-  std::string tag;  // a constant's SharedCache tag (plan_builder.hpp); compile time only
 };
 
 // What a step runs: a oneDNN primitive, or a loop of the backend's own.

@@ -212,7 +212,7 @@ int PlanBuilder::add_const(const memory::desc& md, const dnnl::memory& m, const 
   const int r = add_ref(-1, md);
   c_.refs[r].constant = m;
   c_.refs[r].owned = std::move(owned);
-  c_.refs[r].tag = tag;
+  if (!tag.empty()) const_tags_[r] = tag;
   return r;
 }
 
@@ -383,9 +383,11 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   if (md(ref) == want) return ref;
   for (const auto& [src, dst] : reorders_)
     if (src == ref && md(dst) == want) return dst;
-  if (c_.refs[ref].constant)
+  if (c_.refs[ref].constant) {
+    auto tag = const_tags_.find(ref);
     return const_reordered(md(ref), c_.refs[ref].constant.get_data_handle(), want,
-                           c_.refs[ref].tag);
+                           tag == const_tags_.end() ? std::string() : tag->second);
+  }
   const int dst = new_arena(want);
   copy(ref, dst);
   reorders_.push_back({ref, dst});
@@ -475,7 +477,9 @@ int PlanBuilder::alias(int ref, const memory::desc& new_md) {
   const memory::desc md = unit_dims_in_place(new_md);
   r.md = shared_ != nullptr ? shared_->intern(md) : SharedMd(md);
   c_.refs.push_back(r);
-  return static_cast<int>(c_.refs.size()) - 1;
+  const int out = static_cast<int>(c_.refs.size()) - 1;
+  if (auto tag = const_tags_.find(ref); tag != const_tags_.end()) const_tags_[out] = tag->second;
+  return out;
 }
 
 int PlanBuilder::unblocked(int ref) {

@@ -293,6 +293,9 @@ class PlanBuilder {
   size_t reorder_scratch_bytes_ = 0;
   dnnl::primitive_attr attr_;
   std::vector<std::pair<int, int>> reorders_;  // (src ref, dst ref)
+  // A constant ref's SharedCache tag: needed while the plan is built only,
+  // so not kept in the plan (a shape instance is kept per shape).
+  std::unordered_map<int, std::string> const_tags_;
   bool allow_reference_ = false;
 };
 

@@ -297,6 +297,10 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   last_refs_ = plan->refs.size();
   last_steps_ = plan->steps.size();
   last_buffers_ = plan->buffers.size();
+  // Kept per shape: without the room reserved for the next one.
+  plan->refs.shrink_to_fit();
+  plan->steps.shrink_to_fit();
+  plan->buffers.shrink_to_fit();
   return plan;
 }
 

@@ -115,8 +115,11 @@ std::vector<bool> TensorDataMap::blocks_of(const std::vector<const Tensor*>& ten
   for (const Tensor* t : tensors) {
     const auto* p = static_cast<const unsigned char*>(t->data());
     const auto* end = p + t->size_bytes();
-    for (size_t i = 0; i < blocks_.size() && p != nullptr; ++i)
-      if (p < blocks_[i].end && blocks_[i].begin < end) in[i] = true;
+    if (p == nullptr) continue;
+    // Blocks are sorted and apart: the first that ends past p, and on.
+    auto it = std::partition_point(blocks_.begin(), blocks_.end(),
+                                   [&](const Indexed& b) { return b.end <= p; });
+    for (; it != blocks_.end() && it->begin < end; ++it) in[it - blocks_.begin()] = true;
   }
   return in;
 }

@@ -56,9 +56,10 @@ std::optional<LowerFailure> Lowering::lower() {
   for (size_t n = 0; n < f_.nodes.size(); ++n)
     if (!f_.nodes[n].dead && f_.nodes[n].group < 0)
       groups_at[f_.nodes[n].anchor].push_back(static_cast<int>(n));
-  // Each weight is let go of once the last node reading it is lowered: the
-  // host may then drop its copy while the rest are packed, so that a model's
-  // weights are not in memory twice over.
+  // Each weight is let go of once the last node reading it is lowered (or,
+  // if it is packed later, once it is): the host may then drop its copy
+  // while the rest are packed, so that a model's weights are not in memory
+  // twice over.
   std::vector<std::vector<int>> last_read_at(f_.nodes.size());
   {
     std::map<int, size_t> last;
@@ -89,8 +90,11 @@ std::optional<LowerFailure> Lowering::lower() {
         return failure;
       }
     }
-    for (int v : last_read_at[a]) g_.release(v);
+    for (int v : last_read_at[a])
+      if (!packed_later_.count(v)) g_.release(v);
   }
+  b_.write_pending([this](int v) { g_.release(v); });
+  packed_later_.clear();
   for (const INode& n : f_.nodes) c_.int8 = c_.int8 || (!n.dead && n.quant);
   bind_outputs();
   b_.concat_in_place();
@@ -118,7 +122,11 @@ void Lowering::lower_node_checked(int n) {
 int Lowering::weight(int v, const memory::desc& user, const memory::desc& want) {
   const std::string tag = value_tag(g_, v);
   if (const int r = b_.cached_const(tag, user, want); r >= 0) return r;
-  return b_.const_reordered(user, g_.f32(v), want, tag);
+  // A plan compiled ahead packs its weights once it is lowered
+  // (PlanBuilder::write_pending); an instance lowered while running, now.
+  if (b_.shared() || user == want) return b_.const_reordered(user, g_.f32(v), want, tag);
+  packed_later_.insert(v);
+  return b_.const_reordered(user, g_.f32(v), want, tag, v);
 }
 
 int Lowering::ref_of(int v) {

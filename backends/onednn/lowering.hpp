@@ -11,6 +11,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -195,6 +196,7 @@ class Lowering {
   int block_ = 0;
   bool winograd_ = false;
   std::map<int, int> tensors_;  // value -> MemRef
+  std::set<int> packed_later_;  // weights whose packing waits for PlanBuilder::write_pending
 };
 
 }  // namespace backplane::onednn

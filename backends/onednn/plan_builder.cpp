@@ -228,6 +228,7 @@ int PlanBuilder::cached_const(const std::string& tag, const memory::desc& user,
 
 int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::string& tag) {
   if (int r = cached_const(tag, md, md); r >= 0) return r;
+  write_pending_under(data);
   std::shared_ptr<char> bytes = allocate_block(md.get_size());
   dnnl::memory m(md, engine(), bytes.get());
   std::memcpy(m.get_data_handle(), data, md.get_size());
@@ -239,19 +240,35 @@ int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::
 }
 
 int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
-                                 const memory::desc& want, const std::string& tag) {
+                                 const memory::desc& want, const std::string& tag, int later) {
   if (user == want) return const_ref(user, data, tag);
   if (int r = cached_const(tag, user, want); r >= 0) return r;
-  dnnl::memory src(user, engine(), const_cast<void*>(data));
   std::shared_ptr<char> bytes = allocate_block(want.get_size());
   dnnl::memory m(want, engine(), bytes.get());
+  if (later >= 0) {
+    pending_.push_back({user, data, m, later});
+  } else {
+    write_pending_under(data);
+    reorder_into(user, data, m);
+  }
+  if (shared_ != nullptr && !tag.empty()) {
+    SharedCache::weight_key(tag, user, want, &shared_->key);
+    shared_->add_weight(shared_->key, {m, bytes});
+  }
+  return add_const(want, m, tag, std::move(bytes));
+}
+
+void PlanBuilder::reorder_into(const memory::desc& user, const void* data,
+                               const dnnl::memory& dst) {
+  dnnl::memory src(user, engine(), const_cast<void*>(data));
+  const memory::desc& want = dst.get_desc();
   // The reorder's scratchpad (Winograd weights are transformed through one
   // as large as they are) is the builder's, kept while consecutive reorders
   // need one: oneDNN's own would be allocated and faulted in for each.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::reorder::primitive_desc pd(engine(), user, engine(), want, attr);
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}};
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
   if (const size_t need = pd.scratchpad_desc().get_size(); need > 0) {
     if (need > reorder_scratch_bytes_) {
       reorder_scratch_.reset();
@@ -266,11 +283,39 @@ int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
   }
   dnnl::reorder(pd).execute(stream_, args);
   stream_.wait();
-  if (shared_ != nullptr && !tag.empty()) {
-    SharedCache::weight_key(tag, user, want, &shared_->key);
-    shared_->add_weight(shared_->key, {m, bytes});
+}
+
+void PlanBuilder::write_pending(const std::function<void(int)>& written) {
+  written_ = written;
+  std::vector<Pending> todo = std::move(pending_);
+  pending_.clear();
+  // Those that do not grow first, then those that do; largest first in each.
+  auto growth = [](const Pending& p) {
+    return static_cast<int64_t>(p.dst.get_desc().get_size()) -
+           static_cast<int64_t>(p.user.get_size());
+  };
+  std::stable_sort(todo.begin(), todo.end(), [&](const Pending& a, const Pending& b) {
+    const bool ga = growth(a) > 0, gb = growth(b) > 0;
+    if (ga != gb) return gb;
+    return a.user.get_size() > b.user.get_size();
+  });
+  for (const Pending& p : todo) {
+    reorder_into(p.user, p.data, p.dst);
+    if (written) written(p.later);
   }
-  return add_const(want, m, tag, std::move(bytes));
+  reorder_scratch_.reset();
+  reorder_scratch_bytes_ = 0;
+}
+
+void PlanBuilder::write_pending_under(const void* data) {
+  const auto* at = static_cast<const char*>(data);
+  for (const Pending& p : pending_) {
+    const auto* begin = static_cast<const char*>(p.dst.get_data_handle());
+    if (at >= begin && at < begin + p.dst.get_desc().get_size()) {
+      write_pending(written_);
+      return;
+    }
+  }
 }
 
 const memory::desc& PlanBuilder::md(int ref) const { return c_.refs[ref].md; }

@@ -9,6 +9,7 @@
 
 #include <dnnl.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -168,8 +169,21 @@ class PlanBuilder {
   // constant in the SharedCache ("": never shared).
   int const_ref(const dnnl::memory::desc& md, const void* data, const std::string& tag = "");
   // A constant reordered once into `want` (e.g. a blocked weights layout).
+  // `later` >= 0: its bytes are written by write_pending, not now, and `data`
+  // must stay readable until then (see write_pending).
   int const_reordered(const dnnl::memory::desc& user, const void* data,
-                      const dnnl::memory::desc& want, const std::string& tag = "");
+                      const dnnl::memory::desc& want, const std::string& tag = "", int later = -1);
+  // Writes the constants const_reordered put off, and calls `written` with
+  // the `later` of each once its source may go. A plan compiled ahead holds
+  // the host's copy of every weight (the model's file read in) beside what it
+  // has packed so far; packing in the plan's order puts the largest weight
+  // (VGG-16's first fully connected layer, 392 MB) on top of all the
+  // Winograd-expanded convolution weights before it. So the weights whose
+  // packed copy is no larger go first, largest first, then the ones that
+  // grow, largest first: the peak is the host's copy and one weight, or the
+  // growth of them all, whichever is more. The destinations are allocated
+  // when lowered and untouched, so not resident, until written.
+  void write_pending(const std::function<void(int)>& written);
   // The constant `tag` in layout `want`, if the SharedCache has it (so the
   // caller need not compute its source bytes); -1 otherwise.
   int cached_const(const std::string& tag, const dnnl::memory::desc& user,
@@ -286,9 +300,24 @@ class PlanBuilder {
     return *pd;
   }
 
+  // Reorders `data` (described by `user`) into `dst`, through the kept
+  // scratchpad (see reorder_scratch_).
+  void reorder_into(const dnnl::memory::desc& user, const void* data, const dnnl::memory& dst);
+  // Writes the pending constants first if `data` lies in one of them.
+  void write_pending_under(const void* data);
+
+  struct Pending {
+    dnnl::memory::desc user;
+    const void* data;
+    dnnl::memory dst;
+    int later;
+  };
+
   Compiled& c_;
   SharedCache* shared_;
   dnnl::stream stream_;
+  std::vector<Pending> pending_;
+  std::function<void(int)> written_;       // the last write_pending's, for write_pending_under
   std::shared_ptr<char> reorder_scratch_;  // const_reordered's scratchpad, grown as needed
   size_t reorder_scratch_bytes_ = 0;
   dnnl::primitive_attr attr_;

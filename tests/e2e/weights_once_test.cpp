@@ -16,6 +16,7 @@
 #include "support/memory.hpp"
 #include "support/model_builder.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -389,6 +390,65 @@ TEST(WeightsOnceMemory, ACompiledModelHoldsItsPackedWeightsOnly) {
   ASSERT_TRUE(grown.ok) << "the child could not load and run the artifact";
   EXPECT_LT(grown.now_kb, kWeightsKb * 5 / 4)
       << "resident memory grew by " << grown.now_kb << " kB for " << kWeightsKb << " kB of weights";
+}
+
+// Six 3x3 convolutions (512 channels at 14x14, 9 MiB of weights each), then
+// a product by a 98 MiB weight. Blocked, oneDNN runs the convolutions by
+// Winograd, whose weights are larger than the host's. Packed in the plan's
+// order, the large weight would be packed on top of all the grown ones (the
+// peak: what the model holds once loaded, and the large weight's host copy
+// beside it); CpuOneDnn packs the weights that do not grow first, largest
+// first, so the peak is the host's copy of every weight and the large one
+// packed, or what the model holds once loaded and one convolution's host
+// copy, whichever is more.
+TEST(WeightsOnceMemory, TheWeightsThatGrowWhenPackedArePackedLast) {
+  constexpr int kConvs = 6;
+  constexpr int64_t kC = 512, kS = 14, kN = 256;
+  TempDir dir;
+  std::string path;
+  {
+    ModelBuilder b;
+    b.input("x", {1, kC, kS, kS});
+    std::string cur = "x";
+    for (int i = 0; i < kConvs; ++i) {
+      const std::string w = "w" + std::to_string(i), c = "c" + std::to_string(i);
+      b.random_weight(w, {kC, kC, 3, 3}, -0.02f, 0.02f);
+      auto& conv = b.node("Conv", {cur, w}, {c});
+      auto* pads = conv.add_attribute();
+      pads->set_name("pads");
+      pads->set_type(onnx::AttributeProto::INTS);
+      for (int k = 0; k < 4; ++k) pads->add_ints(1);
+      cur = "r" + std::to_string(i);
+      b.node("Relu", {c}, {cur});
+    }
+    b.node("Flatten", {cur}, {"f"});
+    b.random_weight("fc", {kC * kS * kS, kN}, -0.01f, 0.01f);
+    b.node("MatMul", {"f", "fc"}, {"y"});
+    b.output("y", {1, kN});
+    path = b.save(dir);
+  }
+  std::shared_ptr<Runtime> rt;
+  std::shared_ptr<Model> model;
+  const test::MemoryGrowth grown = test::memory_growth_in_child(
+      [&] {
+        Result<std::shared_ptr<Model>> loaded =
+            rt != nullptr ? rt->load_model(path) : internal_error("no runtime");
+        if (!loaded.ok()) return false;
+        model = *loaded;
+        Tensor x(DType::kFloat32, {1, kC, kS, kS});
+        for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = input(i);
+        return run_once(*model, {{"x", x}}).size() == 1;
+      },
+      [&] {
+        rt = onednn_runtime(1, {{"layout", "blocked"}});
+      });
+  ASSERT_TRUE(grown.ok) << "the child could not load and run the model";
+  const long conv_kb = kC * kC * 9 * 4 >> 10, fc_kb = kC * kS * kS * kN * 4 >> 10;
+  const long host_kb = kConvs * conv_kb + fc_kb;
+  const long bound_kb = std::max(host_kb + fc_kb, grown.now_kb + conv_kb) + (16 << 10);
+  EXPECT_LT(grown.peak_kb, bound_kb)
+      << "peak grew by " << grown.peak_kb << " kB; weights " << host_kb << " kB, " << fc_kb
+      << " kB of them the product's; " << grown.now_kb << " kB once loaded";
 }
 
 }  // namespace

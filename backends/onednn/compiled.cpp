@@ -21,7 +21,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <unordered_map>
+#include <tuple>
 #include <vector>
 
 namespace backplane::onednn {
@@ -48,13 +48,8 @@ struct MemoryKey {
   const void* md;
   int kind;  // 0: an address; 1: an input; 2: an output
   uintptr_t where;
-  bool operator==(const MemoryKey& o) const {
-    return md == o.md && kind == o.kind && where == o.where;
-  }
-};
-struct MemoryKeyHash {
-  size_t operator()(const MemoryKey& k) const {
-    return std::hash<const void*>{}(k.md) ^ (std::hash<uintptr_t>{}(k.where) * 31 + k.kind);
+  bool operator<(const MemoryKey& o) const {
+    return std::tie(md, kind, where) < std::tie(o.md, o.kind, o.where);
   }
 };
 // The key of ref r of `c` over `memory`; none for a constant.
@@ -73,12 +68,17 @@ std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
 
 Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), memory_(memory) {
   char* scratch = memory + align_up(c.arena_bytes);
-  // The donor's memory objects that this binder's refs can share.
-  std::unordered_map<MemoryKey, dnnl::memory, MemoryKeyHash> shareable;
-  if (donor != nullptr && donor->memory_ == memory)
+  // The donor's memory objects that this binder's refs can share, by key
+  // (sorted: one allocation, where a hash map would make one per ref).
+  std::vector<std::pair<MemoryKey, const dnnl::memory*>> shareable;
+  if (donor != nullptr && donor->memory_ == memory) {
+    shareable.reserve(donor->c_.refs.size());
     for (size_t r = 0; r < donor->c_.refs.size(); ++r)
       if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory))
-        shareable.emplace(*k, donor->mems_[r]);
+        shareable.emplace_back(*k, &donor->mems_[r]);
+    std::sort(shareable.begin(), shareable.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
   mems_.resize(c.refs.size());
   for (size_t r = 0; r < c.refs.size(); ++r) {
     const MemRef& ref = c.refs[r];
@@ -90,9 +90,11 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
     if (b != nullptr && b->kind != Buffer::kArena)
       bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
     if (!shareable.empty()) {
-      auto it = shareable.find(*memory_key(c, r, memory));
-      if (it != shareable.end()) {
-        mems_[r] = it->second;
+      const MemoryKey k = *memory_key(c, r, memory);
+      auto it = std::lower_bound(shareable.begin(), shareable.end(), k,
+                                 [](const auto& e, const MemoryKey& key) { return e.first < key; });
+      if (it != shareable.end() && !(k < it->first)) {
+        mems_[r] = *it->second;
         continue;
       }
     }

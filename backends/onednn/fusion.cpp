@@ -53,15 +53,18 @@ void replace_patterns(ViewInfo& g, std::vector<INode>& nodes) {
   }
 }
 
-std::vector<std::vector<int>> live_consumers(const ViewInfo& g, const std::vector<INode>& nodes) {
-  std::vector<std::vector<int>> consumers(g.values.size());
+// Who reads each value among the live `nodes`, into `consumers` (whose
+// vectors are reused: fusion asks again after it changed the nodes).
+void live_consumers(const ViewInfo& g, const std::vector<INode>& nodes,
+                    std::vector<std::vector<int>>& consumers) {
+  consumers.resize(g.values.size());
+  for (std::vector<int>& c : consumers) c.clear();
   for (size_t n = 0; n < nodes.size(); ++n) {
     if (nodes[n].dead) continue;
     for (int v : nodes[n].in)
       if (v >= 0 && (consumers[v].empty() || consumers[v].back() != static_cast<int>(n)))
         consumers[v].push_back(static_cast<int>(n));
   }
-  return consumers;
 }
 
 // Appends `more` to the post-op chain `post` if oneDNN runs the result as
@@ -1299,7 +1302,7 @@ void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
   // DequantizeLinear it read.
   for (bool dropped = true; dropped;) {
     dropped = false;
-    f.consumers = live_consumers(g, f.nodes);
+    live_consumers(g, f.nodes, f.consumers);
     for (size_t d = 0; d < f.nodes.size(); ++d) {
       INode& dq = f.nodes[d];
       if (owner[d] < 0 || dq.dead || g.values[dq.out].output || !f.consumers[dq.out].empty())
@@ -1317,7 +1320,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
   FusedGraph f;
   f.nodes = view_nodes(g);
   replace_patterns(g, f.nodes);
-  f.consumers = live_consumers(g, f.nodes);
+  live_consumers(g, f.nodes, f.consumers);
   const size_t nn = f.nodes.size();
   for (size_t n = 0; n < nn; ++n)
     if (!f.nodes[n].dead && f.nodes[n].op == "Pad") fold_pad(g, f, static_cast<int>(n));

@@ -19,11 +19,11 @@ int64_t count(const Dims& d) { return sdk::element_count(d); }
 // Numpy broadcasting of a and b; false if they do not broadcast.
 bool broadcast(const Dims& a, const Dims& b, Dims& out) {
   const size_t rank = std::max(a.size(), b.size());
-  const Dims pa = left_pad(a, rank), pb = left_pad(b, rank);
   out.assign(rank, 0);
   for (size_t i = 0; i < rank; ++i) {
-    if (pa[i] != pb[i] && pa[i] != 1 && pb[i] != 1) return false;
-    out[i] = pa[i] == 1 ? pb[i] : pa[i];
+    const int64_t da = padded_dim(a, rank, i), db = padded_dim(b, rank, i);
+    if (da != db && da != 1 && db != 1) return false;
+    out[i] = da == 1 ? db : da;
   }
   return true;
 }

@@ -424,17 +424,19 @@ void check_binary(ViewInfo& g, int n, const Dims&, int y) {
   if (!g.shapes_known()) return;
   const std::string_view op = g.op(n);
   const Dims& ys = g.shape(y);
-  const bool a_full = left_pad(g.shape(g.in(n, 0)), ys.size()) == ys;
-  const bool b_full = left_pad(g.shape(g.in(n, 1)), ys.size()) == ys;
+  const bool a_full = pads_to(g.shape(g.in(n, 0)), ys);
+  const bool b_full = pads_to(g.shape(g.in(n, 1)), ys);
   const bool commutative = op == "Add" || op == "Mul" || op == "Max" || op == "Min";
   const bool a_const_scalar = g.scalar(g.in(n, 0)).has_value() && (op == "Sub" || op == "Div");
   if (!a_full && !b_full) throw fail("broadcasting both operands is not supported");
   if (!a_full && !commutative && !a_const_scalar)
     throw fail("broadcasting the first operand of " + std::string(op) + " is not supported");
-  // A broadcast oneDNN has only a reference kernel for stays with CpuRef.
+  // A broadcast oneDNN has only a reference kernel for stays with CpuRef. An
+  // instance of a shape-polymorphic partition has no backend to hand it to:
+  // its lowering takes the backend's own loop or, last, that reference kernel.
   const int other = g.in(n, a_full ? 1 : 0);
+  if (g.instance || pads_to(g.shape(other), ys) || g.scalar(other)) return;
   const Dims bs = left_pad(g.shape(other), ys.size());
-  if (bs == ys || g.scalar(other)) return;
   if (const std::string why = binary_kernel_problem(std::string(op), ys, bs); !why.empty())
     throw fail(why);
 }

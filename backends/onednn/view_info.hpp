@@ -18,6 +18,17 @@ using Dims = std::vector<int64_t>;
 
 // Pads a shape on the left with 1s up to `rank` (numpy broadcasting).
 Dims left_pad(const Dims& d, size_t rank);
+// Dim i of left_pad(d, rank), without making it (rank >= d.size()).
+inline int64_t padded_dim(const Dims& d, size_t rank, size_t i) {
+  return i + d.size() < rank ? 1 : d[i + d.size() - rank];
+}
+// Whether left_pad(d, full.size()) == full.
+inline bool pads_to(const Dims& d, const Dims& full) {
+  if (d.size() > full.size()) return false;
+  for (size_t i = 0; i < full.size(); ++i)
+    if (padded_dim(d, full.size(), i) != full[i]) return false;
+  return true;
+}
 
 // What CpuOneDnn throws for anything it cannot run: BP_STATUS_UNSUPPORTED.
 inline sdk::Error fail(const std::string& what) { return sdk::unsupported(what); }

@@ -141,6 +141,16 @@ void copy_through(const void* in, void* out, size_t bytes) {
   if (bytes != 0 && in != out) std::memcpy(out, in, bytes);
 }
 
+// copy_through on the host's threads, a few hundred kB each.
+void parallel_copy(const void* in, void* out, size_t bytes) {
+  constexpr size_t kChunk = size_t{256} << 10;
+  if (bytes <= kChunk || in == out) return copy_through(in, out, bytes);
+  sdk::parallel_for((bytes + kChunk - 1) / kChunk, 1, [&](size_t b, size_t e) {
+    const size_t from = b * kChunk, to = std::min(bytes, e * kChunk);
+    std::memcpy(static_cast<char*>(out) + from, static_cast<const char*>(in) + from, to - from);
+  });
+}
+
 // ------------------------------------------------------------------------
 // GatherElements, ScatterElements, Scatter: one index per element, along axis
 // ------------------------------------------------------------------------
@@ -149,9 +159,14 @@ void copy_through(const void* in, void* out, size_t bytes) {
 // whose `axis` coordinate is replaced by the index value).
 struct ElementwiseIndexPlan {
   Dims idx_shape;        // shape of indices (and updates / output of gather)
+  Dims idx_strides;      // strides of indices
   Dims data_strides;     // strides of data
   int64_t axis = 0;      // normalised
   int64_t axis_dim = 0;  // data.shape[axis]
+  // The outermost dim but `axis` of more than one element, -1 if none:
+  // elements that differ in it reach different data elements, so a scatter
+  // over disjoint ranges of it writes disjoint bytes (for_each_in).
+  int64_t split = -1;
   bool is64 = true;
   std::string who;
 
@@ -159,27 +174,58 @@ struct ElementwiseIndexPlan {
   // last dim at a time (the odometer moves once per row).
   template <class F>
   void for_each(const void* indices, F&& f) const {
+    if (!idx_shape.empty()) for_each_in(indices, 0, 0, idx_shape[0], f);
+  }
+
+  // The same for the elements whose coordinate in dim `dim` is in [lo, hi),
+  // in the same order.
+  template <class F>
+  void for_each_in(const void* indices, size_t dim, int64_t lo, int64_t hi, F&& f) const {
     const size_t rank = idx_shape.size();
-    const int64_t n = numel(idx_shape);
-    if (n == 0) return;
-    const int64_t row = idx_shape[rank - 1];
+    int64_t begin[kMaxRank], end[kMaxRank], pos[kMaxRank];
+    for (size_t d = 0; d < rank; ++d) {
+      begin[d] = d == dim ? lo : 0;
+      end[d] = d == dim ? hi : idx_shape[d];
+      if (begin[d] >= end[d]) return;
+      pos[d] = begin[d];
+    }
     const bool along_row = axis == static_cast<int64_t>(rank) - 1;
     const int64_t axis_stride = data_strides[axis], last_stride = data_strides[rank - 1];
-    int64_t pos[kMaxRank] = {};
-    for (int64_t k0 = 0; k0 < n; k0 += row) {
-      int64_t base = 0;  // the row's offset, its last and axis dims left out
-      for (size_t d = 0; d + 1 < rank; ++d)
+    while (true) {
+      int64_t k0 = 0, base = 0;  // the row's index and offset, its last and axis dims left out
+      for (size_t d = 0; d + 1 < rank; ++d) {
+        k0 += pos[d] * idx_strides[d];
         if (static_cast<int64_t>(d) != axis) base += pos[d] * data_strides[d];
-      for (int64_t j = 0; j < row; ++j) {
+      }
+      for (int64_t j = begin[rank - 1]; j < end[rank - 1]; ++j) {
         const int64_t at = checked_index(load_index(indices, is64, k0 + j), axis_dim, who);
         f(k0 + j, base + (along_row ? 0 : j * last_stride) + at * axis_stride);
       }
-      for (size_t d = rank - 1; d-- > 0;) {  // advance the odometer over the rows
-        if (++pos[d] < idx_shape[d]) break;
-        pos[d] = 0;
+      size_t d = rank - 1;
+      while (d-- > 0) {  // advance the odometer over the rows
+        if (++pos[d] < end[d]) break;
+        pos[d] = begin[d];
       }
+      if (d == static_cast<size_t>(-1)) return;
     }
   }
+
+  // for_each, on the host's threads over disjoint ranges of `split` where
+  // there is one (each range in for_each's order, so a scatter writes what
+  // it would on one thread); on the calling thread otherwise.
+  template <class F>
+  void parallel_for_each(const void* indices, F&& f) const {
+    const int64_t n = numel(idx_shape);
+    if (split < 0 || n < kParallelIndices) return for_each(indices, f);
+    const int64_t per = n / idx_shape[split];
+    sdk::parallel_for(static_cast<size_t>(idx_shape[split]),
+                      static_cast<size_t>(std::max<int64_t>(1, kParallelIndices / per)),
+                      [&](size_t b, size_t e) {
+                        for_each_in(indices, static_cast<size_t>(split), static_cast<int64_t>(b),
+                                    static_cast<int64_t>(e), f);
+                      });
+  }
+  static constexpr int64_t kParallelIndices = int64_t{1} << 15;
 };
 
 ElementwiseIndexPlan plan_elementwise(const NodeInfo& info, const Dims& data, size_t idx_input) {
@@ -199,7 +245,10 @@ ElementwiseIndexPlan plan_elementwise(const NodeInfo& info, const Dims& data, si
                          " are larger than data " + dims_str(data) + " in dim " +
                          std::to_string(d));
   p.data_strides = strides_of(data);
+  p.idx_strides = strides_of(p.idx_shape);
   p.axis_dim = data[p.axis];
+  for (int64_t d = 0; d < rank && p.split < 0; ++d)
+    if (d != p.axis && p.idx_shape[d] > 1) p.split = d;
   p.is64 = index_dtype_is64(info, idx_input, "indices");
   p.who = info.describe();
   return p;
@@ -212,7 +261,7 @@ class GatherElementsKernel final : public Kernel {
   void run(const void* const* inputs, void* const* outputs, void*) const override {
     const char* data = static_cast<const char*>(inputs[0]);
     char* out = static_cast<char*>(outputs[0]);
-    plan_.for_each(inputs[1], [&](int64_t k, int64_t off) {
+    plan_.parallel_for_each(inputs[1], [&](int64_t k, int64_t off) {
       std::memcpy(out + static_cast<size_t>(k) * esize_, data + static_cast<size_t>(off) * esize_,
                   esize_);
     });
@@ -294,16 +343,19 @@ class ScatterElementsKernel final : public Kernel {
   ScatterElementsKernel(ElementwiseIndexPlan plan, size_t data_bytes, Reduction r)
       : plan_(std::move(plan)), data_bytes_(data_bytes), r_(r) {}
   void run(const void* const* inputs, void* const* outputs, void*) const override {
-    // Check every index before writing, so a bad one leaves no partial result.
-    plan_.for_each(inputs[1], [](int64_t, int64_t) {});
-    copy_through(inputs[0], outputs[0], data_bytes_);
+    // Scattering into data itself, every index is checked before the first
+    // write, so that a bad one leaves data as it was; into another buffer,
+    // as it goes (the run fails, the output is not read).
+    if (inputs[0] == outputs[0]) plan_.parallel_for_each(inputs[1], [](int64_t, int64_t) {});
+    else parallel_copy(inputs[0], outputs[0], data_bytes_);
     const T* updates = static_cast<const T*>(inputs[2]);
     T* out = static_cast<T*>(outputs[0]);
     if (r_ == Reduction::kNone)
-      plan_.for_each(inputs[1], [&](int64_t k, int64_t off) { out[off] = updates[k]; });
+      plan_.parallel_for_each(inputs[1], [&](int64_t k, int64_t off) { out[off] = updates[k]; });
     else
-      plan_.for_each(inputs[1],
-                     [&](int64_t k, int64_t off) { reduce_into<T>(out + off, updates + k, 1, r_); });
+      plan_.parallel_for_each(inputs[1], [&](int64_t k, int64_t off) {
+        reduce_into<T>(out + off, updates + k, 1, r_);
+      });
   }
 
  private:

@@ -124,9 +124,15 @@ struct OutSpec {
 inline const KernelRegistry& registry() {
   static const KernelRegistry r = [] {
     KernelRegistry reg;
+    register_nn_kernels(reg);
     register_elementwise_kernels(reg);
     register_tensor_kernels(reg);
-    register_nn_kernels(reg);
+    register_math_kernels(reg);
+    register_indexing_kernels(reg);
+    register_detection_kernels(reg);
+    register_rnn_kernels(reg);
+    register_quant_kernels(reg);
+    register_signal_kernels(reg);
     register_opset18_kernels(reg);
     register_control_kernels(reg);
     return reg;

@@ -100,5 +100,27 @@ TEST(CpuRefThreads, PoolingIsBitIdentical) {
   expect_same_bytes_on_any_pool(avgpool, "AveragePool");
 }
 
+// Scatters are split over a dim other than their axis, so that each thread
+// writes elements no other one does: with indices that repeat (the last
+// write wins, in the order of one thread) and with a reduction, the bytes are
+// those of one thread. Faster R-CNN scatters its pooled regions this way.
+TEST(CpuRefThreads, ScatterAndGatherElementsAreBitIdentical) {
+  const Dims data = {50, 64, 7, 7}, idx = {40, 64, 7, 7};
+  const int64_t n = 40 * 64 * 49;
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) rows[k] = (k / 3 + k % 5) % 17 - (k % 2 ? 17 : 0);  // repeats
+  for (const char* reduction : {"none", "add"}) {
+    OpTest scatter("ScatterElements", 16,
+                   {f32(data, noise(50 * 64 * 49, 12)), i64(idx, rows), f32(idx, noise(n, 13))},
+                   {{BP_DTYPE_FLOAT32, data}}, {attr_i("axis", 0), attr_s("reduction", reduction)});
+    expect_same_bytes_on_any_pool(scatter, reduction);
+  }
+  std::vector<int64_t> cols(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) cols[k] = (k * 7) % 13 - 6;
+  OpTest gather("GatherElements", 13, {f32(data, noise(50 * 64 * 49, 14)), i64(idx, cols)},
+                {{BP_DTYPE_FLOAT32, idx}}, {attr_i("axis", 2)});
+  expect_same_bytes_on_any_pool(gather, "GatherElements");
+}
+
 }  // namespace
 }  // namespace backplane::cpuref

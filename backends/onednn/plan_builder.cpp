@@ -299,9 +299,12 @@ void PlanBuilder::write_pending(const std::function<void(int)>& written) {
     if (ga != gb) return gb;
     return a.user.get_size() > b.user.get_size();
   });
+  // A weight packed in two layouts is let go of after the second.
+  std::map<int, int> left;
+  for (const Pending& p : todo) ++left[p.later];
   for (const Pending& p : todo) {
     reorder_into(p.user, p.data, p.dst);
-    if (written) written(p.later);
+    if (--left[p.later] == 0 && written) written(p.later);
   }
   reorder_scratch_.reset();
   reorder_scratch_bytes_ = 0;

@@ -174,7 +174,8 @@ class PlanBuilder {
   int const_reordered(const dnnl::memory::desc& user, const void* data,
                       const dnnl::memory::desc& want, const std::string& tag = "", int later = -1);
   // Writes the constants const_reordered put off, and calls `written` with
-  // the `later` of each once its source may go. A plan compiled ahead holds
+  // each `later` once every constant made from it is written (its source may
+  // go then). A plan compiled ahead holds
   // the host's copy of every weight (the model's file read in) beside what it
   // has packed so far; packing in the plan's order puts the largest weight
   // (VGG-16's first fully connected layer, 392 MB) on top of all the

@@ -30,6 +30,14 @@ using test::TempDir;
 constexpr int kLayers = 8;
 constexpr int64_t kWidth = 2048;  // a weight is 16 MiB
 
+// "w3" and the like (not "w" + std::to_string(3): GCC 12 at -O3 reports a
+// false -Wrestrict inside libstdc++ for "literal" + std::string&&).
+std::string numbered(const char* prefix, size_t i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
 float weight(int layer, int64_t n, int64_t k) {
   return static_cast<float>((n * 31 + k * 17 + layer * 7) % 97 - 48) / 256.f;
 }
@@ -59,18 +67,18 @@ std::string write_model(const TempDir& dir, bool w0_out, bool open_batch = false
     for (int64_t n = 0; n < kWidth; ++n)
       for (int64_t k = 0; k < kWidth; ++k)
         w[trans_b ? n * kWidth + k : k * kWidth + n] = weight(l, n, k);
-    const std::string name = "w" + std::to_string(l);
+    const std::string name = numbered("w", l);
     b.init_f32(name, {kWidth, kWidth}, w);
-    auto& gemm = b.node("Gemm", {"x", name}, {"t" + std::to_string(l)});
+    auto& gemm = b.node("Gemm", {"x", name}, {numbered("t", l)});
     auto* a = gemm.add_attribute();
     a->set_name("transB");
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(trans_b ? 1 : 0);
-    terms.push_back("t" + std::to_string(l));
+    terms.push_back(numbered("t", l));
   }
   std::string sum = terms[0];
   for (size_t i = 1; i < terms.size(); ++i) {
-    const std::string next = i + 1 == terms.size() ? "y" : "s" + std::to_string(i);
+    const std::string next = i + 1 == terms.size() ? "y" : numbered("s", i);
     b.node("Add", {sum, terms[i]}, {next});
     sum = next;
   }
@@ -169,6 +177,44 @@ TEST(WeightsOnce, AWeightTheHostReadsInPlaceStays) {
     ASSERT_EQ(out[1].data_as<float>()[i], weight(0, i / kWidth, i % kWidth)) << i;
 }
 
+// One weight read by two products (weights shared between layers, as ALBERT
+// shares them): CpuOneDnn packs it for each, and lets the host's copy go
+// only once both are packed; the host drops it then.
+TEST(WeightsOnce, AWeightTwoNodesPackLeavesOnceBothHave) {
+  TempDir dir;
+  constexpr int64_t kDim = 256;  // 256 kB: a block of its own
+  std::vector<float> w(static_cast<size_t>(kDim * kDim));
+  for (int64_t k = 0; k < kDim; ++k)
+    for (int64_t n = 0; n < kDim; ++n) w[k * kDim + n] = weight(0, n, k);
+  ModelBuilder b;
+  b.input("x", {2, kDim});
+  b.init_f32("w", {kDim, kDim}, w);
+  b.node("MatMul", {"x", "w"}, {"h"});
+  b.node("Relu", {"h"}, {"r"});
+  b.node("MatMul", {"r", "w"}, {"y"});
+  b.output("y", {2, kDim});
+  const Loaded l = load(b.save(dir));
+  ASSERT_NE(l.model, nullptr);
+  EXPECT_EQ(l.model->backends_used(), std::vector<std::string>{"CpuOneDnn"});
+  EXPECT_EQ(resident_blocks(*l.model), 0);
+  Tensor x(DType::kFloat32, {2, kDim});
+  for (int64_t i = 0; i < 2 * kDim; ++i) x.data_as<float>()[i] = input(i);
+  std::vector<Tensor> out = run_once(*l.model, {{"x", x}});
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t r = 0; r < 2; ++r) {
+    std::vector<double> h(kDim, 0.0), y(kDim, 0.0);
+    for (int64_t n = 0; n < kDim; ++n) {
+      for (int64_t k = 0; k < kDim; ++k) h[n] += double(input(r * kDim + k)) * weight(0, n, k);
+      h[n] = std::max(h[n], 0.0);
+    }
+    for (int64_t n = 0; n < kDim; ++n)
+      for (int64_t k = 0; k < kDim; ++k) y[n] += h[k] * weight(0, n, k);
+    for (int64_t n = 0; n < kDim; ++n)
+      ASSERT_NEAR(out[0].data_as<float>()[r * kDim + n], y[n], 1e-4 * (1 + std::abs(y[n])))
+          << "row " << r << ", column " << n;
+  }
+}
+
 TEST(WeightsOnce, WithAnOpenBatchPackedWeightsLeaveTheHostAtTheFirstRun) {
   TempDir dir;
   const Loaded l = load(write_model(dir, false, /*open_batch=*/true));
@@ -251,7 +297,7 @@ std::string write_staged_model(const TempDir& dir) {
     std::vector<float> w(static_cast<size_t>(kWidth * kWidth));
     for (int64_t n = 0; n < kWidth; ++n)
       for (int64_t k = 0; k < kWidth; ++k) w[n * kWidth + k] = weight(l, n, k);
-    b.init_f32("w" + std::to_string(l), {kWidth, kWidth}, w);
+    b.init_f32(numbered("w", l), {kWidth, kWidth}, w);
   }
   auto gemm = [&](const std::string& a, const std::string& w, const std::string& out) {
     auto* t = b.node("Gemm", {a, w}, {out}).add_attribute();
@@ -411,14 +457,14 @@ TEST(WeightsOnceMemory, TheWeightsThatGrowWhenPackedArePackedLast) {
     b.input("x", {1, kC, kS, kS});
     std::string cur = "x";
     for (int i = 0; i < kConvs; ++i) {
-      const std::string w = "w" + std::to_string(i), c = "c" + std::to_string(i);
+      const std::string w = numbered("w", i), c = numbered("c", i);
       b.random_weight(w, {kC, kC, 3, 3}, -0.02f, 0.02f);
       auto& conv = b.node("Conv", {cur, w}, {c});
       auto* pads = conv.add_attribute();
       pads->set_name("pads");
       pads->set_type(onnx::AttributeProto::INTS);
       for (int k = 0; k < 4; ++k) pads->add_ints(1);
-      cur = "r" + std::to_string(i);
+      cur = numbered("r", i);
       b.node("Relu", {c}, {cur});
     }
     b.node("Flatten", {cur}, {"f"});

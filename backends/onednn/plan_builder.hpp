@@ -173,17 +173,15 @@ class PlanBuilder {
   // must stay readable until then (see write_pending).
   int const_reordered(const dnnl::memory::desc& user, const void* data,
                       const dnnl::memory::desc& want, const std::string& tag = "", int later = -1);
-  // Writes the constants const_reordered put off, and calls `written` with
-  // each `later` once every constant made from it is written (its source may
-  // go then). A plan compiled ahead holds
-  // the host's copy of every weight (the model's file read in) beside what it
-  // has packed so far; packing in the plan's order puts the largest weight
-  // (VGG-16's first fully connected layer, 392 MB) on top of all the
-  // Winograd-expanded convolution weights before it. So the weights whose
-  // packed copy is no larger go first, largest first, then the ones that
-  // grow, largest first: the peak is the host's copy and one weight, or the
-  // growth of them all, whichever is more. The destinations are allocated
-  // when lowered and untouched, so not resident, until written.
+  // Writes the constants const_reordered put off, and calls `written` with each `later` once
+  // every constant made from it is written (its source may go then). A plan compiled ahead holds
+  // the host's copy of every weight (the model's file read in) beside what it has packed so far;
+  // packing in the plan's order puts the largest weight (VGG-16's first fully connected layer,
+  // 392 MB) on top of all the Winograd-expanded convolution weights before it. So the weights
+  // whose packed copy is no larger go first, largest first, then the ones that grow, largest
+  // first: the peak is the host's copy and one weight, or the growth of them all, whichever is
+  // more. The destinations are allocated when lowered and untouched, so not resident, until
+  // written.
   void write_pending(const std::function<void(int)>& written);
   // The constant `tag` in layout `want`, if the SharedCache has it (so the
   // caller need not compute its source bytes); -1 otherwise.

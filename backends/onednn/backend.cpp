@@ -54,6 +54,7 @@ class OneDnnBackend : public sdk::Backend {
           sdk::config_choice(key, value, {"auto", "onednn", "blocked"}));
     else if (key == "winograd") tuning_.winograd = sdk::config_on_off(key, value);
     else if (key == "concat_in_place") tuning_.concat_in_place = sdk::config_on_off(key, value);
+    else if (key == "derive_instances") tuning_.derive_instances = sdk::config_on_off(key, value);
     else if (key == "plan_report") tuning_.plan_report = std::string(value);
     else sdk::Backend::configure(key, value);
   }

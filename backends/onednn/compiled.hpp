@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -75,6 +76,15 @@ struct MemRef {
   std::shared_ptr<char> owned;  // the bytes `constant` is over, when the partition made them
   bool scratch = false;
 };
+
+// The most elements a Softmax or broadcast elementwise op of a shape
+// instance may have to be run by the backend's own loop (RowSoftmax,
+// SmallBinary: Lowering::lower_softmax, lower_binary, and derive.hpp) rather
+// than by a oneDNN kernel generated for its shape. A kernel costs about
+// 0.1 ms and tens of kB per new shape, kept as long as its instance; up to
+// here the loop's extra time per run is a few microseconds. A decoder's
+// attention with 12 heads stays under it up to a cache of over 5,000 tokens.
+inline constexpr int64_t kSmallInstanceOpElements = int64_t{1} << 16;
 
 // What a step runs: a oneDNN primitive, or a loop of the backend's own.
 namespace steps {
@@ -178,6 +188,10 @@ struct Tuning {
   // "concat_in_place" (on/off): sources of a blocked Concat are written
   // where it would copy them (PlanBuilder::concat_in_place).
   bool concat_in_place = true;
+  // "derive_instances" (on/off): an instance of a shape-polymorphic partition
+  // at new shapes may be derived from a template rather than lowered
+  // (derive.hpp).
+  bool derive_instances = true;
   // "plan_report": a file each compiled plan's steps are appended to
   // (impl_check.hpp); "" for none.
   std::string plan_report;

@@ -824,15 +824,6 @@ void Lowering::lower_layer_norm(const INode& n) {
       pd, g_.describe(n.node));
 }
 
-// The most elements a Softmax or broadcast elementwise op of a shape
-// instance may have to be run by the backend's own loop (lower_softmax,
-// lower_binary) rather than by a oneDNN kernel generated for its shape.
-// A kernel costs about 0.1 ms and tens of kB per new shape, kept as long as
-// its instance; up to here the loop's extra time per run is a few
-// microseconds. A decoder's attention with 12 heads stays under it up to a
-// cache of over 5,000 tokens.
-constexpr int64_t kSmallInstanceOpElements = int64_t{1} << 16;
-
 void Lowering::lower_softmax(const INode& n) {
   const Dims& xs = g_.shape(n.in[0]);
   const int64_t rank = static_cast<int64_t>(xs.size());

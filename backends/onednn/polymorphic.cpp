@@ -200,7 +200,16 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   // Another thread may have lowered these shapes while this one waited.
   if (std::shared_ptr<const Compiled> plan = find(key)) return plan;
   const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<const Compiled> plan = lower(key);
+  std::shared_ptr<const Compiled> plan;
+  if (template_ != nullptr && tuning_.derive_instances)
+    plan = template_->derive(key, instance_threads(key));
+  const bool derived = plan != nullptr;
+  if (derived) {
+    ++derived_;
+  } else {
+    plan = lower(key);
+    if (tuning_.derive_instances) remember(key, plan);
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const int threads = plan->threads;
@@ -213,10 +222,12 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   char took[32];
   std::snprintf(took, sizeof took, "%.2f", ms);
   host_.log(BP_LOG_DEBUG, "CpuOneDnn",
-            where_ + ": instance for new shapes (" + describe_inputs(key) + ") lowered in " + took +
-                " ms, on " + std::to_string(threads) + (threads == 1 ? " thread; " : " threads; ") +
+            where_ + ": instance for new shapes (" + describe_inputs(key) + ") " +
+                (derived ? "derived" : "lowered") + " in " + took + " ms, on " +
+                std::to_string(threads) + (threads == 1 ? " thread; " : " threads; ") +
                 std::to_string(kept) + " kept (at most " + std::to_string(max_instances_) + "), " +
-                std::to_string(misses) + " lowered, " + std::to_string(hits) + " reused; " +
+                std::to_string(misses) + " made (" + std::to_string(derived_) + " derived), " +
+                std::to_string(hits) + " reused; " +
                 "shared: " + std::to_string(shared_.weights()) + " weights, " +
                 std::to_string(shared_.primitives()) + " primitives (" +
                 std::to_string(shared_.reused) + " times taken)");
@@ -302,6 +313,15 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   plan->steps.shrink_to_fit();
   plan->buffers.shrink_to_fit();
   return plan;
+}
+
+void PolyCompiled::remember(const std::vector<int64_t>& key,
+                            const std::shared_ptr<const Compiled>& plan) {
+  if (recent_.size() == 3) recent_.erase(recent_.begin());
+  recent_.push_back({key, plan});
+  if (recent_.size() < 3) return;
+  if (std::unique_ptr<InstanceTemplate> t = InstanceTemplate::make(view_.view(), offsets_, recent_))
+    template_ = std::move(t);
 }
 
 void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan) {

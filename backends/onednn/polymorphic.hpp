@@ -18,6 +18,15 @@
 // makes anew: Softmax, Concat and element-wise primitives over the shapes
 // that changed.
 //
+// When the new shapes differ from the instance last lowered only in dims
+// that its steps take as they come (a decoder's cache length: the backend's
+// own Concat, Softmax and element-wise loops and the runtime-dims MatMuls
+// read it), the new instance is derived from a template instead
+// (derive.hpp): the same steps over new memory descriptions, the buffers
+// whose size changed placed anew, without lowering. The template is made from the last three
+// instances lowered, and only if deriving two of them from the third gives them exactly; the
+// "derive_instances" setting turns it off.
+//
 // Instances are kept least recently used first out, at most the backend's
 // "shape_instances" setting per partition; an evicted one lives on while a
 // context still runs it. Each context (one per caller thread) has one block
@@ -35,6 +44,7 @@
 #pragma once
 
 #include "onednn/compiled.hpp"
+#include "onednn/derive.hpp"
 #include "onednn/plan_builder.hpp"
 
 #include <backplane/backend_sdk.hpp>
@@ -102,6 +112,9 @@ class PolyCompiled : public sdk::CompiledPartition {
   // (now and then) drops the shared weights and primitives no kept instance
   // uses (lower_mutex_ held).
   void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
+  // Adds a lowered instance to recent_ and makes template_ from the last
+  // three if they make one (lower_mutex_ held).
+  void remember(const std::vector<int64_t>& key, const std::shared_ptr<const Compiled>& plan);
   std::string describe_inputs(const std::vector<int64_t>& key) const;
   // Keys of a decoder's instances differ only in a few dims deep inside:
   // comparing each kept key with a new one would read hundreds of kept keys
@@ -125,6 +138,11 @@ class PolyCompiled : public sdk::CompiledPartition {
   // held): the next is reserved for as many, since a MemRef carries a
   // 700-byte memory descriptor and growing the vector copies them all.
   size_t last_refs_ = 0, last_steps_ = 0, last_buffers_ = 0;
+  // The last three instances lowered, and the template the last three that
+  // made one gave (derive.hpp; lower_mutex_ held).
+  std::vector<InstanceTemplate::Lowered> recent_;
+  std::unique_ptr<InstanceTemplate> template_;
+  uint64_t derived_ = 0;  // instances made from template_ (lower_mutex_ held)
 };
 
 // Checks that every node of `view` (dims open) can run here at some shapes

@@ -4,5 +4,5 @@
 # fuzz/, which builds them into the payload fuzzer.
 set(CPUONEDNN_COMPILER_SOURCES compiler.cpp view_info.cpp support.cpp patterns.cpp fusion.cpp
     lowering.cpp lowering_data.cpp lowering_quant.cpp lowering_rnn.cpp plan_builder.cpp compiled.cpp
-    payload.cpp shape_checks.cpp polymorphic.cpp impl_check.cpp)
+    payload.cpp shape_checks.cpp polymorphic.cpp derive.cpp impl_check.cpp)
 list(TRANSFORM CPUONEDNN_COMPILER_SOURCES PREPEND ${CMAKE_CURRENT_LIST_DIR}/)

@@ -1027,6 +1027,116 @@ TEST_F(OneDnnPolymorphic, BroadcastElementwiseAndSoftmaxAtEveryShape) {
   }
 }
 
+// ---- instances derived rather than lowered (derive.hpp) ------------------------------
+
+// How many instances of partition `name` were derived / lowered since clear_log.
+size_t made(const std::string& name, const char* how) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  const std::string what = "partition '" + name + "': instance for new shapes";
+  const std::string verb = std::string(") ") + how + " in ";
+  return std::count_if(log_lines.begin(), log_lines.end(), [&](const std::string& l) {
+    return l.find(what) != std::string::npos && l.find(verb) != std::string::npos;
+  });
+}
+
+// CpuOneDnn with derive_instances off: every instance lowered.
+const Backend& onednn_lowering_only() {
+  static const Backend b = [] {
+    Backend made = create(onednn().api);
+    const char* key = "derive_instances";
+    const char* value = "off";
+    if (made.error.empty())
+      if (Outcome o = take(made.api->configure(made.handle, 1, &key, &value)); !o.ok())
+        made.error = "configure derive_instances: " + o.message;
+    return made;
+  }();
+  return b;
+}
+
+// A decoder loop (one token at a time) meets a new cache length at every
+// run. Once three lowered instances make a template (the first, at P = 1,
+// has a dim of 1 where the others do not: P = 4 is lowered too), the rest
+// are derived from it; every run equals, bit for bit, the partition with
+// derive_instances off, which lowers each one, and the reference.
+TEST_F(OneDnnPolymorphic, ADecoderLoopDerivesItsInstancesBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View derived_view(spec_, "decoder_derive", nullptr);
+  View lowered_view(spec_, "decoder_lower_all", nullptr);
+  Part derived(onednn(), derived_view, true), lowered(onednn_lowering_only(), lowered_view, true);
+  ASSERT_TRUE(derived.ok()) << derived.status.message << derived.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context dctx(onednn(), derived), lctx(onednn_lowering_only(), lowered);
+  for (int64_t p = 1; p <= 40; ++p) {
+    const Env env{1, 1, p};
+    Call a = make_call(spec_, derived_view, env), b = make_call(spec_, lowered_view, env);
+    ASSERT_TRUE(execute(onednn(), dctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
+    if (p == 5 || p == 17 || p == 40) expect_matches(a.outputs, ref(env), env);
+  }
+  EXPECT_EQ(made("decoder_derive", "lowered"), 4u);
+  EXPECT_EQ(made("decoder_derive", "derived"), 36u);
+  EXPECT_EQ(made("decoder_lower_all", "lowered"), 40u);
+  EXPECT_EQ(made("decoder_lower_all", "derived"), 0u);
+}
+
+// Shapes a template was not made for are lowered: another batch, another
+// number of new tokens, a cache of one (a dim of 1 broadcasts). The template
+// then still serves the decoder loop's next length.
+TEST_F(OneDnnPolymorphic, ShapesOutsideTheTemplateAreLowered) {
+  View view(spec_, "decoder_outside", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  auto run = [&](const Env& env) {
+    Call call = make_call(spec_, view, env);
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(env);
+    expect_matches(call.outputs, ref(env), env);
+  };
+  for (int64_t p = 2; p <= 6; ++p) run({1, 1, p});
+  EXPECT_EQ(made("decoder_outside", "lowered"), 3u);
+  EXPECT_EQ(made("decoder_outside", "derived"), 2u);
+  for (const Env& env : {Env{2, 1, 7}, Env{1, 1, 1}, Env{1, 3, 7}}) run(env);
+  EXPECT_EQ(made("decoder_outside", "lowered"), 6u);
+  run({1, 1, 8});
+  EXPECT_EQ(made("decoder_outside", "derived"), 3u);
+}
+
+// Two dims that were equal in the three lowered instances (the cache and the
+// new tokens, both 2, then 3, then 4) may be one quantity or two: a
+// description that took one of them follows the key only while they stay
+// equal. At P = 3, T = 5 the instance is lowered; every run equals the
+// partition with derive_instances off, bit for bit (b's Softmax taking P for
+// T would run over 3 of its 5 rows).
+TEST_F(OneDnnPolymorphic, DimsEqualOnlySoFarAreNotTakenForOne) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  Spec s;
+  constexpr int64_t kC = 8;
+  const int a = s.input("a", [](const Env& e) { return Dims{e.B, e.P, kC}; });
+  const int b = s.input("b", [](const Env& e) { return Dims{e.B, e.T, kC}; });
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, e.P, kC}; });
+  const int z = s.value("z", [](const Env& e) { return Dims{e.B, e.T, kC}; });
+  s.node("Softmax", "softmax_a", {a}, {y}, {int_attr("axis", -1)});
+  s.node("Softmax", "softmax_b", {b}, {z}, {int_attr("axis", -1)});
+  s.output(y);
+  s.output(z);
+  View poly(s, "equal_so_far", nullptr), all(s, "equal_so_far_lowered", nullptr);
+  Part p(onednn(), poly, true), q(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  ASSERT_TRUE(q.ok()) << q.status.message << q.rejected;
+  Context ctx(onednn(), p), qctx(onednn_lowering_only(), q);
+  for (const Env& e : {Env{1, 2, 2}, Env{1, 3, 3}, Env{1, 4, 4}, Env{1, 5, 3}, Env{1, 6, 6}}) {
+    Call call = make_call(s, poly, e), want = make_call(s, all, e);
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(e);
+    ASSERT_TRUE(execute(onednn_lowering_only(), qctx, want).ok()) << str(e);
+    for (size_t k = 0; k < call.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(call.outputs[k], want.outputs[k]), 0.0) << str(e) << " output " << k;
+  }
+  EXPECT_EQ(made("equal_so_far", "lowered"), 4u);
+  EXPECT_EQ(made("equal_so_far", "derived"), 1u);
+}
+
 // ---- what cannot be polymorphic ------------------------------------------------------
 
 // A ReduceMean whose axes were constant for one set of shapes only is a

@@ -1,0 +1,90 @@
+// derive.hpp — instances of a shape-polymorphic partition (polymorphic.hpp)
+// made from a lowered one instead of lowered again.
+//
+// A decoder step meets a new cache length at every token. Lowering the
+// partition for it (fusion, primitive descriptors, the memory plan) costs
+// several times the step itself, yet what changes from one length to the
+// next is only the dims of the values the length reaches: the steps over
+// them are the backend's own loops (CopyConcat, RowSoftmax, SmallBinary) and
+// MatMuls with runtime dims, which take any dims; every other step, and
+// every primitive, is the same.
+//
+// An InstanceTemplate is made from three instances lowered at three keys
+// (the run's shapes, PolyCompiled::make_key). It is made only if the three
+// plans are the same but for some memory descriptions, buffer sizes and arena
+// offsets, and the descriptions that differ are dense (dims in some order,
+// no gaps) with each differing dim equal to a dim of the key that differs
+// between the three; the steps reading them must be kinds that take any
+// dims. Deriving the first two instances from the third must then give them
+// exactly: every description, size and offset.
+//
+// derive(key) gives the instance at a new key if the key differs from the
+// third only at the positions that differed between the three, none of
+// them below 2 (a dim of 1 broadcasts, which the steps were not lowered
+// for), and every dim a description takes from the key is the same at all
+// the positions it matched. The steps are checked to fit together at the
+// new dims (a concat's sources and destination, a broadcast, a product's
+// inner dims). Buffers whose size changed are placed after the base's arena,
+// every other keeps its offset. Anything else: null, and the caller lowers.
+#pragma once
+
+#include "onednn/compiled.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace backplane::onednn {
+
+class InstanceTemplate {
+ public:
+  struct Lowered {
+    std::vector<int64_t> key;
+    std::shared_ptr<const Compiled> plan;
+  };
+  // From three instances of the partition of `view` lowered at different
+  // keys (`offsets`: where each value's dims start in a key); the last one
+  // is the base. Null if they are not as the header says.
+  static std::unique_ptr<InstanceTemplate> make(const bp_graph_view_t& view,
+                                                const std::vector<size_t>& offsets,
+                                                const std::vector<Lowered>& three);
+  // The instance at `key` (running on `threads`), or null if it is outside
+  // what this template covers.
+  std::shared_ptr<Compiled> derive(const std::vector<int64_t>& key, int threads) const;
+  const std::vector<int64_t>& base_key() const { return base_.key; }
+
+ private:
+  // A MemRef whose description follows the key: per dim, the key positions
+  // it equals (empty: a fixed dim, the base's), and the dims from the
+  // innermost to the outermost.
+  struct Follow {
+    size_t ref;
+    std::vector<std::vector<uint32_t>> from;
+    std::vector<int> inner_first;
+  };
+  // A step reading descriptions that follow the key, checked at derive.
+  struct Check {
+    enum Kind { kConcat, kBinary, kSoftmax, kMatMul } kind;
+    size_t step;
+  };
+
+  InstanceTemplate(const bp_graph_view_t& view, const std::vector<size_t>& offsets, Lowered base)
+      : view_(view), offsets_(offsets), base_(std::move(base)) {}
+  bool fits(const Compiled& c) const;
+  size_t value_bytes(const std::vector<int64_t>& key, int v) const;
+
+  const bp_graph_view_t& view_;
+  const std::vector<size_t>& offsets_;
+  Lowered base_;
+  std::vector<char> open_;  // per key position: may differ from the base's
+  std::vector<Follow> follow_;
+  // A buffer whose size follows the key, and the refs over it.
+  struct Sized {
+    size_t buffer;
+    std::vector<size_t> refs;
+  };
+  std::vector<Sized> sized_;
+  std::vector<Check> checks_;
+};
+
+}  // namespace backplane::onednn

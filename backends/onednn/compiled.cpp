@@ -51,6 +51,9 @@ struct MemoryKey {
   bool operator<(const MemoryKey& o) const {
     return std::tie(md, kind, where) < std::tie(o.md, o.kind, o.where);
   }
+  bool operator==(const MemoryKey& o) const {
+    return md == o.md && kind == o.kind && where == o.where;
+  }
 };
 // The key of ref r of `c` over `memory`; none for a constant.
 std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
@@ -68,10 +71,15 @@ std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
 
 Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), memory_(memory) {
   char* scratch = memory + align_up(c.arena_bytes);
-  // The donor's memory objects that this binder's refs can share, by key
-  // (sorted: one allocation, where a hash map would make one per ref).
+  // A donor with as many refs is most often an instance of the same structure
+  // (one derived from the same template, derive.hpp, or lowered the same
+  // way): ref r shares the donor's ref r where that is the same memory.
+  const bool aligned =
+      donor != nullptr && donor->memory_ == memory && donor->c_.refs.size() == c.refs.size();
+  // Otherwise the donor's memory objects that this binder's refs can share,
+  // by key (sorted: one allocation, where a hash map would make one per ref).
   std::vector<std::pair<MemoryKey, const dnnl::memory*>> shareable;
-  if (donor != nullptr && donor->memory_ == memory) {
+  if (donor != nullptr && donor->memory_ == memory && !aligned) {
     shareable.reserve(donor->c_.refs.size());
     for (size_t r = 0; r < donor->c_.refs.size(); ++r)
       if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory))
@@ -79,17 +87,34 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
     std::sort(shareable.begin(), shareable.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
   }
+  // Only a oneDNN primitive takes memory objects: the backend's own loops
+  // read the refs' addresses (ptrs_) and descriptors (Compiled::refs).
+  // Making an object costs microseconds, which an instance derived for each
+  // new cache length would otherwise pay for every ref its loops read.
+  std::vector<char> primitive_reads(c.refs.size(), 0);
+  for (const Step& step : c.steps)
+    if (step.as<steps::Primitive>())
+      for (auto [arg, r] : step.args) primitive_reads[r] = 1;
   mems_.resize(c.refs.size());
+  ptrs_.assign(c.refs.size(), nullptr);
   for (size_t r = 0; r < c.refs.size(); ++r) {
     const MemRef& ref = c.refs[r];
     if (ref.constant) {
       mems_[r] = ref.constant;
+      ptrs_[r] = ref.constant.get_data_handle();
       continue;
     }
     const Buffer* b = ref.scratch ? nullptr : &c.buffers[ref.buffer];
     if (b != nullptr && b->kind != Buffer::kArena)
       bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
-    if (!shareable.empty()) {
+    else ptrs_[r] = ref.scratch ? scratch : memory + b->offset;
+    if (!primitive_reads[r]) continue;
+    if (aligned) {
+      if (memory_key(donor->c_, r, memory) == memory_key(c, r, memory)) {
+        mems_[r] = donor->mems_[r];
+        continue;
+      }
+    } else if (!shareable.empty()) {
       const MemoryKey k = *memory_key(c, r, memory);
       auto it = std::lower_bound(shareable.begin(), shareable.end(), k,
                                  [](const auto& e, const MemoryKey& key) { return e.first < key; });
@@ -106,13 +131,16 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
   args_.resize(c.steps.size());
   copies_.resize(c.steps.size());
   for (size_t s = 0; s < c.steps.size(); ++s) {
-    for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
+    if (c.steps[s].as<steps::Primitive>())
+      for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
     if (c.steps[s].as<steps::ConcatNorm>()) plan_concat_norm(s);
     else if (c.steps[s].as<steps::CopyConcat>()) plan_copy(s);
   }
 }
 
 Binder::~Binder() = default;
+
+void* Binder::ptr(size_t s, size_t a) const { return ptrs_[c_.steps[s].args[a].second]; }
 
 namespace {
 // Dims and strides without size-1 dims, neighbours merged where both
@@ -203,12 +231,13 @@ void Binder::plan_concat_norm(size_t s) {
 void Binder::run_concat_norm(size_t s) {
   const Step& step = c_.steps[s];
   float *dst = nullptr, *scale = nullptr, *shift = nullptr;
-  for (const dnnl_exec_arg_t& a : args_[s]) {
-    float** slot = a.arg == DNNL_ARG_DST     ? &dst
-                   : a.arg == DNNL_ARG_SCALE ? &scale
-                   : a.arg == DNNL_ARG_SHIFT ? &shift
-                                             : nullptr;
-    if (slot != nullptr) dnnl_memory_get_data_handle(a.memory, reinterpret_cast<void**>(slot));
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    const int arg = step.args[a].first;
+    float** slot = arg == DNNL_ARG_DST     ? &dst
+                   : arg == DNNL_ARG_SCALE ? &scale
+                   : arg == DNNL_ARG_SHIFT ? &shift
+                                           : nullptr;
+    if (slot != nullptr) *slot = static_cast<float*>(ptr(s, a));
   }
   const std::vector<CopyPart>& parts = copies_[s];
   if (parts.empty()) return;
@@ -216,9 +245,7 @@ void Binder::run_concat_norm(size_t s) {
   int64_t channels = 0;
   std::vector<const float*> srcs(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
-    void* h = nullptr;
-    dnnl_memory_get_data_handle(args_[s][parts[i].arg].memory, &h);
-    srcs[i] = static_cast<const float*>(h);
+    srcs[i] = static_cast<const float*>(ptr(s, parts[i].arg));
     channels += parts[i].dims[1];
   }
   const bool relu = step.as<steps::ConcatNorm>()->relu;
@@ -242,14 +269,12 @@ void Binder::run_concat_norm(size_t s) {
 }
 
 void Binder::run_copy(size_t s) {
+  const Step& step = c_.steps[s];
   float* dst = nullptr;
-  for (const dnnl_exec_arg_t& a : args_[s])
-    if (a.arg == DNNL_ARG_DST)
-      dnnl_memory_get_data_handle(a.memory, reinterpret_cast<void**>(&dst));
+  for (size_t a = 0; a < step.args.size(); ++a)
+    if (step.args[a].first == DNNL_ARG_DST) dst = static_cast<float*>(ptr(s, a));
   for (const CopyPart& part : copies_[s]) {
-    const float* src = nullptr;
-    dnnl_memory_get_data_handle(args_[s][part.arg].memory,
-                                const_cast<void**>(reinterpret_cast<const void**>(&src)));
+    const float* src = static_cast<const float*>(ptr(s, part.arg));
     const size_t rank = part.dims.size();
     // Rows of the innermost dim, memcpy'd when contiguous on both sides.
     const int64_t inner = part.dims[rank - 1];
@@ -285,8 +310,7 @@ void Binder::run_gather(size_t s) {
   size_t index_count = 0, data_bytes = 0, index_bytes = 0, dst_bytes = 0;
   for (size_t a = 0; a < step.args.size(); ++a) {
     auto [arg, ref] = step.args[a];
-    void* handle = nullptr;
-    dnnl_memory_get_data_handle(args_[s][a].memory, &handle);
+    void* handle = ptr(s, a);
     if (arg == DNNL_ARG_SRC_0) {
       data = handle;
       data_md = &c_.refs[ref].md.get();
@@ -358,17 +382,19 @@ void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inp
   };
   for (size_t k = 0; k < num_inputs; ++k) check_host(inputs[k], c_.input_bytes[k], "input ", k);
   for (size_t k = 0; k < num_outputs; ++k) check_host(outputs[k], c_.output_bytes[k], "output ", k);
-  for (const Binding& b : bindings_)
-    mems_[b.ref].set_data_handle(b.input ? inputs[b.index].data : outputs[b.index].data);
+  for (const Binding& b : bindings_) {
+    ptrs_[b.ref] = b.input ? inputs[b.index].data : outputs[b.index].data;
+    if (mems_[b.ref]) mems_[b.ref].set_data_handle(ptrs_[b.ref]);
+  }
   // The steps run on an OpenMP team of the plan's thread count: most
   // primitives open their regions with the count they were created for,
   // the rest with the calling thread's nthreads-var, which is set for the
   // run and given back after it (the application's own OpenMP regions on
   // this thread keep their setting).
   const ScopedOmpThreads team(c_.threads);
-  for (size_t s = 0; s < args_.size(); ++s) {
+  for (size_t s = 0; s < c_.steps.size(); ++s) {
     const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
-    const bool beside = c_.steps[s].beside_next && c_.threads > 1 && s + 1 < args_.size();
+    const bool beside = c_.steps[s].beside_next && c_.threads > 1 && s + 1 < c_.steps.size();
     if (beside) run_beside(s, stream);
     else run_step(s, stream);
     if (profiled == nullptr) {
@@ -474,8 +500,7 @@ void Binder::run_row_softmax(size_t s) {
   float* dst = nullptr;
   const dnnl::memory::desc* md = nullptr;
   for (size_t a = 0; a < step.args.size(); ++a) {
-    void* handle = nullptr;
-    dnnl_memory_get_data_handle(args_[s][a].memory, &handle);
+    void* handle = ptr(s, a);
     if (step.args[a].first == DNNL_ARG_SRC) {
       src = static_cast<const float*>(handle);
       md = &c_.refs[step.args[a].second].md.get();
@@ -528,8 +553,7 @@ void Binder::run_small_binary(size_t s) {
   float* y = nullptr;
   const dnnl_memory_desc_t *ymd = nullptr, *bmd = nullptr;
   for (size_t k = 0; k < step.args.size(); ++k) {
-    void* handle = nullptr;
-    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    void* handle = ptr(s, k);
     const auto [arg, ref] = step.args[k];
     if (arg == DNNL_ARG_SRC_0) {
       a = static_cast<const float*>(handle);
@@ -656,8 +680,7 @@ void Binder::run_dynamic_quantize(size_t s) {
   float* scales = nullptr;
   size_t n = 0, count = 0;
   for (size_t k = 0; k < step.args.size(); ++k) {
-    void* handle = nullptr;
-    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    void* handle = ptr(s, k);
     const auto [arg, ref] = step.args[k];
     const size_t bytes = c_.refs[ref].md->get_size();
     if (arg == DNNL_ARG_SRC) {
@@ -688,8 +711,7 @@ void Binder::run_table(size_t s) {
   uint8_t* y = nullptr;
   size_t n = 0;
   for (size_t k = 0; k < step.args.size(); ++k) {
-    void* handle = nullptr;
-    dnnl_memory_get_data_handle(args_[s][k].memory, &handle);
+    void* handle = ptr(s, k);
     const auto [arg, ref] = step.args[k];
     if (arg == DNNL_ARG_SRC) {
       x = static_cast<const uint8_t*>(handle);

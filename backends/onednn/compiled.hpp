@@ -233,8 +233,9 @@ void make_sgemm_kernels();
 size_t context_bytes(const Compiled& c);
 
 // One plan made runnable over one block of context memory (context_bytes of
-// it): a dnnl::memory per MemRef and each step's argument array, made once
-// so that run() allocates nothing. The Compiled must outlive it.
+// it): a dnnl::memory per MemRef a primitive reads, the address of every
+// MemRef and each primitive's argument array, made once so that run()
+// allocates nothing. The Compiled must outlive it.
 class Binder {
  public:
   // `donor`: a binder over the same `memory` whose memory objects this one
@@ -278,11 +279,15 @@ class Binder {
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
 
+  // The address of argument `a` of step `s` (this run's, for an input or output).
+  void* ptr(size_t s, size_t a) const;
+
   const Compiled& c_;
   char* memory_;  // the context's block the arena refs point into
-  std::vector<dnnl::memory> mems_;
+  std::vector<dnnl::memory> mems_;  // per ref a oneDNN primitive reads (empty otherwise)
+  std::vector<void*> ptrs_;         // per ref, where it is
   std::vector<Binding> bindings_;
-  std::vector<std::vector<dnnl_exec_arg_t>> args_;
+  std::vector<std::vector<dnnl_exec_arg_t>> args_;  // per primitive step
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless a CopyConcat or ConcatNorm)
   dnnl::stream side_;  // the second thread's of two steps side by side; made at first use
 };

@@ -138,6 +138,17 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
   }
 }
 
+const std::vector<Step>& StepList::list() const {
+  static const std::vector<Step> none;
+  return v_ ? *v_ : none;
+}
+
+std::vector<Step>& StepList::own() {
+  if (v_ == nullptr) v_ = std::make_shared<std::vector<Step>>();
+  else if (v_.use_count() > 1) v_ = std::make_shared<std::vector<Step>>(*v_);
+  return *v_;
+}
+
 Binder::~Binder() = default;
 
 void* Binder::ptr(size_t s, size_t a) const { return ptrs_[c_.steps[s].args[a].second]; }

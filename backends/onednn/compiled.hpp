@@ -174,6 +174,32 @@ struct Step {
   const char* kind_name() const;
 };
 
+// A plan's steps. The instances derived from one template (derive.hpp) have
+// the same steps: they share one list, which is copied only if one of them
+// is changed (a plan is changed only while it is built, by one thread).
+class StepList {
+ public:
+  using const_iterator = std::vector<Step>::const_iterator;
+  size_t size() const { return v_ ? v_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const Step& operator[](size_t i) const { return (*v_)[i]; }
+  Step& operator[](size_t i) { return own()[i]; }
+  const Step& back() const { return v_->back(); }
+  Step& back() { return own().back(); }
+  const_iterator begin() const { return list().begin(); }
+  const_iterator end() const { return list().end(); }
+  void push_back(Step s) { own().push_back(std::move(s)); }
+  void reserve(size_t n) { own().reserve(n); }
+  void shrink_to_fit() { own().shrink_to_fit(); }
+  void erase_at(size_t i) { own().erase(own().begin() + static_cast<std::ptrdiff_t>(i)); }
+  void clear() { v_.reset(); }
+
+ private:
+  const std::vector<Step>& list() const;
+  std::vector<Step>& own();
+  std::shared_ptr<std::vector<Step>> v_;
+};
+
 class Compiled;
 
 // What the backend's `configure` sets for the partitions it compiles
@@ -311,7 +337,7 @@ class Compiled : public sdk::CompiledPartition {
   Tuning tuning;       // as configured when it was compiled
   std::vector<Buffer> buffers;
   std::vector<MemRef> refs;
-  std::vector<Step> steps;
+  StepList steps;
   size_t arena_bytes = 0, scratch_bytes = 0;
   std::vector<size_t> input_bytes, output_bytes;
   // A deserialized partition's constants point into these (the artifact's

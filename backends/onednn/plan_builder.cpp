@@ -638,8 +638,7 @@ void PlanBuilder::concat_in_place() {
     drop.push_back(s);
   }
   if (drop.empty()) return;
-  for (size_t i = drop.size(); i-- > 0;)
-    c_.steps.erase(c_.steps.begin() + static_cast<std::ptrdiff_t>(drop[i]));
+  for (size_t i = drop.size(); i-- > 0;) c_.steps.erase_at(drop[i]);
   // Which steps use each buffer, again (the steps after a dropped one moved).
   for (Buffer& b : c_.buffers) b.first = INT_MAX, b.last = -1;
   for (size_t s = 0; s < c_.steps.size(); ++s) mark_uses(c_, c_.steps[s].args, static_cast<int>(s));

@@ -1103,6 +1103,36 @@ TEST_F(OneDnnPolymorphic, ShapesOutsideTheTemplateAreLowered) {
   EXPECT_EQ(made("decoder_outside", "derived"), 3u);
 }
 
+// Shapes in a seeded random order: runs of decoder steps (P one longer each
+// time) broken by other batch sizes and token counts, caches of one, jumps
+// back and forth. Whatever each instance is made from, every run equals the
+// partition with derive_instances off, bit for bit.
+TEST_F(OneDnnPolymorphic, RandomShapeSequencesMatchTheLoweringBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View view(spec_, "decoder_random", nullptr), all(spec_, "decoder_random_lowered", nullptr);
+  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
+  std::mt19937 rng(2026);
+  Env env{1, 1, 1};
+  for (int i = 0; i < 160; ++i) {
+    const uint32_t r = rng() % 10;
+    if (r < 6) env.P += 1;                                      // a decoder step
+    else if (r == 6) env = {1 + int64_t(rng() % 3), 1, env.P};  // another batch
+    else if (r == 7) env.T = 1 + int64_t(rng() % 3);            // more new tokens
+    else if (r == 8) env.P = 1 + int64_t(rng() % 40);           // a jump
+    else env = {1, 1, env.P + 1};
+    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
+    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      ASSERT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0)
+          << "run " << i << " " << str(env) << " output " << k;
+  }
+  EXPECT_GT(made("decoder_random", "derived"), 20u);
+}
+
 // Two dims that were equal in the three lowered instances (the cache and the
 // new tokens, both 2, then 3, then 4) may be one quantity or two: a
 // description that took one of them follows the key only while they stay

@@ -128,11 +128,17 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
       mems_[r] = dnnl::memory(ref.md, engine(), memory + b->offset);
     else mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
   }
-  args_.resize(c.steps.size());
+  // Every primitive's arguments in one array (one allocation): step s's
+  // from args_at_[s] to args_at_[s + 1].
+  args_at_.assign(c.steps.size() + 1, 0);
+  for (size_t s = 0; s < c.steps.size(); ++s)
+    args_at_[s + 1] =
+        args_at_[s] + (c.steps[s].as<steps::Primitive>() ? c.steps[s].args.size() : 0);
+  args_.reserve(args_at_.back());
   copies_.resize(c.steps.size());
   for (size_t s = 0; s < c.steps.size(); ++s) {
     if (c.steps[s].as<steps::Primitive>())
-      for (auto [arg, r] : c.steps[s].args) args_[s].push_back({arg, mems_[r].get()});
+      for (auto [arg, r] : c.steps[s].args) args_.push_back({arg, mems_[r].get()});
     if (c.steps[s].as<steps::ConcatNorm>()) plan_concat_norm(s);
     else if (c.steps[s].as<steps::CopyConcat>()) plan_copy(s);
   }
@@ -765,7 +771,8 @@ void Binder::run_step(size_t s, dnnl::stream& stream) {
 
 void Binder::run_primitive(size_t s, dnnl::stream& stream) {
   dnnl_status_t st = dnnl_primitive_execute(c_.steps[s].prim.get(), stream.get(),
-                                            static_cast<int>(args_[s].size()), args_[s].data());
+                                            static_cast<int>(args_at_[s + 1] - args_at_[s]),
+                                            args_.data() + args_at_[s]);
   if (st != dnnl_success)
     throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + c_.steps[s].what +
                                                   " failed (oneDNN status " +

@@ -280,8 +280,8 @@ class Binder {
     bool input;
     size_t index;
   };
-  // One source of a CopyConcat step: copied from `arg` (its memory in
-  // args_) to the destination, `offset` elements in; dims and strides in
+  // One source of a CopyConcat step: copied from argument `arg` of the
+  // step to the destination, `offset` elements in; dims and strides in
   // elements, coalesced.
   struct CopyPart {
     size_t arg;
@@ -313,7 +313,8 @@ class Binder {
   std::vector<dnnl::memory> mems_;  // per ref a oneDNN primitive reads (empty otherwise)
   std::vector<void*> ptrs_;         // per ref, where it is
   std::vector<Binding> bindings_;
-  std::vector<std::vector<dnnl_exec_arg_t>> args_;  // per primitive step
+  std::vector<dnnl_exec_arg_t> args_;          // the primitive steps' arguments
+  std::vector<size_t> args_at_;                // per step, where its arguments start in args_
   std::vector<std::vector<CopyPart>> copies_;  // per step (empty unless a CopyConcat or ConcatNorm)
   dnnl::stream side_;  // the second thread's of two steps side by side; made at first use
 };

@@ -286,6 +286,15 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
   plan->refs = base.refs;
   plan->steps = base.steps;
   plan->scratch_bytes = base.scratch_bytes;
+  // Refs of one value (a destination and the next step's source) get one
+  // description.
+  struct Made {
+    const dnnl_memory_desc_t* base;
+    dnnl_dims_t dims;
+    SharedMd md;
+  };
+  std::vector<Made> made;
+  made.reserve(follow_.size());
   for (const Follow& f : follow_) {
     const dnnl_memory_desc_t& b = base.refs[f.ref].md->data;
     dnnl_dims_t dims, strides;
@@ -296,6 +305,13 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
       for (uint32_t p : f.from[j])
         if (key[p] != dims[j]) return nullptr;
     }
+    auto same = std::find_if(made.begin(), made.end(), [&](const Made& m) {
+      return m.base == &b && std::equal(dims, dims + b.ndims, m.dims);
+    });
+    if (same != made.end()) {
+      plan->refs[f.ref].md = same->md;
+      continue;
+    }
     int64_t stride = 1;
     for (int j : f.inner_first) {
       strides[j] = stride;
@@ -305,6 +321,8 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
     if (dnnl_memory_desc_init_by_strides(&d, b.ndims, dims, b.data_type, strides) != dnnl_success)
       return nullptr;
     plan->refs[f.ref].md = unit_dims_in_place(dnnl::memory::desc(d));
+    made.push_back({&b, {}, plan->refs[f.ref].md});
+    std::copy(dims, dims + b.ndims, made.back().dims);
   }
   for (size_t k = 0; k < view_.num_inputs; ++k)
     plan->input_bytes.push_back(value_bytes(key, view_.inputs[k]));

@@ -114,6 +114,13 @@ Backend create(const bp_backend_api_t* api) {
   return b;
 }
 
+// Sets `key` of backend `b`, or says in b.error why it could not.
+void configure(Backend& b, const char* key, const char* value) {
+  if (!b.error.empty()) return;
+  if (Outcome o = take(b.api->configure(b.handle, 1, &key, &value)); !o.ok())
+    b.error = std::string("configure ") + key + ": " + o.message;
+}
+
 // CpuOneDnn as users get it: this build's plugin.
 const Backend& onednn() {
   static const Backend b = [] {
@@ -125,11 +132,7 @@ const Backend& onednn() {
     if (factory == nullptr) return Backend{nullptr, nullptr, path + " has no BackendFactory"};
     Backend made = create(static_cast<const bp_backend_api_t*>(factory()));
     // The instance-cache tests below are written for 8 kept instances.
-    const char* key = "shape_instances";
-    const char* value = "8";
-    if (made.error.empty())
-      if (Outcome o = take(made.api->configure(made.handle, 1, &key, &value)); !o.ok())
-        made.error = "configure shape_instances: " + o.message;
+    configure(made, "shape_instances", "8");
     return made;
   }();
   return b;
@@ -1043,11 +1046,7 @@ size_t made(const std::string& name, const char* how) {
 const Backend& onednn_lowering_only() {
   static const Backend b = [] {
     Backend made = create(onednn().api);
-    const char* key = "derive_instances";
-    const char* value = "off";
-    if (made.error.empty())
-      if (Outcome o = take(made.api->configure(made.handle, 1, &key, &value)); !o.ok())
-        made.error = "configure derive_instances: " + o.message;
+    configure(made, "derive_instances", "off");
     return made;
   }();
   return b;

@@ -89,9 +89,7 @@ bool concat_fits(const Compiled& c, const Step& step) {
 // A loop the lowering would have left to a oneDNN kernel at these dims
 // (kSmallInstanceOpElements) is not derived either.
 bool small(const dnnl_memory_desc_t& d) {
-  int64_t n = 1;
-  for (int i = 0; i < d.ndims; ++i) n *= d.dims[i];
-  return n <= kSmallInstanceOpElements;
+  return sdk::element_count(d.dims, static_cast<size_t>(d.ndims)) <= kSmallInstanceOpElements;
 }
 
 bool binary_fits(const Compiled& c, const Step& step) {

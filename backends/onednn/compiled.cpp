@@ -201,6 +201,24 @@ std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
 }
 }  // namespace
 
+namespace {
+// body(i) for every i in [0, n): across the calling thread's OpenMP team
+// when `parallel`, else on this thread without entering a region (one with
+// a false if clause still makes a team of one: an allocation per step and
+// run).
+template <class F>
+void for_each_index(int64_t n, bool parallel, const F& body) {
+  if (!parallel) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
+#pragma omp parallel for
+#endif
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+}  // namespace
+
 void Binder::plan_copy(size_t s) {
   const Step& step = c_.steps[s];
   const int axis = step.concat_axis();
@@ -266,10 +284,7 @@ void Binder::run_concat_norm(size_t s) {
     channels += parts[i].dims[1];
   }
   const bool relu = step.as<steps::ConcatNorm>()->relu;
-#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
-#pragma omp parallel for if (pixels * channels > (int64_t{1} << 15))
-#endif
-  for (int64_t p = 0; p < pixels; ++p) {
+  for_each_index(pixels, pixels * channels > (int64_t{1} << 15), [&](int64_t p) {
     float* out = dst + p * channels;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i].dims[1], off = parts[i].offset;
@@ -282,7 +297,7 @@ void Binder::run_concat_norm(size_t s) {
       else
         for (int64_t c = 0; c < n; ++c) y[c] = x[c] * a[c] + b[c];
     }
-  }
+  });
 }
 
 void Binder::run_copy(size_t s) {
@@ -298,10 +313,7 @@ void Binder::run_copy(size_t s) {
     const bool contiguous = part.src_strides[rank - 1] == 1 && part.dst_strides[rank - 1] == 1;
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < rank; ++i) rows *= part.dims[i];
-#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
-#pragma omp parallel for if (rows * inner > (int64_t{1} << 16))
-#endif
-    for (int64_t row = 0; row < rows; ++row) {
+    for_each_index(rows, rows * inner > (int64_t{1} << 16), [&](int64_t row) {
       int64_t from = 0, to = part.offset, rest = row;
       for (size_t i = rank - 1; i-- > 0;) {
         const int64_t k = rest % part.dims[i];
@@ -311,11 +323,11 @@ void Binder::run_copy(size_t s) {
       }
       if (contiguous) {
         std::memcpy(dst + to, src + from, static_cast<size_t>(inner) * sizeof(float));
-        continue;
+        return;
       }
       for (int64_t j = 0; j < inner; ++j)
         dst[to + j * part.dst_strides[rank - 1]] = src[from + j * part.src_strides[rank - 1]];
-    }
+    });
   }
 }
 
@@ -373,15 +385,12 @@ void Binder::run_gather(size_t s) {
   const float* from = static_cast<const float*>(data);
   float* to = static_cast<float*>(dst);
   const size_t row_bytes = static_cast<size_t>(row) * sizeof(float);
-#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
-#pragma omp parallel for if (outer * count * row > (int64_t{1} << 16))
-#endif
-  for (int64_t k = 0; k < outer * count; ++k) {
+  for_each_index(outer * count, outer * count * row > (int64_t{1} << 16), [&](int64_t k) {
     const int64_t o = k / count, j = k % count;
     int64_t i = index(j);
     if (i < 0) i += n;
     std::memcpy(to + k * row, from + (o * n + i) * row, row_bytes);
-  }
+  });
 }
 
 void Binder::run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs,
@@ -743,11 +752,98 @@ void Binder::run_table(size_t s) {
   // would otherwise spin beside one doing it all).
   constexpr size_t kBlock = size_t{1} << 14;
   const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-#pragma omp parallel for if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
+  for_each_index(blocks, blocks > 1, [&](int64_t b) {
     const size_t at = static_cast<size_t>(b) * kBlock;
     lookup(x + at, std::min(kBlock, n - at), table, y + at);
+  });
+}
+
+namespace {
+// A plain matrix as sgemm reads it (row-major): the last two dims of `d`,
+// 'N' with rows `ld` apart when its columns are adjacent, 'T' (the
+// transpose stored row-major) when its rows are.
+struct GemmOperand {
+  char trans;
+  int64_t ld;
+};
+GemmOperand gemm_operand(const dnnl_memory_desc_t& d) {
+  const int n = d.ndims;
+  const int64_t rows = d.dims[n - 2], cols = d.dims[n - 1];
+  const int64_t sr = d.format_desc.blocking.strides[n - 2];
+  const int64_t sc = d.format_desc.blocking.strides[n - 1];
+  if (cols == 1 || sc == 1) return {'N', std::max<int64_t>({rows == 1 ? cols : sr, cols, 1})};
+  return {'T', std::max<int64_t>({cols == 1 ? rows : sc, rows, 1})};
+}
+}  // namespace
+
+void Binder::run_batch_gemm(size_t s) {
+  const Step& step = c_.steps[s];
+  const float *a = nullptr, *w = nullptr;
+  float* y = nullptr;
+  const dnnl_memory_desc_t *amd = nullptr, *wmd = nullptr, *ymd = nullptr;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    const auto [arg, ref] = step.args[k];
+    const dnnl_memory_desc_t* md = &c_.refs[ref].md->data;
+    if (arg == DNNL_ARG_SRC) a = static_cast<const float*>(ptr(s, k)), amd = md;
+    else if (arg == DNNL_ARG_WEIGHTS) w = static_cast<const float*>(ptr(s, k)), wmd = md;
+    else y = static_cast<float*>(ptr(s, k)), ymd = md;
   }
+  const int n = ymd->ndims;
+  const int64_t m = ymd->dims[n - 2], cols = ymd->dims[n - 1];
+  const int64_t inner = amd->dims[n - 1];
+  if (m == 0 || cols == 0) return;
+  const GemmOperand ao = gemm_operand(*amd), wo = gemm_operand(*wmd), yo = gemm_operand(*ymd);
+  if (yo.trans != 'N')  // (the lowering makes this step only for a row-major result)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + ": result not row-major");
+  int64_t batch = 1;
+  for (int i = 0; i + 2 < n; ++i) batch *= ymd->dims[i];
+  const float alpha = step.as<steps::BatchGemm>()->alpha;
+  auto one = [&](int64_t b) {
+    int64_t ao_at = 0, wo_at = 0, yo_at = 0;
+    for (int i = n - 3; i >= 0; --i) {
+      const int64_t k = b % ymd->dims[i];
+      b /= ymd->dims[i];
+      ao_at += k * amd->format_desc.blocking.strides[i];
+      wo_at += k * wmd->format_desc.blocking.strides[i];
+      yo_at += k * ymd->format_desc.blocking.strides[i];
+    }
+    if (inner == 0) {  // an empty cache: a sum of nothing
+      for (int64_t i = 0; i < m; ++i) std::fill_n(y + yo_at + i * yo.ld, cols, 0.f);
+      return;
+    }
+    const dnnl_status_t st = dnnl_sgemm(ao.trans, wo.trans, m, cols, inner, alpha, a + ao_at, ao.ld,
+                                        w + wo_at, wo.ld, 0.f, y + yo_at, yo.ld);
+    if (st != dnnl_success)
+      throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + step.what +
+                                                    " failed (oneDNN sgemm status " +
+                                                    std::to_string(static_cast<int>(st)) + ")");
+  };
+  // Across the team by batch when there are enough (each sgemm then on one
+  // thread) and the work pays for waking it (a decoder step's attention at
+  // a cache of a few hundred does not: about 16k multiply-adds); otherwise
+  // each sgemm takes the team itself, or one thread when the work is small.
+  const int64_t work = batch * m * cols * std::max<int64_t>(inner, 1);
+  const bool parallel = c_.threads > 1 && work >= (int64_t{1} << 17);
+  if (parallel && batch >= c_.threads) {
+    std::exception_ptr failed;
+#if defined(_OPENMP)
+#pragma omp parallel for
+#endif
+    for (int64_t b = 0; b < batch; ++b) {
+      try {
+        one(b);
+      } catch (...) {
+#if defined(_OPENMP)
+#pragma omp critical
+#endif
+        failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    return;
+  }
+  const ScopedOmpThreads team(parallel ? c_.threads : 1);
+  for (int64_t b = 0; b < batch; ++b) one(b);
 }
 
 // Each kind of step to its runner: a kind without one does not compile.
@@ -763,6 +859,7 @@ struct Binder::RunStep {
   void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
   void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
   void operator()(const steps::Table&) const { b.run_table(s); }
+  void operator()(const steps::BatchGemm&) const { b.run_batch_gemm(s); }
 };
 
 void Binder::run_step(size_t s, dnnl::stream& stream) {
@@ -806,7 +903,8 @@ const char* Step::kind_name() const {
                                [](const steps::RowSoftmax&) { return "softmax"; },
                                [](const steps::SmallBinary&) { return "binary"; },
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
-                               [](const steps::Table&) { return "table"; }},
+                               [](const steps::Table&) { return "table"; },
+                               [](const steps::BatchGemm&) { return "matmul"; }},
                     op);
 }
 

@@ -142,11 +142,21 @@ struct DynamicQuantize {};
 // in the same layout): an elementwise function of a quantized tensor
 // (Lowering::lower_table).
 struct Table {};
+// A MatMul of two activations in an instance of a shape-polymorphic
+// partition (attention's q*k^T and probs*v, whose shapes change at every
+// decoder step): DNNL_ARG_DST = alpha * DNNL_ARG_SRC x DNNL_ARG_WEIGHTS, all
+// plain float32 of one rank with the same batch dims, each matrix row- or
+// column-major (Lowering::lower_matmul_any_shape). Run through oneDNN's
+// sgemm, one call per batch: it takes any dims, so an instance at a new
+// cache length needs no oneDNN object made for it.
+struct BatchGemm {
+  float alpha = 1;
+};
 }  // namespace steps
 
-using StepOp =
-    std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
-                 steps::RowSoftmax, steps::SmallBinary, steps::DynamicQuantize, steps::Table>;
+using StepOp = std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
+                            steps::RowSoftmax, steps::SmallBinary, steps::DynamicQuantize,
+                            steps::Table, steps::BatchGemm>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -304,6 +314,7 @@ class Binder {
   void run_small_binary(size_t step);
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
+  void run_batch_gemm(size_t step);
 
   // The address of argument `a` of step `s` (this run's, for an input or output).
   void* ptr(size_t s, size_t a) const;

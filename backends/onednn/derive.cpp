@@ -24,6 +24,7 @@ bool same_op(const Step& a, const Step& b) {
       a.beside_next != b.beside_next || a.concat_axis() != b.concat_axis())
     return false;
   if (const auto* x = a.as<steps::SmallBinary>()) return x->alg == b.as<steps::SmallBinary>()->alg;
+  if (const auto* x = a.as<steps::BatchGemm>()) return x->alpha == b.as<steps::BatchGemm>()->alpha;
   if (const auto* x = a.as<steps::Gather>())
     return x->axis == b.as<steps::Gather>()->axis &&
            x->index_bytes == b.as<steps::Gather>()->index_bytes;
@@ -221,6 +222,7 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     if (step.as<steps::CopyConcat>()) t->checks_.push_back({Check::kConcat, s});
     else if (step.as<steps::SmallBinary>()) t->checks_.push_back({Check::kBinary, s});
     else if (step.as<steps::RowSoftmax>()) t->checks_.push_back({Check::kSoftmax, s});
+    else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)

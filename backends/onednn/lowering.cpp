@@ -657,10 +657,12 @@ std::optional<memory::format_tag> matmul_tag(const memory::desc& md) {
 
 // A MatMul of two activations (attention's q*k^T and probs*v, whose shapes
 // change at every decoder step) in an instance of a shape-polymorphic
-// partition: one primitive with runtime dims (oneDNN's gemm-based matmul)
-// serves every shape, where a primitive for the shapes would need new code
-// (brgemm's) for each. Not when the batch dims broadcast or a layout is not
-// a plain one it takes; false then, and nothing was added.
+// partition: the backend's loop over oneDNN's sgemm (steps::BatchGemm) when
+// the result is row-major and at most a constant scale follows it, else one primitive with runtime
+// dims (oneDNN's gemm-based matmul). Either serves every shape, where a primitive for the shapes
+// would need new code (brgemm's) for each; the loop also needs no memory objects, which an instance
+// derived for each new cache length would otherwise make. Not when the batch dims broadcast or a
+// layout is not a plain one they take; false then, and nothing was added.
 bool Lowering::lower_matmul_any_shape(const INode& n, int src, int wref,
                                       const memory::desc& dst_md) {
   const std::optional<memory::format_tag> st = matmul_tag(b_.md(src)), wt = matmul_tag(b_.md(wref)),
@@ -669,6 +671,16 @@ bool Lowering::lower_matmul_any_shape(const INode& n, int src, int wref,
   const memory::dims sd = b_.md(src).dims(), wd = b_.md(wref).dims();
   for (size_t i = 0; i + 2 < sd.size(); ++i)
     if (sd[i] != wd[i]) return false;
+  const dnnl_memory_desc_t& y = dst_md.data;
+  const bool rows = y.dims[y.ndims - 1] == 1 || y.format_desc.blocking.strides[y.ndims - 1] == 1;
+  const bool scaled = n.post.size() == 1 && n.post[0].kind == PostOp::kEltwise &&
+                      n.post[0].alg == algorithm::eltwise_linear && n.post[0].beta == 0;
+  if (rows && (n.post.empty() || scaled)) {
+    const int dst = main_dst(n, dst_md);
+    b_.add_batch_gemm(src, wref, dst, scaled ? n.post[0].alpha : 1.f, g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return true;
+  }
   const memory::dims any(sd.size(), DNNL_RUNTIME_DIM_VAL);
   const auto f32 = memory::data_type::f32;
   dnnl::matmul::desc d(memory::desc(any, f32, *st), memory::desc(any, f32, *wt),

@@ -391,6 +391,13 @@ void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
             steps::RowSoftmax{});
 }
 
+void PlanBuilder::add_batch_gemm(int src, int weights, int dst, float alpha,
+                                 const std::string& what) {
+  push_step(dnnl::primitive(),
+            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}}, what,
+            steps::BatchGemm{alpha});
+}
+
 namespace {
 // Records that step s uses the buffers of its arguments.
 void mark_uses(Compiled& c, const std::vector<std::pair<int, int>>& args, int s) {

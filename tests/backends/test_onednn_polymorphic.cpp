@@ -976,6 +976,57 @@ TEST_F(OneDnnPolymorphic, ConcatOfPlainAndTransposedTensorsIsExact) {
   }
 }
 
+// In an instance, a MatMul of two activations (at most scaled after) is the
+// backend's loop over oneDNN's sgemm, one call per batch, over operands in
+// whatever plain layout the steps before left them: here a source whose
+// heads are its second dim in memory, a transposed right-hand side, and a
+// result read transposed. Checked against a sum in double at several shapes.
+TEST_F(OneDnnPolymorphic, MatMulsOfActivationsInEveryPlainLayout) {
+  Spec s;
+  constexpr int64_t kH = 3, kD = 8;
+  const int q = s.input("q", [](const Env& e) { return Dims{e.B, e.T, kH, kD}; });
+  const int k = s.input("k", [](const Env& e) { return Dims{e.B, kH, e.P, kD}; });
+  const int qh = s.value("q_heads", [](const Env& e) { return Dims{e.B, kH, e.T, kD}; });
+  const int kt = s.value("k_t", [](const Env& e) { return Dims{e.B, kH, kD, e.P}; });
+  auto scores = [](const Env& e) { return Dims{e.B, kH, e.T, e.P}; };
+  const int qk = s.value("qk", scores), scaled = s.value("scaled", scores);
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, kH, e.P, e.T}; });
+  const int scale = s.constant("scale", {}, 0.f, 0.f);
+  s.values[scale].data.data_as<float>()[0] = 0.375f;
+  s.node("Transpose", "q_perm", {q}, {qh}, {ints_attr("perm", {0, 2, 1, 3})});
+  s.node("Transpose", "k_perm", {k}, {kt}, {ints_attr("perm", {0, 1, 3, 2})});
+  s.node("MatMul", "q_kT", {qh, kt}, {qk});
+  s.node("Mul", "scale", {qk, scale}, {scaled});
+  s.node("Transpose", "y_perm", {scaled}, {y}, {ints_attr("perm", {0, 1, 3, 2})});
+  s.output(y);
+  View poly(s, "matmuls", nullptr);
+  Part p(onednn(), poly, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  Context ctx(onednn(), p);
+  for (const Env& e : {Env{1, 1, 5}, Env{2, 7, 33}, Env{3, 4, 300}, Env{1, 2, 1}}) {
+    Call call = make_call(s, poly, e);
+    Outcome o = execute(onednn(), ctx, call);
+    ASSERT_TRUE(o.ok()) << o.message << " " << str(e);
+    const float* pq = call.inputs[0].data_as<float>();
+    const float* pk = call.inputs[1].data_as<float>();
+    const float* py = call.outputs[0].data_as<float>();
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < e.B; ++b)
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t c = 0; c < e.P; ++c)
+          for (int64_t t = 0; t < e.T; ++t) {
+            double want = 0;
+            for (int64_t d = 0; d < kD; ++d)
+              want += static_cast<double>(pq[((b * e.T + t) * kH + h) * kD + d]) *
+                      pk[((b * kH + h) * e.P + c) * kD + d];
+            want *= 0.375;
+            const float got = py[((b * kH + h) * e.P + c) * e.T + t];
+            wrong += std::abs(got - want) > 1e-5 * (1 + std::abs(want));
+          }
+    EXPECT_EQ(wrong, 0) << str(e);
+  }
+}
+
 // An attention's scores as a decoder's instances meet them: a mask [B,1,1,P]
 // added to [B,H,T,P], then Sub, Mul, Div, Max and Min against operands
 // broadcast along other dims (one of rank 1), then a Softmax over the last

@@ -343,7 +343,7 @@ Status OpRegistry::add(OpSchema schema, const std::string& provider) {
 
 const OpSchema* OpRegistry::find(const std::string& domain, const std::string& op,
                                  int64_t opset) const {
-  auto it = ops_.find({normalize_domain(domain), op});
+  auto it = ops_.find(view_key(domain, op));
   if (it != ops_.end()) {
     const OpSchema* best = nullptr;
     for (const auto& s : it->second)
@@ -354,7 +354,7 @@ const OpSchema* OpRegistry::find(const std::string& domain, const std::string& o
 }
 
 bool OpRegistry::knows(const std::string& domain, const std::string& op) const {
-  if (ops_.count({normalize_domain(domain), op}) > 0) return true;
+  if (ops_.count(view_key(domain, op)) > 0) return true;
   return parent_ != nullptr && parent_->knows(domain, op);
 }
 

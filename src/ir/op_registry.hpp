@@ -45,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace backplane::ir {
@@ -229,8 +230,22 @@ class OpRegistry {
 
  private:
   using Key = std::pair<std::string, std::string>;  // (domain, op)
+  // Keys compared with views too: a lookup (one per node a shape inference
+  // visits) copies no string.
+  struct KeyLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const int d = std::string_view(a.first).compare(std::string_view(b.first));
+      return d != 0 ? d < 0 : std::string_view(a.second) < std::string_view(b.second);
+    }
+  };
+  static std::pair<std::string_view, std::string_view> view_key(const std::string& domain,
+                                                                const std::string& op) {
+    return {domain == "ai.onnx" ? std::string_view() : std::string_view(domain), op};
+  }
   const OpRegistry* parent_ = nullptr;
-  std::map<Key, std::vector<std::unique_ptr<OpSchema>>> ops_;  // sorted by since
+  std::map<Key, std::vector<std::unique_ptr<OpSchema>>, KeyLess> ops_;  // sorted by since
 };
 
 // Per value of `graph`: whether its contents depend on data, i.e. on a graph

@@ -72,10 +72,10 @@ Result<bool> BackendConstantEvaluator::evaluate(const ir::Graph& graph, const ir
     out.push_back(
         abi_tensor(&outputs[i], node.outputs[i] >= 0 ? &graph.values[node.outputs[i]] : nullptr));
   // execute_node may run concurrently (backend_abi.h): no instance lock.
-  Status s = b.check(b.api()->execute_node(b.instance(), view->get(), 0, in.size(), in.data(),
-                                           out.size(), out.data()),
-                     "fold " + node.describe());
-  if (!s.ok()) {
+  bp_status_t* failed = b.api()->execute_node(b.instance(), view->get(), 0, in.size(), in.data(),
+                                              out.size(), out.data());
+  if (failed != nullptr) {
+    const Status s = b.check(failed, "fold " + node.describe());
     log::debug(s.message() + "; left to run time");
     return false;
   }

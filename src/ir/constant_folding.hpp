@@ -24,6 +24,8 @@
 
 namespace backplane::ir {
 
+class OpSchema;
+
 class ConstantEvaluator {
  public:
   virtual ~ConstantEvaluator() = default;
@@ -93,6 +95,9 @@ struct InferOptions {
   int64_t max_fold_elements = int64_t{1} << 22;
   // Results of earlier calls on copies of the same graph (nullptr: none).
   InferMemo* memo = nullptr;
+  // Per node of the graph inferred, its schema once found (nullptr: looked
+  // up at every visit). IncrementalInference keeps one across its calls.
+  std::vector<const OpSchema*>* schemas = nullptr;
 };
 
 // infer_shapes (graph.hpp) with options: resolves input shapes, infers every

@@ -500,9 +500,14 @@ Status infer_node(Graph& g, const InferOptions& options, size_t index,
 Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
                       const std::vector<Declared>& declared, std::vector<bool>& folded) {
   const Node& node = g.nodes[index];
-  auto schema = options.registry->lookup(node.domain, node.op_type, node_opset(g, node));
-  if (!schema.ok())
-    return Status(schema.status().code(), node.describe() + ": " + schema.status().message());
+  const OpSchema* schema = options.schemas != nullptr ? (*options.schemas)[index] : nullptr;
+  if (schema == nullptr) {
+    auto found = options.registry->lookup(node.domain, node.op_type, node_opset(g, node));
+    if (!found.ok())
+      return Status(found.status().code(), node.describe() + ": " + found.status().message());
+    schema = *found;
+    if (options.schemas != nullptr) (*options.schemas)[index] = schema;
+  }
   for (int v : node.inputs)
     if (v >= 0 && (g.values[v].dtype == DType::kUndefined || !g.values[v].has_shape))
       return internal_error(node.describe() + ": input '" + g.values[v].name + "' has no type");
@@ -515,9 +520,9 @@ Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
                          shape_to_string(g.values[v].shape) +
                          ", known only at run time (it depends on data); static shape inference "
                          "cannot go past it");
-  BP_RETURN_IF_ERROR((*schema)->check(g, node));
+  BP_RETURN_IF_ERROR(schema->check(g, node));
   InferCtx c(g, node);
-  BP_RETURN_IF_ERROR((*schema)->infer_fn()(c));
+  BP_RETURN_IF_ERROR(schema->infer_fn()(c));
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const int v = node.outputs[i];
     if (v < 0) continue;
@@ -525,7 +530,7 @@ Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
     if (o.dtype == DType::kUndefined)
       return invalid_argument(node.describe() + ": has no output " + std::to_string(i) +
                               " (it has " + std::to_string(node.outputs.size()) + " outputs)");
-    const bool data_dependent = (*schema)->shape_dependence() == ShapeDependence::kData;
+    const bool data_dependent = schema->shape_dependence() == ShapeDependence::kData;
     for (int64_t d : o.shape)
       if (d < 0 && !(d == -1 && data_dependent))
         return internal_error(node.describe() + ": inferred a negative dim");
@@ -543,7 +548,7 @@ Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
 
   for (int v : node.outputs)  // data-dependent dims: nothing to fold yet
     if (v >= 0 && !g.values[v].shape_is_static()) return ok_status();
-  BP_ASSIGN_OR_RETURN(bool done, fold_node(g, **schema, c, options));
+  BP_ASSIGN_OR_RETURN(bool done, fold_node(g, *schema, c, options));
   folded[index] = done;
   return ok_status();
 }
@@ -695,6 +700,7 @@ struct IncrementalInference::State {
   std::vector<Declared> declared;
   std::vector<bool> folded;
   std::vector<char> changed;  // per value, this call
+  std::vector<const OpSchema*> schemas;  // per node of g, once found
   size_t reinferred = 0;
 
   State(const Graph& graph, const InferOptions& o) : source(graph), options(resolved(o)) {}
@@ -710,6 +716,8 @@ struct IncrementalInference::State {
     for (int v : g.inputs) inputs.push_back(g.values[v]);
     declared = take_declared(g);
     folded.assign(g.nodes.size(), false);
+    schemas.assign(g.nodes.size(), nullptr);
+    options.schemas = &schemas;
     ready = true;
     return ok_status();
   }

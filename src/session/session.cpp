@@ -329,7 +329,9 @@ class SessionImpl : public Session {
       if (!arena_)
         return Status(StatusCode::kOutOfMemory,
                       "cannot allocate a " + std::to_string(arena) + "-byte arena");
-      std::memset(arena_.get(), 0, arena);
+      // Not zeroed: every value is written before it is read (as in any run
+      // after the first, which finds the last run's bytes), and a large
+      // arena's pages are then touched only when a value first needs them.
     }
     device_buffers_.clear();
     for (size_t s = 1; s < spec->spaces().size(); ++s) {

@@ -61,16 +61,17 @@ std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
   if (ref.constant) return std::nullopt;
   const void* md = &ref.md.get();
   if (ref.scratch)
-    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + align_up(c.arena_bytes))};
+    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + c.scratch_offset())};
   const Buffer& b = c.buffers[ref.buffer];
   if (b.kind == Buffer::kArena)
-    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + b.offset)};
+    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + c.arena_offset() + b.offset)};
   return MemoryKey{md, b.kind == Buffer::kInput ? 1 : 2, b.index};
 }
 }  // namespace
 
 Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), memory_(memory) {
-  char* scratch = memory + align_up(c.arena_bytes);
+  char* scratch = memory + c.scratch_offset();
+  char* arena = memory + c.arena_offset();
   // A donor with as many refs is most often an instance of the same structure
   // (one derived from the same template, derive.hpp, or lowered the same
   // way): ref r shares the donor's ref r where that is the same memory.
@@ -107,7 +108,7 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
     const Buffer* b = ref.scratch ? nullptr : &c.buffers[ref.buffer];
     if (b != nullptr && b->kind != Buffer::kArena)
       bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
-    else ptrs_[r] = ref.scratch ? scratch : memory + b->offset;
+    else ptrs_[r] = ref.scratch ? scratch : arena + b->offset;
     if (!primitive_reads[r]) continue;
     if (aligned) {
       if (memory_key(donor->c_, r, memory) == memory_key(c, r, memory)) {
@@ -125,7 +126,7 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
     }
     if (ref.scratch) mems_[r] = dnnl::memory(ref.md, engine(), scratch);
     else if (b->kind == Buffer::kArena)
-      mems_[r] = dnnl::memory(ref.md, engine(), memory + b->offset);
+      mems_[r] = dnnl::memory(ref.md, engine(), arena + b->offset);
     else mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
   }
   // Every primitive's arguments in one array (one allocation): step s's

@@ -351,6 +351,14 @@ class Compiled : public sdk::CompiledPartition {
   std::vector<MemRef> refs;
   StepList steps;
   size_t arena_bytes = 0, scratch_bytes = 0;
+  // Where the arena and the scratchpad start in a context's block: the
+  // arena first, then the scratchpad, unless `scratch_first`. Instances
+  // derived from a template (derive.hpp) put it first: their arenas grow
+  // with the cache and their scratchpads stay where they are, so that a
+  // binder shares the primitives' scratchpad objects from one to the next.
+  bool scratch_first = false;
+  size_t arena_offset() const { return scratch_first ? align_up(scratch_bytes) : 0; }
+  size_t scratch_offset() const { return scratch_first ? 0 : align_up(arena_bytes); }
   std::vector<size_t> input_bytes, output_bytes;
   // A deserialized partition's constants point into these (the artifact's
   // mapping); they stay held as long as the partition.

@@ -345,7 +345,8 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
   if (!fits(*plan)) return nullptr;
   // Every other buffer keeps the base's offset (the base's plan is valid for
   // them: same sizes, same steps); the sized ones are planned among
-  // themselves after the base's arena. The previous instance's binder then
+  // themselves after the base's arena, and the scratchpad goes first
+  // (Compiled::scratch_first). The previous instance's binder then
   // shares the memory objects of every ref but those over them (Binder).
   std::vector<sdk::ArenaTensor> tensors;
   std::vector<size_t> placed;
@@ -355,6 +356,7 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
     tensors.push_back({static_cast<size_t>(buf.first), static_cast<size_t>(buf.last), buf.size});
     placed.push_back(s.buffer);
   }
+  plan->scratch_first = true;
   const size_t after = align_up(base.arena_bytes);
   const sdk::ArenaPlan arena = sdk::plan_arena(tensors, kAlign);
   for (size_t t = 0; t < placed.size(); ++t)

@@ -790,6 +790,8 @@ void run_tasks(size_t n, const Task& task) {
 void Compiled::serialize(bp_blob_store_t* store, bp_byte_writer_t* writer) {
   if (empty)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a rejected partition cannot be serialized");
+  if (scratch_first)  // (a derived instance: never a partition of its own)
+    throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: a derived instance cannot be serialized");
   if (int8)
     throw sdk::unsupported("CpuOneDnn partition '" + name +
                            "' runs int8 steps, which its payload format does not hold yet");

@@ -923,13 +923,14 @@ void Lowering::lower_concat(const INode& n) {
     }
   // In an instance of a shape-polymorphic partition, plain tensors (a
   // key/value cache and its new entries) are copied here: a oneDNN concat
-  // would be made for every cache length.
-  bool plain = b_.shared();
+  // would be made for every cache length. So are they beside an empty one
+  // (a decoder's first step), which oneDNN's concat does not take.
+  int empty = -1;
+  for (int v : n.in)
+    if (sdk::element_count(g_.shape(v)) == 0) empty = v;
+  bool plain = b_.shared() || empty >= 0;
   for (const memory::desc& m : mds) plain = plain && !is_blocked(m);
-  if (!plain)
-    for (int v : n.in)
-      if (sdk::element_count(g_.shape(v)) == 0)
-        throw fail("input '" + g_.value_name(v) + "' is empty");
+  if (!plain && empty >= 0) throw fail("input '" + g_.value_name(empty) + "' is empty");
   // Plain inputs concatenated by copies, without a oneDNN primitive, into
   // the inputs' common dim order (channels-last stays channels-last: the
   // next convolution needs no reorder), else row-major.

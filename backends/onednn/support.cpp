@@ -674,9 +674,9 @@ void check_tensors(ViewInfo& g, int n) {
       throw fail("input '" + g.value_name(v) + "' is " +
                  (g.values[v].dtype == BP_DTYPE_INT64 ? "int64" : "not float32") +
                  " (only float32 is supported)");
-    // An instance copies a Concat's inputs itself, empty ones too (a
-    // decoder's first step has an empty key/value cache).
-    if (sdk::element_count(g.shape(v)) == 0 && !(g.instance && op == "Concat"))
+    // A Concat of plain tensors is copied by the backend itself, empty ones
+    // too (a decoder's first step has an empty key/value cache).
+    if (sdk::element_count(g.shape(v)) == 0 && op != "Concat")
       throw fail("input '" + g.value_name(v) + "' is empty");
   }
   if (op == "Split") return;  // every output checked by check_split

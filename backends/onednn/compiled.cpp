@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -799,6 +800,7 @@ void Binder::run_batch_gemm(size_t s) {
   int64_t batch = 1;
   for (int i = 0; i + 2 < n; ++i) batch *= ymd->dims[i];
   const float alpha = step.as<steps::BatchGemm>()->alpha;
+  std::atomic<int> failed{dnnl_success};  // (a chunk may run on another thread: no throw there)
   auto one = [&](int64_t b) {
     int64_t ao_at = 0, wo_at = 0, yo_at = 0;
     for (int i = n - 3; i >= 0; --i) {
@@ -808,16 +810,13 @@ void Binder::run_batch_gemm(size_t s) {
       wo_at += k * wmd->format_desc.blocking.strides[i];
       yo_at += k * ymd->format_desc.blocking.strides[i];
     }
-    if (inner == 0) {  // an empty cache: a sum of nothing
+    if (inner == 0) {  // a sum of nothing
       for (int64_t i = 0; i < m; ++i) std::fill_n(y + yo_at + i * yo.ld, cols, 0.f);
       return;
     }
     const dnnl_status_t st = dnnl_sgemm(ao.trans, wo.trans, m, cols, inner, alpha, a + ao_at, ao.ld,
                                         w + wo_at, wo.ld, 0.f, y + yo_at, yo.ld);
-    if (st != dnnl_success)
-      throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + step.what +
-                                                    " failed (oneDNN sgemm status " +
-                                                    std::to_string(static_cast<int>(st)) + ")");
+    if (st != dnnl_success) failed = st;
   };
   // Across the team by batch when there are enough (each sgemm then on one
   // thread) and the work pays for waking it (a decoder step's attention at
@@ -826,25 +825,15 @@ void Binder::run_batch_gemm(size_t s) {
   const int64_t work = batch * m * cols * std::max<int64_t>(inner, 1);
   const bool parallel = c_.threads > 1 && work >= (int64_t{1} << 17);
   if (parallel && batch >= c_.threads) {
-    std::exception_ptr failed;
-#if defined(_OPENMP)
-#pragma omp parallel for
-#endif
-    for (int64_t b = 0; b < batch; ++b) {
-      try {
-        one(b);
-      } catch (...) {
-#if defined(_OPENMP)
-#pragma omp critical
-#endif
-        failed = std::current_exception();
-      }
-    }
-    if (failed) std::rethrow_exception(failed);
-    return;
+    for_each_index(batch, true, one);
+  } else {
+    const ScopedOmpThreads team(parallel ? c_.threads : 1);
+    for_each_index(batch, false, one);
   }
-  const ScopedOmpThreads team(parallel ? c_.threads : 1);
-  for (int64_t b = 0; b < batch; ++b) one(b);
+  if (failed != dnnl_success)
+    throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + step.what +
+                                                  " failed (oneDNN sgemm status " +
+                                                  std::to_string(failed.load()) + ")");
 }
 
 // Each kind of step to its runner: a kind without one does not compile.

@@ -991,6 +991,13 @@ void Lowering::lower_reduce(const INode& n) {
     for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
   Dims kept = xs;
   for (int64_t a : axes) kept[static_cast<size_t>(a < 0 ? a + rank : a)] = 1;
+  // Every reduced axis has one element (a shape-polymorphic partition's
+  // instance may meet such a shape): the result is the input, where oneDNN
+  // makes no reduction whose source and destination are alike.
+  if (kept == xs) {
+    tensors_[n.out] = b_.reshaped(ref_of(n.in[0]), g_.shape(n.out));
+    return;
+  }
   const algorithm alg = n.op == "ReduceMean"  ? algorithm::reduction_mean
                         : n.op == "ReduceSum" ? algorithm::reduction_sum
                                               : algorithm::reduction_max;

@@ -14,7 +14,8 @@ chains of element-wise ops and activations after them (constants of every
 broadcastable shape on either side), BatchNormalization, residual adds,
 Concat, Transpose/Reshape, pooling, the decomposed patterns exporters write
 (SiLU, GELU, LayerNorm, Paddle's hard-swish), stacks of convolutions
-(blocked layouts), symbolic batch dims (shape-polymorphic partitions),
+(blocked layouts), symbolic first dims (shape-polymorphic partitions, which
+run_differential.py runs at several sizes),
 partition boundaries (an operator only CpuRef has, a node pinned to CpuRef),
 and for GpuOcl the integer, boolean and float16 element-wise kernels.
 
@@ -672,16 +673,24 @@ def spec_input_names(spec):
     return {i["name"] for i in spec["inputs"]}
 
 
-def feeds_for(model, seed=0):
-    """Inputs for `model`, from its declared input shapes and dtypes (a
-    regression .onnx carries nothing else)."""
-    rng = np.random.default_rng(seed)
+def symbolic_dims(model):
+    """The value of each symbolic dim a saved graph ran at, by name."""
     symbols = {}
     for p in model.metadata_props:
         if p.key == "differential.dims":
             for item in p.value.split(","):
                 name, _, value = item.partition("=")
                 symbols[name] = int(value)
+    return symbols
+
+
+def feeds_for(model, seed=0, dims=None):
+    """Inputs for `model`, from its declared input shapes and dtypes (a
+    regression .onnx carries nothing else); `dims` gives symbolic dims other
+    values than the graph was made at."""
+    rng = np.random.default_rng(seed)
+    symbols = symbolic_dims(model)
+    symbols.update(dims or {})
     out = {}
     for vi in model.graph.input:
         t = vi.type.tensor_type
@@ -1230,7 +1239,11 @@ class Gen:
         family = self.pick(list(fams), p=ps)
         out = family()
         spec = self.spec_so_far()
-        if family in (self.conv_family, self.deep_family, self.residual_family) and self.chance(0.25):
+        # Symbolic where every input's first dim is the same (a batch, or a
+        # MatMul's rows) and the graph can be run at other sizes of it.
+        firsts = {tuple(i["shape"][:1]) for i in spec["inputs"]}
+        if family in (self.conv_family, self.deep_family, self.residual_family, self.matmul_family,
+                      self.misc_family) and len(firsts) == 1 and () not in firsts and self.chance(0.25):
             spec["symbolic"] = True
         outputs = [out]
         # An intermediate value read outside: the chain cannot fuse past it.

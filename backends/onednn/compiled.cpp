@@ -544,6 +544,59 @@ void Binder::run_row_softmax(size_t s) {
 }
 
 namespace {
+// LayerNormalization of each of `rows` rows of `inner` floats, `src` into
+// `dst`: the mean and variance of a row (two passes, as oneDNN's), then
+// (x - mean) / sqrt(variance + eps) * scale + shift.
+BP_ONEDNN_VECTOR_CLONES void layer_norm_rows(const float* src, const float* scale,
+                                             const float* shift, float* dst, int64_t rows,
+                                             int64_t inner, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * inner;
+    float* y = dst + r * inner;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < inner; ++i) sum += x[i];
+    const float mean = sum / static_cast<float>(inner);
+    float squares = 0;
+#pragma omp simd reduction(+ : squares)
+    for (int64_t i = 0; i < inner; ++i) squares += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1 / std::sqrt(squares / static_cast<float>(inner) + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i] + shift[i];
+  }
+}
+}  // namespace
+
+void Binder::run_row_layer_norm(size_t s) {
+  const Step& step = c_.steps[s];
+  const float *src = nullptr, *scale = nullptr, *shift = nullptr;
+  float* dst = nullptr;
+  const dnnl::memory::desc* md = nullptr;
+  for (size_t a = 0; a < step.args.size(); ++a) {
+    void* handle = ptr(s, a);
+    switch (step.args[a].first) {
+      case DNNL_ARG_SRC:
+        src = static_cast<const float*>(handle);
+        md = &c_.refs[step.args[a].second].md.get();
+        break;
+      case DNNL_ARG_SCALE:
+        scale = static_cast<const float*>(handle);
+        break;
+      case DNNL_ARG_SHIFT:
+        shift = static_cast<const float*>(handle);
+        break;
+      default:
+        dst = static_cast<float*>(handle);
+    }
+  }
+  const dnnl_memory_desc_t& d = md->data;
+  const int64_t inner = d.ndims == 0 ? 1 : d.dims[d.ndims - 1];
+  const int64_t elements = static_cast<int64_t>(md->get_size() / sizeof(float));
+  const int64_t rows = inner == 0 ? 0 : elements / inner;
+  layer_norm_rows(src, scale, shift, dst, rows, inner, step.as<steps::RowLayerNorm>()->eps);
+}
+
+namespace {
 // y = op(a, b) over dense row-major float32: `a` and `y` of shape `ys`, `b`
 // of `bs` (the same rank, a dim of 1 broadcast). Arrays, not vectors: this
 // runs with every step, and allocates nothing.
@@ -846,6 +899,7 @@ struct Binder::RunStep {
   void operator()(const steps::ConcatNorm&) const { b.run_concat_norm(s); }
   void operator()(const steps::Gather&) const { b.run_gather(s); }
   void operator()(const steps::RowSoftmax&) const { b.run_row_softmax(s); }
+  void operator()(const steps::RowLayerNorm&) const { b.run_row_layer_norm(s); }
   void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
   void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
   void operator()(const steps::Table&) const { b.run_table(s); }
@@ -891,6 +945,7 @@ const char* Step::kind_name() const {
                                [](const steps::ConcatNorm&) { return "concat+normalize"; },
                                [](const steps::Gather&) { return "gather"; },
                                [](const steps::RowSoftmax&) { return "softmax"; },
+                               [](const steps::RowLayerNorm&) { return "layer_normalization"; },
                                [](const steps::SmallBinary&) { return "binary"; },
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
                                [](const steps::Table&) { return "table"; },

@@ -123,6 +123,13 @@ struct Gather {
 // row-major float32 of one shape. Only instances of a shape-polymorphic
 // partition have it (Lowering::lower_softmax), never a payload.
 struct RowSoftmax {};
+// LayerNormalization over the innermost dim: DNNL_ARG_SRC and DNNL_ARG_DST
+// dense row-major float32 of one shape, DNNL_ARG_SCALE and DNNL_ARG_SHIFT
+// constants of the innermost dim's size. Only instances of a
+// shape-polymorphic partition have it (Lowering::lower_layer_norm).
+struct RowLayerNorm {
+  float eps = 1e-5f;
+};
 // An elementwise Add, Sub, Mul, Div, Max or Min: DNNL_ARG_SRC_0 and
 // DNNL_ARG_DST dense row-major float32 of the result's shape, DNNL_ARG_SRC_1
 // dense row-major of the same rank, broadcast where its dim is 1. Only
@@ -155,8 +162,8 @@ struct BatchGemm {
 }  // namespace steps
 
 using StepOp = std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
-                            steps::RowSoftmax, steps::SmallBinary, steps::DynamicQuantize,
-                            steps::Table, steps::BatchGemm>;
+                            steps::RowSoftmax, steps::RowLayerNorm, steps::SmallBinary,
+                            steps::DynamicQuantize, steps::Table, steps::BatchGemm>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -311,6 +318,7 @@ class Binder {
   void run_concat_norm(size_t step);
   void run_gather(size_t step);
   void run_row_softmax(size_t step);
+  void run_row_layer_norm(size_t step);
   void run_small_binary(size_t step);
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);

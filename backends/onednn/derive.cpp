@@ -25,20 +25,24 @@ bool same_op(const Step& a, const Step& b) {
     return false;
   if (const auto* x = a.as<steps::SmallBinary>()) return x->alg == b.as<steps::SmallBinary>()->alg;
   if (const auto* x = a.as<steps::BatchGemm>()) return x->alpha == b.as<steps::BatchGemm>()->alpha;
+  if (const auto* x = a.as<steps::RowLayerNorm>())
+    return x->eps == b.as<steps::RowLayerNorm>()->eps;
   if (const auto* x = a.as<steps::Gather>())
     return x->axis == b.as<steps::Gather>()->axis &&
            x->index_bytes == b.as<steps::Gather>()->index_bytes;
   return true;
 }
 
-// A oneDNN MatMul made for runtime dims (Lowering::lower_matmul_any_shape).
+// A oneDNN MatMul made for runtime dims: all of them (Lowering::
+// lower_matmul_any_shape), or the rows of its src and dst
+// (lower_matmul_collapsed).
 bool runtime_matmul(const Step& step) {
   if (!step.as<steps::Primitive>() || !step.prim ||
       step.prim.get_kind() != dnnl::primitive::kind::matmul)
     return false;
   const_dnnl_primitive_desc_t pd = nullptr;
   if (dnnl_primitive_get_primitive_desc(step.prim.get(), &pd) != dnnl_success) return false;
-  for (dnnl_query_t q : {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md}) {
+  for (dnnl_query_t q : {dnnl_query_src_md, dnnl_query_dst_md}) {
     const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, q, 0);
     if (md == nullptr || md->ndims < 2 || md->dims[0] != DNNL_RUNTIME_DIM_VAL) return false;
   }
@@ -115,6 +119,19 @@ bool matmul_fits(const Compiled& c, const Step& step) {
          w.dims[n - 1] == y.dims[n - 1];
 }
 
+// The destination has a row of the data per index (Binder::run_gather).
+bool gather_fits(const Compiled& c, const Step& step) {
+  const dnnl_memory_desc_t& data = md_of(c, arg_ref(step, DNNL_ARG_SRC_0));
+  const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
+  const int axis = step.as<steps::Gather>()->axis;
+  const auto index_bytes = static_cast<size_t>(step.as<steps::Gather>()->index_bytes);
+  const size_t indices = c.refs[arg_ref(step, DNNL_ARG_SRC_1)].md->get_size() / index_bytes;
+  int64_t rows = sdk::element_count(data.dims, static_cast<size_t>(data.ndims));
+  if (axis >= data.ndims || data.dims[axis] == 0) return false;
+  rows = rows / data.dims[axis] * static_cast<int64_t>(indices);
+  return sdk::element_count(y.dims, static_cast<size_t>(y.ndims)) == rows;
+}
+
 // Whether `d` (derived) is the plan `want` lowered at the same key: every
 // description and size (the offsets are derive's own, see there).
 bool same_plan(const Compiled& d, const Compiled& want) {
@@ -174,7 +191,8 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     }
     if (equal) continue;
     if (b.buffer < 0 || b.constant) return nullptr;
-    Follow f{r, std::vector<std::vector<uint32_t>>(b.md->data.ndims), dense_order(b.md->data)};
+    Follow f{r, std::vector<std::vector<std::pair<uint32_t, int64_t>>>(b.md->data.ndims),
+             dense_order(b.md->data)};
     if (f.inner_first.empty()) return nullptr;
     for (int j = 0; j < b.md->data.ndims; ++j) {
       int64_t d[3];
@@ -184,9 +202,14 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
         d[i] = m.dims[j];
       }
       if (d[0] == d[1] && d[1] == d[2]) continue;
-      for (uint32_t p : open)
-        if (k0[p] == d[0] && three[1].key[p] == d[1] && three[2].key[p] == d[2])
-          f.from[j].push_back(p);
+      // The dim is a key position's times a factor the same at all three
+      // (the rows of a batch collapsed into a matrix, an index's bytes).
+      for (uint32_t p : open) {
+        const int64_t factor = d[2] / three[2].key[p];
+        if (factor >= 1 && k0[p] * factor == d[0] && three[1].key[p] * factor == d[1] &&
+            three[2].key[p] * factor == d[2])
+          f.from[j].push_back({p, factor});
+      }
       if (f.from[j].empty()) return nullptr;
     }
     follows[r] = 1;
@@ -221,8 +244,10 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     if (!reads) continue;
     if (step.as<steps::CopyConcat>()) t->checks_.push_back({Check::kConcat, s});
     else if (step.as<steps::SmallBinary>()) t->checks_.push_back({Check::kBinary, s});
-    else if (step.as<steps::RowSoftmax>()) t->checks_.push_back({Check::kSoftmax, s});
+    else if (step.as<steps::RowSoftmax>() || step.as<steps::RowLayerNorm>())
+      t->checks_.push_back({Check::kRows, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
+    else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)
@@ -259,13 +284,16 @@ bool InstanceTemplate::fits(const Compiled& c) const {
       case Check::kBinary:
         if (!binary_fits(c, step)) return false;
         break;
-      case Check::kSoftmax: {
+      case Check::kRows: {
         const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
         if (!same_dims(md_of(c, arg_ref(step, DNNL_ARG_SRC)), y) || !small(y)) return false;
         break;
       }
       case Check::kMatMul:
         if (!matmul_fits(c, step)) return false;
+        break;
+      case Check::kGather:
+        if (!gather_fits(c, step)) return false;
         break;
     }
   }
@@ -301,9 +329,9 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
     for (int j = 0; j < b.ndims; ++j) {
       dims[j] = b.dims[j];
       if (f.from[j].empty()) continue;
-      dims[j] = key[f.from[j][0]];
-      for (uint32_t p : f.from[j])
-        if (key[p] != dims[j]) return nullptr;
+      dims[j] = key[f.from[j][0].first] * f.from[j][0].second;
+      for (auto [p, factor] : f.from[j])
+        if (key[p] * factor != dims[j]) return nullptr;
     }
     auto same = std::find_if(made.begin(), made.end(), [&](const Made& m) {
       return m.base == &b && std::equal(dims, dims + b.ndims, m.dims);

@@ -1,20 +1,22 @@
 // derive.hpp — instances of a shape-polymorphic partition (polymorphic.hpp)
 // made from a lowered one instead of lowered again.
 //
-// A decoder step meets a new cache length at every token. Lowering the
-// partition for it (fusion, primitive descriptors, the memory plan) costs
-// several times the step itself, yet what changes from one length to the
-// next is only the dims of the values the length reaches: the steps over
-// them are the backend's own loops (CopyConcat, RowSoftmax, SmallBinary) and
-// MatMuls with runtime dims, which take any dims; every other step, and
-// every primitive, is the same.
+// A decoder step meets a new cache length at every token, an encoder a new
+// sequence length at every input. Lowering the partition for it (fusion,
+// primitive descriptors, the memory plan) costs several times the run
+// itself, yet what changes from one length to the next is only the dims of
+// the values the length reaches: the steps over them are the backend's own
+// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather) and
+// MatMuls with runtime dims or rows, which take any dims; every other step,
+// and every primitive, is the same.
 //
 // An InstanceTemplate is made from three instances lowered at three keys
 // (the run's shapes, PolyCompiled::make_key). It is made only if the three
 // plans are the same but for some memory descriptions, buffer sizes and arena
 // offsets, and the descriptions that differ are dense (dims in some order,
-// no gaps) with each differing dim equal to a dim of the key that differs
-// between the three; the steps reading them must be kinds that take any
+// no gaps) with each differing dim a dim of the key that differs between
+// the three times a fixed factor (the rows of a batch collapsed into one
+// matrix, an index's bytes); the steps reading them must be kinds that take any
 // dims. Deriving the first two instances from the third must then give them
 // exactly: every description, size and offset.
 //
@@ -55,16 +57,16 @@ class InstanceTemplate {
 
  private:
   // A MemRef whose description follows the key: per dim, the key positions
-  // it equals (empty: a fixed dim, the base's), and the dims from the
-  // innermost to the outermost.
+  // it is a fixed multiple of, with the factor (empty: a fixed dim, the
+  // base's), and the dims from the innermost to the outermost.
   struct Follow {
     size_t ref;
-    std::vector<std::vector<uint32_t>> from;
+    std::vector<std::vector<std::pair<uint32_t, int64_t>>> from;
     std::vector<int> inner_first;
   };
   // A step reading descriptions that follow the key, checked at derive.
   struct Check {
-    enum Kind { kConcat, kBinary, kSoftmax, kMatMul } kind;
+    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather } kind;
     size_t step;
   };
 

@@ -585,9 +585,32 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   if (is_blocked(b_.md(src)) || !(b_.md(src) == plain_md(as))) src = b_.as_md(src, plain_md(as));
   const int src2 = b_.alias(src, plain_md({rows, k}));
   const memory::desc bias_md = n.bias_value >= 0 ? plain_md({1, cols}) : memory::desc();
-  dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
   dnnl::primitive prim;
-  auto pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
+  dnnl::matmul::primitive_desc pd;
+  // In an instance of a shape-polymorphic partition whose src changed shape
+  // since the last instance, the rows are a runtime dim: one primitive
+  // (oneDNN's gemm-based matmul) serves every later instance. brgemm's code
+  // is made per row count, 0.5 to 2 ms per MatMul at each new shape, for runs
+  // 0 to 25% faster; the first instance, which may be the only one (a
+  // dynamic batch dim run at one size), and rows that stay as they were
+  // (a decoder's one token) keep it.
+  if (b_.shared() && g_.values[n.in[0]].varies) {
+    const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::f32,
+                                memory::format_tag::ab);
+    const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
+                                memory::format_tag::ab);
+    try {
+      pd = b_.make<dnnl::matmul>(
+          dnnl::matmul::desc(any_rows, plain_md({k, cols}), bias_md, dst_rows), attr_with(n.post),
+          post_key(n.post), &prim);
+    } catch (const dnnl::error&) {
+      prim = dnnl::primitive();
+    }
+  }
+  if (!prim) {
+    dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
+    pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
+  }
   const int wref = weight(n.in[1], plain_md(ws), pd.weights_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wref}};
   if (n.bias_value >= 0) args.push_back({DNNL_ARG_BIAS, weight(n.bias_value, bias_md)});
@@ -823,17 +846,26 @@ void Lowering::lower_layer_norm(const INode& n) {
     std::memcpy(scale.data(), g_.f32(n.in[1]), c * sizeof(float));
   if (n.in.size() > 2 && n.in[2] >= 0)
     std::memcpy(shift.data(), g_.f32(n.in[2]), c * sizeof(float));
+  const int scale_ref = b_.const_ref(plain_md({c}), scale.data(), node_tag("lns", n.node));
+  const int shift_ref = b_.const_ref(plain_md({c}), shift.data(), node_tag("lnb", n.node));
+  // In an instance of a shape-polymorphic partition, a small one is the
+  // backend's loop, which takes any shape (as lower_softmax's).
+  const int64_t elements = sdk::element_count(xs);
+  if (b_.shared() && elements > 0 && elements <= kSmallInstanceOpElements &&
+      b_.md(src) == plain_md(xs)) {
+    const int dst = b_.new_arena(plain_md(xs));
+    b_.add_row_layer_norm(src, scale_ref, shift_ref, dst, eps, g_.describe(n.node));
+    tensors_[n.out] = dst;
+    return;
+  }
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, b_.md(src), eps,
                                             flags);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::layer_normalization_forward>(d, b_.attr(), "", &prim);
-  add_step_to_new(
-      n.out, prim,
-      {{DNNL_ARG_SRC, src},
-       {DNNL_ARG_SCALE, b_.const_ref(plain_md({c}), scale.data(), node_tag("lns", n.node))},
-       {DNNL_ARG_SHIFT, b_.const_ref(plain_md({c}), shift.data(), node_tag("lnb", n.node))}},
-      pd, g_.describe(n.node));
+  add_step_to_new(n.out, prim,
+                  {{DNNL_ARG_SRC, src}, {DNNL_ARG_SCALE, scale_ref}, {DNNL_ARG_SHIFT, shift_ref}},
+                  pd, g_.describe(n.node));
 }
 
 void Lowering::lower_softmax(const INode& n) {

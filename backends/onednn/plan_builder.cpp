@@ -391,6 +391,14 @@ void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
             steps::RowSoftmax{});
 }
 
+void PlanBuilder::add_row_layer_norm(int src, int scale, int shift, int dst, float eps,
+                                     const std::string& what) {
+  push_step(
+      dnnl::primitive(),
+      {{DNNL_ARG_SRC, src}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_DST, dst}},
+      what, steps::RowLayerNorm{eps});
+}
+
 void PlanBuilder::add_batch_gemm(int src, int weights, int dst, float alpha,
                                  const std::string& what) {
   push_step(dnnl::primitive(),
@@ -449,7 +457,23 @@ int PlanBuilder::as_md(int ref, const memory::desc& want) {
   return dst;
 }
 
-void PlanBuilder::copy(int src, int dst) { copy(src, dst, attr_, "", "reorder"); }
+void PlanBuilder::copy(int src, int dst) {
+  // In an instance of a shape-polymorphic partition, a float32 copy between
+  // strided layouts (a Transpose made row-major) is the backend's loop,
+  // which takes any shape, where a reorder's code is made per shape.
+  const memory::desc &from = md(src), &to = md(dst);
+  auto strided = [&](const memory::desc& m) {
+    const dnnl_memory_desc_t& d = m.data;
+    return d.data_type == dnnl_f32 && d.format_kind == dnnl_blocked && !is_blocked(m) &&
+           d.extra.flags == 0 && d.offset0 == 0 &&
+           std::equal(d.dims, d.dims + d.ndims, d.padded_dims);
+  };
+  if (shared() && strided(from) && strided(to) && from.dims() == to.dims()) {
+    add_copy_concat({{DNNL_ARG_MULTIPLE_SRC, src}, {DNNL_ARG_DST, dst}}, 0, "reorder");
+    return;
+  }
+  copy(src, dst, attr_, "", "reorder");
+}
 
 void PlanBuilder::copy(int src, int dst, const dnnl::primitive_attr& attr,
                        const std::string& attr_key, const std::string& what) {

@@ -226,6 +226,8 @@ class PlanBuilder {
                   const std::string& what);
   void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
   void add_row_softmax(int src, int dst, const std::string& what);
+  void add_row_layer_norm(int src, int scale, int shift, int dst, float eps,
+                          const std::string& what);
   // dst = alpha * src x weights, batched (steps::BatchGemm).
   void add_batch_gemm(int src, int weights, int dst, float alpha, const std::string& what);
   // dst = table[src], bytewise.

@@ -1125,6 +1125,28 @@ TEST_F(OneDnnPolymorphic, ADecoderLoopDerivesItsInstancesBitForBit) {
   EXPECT_EQ(made("decoder_lower_all", "derived"), 0u);
 }
 
+// An encoder meets a new sequence length at every run (the layer with an
+// empty cache: P = 0, T the length). From the second length on, its MatMuls
+// by constant weights take their rows at run time (one oneDNN primitive for
+// every length), and its LayerNormalizations and head transposes are the
+// backend's loops: the instances from the second, third and fourth lengths
+// make a template, and every later length is derived from it. Every run
+// matches the partition compiled for its shapes and CpuRef.
+TEST_F(OneDnnPolymorphic, AnEncoderDerivesAnInstancePerLength) {
+  View view(spec_, "encoder_lengths", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  Context ctx(onednn(), part);
+  for (int64_t t = 2; t <= 13; ++t) {
+    const Env env{1, t, 0};
+    Call call = make_call(spec_, view, env);
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(env);
+    expect_matches(call.outputs, ref(env), env);
+  }
+  EXPECT_EQ(made("encoder_lengths", "lowered"), 4u);
+  EXPECT_EQ(made("encoder_lengths", "derived"), 8u);
+}
+
 // Shapes a template was not made for are lowered: another batch, another
 // number of new tokens, a cache of one (a dim of 1 broadcasts). The template
 // then still serves the decoder loop's next length.

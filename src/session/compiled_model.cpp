@@ -594,7 +594,7 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
         }
     }
     if (!reused) {
-      BP_ASSIGN_OR_RETURN(plan, make_plan(*gp, registry_, options_.placement, *w, excluded));
+      BP_ASSIGN_OR_RETURN(plan, make_plan(*gp, registry_, placement_for(*gp), *w, excluded));
       if (excluded.empty()) {
         std::lock_guard<std::mutex> lock(mu_);
         plans_.emplace_front(structure, plan);
@@ -605,6 +605,22 @@ Planner CompiledModel::jit_planner(const std::shared_ptr<const ir::Graph>& graph
     if (verify) BP_RETURN_IF_ERROR(verify_direct_constants(*gp, *w, plan));
     return plan;
   };
+}
+
+PlacementOptions CompiledModel::placement_for(const ir::Graph& specialized) const {
+  PlacementOptions placement = options_.placement;
+  if (placement.overrides.empty()) return placement;
+  auto has = [](const ir::Graph& g, const std::string& name) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(),
+                       [&](const ir::Node& n) { return n.name == name; });
+  };
+  // An override of a node these shapes folded away (a Gather of a slice
+  // that is empty at this batch) has nothing to pin; one naming no node of
+  // the model still fails in make_plan.
+  for (auto it = placement.overrides.begin(); it != placement.overrides.end();)
+    it = !has(specialized, it->first) && has(*portable_, it->first) ? placement.overrides.erase(it)
+                                                                    : std::next(it);
+  return placement;
 }
 
 Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& signature) {

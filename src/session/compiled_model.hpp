@@ -139,6 +139,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // How many shape variants the cache keeps (beside max_specializations
   // others).
   size_t max_variants() const;
+  // The model's placement options for a graph specialised from it: without
+  // the overrides of nodes it folded away.
+  PlacementOptions placement_for(const ir::Graph& specialized) const;
   Result<Planner> stored_planner(const Signature& signature, const ir::Graph& graph,
                                  std::string* note);
   Planner jit_planner(const std::shared_ptr<const ir::Graph>& graph,

@@ -84,7 +84,8 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
   if (donor != nullptr && donor->memory_ == memory && !aligned) {
     shareable.reserve(donor->c_.refs.size());
     for (size_t r = 0; r < donor->c_.refs.size(); ++r)
-      if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory))
+      if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory);
+          k && donor->mems_[r].get(true) != nullptr)
         shareable.emplace_back(*k, &donor->mems_[r]);
     std::sort(shareable.begin(), shareable.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -111,8 +112,11 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
       bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
     else ptrs_[r] = ref.scratch ? scratch : arena + b->offset;
     if (!primitive_reads[r]) continue;
+    // Only what the donor made: a ref its own steps read through loops
+    // (a copy where this instance reorders) has no memory object there.
     if (aligned) {
-      if (memory_key(donor->c_, r, memory) == memory_key(c, r, memory)) {
+      if (donor->mems_[r].get(true) != nullptr &&
+          memory_key(donor->c_, r, memory) == memory_key(c, r, memory)) {
         mems_[r] = donor->mems_[r];
         continue;
       }

@@ -51,9 +51,13 @@ std::optional<Pattern> match_layer_norm(ViewInfo& g, int r1) {
   p.eps = *eps;
   p.out = g.out(dv);
   const int64_t c = g.shape(x).back();
+  // c values along the last axis: [c], [1, c], ... (a [c, 1] of as many
+  // values scales rows, not channels).
   auto per_channel = [&](int v) {
-    return v >= 0 && g.is_const(v) && g.values[v].dtype == BP_DTYPE_FLOAT32 &&
-           sdk::element_count(g.shape(v)) == c && g.shape(v).size() <= g.shape(x).size();
+    if (v < 0 || !g.is_const(v) || g.values[v].dtype != BP_DTYPE_FLOAT32) return false;
+    const Dims& s = g.shape(v);
+    return sdk::element_count(s) == c && s.size() <= g.shape(x).size() &&
+           (s.empty() ? c == 1 : s.back() == c);
   };
   const int mul = g.only_consumer(p.out);
   if (mul >= 0 && g.op(mul) == "Mul" && per_channel(g.other_input(mul, p.out))) {

@@ -82,9 +82,13 @@ memory::desc layout_like(const memory::desc& pattern, const Dims& shape) {
 bool is_blocked(const memory::desc& md) { return md.data.format_desc.blocking.inner_nblks > 0; }
 
 memory::desc unit_dims_in_place(const memory::desc& md) {
-  if (md.data.format_kind != dnnl_blocked || is_blocked(md)) return md;
   dnnl_memory_desc_t d = md.data;
   const int n = d.ndims;
+  for (int i = n; i < DNNL_MAX_NDIMS; ++i) {
+    d.dims[i] = d.padded_dims[i] = d.padded_offsets[i] = 0;
+    if (d.format_kind == dnnl_blocked) d.format_desc.blocking.strides[i] = 0;
+  }
+  if (md.data.format_kind != dnnl_blocked || is_blocked(md)) return memory::desc(d);
   for (int i = 0; i < n; ++i) {
     if (d.dims[i] != 1) continue;
     int k = i + 1;

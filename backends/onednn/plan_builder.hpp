@@ -141,7 +141,10 @@ bool is_blocked(const dnnl::memory::desc& md);
 // binary kernel (2.6) is silently wrong on one with a size-1 dim out of
 // place: a Transpose that moves only dims of size 1 ([1,1,2,2] by
 // 0,2,1,3 is "acbd") followed by an operand that broadcasts. Views keep
-// every size-1 dim in place (PlanBuilder::alias).
+// every size-1 dim in place (PlanBuilder::alias). Nothing is left past its
+// ndims either: oneDNN's reshape leaves the old dims there, and its 2.6
+// reference PReLU reads them (a [3,1,2] tensor reshaped to [3,2] had half of
+// its elements computed).
 dnnl::memory::desc unit_dims_in_place(const dnnl::memory::desc& md);
 bool is_dense(const dnnl::memory::desc& md);
 

@@ -178,6 +178,9 @@ class Lowering {
   // itself when the window is all of it.
   int copy_window(int ref, const Dims& offsets, const Dims& sizes);
   void lower_slice(const INode& n);
+  // A Slice with steps oneDNN cannot describe as one view (lower_slice).
+  int slice_by_steps(int src, const Dims& xs, const Dims& offsets, const Dims& step,
+                     const Dims& sizes);
   void lower_split(const INode& n);
   void lower_gather(const INode& n);
   void lower_pad(const INode& n);

@@ -141,11 +141,56 @@ void Lowering::lower_slice(const INode& n) {
     offset += offsets[i] * strides[i];
     wide[i] = strides[i] * step[i];
   }
-  memory::desc window(to_dims(sizes), memory::data_type::f32, to_dims(wide));
+  memory::desc window;
+  try {
+    window = memory::desc(to_dims(sizes), memory::data_type::f32, to_dims(wide));
+  } catch (const dnnl::error&) {
+    // oneDNN describes no layout whose strided axis spans past the stride of
+    // the one outside it ([2, 3] by a step of 2 along the last: strides 3
+    // and 2 over 2 elements each).
+    tensors_[n.out] = slice_by_steps(src, xs, offsets, step, sizes);
+    return;
+  }
   window.data.offset0 = offset;
   const int dst = b_.new_arena(plain_md(sizes));
   b_.copy(b_.alias(src, window), dst);
   tensors_[n.out] = dst;
+}
+
+// The same slice in copies oneDNN can describe: the window of the slice's
+// extent along every axis, then per stepped axis, that axis padded to
+// step * size (what is past the window is never read) and every step-th
+// element of it taken.
+int Lowering::slice_by_steps(int src, const Dims& xs, const Dims& offsets, const Dims& step,
+                             const Dims& sizes) {
+  Dims extent = sizes;
+  for (size_t a = 0; a < xs.size(); ++a)
+    if (step[a] != 1) extent[a] = std::min(xs[a] - offsets[a], step[a] * sizes[a]);
+  int cur = copy_window(src, offsets, extent);
+  Dims dims = extent;
+  for (size_t a = 0; a < dims.size(); ++a) {
+    if (step[a] == 1) continue;
+    Dims padded = dims;
+    padded[a] = step[a] * sizes[a];
+    if (padded[a] != dims[a]) {
+      const int wide = b_.new_arena(plain_md(padded));
+      b_.copy(
+          b_.as_plain(cur, dims),
+          b_.alias(wide, b_.md(wide).submemory_desc(to_dims(dims), memory::dims(dims.size(), 0))));
+      cur = wide;
+    } else {
+      cur = b_.as_plain(cur, dims);
+    }
+    Dims strides(padded.size(), 1);
+    for (size_t i = padded.size(); i-- > 1;) strides[i - 1] = strides[i] * padded[i];
+    strides[a] *= step[a];
+    dims[a] = sizes[a];
+    const int taken = b_.new_arena(plain_md(dims));
+    b_.copy(b_.alias(cur, memory::desc(to_dims(dims), memory::data_type::f32, to_dims(strides))),
+            taken);
+    cur = taken;
+  }
+  return cur;
 }
 
 // Each output is the window of its own extent along the axis, after the

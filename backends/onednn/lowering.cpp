@@ -587,14 +587,14 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   const memory::desc bias_md = n.bias_value >= 0 ? plain_md({1, cols}) : memory::desc();
   dnnl::primitive prim;
   dnnl::matmul::primitive_desc pd;
-  // In an instance of a shape-polymorphic partition whose src changed shape
-  // since the last instance, the rows are a runtime dim: one primitive
-  // (oneDNN's gemm-based matmul) serves every later instance. brgemm's code
-  // is made per row count, 0.5 to 2 ms per MatMul at each new shape, for runs
-  // 0 to 25% faster; the first instance, which may be the only one (a
-  // dynamic batch dim run at one size), and rows that stay as they were
-  // (a decoder's one token) keep it.
-  if (b_.shared() && g_.values[n.in[0]].varies) {
+  // In an instance of a shape-polymorphic partition whose rows come from an
+  // open dim, the rows are a runtime dim: one primitive (oneDNN's gemm-based
+  // matmul, on plain weights) serves every instance. brgemm's code is made
+  // per row count, 0.5 to 2 ms per MatMul at each new shape, on weights
+  // packed for it, for runs 0 to 25% faster (a microsecond at a decoder's
+  // one row). Every instance takes the same kernel, so the weights are held
+  // in one layout.
+  if (b_.shared() && g_.values[n.in[0]].open_rows) {
     const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::f32,
                                 memory::format_tag::ab);
     const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,

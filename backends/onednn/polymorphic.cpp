@@ -208,7 +208,6 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
     ++derived_;
   } else {
     plan = lower(key);
-    last_key_ = key;
     if (tuning_.derive_instances) remember(key, plan);
   }
   const double ms =
@@ -269,10 +268,12 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
   sdk::ShapedView shaped(open, std::move(shapes));
   ViewInfo g(host_, shaped.view());
   g.instance = true;
-  if (!last_key_.empty())
-    for (size_t v = 0; v < open.num_values; ++v)
-      g.values[v].varies = !std::equal(dims_in(key, v), dims_in(key, v) + open.values[v].rank,
-                                       dims_in(last_key_, v));
+  for (size_t v = 0; v < open.num_values; ++v) {
+    const bp_value_t& value = open.values[v];
+    g.values[v].open_rows =
+        value.rank >= 2 &&
+        std::any_of(value.shape, value.shape + value.rank - 1, [](int64_t d) { return d < 0; });
+  }
   for (size_t n = 0; n < g.num_nodes(); ++n) {
     try {
       check_shapes(g, static_cast<int>(n));

@@ -141,7 +141,6 @@ class PolyCompiled : public sdk::CompiledPartition {
   // The last three instances lowered, and the template the last three that
   // made one gave (derive.hpp; lower_mutex_ held).
   std::vector<InstanceTemplate::Lowered> recent_;
-  std::vector<int64_t> last_key_;  // of the last instance lowered
   std::unique_ptr<InstanceTemplate> template_;
   uint64_t derived_ = 0;  // instances made from template_ (lower_mutex_ held)
 };

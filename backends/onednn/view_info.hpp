@@ -41,10 +41,10 @@ struct ValueInfo {
   // A DequantizeLinear of constants (the host keeps them, so that int8
   // weights stay int8): its output is a constant here, computed on demand.
   bool dequantized = false;
-  // In an instance of a shape-polymorphic partition: the shape differs from
-  // the one the instance lowered before this one gave it (its rows are worth
-  // a kernel that takes any number: Lowering::lower_matmul_collapsed).
-  bool varies = false;
+  // In an instance of a shape-polymorphic partition: a dim before the last
+  // is open in the partition (its rows may differ from one instance to the
+  // next: Lowering::lower_matmul_collapsed).
+  bool open_rows = false;
   std::vector<int> consumers;  // view nodes (once per node)
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -78,8 +79,9 @@ class Checker {
     expect_y(out);
   }
 
-  void matmul() const {
-    const Dims &a = x(0), &b = x(1);
+  // A MatMul, or one of its quantized forms with its operands at `ai`, `bi`.
+  void matmul(size_t ai = 0, size_t bi = 1) const {
+    const Dims &a = x(ai), &b = x(bi);
     expect(a.size() >= 2 && b.size() >= 2, "MatMul operands need 2 dims or more");
     expect(a.back() == b[b.size() - 2], "the inner dims of the operands differ");
     Dims batch;
@@ -98,8 +100,10 @@ class Checker {
     expect_y({a[0], tb ? b[0] : b[1]});
   }
 
-  void conv() const {
-    const Dims &xs = x(0), &ws = x(1);
+  // A Conv, or one of its quantized forms with its input, weights and bias
+  // at `xi`, `wi` and `bi`.
+  void conv(size_t xi = 0, size_t wi = 1, size_t bi = 2) const {
+    const Dims &xs = x(xi), &ws = x(wi);
     const int64_t group = g_.node(n_).attr_int("group", 1);
     expect(xs.size() == ws.size() && y_.size() == xs.size(), "input, weights, output ranks differ");
     expect(xs[1] == ws[1] * group, [&] {
@@ -107,7 +111,7 @@ class Checker {
              std::to_string(ws[1] * group);
     });
     expect(y_[0] == xs[0] && y_[1] == ws[0], "batch or output channels differ");
-    params_of(2, 2, ws[0], "the bias");
+    params_of(bi, bi, ws[0], "the bias");
   }
 
   void pool(bool global) const {
@@ -273,6 +277,11 @@ void check_shapes(ViewInfo& g, int n) {
   if (op == "MatMul") return c.matmul();
   if (op == "Gemm") return c.gemm();
   if (op == "Conv") return c.conv();
+  // The quantized products (int8 groups): their operands where ONNX puts them.
+  if (op == "QLinearMatMul") return c.matmul(0, 3);
+  if (op == "MatMulInteger") return c.matmul(0, 1);
+  if (op == "QLinearConv") return c.conv(0, 3, 8);
+  if (op == "ConvInteger") return c.conv(0, 1, SIZE_MAX);
   if (op == "ConvTranspose") {  // support.cpp's check_conv_transpose checks its window
     c.expect(c.y().size() == c.x().size() && !c.x().empty() && c.y()[0] == c.x()[0],
              "the output's rank or batch differs from the input's");

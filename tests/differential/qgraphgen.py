@@ -726,7 +726,17 @@ def build(spec):
         outs.append(helper.make_tensor_value_info(v, _ONNX[b.dtypes[v]], list(b.shape(v))))
     if not outs:
         raise InvalidSpec("no output")
-    return _model(b, graph_inputs, outs, {META: json.dumps(bounds, sort_keys=True)}), []
+    props = {META: json.dumps(bounds, sort_keys=True)}
+    if spec.get("symbolic"):
+        # A symbolic batch, as graphgen.build makes it (run_differential.py
+        # runs the graph at other sizes of it too).
+        graph_inputs = [helper.make_tensor_value_info(
+            i.name, i.type.tensor_type.elem_type,
+            ["N"] + [d.dim_value for d in i.type.tensor_type.shape.dim][1:]) for i in graph_inputs]
+        outs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None)
+                for o in outs]
+        props["differential.dims"] = f"N={spec['inputs'][0]['shape'][0]}"
+    return _model(b, graph_inputs, outs, props), []
 
 
 def bounds_of(model):
@@ -1013,4 +1023,7 @@ class QGen(graphgen.Gen):
         spec = self.spec_so_far()
         spec["quantized"] = True
         spec["outputs"] = outputs
+        firsts = {tuple(i["shape"][:1]) for i in spec["inputs"]}
+        if len(firsts) == 1 and () not in firsts and self.chance(0.25):
+            spec["symbolic"] = True
         return spec

@@ -40,6 +40,9 @@ function's largest jump for a table, the largest weight for a product (the
 differences of two correct runs are sparse rounding ties), the operands'
 scales for the rest. The bounds go into the model's metadata
 ("differential.quantized"), so a saved .onnx is judged alike.
+
+A quarter of the specs whose inputs share their first dim make it symbolic,
+as graphgen.py's do (run_differential.py runs them at other sizes too).
 """
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ void replace_patterns(ViewInfo& g, std::vector<INode>& nodes) {
     in.op = p.op;
     in.node = *std::min_element(p.nodes.begin(), p.nodes.end());
     in.covers = p.nodes;
-    in.in = {p.x, p.gamma, p.beta};
+    // A HardSwish reads x alone, as the operator does.
+    in.in = p.op == "HardSwish" ? std::vector<int>{p.x} : std::vector<int>{p.x, p.gamma, p.beta};
     in.out = p.out;
     in.eps = p.eps;
   }
@@ -102,6 +103,36 @@ bool append_post_ops(std::vector<PostOp>& post, const std::vector<PostOp>& more)
   return true;
 }
 
+// Folds y = alpha * conv(x) + beta into Conv m's weights and bias when it is
+// the first thing after the convolution (no post-ops yet) and the weights
+// are float constants. oneDNN 2.6 takes one eltwise_linear per post-op chain
+// (append_post_ops), and exporters write affine steps on both sides of an
+// activation (PP-LCNet's learnable affine blocks around its HardSwish): the
+// one before it costs nothing in the weights, and the one after it can then
+// be a post-op. False if m is not such a Conv.
+bool fold_linear(ViewInfo& g, INode& m, float alpha, float beta) {
+  if (m.op != "Conv" || !m.post.empty() || m.quant || m.in.size() < 2 || !g.is_const(m.in[1]) ||
+      g.values[m.in[1]].dtype != BP_DTYPE_FLOAT32)
+    return false;
+  const bool bias_in = m.in.size() > 2 && m.in[2] >= 0;
+  if (bias_in && (!g.is_const(m.in[2]) || g.values[m.in[2]].dtype != BP_DTYPE_FLOAT32))
+    return false;
+  const Dims& ws = g.shape(m.in[1]);
+  if (ws.empty() || ws[0] <= 0) return false;
+  if (!m.weights) {
+    const float* w = g.f32(m.in[1]);
+    m.weights = std::make_shared<std::vector<float>>(w, w + sdk::element_count(ws));
+    m.bias = std::make_shared<std::vector<float>>(static_cast<size_t>(ws[0]), 0.f);
+    if (bias_in) {
+      const float* b = g.f32(m.in[2]);
+      m.bias->assign(b, b + ws[0]);
+    }
+  }
+  for (float& w : *m.weights) w *= alpha;
+  for (float& b : *m.bias) b = alpha * b + beta;
+  return true;
+}
+
 // Fuses follower f (reading `cur`, the main node m's result so far) into m,
 // if it can be: as a post-op (an activation, scalar arithmetic, or the one
 // residual Add: sum_used), or as MatMul's bias. False if it cannot.
@@ -118,7 +149,10 @@ bool join_follower(ViewInfo& g, INode& m, const INode& f, int cur, bool& sum_use
   if (f.op == "Max" || f.op == "Min") return false;
   const int other = (f.in[0] == cur) ? f.in[1] : f.in[0];
   if (f.in[0] == f.in[1]) return false;
-  if (std::optional<PostOp> p = linear_of(g, f, cur)) return append_post_ops(m.post, {*p});
+  if (std::optional<PostOp> p = linear_of(g, f, cur)) {
+    if (p->alg == algorithm::eltwise_linear && fold_linear(g, m, p->alpha, p->beta)) return true;
+    return append_post_ops(m.post, {*p});
+  }
   if (m.op == "MatMul" && m.post.empty() && m.bias_value < 0 && f.op == "Add" &&
       g.is_const(other) && sdk::element_count(g.shape(other)) == g.shape(cur).back() &&
       g.shape(other).back() == g.shape(cur).back() &&

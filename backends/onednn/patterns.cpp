@@ -1,8 +1,10 @@
-// patterns.cpp — matching decomposed LayerNorm, erf-GELU and SiLU in a view.
+// patterns.cpp — matching decomposed LayerNorm, erf-GELU, SiLU and HardSwish in a view.
 #include "onednn/patterns.hpp"
 
 #include <cmath>
+#include <limits>
 #include <optional>
+#include <utility>
 
 namespace backplane::onednn {
 namespace {
@@ -124,6 +126,84 @@ std::optional<Pattern> match_swish(ViewInfo& g, int s) {
   return p;
 }
 
+// The bounds of Clip node n, if they are constants (attributes before opset
+// 11, inputs after; an absent one is unbounded).
+std::optional<std::pair<float, float>> clip_bounds(ViewInfo& g, int n) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (g.node(n).opset() < 11)
+    return std::pair{g.node(n).attr_float("min", -kInf), g.node(n).attr_float("max", kInf)};
+  std::pair<float, float> b{-kInf, kInf};
+  for (int i : {1, 2}) {
+    if (g.num_in(n) <= static_cast<size_t>(i) || g.in(n, i) < 0) continue;
+    std::optional<float> v = g.scalar(g.in(n, i));
+    if (!v) return std::nullopt;
+    (i == 1 ? b.first : b.second) = *v;
+  }
+  return b;
+}
+
+// Whether node n divides `v` by 6 (Div by 6, or Mul by 1/6).
+bool sixth_of(ViewInfo& g, int n, int v) {
+  if (n < 0) return false;
+  if (g.op(n) == "Div") return g.in(n, 0) == v && near(g.scalar(g.in(n, 1)), 6.f, 1e-5f);
+  return g.op(n) == "Mul" && near(g.scalar(g.other_input(n, v)), 1.f / 6, 1e-6f);
+}
+
+// y = x * relu6(x + 3) / 6: HardSwish as exporters without the operator
+// write it (opsets before 14). paddle2onnx: Add, Clip(0, 6), Mul by x, Div
+// by 6 (PP-LCNet, PP-OCR); also x * (relu6(x + 3) / 6), and PyTorch's
+// x * HardSigmoid(x) with alpha 1/6, beta 0.5. As one node, it is oneDNN's
+// hardswish: a post-op of the Conv before it, which otherwise has two
+// readers and fuses nothing after it.
+std::optional<Pattern> match_hard_swish(ViewInfo& g, int n) {
+  Pattern p{"HardSwish", {}, -1};
+  int gate = -1;  // the node whose result is relu6(x + 3) / 6 or relu6(x + 3)
+  if (g.op(n) == "HardSigmoid") {
+    if (!near(g.node(n).attr_float("alpha", 0.2f), 1.f / 6, 1e-6f) ||
+        !near(g.node(n).attr_float("beta", 0.5f), 0.5f, 1e-6f))
+      return std::nullopt;
+    p.x = g.in(n, 0);
+    p.nodes = {n};
+    gate = n;
+  } else if (g.op(n) == "Clip") {
+    const auto bounds = clip_bounds(g, n);
+    const int a = g.in(n, 0);
+    const int add = a >= 0 ? g.values[a].producer : -1;
+    if (!bounds || bounds->first != 0.f || bounds->second != 6.f || add < 0 || g.op(add) != "Add" ||
+        g.only_consumer(a) != n)
+      return std::nullopt;
+    for (int i : {0, 1})
+      if (near(g.scalar(g.in(add, i)), 3.f, 0.f)) p.x = g.in(add, 1 - i);
+    p.nodes = {add, n};
+    gate = n;
+    // x * relu6(x + 3) first, then / 6.
+    const int m = g.only_consumer(g.out(n));
+    if (p.x >= 0 && m >= 0 && g.op(m) == "Mul" && g.other_input(m, g.out(n)) == p.x) {
+      const int d = g.only_consumer(g.out(m));
+      if (!sixth_of(g, d, g.out(m))) return std::nullopt;
+      p.nodes.insert(p.nodes.end(), {m, d});
+      p.out = g.out(d);
+    } else {
+      const int d = g.only_consumer(g.out(n));
+      if (!sixth_of(g, d, g.out(n))) return std::nullopt;
+      p.nodes.push_back(d);
+      gate = d;
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (p.x < 0) return std::nullopt;
+  if (p.out < 0) {  // x * gate
+    const int m = g.only_consumer(g.out(gate));
+    if (m < 0 || g.op(m) != "Mul" || g.other_input(m, g.out(gate)) != p.x) return std::nullopt;
+    p.nodes.push_back(m);
+    p.out = g.out(m);
+  }
+  if (g.values[p.x].dtype != BP_DTYPE_FLOAT32 || g.shape(p.out) != g.shape(p.x))
+    return std::nullopt;
+  return p;
+}
+
 }  // namespace
 
 std::vector<Pattern> find_patterns(ViewInfo& g) {
@@ -134,6 +214,7 @@ std::vector<Pattern> find_patterns(ViewInfo& g) {
     if (g.op(n) == "ReduceMean") p = match_layer_norm(g, static_cast<int>(n));
     if (g.op(n) == "Erf") p = match_gelu(g, static_cast<int>(n));
     if (g.op(n) == "Sigmoid") p = match_swish(g, static_cast<int>(n));
+    if (g.op(n) == "Clip" || g.op(n) == "HardSigmoid") p = match_hard_swish(g, static_cast<int>(n));
     if (!p) continue;
     bool free = true;
     for (int k : p->nodes) free = free && !taken[k];

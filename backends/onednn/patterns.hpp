@@ -1,5 +1,6 @@
 // patterns.hpp — node patterns CpuOneDnn runs as one primitive: decomposed
-// LayerNorm, erf-GELU and SiLU (x * sigmoid(x)), as PyTorch exports them.
+// LayerNorm, erf-GELU, SiLU (x * sigmoid(x)) and HardSwish
+// (x * relu6(x + 3) / 6), as exporters write them.
 #pragma once
 
 #include "onednn/view_info.hpp"
@@ -10,7 +11,7 @@
 namespace backplane::onednn {
 
 struct Pattern {
-  std::string op;          // "LayerNorm", "GeluErf" or "Swish"
+  std::string op;          // "LayerNorm", "GeluErf", "Swish" or "HardSwish"
   std::vector<int> nodes;  // view nodes it replaces
   int x = -1, gamma = -1, beta = -1, out = -1;
   float eps = 0;

@@ -732,6 +732,67 @@ TEST(OneDnnOps, ClassifierGemmsOfOneImage) {
   expect_matches_cpuref(b);
 }
 
+TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
+  // HardSwish as exporters write it before opset 14, each after a Conv with
+  // an affine step before it and after it (PP-LCNet's blocks, as
+  // paddle2onnx exports them): x * clip(x + 3, 0, 6) / 6; x * (relu6(x + 3)
+  // * 1/6); PyTorch's x * HardSigmoid(x, 1/6, 0.5). Each block is one
+  // convolution: the affine step before folded into its weights, the
+  // HardSwish and the affine step after it its post-ops.
+  auto scalar = [](ModelBuilder& b, const std::string& name, float v) {
+    b.init_f32(name, {}, {v});
+  };
+  ModelBuilder b(9);
+  b.input("x", {1, 8, 9, 11}).random_weight("w0", {16, 8, 3, 3}).random_weight("b0", {16});
+  b.random_weight("w1", {16, 1, 3, 3}).random_weight("w2", {8, 16, 1, 1}).random_weight("b2", {8});
+  b.random_weight("w3", {8, 8, 1, 1});
+  scalar(b, "three", 3.f);
+  scalar(b, "six", 6.f);
+  scalar(b, "sixth", 1.f / 6);
+  scalar(b, "s", 1.38f);
+  scalar(b, "t", 0.59f);
+  scalar(b, "u", 0.17f);
+  scalar(b, "v", -0.2f);
+  auto affine = [&](const std::string& in, const std::string& out) {
+    b.node("Mul", {"s", in}, {out + "_m"});
+    b.node("Add", {out + "_m", "t"}, {out});
+  };
+  auto affine_after = [&](const std::string& in, const std::string& out) {
+    b.node("Mul", {"u", in}, {out + "_m"});
+    b.node("Add", {out + "_m", "v"}, {out});
+  };
+  set_ints(b.node("Conv", {"x", "w0", "b0"}, {"c0"}), "pads", {1, 1, 1, 1});
+  affine("c0", "a0");
+  b.node("Add", {"a0", "three"}, {"p0"});
+  auto& clip = b.node("Clip", {"p0"}, {"r0"});
+  set_float(clip, "min", 0.f);
+  set_float(clip, "max", 6.f);
+  b.node("Mul", {"a0", "r0"}, {"m0"});
+  b.node("Div", {"m0", "six"}, {"h0"});
+  affine_after("h0", "y0");
+  auto& dw = b.node("Conv", {"y0", "w1"}, {"c1"});
+  set_int(dw, "group", 16);
+  set_ints(dw, "pads", {1, 1, 1, 1});
+  affine("c1", "a1");
+  b.node("Add", {"three", "a1"}, {"p1"});
+  auto& clip1 = b.node("Clip", {"p1"}, {"r1"});
+  set_float(clip1, "min", 0.f);
+  set_float(clip1, "max", 6.f);
+  b.node("Mul", {"r1", "sixth"}, {"g1"});
+  b.node("Mul", {"g1", "a1"}, {"h1"});
+  affine_after("h1", "y1");
+  b.node("Conv", {"y1", "w2", "b2"}, {"c2"});
+  auto& hs = b.node("HardSigmoid", {"c2"}, {"g2"});
+  set_float(hs, "alpha", 1.f / 6);
+  set_float(hs, "beta", 0.5f);
+  b.node("Mul", {"c2", "g2"}, {"h2"});
+  b.node("Conv", {"h2", "w3"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+  EXPECT_EQ(steps_of_kind(b, {}, "convolution"), 4);
+  EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
+  EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
+}
 TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {
   // In the blocked layout the fire modules' Concats (the nested one too)
   // cost nothing: each source is written into its window of the

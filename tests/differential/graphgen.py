@@ -368,15 +368,26 @@ def _build_step(b, idx, st, values):
         h = b.node("Mul", [x, b.const(np.asarray(0.5, np.float32))], xs)
         return b.node("Mul", [h, a], xs)
 
-    if k == "hswish_paddle":  # Paddle2ONNX's hard_swish: x * clip(x + 3, 0, 6) / 6
-        a = b.node("Add", [x, b.const(np.asarray(3.0, np.float32))], xs)
+    if k == "hswish_paddle":
+        # HardSwish as exporters write it before opset 14 ("form"): 0
+        # Paddle2ONNX's x * clip(x + 3, 0, 6) / 6; 1 x * (clip(x + 3, 0, 6)
+        # * 1/6); 2 PyTorch's x * HardSigmoid(x, 1/6, 0.5). "order" swaps
+        # the operands of the Add and the Muls.
+        form, order = st.get("form", 0), st["order"]
+        def mul(p, q):
+            return b.node("Mul", [q, p] if order else [p, q], xs)
+        if form == 2:
+            return mul(x, b.node("HardSigmoid", [x], xs, alpha=1.0 / 6, beta=0.5))
+        three = b.const(np.asarray(3.0, np.float32))
+        a = b.node("Add", [three, x] if order else [x, three], xs)
         if b.opset < 11:
             c = b.node("Clip", [a], xs, min=0.0, max=6.0)
         else:
             c = b.node("Clip", [a, b.const(np.asarray(0.0, np.float32)),
                                 b.const(np.asarray(6.0, np.float32))], xs)
-        m = b.node("Mul", [x, c], xs)
-        return b.node("Div", [m, b.const(np.asarray(6.0, np.float32))], xs)
+        if form == 1:
+            return mul(x, mul(c, b.const(np.asarray(1.0 / 6, np.float32))))
+        return b.node("Div", [mul(x, c), b.const(np.asarray(6.0, np.float32))], xs)
 
     if k in ("lnpat", "layernorm") and xs[-1] < 2:
         # Every element its row's mean: zeros, whose rows a later
@@ -914,8 +925,11 @@ class Gen:
             elif r < 0.85:
                 x = self.activation(x, shape)
             elif r < 0.92:
-                x = self.add({"k": self.pick(["swish", "hswish_paddle", "gelu"]), "x": x,
-                              "order": self.r(2)}, shape)
+                k = self.pick(["swish", "hswish_paddle", "gelu"])
+                st = {"k": k, "x": x, "order": self.r(2)}
+                if k == "hswish_paddle":
+                    st["form"] = self.r(3)
+                x = self.add(st, shape)
             else:
                 ops = _BOUNDARY[self.backend]
                 if self.m(x) > _PERIODIC_MAX:

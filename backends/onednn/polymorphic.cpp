@@ -281,34 +281,42 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
       throw sdk::Error(e.code(), where_ + ": " + e.what());
     }
   }
-  auto plan = std::make_shared<Compiled>(host_);
-  plan->name = open.name;
-  plan->threads = instance_threads(key);
-  plan->tuning = tuning_;
-  plan->refs.reserve(last_refs_ + last_refs_ / 8);
-  plan->steps.reserve(last_steps_ + last_steps_ / 8);
-  plan->buffers.reserve(last_buffers_ + last_buffers_ / 8);
+  const int threads = instance_threads(key);
   // Primitive creation picks its blocking for the calling thread's count.
-  const ScopedOmpThreads omp(plan->threads);
+  const ScopedOmpThreads omp(threads);
   const std::string cannot =
       where_ + " cannot run at these shapes (" + describe_inputs(key) + "): ";
-  try {
-    Lowering lowering(g, *plan, &shared_);
-    lowering.prepare();
-    if (const int block = convolution_block(g, tuning_)) {
-      lowering.block_convolutions(block);
-      lowering.winograd_convolutions(tuning_.winograd);
-    }
-    if (std::optional<LowerFailure> failure = lowering.lower()) {
+  std::shared_ptr<Compiled> plan;
+  while (true) {
+    plan = std::make_shared<Compiled>(host_);
+    plan->name = open.name;
+    plan->threads = threads;
+    plan->tuning = tuning_;
+    plan->refs.reserve(last_refs_ + last_refs_ / 8);
+    plan->steps.reserve(last_steps_ + last_steps_ / 8);
+    plan->buffers.reserve(last_buffers_ + last_buffers_ / 8);
+    try {
+      Lowering lowering(g, *plan, &shared_);
+      lowering.prepare(float_nodes_);
+      if (const int block = convolution_block(g, tuning_)) {
+        lowering.block_convolutions(block);
+        lowering.winograd_convolutions(tuning_.winograd);
+      }
+      std::optional<LowerFailure> failure = lowering.lower();
+      if (!failure) break;
+      // As compile_partition does: an int8 group oneDNN has no kernel for
+      // at these shapes runs as the float operators it stands for, here
+      // and in every later instance.
+      if (failure->int8_node >= 0 && float_nodes_.insert(failure->int8_node).second) continue;
       const int n = failure->nodes.empty() ? -1 : failure->nodes.front();
       throw sdk::unsupported(cannot + (n >= 0 ? g.describe(n) + ": " : "") + failure->why);
+    } catch (const sdk::Error& e) {
+      if (std::string_view(e.what()).rfind(cannot, 0) == 0) throw;
+      throw sdk::Error(e.code() == BP_STATUS_INVALID_ARGUMENT ? e.code() : BP_STATUS_UNSUPPORTED,
+                       cannot + e.what());
+    } catch (const dnnl::error& e) {
+      throw sdk::unsupported(cannot + e.what());
     }
-  } catch (const sdk::Error& e) {
-    if (std::string_view(e.what()).rfind(cannot, 0) == 0) throw;
-    throw sdk::Error(e.code() == BP_STATUS_INVALID_ARGUMENT ? e.code() : BP_STATUS_UNSUPPORTED,
-                     cannot + e.what());
-  } catch (const dnnl::error& e) {
-    throw sdk::unsupported(cannot + e.what());
   }
   g.release_constants();
   last_refs_ = plan->refs.size();

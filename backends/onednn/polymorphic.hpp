@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,9 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::vector<InstanceTemplate::Lowered> recent_;
   std::unique_ptr<InstanceTemplate> template_;
   uint64_t derived_ = 0;  // instances made from template_ (lower_mutex_ held)
+  // View nodes whose int8 group failed to lower at some shapes: lowered as
+  // float from then on (lower_mutex_ held).
+  std::set<int> float_nodes_;
 };
 
 // Checks that every node of `view` (dims open) can run here at some shapes

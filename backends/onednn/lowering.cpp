@@ -343,7 +343,68 @@ void Lowering::lower_conv_transpose(const INode& n) {
   add_main_step(n, prim, std::move(args), pd);
 }
 
+// A 1x1 Conv (stride 1, no padding, one group) between channels-last
+// tensors in an instance of a shape-polymorphic partition whose pixels come
+// from open dims (a text line's width, an image's size): the product of the
+// [N * H * W, C] pixels by the [C, OC] weights, as one oneDNN matmul with
+// runtime rows (gemm:jit) that every instance shares. oneDNN's 1x1
+// convolution generates its code for each new pixel count (0.3 to 1 ms);
+// this takes none. False when it does not apply, and nothing was added.
+bool Lowering::lower_pointwise_conv(const INode& n) {
+  if (!b_.shared() || block_ > 0 || n.in.size() < 2 || !g_.values[n.in[0]].open_pixels)
+    return false;
+  const Dims& xs = g_.shape(n.in[0]);
+  const Dims& ws = g_.shape(n.in[1]);
+  const Dims& ys = g_.shape(n.out);
+  if (xs.size() < 3 || ws.size() != xs.size() || g_.node(n.node).attr_int("group", 1) != 1 ||
+      !g_.is_const(n.in[1]) || g_.values[n.in[1]].dtype != BP_DTYPE_FLOAT32)
+    return false;
+  for (size_t i = 2; i < ws.size(); ++i)
+    if (ws[i] != 1) return false;
+  Dims wdims;
+  const Window w = conv_window(n, xs, ws, ys, &wdims);
+  for (size_t i = 0; i < w.strides.size(); ++i)
+    if (w.strides[i] != 1 || w.pad_l[i] != 0 || w.pad_r[i] != 0) return false;
+  const int x = ref_of(n.in[0]);
+  if (!(b_.md(x) == channels_last_md(xs))) return false;
+  const int64_t k = xs[1], cols = ys[1];
+  int64_t rows = 1;
+  for (size_t i = 0; i < xs.size(); ++i) rows *= i == 1 ? 1 : xs[i];
+  const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
+  const memory::desc bias_md = has_bias ? plain_md({1, cols}) : memory::desc();
+  // The weights [OC, C] read as the [C, OC] matrix they are transposed.
+  const memory::desc user({k, cols}, memory::data_type::f32, memory::format_tag::ba);
+  dnnl::primitive prim;
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = b_.make<dnnl::matmul>(
+        dnnl::matmul::desc(
+            memory::desc({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::f32, memory::format_tag::ab),
+            memory::desc({k, cols}, memory::data_type::f32, memory::format_tag::ab), bias_md,
+            memory::desc({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
+                         memory::format_tag::ab)),
+        attr_with(n.post), post_key(n.post), &prim);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  const int wref = n.weights ? b_.const_reordered(user, n.weights->data(), pd.weights_desc(),
+                                                  node_tag("pww", n.node))
+                             : weight(n.in[1], user, pd.weights_desc());
+  std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, b_.alias(x, plain_md({rows, k}))},
+                                           {DNNL_ARG_WEIGHTS, wref}};
+  if (has_bias)
+    args.push_back({DNNL_ARG_BIAS, n.bias ? b_.const_reordered(bias_md, n.bias->data(), bias_md,
+                                                               node_tag("pwb", n.node))
+                                          : weight(n.in[2], bias_md)});
+  const int dst = main_dst(n, channels_last_md(ys));
+  args.push_back({DNNL_ARG_DST, b_.alias(dst, plain_md({rows, cols}))});
+  b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
+  tensors_[n.out] = dst;
+  return true;
+}
+
 void Lowering::lower_conv(const INode& n) {
+  if (lower_pointwise_conv(n)) return;
   const Dims& xs = g_.shape(n.in[0]);
   const Dims& ws = g_.shape(n.in[1]);
   const Dims& ys = g_.shape(n.out);

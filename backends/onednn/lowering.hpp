@@ -117,6 +117,7 @@ class Lowering {
   void lower_matmul(const INode& n);
   bool lower_matmul_any_shape(const INode& n, int src, int wref, const dnnl::memory::desc& dst_md);
   bool lower_matmul_collapsed(const INode& n, int src);
+  bool lower_pointwise_conv(const INode& n);
   int row_major_src(const INode& n, int src, const Dims& shape, const dnnl::memory::desc& wmd,
                     const dnnl::memory::desc& bias_md, const dnnl::memory::desc& dst_md);
   void lower_pool(const INode& n);

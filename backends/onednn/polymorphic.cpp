@@ -273,6 +273,10 @@ std::shared_ptr<const Compiled> PolyCompiled::lower(const std::vector<int64_t>& 
     g.values[v].open_rows =
         value.rank >= 2 &&
         std::any_of(value.shape, value.shape + value.rank - 1, [](int64_t d) { return d < 0; });
+    g.values[v].open_pixels =
+        value.rank >= 3 &&
+        (value.shape[0] < 0 ||
+         std::any_of(value.shape + 2, value.shape + value.rank, [](int64_t d) { return d < 0; }));
   }
   for (size_t n = 0; n < g.num_nodes(); ++n) {
     try {

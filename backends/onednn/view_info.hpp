@@ -45,6 +45,10 @@ struct ValueInfo {
   // is open in the partition (its rows may differ from one instance to the
   // next: Lowering::lower_matmul_collapsed).
   bool open_rows = false;
+  // In such an instance: rank 3 or more and a dim other than the channels
+  // (dim 1) open: its pixels may differ from one instance to the next
+  // (Lowering::lower_pointwise_conv).
+  bool open_pixels = false;
   std::vector<int> consumers;  // view nodes (once per node)
 };
 

@@ -793,6 +793,58 @@ TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
   EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
   EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
 }
+TEST(OneDnnOps, PointwiseConvsOfAnOpenWidthAreOneMatmulForEveryWidth) {
+  // A text line's convolutions (PP-OCR's recogniser) at a new width each
+  // run: the 1x1 ones, between channels-last tensors, are each one matmul
+  // whose rows are the pixels, the same primitive at every width (a
+  // convolution's code is generated per width). With a bias, an activation,
+  // and a residual Add as the last one's post-ops; the results are CpuRef's.
+  ModelBuilder b(14);
+  b.input("x", {1, 8, 6, "W"}).random_weight("w0", {16, 8, 3, 3}).random_weight("b0", {16});
+  b.random_weight("w1", {24, 16, 1, 1}).random_weight("b1", {24});
+  b.random_weight("w2", {16, 24, 1, 1});
+  set_ints(b.node("Conv", {"x", "w0", "b0"}, {"c0"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c0"}, {"r0"});
+  b.node("Conv", {"r0", "w1", "b1"}, {"c1"});
+  b.node("HardSwish", {"c1"}, {"h1"});
+  b.node("Conv", {"h1", "w2"}, {"c2"});
+  b.node("Add", {"c2", "r0"}, {"y"});
+  b.output("y");
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  ModelOptions only;
+  only.backends = {"CpuOneDnn"};
+  auto fast = runtime()->load_model(path, only);
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  only.backends = {"CpuRef"};
+  auto ref = runtime()->load_model(path, only);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  auto session = (*fast)->create_session();
+  ASSERT_TRUE(session.ok());
+  for (int64_t width : {5, 9, 7, 12, 1, 30}) {
+    Tensor x(DType::kFloat32, {1, 8, 6, width});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::sin(0.37f * i);
+    ASSERT_TRUE((*session)->set_input("x", x).ok());
+    const bool profiled = width == 30;
+    if (profiled) {
+      ASSERT_TRUE((*session)->start_profiling(dir.file("trace.json")).ok());
+    }
+    const Status ran = (*session)->run();
+    ASSERT_TRUE(ran.ok()) << "width " << width << ": " << ran.to_string();
+    const Tensor want = e2e::run_once(**ref, {{"x", x}}).at(0);
+    const Tensor& got = (*session)->output(0);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LE(e2e::max_abs_diff(got, want), 1e-4 * e2e::max_abs(want)) << "width " << width;
+    if (!profiled) continue;
+    auto summary = (*session)->end_profiling();
+    ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+    std::map<std::string, uint64_t> kinds;
+    for (const auto& row : summary->by_op_type) kinds[row.name] = row.count;
+    EXPECT_EQ(kinds["convolution"], 1u) << summary->to_string();
+    EXPECT_EQ(kinds["matmul"], 2u) << summary->to_string();
+  }
+}
+
 TEST(OneDnnOps, ConcatsOfBlockedChannelsAreWrittenInPlace) {
   // In the blocked layout the fire modules' Concats (the nested one too)
   // cost nothing: each source is written into its window of the

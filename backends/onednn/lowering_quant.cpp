@@ -109,8 +109,15 @@ void Lowering::lower_quant(const INode& n) {
     if (shape != xs) tensors_[n.out] = b_.reshaped(dst, xs);
   };
   // As x is, where oneDNN has a kernel for its layout: plain or channels-last,
-  // one scale or one per channel (dim 1); not blocked.
-  if (!is_blocked(b_.md(x)) && (q.axis < 0 || q.axis == 1)) {
+  // one scale or one per channel (dim 1); not blocked, and not another
+  // order of the dims (oneDNN 2.6's binary leaves an int8 destination
+  // unwritten for some: [1, 18, 1, 3, 1] in the order acbde).
+  const memory::desc& xmd = b_.md(x);
+  auto same = [&](const memory::desc& md) {
+    const auto &a = xmd.data.format_desc.blocking, &b = md.data.format_desc.blocking;
+    return xmd == md && std::equal(a.strides, a.strides + xmd.data.ndims, b.strides);
+  };
+  if ((same(plain_md(xs)) || same(channels_last_md(xs))) && (q.axis < 0 || q.axis == 1)) {
     Dims sdims(std::max<size_t>(xs.size(), 1), 1);
     if (q.axis == 1) sdims[1] = xs[1];
     try {

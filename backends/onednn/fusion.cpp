@@ -51,6 +51,7 @@ void replace_patterns(ViewInfo& g, std::vector<INode>& nodes) {
     in.in = p.op == "HardSwish" ? std::vector<int>{p.x} : std::vector<int>{p.x, p.gamma, p.beta};
     in.out = p.out;
     in.eps = p.eps;
+    in.alpha = p.alpha;
   }
 }
 
@@ -1494,7 +1495,7 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n) {
   PostOp p;
   const std::string& op = n.op;
   if (op == "GeluErf") p.alg = algorithm::eltwise_gelu_erf;
-  else if (op == "Swish") p.alg = algorithm::eltwise_swish, p.alpha = 1.f;
+  else if (op == "Swish") p.alg = algorithm::eltwise_swish, p.alpha = n.alpha;
   else if (op == "Relu") p.alg = algorithm::eltwise_relu;
   else if (op == "LeakyRelu")
     p.alg = algorithm::eltwise_relu, p.alpha = g.node(n.node).attr_float("alpha", 0.01f);

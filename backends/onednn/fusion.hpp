@@ -76,6 +76,7 @@ struct INode {
   bool dead = false;
   // Pattern parameters.
   float eps = 0;
+  float alpha = 1;  // a Swish pattern's: y = x * sigmoid(alpha * x)
   // Conv with a folded BatchNormalization: replacement weights and bias.
   std::shared_ptr<std::vector<float>> weights, bias;
   // Main ops (Conv/Gemm/MatMul): fused followers.

@@ -114,13 +114,25 @@ std::optional<Pattern> match_gelu(ViewInfo& g, int e) {
 
 // y = x * sigmoid(x): SiLU (EfficientNet, YOLO), which PyTorch exports as
 // Sigmoid and Mul, so the Conv before it has two readers and fuses neither.
-// As one node, it is oneDNN's swish: a post-op of that Conv.
+// As one node, it is oneDNN's swish: a post-op of that Conv. Paddle2ONNX
+// writes x * sigmoid(beta * x), with a Mul by beta (often 1) first.
 std::optional<Pattern> match_swish(ViewInfo& g, int s) {
   if (g.op(s) != "Sigmoid") return std::nullopt;
-  const int x = g.in(s, 0);
+  int x = g.in(s, 0);
+  Pattern p{"Swish", {s}, x};
+  const int scaled = x >= 0 ? g.values[x].producer : -1;
+  if (scaled >= 0 && g.op(scaled) == "Mul" && g.only_consumer(x) == s) {
+    for (int i : {0, 1})
+      if (std::optional<float> beta = g.scalar(g.in(scaled, i)); beta && g.in(scaled, 1 - i) >= 0) {
+        x = p.x = g.in(scaled, 1 - i);
+        p.alpha = *beta;
+        p.nodes.push_back(scaled);
+        break;
+      }
+  }
   const int m = g.only_consumer(g.out(s));
   if (x < 0 || m < 0 || g.op(m) != "Mul" || g.other_input(m, g.out(s)) != x) return std::nullopt;
-  Pattern p{"Swish", {s, m}, x};
+  p.nodes.push_back(m);
   p.out = g.out(m);
   if (g.shape(p.out) != g.shape(x)) return std::nullopt;
   return p;

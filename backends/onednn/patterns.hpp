@@ -15,6 +15,7 @@ struct Pattern {
   std::vector<int> nodes;  // view nodes it replaces
   int x = -1, gamma = -1, beta = -1, out = -1;
   float eps = 0;
+  float alpha = 1;  // Swish: y = x * sigmoid(alpha * x)
 };
 
 // Every pattern of `g`, in node order; no node is in two of them.

@@ -793,6 +793,28 @@ TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
   EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
   EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
 }
+TEST(OneDnnOps, SwishWithABetaIsOnePostOp) {
+  // Paddle2ONNX's swish, x * sigmoid(beta * x) with a Mul by beta first
+  // (PP-OCR's SVTR neck: beta 1): a post-op of the Conv before it, with
+  // beta 1 and 1.7.
+  ModelBuilder b;
+  b.input("x", {1, 8, 5, 7}).random_weight("w0", {16, 8, 1, 3}).random_weight("w1", {8, 16, 1, 1});
+  b.init_f32("one", {}, {1.f}).init_f32("beta", {}, {1.7f});
+  set_ints(b.node("Conv", {"x", "w0"}, {"c0"}), "pads", {0, 1, 0, 1});
+  b.node("Mul", {"c0", "one"}, {"s0"});
+  b.node("Sigmoid", {"s0"}, {"g0"});
+  b.node("Mul", {"c0", "g0"}, {"y0"});
+  b.node("Conv", {"y0", "w1"}, {"c1"});
+  b.node("Mul", {"beta", "c1"}, {"s1"});
+  b.node("Sigmoid", {"s1"}, {"g1"});
+  b.node("Mul", {"g1", "c1"}, {"y"});
+  b.output("y");
+  expect_matches_cpuref(b);
+  EXPECT_EQ(steps_of_kind(b, {}, "convolution"), 2);
+  EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
+  EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
+}
+
 TEST(OneDnnOps, PointwiseConvsOfAnOpenWidthAreOneMatmulForEveryWidth) {
   // A text line's convolutions (PP-OCR's recogniser) at a new width each
   // run: the 1x1 ones, between channels-last tensors, are each one matmul

@@ -353,8 +353,10 @@ def _build_step(b, idx, st, values):
         domain = "com.microsoft" if op == "Gelu" else ""
         return b.node(op, ins, b.shape(x), dtype, domain=domain, **a)
 
-    if k == "swish":  # x * sigmoid(x), either order
-        s = b.node("Sigmoid", [x], xs)
+    if k == "swish":  # x * sigmoid(x), either order; Paddle2ONNX's x * sigmoid(beta * x)
+        beta = st.get("beta")
+        a = x if beta is None else b.node("Mul", [x, b.const(np.asarray(beta, np.float32))], xs)
+        s = b.node("Sigmoid", [a], xs)
         ins = [x, s] if st["order"] else [s, x]
         return b.node("Mul", ins, xs)
 
@@ -929,6 +931,8 @@ class Gen:
                 st = {"k": k, "x": x, "order": self.r(2)}
                 if k == "hswish_paddle":
                     st["form"] = self.r(3)
+                if k == "swish" and self.r(2):
+                    st["beta"] = self.pick([1.0, 0.5, 1.7])
                 x = self.add(st, shape)
             else:
                 ops = _BOUNDARY[self.backend]

@@ -732,6 +732,15 @@ TEST(OneDnnOps, ClassifierGemmsOfOneImage) {
   expect_matches_cpuref(b);
 }
 
+// The model matches CpuRef on CpuOneDnn, whose plan is `convolutions`
+// convolutions and nothing else: every activation and product their post-ops.
+void expect_convolutions_alone(const ModelBuilder& b, int convolutions) {
+  expect_matches_cpuref(b);
+  EXPECT_EQ(steps_of_kind(b, {}, "convolution"), convolutions);
+  EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
+  EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
+}
+
 TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
   // HardSwish as exporters write it before opset 14, each after a Conv with
   // an affine step before it and after it (PP-LCNet's blocks, as
@@ -761,12 +770,18 @@ TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
     b.node("Mul", {"u", in}, {out + "_m"});
     b.node("Add", {out + "_m", "v"}, {out});
   };
+  // relu6(a + 3), the sum's operands in either order (opset 9: Clip's bounds
+  // are attributes).
+  auto relu6_of_plus3 = [&](const std::string& a, bool three_first, const std::string& out) {
+    b.node("Add", three_first ? std::vector<std::string>{"three", a} : std::vector<std::string>{a, "three"},
+           {out + "_p"});
+    auto& clip = b.node("Clip", {out + "_p"}, {out});
+    set_float(clip, "min", 0.f);
+    set_float(clip, "max", 6.f);
+  };
   set_ints(b.node("Conv", {"x", "w0", "b0"}, {"c0"}), "pads", {1, 1, 1, 1});
   affine("c0", "a0");
-  b.node("Add", {"a0", "three"}, {"p0"});
-  auto& clip = b.node("Clip", {"p0"}, {"r0"});
-  set_float(clip, "min", 0.f);
-  set_float(clip, "max", 6.f);
+  relu6_of_plus3("a0", false, "r0");
   b.node("Mul", {"a0", "r0"}, {"m0"});
   b.node("Div", {"m0", "six"}, {"h0"});
   affine_after("h0", "y0");
@@ -774,10 +789,7 @@ TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
   set_int(dw, "group", 16);
   set_ints(dw, "pads", {1, 1, 1, 1});
   affine("c1", "a1");
-  b.node("Add", {"three", "a1"}, {"p1"});
-  auto& clip1 = b.node("Clip", {"p1"}, {"r1"});
-  set_float(clip1, "min", 0.f);
-  set_float(clip1, "max", 6.f);
+  relu6_of_plus3("a1", true, "r1");
   b.node("Mul", {"r1", "sixth"}, {"g1"});
   b.node("Mul", {"g1", "a1"}, {"h1"});
   affine_after("h1", "y1");
@@ -788,11 +800,9 @@ TEST(OneDnnOps, DecomposedHardSwishIsOnePostOp) {
   b.node("Mul", {"c2", "g2"}, {"h2"});
   b.node("Conv", {"h2", "w3"}, {"y"});
   b.output("y");
-  expect_matches_cpuref(b);
-  EXPECT_EQ(steps_of_kind(b, {}, "convolution"), 4);
-  EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
-  EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
+  expect_convolutions_alone(b, 4);
 }
+
 TEST(OneDnnOps, SwishWithABetaIsOnePostOp) {
   // Paddle2ONNX's swish, x * sigmoid(beta * x) with a Mul by beta first
   // (PP-OCR's SVTR neck: beta 1): a post-op of the Conv before it, with
@@ -809,10 +819,7 @@ TEST(OneDnnOps, SwishWithABetaIsOnePostOp) {
   b.node("Sigmoid", {"s1"}, {"g1"});
   b.node("Mul", {"g1", "c1"}, {"y"});
   b.output("y");
-  expect_matches_cpuref(b);
-  EXPECT_EQ(steps_of_kind(b, {}, "convolution"), 2);
-  EXPECT_EQ(steps_of_kind(b, {}, "eltwise"), 0);
-  EXPECT_EQ(steps_of_kind(b, {}, "binary"), 0);
+  expect_convolutions_alone(b, 2);
 }
 
 TEST(OneDnnOps, PointwiseConvsOfAnOpenWidthAreOneMatmulForEveryWidth) {

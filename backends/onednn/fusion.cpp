@@ -115,22 +115,13 @@ bool fold_linear(ViewInfo& g, INode& m, float alpha, float beta) {
   if (m.op != "Conv" || !m.post.empty() || m.quant || m.in.size() < 2 || !g.is_const(m.in[1]) ||
       g.values[m.in[1]].dtype != BP_DTYPE_FLOAT32)
     return false;
-  const bool bias_in = m.in.size() > 2 && m.in[2] >= 0;
-  if (bias_in && (!g.is_const(m.in[2]) || g.values[m.in[2]].dtype != BP_DTYPE_FLOAT32))
+  if (m.in.size() > 2 && m.in[2] >= 0 &&
+      (!g.is_const(m.in[2]) || g.values[m.in[2]].dtype != BP_DTYPE_FLOAT32))
     return false;
-  const Dims& ws = g.shape(m.in[1]);
-  if (ws.empty() || ws[0] <= 0) return false;
-  if (!m.weights) {
-    const float* w = g.f32(m.in[1]);
-    m.weights = std::make_shared<std::vector<float>>(w, w + sdk::element_count(ws));
-    m.bias = std::make_shared<std::vector<float>>(static_cast<size_t>(ws[0]), 0.f);
-    if (bias_in) {
-      const float* b = g.f32(m.in[2]);
-      m.bias->assign(b, b + ws[0]);
-    }
-  }
-  for (float& w : *m.weights) w *= alpha;
-  for (float& b : *m.bias) b = alpha * b + beta;
+  if (g.shape(m.in[1]).empty()) return false;
+  INode::Fold& fold = m.fold ? *m.fold : m.fold.emplace();
+  fold.beta = alpha * fold.beta + beta;
+  fold.alpha *= alpha;
   return true;
 }
 
@@ -267,18 +258,7 @@ void fold_batch_norm(ViewInfo& g, FusedGraph& fused, int n) {
     return;
   }
   const INode& b = fused.nodes[bn];
-  const Dims& ws = g.shape(conv.in[1]);
-  const float* w = g.f32(conv.in[1]);
-  auto nw = std::make_shared<std::vector<float>>(w, w + sdk::element_count(ws));
-  auto nb = std::make_shared<std::vector<float>>(static_cast<size_t>(ws[0]), 0.f);
-  if (conv.in.size() > 2 && conv.in[2] >= 0) {
-    const float* cb = g.f32(conv.in[2]);
-    nb->assign(cb, cb + ws[0]);
-  }
-  sdk::fold_batch_norm(*nw, *nb, g.f32(b.in[1]), g.f32(b.in[2]), g.f32(b.in[3]), g.f32(b.in[4]),
-                       g.node(b.node).attr_float("epsilon", 1e-5f));
-  conv.weights = nw;
-  conv.bias = nb;
+  conv.fold = INode::Fold{bn};
   conv.out = b.out;
   conv.covers.insert(conv.covers.end(), b.covers.begin(), b.covers.end());
   fused.nodes[bn].dead = true;
@@ -1241,7 +1221,7 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
   // ConvTranspose's weights are [C_in, C_out / group, ...]: one scale per
   // output channel is along axis 1, which holds all of them if ungrouped.
   const bool transposed = m.op == "ConvTranspose";
-  if ((m.op != "Conv" && !transposed) || m.weights || m.in.size() < 2) return false;
+  if ((m.op != "Conv" && !transposed) || m.fold || m.in.size() < 2) return false;
   try {
     check_node(g, m.node);
   } catch (const sdk::Error&) {
@@ -1556,6 +1536,27 @@ std::optional<std::vector<PostOp>> activation_of(ViewInfo& g, const INode& n) {
 }
 
 // Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
+void folded_conv_weights(ViewInfo& g, const FusedGraph& f, const INode& n,
+                         std::vector<float>* weights, std::vector<float>* bias) {
+  const Dims& ws = g.shape(n.in[1]);
+  const float* w = g.f32(n.in[1]);
+  weights->assign(w, w + sdk::element_count(ws));
+  bias->assign(static_cast<size_t>(ws[0]), 0.f);
+  if (n.in.size() > 2 && n.in[2] >= 0) {
+    const float* cb = g.f32(n.in[2]);
+    bias->assign(cb, cb + ws[0]);
+  }
+  if (n.fold->bn >= 0) {
+    const INode& b = f.nodes[n.fold->bn];
+    sdk::fold_batch_norm(*weights, *bias, g.f32(b.in[1]), g.f32(b.in[2]), g.f32(b.in[3]),
+                         g.f32(b.in[4]), g.node(b.node).attr_float("epsilon", 1e-5f));
+  }
+  if (n.fold->alpha != 1.f || n.fold->beta != 0.f) {
+    for (float& x : *weights) x *= n.fold->alpha;
+    for (float& x : *bias) x = n.fold->alpha * x + n.fold->beta;
+  }
+}
+
 std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v) {
   if (n.in.size() != 2 || (n.in[0] == v) == (n.in[1] == v)) return std::nullopt;
   const bool first = n.in[0] == v;

@@ -77,8 +77,14 @@ struct INode {
   // Pattern parameters.
   float eps = 0;
   float alpha = 1;  // a Swish pattern's: y = x * sigmoid(alpha * x)
-  // Conv with a folded BatchNormalization: replacement weights and bias.
-  std::shared_ptr<std::vector<float>> weights, bias;
+  // A Conv with steps after it folded into its weights and bias: the
+  // BatchNormalization INode `bn` (-1: none), then y = alpha * y + beta
+  // (folded_conv_weights computes them, when a lowering needs them).
+  struct Fold {
+    int bn = -1;
+    float alpha = 1, beta = 0;
+  };
+  std::optional<Fold> fold;
   // Main ops (Conv/Gemm/MatMul): fused followers.
   std::vector<PostOp> post;
   int bias_value = -1;  // MatMul: a fused Add of a per-column constant
@@ -131,5 +137,9 @@ std::optional<PostOp> eltwise_of(ViewInfo& g, const INode& n);
 std::optional<std::vector<PostOp>> activation_of(ViewInfo& g, const INode& n);
 // Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
 std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v);
+
+// The weights and bias of Conv INode n with its fold applied (n.fold set).
+void folded_conv_weights(ViewInfo& g, const FusedGraph& f, const INode& n,
+                         std::vector<float>* weights, std::vector<float>* bias);
 
 }  // namespace backplane::onednn

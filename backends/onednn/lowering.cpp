@@ -343,6 +343,15 @@ void Lowering::lower_conv_transpose(const INode& n) {
   add_main_step(n, prim, std::move(args), pd);
 }
 
+int Lowering::folded(const INode& n, bool bias, const memory::desc& user, const memory::desc& want,
+                     const char* tag) {
+  const std::string t = node_tag(tag, n.node);
+  if (const int r = b_.cached_const(t, user, want); r >= 0) return r;
+  std::vector<float> w, b;
+  folded_conv_weights(g_, f_, n, &w, &b);
+  return b_.const_reordered(user, bias ? b.data() : w.data(), want, t);
+}
+
 // A 1x1 Conv (stride 1, no padding, one group) between channels-last
 // tensors in an instance of a shape-polymorphic partition whose pixels come
 // from open dims (a text line's width, an image's size): the product of the
@@ -370,7 +379,7 @@ bool Lowering::lower_pointwise_conv(const INode& n) {
   const int64_t k = xs[1], cols = ys[1];
   int64_t rows = 1;
   for (size_t i = 0; i < xs.size(); ++i) rows *= i == 1 ? 1 : xs[i];
-  const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
+  const bool has_bias = n.fold || (n.in.size() > 2 && n.in[2] >= 0);
   const memory::desc bias_md = has_bias ? plain_md({1, cols}) : memory::desc();
   // The weights [OC, C] read as the [C, OC] matrix they are transposed.
   const memory::desc user({k, cols}, memory::data_type::f32, memory::format_tag::ba);
@@ -387,15 +396,13 @@ bool Lowering::lower_pointwise_conv(const INode& n) {
   } catch (const dnnl::error&) {
     return false;
   }
-  const int wref = n.weights ? b_.const_reordered(user, n.weights->data(), pd.weights_desc(),
-                                                  node_tag("pww", n.node))
-                             : weight(n.in[1], user, pd.weights_desc());
+  const int wref = n.fold ? folded(n, false, user, pd.weights_desc(), "pww")
+                          : weight(n.in[1], user, pd.weights_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, b_.alias(x, plain_md({rows, k}))},
                                            {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias)
-    args.push_back({DNNL_ARG_BIAS, n.bias ? b_.const_reordered(bias_md, n.bias->data(), bias_md,
-                                                               node_tag("pwb", n.node))
-                                          : weight(n.in[2], bias_md)});
+    args.push_back({DNNL_ARG_BIAS,
+                    n.fold ? folded(n, true, bias_md, bias_md, "pwb") : weight(n.in[2], bias_md)});
   const int dst = main_dst(n, channels_last_md(ys));
   args.push_back({DNNL_ARG_DST, b_.alias(dst, plain_md({rows, cols}))});
   b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node));
@@ -412,7 +419,7 @@ void Lowering::lower_conv(const INode& n) {
   Dims wdims;
   const Window w = conv_window(n, xs, ws, ys, &wdims);
   const int64_t group = g_.node(n.node).attr_int("group", 1);
-  const bool has_bias = n.bias || (n.in.size() > 2 && n.in[2] >= 0);
+  const bool has_bias = n.fold || (n.in.size() > 2 && n.in[2] >= 0);
   const memory::desc bias_md = has_bias ? any_md({ws[0]}) : memory::desc();
   const dnnl::primitive_attr attr = attr_with(n.post);
   dnnl::primitive prim;
@@ -506,15 +513,13 @@ void Lowering::lower_conv(const INode& n) {
     made = split_post = true;
   }
   if (!made) pd = make(any_md(xs), any_md(ys));
-  const int wref = n.weights ? b_.const_reordered(plain_md(wdims), n.weights->data(),
-                                                  pd.weights_desc(), node_tag("bnw", n.node))
-                             : weight(n.in[1], plain_md(wdims), pd.weights_desc());
+  const int wref = n.fold ? folded(n, false, plain_md(wdims), pd.weights_desc(), "bnw")
+                          : weight(n.in[1], plain_md(wdims), pd.weights_desc());
   const int src = b_.as_md(ref_of(n.in[0]), pd.src_desc());
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (has_bias) {
     const memory::desc user = plain_md({ws[0]});
-    args.push_back({DNNL_ARG_BIAS, n.bias ? b_.const_reordered(user, n.bias->data(), pd.bias_desc(),
-                                                               node_tag("bnb", n.node))
+    args.push_back({DNNL_ARG_BIAS, n.fold ? folded(n, true, user, pd.bias_desc(), "bnb")
                                           : weight(n.in[2], user, pd.bias_desc())});
   }
   if (!split_post) return add_main_step(n, prim, std::move(args), pd);

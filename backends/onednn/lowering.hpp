@@ -70,6 +70,11 @@ class Lowering {
   // at every new shape.
   int weight(int v, const dnnl::memory::desc& user, const dnnl::memory::desc& want);
   int weight(int v, const dnnl::memory::desc& md) { return weight(v, md, md); }
+  // Conv n's weights (or, with `bias`, its bias) with its fold applied
+  // (INode::fold), in layout `want` from `user`, tagged `tag` and the node:
+  // computed only if no instance or partition of the model made them.
+  int folded(const INode& n, bool bias, const dnnl::memory::desc& user,
+             const dnnl::memory::desc& want, const char* tag);
   // The ref holding value v (constants become plain constant refs).
   int ref_of(int v);
   // True if nothing reads `buffer` (through any value sharing it) after the

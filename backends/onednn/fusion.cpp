@@ -1535,7 +1535,6 @@ std::optional<std::vector<PostOp>> activation_of(ViewInfo& g, const INode& n) {
   return std::nullopt;
 }
 
-// Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
 void folded_conv_weights(ViewInfo& g, const FusedGraph& f, const INode& n,
                          std::vector<float>* weights, std::vector<float>* bias) {
   const Dims& ws = g.shape(n.in[1]);
@@ -1557,6 +1556,7 @@ void folded_conv_weights(ViewInfo& g, const FusedGraph& f, const INode& n,
   }
 }
 
+// Add/Sub/Mul/Div of `v` and a constant scalar, as y = alpha * v + beta.
 std::optional<PostOp> linear_of(ViewInfo& g, const INode& n, int v) {
   if (n.in.size() != 2 || (n.in[0] == v) == (n.in[1] == v)) return std::nullopt;
   const bool first = n.in[0] == v;

@@ -13,9 +13,11 @@
 // new shapes change: primitives of operations whose shapes an earlier
 // instance had (a decoder step's projections) and weights already reordered
 // for a primitive are shared (SharedCache); a MatMul of two activations is
-// one primitive with runtime dims for every shape; oneDNN's primitive cache
-// spares the code generation of shapes seen before. What a new shape still
-// makes anew: Softmax, Concat and element-wise primitives over the shapes
+// one primitive with runtime dims for every shape, and so are a MatMul by
+// constant weights and a 1x1 Conv whose rows (pixels) come from open dims;
+// oneDNN's primitive cache spares the code generation of shapes seen
+// before. What a new shape still makes anew: the other convolutions and
+// poolings, and Softmax, Concat and element-wise primitives over the shapes
 // that changed.
 //
 // When the new shapes differ from the instance last lowered only in dims

@@ -119,7 +119,8 @@ bool fold_linear(ViewInfo& g, INode& m, float alpha, float beta) {
       (!g.is_const(m.in[2]) || g.values[m.in[2]].dtype != BP_DTYPE_FLOAT32))
     return false;
   if (g.shape(m.in[1]).empty()) return false;
-  INode::Fold& fold = m.fold ? *m.fold : m.fold.emplace();
+  if (!m.fold) m.fold = INode::Fold();
+  INode::Fold& fold = *m.fold;
   fold.beta = alpha * fold.beta + beta;
   fold.alpha *= alpha;
   return true;

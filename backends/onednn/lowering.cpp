@@ -347,9 +347,11 @@ int Lowering::folded(const INode& n, bool bias, const memory::desc& user, const 
                      const char* tag) {
   const std::string t = node_tag(tag, n.node);
   if (const int r = b_.cached_const(t, user, want); r >= 0) return r;
-  std::vector<float> w, b;
-  folded_conv_weights(g_, f_, n, &w, &b);
-  return b_.const_reordered(user, bias ? b.data() : w.data(), want, t);
+  if (folded_node_ != n.node) {
+    folded_conv_weights(g_, f_, n, &folded_w_, &folded_b_);
+    folded_node_ = n.node;
+  }
+  return b_.const_reordered(user, bias ? folded_b_.data() : folded_w_.data(), want, t);
 }
 
 // A 1x1 Conv (stride 1, no padding, one group) between channels-last

@@ -205,6 +205,10 @@ class Lowering {
   int block_ = 0;
   bool winograd_ = false;
   std::map<int, int> tensors_;  // value -> MemRef
+  // folded()'s last computation: the Conv node's weights and bias, so
+  // that its bias does not compute the weights again.
+  int folded_node_ = -1;
+  std::vector<float> folded_w_, folded_b_;
   std::set<int> packed_later_;  // weights whose packing waits for PlanBuilder::write_pending
 };
 

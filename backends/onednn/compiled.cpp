@@ -134,20 +134,48 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
       mems_[r] = dnnl::memory(ref.md, engine(), arena + b->offset);
     else mems_[r] = dnnl::memory(ref.md, engine(), DNNL_MEMORY_NONE);
   }
+  plan_steps();
+}
+
+void Binder::plan_steps() {
   // Every primitive's arguments in one array (one allocation): step s's
   // from args_at_[s] to args_at_[s + 1].
-  args_at_.assign(c.steps.size() + 1, 0);
-  for (size_t s = 0; s < c.steps.size(); ++s)
+  args_at_.assign(c_.steps.size() + 1, 0);
+  for (size_t s = 0; s < c_.steps.size(); ++s)
     args_at_[s + 1] =
-        args_at_[s] + (c.steps[s].as<steps::Primitive>() ? c.steps[s].args.size() : 0);
+        args_at_[s] + (c_.steps[s].as<steps::Primitive>() ? c_.steps[s].args.size() : 0);
+  args_.clear();
   args_.reserve(args_at_.back());
-  copies_.resize(c.steps.size());
-  for (size_t s = 0; s < c.steps.size(); ++s) {
-    if (c.steps[s].as<steps::Primitive>())
-      for (auto [arg, r] : c.steps[s].args) args_.push_back({arg, mems_[r].get()});
-    if (c.steps[s].as<steps::ConcatNorm>()) plan_concat_norm(s);
-    else if (c.steps[s].as<steps::CopyConcat>()) plan_copy(s);
+  copies_.resize(c_.steps.size());
+  for (size_t s = 0; s < c_.steps.size(); ++s) {
+    if (c_.steps[s].as<steps::Primitive>())
+      for (auto [arg, r] : c_.steps[s].args) args_.push_back({arg, mems_[r].get()});
+    copies_[s].clear();
+    if (c_.steps[s].as<steps::ConcatNorm>()) plan_concat_norm(s);
+    else if (c_.steps[s].as<steps::CopyConcat>()) plan_copy(s);
   }
+}
+
+void Binder::rebind(char* memory) {
+  memory_ = memory;
+  char* scratch = memory + c_.scratch_offset();
+  char* arena = memory + c_.arena_offset();
+  for (size_t r = 0; r < c_.refs.size(); ++r) {
+    const MemRef& ref = c_.refs[r];
+    if (ref.constant) continue;
+    const Buffer* b = ref.scratch ? nullptr : &c_.buffers[ref.buffer];
+    const bool bound = b != nullptr && b->kind != Buffer::kArena;
+    if (!bound) ptrs_[r] = ref.scratch ? scratch : arena + b->offset;
+    if (!mems_[r]) continue;  // only the refs a primitive reads have one
+    const dnnl_memory_desc_t* md = nullptr;
+    dnnl::error::wrap_c_api(dnnl_memory_get_memory_desc(mems_[r].get(), &md),
+                            "could not get a memory descriptor");
+    if (dnnl_memory_desc_equal(md, &ref.md->data) &&
+        (bound || mems_[r].get_data_handle() == ptrs_[r]))
+      continue;
+    mems_[r] = dnnl::memory(ref.md, engine(), bound ? DNNL_MEMORY_NONE : ptrs_[r]);
+  }
+  plan_steps();
 }
 
 const std::vector<Step>& StepList::list() const {
@@ -168,42 +196,38 @@ void* Binder::ptr(size_t s, size_t a) const { return ptrs_[c_.steps[s].args[a].s
 namespace {
 // Dims and strides without size-1 dims, neighbours merged where both
 // layouts are contiguous across them: the fewest, longest runs to copy.
-void coalesce(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<int64_t>& b) {
-  std::vector<int64_t> d, sa, sb;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == 1) continue;
-    if (!d.empty() && sa.back() == a[i] * dims[i] && sb.back() == b[i] * dims[i]) {
-      d.back() *= dims[i];
-      sa.back() = a[i];
-      sb.back() = b[i];
+template <class Part>
+void coalesce(Part& p) {
+  size_t n = 0;
+  for (size_t i = 0; i < p.rank; ++i) {
+    if (p.dims[i] == 1) continue;
+    if (n > 0 && p.src_strides[n - 1] == p.src_strides[i] * p.dims[i] &&
+        p.dst_strides[n - 1] == p.dst_strides[i] * p.dims[i]) {
+      p.dims[n - 1] *= p.dims[i];
+      p.src_strides[n - 1] = p.src_strides[i];
+      p.dst_strides[n - 1] = p.dst_strides[i];
       continue;
     }
-    d.push_back(dims[i]);
-    sa.push_back(a[i]);
-    sb.push_back(b[i]);
+    p.dims[n] = p.dims[i];
+    p.src_strides[n] = p.src_strides[i];
+    p.dst_strides[n] = p.dst_strides[i];
+    ++n;
   }
-  if (d.empty()) d = {1}, sa = {1}, sb = {1};
-  dims = d, a = sa, b = sb;
+  if (n == 0) p.dims[0] = p.src_strides[0] = p.dst_strides[0] = 1, n = 1;
+  p.rank = n;
 }
 
-// Dims and strides reordered by the destination's strides, outermost first:
-// a channels-last concat then copies whole channel runs, not single floats.
-void in_memory_order(std::vector<int64_t>& dims, std::vector<int64_t>& a, std::vector<int64_t>& b) {
-  std::vector<size_t> order(dims.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return b[x] > b[y]; });
-  std::vector<int64_t> d, sa, sb;
-  for (size_t i : order) {
-    d.push_back(dims[i]);
-    sa.push_back(a[i]);
-    sb.push_back(b[i]);
-  }
-  dims = d, a = sa, b = sb;
-}
-
-std::vector<int64_t> strides_of(const dnnl::memory::desc& md) {
-  const auto& st = md.data.format_desc.blocking.strides;
-  return std::vector<int64_t>(st, st + md.data.ndims);
+// Dims and strides reordered by the destination's strides, outermost first
+// (stable): a channels-last concat then copies whole channel runs, not
+// single floats.
+template <class Part>
+void in_memory_order(Part& p) {
+  for (size_t i = 1; i < p.rank; ++i)
+    for (size_t j = i; j > 0 && p.dst_strides[j - 1] < p.dst_strides[j]; --j) {
+      std::swap(p.dims[j - 1], p.dims[j]);
+      std::swap(p.src_strides[j - 1], p.src_strides[j]);
+      std::swap(p.dst_strides[j - 1], p.dst_strides[j]);
+    }
 }
 }  // namespace
 
@@ -231,18 +255,23 @@ void Binder::plan_copy(size_t s) {
   size_t dst_arg = 0;
   for (size_t a = 0; a < step.args.size(); ++a)
     if (step.args[a].first == DNNL_ARG_DST) dst_arg = a;
-  const dnnl::memory::desc& dst = c_.refs[step.args[dst_arg].second].md;
+  const dnnl_memory_desc_t& dst = c_.refs[step.args[dst_arg].second].md->data;
   int64_t along = 0;
   for (size_t a = 0; a < step.args.size(); ++a) {
     if (a == dst_arg) continue;
-    const dnnl::memory::desc& src = c_.refs[step.args[a].second].md;
-    CopyPart part{a, 0, src.dims(), strides_of(src), strides_of(dst)};
+    const dnnl_memory_desc_t& src = c_.refs[step.args[a].second].md->data;
+    CopyPart part{a, 0, static_cast<size_t>(src.ndims), {}, {}, {}};
+    std::copy(src.dims, src.dims + src.ndims, part.dims);
+    std::copy(src.format_desc.blocking.strides, src.format_desc.blocking.strides + src.ndims,
+              part.src_strides);
+    std::copy(dst.format_desc.blocking.strides, dst.format_desc.blocking.strides + src.ndims,
+              part.dst_strides);
     part.offset = along * part.dst_strides[axis];
     along += part.dims[axis];
-    if (sdk::element_count(part.dims) == 0) continue;  // an empty cache: nothing to copy
-    in_memory_order(part.dims, part.src_strides, part.dst_strides);
-    coalesce(part.dims, part.src_strides, part.dst_strides);
-    copies_[s].push_back(std::move(part));
+    if (sdk::element_count(part.dims, part.rank) == 0) continue;  // an empty cache: nothing to copy
+    in_memory_order(part);
+    coalesce(part);
+    copies_[s].push_back(part);
   }
 }
 
@@ -261,7 +290,7 @@ void Binder::plan_concat_norm(size_t s) {
     const int arg = step.args[a].first;
     if (arg < DNNL_ARG_MULTIPLE_SRC || arg >= DNNL_ARG_MULTIPLE_DST) continue;
     const int64_t channels = c_.refs[step.args[a].second].md->dims()[1];
-    copies_[s].push_back(CopyPart{a, along, {pixels, channels}, {}, {}});
+    copies_[s].push_back(CopyPart{a, along, 2, {pixels, channels}, {}, {}});
     along += channels;
   }
 }
@@ -313,7 +342,7 @@ void Binder::run_copy(size_t s) {
     if (step.args[a].first == DNNL_ARG_DST) dst = static_cast<float*>(ptr(s, a));
   for (const CopyPart& part : copies_[s]) {
     const float* src = static_cast<const float*>(ptr(s, part.arg));
-    const size_t rank = part.dims.size();
+    const size_t rank = part.rank;
     // Rows of the innermost dim, memcpy'd when contiguous on both sides.
     const int64_t inner = part.dims[rank - 1];
     const bool contiguous = part.src_strides[rank - 1] == 1 && part.dst_strides[rank - 1] == 1;

@@ -285,6 +285,12 @@ class Binder {
   // shares where a ref has the same descriptor object at the same place (a
   // shape-polymorphic partition's next instance has most of the last one's).
   Binder(const Compiled& c, char* memory, const Binder* donor = nullptr);
+  // The plan changed in place (InstanceTemplate::derive_into: descriptions,
+  // buffer sizes and offsets; the steps and refs are the same) or its memory
+  // moved: every address again, a new memory object where one no longer
+  // fits (never a changed one: a donor's objects may be shared), and the
+  // copy steps planned again.
+  void rebind(char* memory);
   // Checks the tensors against the plan's sizes, sets their handles and runs every step on
   // `stream` (an OpenMP team of the plan's threads); `profiled` (API 1.6): each step timed.
   void run(dnnl::stream& stream, size_t num_inputs, const bp_tensor_t* inputs, size_t num_outputs,
@@ -298,13 +304,17 @@ class Binder {
     size_t index;
   };
   // One source of a CopyConcat step: copied from argument `arg` of the
-  // step to the destination, `offset` elements in; dims and strides in
-  // elements, coalesced.
+  // step to the destination, `offset` elements in; `rank` dims and strides
+  // in elements, coalesced. (Arrays: a derived instance plans its copies
+  // again at every new key, and that allocates nothing.)
   struct CopyPart {
     size_t arg;
     int64_t offset;
-    std::vector<int64_t> dims, src_strides, dst_strides;
+    size_t rank;
+    int64_t dims[DNNL_MAX_NDIMS], src_strides[DNNL_MAX_NDIMS], dst_strides[DNNL_MAX_NDIMS];
   };
+  // args_ and copies_ from mems_ and the plan's descriptions.
+  void plan_steps();
   void plan_copy(size_t step);
   void run_copy(size_t step);
   // A ConcatNorm step: copies_ holds one part per source, `offset` its

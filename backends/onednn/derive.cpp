@@ -300,12 +300,8 @@ bool InstanceTemplate::fits(const Compiled& c) const {
   return true;
 }
 
-std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& key,
-                                                   int threads) const {
+std::shared_ptr<Compiled> InstanceTemplate::base_copy() const {
   const Compiled& base = *base_.plan;
-  if (key.size() != base_.key.size() || threads != base.threads) return nullptr;
-  for (size_t p = 0; p < key.size(); ++p)
-    if (open_[p] ? key[p] < 2 : key[p] != base_.key[p]) return nullptr;
   auto plan = std::make_shared<Compiled>(base.host());
   plan->name = base.name;
   plan->threads = base.threads;
@@ -314,6 +310,21 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
   plan->refs = base.refs;
   plan->steps = base.steps;
   plan->scratch_bytes = base.scratch_bytes;
+  return plan;
+}
+
+std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& key,
+                                                   int threads) const {
+  std::shared_ptr<Compiled> plan = base_copy();
+  return derive_into(key, threads, *plan) ? plan : nullptr;
+}
+
+bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
+                                   Compiled& plan) const {
+  const Compiled& base = *base_.plan;
+  if (key.size() != base_.key.size() || threads != base.threads) return false;
+  for (size_t p = 0; p < key.size(); ++p)
+    if (open_[p] ? key[p] < 2 : key[p] != base_.key[p]) return false;
   // Refs of one value (a destination and the next step's source) get one
   // description.
   struct Made {
@@ -331,13 +342,13 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
       if (f.from[j].empty()) continue;
       dims[j] = key[f.from[j][0].first] * f.from[j][0].second;
       for (auto [p, factor] : f.from[j])
-        if (key[p] * factor != dims[j]) return nullptr;
+        if (key[p] * factor != dims[j]) return false;
     }
     auto same = std::find_if(made.begin(), made.end(), [&](const Made& m) {
       return m.base == &b && std::equal(dims, dims + b.ndims, m.dims);
     });
     if (same != made.end()) {
-      plan->refs[f.ref].md = same->md;
+      plan.refs[f.ref].md = same->md;
       continue;
     }
     int64_t stride = 1;
@@ -347,30 +358,31 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
     }
     dnnl_memory_desc_t d;
     if (dnnl_memory_desc_init_by_strides(&d, b.ndims, dims, b.data_type, strides) != dnnl_success)
-      return nullptr;
-    plan->refs[f.ref].md = unit_dims_in_place(dnnl::memory::desc(d));
-    made.push_back({&b, {}, plan->refs[f.ref].md});
+      return false;
+    plan.refs[f.ref].md = unit_dims_in_place(dnnl::memory::desc(d));
+    made.push_back({&b, {}, plan.refs[f.ref].md});
     std::copy(dims, dims + b.ndims, made.back().dims);
   }
+  plan.input_bytes.resize(view_.num_inputs);
+  plan.output_bytes.resize(view_.num_outputs);
   for (size_t k = 0; k < view_.num_inputs; ++k)
-    plan->input_bytes.push_back(value_bytes(key, view_.inputs[k]));
+    plan.input_bytes[k] = value_bytes(key, view_.inputs[k]);
   for (size_t k = 0; k < view_.num_outputs; ++k)
-    plan->output_bytes.push_back(value_bytes(key, view_.outputs[k]));
+    plan.output_bytes[k] = value_bytes(key, view_.outputs[k]);
   for (const Sized& s : sized_) {
-    Buffer& buf = plan->buffers[s.buffer];
+    Buffer& buf = plan.buffers[s.buffer];
     if (buf.kind == Buffer::kInput) {
-      buf.size = plan->input_bytes[buf.index];
+      buf.size = plan.input_bytes[buf.index];
     } else if (buf.kind == Buffer::kOutput) {
-      buf.size = plan->output_bytes[buf.index];
+      buf.size = plan.output_bytes[buf.index];
     } else {
       buf.size = 0;
-      for (size_t r : s.refs) buf.size = std::max(buf.size, plan->refs[r].md->get_size());
+      for (size_t r : s.refs) buf.size = std::max(buf.size, plan.refs[r].md->get_size());
     }
   }
   for (const Follow& f : follow_)
-    if (plan->refs[f.ref].md->get_size() > plan->buffers[plan->refs[f.ref].buffer].size)
-      return nullptr;
-  if (!fits(*plan)) return nullptr;
+    if (plan.refs[f.ref].md->get_size() > plan.buffers[plan.refs[f.ref].buffer].size) return false;
+  if (!fits(plan)) return false;
   // Every other buffer keeps the base's offset (the base's plan is valid for
   // them: same sizes, same steps); the sized ones are planned among
   // themselves after the base's arena, and the scratchpad goes first
@@ -379,18 +391,18 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
   std::vector<sdk::ArenaTensor> tensors;
   std::vector<size_t> placed;
   for (const Sized& s : sized_) {
-    const Buffer& buf = plan->buffers[s.buffer];
+    const Buffer& buf = plan.buffers[s.buffer];
     if (buf.kind != Buffer::kArena || buf.last < 0) continue;
     tensors.push_back({static_cast<size_t>(buf.first), static_cast<size_t>(buf.last), buf.size});
     placed.push_back(s.buffer);
   }
-  plan->scratch_first = true;
+  plan.scratch_first = true;
   const size_t after = align_up(base.arena_bytes);
   const sdk::ArenaPlan arena = sdk::plan_arena(tensors, kAlign);
   for (size_t t = 0; t < placed.size(); ++t)
-    plan->buffers[placed[t]].offset = after + arena.offsets[t];
-  plan->arena_bytes = after + arena.bytes;
-  return plan;
+    plan.buffers[placed[t]].offset = after + arena.offsets[t];
+  plan.arena_bytes = after + arena.bytes;
+  return true;
 }
 
 }  // namespace backplane::onednn

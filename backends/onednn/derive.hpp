@@ -53,6 +53,15 @@ class InstanceTemplate {
   // The instance at `key` (running on `threads`), or null if it is outside
   // what this template covers.
   std::shared_ptr<Compiled> derive(const std::vector<int64_t>& key, int threads) const;
+  // The same in place: `plan` is a base_copy() (or a plan derive_into gave
+  // before) and becomes the instance at `key`. Only the descriptions that
+  // follow the key, the sizes and offsets of the buffers over them and the
+  // input and output sizes change, so a context can keep one plan, and one
+  // binder over it, for every key the template covers (polymorphic.cpp).
+  // False if the key is outside the template; `plan` is then unusable.
+  bool derive_into(const std::vector<int64_t>& key, int threads, Compiled& plan) const;
+  // A plan with the base's steps, references and buffers, for derive_into.
+  std::shared_ptr<Compiled> base_copy() const;
   const std::vector<int64_t>& base_key() const { return base_.key; }
 
  private:

@@ -30,13 +30,19 @@ std::string value_name(const bp_graph_view_t& view, size_t v) { return view.valu
 Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }
 
 // A context of a shape-polymorphic partition: one block of memory for the
-// arena and scratchpad of whichever instance runs (grown, never shrunk), and
-// the bindings of the instances it ran recently (made again only when the
-// memory grows or an instance is new to it).
+// arena and scratchpad of whichever instance runs (grown, never shrunk), the
+// bindings of the lowered instances it ran recently (made again only when
+// the memory grows or an instance is new to it), and one instance derived
+// from the partition's template, derived again in place at each new key it
+// covers (a decoder's next cache length): a new length allocates nothing
+// that stays, and costs about what a run at a length seen before does.
 class PolyContext : public sdk::ExecContext {
  public:
   explicit PolyContext(PolyCompiled& p) : p_(p), stream_(engine()) {}
-  ~PolyContext() override { bound_.clear(); }
+  ~PolyContext() override {
+    derived_binder_.reset();
+    bound_.clear();
+  }
 
   void execute(size_t, const bp_tensor_t*, size_t, const bp_tensor_t*) override {
     throw sdk::invalid(p_.where() +
@@ -55,10 +61,20 @@ class PolyContext : public sdk::ExecContext {
       check_tensor(args.input(k), static_cast<size_t>(view.inputs[k]), "input");
     for (size_t k = 0; k < view.num_outputs; ++k)
       check_tensor(args.output(k), static_cast<size_t>(view.outputs[k]), "output");
-    // Held for the whole run: another thread may evict it meanwhile.
-    const std::shared_ptr<const Compiled> plan = p_.instance(key_);
-    bound(plan).run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs(),
-                    args.profiling() ? &args : nullptr);
+    // A lowered plan is held for the whole run: another thread may evict it.
+    std::shared_ptr<const Compiled> plan;
+    Binder* binder = derived_binder_.get();
+    if (binder == nullptr || key_ != derived_key_) {
+      plan = p_.find(key_);
+      if (plan != nullptr || !derive(key_)) {
+        if (plan == nullptr) plan = p_.instance(key_);
+        binder = &bound(plan);
+      } else {
+        binder = derived_binder_.get();
+      }
+    }
+    binder->run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs(),
+                args.profiling() ? &args : nullptr);
   }
 
  private:
@@ -89,6 +105,52 @@ class PolyContext : public sdk::ExecContext {
       throw sdk::invalid(name() + " is not a host buffer of " + std::to_string(bytes) + " bytes");
   }
 
+  // The derived instance at `key`, made from the partition's template in
+  // place of the last one; false if there is no template or it does not
+  // cover `key` (the caller then lowers).
+  bool derive(const std::vector<int64_t>& key) {
+    std::shared_ptr<const InstanceTemplate> t = p_.instance_template();
+    if (t == nullptr) return false;
+    const auto start = std::chrono::steady_clock::now();
+    if (t != derived_from_) {
+      derived_binder_.reset();
+      derived_ = t->base_copy();
+      derived_from_ = t;
+    }
+    if (!t->derive_into(key, p_.instance_threads(key), *derived_)) {
+      derived_binder_.reset();
+      derived_.reset();
+      derived_from_.reset();
+      return false;
+    }
+    reserve(context_bytes(*derived_));
+    if (derived_binder_ == nullptr)
+      derived_binder_ = std::make_unique<Binder>(
+          *derived_, memory_, bound_.empty() ? nullptr : bound_.back().binder.get());
+    else derived_binder_->rebind(memory_);
+    derived_key_ = key;
+    p_.log_derived(key, start, derived_->threads);
+    return true;
+  }
+
+  // At least `need` bytes of context memory. When the block grows, the
+  // lowered instances' bindings go (they point into the old block) and the
+  // derived instance's binder moves to the new one.
+  void reserve(size_t need) {
+    if (need <= capacity_) return;
+    bound_.clear();
+    block_.reset();
+    memory_ = nullptr;
+    // Half as much again: a growing cache grows the arena a little per
+    // token, and fresh pages cost a fault each on first use.
+    const size_t bytes = align_up(std::max(need, capacity_ + capacity_ / 2));
+    capacity_ = 0;
+    block_ = allocate_block(bytes);
+    memory_ = block_.get();
+    capacity_ = bytes;
+    if (derived_binder_ != nullptr) derived_binder_->rebind(memory_);
+  }
+
   // The bindings of `plan` over this context's memory.
   Binder& bound(const std::shared_ptr<const Compiled>& plan) {
     for (Bound& b : bound_)
@@ -96,19 +158,7 @@ class PolyContext : public sdk::ExecContext {
         b.used = ++clock_;
         return *b.binder;
       }
-    const size_t need = context_bytes(*plan);
-    if (need > capacity_) {
-      bound_.clear();  // every binding points into the old block
-      block_.reset();
-      memory_ = nullptr;
-      // Half as much again: a growing cache grows the arena a little per
-      // token, and fresh pages cost a fault each on first use.
-      const size_t bytes = align_up(std::max(need, capacity_ + capacity_ / 2));
-      capacity_ = 0;
-      block_ = allocate_block(bytes);
-      memory_ = block_.get();
-      capacity_ = bytes;
-    }
+    reserve(context_bytes(*plan));
     if (bound_.size() >= p_.max_instances())
       bound_.erase(
           std::min_element(bound_.begin(), bound_.end(),
@@ -126,6 +176,12 @@ class PolyContext : public sdk::ExecContext {
   size_t capacity_ = 0;
   std::vector<Bound> bound_;
   uint64_t clock_ = 0;
+  // The derived instance (see the class comment), the template it comes
+  // from, its key and its binder.
+  std::shared_ptr<const InstanceTemplate> derived_from_;
+  std::shared_ptr<Compiled> derived_;
+  std::vector<int64_t> derived_key_;
+  std::unique_ptr<Binder> derived_binder_;
 };
 
 }  // namespace
@@ -200,18 +256,8 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   // Another thread may have lowered these shapes while this one waited.
   if (std::shared_ptr<const Compiled> plan = find(key)) return plan;
   const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<const Compiled> plan;
-  if (template_ != nullptr && tuning_.derive_instances)
-    plan = template_->derive(key, instance_threads(key));
-  const bool derived = plan != nullptr;
-  if (derived) {
-    ++derived_;
-  } else {
-    plan = lower(key);
-    if (tuning_.derive_instances) remember(key, plan);
-  }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::shared_ptr<const Compiled> plan = lower(key);
+  if (tuning_.derive_instances) remember(key, plan);
   const int threads = plan->threads;
   keep(key, plan);
   size_t kept, hits, misses;
@@ -219,19 +265,37 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
     std::lock_guard<std::mutex> lock(mutex_);
     kept = entries_.size(), hits = hits_, misses = misses_;
   }
-  char took[32];
-  std::snprintf(took, sizeof took, "%.2f", ms);
   host_.log(BP_LOG_DEBUG, "CpuOneDnn",
-            where_ + ": instance for new shapes (" + describe_inputs(key) + ") " +
-                (derived ? "derived" : "lowered") + " in " + took + " ms, on " +
-                std::to_string(threads) + (threads == 1 ? " thread; " : " threads; ") +
-                std::to_string(kept) + " kept (at most " + std::to_string(max_instances_) + "), " +
-                std::to_string(misses) + " made (" + std::to_string(derived_) + " derived), " +
-                std::to_string(hits) + " reused; " +
+            made_in(key, "lowered", start, threads) + "; " + std::to_string(kept) +
+                " kept (at most " + std::to_string(max_instances_) + "), " +
+                std::to_string(misses) + " lowered, " + std::to_string(derived_.load()) +
+                " derived, " + std::to_string(hits) + " reused; " +
                 "shared: " + std::to_string(shared_.weights()) + " weights, " +
                 std::to_string(shared_.primitives()) + " primitives (" +
                 std::to_string(shared_.reused) + " times taken)");
   return plan;
+}
+
+std::shared_ptr<const InstanceTemplate> PolyCompiled::instance_template() {
+  if (!tuning_.derive_instances) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return template_;
+}
+
+void PolyCompiled::log_derived(const std::vector<int64_t>& key,
+                               std::chrono::steady_clock::time_point start, int threads) {
+  ++derived_;
+  host_.log(BP_LOG_DEBUG, "CpuOneDnn", made_in(key, "derived", start, threads));
+}
+
+std::string PolyCompiled::made_in(const std::vector<int64_t>& key, const char* how,
+                                  std::chrono::steady_clock::time_point start, int threads) const {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  char took[32];
+  std::snprintf(took, sizeof took, "%.2f", ms);
+  return where_ + ": instance for new shapes (" + describe_inputs(key) + ") " + how + " in " +
+         took + " ms, on " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
 }
 
 std::string PolyCompiled::describe_inputs(const std::vector<int64_t>& key) const {
@@ -338,8 +402,11 @@ void PolyCompiled::remember(const std::vector<int64_t>& key,
   if (recent_.size() == 3) recent_.erase(recent_.begin());
   recent_.push_back({key, plan});
   if (recent_.size() < 3) return;
-  if (std::unique_ptr<InstanceTemplate> t = InstanceTemplate::make(view_.view(), offsets_, recent_))
+  if (std::unique_ptr<InstanceTemplate> t =
+          InstanceTemplate::make(view_.view(), offsets_, recent_)) {
+    std::lock_guard<std::mutex> lock(mutex_);
     template_ = std::move(t);
+  }
 }
 
 void PolyCompiled::keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan) {

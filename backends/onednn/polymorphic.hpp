@@ -25,15 +25,18 @@
 // own Concat, Softmax and element-wise loops and the runtime-dims MatMuls
 // read it), the new instance is derived from a template instead
 // (derive.hpp): the same steps over new memory descriptions, the buffers
-// whose size changed placed anew, without lowering. The template is made from the last three
-// instances lowered, and only if deriving two of them from the third gives them exactly; the
-// "derive_instances" setting turns it off.
+// whose size changed placed anew, without lowering. The template is made
+// from the last three instances lowered, and only if deriving two of them
+// from the third gives them exactly; the "derive_instances" setting turns
+// it off. A context derives its instance in place, over the one it derived
+// last: nothing is kept per derived shape, so a decoder's new length costs
+// about what a length seen before does.
 //
-// Instances are kept least recently used first out, at most the backend's
-// "shape_instances" setting per partition; an evicted one lives on while a
-// context still runs it. Each context (one per caller thread) has one block
-// of memory for the arena and scratchpad of whichever instance it runs,
-// grown to the largest so far. A shape the lowering cannot run (a Sub whose
+// Lowered instances are kept least recently used first out, at most the
+// backend's "shape_instances" setting per partition; an evicted one lives on
+// while a context still runs it. Each context (one per caller thread) has
+// one block of memory for the arena and scratchpad of whichever instance it
+// runs, grown to the largest so far. A shape the lowering cannot run (a Sub whose
 // first operand broadcasts, which oneDNN's binary cannot) fails that execute
 // with BP_STATUS_UNSUPPORTED naming the node and the shapes.
 //
@@ -51,6 +54,8 @@
 
 #include <backplane/backend_sdk.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -96,6 +101,17 @@ class PolyCompiled : public sdk::CompiledPartition {
 
   // The instance for `key`: a kept one, or one lowered now (see above).
   std::shared_ptr<const Compiled> instance(const std::vector<int64_t>& key);
+  // A kept instance, counted as a hit; null if none. Takes mutex_.
+  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
+  // The template instances are derived from (derive.hpp); null if none yet
+  // or "derive_instances" is off.
+  std::shared_ptr<const InstanceTemplate> instance_template();
+  // The OpenMP threads an instance at `key` runs on: the partition's, or 1
+  // when all its values together are small (kSmallInstanceElements).
+  int instance_threads(const std::vector<int64_t>& key) const;
+  // Counts and logs (debug) an instance a context derived at `key`.
+  void log_derived(const std::vector<int64_t>& key, std::chrono::steady_clock::time_point start,
+                   int threads);
 
  private:
   struct Entry {
@@ -104,13 +120,11 @@ class PolyCompiled : public sdk::CompiledPartition {
     std::shared_ptr<const Compiled> plan;
     uint64_t used = 0;
   };
-  // A kept instance, counted as a hit; null if none. Takes mutex_.
-  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
   // Lowers the view at the shapes of `key` (lower_mutex_ held).
   std::shared_ptr<const Compiled> lower(const std::vector<int64_t>& key);
-  // The OpenMP threads an instance at `key` runs on: the partition's, or 1
-  // when all its values together are small (kSmallInstanceElements).
-  int instance_threads(const std::vector<int64_t>& key) const;
+  // "<where>: instance for new shapes (<inputs>) <how> in <ms> ms, on <n> threads".
+  std::string made_in(const std::vector<int64_t>& key, const char* how,
+                      std::chrono::steady_clock::time_point start, int threads) const;
   // Keeps `plan`, evicting the least recently used beyond max_instances(), and
   // (now and then) drops the shared weights and primitives no kept instance
   // uses (lower_mutex_ held).
@@ -141,11 +155,12 @@ class PolyCompiled : public sdk::CompiledPartition {
   // held): the next is reserved for as many, since a MemRef carries a
   // 700-byte memory descriptor and growing the vector copies them all.
   size_t last_refs_ = 0, last_steps_ = 0, last_buffers_ = 0;
-  // The last three instances lowered, and the template the last three that
-  // made one gave (derive.hpp; lower_mutex_ held).
+  // The last three instances lowered (lower_mutex_ held), and the template
+  // the last three that made one gave (derive.hpp; set with both mutexes
+  // held, read with mutex_).
   std::vector<InstanceTemplate::Lowered> recent_;
-  std::unique_ptr<InstanceTemplate> template_;
-  uint64_t derived_ = 0;  // instances made from template_ (lower_mutex_ held)
+  std::shared_ptr<const InstanceTemplate> template_;
+  std::atomic<uint64_t> derived_{0};  // instances contexts derived
   // View nodes whose int8 group failed to lower at some shapes: lowered as
   // float from then on (lower_mutex_ held).
   std::set<int> float_nodes_;

@@ -666,7 +666,9 @@ TEST_F(OneDnnPolymorphic, SmallInstancesRunOnOneThread) {
 }
 
 // Shapes seen before reuse their instance (no lowering, same results); the
-// partition keeps at most 8, least recently used first out.
+// partition keeps at most 8 lowered ones, least recently used first out
+// (instances derived from a template are not kept: a context derives its
+// next one in place).
 TEST_F(OneDnnPolymorphic, RepeatedShapesHitTheInstanceCache) {
   View view(spec_, "decoder_lru", nullptr);
   Part part(onednn(), view, true);
@@ -686,22 +688,33 @@ TEST_F(OneDnnPolymorphic, RepeatedShapesHitTheInstanceCache) {
         EXPECT_EQ(rel_diff(call.outputs[k], first[i][k]), 0.0) << str(abc[i]) << " round " << round;
     }
   EXPECT_EQ(lowered("decoder_lru"), 3u);
-  // Six new shapes make nine: {1,1,4} (the least recently used) goes.
+  auto last_line = [] {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    return log_lines.back();
+  };
+  // Six new lengths: three lowered (and kept), which make a template, and
+  // three derived from it.
   for (int64_t p = 30; p < 36; ++p) {
     Call call = make_call(spec_, view, {1, 1, p});
     ASSERT_TRUE(execute(onednn(), ctx, call).ok());
+    expect_matches(call.outputs, ref({1, 1, p}), {1, 1, p});
   }
   EXPECT_EQ(lowered("decoder_lru"), 9u);
-  {
-    std::lock_guard<std::mutex> lock(log_mutex);
-    EXPECT_NE(log_lines.back().find("8 kept (at most 8)"), std::string::npos) << log_lines.back();
+  EXPECT_NE(last_line().find(") derived in "), std::string::npos) << last_line();
+  // Three more lowered (another batch, outside the template) make nine kept:
+  // {1,1,4}, the least recently used, goes.
+  for (int64_t p = 40; p < 43; ++p) {
+    Call call = make_call(spec_, view, {2, 1, p});
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok());
   }
+  EXPECT_EQ(lowered("decoder_lru"), 12u);
+  EXPECT_NE(last_line().find("8 kept (at most 8)"), std::string::npos) << last_line();
   Call again = make_call(spec_, view, {1, 6, 2});  // used last of the three: still kept
   ASSERT_TRUE(execute(onednn(), ctx, again).ok());
-  EXPECT_EQ(lowered("decoder_lru"), 9u);
+  EXPECT_EQ(lowered("decoder_lru"), 12u);
   Call evicted = make_call(spec_, view, {1, 1, 4});
   ASSERT_TRUE(execute(onednn(), ctx, evicted).ok());
-  EXPECT_EQ(lowered("decoder_lru"), 10u);
+  EXPECT_EQ(lowered("decoder_lru"), 13u);
   expect_matches(evicted.outputs, ref({1, 1, 4}), {1, 1, 4});
 }
 

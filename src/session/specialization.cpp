@@ -128,8 +128,10 @@ Status Specialization::compile(const Planner& planner, const BuildOptions& optio
 
 void Specialization::plan_shapes() {
   // Every value's shape, per partition, for execute_shaped.
+  shapes_.reserve(executable().size());
   for (const auto& ep : executable()) {
     PartitionShapes ps;
+    ps.values.reserve(ep->view->value_ids().size());
     for (int v : ep->view->value_ids()) {
       const Shape& dims = shape(v);
       ps.values.push_back(bp_shape_t{dims.size(), dims.empty() ? nullptr : dims.data()});

@@ -41,59 +41,11 @@ size_t context_bytes(const Compiled& c) {
   return align_up(c.arena_bytes) + align_up(c.scratch_bytes);
 }
 
-namespace {
-// What a memory object of a ref is: its descriptor (by address: an interned
-// one is one object for every instance) and where it points (an address in
-// the context's memory, or the input or output it is bound to at each run).
-struct MemoryKey {
-  const void* md;
-  int kind;  // 0: an address; 1: an input; 2: an output
-  uintptr_t where;
-  bool operator<(const MemoryKey& o) const {
-    return std::tie(md, kind, where) < std::tie(o.md, o.kind, o.where);
-  }
-  bool operator==(const MemoryKey& o) const {
-    return md == o.md && kind == o.kind && where == o.where;
-  }
-};
-// The key of ref r of `c` over `memory`; none for a constant.
-std::optional<MemoryKey> memory_key(const Compiled& c, size_t r, char* memory) {
-  const MemRef& ref = c.refs[r];
-  if (ref.constant) return std::nullopt;
-  const void* md = &ref.md.get();
-  if (ref.scratch)
-    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + c.scratch_offset())};
-  const Buffer& b = c.buffers[ref.buffer];
-  if (b.kind == Buffer::kArena)
-    return MemoryKey{md, 0, reinterpret_cast<uintptr_t>(memory + c.arena_offset() + b.offset)};
-  return MemoryKey{md, b.kind == Buffer::kInput ? 1 : 2, b.index};
-}
-}  // namespace
-
-Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), memory_(memory) {
+Binder::Binder(const Compiled& c, char* memory) : c_(c), memory_(memory) {
   char* scratch = memory + c.scratch_offset();
   char* arena = memory + c.arena_offset();
-  // A donor with as many refs is most often an instance of the same structure
-  // (one derived from the same template, derive.hpp, or lowered the same
-  // way): ref r shares the donor's ref r where that is the same memory.
-  const bool aligned =
-      donor != nullptr && donor->memory_ == memory && donor->c_.refs.size() == c.refs.size();
-  // Otherwise the donor's memory objects that this binder's refs can share,
-  // by key (sorted: one allocation, where a hash map would make one per ref).
-  std::vector<std::pair<MemoryKey, const dnnl::memory*>> shareable;
-  if (donor != nullptr && donor->memory_ == memory && !aligned) {
-    shareable.reserve(donor->c_.refs.size());
-    for (size_t r = 0; r < donor->c_.refs.size(); ++r)
-      if (std::optional<MemoryKey> k = memory_key(donor->c_, r, memory);
-          k && donor->mems_[r].get(true) != nullptr)
-        shareable.emplace_back(*k, &donor->mems_[r]);
-    std::sort(shareable.begin(), shareable.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-  }
   // Only a oneDNN primitive takes memory objects: the backend's own loops
   // read the refs' addresses (ptrs_) and descriptors (Compiled::refs).
-  // Making an object costs microseconds, which an instance derived for each
-  // new cache length would otherwise pay for every ref its loops read.
   std::vector<char> primitive_reads(c.refs.size(), 0);
   for (const Step& step : c.steps)
     if (step.as<steps::Primitive>())
@@ -112,23 +64,6 @@ Binder::Binder(const Compiled& c, char* memory, const Binder* donor) : c_(c), me
       bindings_.push_back({r, b->kind == Buffer::kInput, b->index});
     else ptrs_[r] = ref.scratch ? scratch : arena + b->offset;
     if (!primitive_reads[r]) continue;
-    // Only what the donor made: a ref its own steps read through loops
-    // (a copy where this instance reorders) has no memory object there.
-    if (aligned) {
-      if (donor->mems_[r].get(true) != nullptr &&
-          memory_key(donor->c_, r, memory) == memory_key(c, r, memory)) {
-        mems_[r] = donor->mems_[r];
-        continue;
-      }
-    } else if (!shareable.empty()) {
-      const MemoryKey k = *memory_key(c, r, memory);
-      auto it = std::lower_bound(shareable.begin(), shareable.end(), k,
-                                 [](const auto& e, const MemoryKey& key) { return e.first < key; });
-      if (it != shareable.end() && !(k < it->first)) {
-        mems_[r] = *it->second;
-        continue;
-      }
-    }
     if (ref.scratch) mems_[r] = dnnl::memory(ref.md, engine(), scratch);
     else if (b->kind == Buffer::kArena)
       mems_[r] = dnnl::memory(ref.md, engine(), arena + b->offset);
@@ -170,10 +105,9 @@ void Binder::rebind(char* memory) {
     const dnnl_memory_desc_t* md = nullptr;
     dnnl::error::wrap_c_api(dnnl_memory_get_memory_desc(mems_[r].get(), &md),
                             "could not get a memory descriptor");
-    if (dnnl_memory_desc_equal(md, &ref.md->data) &&
-        (bound || mems_[r].get_data_handle() == ptrs_[r]))
-      continue;
-    mems_[r] = dnnl::memory(ref.md, engine(), bound ? DNNL_MEMORY_NONE : ptrs_[r]);
+    if (!dnnl_memory_desc_equal(md, &ref.md->data))
+      mems_[r] = dnnl::memory(ref.md, engine(), bound ? DNNL_MEMORY_NONE : ptrs_[r]);
+    else if (!bound && mems_[r].get_data_handle() != ptrs_[r]) mems_[r].set_data_handle(ptrs_[r]);
   }
   plan_steps();
 }

@@ -281,15 +281,11 @@ size_t context_bytes(const Compiled& c);
 // allocates nothing. The Compiled must outlive it.
 class Binder {
  public:
-  // `donor`: a binder over the same `memory` whose memory objects this one
-  // shares where a ref has the same descriptor object at the same place (a
-  // shape-polymorphic partition's next instance has most of the last one's).
-  Binder(const Compiled& c, char* memory, const Binder* donor = nullptr);
+  Binder(const Compiled& c, char* memory);
   // The plan changed in place (InstanceTemplate::derive_into: descriptions,
   // buffer sizes and offsets; the steps and refs are the same) or its memory
   // moved: every address again, a new memory object where one no longer
-  // fits (never a changed one: a donor's objects may be shared), and the
-  // copy steps planned again.
+  // fits, and the copy steps planned again.
   void rebind(char* memory);
   // Checks the tensors against the plan's sizes, sets their handles and runs every step on
   // `stream` (an OpenMP team of the plan's threads); `profiled` (API 1.6): each step timed.

@@ -124,9 +124,7 @@ class PolyContext : public sdk::ExecContext {
       return false;
     }
     reserve(context_bytes(*derived_));
-    if (derived_binder_ == nullptr)
-      derived_binder_ = std::make_unique<Binder>(
-          *derived_, memory_, bound_.empty() ? nullptr : bound_.back().binder.get());
+    if (derived_binder_ == nullptr) derived_binder_ = std::make_unique<Binder>(*derived_, memory_);
     else derived_binder_->rebind(memory_);
     derived_key_ = key;
     p_.log_derived(key, start, derived_->threads);
@@ -163,8 +161,7 @@ class PolyContext : public sdk::ExecContext {
       bound_.erase(
           std::min_element(bound_.begin(), bound_.end(),
                            [](const Bound& a, const Bound& b) { return a.used < b.used; }));
-    const Binder* donor = bound_.empty() ? nullptr : bound_.back().binder.get();
-    bound_.push_back({plan, std::make_unique<Binder>(*plan, memory_, donor), ++clock_});
+    bound_.push_back({plan, std::make_unique<Binder>(*plan, memory_), ++clock_});
     return *bound_.back().binder;
   }
 

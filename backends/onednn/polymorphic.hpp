@@ -66,12 +66,11 @@
 namespace backplane::onednn {
 
 // How many lowered instances one partition keeps unless configured
-// ("shape_instances"). A generation loop of N tokens goes through N cache
-// lengths in turn: with fewer instances than N, least-recently-used order
-// evicts each length just before the next pass needs it, and every token
-// lowers again. 512 covers the loops the runtime's specialisation cache is
-// usually sized for (ModelOptions::max_specializations); an instance holds
-// its steps and references, the primitives and weights are shared.
+// ("shape_instances"). Shapes a template covers (a decoder's cache lengths)
+// are derived and keep nothing; the rest (a convolutional model's widths or
+// batches) are lowered, and a loop over more of them than are kept lowers
+// each again at every pass (least recently used goes first). An instance
+// holds its steps and references; primitives and weights are shared.
 inline constexpr size_t kDefaultMaxInstances = 512;
 
 class PolyCompiled : public sdk::CompiledPartition {
@@ -152,8 +151,7 @@ class PolyCompiled : public sdk::CompiledPartition {
   SharedCache shared_;
   size_t prune_at_ = 0;  // shared_'s size that makes keep() prune it
   // How many refs, steps and buffers the last instance had (lower_mutex_
-  // held): the next is reserved for as many, since a MemRef carries a
-  // 700-byte memory descriptor and growing the vector copies them all.
+  // held): the next is reserved for as many, without copies as it grows.
   size_t last_refs_ = 0, last_steps_ = 0, last_buffers_ = 0;
   // The last three instances lowered (lower_mutex_ held), and the template
   // the last three that made one gave (derive.hpp; set with both mutexes

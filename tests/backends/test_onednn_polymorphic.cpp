@@ -1246,6 +1246,39 @@ TEST_F(OneDnnPolymorphic, DimsEqualOnlySoFarAreNotTakenForOne) {
   EXPECT_EQ(made("equal_so_far", "derived"), 1u);
 }
 
+// Four threads, each on its own context, run decoder loops at once (one
+// token at a time, each thread from its own first length): the lowered
+// instances and the template are the partition's, each context derives its
+// own instance in place, and every run is right.
+TEST_F(OneDnnPolymorphic, FourThreadsDeriveTheirOwnDecoderLoops) {
+  View view(spec_, "decoder_mt_loop", nullptr);
+  Part part(onednn(), view, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  std::vector<std::vector<Env>> loops(4);
+  for (size_t t = 0; t < loops.size(); ++t)
+    for (int64_t p = 2 + 3 * static_cast<int64_t>(t); p < 30; ++p) loops[t].push_back({1, 1, p});
+  for (const auto& loop : loops)
+    for (const Env& e : loop) (void)ref(e);  // computed before the threads start
+  std::vector<std::string> failures(loops.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < loops.size(); ++t)
+    threads.emplace_back([&, t] {
+      Context ctx(onednn(), part);
+      for (int pass = 0; pass < 2; ++pass)
+        for (const Env& e : loops[t]) {
+          Call call = make_call(spec_, view, e);
+          Outcome o = execute(onednn(), ctx, call);
+          if (!o.ok()) failures[t] += str(e) + ": " + o.message + "; ";
+          for (size_t k = 0; o.ok() && k < call.outputs.size(); ++k)
+            if (rel_diff(call.outputs[k], ref(e).onednn[k]) > 1e-5)
+              failures[t] += str(e) + ": output " + std::to_string(k) + " differs; ";
+        }
+    });
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  EXPECT_GT(made("decoder_mt_loop", "derived"), 40u);
+}
+
 // ---- what cannot be polymorphic ------------------------------------------------------
 
 // A ReduceMean whose axes were constant for one set of shapes only is a

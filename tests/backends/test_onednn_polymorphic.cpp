@@ -600,6 +600,30 @@ class OneDnnPolymorphic : public ::testing::Test {
     if (it == refs.end()) it = refs.emplace(env, reference(spec_, env)).first;
     return it->second;
   }
+  // Runs plans[t] `rounds` times on thread t, each thread on its own
+  // context of `part`, and expects every run to match its reference.
+  void run_on_threads(const Part& part, const View& view, const std::vector<std::vector<Env>>& plans,
+                      int rounds) {
+    for (const auto& plan : plans)
+      for (const Env& e : plan) (void)ref(e);  // computed before the threads start
+    std::vector<std::string> failures(plans.size());
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < plans.size(); ++t)
+      threads.emplace_back([&, t] {
+        Context ctx(onednn(), part);
+        for (int round = 0; round < rounds; ++round)
+          for (const Env& e : plans[t]) {
+            Call call = make_call(spec_, view, e);
+            Outcome o = execute(onednn(), ctx, call);
+            if (!o.ok()) failures[t] += str(e) + ": " + o.message + "; ";
+            for (size_t k = 0; o.ok() && k < call.outputs.size(); ++k)
+              if (rel_diff(call.outputs[k], ref(e).onednn[k]) > 1e-5)
+                failures[t] += str(e) + ": output " + std::to_string(k) + " differs; ";
+          }
+      });
+    for (std::thread& th : threads) th.join();
+    for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  }
   static const Spec spec_;
 };
 const Spec OneDnnPolymorphic::spec_ = decoder_layer();
@@ -728,25 +752,7 @@ TEST_F(OneDnnPolymorphic, FourThreadsDifferentShapesConcurrently) {
   const Env shared{2, 2, 6};
   std::vector<std::vector<Env>> plans;
   for (int64_t t = 0; t < 4; ++t) plans.push_back({{1, 1, 3 + 4 * t}, shared, {1 + t % 2, 4, 2}});
-  for (const auto& plan : plans)
-    for (const Env& e : plan) (void)ref(e);  // computed before the threads start
-  std::vector<std::string> failures(plans.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < plans.size(); ++t)
-    threads.emplace_back([&, t] {
-      Context ctx(onednn(), part);
-      for (int round = 0; round < 5; ++round)
-        for (const Env& e : plans[t]) {
-          Call call = make_call(spec_, view, e);
-          Outcome o = execute(onednn(), ctx, call);
-          if (!o.ok()) failures[t] += str(e) + ": " + o.message + "; ";
-          for (size_t k = 0; o.ok() && k < call.outputs.size(); ++k)
-            if (rel_diff(call.outputs[k], ref(e).onednn[k]) > 1e-5)
-              failures[t] += str(e) + ": output " + std::to_string(k) + " differs; ";
-        }
-    });
-  for (std::thread& th : threads) th.join();
-  for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  run_on_threads(part, view, plans, 5);
   // 4 shapes of one thread each, 2 of two threads each, 1 of all: 7 (at
   // most 8 are kept, so none was evicted and lowered again).
   std::set<Env> distinct;
@@ -1257,25 +1263,7 @@ TEST_F(OneDnnPolymorphic, FourThreadsDeriveTheirOwnDecoderLoops) {
   std::vector<std::vector<Env>> loops(4);
   for (size_t t = 0; t < loops.size(); ++t)
     for (int64_t p = 2 + 3 * static_cast<int64_t>(t); p < 30; ++p) loops[t].push_back({1, 1, p});
-  for (const auto& loop : loops)
-    for (const Env& e : loop) (void)ref(e);  // computed before the threads start
-  std::vector<std::string> failures(loops.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < loops.size(); ++t)
-    threads.emplace_back([&, t] {
-      Context ctx(onednn(), part);
-      for (int pass = 0; pass < 2; ++pass)
-        for (const Env& e : loops[t]) {
-          Call call = make_call(spec_, view, e);
-          Outcome o = execute(onednn(), ctx, call);
-          if (!o.ok()) failures[t] += str(e) + ": " + o.message + "; ";
-          for (size_t k = 0; o.ok() && k < call.outputs.size(); ++k)
-            if (rel_diff(call.outputs[k], ref(e).onednn[k]) > 1e-5)
-              failures[t] += str(e) + ": output " + std::to_string(k) + " differs; ";
-        }
-    });
-  for (std::thread& th : threads) th.join();
-  for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  run_on_threads(part, view, loops, 2);
   EXPECT_GT(made("decoder_mt_loop", "derived"), 40u);
 }
 

@@ -123,9 +123,12 @@ class PolyContext : public sdk::ExecContext {
       derived_from_.reset();
       return false;
     }
-    reserve(context_bytes(*derived_));
-    if (derived_binder_ == nullptr) derived_binder_ = std::make_unique<Binder>(*derived_, memory_);
-    else derived_binder_->rebind(memory_);
+    if (derived_binder_ == nullptr) {
+      reserve(context_bytes(*derived_));
+      derived_binder_ = std::make_unique<Binder>(*derived_, memory_);
+    } else if (!reserve(context_bytes(*derived_))) {
+      derived_binder_->rebind(memory_);  // (a block that grew has rebound it)
+    }
     derived_key_ = key;
     p_.log_derived(key, start, derived_->threads);
     return true;
@@ -133,9 +136,9 @@ class PolyContext : public sdk::ExecContext {
 
   // At least `need` bytes of context memory. When the block grows, the
   // lowered instances' bindings go (they point into the old block) and the
-  // derived instance's binder moves to the new one.
-  void reserve(size_t need) {
-    if (need <= capacity_) return;
+  // derived instance's binder moves to the new one; true if it grew.
+  bool reserve(size_t need) {
+    if (need <= capacity_) return false;
     bound_.clear();
     block_.reset();
     memory_ = nullptr;
@@ -147,6 +150,7 @@ class PolyContext : public sdk::ExecContext {
     memory_ = block_.get();
     capacity_ = bytes;
     if (derived_binder_ != nullptr) derived_binder_->rebind(memory_);
+    return true;
   }
 
   // The bindings of `plan` over this context's memory.

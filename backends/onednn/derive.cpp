@@ -50,7 +50,8 @@ bool runtime_matmul(const Step& step) {
 }
 
 // Dense in some dim order, nothing but dims and strides: the dims from the
-// innermost to the outermost (size-1 dims last), or empty if not.
+// innermost to the outermost (size-1 dims last), or empty if not. A dim of 0
+// (an empty cache) strides as one of 1 would, in its place.
 std::vector<int> dense_order(const dnnl_memory_desc_t& d) {
   if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0 ||
       d.extra.flags != 0 || d.ndims == 0)
@@ -60,13 +61,13 @@ std::vector<int> dense_order(const dnnl_memory_desc_t& d) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     if ((d.dims[a] == 1) != (d.dims[b] == 1)) return d.dims[b] == 1;
-    return strides[a] < strides[b];
+    return strides[a] != strides[b] ? strides[a] < strides[b] : a > b;
   });
   int64_t expect = 1;
   for (int j : order) {
     if (d.dims[j] == 1) break;
     if (strides[j] != expect) return {};
-    expect *= d.dims[j];
+    expect *= std::max<int64_t>(d.dims[j], 1);
   }
   return order;
 }
@@ -159,14 +160,18 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       return nullptr;
   }
   std::unique_ptr<InstanceTemplate> t(new InstanceTemplate(view, offsets, three[2]));
-  t->open_.assign(k0.size(), 0);
-  std::vector<uint32_t> open;
-  for (size_t p = 0; p < k0.size(); ++p) {
+  t->open_.assign(k0.size(), kClosed);
+  std::vector<uint32_t> open;  // the first position of each class
+  for (uint32_t p = 0; p < k0.size(); ++p) {
     if (k0[p] == three[1].key[p] && k0[p] == three[2].key[p]) continue;
     for (const Lowered& l : three)
       if (l.key[p] < 2) return nullptr;
-    t->open_[p] = 1;
-    open.push_back(static_cast<uint32_t>(p));
+    auto same = std::find_if(open.begin(), open.end(), [&](uint32_t q) {
+      return std::all_of(three.begin(), three.end(),
+                         [&](const Lowered& l) { return l.key[q] == l.key[p]; });
+    });
+    t->open_[p] = same != open.end() ? *same : p;
+    if (same == open.end()) open.push_back(p);
   }
   if (open.empty()) return nullptr;
   for (size_t s = 0; s < base.steps.size(); ++s)
@@ -191,8 +196,7 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     }
     if (equal) continue;
     if (b.buffer < 0 || b.constant) return nullptr;
-    Follow f{r, std::vector<std::vector<std::pair<uint32_t, int64_t>>>(b.md->data.ndims),
-             dense_order(b.md->data)};
+    Follow f{r, std::vector<std::vector<Term>>(b.md->data.ndims), dense_order(b.md->data)};
     if (f.inner_first.empty()) return nullptr;
     for (int j = 0; j < b.md->data.ndims; ++j) {
       int64_t d[3];
@@ -203,13 +207,20 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       }
       if (d[0] == d[1] && d[1] == d[2]) continue;
       // The dim is a key position's times a factor the same at all three
-      // (the rows of a batch collapsed into a matrix, an index's bytes).
-      for (uint32_t p : open) {
-        const int64_t factor = d[2] / three[2].key[p];
-        if (factor >= 1 && k0[p] * factor == d[0] && three[1].key[p] * factor == d[1] &&
-            three[2].key[p] * factor == d[2])
-          f.from[j].push_back({p, factor});
-      }
+      // (an index's bytes), or else two positions' product times one (a
+      // batch of rows collapsed into a matrix).
+      auto fit = [&](uint32_t p, uint32_t q) {
+        Term term{p, q, 1};
+        const int64_t unit = term.at(three[2].key);
+        term.factor = d[2] / unit;
+        if (term.factor >= 1 && term.at(k0) == d[0] && term.at(three[1].key) == d[1] &&
+            term.at(three[2].key) == d[2])
+          f.from[j].push_back(term);
+      };
+      for (uint32_t p : open) fit(p, Term::kOne);
+      if (f.from[j].empty())
+        for (size_t a = 0; a < open.size(); ++a)
+          for (size_t b = a + 1; b < open.size(); ++b) fit(open[a], open[b]);
       if (f.from[j].empty()) return nullptr;
     }
     follows[r] = 1;
@@ -324,7 +335,8 @@ bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
   const Compiled& base = *base_.plan;
   if (key.size() != base_.key.size() || threads != base.threads) return false;
   for (size_t p = 0; p < key.size(); ++p)
-    if (open_[p] ? key[p] < 2 : key[p] != base_.key[p]) return false;
+    if (open_[p] == kClosed ? key[p] != base_.key[p] : key[p] < 2 || key[p] != key[open_[p]])
+      return false;
   // Refs of one value (a destination and the next step's source) get one
   // description.
   struct Made {
@@ -340,9 +352,9 @@ bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
     for (int j = 0; j < b.ndims; ++j) {
       dims[j] = b.dims[j];
       if (f.from[j].empty()) continue;
-      dims[j] = key[f.from[j][0].first] * f.from[j][0].second;
-      for (auto [p, factor] : f.from[j])
-        if (key[p] * factor != dims[j]) return false;
+      dims[j] = f.from[j][0].at(key);
+      for (const Term& term : f.from[j])
+        if (term.at(key) != dims[j]) return false;
     }
     auto same = std::find_if(made.begin(), made.end(), [&](const Made& m) {
       return m.base == &b && std::equal(dims, dims + b.ndims, m.dims);
@@ -354,7 +366,7 @@ bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
     int64_t stride = 1;
     for (int j : f.inner_first) {
       strides[j] = stride;
-      stride *= dims[j];
+      stride *= std::max<int64_t>(dims[j], 1);
     }
     dnnl_memory_desc_t d;
     if (dnnl_memory_desc_init_by_strides(&d, b.ndims, dims, b.data_type, strides) != dnnl_success)

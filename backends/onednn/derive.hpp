@@ -15,16 +15,18 @@
 // plans are the same but for some memory descriptions, buffer sizes and arena
 // offsets, and the descriptions that differ are dense (dims in some order,
 // no gaps) with each differing dim a dim of the key that differs between
-// the three times a fixed factor (the rows of a batch collapsed into one
-// matrix, an index's bytes); the steps reading them must be kinds that take any
+// the three times a fixed factor (an index's bytes), or the product of two
+// such dims times one (the rows of a batch of sequences collapsed into one
+// matrix); the steps reading them must be kinds that take any
 // dims. Deriving the first two instances from the third must then give them
 // exactly: every description, size and offset.
 //
 // derive(key) gives the instance at a new key if the key differs from the
 // third only at the positions that differed between the three, none of
 // them below 2 (a dim of 1 broadcasts, which the steps were not lowered
-// for), and every dim a description takes from the key is the same at all
-// the positions it matched. The steps are checked to fit together at the
+// for), positions that were equal at all three are equal at it, and every
+// dim a description takes from the key is the same by every term it
+// matched. The steps are checked to fit together at the
 // new dims (a concat's sources and destination, a broadcast, a product's
 // inner dims). Buffers whose size changed are placed after the base's arena,
 // every other keeps its offset. Anything else: null, and the caller lowers.
@@ -65,12 +67,23 @@ class InstanceTemplate {
   const std::vector<int64_t>& base_key() const { return base_.key; }
 
  private:
-  // A MemRef whose description follows the key: per dim, the key positions
-  // it is a fixed multiple of, with the factor (empty: a fixed dim, the
-  // base's), and the dims from the innermost to the outermost.
+  // A dim that follows the key: `factor` times the key at `p`, and times
+  // the key at `q` too unless q is kOne (the rows of a batch of sequences
+  // collapsed into one matrix are batch x length).
+  struct Term {
+    static constexpr uint32_t kOne = UINT32_MAX;
+    uint32_t p, q;
+    int64_t factor;
+    int64_t at(const std::vector<int64_t>& key) const {
+      return key[p] * (q == kOne ? 1 : key[q]) * factor;
+    }
+  };
+  // A MemRef whose description follows the key: per dim, the terms it
+  // equals (all of them, at every key; empty: a fixed dim, the base's), and
+  // the dims from the innermost to the outermost.
   struct Follow {
     size_t ref;
-    std::vector<std::vector<std::pair<uint32_t, int64_t>>> from;
+    std::vector<std::vector<Term>> from;
     std::vector<int> inner_first;
   };
   // A step reading descriptions that follow the key, checked at derive.
@@ -87,7 +100,11 @@ class InstanceTemplate {
   const bp_graph_view_t& view_;
   const std::vector<size_t>& offsets_;
   Lowered base_;
-  std::vector<char> open_;  // per key position: may differ from the base's
+  // Per key position: kClosed (the base's dim at every key), or the first
+  // position that equalled it at all three lowered keys, which it must equal
+  // at every key derived (one position of each such class is fitted).
+  static constexpr uint32_t kClosed = UINT32_MAX;
+  std::vector<uint32_t> open_;
   std::vector<Follow> follow_;
   // A buffer whose size follows the key, and the refs over it.
   struct Sized {

@@ -1166,6 +1166,33 @@ TEST_F(OneDnnPolymorphic, AnEncoderDerivesAnInstancePerLength) {
   EXPECT_EQ(made("encoder_lengths", "derived"), 9u);
 }
 
+// A server's encoder meets a new batch and a new length at once. The rows
+// of its MatMuls by constant weights are batch x length, a product of two
+// dims of the key: the template takes it as one, so after three lowered
+// instances every (batch, length) is derived (a batch of 1 aside: a dim of 1
+// broadcasts), each run equal, bit for bit, to the partition with
+// derive_instances off, and to the reference.
+TEST_F(OneDnnPolymorphic, BatchesOfNewLengthsAreDerivedBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View view(spec_, "encoder_batches", nullptr), all(spec_, "encoder_batches_lowered", nullptr);
+  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
+  const Env shapes[] = {{2, 3, 0}, {3, 5, 0}, {4, 2, 0}, {5, 7, 0}, {3, 9, 0},
+                        {2, 4, 0}, {6, 6, 0}, {1, 5, 0}, {4, 11, 0}};
+  for (const Env& env : shapes) {
+    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
+    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
+    expect_matches(a.outputs, ref(env), env);
+  }
+  EXPECT_EQ(made("encoder_batches", "lowered"), 4u);
+  EXPECT_EQ(made("encoder_batches", "derived"), 5u);
+}
+
 // Shapes a template was not made for are lowered: another batch, another
 // number of new tokens, a cache of one (a dim of 1 broadcasts). The template
 // then still serves the decoder loop's next length.

@@ -14,8 +14,9 @@ chains of element-wise ops and activations after them (constants of every
 broadcastable shape on either side), BatchNormalization, residual adds,
 Concat, Transpose/Reshape, pooling, the decomposed patterns exporters write
 (SiLU, GELU, LayerNorm, Paddle's hard-swish), stacks of convolutions
-(blocked layouts), symbolic first dims (shape-polymorphic partitions, which
-run_differential.py runs at several sizes),
+(blocked layouts), a symbolic first dim, or first two (a batch of sequences,
+whose rows a product collapses into N x T): shape-polymorphic partitions,
+which run_differential.py runs at several sizes,
 partition boundaries (an operator only CpuRef has, a node pinned to CpuRef),
 and for GpuOcl the integer, boolean and float16 element-wise kernels.
 
@@ -637,9 +638,10 @@ def build(spec):
     graph_inputs = []
     for name, shape, dtype in declare_inputs(b, spec):
         values[name] = name
-        # A symbolic batch: the partitions are compiled for any batch
+        # A symbolic batch (and length): the partitions are compiled for any
         # (shape-polymorphic where the backend can) and run at this one.
-        dims = ["N"] + list(shape[1:]) if spec.get("symbolic") else list(shape)
+        lead = symbolic_lead(spec)
+        dims = ["N", "T"][:lead] + list(shape[lead:])
         graph_inputs.append(helper.make_tensor_value_info(name, _ONNX[dtype], dims))
     pins = []
     for idx, st in enumerate(spec["steps"]):
@@ -675,11 +677,19 @@ def build(spec):
     props = {}
     if pins:
         props["differential.pin"] = ",".join(pins)
-    if spec.get("symbolic"):
-        props["differential.dims"] = f"N={spec['inputs'][0]['shape'][0]}"
+    lead = symbolic_lead(spec)
+    if lead:
+        shape = spec["inputs"][0]["shape"]
+        props["differential.dims"] = ",".join(f"{n}={d}" for n, d in zip("NT", shape[:lead]))
     if props:
         helper.set_model_props(model, props)
     return model, pins
+
+
+def symbolic_lead(spec):
+    """How many leading dims of every input are symbolic: 0, 1 (N) or 2 (N, T)."""
+    symbolic = spec.get("symbolic")
+    return 2 if symbolic == 2 else 1 if symbolic else 0
 
 
 def spec_input_names(spec):
@@ -1263,6 +1273,12 @@ class Gen:
         if family in (self.conv_family, self.deep_family, self.residual_family, self.matmul_family,
                       self.misc_family) and len(firsts) == 1 and () not in firsts and self.chance(0.25):
             spec["symbolic"] = True
+            # The second dim too where every input shares it (a batch of
+            # sequences, whose rows a product collapses into N x T).
+            seconds = {tuple(i["shape"][:2]) for i in spec["inputs"]}
+            if (len(seconds) == 1 and all(len(i["shape"]) >= 3 for i in spec["inputs"])
+                    and self.chance(0.5)):
+                spec["symbolic"] = 2
         outputs = [out]
         # An intermediate value read outside: the chain cannot fuse past it.
         mids = [s["id"] for s in self.steps[:-1]]

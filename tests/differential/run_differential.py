@@ -16,7 +16,9 @@ report) and fails if none did.
 A graph with a symbolic first dim runs at its own size and then, in the same
 sessions, at sizes 2, 3, 5, 4, 7 and 6 where CpuRef can run it: each a new
 instance of a shape-polymorphic partition, later ones derived from earlier
-ones (CpuOneDnn). Each size is compared as the first is.
+ones (CpuOneDnn). One with symbolic first two dims (N, T) runs at both
+changing together: (2, 3), (3, 5), (5, 2), (4, 7), (7, 4), (6, 6). Each size
+is compared as the first is.
 
 --backend-config BACKEND.KEY=VALUE (repeatable) sets a backend's key, as the
 CLI's option of that name does (GpuOcl on a CPU OpenCL device needs
@@ -111,20 +113,24 @@ class Checker:
         # of a shape-polymorphic partition; from the fourth on the fast backend
         # may derive them). Sizes at which CpuRef cannot run the graph (a
         # constant made for the first size) are not the graph's.
-        for name in graphgen.symbolic_dims(model):
-            for size in OTHER_SIZES:
-                more = graphgen.feeds_for(model, seed=size, dims={name: size})
-                try:
-                    ref = ref_session.run(None, more)
-                except backplane.Error:
-                    continue
-                try:
-                    got = sess.run(None, more)
-                except backplane.Error as e:
-                    return f"at {name}={size}: {type(e).__name__}: {e}"
-                bad = self.compare(model, got, ref, more)
-                if bad:
-                    return f"at {name}={size}: {bad}"
+        names = sorted(graphgen.symbolic_dims(model))
+        if not names:
+            return None
+        for sizes in OTHER_SIZES if len(names) == 1 else OTHER_PAIRS:
+            dims = dict(zip(names, sizes if len(names) > 1 else [sizes]))
+            at = ", ".join(f"{n}={d}" for n, d in dims.items())
+            more = graphgen.feeds_for(model, seed=sum(dims.values()), dims=dims)
+            try:
+                ref = ref_session.run(None, more)
+            except backplane.Error:
+                continue
+            try:
+                got = sess.run(None, more)
+            except backplane.Error as e:
+                return f"at {at}: {type(e).__name__}: {e}"
+            bad = self.compare(model, got, ref, more)
+            if bad:
+                return f"at {at}: {bad}"
         return None
 
     def compare(self, model, got, ref, feeds):
@@ -148,8 +154,10 @@ class Checker:
         return "; ".join(bad) or None
 
 
-# The sizes a symbolic dim takes after the graph's own, in this order.
+# The sizes a symbolic dim takes after the graph's own, in this order; two
+# (N, T) change together.
 OTHER_SIZES = (2, 3, 5, 4, 7, 6)
+OTHER_PAIRS = ((2, 3), (3, 5), (5, 2), (4, 7), (7, 4), (6, 6))
 
 
 class GeneratorError(Exception):

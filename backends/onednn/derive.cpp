@@ -154,7 +154,7 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
   const std::vector<int64_t>& k0 = three[0].key;
   for (const Lowered& l : three) {
     const Compiled& c = *l.plan;
-    if (l.key.size() != k0.size() || c.int8 || c.empty || c.threads != base.threads ||
+    if (l.key.size() != k0.size() || c.empty || c.threads != base.threads ||
         c.steps.size() != base.steps.size() || c.refs.size() != base.refs.size() ||
         c.buffers.size() != base.buffers.size() || c.scratch_bytes != base.scratch_bytes)
       return nullptr;
@@ -259,6 +259,7 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       t->checks_.push_back({Check::kRows, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
+    else if (step.as<steps::DynamicQuantize>()) t->checks_.push_back({Check::kElements, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)
@@ -306,6 +307,14 @@ bool InstanceTemplate::fits(const Compiled& c) const {
       case Check::kGather:
         if (!gather_fits(c, step)) return false;
         break;
+      case Check::kElements: {
+        const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));
+        const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
+        if (sdk::element_count(x.dims, static_cast<size_t>(x.ndims)) !=
+            sdk::element_count(y.dims, static_cast<size_t>(y.ndims)))
+          return false;
+        break;
+      }
     }
   }
   return true;

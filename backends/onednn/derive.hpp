@@ -6,7 +6,7 @@
 // primitive descriptors, the memory plan) costs several times the run
 // itself, yet what changes from one length to the next is only the dims of
 // the values the length reaches: the steps over them are the backend's own
-// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather) and
+// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather, DynamicQuantize) and
 // MatMuls with runtime dims or rows, which take any dims; every other step,
 // and every primitive, is the same.
 //
@@ -88,7 +88,7 @@ class InstanceTemplate {
   };
   // A step reading descriptions that follow the key, checked at derive.
   struct Check {
-    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather } kind;
+    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather, kElements } kind;
     size_t step;
   };
 

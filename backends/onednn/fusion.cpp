@@ -802,10 +802,12 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   const int64_t count = sdk::element_count(g.shape(ws));
   if ((count != 1 && count != cols) || g.shape(f.nodes[mul].out) != g.shape(m.out)) return false;
   // CpuOneDnn runs DynamicQuantizeLinear, MatMulInteger and Cast only so:
-  // no check_node for them, their types are checked here.
+  // no check_node for them, their types are checked here (and x's inner dim
+  // where the view has it: a shape-polymorphic view has it only when lowered).
+  const Dims& x_dims = g.shape(f.nodes[d].in[0]);
   if (g.values[f.nodes[d].in[0]].dtype != BP_DTYPE_FLOAT32 ||
       g.values[xq].dtype != BP_DTYPE_UINT8 || g.values[m.out].dtype != BP_DTYPE_INT32 ||
-      g.shape(f.nodes[d].in[0]).empty() || g.shape(f.nodes[d].in[0]).back() != g.shape(w)[0])
+      x_dims.empty() || (x_dims.back() >= 0 && x_dims.back() != g.shape(w)[0]))
     return false;
   try {
     for (int k : {mul, p}) check_node(g, f.nodes[k].node);

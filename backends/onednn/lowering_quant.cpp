@@ -356,8 +356,6 @@ void Lowering::lower_qdynamic(const INode& n) {
   const int w_scales = b_.const_ref(plain_md({nscales}), q.w_scales.data(), tagged("qws", n.node));
   b_.add_dynamic_quantize(src, xq, zero_point, scales, w_scales,
                           g_.describe(n.node) + " (its DynamicQuantizeLinear)");
-  const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
-  dnnl::matmul::desc d(b_.md(xq), wmd, plain_md({rows, cols}));
   // The scales as a binary post-op on a run-time tensor rather than run-time
   // output scales: oneDNN's brgemm matmul takes the former (its gemm, slower
   // here, the latter).
@@ -371,7 +369,27 @@ void Lowering::lower_qdynamic(const INode& n) {
   dnnl::primitive prim;
   std::string key = nscales > 1 ? "dynamic per column" : "dynamic";
   if (!q.bias.empty()) key += ", bias";
-  auto pd = b_.make<dnnl::matmul>(d, attr, key, &prim);
+  dnnl::matmul::primitive_desc pd;
+  // Rows from an open dim are a runtime dim, as lower_matmul_collapsed makes
+  // them: one primitive serves every instance (a decoder's every length).
+  if (b_.shared() && g_.values[q.x].open_rows) {
+    const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::u8,
+                                memory::format_tag::ab);
+    const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
+                                memory::format_tag::ab);
+    try {
+      pd = b_.make<dnnl::matmul>(
+          dnnl::matmul::desc(any_rows, plain_md({k, cols}, memory::data_type::s8), dst_rows), attr,
+          key + ", any rows", &prim);
+    } catch (const dnnl::error&) {
+      prim = dnnl::primitive();
+    }
+  }
+  if (!prim) {
+    const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
+    pd = b_.make<dnnl::matmul>(dnnl::matmul::desc(b_.md(xq), wmd, plain_md({rows, cols})), attr,
+                               key, &prim);
+  }
   const int wref = b_.const_reordered(plain_md({k, cols}, memory::data_type::s8), g_.data(q.w),
                                       pd.weights_desc(), tagged("q", q.w));
   std::vector<std::pair<int, int>> args = {
@@ -382,8 +400,10 @@ void Lowering::lower_qdynamic(const INode& n) {
   if (!q.bias.empty())
     args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
                     b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
-  const int dst =
-      add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  // Row-major (the primitive's own dst may have a runtime dim).
+  const int dst = b_.new_arena(plain_md({rows, cols}));
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node) + " (int8)");
   tensors_[n.out] = b_.alias(dst, plain_md(ys));
 }
 

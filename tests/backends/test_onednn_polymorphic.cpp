@@ -204,6 +204,15 @@ class Spec {
     values[v].data = t;
     return v;
   }
+  // int8 weights in [-127, 127].
+  int int8_constant(const std::string& name, const Dims& shape) {
+    Tensor t(DType::kInt8, shape);
+    std::uniform_int_distribution<int> d(-127, 127);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<int8_t>()[i] = static_cast<int8_t>(d(rng_));
+    const int v = add(name, kConstant, BP_DTYPE_INT8, [shape](const Env&) { return shape; });
+    values[v].data = t;
+    return v;
+  }
   int input(const std::string& name, std::function<Dims(const Env&)> shape) {
     return add(name, kInput, BP_DTYPE_FLOAT32, std::move(shape));
   }
@@ -1191,6 +1200,57 @@ TEST_F(OneDnnPolymorphic, BatchesOfNewLengthsAreDerivedBitForBit) {
   }
   EXPECT_EQ(made("encoder_batches", "lowered"), 4u);
   EXPECT_EQ(made("encoder_batches", "derived"), 5u);
+}
+
+// A transformer quantized dynamically (ONNX Runtime's quantize_dynamic):
+// DynamicQuantizeLinear, MatMulInteger, Cast, and a Mul by the product of the
+// scales, over rows that are batch x length. The product's rows are a
+// runtime dim and the quantization one of the backend's loops, so after
+// three lowered instances the rest are derived, each run equal, bit for
+// bit, to the partition with derive_instances off, and to CpuRef's.
+TEST_F(OneDnnPolymorphic, DynamicallyQuantizedProductsAreDerivedBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  Spec s;
+  constexpr int64_t kK = 32, kN = 24;
+  auto rows = [](int64_t n) { return [n](const Env& e) { return Dims{e.B, e.T, n}; }; };
+  auto scalar = [](const Env&) { return Dims{}; };
+  const int x = s.input("x", rows(kK));
+  const int w = s.int8_constant("w", {kK, kN});
+  const int w_scale = s.constant("w_scale", {}, 0.01f, 0.02f);
+  const int xq = s.value("xq", rows(kK)), xs = s.value("xs", scalar), xz = s.value("xz", scalar);
+  s.values[xq].dtype = s.values[xz].dtype = BP_DTYPE_UINT8;
+  const int acc = s.value("acc", rows(kN));
+  s.values[acc].dtype = BP_DTYPE_INT32;
+  const int accf = s.value("accf", rows(kN)), scale = s.value("scale", scalar);
+  const int y = s.value("y", rows(kN));
+  s.node("DynamicQuantizeLinear", "quantize", {x}, {xq, xs, xz});
+  s.node("MatMulInteger", "product", {xq, w, xz}, {acc});
+  s.node("Cast", "to_float", {acc}, {accf}, {int_attr("to", BP_DTYPE_FLOAT32)});
+  s.node("Mul", "scales", {xs, w_scale}, {scale});
+  s.node("Mul", "dequantize", {accf, scale}, {y});
+  s.output(y);
+  View poly(s, "dynamic_int8", nullptr), all(s, "dynamic_int8_lowered", nullptr);
+  Part p(onednn(), poly, true), q(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  ASSERT_TRUE(q.ok()) << q.status.message << q.rejected;
+  Context ctx(onednn(), p), qctx(onednn_lowering_only(), q);
+  for (const Env& e : {Env{1, 2, 0}, Env{1, 3, 0}, Env{1, 4, 0}, Env{1, 7, 0}, Env{1, 12, 0},
+                       Env{2, 5, 0}, Env{3, 6, 0}, Env{4, 3, 0}, Env{5, 9, 0}, Env{2, 2, 0}}) {
+    Call call = make_call(s, poly, e), want = make_call(s, all, e);
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(e);
+    ASSERT_TRUE(execute(onednn_lowering_only(), qctx, want).ok()) << str(e);
+    EXPECT_EQ(rel_diff(call.outputs[0], want.outputs[0]), 0.0) << str(e);
+    View concrete(s, "dynamic_int8@" + str(e), &e);
+    Part ref(cpuref(), concrete, false);
+    ASSERT_TRUE(ref.ok()) << ref.status.message << ref.rejected;
+    Context rctx(cpuref(), ref);
+    Call r = make_call(s, concrete, e);
+    ASSERT_TRUE(execute(cpuref(), rctx, r).ok()) << str(e);
+    EXPECT_LE(rel_diff(call.outputs[0], r.outputs[0]), 1e-5) << str(e);
+  }
+  // T = 2, 3, 4 at B = 1, then the first batch of two and two more after it.
+  EXPECT_EQ(made("dynamic_int8", "lowered"), 6u);
+  EXPECT_EQ(made("dynamic_int8", "derived"), 4u);
 }
 
 // Shapes a template was not made for are lowered: another batch, another

@@ -41,8 +41,9 @@ differences of two correct runs are sparse rounding ties), the operands'
 scales for the rest. The bounds go into the model's metadata
 ("differential.quantized"), so a saved .onnx is judged alike.
 
-A quarter of the specs whose inputs share their first dim make it symbolic,
-as graphgen.py's do (run_differential.py runs them at other sizes too).
+A quarter of the specs whose inputs share their first dim make it symbolic
+(half of those of rank 3 or more their second dim too), as graphgen.py's do
+(run_differential.py runs them at other sizes too).
 """
 from __future__ import annotations
 
@@ -730,15 +731,18 @@ def build(spec):
     if not outs:
         raise InvalidSpec("no output")
     props = {META: json.dumps(bounds, sort_keys=True)}
-    if spec.get("symbolic"):
-        # A symbolic batch, as graphgen.build makes it (run_differential.py
-        # runs the graph at other sizes of it too).
+    lead = graphgen.symbolic_lead(spec)
+    if lead:
+        # A symbolic batch (and length), as graphgen.build makes them
+        # (run_differential.py runs the graph at other sizes of them too).
         graph_inputs = [helper.make_tensor_value_info(
             i.name, i.type.tensor_type.elem_type,
-            ["N"] + [d.dim_value for d in i.type.tensor_type.shape.dim][1:]) for i in graph_inputs]
+            ["N", "T"][:lead] + [d.dim_value for d in i.type.tensor_type.shape.dim][lead:])
+            for i in graph_inputs]
         outs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None)
                 for o in outs]
-        props["differential.dims"] = f"N={spec['inputs'][0]['shape'][0]}"
+        shape = spec["inputs"][0]["shape"]
+        props["differential.dims"] = ",".join(f"{n}={d}" for n, d in zip("NT", shape[:lead]))
     return _model(b, graph_inputs, outs, props), []
 
 
@@ -1029,4 +1033,10 @@ class QGen(graphgen.Gen):
         firsts = {tuple(i["shape"][:1]) for i in spec["inputs"]}
         if len(firsts) == 1 and () not in firsts and self.chance(0.25):
             spec["symbolic"] = True
+            # The second dim too where every input shares it (a batch of
+            # sequences, whose rows a product collapses into N x T).
+            seconds = {tuple(i["shape"][:2]) for i in spec["inputs"]}
+            if (len(seconds) == 1 and all(len(i["shape"]) >= 3 for i in spec["inputs"])
+                    and self.chance(0.5)):
+                spec["symbolic"] = 2
         return spec

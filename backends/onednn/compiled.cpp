@@ -781,6 +781,82 @@ void Binder::run_table(size_t s) {
 }
 
 namespace {
+// y = scale * round_half_to_even(clamp(x / scale, lo, hi)) for i < n, NaN to
+// 0 (steps::FakeQuantize). lo and hi are whole numbers, so clamping before
+// rounding gives what rounding first would, and |x / scale| <= 2^22 then, where
+// adding and taking away 1.5 * 2^23 rounds half to even.
+constexpr float kRound = 12582912.f;
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 takes the undefined vector in _mm512_max_ps for an uninitialised read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) size_t fake_quantize_avx512(const float* x, size_t n,
+                                                               float scale, float lo, float hi,
+                                                               float* y) {
+  const __m512 s = _mm512_set1_ps(scale), r = _mm512_set1_ps(kRound);
+  const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+    const __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(v, l), h);
+    const __m512 q = _mm512_sub_ps(_mm512_add_ps(c, r), r);
+    _mm512_storeu_ps(y + i, _mm512_maskz_mul_ps(number, q, s));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+#endif
+
+void fake_quantize(const float* x, size_t n, float scale, float lo, float hi, float* y) {
+  size_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) i = fake_quantize_avx512(x, n, scale, lo, hi, y);
+#endif
+#ifdef __SSE2__
+  const __m128 s4 = _mm_set1_ps(scale), r4 = _mm_set1_ps(kRound);
+  const __m128 lo4 = _mm_set1_ps(lo), hi4 = _mm_set1_ps(hi);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_div_ps(_mm_loadu_ps(x + i), s4);
+    const __m128 number = _mm_cmpord_ps(v, v);
+    const __m128 c = _mm_min_ps(_mm_max_ps(v, lo4), hi4);
+    const __m128 r = _mm_sub_ps(_mm_add_ps(c, r4), r4);
+    _mm_storeu_ps(y + i, _mm_and_ps(number, _mm_mul_ps(r, s4)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i] / scale;
+    y[i] = v == v ? ((std::clamp(v, lo, hi) + kRound) - kRound) * scale : 0.f;
+  }
+}
+}  // namespace
+
+void Binder::run_fake_quantize(size_t s) {
+  const Step& step = c_.steps[s];
+  const steps::FakeQuantize& q = *step.as<steps::FakeQuantize>();
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    void* handle = ptr(s, k);
+    const auto [arg, ref] = step.args[k];
+    if (arg == DNNL_ARG_SRC) {
+      x = static_cast<const float*>(handle);
+      n = c_.refs[ref].md->get_size() / sizeof(float);
+    } else {
+      y = static_cast<float*>(handle);
+    }
+  }
+  constexpr size_t kBlock = size_t{1} << 12;
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+  for_each_index(blocks, blocks > 1, [&](int64_t b) {
+    const size_t at = static_cast<size_t>(b) * kBlock;
+    fake_quantize(x + at, std::min(kBlock, n - at), q.scale, q.lo, q.hi, y + at);
+  });
+}
+
+namespace {
 // A plain matrix as sgemm reads it (row-major): the last two dims of `d`,
 // 'N' with rows `ld` apart when its columns are adjacent, 'T' (the
 // transpose stored row-major) when its rows are.
@@ -870,6 +946,7 @@ struct Binder::RunStep {
   void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
   void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
   void operator()(const steps::Table&) const { b.run_table(s); }
+  void operator()(const steps::FakeQuantize&) const { b.run_fake_quantize(s); }
   void operator()(const steps::BatchGemm&) const { b.run_batch_gemm(s); }
 };
 
@@ -916,6 +993,7 @@ const char* Step::kind_name() const {
                                [](const steps::SmallBinary&) { return "binary"; },
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
                                [](const steps::Table&) { return "table"; },
+                               [](const steps::FakeQuantize&) { return "fake_quantize"; },
                                [](const steps::BatchGemm&) { return "matmul"; }},
                     op);
 }

@@ -149,6 +149,15 @@ struct DynamicQuantize {};
 // in the same layout): an elementwise function of a quantized tensor
 // (Lowering::lower_table).
 struct Table {};
+// A QuantizeLinear whose only reader is a DequantizeLinear of the same scale
+// and zero point, in one pass over float32 (a QDQ model's every activation
+// between float operators): DNNL_ARG_DST = scale * clamp(round_half_to_even(
+// DNNL_ARG_SRC / scale), lo, hi), lo and hi the quantized type's range less
+// the zero point; NaN gives 0. DST in SRC's layout, any dims
+// (Lowering::lower_fake_quantize).
+struct FakeQuantize {
+  float scale = 1, lo = 0, hi = 255;
+};
 // A MatMul of two activations in an instance of a shape-polymorphic
 // partition (attention's q*k^T and probs*v, whose shapes change at every
 // decoder step): DNNL_ARG_DST = alpha * DNNL_ARG_SRC x DNNL_ARG_WEIGHTS, all
@@ -161,9 +170,10 @@ struct BatchGemm {
 };
 }  // namespace steps
 
-using StepOp = std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
-                            steps::RowSoftmax, steps::RowLayerNorm, steps::SmallBinary,
-                            steps::DynamicQuantize, steps::Table, steps::BatchGemm>;
+using StepOp =
+    std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
+                 steps::RowSoftmax, steps::RowLayerNorm, steps::SmallBinary, steps::DynamicQuantize,
+                 steps::Table, steps::FakeQuantize, steps::BatchGemm>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -328,6 +338,7 @@ class Binder {
   void run_small_binary(size_t step);
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
+  void run_fake_quantize(size_t step);
   void run_batch_gemm(size_t step);
 
   // The address of argument `a` of step `s` (this run's, for an input or output).

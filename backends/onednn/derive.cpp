@@ -25,6 +25,10 @@ bool same_op(const Step& a, const Step& b) {
     return false;
   if (const auto* x = a.as<steps::SmallBinary>()) return x->alg == b.as<steps::SmallBinary>()->alg;
   if (const auto* x = a.as<steps::BatchGemm>()) return x->alpha == b.as<steps::BatchGemm>()->alpha;
+  if (const auto* x = a.as<steps::FakeQuantize>()) {
+    const auto* y = b.as<steps::FakeQuantize>();
+    return x->scale == y->scale && x->lo == y->lo && x->hi == y->hi;
+  }
   if (const auto* x = a.as<steps::RowLayerNorm>())
     return x->eps == b.as<steps::RowLayerNorm>()->eps;
   if (const auto* x = a.as<steps::Gather>())
@@ -259,7 +263,8 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       t->checks_.push_back({Check::kRows, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
-    else if (step.as<steps::DynamicQuantize>()) t->checks_.push_back({Check::kElements, s});
+    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>())
+      t->checks_.push_back({Check::kElements, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)

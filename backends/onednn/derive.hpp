@@ -6,7 +6,8 @@
 // primitive descriptors, the memory plan) costs several times the run
 // itself, yet what changes from one length to the next is only the dims of
 // the values the length reaches: the steps over them are the backend's own
-// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather, DynamicQuantize) and
+// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather, DynamicQuantize,
+// FakeQuantize) and
 // MatMuls with runtime dims or rows, which take any dims; every other step,
 // and every primitive, is the same.
 //

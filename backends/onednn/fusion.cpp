@@ -1334,6 +1334,38 @@ void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
 
 }  // namespace
 
+namespace {
+
+// A QuantizeLinear INode that no group took, of one scale, whose output only
+// a DequantizeLinear of the same scale and zero point reads (a QDQ model's
+// activation between two float operators): one FakeQuantize INode from the
+// first's input to the second's output, one pass over the floats instead of
+// a quantization and a dequantization each with a tensor of its own.
+void fake_quantize_pairs(ViewInfo& g, FusedGraph& f) {
+  live_consumers(g, f.nodes, f.consumers);
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    INode& q = f.nodes[n];
+    QuantSpec qs, ds;
+    if (q.dead || q.group >= 0 || q.quant || q.op != "QuantizeLinear" || q.in.empty() ||
+        q.in[0] < 0 || g.values[q.in[0]].dtype != BP_DTYPE_FLOAT32 || g.values[q.out].output ||
+        f.consumers[q.out].size() != 1 || !per_tensor_spec(g, q.node, &qs))
+      continue;
+    INode& d = f.nodes[f.consumers[q.out][0]];
+    if (d.dead || d.group >= 0 || d.quant || d.op != "DequantizeLinear" || d.in[0] != q.out ||
+        !per_tensor_spec(g, d.node, &ds) || ds.scales != qs.scales ||
+        ds.zero_point != qs.zero_point || ds.quantized != qs.quantized || !(qs.scales[0] > 0.f))
+      continue;
+    q.op = "FakeQuantize";
+    q.in.resize(1);
+    q.out = d.out;
+    q.covers.insert(q.covers.end(), d.covers.begin(), d.covers.end());
+    d.dead = true;
+  }
+  live_consumers(g, f.nodes, f.consumers);
+}
+
+}  // namespace
+
 FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
   FusedGraph f;
   f.nodes = view_nodes(g);
@@ -1375,6 +1407,7 @@ FusedGraph fuse(ViewInfo& g, const std::set<int>& float_nodes) {
       table_group(g, f, static_cast<int>(n));
   }
   drop_dequantizers(g, f);
+  fake_quantize_pairs(g, f);
   return f;
 }
 

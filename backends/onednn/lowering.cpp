@@ -246,6 +246,7 @@ void Lowering::lower_node(int n) {
     return node.quant->dynamic ? lower_qdynamic(node) : lower_qproduct(node);
   if (op == "ConvInteger" && node.quant) return lower_qconv(node);
   if (op == "QuantizeLinear" && node.quant) return lower_table(node);
+  if (op == "FakeQuantize") return lower_fake_quantize(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")

@@ -172,6 +172,7 @@ class Lowering {
   void lower_qdynamic(const INode& n);
   // A QuantizeLinear of a function of one quantized tensor, as a table.
   void lower_table(const INode& n);
+  void lower_fake_quantize(const INode& n);
   // The int8 result `ref` of group n (in its input's scale and zero point)
   // quantized again to its output's, as n's output.
   void requantize(const INode& n, int ref);

@@ -418,6 +418,23 @@ void Lowering::lower_qdynamic(const INode& n) {
   tensors_[n.out] = b_.alias(dst, plain_md(ys));
 }
 
+void Lowering::lower_fake_quantize(const INode& n) {
+  const QuantSpec q = quant_spec(g_, n.node);  // the QuantizeLinear's
+  int src = ref_of(n.in[0]);
+  // Every float an element, or a blocked layout's zero padding (which stays 0).
+  const memory::desc& md = b_.md(src);
+  if (md.data_type() != memory::data_type::f32 || md.data.offset0 != 0 ||
+      (!is_blocked(md) && !is_dense(md)))
+    src = b_.as_plain(src, g_.shape(n.in[0]));
+  const bool u8 = q.quantized == BP_DTYPE_UINT8;
+  const float zero = static_cast<float>(q.zero_point);
+  const steps::FakeQuantize step{q.scales[0], (u8 ? 0.f : -128.f) - zero,
+                                 (u8 ? 255.f : 127.f) - zero};
+  const int dst = b_.new_arena(b_.md(src));
+  b_.add_fake_quantize(src, dst, step, g_.describe(n.node) + " (and its DequantizeLinear)");
+  tensors_[n.out] = dst;
+}
+
 void Lowering::lower_table(const INode& n) {
   const QuantGroup& q = *n.quant;
   int src = ref_of(q.x);

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -197,6 +198,8 @@ constexpr int32_t kCopyConcatKind = -1;
 constexpr int32_t kGatherKind = -2;
 // A ConcatNorm step.
 constexpr int32_t kConcatNormKind = -3;
+// A steps::FakeQuantize (a QuantizeLinear and its DequantizeLinear in one).
+constexpr int32_t kFakeQuantizeKind = -4;
 
 void write_args(Writer& w, const Step& step) {
   w.pod(static_cast<uint32_t>(step.args.size()));
@@ -221,6 +224,15 @@ void write_step(Writer& w, const Step& step) {
     w.str(step.what);
     w.pod(static_cast<int32_t>(gather->axis));
     w.pod(static_cast<int32_t>(gather->index_bytes));
+    write_args(w, step);
+    return;
+  }
+  if (const auto* q = step.as<steps::FakeQuantize>()) {
+    w.pod(kFakeQuantizeKind);
+    w.str(step.what);
+    w.pod(q->scale);
+    w.pod(q->lo);
+    w.pod(q->hi);
     write_args(w, step);
     return;
   }
@@ -658,6 +670,16 @@ Recipe read_step(Reader& r, Step& step) {
     step.op = steps::Gather{axis, r.pod<int32_t>("index size")};
     read_args(r, step);
     return rc;  // its arguments are checked by check_gather
+  }
+  if (kind == kFakeQuantizeKind) {
+    rc.copy = true;
+    steps::FakeQuantize q;
+    q.scale = r.pod<float>("quantization scale");
+    q.lo = r.pod<float>("quantization low");
+    q.hi = r.pod<float>("quantization high");
+    step.op = q;
+    read_args(r, step);
+    return rc;  // checked by check_fake_quantize
   }
   if (kind != dnnl_reorder && kind != dnnl_concat && !find_op_kind(kind))
     r.fail("names an unknown primitive kind " + std::to_string(kind));
@@ -1191,6 +1213,32 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
     r.fail("has a bad gather in " + step.what);
 }
 
+// A scale a float quantizes by, and a range of whole numbers in it: the
+// floats of SRC into DST, both float32 of one size and apart.
+void check_fake_quantize(Reader& r, const Compiled& c, const Step& step) {
+  const steps::FakeQuantize& q = *step.as<steps::FakeQuantize>();
+  int src = -1, dst = -1;
+  for (auto [arg, ref] : step.args) {
+    int& slot = arg == DNNL_ARG_SRC ? src
+                : arg == DNNL_ARG_DST
+                    ? dst
+                    : (r.fail("gives " + step.what + " an argument it cannot take"), src);
+    if (slot >= 0) r.fail("gives " + step.what + " an argument twice");
+    slot = ref;
+  }
+  if (src < 0 || dst < 0) r.fail("leaves an argument of " + step.what + " out");
+  const MemRef &x = c.refs[src], &y = c.refs[dst];
+  if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
+    r.fail("gives " + step.what + " a destination it cannot write");
+  const bool whole = q.lo == std::nearbyint(q.lo) && q.hi == std::nearbyint(q.hi);
+  if (x.scratch || x.md->data_type() != dnnl::memory::data_type::f32 ||
+      y.md->data_type() != dnnl::memory::data_type::f32 || x.md->get_size() != y.md->get_size() ||
+      x.md->data.offset0 != 0 || y.md->data.offset0 != 0 || may_overlap(c, src, dst) ||
+      !starts_aligned(c, src, 4) || !starts_aligned(c, dst, 4) || !(q.scale > 0.f) ||
+      !std::isfinite(q.scale) || !whole || !(q.lo <= 0.f && 0.f <= q.hi && q.hi - q.lo <= 255.f))
+    r.fail("has a bad quantization in " + step.what);
+}
+
 // DNNL_ARG_DST is also an RNN's DST_LAYER; its states are written too.
 bool writes(int arg) {
   return arg == DNNL_ARG_DST || arg == DNNL_ARG_DST_ITER || arg == DNNL_ARG_DST_ITER_C ||
@@ -1202,6 +1250,7 @@ bool writes(int arg) {
 void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe,
                      bool own_scratch) {
   if (step.as<steps::Gather>()) return check_gather(r, c, step);
+  if (step.as<steps::FakeQuantize>()) return check_fake_quantize(r, c, step);
   if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {

@@ -390,6 +390,11 @@ void PlanBuilder::add_table(int src, int table, int dst, const std::string& what
             steps::Table{});
 }
 
+void PlanBuilder::add_fake_quantize(int src, int dst, const steps::FakeQuantize& q,
+                                    const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what, q);
+}
+
 void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
   push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what,
             steps::RowSoftmax{});

@@ -235,6 +235,8 @@ class PlanBuilder {
   void add_batch_gemm(int src, int weights, int dst, float alpha, const std::string& what);
   // dst = table[src], bytewise.
   void add_table(int src, int table, int dst, const std::string& what);
+  // steps::FakeQuantize from src into dst (the same layout).
+  void add_fake_quantize(int src, int dst, const steps::FakeQuantize& q, const std::string& what);
   // `src` into `dst`, `zero_point` and `scales` (= its scale times `w_scales`).
   void add_dynamic_quantize(int src, int dst, int zero_point, int scales, int w_scales,
                             const std::string& what);

@@ -431,11 +431,12 @@ TEST_F(OneDnnPayload, LstmDirectionsBesideEachOtherLoadFromThePayload) {
   expect_lstm_payload(path("lstm1"), 1, false, 2);
 }
 
-// QuantizeLinear (a binary division with round and zero-point post-ops)
-// and DequantizeLinear (a reorder whose scales, per tensor or per channel,
-// and zero point are attributes) around a convolution, uint8 and int8
-// tensors between them: the payload keeps the scales and zero points (a
-// reorder made without them would give other bits), and flipped bytes are
+// QuantizeLinear and DequantizeLinear around a float convolution: before it
+// one scale, which runs as one pass over the floats (steps::FakeQuantize);
+// after it one scale per channel, a binary division with round and
+// zero-point post-ops into int8 and a reorder whose scales and zero point
+// are attributes. The payload keeps the scales, ranges and zero points (a
+// step made without them would give other bits), and flipped bytes are
 // refused or harmless.
 TEST_F(OneDnnPayload, QuantizeAndDequantizeLoadFromThePayload) {
   test::ModelBuilder b(13);

@@ -213,6 +213,12 @@ class Spec {
     values[v].data = t;
     return v;
   }
+  // A scalar int8 (a zero point).
+  int int8_scalar(const std::string& name, int8_t value) {
+    const int v = add(name, kConstant, BP_DTYPE_INT8, [](const Env&) { return Dims{}; });
+    values[v].data = Tensor::copy_of(DType::kInt8, {}, &value);
+    return v;
+  }
   int input(const std::string& name, std::function<Dims(const Env&)> shape) {
     return add(name, kInput, BP_DTYPE_FLOAT32, std::move(shape));
   }
@@ -1251,6 +1257,55 @@ TEST_F(OneDnnPolymorphic, DynamicallyQuantizedProductsAreDerivedBitForBit) {
   // T = 2, 3, 4 at B = 1, then the first batch of two and two more after it.
   EXPECT_EQ(made("dynamic_int8", "lowered"), 6u);
   EXPECT_EQ(made("dynamic_int8", "derived"), 4u);
+}
+
+// A QDQ model quantizes and dequantizes every activation between float
+// operators (x -> QuantizeLinear -> DequantizeLinear -> Softmax). The pair
+// runs as one of the backend's loops over the floats, which takes any dims:
+// after three lowered instances the rest are derived, each run equal, bit
+// for bit, to the partition with derive_instances off, and the pair's
+// result to CpuRef's.
+TEST_F(OneDnnPolymorphic, QuantizeDequantizePairsAreDerivedBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  Spec s;
+  auto rows = [](const Env& e) { return Dims{e.B, e.T, 16}; };
+  const int x = s.input("x", rows);
+  const int scale = s.constant("scale", {}, 0.02f, 0.03f);
+  const int zero = s.int8_scalar("zero", 3);
+  const int q = s.value("q", rows), dq = s.value("dq", rows), y = s.value("y", rows);
+  s.values[q].dtype = BP_DTYPE_INT8;
+  s.node("QuantizeLinear", "quantize", {x, scale, zero}, {q});
+  s.node("DequantizeLinear", "dequantize", {q, scale, zero}, {dq});
+  s.node("Softmax", "softmax", {dq}, {y}, {int_attr("axis", -1)});
+  s.output(dq);
+  s.output(y);
+  View poly(s, "qdq_pair", nullptr), all(s, "qdq_pair_lowered", nullptr);
+  Part p(onednn(), poly, true), l(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  ASSERT_TRUE(l.ok()) << l.status.message << l.rejected;
+  Context ctx(onednn(), p), lctx(onednn_lowering_only(), l);
+  for (const Env& e :
+       {Env{1, 2, 0}, Env{1, 3, 0}, Env{1, 5, 0}, Env{1, 9, 0}, Env{1, 40, 0}, Env{1, 4, 0}}) {
+    Call call = make_call(s, poly, e), want = make_call(s, all, e);
+    // Values far outside the quantized range too: they saturate.
+    for (Call* c : {&call, &want})
+      for (int64_t i = 0; i < c->inputs[0].numel(); i += 7) c->inputs[0].data_as<float>()[i] *= 20;
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(e);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, want).ok()) << str(e);
+    for (size_t k = 0; k < 2; ++k)
+      EXPECT_EQ(rel_diff(call.outputs[k], want.outputs[k]), 0.0) << str(e) << " output " << k;
+    View concrete(s, "qdq_pair@" + str(e), &e);
+    Part ref(cpuref(), concrete, false);
+    ASSERT_TRUE(ref.ok()) << ref.status.message << ref.rejected;
+    Context rctx(cpuref(), ref);
+    Call r = make_call(s, concrete, e);
+    for (int64_t i = 0; i < r.inputs[0].numel(); i += 7) r.inputs[0].data_as<float>()[i] *= 20;
+    ASSERT_TRUE(execute(cpuref(), rctx, r).ok()) << str(e);
+    EXPECT_EQ(rel_diff(call.outputs[0], r.outputs[0]), 0.0) << str(e);
+    EXPECT_LE(rel_diff(call.outputs[1], r.outputs[1]), 1e-6) << str(e);
+  }
+  EXPECT_EQ(made("qdq_pair", "lowered"), 3u);
+  EXPECT_EQ(made("qdq_pair", "derived"), 3u);
 }
 
 // Shapes a template was not made for are lowered: another batch, another

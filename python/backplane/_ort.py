@@ -14,6 +14,7 @@ import enum
 import json
 import os
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -511,6 +512,7 @@ class InferenceSession:
         if so.enable_profiling:
             self._profile_events = []
             self._profile_start_ns = datetime.datetime.now().timestamp() * 1e9
+            self._profile_origin = time.perf_counter_ns()
         if so.optimized_model_filepath:
             self._write_optimized(so.optimized_model_filepath, kw)
 
@@ -596,19 +598,28 @@ class InferenceSession:
             raise TypeError("run_options must be a backplane.RunOptions, a dict or None")
         trace = None
         if self._profile_events is not None and "profile" not in opts:
-            fd, trace = tempfile.mkstemp(suffix=".json")
+            fd, path = tempfile.mkstemp(suffix=".json")
             os.close(fd)
-            opts["profile"] = trace
+            opts["profile"] = path
+            trace = (path, time.perf_counter_ns())
         return opts, trace
 
     def _collect_trace(self, trace):
+        """Adds a run's trace (its times from the run's start) to the session's,
+        moved to when the run started since profiling did."""
         if trace is None:
             return
+        path, started = trace
         try:
-            with open(trace) as f:
-                self._profile_events.extend(json.load(f).get("traceEvents", []))
+            with open(path) as f:
+                events = json.load(f).get("traceEvents", [])
+            shift = (started - self._profile_origin) / 1e3
+            for e in events:
+                if "ts" in e:
+                    e["ts"] += shift
+            self._profile_events.extend(events)
         finally:
-            os.unlink(trace)
+            os.unlink(path)
 
     def _check_overrides(self, input_feed):
         overrides = self._sess_options._dim_overrides

@@ -18,5 +18,8 @@ with open(prof_file) as f:
 runs = [e for e in events if e.get("ph") == "X" and e.get("cat") == "run"]
 print(len(events), "events,", len(runs), "runs")
 assert prof_file.startswith("squeezenet_") and len(runs) == 3
+# One after the other on one timeline, as ORT writes them.
+runs.sort(key=lambda e: e["ts"])
+assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(runs, runs[1:])), runs
 
 np.savez("result.npz", model="squeezenet1_1.onnx", **{"in.input": x, "out.output": y})

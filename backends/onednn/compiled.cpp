@@ -595,6 +595,24 @@ void broadcast_rows(const float* a, const float* b, float* y, int rank, const in
 }
 }  // namespace
 
+void Binder::run_small_linear(size_t s) {
+  const Step& step = c_.steps[s];
+  const steps::SmallLinear& p = *step.as<steps::SmallLinear>();
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    const auto [arg, ref] = step.args[k];
+    if (arg == DNNL_ARG_SRC) {
+      x = static_cast<const float*>(ptr(s, k));
+      n = c_.refs[ref].md->get_size() / sizeof(float);
+    } else {
+      y = static_cast<float*>(ptr(s, k));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) y[i] = p.alpha * x[i] + p.beta;
+}
+
 void Binder::run_small_binary(size_t s) {
   const Step& step = c_.steps[s];
   const float *a = nullptr, *b = nullptr;
@@ -944,6 +962,7 @@ struct Binder::RunStep {
   void operator()(const steps::RowSoftmax&) const { b.run_row_softmax(s); }
   void operator()(const steps::RowLayerNorm&) const { b.run_row_layer_norm(s); }
   void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
+  void operator()(const steps::SmallLinear&) const { b.run_small_linear(s); }
   void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
   void operator()(const steps::Table&) const { b.run_table(s); }
   void operator()(const steps::FakeQuantize&) const { b.run_fake_quantize(s); }
@@ -991,6 +1010,7 @@ const char* Step::kind_name() const {
                                [](const steps::RowSoftmax&) { return "softmax"; },
                                [](const steps::RowLayerNorm&) { return "layer_normalization"; },
                                [](const steps::SmallBinary&) { return "binary"; },
+                               [](const steps::SmallLinear&) { return "linear"; },
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
                                [](const steps::Table&) { return "table"; },
                                [](const steps::FakeQuantize&) { return "fake_quantize"; },

@@ -130,6 +130,13 @@ struct RowSoftmax {};
 struct RowLayerNorm {
   float eps = 1e-5f;
 };
+// DNNL_ARG_DST = alpha * DNNL_ARG_SRC + beta, both dense row-major float32 of
+// one shape: a small Add, Sub, Mul or Div by a constant scalar in an instance
+// of a shape-polymorphic partition (a decoder's padding mask, 1 - mask times
+// -10000, whose length changes at every step), as Lowering::lower_eltwise.
+struct SmallLinear {
+  float alpha = 1, beta = 0;
+};
 // An elementwise Add, Sub, Mul, Div, Max or Min: DNNL_ARG_SRC_0 and
 // DNNL_ARG_DST dense row-major float32 of the result's shape, DNNL_ARG_SRC_1
 // dense row-major of the same rank, broadcast where its dim is 1. Only
@@ -173,7 +180,7 @@ struct BatchGemm {
 using StepOp =
     std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
                  steps::RowSoftmax, steps::RowLayerNorm, steps::SmallBinary, steps::DynamicQuantize,
-                 steps::Table, steps::FakeQuantize, steps::BatchGemm>;
+                 steps::SmallLinear, steps::Table, steps::FakeQuantize, steps::BatchGemm>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -336,6 +343,7 @@ class Binder {
   void run_row_softmax(size_t step);
   void run_row_layer_norm(size_t step);
   void run_small_binary(size_t step);
+  void run_small_linear(size_t step);
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
   void run_fake_quantize(size_t step);

@@ -25,6 +25,10 @@ bool same_op(const Step& a, const Step& b) {
     return false;
   if (const auto* x = a.as<steps::SmallBinary>()) return x->alg == b.as<steps::SmallBinary>()->alg;
   if (const auto* x = a.as<steps::BatchGemm>()) return x->alpha == b.as<steps::BatchGemm>()->alpha;
+  if (const auto* x = a.as<steps::SmallLinear>()) {
+    const auto* y = b.as<steps::SmallLinear>();
+    return x->alpha == y->alpha && x->beta == y->beta;
+  }
   if (const auto* x = a.as<steps::FakeQuantize>()) {
     const auto* y = b.as<steps::FakeQuantize>();
     return x->scale == y->scale && x->lo == y->lo && x->hi == y->hi;
@@ -263,7 +267,8 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       t->checks_.push_back({Check::kRows, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
-    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>())
+    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>() ||
+             step.as<steps::SmallLinear>())
       t->checks_.push_back({Check::kElements, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)

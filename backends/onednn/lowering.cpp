@@ -276,6 +276,17 @@ void Lowering::lower_node(int n) {
 
 void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
   const int src = b_.dense(ref_of(x));
+  // In an instance of a shape-polymorphic partition, a small linear step is
+  // a loop that takes any shape (as lower_binary's SmallBinary).
+  const Dims& xs = g_.shape(x);
+  const int64_t elements = sdk::element_count(xs);
+  if (b_.shared() && p.alg == algorithm::eltwise_linear && elements > 0 &&
+      elements <= kSmallInstanceOpElements && b_.md(src) == plain_md(xs)) {
+    const int dst = b_.new_arena(plain_md(xs));
+    b_.add_small_linear(src, dst, steps::SmallLinear{p.alpha, p.beta}, "linear");
+    tensors_[y] = dst;
+    return;
+  }
   dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha,
                                 p.beta);
   dnnl::primitive prim;

@@ -367,6 +367,11 @@ void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index
             steps::Gather{axis, index_bytes});
 }
 
+void PlanBuilder::add_small_linear(int src, int dst, const steps::SmallLinear& p,
+                                   const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what, p);
+}
+
 void PlanBuilder::add_small_binary(int a, int b, int dst, dnnl::algorithm alg,
                                    const std::string& what) {
   push_step(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, dst}},

@@ -228,6 +228,7 @@ class PlanBuilder {
   void add_gather(int data, int indices, int dst, int axis, int index_bytes,
                   const std::string& what);
   void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
+  void add_small_linear(int src, int dst, const steps::SmallLinear& p, const std::string& what);
   void add_row_softmax(int src, int dst, const std::string& what);
   void add_row_layer_norm(int src, int scale, int shift, int dst, float eps,
                           const std::string& what);

@@ -1308,6 +1308,45 @@ TEST_F(OneDnnPolymorphic, QuantizeDequantizePairsAreDerivedBitForBit) {
   EXPECT_EQ(made("qdq_pair", "derived"), 3u);
 }
 
+// A decoder exported from a Hugging Face model takes an attention mask [B,
+// S] that grows by one at every token and turns it into a bias, (1 - mask)
+// * -10000: a Sub and a Mul by constant scalars, each one linear step over
+// the mask. Small, they are a loop that takes any shape, so the loop's
+// instances are derived after three lowered; each run equals, bit for bit,
+// the partition with derive_instances off, and CpuRef's.
+TEST_F(OneDnnPolymorphic, AGrowingAttentionMaskIsDerivedBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  Spec s;
+  auto mask_shape = [](const Env& e) { return Dims{e.B, 1, 1, e.P}; };
+  const int mask = s.input("mask", mask_shape);
+  const int one = s.constant("one", {}, 1.f, 1.f), big = s.constant("big", {}, -1e4f, -1e4f);
+  const int open = s.value("open", mask_shape), bias = s.value("bias", mask_shape);
+  s.node("Sub", "invert", {one, mask}, {open});
+  s.node("Mul", "scale", {open, big}, {bias});
+  s.output(bias);
+  View poly(s, "mask_bias", nullptr), all(s, "mask_bias_lowered", nullptr);
+  Part p(onednn(), poly, true), l(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(p.ok()) << p.status.message << p.rejected;
+  ASSERT_TRUE(l.ok()) << l.status.message << l.rejected;
+  Context ctx(onednn(), p), lctx(onednn_lowering_only(), l);
+  for (int64_t len = 2; len <= 12; ++len) {
+    const Env e{2, 1, len};
+    Call call = make_call(s, poly, e), want = make_call(s, all, e);
+    ASSERT_TRUE(execute(onednn(), ctx, call).ok()) << str(e);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, want).ok()) << str(e);
+    EXPECT_EQ(rel_diff(call.outputs[0], want.outputs[0]), 0.0) << str(e);
+    View concrete(s, "mask_bias@" + str(e), &e);
+    Part ref(cpuref(), concrete, false);
+    ASSERT_TRUE(ref.ok()) << ref.status.message << ref.rejected;
+    Context rctx(cpuref(), ref);
+    Call r = make_call(s, concrete, e);
+    ASSERT_TRUE(execute(cpuref(), rctx, r).ok()) << str(e);
+    EXPECT_LE(rel_diff(call.outputs[0], r.outputs[0]), 1e-6) << str(e);
+  }
+  EXPECT_EQ(made("mask_bias", "lowered"), 3u);
+  EXPECT_EQ(made("mask_bias", "derived"), 8u);
+}
+
 // Shapes a template was not made for are lowered: another batch, another
 // number of new tokens, a cache of one (a dim of 1 broadcasts). The template
 // then still serves the decoder loop's next length.

@@ -136,7 +136,7 @@ def cpuref_output(paths, int8_path, input_path):
     out = onnx.load(int8_path, load_external_data=False).graph.output[0].name
     with tempfile.TemporaryDirectory() as d:
         outputs, _ = check_cpuref.run(paths["cli"], paths["backend_dir"], int8_path,
-                                      check_cpuref.input_name(int8_path), input_path, d, 1,
+                                      run_bench.input_name(int8_path), input_path, d, 1,
                                       backends="CpuRef")
     return outputs[out].astype(np.float64)
 

@@ -181,6 +181,18 @@ void for_each_index(int64_t n, bool parallel, const F& body) {
 #endif
   for (int64_t i = 0; i < n; ++i) body(i);
 }
+
+// body(at, count) over [0, n) in blocks of `block` elements, across the
+// step's OpenMP team when there is more than one block (its other threads
+// would otherwise spin beside one doing it all).
+template <class F>
+void in_blocks(size_t n, size_t block, const F& body) {
+  const int64_t blocks = static_cast<int64_t>((n + block - 1) / block);
+  for_each_index(blocks, blocks > 1, [&](int64_t b) {
+    const size_t at = static_cast<size_t>(b) * block;
+    body(at, std::min(block, n - at));
+  });
+}
 }  // namespace
 
 void Binder::plan_copy(size_t s) {
@@ -788,14 +800,8 @@ void Binder::run_table(size_t s) {
       y = static_cast<uint8_t*>(handle);
     }
   }
-  // In blocks of 16 KiB across the step's OpenMP team (its other threads
-  // would otherwise spin beside one doing it all).
-  constexpr size_t kBlock = size_t{1} << 14;
-  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-  for_each_index(blocks, blocks > 1, [&](int64_t b) {
-    const size_t at = static_cast<size_t>(b) * kBlock;
-    lookup(x + at, std::min(kBlock, n - at), table, y + at);
-  });
+  in_blocks(n, size_t{1} << 14,
+            [&](size_t at, size_t count) { lookup(x + at, count, table, y + at); });
 }
 
 namespace {
@@ -866,11 +872,8 @@ void Binder::run_fake_quantize(size_t s) {
       y = static_cast<float*>(handle);
     }
   }
-  constexpr size_t kBlock = size_t{1} << 12;
-  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-  for_each_index(blocks, blocks > 1, [&](int64_t b) {
-    const size_t at = static_cast<size_t>(b) * kBlock;
-    fake_quantize(x + at, std::min(kBlock, n - at), q.scale, q.lo, q.hi, y + at);
+  in_blocks(n, size_t{1} << 12, [&](size_t at, size_t count) {
+    fake_quantize(x + at, count, q.scale, q.lo, q.hi, y + at);
   });
 }
 

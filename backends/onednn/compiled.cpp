@@ -607,21 +607,27 @@ void broadcast_rows(const float* a, const float* b, float* y, int rank, const in
 }
 }  // namespace
 
+size_t Binder::float_src_dst(size_t s, const float** x, float** y) {
+  const Step& step = c_.steps[s];
+  size_t n = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    const auto [arg, ref] = step.args[k];
+    if (arg == DNNL_ARG_SRC) {
+      *x = static_cast<const float*>(ptr(s, k));
+      n = c_.refs[ref].md->get_size() / sizeof(float);
+    } else {
+      *y = static_cast<float*>(ptr(s, k));
+    }
+  }
+  return n;
+}
+
 void Binder::run_small_linear(size_t s) {
   const Step& step = c_.steps[s];
   const steps::SmallLinear& p = *step.as<steps::SmallLinear>();
   const float* x = nullptr;
   float* y = nullptr;
-  size_t n = 0;
-  for (size_t k = 0; k < step.args.size(); ++k) {
-    const auto [arg, ref] = step.args[k];
-    if (arg == DNNL_ARG_SRC) {
-      x = static_cast<const float*>(ptr(s, k));
-      n = c_.refs[ref].md->get_size() / sizeof(float);
-    } else {
-      y = static_cast<float*>(ptr(s, k));
-    }
-  }
+  const size_t n = float_src_dst(s, &x, &y);
   for (size_t i = 0; i < n; ++i) y[i] = p.alpha * x[i] + p.beta;
 }
 
@@ -861,17 +867,7 @@ void Binder::run_fake_quantize(size_t s) {
   const steps::FakeQuantize& q = *step.as<steps::FakeQuantize>();
   const float* x = nullptr;
   float* y = nullptr;
-  size_t n = 0;
-  for (size_t k = 0; k < step.args.size(); ++k) {
-    void* handle = ptr(s, k);
-    const auto [arg, ref] = step.args[k];
-    if (arg == DNNL_ARG_SRC) {
-      x = static_cast<const float*>(handle);
-      n = c_.refs[ref].md->get_size() / sizeof(float);
-    } else {
-      y = static_cast<float*>(handle);
-    }
-  }
+  const size_t n = float_src_dst(s, &x, &y);
   in_blocks(n, size_t{1} << 12, [&](size_t at, size_t count) {
     fake_quantize(x + at, count, q.scale, q.lo, q.hi, y + at);
   });

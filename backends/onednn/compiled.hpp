@@ -344,6 +344,9 @@ class Binder {
   void run_row_layer_norm(size_t step);
   void run_small_binary(size_t step);
   void run_small_linear(size_t step);
+  // The float32 DNNL_ARG_SRC (*x) and DST (*y) of an elementwise loop `step`
+  // (SmallLinear, FakeQuantize): its element count.
+  size_t float_src_dst(size_t step, const float** x, float** y);
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
   void run_fake_quantize(size_t step);

@@ -650,6 +650,23 @@ void Lowering::lower_matmul(const INode& n) {
 // blocked weights. The src is made row-major first if it is not; the dst is
 // row-major (a residual summed into another layout keeps the batched form).
 // False when it does not apply, and nothing was added.
+dnnl::matmul::primitive_desc Lowering::runtime_rows_matmul(
+    int64_t k, int64_t cols, memory::data_type src, memory::data_type weights,
+    const memory::desc& bias, const dnnl::primitive_attr& attr, const std::string& key,
+    dnnl::primitive* prim) {
+  const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, src, memory::format_tag::ab);
+  const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
+                              memory::format_tag::ab);
+  try {
+    return b_.make<dnnl::matmul>(
+        dnnl::matmul::desc(any_rows, plain_md({k, cols}, weights), bias, dst_rows), attr, key,
+        prim);
+  } catch (const dnnl::error&) {
+    *prim = dnnl::primitive();
+    return {};
+  }
+}
+
 bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   const Dims& ys = g_.shape(n.out);
   const Dims& ws = g_.shape(n.in[1]);
@@ -674,19 +691,9 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   // packed for it, for runs 0 to 25% faster (a microsecond at a decoder's
   // one row). Every instance takes the same kernel, so the weights are held
   // in one layout.
-  if (b_.shared() && g_.values[n.in[0]].open_rows) {
-    const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::f32,
-                                memory::format_tag::ab);
-    const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
-                                memory::format_tag::ab);
-    try {
-      pd = b_.make<dnnl::matmul>(
-          dnnl::matmul::desc(any_rows, plain_md({k, cols}), bias_md, dst_rows), attr_with(n.post),
-          post_key(n.post), &prim);
-    } catch (const dnnl::error&) {
-      prim = dnnl::primitive();
-    }
-  }
+  if (b_.shared() && g_.values[n.in[0]].open_rows)
+    pd = runtime_rows_matmul(k, cols, memory::data_type::f32, memory::data_type::f32, bias_md,
+                             attr_with(n.post), post_key(n.post), &prim);
   if (!prim) {
     dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
     pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);

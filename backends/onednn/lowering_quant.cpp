@@ -383,19 +383,9 @@ void Lowering::lower_qdynamic(const INode& n) {
   dnnl::matmul::primitive_desc pd;
   // Rows from an open dim are a runtime dim, as lower_matmul_collapsed makes
   // them: one primitive serves every instance (a decoder's every length).
-  if (b_.shared() && g_.values[q.x].open_rows) {
-    const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, memory::data_type::u8,
-                                memory::format_tag::ab);
-    const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
-                                memory::format_tag::ab);
-    try {
-      pd = b_.make<dnnl::matmul>(
-          dnnl::matmul::desc(any_rows, plain_md({k, cols}, memory::data_type::s8), dst_rows), attr,
-          key + ", any rows", &prim);
-    } catch (const dnnl::error&) {
-      prim = dnnl::primitive();
-    }
-  }
+  if (b_.shared() && g_.values[q.x].open_rows)
+    pd = runtime_rows_matmul(k, cols, memory::data_type::u8, memory::data_type::s8, memory::desc(),
+                             attr, key + ", any rows", &prim);
   if (!prim) {
     const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
     pd = b_.make<dnnl::matmul>(dnnl::matmul::desc(b_.md(xq), wmd, plain_md({rows, cols})), attr,

@@ -267,9 +267,9 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
       t->checks_.push_back({Check::kRows, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
-    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>() ||
-             step.as<steps::SmallLinear>())
+    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>())
       t->checks_.push_back({Check::kElements, s});
+    else if (step.as<steps::SmallLinear>()) t->checks_.push_back({Check::kSmallElements, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)
@@ -317,11 +317,13 @@ bool InstanceTemplate::fits(const Compiled& c) const {
       case Check::kGather:
         if (!gather_fits(c, step)) return false;
         break;
-      case Check::kElements: {
+      case Check::kElements:
+      case Check::kSmallElements: {
         const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));
         const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
         if (sdk::element_count(x.dims, static_cast<size_t>(x.ndims)) !=
-            sdk::element_count(y.dims, static_cast<size_t>(y.ndims)))
+                sdk::element_count(y.dims, static_cast<size_t>(y.ndims)) ||
+            (check.kind == Check::kSmallElements && !small(y)))
           return false;
         break;
       }

@@ -89,7 +89,7 @@ class InstanceTemplate {
   };
   // A step reading descriptions that follow the key, checked at derive.
   struct Check {
-    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather, kElements } kind;
+    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather, kElements, kSmallElements } kind;
     size_t step;
   };
 

@@ -23,6 +23,7 @@
 #include <new>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace backplane::onednn {
@@ -523,6 +524,27 @@ void Binder::run_row_softmax(size_t s) {
 }
 
 namespace {
+BP_ONEDNN_VECTOR_CLONES void mean_rows(const float* src, float* dst, int64_t rows, int64_t inner) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * inner;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < inner; ++i) sum += x[i];
+    dst[r] = sum / static_cast<float>(inner);
+  }
+}
+}  // namespace
+
+void Binder::run_row_mean(size_t s) {
+  const float* x = nullptr;
+  float* y = nullptr;
+  const size_t n = float_src_dst(s, &x, &y);
+  const int64_t rows = static_cast<int64_t>(
+      c_.refs[c_.steps[s].args.back().second].md.get().get_size() / sizeof(float));
+  mean_rows(x, y, rows, rows == 0 ? 0 : static_cast<int64_t>(n) / rows);
+}
+
+namespace {
 // LayerNormalization of each of `rows` rows of `inner` floats, `src` into
 // `dst`: the mean and variance of a row (two passes, as oneDNN's), then
 // (x - mean) / sqrt(variance + eps) * scale + shift.
@@ -607,28 +629,82 @@ void broadcast_rows(const float* a, const float* b, float* y, int rank, const in
 }
 }  // namespace
 
-size_t Binder::float_src_dst(size_t s, const float** x, float** y) {
+size_t Binder::src_dst(size_t s, const void** x, void** y) {
   const Step& step = c_.steps[s];
   size_t n = 0;
   for (size_t k = 0; k < step.args.size(); ++k) {
     const auto [arg, ref] = step.args[k];
     if (arg == DNNL_ARG_SRC) {
-      *x = static_cast<const float*>(ptr(s, k));
-      n = c_.refs[ref].md->get_size() / sizeof(float);
+      *x = ptr(s, k);
+      const dnnl::memory::desc& md = c_.refs[ref].md.get();
+      n = md.get_size() / dnnl::memory::data_type_size(md.data_type());
     } else {
-      *y = static_cast<float*>(ptr(s, k));
+      *y = ptr(s, k);
     }
   }
   return n;
 }
 
-void Binder::run_small_linear(size_t s) {
-  const Step& step = c_.steps[s];
-  const steps::SmallLinear& p = *step.as<steps::SmallLinear>();
+namespace {
+// erf as x P(x^2) / Q(x^2) on [-3.92, 3.92], beyond which it is 1 in float32:
+// a rational function fitted to erf in relative error (at most 3.5e-7, a few
+// units in the last place), which vectorises where libm's erff does not.
+BP_ONEDNN_VECTOR_CLONES void erf_loop(const float* x, float* y, size_t n) {
+  constexpr float p0 = 1.1283791065216064f, p1 = 0.19693616032600403f, p2 = 0.05016764625906944f,
+                  p3 = 0.0035719929728657007f, p4 = 0.00013860063336323947f,
+                  p5 = -1.943498546097544e-06f, p6 = 1.9962554276276023e-08f;
+  constexpr float q1 = 0.507862389087677f, q2 = 0.11375389248132706f, q3 = 0.01409213338047266f,
+                  q4 = 0.0009241600055247545f;
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i] > 3.92f ? 3.92f : x[i] < -3.92f ? -3.92f : x[i];  // NaN stays NaN
+    const float t = v * v;
+    const float num = (((((p6 * t + p5) * t + p4) * t + p3) * t + p2) * t + p1) * t + p0;
+    const float den = (((q4 * t + q3) * t + q2) * t + q1) * t + 1.f;
+    y[i] = v * num / den;
+  }
+}
+}  // namespace
+
+void Binder::run_eltwise(size_t s) {
+  const steps::Eltwise& e = *c_.steps[s].as<steps::Eltwise>();
   const float* x = nullptr;
   float* y = nullptr;
   const size_t n = float_src_dst(s, &x, &y);
-  for (size_t i = 0; i < n; ++i) y[i] = p.alpha * x[i] + p.beta;
+  const float a = e.alpha, b = e.beta;
+  auto each = [&](auto f) {
+    in_blocks(n, size_t{1} << 12, [&](size_t at, size_t count) {
+#pragma omp simd
+      for (size_t i = at; i < at + count; ++i) y[i] = f(x[i]);
+    });
+  };
+  using E = steps::Eltwise;
+  switch (e.fn) {
+    case E::kLinear:
+      return each([&](float v) { return a * v + b; });
+    case E::kSqrt:
+      return each([](float v) { return std::sqrt(v); });
+    case E::kPow:  // a LayerNormalization's square, a scalar over x: without pow
+      if (b == 2.f) return each([&](float v) { return a * (v * v); });
+      if (b == -1.f) return each([&](float v) { return a / v; });
+      if (b == 0.5f) return each([&](float v) { return a * std::sqrt(v); });
+      return each([&](float v) { return a * std::pow(v, b); });
+    case E::kAbs:
+      return each([](float v) { return std::fabs(v); });
+    case E::kExp:
+      return each([](float v) { return std::exp(v); });
+    case E::kTanh:
+      return each([](float v) { return std::tanh(v); });
+    case E::kLogistic:
+      return each([](float v) { return 1 / (1 + std::exp(-v)); });
+    case E::kRelu:
+      return each([&](float v) { return v > 0 ? v : a * v; });
+    case E::kClip:
+      return each([&](float v) { return std::min(std::max(v, a), b); });
+    case E::kErf:
+      return in_blocks(n, size_t{1} << 12,
+                       [&](size_t at, size_t count) { erf_loop(x + at, y + at, count); });
+  }
 }
 
 void Binder::run_small_binary(size_t s) {
@@ -811,42 +887,67 @@ void Binder::run_table(size_t s) {
 }
 
 namespace {
-// y = scale * round_half_to_even(clamp(x / scale, lo, hi)) for i < n, NaN to
-// 0 (steps::FakeQuantize). lo and hi are whole numbers, so clamping before
-// rounding gives what rounding first would, and |x / scale| <= 2^22 then, where
-// adding and taking away 1.5 * 2^23 rounds half to even.
+// steps::Quantize. lo and hi are whole numbers, so clamping x / scale before
+// rounding gives what rounding first would, and |x / scale| <= 2^22 then,
+// where adding and taking away 1.5 * 2^23 rounds half to even. A NaN gives 0.
 constexpr float kRound = 12582912.f;
+float quantized(float x, const steps::Quantize& q) {
+  const float v = x / q.scale;
+  return v == v ? (std::clamp(v, q.lo, q.hi) + kRound) - kRound : 0.f;
+}
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 takes the undefined vector in _mm512_max_ps for an uninitialised read.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) __m512 quantized16(const float* x, const steps::Quantize& q) {
+  const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x), _mm512_set1_ps(q.scale));
+  const __m512 r = _mm512_set1_ps(kRound);
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(q.lo)), _mm512_set1_ps(q.hi));
+  return _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_add_ps(c, r), r);
+}
+// Each returns how many elements it did (a multiple of 16).
 __attribute__((target("avx512f"))) size_t fake_quantize_avx512(const float* x, size_t n,
-                                                               float scale, float lo, float hi,
-                                                               float* y) {
-  const __m512 s = _mm512_set1_ps(scale), r = _mm512_set1_ps(kRound);
-  const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+                                                               const steps::Quantize& q, float* y) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(quantized16(x + i, q), _mm512_set1_ps(q.scale)));
+  return i;
+}
+__attribute__((target("avx512f"))) size_t quantize_avx512(const float* x, size_t n,
+                                                          const steps::Quantize& q, uint8_t* y) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
-    const __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-    const __m512 c = _mm512_min_ps(_mm512_max_ps(v, l), h);
-    const __m512 q = _mm512_sub_ps(_mm512_add_ps(c, r), r);
-    _mm512_storeu_ps(y + i, _mm512_maskz_mul_ps(number, q, s));
+    const __m512 v = _mm512_add_ps(quantized16(x + i, q), _mm512_set1_ps(q.zero));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));  // in range: the low byte
+  }
+  return i;
+}
+__attribute__((target("avx512f"))) size_t dequantize_avx512(const uint8_t* x, size_t n,
+                                                            bool is_signed,
+                                                            const steps::Quantize& q, float* y) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    const __m512 v =
+        _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+    _mm512_storeu_ps(
+        y + i, _mm512_mul_ps(_mm512_sub_ps(v, _mm512_set1_ps(q.zero)), _mm512_set1_ps(q.scale)));
   }
   return i;
 }
 #pragma GCC diagnostic pop
 #endif
 
-void fake_quantize(const float* x, size_t n, float scale, float lo, float hi, float* y) {
+void fake_quantize(const float* x, size_t n, const steps::Quantize& q, float* y) {
   size_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) i = fake_quantize_avx512(x, n, scale, lo, hi, y);
+  if (avx512) i = fake_quantize_avx512(x, n, q, y);
 #endif
 #ifdef __SSE2__
-  const __m128 s4 = _mm_set1_ps(scale), r4 = _mm_set1_ps(kRound);
-  const __m128 lo4 = _mm_set1_ps(lo), hi4 = _mm_set1_ps(hi);
+  const __m128 s4 = _mm_set1_ps(q.scale), r4 = _mm_set1_ps(kRound);
+  const __m128 lo4 = _mm_set1_ps(q.lo), hi4 = _mm_set1_ps(q.hi);
   for (; i + 4 <= n; i += 4) {
     const __m128 v = _mm_div_ps(_mm_loadu_ps(x + i), s4);
     const __m128 number = _mm_cmpord_ps(v, v);
@@ -855,21 +956,49 @@ void fake_quantize(const float* x, size_t n, float scale, float lo, float hi, fl
     _mm_storeu_ps(y + i, _mm_and_ps(number, _mm_mul_ps(r, s4)));
   }
 #endif
-  for (; i < n; ++i) {
-    const float v = x[i] / scale;
-    y[i] = v == v ? ((std::clamp(v, lo, hi) + kRound) - kRound) * scale : 0.f;
-  }
+  for (; i < n; ++i) y[i] = quantized(x[i], q) * q.scale;
+}
+
+template <class T>
+void quantize(const float* x, size_t n, const steps::Quantize& q, T* y) {
+  size_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) i = quantize_avx512(x, n, q, reinterpret_cast<uint8_t*>(y));
+#endif
+  for (; i < n; ++i) y[i] = static_cast<T>(quantized(x[i], q) + q.zero);
+}
+
+template <class T>
+void dequantize(const T* x, size_t n, const steps::Quantize& q, float* y) {
+  size_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512)
+    i = dequantize_avx512(reinterpret_cast<const uint8_t*>(x), n, std::is_signed_v<T>, q, y);
+#endif
+  for (; i < n; ++i) y[i] = (static_cast<float>(x[i]) - q.zero) * q.scale;
 }
 }  // namespace
 
-void Binder::run_fake_quantize(size_t s) {
+void Binder::run_quantize(size_t s) {
   const Step& step = c_.steps[s];
-  const steps::FakeQuantize& q = *step.as<steps::FakeQuantize>();
-  const float* x = nullptr;
-  float* y = nullptr;
-  const size_t n = float_src_dst(s, &x, &y);
+  const steps::Quantize& q = *step.as<steps::Quantize>();
+  const void* x = nullptr;
+  void* y = nullptr;
+  const size_t n = src_dst(s, &x, &y);
+  using dt = dnnl::memory::data_type;
+  dt from = dt::f32, to = dt::f32;
+  for (auto [arg, ref] : step.args)
+    (arg == DNNL_ARG_SRC ? from : to) = c_.refs[ref].md->data_type();
+  const auto* xf = static_cast<const float*>(x);
+  auto* yf = static_cast<float*>(y);
   in_blocks(n, size_t{1} << 12, [&](size_t at, size_t count) {
-    fake_quantize(x + at, count, q.scale, q.lo, q.hi, y + at);
+    if (from == dt::f32 && to == dt::f32) fake_quantize(xf + at, count, q, yf + at);
+    else if (to == dt::u8) quantize(xf + at, count, q, static_cast<uint8_t*>(y) + at);
+    else if (to == dt::s8) quantize(xf + at, count, q, static_cast<int8_t*>(y) + at);
+    else if (from == dt::u8) dequantize(static_cast<const uint8_t*>(x) + at, count, q, yf + at);
+    else dequantize(static_cast<const int8_t*>(x) + at, count, q, yf + at);
   });
 }
 
@@ -959,12 +1088,13 @@ struct Binder::RunStep {
   void operator()(const steps::ConcatNorm&) const { b.run_concat_norm(s); }
   void operator()(const steps::Gather&) const { b.run_gather(s); }
   void operator()(const steps::RowSoftmax&) const { b.run_row_softmax(s); }
+  void operator()(const steps::RowMean&) const { b.run_row_mean(s); }
   void operator()(const steps::RowLayerNorm&) const { b.run_row_layer_norm(s); }
   void operator()(const steps::SmallBinary&) const { b.run_small_binary(s); }
-  void operator()(const steps::SmallLinear&) const { b.run_small_linear(s); }
+  void operator()(const steps::Eltwise&) const { b.run_eltwise(s); }
   void operator()(const steps::DynamicQuantize&) const { b.run_dynamic_quantize(s); }
   void operator()(const steps::Table&) const { b.run_table(s); }
-  void operator()(const steps::FakeQuantize&) const { b.run_fake_quantize(s); }
+  void operator()(const steps::Quantize&) const { b.run_quantize(s); }
   void operator()(const steps::BatchGemm&) const { b.run_batch_gemm(s); }
 };
 
@@ -1007,12 +1137,13 @@ const char* Step::kind_name() const {
                                [](const steps::ConcatNorm&) { return "concat+normalize"; },
                                [](const steps::Gather&) { return "gather"; },
                                [](const steps::RowSoftmax&) { return "softmax"; },
+                               [](const steps::RowMean&) { return "reduction"; },
                                [](const steps::RowLayerNorm&) { return "layer_normalization"; },
                                [](const steps::SmallBinary&) { return "binary"; },
-                               [](const steps::SmallLinear&) { return "linear"; },
+                               [](const steps::Eltwise&) { return "eltwise"; },
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
                                [](const steps::Table&) { return "table"; },
-                               [](const steps::FakeQuantize&) { return "fake_quantize"; },
+                               [](const steps::Quantize&) { return "quantize"; },
                                [](const steps::BatchGemm&) { return "matmul"; }},
                     op);
 }

@@ -123,6 +123,10 @@ struct Gather {
 // row-major float32 of one shape. Only instances of a shape-polymorphic
 // partition have it (Lowering::lower_softmax), never a payload.
 struct RowSoftmax {};
+// The mean of each row: DNNL_ARG_SRC dense row-major float32 [..., n],
+// DNNL_ARG_DST float32 [..., 1]. Only instances of a shape-polymorphic
+// partition have it (Lowering::lower_reduce).
+struct RowMean {};
 // LayerNormalization over the innermost dim: DNNL_ARG_SRC and DNNL_ARG_DST
 // dense row-major float32 of one shape, DNNL_ARG_SCALE and DNNL_ARG_SHIFT
 // constants of the innermost dim's size. Only instances of a
@@ -130,11 +134,17 @@ struct RowSoftmax {};
 struct RowLayerNorm {
   float eps = 1e-5f;
 };
-// DNNL_ARG_DST = alpha * DNNL_ARG_SRC + beta, both dense row-major float32 of
-// one shape: a small Add, Sub, Mul or Div by a constant scalar in an instance
-// of a shape-polymorphic partition (a decoder's padding mask, 1 - mask times
-// -10000, whose length changes at every step), as Lowering::lower_eltwise.
-struct SmallLinear {
+// DNNL_ARG_DST = fn(DNNL_ARG_SRC), both float32 of one shape and layout: a
+// small one-input step in an instance of a shape-polymorphic partition (a
+// decoder's padding mask, 1 - mask times -10000, whose length changes at
+// every step; a LayerNormalization's square and square root that a QDQ model
+// quantizes apart), as Lowering::lower_eltwise, or an Erf of any size, which
+// oneDNN has only inside GELU (Lowering::lower_erf).
+struct Eltwise {
+  enum Fn : int32_t { kLinear, kSqrt, kPow, kAbs, kExp, kTanh, kLogistic, kRelu, kClip, kErf };
+  Fn fn = kLinear;
+  // kLinear: alpha * x + beta; kPow: alpha * x^beta; kRelu: alpha * x below
+  // 0; kClip: x in [alpha, beta] (oneDNN's eltwise parameters).
   float alpha = 1, beta = 0;
 };
 // An elementwise Add, Sub, Mul, Div, Max or Min: DNNL_ARG_SRC_0 and
@@ -156,14 +166,17 @@ struct DynamicQuantize {};
 // in the same layout): an elementwise function of a quantized tensor
 // (Lowering::lower_table).
 struct Table {};
-// A QuantizeLinear whose only reader is a DequantizeLinear of the same scale
-// and zero point, in one pass over float32 (a QDQ model's every activation
-// between float operators): DNNL_ARG_DST = scale * clamp(round_half_to_even(
-// DNNL_ARG_SRC / scale), lo, hi), lo and hi the quantized type's range less
-// the zero point; NaN gives 0. DST in SRC's layout, any dims
-// (Lowering::lower_fake_quantize).
-struct FakeQuantize {
-  float scale = 1, lo = 0, hi = 255;
+// A per-tensor QuantizeLinear, DequantizeLinear, or QuantizeLinear whose only
+// reader is a DequantizeLinear of the same scale and zero point (a QDQ model's
+// every activation between float operators), in one pass. With q =
+// clamp(round_half_to_even(DNNL_ARG_SRC / scale), lo, hi), NaN giving 0, lo and
+// hi the quantized type's range less the zero point, DNNL_ARG_DST is
+//   float32 from float32: scale * q (Lowering::lower_fake_quantize);
+//   uint8 or int8 from float32: q + zero (Lowering::lower_quant);
+//   float32 from uint8 or int8: (SRC - zero) * scale (Lowering::lower_quant).
+// DST in SRC's layout, any dims.
+struct Quantize {
+  float scale = 1, lo = 0, hi = 255, zero = 0;
 };
 // A MatMul of two activations in an instance of a shape-polymorphic
 // partition (attention's q*k^T and probs*v, whose shapes change at every
@@ -177,10 +190,10 @@ struct BatchGemm {
 };
 }  // namespace steps
 
-using StepOp =
-    std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
-                 steps::RowSoftmax, steps::RowLayerNorm, steps::SmallBinary, steps::DynamicQuantize,
-                 steps::SmallLinear, steps::Table, steps::FakeQuantize, steps::BatchGemm>;
+using StepOp = std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
+                            steps::RowSoftmax, steps::RowMean, steps::RowLayerNorm,
+                            steps::SmallBinary, steps::DynamicQuantize, steps::Eltwise,
+                            steps::Table, steps::Quantize, steps::BatchGemm>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -341,15 +354,19 @@ class Binder {
   void run_concat_norm(size_t step);
   void run_gather(size_t step);
   void run_row_softmax(size_t step);
+  void run_row_mean(size_t step);
   void run_row_layer_norm(size_t step);
   void run_small_binary(size_t step);
-  void run_small_linear(size_t step);
-  // The float32 DNNL_ARG_SRC (*x) and DST (*y) of an elementwise loop `step`
-  // (SmallLinear, FakeQuantize): its element count.
-  size_t float_src_dst(size_t step, const float** x, float** y);
+  void run_eltwise(size_t step);
+  // DNNL_ARG_SRC (*x) and DST (*y) of an elementwise loop `step` (Eltwise,
+  // Quantize): SRC's element count.
+  size_t src_dst(size_t step, const void** x, void** y);
+  size_t float_src_dst(size_t step, const float** x, float** y) {
+    return src_dst(step, reinterpret_cast<const void**>(x), reinterpret_cast<void**>(y));
+  }
   void run_dynamic_quantize(size_t step);
   void run_table(size_t step);
-  void run_fake_quantize(size_t step);
+  void run_quantize(size_t step);
   void run_batch_gemm(size_t step);
 
   // The address of argument `a` of step `s` (this run's, for an input or output).

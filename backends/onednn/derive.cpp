@@ -25,13 +25,13 @@ bool same_op(const Step& a, const Step& b) {
     return false;
   if (const auto* x = a.as<steps::SmallBinary>()) return x->alg == b.as<steps::SmallBinary>()->alg;
   if (const auto* x = a.as<steps::BatchGemm>()) return x->alpha == b.as<steps::BatchGemm>()->alpha;
-  if (const auto* x = a.as<steps::SmallLinear>()) {
-    const auto* y = b.as<steps::SmallLinear>();
-    return x->alpha == y->alpha && x->beta == y->beta;
+  if (const auto* x = a.as<steps::Eltwise>()) {
+    const auto* y = b.as<steps::Eltwise>();
+    return x->fn == y->fn && x->alpha == y->alpha && x->beta == y->beta;
   }
-  if (const auto* x = a.as<steps::FakeQuantize>()) {
-    const auto* y = b.as<steps::FakeQuantize>();
-    return x->scale == y->scale && x->lo == y->lo && x->hi == y->hi;
+  if (const auto* x = a.as<steps::Quantize>()) {
+    const auto* y = b.as<steps::Quantize>();
+    return x->scale == y->scale && x->lo == y->lo && x->hi == y->hi && x->zero == y->zero;
   }
   if (const auto* x = a.as<steps::RowLayerNorm>())
     return x->eps == b.as<steps::RowLayerNorm>()->eps;
@@ -265,11 +265,15 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     else if (step.as<steps::SmallBinary>()) t->checks_.push_back({Check::kBinary, s});
     else if (step.as<steps::RowSoftmax>() || step.as<steps::RowLayerNorm>())
       t->checks_.push_back({Check::kRows, s});
+    else if (step.as<steps::RowMean>()) t->checks_.push_back({Check::kRowMean, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
-    else if (step.as<steps::DynamicQuantize>() || step.as<steps::FakeQuantize>())
+    else if (step.as<steps::DynamicQuantize>() || step.as<steps::Quantize>() ||
+             step.as<steps::Table>())
       t->checks_.push_back({Check::kElements, s});
-    else if (step.as<steps::SmallLinear>()) t->checks_.push_back({Check::kSmallElements, s});
+    else if (const auto* e = step.as<steps::Eltwise>())  // an Erf's loop takes any size
+      t->checks_.push_back(
+          {e->fn == steps::Eltwise::kErf ? Check::kElements : Check::kSmallElements, s});
     else if (runtime_matmul(step)) {
       for (auto [a, r] : step.args)
         if (follows[r] && a != DNNL_ARG_SRC && a != DNNL_ARG_WEIGHTS && a != DNNL_ARG_DST)
@@ -309,6 +313,14 @@ bool InstanceTemplate::fits(const Compiled& c) const {
       case Check::kRows: {
         const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
         if (!same_dims(md_of(c, arg_ref(step, DNNL_ARG_SRC)), y) || !small(y)) return false;
+        break;
+      }
+      case Check::kRowMean: {
+        const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));
+        const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
+        if (x.ndims != y.ndims || x.ndims == 0 || y.dims[y.ndims - 1] != 1 ||
+            !std::equal(x.dims, x.dims + x.ndims - 1, y.dims) || !small(x))
+          return false;
         break;
       }
       case Check::kMatMul:

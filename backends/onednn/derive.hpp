@@ -6,8 +6,8 @@
 // primitive descriptors, the memory plan) costs several times the run
 // itself, yet what changes from one length to the next is only the dims of
 // the values the length reaches: the steps over them are the backend's own
-// loops (CopyConcat, RowSoftmax, RowLayerNorm, SmallBinary, Gather, DynamicQuantize,
-// FakeQuantize) and
+// loops (CopyConcat, RowSoftmax, RowMean, RowLayerNorm, SmallBinary, Gather, DynamicQuantize,
+// Quantize) and
 // MatMuls with runtime dims or rows, which take any dims; every other step,
 // and every primitive, is the same.
 //
@@ -89,7 +89,16 @@ class InstanceTemplate {
   };
   // A step reading descriptions that follow the key, checked at derive.
   struct Check {
-    enum Kind { kConcat, kBinary, kRows, kMatMul, kGather, kElements, kSmallElements } kind;
+    enum Kind {
+      kConcat,
+      kBinary,
+      kRows,
+      kRowMean,
+      kMatMul,
+      kGather,
+      kElements,
+      kSmallElements
+    } kind;
     size_t step;
   };
 

@@ -247,6 +247,7 @@ void Lowering::lower_node(int n) {
   if (op == "ConvInteger" && node.quant) return lower_qconv(node);
   if (op == "QuantizeLinear" && node.quant) return lower_table(node);
   if (op == "FakeQuantize") return lower_fake_quantize(node);
+  if (op == "Erf") return lower_erf(node);
   if (op == "Gemm") return lower_gemm(node);
   if (op == "MatMul") return lower_matmul(node);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
@@ -274,16 +275,36 @@ void Lowering::lower_node(int n) {
   throw fail("operator '" + op + "' has no lowering");
 }
 
+// oneDNN has erf only inside GELU: the backend's loop, in x's layout where
+// every element is one (a blocked layout's zero padding stays 0).
+void Lowering::lower_erf(const INode& n) {
+  int src = ref_of(n.in[0]);
+  const memory::desc& md = b_.md(src);
+  if (md.data.offset0 != 0 || !(is_dense(md) || is_blocked(md)))
+    src = b_.as_plain(src, g_.shape(n.in[0]));
+  const int dst = b_.new_arena(b_.md(src));
+  b_.add_loop(src, dst, steps::Eltwise{steps::Eltwise::kErf}, g_.describe(n.node));
+  tensors_[n.out] = dst;
+}
+
 void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
   const int src = b_.dense(ref_of(x));
-  // In an instance of a shape-polymorphic partition, a small linear step is
-  // a loop that takes any shape (as lower_binary's SmallBinary).
+  // In an instance of a shape-polymorphic partition, a small step is a loop
+  // that takes any shape (as lower_binary's SmallBinary).
   const Dims& xs = g_.shape(x);
   const int64_t elements = sdk::element_count(xs);
-  if (b_.shared() && p.alg == algorithm::eltwise_linear && elements > 0 &&
-      elements <= kSmallInstanceOpElements && b_.md(src) == plain_md(xs)) {
-    const int dst = b_.new_arena(plain_md(xs));
-    b_.add_small_linear(src, dst, steps::SmallLinear{p.alpha, p.beta}, "linear");
+  using E = steps::Eltwise;
+  static const std::map<algorithm, E::Fn> loops = {
+      {algorithm::eltwise_linear, E::kLinear},     {algorithm::eltwise_sqrt, E::kSqrt},
+      {algorithm::eltwise_pow, E::kPow},           {algorithm::eltwise_abs, E::kAbs},
+      {algorithm::eltwise_exp, E::kExp},           {algorithm::eltwise_tanh, E::kTanh},
+      {algorithm::eltwise_logistic, E::kLogistic}, {algorithm::eltwise_relu, E::kRelu},
+      {algorithm::eltwise_clip, E::kClip}};
+  const auto loop = loops.find(p.alg);
+  if (b_.shared() && loop != loops.end() && elements > 0 && elements <= kSmallInstanceOpElements &&
+      is_dense(b_.md(src)) && b_.md(src).data.offset0 == 0) {
+    const int dst = b_.new_arena(b_.md(src));
+    b_.add_loop(src, dst, E{loop->second, p.alpha, p.beta}, "eltwise");
     tensors_[y] = dst;
     return;
   }
@@ -652,11 +673,10 @@ void Lowering::lower_matmul(const INode& n) {
 // False when it does not apply, and nothing was added.
 dnnl::matmul::primitive_desc Lowering::runtime_rows_matmul(
     int64_t k, int64_t cols, memory::data_type src, memory::data_type weights,
-    const memory::desc& bias, const dnnl::primitive_attr& attr, const std::string& key,
-    dnnl::primitive* prim) {
+    const memory::desc& bias, memory::data_type dst, const dnnl::primitive_attr& attr,
+    const std::string& key, dnnl::primitive* prim) {
   const memory::desc any_rows({DNNL_RUNTIME_DIM_VAL, k}, src, memory::format_tag::ab);
-  const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, memory::data_type::f32,
-                              memory::format_tag::ab);
+  const memory::desc dst_rows({DNNL_RUNTIME_DIM_VAL, cols}, dst, memory::format_tag::ab);
   try {
     return b_.make<dnnl::matmul>(
         dnnl::matmul::desc(any_rows, plain_md({k, cols}, weights), bias, dst_rows), attr, key,
@@ -693,7 +713,7 @@ bool Lowering::lower_matmul_collapsed(const INode& n, int src) {
   // in one layout.
   if (b_.shared() && g_.values[n.in[0]].open_rows)
     pd = runtime_rows_matmul(k, cols, memory::data_type::f32, memory::data_type::f32, bias_md,
-                             attr_with(n.post), post_key(n.post), &prim);
+                             memory::data_type::f32, attr_with(n.post), post_key(n.post), &prim);
   if (!prim) {
     dnnl::matmul::desc d(b_.md(src2), any_md({k, cols}), bias_md, plain_md({rows, cols}));
     pd = b_.make<dnnl::matmul>(d, attr_with(n.post), post_key(n.post), &prim);
@@ -972,7 +992,7 @@ void Lowering::lower_softmax(const INode& n) {
   if (b_.shared() && rank > 0 && axis == rank - 1 && elements > 0 &&
       elements <= kSmallInstanceOpElements && b_.md(src) == plain_md(xs)) {
     const int dst = b_.new_arena(plain_md(xs));
-    b_.add_row_softmax(src, dst, g_.describe(n.node));
+    b_.add_loop(src, dst, steps::RowSoftmax{}, g_.describe(n.node));
     tensors_[n.out] = dst;
     return;
   }
@@ -1118,6 +1138,18 @@ void Lowering::lower_reduce(const INode& n) {
   // makes no reduction whose source and destination are alike.
   if (kept == xs) {
     tensors_[n.out] = b_.reshaped(ref_of(n.in[0]), g_.shape(n.out));
+    return;
+  }
+  // In an instance of a shape-polymorphic partition, a small mean over the
+  // innermost dim (a LayerNormalization that a QDQ model quantizes between
+  // its operators) is a loop that takes any shape (as lower_softmax's).
+  const int64_t elements = sdk::element_count(xs);
+  if (b_.shared() && n.op == "ReduceMean" && rank > 0 && kept[rank - 1] == 1 &&
+      std::equal(kept.begin(), kept.end() - 1, xs.begin()) &&
+      elements <= kSmallInstanceOpElements && b_.md(ref_of(n.in[0])) == plain_md(xs)) {
+    const int dst = b_.new_arena(plain_md(kept));
+    b_.add_loop(ref_of(n.in[0]), dst, steps::RowMean{}, g_.describe(n.node));
+    tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
     return;
   }
   const algorithm alg = n.op == "ReduceMean"  ? algorithm::reduction_mean

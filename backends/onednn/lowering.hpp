@@ -173,15 +173,18 @@ class Lowering {
   // A QuantizeLinear of a function of one quantized tensor, as a table.
   void lower_table(const INode& n);
   void lower_fake_quantize(const INode& n);
+  void lower_erf(const INode& n);
+  // steps::Quantize of QuantizeLinear or DequantizeLinear `n` (of `q`, one
+  // scale) into a new tensor of type `to`; `what` follows the node's name.
+  void quantize_loop(const INode& n, const QuantSpec& q, dnnl::memory::data_type to,
+                     const char* what);
   // A MatMul of [rows, k] (rows a runtime dim, `src` type) by plain [k, cols]
-  // `weights` into plain float32 [rows, cols], made by PlanBuilder::make; an
-  // empty *prim if oneDNN has no such kernel.
-  dnnl::matmul::primitive_desc runtime_rows_matmul(int64_t k, int64_t cols,
-                                                   dnnl::memory::data_type src,
-                                                   dnnl::memory::data_type weights,
-                                                   const dnnl::memory::desc& bias,
-                                                   const dnnl::primitive_attr& attr,
-                                                   const std::string& key, dnnl::primitive* prim);
+  // `weights` into plain [rows, cols] of type `dst`, made by PlanBuilder::make;
+  // an empty *prim if oneDNN has no such kernel.
+  dnnl::matmul::primitive_desc runtime_rows_matmul(
+      int64_t k, int64_t cols, dnnl::memory::data_type src, dnnl::memory::data_type weights,
+      const dnnl::memory::desc& bias, dnnl::memory::data_type dst, const dnnl::primitive_attr& attr,
+      const std::string& key, dnnl::primitive* prim);
   // The int8 result `ref` of group n (in its input's scale and zero point)
   // quantized again to its output's, as n's output.
   void requantize(const INode& n, int ref);

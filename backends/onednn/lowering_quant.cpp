@@ -40,6 +40,13 @@ memory::desc with_data_type(const memory::desc& md, memory::data_type dt) {
   return memory::desc(d);
 }
 
+// steps::Quantize by `scale` and `zero` into or from 8-bit type `t`.
+steps::Quantize quantization(float scale, int32_t zero, bp_dtype_t t) {
+  const bool u8 = t == BP_DTYPE_UINT8;
+  const auto z = static_cast<float>(zero);
+  return {scale, (u8 ? 0.f : -128.f) - z, (u8 ? 255.f : 127.f) - z, z};
+}
+
 // What the attributes of a quantization step hold, as a SharedCache key.
 std::string quant_key(const QuantSpec& q) {
   std::string k(reinterpret_cast<const char*>(&q.zero_point), sizeof q.zero_point);
@@ -74,6 +81,10 @@ std::optional<memory::data_type> Lowering::data_type_of(int v) const {
 
 void Lowering::lower_quant(const INode& n) {
   const QuantSpec q = quant_spec(g_, n.node);
+  // In an instance of a shape-polymorphic partition, one scale of 8 bits: a
+  // loop that takes any shape, not a oneDNN kernel made for each.
+  if (b_.shared() && q.scales.size() == 1 && q.quantized != BP_DTYPE_INT32)
+    return quantize_loop(n, q, q.dequantize ? memory::data_type::f32 : data_type(q.quantized), "");
   const Dims& xs = g_.shape(n.in[0]);
   const int x = ref_of(n.in[0]);
   if (q.dequantize) {
@@ -327,11 +338,18 @@ void Lowering::lower_qproduct(const INode& n) {
   const int src = b_.alias(b_.as_plain(ref_of(q.x), g_.shape(q.x)), plain_md({rows, k}, src_dt));
   const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({1, cols});
   const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
-  dnnl::matmul::desc d(b_.md(src), wmd, bias_md, plain_md({rows, cols}, dst_dt));
   std::string key;
   const dnnl::primitive_attr attr = product_attr(n, &key);
   dnnl::primitive prim;
-  auto pd = b_.make<dnnl::matmul>(d, attr, key, &prim);
+  dnnl::matmul::primitive_desc pd;
+  // Rows from an open dim are a runtime dim (as lower_qdynamic's).
+  if (b_.shared() && g_.values[q.x].open_rows)
+    pd = runtime_rows_matmul(k, cols, src_dt, memory::data_type::s8, bias_md, dst_dt, attr,
+                             key + ", any rows", &prim);
+  if (!prim)
+    pd = b_.make<dnnl::matmul>(
+        dnnl::matmul::desc(b_.md(src), wmd, bias_md, plain_md({rows, cols}, dst_dt)), attr, key,
+        &prim);
   // The constant as stored: [K, N], or [N, K] read transposed.
   const memory::desc user(to_dims({k, cols}), memory::data_type::s8,
                           q.trans_b ? memory::format_tag::ba : memory::format_tag::ab);
@@ -346,8 +364,10 @@ void Lowering::lower_qproduct(const INode& n) {
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (!q.bias.empty())
     args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
-  const int dst =
-      add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
+  // Row-major (a runtime-rows primitive's own dst has a runtime dim).
+  const int dst = b_.new_arena(plain_md({rows, cols}, dst_dt));
+  args.push_back({DNNL_ARG_DST, dst});
+  b_.add_step(std::move(prim), std::move(args), pd, g_.describe(n.node) + " (int8)");
   tensors_[n.out] = b_.alias(dst, plain_md(ys, dst_dt));
 }
 
@@ -385,7 +405,7 @@ void Lowering::lower_qdynamic(const INode& n) {
   // them: one primitive serves every instance (a decoder's every length).
   if (b_.shared() && g_.values[q.x].open_rows)
     pd = runtime_rows_matmul(k, cols, memory::data_type::u8, memory::data_type::s8, memory::desc(),
-                             attr, key + ", any rows", &prim);
+                             memory::data_type::f32, attr, key + ", any rows", &prim);
   if (!prim) {
     const memory::desc wmd(to_dims({k, cols}), memory::data_type::s8, memory::format_tag::any);
     pd = b_.make<dnnl::matmul>(dnnl::matmul::desc(b_.md(xq), wmd, plain_md({rows, cols})), attr,
@@ -410,18 +430,22 @@ void Lowering::lower_qdynamic(const INode& n) {
 
 void Lowering::lower_fake_quantize(const INode& n) {
   const QuantSpec q = quant_spec(g_, n.node);  // the QuantizeLinear's
+  quantize_loop(n, q, memory::data_type::f32, " (and its DequantizeLinear)");
+}
+
+void Lowering::quantize_loop(const INode& n, const QuantSpec& q, memory::data_type to,
+                             const char* what) {
   int src = ref_of(n.in[0]);
-  // Every float an element, or a blocked layout's zero padding (which stays 0).
+  const memory::data_type from = q.dequantize ? data_type(q.quantized) : memory::data_type::f32;
+  if (q.dequantize && b_.md(src).data_type() != from)
+    src = b_.alias(src, plain_md(g_.shape(n.in[0]), from));
+  // Every element once; a blocked layout's zero padding stays 0 only from float to float.
   const memory::desc& md = b_.md(src);
-  if (md.data_type() != memory::data_type::f32 || md.data.offset0 != 0 ||
-      (!is_blocked(md) && !is_dense(md)))
+  if (md.data.offset0 != 0 || !(is_dense(md) || (is_blocked(md) && from == to)))
     src = b_.as_plain(src, g_.shape(n.in[0]));
-  const bool u8 = q.quantized == BP_DTYPE_UINT8;
-  const float zero = static_cast<float>(q.zero_point);
-  const steps::FakeQuantize step{q.scales[0], (u8 ? 0.f : -128.f) - zero,
-                                 (u8 ? 255.f : 127.f) - zero};
-  const int dst = b_.new_arena(b_.md(src));
-  b_.add_fake_quantize(src, dst, step, g_.describe(n.node) + " (and its DequantizeLinear)");
+  const int dst = b_.new_arena(with_data_type(b_.md(src), to));
+  b_.add_loop(src, dst, quantization(q.scales[0], q.zero_point, q.quantized),
+              g_.describe(n.node) + what);
   tensors_[n.out] = dst;
 }
 
@@ -490,6 +514,35 @@ void Lowering::lower_qmul(const INode& n) {
 
 void Lowering::lower_qadd(const INode& n) {
   QuantGroup q = *n.quant;
+  // In an instance of a shape-polymorphic partition: each operand's
+  // DequantizeLinear, a float Add and the QuantizeLinear, as CpuRef computes
+  // them, each a loop that takes any shape (a oneDNN int8 binary is made for
+  // each shape).
+  const Dims& ys = g_.shape(n.out);
+  auto bytes = [&](int v) {
+    return g_.values[v].dtype == BP_DTYPE_UINT8 || g_.values[v].dtype == BP_DTYPE_INT8;
+  };
+  // (Its post-ops only add the zero point: no activation comes with it.)
+  const bool plain = n.post.size() == 1 && n.post[0].alg == algorithm::eltwise_linear &&
+                     n.post[0].alpha == 1.f && n.post[0].beta == static_cast<float>(q.y_zero);
+  if (b_.shared() && plain && g_.shape(q.x) == ys && g_.shape(q.x2) == ys && bytes(q.x) &&
+      bytes(q.x2) && bytes(n.out) && sdk::element_count(ys) <= kSmallInstanceOpElements) {
+    const std::string what = g_.describe(n.node);
+    auto dequantize = [&](int v, float scale, int32_t zero) {
+      const int dst = b_.new_arena(plain_md(ys));
+      b_.add_loop(b_.as_plain(ref_of(v), ys), dst, quantization(scale, zero, g_.values[v].dtype),
+                  what + " (its DequantizeLinear)");
+      return dst;
+    };
+    const int sum = b_.new_arena(plain_md(ys));
+    b_.add_small_binary(dequantize(q.x, q.x_scale, q.x_zero),
+                        dequantize(q.x2, q.x2_scale, q.x2_zero), sum, algorithm::binary_add, what);
+    const int dst = b_.new_arena(plain_md(ys, data_type(g_.values[n.out].dtype)));
+    b_.add_loop(sum, dst, quantization(q.y_scale, q.y_zero, g_.values[n.out].dtype),
+                what + " (its QuantizeLinear)");
+    tensors_[n.out] = dst;
+    return;
+  }
   // The operands in the layout of the one not plain (a convolution's
   // result, channels-last), so that no reorder comes before or after.
   if (b_.md(ref_of(q.x)) == plain_md(g_.shape(q.x), *data_type_of(q.x))) {

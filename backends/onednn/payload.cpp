@@ -23,6 +23,7 @@
 #include "onednn/compiled.hpp"
 #include "onednn/compiler.hpp"
 #include "onednn/impl_check.hpp"
+#include "onednn/plan_builder.hpp"
 #include "onednn/polymorphic.hpp"
 
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -198,8 +199,14 @@ constexpr int32_t kCopyConcatKind = -1;
 constexpr int32_t kGatherKind = -2;
 // A ConcatNorm step.
 constexpr int32_t kConcatNormKind = -3;
-// A steps::FakeQuantize (a QuantizeLinear and its DequantizeLinear in one).
+// A steps::Quantize from float32 to float32 (a QuantizeLinear and its
+// DequantizeLinear in one), without its zero point: as stored before the
+// loop took the other directions.
 constexpr int32_t kFakeQuantizeKind = -4;
+// A steps::Quantize.
+constexpr int32_t kQuantizeKind = -5;
+// A steps::Eltwise.
+constexpr int32_t kEltwiseKind = -6;
 
 void write_args(Writer& w, const Step& step) {
   w.pod(static_cast<uint32_t>(step.args.size()));
@@ -227,12 +234,22 @@ void write_step(Writer& w, const Step& step) {
     write_args(w, step);
     return;
   }
-  if (const auto* q = step.as<steps::FakeQuantize>()) {
-    w.pod(kFakeQuantizeKind);
+  if (const auto* e = step.as<steps::Eltwise>()) {
+    w.pod(kEltwiseKind);
+    w.str(step.what);
+    w.pod(static_cast<int32_t>(e->fn));
+    w.pod(e->alpha);
+    w.pod(e->beta);
+    write_args(w, step);
+    return;
+  }
+  if (const auto* q = step.as<steps::Quantize>()) {
+    w.pod(kQuantizeKind);
     w.str(step.what);
     w.pod(q->scale);
     w.pod(q->lo);
     w.pod(q->hi);
+    w.pod(q->zero);
     write_args(w, step);
     return;
   }
@@ -671,15 +688,29 @@ Recipe read_step(Reader& r, Step& step) {
     read_args(r, step);
     return rc;  // its arguments are checked by check_gather
   }
-  if (kind == kFakeQuantizeKind) {
+  if (kind == kEltwiseKind) {
     rc.copy = true;
-    steps::FakeQuantize q;
+    const auto fn = r.pod<int32_t>("elementwise function");
+    if (fn < steps::Eltwise::kLinear || fn > steps::Eltwise::kErf)
+      r.fail("names an unknown elementwise function " + std::to_string(fn));
+    steps::Eltwise e;
+    e.fn = static_cast<steps::Eltwise::Fn>(fn);
+    e.alpha = r.pod<float>("elementwise alpha");
+    e.beta = r.pod<float>("elementwise beta");
+    step.op = e;
+    read_args(r, step);
+    return rc;  // checked by check_loop
+  }
+  if (kind == kFakeQuantizeKind || kind == kQuantizeKind) {
+    rc.copy = true;
+    steps::Quantize q;
     q.scale = r.pod<float>("quantization scale");
     q.lo = r.pod<float>("quantization low");
     q.hi = r.pod<float>("quantization high");
+    if (kind == kQuantizeKind) q.zero = r.pod<float>("quantization zero point");
     step.op = q;
     read_args(r, step);
-    return rc;  // checked by check_fake_quantize
+    return rc;  // checked by check_loop
   }
   if (kind != dnnl_reorder && kind != dnnl_concat && !find_op_kind(kind))
     r.fail("names an unknown primitive kind " + std::to_string(kind));
@@ -1213,10 +1244,11 @@ void check_gather(Reader& r, const Compiled& c, const Step& step) {
     r.fail("has a bad gather in " + step.what);
 }
 
-// A scale a float quantizes by, and a range of whole numbers in it: the
-// floats of SRC into DST, both float32 of one size and apart.
-void check_fake_quantize(Reader& r, const Compiled& c, const Step& step) {
-  const steps::FakeQuantize& q = *step.as<steps::FakeQuantize>();
+// A loop of one source and one destination (steps::Quantize, steps::Eltwise):
+// SRC into DST, apart, every element once in one layout. A quantization has a
+// scale, a range of whole numbers in it and a zero point that keeps it in the
+// quantized type; float32 or 8-bit integers. An elementwise function is float32.
+void check_loop(Reader& r, const Compiled& c, const Step& step) {
   int src = -1, dst = -1;
   for (auto [arg, ref] : step.args) {
     int& slot = arg == DNNL_ARG_SRC ? src
@@ -1230,12 +1262,29 @@ void check_fake_quantize(Reader& r, const Compiled& c, const Step& step) {
   const MemRef &x = c.refs[src], &y = c.refs[dst];
   if (y.constant || y.scratch || y.buffer < 0 || c.buffers[y.buffer].kind == Buffer::kInput)
     r.fail("gives " + step.what + " a destination it cannot write");
-  const bool whole = q.lo == std::nearbyint(q.lo) && q.hi == std::nearbyint(q.hi);
-  if (x.scratch || x.md->data_type() != dnnl::memory::data_type::f32 ||
-      y.md->data_type() != dnnl::memory::data_type::f32 || x.md->get_size() != y.md->get_size() ||
-      x.md->data.offset0 != 0 || y.md->data.offset0 != 0 || may_overlap(c, src, dst) ||
-      !starts_aligned(c, src, 4) || !starts_aligned(c, dst, 4) || !(q.scale > 0.f) ||
-      !std::isfinite(q.scale) || !whole || !(q.lo <= 0.f && 0.f <= q.hi && q.hi - q.lo <= 255.f))
+  using dt = dnnl::memory::data_type;
+  const dt from = x.md->data_type(), to = y.md->data_type();
+  const bool byte = from == dt::u8 || from == dt::s8 || to == dt::u8 || to == dt::s8;
+  dnnl_memory_desc_t like = x.md->data;
+  like.data_type = y.md->data.data_type;
+  if (x.scratch || !(dnnl::memory::desc(like) == y.md.get()) || (byte && !is_dense(x.md.get())) ||
+      x.md->data.offset0 != 0 || may_overlap(c, src, dst) ||
+      !starts_aligned(c, src, byte ? 1 : 4) || !starts_aligned(c, dst, byte ? 1 : 4))
+    r.fail("has a bad loop in " + step.what);
+  const steps::Quantize* q = step.as<steps::Quantize>();
+  if (q == nullptr) {
+    if (from != dt::f32 || to != dt::f32) r.fail("has a bad loop in " + step.what);
+    return;
+  }
+  const float qmin = from == dt::s8 || to == dt::s8 ? -128.f : 0.f;
+  const bool whole = q->lo == std::nearbyint(q->lo) && q->hi == std::nearbyint(q->hi) &&
+                     q->zero == std::nearbyint(q->zero);
+  const bool types = (from == dt::f32 && to == dt::f32) ||
+                     (from == dt::f32 && (to == dt::u8 || to == dt::s8)) ||
+                     ((from == dt::u8 || from == dt::s8) && to == dt::f32);
+  if (!types || !(q->scale > 0.f) || !std::isfinite(q->scale) || !whole ||
+      !(q->lo <= 0.f && 0.f <= q->hi && q->hi - q->lo <= 255.f) ||
+      (byte && !(q->lo + q->zero >= qmin && q->hi + q->zero <= qmin + 255.f)))
     r.fail("has a bad quantization in " + step.what);
 }
 
@@ -1250,7 +1299,7 @@ bool writes(int arg) {
 void check_arguments(Reader& r, const Compiled& c, const Step& step, const Recipe& recipe,
                      bool own_scratch) {
   if (step.as<steps::Gather>()) return check_gather(r, c, step);
-  if (step.as<steps::FakeQuantize>()) return check_fake_quantize(r, c, step);
+  if (step.as<steps::Quantize>() || step.as<steps::Eltwise>()) return check_loop(r, c, step);
   if (recipe.copy) return check_copy_concat(r, c, step);
   std::set<int> given;
   for (auto [arg, ref] : step.args) {

@@ -367,9 +367,8 @@ void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index
             steps::Gather{axis, index_bytes});
 }
 
-void PlanBuilder::add_small_linear(int src, int dst, const steps::SmallLinear& p,
-                                   const std::string& what) {
-  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what, p);
+void PlanBuilder::add_loop(int src, int dst, StepOp op, const std::string& what) {
+  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what, std::move(op));
 }
 
 void PlanBuilder::add_small_binary(int a, int b, int dst, dnnl::algorithm alg,
@@ -393,16 +392,6 @@ void PlanBuilder::add_table(int src, int table, int dst, const std::string& what
   push_step(dnnl::primitive(),
             {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, table}, {DNNL_ARG_DST, dst}}, what,
             steps::Table{});
-}
-
-void PlanBuilder::add_fake_quantize(int src, int dst, const steps::FakeQuantize& q,
-                                    const std::string& what) {
-  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what, q);
-}
-
-void PlanBuilder::add_row_softmax(int src, int dst, const std::string& what) {
-  push_step(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, what,
-            steps::RowSoftmax{});
 }
 
 void PlanBuilder::add_row_layer_norm(int src, int scale, int shift, int dst, float eps,

@@ -228,16 +228,14 @@ class PlanBuilder {
   void add_gather(int data, int indices, int dst, int axis, int index_bytes,
                   const std::string& what);
   void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
-  void add_small_linear(int src, int dst, const steps::SmallLinear& p, const std::string& what);
-  void add_row_softmax(int src, int dst, const std::string& what);
+  // A loop of one source and one destination (Eltwise, RowSoftmax, RowMean, Quantize).
+  void add_loop(int src, int dst, StepOp op, const std::string& what);
   void add_row_layer_norm(int src, int scale, int shift, int dst, float eps,
                           const std::string& what);
   // dst = alpha * src x weights, batched (steps::BatchGemm).
   void add_batch_gemm(int src, int weights, int dst, float alpha, const std::string& what);
   // dst = table[src], bytewise.
   void add_table(int src, int table, int dst, const std::string& what);
-  // steps::FakeQuantize from src into dst (the same layout).
-  void add_fake_quantize(int src, int dst, const steps::FakeQuantize& q, const std::string& what);
   // `src` into `dst`, `zero_point` and `scales` (= its scale times `w_scales`).
   void add_dynamic_quantize(int src, int dst, int zero_point, int scales, int w_scales,
                             const std::string& what);

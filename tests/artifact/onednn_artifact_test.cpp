@@ -432,12 +432,13 @@ TEST_F(OneDnnPayload, LstmDirectionsBesideEachOtherLoadFromThePayload) {
 }
 
 // QuantizeLinear and DequantizeLinear around a float convolution: before it
-// one scale, which runs as one pass over the floats (steps::FakeQuantize);
+// one scale, which runs as one pass over the floats (steps::Quantize);
 // after it one scale per channel, a binary division with round and
 // zero-point post-ops into int8 and a reorder whose scales and zero point
-// are attributes. The payload keeps the scales, ranges and zero points (a
-// step made without them would give other bits), and flipped bytes are
-// refused or harmless.
+// are attributes; then an Erf, a loop of the backend's (steps::Eltwise). The
+// payload keeps the scales, ranges, zero points and function (a step made
+// without them would give other bits), and flipped bytes are refused or
+// harmless.
 TEST_F(OneDnnPayload, QuantizeAndDequantizeLoadFromThePayload) {
   test::ModelBuilder b(13);
   b.input("x", {1, 8, 6, 6}).random_weight("w", {16, 8, 3, 3});
@@ -460,7 +461,8 @@ TEST_F(OneDnnPayload, QuantizeAndDequantizeLoadFromThePayload) {
   b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
   test::set_ints(b.node("Conv", {"xd", "w"}, {"c"}), "pads", {1, 1, 1, 1});
   test::set_int(b.node("QuantizeLinear", {"c", "cs", "cz"}, {"cq"}), "axis", 1);
-  test::set_int(b.node("DequantizeLinear", {"cq", "cs", "cz"}, {"y"}), "axis", 1);
+  test::set_int(b.node("DequantizeLinear", {"cq", "cs", "cz"}, {"cd"}), "axis", 1);
+  b.node("Erf", {"cd"}, {"y"});
   b.output("y", {1, 16, 6, 6});
   const std::string onnx_path = b.save_as(path("qdq.onnx"));
   CompileOptions co;

@@ -1329,6 +1329,67 @@ TEST_F(OneDnnPolymorphic, QuantizeDequantizePairsAreDerivedBitForBit) {
   EXPECT_EQ(made("qdq_pair", "derived"), 3u);
 }
 
+// A statically quantized (QDQ) transformer layer: an int8 MatMul by
+// constant weights over rows that are batch x length, an int8 residual Add,
+// and a LayerNormalization and GELU that the quantizer split into their
+// operators (ReduceMean, Sub, Pow, Sqrt, Div, Erf). The product's rows are a
+// runtime dim, and the quantizations, the Add, the means, the elementwise
+// steps and Erf are loops of the backend's, so after three lowered instances
+// the rest are derived, each run equal, bit for bit, to the partition with
+// derive_instances off; the residual sum is within a quantization step of
+// CpuRef's.
+TEST_F(OneDnnPolymorphic, AStaticallyQuantizedLayerIsDerivedBitForBit) {
+  Spec s;
+  auto rows = [](const Env& e) { return Dims{e.B, e.T, 16}; };
+  auto means = [](const Env& e) { return Dims{e.B, e.T, 1}; };
+  auto scalar = [&s](const std::string& name, float v) { return s.constant(name, {}, v, v); };
+  auto int8 = [&s](const std::string& name, std::function<Dims(const Env&)> shape) {
+    const int v = s.value(name, std::move(shape));
+    s.values[v].dtype = BP_DTYPE_INT8;
+    return v;
+  };
+  const int x = s.input("x", rows);
+  const int sx = scalar("sx", 0.02f), sy = scalar("sy", 0.05f), sa = scalar("sa", 0.05f);
+  const int sw = scalar("sw", 0.01f), eps = scalar("eps", 1e-5f), two = scalar("two", 2.f);
+  const int zx = s.int8_scalar("zx", 3), zy = s.int8_scalar("zy", -2), za = s.int8_scalar("za", 1);
+  const int zw = s.int8_scalar("zw", 0);
+  const int w = s.int8_constant("w", {16, 16});
+  const int xq = int8("xq", rows), yq = int8("yq", rows), aq = int8("aq", rows);
+  const int xd = s.value("xd", rows), xr = s.value("xr", rows), wd = s.value("wd", [](const Env&) {
+    return Dims{16, 16};
+  });
+  const int y = s.value("y", rows), yd = s.value("yd", rows), a = s.value("a", rows);
+  const int ad = s.value("ad", rows), m = s.value("m", means), c = s.value("c", rows);
+  const int c2 = s.value("c2", rows), v = s.value("v", means), ve = s.value("ve", means);
+  const int sd = s.value("sd", means), n = s.value("n", rows), e = s.value("e", rows);
+  s.node("QuantizeLinear", "quantize_x", {x, sx, zx}, {xq});
+  s.node("DequantizeLinear", "dequantize_x", {xq, sx, zx}, {xd});
+  s.node("DequantizeLinear", "dequantize_w", {w, sw, zw}, {wd});
+  s.node("MatMul", "product", {xd, wd}, {y});
+  s.node("QuantizeLinear", "quantize_y", {y, sy, zy}, {yq});
+  s.node("DequantizeLinear", "dequantize_y", {yq, sy, zy}, {yd});
+  s.node("DequantizeLinear", "dequantize_residual", {xq, sx, zx}, {xr});
+  s.node("Add", "residual", {yd, xr}, {a});
+  s.node("QuantizeLinear", "quantize_sum", {a, sa, za}, {aq});
+  s.node("DequantizeLinear", "dequantize_sum", {aq, sa, za}, {ad});
+  const std::vector<Attr> last = {ints_attr("axes", {-1})};
+  s.node("ReduceMean", "mean", {ad}, {m}, last);
+  s.node("Sub", "centre", {ad, m}, {c});
+  s.node("Pow", "square", {c, two}, {c2});
+  s.node("ReduceMean", "variance", {c2}, {v}, last);
+  s.node("Add", "plus_eps", {v, eps}, {ve});
+  s.node("Sqrt", "deviation", {ve}, {sd});
+  s.node("Div", "normalise", {c, sd}, {n});
+  s.node("Erf", "erf", {n}, {e});
+  s.output(ad);
+  s.output(e);
+  expect_derived_like_lowered(s, "qdq_layer",
+                              {{1, 2, 0}, {1, 3, 0}, {1, 5, 0}, {1, 9, 0}, {1, 40, 0}, {1, 4, 0}},
+                              {0.05, 0.05});
+  EXPECT_EQ(made("qdq_layer", "lowered"), 3u);
+  EXPECT_EQ(made("qdq_layer", "derived"), 3u);
+}
+
 // A decoder exported from a Hugging Face model takes an attention mask [B,
 // S] that grows by one at every token and turns it into a bias, (1 - mask)
 // * -10000: a Sub and a Mul by constant scalars, each one linear step over

@@ -737,7 +737,7 @@ def feeds_for(model, seed=0, dims=None):
 # ---- generating --------------------------------------------------------------
 
 _ACTS = ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
-         "Exp", "Abs", "Sqrt", "Pow", "Neg", "Selu", "Softplus", "Mish", "Gelu"]
+         "Exp", "Abs", "Sqrt", "Pow", "Neg", "Selu", "Softplus", "Mish", "Gelu", "Erf"]
 # Operators a fast backend may not take: the node runs on CpuRef between two
 # partitions of the fast one.
 _BOUNDARY = {"CpuOneDnn": ["Sin", "Log", "Reciprocal", "Cos", "Softsign"],
@@ -823,7 +823,8 @@ class Gen:
                 return 3.0 ** min(m(b), 300)
         if k == "act":
             op, x = st["op"], m(st["x"])
-            if op in ("Sigmoid", "Tanh", "HardSigmoid", "Sin", "Cos", "Softsign", "Reciprocal"):
+            if op in ("Sigmoid", "Tanh", "HardSigmoid", "Sin", "Cos", "Softsign", "Reciprocal",
+                      "Erf"):
                 return 2.0
             if op == "Clip":
                 if st["min"] is not None and st["max"] is not None:

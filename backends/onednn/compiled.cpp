@@ -488,7 +488,8 @@ BP_ONEDNN_VECTOR_CLONES void softmax_rows(const float* src, float* dst, int64_t 
     float* y = dst + r * inner;
     float max = x[0];
 #pragma omp simd reduction(max : max)
-    for (int64_t i = 1; i < inner; ++i) max = std::max(max, x[i]);
+    for (int64_t i = 1; i < inner; ++i)
+      max = x[i] > max ? x[i] : max;  // (std::max does not vectorise)
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < inner; ++i) {

@@ -111,6 +111,36 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
   for (size_t n = 0; n < graph.nodes.size(); ++n)
     if (waiting[n]) own_group(static_cast<int>(n));
 
+  // A node joins one of its producers' groups; another group of the same
+  // backend that it reads (a branch from a graph input, such as a decoder's
+  // cache quantized as it enters) stays apart. A group that another of its
+  // backend reads directly, and reaches through no third group, is merged
+  // into the reader: the partition stays connected and the graph of
+  // partitions acyclic.
+  auto mergeable = [&](int* from, int* into) {
+    for (size_t b = 0; b < groups.size(); ++b)
+      for (int a : groups[b].preds) {
+        if (groups[a].backend != groups[b].backend) continue;
+        bool elsewhere = false;
+        for (int p : groups[b].preds) elsewhere = elsewhere || (p != a && reaches(a, p));
+        if (elsewhere) continue;
+        *from = a;
+        *into = static_cast<int>(b);
+        return true;
+      }
+    return false;
+  };
+  for (int a = -1, b = -1; mergeable(&a, &b);) {
+    Group& into = groups[b];
+    into.nodes.insert(into.nodes.end(), groups[a].nodes.begin(), groups[a].nodes.end());
+    std::sort(into.nodes.begin(), into.nodes.end());  // node ids are topological
+    for (int n : groups[a].nodes) group_of[n] = b;
+    into.preds.insert(groups[a].preds.begin(), groups[a].preds.end());
+    for (Group& g : groups)
+      if (g.preds.erase(a) > 0 && &g != &into) g.preds.insert(b);
+    groups[a] = Group{};  // empty: no partition
+  }
+
   // Kahn over groups, lowest index first: a stable, runnable order.
   std::vector<int> pending(groups.size(), 0);
   std::vector<std::vector<int>> succ(groups.size());
@@ -126,7 +156,7 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
   while (!ready.empty()) {
     int g = *ready.begin();
     ready.erase(ready.begin());
-    out.push_back(groups[g].nodes);
+    if (!groups[g].nodes.empty()) out.push_back(groups[g].nodes);
     for (int s : succ[g])
       if (--pending[s] == 0) ready.insert(s);
   }

@@ -52,7 +52,9 @@ Result<Plan> make_plan(const ir::Graph& graph, const BackendRegistry& registry,
 // Groups nodes (in topological order, each with a backend) into connected
 // partitions, merging a node into a producer's partition of the same backend
 // unless that would make the partition graph cyclic (then it starts a new
-// one). Returns partitions in an order the executor can run. Exposed for tests.
+// one), then a partition into one of its backend that reads it directly and
+// reaches it through no other. Returns partitions in an order the executor
+// can run. Exposed for tests.
 std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
                                           const std::vector<std::string>& backend_of_node);
 

@@ -317,6 +317,43 @@ TEST(Cycles, GreedyGroupingWouldCycleSoThePlanSplitsAndRunsCorrectly) {
   EXPECT_LE(relative_error(a[0], b[0]), 1e-6);
 }
 
+// x -> Conv(A) -> c ; z -> Conv(B) -> d ; Add(C)(c, d) -> y, all MockAcc.
+// C joins A's partition; B, which starts at a graph input (as a decoder's
+// cache does, quantized on its way in), joins it too, since C reads it
+// directly and nothing else lies between them: one partition, not two.
+TEST(Grouping, ABranchFromAGraphInputJoinsThePartitionThatReadsIt) {
+  test::TempDir dir;
+  test::ModelBuilder b(13, "branches");
+  b.input("x", {1, 2, 4, 4}).input("z", {1, 2, 4, 4}).output("y", {1, 2, 4, 4});
+  b.init_f32("w", {2, 2, 1, 1}, {0.5f, -1.0f, 2.0f, 0.25f});
+  b.node("Conv", {"x", "w"}, {"c"}, "A_conv");
+  b.node("Conv", {"z", "w"}, {"d"}, "B_conv");
+  b.node("Add", {"c", "d"}, {"y"}, "C_add");
+  const std::string path = b.save(dir, "branches.onnx");
+  auto rt = runtime_with_mockacc();
+  ASSERT_TRUE(rt);
+  ModelOptions o;
+  o.backends = {"MockAcc", "CpuRef"};
+  auto model = rt->load_model(path, o);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_EQ((*model)->partitions().size(), 1u) << (*model)->describe_plan(PlanFormat::kText);
+  EXPECT_EQ((*model)->partitions()[0].nodes,
+            (std::vector<std::string>{"A_conv", "B_conv", "C_add"}));
+  ModelOptions ref_opts;
+  ref_opts.backends = {"CpuRef"};
+  auto ref = rt->load_model(path, ref_opts);
+  ASSERT_TRUE(ref.ok());
+  Tensor x(DType::kFloat32, {1, 2, 4, 4}), z(DType::kFloat32, {1, 2, 4, 4});
+  for (int i = 0; i < 32; ++i) {
+    x.data_as<float>()[i] = static_cast<float>(i % 7) - 3.0f;
+    z.data_as<float>()[i] = static_cast<float>(i % 5) - 2.0f;
+  }
+  std::vector<Tensor> a = run_once(**model, {{"x", x}, {"z", z}});
+  std::vector<Tensor> want = run_once(**ref, {{"x", x}, {"z", z}});
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_LE(relative_error(a[0], want[0]), 1e-6);
+}
+
 TEST(Imperative, SingleOpBackendRunsEachNodeOnItsOwn) {
   test::TempDir dir;
   const std::string path = write_diamond_model(dir);

@@ -31,6 +31,13 @@ const std::string kAccelDir = BACKPLANE_TESTING_ACCEL_DIR;
 
 std::shared_ptr<Runtime> runtime_with_mockacc() { return e2e::make_runtime(kAccelDir); }
 
+// `path` loaded on `rt` with backend preference `backends`.
+auto load_on(Runtime& rt, const std::string& path, std::vector<std::string> backends) {
+  ModelOptions o;
+  o.backends = std::move(backends);
+  return rt.load_model(path, o);
+}
+
 uint64_t counter(const std::string& backend, const std::string& key) {
   std::string path = kAccelDir + "/Backplane_" + backend + "_backend.so";
   void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
@@ -296,9 +303,7 @@ TEST(Cycles, GreedyGroupingWouldCycleSoThePlanSplitsAndRunsCorrectly) {
   const std::string path = write_diamond_model(dir);
   auto rt = runtime_with_mockacc();
   ASSERT_TRUE(rt);
-  ModelOptions o;
-  o.backends = {"MockAcc", "CpuRef"};
-  auto model = rt->load_model(path, o);
+  auto model = load_on(*rt, path, {"MockAcc", "CpuRef"});
   ASSERT_TRUE(model.ok()) << model.status().message();
   const auto& parts = (*model)->partitions();
   ASSERT_EQ(parts.size(), 3u) << (*model)->describe_plan(PlanFormat::kText);
@@ -306,9 +311,7 @@ TEST(Cycles, GreedyGroupingWouldCycleSoThePlanSplitsAndRunsCorrectly) {
   EXPECT_EQ(parts[1].backend, "CpuRef");
   EXPECT_EQ(parts[2].backend, "MockAcc");
 
-  ModelOptions ref_opts;
-  ref_opts.backends = {"CpuRef"};
-  auto ref = rt->load_model(path, ref_opts);
+  auto ref = load_on(*rt, path, {"CpuRef"});
   ASSERT_TRUE(ref.ok());
   Tensor x(DType::kFloat32, {1, 2, 4, 4});
   for (int i = 0; i < 32; ++i) x.data_as<float>()[i] = static_cast<float>(i % 7) - 3.0f;
@@ -332,16 +335,12 @@ TEST(Grouping, ABranchFromAGraphInputJoinsThePartitionThatReadsIt) {
   const std::string path = b.save(dir, "branches.onnx");
   auto rt = runtime_with_mockacc();
   ASSERT_TRUE(rt);
-  ModelOptions o;
-  o.backends = {"MockAcc", "CpuRef"};
-  auto model = rt->load_model(path, o);
+  auto model = load_on(*rt, path, {"MockAcc", "CpuRef"});
   ASSERT_TRUE(model.ok()) << model.status().message();
   ASSERT_EQ((*model)->partitions().size(), 1u) << (*model)->describe_plan(PlanFormat::kText);
   EXPECT_EQ((*model)->partitions()[0].nodes,
             (std::vector<std::string>{"A_conv", "B_conv", "C_add"}));
-  ModelOptions ref_opts;
-  ref_opts.backends = {"CpuRef"};
-  auto ref = rt->load_model(path, ref_opts);
+  auto ref = load_on(*rt, path, {"CpuRef"});
   ASSERT_TRUE(ref.ok());
   Tensor x(DType::kFloat32, {1, 2, 4, 4}), z(DType::kFloat32, {1, 2, 4, 4});
   for (int i = 0; i < 32; ++i) {

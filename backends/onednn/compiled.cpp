@@ -665,19 +665,14 @@ BP_ONEDNN_VECTOR_CLONES void erf_loop(const float* x, float* y, size_t n) {
     y[i] = v * num / den;
   }
 }
-}  // namespace
 
-void Binder::run_eltwise(size_t s) {
-  const steps::Eltwise& e = *c_.steps[s].as<steps::Eltwise>();
-  const float* x = nullptr;
-  float* y = nullptr;
-  const size_t n = float_src_dst(s, &x, &y);
+// y = fn(x) over n floats (steps::Eltwise).
+BP_ONEDNN_VECTOR_CLONES void eltwise_loop(const float* x, float* y, size_t n,
+                                          const steps::Eltwise& e) {
   const float a = e.alpha, b = e.beta;
   auto each = [&](auto f) {
-    in_blocks(n, size_t{1} << 12, [&](size_t at, size_t count) {
 #pragma omp simd
-      for (size_t i = at; i < at + count; ++i) y[i] = f(x[i]);
-    });
+    for (size_t i = 0; i < n; ++i) y[i] = f(x[i]);
   };
   using E = steps::Eltwise;
   switch (e.fn) {
@@ -700,12 +695,21 @@ void Binder::run_eltwise(size_t s) {
       return each([](float v) { return 1 / (1 + std::exp(-v)); });
     case E::kRelu:
       return each([&](float v) { return v > 0 ? v : a * v; });
-    case E::kClip:
-      return each([&](float v) { return std::min(std::max(v, a), b); });
+    case E::kClip:  // (comparisons: std::min and std::max do not vectorise)
+      return each([&](float v) { return v < a ? a : v > b ? b : v; });
     case E::kErf:
-      return in_blocks(n, size_t{1} << 12,
-                       [&](size_t at, size_t count) { erf_loop(x + at, y + at, count); });
+      return erf_loop(x, y, n);
   }
+}
+}  // namespace
+
+void Binder::run_eltwise(size_t s) {
+  const steps::Eltwise& e = *c_.steps[s].as<steps::Eltwise>();
+  const float* x = nullptr;
+  float* y = nullptr;
+  const size_t n = float_src_dst(s, &x, &y);
+  in_blocks(n, size_t{1} << 12,
+            [&](size_t at, size_t count) { eltwise_loop(x + at, y + at, count, e); });
 }
 
 void Binder::run_small_binary(size_t s) {

@@ -540,8 +540,9 @@ void Binder::run_row_mean(size_t s) {
   const float* x = nullptr;
   float* y = nullptr;
   const size_t n = float_src_dst(s, &x, &y);
-  const int64_t rows = static_cast<int64_t>(
-      c_.refs[c_.steps[s].args.back().second].md.get().get_size() / sizeof(float));
+  int64_t rows = 0;  // DST's elements
+  for (auto [arg, ref] : c_.steps[s].args)
+    if (arg == DNNL_ARG_DST) rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
   mean_rows(x, y, rows, rows == 0 ? 0 : static_cast<int64_t>(n) / rows);
 }
 

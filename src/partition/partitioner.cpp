@@ -117,28 +117,30 @@ std::vector<std::vector<int>> group_nodes(const ir::Graph& graph,
   // backend reads directly, and reaches through no third group, is merged
   // into the reader: the partition stays connected and the graph of
   // partitions acyclic.
-  auto mergeable = [&](int* from, int* into) {
-    for (size_t b = 0; b < groups.size(); ++b)
-      for (int a : groups[b].preds) {
-        if (groups[a].backend != groups[b].backend) continue;
-        bool elsewhere = false;
-        for (int p : groups[b].preds) elsewhere = elsewhere || (p != a && reaches(a, p));
-        if (elsewhere) continue;
-        *from = a;
-        *into = static_cast<int>(b);
-        return true;
-      }
-    return false;
+  // A pred of group b that can be merged into it, or -1.
+  auto mergeable_into = [&](int b) {
+    for (int a : groups[b].preds) {
+      if (groups[a].backend != groups[b].backend) continue;
+      bool elsewhere = false;
+      for (int p : groups[b].preds) elsewhere = elsewhere || (p != a && reaches(a, p));
+      if (!elsewhere) return a;
+    }
+    return -1;
   };
-  for (int a = -1, b = -1; mergeable(&a, &b);) {
-    Group& into = groups[b];
-    into.nodes.insert(into.nodes.end(), groups[a].nodes.begin(), groups[a].nodes.end());
-    std::sort(into.nodes.begin(), into.nodes.end());  // node ids are topological
-    for (int n : groups[a].nodes) group_of[n] = b;
-    into.preds.insert(groups[a].preds.begin(), groups[a].preds.end());
-    for (Group& g : groups)
-      if (g.preds.erase(a) > 0 && &g != &into) g.preds.insert(b);
-    groups[a] = Group{};  // empty: no partition
+  // Passes until none merges (a merge renames a in the preds of groups scanned before).
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (int b = 0; b < static_cast<int>(groups.size()); ++b)
+      for (int a; (a = mergeable_into(b)) >= 0; merged = true) {
+        Group& into = groups[b];
+        into.nodes.insert(into.nodes.end(), groups[a].nodes.begin(), groups[a].nodes.end());
+        std::sort(into.nodes.begin(), into.nodes.end());  // node ids are topological
+        for (int n : groups[a].nodes) group_of[n] = b;
+        into.preds.insert(groups[a].preds.begin(), groups[a].preds.end());
+        for (Group& g : groups)
+          if (g.preds.erase(a) > 0 && &g != &into) g.preds.insert(b);
+        groups[a] = Group{};  // empty: no partition
+      }
   }
 
   // Kahn over groups, lowest index first: a stable, runnable order.

@@ -18,7 +18,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,48 +41,6 @@ class ConstantEvaluator {
                                 std::vector<Tensor>& outputs) const = 0;
 };
 
-// What inference found for the nodes of one graph, kept across calls of
-// infer_shapes on copies of it (a model's specialisations, one per input
-// signature). A node whose inputs have the dtypes, shapes and constant
-// values of a remembered call gets that call's outputs, and its folded
-// constants (sharing their bytes), without being checked, inferred or
-// evaluated again: a decoder's new cache length re-infers only the nodes
-// the length reaches. Nodes are named by their index in the topologically
-// sorted copy, so one memo serves copies of one graph only. A few results
-// are kept per node (the most recent), so memory stays bounded however
-// many signatures pass. Thread-safe: one call uses it at a time.
-class InferMemo {
- public:
-  explicit InferMemo(size_t per_node = 2) : per_node_(per_node) {}
-  InferMemo(const InferMemo&) = delete;
-  InferMemo& operator=(const InferMemo&) = delete;
-
-  struct Stats {
-    uint64_t hits = 0, misses = 0;
-  };
-  Stats stats() const;
-
- private:
-  friend struct InferMemoAccess;
-  struct Output {
-    DType dtype = DType::kUndefined;
-    Shape shape;
-    Tensor folded;  // the constant it folded to (empty if not folded)
-  };
-  struct Entry {
-    std::vector<int64_t> key;
-    std::vector<Tensor> pinned;  // inputs named in `key` by address: kept alive
-    std::vector<Output> outputs;
-    bool folded = false;
-    uint64_t used = 0;
-  };
-  size_t per_node_;
-  mutable std::mutex mu_;
-  std::vector<std::vector<Entry>> nodes_;
-  uint64_t clock_ = 0;
-  Stats stats_;
-};
-
 struct InferOptions {
   // Where ops are resolved; nullptr: OpRegistry::builtin(). A Runtime's
   // registry adds the operators its backends define.
@@ -93,10 +50,9 @@ struct InferOptions {
   // A node whose outputs hold more elements than this is not folded: a cheap
   // kernel at run time beats resident memory (and a slow load).
   int64_t max_fold_elements = int64_t{1} << 22;
-  // Results of earlier calls on copies of the same graph (nullptr: none).
-  InferMemo* memo = nullptr;
-  // Per node of the graph inferred, its schema once found (nullptr: looked
-  // up at every visit). IncrementalInference keeps one across its calls.
+  // Per node of the graph inferred, its schema once found and checked
+  // against the node (nullptr: looked up and checked at every visit).
+  // IncrementalInference keeps one across its calls.
   std::vector<const OpSchema*>* schemas = nullptr;
 };
 
@@ -120,8 +76,7 @@ Status fold_constants(Graph& graph, const InferOptions& options);
 class IncrementalInference {
  public:
   // `graph` is not copied until the first infer(); it must outlive this
-  // object. options.memo (optional) is consulted for the nodes inferred
-  // again.
+  // object.
   IncrementalInference(const Graph& graph, const InferOptions& options);
   ~IncrementalInference();
   IncrementalInference(const IncrementalInference&) = delete;
@@ -142,6 +97,10 @@ class IncrementalInference {
                   const std::function<std::string(const Value&)>& rename = nullptr) const;
   // How many nodes the last call inferred again (the rest kept theirs).
   size_t reinferred() const;
+  // Per value, whether the last successful call changed its dtype, shape or
+  // constant value (every value a node makes, and every input, after a call
+  // that started afresh); value ids as in inferred().
+  const std::vector<char>& changed() const;
   // What the last successful call found, before prune_into: the graph
   // sorted, every value as inferred (value ids as in prune_into's result),
   // folded nodes kept, and which nodes are folded. Valid until the next call.

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <set>
 
 namespace backplane::ir {
@@ -277,125 +276,11 @@ bool nondeterministic(const Node& node) {
   static const std::set<std::string> ops = {"RandomNormal",  "RandomNormalLike",
                                             "RandomUniform", "RandomUniformLike",
                                             "Multinomial",   "Bernoulli"};
-  return node.domain.empty() && ops.count(node.op_type) > 0;
+  if (!node.domain.empty() || node.op_type.empty()) return false;
+  const char first = node.op_type[0];  // most nodes stop here: inference asks of every one
+  if (first != 'R' && first != 'M' && first != 'B') return false;
+  return ops.count(node.op_type) > 0;
 }
-
-}  // namespace
-
-// The memo's side of infer_node (a friend of InferMemo).
-struct InferMemoAccess {
-  // Constants up to this size are named in a key by their bytes; larger
-  // ones (weights, which copies of a graph share) by their address, and
-  // pinned so that the address cannot come back with other bytes.
-  static constexpr size_t kBytesInKey = 256;
-
-  // Every input's dtype, shape and (for a constant) value, as one key.
-  static void make_key(const Graph& g, const Node& node, std::vector<int64_t>& key,
-                       std::vector<Tensor>& pinned) {
-    key.reserve(8 * node.inputs.size() + 1);
-    key.push_back(static_cast<int64_t>(node.inputs.size()));
-    for (int v : node.inputs) {
-      if (v < 0) {
-        key.push_back(-1);
-        continue;
-      }
-      const Value& value = g.values[v];
-      key.push_back(static_cast<int64_t>(value.dtype));
-      key.push_back(value.has_shape ? static_cast<int64_t>(value.shape.size()) : -1);
-      key.insert(key.end(), value.shape.begin(), value.shape.end());
-      const Tensor* t = value.is_constant() ? g.constant(v) : nullptr;
-      if (t == nullptr) {
-        key.push_back(0);
-      } else if (t->size_bytes() <= kBytesInKey) {
-        key.push_back(1);
-        key.push_back(static_cast<int64_t>(t->size_bytes()));
-        const size_t words = (t->size_bytes() + 7) / 8;
-        const size_t at = key.size();
-        key.resize(at + words, 0);
-        if (t->size_bytes() > 0) std::memcpy(&key[at], t->data(), t->size_bytes());
-      } else {
-        key.push_back(2);
-        key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(t->data())));
-        key.push_back(static_cast<int64_t>(t->size_bytes()));
-        pinned.push_back(*t);  // shares its bytes
-      }
-    }
-  }
-
-  static std::unique_lock<std::mutex> lock(InferMemo& m) {
-    return std::unique_lock<std::mutex>(m.mu_);
-  }
-
-  // Sizes the memo for `g` (a graph of another size starts it afresh).
-  static void bind(InferMemo& m, const Graph& g) {
-    if (m.nodes_.size() != g.nodes.size()) m.nodes_.assign(g.nodes.size(), {});
-  }
-
-  // Gives node `index` the outputs remembered for `key`; false if none.
-  static bool replay(InferMemo& m, Graph& g, size_t index, const std::vector<int64_t>& key,
-                     std::vector<bool>& folded) {
-    for (InferMemo::Entry& e : m.nodes_[index]) {
-      if (e.key != key) continue;
-      const Node& node = g.nodes[index];
-      for (size_t i = 0; i < node.outputs.size(); ++i) {
-        const int v = node.outputs[i];
-        if (v < 0) continue;
-        const InferMemo::Output& o = e.outputs[i];
-        if (e.folded) {
-          g.make_constant(v, o.folded);
-          continue;
-        }
-        Value& val = g.values[v];
-        val.dtype = o.dtype;
-        val.shape = o.shape;
-        val.has_shape = true;
-        val.dim_params.assign(o.shape.size(), "");
-      }
-      folded[index] = e.folded;
-      e.used = ++m.clock_;
-      ++m.stats_.hits;
-      return true;
-    }
-    ++m.stats_.misses;
-    return false;
-  }
-
-  // Remembers what node `index` was just given, replacing the least
-  // recently used result when the node has its share.
-  static void remember(InferMemo& m, const Graph& g, size_t index, std::vector<int64_t> key,
-                       std::vector<Tensor> pinned, bool was_folded) {
-    const Node& node = g.nodes[index];
-    InferMemo::Entry e;
-    e.key = std::move(key);
-    e.pinned = std::move(pinned);
-    e.folded = was_folded;
-    e.used = ++m.clock_;
-    e.outputs.resize(node.outputs.size());
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      const int v = node.outputs[i];
-      if (v < 0) continue;
-      const Value& val = g.values[v];
-      e.outputs[i].dtype = val.dtype;
-      e.outputs[i].shape = val.shape;
-      if (was_folded) e.outputs[i].folded = *g.constant(v);  // shares its bytes
-    }
-    std::vector<InferMemo::Entry>& kept = m.nodes_[index];
-    if (kept.size() < m.per_node_) {
-      kept.push_back(std::move(e));
-      return;
-    }
-    auto oldest = std::min_element(kept.begin(), kept.end(),
-                                   [](const auto& a, const auto& b) { return a.used < b.used; });
-    *oldest = std::move(e);
-  }
-};
-
-InferMemo::Stats InferMemo::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-namespace {
 
 // Whether `node` may be folded once its inputs are constant: not an op the
 // host runs (control flow), not one whose output shape depends on data
@@ -478,35 +363,19 @@ Result<bool> fold_node(Graph& g, const OpSchema& schema, const InferCtx& c,
   return true;
 }
 
-Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
-                      const std::vector<Declared>& declared, std::vector<bool>& folded);
-
-// infer_node through options.memo (when there is one): a remembered result
-// for the same inputs, or inference now, remembered.
 Status infer_node(Graph& g, const InferOptions& options, size_t index,
                   const std::vector<Declared>& declared, std::vector<bool>& folded) {
-  if (options.memo == nullptr) return infer_node_now(g, options, index, declared, folded);
   const Node& node = g.nodes[index];
-  std::vector<int64_t> key;
-  std::vector<Tensor> pinned;
-  InferMemoAccess::make_key(g, node, key, pinned);
-  if (InferMemoAccess::replay(*options.memo, g, index, key, folded)) return ok_status();
-  BP_RETURN_IF_ERROR(infer_node_now(g, options, index, declared, folded));
-  InferMemoAccess::remember(*options.memo, g, index, std::move(key), std::move(pinned),
-                            folded[index]);
-  return ok_status();
-}
-
-Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
-                      const std::vector<Declared>& declared, std::vector<bool>& folded) {
-  const Node& node = g.nodes[index];
+  // A schema kept from an earlier visit was checked against the node then;
+  // what check() reads (the node, its attributes, its inputs' dtypes) is the
+  // same at every visit of one graph.
   const OpSchema* schema = options.schemas != nullptr ? (*options.schemas)[index] : nullptr;
+  const bool checked = schema != nullptr;
   if (schema == nullptr) {
     auto found = options.registry->lookup(node.domain, node.op_type, node_opset(g, node));
     if (!found.ok())
       return Status(found.status().code(), node.describe() + ": " + found.status().message());
     schema = *found;
-    if (options.schemas != nullptr) (*options.schemas)[index] = schema;
   }
   for (int v : node.inputs)
     if (v >= 0 && (g.values[v].dtype == DType::kUndefined || !g.values[v].has_shape))
@@ -520,7 +389,10 @@ Status infer_node_now(Graph& g, const InferOptions& options, size_t index,
                          shape_to_string(g.values[v].shape) +
                          ", known only at run time (it depends on data); static shape inference "
                          "cannot go past it");
-  BP_RETURN_IF_ERROR(schema->check(g, node));
+  if (!checked) {
+    BP_RETURN_IF_ERROR(schema->check(g, node));
+    if (options.schemas != nullptr) (*options.schemas)[index] = schema;
+  }
   InferCtx c(g, node);
   BP_RETURN_IF_ERROR(schema->infer_fn()(c));
   for (size_t i = 0; i < node.outputs.size(); ++i) {
@@ -594,14 +466,8 @@ Status infer_impl(Graph& g, const std::map<std::string, Shape>& input_shapes,
 
   const std::vector<Declared> declared = take_declared(g);
   std::vector<bool> folded(g.nodes.size(), false);
-  std::unique_lock<std::mutex> memo_lock;
-  if (options.memo != nullptr) {
-    memo_lock = InferMemoAccess::lock(*options.memo);
-    InferMemoAccess::bind(*options.memo, g);
-  }
   for (size_t i = 0; i < g.nodes.size(); ++i)
     BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
-  if (memo_lock.owns_lock()) memo_lock.unlock();
 
   // Folded nodes are gone: their outputs are constants now.
   drop_folded(g, folded);
@@ -627,7 +493,6 @@ void drop_folded(Graph& g, const std::vector<bool>& folded) {
 }
 
 Status fold_impl(Graph& g, InferOptions options) {
-  options.memo = nullptr;  // a memo serves infer_shapes' walks only
   BP_RETURN_IF_ERROR(g.topo_sort());
   const std::vector<Value> original(g.values.begin(), g.values.end());
   std::vector<Declared> declared;
@@ -699,7 +564,7 @@ struct IncrementalInference::State {
   std::vector<Value> inputs;  // the graph inputs as `source` declares them
   std::vector<Declared> declared;
   std::vector<bool> folded;
-  std::vector<char> changed;  // per value, this call
+  std::vector<char> changed;             // per value, this call
   std::vector<const OpSchema*> schemas;  // per node of g, once found
   size_t reinferred = 0;
 
@@ -784,11 +649,6 @@ struct IncrementalInference::State {
     for (size_t k = 0; k < g.inputs.size(); ++k)
       if (!inferred || g.values[g.inputs[k]].shape != last[k]) changed[g.inputs[k]] = 1;
 
-    std::unique_lock<std::mutex> memo_lock;
-    if (options.memo != nullptr) {
-      memo_lock = InferMemoAccess::lock(*options.memo);
-      InferMemoAccess::bind(*options.memo, g);
-    }
     reinferred = 0;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       bool reached = !inferred;
@@ -833,6 +693,8 @@ void IncrementalInference::prune_into(
 }
 
 size_t IncrementalInference::reinferred() const { return s_->reinferred; }
+
+const std::vector<char>& IncrementalInference::changed() const { return s_->changed; }
 
 const Graph& IncrementalInference::inferred() const { return s_->g; }
 

@@ -121,12 +121,9 @@ std::string signature_tag(const ir::Graph& graph) {
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
                                                     const std::string& key_prefix,
-                                                    const BackendRegistry* backends,
-                                                    ir::InferMemo* memo) {
+                                                    const BackendRegistry* backends) {
   auto graph = std::make_unique<ir::Graph>(portable);  // Tensor copies share their bytes
-  ir::InferOptions options = infer_options(ops_of(backends));
-  options.memo = memo;
-  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, options));
+  BP_RETURN_IF_ERROR(ir::infer_shapes(*graph, shapes, infer_options(ops_of(backends))));
   // Constants made for these shapes only (folded shape arithmetic) get keys
   // of their own, so that the constants of several specialisations can sit
   // side by side in one blob store (an artifact with several shapes).
@@ -147,11 +144,7 @@ Specializer::Specializer(const ir::Graph& portable, std::string key_prefix,
     : portable_(portable),
       key_prefix_(std::move(key_prefix)),
       backends_(backends),
-      inference_(portable, [&] {
-        ir::InferOptions options = infer_options(ops_of(backends));
-        options.memo = &memo_;
-        return options;
-      }()) {}
+      inference_(portable, infer_options(ops_of(backends))) {}
 
 Result<std::unique_ptr<ir::Graph>> Specializer::specialize(
     const std::map<std::string, Shape>& shapes, std::unique_ptr<ir::Graph> storage) {
@@ -163,7 +156,7 @@ Status Specializer::infer(const std::map<std::string, Shape>& shapes) {
   if (inference_.infer(shapes).ok()) return ok_status();
   // The error again, with its context.
   Result<std::unique_ptr<ir::Graph>> again =
-      specialize_graph(portable_, shapes, key_prefix_, backends_, &memo_);
+      specialize_graph(portable_, shapes, key_prefix_, backends_);
   if (!again.ok()) return std::move(again).take_status();
   return inference_.infer(shapes);  // it starts afresh after a failure
 }

@@ -54,14 +54,10 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
 // own. An artifact's method keys its constants "<method>/<name>": compiling
 // it and loading it both pass "<method>/" (aot_compile.cpp, artifact_load.cpp),
 // so the keys a payload was compiled with are the keys it finds at load.
-// `memo` (optional) keeps what inference found across calls on one
-// `portable`: the nodes these shapes leave as they were are not inferred
-// or folded again.
 Result<std::unique_ptr<ir::Graph>> specialize_graph(const ir::Graph& portable,
                                                     const std::map<std::string, Shape>& shapes,
                                                     const std::string& key_prefix = "",
-                                                    const BackendRegistry* backends = nullptr,
-                                                    ir::InferMemo* memo = nullptr);
+                                                    const BackendRegistry* backends = nullptr);
 
 // specialize_graph for one portable graph at one signature after another,
 // each inferring again only what its shapes reach (ir::IncrementalInference)
@@ -83,14 +79,15 @@ class Specializer {
   const ir::Graph& inferred() const { return inference_.inferred(); }
   const std::vector<bool>& folded() const { return inference_.folded(); }
   Result<std::unique_ptr<ir::Graph>> prune(std::unique_ptr<ir::Graph> storage = nullptr);
-  // Nodes the last call inferred again.
+  // Nodes the last call inferred again, and the values it changed
+  // (ir::IncrementalInference::changed).
   size_t reinferred() const { return inference_.reinferred(); }
+  const std::vector<char>& changed() const { return inference_.changed(); }
 
  private:
   const ir::Graph& portable_;
   std::string key_prefix_;
   const BackendRegistry* backends_;
-  ir::InferMemo memo_;
   ir::IncrementalInference inference_;
 };
 

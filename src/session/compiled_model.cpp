@@ -483,7 +483,13 @@ Status CompiledModel::infer(const Signature& signature) {
     specializer_ = std::make_unique<Specializer>(*portable_, stored_.key_prefix, &registry_);
   Status inferred = specializer_->infer(shapes);
   if (!inferred.ok() && from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
-  return inferred;
+  if (!inferred.ok()) return inferred;
+  const std::vector<char>& changed = specializer_->changed();
+  changed_at_.resize(changed.size(), 0);
+  ++inferences_;
+  for (size_t v = 0; v < changed.size(); ++v)
+    if (changed[v]) changed_at_[v] = inferences_;
+  return ok_status();
 }
 
 // What infer() found, as a graph of its own.
@@ -519,12 +525,14 @@ std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) 
   // An artifact's stored specialisations are not shape-polymorphic.
   if (from_artifact()) return nullptr;
   std::shared_ptr<const Specialization> base;
+  uint64_t base_at = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = bases_.begin(); it != bases_.end(); ++it)
-      if (it->first == shape_key_) {
+      if (it->key == shape_key_) {
         bases_.splice(bases_.begin(), bases_, it);
-        base = it->second;
+        base = it->specialization;
+        base_at = it->inferred_at;
         break;
       }
     // A partition that could not run at these shapes is compiled for them.
@@ -533,7 +541,7 @@ std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) 
         if (!runnable_here(ep)) return nullptr;
   }
   if (base == nullptr) return nullptr;
-  return Specialization::vary(std::move(base), signature, g, live_);
+  return Specialization::vary(std::move(base), signature, g, live_, changed_at_, base_at);
 }
 
 size_t CompiledModel::max_variants() const {
@@ -665,7 +673,7 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
   if (open_blocks_ != nullptr) BP_RETURN_IF_ERROR(pin_read_in_place(*built.value()));
   if (!from_artifact() && Specialization::can_vary(*built.value())) {
     std::lock_guard<std::mutex> lock(mu_);
-    bases_.emplace_front(shape_key_, built.value());
+    bases_.push_front({shape_key_, built.value(), inferences_});
     if (bases_.size() > kPlansKept) bases_.pop_back();
   }
   return built;

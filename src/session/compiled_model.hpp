@@ -240,10 +240,20 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // empty values (the structure), and which values are live (under build_mu_).
   std::vector<int64_t> shape_key_;
   std::vector<bool> live_;
+  // Per value of the inferred graph, which call of infer() last changed it
+  // (numbered from 1; under build_mu_).
+  uint64_t inferences_ = 0;
+  std::vector<uint64_t> changed_at_;
   // Specialisations shape variants are made of, by shape_key_, most recent
-  // first (Specialization::can_vary ones only).
-  std::list<std::pair<std::vector<int64_t>, std::shared_ptr<const Specialization>>> bases_;
-  Signature building_;     // the signature being built (under build_mu_)
+  // first (Specialization::can_vary ones only), with the infer() call each
+  // was built after.
+  struct Base {
+    std::vector<int64_t> key;
+    std::shared_ptr<const Specialization> specialization;
+    uint64_t inferred_at;
+  };
+  std::list<Base> bases_;
+  Signature building_;  // the signature being built (under build_mu_)
   // Shape-polymorphic partitions that could not run at a signature
   // (respecialize): compiled for its shapes there. Bounded; oldest first.
   std::deque<std::pair<Signature, const ExecutablePartition*>> unrunnable_;

@@ -52,12 +52,16 @@ bool Specialization::can_vary(const Specialization& base) {
 
 std::shared_ptr<Specialization> Specialization::vary(std::shared_ptr<const Specialization> base,
                                                      Signature signature, const ir::Graph& inferred,
-                                                     const std::vector<bool>& live) {
+                                                     const std::vector<bool>& live,
+                                                     const std::vector<uint64_t>& changed_at,
+                                                     uint64_t base_at) {
   const ir::Graph& g = *base->graph_;
-  if (inferred.values.size() != g.values.size() || live.size() != g.values.size()) return nullptr;
+  if (inferred.values.size() != g.values.size() || live.size() != g.values.size() ||
+      changed_at.size() != g.values.size())
+    return nullptr;
   std::shared_ptr<Specialization> s(new Specialization());
   for (size_t i = 0; i < g.values.size(); ++i) {
-    if (!live[i]) continue;
+    if (!live[i] || changed_at[i] <= base_at) continue;
     const int v = static_cast<int>(i);
     const ir::Value& was = g.values[i];
     const ir::Value& now = inferred.values[i];

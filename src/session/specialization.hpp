@@ -75,11 +75,16 @@ class Specialization {
   // graph as shape inference left it at these shapes, before pruning, with
   // the value ids of base's graph; `live` says which of its values the
   // pruned graph keeps (ir::Graph::kept_nodes), the same as for base's.
+  // `changed_at` numbers, per value, the last inference that changed it, and
+  // `base_at` the inference base's graph came from: a value changed no later
+  // than that is as in base's graph and is not compared again.
   // Null if a live value differs from base's in more than its shape or a
   // folded constant's value (a dtype, a shape that is not static).
   static std::shared_ptr<Specialization> vary(std::shared_ptr<const Specialization> base,
                                               Signature signature, const ir::Graph& inferred,
-                                              const std::vector<bool>& live);
+                                              const std::vector<bool>& live,
+                                              const std::vector<uint64_t>& changed_at,
+                                              uint64_t base_at);
 
   const Signature& signature() const { return signature_; }
   // Node and value ids, names, dtypes: shapes are shape(v)'s, constants constant(v)'s.

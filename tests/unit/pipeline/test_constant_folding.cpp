@@ -200,11 +200,9 @@ TEST(ConstantFolding, ModelNeedingAnOpTheOldEvaluatorLackedLoadsAndRuns) {
 
 // A graph whose shape arithmetic folds differently per signature: Shape ->
 // Gather -> Unsqueeze -> Concat -> Reshape (small int64 constants), and a
-// ConstantOfShape of the input's shape (a large folded constant, named in a
-// memo key by its address), beside nodes no signature changes (a Mul by a
-// weight). Each signature inferred on a fresh copy through one InferMemo
-// must give exactly what inference without it gives.
-bt::ModelBuilder memo_model() {
+// ConstantOfShape of the input's shape (a large folded constant), beside
+// nodes no signature changes (a Mul by a weight).
+bt::ModelBuilder shape_arithmetic_model() {
   bt::ModelBuilder b(13);
   b.input("x", {"b", "n"});
   b.random_weight("w", {1, 1});
@@ -242,59 +240,6 @@ void expect_same_graph(const ir::Graph& a, const ir::Graph& b, const std::string
   }
 }
 
-TEST(ConstantFolding, InferMemoGivesWhatInferenceGivesForEverySignature) {
-  auto portable = import(memo_model());
-  ASSERT_TRUE(portable.ok()) << portable.status().message();
-  ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
-  ir::InferMemo memo;
-  CountingEvaluator counting;
-  const std::vector<Shape> signatures = {{1, 8}, {1, 100}, {1, 8}, {2, 100}, {3, 8}, {1, 100}};
-  for (const Shape& sig : signatures) {
-    const std::string at = shape_to_string(sig);
-    ir::Graph plain = *portable;
-    ASSERT_TRUE(ir::infer_shapes(plain, {{"x", sig}}, infer_options()).ok()) << at;
-    ir::Graph memoized = *portable;
-    ir::InferOptions options = infer_options();
-    options.memo = &memo;
-    options.evaluator = &counting;
-    const int calls_before = counting.calls.load();
-    const ir::InferMemo::Stats before = memo.stats();
-    ASSERT_TRUE(ir::infer_shapes(memoized, {{"x", sig}}, options).ok()) << at;
-    expect_same_graph(plain, memoized, at);
-    const ir::InferMemo::Stats after = memo.stats();
-    if (&sig == &signatures[2]) {
-      // [1,8] again: every node remembered, nothing evaluated.
-      EXPECT_EQ(after.misses, before.misses) << at;
-      EXPECT_EQ(counting.calls.load(), calls_before) << at;
-    }
-    if (&sig == &signatures[4]) {
-      // [3,8]: n is 8 as in [1,8], b new: the Mul and the shape arithmetic
-      // on n are remembered; what depends on b (Shape, ConstantOfShape, ...)
-      // is not.
-      EXPECT_GT(after.hits, before.hits) << at;
-      EXPECT_GT(after.misses, before.misses) << at;
-    }
-  }
-}
-
-// A remembered result is found by the inputs' values, not only their
-// shapes: two signatures whose shape arithmetic has the same shapes but
-// other values fold to other constants.
-TEST(ConstantFolding, InferMemoTellsFoldedValuesApart) {
-  auto portable = import(memo_model());
-  ASSERT_TRUE(portable.ok());
-  ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
-  ir::InferMemo memo(1);  // one result per node: every new signature replaces it
-  ir::InferOptions options = infer_options();
-  options.memo = &memo;
-  for (const Shape& sig : std::vector<Shape>{{1, 5}, {1, 6}, {1, 5}}) {
-    ir::Graph g = *portable;
-    ASSERT_TRUE(ir::infer_shapes(g, {{"x", sig}}, options).ok());
-    EXPECT_EQ(constant_values<int64_t>(g, "target"), (std::vector<int64_t>{-1, sig[1]}));
-    EXPECT_EQ(g.values[g.find_value("y")].shape, (Shape{sig[0] * sig[1] / sig[1], sig[1]}));
-  }
-}
-
 // Everything a specialised graph is: the digest (nodes, values, constant
 // keys) and every constant's bytes under its key.
 void expect_same_specialization(const ir::Graph& want, const ir::Graph& got,
@@ -318,7 +263,7 @@ void expect_same_specialization(const ir::Graph& want, const ir::Graph& got,
 // invalid between valid ones, each result's storage handed to the next
 // call: every graph equals specialize_graph's, and every error its error.
 TEST(Specializer, GivesWhatSpecializeGraphGivesForEverySignature) {
-  auto portable = import(memo_model());
+  auto portable = import(shape_arithmetic_model());
   ASSERT_TRUE(portable.ok()) << portable.status().message();
   ASSERT_TRUE(ir::fold_constants(*portable, infer_options()).ok());
   Specializer specializer(*portable, "m/", nullptr);

@@ -385,16 +385,19 @@ inline ArenaPlan plan_arena(const std::vector<ArenaTensor>& tensors, size_t alig
       fit->size -= size;
       if (fit->size == 0) free_list.erase(fit);
     }
+    // Taking bytes off the front of a block keeps the list sorted and
+    // merged: only a step that frees something changes it.
+    if (ending[s].empty()) continue;
     for (size_t t : ending[s]) free_list.push_back({plan.offsets[t], rounded(tensors[t].size)});
     std::sort(free_list.begin(), free_list.end(),
               [](const Block& a, const Block& b) { return a.offset < b.offset; });
-    std::vector<Block> merged;
+    size_t kept = 0;
     for (const Block& b : free_list) {
-      if (!merged.empty() && merged.back().offset + merged.back().size == b.offset)
-        merged.back().size += b.size;
-      else merged.push_back(b);
+      if (kept > 0 && free_list[kept - 1].offset + free_list[kept - 1].size == b.offset)
+        free_list[kept - 1].size += b.size;
+      else free_list[kept++] = b;
     }
-    free_list = std::move(merged);
+    free_list.resize(kept);
   }
   return plan;
 }
@@ -698,7 +701,9 @@ class ShapedView {
  public:
   // shapes[v] (its rank entries) for every value of `view`.
   ShapedView(const bp_graph_view_t& view, std::vector<std::vector<int64_t>> shapes)
-      : view_(view), shapes_(std::move(shapes)), values_(view.values, view.values + view.num_values) {
+      : view_(view),
+        shapes_(std::move(shapes)),
+        values_(view.values, view.values + view.num_values) {
     if (shapes_.size() != values_.size())
       throw Error(BP_STATUS_INTERNAL, "ShapedView: one shape per value expected");
     for (size_t v = 0; v < values_.size(); ++v) {
@@ -867,7 +872,8 @@ class ExecuteArgs {
   // clock_ns() and report it with profile_node().
   bool profiling() const {
     return BP_HAS_FIELD(bp_execute_args_t, profile, args_.struct_size) &&
-           args_.profile != nullptr && BP_HAS_FIELD(bp_host_api_t, profile_node, host_->struct_size);
+           args_.profile != nullptr &&
+           BP_HAS_FIELD(bp_host_api_t, profile_node, host_->struct_size);
   }
   uint64_t clock_ns() const { return host_->clock_ns(); }
   // Work of node `node` of the view (BP_PROFILE_NO_NODE: of no one node)

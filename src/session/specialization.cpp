@@ -131,20 +131,29 @@ Status Specialization::compile(const Planner& planner, const BuildOptions& optio
 }
 
 void Specialization::plan_shapes() {
-  // Every value's shape, per partition, for execute_shaped.
+  // Every value's shape, per partition, for execute_shaped (a variant's
+  // changed shapes looked up by value here, not searched for at each use).
+  std::vector<const Shape*> changed(shapes_changed_.empty() ? 0 : graph_->values.size(), nullptr);
+  for (const auto& [v, dims] : shapes_changed_) changed[v] = &dims;
+  auto shape_here = [&](int v) -> const Shape& {
+    return changed.empty() || changed[v] == nullptr ? graph_->values[v].shape : *changed[v];
+  };
   shapes_.reserve(executable().size());
   for (const auto& ep : executable()) {
     PartitionShapes ps;
     ps.values.reserve(ep->view->value_ids().size());
     for (int v : ep->view->value_ids()) {
-      const Shape& dims = shape(v);
+      const Shape& dims = shape_here(v);
       ps.values.push_back(bp_shape_t{dims.size(), dims.empty() ? nullptr : dims.data()});
     }
     shapes_.push_back(std::move(ps));
   }
   const Specialization& c = core();
-  memory_ = plan_memory(*graph_, c.executable_, c.space_of_, c.steps_,
-                        [this](int v) { return value_bytes(v); });
+  memory_ = plan_memory(*graph_, c.executable_, c.space_of_, c.steps_, [&](int v) -> size_t {
+    const ir::Value& value = graph_->values[v];
+    if (!value.shape_is_static()) return 0;  // as value_bytes
+    return static_cast<size_t>(shape_numel(shape_here(v))) * dtype_size(value.dtype);
+  });
   describe_outputs();
 }
 

@@ -170,8 +170,8 @@ dnnl::primitive_attr Lowering::product_attr(const INode& n, std::string* key) co
 // The sums follow the weights (as padded) in the buffer, the signed
 // source's first, one int32 per index of the masked dims as padded. A wrong one throws, and the
 // group runs as its float operators.
-void Lowering::check_compensation(int ref, const std::vector<int64_t>& sums,
-                                  const Dims& channels, int first_dim) {
+void Lowering::check_compensation(int ref, const std::vector<int64_t>& sums, const Dims& channels,
+                                  int first_dim) {
   const dnnl::memory& m = c_.refs[ref].constant;
   const memory::desc md = m.get_desc();
   const dnnl_memory_extra_desc_t& extra = md.data.extra;
@@ -179,8 +179,7 @@ void Lowering::check_compensation(int ref, const std::vector<int64_t>& sums,
   const bool zero = (extra.flags & dnnl_memory_extra_flag_compensation_conv_asymmetric_src) != 0;
   if (!s8s8 && !zero) return;
   // Weights halved for CPUs without VNNI: the sums are of those.
-  if ((extra.flags & dnnl_memory_extra_flag_scale_adjust) != 0 && extra.scale_adjust != 1.f)
-    return;
+  if ((extra.flags & dnnl_memory_extra_flag_scale_adjust) != 0 && extra.scale_adjust != 1.f) return;
   // Where channel c's sum is in a compensation of mask `mask`, and how many
   // it holds: c's index along each channel dim (row-major over `channels`,
   // dims first_dim on), row-major over the masked dims as padded.
@@ -226,8 +225,7 @@ void Lowering::add_qwindow_step(const INode& n, dnnl::primitive prim,
   const int src = b_.as_md(ref_of(q.x), pd.query_md(dnnl::query::src_md));
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wref}};
   if (!q.bias.empty())
-    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(),
-                                                tagged("qbias", n.node))});
+    args.push_back({DNNL_ARG_BIAS, b_.const_ref(bias_md, q.bias.data(), tagged("qbias", n.node))});
   add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
 }
 
@@ -244,10 +242,10 @@ void Lowering::lower_qconv(const INode& n) {
     return memory::desc(to_dims(d), t, memory::format_tag::any);
   };
   const memory::desc bias_md = q.bias.empty() ? memory::desc() : plain_md({ws[0]});
-  dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_inference, algorithm::convolution_direct, md(xs, src_dt),
-      md(wdims, memory::data_type::s8), bias_md, md(ys, dst_dt), w.strides, w.dilation, w.pad_l,
-      w.pad_r);
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                    algorithm::convolution_direct, md(xs, src_dt),
+                                    md(wdims, memory::data_type::s8), bias_md, md(ys, dst_dt),
+                                    w.strides, w.dilation, w.pad_l, w.pad_r);
   std::string key;
   const dnnl::primitive_attr attr = product_attr(n, &key);
   dnnl::primitive prim;
@@ -282,20 +280,23 @@ void Lowering::lower_qdeconv(const INode& n) {
   dnnl::deconvolution_forward::desc d(
       dnnl::prop_kind::forward_inference, algorithm::deconvolution_direct,
       md(to_dims(xs), data_type(g_.values[q.x].dtype)), md(wdims, memory::data_type::s8), bias_md,
-      md(to_dims(ys), data_type(g_.values[n.out].dtype)), w.strides, w.dilation, w.pad_l,
-      w.pad_r);
+      md(to_dims(ys), data_type(g_.values[n.out].dtype)), w.strides, w.dilation, w.pad_l, w.pad_r);
   std::string key;
   const dnnl::primitive_attr attr = product_attr(n, &key);
   // oneDNN 2.6's int8 1x1 deconvolution over groups reads out of bounds
-  // with a logistic post-op for some channel counts (8 or 24 of 32 input
-  // channels a group, among others): such a group runs in float.
-  const auto logistic = [](const PostOp& p) { return p.alg == algorithm::eltwise_logistic; };
-  if (group > 1 && std::any_of(n.post.begin(), n.post.end(), logistic)) {
+  // with an activation post-op (a logistic or a clip, at 8 or 24 of 32
+  // input channels a group, among others, and at 8 of 8): such a group
+  // runs in float. The linear post-op of requantization alone is safe.
+  const auto activation = [](const PostOp& p) {
+    return p.kind == PostOp::kEltwise && p.alg != algorithm::eltwise_linear &&
+           p.alg != algorithm::eltwise_round;
+  };
+  if (group > 1 && std::any_of(n.post.begin(), n.post.end(), activation)) {
     const std::string impl =
         dnnl::deconvolution_forward::primitive_desc(d, attr, engine()).impl_info_str();
     if (impl.rfind("jit_int8_1x1", 0) == 0)
       throw sdk::unsupported("oneDNN's " + impl +
-                             " deconvolution fails over groups with a Sigmoid after it");
+                             " deconvolution fails over groups with an activation after it");
   }
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::deconvolution_forward>(d, attr, key, &prim);
@@ -576,8 +577,8 @@ void Lowering::lower_qadd(const INode& n) {
   auto pd = b_.make<dnnl::binary>(d, attr, key, &prim);
   std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}};
   if (offset != 0.f)
-    args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                    b_.const_ref(offset_md, &offset)});
+    args.push_back(
+        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, b_.const_ref(offset_md, &offset)});
   add_step_to_new(n.out, prim, std::move(args), pd, g_.describe(n.node) + " (int8)");
 }
 

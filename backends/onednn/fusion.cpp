@@ -7,8 +7,10 @@
 #include "onednn/support.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <set>
@@ -449,9 +451,8 @@ std::optional<std::vector<PostOp>> quantized_tail(ViewInfo& g, const FusedGraph&
 // through Relu/Clip and be quantized again, those too. Sets q's output
 // fields, the post-ops that make the group's int8 result from its float
 // one divided by q.out_scale, and the INodes it absorbs (`chain`).
-bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_acts,
-                      QuantGroup& q, std::vector<PostOp>& post, std::vector<int>& chain,
-                      std::string* why) {
+bool quantized_output(ViewInfo& g, const FusedGraph& f, int value, bool float_acts, QuantGroup& q,
+                      std::vector<PostOp>& post, std::vector<int>& chain, std::string* why) {
   // Activations up to the QuantizeLinear.
   int cur = value;
   QuantSpec yq;
@@ -791,8 +792,8 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   if (mul < 0 || f.nodes[mul].op != "Mul" || f.nodes[mul].dead || f.nodes[mul].group >= 0 ||
       f.nodes[mul].in.size() != 2)
     return false;
-  const int prod = f.nodes[mul].in[0] == f.nodes[cast].out ? f.nodes[mul].in[1]
-                                                           : f.nodes[mul].in[0];
+  const int prod =
+      f.nodes[mul].in[0] == f.nodes[cast].out ? f.nodes[mul].in[1] : f.nodes[mul].in[0];
   const int p = prod >= 0 ? g.values[prod].producer : -1;
   if (p < 0 || f.nodes[p].op != "Mul" || f.nodes[p].dead || f.nodes[p].group >= 0 ||
       g.only_consumer(prod) != mul || f.nodes[p].in.size() != 2 || g.only_consumer(xs) != p)
@@ -830,8 +831,8 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
       f.nodes[add].in.size() == 2 && g.shape(f.nodes[add].out) == g.shape(m.out)) {
     const int b = f.nodes[add].in[0] == m.out ? f.nodes[add].in[1] : f.nodes[add].in[0];
     const Dims& bs = g.shape(b);
-    if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32 &&
-        sdk::element_count(bs) == cols && !bs.empty() && bs.back() == cols) {
+    if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32 && sdk::element_count(bs) == cols &&
+        !bs.empty() && bs.back() == cols) {
       const float* bv = g.f32(b);
       q->bias.assign(bv, bv + cols);
       f.nodes[add].group = n;
@@ -856,70 +857,144 @@ float reference_sigmoid(float x) {
 // The operators a table may stand for: elementwise on float, one result.
 bool tabulable(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Identity",
-      "Add", "Sub", "Mul", "Div", "QuantizeLinear", "DequantizeLinear"};
+      "Sigmoid",  "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid",    "HardSwish",
+      "Identity", "Add",  "Sub",  "Mul",       "Div",  "QuantizeLinear", "DequantizeLinear"};
   return ops.count(op) > 0;
 }
 
-// Node k's result from its operands' (`val`: value -> float; an integer
-// for the quantized ones), as CpuRef computes it; nullopt if it cannot.
-std::optional<float> tabulate(ViewInfo& g, const INode& k, const std::map<int, float>& val) {
-  auto in = [&](size_t i) -> std::optional<float> {
+// What a node of a table computes, read once for the table's 256 bytes:
+// its operator, its operands (a value the table computes, or a constant
+// scalar) and its attributes.
+struct TabStep {
+  enum Kind {
+    kDequantize,
+    kQuantize,
+    kSigmoid,
+    kTanh,
+    kRelu,
+    kIdentity,
+    kLeakyRelu,
+    kHardSigmoid,
+    kHardSwish,
+    kClip,
+    kAdd,
+    kSub,
+    kMul,
+    kDiv
+  } kind = kIdentity;
+  int out = -1;
+  int operand[2] = {-1, -1};       // values the table computes
+  float constant[2] = {0.f, 0.f};  // the operand where it is a constant
+  float a = 0.f, b = 0.f;          // alpha and beta; Clip's bounds
+  QuantSpec q;                     // a QuantizeLinear's or DequantizeLinear's
+};
+
+// Node k as a TabStep; nullopt if a table cannot compute it (an operand
+// neither computed in the table, `computed`, nor a constant scalar).
+std::optional<TabStep> tab_step(ViewInfo& g, const INode& k, const std::set<int>& computed) {
+  static const std::map<std::string, TabStep::Kind> kinds = {
+      {"DequantizeLinear", TabStep::kDequantize},
+      {"QuantizeLinear", TabStep::kQuantize},
+      {"Sigmoid", TabStep::kSigmoid},
+      {"Tanh", TabStep::kTanh},
+      {"Relu", TabStep::kRelu},
+      {"Identity", TabStep::kIdentity},
+      {"LeakyRelu", TabStep::kLeakyRelu},
+      {"HardSigmoid", TabStep::kHardSigmoid},
+      {"HardSwish", TabStep::kHardSwish},
+      {"Clip", TabStep::kClip},
+      {"Add", TabStep::kAdd},
+      {"Sub", TabStep::kSub},
+      {"Mul", TabStep::kMul},
+      {"Div", TabStep::kDiv}};
+  auto kind = kinds.find(k.op);
+  if (kind == kinds.end()) return std::nullopt;
+  TabStep t;
+  t.kind = kind->second;
+  t.out = k.out;
+  const bool binary = t.kind >= TabStep::kAdd;
+  for (size_t i = 0; i < (binary ? 2u : 1u); ++i) {
     if (i >= k.in.size() || k.in[i] < 0) return std::nullopt;
-    auto it = val.find(k.in[i]);
-    if (it != val.end()) return it->second;
-    return g.scalar(k.in[i]);
-  };
-  const std::optional<float> x = in(0);
-  if (!x) return std::nullopt;
-  const std::string& op = k.op;
-  sdk::NodeRef node = g.node(k.node);
-  if (op == "DequantizeLinear" || op == "QuantizeLinear") {
-    QuantSpec q;
-    if (!per_tensor_spec(g, k.node, &q)) return std::nullopt;
-    const float s = q.scales[0], z = static_cast<float>(q.zero_point);
-    if (op == "DequantizeLinear") return (*x - z) * s;
-    const double lo = q.quantized == BP_DTYPE_INT8 ? -128.0 : 0.0;
-    const double hi = q.quantized == BP_DTYPE_INT8 ? 127.0 : 255.0;
-    const double v = static_cast<double>(*x / s);
-    const double r = std::isnan(v) ? 0.0 : std::nearbyint(v);
-    return static_cast<float>(std::clamp(r + z, lo, hi));
-  }
-  if (op == "Sigmoid") return reference_sigmoid(*x);
-  if (op == "Tanh") return std::tanh(*x);
-  if (op == "Relu") return *x > 0 ? *x : 0.f;
-  if (op == "Identity") return *x;
-  if (op == "LeakyRelu") return *x >= 0 ? *x : node.attr_float("alpha", 0.01f) * *x;
-  if (op == "HardSigmoid")
-    return std::fmax(0.f, std::fmin(1.f, node.attr_float("alpha", 0.2f) * *x +
-                                             node.attr_float("beta", 0.5f)));
-  if (op == "HardSwish") return *x * std::fmax(0.f, std::fmin(1.f, *x / 6.f + 0.5f));
-  if (op == "Clip") {
-    float lo = -kInf, hi = kInf;
-    if (node.opset() < 11) {
-      lo = node.attr_float("min", -kInf);
-      hi = node.attr_float("max", kInf);
-    } else {
-      if (k.in.size() > 1 && k.in[1] >= 0) {
-        const std::optional<float> v = g.scalar(k.in[1]);
-        if (!v) return std::nullopt;
-        lo = *v;
-      }
-      if (k.in.size() > 2 && k.in[2] >= 0) {
-        const std::optional<float> v = g.scalar(k.in[2]);
-        if (!v) return std::nullopt;
-        hi = *v;
-      }
+    if (computed.count(k.in[i])) {
+      t.operand[i] = k.in[i];
+      continue;
     }
-    return std::min(std::max(*x, lo), hi);
+    const std::optional<float> c = g.scalar(k.in[i]);
+    if (!c) return std::nullopt;
+    t.constant[i] = *c;
   }
-  const std::optional<float> y = in(1);
-  if (!y) return std::nullopt;
-  if (op == "Add") return *x + *y;
-  if (op == "Sub") return *x - *y;
-  if (op == "Mul") return *x * *y;
-  if (op == "Div") return *x / *y;
-  return std::nullopt;
+  sdk::NodeRef node = g.node(k.node);
+  switch (t.kind) {
+    case TabStep::kDequantize:
+    case TabStep::kQuantize:
+      if (!per_tensor_spec(g, k.node, &t.q)) return std::nullopt;
+      break;
+    case TabStep::kLeakyRelu:
+      t.a = node.attr_float("alpha", 0.01f);
+      break;
+    case TabStep::kHardSigmoid:
+      t.a = node.attr_float("alpha", 0.2f);
+      t.b = node.attr_float("beta", 0.5f);
+      break;
+    case TabStep::kClip:
+      t.a = -kInf, t.b = kInf;
+      if (node.opset() < 11) {
+        t.a = node.attr_float("min", -kInf);
+        t.b = node.attr_float("max", kInf);
+        break;
+      }
+      for (size_t i = 1; i < 3; ++i) {
+        if (k.in.size() <= i || k.in[i] < 0) continue;
+        const std::optional<float> v = g.scalar(k.in[i]);
+        if (!v) return std::nullopt;
+        (i == 1 ? t.a : t.b) = *v;
+      }
+      break;
+    default:
+      break;
+  }
+  return t;
+}
+
+// Step t at operands x and y, as CpuRef computes it (an integer for the
+// quantized values).
+float tabulate(const TabStep& t, float x, float y) {
+  switch (t.kind) {
+    case TabStep::kDequantize:
+      return (x - static_cast<float>(t.q.zero_point)) * t.q.scales[0];
+    case TabStep::kQuantize: {
+      const double lo = t.q.quantized == BP_DTYPE_INT8 ? -128.0 : 0.0;
+      const double hi = t.q.quantized == BP_DTYPE_INT8 ? 127.0 : 255.0;
+      const double v = static_cast<double>(x / t.q.scales[0]);
+      const double r = std::isnan(v) ? 0.0 : std::nearbyint(v);
+      return static_cast<float>(std::clamp(r + t.q.zero_point, lo, hi));
+    }
+    case TabStep::kSigmoid:
+      return reference_sigmoid(x);
+    case TabStep::kTanh:
+      return std::tanh(x);
+    case TabStep::kRelu:
+      return x > 0 ? x : 0.f;
+    case TabStep::kIdentity:
+      return x;
+    case TabStep::kLeakyRelu:
+      return x >= 0 ? x : t.a * x;
+    case TabStep::kHardSigmoid:
+      return std::fmax(0.f, std::fmin(1.f, t.a * x + t.b));
+    case TabStep::kHardSwish:
+      return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
+    case TabStep::kClip:
+      return std::min(std::max(x, t.a), t.b);
+    case TabStep::kAdd:
+      return x + y;
+    case TabStep::kSub:
+      return x - y;
+    case TabStep::kMul:
+      return x * y;
+    case TabStep::kDiv:
+      return x / y;
+  }
+  return x;
 }
 
 // Makes QuantizeLinear INode n a table (QuantGroup::table) when what it
@@ -991,20 +1066,38 @@ bool table_group(ViewInfo& g, FusedGraph& f, int n) {
     if (g.num_out(f.nodes[k].node) != 1) return false;
   }
   if (!computes) return false;
+  // The region's nodes in the view's order (topological), read once for
+  // the 256 bytes; computed[v]: the slot of value v's result.
+  std::set<int> computed = {source};
+  std::vector<TabStep> steps;
+  for (int k : region) {
+    std::optional<TabStep> t = tab_step(g, f.nodes[k], computed);
+    if (!t) return false;
+    steps.push_back(*t);
+    computed.insert(t->out);
+  }
+  std::map<int, size_t> slot;
+  slot[source] = 0;
+  for (size_t i = 0; i < steps.size(); ++i) slot[steps[i].out] = i + 1;
+  auto at = [&](int v) { return v < 0 ? SIZE_MAX : slot.at(v); };
+  std::vector<std::array<size_t, 2>> reads;
+  for (const TabStep& t : steps) reads.push_back({at(t.operand[0]), at(t.operand[1])});
+  const size_t result = slot.at(m.out);
   std::vector<uint8_t> table(256);
+  std::vector<float> val(steps.size() + 1);
   for (int byte = 0; byte < 256; ++byte) {
-    std::map<int, float> val;
-    val[source] = st == BP_DTYPE_INT8 ? static_cast<float>(static_cast<int8_t>(byte))
-                                      : static_cast<float>(byte);
-    for (int k : region) {  // node order is the view's, topological
-      const std::optional<float> r = tabulate(g, f.nodes[k], val);
-      if (!r) return false;
-      val[f.nodes[k].out] = *r;
+    val[0] = st == BP_DTYPE_INT8 ? static_cast<float>(static_cast<int8_t>(byte))
+                                 : static_cast<float>(byte);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const TabStep& t = steps[i];
+      const float x = reads[i][0] == SIZE_MAX ? t.constant[0] : val[reads[i][0]];
+      const float y = reads[i][1] == SIZE_MAX ? t.constant[1] : val[reads[i][1]];
+      val[i + 1] = tabulate(t, x, y);
     }
-    const float y = val[m.out];
-    table[static_cast<size_t>(byte)] =
-        yq.quantized == BP_DTYPE_INT8 ? static_cast<uint8_t>(static_cast<int8_t>(y))
-                                      : static_cast<uint8_t>(y);
+    const float y = val[result];
+    table[static_cast<size_t>(byte)] = yq.quantized == BP_DTYPE_INT8
+                                           ? static_cast<uint8_t>(static_cast<int8_t>(y))
+                                           : static_cast<uint8_t>(y);
   }
   auto q = std::make_shared<QuantGroup>();
   q->x = source;
@@ -1436,9 +1529,10 @@ std::string group_kind(const INode& m) {
 // The operators some int8 group starts from (tables aside).
 bool has_int8_group(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul",
-      "MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool",
-      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat"};
+      "Conv",    "ConvTranspose", "Gemm",          "MatMul",      "Add",
+      "Mul",     "MaxPool",       "GlobalMaxPool", "AveragePool", "GlobalAveragePool",
+      "Reshape", "Flatten",       "Squeeze",       "Unsqueeze",   "Transpose",
+      "Concat"};
   return ops.count(op) > 0;
 }
 
@@ -1455,8 +1549,8 @@ std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
     const std::string kind = group_kind(m);
     auto mark = [&](int v) {
       int8[v] = true;
-      notes[v] = v == m.node ? "int8 " + kind
-                             : "int8, in the " + kind + " of '" + name(m.node) + "'";
+      notes[v] =
+          v == m.node ? "int8 " + kind : "int8, in the " + kind + " of '" + name(m.node) + "'";
     };
     for (int v : m.covers) mark(v);
     for (int d : m.quant->dequantize)  // with those of constants, dequantized when compiled
@@ -1497,8 +1591,9 @@ std::vector<std::string> quant_notes(const ViewInfo& g, const FusedGraph& f,
     } else if (has_int8_group(m.op)) {
       why = "it does not fit an int8 group (docs/numerics.md, Quantized models)";
     } else if (tabulable(m.op)) {
-      why = "it is not in a table (a QuantizeLinear of an elementwise function of one "
-            "quantized tensor)";
+      why =
+          "it is not in a table (a QuantizeLinear of an elementwise function of one "
+          "quantized tensor)";
     } else {
       why = "CpuOneDnn has no int8 form of " + m.op;
     }

@@ -101,6 +101,9 @@ class IncrementalInference {
   // constant value (every value a node makes, and every input, after a call
   // that started afresh); value ids as in inferred().
   const std::vector<char>& changed() const;
+  // Whether the last successful call folded a node the call before did not,
+  // or the reverse (always after a call that started afresh).
+  bool folding_changed() const;
   // What the last successful call found, before prune_into: the graph
   // sorted, every value as inferred (value ids as in prune_into's result),
   // folded nodes kept, and which nodes are folded. Valid until the next call.

@@ -567,6 +567,7 @@ struct IncrementalInference::State {
   std::vector<char> changed;             // per value, this call
   std::vector<const OpSchema*> schemas;  // per node of g, once found
   size_t reinferred = 0;
+  bool folding_changed = true;
 
   State(const Graph& graph, const InferOptions& o) : source(graph), options(resolved(o)) {}
 
@@ -617,8 +618,10 @@ struct IncrementalInference::State {
       value.has_shape = false;
       value.shape.clear();
     }
+    const bool was_folded = folded[i];
     folded[i] = false;
     BP_RETURN_IF_ERROR(infer_node(g, options, i, declared, folded));
+    if (folded[i] != was_folded) folding_changed = true;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       const int v = node.outputs[k];
       if (v < 0) continue;
@@ -650,6 +653,7 @@ struct IncrementalInference::State {
       if (!inferred || g.values[g.inputs[k]].shape != last[k]) changed[g.inputs[k]] = 1;
 
     reinferred = 0;
+    folding_changed = !inferred;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       bool reached = !inferred;
       for (int v : g.nodes[i].inputs)
@@ -695,6 +699,8 @@ void IncrementalInference::prune_into(
 size_t IncrementalInference::reinferred() const { return s_->reinferred; }
 
 const std::vector<char>& IncrementalInference::changed() const { return s_->changed; }
+
+bool IncrementalInference::folding_changed() const { return s_->folding_changed; }
 
 const Graph& IncrementalInference::inferred() const { return s_->g; }
 

@@ -83,6 +83,7 @@ class Specializer {
   // (ir::IncrementalInference::changed).
   size_t reinferred() const { return inference_.reinferred(); }
   const std::vector<char>& changed() const { return inference_.changed(); }
+  bool folding_changed() const { return inference_.folding_changed(); }
 
  private:
   const ir::Graph& portable_;

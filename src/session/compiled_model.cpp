@@ -515,13 +515,25 @@ std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) 
   // commonly refuse empty tensors, e.g. a decoder's first step with no cache
   // yet, which must not decide the plan of every later step).
   const ir::Graph& g = specializer_->inferred();
-  const std::vector<size_t> kept = ir::Graph::kept_nodes(g, specializer_->folded(), &live_);
-  shape_key_.assign(kept.begin(), kept.end());
-  shape_key_.push_back(-1);
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (live_[v] && g.values[v].has_shape && !g.values[v].is_constant() &&
-        shape_numel(g.values[v].shape) == 0)
-      shape_key_.push_back(static_cast<int64_t>(v));
+  auto empty = [&](size_t v) {
+    return live_[v] && g.values[v].has_shape && !g.values[v].is_constant() &&
+           shape_numel(g.values[v].shape) == 0;
+  };
+  // The last call's structure stands when folding is as it was, no value was
+  // empty then and none of those inferred again is now (a decoder's next
+  // token, usually).
+  const std::vector<char>& changed = specializer_->changed();
+  bool same = !specializer_->folding_changed() && !shape_key_.empty() && shape_key_.back() == -1 &&
+              live_.size() == g.values.size();
+  for (size_t v = 0; same && v < g.values.size(); ++v)
+    if (changed[v] && empty(v)) same = false;
+  if (!same) {
+    const std::vector<size_t> kept = ir::Graph::kept_nodes(g, specializer_->folded(), &live_);
+    shape_key_.assign(kept.begin(), kept.end());
+    shape_key_.push_back(-1);
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (empty(v)) shape_key_.push_back(static_cast<int64_t>(v));
+  }
   // An artifact's stored specialisations are not shape-polymorphic.
   if (from_artifact()) return nullptr;
   std::shared_ptr<const Specialization> base;

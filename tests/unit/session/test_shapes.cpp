@@ -352,6 +352,58 @@ TEST_P(ShapeVariants, ALoopOverFortyLengthsIsKeptAndEachLengthUsesItsOwnConstant
   EXPECT_EQ(stats.cached, static_cast<size_t>(kLengths));
 }
 
+// Two inputs whose lengths change apart: y = x * n (n folded from x's
+// shape), z = p + Range(0, m) (m folded from p's). A variant compares with
+// its base only what inference changed since the base was built; a length
+// that changes and changes back, while the other moves, must still give each
+// output its own shape and constants.
+TEST_P(ShapeVariants, TwoInputsThatChangeApartAndBackKeepTheirOwnShapesAndConstants) {
+  bt::ModelBuilder b;
+  b.input("x", {1, "n", kHidden});
+  b.input("p", {1, "m", kHidden});
+  b.init_i64("one", {}, {1});
+  b.init_i64("zero", {}, {0});
+  b.init_i64("axes", {2}, {0, 2});
+  b.node("Shape", {"x"}, {"x_shape"});
+  bt::set_int(b.node("Gather", {"x_shape", "one"}, {"n_len"}), "axis", 0);
+  bt::set_int(b.node("Cast", {"n_len"}, {"n_f"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"x", "n_f"}, {"y"});
+  b.node("Shape", {"p"}, {"p_shape"});
+  bt::set_int(b.node("Gather", {"p_shape", "one"}, {"m_len"}), "axis", 0);
+  b.node("Range", {"zero", "m_len", "one"}, {"positions_i"});
+  bt::set_int(b.node("Cast", {"positions_i"}, {"positions"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Unsqueeze", {"positions", "axes"}, {"positions3"});
+  b.node("Add", {"p", "positions3"}, {"z"});
+  b.output("y", {1, "n", kHidden});
+  b.output("z", {1, "m", kHidden});
+  bt::TempDir dir;
+  ModelOptions mo;
+  mo.backends = GetParam();
+  auto model = runtime()->load_model(b.save(dir), mo);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto session = (*model)->create_session();
+  ASSERT_TRUE(session.ok());
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{2, 3}, {4, 3}, {4, 5}, {2, 5}, {2, 3},
+                                                            {6, 7}, {2, 7}, {6, 3}, {9, 9}, {2, 3}};
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    const auto [n, m] = lengths[k];
+    const std::string at = "n=" + std::to_string(n) + " m=" + std::to_string(m);
+    const Tensor x = filled({1, n, kHidden}, static_cast<uint32_t>(2 * k));
+    const Tensor p = filled({1, m, kHidden}, static_cast<uint32_t>(2 * k + 1));
+    ASSERT_TRUE((*session)->set_input("x", x).ok());
+    ASSERT_TRUE((*session)->set_input("p", p).ok());
+    Status st = (*session)->run();
+    ASSERT_TRUE(st.ok()) << at << ": " << st.message();
+    std::vector<float> y(static_cast<size_t>(x.numel())), z(static_cast<size_t>(p.numel()));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = x.data_as<float>()[i] * static_cast<float>(n);
+    for (size_t i = 0; i < z.size(); ++i)
+      z[i] = p.data_as<float>()[i] + static_cast<float>(static_cast<int64_t>(i) / kHidden);
+    expect_close((*session)->output(0), y, at + ", y");
+    expect_close((*session)->output(1), z, at + ", z");
+  }
+  EXPECT_GT((*model)->specialization_stats().variants, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ShapeVariants,
                          ::testing::Values(std::vector<std::string>{"CpuRef"},
                                            std::vector<std::string>{}),

@@ -71,6 +71,12 @@ NodeInfo make_info(const sdk::Host& host, const bp_graph_view_t& view, size_t in
                    std::vector<sdk::Weight>& held, bool read_weights = true) {
   NodeInfo info{sdk::NodeRef(&view, index), {}, {}, {}, {}, {}};
   const bp_node_t& node = view.nodes[index];
+  info.in_dtypes.reserve(node.num_inputs);
+  info.in_shapes.reserve(node.num_inputs);
+  info.in_constants.reserve(node.num_inputs);
+  info.out_dtypes.reserve(node.num_outputs);
+  info.out_shapes.reserve(node.num_outputs);
+  held.reserve(held.size() + node.num_inputs);
   for (size_t i = 0; i < node.num_inputs; ++i) {
     int32_t id = node.inputs[i];
     if (id < 0) {
@@ -431,7 +437,8 @@ class RefContext : public sdk::ExecContext {
         out[i] = steps[s].outputs[i] >= 0 ? values_[steps[s].outputs[i]] : nullptr;
       const uint64_t begin = profiled != nullptr ? profiled->clock_ns() : 0;
       steps[s].kernel->run(in.data(), out.data(), scratch_);
-      if (profiled != nullptr) profiled->profile_node(s, nullptr, nullptr, begin, profiled->clock_ns());
+      if (profiled != nullptr)
+        profiled->profile_node(s, nullptr, nullptr, begin, profiled->clock_ns());
     }
   }
 

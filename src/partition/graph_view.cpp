@@ -36,8 +36,9 @@ std::unique_ptr<GraphView> GraphView::build(const ir::Graph& graph,
       bv.flags |= BP_VALUE_CONSTANT;
       bv.data_key = value.constant_key.c_str();
     } else if (polymorphic != nullptr) {
-      v->open_shapes_.emplace_back(value.shape.size(), int64_t{-1});
-      bv.shape = v->open_shapes_.back().data();
+      v->open_shapes_.push_back(
+          std::make_unique<std::vector<int64_t>>(value.shape.size(), int64_t{-1}));
+      bv.shape = v->open_shapes_.back()->data();
     }
     int32_t id = static_cast<int32_t>(v->values_.size());
     v->values_.push_back(bv);
@@ -150,8 +151,17 @@ std::unique_ptr<GraphView> GraphView::for_node(const ir::Graph& graph, const ir:
     v->value_ids_.push_back(gv);
     return static_cast<int32_t>(v->values_.size() - 1);
   };
+  const size_t n_in = node.inputs.size(), n_out = node.outputs.size();
+  v->values_.reserve(n_in + n_out);
+  v->value_ids_.reserve(n_in + n_out);
   v->node_inputs_.resize(1);
   v->node_outputs_.resize(1);
+  v->node_inputs_[0].reserve(n_in);
+  v->node_outputs_[0].reserve(n_out);
+  v->inputs_.reserve(n_in);
+  v->input_values_.reserve(n_in);
+  v->outputs_.reserve(n_out);
+  v->output_values_.reserve(n_out);
   for (int in : node.inputs) {
     const bool view_input = in >= 0 && !graph.values[in].is_constant();
     const int32_t id = add(in, view_input ? BP_VALUE_VIEW_INPUT : 0u);

@@ -8,7 +8,6 @@
 
 #include <backplane/backend_abi.h>
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -67,7 +66,9 @@ class GraphView {
   std::vector<int32_t> inputs_, outputs_;
   std::vector<int> input_values_, output_values_;
   std::vector<int> value_ids_;
-  std::deque<std::vector<int64_t>> open_shapes_;  // the -1 dims of a polymorphic view
+  // The -1 dims of a polymorphic view, at stable addresses (a deque would
+  // allocate even for the one-node views constant folding makes).
+  std::vector<std::unique_ptr<std::vector<int64_t>>> open_shapes_;
   bool polymorphic_ = false;
 };
 

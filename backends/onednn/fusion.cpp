@@ -854,14 +854,6 @@ float reference_sigmoid(float x) {
   return e / (1.f + e);
 }
 
-// The operators a table may stand for: elementwise on float, one result.
-bool tabulable(const std::string& op) {
-  static const std::set<std::string> ops = {
-      "Sigmoid",  "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid",    "HardSwish",
-      "Identity", "Add",  "Sub",  "Mul",       "Div",  "QuantizeLinear", "DequantizeLinear"};
-  return ops.count(op) > 0;
-}
-
 // What a node of a table computes, read once for the table's 256 bytes:
 // its operator, its operands (a value the table computes, or a constant
 // scalar) and its attributes.
@@ -889,9 +881,8 @@ struct TabStep {
   QuantSpec q;                     // a QuantizeLinear's or DequantizeLinear's
 };
 
-// Node k as a TabStep; nullopt if a table cannot compute it (an operand
-// neither computed in the table, `computed`, nor a constant scalar).
-std::optional<TabStep> tab_step(ViewInfo& g, const INode& k, const std::set<int>& computed) {
+// The operators a table may stand for (elementwise on float, one result).
+const std::map<std::string, TabStep::Kind>& tab_kinds() {
   static const std::map<std::string, TabStep::Kind> kinds = {
       {"DequantizeLinear", TabStep::kDequantize},
       {"QuantizeLinear", TabStep::kQuantize},
@@ -907,6 +898,15 @@ std::optional<TabStep> tab_step(ViewInfo& g, const INode& k, const std::set<int>
       {"Sub", TabStep::kSub},
       {"Mul", TabStep::kMul},
       {"Div", TabStep::kDiv}};
+  return kinds;
+}
+
+bool tabulable(const std::string& op) { return tab_kinds().count(op) > 0; }
+
+// Node k as a TabStep; nullopt if a table cannot compute it (an operand
+// neither computed in the table, `computed`, nor a constant scalar).
+std::optional<TabStep> tab_step(ViewInfo& g, const INode& k, const std::set<int>& computed) {
+  const auto& kinds = tab_kinds();
   auto kind = kinds.find(k.op);
   if (kind == kinds.end()) return std::nullopt;
   TabStep t;

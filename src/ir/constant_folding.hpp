@@ -97,10 +97,12 @@ class IncrementalInference {
                   const std::function<std::string(const Value&)>& rename = nullptr) const;
   // How many nodes the last call inferred again (the rest kept theirs).
   size_t reinferred() const;
-  // Per value, whether the last successful call changed its dtype, shape or
-  // constant value (every value a node makes, and every input, after a call
-  // that started afresh); value ids as in inferred().
-  const std::vector<char>& changed() const;
+  // The calls of infer() so far, and per value the call (numbered from 1)
+  // that last changed its dtype, shape or constant value (every value a node
+  // makes, and every input, at a call that started afresh; 0: none did);
+  // value ids as in inferred().
+  uint64_t calls() const;
+  const std::vector<uint64_t>& changed_at() const;
   // Whether the last successful call folded a node the call before did not,
   // or the reverse (always after a call that started afresh).
   bool folding_changed() const;

@@ -564,7 +564,8 @@ struct IncrementalInference::State {
   std::vector<Value> inputs;  // the graph inputs as `source` declares them
   std::vector<Declared> declared;
   std::vector<bool> folded;
-  std::vector<char> changed;             // per value, this call
+  uint64_t calls = 0;                    // calls of infer(), this one included
+  std::vector<uint64_t> changed_at;      // per value, the call that last changed it
   std::vector<const OpSchema*> schemas;  // per node of g, once found
   size_t reinferred = 0;
   bool folding_changed = true;
@@ -582,6 +583,7 @@ struct IncrementalInference::State {
     for (int v : g.inputs) inputs.push_back(g.values[v]);
     declared = take_declared(g);
     folded.assign(g.nodes.size(), false);
+    changed_at.assign(g.values.size(), 0);
     schemas.assign(g.nodes.size(), nullptr);
     options.schemas = &schemas;
     ready = true;
@@ -633,14 +635,14 @@ struct IncrementalInference::State {
         same = now->size_bytes() == was[k].value.size_bytes() &&
                (now->data() == was[k].value.data() ||
                 std::memcmp(now->data(), was[k].value.data(), now->size_bytes()) == 0);
-      if (!same) changed[v] = 1;
+      if (!same) changed_at[v] = calls;
     }
     return ok_status();
   }
 
   Status infer(const std::map<std::string, Shape>& input_shapes) {
     if (!ready) BP_RETURN_IF_ERROR(reset());
-    changed.assign(g.values.size(), 0);
+    ++calls;
     // The inputs as declared, then given these shapes; changed if unlike the last call's.
     std::vector<Shape> last(g.inputs.size());
     for (size_t k = 0; k < g.inputs.size(); ++k) {
@@ -650,14 +652,14 @@ struct IncrementalInference::State {
     }
     BP_RETURN_IF_ERROR(resolve_inputs(g, input_shapes));
     for (size_t k = 0; k < g.inputs.size(); ++k)
-      if (!inferred || g.values[g.inputs[k]].shape != last[k]) changed[g.inputs[k]] = 1;
+      if (!inferred || g.values[g.inputs[k]].shape != last[k]) changed_at[g.inputs[k]] = calls;
 
     reinferred = 0;
     folding_changed = !inferred;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       bool reached = !inferred;
       for (int v : g.nodes[i].inputs)
-        if (v >= 0 && changed[v]) reached = true;
+        if (v >= 0 && changed_at[v] == calls) reached = true;
       if (!reached) continue;
       ++reinferred;
       BP_RETURN_IF_ERROR(reinfer(i));
@@ -698,7 +700,9 @@ void IncrementalInference::prune_into(
 
 size_t IncrementalInference::reinferred() const { return s_->reinferred; }
 
-const std::vector<char>& IncrementalInference::changed() const { return s_->changed; }
+const std::vector<uint64_t>& IncrementalInference::changed_at() const { return s_->changed_at; }
+
+uint64_t IncrementalInference::calls() const { return s_->calls; }
 
 bool IncrementalInference::folding_changed() const { return s_->folding_changed; }
 

@@ -79,10 +79,11 @@ class Specializer {
   const ir::Graph& inferred() const { return inference_.inferred(); }
   const std::vector<bool>& folded() const { return inference_.folded(); }
   Result<std::unique_ptr<ir::Graph>> prune(std::unique_ptr<ir::Graph> storage = nullptr);
-  // Nodes the last call inferred again, and the values it changed
-  // (ir::IncrementalInference::changed).
+  // Nodes the last call inferred again; which call last changed each value
+  // (ir::IncrementalInference::changed_at).
   size_t reinferred() const { return inference_.reinferred(); }
-  const std::vector<char>& changed() const { return inference_.changed(); }
+  uint64_t inferences() const { return inference_.calls(); }
+  const std::vector<uint64_t>& changed_at() const { return inference_.changed_at(); }
   bool folding_changed() const { return inference_.folding_changed(); }
 
  private:

@@ -483,13 +483,7 @@ Status CompiledModel::infer(const Signature& signature) {
     specializer_ = std::make_unique<Specializer>(*portable_, stored_.key_prefix, &registry_);
   Status inferred = specializer_->infer(shapes);
   if (!inferred.ok() && from_artifact()) BP_RETURN_IF_ERROR(verify_constants(ConstantsRead::kAll));
-  if (!inferred.ok()) return inferred;
-  const std::vector<char>& changed = specializer_->changed();
-  changed_at_.resize(changed.size(), 0);
-  ++inferences_;
-  for (size_t v = 0; v < changed.size(); ++v)
-    if (changed[v]) changed_at_[v] = inferences_;
-  return ok_status();
+  return inferred;
 }
 
 // What infer() found, as a graph of its own.
@@ -522,11 +516,12 @@ std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) 
   // The last call's structure stands when folding is as it was, no value was
   // empty then and none of those inferred again is now (a decoder's next
   // token, usually).
-  const std::vector<char>& changed = specializer_->changed();
+  const std::vector<uint64_t>& changed_at = specializer_->changed_at();
+  const uint64_t now = specializer_->inferences();
   bool same = !specializer_->folding_changed() && !shape_key_.empty() && shape_key_.back() == -1 &&
               live_.size() == g.values.size();
   for (size_t v = 0; same && v < g.values.size(); ++v)
-    if (changed[v] && empty(v)) same = false;
+    if (changed_at[v] == now && empty(v)) same = false;
   if (!same) {
     const std::vector<size_t> kept = ir::Graph::kept_nodes(g, specializer_->folded(), &live_);
     shape_key_.assign(kept.begin(), kept.end());
@@ -553,7 +548,7 @@ std::shared_ptr<Specialization> CompiledModel::vary(const Signature& signature) 
         if (!runnable_here(ep)) return nullptr;
   }
   if (base == nullptr) return nullptr;
-  return Specialization::vary(std::move(base), signature, g, live_, changed_at_, base_at);
+  return Specialization::vary(std::move(base), signature, g, live_, changed_at, base_at);
 }
 
 size_t CompiledModel::max_variants() const {
@@ -685,7 +680,7 @@ Result<std::shared_ptr<Specialization>> CompiledModel::build(const Signature& si
   if (open_blocks_ != nullptr) BP_RETURN_IF_ERROR(pin_read_in_place(*built.value()));
   if (!from_artifact() && Specialization::can_vary(*built.value())) {
     std::lock_guard<std::mutex> lock(mu_);
-    bases_.push_front({shape_key_, built.value(), inferences_});
+    bases_.push_front({shape_key_, built.value(), specializer_->inferences()});
     if (bases_.size() > kPlansKept) bases_.pop_back();
   }
   return built;

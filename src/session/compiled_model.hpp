@@ -240,13 +240,9 @@ class CompiledModel : public Model, public std::enable_shared_from_this<Compiled
   // empty values (the structure), and which values are live (under build_mu_).
   std::vector<int64_t> shape_key_;
   std::vector<bool> live_;
-  // Per value of the inferred graph, which call of infer() last changed it
-  // (numbered from 1; under build_mu_).
-  uint64_t inferences_ = 0;
-  std::vector<uint64_t> changed_at_;
   // Specialisations shape variants are made of, by shape_key_, most recent
-  // first (Specialization::can_vary ones only), with the infer() call each
-  // was built after.
+  // first (Specialization::can_vary ones only), with the inference each was
+  // built after (Specializer::inferences).
   struct Base {
     std::vector<int64_t> key;
     std::shared_ptr<const Specialization> specialization;

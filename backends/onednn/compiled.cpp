@@ -542,7 +542,8 @@ void Binder::run_row_mean(size_t s) {
   const size_t n = float_src_dst(s, &x, &y);
   int64_t rows = 0;  // DST's elements
   for (auto [arg, ref] : c_.steps[s].args)
-    if (arg == DNNL_ARG_DST) rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
+    if (arg == DNNL_ARG_DST)
+      rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
   mean_rows(x, y, rows, rows == 0 ? 0 : static_cast<int64_t>(n) / rows);
 }
 
@@ -743,11 +744,9 @@ void Binder::run_small_binary(size_t s) {
     case dnnl_binary_div:
       return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p / q; });
     case dnnl_binary_max:
-      return broadcast_rows(a, b, y, rank, ys, bs,
-                            [](float p, float q) { return std::max(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return std::max(p, q); });
     default:
-      return broadcast_rows(a, b, y, rank, ys, bs,
-                            [](float p, float q) { return std::min(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return std::min(p, q); });
   }
 }
 
@@ -809,12 +808,24 @@ void quantize_u8(const float* x, size_t n, float scale, float zero_point, uint8_
     y[i] = static_cast<uint8_t>(std::clamp(q, 0.f, 255.f));
   }
 }
+// quantize_u8's values less the zero point, as float: the integers a
+// convolution quantized at run time multiplies (Lowering::lower_qdynamic_conv).
+BP_ONEDNN_VECTOR_CLONES void integers_u8(const float* x, size_t n, float scale, float zero_point,
+                                         float* y) {
+  constexpr float kRound = 12582912.f;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i] / scale;
+    const float q = v == v ? (v + kRound) - kRound + zero_point : zero_point;
+    y[i] = std::clamp(q, 0.f, 255.f) - zero_point;
+  }
+}
 // y[i] = table[x[i]] for i < n: a byte's 256 results. With AVX512-VBMI, 64
 // bytes at a time (two 128-byte permutes and a blend on the top bit);
 // one at a time elsewhere.
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(
-    const uint8_t* x, size_t n, const uint8_t* table, uint8_t* y) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(const uint8_t* x, size_t n,
+                                                                        const uint8_t* table,
+                                                                        uint8_t* y) {
   const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
   const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
   size_t i = 0;
@@ -830,8 +841,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(
 
 void lookup(const uint8_t* x, size_t n, const uint8_t* table, uint8_t* y) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool vbmi = __builtin_cpu_supports("avx512vbmi") &&
-                           __builtin_cpu_supports("avx512bw");
+  static const bool vbmi =
+      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
   if (vbmi) return lookup_vbmi(x, n, table, y);
 #endif
   for (size_t i = 0; i < n; ++i) y[i] = table[x[i]];
@@ -841,7 +852,8 @@ void lookup(const uint8_t* x, size_t n, const uint8_t* table, uint8_t* y) {
 void Binder::run_dynamic_quantize(size_t s) {
   const Step& step = c_.steps[s];
   const float *x = nullptr, *w_scales = nullptr;
-  uint8_t* y = nullptr;
+  void* y = nullptr;
+  bool to_float = false;
   int32_t* zero_point = nullptr;
   float* scales = nullptr;
   size_t n = 0, count = 0;
@@ -853,7 +865,8 @@ void Binder::run_dynamic_quantize(size_t s) {
       x = static_cast<const float*>(handle);
       n = bytes / sizeof(float);
     } else if (arg == DNNL_ARG_DST) {
-      y = static_cast<uint8_t*>(handle);
+      y = handle;
+      to_float = c_.refs[ref].md->data.data_type == dnnl_f32;
     } else if (arg == DNNL_ARG_DST_1) {
       zero_point = static_cast<int32_t*>(handle);
     } else if (arg == DNNL_ARG_DST_2) {
@@ -863,10 +876,24 @@ void Binder::run_dynamic_quantize(size_t s) {
       w_scales = static_cast<const float*>(handle);
     }
   }
+  // The range block by block across the team, then the quantization.
+  constexpr size_t kBlock = size_t{1} << 16;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<float> los(blocks, 0.f), his(blocks, 0.f);
+  in_blocks(n, kBlock, [&](size_t at, size_t len) {
+    dynamic_range(x + at, len, &los[at / kBlock], &his[at / kBlock]);
+  });
   float lo = 0.f, hi = 0.f, zp = 0.f;
-  const float scale = dynamic_range(x, n, &lo, &hi);
+  for (size_t b = 0; b < blocks; ++b) {
+    lo = std::min(lo, los[b]);
+    hi = std::max(hi, his[b]);
+  }
+  const float scale = (hi - lo) / 255.f;
   if (scale > 0.f) zp = std::clamp(std::nearbyint((0.f - lo) / scale), 0.f, 255.f);
-  quantize_u8(x, n, scale, zp, y);
+  in_blocks(n, kBlock, [&](size_t at, size_t len) {
+    if (to_float) integers_u8(x + at, len, scale, zp, static_cast<float*>(y) + at);
+    else quantize_u8(x + at, len, scale, zp, static_cast<uint8_t*>(y) + at);
+  });
   *zero_point = static_cast<int32_t>(zp);
   for (size_t c = 0; c < count; ++c) scales[c] = scale * w_scales[c];
 }
@@ -1190,7 +1217,8 @@ void start_openmp_team(int threads) {
 #if defined(_OPENMP)
   if (threads <= 1) return;
 #pragma omp parallel num_threads(threads)
-  { /* the workers are made now, not in the first run */ }
+  { /* the workers are made now, not in the first run */
+  }
 #endif
 }
 

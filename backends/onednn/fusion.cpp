@@ -754,15 +754,24 @@ bool quantize_product(ViewInfo& g, FusedGraph& f, int n) {
   return true;
 }
 
-// Makes MatMulInteger INode n a dynamically quantized int8 product, as
-// ONNX Runtime's dynamic quantizer writes it: DynamicQuantizeLinear(x) ->
-// MatMulInteger(x_q, w, x_zero_point, w_zero_point) -> Cast(float) ->
-// Mul by (x_scale * w_scale), with w constant int8 [K, N] of zero point 0
-// and w_scale constant (one, or one per column). The group reads x and
-// writes the Mul's result (QuantGroup::dynamic).
+// Makes MatMulInteger or ConvInteger INode n a product quantized at run time,
+// as ONNX Runtime's dynamic quantizer writes it: DynamicQuantizeLinear(x) ->
+// MatMulInteger/ConvInteger(x_q, w, x_zero_point, w_zero_point) ->
+// Cast(float) -> Mul by (x_scale * w_scale), with w constant and w_scale
+// constant (one, or one per output column or channel). The group reads x
+// and writes the Mul's result, or that of a bias Add after it (a constant of
+// one value per column or channel) and of the activations after that (a
+// convolution's post-ops) (QuantGroup::dynamic).
+// A matmul's weights are int8 of zero point 0 and it runs in int8. A
+// convolution's weights may be uint8 of any zero point, which oneDNN's int8
+// convolutions do not take: it runs in float on x's integers less their zero
+// point and w's less theirs, exact while its sums stay within 2^24 as the
+// int32 ones do, then times the scales as the Mul does.
 bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   INode& m = f.nodes[n];
-  if (m.op != "MatMulInteger" || m.in.size() < 2 || m.in[0] < 0 || m.in[1] < 0) return false;
+  const bool conv = m.op == "ConvInteger";
+  if ((!conv && m.op != "MatMulInteger") || m.in.size() < 2 || m.in[0] < 0 || m.in[1] < 0)
+    return false;
   const int w = m.in[1];
   const int x_zp = m.in.size() > 2 ? m.in[2] : -1, w_zp = m.in.size() > 3 ? m.in[3] : -1;
   const int d = g.values[m.in[0]].producer;
@@ -773,15 +782,33 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   if (xq != m.in[0] || (x_zp >= 0 && x_zp != xz) || g.only_consumer(xq) != m.node ||
       (xz >= 0 && g.used(xz) && g.only_consumer(xz) != m.node))
     return false;
-  if (!g.is_const(w) || g.values[w].dtype != BP_DTYPE_INT8 || g.shape(w).size() != 2) return false;
-  const int64_t cols = g.shape(w)[1];
+  const bp_dtype_t wt = g.values[w].dtype;
+  if (!g.is_const(w) || (wt != BP_DTYPE_INT8 && !(conv && wt == BP_DTYPE_UINT8))) return false;
+  const Dims& wdims = g.shape(w);
+  if (conv ? wdims.size() < 3 : wdims.size() != 2) return false;
+  // Output columns (a matmul's) or channels (a convolution's), and the rank
+  // a per-channel constant broadcasts from ([C, 1...] or [1, C, 1...]).
+  const int64_t cols = conv ? wdims[0] : wdims[1];
+  const Dims& ys = g.shape(m.out);
+  auto per_column = [&](int v) {
+    const Dims& s = g.shape(v);
+    const int64_t count = sdk::element_count(s);
+    if (count == 1) return true;
+    if (count != cols || s.empty()) return false;
+    if (!conv) return s.back() == cols;
+    const size_t trailing = ys.size() - 2;  // the spatial axes after the channels'
+    return s.size() > trailing && s.size() <= ys.size() && s[s.size() - trailing - 1] == cols;
+  };
+  std::vector<int32_t> w_zeros;
   if (w_zp >= 0) {
-    if (!g.is_const(w_zp) || g.values[w_zp].dtype != BP_DTYPE_INT8) return false;
-    const int8_t* z = static_cast<const int8_t*>(g.data(w_zp));
+    if (!g.is_const(w_zp) || g.values[w_zp].dtype != wt) return false;
     const int64_t count = sdk::element_count(g.shape(w_zp));
     if (count != 1 && count != cols) return false;
     for (int64_t i = 0; i < count; ++i)
-      if (z[i] != 0) return false;
+      w_zeros.push_back(wt == BP_DTYPE_UINT8 ? static_cast<const uint8_t*>(g.data(w_zp))[i]
+                                             : static_cast<const int8_t*>(g.data(w_zp))[i]);
+    if (!conv && std::any_of(w_zeros.begin(), w_zeros.end(), [](int32_t z) { return z != 0; }))
+      return false;
   }
   // Cast to float, then Mul by the product of the scales.
   const int cast = g.only_consumer(m.out);
@@ -799,17 +826,29 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
       g.only_consumer(prod) != mul || f.nodes[p].in.size() != 2 || g.only_consumer(xs) != p)
     return false;
   const int ws = f.nodes[p].in[0] == xs ? f.nodes[p].in[1] : f.nodes[p].in[0];
-  if (!g.is_const(ws) || g.values[ws].dtype != BP_DTYPE_FLOAT32) return false;
-  const int64_t count = sdk::element_count(g.shape(ws));
-  if ((count != 1 && count != cols) || g.shape(f.nodes[mul].out) != g.shape(m.out)) return false;
-  // CpuOneDnn runs DynamicQuantizeLinear, MatMulInteger and Cast only so:
-  // no check_node for them, their types are checked here (and x's inner dim
-  // where the view has it: a shape-polymorphic view has it only when lowered).
-  const Dims& x_dims = g.shape(f.nodes[d].in[0]);
-  if (g.values[f.nodes[d].in[0]].dtype != BP_DTYPE_FLOAT32 ||
-      g.values[xq].dtype != BP_DTYPE_UINT8 || g.values[m.out].dtype != BP_DTYPE_INT32 ||
-      x_dims.empty() || (x_dims.back() >= 0 && x_dims.back() != g.shape(w)[0]))
+  if (!g.is_const(ws) || g.values[ws].dtype != BP_DTYPE_FLOAT32 || !per_column(ws) ||
+      !per_column(prod) || g.shape(f.nodes[mul].out) != ys)
     return false;
+  // CpuOneDnn runs DynamicQuantizeLinear, MatMulInteger, ConvInteger and
+  // Cast only so: no check_node for them, their types are checked here (and
+  // x's inner dim where the view has it: a shape-polymorphic view has it
+  // only when lowered), a convolution's attributes and window as a Conv's.
+  const int x = f.nodes[d].in[0];
+  const Dims& x_dims = g.shape(x);
+  if (g.values[x].dtype != BP_DTYPE_FLOAT32 || g.values[xq].dtype != BP_DTYPE_UINT8 ||
+      g.values[m.out].dtype != BP_DTYPE_INT32 || x_dims.empty())
+    return false;
+  if (!conv && x_dims.back() >= 0 && x_dims.back() != wdims[0]) return false;
+  if (conv) {
+    if (x_dims.size() != wdims.size() || ys.size() != wdims.size() ||
+        std::any_of(x_dims.begin(), x_dims.end(), [](int64_t v) { return v < 0; }))
+      return false;
+    try {
+      (void)window(g, m.node, x_dims, ys, Dims(wdims.begin() + 2, wdims.end()));
+    } catch (const sdk::Error&) {
+      return false;
+    }
+  }
   try {
     for (int k : {mul, p}) check_node(g, f.nodes[k].node);
   } catch (const sdk::Error&) {
@@ -817,28 +856,44 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   }
   auto q = std::make_shared<QuantGroup>();
   q->dynamic = true;
-  q->x = f.nodes[d].in[0];
-  q->x_shape = g.shape(q->x);
+  q->x = x;
+  q->x_shape = x_dims;
   q->w = w;
+  q->w_zeros = std::move(w_zeros);
   const float* wsv = g.f32(ws);
-  q->w_scales.assign(wsv, wsv + count);
+  q->w_scales.assign(wsv, wsv + sdk::element_count(g.shape(ws)));
   for (int k : {d, p, cast, mul}) f.nodes[k].group = n;
   m.out = f.nodes[mul].out;
   m.anchor = std::max(mul, p);
-  // The bias Add after it (a constant of one value per column).
+  // The bias Add after it (a constant of one value per column or channel).
   const int add = g.only_consumer(m.out);
   if (add >= 0 && f.nodes[add].op == "Add" && !f.nodes[add].dead && f.nodes[add].group < 0 &&
-      f.nodes[add].in.size() == 2 && g.shape(f.nodes[add].out) == g.shape(m.out)) {
+      f.nodes[add].in.size() == 2 && g.shape(f.nodes[add].out) == ys) {
     const int b = f.nodes[add].in[0] == m.out ? f.nodes[add].in[1] : f.nodes[add].in[0];
-    const Dims& bs = g.shape(b);
-    if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32 && sdk::element_count(bs) == cols &&
-        !bs.empty() && bs.back() == cols) {
+    if (g.is_const(b) && g.values[b].dtype == BP_DTYPE_FLOAT32 &&
+        sdk::element_count(g.shape(b)) == cols && per_column(b)) {
       const float* bv = g.f32(b);
       q->bias.assign(bv, bv + cols);
       f.nodes[add].group = n;
       m.out = f.nodes[add].out;
       m.anchor = add;
     }
+  }
+  // A convolution's activations after it, as post-ops.
+  for (int a = g.only_consumer(m.out); conv && a >= 0; a = g.only_consumer(m.out)) {
+    INode& act = f.nodes[a];
+    if (act.dead || act.group >= 0 || act.in.empty() || act.in[0] != m.out) break;
+    std::optional<std::vector<PostOp>> chain = activation_of(g, act);
+    if (!chain) break;
+    try {
+      check_node(g, act.node);
+    } catch (const sdk::Error&) {
+      break;
+    }
+    m.post.insert(m.post.end(), chain->begin(), chain->end());
+    act.group = n;
+    m.out = act.out;
+    m.anchor = a;
   }
   m.quant = q;
   return true;
@@ -1510,6 +1565,7 @@ namespace {
 std::string group_kind(const INode& m) {
   const QuantGroup& q = *m.quant;
   if (!q.table.empty()) return "table";
+  if (q.dynamic && m.op == "ConvInteger") return "convolution of a tensor quantized at run time";
   if (q.dynamic) return "matmul, quantized at run time";
   if (q.passthrough) {  // "concat", "transpose"...: the op's own name, in lower case
     std::string name = m.op;

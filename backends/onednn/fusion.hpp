@@ -43,13 +43,16 @@ struct QuantGroup {
   int x2 = -1;  // Add: the second quantized operand
   float x2_scale = 1;
   int32_t x2_zero = 0;
-  int w = -1;                    // the int8 weights (a constant)
-  std::vector<float> w_scales;   // one, or one per output channel
-  bool trans_b = false;          // Gemm: w is [N, K]
-  Dims x_shape;                  // Gemm/MatMul: x as the product reads it
-  // MatMulInteger of a DynamicQuantizeLinear (fusion.cpp: dynamic_product):
-  // x is float, quantized at run time; the result is float.
+  int w = -1;                   // the int8 weights (a constant)
+  std::vector<float> w_scales;  // one, or one per output channel
+  bool trans_b = false;         // Gemm: w is [N, K]
+  Dims x_shape;                 // Gemm/MatMul: x as the product reads it
+  // MatMulInteger or ConvInteger of a DynamicQuantizeLinear (fusion.cpp:
+  // dynamic_product): x is float, quantized at run time; the result is
+  // float. w_zeros: the weights' zero points (one, or one per output
+  // channel; empty: 0).
   bool dynamic = false;
+  std::vector<int32_t> w_zeros;
   // An operator that only moves values (Reshape, Flatten, Squeeze,
   // Unsqueeze, Transpose, Concat) between dequantizers and a quantizer of
   // one scale and zero point: it moves the integers of its `sources`
@@ -59,7 +62,7 @@ struct QuantGroup {
   // QuantizeLinear of a function of x alone (fusion.cpp: table_group): the
   // result for each of x's 256 byte values.
   std::vector<uint8_t> table;
-  std::vector<float> bias;       // in accumulator units (dynamic: float); empty: none
+  std::vector<float> bias;  // in accumulator units (dynamic: float); empty: none
   float y_scale = 1;
   int32_t y_zero = 0;
   float out_scale = 1;  // the output scales' factor besides x_scale * w_scales

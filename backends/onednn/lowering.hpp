@@ -103,8 +103,7 @@ class Lowering {
   // The window of Conv-like node n (input xs, weights ws, output ys) and,
   // in *wdims, the weights' dims as oneDNN takes them ([group, oc/group, ...]
   // when grouped); throws what does not fit.
-  Window conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys,
-                     Dims* wdims);
+  Window conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys, Dims* wdims);
   void lower_conv(const INode& n);
   void lower_conv_transpose(const INode& n);
   // ONNX's ConvTranspose weights ([C_in, C_out / group, kernel...]) as
@@ -170,6 +169,11 @@ class Lowering {
   // A MatMulInteger of a DynamicQuantizeLinear, to the float result
   // (QuantGroup::dynamic): a DynamicQuantize step, then an int8 matmul.
   void lower_qdynamic(const INode& n);
+  // A ConvInteger of a DynamicQuantizeLinear, to the float result (and its
+  // activations): a DynamicQuantize step writing x's integers less their
+  // zero point as float, then a float convolution by w's integers less
+  // theirs whose post-ops scale, add the bias and activate.
+  void lower_qdynamic_conv(const INode& n);
   // A QuantizeLinear of a function of one quantized tensor, as a table.
   void lower_table(const INode& n);
   void lower_fake_quantize(const INode& n);

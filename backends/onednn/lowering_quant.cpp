@@ -429,6 +429,78 @@ void Lowering::lower_qdynamic(const INode& n) {
   tensors_[n.out] = b_.alias(dst, plain_md(ys));
 }
 
+void Lowering::lower_qdynamic_conv(const INode& n) {
+  const QuantGroup& q = *n.quant;
+  const Dims& xs = q.x_shape;
+  const Dims& ws = g_.shape(q.w);
+  const Dims& ys = g_.shape(n.out);
+  Dims wdims;
+  const Window w = conv_window(n, xs, ws, ys, &wdims);
+  const int64_t oc = ws[0];
+  const auto nscales = static_cast<int64_t>(q.w_scales.size());
+  // Per-tensor or per-channel operands of the post-ops: [1, C, 1...].
+  auto channels = [&](int64_t c) {
+    Dims d(ys.size(), 1);
+    d[1] = c;
+    return plain_md(d);
+  };
+  // x's integers less their zero point times w's less theirs, summed in
+  // float, then times x_scale * w_scale and plus the bias as the graph's Mul
+  // and Add do, then the activations (fusion.cpp: dynamic_product).
+  dnnl::primitive_attr attr = attr_with({});
+  dnnl::post_ops po;
+  po.append_binary(algorithm::binary_mul, channels(nscales));
+  if (!q.bias.empty()) po.append_binary(algorithm::binary_add, channels(oc));
+  for (const PostOp& p : n.post) po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
+  attr.set_post_ops(po);
+  std::string key = "dynamic conv " + std::to_string(nscales);
+  if (!q.bias.empty()) key += ", bias";
+  append_key(n.post, &key);
+  dnnl::primitive prim;
+  auto any = [](const Dims& d) {
+    return memory::desc(to_dims(d), memory::data_type::f32, memory::format_tag::any);
+  };
+  auto pd = b_.make<dnnl::convolution_forward>(
+      dnnl::convolution_forward::desc(
+          dnnl::prop_kind::forward_inference, algorithm::convolution_direct, any(xs), any(wdims),
+          memory::desc(), any(ys), w.strides, w.dilation, w.pad_l, w.pad_r),
+      attr, key, &prim);
+  // x in the layout the convolution reads, quantized there element by
+  // element: a blocked layout's zero padding gives integers of 0.
+  const int src = b_.as_md(ref_of(q.x), pd.src_desc());
+  const int xi = b_.new_arena(pd.src_desc());
+  const int zero_point = b_.new_arena(plain_md({1}, memory::data_type::s32));
+  const int scales = b_.new_arena(channels(nscales));
+  const int w_scales = b_.const_ref(plain_md({nscales}), q.w_scales.data(), tagged("qws", n.node));
+  b_.add_dynamic_quantize(src, xi, zero_point, scales, w_scales,
+                          g_.describe(n.node) + " (its DynamicQuantizeLinear)");
+  // The weights' integers less their zero point (each output channel's
+  // weights are contiguous in the ONNX layout).
+  const int64_t per = sdk::element_count(ws) / oc;
+  std::vector<float> integers(static_cast<size_t>(sdk::element_count(ws)));
+  const bool u8 = g_.values[q.w].dtype == BP_DTYPE_UINT8;
+  for (int64_t c = 0; c < oc; ++c) {
+    const int32_t zero = q.w_zeros.empty() ? 0 : q.w_zeros[q.w_zeros.size() == 1 ? 0 : c];
+    for (int64_t i = 0; i < per; ++i) {
+      const int64_t at = c * per + i;
+      const int32_t v = u8 ? static_cast<const uint8_t*>(g_.data(q.w))[at]
+                           : static_cast<const int8_t*>(g_.data(q.w))[at];
+      integers[static_cast<size_t>(at)] = static_cast<float>(v - zero);
+    }
+  }
+  const int wref =
+      b_.const_reordered(plain_md(wdims), integers.data(), pd.weights_desc(), tagged("qdw", q.w));
+  std::vector<std::pair<int, int>> args = {
+      {DNNL_ARG_SRC, xi},
+      {DNNL_ARG_WEIGHTS, wref},
+      {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scales}};
+  if (!q.bias.empty())
+    args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+                    b_.const_ref(channels(oc), q.bias.data(), tagged("qbias", n.node))});
+  add_step_to_new(n.out, prim, std::move(args), pd,
+                  g_.describe(n.node) + " (quantized at run time)");
+}
+
 void Lowering::lower_fake_quantize(const INode& n) {
   const QuantSpec q = quant_spec(g_, n.node);  // the QuantizeLinear's
   quantize_loop(n, q, memory::data_type::f32, " (and its DequantizeLinear)");

@@ -22,7 +22,8 @@ table in docs/numerics.md, each written as a quantizer writes it
           in and out, "same", moves the integers on CpuOneDnn)
   qmove   Transpose or Reshape between a DQ and a Q (of the input's scale: "same")
   qdyn    DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add]:
-          float out, from a float graph input
+          float out, from a float graph input; or ConvInteger ("conv"; int8
+          weights, or uint8 of a zero point, "u8") [-> Add -> Relu]
   dq      DequantizeLinear: a float graph output
 
 Scales come from calibration, as a static quantizer's do: build() first
@@ -361,15 +362,38 @@ def _step(b, idx, st, values, graph_inputs):
         if st["x"] not in graph_inputs or b.dtypes[x] != FLOAT:
             raise InvalidSpec("qdyn of a computed value")
         xs = b.shape(x)
-        if len(xs) < 2:
+        conv = bool(st.get("conv"))
+        if len(xs) < (3 if conv else 2):
             raise InvalidSpec("qdyn rank")
-        kk, n = xs[-1], st["n"]
-        w = (rng.normal(0, 1, (kk, n)) / np.sqrt(kk)).astype(np.float32)
-        wname, scales, _ = b.weights(w, 1, st.get("pc", False))
+        if conv:  # ConvInteger: weights [oc, c / group, kernel...]
+            g, n, attrs, out = _conv_attrs(st, xs)
+            fan_in = xs[1] // g * int(np.prod(attrs["kernel_shape"]))
+            w = (rng.normal(0, 1, (n, xs[1] // g) + tuple(attrs["kernel_shape"])) /
+                 np.sqrt(fan_in)).astype(np.float32)
+            axis = 0
+        else:
+            kk, n = xs[-1], st["n"]
+            w = (rng.normal(0, 1, (kk, n)) / np.sqrt(kk)).astype(np.float32)
+            attrs, out, axis = {}, tuple(xs[:-1]) + (n,), 1
+        wzp = None
+        if conv and st.get("u8") and b.mode != "calib":
+            # uint8 weights of one zero point, as ONNX Runtime's dynamic
+            # quantizer wrote them by default: their range widened to 0.
+            lo, hi = min(0.0, float(w.min())), max(0.0, float(w.max()))
+            scale = (hi - lo) / 255.0 if hi > lo else 1.0
+            zero = int(np.clip(np.rint(-lo / scale), 0, 255))
+            wq = np.clip(np.rint(w / scale) + zero, 0, 255).astype(np.uint8)
+            wname, scales = b.const(wq, "wq"), np.asarray([scale], np.float32)
+            wzp = b.const(np.asarray(zero, np.uint8))
+        else:
+            wname, scales, _ = b.weights(w, axis if conv else 1, st.get("pc", False))
+            if st.get("wzp"):
+                wzp = b.const(np.zeros(scales.shape if len(scales) > 1 else (), np.int8))
         bias = rng.uniform(-0.5, 0.5, (n,)).astype(np.float32) if st.get("bias") else None
-        out = tuple(xs[:-1]) + (n,)
+        # A per-channel constant of a convolution's result: [n, 1, ...].
+        channel_shape = (n,) + (1,) * (len(out) - 2) if conv else (n,)
         if b.mode == "calib":
-            y = b.node("MatMul", [x, wname], out)
+            y = b.node("Conv" if conv else "MatMul", [x, wname], out, **attrs)
         else:
             names = [b.fresh("v") for _ in range(3)]
             if not b.dry:
@@ -380,16 +404,17 @@ def _step(b, idx, st, values, graph_inputs):
             xq, xsc, xz = names
             b.shapes.update({xq: xs, xsc: (), xz: ()})
             b.dtypes.update({xq: "uint8", xsc: FLOAT, xz: "uint8"})
-            ins = [xq, wname, xz]
-            if st.get("wzp"):
-                ins.append(b.const(np.zeros(scales.shape if len(scales) > 1 else (), np.int8)))
-            acc = b.node("MatMulInteger", ins, out, "int32")
+            ins = [xq, wname, xz] + ([wzp] if wzp is not None else [])
+            acc = b.node("ConvInteger" if conv else "MatMulInteger", ins, out, "int32", **attrs)
             cast = b.node("Cast", [acc], out, to=TensorProto.FLOAT)
-            ws = b.const(scales if len(scales) > 1 else np.asarray(scales[0]), "ws")
-            prod = b.node("Mul", [xsc, ws], scales.shape if len(scales) > 1 else ())
+            per = len(scales) > 1
+            ws = b.const(scales.reshape(channel_shape) if per else np.asarray(scales[0]), "ws")
+            prod = b.node("Mul", [xsc, ws], channel_shape if per else ())
             y = b.node("Mul", [cast, prod], out)
         if bias is not None:
-            y = b.node("Add", [y, b.const(bias, "b")], out)
+            y = b.node("Add", [y, b.const(bias.reshape(channel_shape), "b")], out)
+        if conv and st.get("relu"):
+            y = b.node("Relu", [y], out)
         b.dynamic[y] = (st["x"], float(scales.max()))
         return y
 
@@ -1003,6 +1028,19 @@ class QGen(graphgen.Gen):
         return y
 
     def dynamic_family(self):
+        if self.chance(0.5):  # ConvInteger
+            rank = self.pick([3, 4, 4, 4])
+            c = self.pick([1, 3, 8, 16, 19])
+            sp = [self.pick([1, 3, 6, 9]) for _ in range(rank - 2)]
+            x = self.input((self.pick([1, 1, 2]), c) + tuple(sp))
+            ks = [self.pick([1, 1, 3]) for _ in sp]
+            return self.add({"k": "qdyn", "x": x, "conv": True, "oc": self.pick([1, 4, 16, 24]),
+                             "ks": ks, "st": [self.pick([1, 1, 2]) for _ in sp],
+                             "dil": [1] * len(sp), "pads": [k // 2 for k in ks] * 2,
+                             "group": self.pick([1, 1, 1, c]), "depthwise": False,
+                             "pc": self.chance(0.3), "u8": self.chance(0.5),
+                             "bias": self.chance(0.7), "wzp": self.chance(0.5),
+                             "relu": self.chance(0.5)})
         rank = self.pick([2, 2, 3])
         shape = tuple(self.pick([1, 2, 3]) for _ in range(rank - 2)) + \
             (self.pick([1, 2, 5, 8]), self.pick([1, 3, 7, 16, 32, 40]))

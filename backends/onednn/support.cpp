@@ -32,9 +32,12 @@ const std::set<std::string_view>& binary_ops() {
   static const std::set<std::string_view> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
   return ops;
 }
+// Cast among them: from float32 to float32 (check_tensors refuses every other
+// type), the identity (a float16 model's casts around an operator its
+// converter kept in float32, once it computes in float32: ir/float16.hpp).
 const std::set<std::string_view>& view_ops() {
-  static const std::set<std::string_view> ops = {"Reshape",  "Flatten", "Squeeze",  "Unsqueeze",
-                                                 "Identity", "Dropout", "Transpose"};
+  static const std::set<std::string_view> ops = {"Reshape",  "Flatten", "Squeeze",   "Unsqueeze",
+                                                 "Identity", "Dropout", "Transpose", "Cast"};
   return ops;
 }
 
@@ -167,9 +170,9 @@ dnnl::algorithm rnn_activation(const std::vector<std::string>& names, int64_t di
 // one or for each direction.
 void check_gate_activations(const std::string& op, const std::vector<std::string>& names,
                             int64_t dirs) {
-  const std::vector<std::string> one =
-      op == "LSTM" ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
-                   : std::vector<std::string>{"sigmoid", "tanh"};
+  const std::vector<std::string> one = op == "LSTM"
+                                           ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                                           : std::vector<std::string>{"sigmoid", "tanh"};
   const size_t k = one.size();
   bool ok = names.empty() || names.size() == k || names.size() == k * static_cast<size_t>(dirs);
   for (size_t i = 0; ok && i < names.size(); ++i) ok = names[i] == one[i % k];
@@ -657,7 +660,7 @@ void check_dropout(ViewInfo& g, int n) {
 void check_tensors(ViewInfo& g, int n) {
   const std::string_view op = g.op(n);
   if (op == "LSTM" || op == "GRU" || op == "RNN")
-    return (void)rnn_spec(g, n);  // also sequence_lens, outputs
+    return (void)rnn_spec(g, n);                                   // also sequence_lens, outputs
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1

@@ -1,6 +1,8 @@
 // numerics.cpp — the numerics policy's comparison (include/backplane/numerics.hpp).
 #include "backplane/numerics.hpp"
 
+#include "core/half.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,18 +14,6 @@
 
 namespace backplane::numerics {
 namespace {
-
-double from_half(uint16_t h) {
-  const int sign = (h >> 15) & 1;
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  double v;
-  if (exponent == 0) v = std::ldexp(mantissa, -24);
-  else if (exponent == 31) v = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                        : std::numeric_limits<double>::infinity();
-  else v = std::ldexp(mantissa + 1024, exponent - 25);
-  return sign ? -v : v;
-}
 
 double from_bfloat16(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -38,7 +28,7 @@ double element(const Tensor& t, size_t i) {
   switch (t.dtype()) {
     case DType::kFloat32: return static_cast<const float*>(p)[i];
     case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kFloat16: return from_half(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
     case DType::kBFloat16: return from_bfloat16(static_cast<const uint16_t*>(p)[i]);
     case DType::kUInt8: return static_cast<const uint8_t*>(p)[i];
     case DType::kInt8: return static_cast<const int8_t*>(p)[i];

@@ -2,6 +2,7 @@
 
 #include "core/checksum.hpp"
 #include "core/log.hpp"
+#include "ir/float16.hpp"
 #include "onnx/importer.hpp"
 #include "pipeline/constant_folding.hpp"
 
@@ -34,6 +35,16 @@ Status unknown_operator(const ir::Node& node, const BackendRegistry* backends) {
   return Status(StatusCode::kUnsupported, m);
 }
 
+// A float16 model computed in float32 (ir/float16.hpp), said once in the log.
+void widen_float16(ir::Graph& graph, const std::string& path) {
+  std::string why_not;
+  if (const int changed = ir::compute_float16_in_float32(graph, &why_not))
+    log::info(path + ": no backend computes float16: its operators compute in float32 (" +
+              std::to_string(changed) + " values widened)");
+  else if (!why_not.empty())
+    log::warn(path + ": computes float16, which no backend does, and is left as it is: " + why_not);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ir::Graph>> import_onnx_model(
@@ -42,6 +53,7 @@ Result<std::unique_ptr<ir::Graph>> import_onnx_model(
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;
+  widen_float16(*graph, path);
   std::map<std::string, Shape> shapes;
   if (unknown == UnknownInputShapes::kError) {
     shapes = input_shapes;
@@ -67,6 +79,7 @@ Result<std::unique_ptr<ir::Graph>> import_portable_model(const std::string& path
   BP_ASSIGN_OR_RETURN(ir::Graph imported, onnx_import::import_file(path));
   auto graph = std::make_unique<ir::Graph>(std::move(imported));
   if (graph->source.empty()) graph->source = path;
+  widen_float16(*graph, path);
   if (freeze_defaults && !graph->input_defaults.empty()) {
     std::vector<int> kept;
     for (int v : graph->inputs) {

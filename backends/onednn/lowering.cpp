@@ -308,11 +308,26 @@ void Lowering::lower_eltwise(int x, int y, const PostOp& p) {
     tensors_[y] = dst;
     return;
   }
-  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(src), p.alpha,
+  // A blocked layout of fewer channels than a block (a one-channel map after a
+  // convolution: its padding is most of it) has only oneDNN's reference
+  // kernel for some functions (the logistic): those run on the plain layout.
+  int from = src;
+  if (is_blocked(b_.md(src)) && xs.size() >= 2 && xs[1] < 16) {
+    try {
+      dnnl::eltwise_forward::primitive_desc probe(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, p.alg, b_.md(src),
+                                      p.alpha, p.beta),
+          b_.attr(), engine());
+      if (std::string(probe.impl_info_str()).rfind("ref", 0) == 0) from = b_.as_plain(src, xs);
+    } catch (const dnnl::error&) {
+      from = b_.as_plain(src, xs);
+    }
+  }
+  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, p.alg, b_.md(from), p.alpha,
                                 p.beta);
   dnnl::primitive prim;
   auto pd = b_.make<dnnl::eltwise_forward>(d, b_.attr(), "", &prim);
-  add_step_to_new(y, prim, {{DNNL_ARG_SRC, src}}, pd, "eltwise");
+  add_step_to_new(y, prim, {{DNNL_ARG_SRC, from}}, pd, "eltwise");
 }
 
 Window Lowering::conv_window(const INode& n, const Dims& xs, const Dims& ws, const Dims& ys,

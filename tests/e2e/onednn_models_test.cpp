@@ -7,6 +7,7 @@
 // threads, and repeated and concurrent runs.
 #include "support/e2e_util.hpp"
 #include "support/files.hpp"
+#include "support/model_builder.hpp"
 
 #include <time.h>
 #include <unistd.h>
@@ -238,6 +239,45 @@ TEST(OneDnnProfile, PrimitivesAreReportedByKind) {
     if (worst_summary.empty()) worst_summary = summary->to_string();
   }
   EXPECT_GE(best, 0.9) << worst_summary;
+}
+
+// A one-channel map after a convolution (a segmentation network's side
+// output, upsampled), blocked as a network of many convolutions has its
+// tensors, is mostly padding; its Sigmoid, which
+// oneDNN has only a reference kernel for there, runs on the plain layout on
+// CpuOneDnn instead of falling to CpuRef and cutting the plan.
+TEST(OneDnnLayouts, ASigmoidOfAOneChannelConvolutionStaysOnCpuOneDnn) {
+  test::TempDir dir;
+  test::ModelBuilder b(13);
+  b.input("x", {1, 64, 32, 32});
+  b.random_weight("w0", {64, 64, 3, 3}, -0.05f, 0.05f);
+  b.random_weight("w", {1, 64, 3, 3}, -0.2f, 0.2f);
+  b.random_weight("bias", {1});
+  test::set_ints(b.node("Conv", {"x", "w0"}, {"h"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"h"}, {"hr"});
+  test::set_ints(b.node("Conv", {"hr", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.init_f32("scales", {4}, {1.f, 1.f, 8.f, 8.f});
+  test::set_string(b.node("Resize", {"c", "", "scales"}, {"r"}), "mode", "linear");
+  b.node("Sigmoid", {"r"}, {"y"});
+  b.output("c").output("y");  // c read outside: the Sigmoid stays apart
+  const std::string path = b.save(dir);
+  auto rt = onednn_runtime(1, {{"layout", "blocked"}});
+  ASSERT_TRUE(rt);
+  auto fast = rt->load_model(path);
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  EXPECT_EQ((*fast)->backends_used(), std::vector<std::string>{"CpuOneDnn"})
+      << (*fast)->describe_plan(PlanFormat::kText);
+  auto ref = rt->load_model(path, cpuref_only());
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  Tensor x(DType::kFloat32, {1, 64, 32, 32});
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data_as<float>()[i] = static_cast<float>(i % 13) / 6.f - 1.f;
+  const std::vector<Tensor> got = e2e::run_once(**fast, {{"x", x}});
+  const std::vector<Tensor> want = e2e::run_once(**ref, {{"x", x}});
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(want.size(), 2u);
+  expect_matches(got[0], want[0], "c");
+  expect_matches(got[1], want[1], "y");
 }
 
 }  // namespace

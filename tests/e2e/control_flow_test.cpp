@@ -7,24 +7,9 @@
 #include "support/model_builder.hpp"
 
 #include <filesystem>
-#include <functional>
 
 namespace backplane::e2e {
 namespace {
-
-struct Backends {
-  std::string name;
-  std::function<std::shared_ptr<Runtime>()> runtime;
-  ModelOptions options;
-};
-
-std::vector<Backends> backends() {
-  std::vector<Backends> out{{"CpuRef", [] { return make_runtime(); }, cpuref_only()}};
-#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
-  out.push_back({"Default", [] { return onednn_runtime(1); }, ModelOptions{}});
-#endif
-  return out;
-}
 
 std::string case_file(const std::string& model, int k, const char* kind, size_t i) {
   return models_dir() + "/" + model + ".case" + std::to_string(k) + "." + kind + std::to_string(i) +
@@ -48,7 +33,7 @@ TEST_P(ControlFlow, MatchesPyTorchOnEveryPath) {
   const std::string name = GetParam();
   const std::string path = model_path(name);
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " (run ctest -R e2e_generate_models)";
-  for (const Backends& b : backends()) {
+  for (const BackendChoice& b : cpuref_and_default()) {
     SCOPED_TRACE(b.name);
     auto rt = b.runtime();
     ASSERT_NE(rt, nullptr);
@@ -103,7 +88,7 @@ TEST(NonZero, DownstreamStagesAreExactAtEveryDataPattern) {
   b.output("nz", {2, "k"}, onnx::TensorProto::INT64);
   b.output("s", std::vector<bt::Dim>{});
   const std::string path = b.save(dir);
-  for (const Backends& be : backends()) {
+  for (const BackendChoice& be : cpuref_and_default()) {
     SCOPED_TRACE(be.name);
     auto rt = be.runtime();
     ASSERT_NE(rt, nullptr);

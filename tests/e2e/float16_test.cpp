@@ -7,7 +7,6 @@
 #include "support/model_builder.hpp"
 
 #include <cstring>
-#include <functional>
 
 namespace backplane::e2e {
 namespace {
@@ -90,20 +89,6 @@ std::string write_model(const TempDir& dir, bool half) {
   return b.save(dir, half ? "half.onnx" : "float.onnx");
 }
 
-struct Backends {
-  std::string name;
-  std::function<std::shared_ptr<Runtime>()> runtime;
-  ModelOptions options;
-};
-
-std::vector<Backends> backends() {
-  std::vector<Backends> out{{"CpuRef", [] { return make_runtime(); }, cpuref_only()}};
-#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
-  out.push_back({"Default", [] { return onednn_runtime(1); }, ModelOptions{}});
-#endif
-  return out;
-}
-
 std::vector<Tensor> run(Runtime& rt, const std::string& path, const ModelOptions& options,
                         const Tensor& x) {
   auto model = rt.load_model(path, options);
@@ -134,7 +119,7 @@ TEST(Float16, AModelInFloat16ComputesInFloat32BehindItsOwnInterface) {
     x16.data_as<uint16_t>()[i] = half_bits(xs[i]);
     x32.data_as<float>()[i] = xs[i];
   }
-  for (const Backends& b : backends()) {
+  for (const BackendChoice& b : cpuref_and_default()) {
     SCOPED_TRACE(b.name);
     auto rt = b.runtime();
     ASSERT_NE(rt, nullptr);

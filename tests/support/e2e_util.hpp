@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,8 +50,8 @@ inline std::shared_ptr<Runtime> make_runtime(const std::string& backend_path = "
 // A runtime that loads CpuOneDnn as users get it: the plugin from this
 // build's backend folder, chosen by the default preference, configured
 // with `config` (its keys: docs/performance.md).
-inline std::shared_ptr<Runtime> onednn_runtime(int threads,
-                                               const std::map<std::string, std::string>& config = {}) {
+inline std::shared_ptr<Runtime> onednn_runtime(
+    int threads, const std::map<std::string, std::string>& config = {}) {
   RuntimeOptions o;
   o.backend_path = BACKPLANE_ONEDNN_BACKEND_DIR;
   o.num_threads = threads;
@@ -66,6 +67,22 @@ inline ModelOptions cpuref_only() {
   ModelOptions mo;
   mo.backends = {"CpuRef"};
   return mo;
+}
+
+// A way to run a model: CpuRef alone, or (when the test is built with
+// CpuOneDnn) the default backends with CpuOneDnn loaded as users get it.
+struct BackendChoice {
+  std::string name;
+  std::function<std::shared_ptr<Runtime>()> runtime;
+  ModelOptions options;
+};
+
+inline std::vector<BackendChoice> cpuref_and_default() {
+  std::vector<BackendChoice> out{{"CpuRef", [] { return make_runtime(); }, cpuref_only()}};
+#ifdef BACKPLANE_ONEDNN_BACKEND_DIR
+  out.push_back({"Default", [] { return onednn_runtime(1); }, ModelOptions{}});
+#endif
+  return out;
 }
 
 inline Tensor read_npy(const std::string& path) {

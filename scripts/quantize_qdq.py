@@ -32,11 +32,14 @@ same backends and give the same ranges. Ranges are the min and max over the samp
 tensor's values (--method percentile); a range always includes 0. Scale = (max - min) /
 (qmax - qmin), zero point = round(qmin - min / scale).
 
-Dynamic mode (--dynamic), as onnxruntime.quantization.quantize_dynamic for transformer
-encoders: each MatMul with a constant 2-D weight becomes
+Dynamic mode (--dynamic), as onnxruntime.quantization.quantize_dynamic: each MatMul with a
+constant 2-D weight becomes
   DynamicQuantizeLinear(A) -> MatMulInteger(A_q, W_q, A_zp, W_zp) -> Cast(float)
   -> Mul(A_scale * W_scale)
-with W int8, symmetric per tensor (--per-channel: per column). No calibration.
+with W int8, symmetric per tensor (--per-channel: per column); each Conv with constant
+weights becomes the same with ConvInteger, then Add of its bias (as [C, 1...]), with W uint8
+of a zero point, per tensor (ONNX Runtime's default for convolutions; --conv-weights int8:
+symmetric int8). No calibration.
 
 Usage: quantize_qdq.py MODEL.onnx OUT.onnx [--backplane build/bin/backplane] [--dynamic]
   [--calibrate auto|python|cli]
@@ -387,10 +390,70 @@ def quantize_static(model, args):
     return model
 
 
+def quantize_asymmetric_u8(w):
+    """uint8 values, scale and zero point of `w` per tensor, its range widened to 0."""
+    lo, hi = min(0.0, float(w.min())), max(0.0, float(w.max()))
+    scale = np.float32((hi - lo) / 255.0 if hi > lo else 1.0)
+    zero = np.uint8(np.clip(np.rint(-lo / scale), 0, 255))
+    q = np.clip(np.rint(w / scale) + zero, 0, 255).astype(np.uint8)
+    return q, scale, zero
+
+
+def dynamic_conv(gr, node, args):
+    """The nodes of Conv `node` quantized at run time, or None to keep it."""
+    w_name = node.input[1]
+    w = numpy_helper.to_array(gr.inits[w_name]) if w_name in gr.inits else None
+    if w is None or w.dtype != np.float32 or w.ndim < 3 or not gr.is_float(node.input[0]):
+        return None
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if bias is not None and bias not in gr.inits:
+        return None
+    base = node.name or node.output[0]
+    if args.conv_weights == "int8":
+        qw, w_scale = quantize_symmetric(w, None)
+        wz = np.zeros((), np.int8)
+    else:
+        qw, w_scale, wz = quantize_asymmetric_u8(w)
+    wq = gr.add_init(qw, w_name + "_quantized")
+    ws = gr.add_init(np.asarray(w_scale, np.float32), w_name + "_scale")
+    wzp = gr.add_init(np.asarray(wz), w_name + "_zero_point")
+    a = node.input[0]
+    aq, a_s, az = (gr.fresh(a + "_quantized"), gr.fresh(a + "_scale"), gr.fresh(a + "_zero_point"))
+    conv, cast, scale, scaled = (gr.fresh(base + "_output_quantized"),
+                                 gr.fresh(base + "_output_quantized_cast_output"),
+                                 gr.fresh(base + "_scales_mul_output"),
+                                 gr.fresh(base + "_output_scaled"))
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", [a], [aq, a_s, az],
+                         name=gr.fresh(a + "_QuantizeLinear")),
+        helper.make_node("Mul", [a_s, ws], [scale], name=gr.fresh(base + "_scales_mul")),
+        helper.make_node("ConvInteger", [aq, wq, az, wzp], [conv], name=gr.fresh(base + "_quant"),
+                         **attrs),
+        helper.make_node("Cast", [conv], [cast], to=TensorProto.FLOAT,
+                         name=gr.fresh(base + "_output_quantized_cast")),
+    ]
+    if bias is None:
+        nodes.append(helper.make_node("Mul", [cast, scale], [node.output[0]],
+                                      name=gr.fresh(base + "_output_scale_mul")))
+        return nodes
+    b = numpy_helper.to_array(gr.inits[bias]).astype(np.float32)
+    shaped = gr.add_init(b.reshape((-1,) + (1,) * (w.ndim - 2)), bias + "_reshaped")
+    nodes += [helper.make_node("Mul", [cast, scale], [scaled],
+                               name=gr.fresh(base + "_output_scale_mul")),
+              helper.make_node("Add", [scaled, shaped], [node.output[0]],
+                               name=gr.fresh(base + "_bias_add"))]
+    return nodes
+
+
 def quantize_dynamic(model, args):
     gr = Graph(model)
     out = []
     for node in gr.g.node:
+        if node.op_type == "Conv":
+            nodes = dynamic_conv(gr, node, args)
+            out += nodes if nodes is not None else [node]
+            continue
         w_name = node.input[1] if node.op_type == "MatMul" else None
         w = numpy_helper.to_array(gr.inits[w_name]) if w_name in gr.inits else None
         if w is None or w.dtype != np.float32 or w.ndim != 2 or not gr.is_float(node.input[0]):
@@ -439,7 +502,10 @@ def main():
     ap.add_argument("model")
     ap.add_argument("out")
     ap.add_argument("--dynamic", action="store_true",
-                    help="dynamic quantization (DynamicQuantizeLinear + MatMulInteger)")
+                    help="dynamic quantization (DynamicQuantizeLinear + MatMulInteger or ConvInteger)")
+    ap.add_argument("--conv-weights", choices=["uint8", "int8"], default="uint8",
+                    help="--dynamic: convolution weights uint8 of a zero point (ONNX Runtime's "
+                         "default) or symmetric int8")
     ap.add_argument("--per-channel", action="store_true",
                     help="--dynamic: one weight scale per output column")
     ap.add_argument("--backplane", default="backplane", help="the `backplane` CLI")

@@ -17,6 +17,9 @@ output says:
 transformer, dynamic (DynamicQuantizeLinear + MatMulInteger on the 12 MatMuls of a weight;
 the attention's two MatMuls of activations stay float): Backplane and ONNX Runtime
 agree within 1e-3 of max|output|, and both are within 10% of the float model.
+tiny_cnn, dynamic (its 3 Conv as DynamicQuantizeLinear + ConvInteger, weights uint8 of a zero
+point, then symmetric int8): every node runs on CpuOneDnn, Backplane and ONNX Runtime agree
+within 1e-3 of max|output|, and both are within 10% of the float model.
 
 Usage: quantize_qdq_test.py BACKPLANE_CLI MODELS_DIR ORT_MODULE_DIR WORK_DIR [CALIBRATION]
 Fails when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
@@ -203,6 +206,36 @@ def main():
           f"quantized vs float {err:.4f}")
     check(diff <= 1e-3, f"transformer: Backplane agrees with ONNX Runtime ({diff:.2e})")
     check(err <= 0.10, f"transformer: quantized within 10% of float ({err:.4f})")
+
+    # ---- tiny_cnn, dynamic: its convolutions as ConvInteger of uint8 weights of a zero
+    # point (ONNX Runtime's default) and of symmetric int8 ones. CpuOneDnn's sums are the
+    # integers' (docs/numerics.md): ONNX Runtime's to the bit but for the float operators
+    # between (pooling, the head), which may round a value quantized again to the next integer.
+    src = os.path.join(models, "tiny_cnn.onnx")
+    x = os.path.join(models, "tiny_cnn.input.npy")
+    name = onnx.load(src).graph.input[0].name
+    ref = backplane_run(cli, src, {name: x}, os.path.join(work, "bp_float_dc"))
+    (out,) = ref
+    scale = np.abs(ref[out]).max()
+    for weights in ("uint8", "int8"):
+        dyn = os.path.join(work, f"tiny_cnn.dynamic.{weights}.onnx")
+        print(run([sys.executable, QUANTIZE, src, dyn, "--dynamic", "--conv-weights",
+                   weights]).strip())
+        ops = [n.op_type for n in onnx.load(dyn).graph.node]
+        check(ops.count("ConvInteger") == 3 and "Conv" not in ops,
+              f"tiny_cnn {weights}: its 3 Conv are ConvInteger ({ops.count('ConvInteger')})")
+        plan = run([cli, "partition", dyn])
+        if "CpuRef [" in plan:
+            print(plan)
+        check("CpuRef [" not in plan, f"tiny_cnn {weights}: every node on CpuOneDnn")
+        bp = backplane_run(cli, dyn, {name: x}, os.path.join(work, f"bp_dc_{weights}"))
+        ort = ort_run(module, dyn, {name: x}, os.path.join(work, f"ort_dc_{weights}"))
+        diff = np.abs(bp[out] - ort[out]).max() / scale
+        err = np.abs(bp[out] - ref[out]).max() / scale
+        print(f"tiny_cnn dynamic {weights}: Backplane vs ONNX Runtime {diff:.2e} of "
+              f"max|output|; quantized vs float {err:.4f}")
+        check(diff <= 1e-3, f"tiny_cnn {weights}: Backplane agrees with ONNX Runtime ({diff:.2e})")
+        check(err <= 0.10, f"tiny_cnn {weights}: quantized within 10% of float ({err:.4f})")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -83,6 +83,19 @@ def attr(node, name, default=None):
                 default)
 
 
+def check_dynamic(what, bp, ort, ref):
+    """A dynamically quantized model's one output: Backplane and ONNX Runtime agree within
+    1e-3 of max|float output|, and Backplane's is within 10% of the float model's."""
+    (out,) = ref
+    scale = np.abs(ref[out]).max()
+    diff = np.abs(bp[out] - ort[out]).max() / scale
+    err = np.abs(bp[out] - ref[out]).max() / scale
+    print(f"{what} dynamic: Backplane vs ONNX Runtime {diff:.2e} of max|output|; "
+          f"quantized vs float {err:.4f}")
+    check(diff <= 1e-3, f"{what}: Backplane agrees with ONNX Runtime ({diff:.2e})")
+    check(err <= 0.10, f"{what}: quantized within 10% of float ({err:.4f})")
+
+
 def check_static_file(path):
     m = onnx.load(path)
     values = inits(m)
@@ -198,14 +211,7 @@ def main():
     ref = backplane_run(cli, src, {name: x}, os.path.join(work, "bp_float_tr"))
     bp = backplane_run(cli, dyn, {name: x}, os.path.join(work, "bp_dyn"))
     ort = ort_run(module, dyn, {name: x}, os.path.join(work, "ort_dyn"))
-    (out,) = ref
-    scale = np.abs(ref[out]).max()
-    diff = np.abs(bp[out] - ort[out]).max() / scale
-    err = np.abs(bp[out] - ref[out]).max() / scale
-    print(f"transformer dynamic: Backplane vs ONNX Runtime {diff:.2e} of max|output|; "
-          f"quantized vs float {err:.4f}")
-    check(diff <= 1e-3, f"transformer: Backplane agrees with ONNX Runtime ({diff:.2e})")
-    check(err <= 0.10, f"transformer: quantized within 10% of float ({err:.4f})")
+    check_dynamic("transformer", bp, ort, ref)
 
     # ---- tiny_cnn, dynamic: its convolutions as ConvInteger of uint8 weights of a zero
     # point (ONNX Runtime's default) and of symmetric int8 ones. CpuOneDnn's sums are the
@@ -215,8 +221,6 @@ def main():
     x = os.path.join(models, "tiny_cnn.input.npy")
     name = onnx.load(src).graph.input[0].name
     ref = backplane_run(cli, src, {name: x}, os.path.join(work, "bp_float_dc"))
-    (out,) = ref
-    scale = np.abs(ref[out]).max()
     for weights in ("uint8", "int8"):
         dyn = os.path.join(work, f"tiny_cnn.dynamic.{weights}.onnx")
         print(run([sys.executable, QUANTIZE, src, dyn, "--dynamic", "--conv-weights",
@@ -230,12 +234,7 @@ def main():
         check("CpuRef [" not in plan, f"tiny_cnn {weights}: every node on CpuOneDnn")
         bp = backplane_run(cli, dyn, {name: x}, os.path.join(work, f"bp_dc_{weights}"))
         ort = ort_run(module, dyn, {name: x}, os.path.join(work, f"ort_dc_{weights}"))
-        diff = np.abs(bp[out] - ort[out]).max() / scale
-        err = np.abs(bp[out] - ref[out]).max() / scale
-        print(f"tiny_cnn dynamic {weights}: Backplane vs ONNX Runtime {diff:.2e} of "
-              f"max|output|; quantized vs float {err:.4f}")
-        check(diff <= 1e-3, f"tiny_cnn {weights}: Backplane agrees with ONNX Runtime ({diff:.2e})")
-        check(err <= 0.10, f"tiny_cnn {weights}: quantized within 10% of float ({err:.4f})")
+        check_dynamic(f"tiny_cnn {weights}", bp, ort, ref)
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -542,8 +542,7 @@ void Binder::run_row_mean(size_t s) {
   const size_t n = float_src_dst(s, &x, &y);
   int64_t rows = 0;  // DST's elements
   for (auto [arg, ref] : c_.steps[s].args)
-    if (arg == DNNL_ARG_DST)
-      rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
+    if (arg == DNNL_ARG_DST) rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
   mean_rows(x, y, rows, rows == 0 ? 0 : static_cast<int64_t>(n) / rows);
 }
 
@@ -744,9 +743,11 @@ void Binder::run_small_binary(size_t s) {
     case dnnl_binary_div:
       return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p / q; });
     case dnnl_binary_max:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return std::max(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs,
+                            [](float p, float q) { return std::max(p, q); });
     default:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return std::min(p, q); });
+      return broadcast_rows(a, b, y, rank, ys, bs,
+                            [](float p, float q) { return std::min(p, q); });
   }
 }
 
@@ -823,9 +824,8 @@ BP_ONEDNN_VECTOR_CLONES void integers_u8(const float* x, size_t n, float scale, 
 // bytes at a time (two 128-byte permutes and a blend on the top bit);
 // one at a time elsewhere.
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(const uint8_t* x, size_t n,
-                                                                        const uint8_t* table,
-                                                                        uint8_t* y) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(
+    const uint8_t* x, size_t n, const uint8_t* table, uint8_t* y) {
   const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
   const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
   size_t i = 0;
@@ -841,8 +841,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(const ui
 
 void lookup(const uint8_t* x, size_t n, const uint8_t* table, uint8_t* y) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool vbmi =
-      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi") &&
+                           __builtin_cpu_supports("avx512bw");
   if (vbmi) return lookup_vbmi(x, n, table, y);
 #endif
   for (size_t i = 0; i < n; ++i) y[i] = table[x[i]];
@@ -876,17 +876,22 @@ void Binder::run_dynamic_quantize(size_t s) {
       w_scales = static_cast<const float*>(handle);
     }
   }
-  // The range block by block across the team, then the quantization.
+  // The range block by block across the team (one block, a decoder's
+  // step: on this thread, nothing allocated), then the quantization.
   constexpr size_t kBlock = size_t{1} << 16;
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<float> los(blocks, 0.f), his(blocks, 0.f);
-  in_blocks(n, kBlock, [&](size_t at, size_t len) {
-    dynamic_range(x + at, len, &los[at / kBlock], &his[at / kBlock]);
-  });
   float lo = 0.f, hi = 0.f, zp = 0.f;
-  for (size_t b = 0; b < blocks; ++b) {
-    lo = std::min(lo, los[b]);
-    hi = std::max(hi, his[b]);
+  if (n <= kBlock) {
+    dynamic_range(x, n, &lo, &hi);
+  } else {
+    const size_t blocks = (n + kBlock - 1) / kBlock;
+    std::vector<float> los(blocks, 0.f), his(blocks, 0.f);
+    in_blocks(n, kBlock, [&](size_t at, size_t len) {
+      dynamic_range(x + at, len, &los[at / kBlock], &his[at / kBlock]);
+    });
+    for (size_t b = 0; b < blocks; ++b) {
+      lo = std::min(lo, los[b]);
+      hi = std::max(hi, his[b]);
+    }
   }
   const float scale = (hi - lo) / 255.f;
   if (scale > 0.f) zp = std::clamp(std::nearbyint((0.f - lo) / scale), 0.f, 255.f);
@@ -1217,8 +1222,7 @@ void start_openmp_team(int threads) {
 #if defined(_OPENMP)
   if (threads <= 1) return;
 #pragma omp parallel num_threads(threads)
-  { /* the workers are made now, not in the first run */
-  }
+  { /* the workers are made now, not in the first run */ }
 #endif
 }
 

@@ -229,10 +229,11 @@ void Lowering::lower_node(int n) {
   const INode& node = f_.nodes[n];
   const std::string& op = node.op;
   // Operators CpuOneDnn runs only as int8 groups, which fusion.cpp checked.
-  const bool dynamic =
-      node.quant && (node.quant->dynamic || op == "QLinearConv" || op == "QLinearMatMul" ||
-                     op == "ConvInteger" || op == "MatMulInteger");
-  if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic) check_node(g_, node.node);
+  const bool dynamic = node.quant && (node.quant->dynamic || op == "QLinearConv" ||
+                                      op == "QLinearMatMul" || op == "ConvInteger" ||
+                                      op == "MatMulInteger");
+  if (op != "GeluErf" && op != "LayerNorm" && op != "Swish" && !dynamic)
+    check_node(g_, node.node);
   if (node.quant && node.quant->passthrough) return lower_qmove(node);
   if (op == "Conv") return node.quant ? lower_qconv(node) : lower_conv(node);
   if (op == "ConvTranspose") return node.quant ? lower_qdeconv(node) : lower_conv_transpose(node);

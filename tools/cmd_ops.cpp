@@ -153,7 +153,16 @@ void print_markdown(const std::vector<OpRow>& rows, const std::vector<Conformanc
          "backend\n"
          "column says how many of the ONNX node conformance cases that use the operator pass "
          "on that\n"
-         "backend alone (— when no case uses it).\n\n";
+         "backend alone (— when no case uses it).\n\n"
+         "ONNX Runtime's fused operators, which its optimiser writes into the models it saves, "
+         "have no\nrows: the importer rewrites each into the standard operators it fuses "
+         "(src/onnx/contrib_ops.hpp).\n"
+         "`FusedConv` (activation Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid, and the "
+         "sum with Z),\n`FusedGemm` (those but Clip, and Elu, Selu, Softplus, Softsign, "
+         "ThresholdedRelu), `FusedMatMul`\n(not transBatchA/B), `BiasGelu`, `FastGelu`, "
+         "`QuickGelu`, `SkipLayerNormalization`,\n`SkipSimplifiedLayerNormalization` "
+         "(com.microsoft) and `SimplifiedLayerNormalization`; ONNX\nRuntime's "
+         "`LayerNormalization` of any opset is the standard one.\n\n";
   for (const Conformance& c : conf) {
     const json& s = c.summary;
     std::cout << "- Conformance on " << c.label << ": " << s.value("passed", 0) << " passed, "

@@ -677,7 +677,10 @@ void register_nn_ops(OpRegistry& r) {
                     .type("T", {F16, F32, F64})
                     .attr("epsilon", AttrType::kFloat, 9.99999975e-06f)
                     .infer(infer_instance_norm));
-  add_schema(r, OpSchema("", "LayerNormalization", 17)
+  // Standard from opset 17; ONNX Runtime defines the same operator in the
+  // default domain from version 1, and its optimiser writes it into models
+  // of any opset (onnx/contrib_ops.hpp).
+  add_schema(r, OpSchema("", "LayerNormalization", 1)
                     .input("X", "T")
                     .input("Scale", "T")
                     .optional_input("B", "T")

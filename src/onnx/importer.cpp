@@ -4,6 +4,7 @@
 #include "core/mapped_file.hpp"
 
 #include <backplane/runtime.hpp>
+#include "onnx/contrib_ops.hpp"
 #include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
 #include "onnx/wire_split.hpp"
@@ -962,6 +963,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   }
   split.reset();
   BP_RETURN_IF_ERROR(inline_functions(model, registry));
+  BP_RETURN_IF_ERROR(rewrite_contrib_ops(model, registry));
   decompose_einsums(model);
   ctx.ir_version = model.ir_version();
   return convert_model(ctx, model);

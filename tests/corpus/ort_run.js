@@ -1,8 +1,10 @@
 // ort_run.js — the ONNX Runtime side of the corpus (run_corpus.py).
 //
 // Usage: node ort_run.js MODULE_DIR MODEL.onnx DIR THREADS RUNS
-// DIR holds inputs.json ({"inputs": [{"name", "file"}]}) and the .npy files
-// it names. Runs the model once, writes each output to DIR/ort_out_<k>.npy,
+// DIR holds inputs.json ({"inputs": [{"name", "file"}]}, and optionally
+// "optimization": ONNX Runtime's graphOptimizationLevel, default "all", and
+// "save_optimized": a path to write the model as its optimiser left it) and
+// the .npy files it names. Runs the model once, writes each output to DIR/ort_out_<k>.npy,
 // then times RUNS more runs and writes DIR/ort_result.json:
 // {"outputs": [{"name", "file"}], "times_ms": [...], "version": "..."}.
 'use strict';
@@ -69,7 +71,8 @@ async function main() {
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
+    graphOptimizationLevel: spec.optimization || 'all',
+    ...(spec.save_optimized ? { optimizedModelFilePath: spec.save_optimized } : {}),
   });
   const feeds = {};
   for (const input of spec.inputs) {

@@ -1,0 +1,335 @@
+// contrib_ops.cpp — ONNX Runtime's fused operators as the standard operators
+// they fused (contrib_ops.hpp).
+#include "onnx/contrib_ops.hpp"
+
+#include "onnx/proto_rewrite.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace backplane::onnx_import {
+namespace {
+
+using Nodes = std::vector<onnx::NodeProto>;
+
+float attr_f(const onnx::NodeProto& n, const std::string& name, float otherwise) {
+  const onnx::AttributeProto* a = find_attr(n, name);
+  return a != nullptr ? a->f() : otherwise;
+}
+
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t otherwise) {
+  const onnx::AttributeProto* a = find_attr(n, name);
+  return a != nullptr ? a->i() : otherwise;
+}
+
+bool has_input(const onnx::NodeProto& n, int i) { return i < n.input_size() && !n.input(i).empty(); }
+
+std::string output_or_empty(const onnx::NodeProto& n, int i) {
+  return i < n.output_size() ? n.output(i) : std::string();
+}
+
+// The element type of a rewrite's constants: the first operand's, float
+// when not found (then a model of another type fails type checking, which
+// names the node).
+int32_t elem_type_of(const DeclaredTypes& types, const std::string& value) {
+  const int32_t t = types.elem_type(value);
+  return t != 0 ? t : onnx::TensorProto::FLOAT;
+}
+
+// The activation a fused node applies last: none (op empty), an operator
+// with float attributes, or a Clip with its bounds.
+struct Activation {
+  std::string op;
+  std::vector<std::pair<std::string, float>> attrs;
+  std::optional<float> min, max;
+};
+
+// FusedConv's: `activation` and its `activation_params`, in order.
+std::optional<Activation> conv_activation(const onnx::NodeProto& n) {
+  const onnx::AttributeProto* a = find_attr(n, "activation");
+  if (a == nullptr) return Activation{};
+  std::vector<float> p;
+  if (const onnx::AttributeProto* params = find_attr(n, "activation_params"))
+    p.assign(params->floats().begin(), params->floats().end());
+  Activation act{a->s(), {}, {}, {}};
+  if (act.op == "Relu" || act.op == "Tanh" || act.op == "Sigmoid") return act;
+  if (act.op == "LeakyRelu" && p.size() <= 1) {
+    if (p.size() == 1) act.attrs = {{"alpha", p[0]}};
+    return act;
+  }
+  if (act.op == "HardSigmoid" && (p.empty() || p.size() == 2)) {
+    if (p.size() == 2) act.attrs = {{"alpha", p[0]}, {"beta", p[1]}};
+    return act;
+  }
+  if (act.op == "Clip" && (p.empty() || p.size() == 2)) {
+    if (p.size() == 2) act.min = p[0], act.max = p[1];
+    return act;
+  }
+  return std::nullopt;
+}
+
+// FusedGemm's: `activation` and its `activation_alpha`, `_beta`, `_gamma`.
+std::optional<Activation> gemm_activation(const onnx::NodeProto& n) {
+  const onnx::AttributeProto* a = find_attr(n, "activation");
+  if (a == nullptr) return Activation{};
+  Activation act{a->s(), {}, {}, {}};
+  auto take = [&](std::initializer_list<const char*> names) {
+    for (const char* name : names)
+      if (const onnx::AttributeProto* v = find_attr(n, std::string("activation_") + name))
+        act.attrs.emplace_back(name, v->f());
+    return act;
+  };
+  const std::string& op = act.op;
+  if (op == "Relu" || op == "Tanh" || op == "Sigmoid" || op == "Softplus" || op == "Softsign")
+    return act;
+  if (op == "LeakyRelu" || op == "Elu" || op == "ThresholdedRelu") return take({"alpha"});
+  if (op == "HardSigmoid") return take({"alpha", "beta"});
+  if (op == "Selu") return take({"alpha", "gamma"});
+  return std::nullopt;
+}
+
+// `act` of x, written to `out`.
+void emit_activation(NodeEmitter& e, const Activation& act, const std::string& x,
+                     const std::string& out, int32_t type) {
+  if (act.op != "Clip") {
+    onnx::NodeProto& node = e.node(act.op, {x}, {out});
+    for (const auto& [name, value] : act.attrs) set_attr(node, name, value);
+    return;
+  }
+  if (e.opset() < 11) {
+    onnx::NodeProto& node = e.node("Clip", {x}, {out});
+    if (act.min) set_attr(node, "min", *act.min);
+    if (act.max) set_attr(node, "max", *act.max);
+    return;
+  }
+  std::vector<std::string> inputs{x};
+  if (act.min || act.max) inputs.push_back(act.min ? e.scalar(*act.min, type) : "");
+  if (act.max) inputs.push_back(e.scalar(*act.max, type));
+  e.node("Clip", inputs, {out});
+}
+
+// A product (Conv or Gemm) then, for FusedConv, the sum with Z, then the activation.
+Nodes product_then_activation(const onnx::NodeProto& n, const std::string& product,
+                              int inputs, const std::optional<Activation>& act,
+                              const DeclaredTypes& types, int64_t opset, std::string* why) {
+  if (!act) {
+    const onnx::AttributeProto* a = find_attr(n, "activation");
+    *why = "its activation '" + (a != nullptr ? a->s() : std::string()) +
+           "' is not one of those it can be (docs/operators.md lists them), or its parameters do not "
+           "fit it";
+    return {};
+  }
+  if (n.input_size() < 2 || n.output_size() != 1) {
+    *why = "it needs at least 2 inputs and has 1 output";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  const bool z = product == "Conv" && has_input(n, 3);
+  const bool last = act->op.empty() && !z;
+  std::vector<std::string> in;
+  for (int i = 0; i < std::min(inputs, n.input_size()); ++i) in.push_back(n.input(i));
+  while (!in.empty() && in.back().empty()) in.pop_back();
+  onnx::NodeProto& node = e.node(product, in, last ? std::vector<std::string>{n.output(0)}
+                                                  : std::vector<std::string>{});
+  for (const onnx::AttributeProto& a : n.attribute())
+    if (a.name().rfind("activation", 0) != 0) *node.add_attribute() = a;
+  std::string y = node.output(0);
+  if (z) y = e.op("Add", {y, n.input(3)}, act->op.empty() ? n.output(0) : "");
+  if (!act->op.empty()) emit_activation(e, *act, y, n.output(0), elem_type_of(types, n.input(0)));
+  return e.finish();
+}
+
+// op(A) x op(B) x alpha, op transposing the last two dims where asked.
+Nodes fused_matmul(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                   std::string* why) {
+  if (n.input_size() != 2 || n.output_size() != 1) {
+    *why = "it has 2 inputs and 1 output";
+    return {};
+  }
+  if (attr_i(n, "transBatchA", 0) != 0 || attr_i(n, "transBatchB", 0) != 0) {
+    *why = "transBatchA and transBatchB (a transpose of the batch dims) are not supported";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  std::string operands[2];
+  for (int k = 0; k < 2; ++k) {
+    operands[k] = n.input(k);
+    if (attr_i(n, k == 0 ? "transA" : "transB", 0) == 0) continue;
+    const int r = types.rank(n.input(k));
+    if (r < 2) {
+      *why = "input '" + n.input(k) + "' is transposed, and its rank (2 or more) is neither " +
+             "declared nor follows from the operators that make it";
+      return {};
+    }
+    std::vector<int64_t> perm;
+    for (int d = 0; d < r; ++d) perm.push_back(d);
+    std::swap(perm[r - 2], perm[r - 1]);
+    operands[k] = e.transpose(operands[k], perm);
+  }
+  const float alpha = attr_f(n, "alpha", 1.0f);
+  if (alpha == 1.0f) {
+    e.op("MatMul", {operands[0], operands[1]}, n.output(0));
+    return e.finish();
+  }
+  const std::string product = e.op("MatMul", {operands[0], operands[1]});
+  e.op("Mul", {product, e.scalar(alpha, elem_type_of(types, n.input(0)))}, n.output(0));
+  return e.finish();
+}
+
+Nodes gelu_family(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                  std::string* why) {
+  if (!has_input(n, 0) || n.output_size() != 1 || (n.op_type() == "BiasGelu" && !has_input(n, 1))) {
+    *why = "its inputs or outputs are not as the operator defines them";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  const std::string& out = n.output(0);
+  const int32_t type = elem_type_of(types, n.input(0));
+  const std::string& op = n.op_type();
+  if (op == "BiasGelu") {
+    e.node("Gelu", {e.op("Add", {n.input(0), n.input(1)})}, {out}, "com.microsoft");
+  } else if (op == "FastGelu") {
+    const std::string x = has_input(n, 1) ? e.op("Add", {n.input(0), n.input(1)}) : n.input(0);
+    const std::string cube = e.op("Mul", {e.op("Mul", {x, x}), x});
+    const std::string inner = e.op("Add", {x, e.op("Mul", {cube, e.scalar(0.044715, type)})});
+    const std::string t = e.op("Tanh", {e.op("Mul", {inner, e.scalar(0.7978845608028654, type)})});
+    e.op("Mul", {e.op("Mul", {x, e.scalar(0.5, type)}), e.op("Add", {t, e.scalar(1.0, type)})},
+         out);
+  } else {  // QuickGelu
+    const float alpha = attr_f(n, "alpha", 1.702f);
+    const std::string& x = n.input(0);
+    const std::string scaled = alpha == 1.0f ? x : e.op("Mul", {x, e.scalar(alpha, type)});
+    e.op("Mul", {x, e.op("Sigmoid", {scaled})}, out);
+  }
+  return e.finish();
+}
+
+// x / sqrt(mean(x², axes) + epsilon) · scale into `out`, and 1 / that
+// square root into `inv_out` when it is named.
+void rms_norm(NodeEmitter& e, const std::string& x, const std::string& scale,
+              const std::vector<int64_t>& axes, float epsilon, int32_t type,
+              const std::string& out, const std::string& inv_out) {
+  const std::string mean = e.axes_op("ReduceMean", e.op("Mul", {x, x}), axes, 1);
+  const std::string root = e.op("Sqrt", {e.op("Add", {mean, e.scalar(epsilon, type)})});
+  if (!inv_out.empty()) e.op("Reciprocal", {root}, inv_out);
+  e.op("Mul", {e.op("Div", {x, root}), scale}, out);
+}
+
+// input + skip [+ bias] (bias at `bias`), written to `sum_out` when named.
+std::string skip_sum(NodeEmitter& e, const onnx::NodeProto& n, int bias, const std::string& sum_out) {
+  const bool with_bias = has_input(n, bias);
+  std::string s = e.op("Add", {n.input(0), n.input(1)}, with_bias ? "" : sum_out);
+  if (with_bias) s = e.op("Add", {s, n.input(bias)}, sum_out);
+  return s;
+}
+
+Nodes layer_norm_family(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                        std::string* why) {
+  const std::string& op = n.op_type();
+  const int inputs = op == "SimplifiedLayerNormalization" ? 2 : 3;
+  if (n.output_size() < 1 || n.output(0).empty() || n.input_size() < inputs) {
+    *why = "it needs at least " + std::to_string(inputs) + " inputs and its first output";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  const int32_t type = elem_type_of(types, n.input_size() > 0 ? n.input(0) : "");
+  if (op == "SkipLayerNormalization") {
+    const std::string s = skip_sum(e, n, 4, output_or_empty(n, 3));
+    std::vector<std::string> in{s, n.input(2)};
+    if (has_input(n, 3)) in.push_back(n.input(3));
+    std::vector<std::string> out{n.output(0), output_or_empty(n, 1), output_or_empty(n, 2)};
+    while (out.back().empty()) out.pop_back();
+    onnx::NodeProto& ln = e.node("LayerNormalization", in, out);
+    set_attr(ln, "axis", int64_t{-1});
+    set_attr(ln, "epsilon", attr_f(n, "epsilon", 1e-12f));
+    return e.finish();
+  }
+  if (op == "SkipSimplifiedLayerNormalization") {
+    if (!output_or_empty(n, 1).empty() || !output_or_empty(n, 2).empty()) {
+      *why = "its mean and inv_std_var outputs are not supported";
+      return {};
+    }
+    const std::string s = skip_sum(e, n, 3, output_or_empty(n, 3));
+    rms_norm(e, s, n.input(2), {-1}, attr_f(n, "epsilon", 1e-12f), type, n.output(0), "");
+    return e.finish();
+  }
+  // SimplifiedLayerNormalization: over the dims from `axis` on.
+  int64_t axis = attr_i(n, "axis", -1);
+  std::vector<int64_t> axes{-1};
+  if (axis != -1) {
+    const int r = types.rank(n.input(0));
+    if (axis < 0) axis += r;
+    if (r < 1 || axis < 0 || axis >= r) {
+      *why = "its axis is not -1 and the rank of its input is not declared (or the axis is "
+             "outside it)";
+      return {};
+    }
+    axes.clear();
+    for (int64_t d = axis; d < r; ++d) axes.push_back(d);
+  }
+  rms_norm(e, n.input(0), n.input(1), axes, attr_f(n, "epsilon", 1e-5f), type, n.output(0),
+           output_or_empty(n, 1));
+  return e.finish();
+}
+
+// The rewrite of `n`, or nothing if it is none of the operators above or
+// outside what they cover.
+Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+              std::string* why) {
+  const std::string& op = n.op_type();
+  if (n.domain() == "com.microsoft") {
+    if (op == "FusedConv")
+      return product_then_activation(n, "Conv", 3, conv_activation(n), types, opset, why);
+    if (op == "FusedGemm")
+      return product_then_activation(n, "Gemm", 3, gemm_activation(n), types, opset, why);
+    if (op == "FusedMatMul") return fused_matmul(n, types, opset, why);
+    if (op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu")
+      return gelu_family(n, types, opset, why);
+    if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization")
+      return layer_norm_family(n, types, opset, why);
+    return {};
+  }
+  if ((n.domain().empty() || n.domain() == "ai.onnx") && op == "SimplifiedLayerNormalization")
+    return layer_norm_family(n, types, opset, why);
+  return {};
+}
+
+bool rewritten_op(const onnx::NodeProto& n) {
+  static const char* const ops[] = {"FusedConv", "FusedGemm", "FusedMatMul", "BiasGelu",
+                                    "FastGelu", "QuickGelu", "SkipLayerNormalization",
+                                    "SkipSimplifiedLayerNormalization",
+                                    "SimplifiedLayerNormalization"};
+  for (const char* op : ops)
+    if (n.op_type() == op) return true;
+  return false;
+}
+
+}  // namespace
+
+Status rewrite_contrib_ops(onnx::ModelProto& model, const ir::OpRegistry& registry, int* count) {
+  if (count != nullptr) *count = 0;
+  const int64_t opset = default_opset(model);
+  if (opset < 1 || !model.has_graph() || !any_node(model.graph(), rewritten_op)) return ok_status();
+  const DeclaredTypes types(model.graph());
+  Status refused = ok_status();
+  const int n = replace_nodes(*model.mutable_graph(), [&](const onnx::NodeProto& node) {
+    // A backend that defines the operator runs it whole.
+    if (!rewritten_op(node) || registry.knows(node.domain(), node.op_type()) || !refused.ok())
+      return Nodes{};
+    std::string why;
+    Nodes nodes = rewrite(node, types, opset, &why);
+    if (nodes.empty())
+      refused = unsupported("node '" + node.name() + "' (" + node.op_type() + ", domain '" +
+                            node.domain() + "'): ONNX Runtime's fused operator runs here as the "
+                            "standard operators it fuses, but " + why);
+    return nodes;
+  });
+  if (count != nullptr) *count = n;
+  return refused;
+}
+
+}  // namespace backplane::onnx_import

@@ -1,0 +1,57 @@
+// contrib_ops.hpp — the operators ONNX Runtime's graph optimiser writes into
+// the models it saves, rewritten at import into standard ONNX operators.
+//
+// A model saved after ONNX Runtime's optimiser (SessionOptions'
+// optimized_model_filepath, tools that call it, files shipped that way)
+// holds fusions of ONNX Runtime's own, mostly in its "com.microsoft"
+// domain. Each below becomes the standard operators it fused, which every
+// backend runs and CpuOneDnn fuses again its own way:
+//
+//   FusedConv       Conv [+ Add Z] + its activation (Relu, Tanh, Sigmoid,
+//                   LeakyRelu, Clip, HardSigmoid; activation_params in
+//                   that order)
+//   FusedGemm       Gemm + its activation (those, Elu, Selu, Softplus,
+//                   Softsign, ThresholdedRelu; activation_alpha/beta/gamma)
+//   FusedMatMul     MatMul of the operands transposed as transA/transB say
+//                   (a Transpose of the last two dims; the operand's rank
+//                   must be known), times alpha
+//   BiasGelu        Gelu (com.microsoft, erf) of A + B
+//   FastGelu        0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), x = X [+ bias]
+//   QuickGelu       x·Sigmoid(alpha·x)
+//   SkipLayerNormalization
+//                   LayerNormalization (last axis) of input + skip [+ bias];
+//                   its optional outputs: the Mean and InvStdDev of that
+//                   LayerNormalization, and the sum
+//   SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization (the
+//                   latter in the default domain, as ONNX Runtime defines it)
+//                   the root-mean-square normalisation: x / √(mean(x²) + ε)
+//                   · scale over the last axis
+//
+// ONNX Runtime also defines LayerNormalization in the default domain from
+// version 1, and its optimiser writes it into models of any opset; the
+// operator registry takes it as the opset-17 operator at every opset.
+//
+// A node the operator registry knows (a backend defines the operator
+// itself) is left whole. One outside what is listed (transBatchA, an
+// activation ONNX has no operator for, a rank not found) fails the import
+// with an error naming the node and why. Nodes added are named "<node>/<k>_<op>", values
+// "<node's first output>/<k>_<op>"; the node's outputs keep their names.
+#pragma once
+
+#include "ir/op_registry.hpp"
+
+#include <backplane/status.hpp>
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace backplane::onnx_import {
+
+// Rewrites the nodes above in `model` (main graph and subgraphs), setting
+// `count` (may be null) to how many. A model with none is left as it is
+// (one walk over its nodes). kUnsupported for a node outside the rewrite.
+[[nodiscard]] Status rewrite_contrib_ops(onnx::ModelProto& model, const ir::OpRegistry& registry,
+                                         int* count = nullptr);
+
+}  // namespace backplane::onnx_import

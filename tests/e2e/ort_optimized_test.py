@@ -1,0 +1,340 @@
+#!/usr/bin/python3
+"""Models saved after ONNX Runtime's graph optimiser, and its fused operators one by one.
+
+A model a user saved after ONNX Runtime's optimiser holds its fusions (FusedConv, FusedGemm,
+FusedMatMul, SkipLayerNormalization, LayerNormalization at any opset, ...), which Backplane
+rewrites at import into the standard operators they fused (src/onnx/contrib_ops.hpp).
+
+1. Models of the e2e_models fixture saved by ONNX Runtime (onnxruntime-node, level
+   "extended", the level whose output ONNX Runtime documents as portable): each file must
+   hold the fused operators expected of it (else this test no longer tests them); Backplane
+   runs it on its default backends with every node on CpuOneDnn, and on CpuRef for the small
+   ones, within the numerics rule of ONNX Runtime's outputs on the same file.
+2. One model per fused operator and attribute case, built with onnx.helper: Backplane on
+   CpuRef and on the default backends within the rule of ONNX Runtime's kernels (its
+   optimiser off).
+3. A fused operator outside what the rewrite covers (FusedMatMul with transBatchA, FusedConv
+   with an activation ONNX has no operator for) fails to load with an error naming the node
+   and what is outside.
+
+The rule: max|got - ref| <= 1e-4 * max|ref| + 1e-6 per output (docs/numerics.md).
+
+Usage: ort_optimized_test.py BACKPLANE_CLI MODELS_DIR ORT_MODULE_DIR WORK_DIR
+Fails when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ORT_RUN = os.path.join(ROOT, "tests", "corpus", "ort_run.js")
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def save_inputs(work, inputs):
+    os.makedirs(work, exist_ok=True)
+    files = {}
+    for name, array in inputs.items():
+        files[name] = os.path.join(work, f"in_{len(files)}.npy")
+        np.save(files[name], array)
+    return files
+
+
+def ort_run(module, model, files, work, optimization, save=None):
+    spec = {"inputs": [{"name": n, "file": os.path.relpath(f, work)} for n, f in files.items()],
+            "optimization": optimization}
+    if save:
+        spec["save_optimized"] = save
+    with open(os.path.join(work, "inputs.json"), "w") as f:
+        json.dump(spec, f)
+    proc = subprocess.run(["node", ORT_RUN, module, model, work, "1", "0"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"ONNX Runtime failed on {model}:\n{proc.stderr}")
+    with open(os.path.join(work, "ort_result.json")) as f:
+        result = json.load(f)
+    return {o["name"]: np.load(os.path.join(work, o["file"])) for o in result["outputs"]}
+
+
+def backplane_run(cli, model, files, out_dir, backends=None):
+    """(outputs, the run's JSON), or (None, stderr) when it fails."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    cmd = [cli, "run", model, "--json", "--output-dir", out_dir]
+    if backends:
+        cmd += ["--backends", backends]
+    for name, f in files.items():
+        cmd += ["--input", f"{name}={f}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, proc.stderr
+    outs = {f[:-4]: np.load(os.path.join(out_dir, f)) for f in os.listdir(out_dir)}
+    return outs, json.loads(proc.stdout)
+
+
+def within_rule(got, ref):
+    """'' if every output of ref is in got within the rule, else what differs."""
+    for name, r in ref.items():
+        g = got.get(name)
+        if g is None or g.shape != r.shape:
+            return f"output {name}: {None if g is None else g.shape} against {r.shape}"
+        r64, g64 = r.astype(np.float64), g.astype(np.float64)
+        err = float(np.max(np.abs(g64 - r64))) if r.size else 0.0
+        bound = 1e-4 * (float(np.max(np.abs(r64))) if r.size else 0.0) + 1e-6
+        if not err <= bound:
+            return f"output {name}: max error {err:.3g} > {bound:.3g}"
+    return ""
+
+
+def compare(cli, model, files, ref, work, label, backends_list, only_onednn=False):
+    for backends in backends_list:
+        outs, info = backplane_run(cli, model, files, os.path.join(work, f"bp_{backends or 'default'}"),
+                                   backends)
+        where = f"{label} on {backends or 'the default backends'}"
+        if outs is None:
+            check(False, f"{where}: runs ({info.strip()})")
+            continue
+        why = within_rule(outs, ref)
+        check(not why, f"{where}: within the rule of ONNX Runtime's outputs {why}")
+        if only_onednn and not backends:
+            check(info.get("backends_used") == ["CpuOneDnn"],
+                  f"{where}: every node on CpuOneDnn (used {info.get('backends_used')})")
+
+
+# 1. Models saved by ONNX Runtime's optimiser.
+SAVED = {
+    # model: (inputs, fused operators the saved file must hold, also on CpuRef)
+    "tiny_cnn": ({"input": ("float", [1, 3, 32, 32])}, {"FusedConv"}, True),
+    "mobilenet_v2": ({"input": ("float", [1, 3, 224, 224])}, {"FusedConv"}, False),
+    "resnet18": ({"input": ("float", [1, 3, 224, 224])}, {"FusedConv"}, False),
+    "transformer": ({"input_ids": ("ids", [1, 32])},
+                    {"SkipLayerNormalization", "FusedMatMul", "Gelu"}, True),
+    "encoder_dyn": ({"input_ids": ("ids", [2, 24])}, {"FusedMatMul", "LayerNormalization"}, True),
+    "decoder_kv": ({"input_ids": ("ids", [1, 3]), "past_key_0": ("float", [1, 4, 5, 16]),
+                    "past_value_0": ("float", [1, 4, 5, 16]), "past_key_1": ("float", [1, 4, 5, 16]),
+                    "past_value_1": ("float", [1, 4, 5, 16])},
+                   {"FusedMatMul", "LayerNormalization"}, True),
+}
+
+
+def make_inputs(spec, seed):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (kind, shape) in spec.items():
+        if kind == "ids":
+            out[name] = rng.integers(0, 50, size=shape, dtype=np.int64)
+        else:
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+def saved_models(cli, models_dir, module, work):
+    for k, (name, (spec, expected, on_cpuref)) in enumerate(SAVED.items()):
+        source = os.path.join(models_dir, f"{name}.onnx")
+        mwork = os.path.join(work, "saved", name)
+        files = save_inputs(mwork, make_inputs(spec, 100 + k))
+        saved = os.path.join(mwork, f"{name}_ort_extended.onnx")
+        ort_run(module, source, files, mwork, "extended", save=saved)
+        fused = {n.op_type for n in onnx.load(saved).graph.node
+                 if n.domain == "com.microsoft" or n.op_type == "LayerNormalization"}
+        check(expected <= fused, f"{name}: ONNX Runtime's saved model holds {sorted(expected)} "
+                                 f"(it holds {sorted(fused)})")
+        ref = ort_run(module, saved, files, mwork, "disabled")
+        compare(cli, saved, files, ref, mwork, f"{name} as ONNX Runtime saved it",
+                ["CpuRef", None] if on_cpuref else [None], only_onednn=True)
+
+
+# 2. One model per fused operator.
+MS = "com.microsoft"
+
+
+def rand(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def op_model(node, inputs, outputs, inits, opset=13):
+    """inputs, outputs: [(name, shape)]; inits: {name: array}."""
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n, s in outputs],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return model
+
+
+def op_cases(rng):
+    cases = []
+    conv_w, conv_b = rand(rng, [6, 4, 3, 3], 0.3), rand(rng, [6])
+    for act, params in [("Relu", None), ("Tanh", None), ("Sigmoid", None), ("LeakyRelu", [0.2]),
+                        ("Clip", [-0.5, 0.75]), ("HardSigmoid", [0.3, 0.4])]:
+        attrs = {"activation": act, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+        if params:
+            attrs["activation_params"] = params
+        node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain=MS, name=f"conv_{act}",
+                                **attrs)
+        cases.append((f"FusedConv {act}", op_model(node, [("x", [1, 4, 9, 9])], [("y", None)],
+                                                   {"w": conv_w, "b": conv_b}),
+                      {"x": rand(rng, [1, 4, 9, 9])}))
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain=MS, name="conv_sum",
+                            activation="Relu", kernel_shape=[3, 3], strides=[2, 2])
+    cases.append(("FusedConv Relu of the sum with Z",
+                  op_model(node, [("x", [1, 4, 9, 9]), ("z", [1, 6, 4, 4])], [("y", None)],
+                           {"w": conv_w, "b": conv_b}),
+                  {"x": rand(rng, [1, 4, 9, 9]), "z": rand(rng, [1, 6, 4, 4])}))
+    gemm_b, gemm_c = rand(rng, [7, 8], 0.4), rand(rng, [7])
+    for act, attrs in [("Relu", {}), ("LeakyRelu", {"activation_alpha": 0.1}),
+                       ("Elu", {"activation_alpha": 0.7}), ("Tanh", {}),
+                       ("HardSigmoid", {"activation_alpha": 0.25, "activation_beta": 0.45}),
+                       ("Sigmoid", {})]:
+        node = helper.make_node("FusedGemm", ["a", "bt", "c"], ["y"], domain=MS, name=f"gemm_{act}",
+                                activation=act, transB=1, alpha=0.5, beta=2.0, **attrs)
+        cases.append((f"FusedGemm {act}", op_model(node, [("a", [5, 8])], [("y", None)],
+                                                   {"bt": gemm_b, "c": gemm_c}),
+                      {"a": rand(rng, [5, 8])}))
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, name="matmul_tt",
+                            transA=1, transB=1, alpha=0.125)
+    cases.append(("FusedMatMul transA transB alpha",
+                  op_model(node, [("a", [2, 3, 5, 4]), ("b", [2, 3, 6, 5])], [("y", None)], {}),
+                  {"a": rand(rng, [2, 3, 5, 4]), "b": rand(rng, [2, 3, 6, 5])}))
+    node = helper.make_node("FusedMatMul", ["a", "w"], ["y"], domain=MS, name="matmul_weight",
+                            transB=1)
+    cases.append(("FusedMatMul of a weight, transB",
+                  op_model(node, [("a", [2, 4, 5])], [("y", None)], {"w": rand(rng, [6, 5])}),
+                  {"a": rand(rng, [2, 4, 5])}))
+    # b's rank found through the Relu before it (an ONNX Runtime file declares no value_info).
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["b"], ["rb"], name="relu"),
+         helper.make_node("FusedMatMul", ["a", "rb"], ["y"], domain=MS, name="matmul_found",
+                          transB=1, alpha=2.0)],
+        "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 4, 5]),
+              helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    cases.append(("FusedMatMul transB of a value whose rank follows from its producer", model,
+                  {"a": rand(rng, [3, 4, 5]), "b": rand(rng, [3, 6, 5])}))
+    node = helper.make_node("BiasGelu", ["x", "bias"], ["y"], domain=MS, name="bias_gelu")
+    cases.append(("BiasGelu", op_model(node, [("x", [2, 3, 8])], [("y", None)],
+                                       {"bias": rand(rng, [8])}), {"x": rand(rng, [2, 3, 8], 2)}))
+    node = helper.make_node("FastGelu", ["x", "bias"], ["y"], domain=MS, name="fast_gelu_bias")
+    cases.append(("FastGelu with a bias", op_model(node, [("x", [2, 3, 8])], [("y", None)],
+                                                   {"bias": rand(rng, [8])}),
+                  {"x": rand(rng, [2, 3, 8], 2)}))
+    node = helper.make_node("FastGelu", ["x"], ["y"], domain=MS, name="fast_gelu")
+    cases.append(("FastGelu", op_model(node, [("x", [2, 3, 8])], [("y", None)], {}),
+                  {"x": rand(rng, [2, 3, 8], 2)}))
+    for alpha in [None, 1.0]:
+        attrs = {} if alpha is None else {"alpha": alpha}
+        node = helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, name="quick_gelu", **attrs)
+        cases.append((f"QuickGelu alpha {alpha or 'default'}",
+                      op_model(node, [("x", [2, 3, 8])], [("y", None)], {}),
+                      {"x": rand(rng, [2, 3, 8], 2)}))
+    gamma, beta, bias = rand(rng, [8]), rand(rng, [8]), rand(rng, [8])
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"],
+                            ["y", "", "", "sum"], domain=MS, name="skip_ln", epsilon=1e-5)
+    cases.append(("SkipLayerNormalization with beta, bias and the sum",
+                  op_model(node, [("x", [2, 3, 8]), ("skip", [2, 3, 8])],
+                           [("y", None), ("sum", None)], {"gamma": gamma, "beta": beta, "bias": bias}),
+                  {"x": rand(rng, [2, 3, 8]), "skip": rand(rng, [2, 3, 8])}))
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["y"], domain=MS,
+                            name="skip_ln_plain")
+    cases.append(("SkipLayerNormalization, default epsilon",
+                  op_model(node, [("x", [2, 3, 8]), ("skip", [2, 3, 8])], [("y", None)],
+                           {"gamma": gamma}),
+                  {"x": rand(rng, [2, 3, 8]), "skip": rand(rng, [2, 3, 8])}))
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma", "bias"],
+                            ["y", "", "", "sum"], domain=MS, name="skip_rms", epsilon=1e-6)
+    cases.append(("SkipSimplifiedLayerNormalization with bias and the sum",
+                  op_model(node, [("x", [2, 3, 8]), ("skip", [2, 3, 8])],
+                           [("y", None), ("sum", None)], {"gamma": gamma, "bias": bias}),
+                  {"x": rand(rng, [2, 3, 8]), "skip": rand(rng, [2, 3, 8])}))
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y", "inv"],
+                            name="rms", epsilon=1e-6)
+    cases.append(("SimplifiedLayerNormalization and its inv_std_var",
+                  op_model(node, [("x", [2, 3, 8])], [("y", None), ("inv", None)],
+                           {"scale": gamma}),
+                  {"x": rand(rng, [2, 3, 8])}))
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], name="rms_axis1",
+                            axis=1)
+    cases.append(("SimplifiedLayerNormalization over axis 1 on",
+                  op_model(node, [("x", [2, 4, 6])], [("y", None)], {"scale": rand(rng, [4, 6])}),
+                  {"x": rand(rng, [2, 4, 6])}))
+    node = helper.make_node("LayerNormalization", ["x", "scale", "b"], ["y"], name="ln13",
+                            epsilon=1e-6)
+    cases.append(("LayerNormalization in an opset-13 model",
+                  op_model(node, [("x", [2, 3, 8])], [("y", None)], {"scale": gamma, "b": beta}),
+                  {"x": rand(rng, [2, 3, 8])}))
+    return cases
+
+
+def fused_ops(cli, module, work):
+    rng = np.random.default_rng(7)
+    for k, (label, model, inputs) in enumerate(op_cases(rng)):
+        cwork = os.path.join(work, "ops", str(k))
+        files = save_inputs(cwork, inputs)
+        path = os.path.join(cwork, "model.onnx")
+        onnx.save(model, path)
+        ref = ort_run(module, path, files, cwork, "disabled")
+        compare(cli, path, files, ref, cwork, label, ["CpuRef", None])
+
+
+# 3. Outside the rewrite: a clear error naming the node.
+def refused(cli, work):
+    rng = np.random.default_rng(11)
+    cases = [
+        ("FusedMatMul with transBatchA",
+         helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, name="batch_trans",
+                          transBatchA=1), [("a", [2, 3, 4]), ("b", [3, 4, 5])], "batch_trans",
+         "transBatchA"),
+        ("FusedConv with an activation ONNX has no operator for",
+         helper.make_node("FusedConv", ["a", "b"], ["y"], domain=MS, name="odd_activation",
+                          activation="Swish", kernel_shape=[1, 1]),
+         [("a", [1, 4, 5, 5]), ("b", [4, 4, 1, 1])], "odd_activation", "'Swish'"),
+    ]
+    for k, (label, node, inputs, name, reason) in enumerate(cases):
+        cwork = os.path.join(work, "refused", str(k))
+        files = save_inputs(cwork, {n: rand(rng, s) for n, s in inputs})
+        path = os.path.join(cwork, "model.onnx")
+        onnx.save(op_model(node, inputs, [("y", None)], {}), path)
+        outs, err = backplane_run(cli, path, files, os.path.join(cwork, "out"))
+        check(outs is None and "error:" in err and f"'{name}'" in err and node.op_type in err
+              and reason in err, f"{label}: refused with an error naming the node and "
+                                 f"{reason} ({(err or '').strip()[:300]})")
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    cli, models_dir, module, work = (os.path.abspath(a) for a in sys.argv[1:5])
+    if shutil.which("node") is None or not os.path.isdir(module):
+        sys.exit(f"needs node and onnxruntime-node at {module} (scripts/fetch-corpus.sh)")
+    shutil.rmtree(work, ignore_errors=True)
+    saved_models(cli, models_dir, module, work)
+    fused_ops(cli, module, work)
+    refused(cli, work)
+    if failures:
+        print(f"{len(failures)} failed:\n  " + "\n  ".join(failures))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

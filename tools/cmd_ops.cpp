@@ -162,7 +162,12 @@ void print_markdown(const std::vector<OpRow>& rows, const std::vector<Conformanc
          "ThresholdedRelu), `FusedMatMul`\n(not transBatchA/B), `BiasGelu`, `FastGelu`, "
          "`QuickGelu`, `SkipLayerNormalization`,\n`SkipSimplifiedLayerNormalization` "
          "(com.microsoft) and `SimplifiedLayerNormalization`; ONNX\nRuntime's "
-         "`LayerNormalization` of any opset is the standard one.\n\n";
+         "`LayerNormalization` of any opset is the standard one. Its quantized operators\n"
+         "`QLinearAdd`, `QLinearMul`, `QLinearConcat`, `QLinearSigmoid`, `QLinearLeakyRelu`,\n"
+         "`QLinearGlobalAveragePool`, `QLinearAveragePool`, `QLinearSoftmax`, `QGemm`,\n"
+         "`MatMulIntegerToFloat` and `DynamicQuantizeMatMul` become "
+         "`DequantizeLinear`, the float operator\nand `QuantizeLinear` (no NHWC "
+         "`channels_last`).\n\n";
   for (const Conformance& c : conf) {
     const json& s = c.summary;
     std::cout << "- Conformance on " << c.label << ": " << s.value("passed", 0) << " passed, "

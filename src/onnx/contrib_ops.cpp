@@ -276,6 +276,153 @@ Nodes layer_norm_family(const onnx::NodeProto& n, const DeclaredTypes& types, in
   return e.finish();
 }
 
+// ONNX Runtime's quantized operators (its QOperator format, and what its
+// optimiser makes of QDQ groups and of dynamic quantization): the operands
+// dequantized, the float operator, the result quantized, which is what ONNX
+// Runtime's integer kernels approximate; CpuOneDnn runs such groups as int8
+// where it has the kernel (docs/numerics.md, "Quantized models").
+
+std::string input_or_empty(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() ? n.input(i) : std::string();
+}
+
+// DequantizeLinear(x, scale [, zero point]), on `axis` if it is not negative.
+std::string dequantize(NodeEmitter& e, const std::string& x, const std::string& scale,
+                       const std::string& zero_point, int64_t axis = -1) {
+  std::vector<std::string> in{x, scale};
+  if (!zero_point.empty()) in.push_back(zero_point);
+  onnx::NodeProto& node = e.node("DequantizeLinear", in);
+  if (axis >= 0) set_attr(node, "axis", axis);
+  return node.output(0);
+}
+
+void quantize(NodeEmitter& e, const std::string& y, const std::string& scale,
+              const std::string& zero_point, const std::string& out) {
+  std::vector<std::string> in{y, scale};
+  if (!zero_point.empty()) in.push_back(zero_point);
+  e.node("QuantizeLinear", in, {out});
+}
+
+// QLinearAdd and QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
+// C_zp), QLinearConcat (Y_scale, Y_zp, then X, X_scale, X_zp per operand)
+// and the unary ones (X, X_scale, X_zp, Y_scale, Y_zp).
+Nodes qlinear(const onnx::NodeProto& n, int64_t opset, std::string* why) {
+  const std::string& op = n.op_type();
+  const std::string float_op = op.substr(std::string("QLinear").size());
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const bool binary = op == "QLinearAdd" || op == "QLinearMul";
+  const int needed = binary ? 7 : op == "QLinearConcat" ? 5 : 4;
+  if (n.output_size() != 1 || n.input_size() < needed ||
+      (op == "QLinearConcat" && (n.input_size() - 2) % 3 != 0)) {
+    *why = "its inputs or outputs are not as the operator defines them";
+    return {};
+  }
+  if (attr_i(n, "channels_last", 0) != 0) {
+    *why = "channels_last (an NHWC layout) is not supported";
+    return {};
+  }
+  if (op == "QLinearSoftmax" && (attr_i(n, "opset", opset) >= 13) != (opset >= 13)) {
+    *why = "its Softmax is of opset " + std::to_string(attr_i(n, "opset", opset)) +
+           ", whose meaning differs from the model's opset " + std::to_string(opset);
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  std::string y;
+  if (binary) {
+    y = e.op(float_op, {dequantize(e, in(0), in(1), in(2)), dequantize(e, in(3), in(4), in(5))});
+    quantize(e, y, in(6), in(7), n.output(0));
+    return e.finish();
+  }
+  if (op == "QLinearConcat") {
+    std::vector<std::string> parts;
+    for (int i = 2; i < n.input_size(); i += 3)
+      parts.push_back(dequantize(e, in(i), in(i + 1), in(i + 2)));
+    onnx::NodeProto& concat = e.node("Concat", parts);
+    set_attr(concat, "axis", attr_i(n, "axis", 0));
+    y = concat.output(0);
+    quantize(e, y, in(0), in(1), n.output(0));
+    return e.finish();
+  }
+  onnx::NodeProto& node = e.node(float_op, {dequantize(e, in(0), in(1), in(2))});
+  for (const onnx::AttributeProto& a : n.attribute())
+    if (a.name() != "channels_last" && a.name() != "opset") *node.add_attribute() = a;
+  y = node.output(0);
+  quantize(e, y, in(3), in(4), n.output(0));
+  return e.finish();
+}
+
+// QGemm (A, a_scale, a_zp, B, b_scale, b_zp, [C: int32 of scale
+// a_scale·b_scale], [y_scale, y_zp]; alpha, transA, transB): float output
+// without y_scale.
+Nodes qgemm(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset, std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  if (n.input_size() < 6 || n.output_size() != 1) {
+    *why = "its inputs or outputs are not as the operator defines them";
+    return {};
+  }
+  // One weight scale per output column: on B's axis of them.
+  const int64_t scales = types.constant_numel(in(4));
+  if (scales < 0 && types.rank(in(4)) != 0) {
+    *why = "its b_scale '" + in(4) + "' is not a constant, so whether it is per column is unknown";
+    return {};
+  }
+  const bool per_column = scales > 1;
+  if (per_column && opset < 13) {
+    *why = "per-column weight scales need opset 13 or later (DequantizeLinear's axis)";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  const int64_t axis = per_column ? (attr_i(n, "transB", 0) != 0 ? 0 : 1) : -1;
+  std::vector<std::string> operands{dequantize(e, in(0), in(1), in(2)),
+                                    dequantize(e, in(3), in(4), in(5), axis)};
+  if (has_input(n, 6))
+    operands.push_back(dequantize(e, in(6), e.op("Mul", {in(1), in(4)}), "", per_column ? 0 : -1));
+  const bool quantized = has_input(n, 7);
+  onnx::NodeProto& gemm = e.node("Gemm", operands, quantized ? std::vector<std::string>{}
+                                                             : std::vector<std::string>{n.output(0)});
+  for (const char* name : {"alpha", "transA", "transB"})
+    if (const onnx::AttributeProto* a = find_attr(n, name)) *gemm.add_attribute() = *a;
+  const std::string y = gemm.output(0);
+  if (quantized) quantize(e, y, in(7), in(8), n.output(0));
+  return e.finish();
+}
+
+// MatMulIntegerToFloat (A, B, a_scale, b_scale, [a_zp], [b_zp], [bias]) and
+// DynamicQuantizeMatMul (A float, B, b_scale, [b_zp], [bias]): the integer
+// product, as float, times a_scale·b_scale, plus the bias; A quantized by
+// DynamicQuantizeLinear first for the latter, as ONNX Runtime's dynamic
+// quantizer writes it before its optimiser fuses it.
+Nodes integer_matmul(const onnx::NodeProto& n, int64_t opset, std::string* why) {
+  const bool dynamic = n.op_type() == "DynamicQuantizeMatMul";
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  if (n.input_size() < (dynamic ? 3 : 4) || n.output_size() != 1) {
+    *why = "its inputs or outputs are not as the operator defines them";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  std::string a = in(0), a_scale, a_zero;
+  if (dynamic) {
+    a = e.fresh("quantized"), a_scale = e.fresh("scale"), a_zero = e.fresh("zero_point");
+    e.node("DynamicQuantizeLinear", {in(0)}, {a, a_scale, a_zero});
+  } else {
+    a_scale = in(2), a_zero = in(4);
+  }
+  const std::string b_scale = in(dynamic ? 2 : 3), b_zero = in(dynamic ? 3 : 5);
+  const std::string bias = in(dynamic ? 4 : 6);
+  std::vector<std::string> operands{a, in(1), a_zero, b_zero};
+  while (operands.back().empty()) operands.pop_back();
+  onnx::NodeProto& cast = e.node("Cast", {e.op("MatMulInteger", operands)});
+  set_attr(cast, "to", int64_t{onnx::TensorProto::FLOAT});
+  const std::string product = cast.output(0);
+  const std::string scale = e.op("Mul", {a_scale, b_scale});
+  if (bias.empty()) {
+    e.op("Mul", {product, scale}, n.output(0));
+  } else {
+    e.op("Add", {e.op("Mul", {product, scale}), bias}, n.output(0));
+  }
+  return e.finish();
+}
+
 // The rewrite of `n`, or nothing if it is none of the operators above or
 // outside what they cover.
 Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
@@ -291,6 +438,10 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
       return gelu_family(n, types, opset, why);
     if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization")
       return layer_norm_family(n, types, opset, why);
+    if (op == "QGemm") return qgemm(n, types, opset, why);
+    if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
+      return integer_matmul(n, opset, why);
+    if (op.rfind("QLinear", 0) == 0) return qlinear(n, opset, why);
     return {};
   }
   if ((n.domain().empty() || n.domain() == "ai.onnx") && op == "SimplifiedLayerNormalization")
@@ -299,10 +450,16 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
 }
 
 bool rewritten_op(const onnx::NodeProto& n) {
-  static const char* const ops[] = {"FusedConv", "FusedGemm", "FusedMatMul", "BiasGelu",
-                                    "FastGelu", "QuickGelu", "SkipLayerNormalization",
-                                    "SkipSimplifiedLayerNormalization",
-                                    "SimplifiedLayerNormalization"};
+  static const char* const ops[] = {
+      "FusedConv", "FusedGemm", "FusedMatMul", "BiasGelu", "FastGelu", "QuickGelu",
+      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+      "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+      "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
+      "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"};
+  // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
+  if (n.op_type() == "SimplifiedLayerNormalization")
+    return n.domain().empty() || n.domain() == "ai.onnx";
+  if (n.domain() != "com.microsoft") return false;
   for (const char* op : ops)
     if (n.op_type() == op) return true;
   return false;
@@ -322,7 +479,7 @@ Status rewrite_contrib_ops(onnx::ModelProto& model, const ir::OpRegistry& regist
       return Nodes{};
     std::string why;
     Nodes nodes = rewrite(node, types, opset, &why);
-    if (nodes.empty())
+    if (nodes.empty() && !why.empty())
       refused = unsupported("node '" + node.name() + "' (" + node.op_type() + ", domain '" +
                             node.domain() + "'): ONNX Runtime's fused operator runs here as the "
                             "standard operators it fuses, but " + why);

@@ -27,6 +27,22 @@
 //                   the root-mean-square normalisation: x / √(mean(x²) + ε)
 //                   · scale over the last axis
 //
+// and its quantized operators (its QOperator format, and what its optimiser
+// makes of QDQ groups and of dynamically quantized MatMuls) as
+// DequantizeLinear of the operands, the float operator, QuantizeLinear of
+// the result, which CpuOneDnn runs as int8 where it has the kernel:
+//
+//   QLinearAdd, QLinearMul, QLinearConcat, QLinearSigmoid, QLinearLeakyRelu,
+//   QLinearGlobalAveragePool, QLinearAveragePool (channels_last 0),
+//   QLinearSoftmax
+//   QGemm           Gemm of the dequantized operands (B per column on its
+//                   output axis; C int32 of scale a_scale·b_scale), quantized
+//                   if y_scale is given
+//   MatMulIntegerToFloat, DynamicQuantizeMatMul
+//                   MatMulInteger, Cast, Mul by a_scale·b_scale [, Add bias]
+//                   (A quantized by DynamicQuantizeLinear first for the
+//                   latter), as ONNX Runtime's dynamic quantizer writes them
+//
 // ONNX Runtime also defines LayerNormalization in the default domain from
 // version 1, and its optimiser writes it into models of any opset; the
 // operator registry takes it as the opset-17 operator at every opset.

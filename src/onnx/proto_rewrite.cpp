@@ -127,6 +127,14 @@ bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>*
   return true;
 }
 
+int64_t DeclaredTypes::constant_numel(const std::string& value) const {
+  auto c = constants_.find(value);
+  if (c == constants_.end()) return -1;
+  int64_t n = 1;
+  for (int64_t d : c->second->dims()) n *= d;
+  return n;
+}
+
 // The rank of a node's first output from its inputs' ranks, for the
 // operators whose rule is plain; -1 for any other.
 int DeclaredTypes::rank_of(const std::string& value) const {
@@ -206,6 +214,10 @@ onnx::NodeProto& NodeEmitter::node(const std::string& op, const std::vector<std:
   if (outputs.empty()) n.add_output(value_base_ + "/" + step);
   for (const std::string& out : outputs) n.add_output(out);
   return n;
+}
+
+std::string NodeEmitter::fresh(const std::string& what) const {
+  return value_base_ + "/" + std::to_string(nodes_.size()) + "_" + what;
 }
 
 std::string NodeEmitter::int64s(const std::vector<int64_t>& values) {

@@ -33,6 +33,8 @@ class DeclaredTypes {
   // The values of `value` if it is an int64 initializer or Constant (a
   // Reshape's shape, Unsqueeze's axes), else false.
   bool int64_values(const std::string& value, std::vector<int64_t>* out) const;
+  // Element count of `value` if it is an initializer or Constant, else -1.
+  int64_t constant_numel(const std::string& value) const;
 
  private:
   void add(const onnx::GraphProto& g);
@@ -65,6 +67,8 @@ class NodeEmitter {
   // A Constant: a 1-D int64 tensor, or a scalar of element type `elem_type`
   // (FLOAT, FLOAT16, DOUBLE or BFLOAT16).
   std::string int64s(const std::vector<int64_t>& values);
+  // A new value's name, for a node of several outputs.
+  std::string fresh(const std::string& what) const;
   std::string scalar(double value, int32_t elem_type);
   // ReduceSum/ReduceMean/Unsqueeze/Squeeze over `axes`, as an attribute or
   // an input as the opset wants; x itself if `axes` is empty.

@@ -10,9 +10,13 @@ rewrites at import into the standard operators they fused (src/onnx/contrib_ops.
    hold the fused operators expected of it (else this test no longer tests them); Backplane
    runs it on its default backends with every node on CpuOneDnn, and on CpuRef for the small
    ones, within the numerics rule of ONNX Runtime's outputs on the same file.
+   The same for tiny_cnn and resnet18 quantized to QDQ and the transformer quantized
+   dynamically (scripts/quantize_qdq.py), which the optimiser turns into its quantized operators
+   (QLinearAdd, QLinearAveragePool, QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat, ...):
+   within 3 steps of the output's scale of ONNX Runtime's outputs.
 2. One model per fused operator and attribute case, built with onnx.helper: Backplane on
    CpuRef and on the default backends within the rule of ONNX Runtime's kernels (its
-   optimiser off).
+   optimiser off); for a quantized output, within one step of its scale.
 3. A fused operator outside what the rewrite covers (FusedMatMul with transBatchA, FusedConv
    with an activation ONNX has no operator for) fails to load with an error naming the node
    and what is outside.
@@ -35,6 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ORT_RUN = os.path.join(ROOT, "tests", "corpus", "ort_run.js")
+QUANTIZE = os.path.join(ROOT, "scripts", "quantize_qdq.py")
 
 failures = []
 
@@ -128,6 +133,64 @@ SAVED = {
                     "past_value_1": ("float", [1, 4, 5, 16])},
                    {"FusedMatMul", "LayerNormalization"}, True),
 }
+
+
+# Quantized by scripts/quantize_qdq.py first (static QDQ, or --dynamic), then saved by ONNX
+# Runtime, which turns the groups into its quantized operators. Checked against ONNX Runtime's
+# outputs on the saved file within 3 steps of the output's scale (each runtime rounds its
+# layers' integers its own way; a float output: the float rule).
+SAVED_QUANTIZED = {
+    "tiny_cnn": ([], {"input": ("float", [1, 3, 32, 32])},
+                 {"QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm"}),
+    "resnet18": ([], {"input": ("float", [1, 3, 224, 224])}, {"QLinearAdd", "QGemm"}),
+    "transformer": (["--dynamic"], {"input_ids": ("ids", [1, 32])},
+                    {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
+}
+
+
+def output_steps(model_path):
+    """Per graph output, the scale of the DequantizeLinear that makes it (None: float)."""
+    model = onnx.load(model_path)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    steps = {}
+    for out in model.graph.output:
+        steps[out.name] = None
+        for n in model.graph.node:
+            if out.name in n.output and n.op_type == "DequantizeLinear" and n.input[1] in inits:
+                steps[out.name] = float(np.max(inits[n.input[1]]))
+    return steps
+
+
+def saved_quantized_models(cli, models_dir, module, work):
+    for k, (name, (args, spec, expected)) in enumerate(SAVED_QUANTIZED.items()):
+        mwork = os.path.join(work, "saved_quantized", name)
+        os.makedirs(mwork, exist_ok=True)
+        quantized = os.path.join(mwork, f"{name}_quantized.onnx")
+        proc = subprocess.run([sys.executable, QUANTIZE, os.path.join(models_dir, f"{name}.onnx"),
+                               quantized, "--backplane", cli, "--calibrate", "cli"] + args,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"quantize_qdq.py failed on {name}:\n{proc.stdout}{proc.stderr}")
+        files = save_inputs(mwork, make_inputs(spec, 200 + k))
+        saved = os.path.join(mwork, f"{name}_ort_extended.onnx")
+        ort_run(module, quantized, files, mwork, "extended", save=saved)
+        fused = {n.op_type for n in onnx.load(saved).graph.node if n.domain == "com.microsoft"}
+        check(expected <= fused, f"{name} quantized: ONNX Runtime's saved model holds "
+                                 f"{sorted(expected)} (it holds {sorted(fused)})")
+        ref = ort_run(module, saved, files, mwork, "disabled")
+        steps = output_steps(quantized)
+        for backends in ["CpuRef", None]:
+            outs, info = backplane_run(cli, saved, files, os.path.join(mwork, "bp"), backends)
+            where = f"{name} quantized as ONNX Runtime saved it on {backends or 'the default backends'}"
+            if outs is None:
+                check(False, f"{where}: runs ({info.strip()})")
+                continue
+            for out, r in ref.items():
+                step = steps.get(out)
+                why = (within_steps({out: outs.get(out)}, {out: r}, step, 3) if step
+                       else within_rule({out: outs.get(out)}, {out: r}))
+                check(not why, f"{where}: {out} within {'3 steps' if step else 'the rule'} of "
+                               f"ONNX Runtime's {why}")
 
 
 def make_inputs(spec, seed):
@@ -284,6 +347,121 @@ def op_cases(rng):
     return cases
 
 
+def q_model(nodes, inputs, outputs, inits, opset=13):
+    """inputs: [(name, elem_type, shape)]; outputs: [(name, elem_type)]."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return model
+
+
+def scalar(v, dtype):
+    return np.array(v, dtype=dtype)
+
+
+def quantized_cases(rng):
+    """(label, model, inputs, output scale: the int8 rule's step, None for a float output)."""
+    U8, F = TensorProto.UINT8, TensorProto.FLOAT
+    cases = []
+    q = lambda shape: rng.integers(0, 256, size=shape, dtype=np.uint8)
+    s = {"sa": scalar(0.05, np.float32), "za": scalar(120, np.uint8),
+         "sb": scalar(0.03, np.float32), "zb": scalar(131, np.uint8),
+         "sy": scalar(0.08, np.float32), "zy": scalar(125, np.uint8)}
+    for op in ["QLinearAdd", "QLinearMul"]:
+        node = helper.make_node(op, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"],
+                                domain=MS, name=op.lower())
+        ys = dict(s, sy=scalar(0.08 if op == "QLinearAdd" else 0.3, np.float32))
+        cases.append((op, q_model([node], [("a", U8, [2, 3, 4]), ("b", U8, [3, 4])], [("y", U8)],
+                                  ys), {"a": q([2, 3, 4]), "b": q([3, 4])}, float(ys["sy"])))
+    node = helper.make_node("QLinearConcat", ["sy", "zy", "a", "sa", "za", "b", "sb", "zb"], ["y"],
+                            domain=MS, name="qconcat", axis=1)
+    cases.append(("QLinearConcat", q_model([node], [("a", U8, [2, 3, 4]), ("b", U8, [2, 5, 4])],
+                                           [("y", U8)], s),
+                  {"a": q([2, 3, 4]), "b": q([2, 5, 4])}, float(s["sy"])))
+    unary = [("QLinearSigmoid", {}, [1, 3, 4, 4], 1 / 256),
+             ("QLinearLeakyRelu", {"alpha": 0.15}, [1, 3, 4, 4], 0.05),
+             ("QLinearGlobalAveragePool", {}, [1, 3, 5, 5], 0.05),
+             ("QLinearAveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, [1, 3, 6, 6], 0.05),
+             ("QLinearSoftmax", {"axis": -1, "opset": 13}, [2, 3, 7], 1 / 256)]
+    for op, attrs, shape, out_scale in unary:
+        inits = {"sx": scalar(0.05, np.float32), "zx": scalar(118, np.uint8),
+                 "sy": scalar(out_scale, np.float32),
+                 "zy": scalar(0 if op == "QLinearSigmoid" else 127, np.uint8)}
+        node = helper.make_node(op, ["x", "sx", "zx", "sy", "zy"], ["y"], domain=MS,
+                                name=op.lower(), **attrs)
+        cases.append((op, q_model([node], [("x", U8, shape)], [("y", U8)], inits),
+                      {"x": q(shape)}, out_scale))
+    w = rng.integers(-127, 128, size=[8, 6], dtype=np.int8)
+    bias = rng.integers(-2000, 2000, size=[6], dtype=np.int32)
+    for label, per_column, trans_b, quantized in [("per tensor, quantized output", False, False, True),
+                                                  ("per column, transB, float output", True, True, False),
+                                                  ("per column, quantized output", True, False, True)]:
+        inits = {"sa": scalar(0.04, np.float32), "za": scalar(128, np.uint8),
+                 "w": w.T.copy() if trans_b else w, "zw": scalar(0, np.int8),
+                 "sw": (rng.uniform(0.005, 0.02, size=[6]).astype(np.float32) if per_column
+                        else scalar(0.01, np.float32)), "bias": bias}
+        if per_column:
+            inits["zw"] = np.zeros([6], np.int8)
+        ins = ["a", "sa", "za", "w", "sw", "zw", "bias"]
+        if quantized:
+            inits.update({"sy": scalar(0.1, np.float32), "zy": scalar(120, np.uint8)})
+            ins += ["sy", "zy"]
+        node = helper.make_node("QGemm", ins, ["y"], domain=MS, name="qgemm", transB=int(trans_b),
+                                alpha=1.0)
+        cases.append((f"QGemm {label}", q_model([node], [("a", U8, [5, 8])],
+                                                [("y", U8 if quantized else F)], inits),
+                      {"a": q([5, 8])}, 0.1 if quantized else None))
+    inits = {"sa": scalar(0.04, np.float32), "za": scalar(128, np.uint8), "w": w,
+             "sw": rng.uniform(0.005, 0.02, size=[6]).astype(np.float32),
+             "bias": rng.standard_normal([6]).astype(np.float32)}
+    node = helper.make_node("MatMulIntegerToFloat", ["a", "w", "sa", "sw", "za", "", "bias"], ["y"],
+                            domain=MS, name="mm_to_float")
+    cases.append(("MatMulIntegerToFloat", q_model([node], [("a", U8, [2, 5, 8])], [("y", F)], inits),
+                  {"a": q([2, 5, 8])}, None))
+    del inits["sa"], inits["za"]
+    node = helper.make_node("DynamicQuantizeMatMul", ["x", "w", "sw", "", "bias"], ["y"], domain=MS,
+                            name="dq_matmul")
+    cases.append(("DynamicQuantizeMatMul", q_model([node], [("x", F, [2, 5, 8])], [("y", F)], inits),
+                  {"x": rng.standard_normal([2, 5, 8]).astype(np.float32)}, None))
+    return cases
+
+
+def within_steps(got, ref, step, steps=1):
+    for name, r in ref.items():
+        g = got.get(name)
+        if g is None or g.shape != r.shape:
+            return f"output {name}: {None if g is None else g.shape} against {r.shape}"
+        err = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
+        if err > steps * (1 if r.dtype in (np.uint8, np.int8) else step) + 1e-6:
+            return f"output {name}: max error {err:.3g} > {steps} step(s)"
+    return ""
+
+
+def quantized_ops(cli, module, work):
+    rng = np.random.default_rng(13)
+    for k, (label, model, inputs, step) in enumerate(quantized_cases(rng)):
+        cwork = os.path.join(work, "qops", str(k))
+        files = save_inputs(cwork, inputs)
+        path = os.path.join(cwork, "model.onnx")
+        onnx.save(model, path)
+        ref = ort_run(module, path, files, cwork, "disabled")
+        if step is None:
+            compare(cli, path, files, ref, cwork, label, ["CpuRef", None])
+            continue
+        for backends in ["CpuRef", None]:
+            outs, info = backplane_run(cli, path, files, os.path.join(cwork, "bp"), backends)
+            where = f"{label} on {backends or 'the default backends'}"
+            if outs is None:
+                check(False, f"{where}: runs ({info.strip()})")
+                continue
+            why = within_steps(outs, ref, step)
+            check(not why, f"{where}: within one step of ONNX Runtime's integer kernels {why}")
+
+
 def fused_ops(cli, module, work):
     rng = np.random.default_rng(7)
     for k, (label, model, inputs) in enumerate(op_cases(rng)):
@@ -327,7 +505,9 @@ def main():
         sys.exit(f"needs node and onnxruntime-node at {module} (scripts/fetch-corpus.sh)")
     shutil.rmtree(work, ignore_errors=True)
     saved_models(cli, models_dir, module, work)
+    saved_quantized_models(cli, models_dir, module, work)
     fused_ops(cli, module, work)
+    quantized_ops(cli, module, work)
     refused(cli, work)
     if failures:
         print(f"{len(failures)} failed:\n  " + "\n  ".join(failures))

@@ -104,7 +104,10 @@ def within_rule(got, ref):
     return ""
 
 
-def compare(cli, model, files, ref, work, label, backends_list, only_onednn=False):
+def compare(cli, model, files, ref, work, label, backends_list, only_onednn=False,
+            judge=within_rule, what="within the rule of ONNX Runtime's outputs"):
+    """Backplane on each of backends_list (None: the default backends) against ref:
+    judge(outputs, ref) gives what differs ('' for nothing)."""
     for backends in backends_list:
         outs, info = backplane_run(cli, model, files, os.path.join(work, f"bp_{backends or 'default'}"),
                                    backends)
@@ -112,8 +115,8 @@ def compare(cli, model, files, ref, work, label, backends_list, only_onednn=Fals
         if outs is None:
             check(False, f"{where}: runs ({info.strip()})")
             continue
-        why = within_rule(outs, ref)
-        check(not why, f"{where}: within the rule of ONNX Runtime's outputs {why}")
+        why = judge(outs, ref)
+        check(not why, f"{where}: {what} {why}")
         if only_onednn and not backends:
             check(info.get("backends_used") == ["CpuOneDnn"],
                   f"{where}: every node on CpuOneDnn (used {info.get('backends_used')})")
@@ -179,18 +182,18 @@ def saved_quantized_models(cli, models_dir, module, work):
                                  f"{sorted(expected)} (it holds {sorted(fused)})")
         ref = ort_run(module, saved, files, mwork, "disabled")
         steps = output_steps(quantized)
-        for backends in ["CpuRef", None]:
-            outs, info = backplane_run(cli, saved, files, os.path.join(mwork, "bp"), backends)
-            where = f"{name} quantized as ONNX Runtime saved it on {backends or 'the default backends'}"
-            if outs is None:
-                check(False, f"{where}: runs ({info.strip()})")
-                continue
+
+        def judge(outs, ref):
             for out, r in ref.items():
                 step = steps.get(out)
                 why = (within_steps({out: outs.get(out)}, {out: r}, step, 3) if step
                        else within_rule({out: outs.get(out)}, {out: r}))
-                check(not why, f"{where}: {out} within {'3 steps' if step else 'the rule'} of "
-                               f"ONNX Runtime's {why}")
+                if why:
+                    return why
+            return ""
+        compare(cli, saved, files, ref, mwork, f"{name} quantized as ONNX Runtime saved it",
+                ["CpuRef", None], judge=judge,
+                what="within 3 steps of the output's scale (float: the rule) of ONNX Runtime's")
 
 
 def make_inputs(spec, seed):
@@ -451,15 +454,10 @@ def quantized_ops(cli, module, work):
         ref = ort_run(module, path, files, cwork, "disabled")
         if step is None:
             compare(cli, path, files, ref, cwork, label, ["CpuRef", None])
-            continue
-        for backends in ["CpuRef", None]:
-            outs, info = backplane_run(cli, path, files, os.path.join(cwork, "bp"), backends)
-            where = f"{label} on {backends or 'the default backends'}"
-            if outs is None:
-                check(False, f"{where}: runs ({info.strip()})")
-                continue
-            why = within_steps(outs, ref, step)
-            check(not why, f"{where}: within one step of ONNX Runtime's integer kernels {why}")
+        else:
+            compare(cli, path, files, ref, cwork, label, ["CpuRef", None],
+                    judge=lambda outs, ref, step=step: within_steps(outs, ref, step),
+                    what="within one step of ONNX Runtime's integer kernels")
 
 
 def fused_ops(cli, module, work):

@@ -39,7 +39,9 @@ constant 2-D weight becomes
 with W int8, symmetric per tensor (--per-channel: per column); each Conv with constant
 weights becomes the same with ConvInteger, then Add of its bias (as [C, 1...]), with W uint8
 of a zero point, per tensor (ONNX Runtime's default for convolutions; --conv-weights int8:
-symmetric int8). No calibration.
+symmetric int8). A tensor several products read is quantized once for them all, as ONNX
+Runtime's quantizer does it (a transformer's Q, K and V read one DynamicQuantizeLinear). No
+calibration.
 
 Usage: quantize_qdq.py MODEL.onnx OUT.onnx [--backplane build/bin/backplane] [--dynamic]
   [--calibrate auto|python|cli]
@@ -399,7 +401,19 @@ def quantize_asymmetric_u8(w):
     return q, scale, zero
 
 
-def dynamic_conv(gr, node, args):
+def dynamic_input(gr, a, quantized):
+    """The DynamicQuantizeLinear outputs of float tensor `a` and the nodes to add: one
+    DynamicQuantizeLinear per tensor, shared by all its products, as ONNX Runtime's
+    quantizer writes it (a transformer's Q, K and V read one)."""
+    if a in quantized:
+        return quantized[a], []
+    names = (gr.fresh(a + "_quantized"), gr.fresh(a + "_scale"), gr.fresh(a + "_zero_point"))
+    quantized[a] = names
+    return names, [helper.make_node("DynamicQuantizeLinear", [a], list(names),
+                                    name=gr.fresh(a + "_QuantizeLinear"))]
+
+
+def dynamic_conv(gr, node, args, quantized):
     """The nodes of Conv `node` quantized at run time, or None to keep it."""
     w_name = node.input[1]
     w = numpy_helper.to_array(gr.inits[w_name]) if w_name in gr.inits else None
@@ -417,16 +431,13 @@ def dynamic_conv(gr, node, args):
     wq = gr.add_init(qw, w_name + "_quantized")
     ws = gr.add_init(np.asarray(w_scale, np.float32), w_name + "_scale")
     wzp = gr.add_init(np.asarray(wz), w_name + "_zero_point")
-    a = node.input[0]
-    aq, a_s, az = (gr.fresh(a + "_quantized"), gr.fresh(a + "_scale"), gr.fresh(a + "_zero_point"))
+    (aq, a_s, az), nodes = dynamic_input(gr, node.input[0], quantized)
     conv, cast, scale, scaled = (gr.fresh(base + "_output_quantized"),
                                  gr.fresh(base + "_output_quantized_cast_output"),
                                  gr.fresh(base + "_scales_mul_output"),
                                  gr.fresh(base + "_output_scaled"))
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    nodes = [
-        helper.make_node("DynamicQuantizeLinear", [a], [aq, a_s, az],
-                         name=gr.fresh(a + "_QuantizeLinear")),
+    nodes += [
         helper.make_node("Mul", [a_s, ws], [scale], name=gr.fresh(base + "_scales_mul")),
         helper.make_node("ConvInteger", [aq, wq, az, wzp], [conv], name=gr.fresh(base + "_quant"),
                          **attrs),
@@ -449,9 +460,10 @@ def dynamic_conv(gr, node, args):
 def quantize_dynamic(model, args):
     gr = Graph(model)
     out = []
+    quantized = {}  # float tensor -> its DynamicQuantizeLinear's outputs
     for node in gr.g.node:
         if node.op_type == "Conv":
-            nodes = dynamic_conv(gr, node, args)
+            nodes = dynamic_conv(gr, node, args, quantized)
             out += nodes if nodes is not None else [node]
             continue
         w_name = node.input[1] if node.op_type == "MatMul" else None
@@ -464,15 +476,11 @@ def quantize_dynamic(model, args):
         wq = gr.add_init(qw, w_name + "_quantized")
         ws = gr.add_init(w_scale, w_name + "_scale")
         wz = gr.add_init(np.zeros(w_scale.shape, np.int8), w_name + "_zero_point")
-        a = node.input[0]
-        aq, a_s, az = (gr.fresh(a + "_quantized"), gr.fresh(a + "_scale"),
-                       gr.fresh(a + "_zero_point"))
+        (aq, a_s, az), nodes = dynamic_input(gr, node.input[0], quantized)
         mm, cast, scale = (gr.fresh(base + "_output_quantized"),
                            gr.fresh(base + "_output_quantized_cast_output"),
                            gr.fresh(base + "_scales_mul_output"))
-        out += [
-            helper.make_node("DynamicQuantizeLinear", [a], [aq, a_s, az],
-                             name=gr.fresh(a + "_QuantizeLinear")),
+        out += nodes + [
             helper.make_node("MatMulInteger", [aq, wq, az, wz], [mm],
                              name=gr.fresh(base + "_quant")),
             helper.make_node("Cast", [mm], [cast], to=TensorProto.FLOAT,

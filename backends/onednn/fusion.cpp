@@ -778,10 +778,12 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   if (d < 0 || f.nodes[d].dead || f.nodes[d].group >= 0 ||
       f.nodes[d].op != "DynamicQuantizeLinear" || g.num_out(d) != 3)
     return false;
+  // The quantizer may be shared: ONNX Runtime's quantizer quantizes a tensor
+  // once for all its products (a transformer's Q, K and V). Each group
+  // quantizes x itself; the quantizer goes once nothing else reads it
+  // (drop_dequantizers).
   const int xq = g.out(d, 0), xs = g.out(d, 1), xz = g.out(d, 2);
-  if (xq != m.in[0] || (x_zp >= 0 && x_zp != xz) || g.only_consumer(xq) != m.node ||
-      (xz >= 0 && g.used(xz) && g.only_consumer(xz) != m.node))
-    return false;
+  if (xq != m.in[0] || (x_zp >= 0 && x_zp != xz)) return false;
   const bp_dtype_t wt = g.values[w].dtype;
   if (!g.is_const(w) || (wt != BP_DTYPE_INT8 && !(conv && wt == BP_DTYPE_UINT8))) return false;
   const Dims& wdims = g.shape(w);
@@ -823,7 +825,8 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
       f.nodes[mul].in[0] == f.nodes[cast].out ? f.nodes[mul].in[1] : f.nodes[mul].in[0];
   const int p = prod >= 0 ? g.values[prod].producer : -1;
   if (p < 0 || f.nodes[p].op != "Mul" || f.nodes[p].dead || f.nodes[p].group >= 0 ||
-      g.only_consumer(prod) != mul || f.nodes[p].in.size() != 2 || g.only_consumer(xs) != p)
+      g.only_consumer(prod) != mul || f.nodes[p].in.size() != 2 ||
+      (f.nodes[p].in[0] != xs && f.nodes[p].in[1] != xs))
     return false;
   const int ws = f.nodes[p].in[0] == xs ? f.nodes[p].in[1] : f.nodes[p].in[0];
   if (!g.is_const(ws) || g.values[ws].dtype != BP_DTYPE_FLOAT32 || !per_column(ws) ||
@@ -862,7 +865,8 @@ bool dynamic_product(ViewInfo& g, FusedGraph& f, int n) {
   q->w_zeros = std::move(w_zeros);
   const float* wsv = g.f32(ws);
   q->w_scales.assign(wsv, wsv + sdk::element_count(g.shape(ws)));
-  for (int k : {d, p, cast, mul}) f.nodes[k].group = n;
+  q->dequantize = {d};
+  for (int k : {p, cast, mul}) f.nodes[k].group = n;
   m.out = f.nodes[mul].out;
   m.anchor = std::max(mul, p);
   // The bias Add after it (a constant of one value per column or channel).
@@ -1449,8 +1453,9 @@ bool quantize_conv(ViewInfo& g, FusedGraph& f, int n) {
 }
 
 // Drops the DequantizeLinear INodes only int8 groups read through (their
-// groups read the quantized tensors) and gives their view nodes to the
-// first group that read them.
+// groups read the quantized tensors), and the DynamicQuantizeLinear ones
+// only dynamic groups read (they quantize its input themselves), and gives
+// their view nodes to the first group that read them.
 void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
   std::vector<int> owner(f.nodes.size(), -1);
   for (size_t n = 0; n < f.nodes.size(); ++n) {
@@ -1471,8 +1476,21 @@ void drop_dequantizers(ViewInfo& g, FusedGraph& f) {
     live_consumers(g, f.nodes, f.consumers);
     for (size_t d = 0; d < f.nodes.size(); ++d) {
       INode& dq = f.nodes[d];
-      if (owner[d] < 0 || dq.dead || g.values[dq.out].output || !f.consumers[dq.out].empty())
-        continue;
+      if (owner[d] < 0 || dq.dead) continue;
+      // What a dynamic group's members read of its own quantizer (the scale,
+      // in the Mul of the scales) is not read when it runs.
+      auto reads = [&](int c) {
+        const int at = f.nodes[c].group >= 0 ? f.nodes[c].group : c;
+        const QuantGroup* q = f.nodes[at].quant.get();
+        return !(q != nullptr && q->dynamic && !dq.in.empty() && q->x == dq.in[0]);
+      };
+      bool read = false;
+      for (size_t k = 0; k < g.num_out(dq.node) && !read; ++k) {
+        const int v = g.out(dq.node, k);
+        read = v >= 0 && (g.values[v].output ||
+                          std::any_of(f.consumers[v].begin(), f.consumers[v].end(), reads));
+      }
+      if (read) continue;
       dq.dead = dropped = true;
       std::vector<int>& covers = f.nodes[owner[d]].covers;
       covers.insert(covers.end(), dq.covers.begin(), dq.covers.end());

@@ -23,7 +23,9 @@ table in docs/numerics.md, each written as a quantizer writes it
   qmove   Transpose or Reshape between a DQ and a Q (of the input's scale: "same")
   qdyn    DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add]:
           float out, from a float graph input; or ConvInteger ("conv"; int8
-          weights, or uint8 of a zero point, "u8") [-> Add -> Relu]
+          weights, or uint8 of a zero point, "u8") [-> Add -> Relu]; "share": the
+          DynamicQuantizeLinear of an earlier qdyn of the same input, as ONNX
+          Runtime's quantizer quantizes a tensor once for all its products
   dq      DequantizeLinear: a float graph output
 
 Scales come from calibration, as a static quantizer's do: build() first
@@ -120,6 +122,7 @@ class QBuilder(graphgen.Builder):
         self.calib = {}   # range key -> float value name
         self.exact = set()  # the quantized graph inputs: the same bytes on both sides
         self.dynamic = {}   # qdyn output -> (its float input, largest weight scale)
+        self.quantizers = {}  # qdyn input -> its DynamicQuantizeLinear's outputs
         self.q_float = {}   # dq output -> QParams of what it dequantizes
         self.key = ""
 
@@ -395,12 +398,15 @@ def _step(b, idx, st, values, graph_inputs):
         if b.mode == "calib":
             y = b.node("Conv" if conv else "MatMul", [x, wname], out, **attrs)
         else:
-            names = [b.fresh("v") for _ in range(3)]
-            if not b.dry:
-                b.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], names,
-                                                name=f"n{len(b.nodes)}_DynamicQuantizeLinear"))
-            else:
-                b.nodes.append("dyn")
+            names = b.quantizers.get(x) if st.get("share") else None
+            if names is None:
+                names = [b.fresh("v") for _ in range(3)]
+                b.quantizers[x] = names
+                if not b.dry:
+                    b.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], names,
+                                                    name=f"n{len(b.nodes)}_DynamicQuantizeLinear"))
+                else:
+                    b.nodes.append("dyn")
             xq, xsc, xz = names
             b.shapes.update({xq: xs, xsc: (), xz: ()})
             b.dtypes.update({xq: "uint8", xsc: FLOAT, xz: "uint8"})
@@ -1045,12 +1051,19 @@ class QGen(graphgen.Gen):
         shape = tuple(self.pick([1, 2, 3]) for _ in range(rank - 2)) + \
             (self.pick([1, 2, 5, 8]), self.pick([1, 3, 7, 16, 32, 40]))
         x = self.input(shape)
-        return self.add({"k": "qdyn", "x": x, "n": self.pick([1, 3, 7, 13, 16, 24, 33]),
-                         "pc": self.chance(0.4), "bias": self.chance(0.7),
-                         "wzp": self.chance(0.5)})
+        y = self.add({"k": "qdyn", "x": x, "n": self.pick([1, 3, 7, 13, 16, 24, 33]),
+                      "pc": self.chance(0.4), "bias": self.chance(0.7),
+                      "wzp": self.chance(0.5)})
+        for _ in range(self.pick([0, 0, 1, 2])):  # more products of one quantizer (Q, K, V)
+            self.extra_outputs.append(
+                self.add({"k": "qdyn", "x": x, "n": self.pick([1, 3, 7, 16, 33]),
+                          "pc": self.chance(0.4), "bias": self.chance(0.7),
+                          "wzp": self.chance(0.5), "share": True}))
+        return y
 
     def generate(self):
         self.inputs = []
+        self.extra_outputs = []
         families = [(self.conv_family, 0.5), (self.matmul_family, 0.2),
                     (self.table_family, 0.15), (self.dynamic_family, 0.15)]
         fams, ps = zip(*families)
@@ -1060,6 +1073,7 @@ class QGen(graphgen.Gen):
         # A float output, dequantized, now and then.
         if out in self.quantized and self.chance(0.25):
             outputs = [self.add({"k": "dq", "x": out})]
+        outputs += self.extra_outputs
         # An intermediate value read outside: its own (tighter) bound, and a
         # chain that cannot fuse past it.
         mids = [s for s in self.quantized if s != out and self.steps[0]["id"] != s]

@@ -14,9 +14,10 @@ output says:
   - with the Python module, --calibrate cli writes the same model: the same nodes, scales
     within 1e-5 (relative) and integers within 1 (a bias rounded the other way) of the
     in-process calibration's.
-transformer, dynamic (DynamicQuantizeLinear + MatMulInteger on the 12 MatMuls of a weight;
-the attention's two MatMuls of activations stay float): Backplane and ONNX Runtime
-agree within 1e-3 of max|output|, and both are within 10% of the float model.
+transformer, dynamic (DynamicQuantizeLinear + MatMulInteger on the 12 MatMuls of a weight,
+one DynamicQuantizeLinear per tensor they read; the attention's two MatMuls of activations
+stay float): every node runs on CpuOneDnn, Backplane and ONNX Runtime agree within 1e-3 of
+max|output|, and both are within 10% of the float model.
 tiny_cnn, dynamic (its 3 Conv as DynamicQuantizeLinear + ConvInteger, weights uint8 of a zero
 point, then symmetric int8): every node runs on CpuOneDnn, Backplane and ONNX Runtime agree
 within 1e-3 of max|output|, and both are within 10% of the float model.
@@ -203,9 +204,18 @@ def main():
     ops = [n.op_type for n in m.graph.node]
     consts = set(inits(m))
     left = [n for n in m.graph.node if n.op_type == "MatMul" and set(n.input) & consts]
-    check(ops.count("MatMulInteger") == 12 and ops.count("DynamicQuantizeLinear") == 12 and
-          not left, "transformer: the 12 MatMuls of a weight are DynamicQuantizeLinear + "
-          f"MatMulInteger ({ops.count('MatMulInteger')}, {len(left)} left)")
+    producer = {o: n for n in m.graph.node for o in n.output}
+    reads = [producer.get(n.input[0]) for n in m.graph.node if n.op_type == "MatMulInteger"]
+    check(len(reads) == 12 and not left and
+          all(r is not None and r.op_type == "DynamicQuantizeLinear" for r in reads),
+          "transformer: the 12 MatMuls of a weight are DynamicQuantizeLinear + "
+          f"MatMulInteger ({len(reads)}, {len(left)} left)")
+    quantizers = [n.input[0] for n in m.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    check(len(set(quantizers)) == len(quantizers) == 8,
+          f"transformer: each tensor quantized once for all its MatMuls, as ONNX Runtime's "
+          f"quantizer does (Q, K and V read one): {len(quantizers)} DynamicQuantizeLinear")
+    plan = run([cli, "partition", dyn])
+    check("CpuRef [" not in plan, "transformer dynamic: every node on CpuOneDnn")
     x = os.path.join(models, "transformer.input.npy")
     name = m.graph.input[0].name
     ref = backplane_run(cli, src, {name: x}, os.path.join(work, "bp_float_tr"))

@@ -873,11 +873,12 @@ void Lowering::lower_pool(const INode& n) {
   dnnl::primitive prim;
   // int8: a maximum in the input's type (requantized after), an average
   // straight to the output's through its post-ops.
+  // A MaxPool of int8 or uint8 (no group) keeps the type.
   const bool requantized = n.quant && n.post.empty();
-  const memory::desc dst_md =
-      n.quant ? memory::desc(to_dims(ys), *data_type_of(requantized ? n.quant->x : n.out),
-                             memory::format_tag::any)
-              : any_md(ys);
+  const memory::data_type out_type = *data_type_of(requantized ? n.quant->x : n.out);
+  const memory::desc dst_md = n.quant || out_type != memory::data_type::f32
+                                  ? memory::desc(to_dims(ys), out_type, memory::format_tag::any)
+                                  : any_md(ys);
   auto make = [&](int src) {
     dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, b_.md(src), dst_md,
                                      w.strides, w.kernel, w.dilation, w.pad_l, w.pad_r);
@@ -890,7 +891,12 @@ void Lowering::lower_pool(const INode& n) {
   try {
     pd = make(src);
   } catch (const dnnl::error&) {
-    src = b_.as_plain(src, xs);
+    // oneDNN pools 8-bit integers channels-last only (else its reference kernel).
+    const bool int8 = b_.md(src).data_type() != memory::data_type::f32;
+    src = int8 && xs.size() == 4
+              ? b_.as_md(src, memory::desc(to_dims(xs), b_.md(src).data_type(),
+                                           memory::format_tag::nhwc))
+              : b_.as_plain(src, xs);
     pd = make(src);
   }
   const int dst = add_step_to_new(n.out, prim, {{DNNL_ARG_SRC, src}}, pd,

@@ -662,6 +662,18 @@ void check_tensors(ViewInfo& g, int n) {
   if (op == "LSTM" || op == "GRU" || op == "RNN")
     return (void)rnn_spec(g, n);                                   // also sequence_lens, outputs
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
+  // MaxPool and the operators that move values take int8 and uint8 as they
+  // are (the integers compared or moved, the type kept): ONNX Runtime's
+  // QOperator models pool and flatten their quantized tensors so.
+  const bool moves = op == "MaxPool" || (view_ops().count(op) && op != "Cast" && op != "Dropout");
+  const int x0 = g.num_in(n) > 0 ? g.in(n, 0) : -1, y0 = g.out(n);
+  if (moves && x0 >= 0 && y0 >= 0 && g.values[x0].dtype == g.values[y0].dtype &&
+      (g.values[x0].dtype == BP_DTYPE_INT8 || g.values[x0].dtype == BP_DTYPE_UINT8)) {
+    if (sdk::element_count(g.shape(y0)) == 0) throw fail("output is empty");
+    for (size_t i = 1; i < g.num_out(n); ++i)
+      if (g.used(g.out(n, i))) throw fail("optional output " + std::to_string(i) + " is not supported");
+    return;
+  }
   const size_t data_inputs =
       view_ops().count(op) || op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ? 1
       : op == "Clip" || data_movement_ops().count(op)                                      ? 1

@@ -2148,10 +2148,26 @@ TEST(OneDnnOps, DynamicallyQuantizedMatMulIsOneInt8Step) {
   }
 }
 
-// A MaxPool of a plain uint8 tensor has only oneDNN's reference int8
-// kernel: the group runs as its float operators instead, still on CpuOneDnn
-// and exactly as CpuRef.
+// oneDNN pools 8-bit integers channels-last only, and the lowering takes
+// that layout for 2-D windows: a 3-D MaxPool of a plain uint8 tensor has only
+// oneDNN's reference int8 kernel, so the group runs as its float operators
+// instead, still on CpuOneDnn and exactly as CpuRef.
 TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
+  ModelBuilder b(13);
+  b.input("x", {1, 8, 5, 5, 5});
+  quantize_to(b, "x", "xq", 0.02f, 128);
+  dequantize_from(b, "xq", "xd");
+  set_ints(b.node("MaxPool", {"xd"}, {"p"}), "kernel_shape", {2, 2, 2});
+  quantize_to(b, "p", "yq", 0.02f, 128);
+  dequantize_from(b, "yq", "y");
+  b.output("y");
+  for (const std::string& line : plan_report(b, {}))
+    EXPECT_EQ(line.find("(int8)"), std::string::npos) << line;
+  expect_bit_exact(b, normal_x({1, 8, 5, 5, 5}, 3));
+}
+
+// A 2-D one is int8, its plain input reordered channels-last.
+TEST(OneDnnOps, Int8MaxPoolOfAPlainTensorIsInt8) {
   ModelBuilder b(13);
   b.input("x", {1, 8, 9, 9});
   quantize_to(b, "x", "xq", 0.02f, 128);
@@ -2160,8 +2176,10 @@ TEST(OneDnnOps, Int8GroupWithoutAKernelRunsInFloat) {
   quantize_to(b, "p", "yq", 0.02f, 128);
   dequantize_from(b, "yq", "y");
   b.output("y");
+  int int8 = 0;
   for (const std::string& line : plan_report(b, {}))
-    EXPECT_EQ(line.find("(int8)"), std::string::npos) << line;
+    int8 += line.find("pooling") != std::string::npos && line.find("(int8)") != std::string::npos;
+  EXPECT_EQ(int8, 1);
   expect_bit_exact(b, normal_x({1, 8, 9, 9}, 3));
 }
 

@@ -187,9 +187,9 @@ std::vector<std::string> unsupported_reasons(const sdk::Host& host, const bp_gra
       if (reasons[n].empty()) reasons[n] = "unsupported";
     }
   }
-  // DynamicQuantizeLinear, MatMulInteger and Cast run here only as a
-  // dynamically quantized product (fusion.cpp: dynamic_product), QLinearConv,
-  // QLinearMatMul, ConvInteger and MatMulInteger only as int8 groups.
+  // DynamicQuantizeLinear runs here only in a dynamically quantized product
+  // (fusion.cpp: dynamic_product); QLinearConv, QLinearMatMul, ConvInteger
+  // and MatMulInteger only as int8 groups.
   try {
     const FusedGraph f = fuse(g);
     for (size_t k = 0; k < f.nodes.size(); ++k) {

@@ -261,6 +261,19 @@ void Lowering::lower_node(int n) {
   if (binary_ops().count(op)) return lower_binary(node);
   if (op == "Transpose") return lower_transpose(node);
   if (op == "LSTM" || op == "GRU" || op == "RNN") return lower_rnn(node);
+  if (op == "Cast" && g_.values[node.in[0]].dtype != BP_DTYPE_FLOAT32) {
+    // Integers to float32 (support.cpp): a reorder, which rounds as a
+    // conversion does. A partition's int32 input is described as bytes
+    // (gather indices read them so): as int32 here.
+    const Dims& xs = g_.shape(node.in[0]);
+    int src = ref_of(node.in[0]);
+    const memory::data_type from = *data_type_of(node.in[0]);
+    if (b_.md(src).data_type() != from) src = b_.alias(src, plain_md(xs, from));
+    const int dst = b_.new_arena(plain_md(xs));
+    b_.copy(b_.as_plain(src, xs), dst);
+    tensors_[node.out] = dst;
+    return;
+  }
   if (view_ops().count(op)) {
     tensors_[node.out] = b_.reshaped(ref_of(node.in[0]), g_.shape(node.out));
     return;

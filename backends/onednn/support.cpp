@@ -671,7 +671,15 @@ void check_tensors(ViewInfo& g, int n) {
       (g.values[x0].dtype == BP_DTYPE_INT8 || g.values[x0].dtype == BP_DTYPE_UINT8)) {
     if (sdk::element_count(g.shape(y0)) == 0) throw fail("output is empty");
     for (size_t i = 1; i < g.num_out(n); ++i)
-      if (g.used(g.out(n, i))) throw fail("optional output " + std::to_string(i) + " is not supported");
+      if (g.used(g.out(n, i)))
+        throw fail("optional output " + std::to_string(i) + " is not supported");
+    return;
+  }
+  // A Cast of integers to float32 (an attention mask's) is a reorder.
+  if (op == "Cast" && x0 >= 0 && y0 >= 0 && g.values[y0].dtype == BP_DTYPE_FLOAT32 &&
+      (g.values[x0].dtype == BP_DTYPE_INT32 || g.values[x0].dtype == BP_DTYPE_INT8 ||
+       g.values[x0].dtype == BP_DTYPE_UINT8)) {
+    if (sdk::element_count(g.shape(y0)) == 0) throw fail("output is empty");
     return;
   }
   const size_t data_inputs =

@@ -6,6 +6,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,7 +27,9 @@ int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t otherw
   return a != nullptr ? a->i() : otherwise;
 }
 
-bool has_input(const onnx::NodeProto& n, int i) { return i < n.input_size() && !n.input(i).empty(); }
+bool has_input(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() && !n.input(i).empty();
+}
 
 std::string output_or_empty(const onnx::NodeProto& n, int i) {
   return i < n.output_size() ? n.output(i) : std::string();
@@ -113,14 +116,15 @@ void emit_activation(NodeEmitter& e, const Activation& act, const std::string& x
 }
 
 // A product (Conv or Gemm) then, for FusedConv, the sum with Z, then the activation.
-Nodes product_then_activation(const onnx::NodeProto& n, const std::string& product,
-                              int inputs, const std::optional<Activation>& act,
-                              const DeclaredTypes& types, int64_t opset, std::string* why) {
+Nodes product_then_activation(const onnx::NodeProto& n, const std::string& product, int inputs,
+                              const std::optional<Activation>& act, const DeclaredTypes& types,
+                              int64_t opset, std::string* why) {
   if (!act) {
     const onnx::AttributeProto* a = find_attr(n, "activation");
-    *why = "its activation '" + (a != nullptr ? a->s() : std::string()) +
-           "' is not one of those it can be (docs/operators.md lists them), or its parameters do not "
-           "fit it";
+    *why =
+        "its activation '" + (a != nullptr ? a->s() : std::string()) +
+        "' is not one of those it can be (docs/operators.md lists them), or its parameters do not "
+        "fit it";
     return {};
   }
   if (n.input_size() < 2 || n.output_size() != 1) {
@@ -133,8 +137,8 @@ Nodes product_then_activation(const onnx::NodeProto& n, const std::string& produ
   std::vector<std::string> in;
   for (int i = 0; i < std::min(inputs, n.input_size()); ++i) in.push_back(n.input(i));
   while (!in.empty() && in.back().empty()) in.pop_back();
-  onnx::NodeProto& node = e.node(product, in, last ? std::vector<std::string>{n.output(0)}
-                                                  : std::vector<std::string>{});
+  onnx::NodeProto& node = e.node(
+      product, in, last ? std::vector<std::string>{n.output(0)} : std::vector<std::string>{});
   for (const onnx::AttributeProto& a : n.attribute())
     if (a.name().rfind("activation", 0) != 0) *node.add_attribute() = a;
   std::string y = node.output(0);
@@ -211,8 +215,8 @@ Nodes gelu_family(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t 
 // x / sqrt(mean(x², axes) + epsilon) · scale into `out`, and 1 / that
 // square root into `inv_out` when it is named.
 void rms_norm(NodeEmitter& e, const std::string& x, const std::string& scale,
-              const std::vector<int64_t>& axes, float epsilon, int32_t type,
-              const std::string& out, const std::string& inv_out) {
+              const std::vector<int64_t>& axes, float epsilon, int32_t type, const std::string& out,
+              const std::string& inv_out) {
   const std::string mean = e.axes_op("ReduceMean", e.op("Mul", {x, x}), axes, 1);
   const std::string root = e.op("Sqrt", {e.op("Add", {mean, e.scalar(epsilon, type)})});
   if (!inv_out.empty()) e.op("Reciprocal", {root}, inv_out);
@@ -220,7 +224,8 @@ void rms_norm(NodeEmitter& e, const std::string& x, const std::string& scale,
 }
 
 // input + skip [+ bias] (bias at `bias`), written to `sum_out` when named.
-std::string skip_sum(NodeEmitter& e, const onnx::NodeProto& n, int bias, const std::string& sum_out) {
+std::string skip_sum(NodeEmitter& e, const onnx::NodeProto& n, int bias,
+                     const std::string& sum_out) {
   const bool with_bias = has_input(n, bias);
   std::string s = e.op("Add", {n.input(0), n.input(1)}, with_bias ? "" : sum_out);
   if (with_bias) s = e.op("Add", {s, n.input(bias)}, sum_out);
@@ -264,8 +269,9 @@ Nodes layer_norm_family(const onnx::NodeProto& n, const DeclaredTypes& types, in
     const int r = types.rank(n.input(0));
     if (axis < 0) axis += r;
     if (r < 1 || axis < 0 || axis >= r) {
-      *why = "its axis is not -1 and the rank of its input is not declared (or the axis is "
-             "outside it)";
+      *why =
+          "its axis is not -1 and the rank of its input is not declared (or the axis is "
+          "outside it)";
       return {};
     }
     axes.clear();
@@ -378,8 +384,9 @@ Nodes qgemm(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
   if (has_input(n, 6))
     operands.push_back(dequantize(e, in(6), e.op("Mul", {in(1), in(4)}), "", per_column ? 0 : -1));
   const bool quantized = has_input(n, 7);
-  onnx::NodeProto& gemm = e.node("Gemm", operands, quantized ? std::vector<std::string>{}
-                                                             : std::vector<std::string>{n.output(0)});
+  onnx::NodeProto& gemm =
+      e.node("Gemm", operands,
+             quantized ? std::vector<std::string>{} : std::vector<std::string>{n.output(0)});
   for (const char* name : {"alpha", "transA", "transB"})
     if (const onnx::AttributeProto* a = find_attr(n, name)) *gemm.add_attribute() = *a;
   const std::string y = gemm.output(0);
@@ -423,6 +430,139 @@ Nodes integer_matmul(const onnx::NodeProto& n, int64_t opset, std::string* why) 
   return e.finish();
 }
 
+// Attention (BERT's self-attention as ONNX Runtime's transformer optimiser
+// fuses it): input [B, S, H_in] x weights [H_in, 3H] + bias, split into Q,
+// K and V of num_heads heads, softmax(Q·Kᵀ·scale + mask) · V, heads joined
+// again. The mask: a 2-D [B, T] or 3-D [B, S, T] of 1 (attend) and 0,
+// which adds mask_filter_value where 0; and attention_bias, added. Not
+// covered: past/present (a decoder's cache), unidirectional, other mask
+// forms, qkv_hidden_sizes that differ, rotary embeddings.
+Nodes attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const int64_t heads = attr_i(n, "num_heads", 0);
+  std::vector<int64_t> w_dims;
+  if (n.input_size() < 2 || n.output_size() < 1 || heads < 1 ||
+      !types.constant_dims(in(1), &w_dims) || w_dims.size() != 2 || w_dims[1] % 3 != 0 ||
+      (w_dims[1] / 3) % heads != 0) {
+    *why = "it needs num_heads and constant weights [H_in, 3H] whose H num_heads divides";
+    return {};
+  }
+  const int64_t hidden = w_dims[1] / 3, head = hidden / heads;
+  if (const onnx::AttributeProto* sizes = find_attr(n, "qkv_hidden_sizes")) {
+    for (int64_t v : sizes->ints())
+      if (v != hidden) {
+        *why = "its qkv_hidden_sizes differ";
+        return {};
+      }
+  }
+  const bool present = n.output_size() > 1 && !n.output(1).empty();
+  if (has_input(n, 4) || present || attr_i(n, "unidirectional", 0) != 0 ||
+      attr_i(n, "do_rotary", 0) != 0 || has_input(n, 6)) {
+    *why =
+        "past, present, unidirectional, rotary embeddings and past_sequence_length are not "
+        "supported";
+    return {};
+  }
+  const int mask_rank = has_input(n, 3) ? types.rank(in(3)) : 0;
+  if (mask_rank != 0 && mask_rank != 2 && mask_rank != 3) {
+    *why = "its mask_index must be a raw mask [B, T] or [B, S, T] of declared rank";
+    return {};
+  }
+  const int32_t type = elem_type_of(types, in(0));
+  NodeEmitter e(n, opset);
+  std::string qkv = e.op("MatMul", {in(0), in(1)});
+  if (has_input(n, 2)) qkv = e.op("Add", {qkv, in(2)});
+  const std::string parts[3] = {e.fresh("q"), e.fresh("k"), e.fresh("v")};
+  const std::string sizes = e.int64s({hidden, hidden, hidden});
+  onnx::NodeProto& split = opset >= 13
+                               ? e.node("Split", {qkv, sizes}, {parts[0], parts[1], parts[2]})
+                               : e.node("Split", {qkv}, {parts[0], parts[1], parts[2]});
+  set_attr(split, "axis", int64_t{-1});
+  if (opset < 13) set_attr(split, "split", std::vector<int64_t>{hidden, hidden, hidden});
+  const std::string by_heads = e.int64s({0, 0, heads, head});
+  auto heads_of = [&](const std::string& x, std::vector<int64_t> perm) {
+    return e.transpose(e.op("Reshape", {x, by_heads}), perm);
+  };
+  const std::string q = heads_of(parts[0], {0, 2, 1, 3});  // [B, N, S, h]
+  const std::string k = heads_of(parts[1], {0, 2, 3, 1});  // [B, N, h, T]
+  const std::string v = heads_of(parts[2], {0, 2, 1, 3});  // [B, N, T, h]
+  const float scale = attr_f(n, "scale", 0.0f);
+  std::string scores =
+      e.op("Mul", {e.op("MatMul", {q, k}),
+                   e.scalar(scale != 0.0f ? scale : 1.0 / std::sqrt(double(head)), type)});
+  if (mask_rank != 0) {
+    // (1 - mask) · filter, [B, 1, 1, T] or [B, 1, S, T].
+    onnx::NodeProto& cast = e.node("Cast", {in(3)});
+    set_attr(cast, "to", int64_t{type});
+    const std::string masked =
+        e.op("Mul", {e.op("Sub", {e.scalar(1.0, type), cast.output(0)}),
+                     e.scalar(attr_f(n, "mask_filter_value", -10000.0f), type)});
+    scores = e.op("Add", {scores, e.axes_op("Unsqueeze", masked,
+                                            mask_rank == 2 ? std::vector<int64_t>{1, 2}
+                                                           : std::vector<int64_t>{1})});
+  }
+  if (has_input(n, 5)) scores = e.op("Add", {scores, in(5)});
+  onnx::NodeProto& softmax = e.node("Softmax", {scores});
+  set_attr(softmax, "axis", int64_t{3});  // the last of 4: the same before and after opset 13
+  const std::string context = e.transpose(e.op("MatMul", {softmax.output(0), v}), {0, 2, 1, 3});
+  e.op("Reshape", {context, e.int64s({0, 0, hidden})}, n.output(0));
+  return e.finish();
+}
+
+// EmbedLayerNormalization (BERT's embeddings): LayerNormalization of the
+// word embeddings of input_ids + the position embeddings (of position_ids,
+// or of 0..S-1) [+ the segment embeddings of segment_ids]; mask_index, the
+// count of 1s in each row of mask (0 without one); embedding_sum, the sum
+// normalised.
+Nodes embed_layer_norm(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                       std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const bool mask_used = n.output_size() > 1 && !n.output(1).empty();
+  if (n.input_size() < 7 || !has_input(n, 0) || !has_input(n, 2) || !has_input(n, 3) ||
+      !has_input(n, 5) || !has_input(n, 6) || n.output_size() < 1 ||
+      has_input(n, 1) != has_input(n, 4)) {
+    *why = "its inputs or outputs are not as the operator defines them";
+    return {};
+  }
+  NodeEmitter e(n, opset);
+  std::string sum = e.op("Gather", {in(2), in(0)});
+  std::string positions = in(8);
+  if (positions.empty()) {
+    onnx::NodeProto& gather =
+        e.node("Gather", {e.op("Shape", {in(0)}), e.scalar(1.0, onnx::TensorProto::INT64)});
+    set_attr(gather, "axis", int64_t{0});
+    const std::string length = gather.output(0);
+    positions = e.op("Range", {e.scalar(0.0, onnx::TensorProto::INT64), length,
+                               e.scalar(1.0, onnx::TensorProto::INT64)});
+  }
+  sum = e.op("Add", {sum, e.op("Gather", {in(3), positions})});
+  const std::string embedding_sum = output_or_empty(n, 2);
+  if (has_input(n, 1)) sum = e.op("Add", {sum, e.op("Gather", {in(4), in(1)})}, embedding_sum);
+  else if (!embedding_sum.empty()) sum = e.op("Identity", {sum}, embedding_sum);
+  onnx::NodeProto& ln = e.node("LayerNormalization", {sum, in(5), in(6)}, {n.output(0)});
+  set_attr(ln, "axis", int64_t{-1});
+  set_attr(ln, "epsilon", attr_f(n, "epsilon", 1e-12f));
+  if (mask_used && !has_input(n, 7)) {  // no mask: zeros, one per row
+    onnx::NodeProto& zeros = e.node(
+        "ConstantOfShape", {e.op("Slice", {e.op("Shape", {in(0)}), e.int64s({0}), e.int64s({1})})},
+        {n.output(1)});
+    onnx::AttributeProto& value = *zeros.add_attribute();
+    value.set_name("value");
+    value.set_type(onnx::AttributeProto::TENSOR);
+    value.mutable_t()->set_data_type(onnx::TensorProto::INT32);
+    value.mutable_t()->add_dims(1);
+    value.mutable_t()->add_int32_data(0);
+  } else if (mask_used) {
+    onnx::NodeProto& to64 = e.node("Cast", {in(7)});
+    set_attr(to64, "to", int64_t{onnx::TensorProto::INT64});
+    const std::string count = e.axes_op("ReduceSum", to64.output(0), {1}, 0);
+    onnx::NodeProto& to32 = e.node("Cast", {count}, {n.output(1)});
+    set_attr(to32, "to", int64_t{onnx::TensorProto::INT32});
+  }
+  return e.finish();
+}
+
 // The rewrite of `n`, or nothing if it is none of the operators above or
 // outside what they cover.
 Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
@@ -439,6 +579,8 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
     if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization")
       return layer_norm_family(n, types, opset, why);
     if (op == "QGemm") return qgemm(n, types, opset, why);
+    if (op == "Attention") return attention(n, types, opset, why);
+    if (op == "EmbedLayerNormalization") return embed_layer_norm(n, types, opset, why);
     if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
       return integer_matmul(n, opset, why);
     if (op.rfind("QLinear", 0) == 0) return qlinear(n, opset, why);
@@ -450,12 +592,28 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
 }
 
 bool rewritten_op(const onnx::NodeProto& n) {
-  static const char* const ops[] = {
-      "FusedConv", "FusedGemm", "FusedMatMul", "BiasGelu", "FastGelu", "QuickGelu",
-      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
-      "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
-      "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
-      "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"};
+  static const char* const ops[] = {"FusedConv",
+                                    "FusedGemm",
+                                    "FusedMatMul",
+                                    "BiasGelu",
+                                    "FastGelu",
+                                    "QuickGelu",
+                                    "SkipLayerNormalization",
+                                    "SkipSimplifiedLayerNormalization",
+                                    "SimplifiedLayerNormalization",
+                                    "QLinearAdd",
+                                    "QLinearMul",
+                                    "QLinearConcat",
+                                    "QLinearSigmoid",
+                                    "QLinearLeakyRelu",
+                                    "QLinearGlobalAveragePool",
+                                    "QLinearAveragePool",
+                                    "QLinearSoftmax",
+                                    "QGemm",
+                                    "MatMulIntegerToFloat",
+                                    "DynamicQuantizeMatMul",
+                                    "Attention",
+                                    "EmbedLayerNormalization"};
   // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
   if (n.op_type() == "SimplifiedLayerNormalization")
     return n.domain().empty() || n.domain() == "ai.onnx";
@@ -481,8 +639,10 @@ Status rewrite_contrib_ops(onnx::ModelProto& model, const ir::OpRegistry& regist
     Nodes nodes = rewrite(node, types, opset, &why);
     if (nodes.empty() && !why.empty())
       refused = unsupported("node '" + node.name() + "' (" + node.op_type() + ", domain '" +
-                            node.domain() + "'): ONNX Runtime's fused operator runs here as the "
-                            "standard operators it fuses, but " + why);
+                            node.domain() +
+                            "'): ONNX Runtime's fused operator runs here as the "
+                            "standard operators it fuses, but " +
+                            why);
     return nodes;
   });
   if (count != nullptr) *count = n;

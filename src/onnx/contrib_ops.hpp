@@ -22,6 +22,15 @@
 //                   LayerNormalization (last axis) of input + skip [+ bias];
 //                   its optional outputs: the Mean and InvStdDev of that
 //                   LayerNormalization, and the sum
+//   Attention       BERT's self-attention: MatMul by the packed Q/K/V weights,
+//                   Split, Reshape/Transpose into heads, MatMul, scale, a raw
+//                   [B, T] or [B, S, T] mask and attention_bias added, Softmax,
+//                   MatMul, heads joined (no past/present, unidirectional,
+//                   rotary embeddings, or Q/K/V sizes that differ)
+//   EmbedLayerNormalization
+//                   Gathers of the word, position (of position_ids or 0..S-1)
+//                   and segment embeddings, summed, LayerNormalization;
+//                   mask_index the count of each row's mask
 //   SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization (the
 //                   latter in the default domain, as ONNX Runtime defines it)
 //                   the root-mean-square normalisation: x / √(mean(x²) + ε)

@@ -63,8 +63,8 @@ std::vector<int64_t> permutation(const std::string& from, const std::string& to)
 
 // Sums out of `term` (operand `x`) the letters in none of `keep`; returns
 // the operand and its letters after.
-std::pair<std::string, std::string> sum_out(NodeEmitter& e, const std::string& x, const std::string& term,
-                                            const std::string& keep) {
+std::pair<std::string, std::string> sum_out(NodeEmitter& e, const std::string& x,
+                                            const std::string& term, const std::string& keep) {
   std::vector<int64_t> axes;
   std::string left;
   for (size_t i = 0; i < term.size(); ++i) {
@@ -139,7 +139,8 @@ std::vector<onnx::NodeProto> rewrite(const onnx::NodeProto& n, int64_t opset) {
 
 int decompose_einsums(onnx::ModelProto& model) {
   const int64_t opset = default_opset(model);
-  if (opset < 12 || !model.has_graph()) return 0;  // no Einsum before opset 12 (the importer says so)
+  if (opset < 12 || !model.has_graph())
+    return 0;  // no Einsum before opset 12 (the importer says so)
   if (!any_node(model.graph(), [](const onnx::NodeProto& n) { return n.op_type() == "Einsum"; }))
     return 0;
   const DeclaredTypes types(model.graph());

@@ -18,7 +18,8 @@ uint16_t half_bits(float f) {
   const uint32_t sign = (x >> 16) & 0x8000u;
   const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
   uint32_t mant = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
+  if (((x >> 23) & 0xff) == 0xff)
+    return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
   if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
   if (exp <= 0) {
     if (exp < -10) return static_cast<uint16_t>(sign);
@@ -81,14 +82,61 @@ void DeclaredTypes::add(const onnx::GraphProto& g) {
 }
 
 int32_t DeclaredTypes::elem_type(const std::string& value) const {
-  static const std::unordered_set<std::string> same_as_first = {
-      "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile",
-      "Slice", "Gather", "GatherElements", "GatherND", "Split", "Concat", "Pad", "Relu",
-      "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Neg", "Abs", "Exp", "Log", "Sqrt",
-      "Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Gemm", "Einsum", "LayerNormalization",
-      "BatchNormalization", "Dropout", "Clip", "Max", "Min", "Erf", "ReduceSum", "ReduceMean",
-      "ReduceMax", "ReduceMin", "Conv", "MaxPool", "AveragePool", "Resize", "Elu", "Gelu",
-      "HardSigmoid", "HardSwish", "Softplus", "Reciprocal"};
+  static const std::unordered_set<std::string> same_as_first = {"Identity",
+                                                                "Transpose",
+                                                                "Reshape",
+                                                                "Squeeze",
+                                                                "Unsqueeze",
+                                                                "Flatten",
+                                                                "Expand",
+                                                                "Tile",
+                                                                "Slice",
+                                                                "Gather",
+                                                                "GatherElements",
+                                                                "GatherND",
+                                                                "Split",
+                                                                "Concat",
+                                                                "Pad",
+                                                                "Relu",
+                                                                "LeakyRelu",
+                                                                "Sigmoid",
+                                                                "Tanh",
+                                                                "Softmax",
+                                                                "LogSoftmax",
+                                                                "Neg",
+                                                                "Abs",
+                                                                "Exp",
+                                                                "Log",
+                                                                "Sqrt",
+                                                                "Add",
+                                                                "Sub",
+                                                                "Mul",
+                                                                "Div",
+                                                                "Pow",
+                                                                "MatMul",
+                                                                "Gemm",
+                                                                "Einsum",
+                                                                "LayerNormalization",
+                                                                "BatchNormalization",
+                                                                "Dropout",
+                                                                "Clip",
+                                                                "Max",
+                                                                "Min",
+                                                                "Erf",
+                                                                "ReduceSum",
+                                                                "ReduceMean",
+                                                                "ReduceMax",
+                                                                "ReduceMin",
+                                                                "Conv",
+                                                                "MaxPool",
+                                                                "AveragePool",
+                                                                "Resize",
+                                                                "Elu",
+                                                                "Gelu",
+                                                                "HardSigmoid",
+                                                                "HardSwish",
+                                                                "Softplus",
+                                                                "Reciprocal"};
   std::string v = value;
   for (int steps = 0; steps < 64; ++steps) {  // a chain, not a search: bounded
     if (auto d = elem_types_.find(v); d != elem_types_.end()) return d->second;
@@ -128,11 +176,18 @@ bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>*
 }
 
 int64_t DeclaredTypes::constant_numel(const std::string& value) const {
-  auto c = constants_.find(value);
-  if (c == constants_.end()) return -1;
+  std::vector<int64_t> dims;
+  if (!constant_dims(value, &dims)) return -1;
   int64_t n = 1;
-  for (int64_t d : c->second->dims()) n *= d;
+  for (int64_t d : dims) n *= d;
   return n;
+}
+
+bool DeclaredTypes::constant_dims(const std::string& value, std::vector<int64_t>* dims) const {
+  auto c = constants_.find(value);
+  if (c == constants_.end()) return false;
+  dims->assign(c->second->dims().begin(), c->second->dims().end());
+  return true;
 }
 
 // The rank of a node's first output from its inputs' ranks, for the
@@ -142,18 +197,64 @@ int DeclaredTypes::rank_of(const std::string& value) const {
   if (p == producer_.end()) return -1;
   const onnx::NodeProto& n = *p->second;
   if (!is_default_domain(n.domain()) && n.domain() != "com.microsoft") return -1;
-  static const std::unordered_set<std::string> same = {
-      "Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Neg", "Abs",
-      "Exp", "Log", "Sqrt", "Erf", "Cast", "Clip", "Dropout", "LayerNormalization",
-      "BatchNormalization", "InstanceNormalization", "Conv", "ConvTranspose", "MaxPool",
-      "AveragePool", "Resize", "Elu", "Gelu", "HardSigmoid", "HardSwish", "Softplus",
-      "Reciprocal", "Transpose", "Slice", "Concat", "Split", "Pad", "Tile", "CumSum", "Not",
-      "Floor", "Ceil", "Round", "Sign", "FusedConv", "SkipLayerNormalization",
-      "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
-      "QuickGelu", "CastLike", "Softsign", "Selu", "ThresholdedRelu"};
+  static const std::unordered_set<std::string> same = {"Identity",
+                                                       "Relu",
+                                                       "LeakyRelu",
+                                                       "Sigmoid",
+                                                       "Tanh",
+                                                       "Softmax",
+                                                       "LogSoftmax",
+                                                       "Neg",
+                                                       "Abs",
+                                                       "Exp",
+                                                       "Log",
+                                                       "Sqrt",
+                                                       "Erf",
+                                                       "Cast",
+                                                       "Clip",
+                                                       "Dropout",
+                                                       "LayerNormalization",
+                                                       "BatchNormalization",
+                                                       "InstanceNormalization",
+                                                       "Conv",
+                                                       "ConvTranspose",
+                                                       "MaxPool",
+                                                       "AveragePool",
+                                                       "Resize",
+                                                       "Elu",
+                                                       "Gelu",
+                                                       "HardSigmoid",
+                                                       "HardSwish",
+                                                       "Softplus",
+                                                       "Reciprocal",
+                                                       "Transpose",
+                                                       "Slice",
+                                                       "Concat",
+                                                       "Split",
+                                                       "Pad",
+                                                       "Tile",
+                                                       "CumSum",
+                                                       "Not",
+                                                       "Floor",
+                                                       "Ceil",
+                                                       "Round",
+                                                       "Sign",
+                                                       "FusedConv",
+                                                       "SkipLayerNormalization",
+                                                       "SimplifiedLayerNormalization",
+                                                       "SkipSimplifiedLayerNormalization",
+                                                       "FastGelu",
+                                                       "QuickGelu",
+                                                       "CastLike",
+                                                       "Softsign",
+                                                       "Selu",
+                                                       "ThresholdedRelu"};
   static const std::unordered_set<std::string> broadcast = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less",
-      "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "BiasGelu", "PRelu"};
+      "Add",   "Sub",  "Mul",     "Div",         "Pow",
+      "Max",   "Min",  "Sum",     "Mean",        "Where",
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+      "And",   "Or",   "Xor",     "Mod",         "BiasGelu",
+      "PRelu"};
   auto in = [&](int i) {
     return i < n.input_size() && !n.input(i).empty() ? rank(n.input(i)) : -1;
   };
@@ -240,8 +341,18 @@ std::string NodeEmitter::scalar(double value, int32_t elem_type) {
   onnx::TensorProto& t = *a.mutable_t();
   t.set_data_type(elem_type);
   switch (elem_type) {
-    case onnx::TensorProto::DOUBLE: t.add_double_data(value); break;
-    case onnx::TensorProto::FLOAT16: t.add_int32_data(half_bits(static_cast<float>(value))); break;
+    case onnx::TensorProto::DOUBLE:
+      t.add_double_data(value);
+      break;
+    case onnx::TensorProto::INT64:
+      t.add_int64_data(static_cast<int64_t>(value));
+      break;
+    case onnx::TensorProto::INT32:
+      t.add_int32_data(static_cast<int32_t>(value));
+      break;
+    case onnx::TensorProto::FLOAT16:
+      t.add_int32_data(half_bits(static_cast<float>(value)));
+      break;
     case onnx::TensorProto::BFLOAT16:
       t.add_int32_data(bfloat16_bits(static_cast<float>(value)));
       break;
@@ -269,7 +380,8 @@ std::string NodeEmitter::axes_op(const std::string& op, const std::string& x,
 
 std::string NodeEmitter::transpose(const std::string& x, const std::vector<int64_t>& perm) {
   bool identity = true;
-  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+  for (size_t i = 0; i < perm.size(); ++i)
+    identity = identity && perm[i] == static_cast<int64_t>(i);
   if (identity) return x;
   onnx::NodeProto& n = node("Transpose", {x});
   set_attr(n, "perm", perm);
@@ -336,8 +448,9 @@ bool any_node(const onnx::GraphProto& g, const std::function<bool(const onnx::No
   return false;
 }
 
-int replace_nodes(onnx::GraphProto& g,
-                  const std::function<std::vector<onnx::NodeProto>(const onnx::NodeProto&)>& rewrite) {
+int replace_nodes(
+    onnx::GraphProto& g,
+    const std::function<std::vector<onnx::NodeProto>(const onnx::NodeProto&)>& rewrite) {
   int count = 0;
   std::vector<std::vector<onnx::NodeProto>> parts(static_cast<size_t>(g.node_size()));
   for (int i = 0; i < g.node_size(); ++i) {
@@ -348,7 +461,8 @@ int replace_nodes(onnx::GraphProto& g,
     }
     parts[static_cast<size_t>(i)] = rewrite(n);
   }
-  if (std::all_of(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); })) return count;
+  if (std::all_of(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); }))
+    return count;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < g.node_size(); ++i) {
     std::vector<onnx::NodeProto>& p = parts[static_cast<size_t>(i)];

@@ -35,6 +35,8 @@ class DeclaredTypes {
   bool int64_values(const std::string& value, std::vector<int64_t>* out) const;
   // Element count of `value` if it is an initializer or Constant, else -1.
   int64_t constant_numel(const std::string& value) const;
+  // Dims of `value` if it is an initializer or Constant, else false.
+  bool constant_dims(const std::string& value, std::vector<int64_t>* dims) const;
 
  private:
   void add(const onnx::GraphProto& g);
@@ -60,12 +62,12 @@ class NodeEmitter {
   // node() with one output, which it returns.
   std::string op(const std::string& op, const std::vector<std::string>& inputs,
                  const std::string& output = "") {
-    return node(op, inputs, output.empty() ? std::vector<std::string>{}
-                                           : std::vector<std::string>{output})
+    return node(op, inputs,
+                output.empty() ? std::vector<std::string>{} : std::vector<std::string>{output})
         .output(0);
   }
   // A Constant: a 1-D int64 tensor, or a scalar of element type `elem_type`
-  // (FLOAT, FLOAT16, DOUBLE or BFLOAT16).
+  // (FLOAT, FLOAT16, DOUBLE, BFLOAT16, INT64 or INT32).
   std::string int64s(const std::vector<int64_t>& values);
   // A new value's name, for a node of several outputs.
   std::string fresh(const std::string& what) const;
@@ -105,7 +107,8 @@ bool any_node(const onnx::GraphProto& g, const std::function<bool(const onnx::No
 // Replaces every node of `g` (and of its subgraphs, inner first) for which
 // `rewrite` returns nodes by those nodes, in place, in order; returns how
 // many were replaced.
-int replace_nodes(onnx::GraphProto& g,
-                  const std::function<std::vector<onnx::NodeProto>(const onnx::NodeProto&)>& rewrite);
+int replace_nodes(
+    onnx::GraphProto& g,
+    const std::function<std::vector<onnx::NodeProto>(const onnx::NodeProto&)>& rewrite);
 
 }  // namespace backplane::onnx_import

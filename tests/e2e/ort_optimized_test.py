@@ -14,8 +14,9 @@ rewrites at import into the standard operators they fused (src/onnx/contrib_ops.
    dynamically (scripts/quantize_qdq.py), which the optimiser turns into its quantized operators
    (QLinearAdd, QLinearAveragePool, QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat, ...):
    within 3 steps of the output's scale of ONNX Runtime's outputs.
-2. One model per fused operator and attribute case, built with onnx.helper: Backplane on
-   CpuRef and on the default backends within the rule of ONNX Runtime's kernels (its
+2. One model per fused operator and attribute case, built with onnx.helper (Attention and
+   EmbedLayerNormalization as ONNX Runtime's transformer optimiser writes BERT's): Backplane
+   on CpuRef and on the default backends within the rule of ONNX Runtime's kernels (its
    optimiser off); for a quantized output, within one step of its scale.
 3. A fused operator outside what the rewrite covers (FusedMatMul with transBatchA, FusedConv
    with an activation ONNX has no operator for) fails to load with an error naming the node
@@ -472,15 +473,62 @@ def quantized_ops(cli, module, work):
                     only_onednn=True)
 
 
+def bert_cases(rng):
+    """Attention and EmbedLayerNormalization, as ONNX Runtime's transformer optimiser writes
+    BERT's self-attention and embeddings."""
+    F, I32 = TensorProto.FLOAT, TensorProto.INT32
+    cases = []
+    inits = {"w": rand(rng, [16, 48], 0.3), "b": rand(rng, [48], 0.1)}
+    mask2 = np.ones([2, 5], np.int32)
+    mask2[1, 3:] = 0
+    mask3 = (rng.uniform(size=[2, 5, 5]) > 0.3).astype(np.int32)
+    mask3[:, :, 0] = 1
+    for label, extra_inputs, feeds, attrs in [
+            ("Attention", [], {}, {}),
+            ("Attention with a [B, T] mask", [("mask", I32, [2, 5])], {"mask": mask2},
+             {"scale": 0.3}),
+            ("Attention with a [B, S, T] mask and an attention bias",
+             [("mask", I32, [2, 5, 5]), ("bias", F, [2, 4, 5, 5])],
+             {"mask": mask3, "bias": rand(rng, [2, 4, 5, 5])}, {"mask_filter_value": -1000.0})]:
+        names = ["x", "w", "b"] + [n for n, _, _ in extra_inputs]
+        if len(extra_inputs) == 2:
+            names = ["x", "w", "b", "mask", "", "bias"]
+        node = helper.make_node("Attention", names, ["y"], domain=MS, name="attention",
+                                num_heads=4, **attrs)
+        cases.append((label, q_model([node], [("x", F, [2, 5, 16])] + extra_inputs, [("y", F)],
+                                     inits), dict({"x": rand(rng, [2, 5, 16])}, **feeds)))
+    inits = {"word": rand(rng, [30, 16]), "pos": rand(rng, [10, 16]), "seg": rand(rng, [2, 16]),
+             "gamma": rand(rng, [16]), "beta": rand(rng, [16])}
+    ids = rng.integers(0, 30, size=[2, 5]).astype(np.int32)
+    segments = rng.integers(0, 2, size=[2, 5]).astype(np.int32)
+    node = helper.make_node("EmbedLayerNormalization",
+                            ["ids", "segments", "word", "pos", "seg", "gamma", "beta", "mask"],
+                            ["y", "mask_index", "sum"], domain=MS, name="embed", epsilon=1e-6)
+    cases.append(("EmbedLayerNormalization with segments, a mask and the sum",
+                  q_model([node], [("ids", I32, [2, 5]), ("segments", I32, [2, 5]),
+                                   ("mask", I32, [2, 5])],
+                          [("y", F), ("mask_index", I32), ("sum", F)], inits),
+                  {"ids": ids, "segments": segments, "mask": mask2}))
+    del inits["seg"]
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta"],
+                            ["y", "mask_index"], domain=MS, name="embed_plain")
+    cases.append(("EmbedLayerNormalization, words and positions only",
+                  q_model([node], [("ids", I32, [2, 5])], [("y", F), ("mask_index", I32)], inits),
+                  {"ids": ids}))
+    return cases
+
+
 def fused_ops(cli, module, work):
     rng = np.random.default_rng(7)
-    for k, (label, model, inputs) in enumerate(op_cases(rng)):
+    for k, (label, model, inputs) in enumerate(op_cases(rng) + bert_cases(rng)):
         cwork = os.path.join(work, "ops", str(k))
         files = save_inputs(cwork, inputs)
         path = os.path.join(cwork, "model.onnx")
         onnx.save(model, path)
         ref = ort_run(module, path, files, cwork, "disabled")
-        compare(cli, path, files, ref, cwork, label, ["CpuRef", None])
+        # An attention runs whole on CpuOneDnn, its mask's Cast of int32 included.
+        compare(cli, path, files, ref, cwork, label, ["CpuRef", None],
+                only_onednn=label.startswith("Attention"))
 
 
 # 3. Outside the rewrite: a clear error naming the node.

@@ -11,6 +11,17 @@ namespace {
 
 bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
+// Operators whose result has their first input's element type and shape.
+bool keeps_input(const std::string& op) {
+  // clang-format off
+  static const std::unordered_set<std::string> ops = {
+      "Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Neg", "Abs",
+      "Exp", "Log", "Sqrt", "Erf", "Clip", "Dropout", "LayerNormalization", "BatchNormalization",
+      "Elu", "Gelu", "HardSigmoid", "HardSwish", "Softplus", "Reciprocal"};
+  // clang-format on
+  return ops.count(op) > 0;
+}
+
 // float to IEEE half (round to nearest even) or bfloat16 (the same), as bits.
 uint16_t half_bits(float f) {
   uint32_t x;
@@ -82,61 +93,13 @@ void DeclaredTypes::add(const onnx::GraphProto& g) {
 }
 
 int32_t DeclaredTypes::elem_type(const std::string& value) const {
-  static const std::unordered_set<std::string> same_as_first = {"Identity",
-                                                                "Transpose",
-                                                                "Reshape",
-                                                                "Squeeze",
-                                                                "Unsqueeze",
-                                                                "Flatten",
-                                                                "Expand",
-                                                                "Tile",
-                                                                "Slice",
-                                                                "Gather",
-                                                                "GatherElements",
-                                                                "GatherND",
-                                                                "Split",
-                                                                "Concat",
-                                                                "Pad",
-                                                                "Relu",
-                                                                "LeakyRelu",
-                                                                "Sigmoid",
-                                                                "Tanh",
-                                                                "Softmax",
-                                                                "LogSoftmax",
-                                                                "Neg",
-                                                                "Abs",
-                                                                "Exp",
-                                                                "Log",
-                                                                "Sqrt",
-                                                                "Add",
-                                                                "Sub",
-                                                                "Mul",
-                                                                "Div",
-                                                                "Pow",
-                                                                "MatMul",
-                                                                "Gemm",
-                                                                "Einsum",
-                                                                "LayerNormalization",
-                                                                "BatchNormalization",
-                                                                "Dropout",
-                                                                "Clip",
-                                                                "Max",
-                                                                "Min",
-                                                                "Erf",
-                                                                "ReduceSum",
-                                                                "ReduceMean",
-                                                                "ReduceMax",
-                                                                "ReduceMin",
-                                                                "Conv",
-                                                                "MaxPool",
-                                                                "AveragePool",
-                                                                "Resize",
-                                                                "Elu",
-                                                                "Gelu",
-                                                                "HardSigmoid",
-                                                                "HardSwish",
-                                                                "Softplus",
-                                                                "Reciprocal"};
+  // clang-format off
+  static const std::unordered_set<std::string> more = {
+      "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Slice",
+      "Gather", "GatherElements", "GatherND", "Split", "Concat", "Pad", "Add", "Sub", "Mul",
+      "Div", "Pow", "MatMul", "Gemm", "Einsum", "Max", "Min", "ReduceSum", "ReduceMean",
+      "ReduceMax", "ReduceMin", "Conv", "MaxPool", "AveragePool", "Resize"};
+  // clang-format on
   std::string v = value;
   for (int steps = 0; steps < 64; ++steps) {  // a chain, not a search: bounded
     if (auto d = elem_types_.find(v); d != elem_types_.end()) return d->second;
@@ -149,7 +112,8 @@ int32_t DeclaredTypes::elem_type(const std::string& value) const {
       return to != nullptr ? static_cast<int32_t>(to->i()) : 0;
     }
     const int from = n.op_type() == "Where" || n.op_type() == "CastLike" ? 1 : 0;
-    if ((from == 0 && !same_as_first.count(n.op_type())) || n.input_size() <= from) return 0;
+    const bool same = keeps_input(n.op_type()) || more.count(n.op_type()) > 0;
+    if ((from == 0 && !same) || n.input_size() <= from) return 0;
     v = n.input(from);
   }
   return 0;
@@ -197,69 +161,24 @@ int DeclaredTypes::rank_of(const std::string& value) const {
   if (p == producer_.end()) return -1;
   const onnx::NodeProto& n = *p->second;
   if (!is_default_domain(n.domain()) && n.domain() != "com.microsoft") return -1;
-  static const std::unordered_set<std::string> same = {"Identity",
-                                                       "Relu",
-                                                       "LeakyRelu",
-                                                       "Sigmoid",
-                                                       "Tanh",
-                                                       "Softmax",
-                                                       "LogSoftmax",
-                                                       "Neg",
-                                                       "Abs",
-                                                       "Exp",
-                                                       "Log",
-                                                       "Sqrt",
-                                                       "Erf",
-                                                       "Cast",
-                                                       "Clip",
-                                                       "Dropout",
-                                                       "LayerNormalization",
-                                                       "BatchNormalization",
-                                                       "InstanceNormalization",
-                                                       "Conv",
-                                                       "ConvTranspose",
-                                                       "MaxPool",
-                                                       "AveragePool",
-                                                       "Resize",
-                                                       "Elu",
-                                                       "Gelu",
-                                                       "HardSigmoid",
-                                                       "HardSwish",
-                                                       "Softplus",
-                                                       "Reciprocal",
-                                                       "Transpose",
-                                                       "Slice",
-                                                       "Concat",
-                                                       "Split",
-                                                       "Pad",
-                                                       "Tile",
-                                                       "CumSum",
-                                                       "Not",
-                                                       "Floor",
-                                                       "Ceil",
-                                                       "Round",
-                                                       "Sign",
-                                                       "FusedConv",
-                                                       "SkipLayerNormalization",
-                                                       "SimplifiedLayerNormalization",
-                                                       "SkipSimplifiedLayerNormalization",
-                                                       "FastGelu",
-                                                       "QuickGelu",
-                                                       "CastLike",
-                                                       "Softsign",
-                                                       "Selu",
-                                                       "ThresholdedRelu"};
+  // clang-format off
+  static const std::unordered_set<std::string> same = {
+      "Cast", "InstanceNormalization", "Conv", "ConvTranspose", "MaxPool", "AveragePool",
+      "Resize", "Transpose", "Slice", "Concat", "Split", "Pad", "Tile", "CumSum", "Not", "Floor",
+      "Ceil", "Round", "Sign", "FusedConv", "SkipLayerNormalization",
+      "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
+      "QuickGelu", "CastLike", "Softsign", "Selu", "ThresholdedRelu"};
+  // clang-format on
+  // clang-format off
   static const std::unordered_set<std::string> broadcast = {
-      "Add",   "Sub",  "Mul",     "Div",         "Pow",
-      "Max",   "Min",  "Sum",     "Mean",        "Where",
-      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-      "And",   "Or",   "Xor",     "Mod",         "BiasGelu",
-      "PRelu"};
+      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less",
+      "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "BiasGelu", "PRelu"};
+  // clang-format on
   auto in = [&](int i) {
     return i < n.input_size() && !n.input(i).empty() ? rank(n.input(i)) : -1;
   };
   const std::string& op = n.op_type();
-  if (same.count(op)) return in(0);
+  if (keeps_input(op) || same.count(op)) return in(0);
   if (broadcast.count(op)) {
     int r = 0;
     for (int i = 0; i < n.input_size(); ++i) {

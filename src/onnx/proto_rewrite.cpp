@@ -167,7 +167,14 @@ int DeclaredTypes::rank_of(const std::string& value) const {
       "Resize", "Transpose", "Slice", "Concat", "Split", "Pad", "Tile", "CumSum", "Not", "Floor",
       "Ceil", "Round", "Sign", "FusedConv", "SkipLayerNormalization",
       "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu",
-      "QuickGelu", "CastLike", "Softsign", "Selu", "ThresholdedRelu"};
+      "QuickGelu", "CastLike", "Softsign", "Selu", "ThresholdedRelu", "GlobalAveragePool",
+      "GlobalMaxPool", "GlobalLpPool", "LpPool", "LRN", "Upsample", "DepthToSpace",
+      "SpaceToDepth", "Hardmax", "TopK", "QuantizeLinear", "DequantizeLinear", "QLinearConv",
+      "ConvInteger", "DynamicQuantizeLinear", "QLinearSigmoid", "QLinearLeakyRelu",
+      "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "Mish", "Celu",
+      "Shrink", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "IsNaN", "IsInf",
+      "MeanVarianceNormalization", "GroupNormalization", "ReverseSequence", "Trilu",
+      "ScatterElements", "ScatterND", "Scatter"};
   // clang-format on
   // clang-format off
   static const std::unordered_set<std::string> broadcast = {
@@ -210,6 +217,15 @@ int DeclaredTypes::rank_of(const std::string& value) const {
     if (r < 0) return -1;
     return op == "Unsqueeze" ? r + static_cast<int>(count) : r - static_cast<int>(count);
   }
+  // Reductions keep their rank unless keepdims is 0 (1 by default).
+  if (op.rfind("Reduce", 0) == 0 || op == "ArgMax" || op == "ArgMin") {
+    const onnx::AttributeProto* keep = find_attr(n, "keepdims");
+    if (keep == nullptr || keep->i() != 0) return in(0);
+    const onnx::AttributeProto* axes = find_attr(n, "axes");
+    if (op == "ArgMax" || op == "ArgMin") return in(0) >= 1 ? in(0) - 1 : -1;
+    return axes != nullptr && in(0) >= axes->ints_size() ? in(0) - axes->ints_size() : -1;
+  }
+  if (op == "GatherElements") return in(1);
   if (op == "Gather") {
     const int a = in(0), b = in(1);
     return a >= 1 && b >= 0 ? a - 1 + b : -1;

@@ -13,7 +13,8 @@ rewrites at import into the standard operators they fused (src/onnx/contrib_ops.
    The same for tiny_cnn and resnet18 quantized to QDQ and the transformer quantized
    dynamically (scripts/quantize_qdq.py), which the optimiser turns into its quantized operators
    (QLinearAdd, QLinearAveragePool, QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat, ...):
-   within 3 steps of the output's scale of ONNX Runtime's outputs.
+   within 3 steps of the output's scale of ONNX Runtime's outputs. And three corpus models
+   of other exporters (tests/corpus/models.json) saved so, on the default backends.
 2. One model per fused operator and attribute case, built with onnx.helper (Attention and
    EmbedLayerNormalization as ONNX Runtime's transformer optimiser writes BERT's): Backplane
    on CpuRef and on the default backends within the rule of ONNX Runtime's kernels (its
@@ -32,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import onnx
@@ -198,6 +200,34 @@ def saved_quantized_models(cli, models_dir, module, work):
         compare(cli, saved, files, ref, mwork, f"{name} quantized as ONNX Runtime saved it",
                 ["CpuRef", None], only_onednn=only_onednn, judge=judge,
                 what="within 3 steps of the output's scale (float: the rule) of ONNX Runtime's")
+
+
+# Corpus models (tests/corpus/models.json, other exporters) saved by ONNX Runtime: FusedConv
+# and QuickGelu of PaddleOCR's recogniser, whose FusedMatMul transposes a value no
+# value_info describes (its rank followed through the operators before it), tf2onnx's
+# FusedConv, and FusedGemm; on the default backends.
+SAVED_CORPUS = ["ppocr_v4_rec", "oww_embedding", "oww_alexa"]
+
+
+def saved_corpus_models(cli, module, work):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "corpus"))
+    import run_corpus
+    corpus = os.path.dirname(os.path.dirname(os.path.dirname(module)))
+    with open(os.path.join(ROOT, "tests", "corpus", "models.json")) as f:
+        manifest = {m["name"]: m for m in json.load(f)["models"]}
+    for name in SAVED_CORPUS:
+        m = manifest[name]
+        mwork = os.path.join(work, "saved_corpus", name)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        files = save_inputs(mwork, {i["name"]: run_corpus.make_input(i, rng) for i in m["inputs"]})
+        saved = os.path.join(mwork, f"{name}_ort_extended.onnx")
+        ort_run(module, os.path.join(corpus, "packages", m["package"], m["path"]), files, mwork,
+                "extended", save=saved)
+        fused = {n.op_type for n in onnx.load(saved).graph.node if n.domain == "com.microsoft"}
+        check(bool(fused), f"{name}: ONNX Runtime's saved model holds its fused operators "
+                           f"({sorted(fused)})")
+        ref = ort_run(module, saved, files, mwork, "disabled")
+        compare(cli, saved, files, ref, mwork, f"{name} as ONNX Runtime saved it", [None])
 
 
 def make_inputs(spec, seed):
@@ -564,6 +594,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     saved_models(cli, models_dir, module, work)
     saved_quantized_models(cli, models_dir, module, work)
+    saved_corpus_models(cli, module, work)
     fused_ops(cli, module, work)
     quantized_ops(cli, module, work)
     refused(cli, work)

@@ -628,9 +628,27 @@ bool rewritten_op(const onnx::NodeProto& n) {
 Status rewrite_contrib_ops(onnx::ModelProto& model, const ir::OpRegistry& registry, int* count) {
   if (count != nullptr) *count = 0;
   const int64_t opset = default_opset(model);
-  if (opset < 1 || !model.has_graph() || !any_node(model.graph(), rewritten_op)) return ok_status();
+  auto of_onnx_runtime = [](const onnx::NodeProto& node) {
+    return rewritten_op(node) || node.domain() == "com.microsoft.nchwc";
+  };
+  if (opset < 1 || !model.has_graph() || !any_node(model.graph(), of_onnx_runtime))
+    return ok_status();
   const DeclaredTypes types(model.graph());
   Status refused = ok_status();
+  // The NCHWc layout ONNX Runtime's optimiser writes at level "all" stores
+  // weights in its own blocked arrangement, for one CPU's vector width.
+  const onnx::NodeProto* nchwc = nullptr;
+  any_node(model.graph(), [&](const onnx::NodeProto& node) {
+    if (node.domain() != "com.microsoft.nchwc" || registry.knows(node.domain(), node.op_type()))
+      return false;
+    nchwc = &node;
+    return true;
+  });
+  if (nchwc != nullptr)
+    return unsupported("node '" + nchwc->name() + "' (" + nchwc->op_type() +
+                       ", domain 'com.microsoft.nchwc'): the model was saved by ONNX Runtime at "
+                       "optimization level 'all', whose NCHWc layout it marks as specific to the "
+                       "machine that saved it; save it at level 'extended' (or 'basic') instead");
   const int n = replace_nodes(*model.mutable_graph(), [&](const onnx::NodeProto& node) {
     // A backend that defines the operator runs it whole.
     if (!rewritten_op(node) || registry.knows(node.domain(), node.op_type()) || !refused.ok())

@@ -21,7 +21,8 @@ rewrites at import into the standard operators they fused (src/onnx/contrib_ops.
    optimiser off); for a quantized output, within one step of its scale.
 3. A fused operator outside what the rewrite covers (FusedMatMul with transBatchA, FusedConv
    with an activation ONNX has no operator for) fails to load with an error naming the node
-   and what is outside.
+   and what is outside; a model of ONNX Runtime's NCHWc layout (level "all"), with one saying
+   to save it at level "extended".
 
 The rule: max|got - ref| <= 1e-4 * max|ref| + 1e-6 per output (docs/numerics.md).
 
@@ -273,7 +274,8 @@ def op_model(node, inputs, outputs, inits, opset=13):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n, s in outputs],
         [numpy_helper.from_array(a, n) for n, a in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
-                                                    helper.make_opsetid(MS, 1)])
+                                                    helper.make_opsetid(MS, 1),
+                                                    helper.make_opsetid("com.microsoft.nchwc", 1)])
     model.ir_version = 8
     return model
 
@@ -574,6 +576,10 @@ def refused(cli, work):
                           activation="Swish", kernel_shape=[1, 1]),
          [("a", [1, 4, 5, 5]), ("b", [4, 4, 1, 1])], "odd_activation", "'Swish'"),
     ]
+    nchwc = helper.make_node("Conv", ["a", "b"], ["y"], domain="com.microsoft.nchwc",
+                             name="blocked_conv", kernel_shape=[1, 1])
+    cases.append(("A model saved at level 'all' (NCHWc)", nchwc,
+                  [("a", [1, 8, 5, 5]), ("b", [8, 8, 1, 1])], "blocked_conv", "'extended'"))
     for k, (label, node, inputs, name, reason) in enumerate(cases):
         cwork = os.path.join(work, "refused", str(k))
         files = save_inputs(cwork, {n: rand(rng, s) for n, s in inputs})

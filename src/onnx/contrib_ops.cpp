@@ -495,8 +495,9 @@ Nodes attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t op
     // (1 - mask) · filter, [B, 1, 1, T] or [B, 1, S, T].
     onnx::NodeProto& cast = e.node("Cast", {in(3)});
     set_attr(cast, "to", int64_t{type});
+    const std::string mask = cast.output(0);
     const std::string masked =
-        e.op("Mul", {e.op("Sub", {e.scalar(1.0, type), cast.output(0)}),
+        e.op("Mul", {e.op("Sub", {e.scalar(1.0, type), mask}),
                      e.scalar(attr_f(n, "mask_filter_value", -10000.0f), type)});
     scores = e.op("Add", {scores, e.axes_op("Unsqueeze", masked,
                                             mask_rank == 2 ? std::vector<int64_t>{1, 2}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <unordered_set>
 
 namespace backplane::onnx_import {
@@ -327,7 +328,14 @@ std::vector<onnx::NodeProto> NodeEmitter::finish(const std::string& result,
                                                  const std::string& output) {
   if (nodes_.empty() || nodes_.back().output(0) != result) node("Identity", {result});
   nodes_.back().set_output(0, output);
-  return std::move(nodes_);
+  return finish();
+}
+
+std::vector<onnx::NodeProto> NodeEmitter::finish() {
+  std::vector<onnx::NodeProto> nodes(std::make_move_iterator(nodes_.begin()),
+                                     std::make_move_iterator(nodes_.end()));
+  nodes_.clear();
+  return nodes;
 }
 
 void set_attr(onnx::NodeProto& n, const std::string& name, int64_t value) {

@@ -12,6 +12,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -50,7 +51,8 @@ class DeclaredTypes {
 
 // Emits the nodes that replace one node: each named "<node>/<k>_<op>", each
 // new value "<node's first output>/<k>_<op>", in the default domain at the
-// model's opset unless told otherwise.
+// model's opset unless told otherwise. A node returned stays valid while
+// more are emitted.
 class NodeEmitter {
  public:
   NodeEmitter(const onnx::NodeProto& replaced, int64_t opset);
@@ -83,12 +85,13 @@ class NodeEmitter {
   // The nodes; the last one writes `output` unless some node already does
   // (an Identity from `result` is added when no node at all does).
   std::vector<onnx::NodeProto> finish(const std::string& result, const std::string& output);
-  std::vector<onnx::NodeProto> finish() { return std::move(nodes_); }
+  std::vector<onnx::NodeProto> finish();
 
  private:
   std::string base_, value_base_;
   int64_t opset_;
-  std::vector<onnx::NodeProto> nodes_;
+  // A deque: a node node() returned stays where it is while more are added.
+  std::deque<onnx::NodeProto> nodes_;
 };
 
 void set_attr(onnx::NodeProto& n, const std::string& name, int64_t value);

@@ -59,9 +59,10 @@
 // A model of ONNX Runtime's NCHWc layout (com.microsoft.nchwc, what its
 // optimiser saves at level "all": weights blocked for one CPU) fails with
 // an error saying to save it at level "extended". A node the operator
-// registry knows (a backend defines the operator itself) is left whole. One outside what is listed (transBatchA, an
-// activation ONNX has no operator for, a rank not found) fails the import
-// with an error naming the node and why. Nodes added are named "<node>/<k>_<op>", values
+// registry knows (a backend defines the operator itself) is left whole.
+// One outside what is listed (transBatchA, an activation ONNX has no
+// operator for, a rank not found) fails the import with an error naming
+// the node and why. Nodes added are named "<node>/<k>_<op>", values
 // "<node's first output>/<k>_<op>"; the node's outputs keep their names.
 #pragma once
 

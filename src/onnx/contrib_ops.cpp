@@ -31,6 +31,10 @@ bool has_input(const onnx::NodeProto& n, int i) {
   return i < n.input_size() && !n.input(i).empty();
 }
 
+std::string input_or_empty(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() ? n.input(i) : std::string();
+}
+
 std::string output_or_empty(const onnx::NodeProto& n, int i) {
   return i < n.output_size() ? n.output(i) : std::string();
 }
@@ -116,7 +120,7 @@ void emit_activation(NodeEmitter& e, const Activation& act, const std::string& x
 }
 
 // A product (Conv or Gemm) then, for FusedConv, the sum with Z, then the activation.
-Nodes product_then_activation(const onnx::NodeProto& n, const std::string& product, int inputs,
+Nodes product_then_activation(const onnx::NodeProto& n, const std::string& product,
                               const std::optional<Activation>& act, const DeclaredTypes& types,
                               int64_t opset, std::string* why) {
   if (!act) {
@@ -135,7 +139,7 @@ Nodes product_then_activation(const onnx::NodeProto& n, const std::string& produ
   const bool z = product == "Conv" && has_input(n, 3);
   const bool last = act->op.empty() && !z;
   std::vector<std::string> in;
-  for (int i = 0; i < std::min(inputs, n.input_size()); ++i) in.push_back(n.input(i));
+  for (int i = 0; i < std::min(3, n.input_size()); ++i) in.push_back(n.input(i));
   while (!in.empty() && in.back().empty()) in.pop_back();
   onnx::NodeProto& node = e.node(
       product, in, last ? std::vector<std::string>{n.output(0)} : std::vector<std::string>{});
@@ -287,10 +291,6 @@ Nodes layer_norm_family(const onnx::NodeProto& n, const DeclaredTypes& types, in
 // dequantized, the float operator, the result quantized, which is what ONNX
 // Runtime's integer kernels approximate; CpuOneDnn runs such groups as int8
 // where it has the kernel (docs/numerics.md, "Quantized models").
-
-std::string input_or_empty(const onnx::NodeProto& n, int i) {
-  return i < n.input_size() ? n.input(i) : std::string();
-}
 
 // DequantizeLinear(x, scale [, zero point]), on `axis` if it is not negative.
 std::string dequantize(NodeEmitter& e, const std::string& x, const std::string& scale,
@@ -568,53 +568,34 @@ Nodes embed_layer_norm(const onnx::NodeProto& n, const DeclaredTypes& types, int
 // outside what they cover.
 Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
               std::string* why) {
-  const std::string& op = n.op_type();
-  if (n.domain() == "com.microsoft") {
-    if (op == "FusedConv")
-      return product_then_activation(n, "Conv", 3, conv_activation(n), types, opset, why);
-    if (op == "FusedGemm")
-      return product_then_activation(n, "Gemm", 3, gemm_activation(n), types, opset, why);
-    if (op == "FusedMatMul") return fused_matmul(n, types, opset, why);
-    if (op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu")
-      return gelu_family(n, types, opset, why);
-    if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization")
-      return layer_norm_family(n, types, opset, why);
-    if (op == "QGemm") return qgemm(n, types, opset, why);
-    if (op == "Attention") return attention(n, types, opset, why);
-    if (op == "EmbedLayerNormalization") return embed_layer_norm(n, types, opset, why);
-    if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
-      return integer_matmul(n, opset, why);
-    if (op.rfind("QLinear", 0) == 0) return qlinear(n, opset, why);
-    return {};
-  }
-  if ((n.domain().empty() || n.domain() == "ai.onnx") && op == "SimplifiedLayerNormalization")
+  const std::string& op = n.op_type();  // rewritten_op has checked the domain
+  if (op == "FusedConv")
+    return product_then_activation(n, "Conv", conv_activation(n), types, opset, why);
+  if (op == "FusedGemm")
+    return product_then_activation(n, "Gemm", gemm_activation(n), types, opset, why);
+  if (op == "FusedMatMul") return fused_matmul(n, types, opset, why);
+  if (op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu")
+    return gelu_family(n, types, opset, why);
+  if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization" ||
+      op == "SimplifiedLayerNormalization")
     return layer_norm_family(n, types, opset, why);
-  return {};
+  if (op == "QGemm") return qgemm(n, types, opset, why);
+  if (op == "Attention") return attention(n, types, opset, why);
+  if (op == "EmbedLayerNormalization") return embed_layer_norm(n, types, opset, why);
+  if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
+    return integer_matmul(n, opset, why);
+  return qlinear(n, opset, why);
 }
 
 bool rewritten_op(const onnx::NodeProto& n) {
-  static const char* const ops[] = {"FusedConv",
-                                    "FusedGemm",
-                                    "FusedMatMul",
-                                    "BiasGelu",
-                                    "FastGelu",
-                                    "QuickGelu",
-                                    "SkipLayerNormalization",
-                                    "SkipSimplifiedLayerNormalization",
-                                    "SimplifiedLayerNormalization",
-                                    "QLinearAdd",
-                                    "QLinearMul",
-                                    "QLinearConcat",
-                                    "QLinearSigmoid",
-                                    "QLinearLeakyRelu",
-                                    "QLinearGlobalAveragePool",
-                                    "QLinearAveragePool",
-                                    "QLinearSoftmax",
-                                    "QGemm",
-                                    "MatMulIntegerToFloat",
-                                    "DynamicQuantizeMatMul",
-                                    "Attention",
-                                    "EmbedLayerNormalization"};
+  // clang-format off
+  static const char* const ops[] = {
+      "FusedConv", "FusedGemm", "FusedMatMul", "BiasGelu", "FastGelu", "QuickGelu",
+      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+      "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+      "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm",
+      "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "EmbedLayerNormalization"};
+  // clang-format on
   // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
   if (n.op_type() == "SimplifiedLayerNormalization")
     return n.domain().empty() || n.domain() == "ai.onnx";

@@ -15,6 +15,8 @@ rule=$4
 out=$("$cli" conformance --backend "$id" --backend-path "$dir" --filter Relu 2>&1)
 status=$?
 echo "$out" | sed -n "/^$id: hygiene/,/^$id: operator cases/p"
+# No hygiene report at all: show what the run said instead.
+echo "$out" | grep -q "^$id: hygiene" || { echo "no hygiene report; the run printed:"; echo "$out" | head -40; }
 rules=("environment" "affinity" "signal mask" "signal handlers" "floating point" "locale"
        "working directory" "umask" "threads")
 for r in "${rules[@]}"; do

@@ -194,6 +194,21 @@ void in_blocks(size_t n, size_t block, const F& body) {
     body(at, std::min(block, n - at));
   });
 }
+
+// body(first, count) over `rows` rows of `inner` elements, in blocks of
+// whole rows of about kRowBlock elements (at least one row each), across
+// the step's OpenMP team when there is more than one block: a row loop
+// takes a softmax of any size, one of a long sequence in parallel.
+constexpr int64_t kRowBlock = int64_t{1} << 14;
+template <class F>
+void in_row_blocks(int64_t rows, int64_t inner, const F& body) {
+  const int64_t per = std::max<int64_t>(1, kRowBlock / std::max<int64_t>(inner, 1));
+  const int64_t blocks = (rows + per - 1) / per;
+  for_each_index(blocks, blocks > 1, [&](int64_t b) {
+    const int64_t first = b * per;
+    body(first, std::min(per, rows - first));
+  });
+}
 }  // namespace
 
 void Binder::plan_copy(size_t s) {
@@ -521,7 +536,9 @@ void Binder::run_row_softmax(size_t s) {
   const int64_t inner = d.ndims == 0 ? 1 : d.dims[d.ndims - 1];
   const int64_t elements = static_cast<int64_t>(md->get_size() / sizeof(float));
   const int64_t rows = inner == 0 ? 0 : elements / inner;
-  softmax_rows(src, dst, rows, inner);
+  in_row_blocks(rows, inner, [&](int64_t first, int64_t count) {
+    softmax_rows(src + first * inner, dst + first * inner, count, inner);
+  });
 }
 
 namespace {
@@ -543,7 +560,10 @@ void Binder::run_row_mean(size_t s) {
   int64_t rows = 0;  // DST's elements
   for (auto [arg, ref] : c_.steps[s].args)
     if (arg == DNNL_ARG_DST) rows = static_cast<int64_t>(c_.refs[ref].md->get_size() / sizeof(float));
-  mean_rows(x, y, rows, rows == 0 ? 0 : static_cast<int64_t>(n) / rows);
+  const int64_t inner = rows == 0 ? 0 : static_cast<int64_t>(n) / rows;
+  in_row_blocks(rows, inner, [&](int64_t first, int64_t count) {
+    mean_rows(x + first * inner, y + first, count, inner);
+  });
 }
 
 namespace {
@@ -596,25 +616,32 @@ void Binder::run_row_layer_norm(size_t s) {
   const int64_t inner = d.ndims == 0 ? 1 : d.dims[d.ndims - 1];
   const int64_t elements = static_cast<int64_t>(md->get_size() / sizeof(float));
   const int64_t rows = inner == 0 ? 0 : elements / inner;
-  layer_norm_rows(src, scale, shift, dst, rows, inner, step.as<steps::RowLayerNorm>()->eps);
+  const float eps = step.as<steps::RowLayerNorm>()->eps;
+  in_row_blocks(rows, inner, [&](int64_t first, int64_t count) {
+    layer_norm_rows(src + first * inner, scale, shift, dst + first * inner, count, inner, eps);
+  });
 }
 
 namespace {
 // y = op(a, b) over dense row-major float32: `a` and `y` of shape `ys`, `b`
-// of `bs` (the same rank, a dim of 1 broadcast). Arrays, not vectors: this
-// runs with every step, and allocates nothing.
+// of `bs` (the same rank, a dim of 1 broadcast), rows [first, first + count)
+// of the innermost dim. Arrays, not vectors: this runs with every step, and
+// allocates nothing.
 template <class Op>
 void broadcast_rows(const float* a, const float* b, float* y, int rank, const int64_t* ys,
-                    const int64_t* bs, Op op) {
+                    const int64_t* bs, int64_t first, int64_t count, Op op) {
   int64_t bstride[DNNL_MAX_NDIMS] = {}, at[DNNL_MAX_NDIMS] = {};
   for (int64_t d = rank - 1, stride = 1; d >= 0; stride *= bs[d], --d)
     if (bs[d] != 1 || ys[d] == 1) bstride[d] = stride;
   const int64_t inner = ys[rank - 1];
   const bool inner_b = bs[rank - 1] != 1;
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < rank; ++d) rows *= ys[d];
   int64_t boff = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t d = rank - 2, rest = first; d >= 0; --d) {  // where row `first` is
+    at[d] = rest % ys[d];
+    rest /= ys[d];
+    boff += at[d] * bstride[d];
+  }
+  for (int64_t r = first; r < first + count; ++r) {
     const float* x = a + r * inner;
     float* out = y + r * inner;
     if (inner_b)
@@ -733,22 +760,26 @@ void Binder::run_small_binary(size_t s) {
   }
   const int rank = ymd->ndims;
   const int64_t *ys = ymd->dims, *bs = bmd->dims;
-  switch (step.as<steps::SmallBinary>()->alg) {
-    case dnnl_binary_add:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p + q; });
-    case dnnl_binary_sub:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p - q; });
-    case dnnl_binary_mul:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p * q; });
-    case dnnl_binary_div:
-      return broadcast_rows(a, b, y, rank, ys, bs, [](float p, float q) { return p / q; });
-    case dnnl_binary_max:
-      return broadcast_rows(a, b, y, rank, ys, bs,
-                            [](float p, float q) { return std::max(p, q); });
-    default:
-      return broadcast_rows(a, b, y, rank, ys, bs,
-                            [](float p, float q) { return std::min(p, q); });
-  }
+  const int64_t inner = ys[rank - 1];
+  const int64_t rows = inner == 0 ? 0 : sdk::element_count(ys, static_cast<size_t>(rank)) / inner;
+  const dnnl_alg_kind_t alg = step.as<steps::SmallBinary>()->alg;
+  in_row_blocks(rows, inner, [&](int64_t first, int64_t count) {
+    auto apply = [&](auto op) { broadcast_rows(a, b, y, rank, ys, bs, first, count, op); };
+    switch (alg) {
+      case dnnl_binary_add:
+        return apply([](float p, float q) { return p + q; });
+      case dnnl_binary_sub:
+        return apply([](float p, float q) { return p - q; });
+      case dnnl_binary_mul:
+        return apply([](float p, float q) { return p * q; });
+      case dnnl_binary_div:
+        return apply([](float p, float q) { return p / q; });
+      case dnnl_binary_max:
+        return apply([](float p, float q) { return std::max(p, q); });
+      default:
+        return apply([](float p, float q) { return std::min(p, q); });
+    }
+  });
 }
 
 namespace {

@@ -77,13 +77,15 @@ struct MemRef {
   bool scratch = false;
 };
 
-// The most elements a Softmax or broadcast elementwise op of a shape
-// instance may have to be run by the backend's own loop (RowSoftmax,
-// SmallBinary: Lowering::lower_softmax, lower_binary, and derive.hpp) rather
-// than by a oneDNN kernel generated for its shape. A kernel costs about
-// 0.1 ms and tens of kB per new shape, kept as long as its instance; up to
-// here the loop's extra time per run is a few microseconds. A decoder's
-// attention with 12 heads stays under it up to a cache of over 5,000 tokens.
+// The most elements an element-wise function (Eltwise) or a QLinearAdd of a
+// shape instance may have to be run by the backend's own loop rather than by
+// a oneDNN kernel generated for its shape (Lowering::lower_eltwise,
+// derive.hpp). A kernel costs about 0.1 ms and tens of kB per new shape,
+// kept as long as its instance; up to here the loop's extra time per run is
+// a few microseconds (exp, tanh and the logistic call libm per element).
+// Softmax, LayerNormalization, a mean over rows and a broadcast binary
+// operation are the backend's loops at any size, in parallel over blocks of
+// rows.
 inline constexpr int64_t kSmallInstanceOpElements = int64_t{1} << 16;
 
 // What a step runs: a oneDNN primitive, or a loop of the backend's own.

@@ -110,7 +110,7 @@ bool binary_fits(const Compiled& c, const Step& step) {
   const dnnl_memory_desc_t& a = md_of(c, arg_ref(step, DNNL_ARG_SRC_0));
   const dnnl_memory_desc_t& b = md_of(c, arg_ref(step, DNNL_ARG_SRC_1));
   const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
-  if (!same_dims(a, y) || b.ndims != y.ndims || !small(y)) return false;
+  if (!same_dims(a, y) || b.ndims != y.ndims) return false;
   for (int i = 0; i < y.ndims; ++i)
     if (b.dims[i] != 1 && b.dims[i] != y.dims[i]) return false;
   return true;
@@ -312,14 +312,14 @@ bool InstanceTemplate::fits(const Compiled& c) const {
         break;
       case Check::kRows: {
         const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
-        if (!same_dims(md_of(c, arg_ref(step, DNNL_ARG_SRC)), y) || !small(y)) return false;
+        if (!same_dims(md_of(c, arg_ref(step, DNNL_ARG_SRC)), y)) return false;
         break;
       }
       case Check::kRowMean: {
         const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));
         const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
         if (x.ndims != y.ndims || x.ndims == 0 || y.dims[y.ndims - 1] != 1 ||
-            !std::equal(x.dims, x.dims + x.ndims - 1, y.dims) || !small(x))
+            !std::equal(x.dims, x.dims + x.ndims - 1, y.dims))
           return false;
         break;
       }

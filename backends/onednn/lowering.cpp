@@ -990,11 +990,10 @@ void Lowering::lower_layer_norm(const INode& n) {
     std::memcpy(shift.data(), g_.f32(n.in[2]), c * sizeof(float));
   const int scale_ref = b_.const_ref(plain_md({c}), scale.data(), node_tag("lns", n.node));
   const int shift_ref = b_.const_ref(plain_md({c}), shift.data(), node_tag("lnb", n.node));
-  // In an instance of a shape-polymorphic partition, a small one is the
-  // backend's loop, which takes any shape (as lower_softmax's).
+  // In an instance of a shape-polymorphic partition, the backend's loop,
+  // which takes any shape (as lower_softmax's).
   const int64_t elements = sdk::element_count(xs);
-  if (b_.shared() && elements > 0 && elements <= kSmallInstanceOpElements &&
-      b_.md(src) == plain_md(xs)) {
+  if (b_.shared() && elements > 0 && b_.md(src) == plain_md(xs)) {
     const int dst = b_.new_arena(plain_md(xs));
     b_.add_row_layer_norm(src, scale_ref, shift_ref, dst, eps, g_.describe(n.node));
     tensors_[n.out] = dst;
@@ -1019,13 +1018,14 @@ void Lowering::lower_softmax(const INode& n) {
   int src = b_.as_plain(ref_of(n.in[0]), xs);
   // An instance of a shape-polymorphic partition meets a new row length at
   // each new shape (a decoder's attention over a cache one token longer
-  // every run). A small softmax over the innermost axis is done by a loop
-  // that takes any length, instead of oneDNN generating a kernel per length
-  // (about 0.1 ms each, paid once per new length); a large one, which a
-  // kernel made for it runs faster, stays oneDNN's.
+  // every run, an encoder a new sequence length at every request). A
+  // softmax over the innermost axis is done by a loop that takes any length,
+  // in parallel over blocks of rows, instead of oneDNN generating a kernel per
+  // length (about 0.1 ms each, paid once per new length): every instance then
+  // has the same steps, and a new length's is derived (derive.hpp).
   const int64_t elements = sdk::element_count(xs);
   if (b_.shared() && rank > 0 && axis == rank - 1 && elements > 0 &&
-      elements <= kSmallInstanceOpElements && b_.md(src) == plain_md(xs)) {
+      b_.md(src) == plain_md(xs)) {
     const int dst = b_.new_arena(plain_md(xs));
     b_.add_loop(src, dst, steps::RowSoftmax{}, g_.describe(n.node));
     tensors_[n.out] = dst;
@@ -1175,13 +1175,13 @@ void Lowering::lower_reduce(const INode& n) {
     tensors_[n.out] = b_.reshaped(ref_of(n.in[0]), g_.shape(n.out));
     return;
   }
-  // In an instance of a shape-polymorphic partition, a small mean over the
+  // In an instance of a shape-polymorphic partition, a mean over the
   // innermost dim (a LayerNormalization that a QDQ model quantizes between
   // its operators) is a loop that takes any shape (as lower_softmax's).
   const int64_t elements = sdk::element_count(xs);
   if (b_.shared() && n.op == "ReduceMean" && rank > 0 && kept[rank - 1] == 1 &&
-      std::equal(kept.begin(), kept.end() - 1, xs.begin()) &&
-      elements <= kSmallInstanceOpElements && b_.md(ref_of(n.in[0])) == plain_md(xs)) {
+      std::equal(kept.begin(), kept.end() - 1, xs.begin()) && elements > 0 &&
+      b_.md(ref_of(n.in[0])) == plain_md(xs)) {
     const int dst = b_.new_arena(plain_md(kept));
     b_.add_loop(ref_of(n.in[0]), dst, steps::RowMean{}, g_.describe(n.node));
     tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
@@ -1230,14 +1230,14 @@ void Lowering::lower_binary(const INode& n) {
   if (n.in[0] == n.in[1]) b = a;
   const int s0 = b_.reshaped(b_.dense(ref_of(a)), as);
   const int s1 = b_.reshaped(b_.dense(ref_of(b)), bs);
-  // In an instance of a shape-polymorphic partition, a small operation on
+  // In an instance of a shape-polymorphic partition, an operation on
   // dense row-major operands is done by a loop that takes any shape rather
   // than by a oneDNN kernel generated for each new one (as lower_softmax).
   const int64_t elements = sdk::element_count(ys);
   bool broadcasts = as == ys;  // b to a's shape, a dim of 1 at a time
   for (size_t d = 0; d < rank && broadcasts; ++d) broadcasts = bs[d] == ys[d] || bs[d] == 1;
-  if (b_.shared() && rank > 0 && elements > 0 && elements <= kSmallInstanceOpElements &&
-      broadcasts && b_.md(s0) == plain_md(as) && b_.md(s1) == plain_md(bs)) {
+  if (b_.shared() && rank > 0 && elements > 0 && broadcasts && b_.md(s0) == plain_md(as) &&
+      b_.md(s1) == plain_md(bs)) {
     const int dst = b_.new_arena(plain_md(ys));
     b_.add_small_binary(s0, s1, dst, alg, g_.describe(n.node));
     tensors_[n.out] = dst;

@@ -1229,6 +1229,33 @@ TEST_F(OneDnnPolymorphic, AnEncoderDerivesAnInstancePerLength) {
   EXPECT_EQ(made("encoder_lengths", "derived"), 9u);
 }
 
+// Long sequences: the attention's scores (heads x length x length) pass
+// 2^16 elements, the size above which a oneDNN kernel generated per shape
+// used to take over the softmax; the backend's row loops take any size (in
+// parallel over blocks of rows), so every length after the first three is
+// derived, bit for bit the partition with derive_instances off, and within
+// tolerance of CpuRef.
+TEST_F(OneDnnPolymorphic, LongSequencesAreDerivedBitForBit) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View view(spec_, "encoder_long", nullptr), all(spec_, "encoder_long_lowered", nullptr);
+  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
+  const Env shapes[] = {{1, 150, 0}, {1, 180, 0}, {1, 210, 0}, {1, 301, 0},
+                        {1, 130, 0}, {1, 257, 0}, {2, 199, 0}};
+  for (const Env& env : shapes) {
+    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
+    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
+    expect_matches(a.outputs, ref(env), env);
+  }
+  EXPECT_EQ(made("encoder_long", "lowered"), 4u);  // the last: a batch of 2 outside the template
+  EXPECT_EQ(made("encoder_long", "derived"), 3u);
+}
+
 // A server's encoder meets a new batch and a new length at once. The rows
 // of its MatMuls by constant weights are batch x length, a product of two
 // dims of the key: the template takes it as one, so after three lowered

@@ -363,13 +363,18 @@ std::shared_ptr<Compiled> InstanceTemplate::derive(const std::vector<int64_t>& k
   return derive_into(key, threads, *plan) ? plan : nullptr;
 }
 
-bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
-                                   Compiled& plan) const {
-  const Compiled& base = *base_.plan;
-  if (key.size() != base_.key.size() || threads != base.threads) return false;
+bool InstanceTemplate::covers(const std::vector<int64_t>& key, int threads) const {
+  if (key.size() != base_.key.size() || threads != base_.plan->threads) return false;
   for (size_t p = 0; p < key.size(); ++p)
     if (open_[p] == kClosed ? key[p] != base_.key[p] : key[p] < 2 || key[p] != key[open_[p]])
       return false;
+  return true;
+}
+
+bool InstanceTemplate::derive_into(const std::vector<int64_t>& key, int threads,
+                                   Compiled& plan) const {
+  const Compiled& base = *base_.plan;
+  if (!covers(key, threads)) return false;
   // Refs of one value (a destination and the next step's source) get one
   // description.
   struct Made {

@@ -53,6 +53,10 @@ class InstanceTemplate {
   static std::unique_ptr<InstanceTemplate> make(const bp_graph_view_t& view,
                                                 const std::vector<size_t>& offsets,
                                                 const std::vector<Lowered>& three);
+  // Whether `key` (running on `threads`) is within what the template
+  // covers, by the key alone (see above); derive may still refuse it, when
+  // the steps do not fit together at its dims.
+  bool covers(const std::vector<int64_t>& key, int threads) const;
   // The instance at `key` (running on `threads`), or null if it is outside
   // what this template covers.
   std::shared_ptr<Compiled> derive(const std::vector<int64_t>& key, int threads) const;

@@ -32,15 +32,16 @@ Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }
 // A context of a shape-polymorphic partition: one block of memory for the
 // arena and scratchpad of whichever instance runs (grown, never shrunk), the
 // bindings of the lowered instances it ran recently (made again only when
-// the memory grows or an instance is new to it), and one instance derived
-// from the partition's template, derived again in place at each new key it
-// covers (a decoder's next cache length): a new length allocates nothing
-// that stays, and costs about what a run at a length seen before does.
+// the memory grows or an instance is new to it), and per template of the
+// partition one instance derived from it, derived again in place at each new
+// key it covers (a decoder's next cache length): a new length allocates
+// nothing that stays, and costs about what a run at a length seen before
+// does.
 class PolyContext : public sdk::ExecContext {
  public:
   explicit PolyContext(PolyCompiled& p) : p_(p), stream_(engine()) {}
   ~PolyContext() override {
-    derived_binder_.reset();
+    derived_.clear();
     bound_.clear();
   }
 
@@ -63,14 +64,17 @@ class PolyContext : public sdk::ExecContext {
       check_tensor(args.output(k), static_cast<size_t>(view.outputs[k]), "output");
     // A lowered plan is held for the whole run: another thread may evict it.
     std::shared_ptr<const Compiled> plan;
-    Binder* binder = derived_binder_.get();
-    if (binder == nullptr || key_ != derived_key_) {
+    Binder* binder = nullptr;
+    for (Derived& d : derived_)
+      if (d.key == key_) {
+        d.used = ++clock_;
+        binder = d.binder.get();
+      }
+    if (binder == nullptr) {
       plan = p_.find(key_);
-      if (plan != nullptr || !derive(key_)) {
+      if (plan != nullptr || (binder = derive(key_)) == nullptr) {
         if (plan == nullptr) plan = p_.instance(key_);
         binder = &bound(plan);
-      } else {
-        binder = derived_binder_.get();
       }
     }
     binder->run(stream_, args.num_inputs(), args.inputs(), args.num_outputs(), args.outputs(),
@@ -105,33 +109,41 @@ class PolyContext : public sdk::ExecContext {
       throw sdk::invalid(name() + " is not a host buffer of " + std::to_string(bytes) + " bytes");
   }
 
-  // The derived instance at `key`, made from the partition's template in
-  // place of the last one; false if there is no template or it does not
-  // cover `key` (the caller then lowers).
-  bool derive(const std::vector<int64_t>& key) {
-    std::shared_ptr<const InstanceTemplate> t = p_.instance_template();
-    if (t == nullptr) return false;
+  // The binder of the instance derived at `key` from the latest of the
+  // partition's templates that covers it, in place of the one derived from
+  // that template before; null if no template covers `key` (the caller then
+  // lowers).
+  Binder* derive(const std::vector<int64_t>& key) {
+    const int threads = p_.instance_threads(key);
+    std::shared_ptr<const InstanceTemplate> t = p_.instance_template(key, threads);
+    if (t == nullptr) return nullptr;
     const auto start = std::chrono::steady_clock::now();
-    if (t != derived_from_) {
-      derived_binder_.reset();
-      derived_ = t->base_copy();
-      derived_from_ = t;
+    auto d = std::find_if(derived_.begin(), derived_.end(),
+                          [&](const Derived& x) { return x.from == t; });
+    if (d == derived_.end()) {
+      if (derived_.size() >= kMaxTemplates)
+        derived_.erase(std::min_element(derived_.begin(), derived_.end(),
+                                        [](const Derived& a, const Derived& b) {
+                                          return a.used < b.used;
+                                        }));
+      derived_.push_back({t, t->base_copy(), {}, nullptr, 0});
+      d = derived_.end() - 1;
     }
-    if (!t->derive_into(key, p_.instance_threads(key), *derived_)) {
-      derived_binder_.reset();
-      derived_.reset();
-      derived_from_.reset();
-      return false;
+    if (!t->derive_into(key, threads, *d->plan)) {
+      derived_.erase(d);
+      return nullptr;
     }
-    if (derived_binder_ == nullptr) {
-      reserve(context_bytes(*derived_));
-      derived_binder_ = std::make_unique<Binder>(*derived_, memory_);
-    } else if (!reserve(context_bytes(*derived_))) {
-      derived_binder_->rebind(memory_);  // (a block that grew has rebound it)
+    d->used = ++clock_;
+    const size_t need = context_bytes(*d->plan);
+    if (d->binder == nullptr) {
+      reserve(need);
+      d->binder = std::make_unique<Binder>(*d->plan, memory_);
+    } else if (!reserve(need)) {
+      d->binder->rebind(memory_);  // (a block that grew has rebound it)
     }
-    derived_key_ = key;
-    p_.log_derived(key, start, derived_->threads);
-    return true;
+    d->key = key;
+    p_.log_derived(key, start, d->plan->threads);
+    return d->binder.get();
   }
 
   // At least `need` bytes of context memory. When the block grows, the
@@ -149,7 +161,8 @@ class PolyContext : public sdk::ExecContext {
     block_ = allocate_block(bytes);
     memory_ = block_.get();
     capacity_ = bytes;
-    if (derived_binder_ != nullptr) derived_binder_->rebind(memory_);
+    for (Derived& d : derived_)
+      if (d.binder != nullptr) d.binder->rebind(memory_);
     return true;
   }
 
@@ -177,12 +190,17 @@ class PolyContext : public sdk::ExecContext {
   size_t capacity_ = 0;
   std::vector<Bound> bound_;
   uint64_t clock_ = 0;
-  // The derived instance (see the class comment), the template it comes
-  // from, its key and its binder.
-  std::shared_ptr<const InstanceTemplate> derived_from_;
-  std::shared_ptr<Compiled> derived_;
-  std::vector<int64_t> derived_key_;
-  std::unique_ptr<Binder> derived_binder_;
+  // Per template of the partition, the instance derived from it last (see
+  // the class comment): its key (empty while being derived) and binder, and
+  // when it last ran (clock_).
+  struct Derived {
+    std::shared_ptr<const InstanceTemplate> from;
+    std::shared_ptr<Compiled> plan;
+    std::vector<int64_t> key;
+    std::unique_ptr<Binder> binder;
+    uint64_t used = 0;
+  };
+  std::vector<Derived> derived_;
 };
 
 }  // namespace
@@ -277,10 +295,13 @@ std::shared_ptr<const Compiled> PolyCompiled::instance(const std::vector<int64_t
   return plan;
 }
 
-std::shared_ptr<const InstanceTemplate> PolyCompiled::instance_template() {
+std::shared_ptr<const InstanceTemplate> PolyCompiled::instance_template(
+    const std::vector<int64_t>& key, int threads) {
   if (!tuning_.derive_instances) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
-  return template_;
+  for (const auto& t : templates_)
+    if (t->covers(key, threads)) return t;
+  return nullptr;
 }
 
 void PolyCompiled::log_derived(const std::vector<int64_t>& key,
@@ -406,7 +427,8 @@ void PolyCompiled::remember(const std::vector<int64_t>& key,
   if (std::unique_ptr<InstanceTemplate> t =
           InstanceTemplate::make(view_.view(), offsets_, recent_)) {
     std::lock_guard<std::mutex> lock(mutex_);
-    template_ = std::move(t);
+    templates_.insert(templates_.begin(), std::move(t));
+    if (templates_.size() > kMaxTemplates) templates_.pop_back();
   }
 }
 

@@ -20,17 +20,20 @@
 // poolings, and Softmax, Concat and element-wise primitives over the shapes
 // that changed.
 //
-// When the new shapes differ from the instance last lowered only in dims
+// When the new shapes differ from an instance lowered before only in dims
 // that its steps take as they come (a decoder's cache length: the backend's
 // own Concat, Softmax and element-wise loops and the runtime-dims MatMuls
 // read it), the new instance is derived from a template instead
 // (derive.hpp): the same steps over new memory descriptions, the buffers
-// whose size changed placed anew, without lowering. The template is made
+// whose size changed placed anew, without lowering. A template is made
 // from the last three instances lowered, and only if deriving two of them
-// from the third gives them exactly; the "derive_instances" setting turns
-// it off. A context derives its instance in place, over the one it derived
-// last: nothing is kept per derived shape, so a decoder's new length costs
-// about what a length seen before does.
+// from the third gives them exactly; the latest kMaxTemplates are kept (a
+// server's encoder makes one for a batch of one, whose dim of 1 broadcasts,
+// and one for larger batches), and the latest that covers new shapes derives
+// them; the "derive_instances" setting turns it off. A context derives its
+// instance in place, over the one it derived last from the same template:
+// nothing is kept per derived shape, so a decoder's new length costs about
+// what a length seen before does.
 //
 // Lowered instances are kept least recently used first out, at most the
 // backend's "shape_instances" setting per partition; an evicted one lives on
@@ -73,6 +76,9 @@ namespace backplane::onednn {
 // holds its steps and references; primitives and weights are shared.
 inline constexpr size_t kDefaultMaxInstances = 512;
 
+// How many templates (derive.hpp) a partition keeps, the latest first.
+inline constexpr size_t kMaxTemplates = 4;
+
 class PolyCompiled : public sdk::CompiledPartition {
  public:
   PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
@@ -102,9 +108,10 @@ class PolyCompiled : public sdk::CompiledPartition {
   std::shared_ptr<const Compiled> instance(const std::vector<int64_t>& key);
   // A kept instance, counted as a hit; null if none. Takes mutex_.
   std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
-  // The template instances are derived from (derive.hpp); null if none yet
-  // or "derive_instances" is off.
-  std::shared_ptr<const InstanceTemplate> instance_template();
+  // The latest template (derive.hpp) that covers `key` on `threads`; null
+  // if none does or "derive_instances" is off.
+  std::shared_ptr<const InstanceTemplate> instance_template(const std::vector<int64_t>& key,
+                                                            int threads);
   // The OpenMP threads an instance at `key` runs on: the partition's, or 1
   // when all its values together are small (kSmallInstanceElements).
   int instance_threads(const std::vector<int64_t>& key) const;
@@ -128,8 +135,8 @@ class PolyCompiled : public sdk::CompiledPartition {
   // (now and then) drops the shared weights and primitives no kept instance
   // uses (lower_mutex_ held).
   void keep(const std::vector<int64_t>& key, std::shared_ptr<const Compiled> plan);
-  // Adds a lowered instance to recent_ and makes template_ from the last
-  // three if they make one (lower_mutex_ held).
+  // Adds a lowered instance to recent_ and adds a template made from the
+  // last three to templates_ if they make one (lower_mutex_ held).
   void remember(const std::vector<int64_t>& key, const std::shared_ptr<const Compiled>& plan);
   std::string describe_inputs(const std::vector<int64_t>& key) const;
   // Keys of a decoder's instances differ only in a few dims deep inside:
@@ -153,11 +160,11 @@ class PolyCompiled : public sdk::CompiledPartition {
   // How many refs, steps and buffers the last instance had (lower_mutex_
   // held): the next is reserved for as many, without copies as it grows.
   size_t last_refs_ = 0, last_steps_ = 0, last_buffers_ = 0;
-  // The last three instances lowered (lower_mutex_ held), and the template
-  // the last three that made one gave (derive.hpp; set with both mutexes
-  // held, read with mutex_).
+  // The last three instances lowered (lower_mutex_ held), and the templates
+  // made from them, the latest first, at most kMaxTemplates (derive.hpp;
+  // changed with both mutexes held, read with mutex_).
   std::vector<InstanceTemplate::Lowered> recent_;
-  std::shared_ptr<const InstanceTemplate> template_;
+  std::vector<std::shared_ptr<const InstanceTemplate>> templates_;
   std::atomic<uint64_t> derived_{0};  // instances contexts derived
   // View nodes whose int8 group failed to lower at some shapes: lowered as
   // float from then on (lower_mutex_ held).

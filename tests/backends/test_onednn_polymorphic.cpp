@@ -1283,6 +1283,34 @@ TEST_F(OneDnnPolymorphic, BatchesOfNewLengthsAreDerivedBitForBit) {
   EXPECT_EQ(made("encoder_batches", "derived"), 5u);
 }
 
+// A server's requests come as single sequences and as batches of them. A
+// batch of one has a dim of 1 (which broadcasts) where a larger batch does
+// not, so the two make templates of their own: once each has one, new
+// lengths of either are derived, however they alternate, each run equal,
+// bit for bit, to the partition with derive_instances off, and to the
+// reference.
+TEST_F(OneDnnPolymorphic, SinglesAndBatchesAlternatingAreBothDerived) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View view(spec_, "encoder_mixed", nullptr), all(spec_, "encoder_mixed_lowered", nullptr);
+  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
+  const Env shapes[] = {{1, 4, 0},  {1, 5, 0}, {1, 6, 0}, {2, 3, 0},  {3, 5, 0},
+                        {4, 7, 0},  {1, 9, 0}, {3, 9, 0}, {1, 11, 0}, {2, 6, 0},
+                        {1, 12, 0}, {5, 4, 0}, {1, 9, 0}, {3, 9, 0}};
+  for (const Env& env : shapes) {
+    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
+    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
+    expect_matches(a.outputs, ref(env), env);
+  }
+  EXPECT_EQ(made("encoder_mixed", "lowered"), 6u);
+  EXPECT_EQ(made("encoder_mixed", "derived"), 8u);
+}
+
 // A transformer quantized dynamically (ONNX Runtime's quantize_dynamic):
 // DynamicQuantizeLinear, MatMulInteger, Cast, and a Mul by the product of the
 // scales, over rows that are batch x length. The product's rows are a

@@ -639,6 +639,11 @@ class OneDnnPolymorphic : public ::testing::Test {
     for (std::thread& th : threads) th.join();
     for (size_t t = 0; t < failures.size(); ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
   }
+  // Runs the layer at each of `shapes`, in order, through a shape-polymorphic
+  // partition `name` and through one with derive_instances off (defined
+  // below, after onednn_lowering_only), and expects their outputs equal bit
+  // for bit and matching the reference.
+  void expect_layer_like_lowered(const std::string& name, const std::vector<Env>& shapes);
   static const Spec spec_;
 };
 const Spec OneDnnPolymorphic::spec_ = decoder_layer();
@@ -1145,6 +1150,24 @@ const Backend& onednn_lowering_only() {
   return b;
 }
 
+void OneDnnPolymorphic::expect_layer_like_lowered(const std::string& name,
+                                                  const std::vector<Env>& shapes) {
+  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
+  View view(spec_, name, nullptr), all(spec_, name + "_lowered", nullptr);
+  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
+  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
+  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
+  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
+  for (const Env& env : shapes) {
+    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
+    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
+    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
+    expect_matches(a.outputs, ref(env), env);
+  }
+}
+
 // Runs `spec` at each of `envs`, in order, through a shape-polymorphic
 // partition `name` and through one with derive_instances off, and expects
 // their outputs equal bit for bit, and output k within tolerance[k] of
@@ -1236,22 +1259,9 @@ TEST_F(OneDnnPolymorphic, AnEncoderDerivesAnInstancePerLength) {
 // derived, bit for bit the partition with derive_instances off, and within
 // tolerance of CpuRef.
 TEST_F(OneDnnPolymorphic, LongSequencesAreDerivedBitForBit) {
-  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
-  View view(spec_, "encoder_long", nullptr), all(spec_, "encoder_long_lowered", nullptr);
-  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
-  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
-  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
-  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
-  const Env shapes[] = {{1, 150, 0}, {1, 180, 0}, {1, 210, 0}, {1, 301, 0},
-                        {1, 130, 0}, {1, 257, 0}, {2, 199, 0}};
-  for (const Env& env : shapes) {
-    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
-    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
-    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
-    for (size_t k = 0; k < a.outputs.size(); ++k)
-      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
-    expect_matches(a.outputs, ref(env), env);
-  }
+  const std::vector<Env> shapes = {{1, 150, 0}, {1, 180, 0}, {1, 210, 0}, {1, 301, 0},
+                                   {1, 130, 0}, {1, 257, 0}, {2, 199, 0}};
+  expect_layer_like_lowered("encoder_long", shapes);
   EXPECT_EQ(made("encoder_long", "lowered"), 4u);  // the last: a batch of 2 outside the template
   EXPECT_EQ(made("encoder_long", "derived"), 3u);
 }
@@ -1263,22 +1273,9 @@ TEST_F(OneDnnPolymorphic, LongSequencesAreDerivedBitForBit) {
 // broadcasts), each run equal, bit for bit, to the partition with
 // derive_instances off, and to the reference.
 TEST_F(OneDnnPolymorphic, BatchesOfNewLengthsAreDerivedBitForBit) {
-  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
-  View view(spec_, "encoder_batches", nullptr), all(spec_, "encoder_batches_lowered", nullptr);
-  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
-  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
-  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
-  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
-  const Env shapes[] = {{2, 3, 0}, {3, 5, 0}, {4, 2, 0}, {5, 7, 0}, {3, 9, 0},
-                        {2, 4, 0}, {6, 6, 0}, {1, 5, 0}, {4, 11, 0}};
-  for (const Env& env : shapes) {
-    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
-    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
-    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
-    for (size_t k = 0; k < a.outputs.size(); ++k)
-      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
-    expect_matches(a.outputs, ref(env), env);
-  }
+  const std::vector<Env> shapes = {{2, 3, 0}, {3, 5, 0}, {4, 2, 0}, {5, 7, 0}, {3, 9, 0},
+                                   {2, 4, 0}, {6, 6, 0}, {1, 5, 0}, {4, 11, 0}};
+  expect_layer_like_lowered("encoder_batches", shapes);
   EXPECT_EQ(made("encoder_batches", "lowered"), 4u);
   EXPECT_EQ(made("encoder_batches", "derived"), 5u);
 }
@@ -1290,23 +1287,10 @@ TEST_F(OneDnnPolymorphic, BatchesOfNewLengthsAreDerivedBitForBit) {
 // bit for bit, to the partition with derive_instances off, and to the
 // reference.
 TEST_F(OneDnnPolymorphic, SinglesAndBatchesAlternatingAreBothDerived) {
-  ASSERT_TRUE(onednn_lowering_only().handle != nullptr) << onednn_lowering_only().error;
-  View view(spec_, "encoder_mixed", nullptr), all(spec_, "encoder_mixed_lowered", nullptr);
-  Part part(onednn(), view, true), lowered(onednn_lowering_only(), all, true);
-  ASSERT_TRUE(part.ok()) << part.status.message << part.rejected;
-  ASSERT_TRUE(lowered.ok()) << lowered.status.message << lowered.rejected;
-  Context ctx(onednn(), part), lctx(onednn_lowering_only(), lowered);
-  const Env shapes[] = {{1, 4, 0},  {1, 5, 0}, {1, 6, 0}, {2, 3, 0},  {3, 5, 0},
-                        {4, 7, 0},  {1, 9, 0}, {3, 9, 0}, {1, 11, 0}, {2, 6, 0},
-                        {1, 12, 0}, {5, 4, 0}, {1, 9, 0}, {3, 9, 0}};
-  for (const Env& env : shapes) {
-    Call a = make_call(spec_, view, env), b = make_call(spec_, all, env);
-    ASSERT_TRUE(execute(onednn(), ctx, a).ok()) << str(env);
-    ASSERT_TRUE(execute(onednn_lowering_only(), lctx, b).ok()) << str(env);
-    for (size_t k = 0; k < a.outputs.size(); ++k)
-      EXPECT_EQ(rel_diff(a.outputs[k], b.outputs[k]), 0.0) << str(env) << " output " << k;
-    expect_matches(a.outputs, ref(env), env);
-  }
+  const std::vector<Env> shapes = {{1, 4, 0},  {1, 5, 0}, {1, 6, 0}, {2, 3, 0},  {3, 5, 0},
+                                   {4, 7, 0},  {1, 9, 0}, {3, 9, 0}, {1, 11, 0}, {2, 6, 0},
+                                   {1, 12, 0}, {5, 4, 0}, {1, 9, 0}, {3, 9, 0}};
+  expect_layer_like_lowered("encoder_mixed", shapes);
   EXPECT_EQ(made("encoder_mixed", "lowered"), 6u);
   EXPECT_EQ(made("encoder_mixed", "derived"), 8u);
 }

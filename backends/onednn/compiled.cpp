@@ -168,17 +168,17 @@ void in_memory_order(Part& p) {
 
 namespace {
 // body(i) for every i in [0, n): across the calling thread's OpenMP team
-// when `parallel`, else on this thread without entering a region (one with
-// a false if clause still makes a team of one: an allocation per step and
-// run).
+// when `parallel` and the plan runs on more than one thread, else on this
+// thread without entering a region (one with a false if clause, or of one
+// thread, still makes a team: an allocation per step and run).
 template <class F>
 void for_each_index(int64_t n, bool parallel, const F& body) {
-  if (!parallel) {
+#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
+  if (parallel && omp_get_max_threads() > 1) {
+#pragma omp parallel for
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-#if defined(_OPENMP)  // (the fuzz build has no OpenMP)
-#pragma omp parallel for
 #endif
   for (int64_t i = 0; i < n; ++i) body(i);
 }

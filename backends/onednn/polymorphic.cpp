@@ -32,11 +32,11 @@ Dims dims_of(const bp_tensor_t& t) { return Dims(t.shape, t.shape + t.rank); }
 // A context of a shape-polymorphic partition: one block of memory for the
 // arena and scratchpad of whichever instance runs (grown, never shrunk), the
 // bindings of the lowered instances it ran recently (made again only when
-// the memory grows or an instance is new to it), and per template of the
-// partition one instance derived from it, derived again in place at each new
-// key it covers (a decoder's next cache length): a new length allocates
-// nothing that stays, and costs about what a run at a length seen before
-// does.
+// the memory grows or an instance is new to it), and the instances it
+// derived last (kDerivedKept), the least recently run derived again in place
+// at a new key its template covers (a decoder's next cache length): a new
+// length allocates nothing that stays, and costs about what a run at a
+// length seen before does.
 class PolyContext : public sdk::ExecContext {
  public:
   explicit PolyContext(PolyCompiled& p) : p_(p), stream_(engine()) {}
@@ -65,14 +65,16 @@ class PolyContext : public sdk::ExecContext {
     // A lowered plan is held for the whole run: another thread may evict it.
     std::shared_ptr<const Compiled> plan;
     Binder* binder = nullptr;
+    const size_t hash = PolyCompiled::key_hash(key_);
     for (Derived& d : derived_)
-      if (d.key == key_) {
+      if (d.hash == hash && d.key == key_) {
         d.used = ++clock_;
         binder = d.binder.get();
+        break;
       }
     if (binder == nullptr) {
       plan = p_.find(key_);
-      if (plan != nullptr || (binder = derive(key_)) == nullptr) {
+      if (plan != nullptr || (binder = derive(key_, hash)) == nullptr) {
         if (plan == nullptr) plan = p_.instance(key_);
         binder = &bound(plan);
       }
@@ -109,30 +111,37 @@ class PolyContext : public sdk::ExecContext {
       throw sdk::invalid(name() + " is not a host buffer of " + std::to_string(bytes) + " bytes");
   }
 
-  // The binder of the instance derived at `key` from the latest of the
-  // partition's templates that covers it, in place of the one derived from
-  // that template before; null if no template covers `key` (the caller then
+  // The binder of the instance derived at `key` (whose key_hash is `hash`)
+  // from the latest of the partition's templates that covers it: a new one
+  // while fewer than kDerivedKept are kept, else in place of the least
+  // recently run from that template (or of any, from a copy of the
+  // template's base); null if no template covers `key` (the caller then
   // lowers).
-  Binder* derive(const std::vector<int64_t>& key) {
+  Binder* derive(const std::vector<int64_t>& key, size_t hash) {
     const int threads = p_.instance_threads(key);
     std::shared_ptr<const InstanceTemplate> t = p_.instance_template(key, threads);
     if (t == nullptr) return nullptr;
     const auto start = std::chrono::steady_clock::now();
-    auto d = std::find_if(derived_.begin(), derived_.end(),
-                          [&](const Derived& x) { return x.from == t; });
-    if (d == derived_.end()) {
-      if (derived_.size() >= kMaxTemplates)
-        derived_.erase(std::min_element(derived_.begin(), derived_.end(),
-                                        [](const Derived& a, const Derived& b) {
-                                          return a.used < b.used;
-                                        }));
-      derived_.push_back({t, t->base_copy(), {}, nullptr, 0});
+    auto older = [](const Derived& a, const Derived& b) { return a.used < b.used; };
+    auto d = derived_.end();
+    if (derived_.size() >= kDerivedKept) {
+      for (auto x = derived_.begin(); x != derived_.end(); ++x)
+        if (x->from == t && (d == derived_.end() || older(*x, *d))) d = x;
+      if (d == derived_.end()) {
+        d = std::min_element(derived_.begin(), derived_.end(), older);
+        d->binder.reset();  // (before the plan it binds)
+        *d = Derived{t, t->base_copy(), {}, 0, nullptr, 0};
+      }
+    } else {
+      derived_.push_back({t, t->base_copy(), {}, 0, nullptr, 0});
       d = derived_.end() - 1;
     }
     if (!t->derive_into(key, threads, *d->plan)) {
       derived_.erase(d);
       return nullptr;
     }
+    d->key = key;
+    d->hash = hash;
     d->used = ++clock_;
     const size_t need = context_bytes(*d->plan);
     if (d->binder == nullptr) {
@@ -141,7 +150,6 @@ class PolyContext : public sdk::ExecContext {
     } else if (!reserve(need)) {
       d->binder->rebind(memory_);  // (a block that grew has rebound it)
     }
-    d->key = key;
     p_.log_derived(key, start, d->plan->threads);
     return d->binder.get();
   }
@@ -190,13 +198,14 @@ class PolyContext : public sdk::ExecContext {
   size_t capacity_ = 0;
   std::vector<Bound> bound_;
   uint64_t clock_ = 0;
-  // Per template of the partition, the instance derived from it last (see
-  // the class comment): its key (empty while being derived) and binder, and
-  // when it last ran (clock_).
+  // The instances derived last (see the class comment), at most
+  // kDerivedKept: the template each comes from, its key and key_hash, its
+  // binder, and when it last ran (clock_).
   struct Derived {
     std::shared_ptr<const InstanceTemplate> from;
     std::shared_ptr<Compiled> plan;
     std::vector<int64_t> key;
+    size_t hash = 0;
     std::unique_ptr<Binder> binder;
     uint64_t used = 0;
   };

@@ -30,10 +30,10 @@
 // from the third gives them exactly; the latest kMaxTemplates are kept (a
 // server's encoder makes one for a batch of one, whose dim of 1 broadcasts,
 // and one for larger batches), and the latest that covers new shapes derives
-// them; the "derive_instances" setting turns it off. A context derives its
-// instance in place, over the one it derived last from the same template:
-// nothing is kept per derived shape, so a decoder's new length costs about
-// what a length seen before does.
+// them; the "derive_instances" setting turns it off. A context keeps the
+// last kDerivedKept instances it derived and derives a new one in place of
+// the least recently run from the same template: a decoder's new length
+// allocates nothing, and costs about what a length seen before does.
 //
 // Lowered instances are kept least recently used first out, at most the
 // backend's "shape_instances" setting per partition; an evicted one lives on
@@ -79,6 +79,12 @@ inline constexpr size_t kDefaultMaxInstances = 512;
 // How many templates (derive.hpp) a partition keeps, the latest first.
 inline constexpr size_t kMaxTemplates = 4;
 
+// How many derived instances a context keeps, least recently run first out:
+// a server cycling among a few shapes runs them again without deriving. Each
+// is its template's references and buffers (the steps are shared) and a
+// binder.
+inline constexpr size_t kDerivedKept = 16;
+
 class PolyCompiled : public sdk::CompiledPartition {
  public:
   PolyCompiled(const sdk::Host& host, const bp_graph_view_t& view, int threads,
@@ -115,6 +121,10 @@ class PolyCompiled : public sdk::CompiledPartition {
   // The OpenMP threads an instance at `key` runs on: the partition's, or 1
   // when all its values together are small (kSmallInstanceElements).
   int instance_threads(const std::vector<int64_t>& key) const;
+  // Keys of a decoder's instances differ only in a few dims deep inside:
+  // comparing each kept key with a new one would read hundreds of kept keys
+  // almost to their end on every run; their hashes are compared first.
+  static size_t key_hash(const std::vector<int64_t>& key);
   // Counts and logs (debug) an instance a context derived at `key`.
   void log_derived(const std::vector<int64_t>& key, std::chrono::steady_clock::time_point start,
                    int threads);
@@ -139,10 +149,6 @@ class PolyCompiled : public sdk::CompiledPartition {
   // last three to templates_ if they make one (lower_mutex_ held).
   void remember(const std::vector<int64_t>& key, const std::shared_ptr<const Compiled>& plan);
   std::string describe_inputs(const std::vector<int64_t>& key) const;
-  // Keys of a decoder's instances differ only in a few dims deep inside:
-  // comparing each kept key with a new one would read hundreds of kept keys
-  // almost to their end on every run.
-  static size_t key_hash(const std::vector<int64_t>& key);
 
   sdk::Host host_;
   sdk::OwnedView view_;

@@ -73,7 +73,7 @@ class PolyContext : public sdk::ExecContext {
         break;
       }
     if (binder == nullptr) {
-      plan = p_.find(key_);
+      plan = p_.find(key_, hash);
       if (plan != nullptr || (binder = derive(key_, hash)) == nullptr) {
         if (plan == nullptr) plan = p_.instance(key_);
         binder = &bound(plan);
@@ -266,8 +266,7 @@ size_t PolyCompiled::key_hash(const std::vector<int64_t>& key) {
       std::string_view(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t)));
 }
 
-std::shared_ptr<const Compiled> PolyCompiled::find(const std::vector<int64_t>& key) {
-  const size_t hash = key_hash(key);
+std::shared_ptr<const Compiled> PolyCompiled::find(const std::vector<int64_t>& key, size_t hash) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Entry& e : entries_)
     if (e.hash == hash && e.key == key) {

@@ -112,8 +112,11 @@ class PolyCompiled : public sdk::CompiledPartition {
 
   // The instance for `key`: a kept one, or one lowered now (see above).
   std::shared_ptr<const Compiled> instance(const std::vector<int64_t>& key);
-  // A kept instance, counted as a hit; null if none. Takes mutex_.
-  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key);
+  // A kept instance, counted as a hit; null if none. Takes mutex_. (`hash`: key_hash(key).)
+  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key, size_t hash);
+  std::shared_ptr<const Compiled> find(const std::vector<int64_t>& key) {
+    return find(key, key_hash(key));
+  }
   // The latest template (derive.hpp) that covers `key` on `threads`; null
   // if none does or "derive_instances" is off.
   std::shared_ptr<const InstanceTemplate> instance_template(const std::vector<int64_t>& key,

@@ -7,6 +7,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -430,13 +431,116 @@ Nodes integer_matmul(const onnx::NodeProto& n, int64_t opset, std::string* why) 
   return e.finish();
 }
 
-// Attention (BERT's self-attention as ONNX Runtime's transformer optimiser
-// fuses it): input [B, S, H_in] x weights [H_in, 3H] + bias, split into Q,
-// K and V of num_heads heads, softmax(Q·Kᵀ·scale + mask) · V, heads joined
-// again. The mask: a 2-D [B, T] or 3-D [B, S, T] of 1 (attend) and 0,
-// which adds mask_filter_value where 0; and attention_bias, added. Not
-// covered: past/present (a decoder's cache), unidirectional, other mask
-// forms, qkv_hidden_sizes that differ, rotary embeddings.
+// A 1-D int64 tensor holding dim `axis` of x.
+std::string dim_of(NodeEmitter& e, const std::string& x, int64_t axis) {
+  if (e.opset() >= 15) {
+    onnx::NodeProto& shape = e.node("Shape", {x});
+    set_attr(shape, "start", axis);
+    set_attr(shape, "end", axis + 1);
+    return shape.output(0);
+  }
+  return e.op("Slice", {e.op("Shape", {x}), e.int64s({axis}), e.int64s({axis + 1})});
+}
+
+std::string cast(NodeEmitter& e, const std::string& x, int32_t to) {
+  onnx::NodeProto& node = e.node("Cast", {x});
+  set_attr(node, "to", int64_t{to});
+  return node.output(0);
+}
+
+// x [B, L, N·h] as heads [B, N, L, h].
+std::string split_heads(NodeEmitter& e, const std::string& x, int64_t heads) {
+  return e.transpose(e.op("Reshape", {x, e.int64s({0, 0, heads, -1})}), {0, 2, 1, 3});
+}
+
+// Heads [B, N, S, h] joined again into `out` [B, S, N·h].
+void join_heads(NodeEmitter& e, const std::string& x, const std::string& out) {
+  e.op("Reshape", {e.transpose(x, {0, 2, 1, 3}), e.int64s({0, 0, -1})}, out);
+}
+
+// What is added to the scaled scores Q·Kᵀ [B, N, S, T] before the softmax.
+struct ScoreTerms {
+  double scale = 0.0;  // of Q·Kᵀ; 0: 1/√h
+  std::string mask;    // 1 (attend) and 0 (masked), [B, T] or [B, S, T]; "" for none
+  int mask_rank = 0;
+  float filter = -10000.0f;  // what a masked score gets added
+  std::string bias;          // [B or 1, N or 1, S, T], added
+  bool causal = false;       // query i sees key j only if j <= i + T - S
+};
+
+// [S, T]: 0 where query i may see key j (j <= i + T - S, the query's
+// position after T - S cached keys), `filter` elsewhere.
+std::string causal_bias(NodeEmitter& e, const std::string& q, const std::string& kt, float filter,
+                        int32_t type) {
+  const int32_t i64 = onnx::TensorProto::INT64;
+  const std::string s = dim_of(e, q, 2), t = dim_of(e, kt, 3);
+  const std::string zero = e.scalar(0.0, i64), one = e.scalar(1.0, i64);
+  const std::string rows = e.op("Range", {zero, e.axes_op("Squeeze", s, {0}), one});
+  const std::string cols = e.op("Range", {zero, e.axes_op("Squeeze", t, {0}), one});
+  const std::string last = e.op("Add", {e.axes_op("Unsqueeze", rows, {1}), e.op("Sub", {t, s})});
+  return e.op("Where",
+              {e.op("Greater", {cols, last}), e.scalar(filter, type), e.scalar(0.0, type)});
+}
+
+// softmax(Q·Kᵀ·scale + terms)·V of heads q [B, N, S, h], kt (Kᵀ) [B, N, h, T]
+// and v [B, N, T, hv]: [B, N, S, hv].
+std::string attend(NodeEmitter& e, const std::string& q, const std::string& kt,
+                   const std::string& v, const ScoreTerms& terms, int32_t type) {
+  const std::string scale =
+      terms.scale != 0.0 ? e.scalar(terms.scale, type)
+                         : e.op("Reciprocal", {e.op("Sqrt", {cast(e, dim_of(e, q, 3), type)})});
+  std::string scores = e.op("Mul", {e.op("MatMul", {q, kt}), scale});
+  if (terms.mask_rank != 0) {
+    // (1 - mask) · filter, [B, 1, 1, T] or [B, 1, S, T].
+    const std::string masked =
+        e.op("Mul", {e.op("Sub", {e.scalar(1.0, type), cast(e, terms.mask, type)}),
+                     e.scalar(terms.filter, type)});
+    scores = e.op("Add", {scores, e.axes_op("Unsqueeze", masked,
+                                            terms.mask_rank == 2 ? std::vector<int64_t>{1, 2}
+                                                                 : std::vector<int64_t>{1})});
+  }
+  if (!terms.bias.empty()) scores = e.op("Add", {scores, terms.bias});
+  if (terms.causal) scores = e.op("Add", {scores, causal_bias(e, q, kt, terms.filter, type)});
+  onnx::NodeProto& softmax = e.node("Softmax", {scores});
+  set_attr(softmax, "axis", int64_t{3});  // the last of 4: the same before and after opset 13
+  return e.op("MatMul", {softmax.output(0), v});
+}
+
+std::string concat(NodeEmitter& e, const std::vector<std::string>& parts, int64_t axis,
+                   const std::string& out = "") {
+  onnx::NodeProto& node = e.node(
+      "Concat", parts, out.empty() ? std::vector<std::string>{} : std::vector<std::string>{out});
+  set_attr(node, "axis", axis);
+  return node.output(0);
+}
+
+// x split into `count` equal parts along `axis`, that axis removed from each.
+std::vector<std::string> unstack(NodeEmitter& e, const std::string& x, int64_t axis, int count) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < count; ++i) parts.push_back(e.fresh("part" + std::to_string(i)));
+  onnx::NodeProto& split = e.node("Split", {x}, parts);
+  set_attr(split, "axis", axis);
+  if (e.opset() >= 18) set_attr(split, "num_outputs", int64_t{count});
+  for (std::string& p : parts) p = e.axes_op("Squeeze", p, {axis});
+  return parts;
+}
+
+// x[..., from:to] on the last axis.
+std::string last_axis_slice(NodeEmitter& e, const std::string& x, const std::string& from,
+                            const std::string& to) {
+  return e.op("Slice", {x, from, to, e.int64s({-1})});
+}
+
+// Attention (BERT's and GPT-2's self-attention as ONNX Runtime's transformer
+// optimiser fuses them): input [B, S, H_in] x weights [H_in, 3H] + bias,
+// split into Q, K and V of num_heads heads, softmax(Q·Kᵀ·scale + mask)·V,
+// heads joined again. The mask: a 2-D [B, T] or 3-D [B, S, T] of 1
+// (attend) and 0, which adds mask_filter_value where 0; attention_bias,
+// added; unidirectional, each token sees only the keys up to its own
+// position. past [2, B, N, P, h] holds the keys and values of the tokens
+// before, put ahead of this run's; present is them all, [2, B, N, P + S, h].
+// Not covered: other mask forms, qkv_hidden_sizes that differ, rotary
+// embeddings, a past shared with the present (past_sequence_length).
 Nodes attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
                 std::string* why) {
   auto in = [&](int i) { return input_or_empty(n, i); };
@@ -456,12 +560,18 @@ Nodes attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t op
         return {};
       }
   }
+  const bool past = has_input(n, 4);
   const bool present = n.output_size() > 1 && !n.output(1).empty();
-  if (has_input(n, 4) || present || attr_i(n, "unidirectional", 0) != 0 ||
-      attr_i(n, "do_rotary", 0) != 0 || has_input(n, 6)) {
+  const bool causal = attr_i(n, "unidirectional", 0) != 0;
+  if (attr_i(n, "do_rotary", 0) != 0 || has_input(n, 6) ||
+      attr_i(n, "past_present_share_buffer", 0) != 0) {
     *why =
-        "past, present, unidirectional, rotary embeddings and past_sequence_length are not "
+        "rotary embeddings and a past shared with the present (past_sequence_length) are not "
         "supported";
+    return {};
+  }
+  if (causal && opset < 11) {
+    *why = "unidirectional needs opset 11 or later";
     return {};
   }
   const int mask_rank = has_input(n, 3) ? types.rank(in(3)) : 0;
@@ -480,34 +590,209 @@ Nodes attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t op
                                : e.node("Split", {qkv}, {parts[0], parts[1], parts[2]});
   set_attr(split, "axis", int64_t{-1});
   if (opset < 13) set_attr(split, "split", std::vector<int64_t>{hidden, hidden, hidden});
-  const std::string by_heads = e.int64s({0, 0, heads, head});
-  auto heads_of = [&](const std::string& x, std::vector<int64_t> perm) {
-    return e.transpose(e.op("Reshape", {x, by_heads}), perm);
-  };
-  const std::string q = heads_of(parts[0], {0, 2, 1, 3});  // [B, N, S, h]
-  const std::string k = heads_of(parts[1], {0, 2, 3, 1});  // [B, N, h, T]
-  const std::string v = heads_of(parts[2], {0, 2, 1, 3});  // [B, N, T, h]
+  ScoreTerms terms;
   const float scale = attr_f(n, "scale", 0.0f);
-  std::string scores =
-      e.op("Mul", {e.op("MatMul", {q, k}),
-                   e.scalar(scale != 0.0f ? scale : 1.0 / std::sqrt(double(head)), type)});
-  if (mask_rank != 0) {
-    // (1 - mask) · filter, [B, 1, 1, T] or [B, 1, S, T].
-    onnx::NodeProto& cast = e.node("Cast", {in(3)});
-    set_attr(cast, "to", int64_t{type});
-    const std::string mask = cast.output(0);
-    const std::string masked =
-        e.op("Mul", {e.op("Sub", {e.scalar(1.0, type), mask}),
-                     e.scalar(attr_f(n, "mask_filter_value", -10000.0f), type)});
-    scores = e.op("Add", {scores, e.axes_op("Unsqueeze", masked,
-                                            mask_rank == 2 ? std::vector<int64_t>{1, 2}
-                                                           : std::vector<int64_t>{1})});
+  terms.scale = scale != 0.0f ? scale : 1.0 / std::sqrt(double(head));
+  terms.mask = in(3);
+  terms.mask_rank = mask_rank;
+  terms.filter = attr_f(n, "mask_filter_value", -10000.0f);
+  terms.bias = in(5);
+  terms.causal = causal;
+  const std::string q = split_heads(e, parts[0], heads);
+  std::string v = split_heads(e, parts[2], heads), kt;
+  if (!past && !present) {
+    kt = e.transpose(e.op("Reshape", {parts[1], e.int64s({0, 0, heads, -1})}), {0, 2, 3, 1});
+  } else {
+    std::string k = split_heads(e, parts[1], heads);
+    if (past) {
+      auto cached = [&](int i) {
+        onnx::NodeProto& gather = e.node("Gather", {in(4), e.scalar(i, onnx::TensorProto::INT64)});
+        set_attr(gather, "axis", int64_t{0});
+        return gather.output(0);
+      };
+      k = concat(e, {cached(0), k}, 2);
+      v = concat(e, {cached(1), v}, 2);
+    }
+    if (present)
+      concat(e, {e.axes_op("Unsqueeze", k, {0}), e.axes_op("Unsqueeze", v, {0})}, 0, n.output(1));
+    kt = e.transpose(k, {0, 1, 3, 2});
   }
-  if (has_input(n, 5)) scores = e.op("Add", {scores, in(5)});
-  onnx::NodeProto& softmax = e.node("Softmax", {scores});
-  set_attr(softmax, "axis", int64_t{3});  // the last of 4: the same before and after opset 13
-  const std::string context = e.transpose(e.op("MatMul", {softmax.output(0), v}), {0, 2, 1, 3});
-  e.op("Reshape", {context, e.int64s({0, 0, hidden})}, n.output(0));
+  join_heads(e, attend(e, q, kt, v, terms, type), n.output(0));
+  return e.finish();
+}
+
+// MultiHeadAttention (ONNX Runtime's attention after the projections, as its
+// optimiser fuses decoders and cross attention): query [B, S, D], key and
+// value [B, L, D] each (with the projections' bias [3D] added), or packed
+// QKV [B, S, N, 3, h], or packed KV [B, L, N, 2, h], or key and value
+// already in heads [B, N, L, h]; past_key and past_value [B, N, P, h] put
+// ahead of this run's keys and values, and present_key and present_value
+// them all. The mask, attention_bias, unidirectional and scale as Attention's.
+// Not covered: key lengths as the mask, past_sequence_length,
+// cache_indirection, the qk output.
+Nodes multi_head_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                           std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const int64_t heads = attr_i(n, "num_heads", 0);
+  const int qr = types.rank(in(0));
+  const int kr = has_input(n, 1) ? types.rank(in(1)) : 0;
+  const int vr = has_input(n, 2) ? types.rank(in(2)) : 0;
+  const bool bias = has_input(n, 3);
+  const bool past = has_input(n, 6) || has_input(n, 7);
+  const int mask_rank = has_input(n, 4) ? types.rank(in(4)) : 0;
+  enum class Form { kSeparate, kPackedQkv, kPackedKv, kKeysInHeads, kNone };
+  const Form form = qr == 3 && kr == 3 && vr == 3   ? Form::kSeparate
+                    : qr == 5 && kr == 0 && vr == 0 ? Form::kPackedQkv
+                    : qr == 3 && kr == 5 && vr == 0 ? Form::kPackedKv
+                    : qr == 3 && kr == 4 && vr == 4 ? Form::kKeysInHeads
+                                                    : Form::kNone;
+  if (heads < 1 || n.input_size() < 1 || n.output_size() < 1) {
+    *why = "it needs num_heads";
+  } else if (has_input(n, 8) || has_input(n, 9) || (n.output_size() > 3 && !n.output(3).empty())) {
+    *why =
+        "past_sequence_length (a past shared with the present), cache_indirection and the qk "
+        "output are not supported";
+  } else if (form == Form::kNone) {
+    *why =
+        "its query, key and value must be of known ranks: [B, S, D] each, packed QKV "
+        "[B, S, N, 3, h], packed KV [B, L, N, 2, h], or key and value in heads [B, N, L, h]";
+  } else if (bias && form != Form::kSeparate) {
+    *why = "a bias is supported with a separate query, key and value only";
+  } else if (past && (!has_input(n, 6) || !has_input(n, 7) || form == Form::kKeysInHeads)) {
+    *why = "past_key and past_value go together, and not with a key and value in heads";
+  } else if (mask_rank != 0 && mask_rank != 2 && mask_rank != 3) {
+    *why = "its key_padding_mask must be a raw mask [B, T] or [B, S, T] of declared rank";
+  } else if (opset < 11) {
+    *why = "it needs opset 11 or later";
+  }
+  if (!why->empty()) return {};
+  const int32_t type = elem_type_of(types, in(0));
+  NodeEmitter e(n, opset);
+  std::string q, k, v;
+  if (form == Form::kSeparate) {
+    std::string qx = in(0), kx = in(1), vx = in(2);
+    if (bias) {  // [D | D | Dv]
+      const std::string d = dim_of(e, qx, 2), d2 = e.op("Add", {d, d});
+      auto part = [&](const std::string& from, const std::string& to) {
+        return e.op("Slice", {in(3), from, to, e.int64s({0})});
+      };
+      qx = e.op("Add", {qx, part(e.int64s({0}), d)});
+      kx = e.op("Add", {kx, part(d, d2)});
+      vx = e.op("Add", {vx, part(d2, e.int64s({std::numeric_limits<int64_t>::max()}))});
+    }
+    q = split_heads(e, qx, heads);
+    k = split_heads(e, kx, heads);
+    v = split_heads(e, vx, heads);
+  } else if (form == Form::kPackedQkv) {
+    const std::vector<std::string> qkv = unstack(e, in(0), 3, 3);  // [B, S, N, h] each
+    q = e.transpose(qkv[0], {0, 2, 1, 3});
+    k = e.transpose(qkv[1], {0, 2, 1, 3});
+    v = e.transpose(qkv[2], {0, 2, 1, 3});
+  } else {
+    q = split_heads(e, in(0), heads);
+    if (form == Form::kPackedKv) {
+      const std::vector<std::string> kv = unstack(e, in(1), 3, 2);
+      k = e.transpose(kv[0], {0, 2, 1, 3});
+      v = e.transpose(kv[1], {0, 2, 1, 3});
+    } else {
+      k = in(1);
+      v = in(2);
+    }
+  }
+  if (past) {
+    k = concat(e, {in(6), k}, 2);
+    v = concat(e, {in(7), v}, 2);
+  }
+  if (n.output_size() > 1 && !n.output(1).empty()) e.op("Identity", {k}, n.output(1));
+  if (n.output_size() > 2 && !n.output(2).empty()) e.op("Identity", {v}, n.output(2));
+  ScoreTerms terms;
+  terms.scale = attr_f(n, "scale", 0.0f);
+  terms.mask = in(4);
+  terms.mask_rank = mask_rank;
+  terms.filter = attr_f(n, "mask_filter_value", -10000.0f);
+  terms.bias = in(5);
+  terms.causal = attr_i(n, "unidirectional", 0) != 0;
+  join_heads(e, attend(e, q, e.transpose(k, {0, 1, 3, 2}), v, terms, type), n.output(0));
+  return e.finish();
+}
+
+// RotaryEmbedding (rotary position embeddings of LLaMA-like models): per
+// head of the input ([B, S, N·h] or [B, N, S, h]), its first rotary dims r
+// (2·the caches' width) turned by the angle of the token's position: with
+// c, s the rows of cos_cache and sin_cache at the position, halves x1, x2
+// (or, interleaved, even and odd elements) become x1·c - x2·s and
+// x2·c + x1·s; the rest of the head is kept. position_ids: [B, S], or one
+// offset p for positions p, p + 1, ...
+Nodes rotary_embedding(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                       std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const int rank = types.rank(in(0));
+  const int64_t heads = attr_i(n, "num_heads", 0), rotary = attr_i(n, "rotary_embedding_dim", 0);
+  std::vector<int64_t> cache;
+  if (n.input_size() < 4 || n.output_size() < 1 || (rank != 3 && rank != 4)) {
+    *why = "its input must be of known rank: [B, S, N·h] or [B, N, S, h]";
+  } else if (attr_i(n, "is_packed_batching", 0) != 0) {
+    *why = "packed batching is not supported";
+  } else if (!types.constant_dims(in(2), &cache) || cache.size() != 2 || cache[1] < 1) {
+    *why = "its cos_cache must be a constant [positions, rotary dims / 2]";
+  } else if (rotary > 0 && (heads < 1 || rotary != 2 * cache[1])) {
+    *why = "a rotary_embedding_dim needs num_heads and must be twice the caches' width";
+  } else if (opset < 11) {
+    *why = "it needs opset 11 or later";
+  }
+  if (!why->empty()) return {};
+  const int64_t half = cache[1], dims = 2 * half;
+  const int32_t i64 = onnx::TensorProto::INT64;
+  NodeEmitter e(n, opset);
+  auto ints = [&](int64_t v) { return e.int64s({v}); };
+  // [B, S, N, h] or [B, N, S, h]: heads on the last axis.
+  const std::string x = rank == 4
+                            ? in(0)
+                            : e.op("Reshape", {in(0), rotary > 0 ? e.int64s({0, 0, heads, -1})
+                                                                 : e.int64s({0, 0, -1, dims})});
+  // Positions: [B, S] as given, or p + 0..S-1 from one offset p (a scalar
+  // or one element); when the rank is not declared, p + (0..S-1)·(size == 1).
+  const std::string ids = in(1);
+  const int ids_rank = types.rank(ids);
+  std::string positions = ids;
+  if (ids_rank != 2) {
+    std::string steps =
+        e.op("Range",
+             {e.scalar(0.0, i64), e.axes_op("Squeeze", dim_of(e, in(0), rank == 3 ? 1 : 2), {0}),
+              e.scalar(1.0, i64)});
+    if (ids_rank < 0)
+      steps = e.op("Mul",
+                   {steps, cast(e, e.op("Equal", {e.op("Size", {ids}), e.scalar(1.0, i64)}), i64)});
+    positions = e.op("Add", {ids, steps});
+  }
+  // cos and sin [..., S, 1 or N, half] against [B, S, N, ·], [..., 1, S, half]
+  // against [B, N, S, ·].
+  auto rows = [&](const std::string& table) {
+    return e.axes_op("Unsqueeze", e.op("Gather", {table, positions}), {rank == 3 ? -2 : -3});
+  };
+  std::string c = rows(in(2)), s = rows(in(3));
+  const std::string turned = rotary > 0 ? last_axis_slice(e, x, ints(0), ints(dims)) : x;
+  std::string x1, x2;
+  if (attr_i(n, "interleaved", 0) != 0) {  // pairs [..., half, 2]
+    const std::string pairs = e.op("Reshape", {turned, e.int64s({0, 0, 0, half, 2})});
+    x1 = last_axis_slice(e, pairs, ints(0), ints(1));
+    x2 = last_axis_slice(e, pairs, ints(1), ints(2));
+    c = e.axes_op("Unsqueeze", c, {-1});
+    s = e.axes_op("Unsqueeze", s, {-1});
+  } else {
+    x1 = last_axis_slice(e, turned, ints(0), ints(half));
+    x2 = last_axis_slice(e, turned, ints(half), ints(dims));
+  }
+  std::string y = concat(e,
+                         {e.op("Sub", {e.op("Mul", {x1, c}), e.op("Mul", {x2, s})}),
+                          e.op("Add", {e.op("Mul", {x2, c}), e.op("Mul", {x1, s})})},
+                         -1);
+  if (attr_i(n, "interleaved", 0) != 0) y = e.op("Reshape", {y, e.int64s({0, 0, 0, dims})});
+  if (rotary > 0)
+    y = concat(e, {y, last_axis_slice(e, x, ints(dims), ints(std::numeric_limits<int64_t>::max()))},
+               -1);
+  if (rank == 3) e.op("Reshape", {y, e.op("Shape", {in(0)})}, n.output(0));
+  else e.op("Identity", {y}, n.output(0));
   return e.finish();
 }
 
@@ -581,6 +866,8 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
     return layer_norm_family(n, types, opset, why);
   if (op == "QGemm") return qgemm(n, types, opset, why);
   if (op == "Attention") return attention(n, types, opset, why);
+  if (op == "MultiHeadAttention") return multi_head_attention(n, types, opset, why);
+  if (op == "RotaryEmbedding") return rotary_embedding(n, types, opset, why);
   if (op == "EmbedLayerNormalization") return embed_layer_norm(n, types, opset, why);
   if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
     return integer_matmul(n, opset, why);
@@ -594,7 +881,8 @@ bool rewritten_op(const onnx::NodeProto& n) {
       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
       "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
       "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm",
-      "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "EmbedLayerNormalization"};
+      "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "EmbedLayerNormalization",
+      "MultiHeadAttention", "RotaryEmbedding"};
   // clang-format on
   // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
   if (n.op_type() == "SimplifiedLayerNormalization")

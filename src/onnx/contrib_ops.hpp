@@ -22,11 +22,23 @@
 //                   LayerNormalization (last axis) of input + skip [+ bias];
 //                   its optional outputs: the Mean and InvStdDev of that
 //                   LayerNormalization, and the sum
-//   Attention       BERT's self-attention: MatMul by the packed Q/K/V weights,
-//                   Split, Reshape/Transpose into heads, MatMul, scale, a raw
-//                   [B, T] or [B, S, T] mask and attention_bias added, Softmax,
-//                   MatMul, heads joined (no past/present, unidirectional,
-//                   rotary embeddings, or Q/K/V sizes that differ)
+//   Attention       BERT's and GPT-2's self-attention: MatMul by the packed
+//                   Q/K/V weights, Split, Reshape/Transpose into heads, the
+//                   past's keys and values put ahead (present: them all),
+//                   MatMul, scale, a raw [B, T] or [B, S, T] mask,
+//                   attention_bias and the causal mask of unidirectional
+//                   added, Softmax, MatMul, heads joined (no rotary
+//                   embeddings, past shared with present, or Q/K/V sizes
+//                   that differ)
+//   MultiHeadAttention
+//                   the same after the projections: query, key and value
+//                   [B, L, D] (+ their bias), packed QKV or KV, or key and
+//                   value already in heads; past_key/past_value ahead,
+//                   present_key/present_value (no key lengths as the mask,
+//                   past_sequence_length, cache_indirection or qk output)
+//   RotaryEmbedding the rotation of each head's first dims by the cos/sin
+//                   cache rows of its position (Gather, Slice, Mul, Sub,
+//                   Add, Concat), halves or interleaved pairs
 //   EmbedLayerNormalization
 //                   Gathers of the word, position (of position_ids or 0..S-1)
 //                   and segment embeddings, summed, LayerNormalization;

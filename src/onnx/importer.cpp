@@ -7,6 +7,7 @@
 #include "onnx/contrib_ops.hpp"
 #include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
+#include "onnx/matmul_nbits.hpp"
 #include "onnx/wire_split.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -966,7 +967,9 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   BP_RETURN_IF_ERROR(rewrite_contrib_ops(model, registry));
   decompose_einsums(model);
   ctx.ir_version = model.ir_version();
-  return convert_model(ctx, model);
+  BP_ASSIGN_OR_RETURN(Graph graph, convert_model(ctx, model));
+  BP_RETURN_IF_ERROR(expand_matmul_nbits(graph));
+  return graph;
 }
 
 }  // namespace

@@ -550,17 +550,157 @@ def bert_cases(rng):
     return cases
 
 
+def decoder_cases(rng):
+    """Attention as ONNX Runtime's optimiser writes GPT-2's (unidirectional, past and present),
+    MultiHeadAttention in each input form, and RotaryEmbedding."""
+    F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+    cases = []
+    inits = {"w": rand(rng, [16, 48], 0.3), "b": rand(rng, [48], 0.1)}
+    mask = np.ones([2, 8], np.int32)
+    mask[0, :2] = 0
+    node = helper.make_node("Attention", ["x", "w", "b", "mask", "past"], ["y", "present"],
+                            domain=MS, name="gpt2_attention", num_heads=4, unidirectional=1)
+    cases.append(("Attention, unidirectional, with a mask, past and present",
+                  q_model([node], [("x", F, [2, 3, 16]), ("mask", I32, [2, 8]),
+                                   ("past", F, [2, 2, 4, 5, 4])], [("y", F), ("present", F)], inits),
+                  {"x": rand(rng, [2, 3, 16]), "mask": mask, "past": rand(rng, [2, 2, 4, 5, 4])}))
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y", "present"], domain=MS,
+                            name="first_step", num_heads=4, unidirectional=1)
+    cases.append(("Attention, unidirectional, present without a past",
+                  q_model([node], [("x", F, [1, 5, 16])], [("y", F), ("present", F)], inits),
+                  {"x": rand(rng, [1, 5, 16])}))
+
+    def mha(label, inputs, feeds, outputs=("y",), inits=None, **attrs):
+        names = [n for n, _, _ in inputs]
+        node = helper.make_node("MultiHeadAttention", names, list(outputs), domain=MS, name="mha",
+                                num_heads=4, **attrs)
+        declared = [(n, t, s) for n, t, s in inputs if n and n not in (inits or {})]
+        cases.append((label, q_model([node], declared, [(o, F) for o in outputs], inits or {}),
+                      feeds))
+
+    kmask = np.ones([2, 6], np.int32)
+    kmask[1, 4:] = 0
+    mha("MultiHeadAttention, query, key and value with a bias and a key padding mask",
+        [("q", F, [2, 4, 16]), ("k", F, [2, 6, 16]), ("v", F, [2, 6, 16]), ("bias", F, [48]),
+         ("kmask", I32, [2, 6])],
+        {"q": rand(rng, [2, 4, 16]), "k": rand(rng, [2, 6, 16]), "v": rand(rng, [2, 6, 16]),
+         "kmask": kmask}, inits={"bias": rand(rng, [48], 0.1)})
+    mha("MultiHeadAttention, unidirectional, with past and present",
+        [("q", F, [1, 3, 16]), ("k", F, [1, 3, 16]), ("v", F, [1, 3, 16]), ("", F, None),
+         ("", F, None), ("", F, None), ("past_k", F, [1, 4, 5, 4]), ("past_v", F, [1, 4, 5, 4])],
+        {"q": rand(rng, [1, 3, 16]), "k": rand(rng, [1, 3, 16]), "v": rand(rng, [1, 3, 16]),
+         "past_k": rand(rng, [1, 4, 5, 4]), "past_v": rand(rng, [1, 4, 5, 4])},
+        outputs=("y", "present_k", "present_v"), unidirectional=1)
+    # ONNX Runtime runs packed QKV and KV on GPUs only: the reference is its output for the
+    # same tensors unpacked (a query, key and value [B, L, N·h] each).
+    qkv, abias = rand(rng, [2, 5, 4, 3, 4]), rand(rng, [1, 4, 5, 5])
+    mha("MultiHeadAttention, packed QKV with an attention bias",
+        [("q", F, [2, 5, 16]), ("k", F, [2, 5, 16]), ("v", F, [2, 5, 16]), ("", F, None),
+         ("", F, None), ("abias", F, [1, 4, 5, 5])],
+        {"q": qkv[:, :, :, 0].reshape(2, 5, 16), "k": qkv[:, :, :, 1].reshape(2, 5, 16),
+         "v": qkv[:, :, :, 2].reshape(2, 5, 16), "abias": abias})
+    mha("MultiHeadAttention, packed QKV with an attention bias",
+        [("qkv", F, [2, 5, 4, 3, 4]), ("", F, None), ("", F, None), ("", F, None),
+         ("", F, None), ("abias", F, [1, 4, 5, 5])], {"qkv": qkv, "abias": abias})
+    cases[-1] += (cases.pop(-2)[1:],)
+    q, kv = rand(rng, [2, 3, 16]), rand(rng, [2, 6, 4, 2, 4])
+    mha("MultiHeadAttention, packed KV", [("q", F, [2, 3, 16]), ("k", F, [2, 6, 16]),
+                                          ("v", F, [2, 6, 16])],
+        {"q": q, "k": kv[:, :, :, 0].reshape(2, 6, 16), "v": kv[:, :, :, 1].reshape(2, 6, 16)})
+    mha("MultiHeadAttention, packed KV", [("q", F, [2, 3, 16]), ("kv", F, [2, 6, 4, 2, 4])],
+        {"q": q, "kv": kv})
+    cases[-1] += (cases.pop(-2)[1:],)
+    mha("MultiHeadAttention, key and value already in heads, with a scale",
+        [("q", F, [2, 3, 16]), ("k", F, [2, 4, 6, 4]), ("v", F, [2, 4, 6, 4])],
+        {"q": rand(rng, [2, 3, 16]), "k": rand(rng, [2, 4, 6, 4]), "v": rand(rng, [2, 4, 6, 4])},
+        scale=0.4)
+
+    angles = np.arange(12)[:, None] * (10000.0 ** (-np.arange(4) / 4.0))[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    for label, shape, ids, attrs, tables in [
+            ("RotaryEmbedding [B, S, N·h], positions [B, S]", [2, 3, 16],
+             rng.integers(0, 12, size=[2, 3]).astype(np.int64), {}, (cos, sin)),
+            ("RotaryEmbedding [B, N, S, h] interleaved, one position offset", [1, 2, 3, 8],
+             np.array([4], np.int64), {"interleaved": 1}, (cos, sin)),
+            ("RotaryEmbedding of part of each head (rotary_embedding_dim)", [1, 3, 16],
+             np.array([[0, 1, 2]], np.int64), {"num_heads": 2, "rotary_embedding_dim": 4},
+             (cos[:, :2].copy(), sin[:, :2].copy()))]:
+        node = helper.make_node("RotaryEmbedding", ["x", "ids", "cos", "sin"], ["y"], domain=MS,
+                                name="rope", **attrs)
+        cases.append((label, q_model([node], [("x", F, shape), ("ids", I64, list(ids.shape))],
+                                     [("y", F)], {"cos": tables[0], "sin": tables[1]}),
+                      {"x": rand(rng, shape), "ids": ids}))
+    return cases
+
+
+def pack_bits(q, bits):
+    """uint8 values of `bits` bits along the last axis, packed lowest bits first."""
+    per = 8 // bits
+    q = q.reshape(q.shape[:-1] + (q.shape[-1] // per, per)).astype(np.uint8)
+    return sum((q[..., t] << (t * bits)) for t in range(per)).astype(np.uint8)
+
+
+def nbits_cases(rng):
+    """MatMulNBits, weights quantized in blocks along K as ONNX Runtime's int4 quantizer
+    writes them: packed zero points or float ones or none, a bias, K not a multiple of the
+    block."""
+    F = TensorProto.FLOAT
+    cases = []
+    for label, k, n, bits, block, zero_points, bias in [
+            ("MatMulNBits 4 bits, packed zero points, a bias, K past the last block",
+             40, 12, 4, 16, "packed", True),
+            ("MatMulNBits 8 bits, no zero points", 64, 10, 8, 32, None, False),
+            ("MatMulNBits 2 bits, packed zero points", 32, 8, 2, 16, "packed", False),
+            ("MatMulNBits 4 bits, float zero points", 32, 8, 4, 32, "float", True)]:
+        blocks = (k + block - 1) // block
+        q = rng.integers(0, 2 ** bits, size=[n, blocks, block])
+        inits = {"B": pack_bits(q, bits), "scales": rng.uniform(0.01, 0.1, [n * blocks])
+                 .astype(np.float32)}
+        names = ["a", "B", "scales"]
+        if zero_points == "packed":
+            zp = rng.integers(0, 2 ** bits, size=[n, -(-blocks * bits // 8) * 8 // bits])
+            inits["zp"] = pack_bits(zp, bits).reshape(-1)
+            names.append("zp")
+        elif zero_points == "float":
+            inits["zp"] = rng.uniform(0, 2 ** bits, [n * blocks]).astype(np.float32)
+            names.append("zp")
+        if bias:
+            inits["bias"] = rand(rng, [n])
+            names += [""] * (5 - len(names)) + ["bias"]
+        node = helper.make_node("MatMulNBits", names, ["y"], domain=MS, name="nbits", K=k, N=n,
+                                bits=bits, block_size=block)
+        cases.append((label, q_model([node], [("a", F, [2, 3, k])], [("y", F)], inits),
+                      {"a": rand(rng, [2, 3, k])}))
+    return cases
+
+
+# Cases that run whole on CpuOneDnn (an attention's int32 mask's Cast included; a rotary
+# embedding's gathers of int64 positions).
+WHOLE_ON_ONEDNN = ("Attention", "MultiHeadAttention", "RotaryEmbedding [B, S, N·h], positions",
+                   "MatMulNBits")
+
+
 def fused_ops(cli, module, work):
     rng = np.random.default_rng(7)
-    for k, (label, model, inputs) in enumerate(op_cases(rng) + bert_cases(rng)):
+    for k, case in enumerate(op_cases(rng) + bert_cases(rng) + decoder_cases(rng) +
+                             nbits_cases(rng)):
+        # (label, model, inputs[, (the model and inputs ONNX Runtime runs instead)])
+        label, model, inputs = case[:3]
         cwork = os.path.join(work, "ops", str(k))
         files = save_inputs(cwork, inputs)
         path = os.path.join(cwork, "model.onnx")
         onnx.save(model, path)
-        ref = ort_run(module, path, files, cwork, "disabled")
+        if len(case) > 3:
+            ref_work = os.path.join(cwork, "reference")
+            ref_files = save_inputs(ref_work, case[3][1])
+            onnx.save(case[3][0], os.path.join(ref_work, "model.onnx"))
+            ref = ort_run(module, os.path.join(ref_work, "model.onnx"), ref_files, ref_work,
+                          "disabled")
+        else:
+            ref = ort_run(module, path, files, cwork, "disabled")
         # An attention runs whole on CpuOneDnn, its mask's Cast of int32 included.
         compare(cli, path, files, ref, cwork, label, ["CpuRef", None],
-                only_onednn=label.startswith("Attention"))
+                only_onednn=label.startswith(WHOLE_ON_ONEDNN))
 
 
 # 3. Outside the rewrite: a clear error naming the node.
@@ -576,6 +716,16 @@ def refused(cli, work):
                           activation="Swish", kernel_shape=[1, 1]),
          [("a", [1, 4, 5, 5]), ("b", [4, 4, 1, 1])], "odd_activation", "'Swish'"),
     ]
+    cases.append(("MultiHeadAttention with key lengths as its mask",
+                  helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "lengths"], ["y"],
+                                   domain=MS, name="key_lengths", num_heads=2),
+                  [("q", [1, 2, 8]), ("k", [1, 2, 8]), ("v", [1, 2, 8]), ("lengths", [1])],
+                  "key_lengths", "key_padding_mask"))
+    cases.append(("MatMulNBits whose weights are no constant",
+                  helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain=MS,
+                                   name="fed_weights", K=16, N=4, bits=4, block_size=16),
+                  [("a", [1, 16]), ("b", [4, 1, 8]), ("s", [4])], "fed_weights",
+                  "B must be a constant"))
     nchwc = helper.make_node("Conv", ["a", "b"], ["y"], domain="com.microsoft.nchwc",
                              name="blocked_conv", kernel_shape=[1, 1])
     cases.append(("A model saved at level 'all' (NCHWc)", nchwc,

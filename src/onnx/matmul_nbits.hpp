@@ -1,0 +1,29 @@
+// matmul_nbits.hpp — ONNX Runtime's MatMulNBits (a MatMul by weights
+// quantized to 2, 4 or 8 bits in blocks along K, what its int4 weight
+// quantizer and the LLM builders write) as a MatMul by the weights
+// dequantized once, at import.
+//
+// Weights B [N, k_blocks, blob] hold each column's K values bit-packed per
+// block of block_size, lowest bits first; scales [N, k_blocks]; zero points
+// packed the same way (uint8) or one per block (float), 2^(bits-1) when
+// absent: W[k, n] = (q - zero point) · scale of (n, k / block_size). The
+// node becomes MatMul(A, W) [+ bias] with W [K, N] float32, a constant of
+// the graph: every backend runs it as any float MatMul, at four times the
+// memory of 8-bit weights and eight times that of 4-bit ones.
+//
+// Only float32 A and scales with constant weights, scales and zero points
+// are covered; g_idx (a deprecated reordering) is not. A node outside that
+// fails the import naming itself and why.
+#pragma once
+
+#include "ir/graph.hpp"
+
+#include <backplane/status.hpp>
+
+namespace backplane::onnx_import {
+
+// Rewrites every MatMulNBits of `graph`'s main graph (not in control-flow
+// bodies) as above, setting `count` (may be null) to how many.
+[[nodiscard]] Status expand_matmul_nbits(ir::Graph& graph, int* count = nullptr);
+
+}  // namespace backplane::onnx_import

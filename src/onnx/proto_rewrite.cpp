@@ -175,7 +175,7 @@ int DeclaredTypes::rank_of(const std::string& value) const {
       "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "Mish", "Celu",
       "Shrink", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "IsNaN", "IsInf",
       "MeanVarianceNormalization", "GroupNormalization", "ReverseSequence", "Trilu",
-      "ScatterElements", "ScatterND", "Scatter"};
+      "ScatterElements", "ScatterND", "Scatter", "RotaryEmbedding", "MatMulNBits", "Gelu"};
   // clang-format on
   // clang-format off
   static const std::unordered_set<std::string> broadcast = {
@@ -203,6 +203,9 @@ int DeclaredTypes::rank_of(const std::string& value) const {
     return a == 1 ? b - 1 : b == 1 ? a - 1 : std::max(a, b);
   }
   if (op == "Gemm" || op == "FusedGemm" || op == "Flatten") return 2;
+  // [B, S, D]; the present [2, B, N, T, h] or [B, N, T, h].
+  if (op == "Attention" || op == "MultiHeadAttention" || op == "GroupQueryAttention")
+    return value == n.output(0) ? 3 : op == "Attention" ? 5 : 4;
   if (op == "Shape") return 1;
   if (op == "Size") return 0;
   std::vector<int64_t> v;

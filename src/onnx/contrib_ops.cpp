@@ -849,6 +849,23 @@ Nodes embed_layer_norm(const onnx::NodeProto& n, const DeclaredTypes& types, int
   return e.finish();
 }
 
+// QuantizeLinear and DequantizeLinear of ONNX Runtime's domain (what its
+// quantizer writes with its contrib Q/DQ option): ONNX's own, per tensor
+// without an axis, per `axis` with one (from opset 13).
+Nodes quantize_linear(const onnx::NodeProto& n, int64_t opset, std::string* why) {
+  const onnx::AttributeProto* axis = find_attr(n, "axis");
+  if (n.input_size() < 2 || n.input_size() > 3 || n.output_size() != 1) {
+    *why = "it has 2 or 3 inputs and 1 output";
+  } else if (opset < 10 || (axis != nullptr && opset < 13)) {
+    *why = "it needs opset 10 or later, 13 or later with an axis";
+  }
+  if (!why->empty()) return {};
+  NodeEmitter e(n, opset);
+  onnx::NodeProto& node = e.node(n.op_type(), {n.input().begin(), n.input().end()}, {n.output(0)});
+  if (axis != nullptr) set_attr(node, "axis", axis->i());
+  return e.finish();
+}
+
 // The rewrite of `n`, or nothing if it is none of the operators above or
 // outside what they cover.
 Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
@@ -858,7 +875,9 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
     return product_then_activation(n, "Conv", conv_activation(n), types, opset, why);
   if (op == "FusedGemm")
     return product_then_activation(n, "Gemm", gemm_activation(n), types, opset, why);
-  if (op == "FusedMatMul") return fused_matmul(n, types, opset, why);
+  // TransposeMatMul: FusedMatMul's name in the models of older versions.
+  if (op == "FusedMatMul" || op == "TransposeMatMul") return fused_matmul(n, types, opset, why);
+  if (op == "QuantizeLinear" || op == "DequantizeLinear") return quantize_linear(n, opset, why);
   if (op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu")
     return gelu_family(n, types, opset, why);
   if (op == "SkipLayerNormalization" || op == "SkipSimplifiedLayerNormalization" ||
@@ -882,7 +901,8 @@ bool rewritten_op(const onnx::NodeProto& n) {
       "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
       "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm",
       "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "EmbedLayerNormalization",
-      "MultiHeadAttention", "RotaryEmbedding"};
+      "MultiHeadAttention", "RotaryEmbedding", "TransposeMatMul", "QuantizeLinear",
+      "DequantizeLinear"};
   // clang-format on
   // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
   if (n.op_type() == "SimplifiedLayerNormalization")

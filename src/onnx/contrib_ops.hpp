@@ -12,7 +12,8 @@
 //                   that order)
 //   FusedGemm       Gemm + its activation (those, Elu, Selu, Softplus,
 //                   Softsign, ThresholdedRelu; activation_alpha/beta/gamma)
-//   FusedMatMul     MatMul of the operands transposed as transA/transB say
+//   FusedMatMul (TransposeMatMul, its older name)
+//                   MatMul of the operands transposed as transA/transB say
 //                   (a Transpose of the last two dims; the operand's rank
 //                   must be known), times alpha
 //   BiasGelu        Gelu (com.microsoft, erf) of A + B
@@ -63,6 +64,9 @@
 //                   MatMulInteger, Cast, Mul by a_scale·b_scale [, Add bias]
 //                   (A quantized by DynamicQuantizeLinear first for the
 //                   latter), as ONNX Runtime's dynamic quantizer writes them
+//   QuantizeLinear, DequantizeLinear
+//                   ONNX's (its quantizer writes its own with the contrib
+//                   Q/DQ option)
 //
 // ONNX Runtime also defines LayerNormalization in the default domain from
 // version 1, and its optimiser writes it into models of any opset; the

@@ -314,6 +314,11 @@ def op_cases(rng):
     cases.append(("FusedMatMul transA transB alpha",
                   op_model(node, [("a", [2, 3, 5, 4]), ("b", [2, 3, 6, 5])], [("y", None)], {}),
                   {"a": rand(rng, [2, 3, 5, 4]), "b": rand(rng, [2, 3, 6, 5])}))
+    node = helper.make_node("TransposeMatMul", ["a", "b"], ["y"], domain=MS, name="matmul_old",
+                            transA=1, alpha=0.5)
+    cases.append(("TransposeMatMul (FusedMatMul's older name) transA alpha",
+                  op_model(node, [("a", [2, 5, 4]), ("b", [2, 5, 3])], [("y", None)], {}),
+                  {"a": rand(rng, [2, 5, 4]), "b": rand(rng, [2, 5, 3])}))
     node = helper.make_node("FusedMatMul", ["a", "w"], ["y"], domain=MS, name="matmul_weight",
                             transB=1)
     cases.append(("FusedMatMul of a weight, transB",
@@ -455,6 +460,20 @@ def quantized_cases(rng):
         cases.append((f"QGemm {label}", q_model([node], [("a", U8, [5, 8])],
                                                 [("y", U8 if quantized else F)], inits),
                       {"a": q([5, 8])}, 0.1 if quantized else None))
+    # QuantizeLinear and DequantizeLinear of ONNX Runtime's domain: per tensor, and per axis.
+    I8 = TensorProto.INT8
+    inits = {"s": scalar(0.02, np.float32), "z": scalar(128, np.uint8),
+             "sw": rng.uniform(0.01, 0.03, size=[4]).astype(np.float32),
+             "zw": rng.integers(-5, 5, size=[4], dtype=np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], domain=MS, name="ms_q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"], domain=MS, name="ms_dq"),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["yw"], domain=MS,
+                              name="ms_dq_axis", axis=0)]
+    cases.append(("QuantizeLinear and DequantizeLinear of com.microsoft",
+                  q_model(nodes, [("x", F, [2, 4, 5]), ("w", I8, [4, 6])], [("y", F), ("yw", F)],
+                          inits),
+                  {"x": rand(rng, [2, 4, 5]), "w": rng.integers(-128, 128, size=[4, 6], dtype=np.int8)},
+                  None))
     # Standard operators on quantized tensors, as QOperator models have them: exact.
     nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="maxpool_u8", kernel_shape=[3, 3],
                               strides=[2, 2], pads=[1, 1, 1, 1]),

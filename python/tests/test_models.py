@@ -123,21 +123,22 @@ def test_model_options_shape_the_specialisations(models_dir):
     assert stats["cached"] == 2 and stats["variants"] == 1 and stats["evictions"] == 0, stats
 
 
-def _llama_style_block(path, rng, hidden=64, heads=4):
+def _llama_style_block(path, rng, grouped, hidden=64, heads=4):
     """One decoder block as ONNX Runtime's LLM tools write it: SimplifiedLayerNormalization,
-    4-bit MatMulNBits projections, RotaryEmbedding of q and k, MultiHeadAttention with past and
-    present (unidirectional), SkipSimplifiedLayerNormalization."""
+    4-bit MatMulNBits projections, then RotaryEmbedding of q and k and MultiHeadAttention with
+    past and present (unidirectional), or (grouped) GroupQueryAttention with its rotary
+    embeddings and two key/value heads, then SkipSimplifiedLayerNormalization."""
     from onnx import TensorProto, helper, numpy_helper
     import onnx
 
     head, block = hidden // heads, 32
     ms = "com.microsoft"
 
-    def nbits(name):  # 4-bit weights [N, K / block, block / 2], scales, packed zero points
-        q = rng.integers(0, 16, size=[hidden, hidden // block, block]).astype(np.uint8)
-        zp = rng.integers(0, 16, size=[hidden, 2]).astype(np.uint8)
+    def nbits(name, n):  # 4-bit weights [N, K / block, block / 2], scales, packed zero points
+        q = rng.integers(0, 16, size=[n, hidden // block, block]).astype(np.uint8)
+        zp = rng.integers(0, 16, size=[n, 2]).astype(np.uint8)
         return {name: (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8),
-                name + "_scales": rng.uniform(0.005, 0.02, [hidden * hidden // block]).astype(np.float32),
+                name + "_scales": rng.uniform(0.005, 0.02, [n * hidden // block]).astype(np.float32),
                 name + "_zp": (zp[:, 0] | (zp[:, 1] << 4)).astype(np.uint8)}
 
     angles = np.arange(512)[:, None] * (10000.0 ** (-np.arange(head // 2) / (head / 2)))[None, :]
@@ -145,26 +146,37 @@ def _llama_style_block(path, rng, hidden=64, heads=4):
              "cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
     nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["normed"],
                               epsilon=1e-5, axis=-1)]
+    kv_heads = 2 if grouped else heads
     for p in ("q", "k", "v"):
-        inits.update(nbits("w" + p))
+        inits.update(nbits("w" + p, hidden if p == "q" else kv_heads * head))
         nodes.append(helper.make_node("MatMulNBits", ["normed", "w" + p, f"w{p}_scales", f"w{p}_zp"],
-                                      [p + "0"], domain=ms, K=hidden, N=hidden, bits=4,
+                                      [p + "0"], domain=ms, K=hidden,
+                                      N=hidden if p == "q" else kv_heads * head, bits=4,
                                       block_size=block))
-    for p in ("q", "k"):
-        nodes.append(helper.make_node("RotaryEmbedding", [p + "0", "positions", "cos", "sin"], [p],
-                                      domain=ms))
-    nodes += [helper.make_node("MultiHeadAttention", ["q", "k", "v0", "", "", "", "past_key",
-                                                      "past_value"],
-                               ["attended", "present_key", "present_value"], domain=ms,
-                               num_heads=heads, unidirectional=1),
-              helper.make_node("SkipSimplifiedLayerNormalization", ["attended", "x", "gamma"],
-                               ["y"], domain=ms, epsilon=1e-5)]
+    if grouped:
+        nodes.append(helper.make_node("GroupQueryAttention",
+                                      ["q0", "k0", "v0", "past_key", "past_value", "seqlens_k",
+                                       "total_length", "cos", "sin"],
+                                      ["attended", "present_key", "present_value"], domain=ms,
+                                      num_heads=heads, kv_num_heads=kv_heads, do_rotary=1))
+        positions = [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+                     helper.make_tensor_value_info("total_length", TensorProto.INT32, [])]
+    else:
+        for p in ("q", "k"):
+            nodes.append(helper.make_node("RotaryEmbedding", [p + "0", "positions", "cos", "sin"],
+                                          [p], domain=ms))
+        nodes.append(helper.make_node("MultiHeadAttention", ["q", "k", "v0", "", "", "",
+                                                             "past_key", "past_value"],
+                                      ["attended", "present_key", "present_value"], domain=ms,
+                                      num_heads=heads, unidirectional=1))
+        positions = [helper.make_tensor_value_info("positions", TensorProto.INT64, [1, "S"])]
+    nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", ["attended", "x", "gamma"],
+                                  ["y"], domain=ms, epsilon=1e-5))
     graph = helper.make_graph(
         nodes, "block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", hidden]),
-         helper.make_tensor_value_info("positions", TensorProto.INT64, [1, "S"]),
-         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [1, heads, "P", head]),
-         helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [1, heads, "P", head])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", hidden])] + positions +
+        [helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [1, kv_heads, "P", head]),
+         helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [1, kv_heads, "P", head])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
          for n in ("y", "present_key", "present_value")],
         [numpy_helper.from_array(a, n) for n, a in inits.items()])
@@ -172,28 +184,35 @@ def _llama_style_block(path, rng, hidden=64, heads=4):
                                                     helper.make_opsetid(ms, 1)])
     model.ir_version = 8
     onnx.save(model, path)
-    return heads, head
+    return kv_heads, head
 
 
-def test_llama_style_decode_loop_runs_whole_on_the_default_backends(tmp_path):
+@pytest.mark.parametrize("grouped", [False, True], ids=["MultiHeadAttention", "GroupQueryAttention"])
+def test_llama_style_decode_loop_matches_cpuref(tmp_path, grouped):
     """ONNX Runtime's LLM operators are rewritten at import (src/onnx/contrib_ops.hpp,
     matmul_nbits.hpp); a generation feeding each step's present back as the next past, a new
-    cache length every step, runs whole on CpuOneDnn within the rule of CpuRef."""
+    cache length every step, runs within the rule of CpuRef, whole on CpuOneDnn but for
+    GroupQueryAttention's placing of each sequence's keys (ScatterElements) and positions."""
     rng = np.random.default_rng(3)
     path = str(tmp_path / "block.onnx")
-    heads, head = _llama_style_block(path, rng)
+    kv_heads, head = _llama_style_block(path, rng, grouped)
     fast = backplane.InferenceSession(path)
     ref = backplane.InferenceSession(path, backends=["CpuRef"])
-    past = {"past_key": np.zeros([1, heads, 0, head], np.float32),
-            "past_value": np.zeros([1, heads, 0, head], np.float32)}
+    past = {"past_key": np.zeros([1, kv_heads, 0, head], np.float32),
+            "past_value": np.zeros([1, kv_heads, 0, head], np.float32)}
     for step in range(24):
         length = past["past_key"].shape[2]
         new = 5 if step == 0 else 1
-        feed = dict(past, x=rng.standard_normal([1, new, 64]).astype(np.float32),
-                    positions=np.arange(length, length + new, dtype=np.int64)[None, :])
+        feed = dict(past, x=rng.standard_normal([1, new, 64]).astype(np.float32))
+        if grouped:
+            feed.update(seqlens_k=np.array([length + new - 1], np.int32),
+                        total_length=np.array(length + new, np.int32))
+        else:
+            feed.update(positions=np.arange(length, length + new, dtype=np.int64)[None, :])
         got, expected = fast.run(None, feed), ref.run(None, feed)
         for name, y, e in zip(("y", "present_key", "present_value"), got, expected):
             assert_close_to(y, e, f"step {step} ({length} cached): {name}")
-        assert got[1].shape == (1, heads, length + new, head)
+        assert got[1].shape == (1, kv_heads, length + new, head)
         past = {"past_key": got[1], "past_value": got[2]}
-    assert fast.backends_used == ["CpuOneDnn"]
+    if not grouped:
+        assert fast.backends_used == ["CpuOneDnn"]

@@ -716,6 +716,37 @@ Nodes multi_head_attention(const onnx::NodeProto& n, const DeclaredTypes& types,
   return e.finish();
 }
 
+// x [..., h] (rank 4) with its first 2·half dims turned by the angles whose
+// cosines and sines c, s [..., half] broadcast against it: halves x1, x2
+// (or, interleaved, even and odd elements) become x1·c - x2·s and
+// x2·c + x1·s; the rest of the last axis, when `partial`, is kept.
+std::string rotate(NodeEmitter& e, const std::string& x, std::string c, std::string s,
+                   int64_t half, bool interleaved, bool partial) {
+  const int64_t dims = 2 * half;
+  auto ints = [&](int64_t v) { return e.int64s({v}); };
+  const std::string turned = partial ? last_axis_slice(e, x, ints(0), ints(dims)) : x;
+  std::string x1, x2;
+  if (interleaved) {  // pairs [..., half, 2]
+    const std::string pairs = e.op("Reshape", {turned, e.int64s({0, 0, 0, half, 2})});
+    x1 = last_axis_slice(e, pairs, ints(0), ints(1));
+    x2 = last_axis_slice(e, pairs, ints(1), ints(2));
+    c = e.axes_op("Unsqueeze", c, {-1});
+    s = e.axes_op("Unsqueeze", s, {-1});
+  } else {
+    x1 = last_axis_slice(e, turned, ints(0), ints(half));
+    x2 = last_axis_slice(e, turned, ints(half), ints(dims));
+  }
+  std::string y = concat(e,
+                         {e.op("Sub", {e.op("Mul", {x1, c}), e.op("Mul", {x2, s})}),
+                          e.op("Add", {e.op("Mul", {x2, c}), e.op("Mul", {x1, s})})},
+                         -1);
+  if (interleaved) y = e.op("Reshape", {y, e.int64s({0, 0, 0, dims})});
+  if (partial)
+    y = concat(e, {y, last_axis_slice(e, x, ints(dims), ints(std::numeric_limits<int64_t>::max()))},
+               -1);
+  return y;
+}
+
 // RotaryEmbedding (rotary position embeddings of LLaMA-like models): per
 // head of the input ([B, S, N·h] or [B, N, S, h]), its first rotary dims r
 // (2·the caches' width) turned by the angle of the token's position: with
@@ -744,7 +775,6 @@ Nodes rotary_embedding(const onnx::NodeProto& n, const DeclaredTypes& types, int
   const int64_t half = cache[1], dims = 2 * half;
   const int32_t i64 = onnx::TensorProto::INT64;
   NodeEmitter e(n, opset);
-  auto ints = [&](int64_t v) { return e.int64s({v}); };
   // [B, S, N, h] or [B, N, S, h]: heads on the last axis.
   const std::string x = rank == 4
                             ? in(0)
@@ -770,29 +800,142 @@ Nodes rotary_embedding(const onnx::NodeProto& n, const DeclaredTypes& types, int
   auto rows = [&](const std::string& table) {
     return e.axes_op("Unsqueeze", e.op("Gather", {table, positions}), {rank == 3 ? -2 : -3});
   };
-  std::string c = rows(in(2)), s = rows(in(3));
-  const std::string turned = rotary > 0 ? last_axis_slice(e, x, ints(0), ints(dims)) : x;
-  std::string x1, x2;
-  if (attr_i(n, "interleaved", 0) != 0) {  // pairs [..., half, 2]
-    const std::string pairs = e.op("Reshape", {turned, e.int64s({0, 0, 0, half, 2})});
-    x1 = last_axis_slice(e, pairs, ints(0), ints(1));
-    x2 = last_axis_slice(e, pairs, ints(1), ints(2));
-    c = e.axes_op("Unsqueeze", c, {-1});
-    s = e.axes_op("Unsqueeze", s, {-1});
-  } else {
-    x1 = last_axis_slice(e, turned, ints(0), ints(half));
-    x2 = last_axis_slice(e, turned, ints(half), ints(dims));
-  }
-  std::string y = concat(e,
-                         {e.op("Sub", {e.op("Mul", {x1, c}), e.op("Mul", {x2, s})}),
-                          e.op("Add", {e.op("Mul", {x2, c}), e.op("Mul", {x1, s})})},
-                         -1);
-  if (attr_i(n, "interleaved", 0) != 0) y = e.op("Reshape", {y, e.int64s({0, 0, 0, dims})});
-  if (rotary > 0)
-    y = concat(e, {y, last_axis_slice(e, x, ints(dims), ints(std::numeric_limits<int64_t>::max()))},
-               -1);
+  const std::string y = rotate(e, x, rows(in(2)), rows(in(3)), half,
+                               attr_i(n, "interleaved", 0) != 0, rotary > 0);
   if (rank == 3) e.op("Reshape", {y, e.op("Shape", {in(0)})}, n.output(0));
   else e.op("Identity", {y}, n.output(0));
+  return e.finish();
+}
+
+// GroupQueryAttention (LLMs' attention as ONNX Runtime's model builder
+// writes it): num_heads query heads share kv_num_heads key and value heads
+// (query head n reads key head n / (num_heads / kv_num_heads)); query [B, S,
+// N·h] with key and value [B, S, M·h], or packed QKV [B, S, (N + 2M)·h].
+// Sequence b's tokens of this run are at positions p_b + s, where p_b =
+// seqlens_k[b] + 1 - S (0 on the first prompt, when total_sequence_length is
+// S): their rotary embeddings (do_rotary) are of those positions, their keys
+// and values are written there into present [B, M, P + S, h], a copy of the
+// past (ScatterElements), and query s sees the keys up to p_b + s (with a
+// local_window_size w, the last w of them); attention_bias is added. Rows
+// of a present past a sequence's length are left as they come (ONNX
+// Runtime's are zeros; no query reads them), and so are the outputs of a
+// padded first prompt's padding (ONNX Runtime turns them as position 1).
+// Not covered: position_ids, softcap, smooth softmax, head sinks, quantized
+// or windowed caches, the qk output, bidirectional attention (causal 0).
+Nodes group_query_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                            std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const int64_t heads = attr_i(n, "num_heads", 0), kv_heads = attr_i(n, "kv_num_heads", 0);
+  const bool packed = !has_input(n, 1);
+  const bool past = has_input(n, 3);
+  const bool rotary = attr_i(n, "do_rotary", 0) != 0;
+  const int64_t window = attr_i(n, "local_window_size", -1);
+  std::vector<int64_t> cache;
+  bool unsupported_parts = attr_f(n, "softcap", 0.0f) != 0.0f ||
+                           attr_i(n, "smooth_softmax", 0) != 0 || attr_i(n, "qk_output", 0) != 0 ||
+                           attr_i(n, "sliding_window_cache", 0) != 0 ||
+                           attr_i(n, "causal", 1) != 1 ||
+                           (n.output_size() > 3 && !n.output(3).empty());
+  for (const char* a : {"k_quant_type", "v_quant_type"})
+    if (const onnx::AttributeProto* q = find_attr(n, a))
+      unsupported_parts = unsupported_parts || (q->s() != "NONE" && !q->s().empty());
+  for (int i = 9; i < n.input_size(); ++i)
+    unsupported_parts = unsupported_parts || (i != 10 && has_input(n, i));
+  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || n.input_size() < 7 ||
+      n.output_size() < 1 || !has_input(n, 5) || !has_input(n, 6)) {
+    *why = "it needs num_heads a multiple of kv_num_heads, seqlens_k and total_sequence_length";
+  } else if (packed == has_input(n, 2) || past != has_input(n, 4)) {
+    *why = "key and value go together (or neither, for packed QKV), and so do past_key and "
+           "past_value";
+  } else if (unsupported_parts) {
+    *why = "position_ids, head sinks, quantized or windowed caches, softcap, smooth softmax, "
+           "the qk output and bidirectional attention are not supported";
+  } else if (rotary && (!types.constant_dims(in(7), &cache) || cache.size() != 2 ||
+                        cache[1] < 1 || !has_input(n, 8))) {
+    *why = "do_rotary needs a constant cos_cache [positions, rotary dims / 2] and a sin_cache";
+  } else if (opset < 13) {
+    *why = "it needs opset 13 or later";
+  }
+  if (!why->empty()) return {};
+  const int32_t type = elem_type_of(types, in(0));
+  const int32_t i64 = onnx::TensorProto::INT64;
+  NodeEmitter e(n, opset);
+  // Heads: q [B, N, S, h], k and v [B, M, S, h].
+  std::string q, k, v;
+  if (packed) {
+    const std::string by_heads =
+        e.op("Reshape", {in(0), e.int64s({0, 0, heads + 2 * kv_heads, -1})});
+    const std::string parts[3] = {e.fresh("q"), e.fresh("k"), e.fresh("v")};
+    onnx::NodeProto& split = e.node("Split", {by_heads, e.int64s({heads, kv_heads, kv_heads})},
+                                    {parts[0], parts[1], parts[2]});
+    set_attr(split, "axis", int64_t{2});
+    q = e.transpose(parts[0], {0, 2, 1, 3});
+    k = e.transpose(parts[1], {0, 2, 1, 3});
+    v = e.transpose(parts[2], {0, 2, 1, 3});
+  } else {
+    q = split_heads(e, in(0), heads);
+    k = split_heads(e, in(1), kv_heads);
+    v = split_heads(e, in(2), kv_heads);
+  }
+  // The positions of this run's tokens, p_b + s: [B, S].
+  const std::string length = dim_of(e, in(0), 1);
+  const std::string first =
+      e.op("Equal", {e.op("Reshape", {cast(e, in(6), i64), e.int64s({1})}), length});
+  const std::string start =
+      e.op("Where", {first, e.int64s({0}),
+                     e.op("Sub", {e.op("Add", {cast(e, in(5), i64), e.int64s({1})}), length})});
+  const std::string steps = e.op("Range", {e.scalar(0.0, i64), e.axes_op("Squeeze", length, {0}),
+                                           e.scalar(1.0, i64)});
+  const std::string positions = e.op("Add", {e.axes_op("Unsqueeze", start, {1}), steps});
+  if (rotary) {
+    auto rows = [&](const std::string& table) {  // [B, 1, S, half]
+      return e.axes_op("Unsqueeze", e.op("Gather", {table, positions}), {1});
+    };
+    const std::string c = rows(in(7)), s = rows(in(8));
+    const bool interleaved = attr_i(n, "rotary_interleaved", 0) != 0;
+    q = rotate(e, q, c, s, cache[1], interleaved, true);
+    k = rotate(e, k, c, s, cache[1], interleaved, true);
+  }
+  const std::string at = e.axes_op("Unsqueeze", positions, {1, 3});  // [B, 1, S, 1]
+  auto place = [&](const std::string& before, const std::string& x, int out) {
+    std::string all = x;
+    if (past) {
+      onnx::NodeProto& scatter = e.node(
+          "ScatterElements", {concat(e, {before, x}, 2), e.op("Expand", {at, e.op("Shape", {x})}), x});
+      set_attr(scatter, "axis", int64_t{2});
+      all = scatter.output(0);
+    }
+    if (n.output_size() > out && !n.output(out).empty()) e.op("Identity", {all}, n.output(out));
+    return all;
+  };
+  k = place(in(3), k, 1);
+  v = place(in(4), v, 2);
+  // Scores [B, N, S, T] of the grouped heads: q as [B, M, G·S, h] times kᵀ.
+  const float scale_attr = attr_f(n, "scale", 0.0f);
+  const std::string scale =
+      scale_attr != 0.0f ? e.scalar(scale_attr, type)
+                         : e.op("Reciprocal", {e.op("Sqrt", {cast(e, dim_of(e, q, 3), type)})});
+  const std::string grouped = e.op("Reshape", {q, e.int64s({0, kv_heads, -1, 0})});
+  std::string scores = e.op(
+      "Mul", {e.op("Reshape", {e.op("MatMul", {grouped, e.transpose(k, {0, 1, 3, 2})}),
+                               e.int64s({0, heads, -1, 0})}),
+              scale});
+  // Keys past each query's position (or before its window) take no part.
+  const std::string keys = e.op("Range", {e.scalar(0.0, i64),
+                                          e.axes_op("Squeeze", dim_of(e, k, 2), {0}),
+                                          e.scalar(1.0, i64)});
+  std::string blocked = e.op("Greater", {keys, at});
+  if (window > 0)  // keys from p_b + s - w + 1 on
+    blocked = e.op("Or", {blocked, e.op("Less", {keys, e.op("Sub", {at, e.int64s({window - 1})})})});
+  scores = e.op("Add", {scores, e.op("Where", {blocked,
+                                               e.scalar(std::numeric_limits<float>::lowest(), type),
+                                               e.scalar(0.0, type)})});
+  if (has_input(n, 10)) scores = e.op("Add", {scores, in(10)});
+  onnx::NodeProto& softmax = e.node("Softmax", {scores});
+  set_attr(softmax, "axis", int64_t{3});
+  const std::string context =
+      e.op("MatMul", {e.op("Reshape", {softmax.output(0), e.int64s({0, kv_heads, -1, 0})}), v});
+  join_heads(e, e.op("Reshape", {context, e.int64s({0, heads, -1, 0})}), n.output(0));
   return e.finish();
 }
 
@@ -887,6 +1030,7 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
   if (op == "Attention") return attention(n, types, opset, why);
   if (op == "MultiHeadAttention") return multi_head_attention(n, types, opset, why);
   if (op == "RotaryEmbedding") return rotary_embedding(n, types, opset, why);
+  if (op == "GroupQueryAttention") return group_query_attention(n, types, opset, why);
   if (op == "EmbedLayerNormalization") return embed_layer_norm(n, types, opset, why);
   if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul")
     return integer_matmul(n, opset, why);
@@ -902,7 +1046,7 @@ bool rewritten_op(const onnx::NodeProto& n) {
       "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm",
       "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "EmbedLayerNormalization",
       "MultiHeadAttention", "RotaryEmbedding", "TransposeMatMul", "QuantizeLinear",
-      "DequantizeLinear"};
+      "DequantizeLinear", "GroupQueryAttention"};
   // clang-format on
   // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
   if (n.op_type() == "SimplifiedLayerNormalization")

@@ -37,6 +37,13 @@
 //                   value already in heads; past_key/past_value ahead,
 //                   present_key/present_value (no key lengths as the mask,
 //                   past_sequence_length, cache_indirection or qk output)
+//   GroupQueryAttention
+//                   LLMs' attention: query heads sharing key/value heads,
+//                   each sequence's keys and values placed after its own
+//                   past length (ScatterElements), its rotary embeddings, a
+//                   causal mask per sequence and a local window (no
+//                   position_ids, softcap, head sinks, quantized or shared
+//                   caches)
 //   RotaryEmbedding the rotation of each head's first dims by the cos/sin
 //                   cache rows of its position (Gather, Slice, Mul, Sub,
 //                   Add, Concat), halves or interleaved pairs

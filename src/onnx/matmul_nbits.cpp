@@ -2,6 +2,7 @@
 // (matmul_nbits.hpp).
 #include "onnx/matmul_nbits.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -72,18 +73,32 @@ Result<Tensor> dequantized(const ir::Graph& g, const ir::Node& node, const NBits
   const uint8_t* q = b->data_as<uint8_t>();
   const float* s = scales->data_as<float>();
   const float fallback = static_cast<float>(1u << (p.bits - 1));
-  for (int64_t n = 0; n < p.n; ++n) {
-    const uint8_t* column = q + n * p.blocks * blob;
-    for (int64_t k = 0; k < p.k; ++k) {
-      const int64_t block = k / p.block;
-      float zero = fallback;
-      if (zp != nullptr && zp->dtype() == DType::kUInt8)
-        zero = static_cast<float>(unpack(zp->data_as<uint8_t>() + n * zp_row, block, p.bits));
-      else if (zp != nullptr) zero = zp->data_as<float>()[n * p.blocks + block];
-      const float value =
-          static_cast<float>(unpack(column + block * blob, k % p.block, static_cast<int>(p.bits)));
-      out[k * p.n + n] = (value - zero) * s[n * p.blocks + block];
+  const int bits = static_cast<int>(p.bits);
+  // Columns are decoded kTile at a time into `tile` (each column's values
+  // contiguous, as B stores them), then written row by row: W is [K, N].
+  constexpr int64_t kTile = 16;
+  std::vector<float> tile(static_cast<size_t>(kTile * p.k));
+  for (int64_t n0 = 0; n0 < p.n; n0 += kTile) {
+    const int64_t width = std::min(kTile, p.n - n0);
+    for (int64_t c = 0; c < width; ++c) {
+      const int64_t n = n0 + c;
+      const uint8_t* column = q + n * p.blocks * blob;
+      float* values = tile.data() + c * p.k;
+      for (int64_t block = 0; block < p.blocks; ++block) {
+        float zero = fallback;
+        if (zp != nullptr && zp->dtype() == DType::kUInt8)
+          zero = static_cast<float>(unpack(zp->data_as<uint8_t>() + n * zp_row, block, bits));
+        else if (zp != nullptr)
+          zero = zp->data_as<float>()[n * p.blocks + block];
+        const float scale = s[n * p.blocks + block];
+        const uint8_t* bytes = column + block * blob;
+        const int64_t first = block * p.block, count = std::min(p.block, p.k - first);
+        for (int64_t j = 0; j < count; ++j)
+          values[first + j] = (static_cast<float>(unpack(bytes, j, bits)) - zero) * scale;
+      }
     }
+    for (int64_t k = 0; k < p.k; ++k)
+      for (int64_t c = 0; c < width; ++c) out[k * p.n + n0 + c] = tile[c * p.k + k];
   }
   return w;
 }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <queue>
+#include <set>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace backplane::ir {
 
@@ -388,6 +391,115 @@ Status verify(const Graph& graph) {
                               "' is not produced by any node, input or initializer");
   }
   return ok_status();
+}
+
+namespace {
+
+template <class T>
+void append_bytes(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void append_string(std::string& key, const std::string& s) {
+  append_bytes(key, s.size());
+  key += s;
+}
+
+void append_tensor(std::string& key, const Tensor& t) {
+  append_bytes(key, t.dtype());
+  append_bytes(key, t.shape().size());
+  for (int64_t d : t.shape()) append_bytes(key, d);
+  key.append(static_cast<const char*>(t.data()), t.size_bytes());
+}
+
+// What identifies node `n`'s computation (its inputs already renamed; a
+// small constant input by its value, as each rewrite makes its own), or ""
+// when it must stay as it is.
+std::string computation_key(const Graph& g, const Node& n) {
+  static const std::set<std::string> random = {"RandomNormal",  "RandomNormalLike",
+                                               "RandomUniform", "RandomUniformLike",
+                                               "Multinomial",   "Bernoulli"};
+  if (n.domain.empty() && random.count(n.op_type)) return "";
+  std::string key;
+  append_string(key, n.domain);
+  append_string(key, n.op_type);
+  append_bytes(key, n.inputs.size());
+  for (int v : n.inputs) {
+    const Tensor* t = v >= 0 ? g.constant(v) : nullptr;
+    if (t != nullptr && t->size_bytes() <= 64) {
+      key += 'c';
+      append_tensor(key, *t);
+    } else {
+      key += 'v';
+      append_bytes(key, v);
+    }
+  }
+  append_bytes(key, n.implicit_inputs);
+  append_bytes(key, n.outputs.size());
+  for (int v : n.outputs) append_bytes(key, v >= 0);
+  std::vector<const Attribute*> attrs;
+  for (const Attribute& a : n.attributes) attrs.push_back(&a);
+  std::sort(attrs.begin(), attrs.end(),
+            [](const Attribute* a, const Attribute* b) { return a->name < b->name; });
+  for (const Attribute* a : attrs) {
+    if (a->type == AttrType::kGraph || a->type == AttrType::kGraphs) return "";
+    append_string(key, a->name);
+    append_bytes(key, a->type);
+    append_bytes(key, a->i);
+    append_bytes(key, a->f);
+    append_string(key, a->s);
+    append_bytes(key, a->ints.size());
+    for (int64_t v : a->ints) append_bytes(key, v);
+    append_bytes(key, a->floats.size());
+    for (float v : a->floats) append_bytes(key, v);
+    append_bytes(key, a->strings.size());
+    for (const std::string& v : a->strings) append_string(key, v);
+    if (!a->t.empty()) {
+      if (a->t.size_bytes() > 64) return "";
+      append_tensor(key, a->t);
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+int merge_common_subexpressions(Graph& graph) {
+  std::vector<bool> pinned(graph.values.size(), false);  // graph outputs, values bodies read
+  for (int v : graph.outputs)
+    if (v >= 0) pinned[v] = true;
+  for (const Node& n : graph.nodes)
+    for (size_t i = n.inputs.size() - n.implicit_inputs; i < n.inputs.size(); ++i)
+      if (n.inputs[i] >= 0) pinned[n.inputs[i]] = true;
+  std::vector<int> renamed(graph.values.size());
+  for (size_t v = 0; v < renamed.size(); ++v) renamed[v] = static_cast<int>(v);
+  std::unordered_map<std::string, size_t> seen;
+  std::vector<bool> merged(graph.nodes.size(), false);
+  int count = 0;
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    Node& n = graph.nodes[k];
+    for (int& v : n.inputs)
+      if (v >= 0) v = renamed[v];
+    std::string key = computation_key(graph, n);
+    if (key.empty()) continue;
+    bool mergeable = true;
+    for (int v : n.outputs) mergeable = mergeable && (v < 0 || !pinned[v]);
+    auto [it, first] = seen.emplace(std::move(key), k);
+    if (first || !mergeable) continue;
+    const Node& earlier = graph.nodes[it->second];
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (n.outputs[i] >= 0) renamed[n.outputs[i]] = earlier.outputs[i];
+    merged[k] = true;
+    ++count;
+  }
+  if (count == 0) return 0;
+  std::vector<Node> kept;
+  kept.reserve(graph.nodes.size() - static_cast<size_t>(count));
+  for (size_t k = 0; k < graph.nodes.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(graph.nodes[k]));
+  graph.nodes = std::move(kept);
+  graph.remove_dead();  // fixes the producers
+  return count;
 }
 
 }  // namespace backplane::ir

@@ -195,6 +195,18 @@ Status infer_shapes(Graph& graph, const std::map<std::string, Shape>& input_shap
 // before it is specialised to the shapes of a run.
 Status fold_constants(Graph& graph, const OpRegistry* registry = nullptr);
 
+// Merges nodes that compute the same thing (ONNX Runtime's common
+// subexpression elimination): a node of the same domain and op as an
+// earlier one, reading the same values (or small constants of the same
+// value), with the same attributes, has its
+// outputs' readers read the earlier node's outputs, and is removed. Exporters
+// repeat such work per layer (a mask, positions, rotary tables from the same
+// inputs); merged, it runs (or folds) once. Left alone: nodes with control-
+// flow bodies, random ops, nodes writing a graph output or a value a body
+// reads by name, Constant nodes with a tensor value over 64 bytes. Needs
+// `graph` topologically sorted; returns how many nodes it removed.
+int merge_common_subexpressions(Graph& graph);
+
 // Ops the built-in registry knows at some opset (and so the runtime can accept).
 bool is_known_op(const std::string& domain, const std::string& op_type);
 

@@ -969,6 +969,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   ctx.ir_version = model.ir_version();
   BP_ASSIGN_OR_RETURN(Graph graph, convert_model(ctx, model));
   BP_RETURN_IF_ERROR(expand_matmul_nbits(graph));
+  if (graph.topo_sort().ok()) ir::merge_common_subexpressions(graph);  // else verify() says why
   return graph;
 }
 

@@ -1,4 +1,5 @@
-// Graph IR: topological sort, dead-code removal, verification, attributes.
+// Graph IR: topological sort, dead-code removal, common subexpressions,
+// verification, attributes.
 #include "ir/graph.hpp"
 
 #include <gtest/gtest.h>
@@ -38,6 +39,45 @@ TEST(Graph, TopoSortOrdersProducersFirstAndKeepsFileOrderOtherwise) {
   EXPECT_EQ(g.nodes[1].name, "second");
   EXPECT_EQ(g.nodes[2].name, "third");
   EXPECT_EQ(g.values[c].producer, 2);
+  EXPECT_TRUE(verify(g).ok());
+}
+
+TEST(Graph, CommonSubexpressionsRunOnce) {
+  // Two Unsqueezes of x by equal axes from separate constants (merged), two
+  // Adds of them with different operands, a RandomNormalLike twice, and a
+  // Relu of x, then one that writes a graph output (none of those merged).
+  Graph g;
+  const int x = add(g, "x");
+  g.inputs = {x};
+  auto constant = [&](const std::string& name, int64_t v) {
+    Tensor t(DType::kInt64, {1});
+    t.data_as<int64_t>()[0] = v;
+    return g.add_constant(name, t);
+  };
+  const int axes1 = constant("axes1", 0), axes2 = constant("axes2", 0), two = constant("two", 2);
+  const int u1 = add(g, "u1"), u2 = add(g, "u2"), s1 = add(g, "s1"), s2 = add(g, "s2");
+  const int r1 = add(g, "r1"), r2 = add(g, "r2"), out = add(g, "out"), kept = add(g, "kept");
+  const int y = add(g, "y"), z = add(g, "z"), rand = add(g, "rand");
+  g.nodes.push_back(node("u1", "Unsqueeze", {x, axes1}, {u1}));
+  g.nodes.push_back(node("u2", "Unsqueeze", {x, axes2}, {u2}));
+  g.nodes.push_back(node("s1", "Add", {u1, u1}, {s1}));
+  g.nodes.push_back(node("s2", "Add", {u2, two}, {s2}));
+  g.nodes.push_back(node("r1", "RandomNormalLike", {x}, {r1}));
+  g.nodes.push_back(node("r2", "RandomNormalLike", {x}, {r2}));
+  g.nodes.push_back(node("kept", "Relu", {x}, {kept}));
+  g.nodes.push_back(node("out", "Relu", {x}, {out}));
+  g.nodes.push_back(node("y", "Sum", {s1, s2, kept}, {y}));
+  g.nodes.push_back(node("rand", "Sum", {r1, r2}, {rand}));
+  g.nodes.push_back(node("z", "Add", {y, rand}, {z}));
+  g.outputs = {z, out};
+  ASSERT_TRUE(g.topo_sort().ok());
+  EXPECT_EQ(merge_common_subexpressions(g), 1);
+  std::vector<std::string> names;
+  for (const Node& n : g.nodes) names.push_back(n.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"u1", "s1", "s2", "r1", "r2", "kept", "out", "y",
+                                             "rand", "z"}));
+  EXPECT_EQ(g.nodes[2].inputs[0], u1);  // s2 reads u1 now
+  EXPECT_EQ(merge_common_subexpressions(g), 0);
   EXPECT_TRUE(verify(g).ok());
 }
 

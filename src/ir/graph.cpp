@@ -1,8 +1,9 @@
 #include "ir/graph.hpp"
 
+#include "ir/shape_inference_internal.hpp"
+
 #include <algorithm>
 #include <queue>
-#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -416,10 +417,7 @@ void append_tensor(std::string& key, const Tensor& t) {
 // small constant input by its value, as each rewrite makes its own), or ""
 // when it must stay as it is.
 std::string computation_key(const Graph& g, const Node& n) {
-  static const std::set<std::string> random = {"RandomNormal",  "RandomNormalLike",
-                                               "RandomUniform", "RandomUniformLike",
-                                               "Multinomial",   "Bernoulli"};
-  if (n.domain.empty() && random.count(n.op_type)) return "";
+  if (detail::nondeterministic(n)) return "";
   std::string key;
   append_string(key, n.domain);
   append_string(key, n.op_type);

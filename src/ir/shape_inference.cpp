@@ -270,25 +270,13 @@ int64_t node_opset(const Graph& g, const Node& node) {
   return v > 0 ? v : INT32_MAX;
 }
 
-// Ops whose result differs from run to run: never folded, even when every
-// input is constant (or when they have none).
-bool nondeterministic(const Node& node) {
-  static const std::set<std::string> ops = {"RandomNormal",  "RandomNormalLike",
-                                            "RandomUniform", "RandomUniformLike",
-                                            "Multinomial",   "Bernoulli"};
-  if (!node.domain.empty() || node.op_type.empty()) return false;
-  const char first = node.op_type[0];  // most nodes stop here: inference asks of every one
-  if (first != 'R' && first != 'M' && first != 'B') return false;
-  return ops.count(node.op_type) > 0;
-}
-
 // Whether `node` may be folded once its inputs are constant: not an op the
 // host runs (control flow), not one whose output shape depends on data
 // (inference cannot size its outputs), not a random one, and one that either
 // ir folds itself or an evaluator may compute.
 bool foldable(const OpSchema& schema, const Node& node, const InferOptions& options) {
   if (schema.is_host_op() || schema.shape_dependence() == ShapeDependence::kData) return false;
-  if (nondeterministic(node)) return false;
+  if (detail::nondeterministic(node)) return false;
   // DequantizeLinear of constant int8 weights stays as it is, as in ONNX
   // Runtime: a backend with int8 kernels runs the weights as int8 (and they
   // take a quarter of the memory); one without computes them when it compiles.
@@ -315,7 +303,7 @@ Result<bool> fold_node(Graph& g, const OpSchema& schema, const InferCtx& c,
                        const InferOptions& options) {
   const Node& node = c.node;
   if (c.out.empty()) return false;
-  if (!schema.is_host_op() && !nondeterministic(node) && outputs_empty(node, c)) {
+  if (!schema.is_host_op() && !detail::nondeterministic(node) && outputs_empty(node, c)) {
     for (size_t i = 0; i < node.outputs.size(); ++i)
       g.make_constant(node.outputs[i], Tensor(c.out[i].dtype, c.out[i].shape));
     return true;
@@ -713,5 +701,19 @@ const std::vector<bool>& IncrementalInference::folded() const { return s_->folde
 bool is_known_op(const std::string& domain, const std::string& op_type) {
   return OpRegistry::builtin().knows(domain, op_type);
 }
+
+namespace detail {
+
+bool nondeterministic(const Node& node) {
+  static const std::set<std::string> ops = {"RandomNormal",  "RandomNormalLike",
+                                            "RandomUniform", "RandomUniformLike",
+                                            "Multinomial",   "Bernoulli"};
+  if (!node.domain.empty() || node.op_type.empty()) return false;
+  const char first = node.op_type[0];  // most nodes stop here: inference asks of every one
+  if (first != 'R' && first != 'M' && first != 'B') return false;
+  return ops.count(node.op_type) > 0;
+}
+
+}  // namespace detail
 
 }  // namespace backplane::ir

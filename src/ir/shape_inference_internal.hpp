@@ -13,6 +13,10 @@
 
 namespace backplane::ir::detail {
 
+// Ops whose result differs from run to run (RandomNormal, Multinomial, ...):
+// never folded, even when every input is constant, nor merged with another.
+bool nondeterministic(const Node& node);
+
 // Elements of a tensor of `shape`, saturating at INT64_MAX instead of
 // overflowing: dims come from model files (and from tensor data in them), so
 // shape arithmetic here never trusts them to be small. Tensors over

@@ -11,6 +11,9 @@ namespace {
 constexpr uint32_t kModelGraph = 7;        // ModelProto.graph
 constexpr uint32_t kGraphInitializer = 5;  // GraphProto.initializer
 constexpr uint32_t kTensorRawData = 9;     // TensorProto.raw_data
+// Smaller raw_data stays in the rest: shapes, axes and scales that the
+// import-time rewrites read from the parsed model (proto_rewrite.hpp).
+constexpr uint64_t kInlineRawData = 4096;
 
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 
@@ -106,11 +109,14 @@ std::optional<SplitModel> split_raw_data(const void* data, size_t size) {
 
   auto tensor = [&](const uint8_t* begin, const uint8_t* end, std::string& out) {
     std::optional<ByteRange> raw;
+    bool seen = false;
     const bool ok = filter(base, begin, end, out,
                            [&](uint32_t number, uint32_t wire, const uint8_t* payload,
                                uint64_t bytes, std::string&) {
                              if (number != kTensorRawData) return 0;
-                             if (wire != kLengthDelimited || raw) return -1;
+                             if (wire != kLengthDelimited || seen) return -1;
+                             seen = true;
+                             if (bytes < kInlineRawData) return 0;
                              raw = ByteRange{static_cast<uint64_t>(payload - base), bytes};
                              return 1;
                            });

@@ -6,9 +6,10 @@
 // under 2 GB), parsing the file as is holds the weights three times at once:
 // the file's pages, the parsed message and the runtime's tensors.
 // split_raw_data walks the wire format of the main graph's initializers and
-// returns the model without their raw_data fields, plus where each one lies
-// in the input; the importer parses the small rest and reads each weight
-// straight from the file into its tensor.
+// returns the model without their raw_data fields of 4 KiB or more, plus where
+// each one lies in the input; the importer parses the small rest and reads
+// each weight straight from the file into its tensor. Smaller ones (shapes,
+// axes, scales) stay in the rest, where the import's rewrites read them.
 //
 // Only the wire format is read here, not its meaning: anything unexpected (a
 // malformed varint, a length past the end, a graph field given twice, a
@@ -30,10 +31,11 @@ struct ByteRange {
 };
 
 struct SplitModel {
-  // The ModelProto without the raw_data of the main graph's initializers.
+  // The ModelProto without the raw_data (of 4 KiB or more) of the main
+  // graph's initializers.
   std::string rest;
   // Per initializer of the main graph, in order: where its raw_data lies in
-  // the input, or nullopt if it has none.
+  // the input, or nullopt if it has none or a small one left in the rest.
   std::vector<std::optional<ByteRange>> raw_data;
   // Bytes of raw_data left out, in all.
   uint64_t raw_bytes = 0;

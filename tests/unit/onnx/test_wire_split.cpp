@@ -41,7 +41,7 @@ ModelBuilder two_weight_model(int64_t n) {
 }
 
 TEST(WireSplit, RestIsTheModelWithoutRawDataAndRangesPointAtIt) {
-  ModelBuilder b = two_weight_model(1000);
+  ModelBuilder b = two_weight_model(2000);
   const std::string bytes = b.bytes();
   auto split = split_raw_data(bytes.data(), bytes.size());
   ASSERT_TRUE(split.has_value());
@@ -49,17 +49,33 @@ TEST(WireSplit, RestIsTheModelWithoutRawDataAndRangesPointAtIt) {
   ASSERT_TRUE(split->raw_data[0].has_value());
   EXPECT_FALSE(split->raw_data[1].has_value());  // float_data stays in the rest
   const ByteRange r = *split->raw_data[0];
-  EXPECT_EQ(split->raw_bytes, 4000u);
-  ASSERT_EQ(r.size, 4000u);
+  EXPECT_EQ(split->raw_bytes, 8000u);
+  ASSERT_EQ(r.size, 8000u);
   EXPECT_EQ(bytes.substr(r.offset, r.size), b.model.graph().initializer(0).raw_data());
 
   onnx::ModelProto rest;
   ASSERT_TRUE(rest.ParseFromString(split->rest));
   EXPECT_FALSE(rest.graph().initializer(0).has_raw_data());
-  EXPECT_EQ(rest.graph().initializer(1).float_data_size(), 1000);
+  EXPECT_EQ(rest.graph().initializer(1).float_data_size(), 2000);
   // Put back, it is the model again, byte for byte.
   rest.mutable_graph()->mutable_initializer(0)->set_raw_data(bytes.substr(r.offset, r.size));
   EXPECT_EQ(rest.SerializeAsString(), bytes);
+}
+
+// A small raw_data (a shape, axes, a scale) stays in the rest, where the
+// import's rewrites read it.
+TEST(WireSplit, SmallRawDataStaysInTheRest) {
+  ModelBuilder b = two_weight_model(2000);
+  b.init_f32("scale", {2}, {0.5f, 2.0f});
+  const std::string bytes = b.bytes();
+  auto split = split_raw_data(bytes.data(), bytes.size());
+  ASSERT_TRUE(split.has_value());
+  ASSERT_EQ(split->raw_data.size(), 3u);
+  EXPECT_TRUE(split->raw_data[0].has_value());
+  EXPECT_FALSE(split->raw_data[2].has_value());
+  onnx::ModelProto rest;
+  ASSERT_TRUE(rest.ParseFromString(split->rest));
+  EXPECT_EQ(rest.graph().initializer(2).raw_data(), b.model.graph().initializer(2).raw_data());
 }
 
 TEST(WireSplit, SubgraphInitializersStayInTheRest) {

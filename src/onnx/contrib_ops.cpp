@@ -18,28 +18,6 @@ namespace {
 
 using Nodes = std::vector<onnx::NodeProto>;
 
-float attr_f(const onnx::NodeProto& n, const std::string& name, float otherwise) {
-  const onnx::AttributeProto* a = find_attr(n, name);
-  return a != nullptr ? a->f() : otherwise;
-}
-
-int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t otherwise) {
-  const onnx::AttributeProto* a = find_attr(n, name);
-  return a != nullptr ? a->i() : otherwise;
-}
-
-bool has_input(const onnx::NodeProto& n, int i) {
-  return i < n.input_size() && !n.input(i).empty();
-}
-
-std::string input_or_empty(const onnx::NodeProto& n, int i) {
-  return i < n.input_size() ? n.input(i) : std::string();
-}
-
-std::string output_or_empty(const onnx::NodeProto& n, int i) {
-  return i < n.output_size() ? n.output(i) : std::string();
-}
-
 // The element type of a rewrite's constants: the first operand's, float
 // when not found (then a model of another type fails type checking, which
 // names the node).

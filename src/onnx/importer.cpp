@@ -8,6 +8,7 @@
 #include "onnx/einsum.hpp"
 #include "onnx/functions.hpp"
 #include "onnx/matmul_nbits.hpp"
+#include "onnx/opset_adapter.hpp"
 #include "onnx/wire_split.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -39,7 +40,9 @@ using ir::ValueKind;
 namespace {
 
 constexpr int64_t kMinOpset = 1;
-constexpr int64_t kMaxOpset = 18;  // as shape inference (ir/shape_inference.cpp)
+// Newer models are read as opset 18 (opset_adapter.hpp), as shape inference
+// knows them (ir/shape_inference.cpp).
+constexpr int64_t kMaxOpset = kRuntimeOpset;
 
 // Protobuf's own streams take an `int` size; this one hands out a buffer of
 // any size in chunks, so the only limit left is CodedInputStream's total
@@ -964,6 +967,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   }
   split.reset();
   BP_RETURN_IF_ERROR(inline_functions(model, registry));
+  BP_RETURN_IF_ERROR(adapt_to_opset18(model));
   BP_RETURN_IF_ERROR(rewrite_contrib_ops(model, registry));
   decompose_einsums(model);
   ctx.ir_version = model.ir_version();

@@ -137,7 +137,24 @@ bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>*
   } else {
     out->assign(t.int64_data().begin(), t.int64_data().end());
   }
-  return true;
+  // Values kept elsewhere (external data, a weight the import reads from
+  // the file) are not known here.
+  return static_cast<int64_t>(out->size()) == constant_numel(value);
+}
+
+bool DeclaredTypes::float_values(const std::string& value, std::vector<float>* out) const {
+  auto c = constants_.find(value);
+  if (c == constants_.end() || c->second->data_type() != onnx::TensorProto::FLOAT) return false;
+  const onnx::TensorProto& t = *c->second;
+  out->clear();
+  if (t.has_raw_data()) {
+    const std::string& raw = t.raw_data();
+    out->resize(raw.size() / 4);
+    if (!raw.empty()) std::memcpy(out->data(), raw.data(), out->size() * 4);
+  } else {
+    out->assign(t.float_data().begin(), t.float_data().end());
+  }
+  return static_cast<int64_t>(out->size()) == constant_numel(value);
 }
 
 int64_t DeclaredTypes::constant_numel(const std::string& value) const {
@@ -373,6 +390,28 @@ const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::strin
   for (const onnx::AttributeProto& a : n.attribute())
     if (a.name() == name) return &a;
   return nullptr;
+}
+
+float attr_f(const onnx::NodeProto& n, const std::string& name, float otherwise) {
+  const onnx::AttributeProto* a = find_attr(n, name);
+  return a != nullptr ? a->f() : otherwise;
+}
+
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t otherwise) {
+  const onnx::AttributeProto* a = find_attr(n, name);
+  return a != nullptr ? a->i() : otherwise;
+}
+
+bool has_input(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() && !n.input(i).empty();
+}
+
+std::string input_or_empty(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() ? n.input(i) : std::string();
+}
+
+std::string output_or_empty(const onnx::NodeProto& n, int i) {
+  return i < n.output_size() ? n.output(i) : std::string();
 }
 
 int64_t default_opset(const onnx::ModelProto& model) {

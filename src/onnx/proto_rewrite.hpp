@@ -34,6 +34,8 @@ class DeclaredTypes {
   // The values of `value` if it is an int64 initializer or Constant (a
   // Reshape's shape, Unsqueeze's axes), else false.
   bool int64_values(const std::string& value, std::vector<int64_t>* out) const;
+  // The same for a float32 initializer or Constant (a Resize's scales).
+  bool float_values(const std::string& value, std::vector<float>* out) const;
   // Element count of `value` if it is an initializer or Constant, else -1.
   int64_t constant_numel(const std::string& value) const;
   // Dims of `value` if it is an initializer or Constant, else false.
@@ -100,6 +102,15 @@ void set_attr(onnx::NodeProto& n, const std::string& name, const std::string& va
 void set_attr(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& values);
 // The attribute `name` of `n`, or null.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);
+
+// Attribute `name` of `n` as a float or an int, `otherwise` when absent.
+float attr_f(const onnx::NodeProto& n, const std::string& name, float otherwise);
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t otherwise);
+// Whether input i is given (present and not empty).
+bool has_input(const onnx::NodeProto& n, int i);
+// Input or output i, empty when the node has fewer.
+std::string input_or_empty(const onnx::NodeProto& n, int i);
+std::string output_or_empty(const onnx::NodeProto& n, int i);
 
 // The default domain's opset the model imports, -1 if none.
 int64_t default_opset(const onnx::ModelProto& model);

@@ -178,14 +178,36 @@ TEST(Opset18, BitwiseTypesAreChecked) {
   EXPECT_ERROR_HAS(e.status(), "node 'and' (BitwiseAnd)", "float32");
 }
 
-TEST(Opset18, Opset19IsRejected) {
-  ModelBuilder b(19);
+TEST(Opset18, Opset26IsRejected) {
+  ModelBuilder b(26);
   b.input("x", {2}).output("y", {2});
   b.node("Relu", {"x"}, {"y"});
   auto e = load(b);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kVersionMismatch);
-  EXPECT_ERROR_HAS(e.status(), "opset 19", "1 to 18");
+  EXPECT_ERROR_HAS(e.status(), "opset 26", "1 to 25");
+}
+
+// A model of opset 21 is read as opset 18: GroupNormalization-21's scale
+// and bias per channel become opset 18's per group (1 and 0) and an affine
+// per channel, and the graph says opset 18.
+TEST(Opset18, Opset21IsReadAsEighteen) {
+  ModelBuilder b(21);
+  b.input("x", {2, 6, 5}).output("y", {2, 6, 5});
+  b.init_f32("s", {6}, {1, 2, 3, 4, 5, 6});
+  b.init_f32("b", {6}, {0, 1, 0, 1, 0, 1});
+  set_int(b.node("GroupNormalization", {"x", "s", "b"}, {"y"}, "gn"), "num_groups", 3);
+  const std::string bytes = b.bytes();
+  auto g = onnx_import::import_bytes(bytes.data(), bytes.size(), "m21", ".");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->opsets.at(""), 18);
+  int group_norms = 0, muls = 0;
+  for (const auto& n : g->nodes) {
+    group_norms += n.op_type == "GroupNormalization";
+    muls += n.op_type == "Mul";
+  }
+  EXPECT_EQ(group_norms, 1);
+  EXPECT_EQ(muls, 1);
 }
 
 }  // namespace

@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""Models of ONNX opsets 19 to 25 against ONNX Runtime.
+
+Backplane reads a model of default-domain opset 19 to 25 as the opset-18 model it is
+equivalent to (src/onnx/opset_adapter.hpp). Each case here is a model built with onnx.helper
+at one of those opsets, around an operator whose meaning changed after 18 (or one added that
+the import maps onto operators it has), and one model of ordinary operators at every opset
+from 19 to 25. Backplane runs each on CpuRef and on the default backends, within the rule of
+ONNX Runtime's outputs for the same file (its optimiser off):
+max|got - ref| <= 1e-4 * max|ref| + 1e-6 per output (docs/numerics.md). A node whose newer
+meaning opset 18 cannot express, and a model above opset 25, fail to load with an error
+naming the node (or the opset) and why.
+
+Usage: newer_opsets_test.py BACKPLANE_CLI ORT_MODULE_DIR WORK_DIR
+Fails when node or onnxruntime-node (ORT_MODULE_DIR) is missing.
+"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ort_optimized_test as common  # noqa: E402  (check, ort_run, backplane_run, compare)
+
+F = TensorProto.FLOAT
+
+
+def model(nodes, inputs, outputs, inits, opset, contrib=False):
+    """A model of `nodes` at default-domain `opset`; inputs and outputs as
+    (name, elem_type, shape) with None for an open dim; inits as name -> array."""
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    imports = [helper.make_opsetid("", opset)]
+    if contrib:
+        imports.append(helper.make_opsetid("com.microsoft", 1))
+    m = helper.make_model(g, opset_imports=imports)
+    m.ir_version = 10 if opset >= 23 else 9
+    return m
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def plain_model(opset, rng):
+    """Conv, Relu, Reshape, MatMul, Softmax, Cast and Transpose: operators whose meaning
+    did not change after 18."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["r", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "m"], ["mm"]),
+        helper.make_node("Softmax", ["mm"], ["sm"], axis=-1),
+        helper.make_node("Cast", ["sm"], ["y"], to=F),
+        helper.make_node("Transpose", ["sm"], ["t"], perm=[1, 0]),
+    ]
+    inits = {"w": rand(rng, 4, 3, 3, 3), "b": rand(rng, 4), "shape": np.array([2, -1], np.int64),
+             "m": rand(rng, 4 * 5 * 5, 7)}
+    return (model(nodes, [("x", F, [2, 3, 5, 5])], [("y", F, [2, 7]), ("t", F, [7, 2])], inits,
+                  opset), {"x": rand(rng, 2, 3, 5, 5)})
+
+
+def cases(rng):
+    """(label, model, inputs[, the model ONNX Runtime's reference comes from])."""
+    out = []
+    for opset in range(19, 26):
+        m, x = plain_model(opset, rng)
+        out.append((f"Conv, MatMul, Softmax at opset {opset}", m, x))
+    x4 = rand(rng, 2, 6, 5, 4)
+    out.append(("Cast with saturate (19)", model(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16, saturate=1)],
+        [("x", F, [2, 3])], [("y", TensorProto.FLOAT16, [2, 3])], {}, 19),
+        {"x": rand(rng, 2, 3)}))
+    out.append(("QuantizeLinear with output_dtype int8 and no zero point (21)", model(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=TensorProto.INT8),
+         helper.make_node("DequantizeLinear", ["q", "s"], ["y"])],
+        [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])],
+        {"s": np.array(0.02, np.float32)}, 21), {"x": x4}))
+    out.append(("QuantizeLinear per channel with saturate, output_dtype uint8 (21)", model(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["q"], axis=1, saturate=1,
+                          output_dtype=TensorProto.UINT8),
+         helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1)],
+        [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])],
+        {"s": np.linspace(0.01, 0.03, 6).astype(np.float32)}, 21), {"x": x4}))
+    q = {"q": rng.integers(0, 256, (3, 4)).astype(np.uint8)}
+    dq_init = {"s": np.array(0.05, np.float32), "z": np.array(128, np.uint8)}
+    out.append(("DequantizeLinear with output_dtype float32, its scale's (23)", model(
+        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], output_dtype=F)],
+        [("q", TensorProto.UINT8, [3, 4])], [("y", F, [3, 4])], dq_init, 23), q))
+    # ONNX Runtime fails on an output type other than the scale's: its reference is the
+    # same dequantization followed by a Cast.
+    out.append(("DequantizeLinear with output_dtype float16 (23)", model(
+        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"],
+                          output_dtype=TensorProto.FLOAT16)],
+        [("q", TensorProto.UINT8, [3, 4])], [("y", TensorProto.FLOAT16, [3, 4])], dq_init, 23),
+        q, model([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+                  helper.make_node("Cast", ["f"], ["y"], to=TensorProto.FLOAT16)],
+                 [("q", TensorProto.UINT8, [3, 4])], [("y", TensorProto.FLOAT16, [3, 4])],
+                 dq_init, 23)))
+    out.append(("AveragePool with dilations 1 (19)", model(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], dilations=[1, 1],
+                          pads=[1, 1, 1, 1], count_include_pad=0)],
+        [("x", F, [2, 6, 5, 4])], [("y", F, None)], {}, 19), {"x": x4}))
+    for what, extra in [("sizes", {"sizes": np.array([2, 6, 9, 7], np.int64)}),
+                        ("scales 2", {"scales": np.array([1, 1, 2, 2], np.float32)})]:
+        ins = ["x", "", "scales" if "scales" in extra else "", "sizes" if "sizes" in extra else ""]
+        while ins[-1] == "":
+            ins.pop()
+        out.append((f"Resize half_pixel_symmetric with {what} (19)", model(
+            [helper.make_node("Resize", ins, ["y"], mode="linear",
+                              coordinate_transformation_mode="half_pixel_symmetric")],
+            [("x", F, [2, 6, 5, 4])], [("y", F, None)], extra, 19), {"x": x4}))
+    sig = rand(rng, 2, 16, 1)
+    out.append(("DFT with its axis as an input (20)", model(
+        [helper.make_node("DFT", ["x", "", "axis"], ["y"])],
+        [("x", F, [2, 16, 1])], [("y", F, None)], {"axis": np.array(1, np.int64)}, 20),
+        {"x": sig}))
+    out.append(("DFT inverse, default axis (20)", model(
+        [helper.make_node("DFT", ["x"], ["y"], inverse=1)],
+        [("x", F, [2, 16, 2])], [("y", F, None)], {}, 20), {"x": rand(rng, 2, 16, 2)}))
+    grid = (rng.random((2, 3, 4, 2)) * 2.2 - 1.1).astype(np.float32)
+    for mode in ["linear", "nearest", "cubic"]:
+        out.append((f"GridSample mode {mode} (20)", model(
+            [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode)],
+            [("x", F, [2, 6, 5, 4]), ("g", F, [2, 3, 4, 2])], [("y", F, None)], {}, 20),
+            {"x": x4, "g": grid}))
+    for shape in [(2, 6, 5, 4), (3, 6, 7)]:
+        out.append((f"GroupNormalization per channel, input {list(shape)} (21)", model(
+            [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3,
+                              epsilon=1e-4)],
+            [("x", F, list(shape))], [("y", F, list(shape))],
+            {"s": rand(rng, 6), "b": rand(rng, 6)}, 21), {"x": rand(rng, *shape) * 3 + 1}))
+    for approx in ["none", "tanh"]:
+        out.append((f"Gelu approximate={approx} (20)", model(
+            [helper.make_node("Gelu", ["x"], ["y"], approximate=approx)],
+            [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])], {}, 20), {"x": x4 * 2}))
+    for axis in [-1, 1]:
+        out.append((f"RMSNormalization axis {axis} (23)", model(
+            [helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=axis, epsilon=1e-5)],
+            [("x", F, [2, 5, 8])], [("y", F, [2, 5, 8])],
+            {"s": rand(rng, *([8] if axis == -1 else [5, 8]))}, 23), {"x": rand(rng, 2, 5, 8)}))
+    for alpha in [1.0, 0.5]:
+        out.append((f"Swish alpha {alpha} (24)", model(
+            [helper.make_node("Swish", ["x"], ["y"], alpha=alpha)],
+            [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])], {}, 24), {"x": x4 * 2}))
+    # A subgraph's nodes are read at the model's opset too.
+    then_g = helper.make_graph([helper.make_node("Gelu", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, [2, 6, 5, 4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, [2, 6, 5, 4])])
+    out.append(("If whose branch holds Gelu (20)", model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        [("x", F, [2, 6, 5, 4]), ("c", TensorProto.BOOL, [])], [("y", F, [2, 6, 5, 4])], {}, 20),
+        {"x": x4, "c": np.array(True)}))
+    return out
+
+
+def refusals(rng):
+    """(label, model, what the error must hold)."""
+    x = [("x", F, [2, 6, 5, 4])]
+    y = [("y", F, None)]
+    return [
+        ("Pad mode wrap (19)", model(
+            [helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap", name="pad_wrap")], x, y,
+            {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, 19),
+         ["'pad_wrap'", "Pad", "wrap"]),
+        ("DequantizeLinear blocked (21)", model(
+            [helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=2,
+                              name="dq_blocked")],
+            [("q", TensorProto.INT8, [4, 6])], y, {"s": np.ones((4, 3), np.float32)}, 21),
+         ["'dq_blocked'", "DequantizeLinear", "block_size 2"]),
+        ("Resize half_pixel_symmetric with scales 1.5 (19)", model(
+            [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", name="resize_hps",
+                              coordinate_transformation_mode="half_pixel_symmetric")], x, y,
+            {"s": np.array([1, 1, 1.5, 1.5], np.float32)}, 19),
+         ["'resize_hps'", "Resize", "half_pixel_symmetric"]),
+        ("a model of opset 26", model([helper.make_node("Relu", ["x"], ["y"])], x, y, {}, 26),
+         ["opset 26", "1 to 25"]),
+    ]
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    cli, module, work = (os.path.abspath(a) for a in sys.argv[1:4])
+    if shutil.which("node") is None or not os.path.isdir(module):
+        sys.exit(f"needs node and onnxruntime-node at {module} (scripts/fetch-corpus.sh)")
+    shutil.rmtree(work, ignore_errors=True)
+    rng = np.random.default_rng(19)
+    for i, (label, m, inputs, *reference) in enumerate(cases(rng)):
+        cwork = os.path.join(work, f"case_{i}")
+        os.makedirs(cwork)
+        path = os.path.join(cwork, "model.onnx")
+        onnx.save(m, path)
+        ref_path = path
+        if reference:
+            ref_path = os.path.join(cwork, "reference.onnx")
+            onnx.save(reference[0], ref_path)
+        files = common.save_inputs(cwork, inputs)
+        ref = common.ort_run(module, ref_path, files, cwork, "disabled")
+        common.compare(cli, path, files, ref, cwork, label, ["CpuRef", None])
+    for i, (label, m, needles) in enumerate(refusals(rng)):
+        cwork = os.path.join(work, f"refused_{i}")
+        os.makedirs(cwork)
+        path = os.path.join(cwork, "model.onnx")
+        onnx.save(m, path)
+        files = common.save_inputs(cwork, {"x": rand(rng, 2, 6, 5, 4)} if "x" in
+                                   [v.name for v in m.graph.input] else
+                                   {"q": np.zeros((4, 6), np.int8)})
+        outs, err = common.backplane_run(cli, path, files, os.path.join(cwork, "out"))
+        common.check(outs is None and "error:" in err and all(s in err for s in needles),
+                     f"{label}: refused with an error naming {', '.join(needles)} "
+                     f"({(err or '').strip()[:300]})")
+    if common.failures:
+        print(f"{len(common.failures)} failed:\n  " + "\n  ".join(common.failures))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

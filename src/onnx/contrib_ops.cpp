@@ -444,6 +444,7 @@ struct ScoreTerms {
   float filter = -10000.0f;  // what a masked score gets added
   std::string bias;          // [B or 1, N or 1, S, T], added
   bool causal = false;       // query i sees key j only if j <= i + T - S
+  float softcap = 0.0f;      // c: scores become c·tanh(scores / c) before the terms
 };
 
 // [S, T]: 0 where query i may see key j (j <= i + T - S, the query's
@@ -468,6 +469,10 @@ std::string attend(NodeEmitter& e, const std::string& q, const std::string& kt,
       terms.scale != 0.0 ? e.scalar(terms.scale, type)
                          : e.op("Reciprocal", {e.op("Sqrt", {cast(e, dim_of(e, q, 3), type)})});
   std::string scores = e.op("Mul", {e.op("MatMul", {q, kt}), scale});
+  if (terms.softcap != 0.0f) {
+    const std::string c = e.scalar(terms.softcap, type);
+    scores = e.op("Mul", {e.op("Tanh", {e.op("Div", {scores, c})}), c});
+  }
   if (terms.mask_rank != 0) {
     // (1 - mask) · filter, [B, 1, 1, T] or [B, 1, S, T].
     const std::string masked =
@@ -697,10 +702,11 @@ Nodes multi_head_attention(const onnx::NodeProto& n, const DeclaredTypes& types,
 // x [..., h] (rank 4) with its first 2·half dims turned by the angles whose
 // cosines and sines c, s [..., half] broadcast against it: halves x1, x2
 // (or, interleaved, even and odd elements) become x1·c - x2·s and
-// x2·c + x1·s; the rest of the last axis, when `partial`, is kept.
+// x2·c + x1·s; the rest of the last axis, when `partial`, is kept. A half
+// of -1 (not known at import) turns all of h.
 std::string rotate(NodeEmitter& e, const std::string& x, std::string c, std::string s,
                    int64_t half, bool interleaved, bool partial) {
-  const int64_t dims = 2 * half;
+  const int64_t dims = half < 0 ? -1 : 2 * half;
   auto ints = [&](int64_t v) { return e.int64s({v}); };
   const std::string turned = partial ? last_axis_slice(e, x, ints(0), ints(dims)) : x;
   std::string x1, x2;
@@ -710,6 +716,12 @@ std::string rotate(NodeEmitter& e, const std::string& x, std::string c, std::str
     x2 = last_axis_slice(e, pairs, ints(1), ints(2));
     c = e.axes_op("Unsqueeze", c, {-1});
     s = e.axes_op("Unsqueeze", s, {-1});
+  } else if (half < 0) {
+    x1 = e.fresh("x1");
+    x2 = e.fresh("x2");
+    onnx::NodeProto& split = e.node("Split", {turned}, {x1, x2});
+    set_attr(split, "axis", int64_t{-1});
+    set_attr(split, "num_outputs", int64_t{2});
   } else {
     x1 = last_axis_slice(e, turned, ints(0), ints(half));
     x2 = last_axis_slice(e, turned, ints(half), ints(dims));
@@ -731,39 +743,55 @@ std::string rotate(NodeEmitter& e, const std::string& x, std::string c, std::str
 // c, s the rows of cos_cache and sin_cache at the position, halves x1, x2
 // (or, interleaved, even and odd elements) become x1·c - x2·s and
 // x2·c + x1·s; the rest of the head is kept. position_ids: [B, S], or one
-// offset p for positions p, p + 1, ...
+// offset p for positions p, p + 1, ... ONNX's own (opset 23) takes
+// (input, cos_cache, sin_cache, position_ids) and, without position_ids,
+// caches already of each token, [B, S, r / 2].
 Nodes rotary_embedding(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
                        std::string* why) {
+  const bool onnx_form = n.domain().empty() || n.domain() == "ai.onnx";
   auto in = [&](int i) { return input_or_empty(n, i); };
+  const std::string ids = onnx_form ? in(3) : in(1);
+  const std::string cos = in(onnx_form ? 1 : 2), sin = in(onnx_form ? 2 : 3);
   const int rank = types.rank(in(0));
   const int64_t heads = attr_i(n, "num_heads", 0), rotary = attr_i(n, "rotary_embedding_dim", 0);
+  // The caches' width: the rotary dims' half, or the constant cache's, or
+  // (a full rotation) not needed.
   std::vector<int64_t> cache;
-  if (n.input_size() < 4 || n.output_size() < 1 || (rank != 3 && rank != 4)) {
+  int64_t half = rotary > 0 ? rotary / 2 : -1;
+  if (types.constant_dims(cos, &cache) && !cache.empty()) half = cache.back();
+  if (n.input_size() < (onnx_form ? 3 : 4) || n.output_size() < 1 || (rank != 3 && rank != 4)) {
     *why = "its input must be of known rank: [B, S, N·h] or [B, N, S, h]";
   } else if (attr_i(n, "is_packed_batching", 0) != 0) {
     *why = "packed batching is not supported";
-  } else if (!types.constant_dims(in(2), &cache) || cache.size() != 2 || cache[1] < 1) {
+  } else if (!onnx_form && cache.size() != 2) {
     *why = "its cos_cache must be a constant [positions, rotary dims / 2]";
-  } else if (rotary > 0 && (heads < 1 || rotary != 2 * cache[1])) {
+  } else if (rotary > 0 && (heads < 1 || rotary != 2 * half)) {
     *why = "a rotary_embedding_dim needs num_heads and must be twice the caches' width";
+  } else if (rank == 3 && heads < 1 && half < 1) {
+    *why = "a 3-D input needs num_heads or constant caches";
   } else if (opset < 11) {
     *why = "it needs opset 11 or later";
   }
   if (!why->empty()) return {};
-  const int64_t half = cache[1], dims = 2 * half;
   const int32_t i64 = onnx::TensorProto::INT64;
   NodeEmitter e(n, opset);
   // [B, S, N, h] or [B, N, S, h]: heads on the last axis.
   const std::string x = rank == 4
                             ? in(0)
-                            : e.op("Reshape", {in(0), rotary > 0 ? e.int64s({0, 0, heads, -1})
-                                                                 : e.int64s({0, 0, -1, dims})});
+                            : e.op("Reshape", {in(0), heads > 0 ? e.int64s({0, 0, heads, -1})
+                                                                : e.int64s({0, 0, -1, 2 * half})});
+  // cos and sin [..., S, 1 or N, half] against [B, S, N, ·], [..., 1, S, half]
+  // against [B, N, S, ·]: the caches' rows at the positions, or the caches
+  // as they are when ONNX's form has no position_ids.
+  std::string positions = ids;
+  auto rows = [&](const std::string& table) {
+    const std::string per_token = ids.empty() ? table : e.op("Gather", {table, positions});
+    return e.axes_op("Unsqueeze", per_token, {rank == 3 ? -2 : -3});
+  };
   // Positions: [B, S] as given, or p + 0..S-1 from one offset p (a scalar
   // or one element); when the rank is not declared, p + (0..S-1)·(size == 1).
-  const std::string ids = in(1);
   const int ids_rank = types.rank(ids);
-  std::string positions = ids;
-  if (ids_rank != 2) {
+  if (!ids.empty() && ids_rank != 2) {
     std::string steps =
         e.op("Range",
              {e.scalar(0.0, i64), e.axes_op("Squeeze", dim_of(e, in(0), rank == 3 ? 1 : 2), {0}),
@@ -773,13 +801,8 @@ Nodes rotary_embedding(const onnx::NodeProto& n, const DeclaredTypes& types, int
                    {steps, cast(e, e.op("Equal", {e.op("Size", {ids}), e.scalar(1.0, i64)}), i64)});
     positions = e.op("Add", {ids, steps});
   }
-  // cos and sin [..., S, 1 or N, half] against [B, S, N, ·], [..., 1, S, half]
-  // against [B, N, S, ·].
-  auto rows = [&](const std::string& table) {
-    return e.axes_op("Unsqueeze", e.op("Gather", {table, positions}), {rank == 3 ? -2 : -3});
-  };
-  const std::string y = rotate(e, x, rows(in(2)), rows(in(3)), half,
-                               attr_i(n, "interleaved", 0) != 0, rotary > 0);
+  const std::string y =
+      rotate(e, x, rows(cos), rows(sin), half, attr_i(n, "interleaved", 0) != 0, rotary > 0);
   if (rank == 3) e.op("Reshape", {y, e.op("Shape", {in(0)})}, n.output(0));
   else e.op("Identity", {y}, n.output(0));
   return e.finish();
@@ -917,6 +940,79 @@ Nodes group_query_attention(const onnx::NodeProto& n, const DeclaredTypes& types
   return e.finish();
 }
 
+// ONNX's Attention (opset 23, as exporters write scaled dot-product
+// attention): Q [B, N, S, h] and K, V [B, M, L, h] of M key and value heads
+// (query head n reads key head n / (N / M)), or 3-D [B, S, N·h] and [B, L,
+// M·h] with q_num_heads and kv_num_heads; past_key/past_value [B, M, P, h]
+// put ahead, present_key/present_value them all; softmax(Q·Kᵀ·scale, capped
+// by softcap, + the mask)·V, where a boolean attn_mask masks out false and a
+// float one is added, and is_causal lets query i see key j only if
+// j <= i + T - S. Not covered: nonpad_kv_seqlen (opset 24), the qk_matmul
+// output.
+Nodes onnx_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
+                     std::string* why) {
+  auto in = [&](int i) { return input_or_empty(n, i); };
+  const int rank = types.rank(in(0));
+  const int64_t heads = attr_i(n, "q_num_heads", 0), kv_heads = attr_i(n, "kv_num_heads", 0);
+  if (n.input_size() < 3 || n.output_size() < 1 || (rank != 3 && rank != 4)) {
+    *why = "its query must be of known rank, 3 or 4";
+  } else if (rank == 3 && (heads < 1 || kv_heads < 1 || heads % kv_heads != 0)) {
+    *why = "3-D inputs need q_num_heads and kv_num_heads, the first a multiple of the second";
+  } else if (has_input(n, 6)) {
+    *why = "nonpad_kv_seqlen is not supported";
+  } else if (!output_or_empty(n, 3).empty()) {
+    *why = "its qk_matmul_output is not supported";
+  } else if (has_input(n, 4) != has_input(n, 5)) {
+    *why = "it has one of past_key and past_value without the other";
+  }
+  if (!why->empty()) return {};
+  NodeEmitter e(n, opset);
+  const int32_t type = elem_type_of(types, in(0));
+  const std::string q = rank == 3 ? split_heads(e, in(0), heads) : in(0);
+  std::string k = rank == 3 ? split_heads(e, in(1), kv_heads) : in(1);
+  std::string v = rank == 3 ? split_heads(e, in(2), kv_heads) : in(2);
+  // The past ahead of this run's keys and values; the presents are them all.
+  auto with_past = [&](const std::string& now, int past, int present) {
+    const std::string out = output_or_empty(n, present);
+    if (has_input(n, past)) return concat(e, {in(past), now}, 2, out);
+    if (!out.empty()) e.op("Identity", {now}, out);
+    return now;
+  };
+  k = with_past(k, 4, 1);
+  v = with_past(v, 5, 2);
+  // Each key and value head repeated for its group of query heads: [B, M,
+  // G, T, h] as [B, N, T, h]. With 4-D inputs the group is known at run time.
+  if (rank == 4 || heads != kv_heads) {
+    const std::string group =
+        rank == 3 ? e.int64s({heads / kv_heads}) : e.op("Div", {dim_of(e, q, 1), dim_of(e, k, 1)});
+    const std::string one = e.int64s({1});
+    auto repeat = [&](const std::string& x) {
+      const std::string grouped = e.op(
+          "Expand", {e.axes_op("Unsqueeze", x, {2}), concat(e, {one, one, group, one, one}, 0)});
+      return e.op(
+          "Reshape",
+          {grouped,
+           concat(e, {dim_of(e, x, 0), e.int64s({-1}), dim_of(e, x, 2), dim_of(e, x, 3)}, 0)});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  ScoreTerms terms;
+  terms.scale = attr_f(n, "scale", 0.0f);
+  terms.softcap = attr_f(n, "softcap", 0.0f);
+  terms.causal = attr_i(n, "is_causal", 0) != 0;
+  terms.filter = std::numeric_limits<float>::lowest();
+  if (has_input(n, 3)) {
+    terms.bias = types.elem_type(in(3)) == onnx::TensorProto::BOOL
+                     ? e.op("Where", {in(3), e.scalar(0.0, type), e.scalar(terms.filter, type)})
+                     : in(3);
+  }
+  const std::string y = attend(e, q, e.transpose(k, {0, 1, 3, 2}), v, terms, type);
+  if (rank == 3) join_heads(e, y, n.output(0));
+  else e.op("Identity", {y}, n.output(0));
+  return e.finish();
+}
+
 // EmbedLayerNormalization (BERT's embeddings): LayerNormalization of the
 // word embeddings of input_ids + the position embeddings (of position_ids,
 // or of 0..S-1) [+ the segment embeddings of segment_ids]; mask_index, the
@@ -1005,7 +1101,9 @@ Nodes rewrite(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opse
       op == "SimplifiedLayerNormalization")
     return layer_norm_family(n, types, opset, why);
   if (op == "QGemm") return qgemm(n, types, opset, why);
-  if (op == "Attention") return attention(n, types, opset, why);
+  const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+  if (op == "Attention")
+    return onnx_domain ? onnx_attention(n, types, opset, why) : attention(n, types, opset, why);
   if (op == "MultiHeadAttention") return multi_head_attention(n, types, opset, why);
   if (op == "RotaryEmbedding") return rotary_embedding(n, types, opset, why);
   if (op == "GroupQueryAttention") return group_query_attention(n, types, opset, why);
@@ -1026,9 +1124,11 @@ bool rewritten_op(const onnx::NodeProto& n) {
       "MultiHeadAttention", "RotaryEmbedding", "TransposeMatMul", "QuantizeLinear",
       "DequantizeLinear", "GroupQueryAttention"};
   // clang-format on
-  // ONNX Runtime defines SimplifiedLayerNormalization in the default domain.
-  if (n.op_type() == "SimplifiedLayerNormalization")
-    return n.domain().empty() || n.domain() == "ai.onnx";
+  // ONNX Runtime defines SimplifiedLayerNormalization in the default domain;
+  // ONNX defines Attention and RotaryEmbedding there since opset 23.
+  if (n.op_type() == "SimplifiedLayerNormalization" || n.op_type() == "Attention" ||
+      n.op_type() == "RotaryEmbedding")
+    if (n.domain().empty() || n.domain() == "ai.onnx") return true;
   if (n.domain() != "com.microsoft") return false;
   for (const char* op : ops)
     if (n.op_type() == op) return true;

@@ -46,7 +46,15 @@
 //                   caches)
 //   RotaryEmbedding the rotation of each head's first dims by the cos/sin
 //                   cache rows of its position (Gather, Slice, Mul, Sub,
-//                   Add, Concat), halves or interleaved pairs
+//                   Add, Concat), halves or interleaved pairs; also ONNX's
+//                   own of opset 23 (default domain; caches per token when
+//                   it has no position_ids)
+//   Attention of ONNX (opset 23, default domain)
+//                   scaled dot-product attention of 3-D or 4-D Q, K, V, key
+//                   and value heads repeated for grouped queries, past_key and
+//                   past_value ahead, presents, a boolean or additive mask,
+//                   is_causal, scale, softcap (no nonpad_kv_seqlen or qk
+//                   output)
 //   EmbedLayerNormalization
 //                   Gathers of the word, position (of position_ids or 0..S-1)
 //                   and segment embeddings, summed, LayerNormalization;

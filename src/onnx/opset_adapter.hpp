@@ -33,9 +33,11 @@
 // Refused with kUnsupported, naming the node and why: blocked quantization
 // (block_size, 21), Pad's wrap mode (19), AveragePool's dilations, a
 // half_pixel_symmetric Resize that differs from half_pixel, a DFT axis that
-// is not a constant. Operators new in these opsets and not listed above
-// (Attention, RotaryEmbedding, AffineGrid, DeformConv, TensorScatter, the
-// string and image operators) fail later as operators the runtime lacks.
+// is not a constant. Attention and RotaryEmbedding (23) are left to the
+// rewrites of contrib_ops.hpp, which share their parts with ONNX Runtime's
+// operators of those names; the other operators new in these opsets
+// (AffineGrid, DeformConv, TensorScatter, the string and image operators)
+// fail later as operators the runtime lacks.
 #pragma once
 
 #include <backplane/status.hpp>

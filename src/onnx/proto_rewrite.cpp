@@ -221,6 +221,9 @@ int DeclaredTypes::rank_of(const std::string& value) const {
   }
   if (op == "Gemm" || op == "FusedGemm" || op == "Flatten") return 2;
   // [B, S, D]; the present [2, B, N, T, h] or [B, N, T, h].
+  if (op == "Attention" &&
+      is_default_domain(n.domain()))  // ONNX's: Q's rank, presents [B, M, T, h]
+    return value == n.output(0) ? in(0) : 4;
   if (op == "Attention" || op == "MultiHeadAttention" || op == "GroupQueryAttention")
     return value == n.output(0) ? 3 : op == "Attention" ? 5 : 4;
   if (op == "Shape") return 1;

@@ -149,6 +149,7 @@ def cases(rng):
         out.append((f"Swish alpha {alpha} (24)", model(
             [helper.make_node("Swish", ["x"], ["y"], alpha=alpha)],
             [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])], {}, 24), {"x": x4 * 2}))
+    out += attention_cases(rng) + rotary_cases(rng)
     # A subgraph's nodes are read at the model's opset too.
     then_g = helper.make_graph([helper.make_node("Gelu", ["x"], ["t"])], "then", [],
                                [helper.make_tensor_value_info("t", F, [2, 6, 5, 4])])
@@ -158,6 +159,88 @@ def cases(rng):
         [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
         [("x", F, [2, 6, 5, 4]), ("c", TensorProto.BOOL, [])], [("y", F, [2, 6, 5, 4])], {}, 20),
         {"x": x4, "c": np.array(True)}))
+    return out
+
+
+def attention_cases(rng):
+    """ONNX's Attention (23): 4-D and 3-D, grouped heads, past and presents, masks, causal,
+    scale and softcap."""
+    out = []
+    B, S, P, h = 2, 3, 4, 16
+
+    def att(label, heads, kv_heads, three_d, attrs, past=False, mask=None):
+        q_shape = [B, S, heads * h] if three_d else [B, heads, S, h]
+        kv_shape = [B, S, kv_heads * h] if three_d else [B, kv_heads, S, h]
+        ins = [("q", F, q_shape), ("k", F, kv_shape), ("v", F, kv_shape)]
+        feeds = {"q": rand(rng, *q_shape), "k": rand(rng, *kv_shape), "v": rand(rng, *kv_shape)}
+        names = ["q", "k", "v", "", "", ""]
+        outs = [("y", F, None)]
+        if mask is not None:
+            ins.append(("m", mask.dtype == np.bool_ and TensorProto.BOOL or F, list(mask.shape)))
+            feeds["m"] = mask
+            names[3] = "m"
+        if past:
+            for n in ["pk", "pv"]:
+                ins.append((n, F, [B, kv_heads, P, h]))
+                feeds[n] = rand(rng, B, kv_heads, P, h)
+            names[4:6] = ["pk", "pv"]
+            outs += [("present_k", F, None), ("present_v", F, None)]
+        while names[-1] == "":
+            names.pop()
+        if three_d:
+            attrs = dict(attrs, q_num_heads=heads, kv_num_heads=kv_heads)
+        node = helper.make_node("Attention", names, [o[0] for o in outs], **attrs)
+        out.append((f"Attention {label} (23)", model([node], ins, outs, {}, 23), feeds))
+
+    T = S + P
+    keep = rng.random((B, 1, S, T)) > 0.3
+    keep[..., 0] = True  # every query sees a key
+    att("4-D, 4 heads", 4, 4, False, {})
+    att("3-D, 4 query heads on 2, causal, past and presents", 4, 2, True, {"is_causal": 1},
+        past=True)
+    att("4-D, one key head (MQA), causal, past", 4, 1, False, {"is_causal": 1}, past=True)
+    att("4-D, boolean mask, scale 0.3, past", 2, 2, False, {"scale": 0.3}, past=True, mask=keep)
+    att("4-D, float mask [S, T], softcap 2", 2, 2, False, {"softcap": 2.0},
+        mask=rand(rng, S, S))
+    return out
+
+
+def rotary_cases(rng):
+    """ONNX's RotaryEmbedding (23): 3-D and 4-D, position_ids or caches per token,
+    interleaved, partial."""
+    out = []
+    B, S, N, h, positions = 2, 5, 3, 16, 32
+
+    def rot(label, four_d, interleaved, with_ids, rotary_dim=0):
+        half = (rotary_dim or h) // 2
+        x_shape = [B, N, S, h] if four_d else [B, S, N * h]
+        angles = rng.random((positions, half)).astype(np.float32) * 6.0
+        feeds = {"x": rand(rng, *x_shape)}
+        ins, inits = [("x", F, x_shape)], {}
+        attrs = {"interleaved": int(interleaved)}
+        if not four_d:
+            attrs["num_heads"] = N
+        if rotary_dim:
+            attrs["rotary_embedding_dim"] = rotary_dim
+        names = ["x", "cos", "sin"]
+        if with_ids:
+            inits = {"cos": np.cos(angles), "sin": np.sin(angles)}
+            ins.append(("ids", TensorProto.INT64, [B, S]))
+            feeds["ids"] = rng.integers(0, positions, (B, S)).astype(np.int64)
+            names.append("ids")
+        else:  # caches of each token, as inputs
+            a = rng.random((B, S, half)).astype(np.float32) * 6.0
+            ins += [("cos", F, [B, S, half]), ("sin", F, [B, S, half])]
+            feeds.update({"cos": np.cos(a), "sin": np.sin(a)})
+        node = helper.make_node("RotaryEmbedding", names, ["y"], **attrs)
+        out.append((f"RotaryEmbedding {label} (23)",
+                    model([node], ins, [("y", F, x_shape)], inits, 23), feeds))
+
+    rot("3-D, position_ids", False, False, True)
+    rot("4-D, interleaved, position_ids", True, True, True)
+    rot("4-D, caches per token", True, False, False)
+    rot("3-D, interleaved, caches per token", False, True, False)
+    rot("3-D, first 8 dims of 16", False, False, True, rotary_dim=8)
     return out
 
 

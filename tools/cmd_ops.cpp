@@ -192,7 +192,11 @@ void print_markdown(const std::vector<OpRow>& rows, const std::vector<Conformanc
          "`QLinearSoftmax`, `QGemm`, `MatMulIntegerToFloat` and `DynamicQuantizeMatMul` become\n"
          "`DequantizeLinear`, the float operator and `QuantizeLinear` (no NHWC `channels_last`); "
          "its own\n"
-         "`QuantizeLinear` and `DequantizeLinear` are ONNX's.\n\n";
+         "`QuantizeLinear` and `DequantizeLinear` are ONNX's. ONNX's own `Attention` and\n"
+         "`RotaryEmbedding` (opset 23) are rewritten the same way (no `nonpad_kv_seqlen` or "
+         "qk output),\n"
+         "and `Gelu`, `RMSNormalization` and `Swish` of opsets 20 to 24 become the operators "
+         "above.\n\n";
   for (const Conformance& c : conf) {
     const json& s = c.summary;
     std::cout << "- Conformance on " << c.label << ": " << s.value("passed", 0) << " passed, "

@@ -116,9 +116,16 @@ const char* onnx_type_name(int32_t t) {
     case onnx::TensorProto::UNDEFINED:
       return "UNDEFINED";
     default:
-      return "UNKNOWN";
+      break;
   }
+  // The types of IR versions 9 to 11, which this protobuf may not name.
+  static const char* const newer[] = {
+      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
+      "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0", "UINT2",          "INT2"};
+  return t >= 17 && t <= 26 ? newer[t - 17] : "UNKNOWN";
 }
+
+constexpr int32_t kOnnxUInt4 = 21, kOnnxInt4 = 22;  // TensorProto.DataType
 
 // ONNX element type -> DType. Double is deliberately not narrowed to float32:
 // doing so silently would change results and clash with Cast(to=DOUBLE).
@@ -394,10 +401,55 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
   return t;
 }
 
+// INT4 and UINT4 (IR version 10): two values a byte, the first in the low
+// bits, read into int8 and uint8, whose operators (DequantizeLinear above
+// all) give them the same meaning.
+Result<Tensor> read_4bit(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
+  const bool is_signed = tp.data_type() == kOnnxInt4;
+  TensorLayout values;
+  values.what = what;
+  values.dtype = is_signed ? DType::kInt8 : DType::kUInt8;
+  for (int64_t d : tp.dims()) {
+    if (d < 0) return corrupt_data(what + ": negative dimension " + std::to_string(d));
+    if (d != 0 && values.numel > (int64_t{1} << 48) / d)
+      return corrupt_data(what + ": its shape is too large");
+    values.shape.push_back(d);
+    values.numel *= d;
+  }
+  TensorLayout packed = values;
+  packed.dtype = DType::kUInt8;
+  packed.numel = (values.numel + 1) / 2;
+  packed.shape = {packed.numel};
+  packed.bytes = static_cast<size_t>(packed.numel);
+  Tensor bytes;
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    BP_ASSIGN_OR_RETURN(bytes, read_external(ctx, tp, packed, nullptr));
+  } else if (auto in_model = ctx.raw_in_model.find(&tp); in_model != ctx.raw_in_model.end()) {
+    if (in_model->second.size != packed.bytes)
+      return packed.mismatch("raw_data", in_model->second.size, true);
+    bytes = Tensor::copy_of(DType::kUInt8, packed.shape, ctx.model_bytes + in_model->second.offset);
+  } else if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != packed.bytes)
+      return packed.mismatch("raw_data", tp.raw_data().size(), true);
+    bytes = Tensor::copy_of(DType::kUInt8, packed.shape, tp.raw_data().data());
+  } else {
+    return unsupported(what + ": 4-bit values are read from raw_data or external data only");
+  }
+  Tensor t(values.dtype, values.shape);
+  const uint8_t* in = bytes.data_as<uint8_t>();
+  uint8_t* out = t.data_as<uint8_t>();
+  for (int64_t i = 0; i < values.numel; ++i) {
+    const int v = (in[i / 2] >> (4 * (i % 2))) & 0xf;
+    out[i] = static_cast<uint8_t>(is_signed && v >= 8 ? v - 16 : v);
+  }
+  return t;
+}
+
 // `block`: where to put the ConstantBlock the bytes are kept in, if they
 // are large and come from a mapped file; null for no block.
 Result<Tensor> convert_tensor(Context& ctx, const onnx::TensorProto& tp, const std::string& what,
                               std::shared_ptr<ConstantBlock>* block = nullptr) {
+  if (tp.data_type() == kOnnxUInt4 || tp.data_type() == kOnnxInt4) return read_4bit(ctx, tp, what);
   BP_ASSIGN_OR_RETURN(TensorLayout layout, tensor_layout(tp, what));
   if (tp.data_location() == onnx::TensorProto::EXTERNAL)
     return read_external(ctx, tp, layout, block);
@@ -973,6 +1025,7 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   ctx.ir_version = model.ir_version();
   BP_ASSIGN_OR_RETURN(Graph graph, convert_model(ctx, model));
   BP_RETURN_IF_ERROR(expand_matmul_nbits(graph));
+  BP_RETURN_IF_ERROR(expand_blocked_dequantize(graph));
   if (graph.topo_sort().ok()) ir::merge_common_subexpressions(graph);  // else verify() says why
   return graph;
 }

@@ -1,5 +1,5 @@
-// matmul_nbits.cpp — MatMulNBits as a MatMul by its dequantized weights
-// (matmul_nbits.hpp).
+// matmul_nbits.cpp — MatMulNBits as a MatMul by its dequantized weights, and
+// blocked DequantizeLinear of constants as their values (matmul_nbits.hpp).
 #include "onnx/matmul_nbits.hpp"
 
 #include <algorithm>
@@ -109,7 +109,104 @@ std::string fresh(const ir::Graph& g, const std::string& base) {
   return name;
 }
 
+// x at element `i` as a float, for the integer types DequantizeLinear takes.
+float element(const Tensor& x, int64_t i) {
+  switch (x.dtype()) {
+    case DType::kInt8:
+      return x.data_as<int8_t>()[i];
+    case DType::kUInt8:
+      return x.data_as<uint8_t>()[i];
+    case DType::kInt16:
+      return x.data_as<int16_t>()[i];
+    case DType::kUInt16:
+      return x.data_as<uint16_t>()[i];
+    default:  // kInt32, checked by the caller
+      return static_cast<float>(x.data_as<int32_t>()[i]);
+  }
+}
+
+// y = (x - zero point) · scale, each scale and zero point shared by `block`
+// consecutive elements along `axis`: y float32 of x's shape.
+Result<Tensor> dequantized_blocks(const ir::Graph& g, const ir::Node& node, int64_t block) {
+  const Tensor* x = node.has_input(0) ? g.constant(node.inputs[0]) : nullptr;
+  const Tensor* scale = node.has_input(1) ? g.constant(node.inputs[1]) : nullptr;
+  const Tensor* zp = node.has_input(2) ? g.constant(node.inputs[2]) : nullptr;
+  if (x == nullptr || scale == nullptr || (node.has_input(2) && zp == nullptr))
+    return unsupported("its input, scale and zero point must be constants (initializers)");
+  const DType t = x->dtype();
+  if (t != DType::kInt8 && t != DType::kUInt8 && t != DType::kInt16 && t != DType::kUInt16 &&
+      t != DType::kInt32)
+    return unsupported(std::string("its input is ") + dtype_name(t) +
+                       " (8-, 16- and 32-bit integers and 4-bit ones are supported)");
+  if (scale->dtype() != DType::kFloat32)
+    return unsupported(std::string("its scale is ") + dtype_name(scale->dtype()) +
+                       " (float32 is supported)");
+  const Shape& dims = x->shape();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  BP_ASSIGN_OR_RETURN(int64_t axis, node.attr_int("axis", 1));
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return invalid_argument("its axis is outside its input's rank");
+  Shape want = dims;
+  want[static_cast<size_t>(axis)] = (dims[static_cast<size_t>(axis)] + block - 1) / block;
+  if (scale->shape() != want || (zp != nullptr && (zp->shape() != want || zp->dtype() != t)))
+    return invalid_argument("its scale (and zero point) must be " + shape_to_string(want) +
+                            " for input " + shape_to_string(dims) + " in blocks of " +
+                            std::to_string(block) + " (the zero point of the input's type)");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= dims[static_cast<size_t>(d)];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= dims[static_cast<size_t>(d)];
+  const int64_t len = dims[static_cast<size_t>(axis)], groups = want[static_cast<size_t>(axis)];
+  Tensor y(DType::kFloat32, dims);
+  float* out = y.data_as<float>();
+  const float* s = scale->data_as<float>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < len; ++a) {
+      const int64_t row = (o * len + a) * inner, srow = (o * groups + a / block) * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float zero = zp != nullptr ? element(*zp, srow + i) : 0.0f;
+        out[row + i] = (element(*x, row + i) - zero) * s[srow + i];
+      }
+    }
+  return y;
+}
+
 }  // namespace
+
+Status expand_blocked_dequantize(ir::Graph& graph, int* count) {
+  if (count != nullptr) *count = 0;
+  std::vector<bool> drop(graph.nodes.size(), false);
+  int done = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const ir::Node& node = graph.nodes[i];
+    if (node.op_type != "DequantizeLinear" || !node.domain.empty()) continue;
+    Result<int64_t> block = node.attr_int("block_size", 0);
+    if (block.ok() && *block == 0) continue;
+    auto fail = [&](const Status& why) {
+      return Status(why.code(), "node '" + node.name +
+                                    "' (DequantizeLinear): blocked quantization runs here as "
+                                    "its input dequantized at import, but " +
+                                    why.message());
+    };
+    if (!block.ok()) return fail(block.status());
+    if (*block < 0) return fail(invalid_argument("its block_size is negative"));
+    if (!node.has_output(0)) return fail(invalid_argument("it has no output"));
+    Result<Tensor> y = dequantized_blocks(graph, node, *block);
+    if (!y.ok()) return fail(y.status());
+    graph.make_constant(node.outputs[0], std::move(*y));
+    drop[i] = true;
+    ++done;
+  }
+  if (done > 0) {
+    std::vector<ir::Node> kept;
+    for (size_t i = 0; i < graph.nodes.size(); ++i)
+      if (!drop[i]) kept.push_back(std::move(graph.nodes[i]));
+    graph.nodes = std::move(kept);
+    BP_RETURN_IF_ERROR(graph.topo_sort());
+    graph.remove_dead();  // the quantized weights nothing reads now
+  }
+  if (count != nullptr) *count = done;
+  return ok_status();
+}
 
 Status expand_matmul_nbits(ir::Graph& graph, int* count) {
   if (count != nullptr) *count = 0;

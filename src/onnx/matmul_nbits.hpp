@@ -26,4 +26,13 @@ namespace backplane::onnx_import {
 // bodies) as above, setting `count` (may be null) to how many.
 [[nodiscard]] Status expand_matmul_nbits(ir::Graph& graph, int* count = nullptr);
 
+// ONNX's blocked quantization (DequantizeLinear's block_size, opset 21, as
+// ONNX Runtime's 4-bit quantizer writes weights in QDQ form): each scale and
+// zero point shared by block_size consecutive elements along `axis`. A
+// DequantizeLinear of `graph`'s main graph with a block_size and constant
+// input, scale and zero point becomes its float32 values, a constant (the
+// MatMul reading it runs as any float MatMul, at the float weights'
+// memory); one with a non-constant input fails naming the node.
+[[nodiscard]] Status expand_blocked_dequantize(ir::Graph& graph, int* count = nullptr);
+
 }  // namespace backplane::onnx_import

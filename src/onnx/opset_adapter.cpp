@@ -187,7 +187,9 @@ Nodes adapt(const onnx::NodeProto& n, const DeclaredTypes& types, std::string* w
     return {without(n, {"saturate", "round_mode"})};
   }
   if (op == "QuantizeLinear" || op == "DequantizeLinear") {
-    if (attr_i(n, "block_size", 0) != 0) {
+    // A blocked DequantizeLinear of constants is dequantized after the
+    // import (expand_blocked_dequantize); blocked QuantizeLinear is refused.
+    if (op == "QuantizeLinear" && attr_i(n, "block_size", 0) != 0) {
       *why = "blocked quantization (block_size " + std::to_string(attr_i(n, "block_size", 0)) +
              ", opset 21) is not supported";
       return {};

@@ -17,7 +17,9 @@
 //                           point becomes a zero point of that type;
 //                           precision (23) only as the scale's own type
 //   DequantizeLinear        output_dtype (23) other than the scale's type
-//                           becomes a Cast of the result
+//                           becomes a Cast of the result; block_size (21)
+//                           is left to expand_blocked_dequantize
+//                           (matmul_nbits.hpp), which dequantizes constants
 //   AveragePool             dilations (19) of 1 only
 //   Resize                  half_pixel_symmetric (19) as half_pixel where
 //                           they agree: sizes given (stretched), or whole
@@ -30,7 +32,7 @@
 //   Gelu (20), RMSNormalization (23), Swish (24): ONNX Runtime's Gelu or
 //                           FastGelu, SimplifiedLayerNormalization, QuickGelu
 //
-// Refused with kUnsupported, naming the node and why: blocked quantization
+// Refused with kUnsupported, naming the node and why: blocked QuantizeLinear
 // (block_size, 21), Pad's wrap mode (19), AveragePool's dilations, a
 // half_pixel_symmetric Resize that differs from half_pixel, a DFT axis that
 // is not a constant. Attention and RotaryEmbedding (23) are left to the

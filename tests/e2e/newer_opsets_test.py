@@ -149,7 +149,7 @@ def cases(rng):
         out.append((f"Swish alpha {alpha} (24)", model(
             [helper.make_node("Swish", ["x"], ["y"], alpha=alpha)],
             [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])], {}, 24), {"x": x4 * 2}))
-    out += attention_cases(rng) + rotary_cases(rng)
+    out += attention_cases(rng) + rotary_cases(rng) + blocked_cases(rng)
     # A subgraph's nodes are read at the model's opset too.
     then_g = helper.make_graph([helper.make_node("Gelu", ["x"], ["t"])], "then", [],
                                [helper.make_tensor_value_info("t", F, [2, 6, 5, 4])])
@@ -244,6 +244,66 @@ def rotary_cases(rng):
     return out
 
 
+def packed_4bit(name, values, signed):
+    """A TensorProto of INT4 (22) or UINT4 (21): two values a byte, the first low."""
+    flat = (values.astype(np.int16).ravel() & 0xF).astype(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    t = TensorProto()
+    t.name = name
+    t.data_type = 22 if signed else 21
+    t.dims.extend(values.shape)
+    t.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+    return t
+
+
+def blocked_cases(rng):
+    """MatMul by weights quantized in blocks along K (DequantizeLinear's block_size, 21), as
+    ONNX Runtime's 4-bit quantizer writes them in QDQ form: int4 with no zero point, uint4 and
+    uint8 with zero points, a K that is not a whole number of blocks."""
+    out = []
+    M, N = 3, 6
+    for label, K, block, kind in [("int4, blocks of 16", 64, 16, "int4"),
+                                  ("uint4 with zero points, blocks of 8, K 20", 20, 8, "uint4"),
+                                  ("uint8 with zero points, blocks of 4, on axis 1", 12, 4, "uint8")]:
+        axis = 1 if kind == "uint8" else 0
+        wshape = (N, K) if axis == 1 else (K, N)
+        groups = (K + block - 1) // block
+        sshape = (N, groups) if axis == 1 else (groups, N)
+        lo, hi = {"int4": (-8, 8), "uint4": (0, 16), "uint8": (0, 256)}[kind]
+        q = rng.integers(lo, hi, wshape)
+        scale = (rng.random(sshape) * 0.05 + 0.01).astype(np.float32)
+        inits = [numpy_helper.from_array(scale, "s")]
+        names = ["w", "s"]
+        if kind == "int4":
+            inits.append(packed_4bit("w", q, True))
+        elif kind == "uint4":
+            inits += [packed_4bit("w", q, False),
+                      packed_4bit("z", rng.integers(0, 16, sshape), False)]
+            names.append("z")
+        else:
+            inits += [numpy_helper.from_array(q.astype(np.uint8), "w"),
+                      numpy_helper.from_array(rng.integers(0, 256, sshape).astype(np.uint8), "z")]
+            names.append("z")
+        nodes = [helper.make_node("DequantizeLinear", names, ["wf"], axis=axis, block_size=block)]
+        if axis == 1:
+            nodes.append(helper.make_node("Transpose", ["wf"], ["wt"], perm=[1, 0]))
+        nodes.append(helper.make_node("MatMul", ["x", "wt" if axis == 1 else "wf"], ["y"]))
+        m = model(nodes, [("x", F, [M, K])], [("y", F, [M, N])], {}, 21)
+        m.graph.initializer.extend(inits)
+        out.append((f"MatMul by weights quantized in blocks: {label} (21)", m,
+                    {"x": rand(rng, M, K)}))
+    # int4 per output column, no blocks: an ordinary per-axis DequantizeLinear.
+    K = 16
+    m = model([helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], axis=1),
+               helper.make_node("MatMul", ["x", "wf"], ["y"])],
+              [("x", F, [M, K])], [("y", F, [M, N])],
+              {"s": (rng.random(N) * 0.05 + 0.01).astype(np.float32)}, 21)
+    m.graph.initializer.append(packed_4bit("w", rng.integers(-8, 8, (K, N)), True))
+    out.append(("MatMul by int4 weights per column (21)", m, {"x": rand(rng, M, K)}))
+    return out
+
+
 def refusals(rng):
     """(label, model, what the error must hold)."""
     x = [("x", F, [2, 6, 5, 4])]
@@ -253,11 +313,16 @@ def refusals(rng):
             [helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap", name="pad_wrap")], x, y,
             {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, 19),
          ["'pad_wrap'", "Pad", "wrap"]),
-        ("DequantizeLinear blocked (21)", model(
+        ("DequantizeLinear blocked, of an input (21)", model(
             [helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=2,
                               name="dq_blocked")],
             [("q", TensorProto.INT8, [4, 6])], y, {"s": np.ones((4, 3), np.float32)}, 21),
-         ["'dq_blocked'", "DequantizeLinear", "block_size 2"]),
+         ["'dq_blocked'", "DequantizeLinear", "must be constants"]),
+        ("QuantizeLinear blocked (21)", model(
+            [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2,
+                              name="q_blocked")],
+            x, [("y", TensorProto.UINT8, None)], {"s": np.ones((2, 3, 5, 4), np.float32)}, 21),
+         ["'q_blocked'", "QuantizeLinear", "block_size 2"]),
         ("Resize half_pixel_symmetric with scales 1.5 (19)", model(
             [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", name="resize_hps",
                               coordinate_transformation_mode="half_pixel_symmetric")], x, y,

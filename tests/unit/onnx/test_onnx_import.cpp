@@ -498,6 +498,41 @@ TEST(OnnxImport, ParseThatYieldsNoModelIsRejected) {
   }
 }
 
+// INT4 and UINT4 initializers (two values a byte, the first in the low
+// bits) are read as int8 and uint8, an odd count's last byte half used.
+TEST(OnnxImport, FourBitInitializersReadAsEightBit) {
+  for (const bool is_signed : {true, false}) {
+    SCOPED_TRACE(is_signed ? "INT4" : "UINT4");
+    ModelBuilder b = add_relu_model();
+    onnx::TensorProto* t = b.graph().add_initializer();
+    t->set_name("q");
+    t->set_data_type(is_signed ? 22 : 21);
+    t->add_dims(3);
+    t->set_raw_data(std::string("\x78\x0f", 2));  // 8, 7, 15
+    const std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "q.onnx", ".");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const Tensor* q = g->constant(g->find_value("q"));
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(q->shape(), (Shape{3}));
+    if (is_signed) {
+      ASSERT_EQ(q->dtype(), DType::kInt8);
+      EXPECT_EQ(q->data_as<int8_t>()[0], -8);
+      EXPECT_EQ(q->data_as<int8_t>()[1], 7);
+      EXPECT_EQ(q->data_as<int8_t>()[2], -1);
+    } else {
+      ASSERT_EQ(q->dtype(), DType::kUInt8);
+      EXPECT_EQ(q->data_as<uint8_t>()[0], 8);
+      EXPECT_EQ(q->data_as<uint8_t>()[2], 15);
+    }
+    t->set_raw_data(std::string("\x78", 1));  // one byte short
+    const std::string short_bytes = b.bytes();
+    auto bad = import_bytes(short_bytes.data(), short_bytes.size(), "q.onnx", ".");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_ERROR_HAS(bad.status(), "'q'", "raw_data");
+  }
+}
+
 // The importer takes opsets 1 to 25 (19 to 25 read as 18, opset_adapter.hpp);
 // whether an op is known at the model's opset is the registry's question
 // (each schema's since_version).

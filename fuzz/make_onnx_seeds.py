@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 def save(out, name, nodes, inputs, outputs, inits=(), opset=13):
     graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
+    model.ir_version = 10 if opset >= 21 else 8
     onnx.save(model, os.path.join(out, name + ".onnx"))
 
 
@@ -121,6 +121,7 @@ def main():
         [i64("start", 0), i64("limit", 10), i64("delta", 2), i64("cshape", [5])])
 
     control_flow_seeds(out)
+    newer_opset_seeds(out)
 
 
 def control_flow_seeds(out):
@@ -180,6 +181,31 @@ def control_flow_seeds(out):
         helper.make_node("NonZero", ["v"], ["nz"], name="nonzero"),
     ], [opt], [b("has"), helper.make_tensor_value_info("nz", TensorProto.INT64, [1, None])],
         opset=15)
+
+
+def newer_opset_seeds(out):
+    """Opsets 19 to 25, read as 18 (src/onnx/opset_adapter.hpp): operators whose meaning
+    changed, new ones rewritten at import, int4 weights quantized in blocks."""
+    rng = np.random.default_rng(1)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+    int4 = onnx.TensorProto()
+    int4.name, int4.data_type = "q4", 22
+    int4.dims.extend([8, 4])
+    int4.raw_data = bytes(range(16))
+    save(out, "seed_opset23", [
+        helper.make_node("GroupNormalization", ["x", "gs", "gb"], ["g"], name="gn", num_groups=2),
+        helper.make_node("Gelu", ["g"], ["ge"], name="gelu", approximate="tanh"),
+        helper.make_node("RMSNormalization", ["ge", "rs"], ["r"], name="rms", axis=-1),
+        helper.make_node("DequantizeLinear", ["q4", "qs"], ["w"], name="dq", axis=0,
+                         block_size=4),
+        helper.make_node("MatMul", ["r", "w"], ["m"], name="matmul"),
+        helper.make_node("QuantizeLinear", ["m", "ys"], ["mq"], name="q",
+                         output_dtype=TensorProto.INT8),
+        helper.make_node("DequantizeLinear", ["mq", "ys"], ["y"], name="dq2"),
+    ], [f32("x", [1, 4, 8])], [f32("y", [1, 4, 4])],
+        [w("gs", 4), w("gb", 4), w("rs", 8), int4,
+         numpy_helper.from_array(np.full([2, 4], 0.1, np.float32), "qs"),
+         numpy_helper.from_array(np.array(0.05, np.float32), "ys")], opset=23)
 
 
 if __name__ == "__main__":

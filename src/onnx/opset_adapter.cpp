@@ -67,7 +67,8 @@ Nodes quantize_linear(const onnx::NodeProto& n, const DeclaredTypes& types, std:
   }
   const int64_t output_dtype = attr_i(n, "output_dtype", 0);
   onnx::NodeProto q = without(n, {"saturate", "precision", "output_dtype"});
-  if (output_dtype == 0 || has_input(n, 2)) return {q};
+  // (A node without its scale is left for the operator's checks to name.)
+  if (output_dtype == 0 || has_input(n, 2) || !has_input(n, 1)) return {q};
   // No zero point: one of the type output_dtype asks for, shaped as the scale.
   NodeEmitter e(n, kRuntimeOpset);
   const std::string zero =
@@ -83,7 +84,9 @@ Nodes quantize_linear(const onnx::NodeProto& n, const DeclaredTypes& types, std:
 Nodes dequantize_linear(const onnx::NodeProto& n, const DeclaredTypes& types) {
   const int64_t output_dtype = attr_i(n, "output_dtype", 0);
   onnx::NodeProto dq = without(n, {"output_dtype"});
-  if (output_dtype == 0 || output_dtype == types.elem_type(input_or_empty(n, 1))) return {dq};
+  if (output_dtype == 0 || output_dtype == types.elem_type(input_or_empty(n, 1)) ||
+      n.output_size() < 1)
+    return {dq};
   NodeEmitter e(n, kRuntimeOpset);
   const std::string y = e.fresh("dequantized");
   dq.set_output(0, y);

@@ -195,6 +195,8 @@ struct Context {
   const unsigned char* model_bytes = nullptr;
   std::shared_ptr<const MappedFile> model_file;  // when the bytes are a mapped file
   std::map<const onnx::TensorProto*, ByteRange> raw_in_model;
+  // Names of the initializers read from INT4 or UINT4 into int8 and uint8.
+  std::set<std::string> four_bit;
   Scope* scope = nullptr;  // of the graph being read (a body's: see convert_subgraph)
 };
 
@@ -406,6 +408,7 @@ Result<Tensor> read_typed_fields(const onnx::TensorProto& tp, const TensorLayout
 // all) give them the same meaning.
 Result<Tensor> read_4bit(Context& ctx, const onnx::TensorProto& tp, const std::string& what) {
   const bool is_signed = tp.data_type() == kOnnxInt4;
+  ctx.four_bit.insert(tp.name());
   TensorLayout values;
   values.what = what;
   values.dtype = is_signed ? DType::kInt8 : DType::kUInt8;
@@ -1026,6 +1029,8 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   BP_ASSIGN_OR_RETURN(Graph graph, convert_model(ctx, model));
   BP_RETURN_IF_ERROR(expand_matmul_nbits(graph));
   BP_RETURN_IF_ERROR(expand_blocked_dequantize(graph));
+  BP_RETURN_IF_ERROR(expand_gather_block_quantized(
+      graph, [&](const std::string& name) { return ctx.four_bit.count(name) > 0; }));
   if (graph.topo_sort().ok()) ir::merge_common_subexpressions(graph);  // else verify() says why
   return graph;
 }

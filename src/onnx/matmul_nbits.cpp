@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,30 +127,30 @@ float element(const Tensor& x, int64_t i) {
   }
 }
 
+bool integer_type(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16 ||
+         t == DType::kInt32;
+}
+
 // y = (x - zero point) · scale, each scale and zero point shared by `block`
-// consecutive elements along `axis`: y float32 of x's shape.
-Result<Tensor> dequantized_blocks(const ir::Graph& g, const ir::Node& node, int64_t block) {
-  const Tensor* x = node.has_input(0) ? g.constant(node.inputs[0]) : nullptr;
-  const Tensor* scale = node.has_input(1) ? g.constant(node.inputs[1]) : nullptr;
-  const Tensor* zp = node.has_input(2) ? g.constant(node.inputs[2]) : nullptr;
-  if (x == nullptr || scale == nullptr || (node.has_input(2) && zp == nullptr))
-    return unsupported("its input, scale and zero point must be constants (initializers)");
-  const DType t = x->dtype();
-  if (t != DType::kInt8 && t != DType::kUInt8 && t != DType::kInt16 && t != DType::kUInt16 &&
-      t != DType::kInt32)
-    return unsupported(std::string("its input is ") + dtype_name(t) +
+// consecutive elements along `axis` (`zero` when there is no zero point):
+// y float32 of x's shape.
+Result<Tensor> dequantize_blocks(const Tensor& x, const Tensor& scale, const Tensor* zp, float zero,
+                                 int64_t axis, int64_t block) {
+  if (!integer_type(x.dtype()))
+    return unsupported(std::string("its quantized input is ") + dtype_name(x.dtype()) +
                        " (8-, 16- and 32-bit integers and 4-bit ones are supported)");
-  if (scale->dtype() != DType::kFloat32)
-    return unsupported(std::string("its scale is ") + dtype_name(scale->dtype()) +
+  if (scale.dtype() != DType::kFloat32)
+    return unsupported(std::string("its scale is ") + dtype_name(scale.dtype()) +
                        " (float32 is supported)");
-  const Shape& dims = x->shape();
+  const Shape& dims = x.shape();
   const int64_t rank = static_cast<int64_t>(dims.size());
-  BP_ASSIGN_OR_RETURN(int64_t axis, node.attr_int("axis", 1));
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank) return invalid_argument("its axis is outside its input's rank");
+  if (block < 1) return invalid_argument("its block_size is not positive");
   Shape want = dims;
   want[static_cast<size_t>(axis)] = (dims[static_cast<size_t>(axis)] + block - 1) / block;
-  if (scale->shape() != want || (zp != nullptr && (zp->shape() != want || zp->dtype() != t)))
+  if (scale.shape() != want || (zp != nullptr && (zp->shape() != want || zp->dtype() != x.dtype())))
     return invalid_argument("its scale (and zero point) must be " + shape_to_string(want) +
                             " for input " + shape_to_string(dims) + " in blocks of " +
                             std::to_string(block) + " (the zero point of the input's type)");
@@ -158,16 +160,92 @@ Result<Tensor> dequantized_blocks(const ir::Graph& g, const ir::Node& node, int6
   const int64_t len = dims[static_cast<size_t>(axis)], groups = want[static_cast<size_t>(axis)];
   Tensor y(DType::kFloat32, dims);
   float* out = y.data_as<float>();
-  const float* s = scale->data_as<float>();
+  const float* s = scale.data_as<float>();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t a = 0; a < len; ++a) {
       const int64_t row = (o * len + a) * inner, srow = (o * groups + a / block) * inner;
       for (int64_t i = 0; i < inner; ++i) {
-        const float zero = zp != nullptr ? element(*zp, srow + i) : 0.0f;
-        out[row + i] = (element(*x, row + i) - zero) * s[srow + i];
+        const float z = zp != nullptr ? element(*zp, srow + i) : zero;
+        out[row + i] = (element(x, row + i) - z) * s[srow + i];
       }
     }
   return y;
+}
+
+// A DequantizeLinear's constant input, scale and zero point dequantized.
+Result<Tensor> dequantized_blocks(const ir::Graph& g, const ir::Node& node, int64_t block) {
+  const Tensor* x = node.has_input(0) ? g.constant(node.inputs[0]) : nullptr;
+  const Tensor* scale = node.has_input(1) ? g.constant(node.inputs[1]) : nullptr;
+  const Tensor* zp = node.has_input(2) ? g.constant(node.inputs[2]) : nullptr;
+  if (x == nullptr || scale == nullptr || (node.has_input(2) && zp == nullptr))
+    return unsupported("its input, scale and zero point must be constants (initializers)");
+  BP_ASSIGN_OR_RETURN(int64_t axis, node.attr_int("axis", 1));
+  return dequantize_blocks(*x, *scale, zp, 0.0f, axis, block);
+}
+
+// `packed` [..., n] of uint8 as [..., n·8/bits] values of `bits` bits,
+// lowest bits first.
+Tensor unpacked(const Tensor& packed, int bits) {
+  Shape dims = packed.shape();
+  const int64_t per_byte = 8 / bits, n = dims.back();
+  dims.back() = n * per_byte;
+  Tensor t(DType::kUInt8, dims);
+  const uint8_t* in = packed.data_as<uint8_t>();
+  uint8_t* out = t.data_as<uint8_t>();
+  const int64_t rows = n > 0 ? packed.numel() / n : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < n * per_byte; ++k)
+      out[r * n * per_byte + k] = static_cast<uint8_t>(unpack(in + r * n, k, bits));
+  return t;
+}
+
+// GatherBlockQuantized's table dequantized: uint8 data packs 8/bits values a
+// byte along its last axis (the quantized one), zero points packed the same
+// way, 2^(bits-1) when absent (MatMulNBits' convention); int4 and uint4 data
+// (read as int8 and uint8, `four_bit`) hold one value an element, zero
+// points of their type, 0 when absent.
+Result<Tensor> dequantized_table(const ir::Graph& g, const ir::Node& node, bool four_bit) {
+  const Tensor* data = node.has_input(0) ? g.constant(node.inputs[0]) : nullptr;
+  const Tensor* scales = node.has_input(2) ? g.constant(node.inputs[2]) : nullptr;
+  const Tensor* zp = node.has_input(3) ? g.constant(node.inputs[3]) : nullptr;
+  if (data == nullptr || scales == nullptr || (node.has_input(3) && zp == nullptr))
+    return unsupported("its data, scales and zero points must be constants (initializers)");
+  const int64_t rank = static_cast<int64_t>(data->shape().size());
+  BP_ASSIGN_OR_RETURN(int64_t gather_axis, node.attr_int("gather_axis", 0));
+  BP_ASSIGN_OR_RETURN(int64_t quantize_axis, node.attr_int("quantize_axis", 1));
+  BP_ASSIGN_OR_RETURN(int64_t block, node.attr_int("block_size", 128));
+  BP_ASSIGN_OR_RETURN(int64_t bits, node.attr_int("bits", 4));
+  if (quantize_axis < 0) quantize_axis += rank;
+  if (gather_axis < 0) gather_axis += rank;
+  if (four_bit || data->dtype() != DType::kUInt8) {
+    if (bits != 4) return unsupported("4-bit data needs bits 4");
+    return dequantize_blocks(*data, *scales, zp, 0.0f, quantize_axis, block);
+  }
+  if (bits != 2 && bits != 4 && bits != 8)
+    return unsupported("bits " + std::to_string(bits) + " (2, 4 and 8 are supported)");
+  if (gather_axis != 0 || quantize_axis != rank - 1)
+    return unsupported("uint8 data must be gathered on axis 0 and quantized on its last axis");
+  const Tensor values = bits == 8 ? data->clone() : unpacked(*data, static_cast<int>(bits));
+  std::optional<Tensor> zeros;
+  if (zp != nullptr) {
+    if (zp->dtype() != DType::kUInt8 || zp->shape().size() != scales->shape().size())
+      return invalid_argument("its zero points must be uint8 of the scales' rank");
+    zeros = bits == 8 ? zp->clone() : unpacked(*zp, static_cast<int>(bits));
+    // Packed rows may end in a spare value: the scales' width counts.
+    Shape want = scales->shape();
+    if (zeros->shape() != want) {
+      if (zeros->shape().back() < want.back())
+        return invalid_argument("its zero points are fewer than its scales");
+      Tensor cut(DType::kUInt8, want);
+      const int64_t from = zeros->shape().back(), to = want.back();
+      const int64_t rows = to > 0 ? cut.numel() / to : 0;
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(zeros->data_as<uint8_t>() + r * from, to, cut.data_as<uint8_t>() + r * to);
+      zeros = std::move(cut);
+    }
+  }
+  return dequantize_blocks(values, *scales, zeros ? &*zeros : nullptr,
+                           static_cast<float>(1 << (bits - 1)), quantize_axis, block);
 }
 
 }  // namespace
@@ -203,6 +281,50 @@ Status expand_blocked_dequantize(ir::Graph& graph, int* count) {
     graph.nodes = std::move(kept);
     BP_RETURN_IF_ERROR(graph.topo_sort());
     graph.remove_dead();  // the quantized weights nothing reads now
+  }
+  if (count != nullptr) *count = done;
+  return ok_status();
+}
+
+Status expand_gather_block_quantized(ir::Graph& graph,
+                                     const std::function<bool(const std::string&)>& four_bit,
+                                     int* count) {
+  if (count != nullptr) *count = 0;
+  int done = 0;
+  for (ir::Node& node : graph.nodes) {
+    if (node.op_type != "GatherBlockQuantized" || node.domain != "com.microsoft") continue;
+    auto fail = [&](const Status& why) {
+      return Status(why.code(), "node '" + node.name +
+                                    "' (GatherBlockQuantized, domain 'com.microsoft'): ONNX "
+                                    "Runtime's quantized Gather runs here as a Gather from its "
+                                    "table dequantized at import, but " +
+                                    why.message());
+    };
+    if (!node.has_input(0) || !node.has_input(1) || !node.has_input(2) || !node.has_output(0))
+      return fail(invalid_argument("it needs data, indices, scales and its output"));
+    const bool from_4bit = four_bit && four_bit(graph.values[node.inputs[0]].name);
+    Result<Tensor> table = dequantized_table(graph, node, from_4bit);
+    if (!table.ok()) return fail(table.status());
+    Result<int64_t> axis = node.attr_int("gather_axis", 0);
+    if (!axis.ok()) return fail(axis.status());
+    const int weights = graph.add_constant(
+        fresh(graph, graph.values[node.inputs[0]].name + "/dequantized"), std::move(*table));
+    ir::Node gather;
+    gather.name = node.name + "/Gather";
+    gather.op_type = "Gather";
+    gather.inputs = {weights, node.inputs[1]};
+    gather.outputs = {node.outputs[0]};
+    ir::Attribute a;
+    a.name = "axis";
+    a.type = ir::AttrType::kInt;
+    a.i = *axis;
+    gather.attributes.push_back(std::move(a));
+    node = std::move(gather);
+    ++done;
+  }
+  if (done > 0) {
+    BP_RETURN_IF_ERROR(graph.topo_sort());
+    graph.remove_dead();  // the quantized tables nothing reads now
   }
   if (count != nullptr) *count = done;
   return ok_status();

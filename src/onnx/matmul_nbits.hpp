@@ -20,6 +20,9 @@
 
 #include <backplane/status.hpp>
 
+#include <functional>
+#include <string>
+
 namespace backplane::onnx_import {
 
 // Rewrites every MatMulNBits of `graph`'s main graph (not in control-flow
@@ -34,5 +37,18 @@ namespace backplane::onnx_import {
 // MatMul reading it runs as any float MatMul, at the float weights'
 // memory); one with a non-constant input fails naming the node.
 [[nodiscard]] Status expand_blocked_dequantize(ir::Graph& graph, int* count = nullptr);
+
+// ONNX Runtime's GatherBlockQuantized (quantized embedding tables): a Gather
+// along gather_axis from a table quantized in blocks of block_size along
+// quantize_axis. uint8 data packs 8/bits values a byte along its last axis,
+// with zero points packed the same way (2^(bits-1) when absent); int4 and
+// uint4 data, which the import reads into int8 and uint8 and `four_bit`
+// (given a value's name) tells apart, hold zero points of their type (0
+// when absent). The node becomes a Gather from the table dequantized to
+// float32 at import (eight times 4-bit data's memory). Constant data, scales
+// and zero points only; out-of-range indices fail as Gather's do.
+[[nodiscard]] Status expand_gather_block_quantized(
+    ir::Graph& graph, const std::function<bool(const std::string&)>& four_bit,
+    int* count = nullptr);
 
 }  // namespace backplane::onnx_import

@@ -4,8 +4,9 @@
 Backplane reads a model of default-domain opset 19 to 25 as the opset-18 model it is
 equivalent to (src/onnx/opset_adapter.hpp). Each case here is a model built with onnx.helper
 at one of those opsets, around an operator whose meaning changed after 18 (or one added that
-the import maps onto operators it has), and one model of ordinary operators at every opset
-from 19 to 25. Backplane runs each on CpuRef and on the default backends, within the rule of
+the import maps onto operators it has), one model of ordinary operators at every opset from
+19 to 25, and weights of 4 bits: int4 and uint4 tensors, DequantizeLinear in blocks, and ONNX
+Runtime's GatherBlockQuantized (src/onnx/matmul_nbits.hpp). Backplane runs each on CpuRef and on the default backends, within the rule of
 ONNX Runtime's outputs for the same file (its optimiser off):
 max|got - ref| <= 1e-4 * max|ref| + 1e-6 per output (docs/numerics.md). A node whose newer
 meaning opset 18 cannot express, and a model above opset 25, fail to load with an error
@@ -149,7 +150,7 @@ def cases(rng):
         out.append((f"Swish alpha {alpha} (24)", model(
             [helper.make_node("Swish", ["x"], ["y"], alpha=alpha)],
             [("x", F, [2, 6, 5, 4])], [("y", F, [2, 6, 5, 4])], {}, 24), {"x": x4 * 2}))
-    out += attention_cases(rng) + rotary_cases(rng) + blocked_cases(rng)
+    out += attention_cases(rng) + rotary_cases(rng) + blocked_cases(rng) + gather_cases(rng)
     # A subgraph's nodes are read at the model's opset too.
     then_g = helper.make_graph([helper.make_node("Gelu", ["x"], ["t"])], "then", [],
                                [helper.make_tensor_value_info("t", F, [2, 6, 5, 4])])
@@ -301,6 +302,52 @@ def blocked_cases(rng):
               {"s": (rng.random(N) * 0.05 + 0.01).astype(np.float32)}, 21)
     m.graph.initializer.append(packed_4bit("w", rng.integers(-8, 8, (K, N)), True))
     out.append(("MatMul by int4 weights per column (21)", m, {"x": rand(rng, M, K)}))
+    return out
+
+
+def gather_cases(rng):
+    """ONNX Runtime's GatherBlockQuantized (quantized embedding tables): uint8 data packing 4
+    or 8 bits, with and without zero points, and int4 and uint4 data on other axes."""
+    out = []
+    V, D, block = 10, 32, 16
+    groups = D // block
+
+    def case(label, data, scales, zp=None, **attrs):
+        names = ["data", "ids", "scales"] + (["zp"] if zp is not None else [])
+        m = model([helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft",
+                                    block_size=block, **attrs)],
+                  [("ids", TensorProto.INT64, [2, 3])], [("y", F, None)], {}, 21, contrib=True)
+        inits = [data, numpy_helper.from_array(scales, "scales")]
+        if zp is not None:
+            inits.append(zp)
+        m.graph.initializer.extend(inits)
+        gathered = data.dims[attrs.get("gather_axis", 0)]
+        out.append((f"GatherBlockQuantized {label}", m,
+                    {"ids": rng.integers(0, gathered, (2, 3)).astype(np.int64)}))
+
+    def packed_u8(name, values, bits):
+        per = 8 // bits
+        v = values.reshape(values.shape[0], -1, per).astype(np.uint8)
+        b = np.zeros(v.shape[:2], np.uint8)
+        for k in range(per):
+            b |= v[:, :, k] << (bits * k)
+        return numpy_helper.from_array(b, name)
+
+    scales = (rng.random((V, groups)) * 0.05 + 0.01).astype(np.float32)
+    case("uint8 packing 4 bits, no zero points", packed_u8("data", rng.integers(0, 16, (V, D)), 4),
+         scales, bits=4)
+    case("uint8 packing 4 bits, packed zero points",
+         packed_u8("data", rng.integers(0, 16, (V, D)), 4), scales,
+         packed_u8("zp", rng.integers(0, 16, (V, groups)), 4), bits=4)
+    case("uint8 of 8 bits, zero points", numpy_helper.from_array(
+        rng.integers(0, 256, (V, D)).astype(np.uint8), "data"), scales,
+        numpy_helper.from_array(rng.integers(0, 256, (V, groups)).astype(np.uint8), "zp"), bits=8)
+    case("int4 with zero points", packed_4bit("data", rng.integers(-8, 8, (V, D)), True), scales,
+         packed_4bit("zp", rng.integers(-8, 8, (V, groups)), True))
+    case("uint4 quantized on axis 0, gathered on axis 1",
+         packed_4bit("data", rng.integers(0, 16, (D, V)), False),
+         (rng.random((groups, V)) * 0.05 + 0.01).astype(np.float32),
+         gather_axis=1, quantize_axis=0)
     return out
 
 

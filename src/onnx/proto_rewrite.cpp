@@ -125,18 +125,27 @@ int DeclaredTypes::rank(const std::string& value) const {
   return r != ranks_.end() ? r->second : -1;
 }
 
-bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>* out) const {
-  auto c = constants_.find(value);
-  if (c == constants_.end() || c->second->data_type() != onnx::TensorProto::INT64) return false;
-  const onnx::TensorProto& t = *c->second;
+namespace {
+
+// The values of `t` from its raw_data or its typed field.
+template <class T, class Typed>
+void values_of(const onnx::TensorProto& t, const Typed& typed, std::vector<T>* out) {
   out->clear();
   if (t.has_raw_data()) {
     const std::string& raw = t.raw_data();
-    out->resize(raw.size() / 8);
-    if (!raw.empty()) std::memcpy(out->data(), raw.data(), out->size() * 8);
+    out->resize(raw.size() / sizeof(T));
+    if (!out->empty()) std::memcpy(out->data(), raw.data(), out->size() * sizeof(T));
   } else {
-    out->assign(t.int64_data().begin(), t.int64_data().end());
+    out->assign(typed.begin(), typed.end());
   }
+}
+
+}  // namespace
+
+bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>* out) const {
+  auto c = constants_.find(value);
+  if (c == constants_.end() || c->second->data_type() != onnx::TensorProto::INT64) return false;
+  values_of(*c->second, c->second->int64_data(), out);
   // Values kept elsewhere (external data, a weight the import reads from
   // the file) are not known here.
   return static_cast<int64_t>(out->size()) == constant_numel(value);
@@ -145,15 +154,7 @@ bool DeclaredTypes::int64_values(const std::string& value, std::vector<int64_t>*
 bool DeclaredTypes::float_values(const std::string& value, std::vector<float>* out) const {
   auto c = constants_.find(value);
   if (c == constants_.end() || c->second->data_type() != onnx::TensorProto::FLOAT) return false;
-  const onnx::TensorProto& t = *c->second;
-  out->clear();
-  if (t.has_raw_data()) {
-    const std::string& raw = t.raw_data();
-    out->resize(raw.size() / 4);
-    if (!raw.empty()) std::memcpy(out->data(), raw.data(), out->size() * 4);
-  } else {
-    out->assign(t.float_data().begin(), t.float_data().end());
-  }
+  values_of(*c->second, c->second->float_data(), out);
   return static_cast<int64_t>(out->size()) == constant_numel(value);
 }
 

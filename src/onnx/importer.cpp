@@ -179,7 +179,7 @@ Status unsupported_dtype(const std::string& what, int32_t t) {
   return unsupported(what + " has element type " + onnx_type_name(t) +
                      ", which Backplane does not support (supported: float32, float16, "
                      "bfloat16, float64, int8, uint8, int16, uint16, int32, uint32, int64, "
-                     "uint64, bool)");
+                     "uint64, bool; int4 and uint4 initializers, read as int8 and uint8)");
 }
 
 // Per-import state: where external data lives and the files mapped so far

@@ -172,6 +172,61 @@ Nodes group_normalization(const onnx::NodeProto& n, std::string* why) {
   return e.finish();
 }
 
+// Pad's wrap mode (19): along each padded axis, negative pads first crop it
+// (by c0 at its start, to a length L), then output i reads input
+// c0 + (i - before) mod L for i in [0, before + L + after), the positive
+// pads' extent: a Gather of those indices, whatever the pads' size. Constant
+// pads and axes.
+Nodes pad_wrap(const onnx::NodeProto& n, const DeclaredTypes& types, std::string* why) {
+  std::vector<int64_t> pads, axes;
+  if (!has_input(n, 0) || n.output_size() < 1 || !has_input(n, 1) ||
+      !types.int64_values(n.input(1), &pads) || pads.size() % 2 != 0 ||
+      (has_input(n, 3) && !types.int64_values(n.input(3), &axes))) {
+    *why = "its mode 'wrap' (opset 19) is supported with constant pads and axes only";
+    return {};
+  }
+  const int64_t count = static_cast<int64_t>(pads.size() / 2);
+  if (axes.empty())
+    for (int64_t a = 0; a < count; ++a) axes.push_back(a);
+  const int rank = types.rank(n.input(0));
+  if (static_cast<int64_t>(axes.size()) != count) {
+    *why = "its pads do not give two values per axis";
+    return {};
+  }
+  NodeEmitter e(n, kRuntimeOpset);
+  const int32_t i64 = onnx::TensorProto::INT64;
+  std::string x = n.input(0);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t before = pads[static_cast<size_t>(k)],
+                  after = pads[static_cast<size_t>(k + count)];
+    int64_t axis = axes[static_cast<size_t>(k)];
+    if (before == 0 && after == 0) continue;
+    if (axis < 0 && rank < 0) {
+      *why = "its mode 'wrap' needs the rank of its input for a negative axis";
+      return {};
+    }
+    if (axis < 0) axis += rank;
+    onnx::NodeProto& dim = e.node("Shape", {x});
+    set_attr(dim, "start", axis);
+    set_attr(dim, "end", axis + 1);
+    const int64_t crop_start = std::max<int64_t>(-before, 0),
+                  crop_end = std::max<int64_t>(-after, 0);
+    const int64_t grow_start = std::max<int64_t>(before, 0), grow_end = std::max<int64_t>(after, 0);
+    std::string length = e.axes_op("Squeeze", dim.output(0), {0});
+    if (crop_start + crop_end > 0)
+      length = e.op("Sub", {length, e.scalar(static_cast<double>(crop_start + crop_end), i64)});
+    const std::string from = e.scalar(static_cast<double>(-grow_start), i64);
+    const std::string to = e.op("Add", {length, e.scalar(static_cast<double>(grow_end), i64)});
+    std::string positions = e.op("Mod", {e.op("Range", {from, to, e.scalar(1.0, i64)}), length});
+    if (crop_start > 0)
+      positions = e.op("Add", {positions, e.scalar(static_cast<double>(crop_start), i64)});
+    onnx::NodeProto& gather = e.node("Gather", {x, positions});
+    set_attr(gather, "axis", axis);
+    x = gather.output(0);
+  }
+  return e.finish(x, n.output(0));
+}
+
 // One node of `op` in com.microsoft over the same inputs and outputs.
 Nodes as_contrib(const onnx::NodeProto& n, const std::string& op,
                  std::initializer_list<const char*> dropped) {
@@ -208,10 +263,7 @@ Nodes adapt(const onnx::NodeProto& n, const DeclaredTypes& types, std::string* w
     }
     return {without(n, {"dilations"})};
   }
-  if (op == "Pad" && attr_s(n, "mode", "constant") == "wrap") {
-    *why = "its mode 'wrap' (opset 19) is not supported";
-    return {};
-  }
+  if (op == "Pad" && attr_s(n, "mode", "constant") == "wrap") return pad_wrap(n, types, why);
   if (op == "Resize") return resize(n, types, why);
   if (op == "DFT") return dft(n, types, why);
   if (op == "GridSample") return grid_sample(n);

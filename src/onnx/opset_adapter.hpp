@@ -24,6 +24,8 @@
 //   Resize                  half_pixel_symmetric (19) as half_pixel where
 //                           they agree: sizes given (stretched), or whole
 //                           constant scales
+//   Pad                     wrap (19), of constant pads and axes, as a Gather
+//                           per padded axis of the indices it reads
 //   DFT                     axis as an input (20) back to the attribute
 //   GridSample              linear and cubic (20) are bilinear and bicubic
 //   GroupNormalization      scale and bias per channel (21): opset 18's per
@@ -33,7 +35,7 @@
 //                           FastGelu, SimplifiedLayerNormalization, QuickGelu
 //
 // Refused with kUnsupported, naming the node and why: blocked QuantizeLinear
-// (block_size, 21), Pad's wrap mode (19), AveragePool's dilations, a
+// (block_size, 21), Pad's wrap mode of non-constant pads, AveragePool's dilations, a
 // half_pixel_symmetric Resize that differs from half_pixel, a DFT axis that
 // is not a constant. Attention and RotaryEmbedding (23) are left to the
 // rewrites of contrib_ops.hpp, which share their parts with ONNX Runtime's

@@ -117,6 +117,17 @@ def cases(rng):
             [helper.make_node("Resize", ins, ["y"], mode="linear",
                               coordinate_transformation_mode="half_pixel_symmetric")],
             [("x", F, [2, 6, 5, 4])], [("y", F, None)], extra, 19), {"x": x4}))
+    for label, pads, axes in [("on H and W", [0, 0, 1, 2, 0, 0, 2, 1], None),
+                              ("on the last axis, wider than it, by axes", [3, 5], [-1]),
+                              ("cropping the channels", [0, -1, 0, 0, 0, 2, 0, 0], None)]:
+        inits = {"p": np.array(pads, np.int64)}
+        ins = ["x", "p"]
+        if axes is not None:
+            inits["a"] = np.array(axes, np.int64)
+            ins += ["", "a"]
+        out.append((f"Pad wrap {label} (19)", model(
+            [helper.make_node("Pad", ins, ["y"], mode="wrap")],
+            [("x", F, [2, 6, 5, 4])], [("y", F, None)], inits, 19), {"x": x4}))
     sig = rand(rng, 2, 16, 1)
     out.append(("DFT with its axis as an input (20)", model(
         [helper.make_node("DFT", ["x", "", "axis"], ["y"])],
@@ -356,10 +367,10 @@ def refusals(rng):
     x = [("x", F, [2, 6, 5, 4])]
     y = [("y", F, None)]
     return [
-        ("Pad mode wrap (19)", model(
-            [helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap", name="pad_wrap")], x, y,
-            {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, 19),
-         ["'pad_wrap'", "Pad", "wrap"]),
+        ("Pad mode wrap of pads given at run time (19)", model(
+            [helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap", name="pad_wrap")],
+            x + [("p", TensorProto.INT64, [8])], y, {}, 19),
+         ["'pad_wrap'", "Pad", "constant pads"]),
         ("DequantizeLinear blocked, of an input (21)", model(
             [helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=2,
                               name="dq_blocked")],
@@ -405,9 +416,12 @@ def main():
         os.makedirs(cwork)
         path = os.path.join(cwork, "model.onnx")
         onnx.save(m, path)
-        files = common.save_inputs(cwork, {"x": rand(rng, 2, 6, 5, 4)} if "x" in
-                                   [v.name for v in m.graph.input] else
-                                   {"q": np.zeros((4, 6), np.int8)})
+        feeds = {}
+        for v in m.graph.input:  # zeros of each input's declared type and shape
+            t = v.type.tensor_type
+            feeds[v.name] = np.zeros([d.dim_value for d in t.shape.dim],
+                                     onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[t.elem_type])
+        files = common.save_inputs(cwork, feeds)
         outs, err = common.backplane_run(cli, path, files, os.path.join(cwork, "out"))
         common.check(outs is None and "error:" in err and all(s in err for s in needles),
                      f"{label}: refused with an error naming {', '.join(needles)} "

@@ -84,9 +84,7 @@ Nodes quantize_linear(const onnx::NodeProto& n, const DeclaredTypes& types, std:
 Nodes dequantize_linear(const onnx::NodeProto& n, const DeclaredTypes& types) {
   const int64_t output_dtype = attr_i(n, "output_dtype", 0);
   onnx::NodeProto dq = without(n, {"output_dtype"});
-  if (output_dtype == 0 || output_dtype == types.elem_type(input_or_empty(n, 1)) ||
-      n.output_size() < 1)
-    return {dq};
+  if (output_dtype == 0 || output_dtype == types.elem_type(input_or_empty(n, 1))) return {dq};
   NodeEmitter e(n, kRuntimeOpset);
   const std::string y = e.fresh("dequantized");
   dq.set_output(0, y);
@@ -239,6 +237,8 @@ Nodes as_contrib(const onnx::NodeProto& n, const std::string& op,
 // What replaces `n` (empty: kept as it is, unless `why` says it is refused).
 Nodes adapt(const onnx::NodeProto& n, const DeclaredTypes& types, std::string* why) {
   if (!n.domain().empty() && n.domain() != "ai.onnx") return {};
+  // A node without its first output is left for the operator's checks to name.
+  if (n.output_size() < 1 || n.output(0).empty()) return {};
   const std::string& op = n.op_type();
   if (op == "Cast" || op == "CastLike") {
     if (find_attr(n, "saturate") == nullptr && find_attr(n, "round_mode") == nullptr) return {};

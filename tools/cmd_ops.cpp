@@ -196,8 +196,8 @@ void print_markdown(const std::vector<OpRow>& rows, const std::vector<Conformanc
          "`DequantizeLinear`, the float operator and `QuantizeLinear` (no NHWC `channels_last`); "
          "its own\n"
          "`QuantizeLinear` and `DequantizeLinear` are ONNX's. ONNX's own `Attention` and\n"
-         "`RotaryEmbedding` (opset 23) are rewritten the same way (no `nonpad_kv_seqlen` or "
-         "qk output),\n"
+         "`RotaryEmbedding` (opset 23) are rewritten the same way (`nonpad_kv_seqlen` without "
+         "a past;\nno qk output), "
          "and `Gelu`, `RMSNormalization` and `Swish` of opsets 20 to 24 become the operators "
          "above.\n\n";
   for (const Conformance& c : conf) {

@@ -947,8 +947,9 @@ Nodes group_query_attention(const onnx::NodeProto& n, const DeclaredTypes& types
 // put ahead, present_key/present_value them all; softmax(Q·Kᵀ·scale, capped
 // by softcap, + the mask)·V, where a boolean attn_mask masks out false and a
 // float one is added, and is_causal lets query i see key j only if
-// j <= i + T - S. Not covered: nonpad_kv_seqlen (opset 24), the qk_matmul
-// output.
+// j <= i + T - S; nonpad_kv_seqlen (opset 24) masks each sequence's keys
+// from its count on. Not covered: the qk_matmul output, nonpad_kv_seqlen
+// with a past.
 Nodes onnx_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64_t opset,
                      std::string* why) {
   auto in = [&](int i) { return input_or_empty(n, i); };
@@ -958,8 +959,8 @@ Nodes onnx_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64
     *why = "its query must be of known rank, 3 or 4";
   } else if (rank == 3 && (heads < 1 || kv_heads < 1 || heads % kv_heads != 0)) {
     *why = "3-D inputs need q_num_heads and kv_num_heads, the first a multiple of the second";
-  } else if (has_input(n, 6)) {
-    *why = "nonpad_kv_seqlen is not supported";
+  } else if (has_input(n, 6) && (has_input(n, 4) || has_input(n, 5))) {
+    *why = "nonpad_kv_seqlen (opset 24) is not supported with past_key and past_value";
   } else if (!output_or_empty(n, 3).empty()) {
     *why = "its qk_matmul_output is not supported";
   } else if (has_input(n, 4) != has_input(n, 5)) {
@@ -1006,6 +1007,17 @@ Nodes onnx_attention(const onnx::NodeProto& n, const DeclaredTypes& types, int64
     terms.bias = types.elem_type(in(3)) == onnx::TensorProto::BOOL
                      ? e.op("Where", {in(3), e.scalar(0.0, type), e.scalar(terms.filter, type)})
                      : in(3);
+  }
+  if (has_input(n, 6)) {  // keys from nonpad_kv_seqlen[b] on are padding: [B, 1, 1, T]
+    const int32_t i64 = onnx::TensorProto::INT64;
+    const std::string keys =
+        e.op("Range",
+             {e.scalar(0.0, i64), e.axes_op("Squeeze", dim_of(e, k, 2), {0}), e.scalar(1.0, i64)});
+    const std::string valid = e.op("Less", {keys, e.axes_op("Unsqueeze", in(6), {1})});
+    const std::string padding = e.axes_op(
+        "Unsqueeze", e.op("Where", {valid, e.scalar(0.0, type), e.scalar(terms.filter, type)}),
+        {1, 2});
+    terms.bias = terms.bias.empty() ? padding : e.op("Add", {terms.bias, padding});
   }
   const std::string y = attend(e, q, e.transpose(k, {0, 1, 3, 2}), v, terms, type);
   if (rank == 3) join_heads(e, y, n.output(0));

@@ -53,8 +53,8 @@
 //                   scaled dot-product attention of 3-D or 4-D Q, K, V, key
 //                   and value heads repeated for grouped queries, past_key and
 //                   past_value ahead, presents, a boolean or additive mask,
-//                   is_causal, scale, softcap (no nonpad_kv_seqlen or qk
-//                   output)
+//                   is_causal, scale, softcap, nonpad_kv_seqlen (opset 24,
+//                   without a past; no qk output)
 //   EmbedLayerNormalization
 //                   Gathers of the word, position (of position_ids or 0..S-1)
 //                   and segment embeddings, summed, LayerNormalization;

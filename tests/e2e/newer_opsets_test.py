@@ -214,6 +214,15 @@ def attention_cases(rng):
     att("4-D, boolean mask, scale 0.3, past", 2, 2, False, {"scale": 0.3}, past=True, mask=keep)
     att("4-D, float mask [S, T], softcap 2", 2, 2, False, {"softcap": 2.0},
         mask=rand(rng, S, S))
+    # Opset 24: keys past each sequence's count are padding.
+    q_shape, kv_shape = [B, S, 4 * h], [B, 5, 2 * h]
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "n"], ["y"],
+                            q_num_heads=4, kv_num_heads=2)
+    out.append(("Attention 3-D with nonpad_kv_seqlen (24)", model(
+        [node], [("q", F, q_shape), ("k", F, kv_shape), ("v", F, kv_shape),
+                 ("n", TensorProto.INT64, [B])], [("y", F, None)], {}, 24),
+        {"q": rand(rng, *q_shape), "k": rand(rng, *kv_shape), "v": rand(rng, *kv_shape),
+         "n": np.array([5, 2], np.int64)}))
     return out
 
 

@@ -1147,6 +1147,187 @@ void Binder::run_batch_gemm(size_t s) {
                                                   std::to_string(failed.load()) + ")");
 }
 
+namespace {
+// A 4-bit matmul's operands as its loops read them (steps::NBitsMatMul).
+// Each row of A is split into its even and odd elements, each half padded
+// with zeros to `padded` / 2 (a whole number of blocks): the low and high
+// halves of a weight byte then meet contiguous floats, and a dot product
+// over the split halves is the one over the row.
+struct NBitsArgs {
+  const uint8_t* q = nullptr;  // [n, blocks, block / 2]
+  const float* scales = nullptr;
+  const uint8_t* zeros = nullptr;  // packed, or null (8)
+  const float* bias = nullptr;
+  int64_t n = 0, block = 0, blocks = 0, padded = 0;
+  int zero(int64_t j, int64_t b) const {
+    return zeros != nullptr ? (zeros[j * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 15 : 8;
+  }
+  const uint8_t* column(int64_t j) const { return q + j * (padded / 2); }
+};
+
+void split_row(const float* a, int64_t k, int64_t padded, float* split) {
+  float* even = split;
+  float* odd = split + padded / 2;
+  for (int64_t i = 0; i < padded / 2; ++i) {
+    even[i] = 2 * i < k ? a[2 * i] : 0.f;
+    odd[i] = 2 * i + 1 < k ? a[2 * i + 1] : 0.f;
+  }
+}
+
+// Column j's weights, dequantized into `w` split as A's rows are.
+BP_ONEDNN_VECTOR_CLONES void dequantize_column(const NBitsArgs& p, int64_t j, float* w) {
+  const int64_t half = p.block / 2;
+  const uint8_t* column = p.column(j);
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const float scale = p.scales[j * p.blocks + b];
+    const float shift = static_cast<float>(p.zero(j, b));
+    const uint8_t* bytes = column + b * half;
+    float* e = w + b * half;
+    float* o = w + p.padded / 2 + b * half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      e[i] = (static_cast<float>(bytes[i] & 15) - shift) * scale;
+      o[i] = (static_cast<float>(bytes[i] >> 4) - shift) * scale;
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// (GCC 12 warns falsely about the intrinsics' undefined fillers; bug 105593.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// Row `a` (split) times column j, the weights converted in registers:
+// per block, scale * (sum of q * a - zero * sum of a), the block's sum of a
+// from `sums`. Blocks of 32 values or more (16 bytes at a time).
+__attribute__((target("avx512f"))) float dot_column_avx512(const NBitsArgs& p, int64_t j,
+                                                           const float* a, const float* sums) {
+  const int64_t half = p.block / 2;
+  const uint8_t* column = p.column(j);
+  const float* ae = a;
+  const float* ao = a + p.padded / 2;
+  const __m512i low = _mm512_set1_epi32(15);
+  __m512 acc = _mm512_setzero_ps();
+  float shift = 0;
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    __m512 t = _mm512_setzero_ps();
+    for (int64_t i = b * half; i < (b + 1) * half; i += 16) {
+      const __m512i w =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(column + i)));
+      t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(w, low)), _mm512_loadu_ps(ae + i), t);
+      t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4)), _mm512_loadu_ps(ao + i), t);
+    }
+    const float scale = p.scales[j * p.blocks + b];
+    acc = _mm512_fmadd_ps(t, _mm512_set1_ps(scale), acc);
+    shift += scale * static_cast<float>(p.zero(j, b)) * sums[b];
+  }
+  return _mm512_reduce_add_ps(acc) - shift;
+}
+#pragma GCC diagnostic pop
+#endif
+
+// Columns [first, first + count) into y (row stride n), for a few rows:
+// each weight converted once per row, nothing stored but the results.
+void nbits_dot(const NBitsArgs& p, const float* a_split, const float* sums, int64_t rows,
+               int64_t first, int64_t count, float* w, float* y) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && p.block % 32 == 0) {
+    for (int64_t j = first; j < first + count; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        y[r * p.n + j] = dot_column_avx512(p, j, a_split + r * p.padded, sums + r * p.blocks) +
+                         (p.bias != nullptr ? p.bias[j] : 0.f);
+    return;
+  }
+#endif
+  (void)sums;
+  for (int64_t j = first; j < first + count; ++j) {
+    dequantize_column(p, j, w);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* a = a_split + r * p.padded;
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < p.padded; ++i) sum += w[i] * a[i];
+      y[r * p.n + j] = sum + (p.bias != nullptr ? p.bias[j] : 0.f);
+    }
+  }
+}
+}  // namespace
+
+// Few rows (a decoder's token): the weights are converted in registers as
+// they are read, the bytes read once per row. More: each chunk of columns is
+// dequantized into a panel, split as A's rows are, and multiplied by
+// oneDNN's sgemm, so the conversion is paid once for all the rows.
+void Binder::run_nbits_matmul(size_t s) {
+  const Step& step = c_.steps[s];
+  const steps::NBitsMatMul& op = *step.as<steps::NBitsMatMul>();
+  NBitsArgs p;
+  const float* a = nullptr;
+  float* y = nullptr;
+  size_t a_bytes = 0;
+  for (size_t k = 0; k < step.args.size(); ++k) {
+    const auto [arg, ref] = step.args[k];
+    void* at = ptr(s, k);
+    if (arg == DNNL_ARG_SRC)
+      a = static_cast<const float*>(at), a_bytes = c_.refs[ref].md->get_size();
+    else if (arg == DNNL_ARG_WEIGHTS) p.q = static_cast<const uint8_t*>(at);
+    else if (arg == DNNL_ARG_SCALE) p.scales = static_cast<const float*>(at);
+    else if (arg == DNNL_ARG_ATTR_ZERO_POINTS) p.zeros = static_cast<const uint8_t*>(at);
+    else if (arg == DNNL_ARG_BIAS) p.bias = static_cast<const float*>(at);
+    else y = static_cast<float*>(at);
+  }
+  const int64_t rows = static_cast<int64_t>(a_bytes / sizeof(float)) / op.k;
+  if (rows == 0) return;
+  p.n = op.n;
+  p.block = op.block;
+  p.blocks = (op.k + op.block - 1) / op.block;
+  p.padded = p.blocks * op.block;
+  // A's rows split, and each block's sum per row, once: every column reads them.
+  thread_local std::vector<float> split, sums;
+  split.resize(static_cast<size_t>(rows * p.padded));
+  sums.resize(static_cast<size_t>(rows * p.blocks));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = split.data() + r * p.padded;
+    split_row(a + r * op.k, op.k, p.padded, row);
+    for (int64_t b = 0; b < p.blocks; ++b) {
+      const int64_t half = op.block / 2;
+      float sum = 0;
+      for (int64_t i = b * half; i < (b + 1) * half; ++i) sum += row[i] + row[p.padded / 2 + i];
+      sums[static_cast<size_t>(r * p.blocks + b)] = sum;
+    }
+  }
+  constexpr int64_t kFewRows = 4;
+  const int64_t columns = rows <= kFewRows ? 32 : 256;  // a panel of 256 keeps sgemm efficient
+  const int64_t chunks = (op.n + columns - 1) / columns;
+  const bool parallel = c_.threads > 1 && rows * op.n * p.padded >= (int64_t{1} << 17);
+  const ScopedOmpThreads team(parallel ? c_.threads : 1);
+  const float* a_split = split.data();
+  const float* block_sums = sums.data();
+  std::atomic<int> failed{dnnl_success};  // (a chunk may run on another thread: no throw there)
+  for_each_index(chunks, parallel, [&](int64_t c) {
+    const int64_t first = c * columns, count = std::min(columns, op.n - first);
+    thread_local std::vector<float> panel;
+    if (rows <= kFewRows) {
+      panel.resize(static_cast<size_t>(p.padded));
+      nbits_dot(p, a_split, block_sums, rows, first, count, panel.data(), y);
+      return;
+    }
+    panel.resize(static_cast<size_t>(count * p.padded));
+    for (int64_t j = 0; j < count; ++j)
+      dequantize_column(p, first + j, panel.data() + j * p.padded);
+    const dnnl_status_t st = dnnl_sgemm('N', 'T', rows, count, p.padded, 1.f, a_split, p.padded,
+                                        panel.data(), p.padded, 0.f, y + first, op.n);
+    if (st != dnnl_success) failed = st;
+    if (p.bias != nullptr)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < count; ++j) y[r * op.n + first + j] += p.bias[first + j];
+  });
+  if (failed != dnnl_success)
+    throw sdk::Error(BP_STATUS_BACKEND_ERROR, "CpuOneDnn: " + step.what +
+                                                  " failed (oneDNN sgemm status " +
+                                                  std::to_string(failed.load()) + ")");
+}
+
 // Each kind of step to its runner: a kind without one does not compile.
 struct Binder::RunStep {
   Binder& b;
@@ -1165,6 +1346,7 @@ struct Binder::RunStep {
   void operator()(const steps::Table&) const { b.run_table(s); }
   void operator()(const steps::Quantize&) const { b.run_quantize(s); }
   void operator()(const steps::BatchGemm&) const { b.run_batch_gemm(s); }
+  void operator()(const steps::NBitsMatMul&) const { b.run_nbits_matmul(s); }
 };
 
 void Binder::run_step(size_t s, dnnl::stream& stream) {
@@ -1213,7 +1395,8 @@ const char* Step::kind_name() const {
                                [](const steps::DynamicQuantize&) { return "dynamic_quantize"; },
                                [](const steps::Table&) { return "table"; },
                                [](const steps::Quantize&) { return "quantize"; },
-                               [](const steps::BatchGemm&) { return "matmul"; }},
+                               [](const steps::BatchGemm&) { return "matmul"; },
+                               [](const steps::NBitsMatMul&) { return "matmul_nbits"; }},
                     op);
 }
 

@@ -190,12 +190,24 @@ struct Quantize {
 struct BatchGemm {
   float alpha = 1;
 };
+// ONNX Runtime's MatMulNBits (ir/ops_nn.cpp) with its weights kept 4-bit:
+// DNNL_ARG_DST [..., n] = DNNL_ARG_SRC [..., k] x W (+ DNNL_ARG_BIAS [n]),
+// both plain float32, W [k, n] of the 4-bit values DNNL_ARG_WEIGHTS holds
+// (uint8 [n, blocks, block / 2], two a byte, the lower bits first) in blocks
+// of `block` along k: w = (q - zero) * scale, DNNL_ARG_SCALE float32
+// [n * blocks], DNNL_ARG_ATTR_ZERO_POINTS uint8 [n * ceil(blocks / 2)]
+// packed as the values (8 when there is none). Any rows: oneDNN 2.6 has no
+// matmul of grouped 4-bit weights, and the weights at 4 bits are what makes
+// such a model fit in memory.
+struct NBitsMatMul {
+  int64_t k = 0, n = 0, block = 0;
+};
 }  // namespace steps
 
 using StepOp = std::variant<steps::Primitive, steps::CopyConcat, steps::ConcatNorm, steps::Gather,
                             steps::RowSoftmax, steps::RowMean, steps::RowLayerNorm,
                             steps::SmallBinary, steps::DynamicQuantize, steps::Eltwise,
-                            steps::Table, steps::Quantize, steps::BatchGemm>;
+                            steps::Table, steps::Quantize, steps::BatchGemm, steps::NBitsMatMul>;
 
 struct Step {
   dnnl::primitive prim;                   // steps::Primitive only
@@ -370,6 +382,7 @@ class Binder {
   void run_table(size_t step);
   void run_quantize(size_t step);
   void run_batch_gemm(size_t step);
+  void run_nbits_matmul(size_t step);
 
   // The address of argument `a` of step `s` (this run's, for an input or output).
   void* ptr(size_t s, size_t a) const;

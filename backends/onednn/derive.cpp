@@ -35,6 +35,10 @@ bool same_op(const Step& a, const Step& b) {
   }
   if (const auto* x = a.as<steps::RowLayerNorm>())
     return x->eps == b.as<steps::RowLayerNorm>()->eps;
+  if (const auto* x = a.as<steps::NBitsMatMul>()) {
+    const auto* y = b.as<steps::NBitsMatMul>();
+    return x->k == y->k && x->n == y->n && x->block == y->block;
+  }
   if (const auto* x = a.as<steps::Gather>())
     return x->axis == b.as<steps::Gather>()->axis &&
            x->index_bytes == b.as<steps::Gather>()->index_bytes;
@@ -268,6 +272,7 @@ std::unique_ptr<InstanceTemplate> InstanceTemplate::make(const bp_graph_view_t& 
     else if (step.as<steps::RowMean>()) t->checks_.push_back({Check::kRowMean, s});
     else if (step.as<steps::BatchGemm>()) t->checks_.push_back({Check::kMatMul, s});
     else if (step.as<steps::Gather>()) t->checks_.push_back({Check::kGather, s});
+    else if (step.as<steps::NBitsMatMul>()) t->checks_.push_back({Check::kNBits, s});
     else if (step.as<steps::DynamicQuantize>() || step.as<steps::Quantize>() ||
              step.as<steps::Table>())
       t->checks_.push_back({Check::kElements, s});
@@ -329,6 +334,15 @@ bool InstanceTemplate::fits(const Compiled& c) const {
       case Check::kGather:
         if (!gather_fits(c, step)) return false;
         break;
+      case Check::kNBits: {  // rows of A [..., k] into rows of Y [..., n]
+        const auto& op = *step.as<steps::NBitsMatMul>();
+        const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));
+        const dnnl_memory_desc_t& y = md_of(c, arg_ref(step, DNNL_ARG_DST));
+        if (x.ndims != y.ndims || x.ndims == 0 || x.dims[x.ndims - 1] != op.k ||
+            y.dims[y.ndims - 1] != op.n || !std::equal(x.dims, x.dims + x.ndims - 1, y.dims))
+          return false;
+        break;
+      }
       case Check::kElements:
       case Check::kSmallElements: {
         const dnnl_memory_desc_t& x = md_of(c, arg_ref(step, DNNL_ARG_SRC));

@@ -7,7 +7,7 @@
 // itself, yet what changes from one length to the next is only the dims of
 // the values the length reaches: the steps over them are the backend's own
 // loops (CopyConcat, RowSoftmax, RowMean, RowLayerNorm, SmallBinary, Gather, DynamicQuantize,
-// Quantize) and
+// Quantize, NBitsMatMul) and
 // MatMuls with runtime dims or rows, which take any dims; every other step,
 // and every primitive, is the same.
 //
@@ -100,6 +100,7 @@ class InstanceTemplate {
       kRowMean,
       kMatMul,
       kGather,
+      kNBits,
       kElements,
       kSmallElements
     } kind;

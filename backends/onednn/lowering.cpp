@@ -282,6 +282,7 @@ void Lowering::lower_node(int n) {
   if (op == "Slice") return lower_slice(node);
   if (op == "Split") return lower_split(node);
   if (op == "Gather") return lower_gather(node);
+  if (op == "MatMulNBits") return lower_matmul_nbits(node);
   if (op == "Pad") return lower_pad(node);
   if (op == "Resize") return lower_resize(node);
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return lower_quant(node);

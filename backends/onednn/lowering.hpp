@@ -206,6 +206,7 @@ class Lowering {
                      const Dims& sizes);
   void lower_split(const INode& n);
   void lower_gather(const INode& n);
+  void lower_matmul_nbits(const INode& n);
   void lower_pad(const INode& n);
   void lower_resize(const INode& n);
   // `cur` with `lo` and `hi` elements of `value` added along `axis` (one

@@ -254,6 +254,21 @@ void Lowering::lower_gather(const INode& n) {
   tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
 }
 
+// MatMulNBits (support.cpp's check_matmul_nbits): the backend's loop over
+// the weights as they are, 4-bit (steps::NBitsMatMul), for any rows.
+void Lowering::lower_matmul_nbits(const INode& n) {
+  const sdk::NodeRef node = g_.node(n.node);
+  steps::NBitsMatMul op;
+  op.k = node.attr_int("K", 0);
+  op.n = node.attr_int("N", 0);
+  op.block = node.attr_int("block_size", 0);
+  auto input = [&](size_t i) { return i < n.in.size() && n.in[i] >= 0 ? ref_of(n.in[i]) : -1; };
+  const int src = b_.as_plain(ref_of(n.in[0]), g_.shape(n.in[0]));
+  const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
+  b_.add_nbits_matmul(src, input(1), input(2), input(3), input(5), dst, op, g_.describe(n.node));
+  tensors_[n.out] = dst;
+}
+
 // Constant-mode Pad: negative pads crop first (a window); then, per padded
 // axis, a concat of a constant slab of the pad value, the tensor, and
 // another slab, in the tensor's layout where it can be described.

@@ -253,6 +253,9 @@ void write_step(Writer& w, const Step& step) {
     write_args(w, step);
     return;
   }
+  if (step.as<steps::NBitsMatMul>())  // the artifact keeps the portable graph (compiled at load)
+    throw sdk::unsupported("CpuOneDnn does not store 4-bit matmuls in a payload (" + step.what +
+                           ")");
   if (!step.as<steps::Primitive>() || !step.prim)
     throw sdk::Error(BP_STATUS_INTERNAL, "CpuOneDnn: " + step.what + " is not a oneDNN primitive");
   const_dnnl_primitive_desc_t pd = step.prim.get_primitive_desc();

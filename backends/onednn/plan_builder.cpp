@@ -409,6 +409,16 @@ void PlanBuilder::add_batch_gemm(int src, int weights, int dst, float alpha,
             steps::BatchGemm{alpha});
 }
 
+void PlanBuilder::add_nbits_matmul(int src, int weights, int scales, int zero_points, int bias,
+                                   int dst, steps::NBitsMatMul op, const std::string& what) {
+  std::vector<std::pair<int, int>> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_SCALE, scales}};
+  if (zero_points >= 0) args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS, zero_points);
+  if (bias >= 0) args.emplace_back(DNNL_ARG_BIAS, bias);
+  args.emplace_back(DNNL_ARG_DST, dst);
+  push_step(dnnl::primitive(), std::move(args), what, op);
+}
+
 namespace {
 // Records that step s uses the buffers of its arguments.
 void mark_uses(Compiled& c, const std::vector<std::pair<int, int>>& args, int s) {

@@ -234,6 +234,10 @@ class PlanBuilder {
                           const std::string& what);
   // dst = alpha * src x weights, batched (steps::BatchGemm).
   void add_batch_gemm(int src, int weights, int dst, float alpha, const std::string& what);
+  // dst = src x the 4-bit weights (+ bias) (steps::NBitsMatMul); zero_points
+  // and bias may be -1 (none).
+  void add_nbits_matmul(int src, int weights, int scales, int zero_points, int bias, int dst,
+                        steps::NBitsMatMul op, const std::string& what);
   // dst = table[src], bytewise.
   void add_table(int src, int table, int dst, const std::string& what);
   // `src` into `dst`, `zero_point` and `scales` (= its scale times `w_scales`).

@@ -296,6 +296,13 @@ void check_shapes(ViewInfo& g, int n) {
   if (op == "Split") return c.split();
   if (op == "Pad") return c.pad();
   if (op == "Gather") return c.gather();
+  if (op == "MatMulNBits") {
+    c.expect(!c.x().empty() && c.y().size() == c.x().size() &&
+                 std::equal(c.x().begin(), c.x().end() - 1, c.y().begin()) &&
+                 c.y().back() == g.node(n).attr_int("N", 0),
+             "the output is not A's rows by N");
+    return;
+  }
   if (op == "PRelu") return c.prelu();
   if (op == "Resize") return c.resize();
   if (binary_ops().count(op)) return c.binary();

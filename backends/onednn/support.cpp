@@ -533,6 +533,34 @@ void check_gather(ViewInfo& g, int n, const Dims& xs, int) {
   if (idx->size() > 64) throw fail("Gather of more than 64 indices is not supported");
 }
 
+// MatMulNBits as the import keeps it (ir/ops_nn.cpp's schema has checked
+// the sizes): float32 A, its 4-bit weights, scales, zero points and bias
+// constants of the partition (steps::NBitsMatMul reads them in place).
+void check_matmul_nbits(ViewInfo& g, int n, const Dims& xs, int y) {
+  sdk::NodeRef node = g.node(n);
+  const int64_t k = node.attr_int("K", 0), block = node.attr_int("block_size", 0);
+  if (node.attr_int("bits", 4) != 4 || block < 16 || (block & (block - 1)) != 0 ||
+      (g.num_in(n) > 4 && g.in(n, 4) >= 0))
+    throw fail("MatMulNBits other than 4 bits in blocks of a power of 2, without g_idx");
+  if (g.shapes_known() && (xs.empty() || xs.back() != k)) throw fail("A does not end in K");
+  const int64_t cols = node.attr_int("N", 0), blocks = k < 1 ? 0 : (k + block - 1) / block;
+  if (k < 1 || cols < 1 || g.num_in(n) < 3) throw fail("MatMulNBits needs K, N, B and scales");
+  // What the loop reads of each: the weights, scales, zero points and bias.
+  const bp_dtype_t want[] = {BP_DTYPE_FLOAT32, BP_DTYPE_UINT8,     BP_DTYPE_FLOAT32,
+                             BP_DTYPE_UINT8,   BP_DTYPE_UNDEFINED, BP_DTYPE_FLOAT32};
+  const int64_t size[] = {
+      0, cols * blocks * block / 2, cols * blocks, cols * ((blocks + 1) / 2), 0, cols};
+  for (size_t i = 1; i < std::min<size_t>(g.num_in(n), 6); ++i) {
+    const int v = g.in(n, i);
+    if (v < 0 || i == 4) continue;
+    if (!g.is_const(v) || g.values[v].dtype != want[i] || sdk::element_count(g.shape(v)) != size[i])
+      throw fail("input '" + g.value_name(v) +
+                 "' is not a constant of the type and size "
+                 "MatMulNBits takes here");
+  }
+  if (g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("output is not float32");
+}
+
 // Resize as oneDNN resampling: linear with half-pixel centres (its only
 // linear), nearest where its rounding and ONNX's asymmetric floor agree
 // (whole upscaling factors); the size ratio is the scale oneDNN uses.
@@ -605,6 +633,7 @@ const std::map<std::string_view, OpCheck>& op_checks() {
                                              {"Split", check_split},
                                              {"Pad", check_pad},
                                              {"Gather", check_gather},
+                                             {"MatMulNBits", check_matmul_nbits},
                                              {"PRelu", check_prelu},
                                              {"Resize", check_resize},
                                              {"QuantizeLinear", check_quant},
@@ -620,7 +649,7 @@ void check_known(ViewInfo& g, int n) {
   sdk::NodeRef node = g.node(n);
   const std::string_view op = g.op(n);
   if (!node.domain().empty() && node.domain() != "ai.onnx" &&
-      !(op == "Gelu" && node.domain() == "com.microsoft"))
+      !((op == "Gelu" || op == "MatMulNBits") && node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
   const bool known = op_checks().count(op) || eltwise_ops().count(op) || view_ops().count(op) ||
                      activation_ops().count(op) || op == "Erf" || op == "LSTM" || op == "GRU" ||
@@ -662,6 +691,13 @@ void check_tensors(ViewInfo& g, int n) {
   if (op == "LSTM" || op == "GRU" || op == "RNN")
     return (void)rnn_spec(g, n);                                   // also sequence_lens, outputs
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
+  if (op == "MatMulNBits") {  // check_matmul_nbits: the weights' types
+    const int a = g.in(n, 0);
+    if (a < 0 || g.values[a].dtype != BP_DTYPE_FLOAT32) throw fail("A is not float32");
+    if (g.shapes_known() && sdk::element_count(g.shape(g.out(n))) == 0)
+      throw fail("output is empty");
+    return;
+  }
   // MaxPool and the operators that move values take int8 and uint8 as they
   // are (the integers compared or moved, the type kept): ONNX Runtime's
   // QOperator models pool and flatten their quantized tensors so.

@@ -48,7 +48,8 @@ const KernelRegistry& kernels() {
 }
 
 bool domain_ok(const sdk::NodeRef& node) {
-  return node.domain().empty() || node.domain() == "ai.onnx" || node.op_type() == "Gelu";
+  return node.domain().empty() || node.domain() == "ai.onnx" || node.op_type() == "Gelu" ||
+         (node.domain() == "com.microsoft" && node.op_type() == "MatMulNBits");
 }
 
 // A floating-point constant this large is a weight: no kernel reads one to

@@ -192,6 +192,73 @@ std::unique_ptr<Kernel> make_dynamic_quantize(const NodeInfo& info) {
 
 // ------------------------------------------------------------------ matmul
 
+// ONNX Runtime's MatMulNBits as the import keeps it (ir/ops_nn.cpp): each
+// weight w[k][n] = (q - zero) * scale from its 4-bit value, then Y = A x W
+// (+ bias), summed in double.
+class MatMulNBitsKernel final : public Kernel {
+ public:
+  struct Params {
+    int64_t rows = 0, k = 0, n = 0, block = 0, blocks = 0;
+    bool zero_points = false, bias = false;
+  };
+  explicit MatMulNBitsKernel(Params p) : p_(p) {}
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(p_.k) * static_cast<size_t>(p_.n) * sizeof(float);
+  }
+  void run(const void* const* in, void* const* out, void* scratch) const override {
+    const auto* a = static_cast<const float*>(in[0]);
+    const auto* q = static_cast<const uint8_t*>(in[1]);
+    const auto* scales = static_cast<const float*>(in[2]);
+    const auto* zeros = p_.zero_points ? static_cast<const uint8_t*>(in[3]) : nullptr;
+    const auto* bias = p_.bias ? static_cast<const float*>(in[5]) : nullptr;
+    auto* y = static_cast<float*>(out[0]);
+    auto* w = static_cast<float*>(scratch);  // [K, N]
+    const int64_t row_bytes = p_.blocks * p_.block / 2, zero_bytes = (p_.blocks + 1) / 2;
+    for (int64_t j = 0; j < p_.n; ++j)
+      for (int64_t kk = 0; kk < p_.k; ++kk) {
+        const int64_t b = kk / p_.block;
+        const int value = (q[j * row_bytes + kk / 2] >> (4 * (kk % 2))) & 15;
+        const int zero = zeros ? (zeros[j * zero_bytes + b / 2] >> (4 * (b % 2))) & 15 : 8;
+        w[kk * p_.n + j] = static_cast<float>(value - zero) * scales[j * p_.blocks + b];
+      }
+    for (int64_t i = 0; i < p_.rows; ++i)
+      for (int64_t j = 0; j < p_.n; ++j) {
+        double acc = bias ? bias[j] : 0.0;
+        for (int64_t kk = 0; kk < p_.k; ++kk)
+          acc += static_cast<double>(a[i * p_.k + kk]) * w[kk * p_.n + j];
+        y[i * p_.n + j] = static_cast<float>(acc);
+      }
+  }
+
+ private:
+  Params p_;
+};
+
+std::unique_ptr<Kernel> make_matmul_nbits(const NodeInfo& info) {
+  MatMulNBitsKernel::Params p;
+  p.k = info.node.attr_int("K", 0);
+  p.n = info.node.attr_int("N", 0);
+  p.block = info.node.attr_int("block_size", 0);
+  if (info.node.attr_int("bits", 4) != 4 || p.k < 1 || p.n < 1 || p.block < 16 ||
+      info.has_input(4) || info.in_dtypes[0] != BP_DTYPE_FLOAT32 ||
+      (info.has_input(3) && info.in_dtypes[3] != BP_DTYPE_UINT8))
+    fail(info, "only 4-bit weights of float32 A, without g_idx, with uint8 zero points run whole");
+  p.blocks = (p.k + p.block - 1) / p.block;
+  const Dims& a = info.in_shapes[0];
+  if (a.empty() || a.back() != p.k) fail(info, "A does not end in K");
+  p.rows = 1;
+  for (size_t d = 0; d + 1 < a.size(); ++d) p.rows *= a[d];
+  p.zero_points = info.has_input(3);
+  p.bias = info.has_input(5);
+  const int64_t want[] = {
+      0, p.n * p.blocks * p.block / 2, p.n * p.blocks, p.n * ((p.blocks + 1) / 2), 0, p.n};
+  for (size_t i = 1; i < 6; ++i)
+    if (i != 4 && info.has_input(i) && numel(info.in_shapes[i]) != want[i])
+      fail(info, "input " + std::to_string(i) + " has " + std::to_string(numel(info.in_shapes[i])) +
+                     " elements, expected " + std::to_string(want[i]));
+  return std::make_unique<MatMulNBitsKernel>(p);
+}
+
 // Integer matmul (MatMulInteger, QLinearMatMul): numpy broadcasting over
 // batch dims; operand element (i, k) of batch b is at a_off[b] + i*K + k.
 class IntMatMulKernel final : public Kernel {
@@ -467,6 +534,7 @@ void register_quant_kernels(KernelRegistry& registry) {
   registry.add("QuantizeLinear", quantize_factory(false));
   registry.add("DequantizeLinear", quantize_factory(true));
   registry.add("DynamicQuantizeLinear", make_dynamic_quantize);
+  registry.add("MatMulNBits", make_matmul_nbits);
   registry.add("MatMulInteger", [](const NodeInfo& i) { return make_int_matmul(i, false); });
   registry.add("QLinearMatMul", [](const NodeInfo& i) { return make_int_matmul(i, true); });
   registry.add("ConvInteger", [](const NodeInfo& i) { return make_int_conv(i, false); });

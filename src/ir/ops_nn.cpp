@@ -421,6 +421,53 @@ Status infer_gelu(InferCtx& c) {
   return ok_status();
 }
 
+// ONNX Runtime's MatMulNBits in the form the import keeps whole
+// (onnx/matmul_nbits.hpp): Y = A x W + bias, W [K, N] of 4-bit values in
+// blocks of block_size along K, w = (q - zero) * scale. B is uint8
+// [N, blocks, block_size / 2] (two values a byte, the lower bits first),
+// scales float32 [N * blocks], zero points absent (8) or uint8
+// [N * ceil(blocks / 2)] packed the same way, bias float32 [N].
+Status infer_matmul_nbits(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(3, 6));
+  int64_t k = 0, n = 0, bits = 0, block = 0;
+  for (auto [name, to] : {std::pair<const char*, int64_t*>{"K", &k},
+                          {"N", &n},
+                          {"bits", &bits},
+                          {"block_size", &block}}) {
+    Result<int64_t> v = c.node.attr_int(name, 0);
+    if (!v.ok()) return v.status();
+    *to = *v;
+  }
+  if (k < 1 || n < 1) return c.error("needs positive K and N");
+  if (bits != 4) return c.unsupported_error("bits " + std::to_string(bits) + " (4 is run whole)");
+  if (block < 16 || (block & (block - 1)) != 0)
+    return c.error("block_size " + std::to_string(block) + " is not a power of 2 from 16");
+  if (c.has(4)) return c.unsupported_error("g_idx (a reordering of K) is not supported");
+  const int64_t blocks = (k + block - 1) / block;
+  if (c.rank(0) < 1 || c.shape(0).back() != k)
+    return c.error("A '" + c.name(0) + "' " + dims(c.shape(0)) +
+                   " does not end in K = " + std::to_string(k));
+  auto expect = [&](size_t i, const Shape& want, const char* what) -> Status {
+    if (shape_numel(c.shape(i)) != shape_numel(want) || (c.rank(i) == 3 && c.shape(i) != want))
+      return c.error(std::string(what) + " '" + c.name(i) + "' is " + dims(c.shape(i)) +
+                     ", expected " + dims(want));
+    return ok_status();
+  };
+  BP_RETURN_IF_ERROR(expect(1, {n, blocks, block / 2}, "B"));
+  BP_RETURN_IF_ERROR(expect(2, {n * blocks}, "scales"));
+  if (c.has(3)) {
+    if (c.dtype(3) != DType::kUInt8)
+      return c.unsupported_error("zero points of " + std::string(dtype_name(c.dtype(3))) +
+                                 " (packed uint8 is run whole)");
+    BP_RETURN_IF_ERROR(expect(3, {n * ((blocks + 1) / 2)}, "zero_points"));
+  }
+  if (c.has(5)) BP_RETURN_IF_ERROR(expect(5, {n}, "bias"));
+  Shape y = c.shape(0);
+  y.back() = n;
+  c.set(0, c.dtype(0), std::move(y));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
@@ -855,6 +902,24 @@ void register_nn_ops(OpRegistry& r) {
                     .output("Y", "T")
                     .type("T", {F16, BF16, F32, F64})
                     .infer(infer_gelu));
+  add_schema(r, OpSchema("com.microsoft", "MatMulNBits", 1)
+                    .input("A", "T1")
+                    .input("B", "T2")
+                    .input("scales", "T1")
+                    .optional_input("zero_points", "T3")
+                    .optional_input("g_idx", "T4")
+                    .optional_input("bias", "T1")
+                    .output("Y", "T1")
+                    .type("T1", {F32})
+                    .type("T2", {U8})
+                    .type("T3", {U8, F32})
+                    .type("T4", {I32})
+                    .attr("K", AttrType::kInt)
+                    .attr("N", AttrType::kInt)
+                    .attr("bits", AttrType::kInt, int64_t{4})
+                    .attr("block_size", AttrType::kInt)
+                    .attr("accuracy_level", AttrType::kInt, int64_t{0})
+                    .infer(infer_matmul_nbits));
 }
 
 }  // namespace backplane::ir::ops

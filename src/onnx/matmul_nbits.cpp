@@ -105,6 +105,32 @@ Result<Tensor> dequantized(const ir::Graph& g, const ir::Node& node, const NBits
   return w;
 }
 
+// Whether `node` is in the form backends take whole (ir/ops_nn.cpp's
+// MatMulNBits): 4-bit values in blocks of a power of 2 from 16, constant
+// B, scales and (packed uint8) zero points of the sizes K and N give, float32
+// A and bias. Its weights then stay 4-bit in memory.
+bool runs_whole(const ir::Graph& g, const ir::Node& node, const NBits& p) {
+  if (p.bits != 4 || p.block < 16 || (p.block & (p.block - 1)) != 0 || node.has_input(4))
+    return false;
+  auto is = [&](size_t i, DType dtype, int64_t numel) {
+    const Tensor* t = node.has_input(i) ? g.constant(node.inputs[i]) : nullptr;
+    return t != nullptr && t->dtype() == dtype && t->numel() == numel;
+  };
+  const DType a = g.values[node.inputs[0]].dtype;
+  if (a != DType::kFloat32 && a != DType::kUndefined) return false;
+  if (!is(1, DType::kUInt8, p.n * p.blocks * p.block / 2) ||
+      !is(2, DType::kFloat32, p.n * p.blocks) ||
+      (node.has_input(3) && !is(3, DType::kUInt8, p.n * ((p.blocks + 1) / 2))))
+    return false;
+  if (node.has_input(5)) {
+    const ir::Value& bias = g.values[node.inputs[5]];
+    if ((bias.dtype != DType::kFloat32 && bias.dtype != DType::kUndefined) ||
+        (bias.has_shape && bias.shape_is_static() && shape_numel(bias.shape) != p.n))
+      return false;
+  }
+  return true;
+}
+
 std::string fresh(const ir::Graph& g, const std::string& base) {
   std::string name = base;
   for (int i = 1; g.find_value(name) >= 0; ++i) name = base + "_" + std::to_string(i);
@@ -354,6 +380,7 @@ Status expand_matmul_nbits(ir::Graph& graph, int* count) {
       return fail(unsupported(std::string("A is ") +
                               dtype_name(graph.values[node.inputs[0]].dtype) +
                               " (float32 is supported)"));
+    if (runs_whole(graph, node, *p)) continue;
     Result<Tensor> w = dequantized(graph, node, *p);
     if (!w.ok()) return fail(w.status());
     const int weights =

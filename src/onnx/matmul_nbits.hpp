@@ -1,15 +1,19 @@
 // matmul_nbits.hpp — ONNX Runtime's MatMulNBits (a MatMul by weights
 // quantized to 2, 4 or 8 bits in blocks along K, what its int4 weight
-// quantizer and the LLM builders write) as a MatMul by the weights
-// dequantized once, at import.
+// quantizer and the LLM builders write).
 //
 // Weights B [N, k_blocks, blob] hold each column's K values bit-packed per
 // block of block_size, lowest bits first; scales [N, k_blocks]; zero points
 // packed the same way (uint8) or one per block (float), 2^(bits-1) when
-// absent: W[k, n] = (q - zero point) · scale of (n, k / block_size). The
-// node becomes MatMul(A, W) [+ bias] with W [K, N] float32, a constant of
-// the graph: every backend runs it as any float MatMul, at four times the
-// memory of 8-bit weights and eight times that of 4-bit ones.
+// absent: W[k, n] = (q - zero point) · scale of (n, k / block_size).
+//
+// 4-bit weights in blocks of a power of 2 from 16, with packed or no zero
+// points, stay as they are: the node is kept, an operator of the registry
+// (ir/ops_nn.cpp) that CpuOneDnn and CpuRef run from the 4-bit bytes, so a
+// model's weights take their 4-bit size in memory. Any other node becomes
+// MatMul(A, W) [+ bias] with W [K, N] float32, dequantized once at import, a
+// constant of the graph that every backend runs as any float MatMul (at four
+// times the memory of 8-bit weights).
 //
 // Only float32 A and scales with constant weights, scales and zero points
 // are covered; g_idx (a deprecated reordering) is not. A node outside that
@@ -26,7 +30,8 @@
 namespace backplane::onnx_import {
 
 // Rewrites every MatMulNBits of `graph`'s main graph (not in control-flow
-// bodies) as above, setting `count` (may be null) to how many.
+// bodies) that is not kept whole as above, setting `count` (may be null) to
+// how many.
 [[nodiscard]] Status expand_matmul_nbits(ir::Graph& graph, int* count = nullptr);
 
 // ONNX's blocked quantization (DequantizeLinear's block_size, opset 21, as

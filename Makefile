@@ -57,13 +57,18 @@ test: build
 # dynamic batching, against the same model in-process through the C++ API
 # (bench/serve_inprocess.cpp) to $(BUILD_DIR)/bench/serve_results.md; about
 # four minutes. SERVE_BENCH_ARGS e.g. "--duration 10 --concurrency 1,4".
-# Last, the int8 table (bench/int8_bench.py): ResNet-50, MobileNetV2 and
+# Then the int8 table (bench/int8_bench.py): ResNet-50, MobileNetV2 and
 # EfficientNet-B0 quantized to QDQ and the encoder dynamically by
 # scripts/quantize_qdq.py (cached in $(BUILD_DIR)/bench/models), Backplane int8
 # against ONNX Runtime int8 on the same file and against Backplane float, at 1
 # and 2 threads, the CPU's ISA named, to $(BUILD_DIR)/bench/int8_results.md;
 # a few minutes. BENCH_MODELS, if given, are quantized instead;
 # INT8_BENCH_ARGS e.g. "--runs 20 --threads 1".
+# Last, 4-bit weights (bench/nbits_bench.py): a chain of MatMulNBits (ONNX
+# Runtime's int4 layout) at one row and a prompt's 64, Backplane against ONNX
+# Runtime on the same file: latency, ready time and peak memory, to
+# $(BUILD_DIR)/bench/nbits_results.md; a minute. NBITS_BENCH_ARGS e.g.
+# "--width 2048 --threads 1".
 bench: build
 	@bash scripts/install-deps.sh --bench
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_tools _backplane
@@ -74,6 +79,7 @@ bench: build
 	@/usr/bin/python3 bench/gpuocl_bench.py --build-dir $(BUILD_DIR) $(GPUOCL_BENCH_ARGS)
 	@/usr/bin/python3 bench/serve_bench.py --build-dir $(BUILD_DIR) $(SERVE_BENCH_ARGS)
 	@/usr/bin/python3 bench/int8_bench.py --build-dir $(BUILD_DIR) $(if $(BENCH_MODELS),--models $(BENCH_MODELS)) $(INT8_BENCH_ARGS)
+	@/usr/bin/python3 bench/nbits_bench.py --build-dir $(BUILD_DIR) $(NBITS_BENCH_ARGS)
 
 # CpuOneDnn's outputs against CpuRef's on the same models (bench/check_cpuref.py:
 # every output within 1e-4 of CpuRef's largest, at 1 and 2 threads; exit 1 if

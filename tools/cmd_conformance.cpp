@@ -477,6 +477,23 @@ std::vector<OpSpec> catalogue() {
     add({"Mish", {in("x", s)}, {}, DType::kFloat32, 18});
     add({"Gelu", {in("x", s)}, {}, DType::kFloat32, 1, "com.microsoft"});
   }
+  // ONNX Runtime's 4-bit MatMul, weights [N, blocks, block / 2] two values a
+  // byte: one row (a token) and several, with and without zero points.
+  for (const Shape& a : {Shape{1, 64}, Shape{2, 3, 64}}) {
+    const int64_t n = 8, blocks = 2;
+    const Input q = constant(in("B", {n, blocks, 16}, DType::kUInt8));
+    const Input scales = constant(in("scales", {n * blocks}, DType::kFloat32, Values::kPositive));
+    const std::vector<Attr> attrs = {int_attr("K", 64), int_attr("N", n), int_attr("bits", 4),
+                                     int_attr("block_size", 32)};
+    add({"MatMulNBits", {in("a", a), q, scales}, attrs, DType::kFloat32, 1, "com.microsoft"});
+    add({"MatMulNBits",
+         {in("a", a), q, scales,
+          constant(in("zero_points", {n * ((blocks + 1) / 2)}, DType::kUInt8))},
+         attrs,
+         DType::kFloat32,
+         1,
+         "com.microsoft"});
+  }
   add({"LpNormalization", {in("x", {2, 3, 4})}, {}});
   add({"LpNormalization", {in("x", {2, 3, 4})}, {int_attr("axis", 1), int_attr("p", 1)}});
   add({"GlobalLpPool", {in("x", {1, 3, 5, 5})}, {}});

@@ -1197,34 +1197,76 @@ BP_ONEDNN_VECTOR_CLONES void dequantize_column(const NBitsArgs& p, int64_t j, fl
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-// Row `a` (split) times column j, the weights converted in registers:
-// per block, scale * (sum of q * a - zero * sum of a), the block's sum of a
-// from `sums`. Blocks of 32 values or more (16 bytes at a time).
-__attribute__((target("avx512f"))) float dot_column_avx512(const NBitsArgs& p, int64_t j,
-                                                           const float* a, const float* sums) {
+// Rows `a` (R of them, split, `padded` apart) times column j, the weights
+// converted in registers once for all the rows: per block, scale * (sum of
+// q * a - zero * sum of a), the block's sums of a from `sums` (`blocks`
+// apart). Blocks of 32 values or more (16 bytes at a time).
+template <int R>
+__attribute__((target("avx512f"))) void dot_column_avx512(const NBitsArgs& p, int64_t j,
+                                                          const float* a, const float* sums,
+                                                          float* out) {
   const int64_t half = p.block / 2;
   const uint8_t* column = p.column(j);
-  const float* ae = a;
-  const float* ao = a + p.padded / 2;
   const __m512i low = _mm512_set1_epi32(15);
-  __m512 acc = _mm512_setzero_ps();
-  float shift = 0;
+  __m512 acc[R];
+  float shift[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), shift[r] = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
-    __m512 t = _mm512_setzero_ps();
+    __m512 t[R];
+    for (int r = 0; r < R; ++r) t[r] = _mm512_setzero_ps();
     for (int64_t i = b * half; i < (b + 1) * half; i += 16) {
       const __m512i w =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(column + i)));
-      t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(w, low)), _mm512_loadu_ps(ae + i), t);
-      t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4)), _mm512_loadu_ps(ao + i), t);
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(w, low));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4));
+      for (int r = 0; r < R; ++r) {
+        const float* ae = a + r * p.padded;
+        t[r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(ae + i), t[r]);
+        t[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(ae + p.padded / 2 + i), t[r]);
+      }
     }
     const float scale = p.scales[j * p.blocks + b];
-    acc = _mm512_fmadd_ps(t, _mm512_set1_ps(scale), acc);
-    shift += scale * static_cast<float>(p.zero(j, b)) * sums[b];
+    const float zero = static_cast<float>(p.zero(j, b));
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(scale), acc[r]);
+      shift[r] += scale * zero * sums[r * p.blocks + b];
+    }
   }
-  return _mm512_reduce_add_ps(acc) - shift;
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - shift[r];
+}
+
+// dequantize_column in registers, 16 bytes at a time.
+__attribute__((target("avx512f"))) void dequantize_column_avx512(const NBitsArgs& p, int64_t j,
+                                                                 float* w) {
+  const int64_t half = p.block / 2;
+  const uint8_t* column = p.column(j);
+  const __m512i low = _mm512_set1_epi32(15);
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const __m512 scale = _mm512_set1_ps(p.scales[j * p.blocks + b]);
+    const __m512 shift = _mm512_set1_ps(static_cast<float>(p.zero(j, b)));
+    for (int64_t i = b * half; i < (b + 1) * half; i += 16) {
+      const __m512i q =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(column + i)));
+      _mm512_storeu_ps(
+          w + i,
+          _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, low)), shift), scale));
+      _mm512_storeu_ps(
+          w + p.padded / 2 + i,
+          _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), shift), scale));
+    }
+  }
 }
 #pragma GCC diagnostic pop
 #endif
+
+// Column j's weights dequantized into `w` (split as A's rows are).
+void dequantize(const NBitsArgs& p, int64_t j, float* w) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && p.block % 32 == 0) return dequantize_column_avx512(p, j, w);
+#endif
+  dequantize_column(p, j, w);
+}
 
 // Columns [first, first + count) into y (row stride n), for a few rows:
 // each weight converted once per row, nothing stored but the results.
@@ -1232,11 +1274,16 @@ void nbits_dot(const NBitsArgs& p, const float* a_split, const float* sums, int6
                int64_t first, int64_t count, float* w, float* y) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && p.block % 32 == 0) {
-    for (int64_t j = first; j < first + count; ++j)
+  if (avx512 && p.block % 32 == 0 && rows <= 4) {
+    using Dot = void (*)(const NBitsArgs&, int64_t, const float*, const float*, float*);
+    static constexpr Dot dots[] = {dot_column_avx512<1>, dot_column_avx512<2>, dot_column_avx512<3>,
+                                   dot_column_avx512<4>};
+    float out[4];
+    for (int64_t j = first; j < first + count; ++j) {
+      dots[rows - 1](p, j, a_split, sums, out);
       for (int64_t r = 0; r < rows; ++r)
-        y[r * p.n + j] = dot_column_avx512(p, j, a_split + r * p.padded, sums + r * p.blocks) +
-                         (p.bias != nullptr ? p.bias[j] : 0.f);
+        y[r * p.n + j] = out[r] + (p.bias != nullptr ? p.bias[j] : 0.f);
+    }
     return;
   }
 #endif
@@ -1297,7 +1344,7 @@ void Binder::run_nbits_matmul(size_t s) {
     }
   }
   constexpr int64_t kFewRows = 4;
-  const int64_t columns = rows <= kFewRows ? 32 : 256;  // a panel of 256 keeps sgemm efficient
+  const int64_t columns = rows <= kFewRows ? 32 : 256;  // wider panels were no faster
   const int64_t chunks = (op.n + columns - 1) / columns;
   const bool parallel = c_.threads > 1 && rows * op.n * p.padded >= (int64_t{1} << 17);
   const ScopedOmpThreads team(parallel ? c_.threads : 1);
@@ -1313,8 +1360,7 @@ void Binder::run_nbits_matmul(size_t s) {
       return;
     }
     panel.resize(static_cast<size_t>(count * p.padded));
-    for (int64_t j = 0; j < count; ++j)
-      dequantize_column(p, first + j, panel.data() + j * p.padded);
+    for (int64_t j = 0; j < count; ++j) dequantize(p, first + j, panel.data() + j * p.padded);
     const dnnl_status_t st = dnnl_sgemm('N', 'T', rows, count, p.padded, 1.f, a_split, p.padded,
                                         panel.data(), p.padded, 0.f, y + first, op.n);
     if (st != dnnl_success) failed = st;

@@ -1027,10 +1027,11 @@ Result<Graph> import_impl(const void* data, size_t size, const std::string& sour
   decompose_einsums(model);
   ctx.ir_version = model.ir_version();
   BP_ASSIGN_OR_RETURN(Graph graph, convert_model(ctx, model));
+  const auto four_bit = [&](const std::string& name) { return ctx.four_bit.count(name) > 0; };
   BP_RETURN_IF_ERROR(expand_matmul_nbits(graph));
+  BP_RETURN_IF_ERROR(blocked_matmuls_to_nbits(graph, four_bit));
   BP_RETURN_IF_ERROR(expand_blocked_dequantize(graph));
-  BP_RETURN_IF_ERROR(expand_gather_block_quantized(
-      graph, [&](const std::string& name) { return ctx.four_bit.count(name) > 0; }));
+  BP_RETURN_IF_ERROR(expand_gather_block_quantized(graph, four_bit));
   if (graph.topo_sort().ok()) ir::merge_common_subexpressions(graph);  // else verify() says why
   return graph;
 }

@@ -276,6 +276,97 @@ Result<Tensor> dequantized_table(const ir::Graph& g, const ir::Node& node, bool 
 
 }  // namespace
 
+Status blocked_matmuls_to_nbits(ir::Graph& graph,
+                                const std::function<bool(const std::string&)>& four_bit,
+                                int* count) {
+  if (count != nullptr) *count = 0;
+  int done = 0;
+  const std::vector<int> outputs(graph.outputs.begin(), graph.outputs.end());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const ir::Node dq = graph.nodes[i];
+    if (dq.op_type != "DequantizeLinear" || !dq.domain.empty() || !dq.has_output(0) ||
+        !dq.has_input(0) || !dq.has_input(1) || !four_bit)
+      continue;
+    Result<int64_t> block = dq.attr_int("block_size", 0);
+    Result<int64_t> axis = dq.attr_int("axis", 1);
+    if (!block.ok() || !axis.ok() || *block < 16 || (*block & (*block - 1)) != 0) continue;
+    const Tensor* x = graph.constant(dq.inputs[0]);
+    const Tensor* scale = graph.constant(dq.inputs[1]);
+    const Tensor* zero = dq.has_input(2) ? graph.constant(dq.inputs[2]) : nullptr;
+    if (x == nullptr || x->shape().size() != 2 || (*axis != 0 && *axis != -2) ||
+        !four_bit(graph.values[dq.inputs[0]].name) || scale == nullptr ||
+        scale->dtype() != DType::kFloat32 || (dq.has_input(2) && zero == nullptr))
+      continue;
+    const int64_t k = x->shape()[0], n = x->shape()[1], bs = *block;
+    const int64_t blocks = (k + bs - 1) / bs;
+    if (k < 1 || n < 1 || scale->shape() != Shape{blocks, n} ||
+        (zero != nullptr && (zero->dtype() != x->dtype() || zero->shape() != Shape{blocks, n})))
+      continue;
+    // Every reader a MatMul taking it as B; the value no output of the graph.
+    const int v = dq.outputs[0];
+    std::vector<size_t> readers;
+    bool only_matmuls = std::find(outputs.begin(), outputs.end(), v) == outputs.end();
+    for (size_t j = 0; j < graph.nodes.size() && only_matmuls; ++j) {
+      const ir::Node& m = graph.nodes[j];
+      if (std::find(m.inputs.begin(), m.inputs.end(), v) == m.inputs.end()) continue;
+      only_matmuls = m.op_type == "MatMul" && m.domain.empty() && m.inputs.size() == 2 &&
+                     m.inputs[1] == v && m.inputs[0] != v && m.has_output(0);
+      readers.push_back(j);
+    }
+    if (!only_matmuls || readers.empty()) continue;
+    // int4 values (and zero points) as uint4 ones: q + 8 less zero + 8 is q less zero.
+    const bool is_signed = x->dtype() == DType::kInt8;
+    auto u4 = [&](const Tensor& t, int64_t at) {
+      return static_cast<uint8_t>(element(t, at) + (is_signed ? 8 : 0)) & 15;
+    };
+    Tensor b(DType::kUInt8, {n, blocks, bs / 2});
+    Tensor s(DType::kFloat32, {n * blocks});
+    uint8_t* packed = b.data_as<uint8_t>();  // zero-filled: the padding past K is 0
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t kk = 0; kk < k; ++kk)
+        packed[j * blocks * bs / 2 + kk / 2] |=
+            static_cast<uint8_t>(u4(*x, kk * n + j) << (4 * (kk % 2)));
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        s.data_as<float>()[j * blocks + blk] = scale->data_as<float>()[blk * n + j];
+    }
+    std::vector<int> inputs = {-1, graph.add_constant(fresh(graph, dq.name + "/B"), std::move(b)),
+                               graph.add_constant(fresh(graph, dq.name + "/scales"), std::move(s))};
+    // No zero point is 0; MatMulNBits' absent one is 8.
+    if (zero != nullptr || !is_signed) {
+      Tensor z(DType::kUInt8, {n * ((blocks + 1) / 2)});
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t blk = 0; blk < blocks; ++blk)
+          z.data_as<uint8_t>()[j * ((blocks + 1) / 2) + blk / 2] |= static_cast<uint8_t>(
+              (zero != nullptr ? u4(*zero, blk * n + j) : 0) << (4 * (blk % 2)));
+      inputs.push_back(graph.add_constant(fresh(graph, dq.name + "/zero_points"), std::move(z)));
+    }
+    for (size_t j : readers) {
+      ir::Node& m = graph.nodes[j];
+      inputs[0] = m.inputs[0];
+      m.op_type = "MatMulNBits";
+      m.domain = "com.microsoft";
+      m.inputs = inputs;
+      m.attributes.clear();
+      for (auto [name, value] :
+           {std::pair<const char*, int64_t>{"K", k}, {"N", n}, {"bits", 4}, {"block_size", bs}}) {
+        ir::Attribute a;
+        a.name = name;
+        a.type = ir::AttrType::kInt;
+        a.i = value;
+        m.attributes.push_back(std::move(a));
+      }
+    }
+    ++done;
+  }
+  if (done > 0) {
+    graph.opsets.emplace("com.microsoft", 1);
+    BP_RETURN_IF_ERROR(graph.topo_sort());
+    graph.remove_dead();  // the dequantizations nothing reads now
+  }
+  if (count != nullptr) *count = done;
+  return ok_status();
+}
+
 Status expand_blocked_dequantize(ir::Graph& graph, int* count) {
   if (count != nullptr) *count = 0;
   std::vector<bool> drop(graph.nodes.size(), false);

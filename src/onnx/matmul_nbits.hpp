@@ -43,6 +43,18 @@ namespace backplane::onnx_import {
 // memory); one with a non-constant input fails naming the node.
 [[nodiscard]] Status expand_blocked_dequantize(ir::Graph& graph, int* count = nullptr);
 
+// The same blocked DequantizeLinear when its weights are 4-bit (int4 or
+// uint4, which the import reads into int8 and uint8 and `four_bit`, given a
+// value's name, tells apart), 2-D [K, N] in blocks along K (axis 0) of a
+// power of 2 from 16, and every reader a MatMul taking it as its B (ONNX
+// Runtime's 4-bit quantizer in QDQ form): each MatMul becomes the
+// MatMulNBits that runs whole, its weights repacked 4-bit (MatMulNBits'
+// layout, int4 shifted to uint4 with its zero points), so they stay 4-bit
+// in memory. Runs before expand_blocked_dequantize, which takes the rest.
+[[nodiscard]] Status blocked_matmuls_to_nbits(
+    ir::Graph& graph, const std::function<bool(const std::string&)>& four_bit,
+    int* count = nullptr);
+
 // ONNX Runtime's GatherBlockQuantized (quantized embedding tables): a Gather
 // along gather_axis from a table quantized in blocks of block_size along
 // quantize_axis. uint8 data packs 8/bits values a byte along its last axis,

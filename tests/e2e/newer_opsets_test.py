@@ -281,23 +281,33 @@ def packed_4bit(name, values, signed):
 def blocked_cases(rng):
     """MatMul by weights quantized in blocks along K (DequantizeLinear's block_size, 21), as
     ONNX Runtime's 4-bit quantizer writes them in QDQ form: int4 with no zero point, uint4 and
-    uint8 with zero points, a K that is not a whole number of blocks."""
+    uint8 with zero points, a K that is not a whole number of blocks. 4-bit ones in blocks of
+    16 and more run as MatMulNBits (weights kept 4-bit); the rest are dequantized at import."""
     out = []
     M, N = 3, 6
     for label, K, block, kind in [("int4, blocks of 16", 64, 16, "int4"),
                                   ("uint4 with zero points, blocks of 8, K 20", 20, 8, "uint4"),
-                                  ("uint8 with zero points, blocks of 4, on axis 1", 12, 4, "uint8")]:
+                                  ("uint8 with zero points, blocks of 4, on axis 1", 12, 4, "uint8"),
+                                  ("int4 with zero points, blocks of 32, K 80", 80, 32, "int4z"),
+                                  ("uint4, no zero points, blocks of 64", 128, 64, "uint4n")]:
         axis = 1 if kind == "uint8" else 0
         wshape = (N, K) if axis == 1 else (K, N)
         groups = (K + block - 1) // block
         sshape = (N, groups) if axis == 1 else (groups, N)
-        lo, hi = {"int4": (-8, 8), "uint4": (0, 16), "uint8": (0, 256)}[kind]
+        lo, hi = {"int4": (-8, 8), "int4z": (-8, 8), "uint4": (0, 16), "uint4n": (0, 16),
+                  "uint8": (0, 256)}[kind]
         q = rng.integers(lo, hi, wshape)
         scale = (rng.random(sshape) * 0.05 + 0.01).astype(np.float32)
         inits = [numpy_helper.from_array(scale, "s")]
         names = ["w", "s"]
         if kind == "int4":
             inits.append(packed_4bit("w", q, True))
+        elif kind == "int4z":
+            inits += [packed_4bit("w", q, True),
+                      packed_4bit("z", rng.integers(-8, 8, sshape), True)]
+            names.append("z")
+        elif kind == "uint4n":
+            inits.append(packed_4bit("w", q, False))
         elif kind == "uint4":
             inits += [packed_4bit("w", q, False),
                       packed_4bit("z", rng.integers(0, 16, sshape), False)]

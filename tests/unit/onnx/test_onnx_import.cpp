@@ -533,6 +533,70 @@ TEST(OnnxImport, FourBitInitializersReadAsEightBit) {
   }
 }
 
+// A MatMul by int4 weights dequantized in blocks along K (ONNX Runtime's
+// 4-bit quantizer in QDQ form) becomes a MatMulNBits whose weights stay
+// 4-bit: repacked per column, int4 shifted by 8 with its zero points. A
+// dequantization something else reads stays one (dequantized at import).
+TEST(OnnxImport, BlockedInt4MatMulBecomesMatMulNBits) {
+  for (const bool also_output : {false, true}) {
+    SCOPED_TRACE(also_output ? "the weights are an output too" : "only a MatMul reads them");
+    ModelBuilder b(21);
+    b.input("x", {2, 32});
+    // [K 32, N 2]: w[k][n] has the bits of k % 16 (int4 0 to 7, then -8 to -1).
+    onnx::TensorProto* w = b.graph().add_initializer();
+    w->set_name("w");
+    w->set_data_type(22);
+    w->add_dims(32);
+    w->add_dims(2);
+    std::string raw;
+    for (int k = 0; k < 32; ++k) raw.push_back(static_cast<char>((k % 16) | ((k % 16) << 4)));
+    w->set_raw_data(raw);
+    b.init_f32("s", {2, 2}, {0.5f, 1.f, 2.f, 4.f});  // [blocks 2, N 2]
+    onnx::TensorProto* z = b.graph().add_initializer();
+    z->set_name("z");
+    z->set_data_type(22);
+    z->add_dims(2);
+    z->add_dims(2);
+    z->set_raw_data(std::string("\x1f\x32", 2));  // -1, 1, 2, 3
+    onnx::NodeProto& dq = b.node("DequantizeLinear", {"w", "s", "z"}, {"wf"}, "dq");
+    set_int(dq, "axis", 0);
+    set_int(dq, "block_size", 16);
+    b.node("MatMul", {"x", "wf"}, {"y"}, "mm");
+    b.output("y");
+    if (also_output) b.output("wf");
+    const std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "q.onnx", ".");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const ir::Node* nbits = nullptr;
+    for (const ir::Node& n : g->nodes)
+      if (n.op_type == "MatMulNBits") nbits = &n;
+    if (also_output) {
+      EXPECT_EQ(nbits, nullptr);
+      continue;
+    }
+    ASSERT_NE(nbits, nullptr);
+    EXPECT_EQ(nbits->domain, "com.microsoft");
+    EXPECT_EQ(nbits->attr_int("K", 0).value(), 32);
+    EXPECT_EQ(nbits->attr_int("N", 0).value(), 2);
+    EXPECT_EQ(nbits->attr_int("block_size", 0).value(), 16);
+    ASSERT_EQ(nbits->inputs.size(), 4u);
+    const Tensor* q = g->constant(nbits->inputs[1]);
+    const Tensor* scales = g->constant(nbits->inputs[2]);
+    const Tensor* zeros = g->constant(nbits->inputs[3]);
+    ASSERT_TRUE(q != nullptr && scales != nullptr && zeros != nullptr);
+    ASSERT_EQ(q->shape(), (Shape{2, 2, 8}));
+    // Column 0 shifted to uint4: 8 to 15, then 0 to 7; two a byte, the first low.
+    EXPECT_EQ(q->data_as<uint8_t>()[0], 0x98);
+    EXPECT_EQ(q->data_as<uint8_t>()[7], 0x76);
+    ASSERT_EQ(scales->numel(), 4);
+    EXPECT_EQ(scales->data_as<float>()[1], 2.f);  // column 0, block 1
+    EXPECT_EQ(scales->data_as<float>()[2], 1.f);  // column 1, block 0
+    ASSERT_EQ(zeros->numel(), 2);
+    EXPECT_EQ(zeros->data_as<uint8_t>()[0], (-1 + 8) | ((2 + 8) << 4));  // column 0, blocks 0, 1
+    EXPECT_EQ(zeros->data_as<uint8_t>()[1], (1 + 8) | ((3 + 8) << 4));
+  }
+}
+
 // The importer takes opsets 1 to 25 (19 to 25 read as 18, opset_adapter.hpp);
 // whether an op is known at the model's opset is the registry's question
 // (each schema's since_version).

@@ -14,9 +14,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def save(out, name, nodes, inputs, outputs, inits=(), opset=13):
+def save(out, name, nodes, inputs, outputs, inits=(), opset=13, domains=()):
     graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)] +
+                              [helper.make_opsetid(d, 1) for d in domains])
     model.ir_version = 10 if opset >= 21 else 8
     onnx.save(model, os.path.join(out, name + ".onnx"))
 
@@ -122,6 +123,7 @@ def main():
 
     control_flow_seeds(out)
     newer_opset_seeds(out)
+    nbits_seeds(out)
 
 
 def control_flow_seeds(out):
@@ -206,6 +208,33 @@ def newer_opset_seeds(out):
         [w("gs", 4), w("gb", 4), w("rs", 8), int4,
          numpy_helper.from_array(np.full([2, 4], 0.1, np.float32), "qs"),
          numpy_helper.from_array(np.array(0.05, np.float32), "ys")], opset=23)
+
+
+def nbits_seeds(out):
+    """4-bit weights kept 4-bit: a MatMulNBits with packed zero points and a bias, and a
+    MatMul by int4 weights dequantized in blocks of 16 (ONNX Runtime's QDQ form), which
+    the import turns into one."""
+    rng = np.random.default_rng(2)
+    K, N, block = 32, 4, 16
+    int4 = onnx.TensorProto()
+    int4.name, int4.data_type = "q4", 22
+    int4.dims.extend([K, N])
+    int4.raw_data = rng.integers(0, 256, K * N // 2, dtype=np.uint8).tobytes()
+    u8 = lambda name, *shape: numpy_helper.from_array(
+        rng.integers(0, 256, shape, dtype=np.uint8), name)
+    f = lambda name, *shape: numpy_helper.from_array(
+        (rng.random(shape) * 0.1).astype(np.float32), name)
+    save(out, "seed_nbits", [
+        helper.make_node("MatMulNBits", ["x", "B", "S", "Z", "", "bias"], ["m"], name="nbits",
+                         domain="com.microsoft", K=K, N=N, bits=4, block_size=block),
+        helper.make_node("DequantizeLinear", ["q4", "qs"], ["w"], name="dq", axis=0,
+                         block_size=block),
+        helper.make_node("Concat", ["m", "m", "m", "m", "m", "m", "m", "m"], ["c"], name="cat",
+                         axis=-1),
+        helper.make_node("MatMul", ["c", "w"], ["y"], name="matmul"),
+    ], [f32("x", [1, 2, K])], [f32("y", [1, 2, N])],
+        [u8("B", N, K // block, block // 2), f("S", N * K // block), u8("Z", N), f("bias", N),
+         int4, f("qs", K // block, N)], opset=21, domains=["com.microsoft"])
 
 
 if __name__ == "__main__":

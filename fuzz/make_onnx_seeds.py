@@ -211,9 +211,9 @@ def newer_opset_seeds(out):
 
 
 def nbits_seeds(out):
-    """4-bit weights kept 4-bit: a MatMulNBits with packed zero points and a bias, and a
-    MatMul by int4 weights dequantized in blocks of 16 (ONNX Runtime's QDQ form), which
-    the import turns into one."""
+    """4-bit weights kept 4-bit: a 4-bit embedding table (GatherBlockQuantized) added to the
+    input, a MatMulNBits with packed zero points and a bias, and a MatMul by int4 weights
+    dequantized in blocks of 16 (ONNX Runtime's QDQ form), which the import turns into one."""
     rng = np.random.default_rng(2)
     K, N, block = 32, 4, 16
     int4 = onnx.TensorProto()
@@ -225,16 +225,21 @@ def nbits_seeds(out):
     f = lambda name, *shape: numpy_helper.from_array(
         (rng.random(shape) * 0.1).astype(np.float32), name)
     save(out, "seed_nbits", [
-        helper.make_node("MatMulNBits", ["x", "B", "S", "Z", "", "bias"], ["m"], name="nbits",
+        helper.make_node("GatherBlockQuantized", ["T", "ids", "TS", "TZ"], ["e"], name="embed",
+                         domain="com.microsoft", block_size=block, bits=4),
+        helper.make_node("Add", ["x", "e"], ["xe"], name="add"),
+        helper.make_node("MatMulNBits", ["xe", "B", "S", "Z", "", "bias"], ["m"], name="nbits",
                          domain="com.microsoft", K=K, N=N, bits=4, block_size=block),
         helper.make_node("DequantizeLinear", ["q4", "qs"], ["w"], name="dq", axis=0,
                          block_size=block),
         helper.make_node("Concat", ["m", "m", "m", "m", "m", "m", "m", "m"], ["c"], name="cat",
                          axis=-1),
         helper.make_node("MatMul", ["c", "w"], ["y"], name="matmul"),
-    ], [f32("x", [1, 2, K])], [f32("y", [1, 2, N])],
+    ], [f32("x", [1, 2, K]), helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 2])],
+        [f32("y", [1, 2, N])],
         [u8("B", N, K // block, block // 2), f("S", N * K // block), u8("Z", N), f("bias", N),
-         int4, f("qs", K // block, N)], opset=21, domains=["com.microsoft"])
+         int4, f("qs", K // block, N), u8("T", 6, K // 2), f("TS", 6, K // block), u8("TZ", 6, 1)],
+        opset=21, domains=["com.microsoft"])
 
 
 if __name__ == "__main__":

@@ -494,6 +494,23 @@ std::vector<OpSpec> catalogue() {
          1,
          "com.microsoft"});
   }
+  // ONNX Runtime's 4-bit embedding table, uint8 [rows, width / 2] two values
+  // a byte in blocks along the width: with and without zero points.
+  for (bool zero_points : {false, true}) {
+    const int64_t rows = 5, blocks = 3;
+    std::vector<Input> inputs = {
+        constant(in("data", {rows, 24}, DType::kUInt8)),
+        in("indices", {2, 2}, DType::kInt64, Values::kIndex),
+        constant(in("scales", {rows, blocks}, DType::kFloat32, Values::kPositive))};
+    if (zero_points)
+      inputs.push_back(constant(in("zero_points", {rows, (blocks + 1) / 2}, DType::kUInt8)));
+    add({"GatherBlockQuantized",
+         inputs,
+         {int_attr("block_size", 16), int_attr("bits", 4)},
+         DType::kFloat32,
+         1,
+         "com.microsoft"});
+  }
   add({"LpNormalization", {in("x", {2, 3, 4})}, {}});
   add({"LpNormalization", {in("x", {2, 3, 4})}, {int_attr("axis", 1), int_attr("p", 1)}});
   add({"GlobalLpPool", {in("x", {1, 3, 5, 5})}, {}});

@@ -49,7 +49,8 @@ const KernelRegistry& kernels() {
 
 bool domain_ok(const sdk::NodeRef& node) {
   return node.domain().empty() || node.domain() == "ai.onnx" || node.op_type() == "Gelu" ||
-         (node.domain() == "com.microsoft" && node.op_type() == "MatMulNBits");
+         (node.domain() == "com.microsoft" &&
+          (node.op_type() == "MatMulNBits" || node.op_type() == "GatherBlockQuantized"));
 }
 
 // A floating-point constant this large is a weight: no kernel reads one to

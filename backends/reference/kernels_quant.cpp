@@ -259,6 +259,75 @@ std::unique_ptr<Kernel> make_matmul_nbits(const NodeInfo& info) {
   return std::make_unique<MatMulNBitsKernel>(p);
 }
 
+// ONNX Runtime's GatherBlockQuantized as the import keeps it (ir/ops_nn.cpp):
+// each gathered row of the 4-bit table dequantized, (q - zero) * scale, as
+// ONNX Runtime computes it.
+template <class I>
+class GatherBlockQuantizedKernel final : public Kernel {
+ public:
+  struct Params {
+    int64_t rows = 0, width = 0, block = 0, blocks = 0, count = 0;
+    bool zero_points = false;
+    std::string who;
+  };
+  explicit GatherBlockQuantizedKernel(Params p) : p_(std::move(p)) {}
+  void run(const void* const* in, void* const* out, void*) const override {
+    const auto* q = static_cast<const uint8_t*>(in[0]);
+    const auto* indices = static_cast<const I*>(in[1]);
+    const auto* scales = static_cast<const float*>(in[2]);
+    const auto* zeros = p_.zero_points ? static_cast<const uint8_t*>(in[3]) : nullptr;
+    auto* y = static_cast<float*>(out[0]);
+    const int64_t row_bytes = p_.width / 2, zero_bytes = (p_.blocks + 1) / 2;
+    for (int64_t j = 0; j < p_.count; ++j) {
+      int64_t r = indices[j];
+      if (r < 0) r += p_.rows;
+      if (r < 0 || r >= p_.rows)
+        throw sdk::invalid(p_.who + ": index " + std::to_string(indices[j]) +
+                           " is out of range for a table of " + std::to_string(p_.rows) + " rows");
+      for (int64_t k = 0; k < p_.width; ++k) {
+        const int64_t b = k / p_.block;
+        const int value = (q[r * row_bytes + k / 2] >> (4 * (k % 2))) & 15;
+        const int zero = zeros ? (zeros[r * zero_bytes + b / 2] >> (4 * (b % 2))) & 15 : 8;
+        y[j * p_.width + k] = static_cast<float>(value - zero) * scales[r * p_.blocks + b];
+      }
+    }
+  }
+
+ private:
+  Params p_;
+};
+
+std::unique_ptr<Kernel> make_gather_block_quantized(const NodeInfo& info) {
+  require_inputs(info, 3);
+  typename GatherBlockQuantizedKernel<int64_t>::Params p;
+  p.block = info.node.attr_int("block_size", 128);
+  const Dims& data = info.in_shapes[0];
+  if (info.node.attr_int("bits", 4) != 4 || info.node.attr_int("gather_axis", 0) != 0 ||
+      info.node.attr_int("quantize_axis", 1) != 1 || data.size() != 2 || p.block < 16 ||
+      info.in_dtypes[0] != BP_DTYPE_UINT8 || info.in_dtypes[2] != BP_DTYPE_FLOAT32 ||
+      (info.has_input(3) && info.in_dtypes[3] != BP_DTYPE_UINT8))
+    fail(info,
+         "only uint8 tables packing 4 bits, gathered on axis 0, with float32 scales run whole");
+  p.rows = data[0];
+  p.width = 2 * data[1];
+  p.blocks = (p.width + p.block - 1) / p.block;
+  p.count = numel(info.in_shapes[1]);
+  p.zero_points = info.has_input(3);
+  p.who = info.describe();
+  if (info.in_shapes[2] != Dims{p.rows, p.blocks} ||
+      (p.zero_points && info.in_shapes[3] != Dims{p.rows, (p.blocks + 1) / 2}))
+    fail(info, "scales or zero points do not match the table's rows and blocks");
+  Dims y = info.in_shapes[1];
+  y.push_back(p.width);
+  if (y != info.out_shapes[0]) fail(info, "the output is not the indices' shape and the row width");
+  if (info.in_dtypes[1] == BP_DTYPE_INT64)
+    return std::make_unique<GatherBlockQuantizedKernel<int64_t>>(std::move(p));
+  if (info.in_dtypes[1] != BP_DTYPE_INT32) fail(info, "indices must be int32 or int64");
+  typename GatherBlockQuantizedKernel<int32_t>::Params p32{
+      p.rows, p.width, p.block, p.blocks, p.count, p.zero_points, p.who};
+  return std::make_unique<GatherBlockQuantizedKernel<int32_t>>(std::move(p32));
+}
+
 // Integer matmul (MatMulInteger, QLinearMatMul): numpy broadcasting over
 // batch dims; operand element (i, k) of batch b is at a_off[b] + i*K + k.
 class IntMatMulKernel final : public Kernel {
@@ -535,6 +604,7 @@ void register_quant_kernels(KernelRegistry& registry) {
   registry.add("DequantizeLinear", quantize_factory(true));
   registry.add("DynamicQuantizeLinear", make_dynamic_quantize);
   registry.add("MatMulNBits", make_matmul_nbits);
+  registry.add("GatherBlockQuantized", make_gather_block_quantized);
   registry.add("MatMulInteger", [](const NodeInfo& i) { return make_int_matmul(i, false); });
   registry.add("QLinearMatMul", [](const NodeInfo& i) { return make_int_matmul(i, true); });
   registry.add("ConvInteger", [](const NodeInfo& i) { return make_int_conv(i, false); });

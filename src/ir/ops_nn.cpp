@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace backplane::ir::ops {
 
@@ -468,6 +469,49 @@ Status infer_matmul_nbits(InferCtx& c) {
   return ok_status();
 }
 
+// ONNX Runtime's GatherBlockQuantized in the form the import keeps whole
+// (onnx/matmul_nbits.hpp): rows of a table [N, D] of 4-bit values in blocks
+// of block_size along D, w = (q - zero) * scale, gathered on axis 0. data is
+// uint8 [N, D / 2] (two values a byte, the lower bits first), scales float32
+// [N, ceil(D / block_size)], zero points absent (8) or uint8
+// [N, ceil(blocks / 2)] packed the same way; Y is indices' shape + [D].
+Status infer_gather_block_quantized(InferCtx& c) {
+  BP_RETURN_IF_ERROR(c.require_inputs(3, 4));
+  int64_t gather_axis = 0, quantize_axis = 0, bits = 0, block = 0;
+  for (auto [name, to, fallback] :
+       {std::tuple<const char*, int64_t*, int64_t>{"gather_axis", &gather_axis, 0},
+        {"quantize_axis", &quantize_axis, 1},
+        {"bits", &bits, 4},
+        {"block_size", &block, 128}}) {
+    Result<int64_t> v = c.node.attr_int(name, fallback);
+    if (!v.ok()) return v.status();
+    *to = *v;
+  }
+  if (c.rank(0) != 2 || (gather_axis != 0 && gather_axis != -2) ||
+      (quantize_axis != 1 && quantize_axis != -1) || bits != 4)
+    return c.unsupported_error(
+        "only 4-bit tables [N, D] gathered on axis 0 and quantized along D run whole");
+  if (block < 16 || (block & (block - 1)) != 0)
+    return c.error("block_size " + std::to_string(block) + " is not a power of 2 from 16");
+  const int64_t n = c.shape(0)[0], d = 2 * c.shape(0)[1];
+  const int64_t blocks = (d + block - 1) / block;
+  if (c.dtype(1) != DType::kInt64 && c.dtype(1) != DType::kInt32 && c.dtype(1) != DType::kUndefined)
+    return c.error("indices '" + c.name(1) + "' are " + dtype_name(c.dtype(1)) +
+                   ", expected int32 or int64");
+  auto expect = [&](size_t i, const Shape& want, const char* what) -> Status {
+    if (c.shape(i) != want)
+      return c.error(std::string(what) + " '" + c.name(i) + "' is " + dims(c.shape(i)) +
+                     ", expected " + dims(want));
+    return ok_status();
+  };
+  BP_RETURN_IF_ERROR(expect(2, {n, blocks}, "scales"));
+  if (c.has(3)) BP_RETURN_IF_ERROR(expect(3, {n, (blocks + 1) / 2}, "zero_points"));
+  Shape y = c.shape(1);
+  y.push_back(d);
+  c.set(0, c.dtype(2), std::move(y));
+  return ok_status();
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
@@ -920,6 +964,20 @@ void register_nn_ops(OpRegistry& r) {
                     .attr("block_size", AttrType::kInt)
                     .attr("accuracy_level", AttrType::kInt, int64_t{0})
                     .infer(infer_matmul_nbits));
+  add_schema(r, OpSchema("com.microsoft", "GatherBlockQuantized", 1)
+                    .input("data", "T1")
+                    .input("indices", "Tind")
+                    .input("scales", "T2")
+                    .optional_input("zero_points", "T1")
+                    .output("output", "T2")
+                    .type("T1", {U8})
+                    .type("T2", {F32})
+                    .type("Tind", {I32, I64})
+                    .attr("gather_axis", AttrType::kInt, int64_t{0})
+                    .attr("quantize_axis", AttrType::kInt, int64_t{1})
+                    .attr("bits", AttrType::kInt, int64_t{4})
+                    .attr("block_size", AttrType::kInt, int64_t{128})
+                    .infer(infer_gather_block_quantized));
 }
 
 }  // namespace backplane::ir::ops

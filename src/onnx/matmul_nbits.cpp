@@ -274,6 +274,85 @@ Result<Tensor> dequantized_table(const ir::Graph& g, const ir::Node& node, bool 
                            static_cast<float>(1 << (bits - 1)), quantize_axis, block);
 }
 
+// Sets integer attribute `name` of `node` to `value`, adding it if absent.
+void set_int(ir::Node& node, const char* name, int64_t value) {
+  for (ir::Attribute& a : node.attributes)
+    if (a.name == name) {
+      a.type = ir::AttrType::kInt;
+      a.i = value;
+      return;
+    }
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInt;
+  a.i = value;
+  node.attributes.push_back(std::move(a));
+}
+
+// Whether GatherBlockQuantized `node` runs whole (ir/ops_nn.cpp's form: a
+// table [N, D] of 4-bit values packed two a byte in uint8 [N, D / 2],
+// gathered on axis 0, in blocks of a power of 2 from 16 along D, float32
+// scales [N, blocks], packed uint8 zero points or none) once the import has
+// made it so: int4 and uint4 tables of that shape are repacked into it (int4
+// shifted to uint4, its zero points with it; uint4's absent zero points, 0,
+// written out, since the packed form's absent ones are 8).
+bool gather_to_whole(ir::Graph& g, ir::Node& node, bool four_bit) {
+  const Tensor* data = g.constant(node.inputs[0]);
+  const Tensor* scales = g.constant(node.inputs[2]);
+  const Tensor* zero = node.has_input(3) ? g.constant(node.inputs[3]) : nullptr;
+  if (data == nullptr || scales == nullptr || (node.has_input(3) && zero == nullptr) ||
+      data->shape().size() != 2 || scales->dtype() != DType::kFloat32)
+    return false;
+  Result<int64_t> gather_axis = node.attr_int("gather_axis", 0);
+  Result<int64_t> quantize_axis = node.attr_int("quantize_axis", 1);
+  Result<int64_t> block = node.attr_int("block_size", 128);
+  Result<int64_t> bits = node.attr_int("bits", 4);
+  if (!gather_axis.ok() || !quantize_axis.ok() || !block.ok() || !bits.ok() ||
+      (*gather_axis != 0 && *gather_axis != -2) || (*quantize_axis != 1 && *quantize_axis != -1) ||
+      *bits != 4 || *block < 16 || (*block & (*block - 1)) != 0)
+    return false;
+  const DType ids = g.values[node.inputs[1]].dtype;
+  if (ids != DType::kInt64 && ids != DType::kInt32 && ids != DType::kUndefined) return false;
+  const bool typed = four_bit || data->dtype() != DType::kUInt8;
+  const int64_t n = data->shape()[0], d = data->shape()[1] * (typed ? 1 : 2);
+  const int64_t blocks = (d + *block - 1) / *block, zero_bytes = (blocks + 1) / 2;
+  if (n < 1 || d < 2 || d % 2 != 0 || scales->shape() != Shape{n, blocks}) return false;
+  if (!typed) {
+    if (zero != nullptr &&
+        (zero->dtype() != DType::kUInt8 || zero->shape() != Shape{n, zero_bytes}))
+      return false;
+  } else {
+    if (!four_bit ||
+        (zero != nullptr && (zero->dtype() != data->dtype() || zero->shape() != Shape{n, blocks})))
+      return false;
+    const bool is_signed = data->dtype() == DType::kInt8;
+    auto u4 = [&](const Tensor& t, int64_t at) {
+      return static_cast<uint8_t>(static_cast<int>(element(t, at)) + (is_signed ? 8 : 0)) & 15;
+    };
+    Tensor packed(DType::kUInt8, {n, d / 2});
+    uint8_t* out = packed.data_as<uint8_t>();  // zero-filled
+    for (int64_t i = 0; i < n * d; ++i)
+      out[i / 2] |= static_cast<uint8_t>(u4(*data, i) << (4 * (i % 2)));
+    const std::string base = g.values[node.inputs[0]].name;
+    node.inputs[0] = g.add_constant(fresh(g, base + "/packed"), std::move(packed));
+    // No zero point is 0; the packed form's absent one is 8.
+    if (zero != nullptr || !is_signed) {
+      Tensor z(DType::kUInt8, {n, zero_bytes});
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < blocks; ++b)
+          z.data_as<uint8_t>()[r * zero_bytes + b / 2] |= static_cast<uint8_t>(
+              (zero != nullptr ? u4(*zero, r * blocks + b) : 0) << (4 * (b % 2)));
+      node.inputs.resize(4);
+      node.inputs[3] = g.add_constant(fresh(g, base + "/zero_points"), std::move(z));
+    }
+  }
+  set_int(node, "gather_axis", 0);
+  set_int(node, "quantize_axis", 1);
+  set_int(node, "bits", 4);
+  set_int(node, "block_size", *block);
+  return true;
+}
+
 }  // namespace
 
 Status blocked_matmuls_to_nbits(ir::Graph& graph,
@@ -407,7 +486,7 @@ Status expand_gather_block_quantized(ir::Graph& graph,
                                      const std::function<bool(const std::string&)>& four_bit,
                                      int* count) {
   if (count != nullptr) *count = 0;
-  int done = 0;
+  int done = 0, kept = 0;
   for (ir::Node& node : graph.nodes) {
     if (node.op_type != "GatherBlockQuantized" || node.domain != "com.microsoft") continue;
     auto fail = [&](const Status& why) {
@@ -420,6 +499,10 @@ Status expand_gather_block_quantized(ir::Graph& graph,
     if (!node.has_input(0) || !node.has_input(1) || !node.has_input(2) || !node.has_output(0))
       return fail(invalid_argument("it needs data, indices, scales and its output"));
     const bool from_4bit = four_bit && four_bit(graph.values[node.inputs[0]].name);
+    if (gather_to_whole(graph, node, from_4bit)) {
+      ++kept;
+      continue;
+    }
     Result<Tensor> table = dequantized_table(graph, node, from_4bit);
     if (!table.ok()) return fail(table.status());
     Result<int64_t> axis = node.attr_int("gather_axis", 0);
@@ -439,9 +522,9 @@ Status expand_gather_block_quantized(ir::Graph& graph,
     node = std::move(gather);
     ++done;
   }
-  if (done > 0) {
+  if (done > 0 || kept > 0) {
     BP_RETURN_IF_ERROR(graph.topo_sort());
-    graph.remove_dead();  // the quantized tables nothing reads now
+    graph.remove_dead();  // the tables dequantized or repacked, which nothing reads now
   }
   if (count != nullptr) *count = done;
   return ok_status();

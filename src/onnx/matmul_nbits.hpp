@@ -61,9 +61,12 @@ namespace backplane::onnx_import {
 // with zero points packed the same way (2^(bits-1) when absent); int4 and
 // uint4 data, which the import reads into int8 and uint8 and `four_bit`
 // (given a value's name) tells apart, hold zero points of their type (0
-// when absent). The node becomes a Gather from the table dequantized to
-// float32 at import (eight times 4-bit data's memory). Constant data, scales
-// and zero points only; out-of-range indices fail as Gather's do.
+// when absent). A 4-bit table [N, D] gathered on axis 0, in blocks of a
+// power of 2 from 16 along D, with float32 scales, stays 4-bit: the node is
+// kept, an operator of the registry (ir/ops_nn.cpp) in the uint8 form, int4
+// and uint4 tables repacked into it. Any other node becomes a Gather from
+// the table dequantized to float32 at import. Constant data, scales and zero
+// points only; out-of-range indices fail as Gather's do.
 [[nodiscard]] Status expand_gather_block_quantized(
     ir::Graph& graph, const std::function<bool(const std::string&)>& four_bit,
     int* count = nullptr);

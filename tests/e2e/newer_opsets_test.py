@@ -342,18 +342,20 @@ def gather_cases(rng):
     V, D, block = 10, 32, 16
     groups = D // block
 
-    def case(label, data, scales, zp=None, **attrs):
+    def case(label, data, scales, zp=None, ids=np.int64, negative=False, block_size=block,
+             **attrs):
         names = ["data", "ids", "scales"] + (["zp"] if zp is not None else [])
         m = model([helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft",
-                                    block_size=block, **attrs)],
-                  [("ids", TensorProto.INT64, [2, 3])], [("y", F, None)], {}, 21, contrib=True)
+                                    block_size=block_size, **attrs)],
+                  [("ids", TensorProto.INT32 if ids == np.int32 else TensorProto.INT64, [2, 3])],
+                  [("y", F, None)], {}, 21, contrib=True)
         inits = [data, numpy_helper.from_array(scales, "scales")]
         if zp is not None:
             inits.append(zp)
         m.graph.initializer.extend(inits)
         gathered = data.dims[attrs.get("gather_axis", 0)]
         out.append((f"GatherBlockQuantized {label}", m,
-                    {"ids": rng.integers(0, gathered, (2, 3)).astype(np.int64)}))
+                    {"ids": rng.integers(-gathered if negative else 0, gathered, (2, 3)).astype(ids)}))
 
     def packed_u8(name, values, bits):
         per = 8 // bits
@@ -374,6 +376,23 @@ def gather_cases(rng):
         numpy_helper.from_array(rng.integers(0, 256, (V, groups)).astype(np.uint8), "zp"), bits=8)
     case("int4 with zero points", packed_4bit("data", rng.integers(-8, 8, (V, D)), True), scales,
          packed_4bit("zp", rng.integers(-8, 8, (V, groups)), True))
+    # The 4-bit tables that stay 4-bit (gathered on axis 0, blocks along the width): int4
+    # without zero points, uint4 without (0, written out), int32 and negative indices, a
+    # width of 40 in blocks of 16 (an odd count of blocks, the last short).
+    case("int4 without zero points", packed_4bit("data", rng.integers(-8, 8, (V, D)), True),
+         scales)
+    case("uint4 without zero points, int32 negative indices",
+         packed_4bit("data", rng.integers(0, 16, (V, D)), False), scales, ids=np.int32,
+         negative=True)
+    case("uint8 packing 4 bits, width 40 in 3 blocks, packed zero points",
+         packed_u8("data", rng.integers(0, 16, (V, 40)), 4),
+         (rng.random((V, 3)) * 0.05 + 0.01).astype(np.float32),
+         numpy_helper.from_array(rng.integers(0, 256, (V, 2)).astype(np.uint8), "zp"),
+         bits=4)
+    case("uint8 packing 4 bits in blocks of 32, negative indices",
+         packed_u8("data", rng.integers(0, 16, (V, 64)), 4),
+         (rng.random((V, 2)) * 0.05 + 0.01).astype(np.float32), negative=True, block_size=32,
+         bits=4)
     case("uint4 quantized on axis 0, gathered on axis 1",
          packed_4bit("data", rng.integers(0, 16, (D, V)), False),
          (rng.random((groups, V)) * 0.05 + 0.01).astype(np.float32),

@@ -597,6 +597,78 @@ TEST(OnnxImport, BlockedInt4MatMulBecomesMatMulNBits) {
   }
 }
 
+// A 4-bit embedding table stays 4-bit (matmul_nbits.hpp): ONNX Runtime's
+// GatherBlockQuantized is kept, int4 and uint4 tables repacked two values a
+// uint8 with their zero points (uint4's absent ones, 0, written out, since
+// the packed form's absent ones are 8); an 8-bit table becomes a Gather from
+// its dequantized floats.
+TEST(OnnxImport, FourBitGatherBlockQuantizedStaysFourBit) {
+  // elem: ONNX's type of the table (21 uint4, 22 int4, 2 uint8 of 8 bits).
+  for (const int elem : {21, 22, 2}) {
+    SCOPED_TRACE("table type " + std::to_string(elem));
+    ModelBuilder b(21);
+    b.input("ids", {3}, onnx::TensorProto::INT64);
+    // [2 rows, 32]: each row's value k is k % 16 (int4: 0 to 7, then -8 to -1).
+    onnx::TensorProto* t = b.graph().add_initializer();
+    t->set_name("table");
+    t->set_data_type(elem);
+    t->add_dims(2);
+    t->add_dims(32);
+    std::string raw;
+    for (int i = 0; i < (elem == 2 ? 64 : 32); ++i)
+      raw.push_back(
+          static_cast<char>(elem == 2 ? i % 16 : ((2 * i) % 16) | (((2 * i + 1) % 16) << 4)));
+    t->set_raw_data(raw);
+    b.init_f32("s", {2, 2}, {0.5f, 1.f, 2.f, 4.f});  // [rows 2, blocks 2]
+    std::vector<std::string> ins = {"table", "ids", "s"};
+    if (elem == 22) {
+      onnx::TensorProto* z = b.graph().add_initializer();
+      z->set_name("z");
+      z->set_data_type(22);
+      z->add_dims(2);
+      z->add_dims(2);
+      z->set_raw_data(std::string("2", 2));  // -1, 1, 2, 3
+      ins.push_back("z");
+    }
+    onnx::NodeProto& n = b.node("GatherBlockQuantized", ins, {"y"}, "gbq");
+    n.set_domain("com.microsoft");
+    set_int(n, "block_size", 16);
+    if (elem == 2) set_int(n, "bits", 8);
+    auto* os = b.model.add_opset_import();
+    os->set_domain("com.microsoft");
+    os->set_version(1);
+    b.output("y");
+    const std::string bytes = b.bytes();
+    auto g = import_bytes(bytes.data(), bytes.size(), "q.onnx", ".");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ASSERT_EQ(g->nodes.size(), 1u);
+    const ir::Node& node = g->nodes[0];
+    if (elem == 2) {
+      EXPECT_EQ(node.op_type, "Gather");
+      const Tensor* w = g->constant(node.inputs[0]);
+      ASSERT_TRUE(w != nullptr && w->dtype() == DType::kFloat32);
+      EXPECT_EQ(w->data_as<float>()[17], (17 % 16 - 128) * 1.f);  // row 0, block 1
+      continue;
+    }
+    EXPECT_EQ(node.op_type, "GatherBlockQuantized");
+    ASSERT_EQ(node.inputs.size(), 4u);
+    const Tensor* q = g->constant(node.inputs[0]);
+    const Tensor* zeros = g->constant(node.inputs[3]);
+    ASSERT_TRUE(q != nullptr && zeros != nullptr);
+    ASSERT_EQ(q->shape(), (Shape{2, 16}));
+    ASSERT_EQ(zeros->shape(), (Shape{2, 1}));
+    if (elem == 21) {
+      EXPECT_EQ(q->data_as<uint8_t>()[0], 0x10);  // values 0 and 1, the first low
+      EXPECT_EQ(zeros->data_as<uint8_t>()[1], 0);
+    } else {
+      EXPECT_EQ(q->data_as<uint8_t>()[0], 0x98);  // 0 and 1 shifted to uint4
+      EXPECT_EQ(q->data_as<uint8_t>()[7], 0x76);  // 14 and 15 are -2 and -1: 6 and 7
+      EXPECT_EQ(zeros->data_as<uint8_t>()[0], (-1 + 8) | ((1 + 8) << 4));  // row 0, blocks 0, 1
+      EXPECT_EQ(zeros->data_as<uint8_t>()[1], (2 + 8) | ((3 + 8) << 4));
+    }
+  }
+}
+
 // The importer takes opsets 1 to 25 (19 to 25 read as 18, opset_adapter.hpp);
 // whether an op is known at the model's opset is the registry's question
 // (each schema's since_version).

@@ -333,6 +333,8 @@ void Binder::run_gather(size_t s) {
   const steps::Gather& gather = *step.as<steps::Gather>();
   const dnnl::memory::desc* data_md = nullptr;
   void *data = nullptr, *indices = nullptr, *dst = nullptr;
+  const float* scales = nullptr;   // a 4-bit table's (gather.block > 0)
+  const uint8_t* zeros = nullptr;  // its packed zero points, or none (8)
   size_t index_count = 0, data_bytes = 0, index_bytes = 0, dst_bytes = 0;
   for (size_t a = 0; a < step.args.size(); ++a) {
     auto [arg, ref] = step.args[a];
@@ -348,6 +350,10 @@ void Binder::run_gather(size_t s) {
     } else if (arg == DNNL_ARG_DST) {
       dst = handle;
       dst_bytes = c_.refs[ref].md->get_size();
+    } else if (arg == DNNL_ARG_SCALE) {
+      scales = static_cast<const float*>(handle);
+    } else if (arg == DNNL_ARG_ATTR_ZERO_POINTS) {
+      zeros = static_cast<const uint8_t*>(handle);
     }
   }
   // The copy re-reads the indices and reads the data while it writes the
@@ -378,6 +384,31 @@ void Binder::run_gather(size_t s) {
       throw sdk::invalid("CpuOneDnn: " + step.what + ": index " + std::to_string(i) +
                          " (position " + std::to_string(j) + ") is outside [" + std::to_string(-n) +
                          ", " + std::to_string(n) + ")");
+  }
+  if (gather.block > 0) {  // rows of a 4-bit table [n, row bytes], dequantized
+    const int64_t half = gather.block / 2, blocks = (row + half - 1) / half;
+    const auto* table = static_cast<const uint8_t*>(data);
+    float* to = static_cast<float*>(dst);
+    for_each_index(count, count * row > (int64_t{1} << 15), [&](int64_t j) {
+      int64_t i = index(j);
+      if (i < 0) i += n;
+      const uint8_t* q = table + i * row;
+      float* out = to + j * 2 * row;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float scale = scales[i * blocks + b];
+        const float zero =
+            zeros
+                ? static_cast<float>((zeros[i * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 15)
+                : 8.f;
+        const int64_t end = std::min(row, (b + 1) * half);
+#pragma omp simd
+        for (int64_t k = b * half; k < end; ++k) {
+          out[2 * k] = (static_cast<float>(q[k] & 15) - zero) * scale;
+          out[2 * k + 1] = (static_cast<float>(q[k] >> 4) - zero) * scale;
+        }
+      }
+    });
+    return;
   }
   const float* from = static_cast<const float*>(data);
   float* to = static_cast<float*>(dst);

@@ -117,9 +117,16 @@ struct ConcatNorm {
 // (index_bytes each: int32 or int64, any rank; its md is their bytes),
 // DNNL_ARG_DST the plain result, rows of the data along `axis` in index
 // order. An index outside [-n, n) fails the run.
+// With a `block` (ONNX Runtime's GatherBlockQuantized, ir/ops_nn.cpp), the
+// data is a 4-bit table, uint8 [rows, width / 2] two values a byte (the
+// lower bits first) gathered on axis 0, in blocks of `block` along the
+// width, w = (q - zero) * scale: DNNL_ARG_SCALE float32 [rows, blocks],
+// DNNL_ARG_ATTR_ZERO_POINTS uint8 [rows, ceil(blocks / 2)] packed as the
+// values (8 when there is none); each gathered row is dequantized.
 struct Gather {
   int axis = 0;
   int index_bytes = 0;
+  int64_t block = 0;
 };
 // A Softmax over the innermost dim: DNNL_ARG_SRC and DNNL_ARG_DST dense
 // row-major float32 of one shape. Only instances of a shape-polymorphic

@@ -41,7 +41,8 @@ bool same_op(const Step& a, const Step& b) {
   }
   if (const auto* x = a.as<steps::Gather>())
     return x->axis == b.as<steps::Gather>()->axis &&
-           x->index_bytes == b.as<steps::Gather>()->index_bytes;
+           x->index_bytes == b.as<steps::Gather>()->index_bytes &&
+           x->block == b.as<steps::Gather>()->block;
   return true;
 }
 
@@ -142,6 +143,7 @@ bool gather_fits(const Compiled& c, const Step& step) {
   int64_t rows = sdk::element_count(data.dims, static_cast<size_t>(data.ndims));
   if (axis >= data.ndims || data.dims[axis] == 0) return false;
   rows = rows / data.dims[axis] * static_cast<int64_t>(indices);
+  if (step.as<steps::Gather>()->block > 0) rows *= 2;  // two 4-bit values a byte
   return sdk::element_count(y.dims, static_cast<size_t>(y.ndims)) == rows;
 }
 

@@ -6,9 +6,9 @@
 // primitive descriptors, the memory plan) costs several times the run
 // itself, yet what changes from one length to the next is only the dims of
 // the values the length reaches: the steps over them are the backend's own
-// loops (CopyConcat, RowSoftmax, RowMean, RowLayerNorm, SmallBinary, Gather, DynamicQuantize,
-// Quantize, NBitsMatMul) and
-// MatMuls with runtime dims or rows, which take any dims; every other step,
+// loops (CopyConcat, RowSoftmax, RowMean, RowLayerNorm, SmallBinary, Gather,
+// of a 4-bit table too, DynamicQuantize, Quantize, NBitsMatMul) and MatMuls
+// with runtime dims or rows, which take any dims; every other step,
 // and every primitive, is the same.
 //
 // An InstanceTemplate is made from three instances lowered at three keys

@@ -145,6 +145,21 @@ int Lowering::ref_of(int v) {
   throw fail("value '" + g_.value_name(v) + "' is not available (its producer was not lowered)");
 }
 
+int Lowering::borrowed(const INode& n, size_t i) {
+  const int v = i < n.in.size() ? n.in[i] : -1;
+  if (v < 0) return -1;
+  if (auto it = tensors_.find(v); it != tensors_.end()) return it->second;
+  if (!g_.is_const(v)) return ref_of(v);
+  const std::optional<memory::data_type> dt = data_type_of(v);
+  if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, (u)int8 or int32");
+  const memory::desc md = plain_md(g_.shape(v), *dt);
+  const std::string tag = value_tag(g_, v);
+  int r = b_.cached_const(tag, md, md);
+  if (r < 0) r = b_.const_borrowed(md, g_.borrow(v), tag);
+  tensors_[v] = r;
+  return r;
+}
+
 bool Lowering::buffer_free_after(int buffer, int anchor) const {
   if (buffer < 0 || c_.buffers[buffer].kind != Buffer::kArena) return false;
   for (const auto& [v, r] : tensors_) {
@@ -283,6 +298,7 @@ void Lowering::lower_node(int n) {
   if (op == "Split") return lower_split(node);
   if (op == "Gather") return lower_gather(node);
   if (op == "MatMulNBits") return lower_matmul_nbits(node);
+  if (op == "GatherBlockQuantized") return lower_gather_block_quantized(node);
   if (op == "Pad") return lower_pad(node);
   if (op == "Resize") return lower_resize(node);
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return lower_quant(node);

@@ -207,6 +207,10 @@ class Lowering {
   void lower_split(const INode& n);
   void lower_gather(const INode& n);
   void lower_matmul_nbits(const INode& n);
+  // Input i of n, a constant read where the host holds it (const_borrowed);
+  // -1 if n has no input i.
+  int borrowed(const INode& n, size_t i);
+  void lower_gather_block_quantized(const INode& n);
   void lower_pad(const INode& n);
   void lower_resize(const INode& n);
   // `cur` with `lo` and `hi` elements of `value` added along `axis` (one

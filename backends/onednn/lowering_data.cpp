@@ -254,6 +254,17 @@ void Lowering::lower_gather(const INode& n) {
   tensors_[n.out] = b_.reshaped(dst, g_.shape(n.out));
 }
 
+// GatherBlockQuantized (support.cpp's check_gather_block_quantized): the
+// gather step over the 4-bit table as it is, dequantizing the rows it takes.
+void Lowering::lower_gather_block_quantized(const INode& n) {
+  const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
+  const int index_bytes = g_.values[n.in[1]].dtype == BP_DTYPE_INT64 ? 8 : 4;
+  b_.add_nbits_gather(borrowed(n, 0), ref_of(n.in[1]), borrowed(n, 2), borrowed(n, 3), dst,
+                      index_bytes, g_.node(n.node).attr_int("block_size", 128),
+                      g_.describe(n.node));
+  tensors_[n.out] = dst;
+}
+
 // MatMulNBits (support.cpp's check_matmul_nbits): the backend's loop over
 // the weights as they are, 4-bit (steps::NBitsMatMul), for any rows.
 void Lowering::lower_matmul_nbits(const INode& n) {
@@ -262,10 +273,10 @@ void Lowering::lower_matmul_nbits(const INode& n) {
   op.k = node.attr_int("K", 0);
   op.n = node.attr_int("N", 0);
   op.block = node.attr_int("block_size", 0);
-  auto input = [&](size_t i) { return i < n.in.size() && n.in[i] >= 0 ? ref_of(n.in[i]) : -1; };
   const int src = b_.as_plain(ref_of(n.in[0]), g_.shape(n.in[0]));
   const int dst = b_.new_arena(plain_md(g_.shape(n.out)));
-  b_.add_nbits_matmul(src, input(1), input(2), input(3), input(5), dst, op, g_.describe(n.node));
+  b_.add_nbits_matmul(src, borrowed(n, 1), borrowed(n, 2), borrowed(n, 3), borrowed(n, 5), dst, op,
+                      g_.describe(n.node));
   tensors_[n.out] = dst;
 }
 

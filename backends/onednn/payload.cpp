@@ -227,6 +227,9 @@ void write_step(Writer& w, const Step& step) {
     return;
   }
   if (const auto* gather = step.as<steps::Gather>()) {
+    if (gather->block > 0)  // as a 4-bit matmul: the artifact keeps the portable graph
+      throw sdk::unsupported("CpuOneDnn does not store 4-bit gathers in a payload (" + step.what +
+                             ")");
     w.pod(kGatherKind);
     w.str(step.what);
     w.pod(static_cast<int32_t>(gather->axis));

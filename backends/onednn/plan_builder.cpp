@@ -243,6 +243,19 @@ int PlanBuilder::const_ref(const memory::desc& md, const void* data, const std::
   return add_const(md, m, tag, std::move(bytes));
 }
 
+int PlanBuilder::const_borrowed(const memory::desc& md, sdk::Weight bytes, const std::string& tag) {
+  if (int r = cached_const(tag, md, md); r >= 0) return r;
+  // The plan's hold of the bytes is the host's hold of them.
+  auto held = std::make_shared<sdk::Weight>(std::move(bytes));
+  std::shared_ptr<char> at(held, static_cast<char*>(const_cast<void*>(held->data())));
+  dnnl::memory m(md, engine(), at.get());
+  if (shared_ != nullptr && !tag.empty()) {
+    SharedCache::weight_key(tag, md, md, &shared_->key);
+    shared_->add_weight(shared_->key, {m, at});
+  }
+  return add_const(md, m, tag, std::move(at));
+}
+
 int PlanBuilder::const_reordered(const memory::desc& user, const void* data,
                                  const memory::desc& want, const std::string& tag, int later) {
   if (user == want) return const_ref(user, data, tag);
@@ -365,6 +378,15 @@ void PlanBuilder::add_gather(int data, int indices, int dst, int axis, int index
   push_step(dnnl::primitive(),
             {{DNNL_ARG_SRC_0, data}, {DNNL_ARG_SRC_1, indices}, {DNNL_ARG_DST, dst}}, what,
             steps::Gather{axis, index_bytes});
+}
+
+void PlanBuilder::add_nbits_gather(int data, int indices, int scales, int zero_points, int dst,
+                                   int index_bytes, int64_t block, const std::string& what) {
+  std::vector<std::pair<int, int>> args = {
+      {DNNL_ARG_SRC_0, data}, {DNNL_ARG_SRC_1, indices}, {DNNL_ARG_SCALE, scales}};
+  if (zero_points >= 0) args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS, zero_points);
+  args.emplace_back(DNNL_ARG_DST, dst);
+  push_step(dnnl::primitive(), std::move(args), what, steps::Gather{0, index_bytes, block});
 }
 
 void PlanBuilder::add_loop(int src, int dst, StepOp op, const std::string& what) {

@@ -171,6 +171,9 @@ class PlanBuilder {
   // A constant holding a copy of `data` (md's bytes). `tag` names the
   // constant in the SharedCache ("": never shared).
   int const_ref(const dnnl::memory::desc& md, const void* data, const std::string& tag = "");
+  // A constant read where the host holds it (`bytes`, md's size), no copy:
+  // for a loop of the backend's own that takes the model's layout as it is.
+  int const_borrowed(const dnnl::memory::desc& md, sdk::Weight bytes, const std::string& tag);
   // A constant reordered once into `want` (e.g. a blocked weights layout).
   // `later` >= 0: its bytes are written by write_pending, not now, and `data`
   // must stay readable until then (see write_pending).
@@ -227,6 +230,10 @@ class PlanBuilder {
   // (index_bytes each) into plain `dst`.
   void add_gather(int data, int indices, int dst, int axis, int index_bytes,
                   const std::string& what);
+  // dst = rows of a 4-bit table by indices of the run, dequantized
+  // (steps::Gather with a block); zero_points may be -1 (none).
+  void add_nbits_gather(int data, int indices, int scales, int zero_points, int dst,
+                        int index_bytes, int64_t block, const std::string& what);
   void add_small_binary(int a, int b, int dst, dnnl::algorithm alg, const std::string& what);
   // A loop of one source and one destination (Eltwise, RowSoftmax, RowMean, Quantize).
   void add_loop(int src, int dst, StepOp op, const std::string& what);

@@ -296,6 +296,15 @@ void check_shapes(ViewInfo& g, int n) {
   if (op == "Split") return c.split();
   if (op == "Pad") return c.pad();
   if (op == "Gather") return c.gather();
+  if (op == "GatherBlockQuantized") {  // indices' shape and the table's width
+    const Dims& table = g.shape(g.in(n, 0));
+    const Dims& indices = g.shape(g.in(n, 1));
+    c.expect(table.size() == 2 && c.y().size() == indices.size() + 1 &&
+                 std::equal(indices.begin(), indices.end(), c.y().begin()) &&
+                 c.y().back() == 2 * table[1],
+             "the output is not a row of the table per index");
+    return;
+  }
   if (op == "MatMulNBits") {
     c.expect(!c.x().empty() && c.y().size() == c.x().size() &&
                  std::equal(c.x().begin(), c.x().end() - 1, c.y().begin()) &&

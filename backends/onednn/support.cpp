@@ -533,6 +533,35 @@ void check_gather(ViewInfo& g, int n, const Dims& xs, int) {
   if (idx->size() > 64) throw fail("Gather of more than 64 indices is not supported");
 }
 
+// GatherBlockQuantized as the import keeps it (ir/ops_nn.cpp's schema has
+// checked the sizes): a 4-bit table, its scales and zero points constants of
+// the partition, indices of the run (steps::Gather with a block).
+void check_gather_block_quantized(ViewInfo& g, int n, const Dims&, int y) {
+  sdk::NodeRef node = g.node(n);
+  const int64_t block = node.attr_int("block_size", 128);
+  if (node.attr_int("bits", 4) != 4 || node.attr_int("gather_axis", 0) != 0 ||
+      node.attr_int("quantize_axis", 1) != 1 || block < 16 || (block & (block - 1)) != 0 ||
+      g.num_in(n) < 3)
+    throw fail("GatherBlockQuantized other than a 4-bit table gathered on axis 0");
+  const int table = g.in(n, 0), indices = g.in(n, 1);
+  if (table < 0 || indices < 0 || !g.is_const(table) || g.values[table].dtype != BP_DTYPE_UINT8 ||
+      g.shape(table).size() != 2)
+    throw fail("the table is not a uint8 constant [rows, width / 2]");
+  const int64_t rows = g.shape(table)[0], blocks = (2 * g.shape(table)[1] + block - 1) / block;
+  const bp_dtype_t t = g.values[indices].dtype;
+  if (t != BP_DTYPE_INT64 && t != BP_DTYPE_INT32) throw fail("indices are not int64 or int32");
+  const Dims want[] = {{}, {}, {rows, blocks}, {rows, (blocks + 1) / 2}};
+  const bp_dtype_t type[] = {BP_DTYPE_UNDEFINED, BP_DTYPE_UNDEFINED, BP_DTYPE_FLOAT32,
+                             BP_DTYPE_UINT8};
+  for (size_t i = 2; i < std::min<size_t>(g.num_in(n), 4); ++i) {
+    const int v = g.in(n, i);
+    if (v >= 0 && (!g.is_const(v) || g.values[v].dtype != type[i] || g.shape(v) != want[i]))
+      throw fail("input '" + g.value_name(v) +
+                 "' is not a constant of the type and shape GatherBlockQuantized takes here");
+  }
+  if (g.values[y].dtype != BP_DTYPE_FLOAT32) throw fail("output is not float32");
+}
+
 // MatMulNBits as the import keeps it (ir/ops_nn.cpp's schema has checked
 // the sizes): float32 A, its 4-bit weights, scales, zero points and bias
 // constants of the partition (steps::NBitsMatMul reads them in place).
@@ -634,6 +663,7 @@ const std::map<std::string_view, OpCheck>& op_checks() {
                                              {"Pad", check_pad},
                                              {"Gather", check_gather},
                                              {"MatMulNBits", check_matmul_nbits},
+                                             {"GatherBlockQuantized", check_gather_block_quantized},
                                              {"PRelu", check_prelu},
                                              {"Resize", check_resize},
                                              {"QuantizeLinear", check_quant},
@@ -649,7 +679,8 @@ void check_known(ViewInfo& g, int n) {
   sdk::NodeRef node = g.node(n);
   const std::string_view op = g.op(n);
   if (!node.domain().empty() && node.domain() != "ai.onnx" &&
-      !((op == "Gelu" || op == "MatMulNBits") && node.domain() == "com.microsoft"))
+      !((op == "Gelu" || op == "MatMulNBits" || op == "GatherBlockQuantized") &&
+        node.domain() == "com.microsoft"))
     throw fail("domain '" + std::string(node.domain()) + "' is not supported");
   const bool known = op_checks().count(op) || eltwise_ops().count(op) || view_ops().count(op) ||
                      activation_ops().count(op) || op == "Erf" || op == "LSTM" || op == "GRU" ||
@@ -691,6 +722,11 @@ void check_tensors(ViewInfo& g, int n) {
   if (op == "LSTM" || op == "GRU" || op == "RNN")
     return (void)rnn_spec(g, n);                                   // also sequence_lens, outputs
   if (op == "QuantizeLinear" || op == "DequantizeLinear") return;  // quant_spec: every dtype
+  if (op == "GatherBlockQuantized") {  // check_gather_block_quantized: the table's types
+    if (g.shapes_known() && sdk::element_count(g.shape(g.out(n))) == 0)
+      throw fail("output is empty");
+    return;
+  }
   if (op == "MatMulNBits") {  // check_matmul_nbits: the weights' types
     const int a = g.in(n, 0);
     if (a < 0 || g.values[a].dtype != BP_DTYPE_FLOAT32) throw fail("A is not float32");

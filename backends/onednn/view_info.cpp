@@ -106,18 +106,20 @@ const float* ViewInfo::dequantized(int v) {
   return dequantized_.emplace(v, std::move(y)).first->second.data();
 }
 
+sdk::Weight ViewInfo::borrow(int v) {
+  const bp_value_t& bv = view_.values[v];
+  sdk::Weight w = host_.weight(view_.weights, bv.data_key);
+  if (w.size() != sdk::byte_size(bv))
+    throw sdk::Error(BP_STATUS_CORRUPT_DATA, std::string("constant '") + bv.name + "' has " +
+                                                 std::to_string(w.size()) + " bytes, expected " +
+                                                 std::to_string(sdk::byte_size(bv)));
+  return w;
+}
+
 const void* ViewInfo::data(int v) {
   if (values[v].dequantized) return dequantized(v);
   auto it = held_.find(v);
-  if (it == held_.end()) {
-    const bp_value_t& bv = view_.values[v];
-    sdk::Weight w = host_.weight(view_.weights, bv.data_key);
-    if (w.size() != sdk::byte_size(bv))
-      throw sdk::Error(BP_STATUS_CORRUPT_DATA, std::string("constant '") + bv.name + "' has " +
-                                                   std::to_string(w.size()) + " bytes, expected " +
-                                                   std::to_string(sdk::byte_size(bv)));
-    it = held_.emplace(v, std::move(w)).first;
-  }
+  if (it == held_.end()) it = held_.emplace(v, borrow(v)).first;
   return it->second.data();
 }
 

@@ -101,6 +101,10 @@ class ViewInfo {
 
   // The bytes of constant `v` (checked against its shape and dtype).
   const void* data(int v);
+  // Constant `v`'s bytes held apart from data()'s, for a plan that reads
+  // them where the host keeps them, as long as it lives (the host's copy is
+  // then the only one).
+  sdk::Weight borrow(int v);
   // Constant `v` as float32; throws (UNSUPPORTED) if it is not one.
   const float* f32(int v);
   // The value of a float32 constant of one element, if `v` is one.

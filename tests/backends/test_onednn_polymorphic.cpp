@@ -194,6 +194,7 @@ class Spec {
     std::vector<int32_t> in, out;
     std::vector<Attr> attrs;
     int64_t opset = 17;
+    std::string domain;  // "" for ONNX's
   };
 
   int constant(const std::string& name, const Dims& shape, float lo, float hi) {
@@ -210,6 +211,15 @@ class Spec {
     std::uniform_int_distribution<int> d(-127, 127);
     for (int64_t i = 0; i < t.numel(); ++i) t.data_as<int8_t>()[i] = static_cast<int8_t>(d(rng_));
     const int v = add(name, kConstant, BP_DTYPE_INT8, [shape](const Env&) { return shape; });
+    values[v].data = t;
+    return v;
+  }
+  // uint8 bytes (4-bit values two a byte, or packed zero points).
+  int uint8_constant(const std::string& name, const Dims& shape) {
+    Tensor t(DType::kUInt8, shape);
+    std::uniform_int_distribution<int> d(0, 255);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<uint8_t>()[i] = static_cast<uint8_t>(d(rng_));
+    const int v = add(name, kConstant, BP_DTYPE_UINT8, [shape](const Env&) { return shape; });
     values[v].data = t;
     return v;
   }
@@ -321,7 +331,7 @@ class View {
       bn.struct_size = sizeof bn;
       bn.name = sn.name.c_str();
       bn.op_type = sn.op.c_str();
-      bn.domain = "";
+      bn.domain = sn.domain.c_str();
       bn.opset = sn.opset;
       bn.num_inputs = sn.in.size();
       bn.inputs = sn.in.data();
@@ -1337,6 +1347,48 @@ TEST_F(OneDnnPolymorphic, DynamicallyQuantizedProductsAreDerivedBitForBit) {
   // T = 2, 3, 4 at B = 1, then the first batch of two and two more after it.
   EXPECT_EQ(made("dynamic_int8", "lowered"), 6u);
   EXPECT_EQ(made("dynamic_int8", "derived"), 4u);
+}
+
+// A 4-bit LLM's first layer: token ids gathered from a 4-bit embedding table
+// (GatherBlockQuantized) and multiplied by 4-bit weights (MatMulNBits), both
+// read where the host holds them. After the first lowered instances the new
+// lengths are derived, each run equal, bit for bit, to the partition with
+// derive_instances off, and within tolerance of CpuRef.
+TEST_F(OneDnnPolymorphic, FourBitEmbeddingsAndProductsAreDerivedBitForBit) {
+  Spec s;
+  constexpr int64_t kRows = 50, kD = 64, kN = 24, kBlock = 32, kBlocks = kD / kBlock;
+  const int ids = s.input("ids", [](const Env& e) { return Dims{e.B, e.T}; });
+  s.values[ids].dtype = BP_DTYPE_INT64;
+  const int table = s.uint8_constant("table", {kRows, kD / 2});
+  const int table_scales = s.constant("table_scales", {kRows, kBlocks}, 0.01f, 0.02f);
+  const int table_zeros = s.uint8_constant("table_zeros", {kRows, (kBlocks + 1) / 2});
+  const int w = s.uint8_constant("w", {kN, kBlocks, kBlock / 2});
+  const int w_scales = s.constant("w_scales", {kN * kBlocks}, 0.01f, 0.02f);
+  const int embedded = s.value("embedded", [](const Env& e) { return Dims{e.B, e.T, kD}; });
+  const int y = s.value("y", [](const Env& e) { return Dims{e.B, e.T, kN}; });
+  s.node("GatherBlockQuantized", "embed", {table, ids, table_scales, table_zeros}, {embedded},
+         {int_attr("block_size", kBlock), int_attr("bits", 4)});
+  s.nodes.back().domain = "com.microsoft";
+  s.node(
+      "MatMulNBits", "project", {embedded, w, w_scales}, {y},
+      {int_attr("K", kD), int_attr("N", kN), int_attr("bits", 4), int_attr("block_size", kBlock)});
+  s.nodes.back().domain = "com.microsoft";
+  s.output(y);
+  // Token ids in [-rows, rows) (negative ones count from the end).
+  auto token_ids = [&](Call& c) {
+    Tensor t(DType::kInt64, c.inputs[0].shape());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data_as<int64_t>()[i] = (i * 37 + 11) % (2 * kRows) - kRows;
+    c.inputs[0] = t;
+  };
+  expect_derived_like_lowered(
+      s, "four_bit",
+      {{1, 2, 0}, {1, 3, 0}, {1, 4, 0}, {1, 7, 0}, {1, 12, 0}, {1, 5, 0}, {2, 5, 0}, {3, 6, 0}},
+      {1e-5}, token_ids);
+  // T = 2, 3, 4 at B = 1 lowered, then 7, 12 and 5 derived; the first batches
+  // of two and of three are lowered (no template covers a new batch yet).
+  EXPECT_EQ(made("four_bit", "lowered"), 5u);
+  EXPECT_EQ(made("four_bit", "derived"), 3u);
 }
 
 // A QDQ model quantizes and dequantizes every activation between float

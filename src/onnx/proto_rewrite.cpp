@@ -2,6 +2,8 @@
 // the import-time rewrites (proto_rewrite.hpp).
 #include "onnx/proto_rewrite.hpp"
 
+#include <backplane/tensor.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -161,9 +163,7 @@ bool DeclaredTypes::float_values(const std::string& value, std::vector<float>* o
 int64_t DeclaredTypes::constant_numel(const std::string& value) const {
   std::vector<int64_t> dims;
   if (!constant_dims(value, &dims)) return -1;
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
+  return shape_numel(dims);  // saturates: a corrupt initializer's dims may overflow
 }
 
 bool DeclaredTypes::constant_dims(const std::string& value, std::vector<int64_t>* dims) const {

@@ -129,7 +129,7 @@ int Lowering::weight(int v, const memory::desc& user, const memory::desc& want) 
   return b_.const_reordered(user, g_.f32(v), want, tag, v);
 }
 
-int Lowering::ref_of(int v) {
+int Lowering::ref_of(int v, bool in_place) {
   auto it = tensors_.find(v);
   if (it != tensors_.end()) return it->second;
   if (g_.is_const(v)) {
@@ -138,26 +138,12 @@ int Lowering::ref_of(int v) {
     const memory::desc md = plain_md(g_.shape(v), *dt);
     const std::string tag = value_tag(g_, v);
     int r = b_.cached_const(tag, md, md);
-    if (r < 0) r = b_.const_ref(md, g_.data(v), tag);
+    if (r < 0)
+      r = in_place ? b_.const_borrowed(md, g_.borrow(v), tag) : b_.const_ref(md, g_.data(v), tag);
     tensors_[v] = r;
     return r;
   }
   throw fail("value '" + g_.value_name(v) + "' is not available (its producer was not lowered)");
-}
-
-int Lowering::borrowed(const INode& n, size_t i) {
-  const int v = i < n.in.size() ? n.in[i] : -1;
-  if (v < 0) return -1;
-  if (auto it = tensors_.find(v); it != tensors_.end()) return it->second;
-  if (!g_.is_const(v)) return ref_of(v);
-  const std::optional<memory::data_type> dt = data_type_of(v);
-  if (!dt) throw fail("constant '" + g_.value_name(v) + "' is not float32, (u)int8 or int32");
-  const memory::desc md = plain_md(g_.shape(v), *dt);
-  const std::string tag = value_tag(g_, v);
-  int r = b_.cached_const(tag, md, md);
-  if (r < 0) r = b_.const_borrowed(md, g_.borrow(v), tag);
-  tensors_[v] = r;
-  return r;
 }
 
 bool Lowering::buffer_free_after(int buffer, int anchor) const {

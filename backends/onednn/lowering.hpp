@@ -75,8 +75,9 @@ class Lowering {
   // computed only if no instance or partition of the model made them.
   int folded(const INode& n, bool bias, const dnnl::memory::desc& user,
              const dnnl::memory::desc& want, const char* tag);
-  // The ref holding value v (constants become plain constant refs).
-  int ref_of(int v);
+  // The ref holding value v (constants become plain constant refs, copied,
+  // or `in_place`: read where the host holds them, const_borrowed).
+  int ref_of(int v, bool in_place = false);
   // True if nothing reads `buffer` (through any value sharing it) after the
   // group executing at `anchor`, so that group may overwrite it.
   bool buffer_free_after(int buffer, int anchor) const;
@@ -207,9 +208,10 @@ class Lowering {
   void lower_split(const INode& n);
   void lower_gather(const INode& n);
   void lower_matmul_nbits(const INode& n);
-  // Input i of n, a constant read where the host holds it (const_borrowed);
-  // -1 if n has no input i.
-  int borrowed(const INode& n, size_t i);
+  // ref_of input i of n in place; -1 if n has no input i.
+  int borrowed(const INode& n, size_t i) {
+    return i < n.in.size() && n.in[i] >= 0 ? ref_of(n.in[i], true) : -1;
+  }
   void lower_gather_block_quantized(const INode& n);
   void lower_pad(const INode& n);
   void lower_resize(const INode& n);

@@ -64,8 +64,9 @@ test: build
 # and 2 threads, the CPU's ISA named, to $(BUILD_DIR)/bench/int8_results.md;
 # a few minutes. BENCH_MODELS, if given, are quantized instead;
 # INT8_BENCH_ARGS e.g. "--runs 20 --threads 1".
-# Last, 4-bit weights (bench/nbits_bench.py): a chain of MatMulNBits (ONNX
-# Runtime's int4 layout) at one row and a prompt's 64, Backplane against ONNX
+# Last, 4-bit weights (bench/nbits_bench.py): a 4-bit embedding table into a
+# chain of MatMulNBits (ONNX Runtime's int4 layout) at one token and a
+# prompt's 64, Backplane against ONNX
 # Runtime on the same file: latency, ready time and peak memory, to
 # $(BUILD_DIR)/bench/nbits_results.md; a minute. NBITS_BENCH_ARGS e.g.
 # "--width 2048 --threads 1".

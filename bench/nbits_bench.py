@@ -3,8 +3,10 @@
 
 The model is a chain of `--layers` MatMulNBits of K = N = `--width` (ONNX Runtime's int4
 weight layout: blocks of `--block` along K, packed zero points, seeded weights), what its
-4-bit quantizer and LLM builders write for a transformer's linear layers. Per thread count
-and row count (`--rows`: 1 is a decoder's token, more a prompt) two long-lived processes
+4-bit quantizer and LLM builders write for a transformer's linear layers, fed by a 4-bit
+embedding table of `--vocab` rows (GatherBlockQuantized, the same blocks along the width;
+0: no table, the input is the activations). Per thread count and row count (`--rows`, token
+ids: 1 is a decoder's token, more a prompt) two long-lived processes
 load it: backplane_bench (CpuOneDnn from its plugin) and ort_runner.js (npm
 onnxruntime-node, intra-op threads = threads). After a warm-up they take turns of
 `--block-runs` timed runs on the same input, as run_bench.py does. Reported: median
@@ -28,13 +30,26 @@ import run_bench  # noqa: E402
 from run_bench import Runner, log  # noqa: E402
 
 
-def make_model(path, width, layers, block, seed):
-    """The MatMulNBits chain at `path` (x [1, rows, width] -> y); its weights' bytes."""
+def make_model(path, width, layers, block, vocab, seed):
+    """The MatMulNBits chain at `path` (ids [1, rows] through the table, or x [1, rows,
+    width] -> y); its weights' bytes."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(seed)
     blocks = -(-width // block)
     nodes, inits, x = [], [], "x"
+    if vocab > 0:
+        inits += [numpy_helper.from_array(
+                      rng.integers(0, 256, size=(vocab, width // 2), dtype=np.uint8), "table"),
+                  numpy_helper.from_array(
+                      (rng.random((vocab, blocks)) * 0.1).astype(np.float32), "table_scales"),
+                  numpy_helper.from_array(
+                      rng.integers(0, 256, size=(vocab, -(-blocks // 2)), dtype=np.uint8),
+                      "table_zeros")]
+        nodes.append(helper.make_node("GatherBlockQuantized",
+                                      ["table", "ids", "table_scales", "table_zeros"], ["x"],
+                                      domain="com.microsoft", name="embed", block_size=block,
+                                      bits=4))
     for i in range(layers):
         q = rng.integers(0, 256, size=(width, blocks, block // 2), dtype=np.uint8)
         s = (rng.random(width * blocks) * 0.5 / width).astype(np.float32)
@@ -45,8 +60,10 @@ def make_model(path, width, layers, block, seed):
                                       domain="com.microsoft", name=f"linear{i}", K=width, N=width,
                                       bits=4, block_size=block))
         x = f"y{i}"
+    source = (helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "rows"]) if vocab > 0
+              else helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "rows", width]))
     graph = helper.make_graph(
-        nodes, "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "rows", width])],
+        nodes, "nbits", [source],
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
@@ -90,10 +107,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(HERE), "build"))
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rows", default="1,64", help="rows of x: 1 is a token, more a prompt")
+    ap.add_argument("--rows", default="1,64", help="tokens (rows): 1 is a decoder step, more a prompt")
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=32000, help="rows of the 4-bit embedding table")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--block-runs", type=int, default=5)
@@ -109,16 +127,21 @@ def main():
         sys.exit(f"nbits_bench: {paths['bench_bin']} is missing (run `make bench`, which builds it)")
     os.makedirs(paths["out"], exist_ok=True)
     paths["ort_module"], ort_version, _ = run_bench.ensure_ort(bench_dir)
-    model = os.path.join(bench_dir, "models", f"nbits_{args.width}x{args.layers}_b{args.block}.onnx")
+    model = os.path.join(bench_dir, "models",
+                         f"nbits_{args.width}x{args.layers}_b{args.block}_v{args.vocab}.onnx")
     os.makedirs(os.path.dirname(model), exist_ok=True)
-    weight_mb = make_model(model, args.width, args.layers, args.block, seed=1) / 1e6
+    weight_mb = make_model(model, args.width, args.layers, args.block, args.vocab, seed=1) / 1e6
     rows_list = [int(r) for r in args.rows.split(",") if r]
     threads_list = [int(t) for t in args.threads.split(",") if t]
     results, lines = [], []
     for rows in rows_list:
-        input_path = os.path.join(bench_dir, "models", f"nbits_x_{args.width}_{rows}.npy")
-        np.save(input_path, np.random.default_rng(rows).standard_normal(
-            (1, rows, args.width)).astype(np.float32))
+        rng = np.random.default_rng(rows)
+        if args.vocab > 0:
+            input_path = os.path.join(bench_dir, "models", f"nbits_ids_{args.vocab}_{rows}.npy")
+            np.save(input_path, rng.integers(0, args.vocab, (1, rows)).astype(np.int64))
+        else:
+            input_path = os.path.join(bench_dir, "models", f"nbits_x_{args.width}_{rows}.npy")
+            np.save(input_path, rng.standard_normal((1, rows, args.width)).astype(np.float32))
         for threads in threads_list:
             log(f"4-bit: {rows} row(s), {threads} thread(s)")
             r, diff = bench_one(args, paths, model, input_path, threads)
@@ -128,10 +151,13 @@ def main():
                          f"{bp['median_ms'] / ort['median_ms']:.2f} | {bp['ready_ms']:.0f} / "
                          f"{ort['ready_ms']:.0f} | {bp['peak_mb']:.0f} / {ort['peak_mb']:.0f} | "
                          f"{diff:.1e} |")
+    table = (f"a 4-bit embedding table of {args.vocab} x {args.width} (GatherBlockQuantized) "
+             f"into " if args.vocab > 0 else "")
+    float_mb = (args.layers * args.width + args.vocab) * args.width * 4 / 1e6
     text = "\n".join([
-        f"4-bit weights: {args.layers} MatMulNBits of {args.width} x {args.width} (blocks of "
+        f"4-bit weights: {table}{args.layers} MatMulNBits of {args.width} x {args.width} (blocks of "
         f"{args.block}, packed zero points; {weight_mb:.0f} MB of 4-bit weights, "
-        f"{args.layers * args.width * args.width * 4 / 1e6:.0f} MB as float32), Backplane (CpuOneDnn) against ONNX Runtime "
+        f"{float_mb:.0f} MB as float32), Backplane (CpuOneDnn) against ONNX Runtime "
         f"{ort_version} on the same file, {os.cpu_count()} logical CPUs; medians of "
         f"{args.turns * args.block_runs} runs taken in alternating turns; ready = load and "
         f"first run; peak = resident MB above each process's own before loading.",

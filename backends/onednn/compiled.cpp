@@ -328,6 +328,14 @@ void Binder::run_copy(size_t s) {
   }
 }
 
+namespace {
+// Block b's zero point of row j of a 4-bit matrix in `blocks` blocks a row,
+// packed two a byte (the lower bits first); 8 when there are none.
+int packed_zero(const uint8_t* zeros, int64_t blocks, int64_t j, int64_t b) {
+  return zeros != nullptr ? (zeros[j * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 15 : 8;
+}
+}  // namespace
+
 void Binder::run_gather(size_t s) {
   const Step& step = c_.steps[s];
   const steps::Gather& gather = *step.as<steps::Gather>();
@@ -396,10 +404,7 @@ void Binder::run_gather(size_t s) {
       float* out = to + j * 2 * row;
       for (int64_t b = 0; b < blocks; ++b) {
         const float scale = scales[i * blocks + b];
-        const float zero =
-            zeros
-                ? static_cast<float>((zeros[i * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 15)
-                : 8.f;
+        const auto zero = static_cast<float>(packed_zero(zeros, blocks, i, b));
         const int64_t end = std::min(row, (b + 1) * half);
 #pragma omp simd
         for (int64_t k = b * half; k < end; ++k) {
@@ -1190,9 +1195,7 @@ struct NBitsArgs {
   const uint8_t* zeros = nullptr;  // packed, or null (8)
   const float* bias = nullptr;
   int64_t n = 0, block = 0, blocks = 0, padded = 0;
-  int zero(int64_t j, int64_t b) const {
-    return zeros != nullptr ? (zeros[j * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 15 : 8;
-  }
+  int zero(int64_t j, int64_t b) const { return packed_zero(zeros, blocks, j, b); }
   const uint8_t* column(int64_t j) const { return q + j * (padded / 2); }
 };
 

@@ -24,6 +24,10 @@ namespace {
   throw sdk::invalid(info.describe() + ": " + why);
 }
 
+// 4-bit value i of `bytes`, two a byte, the lower bits first (MatMulNBits'
+// and GatherBlockQuantized's packing of values and zero points).
+int nibble(const uint8_t* bytes, int64_t i) { return (bytes[i / 2] >> (4 * (i % 2))) & 15; }
+
 bool is_q8(bp_dtype_t dt) { return dt == BP_DTYPE_INT8 || dt == BP_DTYPE_UINT8; }
 
 int32_t load_int(bp_dtype_t dt, const void* p, int64_t i) {
@@ -217,8 +221,8 @@ class MatMulNBitsKernel final : public Kernel {
     for (int64_t j = 0; j < p_.n; ++j)
       for (int64_t kk = 0; kk < p_.k; ++kk) {
         const int64_t b = kk / p_.block;
-        const int value = (q[j * row_bytes + kk / 2] >> (4 * (kk % 2))) & 15;
-        const int zero = zeros ? (zeros[j * zero_bytes + b / 2] >> (4 * (b % 2))) & 15 : 8;
+        const int value = nibble(q + j * row_bytes, kk);
+        const int zero = zeros ? nibble(zeros + j * zero_bytes, b) : 8;
         w[kk * p_.n + j] = static_cast<float>(value - zero) * scales[j * p_.blocks + b];
       }
     for (int64_t i = 0; i < p_.rows; ++i)
@@ -286,8 +290,8 @@ class GatherBlockQuantizedKernel final : public Kernel {
                            " is out of range for a table of " + std::to_string(p_.rows) + " rows");
       for (int64_t k = 0; k < p_.width; ++k) {
         const int64_t b = k / p_.block;
-        const int value = (q[r * row_bytes + k / 2] >> (4 * (k % 2))) & 15;
-        const int zero = zeros ? (zeros[r * zero_bytes + b / 2] >> (4 * (b % 2))) & 15 : 8;
+        const int value = nibble(q + r * row_bytes, k);
+        const int zero = zeros ? nibble(zeros + r * zero_bytes, b) : 8;
         y[j * p_.width + k] = static_cast<float>(value - zero) * scales[r * p_.blocks + b];
       }
     }

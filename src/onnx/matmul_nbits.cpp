@@ -153,6 +153,14 @@ float element(const Tensor& x, int64_t i) {
   }
 }
 
+// Element `at` of int4 or uint4 values (read as int8 and uint8) as a uint4:
+// int4 shifted by 8, so that q + 8 less zero + 8 is q less zero.
+uint8_t uint4_of(const Tensor& t, int64_t at) {
+  return static_cast<uint8_t>(static_cast<int>(element(t, at)) +
+                              (t.dtype() == DType::kInt8 ? 8 : 0)) &
+         15;
+}
+
 bool integer_type(DType t) {
   return t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16 ||
          t == DType::kInt32;
@@ -326,13 +334,10 @@ bool gather_to_whole(ir::Graph& g, ir::Node& node, bool four_bit) {
         (zero != nullptr && (zero->dtype() != data->dtype() || zero->shape() != Shape{n, blocks})))
       return false;
     const bool is_signed = data->dtype() == DType::kInt8;
-    auto u4 = [&](const Tensor& t, int64_t at) {
-      return static_cast<uint8_t>(static_cast<int>(element(t, at)) + (is_signed ? 8 : 0)) & 15;
-    };
     Tensor packed(DType::kUInt8, {n, d / 2});
     uint8_t* out = packed.data_as<uint8_t>();  // zero-filled
     for (int64_t i = 0; i < n * d; ++i)
-      out[i / 2] |= static_cast<uint8_t>(u4(*data, i) << (4 * (i % 2)));
+      out[i / 2] |= static_cast<uint8_t>(uint4_of(*data, i) << (4 * (i % 2)));
     const std::string base = g.values[node.inputs[0]].name;
     node.inputs[0] = g.add_constant(fresh(g, base + "/packed"), std::move(packed));
     // No zero point is 0; the packed form's absent one is 8.
@@ -341,7 +346,7 @@ bool gather_to_whole(ir::Graph& g, ir::Node& node, bool four_bit) {
       for (int64_t r = 0; r < n; ++r)
         for (int64_t b = 0; b < blocks; ++b)
           z.data_as<uint8_t>()[r * zero_bytes + b / 2] |= static_cast<uint8_t>(
-              (zero != nullptr ? u4(*zero, r * blocks + b) : 0) << (4 * (b % 2)));
+              (zero != nullptr ? uint4_of(*zero, r * blocks + b) : 0) << (4 * (b % 2)));
       node.inputs.resize(4);
       node.inputs[3] = g.add_constant(fresh(g, base + "/zero_points"), std::move(z));
     }
@@ -393,18 +398,14 @@ Status blocked_matmuls_to_nbits(ir::Graph& graph,
       readers.push_back(j);
     }
     if (!only_matmuls || readers.empty()) continue;
-    // int4 values (and zero points) as uint4 ones: q + 8 less zero + 8 is q less zero.
     const bool is_signed = x->dtype() == DType::kInt8;
-    auto u4 = [&](const Tensor& t, int64_t at) {
-      return static_cast<uint8_t>(element(t, at) + (is_signed ? 8 : 0)) & 15;
-    };
     Tensor b(DType::kUInt8, {n, blocks, bs / 2});
     Tensor s(DType::kFloat32, {n * blocks});
     uint8_t* packed = b.data_as<uint8_t>();  // zero-filled: the padding past K is 0
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t kk = 0; kk < k; ++kk)
         packed[j * blocks * bs / 2 + kk / 2] |=
-            static_cast<uint8_t>(u4(*x, kk * n + j) << (4 * (kk % 2)));
+            static_cast<uint8_t>(uint4_of(*x, kk * n + j) << (4 * (kk % 2)));
       for (int64_t blk = 0; blk < blocks; ++blk)
         s.data_as<float>()[j * blocks + blk] = scale->data_as<float>()[blk * n + j];
     }
@@ -416,7 +417,7 @@ Status blocked_matmuls_to_nbits(ir::Graph& graph,
       for (int64_t j = 0; j < n; ++j)
         for (int64_t blk = 0; blk < blocks; ++blk)
           z.data_as<uint8_t>()[j * ((blocks + 1) / 2) + blk / 2] |= static_cast<uint8_t>(
-              (zero != nullptr ? u4(*zero, blk * n + j) : 0) << (4 * (blk % 2)));
+              (zero != nullptr ? uint4_of(*zero, blk * n + j) : 0) << (4 * (blk % 2)));
       inputs.push_back(graph.add_constant(fresh(graph, dq.name + "/zero_points"), std::move(z)));
     }
     for (size_t j : readers) {

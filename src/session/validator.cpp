@@ -138,11 +138,30 @@ constexpr const char* kReference = "CpuRef";
 // it from a node off CpuRef (`window`). In the value's units: those steps
 // for a uint8/int8 tensor, times the scale once dequantized, carried
 // through operators that move, pool or squash values (no wider difference
-// out than in) and added up by Add and Sub. Elsewhere none: the float rule.
+// out than in) and added up by Add and Sub. A float value those steps reach
+// through anything else (the product of a dynamically quantized convolution
+// or matmul, scaled back to float): that many 8-bit steps of its own range,
+// the step a DynamicQuantizeLinear of it would take (by_range; its units
+// are known once the reference has it). Elsewhere none: the float rule.
 struct Int8Allowance {
   std::vector<int> steps;      // per value
   std::vector<double> units;   // per value, in its own units
+  std::vector<char> by_range;  // per value: units are steps x its range / 255
 };
+
+// A quantization step of `t` as DynamicQuantizeLinear takes it: its range
+// (0 included) over 255; 0 for a tensor that is not float32.
+double range_step(const Tensor& t) {
+  if (t.dtype() != DType::kFloat32) return 0;
+  double lo = 0, hi = 0;
+  const float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isfinite(p[i])) {
+      lo = std::min(lo, double{p[i]});
+      hi = std::max(hi, double{p[i]});
+    }
+  return (hi - lo) / 255;
+}
 
 bool quantizes(const std::string& op) {
   return op == "QuantizeLinear" || op == "QLinearConv" || op == "QLinearMatMul" ||
@@ -165,8 +184,8 @@ bool carries_difference(const std::string& op) {
 
 Int8Allowance int8_allowance(const ir::Graph& g, const std::vector<int>& order,
                              const std::set<int>& window) {
-  Int8Allowance a{std::vector<int>(g.values.size(), 0),
-                  std::vector<double>(g.values.size(), 0.0)};
+  Int8Allowance a{std::vector<int>(g.values.size(), 0), std::vector<double>(g.values.size(), 0.0),
+                  std::vector<char>(g.values.size(), 0)};
   std::vector<bool> reached(g.values.size(), false);  // a node off CpuRef is upstream
   for (int n : order) {
     const ir::Node& node = g.nodes[n];
@@ -201,8 +220,10 @@ Int8Allowance int8_allowance(const ir::Graph& g, const std::vector<int>& order,
       reached[v] = reached_in;
       a.steps[v] = steps;
       // A quantizer's float outputs (DynamicQuantizeLinear's scale) have none.
-      const bool float_of_quantizer = quantizes(node.op_type) && g.values[v].dtype == DType::kFloat32;
+      const bool is_float = g.values[v].dtype == DType::kFloat32;
+      const bool float_of_quantizer = quantizes(node.op_type) && is_float;
       a.units[v] = float_of_quantizer ? 0 : units;
+      a.by_range[v] = reached_in && steps > 0 && units == 0 && is_float && !float_of_quantizer;
     }
   }
   return a;
@@ -402,8 +423,10 @@ Result<Trial> Validator::trial(size_t begin, size_t end) {
     }
     c.model_output = model_outputs_.count(v) > 0;
     c.comparison = numerics::compare(o->second, r->second);
-    c.comparison.int8_steps = allowance.units[v] > 0 ? allowance.steps[v] : 0;
-    c.comparison.int8_allowance = allowance.units[v];
+    const double units =
+        allowance.by_range[v] ? allowance.steps[v] * range_step(r->second) : allowance.units[v];
+    c.comparison.int8_steps = units > 0 ? allowance.steps[v] : 0;
+    c.comparison.int8_allowance = units;
     c.shape = r->second.shape();
     t.wrong |= !c.within();
     t.checks.push_back(std::move(c));

@@ -2343,5 +2343,67 @@ TEST(OneDnnOps, ValidateJudgesQuantizedValuesByTheInt8Rule) {
   EXPECT_FALSE(c.within());
 }
 
+// A dynamically quantized network as ONNX Runtime's quantize_dynamic writes
+// a CNN (DynamicQuantizeLinear -> ConvInteger of uint8 weights -> Cast ->
+// Mul by the scales -> Add of the bias, per convolution) with bilinear
+// upsampling between: CpuOneDnn's Resize and CpuRef's round differently in
+// the last bit of some pixels, a quantizer after them then rounds some the
+// other way, and the differences grow from layer to layer, on both sides
+// correct. validate judges such a float value as a tensor of 8-bit steps of
+// its range, one per quantizer on its path (here 6), not by the float rule.
+TEST(OneDnnOps, ValidateJudgesDynamicallyQuantizedFloatsByTheInt8Rule) {
+  constexpr int kLayers = 6;
+  constexpr int64_t kChannels = 16;
+  ModelBuilder b(13);
+  b.input("x", {1, kChannels, 64, 64});
+  std::mt19937 rng(7);
+  std::string x = "x";
+  b.init_f32("up", {4}, {1.f, 1.f, 3.f, 3.f});
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "l" + std::to_string(l) + "_";
+    b.node("DynamicQuantizeLinear", {x}, {p + "q", p + "qs", p + "qz"});
+    // As a quantizer writes trained weights: most near the zero point.
+    std::normal_distribution<float> normal(127.f, 24.f);
+    std::vector<int32_t> w(static_cast<size_t>(kChannels * kChannels * 9));
+    for (int32_t& v : w) v = std::clamp(static_cast<int32_t>(std::lround(normal(rng))), 0, 255);
+    b.init_ints(p + "w", onnx::TensorProto::UINT8, {kChannels, kChannels, 3, 3}, w);
+    b.init_ints(p + "wz", onnx::TensorProto::UINT8, {}, {127});
+    b.init_f32(p + "ws", {}, {0.004f});
+    set_ints(b.node("ConvInteger", {p + "q", p + "w", p + "qz", p + "wz"}, {p + "acc"}), "pads",
+             {1, 1, 1, 1});
+    set_int(b.node("Cast", {p + "acc"}, {p + "accf"}), "to", onnx::TensorProto::FLOAT);
+    b.node("Mul", {p + "qs", p + "ws"}, {p + "s"});
+    b.node("Mul", {p + "accf", p + "s"}, {p + "c"});
+    b.random_weight(p + "bias", {1, kChannels, 1, 1}, -0.1f, 0.1f);
+    b.node("Add", {p + "c", p + "bias"}, {p + "cb"});
+    b.node("Relu", {p + "cb"}, {p + "r"});
+    auto& up = b.node("Resize", {p + "r", "", "up"}, {p + "u"});
+    set_string(up, "mode", "linear");
+    set_string(up, "coordinate_transformation_mode", "half_pixel");
+    auto& pool = b.node("MaxPool", {p + "u"}, {p + "y"});
+    set_ints(pool, "kernel_shape", {3, 3});
+    set_ints(pool, "strides", {3, 3});
+    x = p + "y";
+  }
+  b.node("Sigmoid", {x}, {"y"});
+  b.output("y");
+  test::TempDir dir;
+  ValidateOptions o;
+  o.backends = {"CpuOneDnn"};
+  o.find_node = false;
+  Result<ValidationReport> r = validate(*runtime(), b.save(dir), o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->checks.size(), 1u);
+  const TensorCheck& c = r->checks[0];
+  SCOPED_TRACE(c.describe());
+  EXPECT_TRUE(r->ok);
+  // The runs do differ, by more than the float rule alone allows.
+  EXPECT_GT(c.comparison.max_abs_error, c.comparison.bound() - c.comparison.int8_allowance);
+  EXPECT_EQ(c.comparison.int8_steps, kLayers);
+  // Steps of the output's range over 255 (a Sigmoid's: under 1).
+  EXPECT_GT(c.comparison.int8_allowance, 0);
+  EXPECT_LT(c.comparison.int8_allowance, kLayers / 255.0);
+}
+
 }  // namespace
 }  // namespace backplane

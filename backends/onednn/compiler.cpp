@@ -81,12 +81,41 @@ bool concat_in_blocks(const ViewInfo& g, int n, int block) {
   return true;
 }
 
+// Whether Concat node n pads the channels of one tensor with constants (a
+// TFLite model's channel Pad, as tf2onnx writes it before a residual Add):
+// one copy of that tensor in any layout.
+bool pads_channels(const ViewInfo& g, int n) {
+  if (g.num_out(n) < 1 || g.out(n) < 0 || g.shape(g.out(n)).size() != 4) return false;
+  int64_t axis = g.node(n).attr_int("axis", 0);
+  if (axis < 0) axis += 4;
+  size_t variable = 0;
+  for (size_t i = 0; i < g.num_in(n); ++i)
+    if (!g.is_const(g.in(n, i))) ++variable;
+  return axis == 1 && variable == 1;
+}
+
+// Whether Transpose node n only changes the layout at the view's edge: of
+// an input (an NHWC image), or of a map on its way out, every reader a
+// Reshape to fewer dims (a detector's head flattening its anchors).
+bool transposes_at_edge(const ViewInfo& g, int n) {
+  const int x = g.in(n, 0), y = g.out(n);
+  if (x >= 0 && g.values[x].input) return true;
+  if (y < 0 || g.values[y].consumers.empty()) return y >= 0 && g.values[y].output;
+  for (int c : g.values[y].consumers)
+    if (g.op(c) != "Reshape" || g.num_out(c) < 1 || g.out(c) < 0 ||
+        g.shape(g.out(c)).size() >= g.shape(y).size())
+      return false;
+  return true;
+}
+
 // Whether oneDNN's blocked convolution kernels (Lowering::block_convolutions)
 // beat the channels-last ones it picks when free to, for this view. Blocked
 // pays for batches and for depthwise or grouped convolutions. It costs where
 // tensors are cut, joined or shuffled along the channels (Concat, Split,
 // Slice, Transpose, a 4-D <-> 5-D Reshape: copies or reorders when blocked,
-// cheap channels-last), and plain spatial (KxK) convolutions on one image run
+// cheap channels-last; not a Concat that pads one tensor's channels with
+// constants, nor a Transpose at the view's edge, which cost the same either
+// way), and plain spatial (KxK) convolutions on one image run
 // as fast channels-last. With Winograd (oneDNN has it for AVX-512 only), a
 // network whose stride-1 3x3 convolutions are at least 30% of its
 // multiply-adds goes blocked, unless over a quarter of them are spatial ones
@@ -122,7 +151,8 @@ bool blocked_pays(const ViewInfo& g, int block, bool winograd) {
       if (winograd_fits(xs, Dims(ws.begin() + std::min<size_t>(2, ws.size()), ws.end()),
                         node.attr_ints("strides", ones), node.attr_ints("dilations", ones), group))
         winograd_macs += m;
-    } else if (op == "Concat" && concat_in_blocks(g, n, block)) {
+    } else if ((op == "Concat" && (concat_in_blocks(g, n, block) || pads_channels(g, n))) ||
+               (op == "Transpose" && transposes_at_edge(g, n))) {
       continue;
     } else if (op == "Concat" || op == "Split" || op == "Slice" || op == "Transpose" ||
                op == "DepthToSpace" || op == "SpaceToDepth") {

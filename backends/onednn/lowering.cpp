@@ -1077,10 +1077,41 @@ memory::desc common_order_md(const std::vector<memory::desc>& mds, const std::ve
 }
 }  // namespace
 
+// A Concat that appends channels of zeros to one tensor (a TFLite model's
+// channel Pad, as tf2onnx writes it before a residual Add), where that
+// tensor is in a channel-blocked layout whose last block has room for them:
+// the same bytes described with more channels, the new ones being the
+// layout's padding, which stays 0 (oneDNN's primitives and the backend's
+// loops write zeros there). The ref, or -1 if it is not one.
+int Lowering::zero_padded_channels(const INode& n, int64_t axis) {
+  if (axis != 1 || n.in.size() < 2 || g_.shape(n.out).size() < 3 || g_.is_const(n.in[0])) return -1;
+  for (size_t i = 1; i < n.in.size(); ++i) {
+    const int v = n.in[i];
+    if (!g_.is_const(v) || g_.values[v].dtype != BP_DTYPE_FLOAT32) return -1;
+    const float* z = g_.f32(v);
+    const int64_t count = sdk::element_count(g_.shape(v));
+    if (!std::all_of(z, z + count, [](float f) { return f == 0.f; })) return -1;
+  }
+  const int src = ref_of(n.in[0]);
+  const memory::desc& md = b_.md(src);
+  const auto& blk = md.data.format_desc.blocking;
+  if (md.data.format_kind != dnnl_blocked || blk.inner_nblks != 1 || blk.inner_idxs[0] != 1 ||
+      md.data.offset0 != 0 || md.data_type() != memory::data_type::f32 ||
+      md.data.padded_dims[1] < g_.shape(n.out)[1])
+    return -1;
+  const memory::desc wider = layout_like(md, g_.shape(n.out));
+  if (wider.get_size() != md.get_size()) return -1;
+  return b_.alias(src, wider);
+}
+
 void Lowering::lower_concat(const INode& n) {
   const int64_t rank = static_cast<int64_t>(g_.shape(n.out).size());
   int64_t axis = g_.node(n.node).attr_int("axis", 0);
   if (axis < 0) axis += rank;
+  if (const int padded = zero_padded_channels(n, axis); padded >= 0) {
+    tensors_[n.out] = padded;
+    return;
+  }
   std::vector<int> srcs;
   std::vector<memory::desc> mds;
   for (int v : n.in) {

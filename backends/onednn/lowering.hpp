@@ -134,6 +134,7 @@ class Lowering {
   void lower_layer_norm(const INode& n);
   void lower_softmax(const INode& n);
   void lower_concat(const INode& n);
+  int zero_padded_channels(const INode& n, int64_t axis);
   void lower_reduce(const INode& n);
   void lower_binary(const INode& n);
   void lower_transpose(const INode& n);

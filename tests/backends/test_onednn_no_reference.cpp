@@ -390,6 +390,109 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
   EXPECT_EQ(batch.winograd, block == 16 ? 13u : 0u);
 }
 
+// A face detector as tf2onnx writes MediaPipe's TFLite BlazeFace: an NHWC
+// image transposed in the graph, a 5x5 stem, blocks of a 5x5 depthwise and a
+// 1x1 convolution whose residual is the block's input with its channels
+// padded by a Concat of zeros, and the map transposed back and flattened at
+// the end. Those Concats and Transposes cost the same in either layout, so
+// they do not keep the depthwise network off the blocked one (in the
+// channels-last plan its 1x1 convolutions, with the residual as a sum, run
+// plain on oneDNN's gemm-based kernel, three times slower at 128x128); and
+// zeros appended within the last channel block cost nothing there.
+TEST(OneDnnLayout, PaddedChannelsAndEdgeTransposesStayBlocked) {
+  ASSERT_TRUE(runtime());
+  ModelBuilder b;
+  b.input("x", {1, 64, 64, 3});
+  set_ints(b.node("Transpose", {"x"}, {"nchw"}), "perm", {0, 3, 1, 2});
+  b.random_weight("stem_w", {24, 3, 5, 5}, -0.2f, 0.2f);
+  auto& stem = b.node("Conv", {"nchw", "stem_w"}, {"stem"});
+  set_ints(stem, "pads", {2, 2, 2, 2});
+  b.node("Relu", {"stem"}, {"h0"});
+  std::string at = "h0";
+  int64_t c = 24;
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "b" + std::to_string(i) + "_";
+    const int64_t out = c + 4 + 2 * i;
+    b.random_weight(p + "dw", {c, 1, 5, 5}, -0.2f, 0.2f);
+    auto& dw = b.node("Conv", {at, p + "dw"}, {p + "d"});
+    set_int(dw, "group", c);
+    set_ints(dw, "pads", {2, 2, 2, 2});
+    b.random_weight(p + "pw", {out, c, 1, 1}, -0.2f, 0.2f);
+    b.node("Conv", {p + "d", p + "pw"}, {p + "c"});
+    b.weight(p + "zeros", {1, out - c, 64, 64}, 0.f);
+    set_int(b.node("Concat", {at, p + "zeros"}, {p + "pad"}), "axis", 1);
+    b.node("Add", {p + "c", p + "pad"}, {p + "sum"});
+    b.node("Relu", {p + "sum"}, {p + "h"});
+    at = p + "h";
+    c = out;
+  }
+  set_ints(b.node("Transpose", {at}, {"nhwc"}), "perm", {0, 2, 3, 1});
+  b.init_i64("flat", {3}, {1, -1, 2});
+  b.node("Reshape", {"nhwc", "flat"}, {"y"});
+  b.output("y");
+  test::TempDir dir;
+  const std::string path = b.save(dir);
+  const int block = cpu_block();
+  std::vector<Tensor> got;
+  const std::vector<ReportLine> plan = compile_and_run(path, nullptr, &got);
+  const ConvCount n = count_convolutions(plan);
+  EXPECT_EQ(n.spatial, 9u);
+  EXPECT_EQ(n.blocked, block > 0 ? n.spatial : 0u);
+  // Zeros appended where the last channel block has room for them are that
+  // block's padding, no copy (24 -> 28 and 34 -> 42 in blocks of 16); the
+  // others are copied.
+  const auto concats = std::count_if(plan.begin(), plan.end(), [](const ReportLine& l) {
+    return l.kind == "concat" || l.kind == "copy_concat";
+  });
+  EXPECT_EQ(concats, block == 16 ? 2 : 4);
+  auto ref = runtime()->load_model(path, e2e::cpuref_only());
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-4 * e2e::max_abs(want[0]) + 1e-6);
+}
+
+// The zeros a Concat appends within the last channel block are read as that
+// block's padding, so whatever wrote the tensor must have left its padding
+// 0: a Sigmoid (0.5 at 0) fused into the convolution, an Add of a constant
+// (a binary over the blocked layout), an Exp. The next convolution reads
+// the appended channels; CpuRef's result, and no concat step.
+TEST(OneDnnLayout, AppendedZeroChannelsAreTheBlockPadding) {
+  ASSERT_TRUE(runtime());
+  if (cpu_block() != 16) GTEST_SKIP() << "blocks of 16 (AVX-512) only";
+  const Configured blocked("layout", "blocked");
+  for (const char* kind : {"Sigmoid", "AddConstant", "Exp"}) {
+    SCOPED_TRACE(kind);
+    ModelBuilder b;
+    b.input("x", {1, 8, 10, 10}).random_weight("w0", {24, 8, 1, 1}, -0.3f, 0.3f);
+    b.node("Conv", {"x", "w0"}, {"c0"});
+    if (std::string(kind) == "AddConstant") {
+      b.random_weight("k", {1, 24, 1, 1}, 1.f, 2.f);
+      b.node("Relu", {"c0"}, {"r"});
+      b.node("Add", {"r", "k"}, {"a"});
+    } else {
+      b.node(kind, {"c0"}, {"a"});
+    }
+    b.weight("zeros", {1, 4, 10, 10}, 0.f);
+    set_int(b.node("Concat", {"a", "zeros"}, {"p"}), "axis", 1);
+    b.random_weight("w1", {16, 28, 1, 1}, -0.3f, 0.3f);
+    b.node("Conv", {"p", "w1"}, {"y"});
+    b.output("y");
+    test::TempDir dir;
+    const std::string path = b.save(dir);
+    std::vector<Tensor> got;
+    const std::vector<ReportLine> plan = compile_and_run(path, nullptr, &got);
+    for (const ReportLine& l : plan) EXPECT_NE(l.kind, "concat") << l.what;
+    auto ref = runtime()->load_model(path, e2e::cpuref_only());
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(want.size(), 1u);
+    EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-4 * e2e::max_abs(want[0]) + 1e-6);
+  }
+}
+
 // Depthwise blocks (1x1 expand, 3x3 depthwise, 1x1 project), with `plain`
 // 3x3 convolutions of 32 channels and a SiLU before them (EfficientNetV2's
 // fused-MBConv stages): 2 of them are 66% of the multiply-adds.

@@ -390,6 +390,16 @@ TEST(OneDnnLayout, ChosenByWhatTheModelDoesWithItsChannels) {
   EXPECT_EQ(batch.winograd, block == 16 ? 13u : 0u);
 }
 
+// The model at `path` has one output, `got`, within 1e-4 of CpuRef's largest.
+void expect_one_output_as_cpuref(const std::string& path, const std::vector<Tensor>& got) {
+  auto ref = runtime()->load_model(path, e2e::cpuref_only());
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-4 * e2e::max_abs(want[0]) + 1e-6);
+}
+
 // A face detector as tf2onnx writes MediaPipe's TFLite BlazeFace: an NHWC
 // image transposed in the graph, a 5x5 stem, blocks of a 5x5 depthwise and a
 // 1x1 convolution whose residual is the block's input with its channels
@@ -445,12 +455,7 @@ TEST(OneDnnLayout, PaddedChannelsAndEdgeTransposesStayBlocked) {
     return l.kind == "concat" || l.kind == "copy_concat";
   });
   EXPECT_EQ(concats, block == 16 ? 2 : 4);
-  auto ref = runtime()->load_model(path, e2e::cpuref_only());
-  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-  const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
-  ASSERT_EQ(got.size(), 1u);
-  ASSERT_EQ(want.size(), 1u);
-  EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-4 * e2e::max_abs(want[0]) + 1e-6);
+  expect_one_output_as_cpuref(path, got);
 }
 
 // The zeros a Concat appends within the last channel block are read as that
@@ -484,12 +489,7 @@ TEST(OneDnnLayout, AppendedZeroChannelsAreTheBlockPadding) {
     std::vector<Tensor> got;
     const std::vector<ReportLine> plan = compile_and_run(path, nullptr, &got);
     for (const ReportLine& l : plan) EXPECT_NE(l.kind, "concat") << l.what;
-    auto ref = runtime()->load_model(path, e2e::cpuref_only());
-    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-    const std::vector<Tensor> want = e2e::run_once(**ref, inputs_for(**ref));
-    ASSERT_EQ(got.size(), 1u);
-    ASSERT_EQ(want.size(), 1u);
-    EXPECT_LE(e2e::max_abs_diff(got[0], want[0]), 1e-4 * e2e::max_abs(want[0]) + 1e-6);
+    expect_one_output_as_cpuref(path, got);
   }
 }
 
